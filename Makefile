@@ -1,0 +1,108 @@
+# nsbox build.  GNU make.  `make` builds everything into build/; the tools run
+# from the tree (build/nsbox).  See README.md for targets.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+LIBDIR ?= $(PREFIX)/lib
+LIBEXECDIR ?= $(PREFIX)/libexec/nsbox
+INCLUDEDIR ?= $(PREFIX)/include
+MANDIR ?= $(PREFIX)/share/man
+PYTHON ?= /usr/bin/python3.11
+
+CC ?= cc
+B := build
+PKGS := libseccomp libcap libnl-route-3.0 jansson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS := $(shell pkg-config --libs $(PKGS))
+PY_CFLAGS := $(shell pkg-config --cflags python3-embed)
+PY_LIBS := $(shell pkg-config --libs python3-embed)
+
+WARN := -Wall -Wextra -Werror -Wshadow -Werror=missing-prototypes -Wformat=2 -Werror=format-nonliteral \
+	-Wno-missing-field-initializers
+CFLAGS ?= -O2 -g
+ifneq ($(SANITIZE),)
+CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS += -fsanitize=$(SANITIZE)
+endif
+ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude -Ilib -Ipolicy -Ijail -Irunner $(PKG_CFLAGS) \
+	-DNSBOX_LIBEXECDIR='"$(LIBEXECDIR)"' -MMD -MP
+
+# The core: everything but front ends and the runner's Python side.
+CORE_SRCS := $(wildcard lib/*.c policy/*.c jail/*.c runner/proto*.c)
+CORE_OBJS := $(CORE_SRCS:%.c=$(B)/obj/%.o)
+CLI_SRCS := $(wildcard cli/*.c)
+CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
+RUNNER_SRCS := $(filter-out runner/proto%.c,$(wildcard runner/*.c))
+RUNNER_OBJS := $(RUNNER_SRCS:%.c=$(B)/obj/%.o)
+UNIT_SRCS := $(wildcard tests/unit/test-*.c)
+UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
+PROBE_SRCS := $(wildcard tests/probe/*.c tests/escape/*.c)
+PROBE_BINS := $(PROBE_SRCS:tests/%.c=$(B)/tests/%)
+FUZZ_SRCS := $(wildcard tests/fuzz/fuzz-*.c)
+FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/fuzz/%)
+
+TARGETS := $(B)/libnsbox-core.a $(B)/nsbox
+ifneq ($(RUNNER_SRCS),)
+TARGETS += $(B)/nsbox-runner
+endif
+
+.PHONY: all clean check check-unit check-integ check-vm bench fuzz install deps man
+all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS)
+
+$(B)/obj/runner/%.o: runner/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(PY_CFLAGS) -c -o $@ $<
+$(B)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+$(B)/libnsbox-core.a: $(CORE_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS)
+$(B)/nsbox-runner: $(RUNNER_OBJS) $(B)/libnsbox-core.a
+	$(CC) $(LDFLAGS) -o $@ $(RUNNER_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(PY_LIBS)
+$(B)/tests/test-%: tests/unit/test-%.c $(B)/libnsbox-core.a tests/unit/tap.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libnsbox-core.a $(PKG_LIBS)
+# Probes run inside the sandbox: static where possible so they need nothing from /usr.
+$(B)/tests/%: tests/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $<
+
+FUZZ_CC ?= clang
+$(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c $(CORE_SRCS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Ilib -Ipolicy -Ijail -Irunner \
+		$(PKG_CFLAGS) -o $@ $< $(CORE_SRCS) $(PKG_LIBS)
+FUZZ_TIME ?= 20
+fuzz: $(FUZZ_BINS)
+	@set -e; for f in $(FUZZ_BINS); do n=$$(basename $$f); mkdir -p $(B)/fuzz/corpus-$$n; \
+		echo "== $$n ($(FUZZ_TIME) s)"; \
+		$$f -max_total_time=$(FUZZ_TIME) -timeout=5 $(B)/fuzz/corpus-$$n tests/fuzz/corpus/$${n#fuzz-} >$(B)/fuzz/$$n.log 2>&1 \
+		|| { tail -40 $(B)/fuzz/$$n.log; exit 1; }; tail -1 $(B)/fuzz/$$n.log; done
+
+check: all check-unit check-integ
+check-unit: $(UNIT_BINS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+check-integ: all
+	NSBOX_BUILD=$(CURDIR)/$(B) scripts/run-integ.sh
+check-vm: all
+	tests/vm/run-vm.sh
+bench: all
+	bench/run.sh
+
+install: all
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
+	install -m 0755 $(B)/nsbox $(DESTDIR)$(BINDIR)/nsbox
+	if [ -f $(B)/nsbox-runner ]; then install -m 0755 $(B)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner; fi
+	for m in man/*.[1-8]; do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+
+deps:
+	scripts/install-deps.sh
+
+clean:
+	rm -rf $(B)
+
+-include $(shell find $(B)/obj -name '*.d' 2>/dev/null)

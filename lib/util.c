@@ -1,0 +1,235 @@
+#define _GNU_SOURCE
+#include "util.h"
+
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+ssize_t write_full(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = write(fd, p + done, len - done);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t read_full(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = read(fd, p + done, len - done);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (n == 0)
+			break;
+		done += (size_t)n;
+	}
+	return (ssize_t)done;
+}
+
+int write_file_at(int dirfd, const char *path, const char *data)
+{
+	int fd = openat(dirfd, path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+	size_t len = strlen(data);
+	ssize_t n;
+	int saved;
+
+	if (fd < 0)
+		return -1;
+	n = write(fd, data, len);
+	saved = errno;
+	close(fd);
+	if (n < 0) {
+		errno = saved;
+		return -1;
+	}
+	if ((size_t)n != len) {
+		errno = EIO;
+		return -1;
+	}
+	return 0;
+}
+
+int write_file(const char *path, const char *data)
+{
+	return write_file_at(AT_FDCWD, path, data);
+}
+
+ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size)
+{
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	ssize_t n;
+	int saved;
+
+	if (fd < 0)
+		return -1;
+	if (size == 0) {
+		close(fd);
+		errno = EINVAL;
+		return -1;
+	}
+	n = read_full(fd, buf, size - 1);
+	saved = errno;
+	close(fd);
+	if (n < 0) {
+		errno = saved;
+		return -1;
+	}
+	buf[n] = '\0';
+	return n;
+}
+
+ssize_t read_file(const char *path, char *buf, size_t size)
+{
+	return read_file_at(AT_FDCWD, path, buf, size);
+}
+
+unsigned long long now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
+}
+
+int parse_size(const char *s, unsigned long long *out)
+{
+	unsigned long long v, mult = 1;
+	char *end;
+
+	if (!s || !isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -ERANGE;
+	if (*end) {
+		switch (toupper((unsigned char)*end)) {
+		case 'K': mult = 1ULL << 10; break;
+		case 'M': mult = 1ULL << 20; break;
+		case 'G': mult = 1ULL << 30; break;
+		case 'T': mult = 1ULL << 40; break;
+		default: return -EINVAL;
+		}
+		end++;
+		if (*end == 'i' && end[1] == 'B')
+			end += 2;
+		else if (toupper((unsigned char)*end) == 'B')
+			end++;
+		if (*end)
+			return -EINVAL;
+	}
+	if (v && mult > ULLONG_MAX / v)
+		return -ERANGE;
+	*out = v * mult;
+	return 0;
+}
+
+int parse_double(const char *s, double *out)
+{
+	char *end;
+	double v;
+
+	if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
+		return -EINVAL;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || *end || !isfinite(v) || v < 0)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+int parse_ulong(const char *s, unsigned long max, unsigned long *out)
+{
+	char *end;
+	unsigned long v;
+
+	if (!s || !isdigit((unsigned char)s[0]))
+		return -EINVAL;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	if (v > max)
+		return -ERANGE;
+	*out = v;
+	return 0;
+}
+
+static bool kept(int fd, const int *keep, size_t nkeep)
+{
+	for (size_t i = 0; i < nkeep; i++)
+		if (keep[i] == fd)
+			return true;
+	return false;
+}
+
+int close_fds_except(int lowfd, const int *keep, size_t nkeep)
+{
+	/* Walk from lowfd upwards closing the gaps between kept fds with
+	 * close_range(2); fall back to /proc/self/fd where it is missing. */
+	int from = lowfd;
+	int sorted[16];
+	size_t n = 0;
+
+	for (size_t i = 0; i < nkeep && n < ARRAY_SIZE(sorted); i++)
+		if (keep[i] >= lowfd)
+			sorted[n++] = keep[i];
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+			int t = sorted[j];
+			sorted[j] = sorted[j - 1];
+			sorted[j - 1] = t;
+		}
+	for (size_t i = 0; i <= n; i++) {
+		unsigned int to = i < n ? (unsigned int)sorted[i] - 1 : ~0U;
+		if (i < n && sorted[i] < from) 
+			continue;
+		if ((unsigned int)from <= to && syscall(SYS_close_range, (unsigned int)from, to, 0) < 0) {
+			if (errno != ENOSYS)
+				return -1;
+			goto fallback;
+		}
+		if (i < n)
+			from = sorted[i] + 1;
+	}
+	return 0;
+
+fallback: {
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *de;
+
+	if (!d)
+		return -1;
+	while ((de = readdir(d))) {
+		long fd = strtol(de->d_name, NULL, 10);
+		if (de->d_name[0] == '.' || fd < lowfd || fd == dirfd(d) || kept((int)fd, keep, nkeep))
+			continue;
+		close((int)fd);
+	}
+	closedir(d);
+	return 0;
+}
+}

@@ -1,0 +1,66 @@
+/* Small helpers shared by every part: cleanup attributes, safe fd handling,
+ * full reads and writes.  Pure or thin syscall wrappers only. */
+#ifndef NSBOX_UTIL_H
+#define NSBOX_UTIL_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+static inline void freep(void *p)
+{
+	free(*(void **)p);
+}
+static inline void closep(int *fd)
+{
+	if (*fd >= 0) {
+		int saved = errno;
+		close(*fd);
+		errno = saved;
+	}
+}
+#define _cleanup_free_ __attribute__((cleanup(freep)))
+#define _cleanup_close_ __attribute__((cleanup(closep)))
+
+/* Move ownership out of a cleanup variable. */
+static inline int take_fd(int *fd)
+{
+	int r = *fd;
+	*fd = -1;
+	return r;
+}
+#define TAKE_PTR(p)                        \
+	({                                 \
+		__typeof__(p) _tp_ = (p);  \
+		(p) = NULL;                \
+		_tp_;                      \
+	})
+
+/* write()/read() the whole buffer, retrying on EINTR and short transfers.
+ * read_full returns bytes read (short only at EOF) or -1. */
+ssize_t write_full(int fd, const void *buf, size_t len);
+ssize_t read_full(int fd, void *buf, size_t len);
+/* Write a small string to a file (O_WRONLY|O_CLOEXEC, no O_CREAT); -1 + errno. */
+int write_file(const char *path, const char *data);
+/* Same, relative to dirfd. */
+int write_file_at(int dirfd, const char *path, const char *data);
+/* Read up to size-1 bytes of a file into buf, NUL-terminated; returns length or -1. */
+ssize_t read_file(const char *path, char *buf, size_t size);
+ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
+/* Monotonic clock in nanoseconds. */
+unsigned long long now_ns(void);
+/* Parse "123", "64K", "256M", "2G", "1T" (binary units) into bytes. */
+int parse_size(const char *s, unsigned long long *out);
+/* Parse a non-negative decimal (e.g. "1.5") into a double; rejects junk. */
+int parse_double(const char *s, double *out);
+/* Parse an unsigned decimal integer with range check. */
+int parse_ulong(const char *s, unsigned long max, unsigned long *out);
+/* Close every fd >= lowfd except those listed in keep[] (close_range with a
+ * /proc/self/fd fallback). */
+int close_fds_except(int lowfd, const int *keep, size_t nkeep);
+
+#endif

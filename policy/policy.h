@@ -1,0 +1,106 @@
+/* The policy: every setting of a sandbox, as data.  Built-in policies
+ * (default, strict, permissive), the INI-style file format of
+ * nsbox-policy(5), and command-line overrides all go through policy_set(),
+ * so a flag and a file line have the same meaning and the same checks.
+ * Pure code: no privileges, no kernel state. */
+#ifndef NSBOX_POLICY_H
+#define NSBOX_POLICY_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "../lib/error.h"
+
+enum policy_want {
+	WANT_OFF = 0,	/* do not use */
+	WANT_AUTO,	/* use where the host supports it, warn where it does not */
+	WANT_REQUIRE,	/* refuse to run where the host does not support it */
+};
+
+enum policy_seccomp {
+	SECCOMP_ENFORCE = 0,	/* deny by default (ENOSYS / EPERM / kill per rule) */
+	SECCOMP_LOG,		/* allow everything the allowlist would deny, but log it (tuning) */
+};
+
+struct policy_mount {
+	char *src;	/* host path (absolute) */
+	char *dst;	/* path inside the sandbox (absolute) */
+	bool rw;
+};
+
+#define POLICY_MAX_MOUNTS 64
+#define POLICY_MAX_ENV 64
+
+struct nsbox_policy {
+	char *name;		/* "default", "strict", "permissive" or the file path */
+
+	/* [Sandbox] */
+	uid_t uid;		/* Uid= ids inside the sandbox (default 1000) */
+	gid_t gid;		/* Gid= */
+	bool share_net;		/* Network=none|host; host shares the host's net ns */
+	char *hostname;		/* Hostname= (default "nsbox") */
+
+	/* [Limits]  0 means "no limit" for every field */
+	uint64_t memory;	/* Memory= bytes, memory.max; swap is always 0 */
+	uint64_t pids;		/* Pids= */
+	double cpus;		/* CPUs= e.g. 0.5, 2 */
+	double time_limit;	/* TimeLimit= seconds of wall clock */
+	uint64_t tmp_size;	/* TmpSize= bytes of the /tmp tmpfs (0: 64M default applies) */
+	uint64_t file_size;	/* FileSize= RLIMIT_FSIZE bytes */
+	uint64_t nofile;	/* OpenFiles= RLIMIT_NOFILE */
+	enum policy_want cgroups;	/* Cgroups=auto|require|off */
+
+	/* [Filesystem] */
+	char *rootfs;		/* RootFS= another root tree, NULL = host /usr */
+	char *workspace;	/* Workspace= host dir, rw at /workspace */
+	struct policy_mount mounts[POLICY_MAX_MOUNTS];	/* Bind= / ReadOnlyBind= */
+	size_t n_mounts;
+
+	/* [Environment] */
+	char *env[POLICY_MAX_ENV];	/* Set=NAME=VALUE, later ones override */
+	size_t n_env;
+
+	/* [Security] */
+	enum policy_seccomp seccomp;	/* Seccomp=enforce|log */
+	enum policy_want landlock;	/* Landlock=auto|require|off */
+
+	/* [Python] */
+	bool dist_packages;	/* DistPackages=yes adds /usr/lib/python3/dist-packages */
+};
+
+/* Initialise *p from a built-in policy: "default", "strict" or "permissive".
+ * Returns 0, or -1 with err set (unknown name).  *p must be zeroed or freed
+ * before; on failure *p is left zeroed. */
+int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_err *err);
+
+/* "NAME|FILE": a built-in name, else a file path (contains '/' or ends in
+ * ".policy" or exists).  Files start from the built-in "default" unless they
+ * say [Policy] Base=strict|permissive|default as their first setting. */
+int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_err *err);
+
+/* Parse policy text (the file format) on top of *p.  `origin` names the
+ * source in messages: errors read "origin:LINE: what is wrong". */
+int policy_parse(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
+		 struct nsbox_err *err);
+
+/* Set one key of one section ("Limits", "Memory", "256M").  Section and key
+ * are matched case-sensitively as documented in nsbox-policy(5).  Repeatable
+ * keys (Bind, ReadOnlyBind, Set) append.  Returns 0 or -1 with err naming
+ * the key and the accepted values. */
+int policy_set(struct nsbox_policy *p, const char *section, const char *key, const char *value,
+	       struct nsbox_err *err);
+
+/* Check cross-field consistency (absolute paths, no duplicate destinations,
+ * Uid/Gid ranges). */
+int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err);
+
+/* Print the effective policy in the file format (it parses back to the same
+ * policy). */
+void policy_print(const struct nsbox_policy *p, FILE *out);
+
+/* Free everything *p owns and zero it.  Accepts a zeroed policy. */
+void policy_free(struct nsbox_policy *p);
+
+#endif

@@ -1,0 +1,27 @@
+/* Minimal TAP for the C unit tests. */
+#ifndef NSBOX_TAP_H
+#define NSBOX_TAP_H
+#include <stdio.h>
+#include <stdlib.h>
+
+static int tap_n, tap_failed;
+#define ok(cond, ...)                                                          \
+	do {                                                                   \
+		tap_n++;                                                       \
+		if (cond) {                                                    \
+			printf("ok %d - ", tap_n);                             \
+		} else {                                                       \
+			tap_failed++;                                          \
+			printf("not ok %d - ", tap_n);                         \
+		}                                                              \
+		printf(__VA_ARGS__);                                           \
+		printf("%s\n", (cond) ? "" : "  (" __FILE__ ")");              \
+	} while (0)
+#define tap_done()                                                             \
+	do {                                                                   \
+		printf("1..%d\n", tap_n);                                      \
+		if (tap_failed)                                                \
+			printf("# %d of %d failed\n", tap_failed, tap_n);      \
+		return tap_failed ? 1 : 0;                                     \
+	} while (0)
+#endif
