@@ -18,7 +18,7 @@ PY_CFLAGS := $(shell pkg-config --cflags python3-embed)
 PY_LIBS := $(shell pkg-config --libs python3-embed)
 
 WARN := -Wall -Wextra -Werror -Wshadow -Werror=missing-prototypes -Wformat=2 -Werror=format-nonliteral \
-	-Wno-missing-field-initializers
+	-Wno-missing-field-initializers -Wno-format-truncation
 CFLAGS ?= -O2 -g
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all

@@ -1,0 +1,161 @@
+#include "args.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct jail_opt {
+	const char *name;	/* without the leading "--" */
+	const char *section, *key;
+	const char *fixed;	/* value for flags without an argument */
+	int path;		/* 1: make the value absolute; 2: SRC:DST, make SRC absolute */
+};
+
+static const struct jail_opt opts[] = {
+	{ "memory", "Limits", "Memory", NULL, 0 },
+	{ "pids", "Limits", "Pids", NULL, 0 },
+	{ "cpus", "Limits", "CPUs", NULL, 0 },
+	{ "time-limit", "Limits", "TimeLimit", NULL, 0 },
+	{ "tmp-size", "Limits", "TmpSize", NULL, 0 },
+	{ "file-size", "Limits", "FileSize", NULL, 0 },
+	{ "open-files", "Limits", "OpenFiles", NULL, 0 },
+	{ "cgroups", "Limits", "Cgroups", NULL, 0 },
+	{ "uid", "Sandbox", "Uid", NULL, 0 },
+	{ "gid", "Sandbox", "Gid", NULL, 0 },
+	{ "hostname", "Sandbox", "Hostname", NULL, 0 },
+	{ "share-net", "Sandbox", "Network", "host", 0 },
+	{ "bind", "Filesystem", "Bind", NULL, 2 },
+	{ "ro-bind", "Filesystem", "ReadOnlyBind", NULL, 2 },
+	{ "workspace", "Filesystem", "Workspace", NULL, 1 },
+	{ "rootfs", "Filesystem", "RootFS", NULL, 1 },
+	{ "setenv", "Environment", "Set", NULL, 0 },
+	{ "seccomp-log", "Security", "Seccomp", "log", 0 },
+	{ "landlock", "Security", "Landlock", NULL, 0 },
+	{ "dist-packages", "Python", "DistPackages", "yes", 0 },
+};
+
+const char args_jail_help[] =
+	"Jail options (override the policy):\n"
+	"  --policy NAME|FILE     default, strict, permissive, or a policy file\n"
+	"  --memory SIZE          memory limit (e.g. 256M); no swap\n"
+	"  --pids N               process and thread limit\n"
+	"  --cpus N               CPU limit (e.g. 0.5)\n"
+	"  --time-limit SECONDS   wall-clock limit; the whole sandbox is killed\n"
+	"  --tmp-size SIZE        size of /tmp and /dev/shm\n"
+	"  --file-size SIZE       RLIMIT_FSIZE\n"
+	"  --open-files N         RLIMIT_NOFILE\n"
+	"  --cgroups auto|require|off\n"
+	"  --uid N, --gid N       ids inside the sandbox (default 1000)\n"
+	"  --hostname NAME        (default nsbox)\n"
+	"  --share-net            share the host's network (opt-out of isolation)\n"
+	"  --bind SRC[:DST]       read-write bind mount\n"
+	"  --ro-bind SRC[:DST]    read-only bind mount\n"
+	"  --workspace DIR        read-write at /workspace, the working directory\n"
+	"  --rootfs DIR           use another root tree instead of the host's /usr\n"
+	"  --setenv NAME=VALUE    set an environment variable\n"
+	"  --seccomp-log          log, don't deny, what the seccomp allowlist would deny\n"
+	"  --landlock auto|require|off\n"
+	"  --dist-packages        make Debian's dist-packages importable (nsbox python)\n";
+
+/* "--name=value" or "--name value"; returns the option name length. */
+static size_t opt_name_len(const char *arg)
+{
+	return strcspn(arg + 2, "=");
+}
+
+static char *absolute(const char *path, struct nsbox_err *err)
+{
+	char buf[PATH_MAX];
+
+	if (!realpath(path, buf)) {
+		err_sys(err, "%s", path);
+		return NULL;
+	}
+	return strdup(buf);
+}
+
+int args_load_policy(struct nsbox_policy *p, int argc, char **argv, struct nsbox_err *err)
+{
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--") == 0)
+			break;
+		if (strcmp(argv[i], "--policy") == 0) {
+			if (i + 1 >= argc)
+				return err_set(err, EINVAL, "--policy needs a value");
+			return policy_load(p, argv[i + 1], err);
+		}
+		if (strncmp(argv[i], "--policy=", 9) == 0)
+			return policy_load(p, argv[i] + 9, err);
+	}
+	return policy_init_builtin(p, "default", err);
+}
+
+int args_parse_jail_option(struct nsbox_policy *p, int argc, char **argv, int *i, struct nsbox_err *err)
+{
+	const char *arg = argv[*i];
+	const char *val;
+	size_t len;
+	bool inline_val;
+
+	if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0')
+		return 0;
+	len = opt_name_len(arg);
+	inline_val = arg[2 + len] == '=';
+	if (len == 6 && strncmp(arg + 2, "policy", 6) == 0) {
+		/* Applied first by args_load_policy(). */
+		if (!inline_val)
+			(*i)++;
+		if (*i >= argc)
+			return err_set(err, EINVAL, "--policy needs a value");
+		return 1;
+	}
+	for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
+		const struct jail_opt *o = &opts[k];
+		char *owned = NULL;
+		int r;
+
+		if (strlen(o->name) != len || strncmp(arg + 2, o->name, len) != 0)
+			continue;
+		if (o->fixed) {
+			if (inline_val)
+				return err_set(err, EINVAL, "--%s takes no value", o->name);
+			val = o->fixed;
+		} else if (inline_val) {
+			val = arg + 3 + len;
+		} else {
+			if (*i + 1 >= argc)
+				return err_set(err, EINVAL, "--%s needs a value", o->name);
+			val = argv[++*i];
+		}
+		if (o->path == 1) {
+			owned = absolute(val, err);
+			if (!owned)
+				return err_wrap(err, "--%s", o->name);
+			val = owned;
+		} else if (o->path == 2) {
+			const char *colon = strchr(val, ':');
+			char src[PATH_MAX], abs[PATH_MAX];
+			size_t sl = colon ? (size_t)(colon - val) : strlen(val);
+			if (sl == 0 || sl >= sizeof(src))
+				return err_set(err, EINVAL, "--%s %s: expected SRC[:DST]", o->name, val);
+			memcpy(src, val, sl);
+			src[sl] = '\0';
+			if (!realpath(src, abs))
+				return err_sys(err, "--%s %s", o->name, src);
+			size_t need = strlen(abs) + 1 + strlen(colon ? colon + 1 : abs) + 1;
+			owned = malloc(need);
+			if (!owned)
+				return err_set(err, ENOMEM, "--%s", o->name);
+			/* A DST-less bind keeps the path as given, made absolute. */
+			snprintf(owned, need, "%s:%s", abs, colon ? colon + 1 : abs);
+			val = owned;
+		}
+		r = policy_set(p, o->section, o->key, val, err);
+		free(owned);
+		if (r < 0)
+			return err_wrap(err, "--%s", o->name);
+		return 1;
+	}
+	return 0;
+}

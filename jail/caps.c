@@ -1,0 +1,52 @@
+/* Child step: no capabilities, ever again. */
+#include <errno.h>
+#include <grp.h>
+#include <linux/securebits.h>
+#include <sys/capability.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "steps.h"
+
+int caps_drop_all(struct nsbox_err *err)
+{
+	cap_t empty;
+	int last = (int)cap_max_bits();
+
+	err_step(err, "capabilities");
+	/* Lock securebits first (needs CAP_SETPCAP): an exec as inside uid 0
+	 * must not regain capabilities (capabilities(7), "securebits"). */
+	if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+					     SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+					     SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED,
+		  0, 0, 0) < 0)
+		return err_sys(err, "prctl(PR_SET_SECUREBITS)");
+	for (int c = 0; c < last; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+			return err_sys(err, "drop capability %d from the bounding set", c);
+	if (cap_reset_ambient() < 0)
+		return err_sys(err, "clear the ambient set");
+	empty = cap_init();
+	if (!empty)
+		return err_sys(err, "cap_init");
+	if (cap_set_proc(empty) < 0) {
+		cap_free(empty);
+		return err_sys(err, "clear the permitted, effective and inheritable sets");
+	}
+	cap_free(empty);
+	return 0;
+}
+
+int ids_switch(uid_t uid, gid_t gid, bool may_setgroups, struct nsbox_err *err)
+{
+	err_step(err, "ids");
+	/* Only root on the host can keep setgroups allowed; then drop its
+	 * supplementary groups, which otherwise keep their host meaning. */
+	if (may_setgroups && setgroups(0, NULL) < 0)
+		return err_sys(err, "setgroups(0)");
+	if (setresgid(gid, gid, gid) < 0)
+		return err_sys(err, "setresgid(%u)", (unsigned)gid);
+	if (setresuid(uid, uid, uid) < 0)
+		return err_sys(err, "setresuid(%u)", (unsigned)uid);
+	return 0;
+}

@@ -1,0 +1,108 @@
+/* The jail: start a process in fresh namespaces with a minimal read-only
+ * root, no capabilities, no_new_privs, Landlock, seccomp and cgroup limits,
+ * then watch it.  Used by `nsbox run` (exec a command) and by the runner's
+ * template (run a function in the sandbox after setup, no exec).
+ *
+ * The calling process must be single-threaded: jail_start() clones.
+ * libnsbox therefore calls it from its helper process, never from the
+ * host's own (possibly threaded) process. */
+#ifndef NSBOX_JAIL_H
+#define NSBOX_JAIL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "policy.h"
+
+/* Exit statuses of nsbox(1); documented there.  The command's own status
+ * and 128+N for a signal pass through. */
+#define NSBOX_EXIT_USAGE 120	/* bad flags or bad policy */
+#define NSBOX_EXIT_PROTOCOL 121	/* the runner broke the protocol */
+#define NSBOX_EXIT_MEMORY 123	/* killed by the memory limit (OOM) */
+#define NSBOX_EXIT_TIMEOUT 124	/* killed by the wall-clock time limit */
+#define NSBOX_EXIT_SETUP 125	/* the sandbox could not be set up */
+#define NSBOX_EXIT_NOEXEC 126	/* command found but could not be executed */
+#define NSBOX_EXIT_NOTFOUND 127	/* command not found */
+
+struct jail_spec {
+	const struct nsbox_policy *policy;
+	/* Exactly one of argv (execve it, PATH searched inside) or child_fn
+	 * (called inside the sandbox after every setup step including
+	 * seccomp; its return value is the exit status). */
+	char *const *argv;
+	int (*child_fn)(void *arg);
+	void *child_arg;
+	/* When >= 0 (argv mode), execveat(exec_fd, "", argv, AT_EMPTY_PATH)
+	 * instead of a PATH search: a sealed memfd holding the binary, so the
+	 * sandbox cannot rewrite it (runc CVE-2019-5736).  Set -1 for none. */
+	int exec_fd;
+	/* Extra fds passed into the sandbox, renumbered to 3, 4, ... in this
+	 * order.  Everything else but 0, 1, 2 is closed. */
+	const int *pass_fds;
+	size_t n_pass_fds;
+	/* Warnings about limits the host can't enforce are sent here (may be
+	 * NULL: dropped). */
+	void (*warn)(void *ctx, const char *msg);
+	void *warn_ctx;
+};
+
+struct jail_status {
+	bool exited;		/* true: exit_code valid; false: term_signal valid */
+	int exit_code;
+	int term_signal;
+	bool time_limit;	/* killed by the wall-clock limit */
+	bool oom_killed;	/* the memory limit killed something */
+	int exec_errno;		/* execve failed inside with this errno (then exit_code is 126/127) */
+	uint64_t peak_memory;	/* bytes; cgroup peak, else ru_maxrss */
+	double cpu_user, cpu_system;	/* seconds */
+	double wall;		/* seconds from clone to exit */
+};
+
+struct cgroup_handle;
+
+struct jail {
+	pid_t pid;		/* host pid of the sandbox's pid 1 */
+	int pidfd;		/* pidfd of pid, pollable for exit */
+	int sync_fd;		/* SEQPACKET to pid 1: READY, STATUS */
+	unsigned long long start_ns;
+	double time_limit;	/* seconds, 0 = none (from the policy) */
+	bool have_payload_status;
+	int payload_status;	/* wait status of the payload, from pid 1 */
+	struct cgroup_handle *cg;	/* NULL when no cgroup is in use */
+	int cg_mode;			/* enum cgroup_mode of the host, kept after destroy */
+	bool cg_enforced[3];		/* memory, pids, cpu enforced by a cgroup */
+	bool reaped;
+	struct jail_status status;
+};
+
+/* Start the sandbox.  On success returns 0 and fills *j; the sandbox is
+ * running (the command has been executed, or child_fn called).  On failure
+ * returns -1, nothing is left behind, and err names the step ("userns",
+ * "mount", "cgroup", ...) and the cause.  Returns -2 when the command could
+ * not be executed inside (not found, not executable): j->status is then
+ * final (exit_code 127 or 126, exec_errno set), err says why, and nothing
+ * is left behind either. */
+int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *err);
+
+/* Wait for the sandbox to end, enforcing the policy's time limit (from
+ * jail_start).  Fills *st.  Returns 0, or -1 on an internal error. */
+int jail_wait(struct jail *j, struct jail_status *st, struct nsbox_err *err);
+
+/* Non-blocking: if pid 1 has exited, reap, fill j->status and return 1;
+ * 0 if still running; -1 on error. */
+int jail_try_reap(struct jail *j, struct nsbox_err *err);
+
+/* Kill everything in the sandbox (pid 1 of its pid namespace, and the
+ * cgroup).  Safe to call more than once. */
+void jail_kill(struct jail *j);
+
+/* Kill, reap, collect final accounting into j->status, remove cgroups and
+ * close fds.  Safe on a zeroed or already destroyed jail. */
+void jail_destroy(struct jail *j);
+
+/* Map a status to nsbox(1)'s exit status. */
+int jail_exit_code(const struct jail_status *st);
+
+#endif

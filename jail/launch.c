@@ -1,0 +1,499 @@
+/* The launcher: the ordered setup pipeline.
+ *
+ *   parent                        child = pid 1 of the new pid namespace
+ *   ------                        ---------------------------------------
+ *   policy -> seccomp BPF
+ *   cgroup create + limits
+ *   clone3(NEW*, INTO_CGROUP) --> wait for "go"
+ *   uid_map, setgroups, gid_map
+ *   v1 cgroup attach
+ *   "go" ----------------------->  mounts, pivot_root, loopback, hostname
+ *                                  fork the payload:
+ *                                    setsid, ids, rlimits, env, fds, caps,
+ *                                    no_new_privs, Landlock, seccomp, exec
+ *                                  pid 1: caps, seccomp, reap, forward signals
+ *   <- READY / ERROR(step, errno, message) / STATUS(wait status)
+ *
+ * Errors from inside travel back over a SOCK_SEQPACKET socketpair so the
+ * parent can name the failing step (crun's sync socket). */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "jail.h"
+#include "landlock.h"
+#include "seccomp-rules.h"
+#include "seccomp.h"
+#include "steps.h"
+#include "sync.h"
+#include "util.h"
+
+
+extern char **environ;
+
+static int send_msg(int fd, int type, int code, const struct nsbox_err *e)
+{
+	struct sync_msg m = { .type = type, .code = code };
+
+	if (e) {
+		snprintf(m.step, sizeof(m.step), "%s", e->step);
+		snprintf(m.msg, sizeof(m.msg), "%s", e->msg);
+	}
+	return send(fd, &m, sizeof(m), MSG_NOSIGNAL) == (ssize_t)sizeof(m) ? 0 : -1;
+}
+
+static int recv_msg(int fd, struct sync_msg *m)
+{
+	ssize_t n;
+
+	do
+		n = recv(fd, m, sizeof(*m), 0);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		return 0;
+	if (n != (ssize_t)sizeof(*m)) {
+		errno = EPROTO;
+		return -1;
+	}
+	m->step[sizeof(m->step) - 1] = '\0';
+	m->msg[sizeof(m->msg) - 1] = '\0';
+	return 1;
+}
+
+/* ---- inside: the payload ---------------------------------------------- */
+
+struct child_ctx {
+	const struct jail_spec *spec;
+	const struct nsbox_policy *p;
+	const struct seccomp_prog *prog;
+	const struct cgroup_handle *cg;
+	bool host_root;
+	int sync_fd;
+};
+
+static void set_rlimit(int res, rlim_t v)
+{
+	struct rlimit rl;
+
+	if (getrlimit(res, &rl) == 0 && rl.rlim_max != RLIM_INFINITY && v > rl.rlim_max)
+		v = rl.rlim_max;
+	rl.rlim_cur = rl.rlim_max = v;
+	(void)setrlimit(res, &rl);
+}
+
+static int payload_limits(const struct child_ctx *c)
+{
+	const struct nsbox_policy *p = c->p;
+	bool mem = c->cg && c->cg->enforced[CTRL_MEMORY], pids = c->cg && c->cg->enforced[CTRL_PIDS];
+
+	set_rlimit(RLIMIT_CORE, 0);
+	if (p->file_size)
+		set_rlimit(RLIMIT_FSIZE, p->file_size);
+	if (p->nofile)
+		set_rlimit(RLIMIT_NOFILE, p->nofile);
+	/* Fallbacks where no cgroup enforces the limit (the parent warned). */
+	if (p->memory && !mem)
+		set_rlimit(RLIMIT_AS, p->memory);
+	/* RLIMIT_NPROC counts per user per user namespace (ucounts, 5.14+). */
+	if (p->pids && !pids)
+		set_rlimit(RLIMIT_NPROC, p->pids);
+	return 0;
+}
+
+static char **build_env(const struct nsbox_policy *p)
+{
+	static char *envp[POLICY_MAX_ENV + 8];
+	static char term[256], home[64];
+	const char *t = getenv("TERM");
+	size_t n = 0;
+
+	envp[n++] = "PATH=/usr/local/bin:/usr/bin:/bin";
+	snprintf(home, sizeof(home), "HOME=%s", p->workspace ? "/workspace" : "/tmp");
+	envp[n++] = home;
+	envp[n++] = "LANG=C.UTF-8";
+	if (t) {
+		snprintf(term, sizeof(term), "TERM=%s", t);
+		envp[n++] = term;
+	}
+	for (size_t i = 0; i < p->n_env; i++) {
+		size_t klen = strcspn(p->env[i], "=");
+		/* Later settings override earlier ones. */
+		for (size_t j = 0; j < n; j++)
+			if (strncmp(envp[j], p->env[i], klen + 1) == 0) {
+				envp[j] = envp[--n];
+				break;
+			}
+		envp[n++] = p->env[i];
+	}
+	envp[n] = NULL;
+	return envp;
+}
+
+/* Renumber spec->pass_fds to 3.., keep exec_fd and the error pipe above
+ * them, close everything else (fd leaks: nsjail contain.cc). */
+static int payload_fds(const struct jail_spec *s, int *exec_fd, int *err_fd, struct nsbox_err *err)
+{
+	int hi[64];
+	size_t n = s->n_pass_fds;
+
+	err_step(err, "fds");
+	if (n > 32)
+		return err_set(err, EINVAL, "too many fds to pass (%zu)", n);
+	for (size_t i = 0; i < n; i++)
+		if ((hi[i] = fcntl(s->pass_fds[i], F_DUPFD_CLOEXEC, 100)) < 0)
+			return err_sys(err, "dup fd %d", s->pass_fds[i]);
+	if (*exec_fd >= 0 && (*exec_fd = fcntl(*exec_fd, F_DUPFD_CLOEXEC, 100)) < 0)
+		return err_sys(err, "dup exec fd");
+	if ((*err_fd = fcntl(*err_fd, F_DUPFD_CLOEXEC, 100)) < 0)
+		return err_sys(err, "dup error pipe");
+	for (size_t i = 0; i < n; i++)
+		if (dup2(hi[i], 3 + (int)i) < 0)
+			return err_sys(err, "dup2 to fd %zu", 3 + i);
+	int keep[2] = { *err_fd, *exec_fd };
+	if (close_fds_except(3 + (int)n, keep, *exec_fd >= 0 ? 2 : 1) < 0)
+		return err_sys(err, "close inherited fds");
+	/* Re-create the sequence after closing, so higher fds are gone. */
+	if (*exec_fd >= 0) {
+		int fd = fcntl(*exec_fd, F_DUPFD_CLOEXEC, 3 + (int)n);
+		if (fd < 0)
+			return err_sys(err, "dup exec fd");
+		close(*exec_fd);
+		*exec_fd = fd;
+	}
+	int fd = fcntl(*err_fd, F_DUPFD_CLOEXEC, 3 + (int)n);
+	if (fd < 0)
+		return err_sys(err, "dup error pipe");
+	close(*err_fd);
+	*err_fd = fd;
+	return 0;
+}
+
+static void payload_fail(int err_fd, int type, int code, struct nsbox_err *e, int status)
+{
+	(void)send_msg(err_fd, type, code, e);
+	_exit(status);
+}
+
+static __attribute__((noreturn)) void payload_main(const struct child_ctx *c, int err_fd)
+{
+	const struct jail_spec *s = c->spec;
+	const struct nsbox_policy *p = c->p;
+	struct nsbox_err e = { 0 };
+	const char *rw[POLICY_MAX_MOUNTS + 4];
+	int exec_fd = s->exec_fd, abi = 0;
+	sigset_t none;
+	char **envp;
+
+	/* No controlling terminal: TIOCSTI injection (CVE-2017-5226). */
+	if (setsid() < 0) {
+		err_sys(&e, "setsid");
+		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
+	}
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			signal(sig, SIG_DFL);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) {
+		err_sys(&e, "prctl(PR_SET_PDEATHSIG)");
+		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
+	}
+	if (payload_fds(s, &exec_fd, &err_fd, &e) < 0)
+		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
+	payload_limits(c);
+	envp = build_env(p);
+	if (caps_drop_all(&e) < 0)
+		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		err_sys(&e, "prctl(PR_SET_NO_NEW_PRIVS)");
+		err_step(&e, "no_new_privs");
+		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
+	}
+	size_t nrw = mount_rw_paths(p, rw, ARRAY_SIZE(rw));
+	if (landlock_apply(rw, nrw, p->landlock, &abi, &e) < 0) {
+		err_step(&e, "landlock");
+		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
+	}
+	/* seccomp last: nothing after it needs more than the allowlist. */
+	if (seccomp_apply(c->prog, &e) < 0) {
+		err_step(&e, "seccomp");
+		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
+	}
+	if (s->child_fn) {
+		close(err_fd);
+		environ = envp;
+		_exit(s->child_fn(s->child_arg));
+	}
+	if (exec_fd >= 0)
+		syscall(SYS_execveat, exec_fd, "", s->argv, envp, AT_EMPTY_PATH);
+	else
+		execvpe(s->argv[0], s->argv, envp);
+	int code = errno;
+	err_set(&e, code, "exec %s", s->argv[0]);
+	err_step(&e, "exec");
+	payload_fail(err_fd, SYNC_EXEC_ERROR, code, &e,
+		     code == ENOENT || code == ENOTDIR ? NSBOX_EXIT_NOTFOUND : NSBOX_EXIT_NOEXEC);
+	_exit(NSBOX_EXIT_SETUP);
+}
+
+/* ---- inside: pid 1 ---------------------------------------------------- */
+
+/* pid 1 of the namespace: reap everything, forward the signals the host
+ * sends, report the payload's wait status, and exit when it exits (the
+ * kernel then kills whatever is left; pid_namespaces(7)). */
+static __attribute__((noreturn)) void pid1_loop(int sync_fd, pid_t payload)
+{
+	sigset_t set;
+	int status = 0;
+
+	sigfillset(&set);
+	for (;;) {
+		siginfo_t si;
+		int sig = sigwaitinfo(&set, &si);
+		if (sig < 0)
+			continue;
+		if (sig != SIGCHLD) {
+			kill(payload, sig);
+			continue;
+		}
+		for (;;) {
+			int st;
+			pid_t w = waitpid(-1, &st, WNOHANG);
+			if (w <= 0)
+				break;
+			if (w == payload) {
+				status = st;
+				(void)send_msg(sync_fd, SYNC_STATUS, status, NULL);
+				_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+			}
+		}
+	}
+}
+
+static __attribute__((noreturn)) void child_main(struct child_ctx *c)
+{
+	const struct nsbox_policy *p = c->p;
+	struct nsbox_err e = { 0 };
+	struct sync_msg m;
+	int pipefd[2];
+	sigset_t all;
+	pid_t payload;
+
+	/* Die with the launcher.  If it is already gone the "go" read below
+	 * sees EOF. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		_exit(NSBOX_EXIT_SETUP);
+	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_GO)
+		_exit(NSBOX_EXIT_SETUP);
+
+	if (ids_switch(p->uid, p->gid, c->host_root, &e) < 0 || mount_setup(p, &e) < 0)
+		goto fail;
+	if (!p->share_net && net_setup_loopback(&e) < 0)
+		goto fail;
+	const char *hn = p->hostname ? p->hostname : "nsbox";
+	if (sethostname(hn, strlen(hn)) < 0 || setdomainname("", 0) < 0) {
+		err_sys(&e, "sethostname");
+		err_step(&e, "uts");
+		goto fail;
+	}
+
+	/* Block everything in pid 1 before the fork so no signal is lost;
+	 * the payload unblocks. */
+	sigfillset(&all);
+	sigprocmask(SIG_BLOCK, &all, NULL);
+	if (pipe2(pipefd, O_CLOEXEC) < 0) {
+		err_sys(&e, "pipe");
+		err_step(&e, "pid1");
+		goto fail;
+	}
+	payload = fork();
+	if (payload < 0) {
+		err_sys(&e, "fork the payload");
+		err_step(&e, "pid1");
+		goto fail;
+	}
+	if (payload == 0) {
+		close(pipefd[0]);
+		close(c->sync_fd);
+		payload_main(c, pipefd[1]);
+	}
+	close(pipefd[1]);
+	ssize_t n;
+	do
+		n = read(pipefd[0], &m, sizeof(m));
+	while (n < 0 && errno == EINTR);
+	close(pipefd[0]);
+	if (n == (ssize_t)sizeof(m)) {
+		m.step[sizeof(m.step) - 1] = '\0';
+		m.msg[sizeof(m.msg) - 1] = '\0';
+		(void)send(c->sync_fd, &m, sizeof(m), MSG_NOSIGNAL);
+		int st;
+		waitpid(payload, &st, 0);
+		_exit(WIFEXITED(st) ? WEXITSTATUS(st) : NSBOX_EXIT_SETUP);
+	}
+	/* pid 1 keeps nothing it does not need either. */
+	if (caps_drop_all(&e) < 0 || seccomp_apply(c->prog, &e) < 0) {
+		kill(payload, SIGKILL);
+		goto fail;
+	}
+	(void)send_msg(c->sync_fd, SYNC_READY, 0, NULL);
+	pid1_loop(c->sync_fd, payload);
+fail:
+	(void)send_msg(c->sync_fd, SYNC_ERROR, e.code, &e);
+	_exit(NSBOX_EXIT_SETUP);
+}
+
+/* ---- outside ---------------------------------------------------------- */
+
+static pid_t do_clone(unsigned long long flags, int cgroup_fd, int *pidfd)
+{
+	struct clone_args ca = {
+		.flags = flags | CLONE_PIDFD | (cgroup_fd >= 0 ? CLONE_INTO_CGROUP : 0),
+		.pidfd = (unsigned long long)(uintptr_t)pidfd,
+		.exit_signal = SIGCHLD,
+		.cgroup = cgroup_fd >= 0 ? (unsigned long long)cgroup_fd : 0,
+	};
+
+	return (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+}
+
+static void warn_none(void *ctx, const char *msg)
+{
+	(void)ctx;
+	(void)msg;
+}
+
+int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *err)
+{
+	const struct nsbox_policy *p = spec->policy;
+	void (*warn)(void *, const char *) = spec->warn ? spec->warn : warn_none;
+	struct seccomp_prog prog = { 0 };
+	struct cgroup_handle *cg = NULL;
+	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog };
+	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+				   CLONE_NEWCGROUP | (p->share_net ? 0 : CLONE_NEWNET);
+	int sv[2] = { -1, -1 }, pidfd = -1;
+	bool v2_attached = false;
+	struct sync_msg m;
+	pid_t pid;
+
+	memset(j, 0, sizeof(*j));
+	j->pidfd = -1;
+	j->sync_fd = -1;
+	j->time_limit = p->time_limit;
+	err_clear(err);
+	if ((!spec->argv) == (!spec->child_fn))
+		return err_set(err, EINVAL, "jail: exactly one of argv and child_fn");
+	if (spec->argv && !spec->argv[0])
+		return err_set(err, EINVAL, "jail: empty command");
+	if (policy_validate(p, err) < 0)
+		return err_step(err, "policy");
+	if (seccomp_prog_build(p, &prog, err) < 0)
+		return err_step(err, "seccomp");
+	if (cgroup_create(p, &cg, warn, spec->warn_ctx, err) < 0)
+		goto fail;
+	if (p->cpus > 0 && !(cg && cg->enforced[CTRL_CPU]))
+		warn(spec->warn_ctx, "CPU limit is not enforced (it needs the cpu cgroup controller)");
+	if (p->memory > 0 && !(cg && cg->enforced[CTRL_MEMORY]))
+		warn(spec->warn_ctx, "memory limit falls back to RLIMIT_AS (address space, not memory use)");
+	if (p->pids > 0 && !(cg && cg->enforced[CTRL_PIDS]))
+		warn(spec->warn_ctx, "pids limit falls back to RLIMIT_NPROC");
+	c.cg = cg;
+	if (cg) {
+		j->cg_mode = cg->probe.mode;
+		for (int k = 0; k < CTRL__N; k++)
+			j->cg_enforced[k] = cg->enforced[k];
+	}
+	c.host_root = geteuid() == 0;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		err_sys(err, "socketpair");
+		err_step(err, "launch");
+		goto fail;
+	}
+	c.sync_fd = sv[1];
+
+	j->start_ns = now_ns();
+	pid = do_clone(flags, cg ? cg->v2_fd : -1, &pidfd);
+	if (pid < 0 && (errno == ENOSYS || errno == EINVAL) && cg && cg->v2_fd >= 0) {
+		pid = do_clone(flags, -1, &pidfd);
+		v2_attached = true;
+	}
+	if (pid < 0) {
+		int e = errno;
+		err_set(err, e, "clone into new user, mount, pid, net, ipc, uts and cgroup namespaces");
+		if (e == EPERM || e == ENOSPC || e == EINVAL)
+			err_wrap(err, "%s", "hint: check sysctl user.max_user_namespaces, "
+				 "kernel.unprivileged_userns_clone and kernel.apparmor_restrict_unprivileged_userns");
+		err_step(err, "namespaces");
+		goto fail;
+	}
+	if (pid == 0) {
+		close(sv[0]);
+		child_main(&c);
+	}
+	close(sv[1]);
+	sv[1] = -1;
+	j->pid = pid;
+	j->pidfd = pidfd;
+	j->cg = cg;
+
+	if (userns_write_maps(pid, p->uid, p->gid, !c.host_root, err) < 0)
+		goto fail_child;
+	if (cg && cgroup_attach(cg, pid, v2_attached, err) < 0)
+		goto fail_child;
+	if (send_msg(sv[0], SYNC_GO, 0, NULL) < 0) {
+		err_sys(err, "release the child");
+		err_step(err, "launch");
+		goto fail_child;
+	}
+	int r = recv_msg(sv[0], &m);
+	if (r == 1 && m.type == SYNC_READY) {
+		seccomp_prog_free(&prog);
+		j->sync_fd = sv[0];
+		return 0;
+	}
+	if (r == 1 && (m.type == SYNC_ERROR || m.type == SYNC_EXEC_ERROR)) {
+		err->code = m.code;
+		snprintf(err->step, sizeof(err->step), "%s", m.step);
+		snprintf(err->msg, sizeof(err->msg), "%s", m.msg);
+		if (m.type == SYNC_EXEC_ERROR) {
+			/* The command itself is the problem: report like a shell. */
+			j->sync_fd = sv[0];
+			sv[0] = -1;
+			jail_wait(j, &j->status, NULL);
+			j->status.exec_errno = m.code ? m.code : ENOEXEC;
+			jail_destroy(j);
+			seccomp_prog_free(&prog);
+			return -2;
+		}
+	} else {
+		err_set(err, r < 0 ? errno : 0, "the sandbox died during setup");
+		err_step(err, "launch");
+	}
+fail_child:
+	jail_destroy(j);
+	cg = NULL;
+fail:
+	if (sv[0] >= 0)
+		close(sv[0]);
+	if (sv[1] >= 0)
+		close(sv[1]);
+	if (pidfd >= 0 && j->pidfd != pidfd)
+		close(pidfd);
+	cgroup_destroy(cg);
+	seccomp_prog_free(&prog);
+	j->pidfd = -1;
+	return -1;
+}

@@ -1,0 +1,155 @@
+/* Watching a running sandbox from the host: the wall-clock limit, reaping
+ * pid 1, final accounting, teardown. */
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "jail.h"
+#include "sync.h"
+#include "util.h"
+
+
+static void read_sync(struct jail *j)
+{
+	struct sync_msg m;
+	ssize_t n = recv(j->sync_fd, &m, sizeof(m), MSG_DONTWAIT);
+
+	if (n == (ssize_t)sizeof(m) && m.type == SYNC_STATUS) {
+		j->have_payload_status = true;
+		j->payload_status = m.code;
+	} else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+		close(j->sync_fd);
+		j->sync_fd = -1;
+	}
+}
+
+static void finish(struct jail *j, int pid1_status, const struct rusage *ru)
+{
+	struct jail_status *st = &j->status;
+	int ws = j->have_payload_status ? j->payload_status : pid1_status;
+	double cpu_usec;
+	bool tl = st->time_limit;
+	int exec_errno = st->exec_errno;
+
+	memset(st, 0, sizeof(*st));
+	st->time_limit = tl;
+	st->exec_errno = exec_errno;
+	st->wall = (double)(now_ns() - j->start_ns) / 1e9;
+	st->exited = WIFEXITED(ws);
+	st->exit_code = WIFEXITED(ws) ? WEXITSTATUS(ws) : 0;
+	st->term_signal = WIFSIGNALED(ws) ? WTERMSIG(ws) : 0;
+	st->cpu_user = (double)ru->ru_utime.tv_sec + (double)ru->ru_utime.tv_usec / 1e6;
+	st->cpu_system = (double)ru->ru_stime.tv_sec + (double)ru->ru_stime.tv_usec / 1e6;
+	cgroup_stats(j->cg, &st->peak_memory, &st->oom_killed, &cpu_usec);
+	if (!st->peak_memory)
+		st->peak_memory = (uint64_t)ru->ru_maxrss * 1024;
+	j->reaped = true;
+}
+
+static int reap(struct jail *j, int flags)
+{
+	struct rusage ru;
+	int ws;
+	pid_t w;
+
+	do
+		w = wait4(j->pid, &ws, flags, &ru);
+	while (w < 0 && errno == EINTR);
+	if (w <= 0)
+		return w;
+	/* The payload's status may still sit in the socket. */
+	if (j->sync_fd >= 0)
+		read_sync(j);
+	finish(j, ws, &ru);
+	return 1;
+}
+
+int jail_try_reap(struct jail *j, struct nsbox_err *err)
+{
+	int r;
+
+	if (j->reaped)
+		return 1;
+	if (j->sync_fd >= 0)
+		read_sync(j);
+	r = reap(j, WNOHANG);
+	if (r < 0)
+		return err_sys(err, "wait for the sandbox");
+	return r;
+}
+
+int jail_wait(struct jail *j, struct jail_status *st, struct nsbox_err *err)
+{
+	unsigned long long deadline = j->time_limit > 0 ? j->start_ns + (unsigned long long)(j->time_limit * 1e9) : 0;
+
+	while (!j->reaped) {
+		struct pollfd pfd[2] = { { .fd = j->pidfd, .events = POLLIN }, { .fd = j->sync_fd, .events = POLLIN } };
+		int timeout = -1;
+
+		if (deadline && !j->status.time_limit) {
+			unsigned long long now = now_ns();
+			if (now >= deadline) {
+				j->status.time_limit = true;
+				jail_kill(j);
+				continue;
+			}
+			timeout = (int)((deadline - now + 999999) / 1000000);
+		}
+		int n = poll(pfd, j->sync_fd >= 0 ? 2 : 1, timeout);
+		if (n < 0 && errno != EINTR)
+			return err_sys(err, "poll");
+		if (n <= 0)
+			continue;
+		if (pfd[1].revents)
+			read_sync(j);
+		if (pfd[0].revents && reap(j, 0) < 0)
+			return err_sys(err, "wait for the sandbox");
+	}
+	if (st && st != &j->status)
+		*st = j->status;
+	return 0;
+}
+
+void jail_kill(struct jail *j)
+{
+	if (j->pid > 0 && !j->reaped) {
+		/* Through the pidfd: no pid reuse race.  Killing pid 1 of the
+		 * namespace kills every process in it. */
+		if (j->pidfd < 0 || syscall(SYS_pidfd_send_signal, j->pidfd, SIGKILL, NULL, 0) < 0)
+			kill(j->pid, SIGKILL);
+	}
+	cgroup_kill(j->cg);
+}
+
+void jail_destroy(struct jail *j)
+{
+	if (j->pid > 0 && !j->reaped) {
+		jail_kill(j);
+		(void)reap(j, 0);
+	}
+	if (j->pidfd >= 0)
+		close(j->pidfd);
+	if (j->sync_fd >= 0)
+		close(j->sync_fd);
+	j->pidfd = j->sync_fd = -1;
+	cgroup_destroy(j->cg);
+	j->cg = NULL;
+}
+
+int jail_exit_code(const struct jail_status *st)
+{
+	if (st->time_limit)
+		return NSBOX_EXIT_TIMEOUT;
+	if (st->oom_killed && !st->exited)
+		return NSBOX_EXIT_MEMORY;
+	if (st->exited)
+		return st->exit_code;
+	return 128 + st->term_signal;
+}

@@ -1,0 +1,384 @@
+/* Child step: a new tmpfs root holding only what the sandbox may see, then
+ * pivot_root into it and detach the host's root.  Every mount is nosuid and
+ * nodev (the bound device nodes in /dev excepted), read-only unless the
+ * policy says otherwise, and propagation is private. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/mount.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "steps.h"
+#include "util.h"
+
+/* glibc 2.36's <sys/mount.h> clashes with <linux/mount.h>; declare the two
+ * calls we need. */
+int mount(const char *source, const char *target, const char *fstype, unsigned long flags, const void *data);
+int umount2(const char *target, int flags);
+#define MNT_DETACH 2
+
+#define NEWROOT "/tmp"	/* host /tmp is only hidden in our mount namespace */
+#define DEFAULT_TMP_SIZE (64ULL << 20)
+
+static int set_attr(const char *path, unsigned long long set, bool recursive, struct nsbox_err *err)
+{
+	struct mount_attr attr = { .attr_set = set };
+
+	if (syscall(SYS_mount_setattr, AT_FDCWD, path, recursive ? AT_RECURSIVE : 0, &attr, sizeof(attr)) == 0)
+		return 0;
+	if (errno != ENOSYS)
+		return err_sys(err, "mount_setattr %s", path);
+	/* Kernels before 5.12: a non-recursive remount (submounts keep their
+	 * flags). */
+	unsigned long fl = MS_REMOUNT | MS_BIND;
+	if (set & MOUNT_ATTR_RDONLY)
+		fl |= MS_RDONLY;
+	if (set & MOUNT_ATTR_NOSUID)
+		fl |= MS_NOSUID;
+	if (set & MOUNT_ATTR_NODEV)
+		fl |= MS_NODEV;
+	if (set & MOUNT_ATTR_NOEXEC)
+		fl |= MS_NOEXEC;
+	if (mount(NULL, path, NULL, fl, NULL) < 0)
+		return err_sys(err, "remount %s", path);
+	return 0;
+}
+
+static int mkdir_p(const char *path, mode_t mode)
+{
+	char tmp[4096];
+
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+			return -1;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -1;
+	return 0;
+}
+
+/* Create the mount point for a bind of srcfd at dst (a path under NEWROOT). */
+static int make_mountpoint(int srcfd, const char *dst, struct nsbox_err *err)
+{
+	struct stat st;
+	char parent[4096];
+	char *slash;
+	int fd;
+
+	if (fstat(srcfd, &st) < 0)
+		return err_sys(err, "stat source of %s", dst);
+	if (S_ISDIR(st.st_mode)) {
+		if (mkdir_p(dst, 0755) < 0)
+			return err_sys(err, "mkdir %s", dst);
+		return 0;
+	}
+	snprintf(parent, sizeof(parent), "%s", dst);
+	slash = strrchr(parent, '/');
+	if (slash && slash != parent) {
+		*slash = '\0';
+		if (mkdir_p(parent, 0755) < 0)
+			return err_sys(err, "mkdir %s", parent);
+	}
+	fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0 && errno != EEXIST)
+		return err_sys(err, "create mount point %s", dst);
+	if (fd >= 0)
+		close(fd);
+	return 0;
+}
+
+/* Bind the already opened source (O_PATH fd) at dst, then apply flags to the
+ * whole subtree: bind mounts ignore ro/nosuid/nodev until set again
+ * (bubblewrap bind-mount.c). */
+static int bind_fd(int srcfd, const char *dst, bool rw, bool nodev, struct nsbox_err *err)
+{
+	char src[64];
+	unsigned long long attr = MOUNT_ATTR_NOSUID | (nodev ? MOUNT_ATTR_NODEV : 0) | (rw ? 0 : MOUNT_ATTR_RDONLY);
+
+	if (make_mountpoint(srcfd, dst, err) < 0)
+		return -1;
+	snprintf(src, sizeof(src), "/proc/self/fd/%d", srcfd);
+	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+		return err_sys(err, "bind mount onto %s", dst + strlen(NEWROOT));
+	return set_attr(dst, attr, true, err);
+}
+
+static int open_src(const char *path, struct nsbox_err *err)
+{
+	int fd = open(path, O_PATH | O_CLOEXEC);
+
+	if (fd < 0)
+		err_sys(err, "open %s", path);
+	return fd;
+}
+
+static int write_etc(const char *name, const char *content, struct nsbox_err *err)
+{
+	char path[256];
+	int fd;
+
+	snprintf(path, sizeof(path), NEWROOT "/etc/%s", name);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return err_sys(err, "create /etc/%s", name);
+	if (write_full(fd, content, strlen(content)) < 0) {
+		close(fd);
+		return err_sys(err, "write /etc/%s", name);
+	}
+	close(fd);
+	return 0;
+}
+
+static int make_etc(const struct nsbox_policy *p, const char *home, struct nsbox_err *err)
+{
+	char buf[1024];
+
+	if (mkdir(NEWROOT "/etc", 0755) < 0)
+		return err_sys(err, "mkdir /etc");
+	if (p->uid == 0)
+		snprintf(buf, sizeof(buf), "root:x:0:0:root:%s:/bin/sh\n"
+					   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", home);
+	else
+		snprintf(buf, sizeof(buf), "root:x:0:0:root:/root:/bin/sh\nsandbox:x:%u:%u:nsbox sandbox:%s:/bin/sh\n"
+					   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			 (unsigned)p->uid, (unsigned)p->gid, home);
+	if (write_etc("passwd", buf, err) < 0)
+		return -1;
+	if (p->gid == 0)
+		snprintf(buf, sizeof(buf), "root:x:0:\nnogroup:x:65534:\n");
+	else
+		snprintf(buf, sizeof(buf), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", (unsigned)p->gid);
+	if (write_etc("group", buf, err) < 0)
+		return -1;
+	snprintf(buf, sizeof(buf), "127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n",
+		 p->hostname ? p->hostname : "nsbox");
+	if (write_etc("hosts", buf, err) < 0)
+		return -1;
+	return write_etc("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", err);
+}
+
+static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
+{
+	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom" };
+	static const char *const links[][2] = {
+		{ "/proc/self/fd", "fd" }, { "/proc/self/fd/0", "stdin" },
+		{ "/proc/self/fd/1", "stdout" }, { "/proc/self/fd/2", "stderr" },
+	};
+	char path[128], opts[64];
+
+	if (mount("tmpfs", NEWROOT "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64") < 0)
+		return err_sys(err, "mount tmpfs on /dev");
+	for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
+		_cleanup_close_ int fd = -1;
+		snprintf(path, sizeof(path), "/dev/%s", nodes[i]);
+		fd = open_src(path, err);
+		if (fd < 0)
+			return -1;
+		snprintf(path, sizeof(path), NEWROOT "/dev/%s", nodes[i]);
+		/* Device nodes need dev; they are the only such mounts. */
+		if (bind_fd(fd, path, true, false, err) < 0)
+			return -1;
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
+		snprintf(path, sizeof(path), NEWROOT "/dev/%s", links[i][1]);
+		if (symlink(links[i][0], path) < 0)
+			return err_sys(err, "symlink /dev/%s", links[i][1]);
+	}
+	if (mkdir(NEWROOT "/dev/shm", 01777) < 0)
+		return err_sys(err, "mkdir /dev/shm");
+	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
+		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
+	if (mount("tmpfs", NEWROOT "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
+		return err_sys(err, "mount tmpfs on /dev/shm");
+	return 0;
+}
+
+/* Host /usr with the merged-usr links, or the top level of another root. */
+static int make_system(const struct nsbox_policy *p, struct nsbox_err *err)
+{
+	static const char *const merged[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
+	static const char *const skip[] = { ".", "..", "proc", "dev", "sys", "tmp", "etc", "run", "workspace",
+					    "home", "root", "var", "boot", "mnt", "media", "srv", "lost+found" };
+	char path[4096], target[256];
+
+	if (!p->rootfs) {
+		_cleanup_close_ int usr = open_src("/usr", err);
+		if (usr < 0)
+			return -1;
+		if (bind_fd(usr, NEWROOT "/usr", false, true, err) < 0)
+			return -1;
+		for (size_t i = 0; i < ARRAY_SIZE(merged); i++) {
+			char hostp[64];
+			ssize_t n;
+			snprintf(hostp, sizeof(hostp), "/%s", merged[i]);
+			n = readlink(hostp, target, sizeof(target) - 1);
+			snprintf(path, sizeof(path), NEWROOT "/%s", merged[i]);
+			if (n > 0) {
+				target[n] = '\0';
+				if (symlink(target, path) < 0)
+					return err_sys(err, "symlink /%s", merged[i]);
+			} else if (access(hostp, F_OK) == 0) {
+				/* Not a merged-usr host: bind the directory itself. */
+				_cleanup_close_ int fd = open_src(hostp, err);
+				if (fd < 0 || bind_fd(fd, path, false, true, err) < 0)
+					return -1;
+			}
+		}
+		return 0;
+	}
+
+	DIR *d = opendir(p->rootfs);
+	struct dirent *de;
+	if (!d)
+		return err_sys(err, "open --rootfs %s", p->rootfs);
+	while ((de = readdir(d))) {
+		bool skipped = false;
+		char src[4096];
+		for (size_t i = 0; i < ARRAY_SIZE(skip); i++)
+			skipped |= strcmp(de->d_name, skip[i]) == 0;
+		if (skipped)
+			continue;
+		snprintf(src, sizeof(src), "%s/%s", p->rootfs, de->d_name);
+		snprintf(path, sizeof(path), NEWROOT "/%s", de->d_name);
+		ssize_t n = readlink(src, target, sizeof(target) - 1);
+		if (n > 0) {
+			target[n] = '\0';
+			if (symlink(target, path) < 0) {
+				closedir(d);
+				return err_sys(err, "symlink /%s", de->d_name);
+			}
+			continue;
+		}
+		struct stat st;
+		if (lstat(src, &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		_cleanup_close_ int fd = open_src(src, err);
+		if (fd < 0 || bind_fd(fd, path, false, true, err) < 0) {
+			closedir(d);
+			return -1;
+		}
+	}
+	closedir(d);
+	return 0;
+}
+
+size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max)
+{
+	size_t n = 0;
+
+	if (n < max)
+		out[n++] = "/tmp";
+	if (n < max)
+		out[n++] = "/dev/shm";
+	if (p->workspace && n < max)
+		out[n++] = "/workspace";
+	for (size_t i = 0; i < p->n_mounts && n < max; i++)
+		if (p->mounts[i].rw)
+			out[n++] = p->mounts[i].dst;
+	return n;
+}
+
+int mount_setup(const struct nsbox_policy *p, struct nsbox_err *err)
+{
+	int srcfd[POLICY_MAX_MOUNTS];
+	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1;
+	char path[4096], opts[64];
+	const char *home = p->workspace ? "/workspace" : "/tmp";
+	int r = -1;
+
+	err_step(err, "mount");
+	for (size_t i = 0; i < ARRAY_SIZE(srcfd); i++)
+		srcfd[i] = -1;
+	/* Nothing we mount may propagate back to the host. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return err_sys(err, "make / private");
+	/* Open every source before the new root's tmpfs hides host /tmp. */
+	for (size_t i = 0; i < p->n_mounts; i++)
+		if ((srcfd[i] = open_src(p->mounts[i].src, err)) < 0)
+			goto out;
+	if (p->workspace && (wsfd = open_src(p->workspace, err)) < 0)
+		goto out;
+	snprintf(path, sizeof(path), "%s/etc/ld.so.cache", p->rootfs ? p->rootfs : "");
+	cachefd = open(path, O_PATH | O_CLOEXEC);
+	if (p->share_net)
+		resolvfd = open("/etc/resolv.conf", O_PATH | O_CLOEXEC);
+
+	if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096") < 0) {
+		err_sys(err, "mount tmpfs for the new root");
+		goto out;
+	}
+	if (make_system(p, err) < 0)
+		goto out;
+	if (mkdir(NEWROOT "/proc", 0555) < 0 || mkdir(NEWROOT "/dev", 0755) < 0 || mkdir(NEWROOT "/tmp", 01777) < 0) {
+		err_sys(err, "mkdir /proc, /dev, /tmp");
+		goto out;
+	}
+	/* A read-only proc: an inside uid mapped to host root must not write
+	 * the sysctls that check only the file mode (proc_sys test_perm). */
+	if (mount("proc", NEWROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL) < 0) {
+		err_sys(err, "mount proc");
+		goto out;
+	}
+	if (make_dev(p, err) < 0)
+		goto out;
+	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
+		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
+	if (mount("tmpfs", NEWROOT "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
+		err_sys(err, "mount tmpfs on /tmp");
+		goto out;
+	}
+	if (make_etc(p, home, err) < 0)
+		goto out;
+	if (cachefd >= 0 && bind_fd(cachefd, NEWROOT "/etc/ld.so.cache", false, true, err) < 0)
+		goto out;
+	if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
+		goto out;
+	if (wsfd >= 0 && bind_fd(wsfd, NEWROOT "/workspace", true, true, err) < 0)
+		goto out;
+	for (size_t i = 0; i < p->n_mounts; i++) {
+		snprintf(path, sizeof(path), NEWROOT "%s", p->mounts[i].dst);
+		if (bind_fd(srcfd[i], path, p->mounts[i].rw, true, err) < 0) {
+			err_wrap(err, "--%s %s:%s", p->mounts[i].rw ? "bind" : "ro-bind", p->mounts[i].src,
+				 p->mounts[i].dst);
+			goto out;
+		}
+	}
+
+	/* pivot_root(".", ".") then detach the old root stacked on top
+	 * (pivot_root(2), "pivot_root(\".\", \".\")"). */
+	if (chdir(NEWROOT) < 0 || syscall(SYS_pivot_root, ".", ".") < 0) {
+		err_sys(err, "pivot_root");
+		goto out;
+	}
+	if (umount2(".", MNT_DETACH) < 0) {
+		err_sys(err, "detach the old root");
+		goto out;
+	}
+	if (chdir("/") < 0) {
+		err_sys(err, "chdir /");
+		goto out;
+	}
+	if (set_attr("/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false, err) < 0 ||
+	    set_attr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, err) < 0)
+		goto out;
+	if (chdir(home) < 0) {
+		err_sys(err, "chdir %s", home);
+		goto out;
+	}
+	r = 0;
+out:
+	for (size_t i = 0; i < ARRAY_SIZE(srcfd); i++)
+		if (srcfd[i] >= 0)
+			close(srcfd[i]);
+	return r;
+}

@@ -1,0 +1,35 @@
+/* Loading the seccomp filter.  The program itself is built in the parent
+ * (policy/seccomp-rules.c) so the child only makes two system calls. */
+#include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <seccomp.h>
+
+int seccomp_apply(const struct seccomp_prog *prog, struct nsbox_err *err)
+{
+	struct sock_fprog fprog;
+
+	err_step(err, "seccomp");
+	if (!prog || !prog->insns || prog->len == 0)
+		return err_set(err, EINVAL, "seccomp: no filter program");
+	fprog.len = prog->len;
+	fprog.filter = prog->insns;
+
+	/* Required to load a filter without CAP_SYS_ADMIN, and what stops a
+	 * setuid binary from running under a filter it doesn't expect
+	 * (seccomp(2), prctl(2) PR_SET_NO_NEW_PRIVS). */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return err_sys(err, "seccomp: prctl(PR_SET_NO_NEW_PRIVS)");
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fprog) == 0)
+		return 0;
+	if (errno != ENOSYS)
+		return err_sys(err, "seccomp: seccomp(SECCOMP_SET_MODE_FILTER)");
+	/* Kernels before 3.17 only have the prctl interface. */
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog, 0, 0) < 0)
+		return err_sys(err, "seccomp: prctl(PR_SET_SECCOMP)");
+	return 0;
+}

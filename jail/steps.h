@@ -1,0 +1,30 @@
+/* The setup steps run inside the new namespaces, one file per facility.
+ * Each returns 0 or -1 with err naming what failed. */
+#ifndef NSBOX_STEPS_H
+#define NSBOX_STEPS_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "policy.h"
+
+/* mount.c: build the minimal root on a tmpfs and pivot_root into it.
+ * Leaves the cwd at /workspace (if any) or /. */
+int mount_setup(const struct nsbox_policy *p, struct nsbox_err *err);
+/* The writable paths inside the sandbox, for Landlock (static storage). */
+size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max);
+
+/* net.c: bring loopback up in the new network namespace (libnl-route). */
+int net_setup_loopback(struct nsbox_err *err);
+
+/* caps.c: lock securebits, empty the bounding, ambient, inheritable,
+ * permitted and effective sets (libcap). */
+int caps_drop_all(struct nsbox_err *err);
+/* Drop supplementary groups and switch to uid/gid (inside ids). */
+int ids_switch(uid_t uid, gid_t gid, bool may_setgroups, struct nsbox_err *err);
+
+/* userns.c (parent side): write uid_map, setgroups, gid_map of pid. */
+int userns_write_maps(pid_t pid, uid_t in_uid, gid_t in_gid, bool deny_setgroups, struct nsbox_err *err);
+
+#endif
