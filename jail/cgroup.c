@@ -265,6 +265,12 @@ static int write_limit(struct cgroup_handle *h, enum cgroup_ctrl c, const struct
 	}
 }
 
+static const char *const fallback[CTRL__N] = {
+	"falling back to RLIMIT_AS (address space, not memory use)",
+	"falling back to RLIMIT_NPROC",
+	"CPU use is not limited",
+};
+
 static bool needed(const struct nsbox_policy *p, enum cgroup_ctrl c)
 {
 	switch (c) {
@@ -315,8 +321,8 @@ int cgroup_create(const struct nsbox_policy *p, struct cgroup_handle **out,
 	if (p->cgroups == WANT_OFF) {
 		for (int c = 0; c < CTRL__N; c++)
 			if (needed(p, c) && warn) {
-				snprintf(msg, sizeof(msg), "%s limit not enforced by a cgroup: the policy says Cgroups=off",
-					 ctrl_names[c]);
+				snprintf(msg, sizeof(msg), "%s limit not enforced by a cgroup (the policy says Cgroups=off); %s",
+					 ctrl_names[c], fallback[c]);
 				warn(warn_ctx, msg);
 			}
 		return 0;
@@ -398,8 +404,8 @@ int cgroup_create(const struct nsbox_policy *p, struct cgroup_handle **out,
 
 	for (int c = 0; c < CTRL__N; c++)
 		if (needed(p, c) && !h->enforced[c] && warn) {
-			snprintf(msg, sizeof(msg), "%s limit not enforced by a cgroup: %s", ctrl_names[c],
-				 h->probe.why[c]);
+			snprintf(msg, sizeof(msg), "%s limit not enforced by a cgroup: %s; %s", ctrl_names[c],
+				 h->probe.why[c], fallback[c]);
 			warn(warn_ctx, msg);
 		}
 	if (!h->v2_dir[0] && !h->v1_dir[CTRL_MEMORY][0] && !h->v1_dir[CTRL_PIDS][0] && !h->v1_dir[CTRL_CPU][0]) {

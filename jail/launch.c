@@ -182,7 +182,13 @@ static int payload_fds(const struct jail_spec *s, int *exec_fd, int *err_fd, str
 
 static void payload_fail(int err_fd, int type, int code, struct nsbox_err *e, int status)
 {
-	(void)send_msg(err_fd, type, code, e);
+	struct sync_msg m = { .type = type, .code = code };
+
+	snprintf(m.step, sizeof(m.step), "%s", e->step);
+	snprintf(m.msg, sizeof(m.msg), "%s", e->msg);
+	/* A pipe to pid 1, not a socket: write(), and one write is atomic
+	 * only up to PIPE_BUF, so pid 1 reads until it has it all. */
+	(void)write_full(err_fd, &m, sizeof(m));
 	_exit(status);
 }
 
@@ -330,10 +336,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		payload_main(c, pipefd[1]);
 	}
 	close(pipefd[1]);
-	ssize_t n;
-	do
-		n = read(pipefd[0], &m, sizeof(m));
-	while (n < 0 && errno == EINTR);
+	ssize_t n = read_full(pipefd[0], &m, sizeof(m));
 	close(pipefd[0]);
 	if (n == (ssize_t)sizeof(m)) {
 		m.step[sizeof(m.step) - 1] = '\0';
@@ -404,12 +407,6 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		return err_step(err, "seccomp");
 	if (cgroup_create(p, &cg, warn, spec->warn_ctx, err) < 0)
 		goto fail;
-	if (p->cpus > 0 && !(cg && cg->enforced[CTRL_CPU]))
-		warn(spec->warn_ctx, "CPU limit is not enforced (it needs the cpu cgroup controller)");
-	if (p->memory > 0 && !(cg && cg->enforced[CTRL_MEMORY]))
-		warn(spec->warn_ctx, "memory limit falls back to RLIMIT_AS (address space, not memory use)");
-	if (p->pids > 0 && !(cg && cg->enforced[CTRL_PIDS]))
-		warn(spec->warn_ctx, "pids limit falls back to RLIMIT_NPROC");
 	c.cg = cg;
 	if (cg) {
 		j->cg_mode = cg->probe.mode;

@@ -176,7 +176,7 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 	};
 	char path[128], opts[64];
 
-	if (mount("tmpfs", NEWROOT "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64") < 0)
+	if (mount("tmpfs", NEWROOT "/dev", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64") < 0)
 		return err_sys(err, "mount tmpfs on /dev");
 	for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
 		_cleanup_close_ int fd = -1;
@@ -291,7 +291,7 @@ size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max
 int mount_setup(const struct nsbox_policy *p, struct nsbox_err *err)
 {
 	int srcfd[POLICY_MAX_MOUNTS];
-	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1;
+	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1;
 	char path[4096], opts[64];
 	const char *home = p->workspace ? "/workspace" : "/tmp";
 	int r = -1;
@@ -312,6 +312,9 @@ int mount_setup(const struct nsbox_policy *p, struct nsbox_err *err)
 	cachefd = open(path, O_PATH | O_CLOEXEC);
 	if (p->share_net)
 		resolvfd = open("/etc/resolv.conf", O_PATH | O_CLOEXEC);
+	/* Debian's awk, editor, pager... are /etc/alternatives links. */
+	snprintf(path, sizeof(path), "%s/etc/alternatives", p->rootfs ? p->rootfs : "");
+	altfd = open(path, O_PATH | O_CLOEXEC | O_DIRECTORY);
 
 	if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096") < 0) {
 		err_sys(err, "mount tmpfs for the new root");
@@ -341,6 +344,8 @@ int mount_setup(const struct nsbox_policy *p, struct nsbox_err *err)
 		goto out;
 	if (cachefd >= 0 && bind_fd(cachefd, NEWROOT "/etc/ld.so.cache", false, true, err) < 0)
 		goto out;
+	if (altfd >= 0 && bind_fd(altfd, NEWROOT "/etc/alternatives", false, true, err) < 0)
+		goto out;
 	if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
 		goto out;
 	if (wsfd >= 0 && bind_fd(wsfd, NEWROOT "/workspace", true, true, err) < 0)
@@ -369,7 +374,7 @@ int mount_setup(const struct nsbox_policy *p, struct nsbox_err *err)
 		goto out;
 	}
 	if (set_attr("/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false, err) < 0 ||
-	    set_attr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, false, err) < 0)
+	    set_attr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false, err) < 0)
 		goto out;
 	if (chdir(home) < 0) {
 		err_sys(err, "chdir %s", home);

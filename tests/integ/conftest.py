@@ -1,0 +1,99 @@
+"""Shared fixtures for nsbox's integration tests.
+
+Every test runs real sandboxes through build/nsbox and, through the autouse
+`host_intact` fixture, checks from the host that nothing leaked: processes,
+cgroups, mounts, file descriptors and temp dirs.
+"""
+import json
+import os
+import subprocess
+import pytest
+
+BUILD = os.environ.get("NSBOX_BUILD") or os.path.join(os.path.dirname(__file__), "..", "..", "build")
+BUILD = os.path.abspath(BUILD)
+NSBOX = os.path.join(BUILD, "nsbox")
+PROBE_DIR = os.path.join(BUILD, "tests", "probe")
+# Set by scripts/run-integ.sh: "root", "delegated" (unprivileged with a
+# delegated cgroup) or "nodeleg" (unprivileged, no cgroup).
+MODE = os.environ.get("NSBOX_TEST_MODE", "root" if os.geteuid() == 0 else "nodeleg")
+CG_ROOTS = ["/sys/fs/cgroup"]
+
+
+def run(args, timeout=60, input=None, check_rc=None):
+    p = subprocess.run([NSBOX] + args, capture_output=True, timeout=timeout, input=input,
+                       stdin=None if input is not None else subprocess.DEVNULL)
+    out, err = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+    if check_rc is not None:
+        assert p.returncode == check_rc, f"rc={p.returncode} stdout={out!r} stderr={err!r}"
+    return p.returncode, out, err
+
+
+def run_status(args, **kw):
+    """Run with --json-status to a pipe-free file and return (rc, out, err, status)."""
+    import tempfile
+    with tempfile.NamedTemporaryFile(prefix="nsbox-test-status-", suffix=".json") as f:
+        rc, out, err = run(["run", "--json-status", f.name] + args, **kw)
+        data = open(f.name).read()
+    return rc, out, err, json.loads(data) if data else None
+
+
+def probe(extra=None):
+    rc, out, err = run(["run", "--ro-bind", f"{PROBE_DIR}:/probe"] + (extra or []) + ["--", "/probe/probe"])
+    assert rc == 0, err
+    return json.loads(out)
+
+
+def _nsbox_cgroups():
+    found = []
+    for root in CG_ROOTS:
+        for dirpath, dirnames, _ in os.walk(root):
+            if dirpath.count("/") > 9:
+                dirnames[:] = []
+                continue
+            for d in dirnames:
+                if d.startswith("nsbox-") and not d.startswith("nsbox-test"):
+                    found.append(os.path.join(dirpath, d))
+    return sorted(found)
+
+
+def _descendants():
+    me = os.getpid()
+    kids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == me:
+            kids.append(int(pid))
+    return kids
+
+
+def _mounts():
+    with open("/proc/self/mountinfo") as f:
+        return sorted(line.split()[4] for line in f)
+
+
+def _tmp_entries():
+    return sorted(e for e in os.listdir("/tmp") if e.startswith("nsbox"))
+
+
+@pytest.fixture(autouse=True)
+def host_intact():
+    before = (_nsbox_cgroups(), _mounts(), sorted(os.listdir("/proc/self/fd")), _tmp_entries())
+    canary = "/tmp/nsbox-canary-%d" % os.getpid()
+    with open(canary, "w") as f:
+        f.write("canary")
+    yield
+    assert open(canary).read() == "canary", "the host canary file changed"
+    os.unlink(canary)
+    assert _descendants() == [], "processes left behind"
+    after = (_nsbox_cgroups(), _mounts(), sorted(os.listdir("/proc/self/fd")), _tmp_entries())
+    assert after[0] == before[0], f"cgroups left behind: {set(after[0]) - set(before[0])}"
+    assert after[1] == before[1], "host mounts changed"
+    assert after[2] == before[2], "file descriptors leaked"
+    assert after[3] == before[3], f"temp files left: {set(after[3]) - set(before[3])}"

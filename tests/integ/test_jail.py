@@ -1,0 +1,204 @@
+"""Isolation properties of `nsbox run`, checked from inside with the probe."""
+import os
+import re
+import pytest
+from conftest import run, run_status, probe, MODE, NSBOX
+
+ERRNO_BLOCKED = {
+    # syscall probe -> documented errno (nsbox(1), SECCOMP)
+    "unshare_user": "EPERM", "unshare_ns": "EPERM", "clone_newuser": "EPERM", "clone3": "ENOSYS",
+    "setns": "EPERM", "mount": "EPERM", "umount": "EPERM", "pivot_root": "EPERM", "chroot": "EPERM",
+    "ptrace": "EPERM", "process_vm_readv": "EPERM", "bpf": "EPERM", "perf_event_open": "EPERM",
+    "keyctl": "EPERM", "add_key": "EPERM", "request_key": "EPERM", "userfaultfd": "EPERM",
+    "io_uring_setup": "ENOSYS", "init_module": "EPERM", "finit_module": "EPERM", "kexec_load": "EPERM",
+    "reboot": "EPERM", "swapon": "EPERM", "acct": "EPERM", "open_by_handle_at": "EPERM",
+    "ioctl_tiocsti": "EPERM", "ioctl_tiocsti_high": "EPERM", "ioctl_tioclinux": "EPERM",
+    "unknown_syscall": "ENOSYS", "sethostname": "EPERM", "mknod": "EPERM",
+}
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return probe()
+
+
+def status_field(facts, name):
+    m = re.search(r"^%s:\s*(.*)$" % name, facts["status"], re.M)
+    return m.group(1).strip()
+
+
+def test_ids_and_maps(facts):
+    assert facts["uid"] == 1000 and facts["gid"] == 1000
+    inside, outside, count = facts["uid_map"].split()
+    assert (int(inside), int(outside), int(count)) == (1000, os.geteuid(), 1)
+    inside, outside, count = facts["gid_map"].split()
+    assert (int(inside), int(outside), int(count)) == (1000, os.getegid(), 1)
+    if os.geteuid() != 0:
+        assert facts["setgroups"].strip() == "deny"
+
+
+def test_custom_ids():
+    f = probe(["--uid", "0", "--gid", "0"])
+    assert f["uid"] == 0 and f["gid"] == 0
+    assert status_field(f, "CapEff") == "0000000000000000"
+
+
+def test_no_capabilities_nnp_seccomp(facts):
+    for cap in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert status_field(facts, cap) == "0000000000000000", cap
+    assert status_field(facts, "NoNewPrivs") == "1"
+    assert status_field(facts, "Seccomp") == "2"
+
+
+def test_pid_namespace_and_session(facts):
+    assert facts["pid"] == 2 and facts["ppid"] == 1  # pid 1 is nsbox's init
+    assert facts["sid"] == facts["pid"]  # setsid: no controlling terminal
+
+
+def test_hostname_and_network(facts):
+    assert facts["hostname"] == "nsbox"
+    assert facts["interfaces"] == ["lo"]
+
+
+def test_share_net():
+    f = probe(["--share-net"])
+    assert len(f["interfaces"]) >= 1 and set(f["interfaces"]) != {"lo"} or os.path.exists("/sys/class/net") \
+        and sorted(os.listdir("/sys/class/net")) == sorted(f["interfaces"])
+
+
+def test_only_stdio_fds(facts):
+    assert facts["fds"] == [0, 1, 2]
+
+
+def test_mounts(facts):
+    mounts = {}
+    for line in facts["mountinfo"].splitlines():
+        parts = line.split()
+        mounts[parts[4]] = parts[5].split(",")
+    assert set(mounts) == {"/", "/usr", "/proc", "/dev", "/dev/null", "/dev/zero", "/dev/full",
+                           "/dev/random", "/dev/urandom", "/dev/shm", "/tmp", "/etc/ld.so.cache", "/etc/alternatives",
+                           "/probe"}
+    for point, opts in mounts.items():
+        assert "nosuid" in opts, point
+        if not point.startswith("/dev/") or point == "/dev/shm":
+            assert "nodev" in opts, point
+        if point not in ("/tmp", "/dev/shm") and not point.startswith("/dev/"):
+            assert "ro" in opts, point
+
+
+def test_secrets_absent(facts):
+    assert facts["shadow"].startswith("ERR")
+    assert "sandbox:x:1000:1000" in facts["passwd"]
+    rc, out, err = run(["run", "--", "/bin/sh", "-c", "ls /home /root /etc/shadow /sys 2>&1; ls /etc"])
+    assert "No such file" in out and "shadow" not in out.splitlines()[-1]
+
+
+@pytest.mark.parametrize("name,errno", sorted(ERRNO_BLOCKED.items()))
+def test_blocked_syscalls(facts, name, errno):
+    assert facts[name] == errno
+
+
+def test_filesystem_writes(facts):
+    assert facts["write_usr"] == "EROFS"
+    assert facts["write_root"] == "EROFS"
+    assert facts["write_proc_sys"] in ("EROFS", "EACCES")
+    assert facts["write_tmp"] == "ok"
+    assert facts["write_devnull"] == "ok"
+
+
+def test_environment():
+    rc, out, err = run(["run", "--setenv", "FOO=bar", "--", "/usr/bin/env"], check_rc=0)
+    env = dict(line.split("=", 1) for line in out.splitlines())
+    assert env.pop("FOO") == "bar"
+    assert env.pop("PATH") and env.pop("HOME") == "/tmp" and env.pop("LANG") == "C.UTF-8"
+    env.pop("TERM", None)
+    env.pop("PWD", None)
+    assert env == {}
+
+
+def test_workspace_and_binds(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "in.txt").write_text("hello\n")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "data").write_text("ro-data")
+    rc, out, err = run(["run", "--workspace", str(ws), "--ro-bind", f"{ro}:/data", "--", "/bin/sh", "-c",
+                        "pwd; cat in.txt; echo out > out.txt; cat /data/data; echo x > /data/y"])
+    assert out.splitlines()[:3] == ["/workspace", "hello", "ro-data"]
+    assert (ws / "out.txt").read_text() == "out\n"
+    assert not (ro / "y").exists() and "Read-only" in err
+
+
+def test_exit_status_and_signal():
+    assert run(["run", "--", "/bin/sh", "-c", "exit 42"])[0] == 42
+    assert run(["run", "--", "/bin/sh", "-c", "kill -TERM $$"])[0] == 128 + 15
+    rc, out, err = run(["run", "--", "/no/such/command"])
+    assert rc == 127 and "/no/such/command" in err
+    rc, out, err = run(["run", "--", "/etc/passwd"])
+    assert rc == 126
+
+
+def test_json_status():
+    rc, out, err, st = run_status(["--", "/bin/sh", "-c", "exit 3"])
+    assert rc == 3 and st["exit_code"] == 3 and st["signal"] is None
+    assert st["time_limit"] is False and st["oom_killed"] is False
+    assert st["wall"] > 0 and st["peak_memory"] > 0 and "cpu_user" in st
+
+
+def test_bad_flags():
+    rc, out, err = run(["run", "--memory", "12Q", "--", "true"])
+    assert rc == 120 and "Memory" in err
+    rc, out, err = run(["run", "--frobnicate", "--", "true"])
+    assert rc == 120 and "frobnicate" in err
+    rc, out, err = run(["run"])
+    assert rc == 120
+    rc, out, err = run(["run", "--bind", "/does/not/exist:/x", "--", "true"])
+    assert rc == 120 and "/does/not/exist" in err
+
+
+def test_setup_failure_names_step(tmp_path):
+    # A bind onto a path under the read-only /usr can't create its mount point.
+    d = tmp_path / "d"
+    d.mkdir()
+    rc, out, err = run(["run", "--bind", f"{d}:/usr/share/nsbox-nope", "--", "true"])
+    assert rc == 125 and "mount" in err and "/usr/share/nsbox-nope" in err
+
+
+def test_info():
+    rc, out, err = run(["info"], check_rc=0)
+    assert "user namespaces" in out and "cgroups: mode" in out and "landlock" in out and "seccomp" in out
+
+
+def test_policy_show_and_check(tmp_path):
+    rc, out, err = run(["policy", "show", "--policy", "strict", "--memory", "100M"], check_rc=0)
+    assert "Memory=100M" in out and "Cgroups=require" in out
+    good = tmp_path / "good.policy"
+    good.write_text(out)
+    assert run(["policy", "check", str(good)])[0] == 0
+    bad = tmp_path / "bad.policy"
+    bad.write_text("[Limits]\nMemory=1G\nBogus=1\n")
+    rc, out, err = run(["policy", "check", str(bad)])
+    assert rc == 120 and f"{bad}:3" in err
+
+
+def test_policy_file_applies(tmp_path):
+    pol = tmp_path / "p.policy"
+    pol.write_text("[Sandbox]\nHostname=polhost\nUid=4242\n")
+    f = probe(["--policy", str(pol)])
+    assert f["hostname"] == "polhost" and f["uid"] == 4242
+    f = probe(["--policy", str(pol), "--uid", "7"])  # flags override the file
+    assert f["uid"] == 7
+
+
+def test_landlock_blocks_writes_to_rw_bind_only_where_allowed(tmp_path):
+    # /tmp is writable; the probe's ro bind is not; Landlock is a second layer
+    # over the read-only mounts, proved by writing through /proc/self/root.
+    rc, out, err = run(["run", "--landlock", "require", "--", "/bin/sh", "-c",
+                        "echo a > /tmp/a && cat /tmp/a && (echo b > /proc/self/root/tmp/../b) 2>&1"])
+    assert out.startswith("a\n")
+
+
+def test_seccomp_log_mode_runs():
+    rc, out, err = run(["run", "--seccomp-log", "--", "/bin/true"])
+    assert rc == 0
