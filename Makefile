@@ -24,7 +24,7 @@ ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
-ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude -Ilib -Ipolicy -Ijail -Irunner $(PKG_CFLAGS) \
+ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude -Ilib -Ipolicy -Ijail -Irunner -I$(B)/gen $(PKG_CFLAGS) \
 	-DNSBOX_LIBEXECDIR='"$(LIBEXECDIR)"' -MMD -MP
 
 # The core: everything but front ends and the runner's Python side.
@@ -51,10 +51,25 @@ all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS)
 
 $(B)/obj/runner/%.o: runner/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(PY_CFLAGS) -c -o $@ $<
+	$(CC) $(ALL_CFLAGS) $(PY_CFLAGS) -I$(B)/gen -c -o $@ $<
+# The runner's Python half, embedded as a C string (ASCII only).
+$(B)/obj/runner/py.o: $(B)/gen/runner_py.h
+$(B)/gen/runner_py.h: runner/runner.py
+	@mkdir -p $(dir $@)
+	$(PYTHON) -c 'import json,sys; s=open(sys.argv[1],encoding="ascii").read(); print("static const char nsbox_runner_py[] = " + json.dumps(s) + ";")' $< >$@.tmp && mv $@.tmp $@
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+
+# The seccomp filter is compiled once at build time (scripts/gen-seccomp.c).
+GEN_SECCOMP_SRCS := scripts/gen-seccomp.c lib/error.c lib/util.c policy/policy.c policy/seccomp-rules.c
+$(B)/gen-seccomp: $(GEN_SECCOMP_SRCS) policy/seccomp-rules.h policy/policy.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(WARN) -O1 -D_GNU_SOURCE -Ilib -Ipolicy -o $@ $(GEN_SECCOMP_SRCS) $(PKG_LIBS)
+$(B)/gen/seccomp-bpf.gen.h: $(B)/gen-seccomp
+	@mkdir -p $(dir $@)
+	$(B)/gen-seccomp > $@.tmp && mv $@.tmp $@
+$(B)/obj/policy/seccomp-prebuilt.o: $(B)/gen/seccomp-bpf.gen.h
 
 $(B)/libnsbox-core.a: $(CORE_OBJS)
 	@rm -f $@
@@ -72,9 +87,9 @@ $(B)/tests/%: tests/%.c
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $<
 
 FUZZ_CC ?= clang
-$(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c $(CORE_SRCS)
+$(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c $(CORE_SRCS) $(B)/gen/seccomp-bpf.gen.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Ilib -Ipolicy -Ijail -Irunner \
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Ilib -Ipolicy -Ijail -Irunner -I$(B)/gen \
 		$(PKG_CFLAGS) -o $@ $< $(CORE_SRCS) $(PKG_LIBS)
 FUZZ_TIME ?= 20
 fuzz: $(FUZZ_BINS)

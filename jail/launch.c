@@ -34,6 +34,7 @@
 #include "cgroup.h"
 #include "jail.h"
 #include "landlock.h"
+#include "seccomp-prebuilt.h"
 #include "seccomp-rules.h"
 #include "seccomp.h"
 #include "steps.h"
@@ -403,8 +404,8 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		return err_set(err, EINVAL, "jail: empty command");
 	if (policy_validate(p, err) < 0)
 		return err_step(err, "policy");
-	if (seccomp_prog_build(p, &prog, err) < 0)
-		return err_step(err, "seccomp");
+	/* Precompiled at build time from the same rule table (test-seccomp-prebuilt). */
+	seccomp_prog_prebuilt(p->seccomp, &prog);
 	if (cgroup_create(p, &cg, warn, spec->warn_ctx, err) < 0)
 		goto fail;
 	c.cg = cg;
@@ -457,7 +458,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	}
 	int r = recv_msg(sv[0], &m);
 	if (r == 1 && m.type == SYNC_READY) {
-		seccomp_prog_free(&prog);
+		/* prog is static */
 		j->sync_fd = sv[0];
 		return 0;
 	}
@@ -472,7 +473,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 			jail_wait(j, &j->status, NULL);
 			j->status.exec_errno = m.code ? m.code : ENOEXEC;
 			jail_destroy(j);
-			seccomp_prog_free(&prog);
+			/* prog is static */
 			return -2;
 		}
 	} else {
@@ -490,7 +491,7 @@ fail:
 	if (pidfd >= 0 && j->pidfd != pidfd)
 		close(pidfd);
 	cgroup_destroy(cg);
-	seccomp_prog_free(&prog);
+	/* prog is static */
 	j->pidfd = -1;
 	return -1;
 }

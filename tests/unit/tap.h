@@ -7,15 +7,16 @@
 static int tap_n, tap_failed;
 #define ok(cond, ...)                                                          \
 	do {                                                                   \
+		int tap_ok_ = !!(cond);                                        \
 		tap_n++;                                                       \
-		if (cond) {                                                    \
+		if (tap_ok_) {                                                  \
 			printf("ok %d - ", tap_n);                             \
 		} else {                                                       \
 			tap_failed++;                                          \
 			printf("not ok %d - ", tap_n);                         \
 		}                                                              \
 		printf(__VA_ARGS__);                                           \
-		printf("%s\n", (cond) ? "" : "  (" __FILE__ ")");              \
+		printf("%s\n", tap_ok_ ? "" : "  (" __FILE__ ")");             \
 	} while (0)
 #define tap_done()                                                             \
 	do {                                                                   \

@@ -1,0 +1,1139 @@
+/* The policy: built-ins, the nsbox-policy(5) file format and the setters the
+ * command line uses.  Every path into a struct nsbox_policy (file line, flag,
+ * Base=) goes through set_key(), so a value is checked the same way whatever
+ * its source.  Pure code: no privileges and no kernel state; the only I/O is
+ * policy_load() reading a file and policy_print() writing one. */
+#include "policy.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* A printed line ("ReadOnlyBind=" + value) must stay under the parser's
+ * line limit so that policy_print() output always parses back. */
+#define POLICY_LINE_MAX 4096
+#define POLICY_VALUE_MAX 4000
+#define POLICY_FILE_MAX (1024 * 1024)
+
+#define SIZE_MAX_BYTES (1ULL << 60)	/* 1048576T: far above any real limit, far below overflow */
+#define PIDS_MAX 4194304UL		/* PID_MAX_LIMIT on 64-bit, proc(5) */
+#define NOFILE_MAX 1048576UL		/* fs.nr_open default: setrlimit(2) fails above it */
+#define CPUS_MAX 65536.0
+#define TIME_LIMIT_MAX 1e9		/* about 31 years */
+#define ID_MAX 4294967294UL		/* (uid_t)-1 means "no change" to setresuid(2) */
+
+#define SIZE_HINT "use a number with optional K, M, G, T suffix, or infinity"
+
+static const char *const builtin_names[] = { "default", "strict", "permissive" };
+
+/* Set err to a message without an strerror() suffix but with an errno-style
+ * code, so callers can still tell EINVAL from ENOMEM. */
+__attribute__((format(printf, 3, 4))) static int fail(struct nsbox_err *err, int code,
+						       const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!err)
+		return -1;
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	va_end(ap);
+	err->code = code;
+	snprintf(err->step, sizeof(err->step), "policy");
+	return -1;
+}
+
+/* Put context in front of err's message, keeping as much of both as fits. */
+static void msg_prefix(struct nsbox_err *err, const char *pre)
+{
+	size_t pl = strlen(pre), ml = strlen(err->msg);
+
+	if (pl > sizeof(err->msg) - 1)
+		pl = sizeof(err->msg) - 1;
+	if (pl + ml > sizeof(err->msg) - 1)
+		ml = sizeof(err->msg) - 1 - pl;
+	memmove(err->msg + pl, err->msg, ml);
+	memcpy(err->msg, pre, pl);
+	err->msg[pl + ml] = '\0';
+}
+
+/* A value as shown in a message: bounded and with bytes that could move a
+ * terminal's cursor escaped, since values come from untrusted files. */
+static const char *shown(const char *s, char *buf, size_t size)
+{
+	size_t o = 0, i;
+
+	for (i = 0; s[i] && o + 8 < size; i++) {
+		unsigned char c = (unsigned char)s[i];
+
+		if (i >= 64) {
+			memcpy(buf + o, "...", 3);
+			o += 3;
+			break;
+		}
+		if (c < 0x20 || c >= 0x7f || c == '\\')
+			o += (size_t)snprintf(buf + o, size - o, "\\x%02x", c);
+		else
+			buf[o++] = (char)c;
+	}
+	buf[o] = '\0';
+	return buf;
+}
+
+/* ---- values ------------------------------------------------------------ */
+
+static bool is_blank(char c)
+{
+	return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+static bool is_infinity(const char *v)
+{
+	return strcmp(v, "infinity") == 0;
+}
+
+static int parse_bool(const char *v, bool *out)
+{
+	static const char *const yes[] = { "yes", "true", "1", "on" };
+	static const char *const no[] = { "no", "false", "0", "off" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(yes); i++) {
+		if (strcasecmp(v, yes[i]) == 0) {
+			*out = true;
+			return 0;
+		}
+		if (strcasecmp(v, no[i]) == 0) {
+			*out = false;
+			return 0;
+		}
+	}
+	return -1;
+}
+
+static int parse_want(const char *v, enum policy_want *out)
+{
+	if (strcmp(v, "auto") == 0)
+		*out = WANT_AUTO;
+	else if (strcmp(v, "require") == 0)
+		*out = WANT_REQUIRE;
+	else if (strcmp(v, "off") == 0)
+		*out = WANT_OFF;
+	else
+		return -1;
+	return 0;
+}
+
+static const char *want_name(enum policy_want w)
+{
+	switch (w) {
+	case WANT_OFF: return "off";
+	case WANT_AUTO: return "auto";
+	case WANT_REQUIRE: return "require";
+	}
+	return "?";
+}
+
+/* Sizes: util's parse_size (binary units), plus "infinity" -> 0 where the
+ * key allows it. */
+static int value_size(const char *v, bool allow_inf, uint64_t min, uint64_t *out,
+		      struct nsbox_err *err)
+{
+	unsigned long long n;
+	int r;
+
+	if (allow_inf && is_infinity(v)) {
+		*out = 0;
+		return 0;
+	}
+	r = parse_size(v, &n);
+	if (r == -ERANGE || (r == 0 && n > SIZE_MAX_BYTES))
+		return fail(err, ERANGE, "too large (at most %lluT)", SIZE_MAX_BYTES >> 40);
+	if (r < 0)
+		return fail(err, EINVAL, allow_inf ? "not a size (" SIZE_HINT ")"
+						   : "not a size (use a number with optional K, M, G, T suffix)");
+	if (n != 0 && n < min)
+		return fail(err, ERANGE, "too small (at least %lluM%s)", (unsigned long long)min >> 20,
+			    allow_inf ? ", or infinity" : "");
+	*out = n;
+	return 0;
+}
+
+static int value_count(const char *v, unsigned long max, uint64_t *out, struct nsbox_err *err)
+{
+	unsigned long n;
+	int r;
+
+	if (is_infinity(v)) {
+		*out = 0;
+		return 0;
+	}
+	r = parse_ulong(v, max, &n);
+	if (r == -ERANGE)
+		return fail(err, ERANGE, "too large (at most %lu, or infinity)", max);
+	if (r < 0)
+		return fail(err, EINVAL, "not a number (use a whole number, 0 or infinity for no limit)");
+	*out = n;
+	return 0;
+}
+
+static int value_decimal(const char *v, double min, double max, const char *what, double *out,
+			 struct nsbox_err *err)
+{
+	double d;
+
+	if (is_infinity(v)) {
+		*out = 0;
+		return 0;
+	}
+	if (parse_double(v, &d) < 0)
+		return fail(err, EINVAL, "not a decimal number (use e.g. %s, 0 or infinity for no limit)",
+			    what);
+	if (d > max)
+		return fail(err, ERANGE, "too large (at most %.15g, or infinity)", max);
+	if (d != 0 && d < min)
+		return fail(err, ERANGE, "too small (at least %.15g, or 0 for no limit)", min);
+	*out = d;
+	return 0;
+}
+
+static int value_id(const char *v, uint32_t *out, struct nsbox_err *err)
+{
+	unsigned long n;
+
+	if (parse_ulong(v, ID_MAX, &n) < 0)
+		return fail(err, EINVAL, "not an id (use a number from 0 to %lu)", ID_MAX);
+	*out = (uint32_t)n;
+	return 0;
+}
+
+/* Canonical form of an absolute path: no empty or "." components, no
+ * trailing slash.  ".." is refused rather than resolved: inside the sandbox
+ * it would be resolved against a different tree than the one the policy
+ * author looked at. */
+static int norm_path(const char *in, char **out, struct nsbox_err *err)
+{
+	_cleanup_free_ char *buf = NULL;
+	const char *s = in;
+	size_t o = 0;
+
+	if (in[0] != '/')
+		return fail(err, EINVAL, "not an absolute path (paths must start with /)");
+	if (strlen(in) >= PATH_MAX)
+		return fail(err, ENAMETOOLONG, "path too long (at most %d bytes)", PATH_MAX - 1);
+	buf = malloc(strlen(in) + 2);
+	if (!buf)
+		return fail(err, ENOMEM, "out of memory");
+	while (*s) {
+		size_t n;
+
+		while (*s == '/')
+			s++;
+		n = strcspn(s, "/");
+		if (n == 0)
+			break;
+		if (n == 2 && s[0] == '.' && s[1] == '.')
+			return fail(err, EINVAL, "'..' path components are not allowed");
+		if (!(n == 1 && s[0] == '.')) {
+			buf[o++] = '/';
+			memcpy(buf + o, s, n);
+			o += n;
+		}
+		s += n;
+	}
+	/* A file line loses trailing blanks, so such a path could not be
+	 * written back by policy_print(). */
+	if (o > 0 && is_blank(buf[o - 1]))
+		return fail(err, EINVAL, "path ends in a blank");
+	if (o == 0)
+		buf[o++] = '/';
+	buf[o] = '\0';
+	*out = TAKE_PTR(buf);
+	return 0;
+}
+
+/* Mounting over these would replace the sandbox's own /proc, /dev or /sys
+ * (set up by the jail with hidepid, a minimal /dev and no /sys) or the root
+ * itself, undoing the isolation the jail builds there. */
+static const char *forbidden_dst(const char *dst)
+{
+	static const struct {
+		const char *dir, *why;
+	} under[] = {
+		{ "/proc", "it would cover the sandbox's own /proc" },
+		{ "/dev", "it would cover the sandbox's own /dev" },
+		{ "/sys", "it would cover the sandbox's own /sys" },
+	};
+
+	if (strcmp(dst, "/") == 0)
+		return "it is the sandbox root";
+	for (size_t i = 0; i < ARRAY_SIZE(under); i++) {
+		size_t n = strlen(under[i].dir);
+
+		if (strncmp(dst, under[i].dir, n) == 0 && (dst[n] == '\0' || dst[n] == '/'))
+			return under[i].why;
+	}
+	return NULL;
+}
+
+static bool env_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || !(isalpha((unsigned char)s[0]) || s[0] == '_'))
+		return false;
+	for (size_t i = 1; i < n; i++)
+		if (!(isalnum((unsigned char)s[i]) || s[i] == '_'))
+			return false;
+	return true;
+}
+
+/* RFC 1123 host name: letters, digits, '-' and '.', labels of 1-63, total
+ * at most 64 (HOST_NAME_MAX for sethostname(2)). */
+static bool hostname_ok(const char *s)
+{
+	size_t n = strlen(s), label = 0;
+
+	if (n == 0 || n > 64)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+
+		if (c == '.') {
+			if (label == 0 || s[i - 1] == '-')
+				return false;
+			label = 0;
+			continue;
+		}
+		if (!(isalnum((unsigned char)c) || c == '-'))
+			return false;
+		if (c == '-' && label == 0)
+			return false;
+		if (++label > 63)
+			return false;
+	}
+	return label > 0 && s[n - 1] != '-';
+}
+
+/* ---- setters ----------------------------------------------------------- */
+
+static int replace_str(char **slot, const char *v, struct nsbox_err *err)
+{
+	char *s = strdup(v);
+
+	if (!s)
+		return fail(err, ENOMEM, "out of memory");
+	free(*slot);
+	*slot = s;
+	return 0;
+}
+
+static int set_uid(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	uint32_t id = 0;
+
+	if (value_id(v, &id, err) < 0)
+		return -1;
+	p->uid = (uid_t)id;
+	return 0;
+}
+
+static int set_gid(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	uint32_t id = 0;
+
+	if (value_id(v, &id, err) < 0)
+		return -1;
+	p->gid = (gid_t)id;
+	return 0;
+}
+
+static int set_network(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	if (strcmp(v, "none") == 0)
+		p->share_net = false;
+	else if (strcmp(v, "host") == 0)
+		p->share_net = true;
+	else
+		return fail(err, EINVAL, "unknown network mode (use none or host)");
+	return 0;
+}
+
+static int set_hostname(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	if (!hostname_ok(v))
+		return fail(err, EINVAL,
+			    "not a host name (use 1-64 letters, digits, '-' and '.', per RFC 1123)");
+	return replace_str(&p->hostname, v, err);
+}
+
+static int set_memory(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	/* Below a megabyte the cgroup OOM-kills the interpreter before it starts. */
+	return value_size(v, true, 1ULL << 20, &p->memory, err);
+}
+
+static int set_pids(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_count(v, PIDS_MAX, &p->pids, err);
+}
+
+static int set_cpus(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	/* cpu.max needs quota >= 1ms per 100ms period: 0.01 CPU. */
+	return value_decimal(v, 0.01, CPUS_MAX, "0.5 or 2", &p->cpus, err);
+}
+
+static int set_time_limit(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_decimal(v, 0.001, TIME_LIMIT_MAX, "30 or 2.5", &p->time_limit, err);
+}
+
+static int set_tmp_size(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	/* No infinity: a tmpfs without size= may take half of the host's RAM. */
+	return value_size(v, false, 1ULL << 20, &p->tmp_size, err);
+}
+
+static int set_file_size(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_size(v, true, 0, &p->file_size, err);
+}
+
+static int set_nofile(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_count(v, NOFILE_MAX, &p->nofile, err);
+}
+
+static int set_cgroups(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	if (parse_want(v, &p->cgroups) < 0)
+		return fail(err, EINVAL, "unknown mode (use auto, require or off)");
+	return 0;
+}
+
+/* An empty RootFS= or Workspace= clears it, as an empty value resets a
+ * setting in systemd units. */
+static int set_path_opt(char **slot, const char *v, struct nsbox_err *err)
+{
+	char *n;
+
+	if (!*v) {
+		free(*slot);
+		*slot = NULL;
+		return 0;
+	}
+	if (norm_path(v, &n, err) < 0)
+		return -1;
+	free(*slot);
+	*slot = n;
+	return 0;
+}
+
+static int set_rootfs(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return set_path_opt(&p->rootfs, v, err);
+}
+
+static int set_workspace(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return set_path_opt(&p->workspace, v, err);
+}
+
+static int add_mount(struct nsbox_policy *p, const char *v, bool rw, struct nsbox_err *err)
+{
+	_cleanup_free_ char *src_raw = NULL, *src = NULL, *dst = NULL;
+	const char *colon = strchr(v, ':'), *why;
+
+	if (p->n_mounts >= POLICY_MAX_MOUNTS)
+		return fail(err, E2BIG, "too many mounts (at most %d Bind= and ReadOnlyBind= in all)",
+			    POLICY_MAX_MOUNTS);
+	src_raw = colon ? strndup(v, (size_t)(colon - v)) : strdup(v);
+	if (!src_raw)
+		return fail(err, ENOMEM, "out of memory");
+	if (!*src_raw)
+		return fail(err, EINVAL, "empty source (use SOURCE[:DESTINATION], absolute paths)");
+	if (norm_path(src_raw, &src, err) < 0)
+		return err_wrap(err, "source");
+	if (colon && !colon[1])
+		return fail(err, EINVAL, "empty destination (use SOURCE[:DESTINATION], absolute paths)");
+	if (norm_path(colon ? colon + 1 : src_raw, &dst, err) < 0)
+		return err_wrap(err, "destination");
+	why = forbidden_dst(dst);
+	if (why)
+		return fail(err, EPERM, "destination %s is not allowed (%s)", dst, why);
+	for (size_t i = 0; i < p->n_mounts; i++)
+		if (p->mounts[i].dst && strcmp(p->mounts[i].dst, dst) == 0)
+			return fail(err, EEXIST, "destination %s is already used by another mount", dst);
+	p->mounts[p->n_mounts].src = TAKE_PTR(src);
+	p->mounts[p->n_mounts].dst = TAKE_PTR(dst);
+	p->mounts[p->n_mounts].rw = rw;
+	p->n_mounts++;
+	return 0;
+}
+
+static int set_bind(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return add_mount(p, v, true, err);
+}
+
+static int set_ro_bind(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return add_mount(p, v, false, err);
+}
+
+/* Set=NAME=VALUE: a later Set= of the same NAME replaces the earlier one in
+ * place, so the list never holds two values for one name. */
+static int set_env(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	const char *eq = strchr(v, '=');
+	size_t n;
+	char *s;
+
+	if (!eq)
+		return fail(err, EINVAL, "not an assignment (use NAME=VALUE)");
+	n = (size_t)(eq - v);
+	if (!env_name_ok(v, n))
+		return fail(err, EINVAL,
+			    "not a variable name (use letters, digits and _, not starting with a digit)");
+	s = strdup(v);
+	if (!s)
+		return fail(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < p->n_env; i++) {
+		if (p->env[i] && strncmp(p->env[i], v, n + 1) == 0) {
+			free(p->env[i]);
+			p->env[i] = s;
+			return 0;
+		}
+	}
+	if (p->n_env >= POLICY_MAX_ENV) {
+		free(s);
+		return fail(err, E2BIG, "too many variables (at most %d Set=)", POLICY_MAX_ENV);
+	}
+	p->env[p->n_env++] = s;
+	return 0;
+}
+
+static int set_seccomp(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	if (strcmp(v, "enforce") == 0)
+		p->seccomp = SECCOMP_ENFORCE;
+	else if (strcmp(v, "log") == 0)
+		p->seccomp = SECCOMP_LOG;
+	else
+		return fail(err, EINVAL, "unknown mode (use enforce or log)");
+	return 0;
+}
+
+static int set_landlock(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	if (parse_want(v, &p->landlock) < 0)
+		return fail(err, EINVAL, "unknown mode (use auto, require or off)");
+	return 0;
+}
+
+static int set_dist_packages(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	if (parse_bool(v, &p->dist_packages) < 0)
+		return fail(err, EINVAL, "not a boolean (use yes, no, true, false, on, off, 1 or 0)");
+	return 0;
+}
+
+/* Base= is handled by the parser: it needs to know whether it came first. */
+static int set_base_refused(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	(void)p;
+	(void)v;
+	return fail(err, EINVAL, "only allowed as the first setting of a policy file");
+}
+
+enum { KEY_EMPTY_OK = 1 };
+
+struct policy_key {
+	const char *section;
+	const char *key;
+	int (*set)(struct nsbox_policy *p, const char *v, struct nsbox_err *err);
+	int flags;
+};
+
+static const struct policy_key keys[] = {
+	{ "Policy", "Base", set_base_refused, 0 },
+	{ "Sandbox", "Uid", set_uid, 0 },
+	{ "Sandbox", "Gid", set_gid, 0 },
+	{ "Sandbox", "Network", set_network, 0 },
+	{ "Sandbox", "Hostname", set_hostname, 0 },
+	{ "Limits", "Memory", set_memory, 0 },
+	{ "Limits", "Pids", set_pids, 0 },
+	{ "Limits", "CPUs", set_cpus, 0 },
+	{ "Limits", "TimeLimit", set_time_limit, 0 },
+	{ "Limits", "TmpSize", set_tmp_size, 0 },
+	{ "Limits", "FileSize", set_file_size, 0 },
+	{ "Limits", "OpenFiles", set_nofile, 0 },
+	{ "Limits", "Cgroups", set_cgroups, 0 },
+	{ "Filesystem", "RootFS", set_rootfs, KEY_EMPTY_OK },
+	{ "Filesystem", "Workspace", set_workspace, KEY_EMPTY_OK },
+	{ "Filesystem", "Bind", set_bind, 0 },
+	{ "Filesystem", "ReadOnlyBind", set_ro_bind, 0 },
+	{ "Environment", "Set", set_env, 0 },
+	{ "Security", "Seccomp", set_seccomp, 0 },
+	{ "Security", "Landlock", set_landlock, 0 },
+	{ "Python", "DistPackages", set_dist_packages, 0 },
+};
+
+static const char *const sections[] = { "Policy", "Sandbox", "Limits", "Filesystem",
+					"Environment", "Security", "Python" };
+
+static bool section_known(const char *s)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(sections); i++)
+		if (strcmp(sections[i], s) == 0)
+			return true;
+	return false;
+}
+
+static void list_sections(char *buf, size_t size)
+{
+	size_t o = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < ARRAY_SIZE(sections) && o < size; i++)
+		o += (size_t)snprintf(buf + o, size - o, "%s[%s]", i ? ", " : "", sections[i]);
+}
+
+static void list_keys(const char *section, char *buf, size_t size)
+{
+	size_t o = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < ARRAY_SIZE(keys) && o < size; i++)
+		if (strcmp(keys[i].section, section) == 0)
+			o += (size_t)snprintf(buf + o, size - o, "%s%s", o ? ", " : "", keys[i].key);
+}
+
+/* Check and apply one setting.  Messages read "[Section] Key=value: what is
+ * wrong (what is accepted)"; the parser adds "origin:LINE: ". */
+int policy_set(struct nsbox_policy *p, const char *section, const char *key, const char *value,
+	       struct nsbox_err *err)
+{
+	char sb[80], kb[80], vb[300], list[256], pre[400];
+	const struct policy_key *k = NULL;
+	_cleanup_free_ char *v = NULL;
+	size_t start, end;
+
+	if (!p || !section || !key || !value)
+		return fail(err, EINVAL, "policy_set: missing argument");
+	if (!section_known(section)) {
+		list_sections(list, sizeof(list));
+		return fail(err, EINVAL, "unknown section [%s] (accepted: %s)",
+			    shown(section, sb, sizeof(sb)), list);
+	}
+	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
+		if (strcmp(keys[i].section, section) == 0 && strcmp(keys[i].key, key) == 0)
+			k = &keys[i];
+	if (!k) {
+		list_keys(section, list, sizeof(list));
+		return fail(err, EINVAL, "[%s] %s=: unknown key (accepted in [%s]: %s)", section,
+			    shown(key, kb, sizeof(kb)), section, list);
+	}
+
+	/* Same trimming as a file line, so a flag and a line mean the same. */
+	start = 0;
+	while (is_blank(value[start]))
+		start++;
+	end = strlen(value);
+	while (end > start && is_blank(value[end - 1]))
+		end--;
+	v = strndup(value + start, end - start);
+	if (!v)
+		return fail(err, ENOMEM, "out of memory");
+
+	if (strlen(v) > POLICY_VALUE_MAX) {
+		fail(err, E2BIG, "value too long (at most %d bytes)", POLICY_VALUE_MAX);
+	} else if (!*v && !(k->flags & KEY_EMPTY_OK)) {
+		fail(err, EINVAL, "empty value");
+	} else {
+		for (const char *c = v; *c; c++)
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				return fail(err, EINVAL, "[%s] %s=%s: control characters are not allowed",
+					    section, key, shown(v, vb, sizeof(vb)));
+		if (k->set(p, v, err) == 0)
+			return 0;
+	}
+	if (err) {
+		snprintf(pre, sizeof(pre), "[%s] %s=%s: ", section, key, shown(v, vb, sizeof(vb)));
+		msg_prefix(err, pre);
+	}
+	return -1;
+}
+
+/* ---- built-ins, copy, free --------------------------------------------- */
+
+void policy_free(struct nsbox_policy *p)
+{
+	if (!p)
+		return;
+	free(p->name);
+	free(p->hostname);
+	free(p->rootfs);
+	free(p->workspace);
+	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
+		free(p->mounts[i].src);
+		free(p->mounts[i].dst);
+	}
+	for (size_t i = 0; i < p->n_env && i < POLICY_MAX_ENV; i++)
+		free(p->env[i]);
+	memset(p, 0, sizeof(*p));
+}
+
+int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_err *err)
+{
+	struct nsbox_policy q = {
+		.uid = 1000,
+		.gid = 1000,
+		.share_net = false,
+		.memory = 512ULL << 20,
+		.pids = 128,
+		.cpus = 1,
+		.time_limit = 0,	/* none: the CLI may set one */
+		.tmp_size = 64ULL << 20,
+		.file_size = 1ULL << 30,
+		.nofile = 1024,
+		.cgroups = WANT_AUTO,
+		.seccomp = SECCOMP_ENFORCE,
+		.landlock = WANT_AUTO,
+		.dist_packages = false,
+	};
+
+	if (!p)
+		return fail(err, EINVAL, "policy_init_builtin: no policy");
+	memset(p, 0, sizeof(*p));
+	if (!name)
+		return fail(err, EINVAL, "no policy name");
+	if (strcmp(name, "strict") == 0) {
+		q.memory = 256ULL << 20;
+		q.pids = 32;
+		q.cpus = 0.5;
+		q.time_limit = 30;
+		q.tmp_size = 16ULL << 20;
+		q.file_size = 64ULL << 20;
+		q.nofile = 256;
+		q.cgroups = WANT_REQUIRE;
+		q.landlock = WANT_REQUIRE;
+	} else if (strcmp(name, "permissive") == 0) {
+		q.memory = 2ULL << 30;
+		q.pids = 1024;
+		q.cpus = 2;
+		q.tmp_size = 512ULL << 20;
+		q.file_size = 4ULL << 30;
+		q.nofile = 4096;
+		q.share_net = true;
+		q.dist_packages = true;
+	} else if (strcmp(name, "default") != 0) {
+		return fail(err, ENOENT, "no such built-in policy '%s' (use default, strict or permissive)",
+			    name);
+	}
+	q.name = strdup(name);
+	q.hostname = strdup("nsbox");
+	if (!q.name || !q.hostname) {
+		policy_free(&q);
+		return fail(err, ENOMEM, "out of memory");
+	}
+	*p = q;
+	return 0;
+}
+
+static int dup_opt(char **dst, const char *src)
+{
+	*dst = NULL;
+	if (!src)
+		return 0;
+	*dst = strdup(src);
+	return *dst ? 0 : -1;
+}
+
+/* Deep copy, so that a parse that fails half-way leaves the caller's policy
+ * as it was. */
+static int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src,
+		       struct nsbox_err *err)
+{
+	struct nsbox_policy q = *src;
+	size_t nm = src->n_mounts < POLICY_MAX_MOUNTS ? src->n_mounts : POLICY_MAX_MOUNTS;
+	size_t ne = src->n_env < POLICY_MAX_ENV ? src->n_env : POLICY_MAX_ENV;
+	int r = 0;
+
+	q.n_mounts = nm;
+	q.n_env = ne;
+	r |= dup_opt(&q.name, src->name);
+	r |= dup_opt(&q.hostname, src->hostname);
+	r |= dup_opt(&q.rootfs, src->rootfs);
+	r |= dup_opt(&q.workspace, src->workspace);
+	for (size_t i = 0; i < nm; i++) {
+		r |= dup_opt(&q.mounts[i].src, src->mounts[i].src);
+		r |= dup_opt(&q.mounts[i].dst, src->mounts[i].dst);
+	}
+	for (size_t i = 0; i < ne; i++)
+		r |= dup_opt(&q.env[i], src->env[i]);
+	if (r) {
+		policy_free(&q);
+		return fail(err, ENOMEM, "out of memory");
+	}
+	*dst = q;
+	return 0;
+}
+
+/* ---- the file format --------------------------------------------------- */
+
+static int parse_into(struct nsbox_policy *p, const char *text, size_t len, struct nsbox_err *err,
+		      unsigned *lineno)
+{
+	char line[POLICY_LINE_MAX + 1], section[POLICY_LINE_MAX + 1] = "", buf[300], list[256];
+	bool have_section = false, seen_setting = false;
+	size_t pos = 0;
+
+	/* A UTF-8 byte order mark, as some editors write. */
+	if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
+		pos = 3;
+	*lineno = 0;
+	while (pos < len) {
+		const char *nl = memchr(text + pos, '\n', len - pos);
+		size_t n = nl ? (size_t)(nl - (text + pos)) : len - pos;
+		char *s, *e, *eq;
+
+		++*lineno;
+		if (n > POLICY_LINE_MAX)
+			return fail(err, E2BIG, "line too long (at most %d bytes)", POLICY_LINE_MAX);
+		if (memchr(text + pos, '\0', n))
+			return fail(err, EINVAL, "NUL byte in line (policy files are text)");
+		memcpy(line, text + pos, n);
+		line[n] = '\0';
+		pos += n + (nl ? 1 : 0);
+
+		s = line;
+		while (is_blank(*s))
+			s++;
+		e = s + strlen(s);
+		while (e > s && is_blank(e[-1]))
+			*--e = '\0';
+		if (!*s || *s == '#' || *s == ';')
+			continue;
+
+		if (*s == '[') {
+			if (e[-1] != ']' || e - s < 3)
+				return fail(err, EINVAL, "bad section header %s (use [Name])",
+					    shown(s, buf, sizeof(buf)));
+			e[-1] = '\0';
+			if (!section_known(s + 1)) {
+				list_sections(list, sizeof(list));
+				return fail(err, EINVAL, "unknown section [%s] (accepted: %s)",
+					    shown(s + 1, buf, sizeof(buf)), list);
+			}
+			strcpy(section, s + 1);
+			have_section = true;
+			continue;
+		}
+
+		eq = strchr(s, '=');
+		if (!eq)
+			return fail(err, EINVAL, "%s: not a setting (use Key=Value, a [Section] or a # comment)",
+				    shown(s, buf, sizeof(buf)));
+		if (!have_section)
+			return fail(err, EINVAL, "%s: setting outside a section (put it under a [Section] header)",
+				    shown(s, buf, sizeof(buf)));
+		e = eq;
+		while (e > s && is_blank(e[-1]))
+			e--;
+		*e = '\0';
+		if (!*s)
+			return fail(err, EINVAL, "missing key before '='");
+
+		if (strcmp(section, "Policy") == 0 && strcmp(s, "Base") == 0) {
+			struct nsbox_policy b;
+			const char *v = eq + 1;
+
+			while (is_blank(*v))
+				v++;
+			if (seen_setting)
+				return fail(err, EINVAL,
+					    "[Policy] Base=%s: must be the first setting of the file",
+					    shown(v, buf, sizeof(buf)));
+			seen_setting = true;
+			if (policy_init_builtin(&b, v, err) < 0)
+				return err_wrap(err, "[Policy] Base=%s", shown(v, buf, sizeof(buf)));
+			free(b.name);
+			b.name = TAKE_PTR(p->name);
+			policy_free(p);
+			*p = b;
+			continue;
+		}
+		seen_setting = true;
+		if (policy_set(p, section, s, eq + 1, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int policy_parse(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
+		 struct nsbox_err *err)
+{
+	struct nsbox_policy q;
+	unsigned lineno = 0;
+	char pre[600];
+
+	if (!origin)
+		origin = "<policy>";
+	if (!p || (!text && len))
+		return fail(err, EINVAL, "%s: policy_parse: missing argument", origin);
+	if (policy_copy(&q, p, err) < 0)
+		return err_wrap(err, "%s", origin);
+	if (parse_into(&q, text ? text : "", len, err, &lineno) < 0) {
+		policy_free(&q);
+		if (err) {
+			snprintf(pre, sizeof(pre), "%.512s:%u: ", origin, lineno);
+			msg_prefix(err, pre);
+		}
+		return -1;
+	}
+	policy_free(p);
+	*p = q;
+	return 0;
+}
+
+static bool is_builtin(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(builtin_names); i++)
+		if (strcmp(builtin_names[i], name) == 0)
+			return true;
+	return false;
+}
+
+int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_err *err)
+{
+	_cleanup_close_ int fd = -1;
+	_cleanup_free_ char *text = NULL;
+	struct nsbox_policy q;
+	struct stat st;
+	ssize_t n;
+
+	if (!p)
+		return fail(err, EINVAL, "policy_load: no policy");
+	memset(p, 0, sizeof(*p));
+	if (!name_or_file || !*name_or_file)
+		return fail(err, EINVAL, "empty policy name");
+	if (is_builtin(name_or_file))
+		return policy_init_builtin(p, name_or_file, err);
+
+	/* O_NONBLOCK: opening a FIFO must not hang; it is refused below. */
+	fd = open(name_or_file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return fail(err, ENOENT,
+				    "policy '%s': no such built-in policy (default, strict, permissive) and no such file",
+				    name_or_file);
+		return err_sys(err, "policy '%s': open", name_or_file);
+	}
+	if (fstat(fd, &st) < 0)
+		return err_sys(err, "policy '%s': fstat", name_or_file);
+	if (!S_ISREG(st.st_mode))
+		return fail(err, EINVAL, "policy '%s': not a regular file", name_or_file);
+	text = malloc(POLICY_FILE_MAX + 1);
+	if (!text)
+		return fail(err, ENOMEM, "out of memory");
+	n = read_full(fd, text, POLICY_FILE_MAX + 1);
+	if (n < 0)
+		return err_sys(err, "policy '%s': read", name_or_file);
+	if (n > POLICY_FILE_MAX)
+		return fail(err, EFBIG, "policy '%s': file too large (at most %d bytes)", name_or_file,
+			    POLICY_FILE_MAX);
+
+	if (policy_init_builtin(&q, "default", err) < 0)
+		return -1;
+	if (replace_str(&q.name, name_or_file, err) < 0 ||
+	    policy_parse(&q, text, (size_t)n, name_or_file, err) < 0) {
+		policy_free(&q);
+		return -1;
+	}
+	*p = q;
+	return 0;
+}
+
+/* ---- validation -------------------------------------------------------- */
+
+static int check_path(const char *what, const char *path, bool is_dst, struct nsbox_err *err)
+{
+	_cleanup_free_ char *n = NULL;
+	const char *why;
+
+	if (!path)
+		return fail(err, EINVAL, "%s: missing path", what);
+	if (norm_path(path, &n, err) < 0)
+		return err_wrap(err, "%s %s", what, path);
+	if (is_dst && (why = forbidden_dst(n)))
+		return fail(err, EPERM, "%s %s: not allowed (%s)", what, path, why);
+	return 0;
+}
+
+int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
+{
+	if (!p)
+		return fail(err, EINVAL, "no policy");
+	if (p->uid == (uid_t)-1)
+		return fail(err, EINVAL, "[Sandbox] Uid=%u: not a valid id (use 0 to %lu)",
+			    (unsigned)p->uid, ID_MAX);
+	if (p->gid == (gid_t)-1)
+		return fail(err, EINVAL, "[Sandbox] Gid=%u: not a valid id (use 0 to %lu)",
+			    (unsigned)p->gid, ID_MAX);
+	if (!p->hostname || !hostname_ok(p->hostname))
+		return fail(err, EINVAL, "[Sandbox] Hostname=: missing or not a valid host name");
+	if (!isfinite(p->cpus) || p->cpus < 0 || !isfinite(p->time_limit) || p->time_limit < 0)
+		return fail(err, EINVAL, "[Limits] CPUs= and TimeLimit= must be finite and not negative");
+	if ((unsigned)p->cgroups > WANT_REQUIRE || (unsigned)p->landlock > WANT_REQUIRE ||
+	    (unsigned)p->seccomp > SECCOMP_LOG)
+		return fail(err, EINVAL, "[Limits] Cgroups=, [Security] Landlock= or Seccomp=: bad mode");
+	if (p->rootfs && check_path("[Filesystem] RootFS=", p->rootfs, false, err) < 0)
+		return -1;
+	if (p->workspace && check_path("[Filesystem] Workspace=", p->workspace, false, err) < 0)
+		return -1;
+	if (p->n_mounts > POLICY_MAX_MOUNTS)
+		return fail(err, E2BIG, "[Filesystem]: %zu mounts (at most %d)", p->n_mounts,
+			    POLICY_MAX_MOUNTS);
+	for (size_t i = 0; i < p->n_mounts; i++) {
+		const struct policy_mount *m = &p->mounts[i];
+		const char *key = m->rw ? "[Filesystem] Bind= source" : "[Filesystem] ReadOnlyBind= source";
+		_cleanup_free_ char *di = NULL;
+
+		if (check_path(key, m->src, false, err) < 0)
+			return -1;
+		key = m->rw ? "[Filesystem] Bind= destination" : "[Filesystem] ReadOnlyBind= destination";
+		if (check_path(key, m->dst, true, err) < 0)
+			return -1;
+		if (norm_path(m->dst, &di, err) < 0)
+			return -1;
+		if (p->workspace && strcmp(di, "/workspace") == 0)
+			return fail(err, EEXIST,
+				    "%s %s: conflicts with Workspace=, which is mounted there", key, m->dst);
+		for (size_t j = 0; j < i; j++) {
+			_cleanup_free_ char *dj = NULL;
+
+			if (norm_path(p->mounts[j].dst, &dj, err) < 0)
+				return -1;
+			if (strcmp(di, dj) == 0)
+				return fail(err, EEXIST, "%s %s: used by two mounts", key, m->dst);
+		}
+	}
+	if (p->n_env > POLICY_MAX_ENV)
+		return fail(err, E2BIG, "[Environment]: %zu variables (at most %d)", p->n_env,
+			    POLICY_MAX_ENV);
+	for (size_t i = 0; i < p->n_env; i++) {
+		const char *eq = p->env[i] ? strchr(p->env[i], '=') : NULL;
+
+		if (!eq || !env_name_ok(p->env[i], (size_t)(eq - p->env[i])))
+			return fail(err, EINVAL, "[Environment] Set=: entry %zu is not NAME=VALUE", i + 1);
+		for (size_t j = 0; j < i; j++)
+			if (p->env[j] && strncmp(p->env[j], p->env[i], (size_t)(eq - p->env[i]) + 1) == 0)
+				return fail(err, EEXIST, "[Environment] Set=: %.*s is set twice",
+					    (int)(eq - p->env[i]), p->env[i]);
+	}
+	return 0;
+}
+
+/* ---- printing ---------------------------------------------------------- */
+
+static void print_size(FILE *out, const char *key, uint64_t v, const char *zero)
+{
+	static const char units[] = "TGMK";
+
+	if (v == 0) {
+		fprintf(out, "%s=%s\n", key, zero);
+		return;
+	}
+	for (int i = 0; i < 4; i++) {
+		uint64_t u = 1ULL << (10 * (4 - i));
+
+		if (v % u == 0) {
+			fprintf(out, "%s=%llu%c\n", key, (unsigned long long)(v / u), units[i]);
+			return;
+		}
+	}
+	fprintf(out, "%s=%llu\n", key, (unsigned long long)v);
+}
+
+static void print_count(FILE *out, const char *key, uint64_t v)
+{
+	if (v == 0)
+		fprintf(out, "%s=infinity\n", key);
+	else
+		fprintf(out, "%s=%llu\n", key, (unsigned long long)v);
+}
+
+/* The shortest decimal that reads back as the same double. */
+static void print_decimal(FILE *out, const char *key, double v)
+{
+	char buf[64];
+
+	if (v == 0) {
+		fprintf(out, "%s=infinity\n", key);
+		return;
+	}
+	/* Plain notation ("10", "0.25") where it is exact, as people write
+	 * it; %.17g, which always reads back the same, otherwise. */
+	for (int prec = 0; prec <= 17; prec++) {
+		int n = snprintf(buf, sizeof(buf), "%.*f", prec, v);
+
+		if (n > 0 && (size_t)n < sizeof(buf) && strtod(buf, NULL) == v) {
+			fprintf(out, "%s=%s\n", key, buf);
+			return;
+		}
+	}
+	fprintf(out, "%s=%.17g\n", key, v);
+}
+
+void policy_print(const struct nsbox_policy *p, FILE *out)
+{
+	if (!p || !out)
+		return;
+	fprintf(out, "# nsbox policy%s%s (see nsbox-policy(5))\n", p->name ? ": " : "",
+		p->name ? p->name : "");
+	/* Every setting is printed, so starting from a known base makes the
+	 * output mean the same whatever policy it is parsed on top of. */
+	fprintf(out, "[Policy]\nBase=default\n");
+
+	fprintf(out, "\n[Sandbox]\nUid=%u\nGid=%u\nNetwork=%s\n", (unsigned)p->uid, (unsigned)p->gid,
+		p->share_net ? "host" : "none");
+	if (p->hostname)
+		fprintf(out, "Hostname=%s\n", p->hostname);
+
+	fprintf(out, "\n[Limits]\n");
+	print_size(out, "Memory", p->memory, "infinity");
+	print_count(out, "Pids", p->pids);
+	print_decimal(out, "CPUs", p->cpus);
+	print_decimal(out, "TimeLimit", p->time_limit);
+	print_size(out, "TmpSize", p->tmp_size, "0");
+	print_size(out, "FileSize", p->file_size, "infinity");
+	print_count(out, "OpenFiles", p->nofile);
+	fprintf(out, "Cgroups=%s\n", want_name(p->cgroups));
+
+	fprintf(out, "\n[Filesystem]\n");
+	if (p->rootfs)
+		fprintf(out, "RootFS=%s\n", p->rootfs);
+	if (p->workspace)
+		fprintf(out, "Workspace=%s\n", p->workspace);
+	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++)
+		if (p->mounts[i].src && p->mounts[i].dst)
+			fprintf(out, "%s=%s:%s\n", p->mounts[i].rw ? "Bind" : "ReadOnlyBind",
+				p->mounts[i].src, p->mounts[i].dst);
+
+	fprintf(out, "\n[Environment]\n");
+	for (size_t i = 0; i < p->n_env && i < POLICY_MAX_ENV; i++)
+		if (p->env[i])
+			fprintf(out, "Set=%s\n", p->env[i]);
+
+	fprintf(out, "\n[Security]\nSeccomp=%s\nLandlock=%s\n",
+		p->seccomp == SECCOMP_LOG ? "log" : "enforce", want_name(p->landlock));
+	fprintf(out, "\n[Python]\nDistPackages=%s\n", p->dist_packages ? "yes" : "no");
+}
