@@ -202,3 +202,41 @@ def test_landlock_blocks_writes_to_rw_bind_only_where_allowed(tmp_path):
 def test_seccomp_log_mode_runs():
     rc, out, err = run(["run", "--seccomp-log", "--", "/bin/true"])
     assert rc == 0
+
+
+def test_signals_are_forwarded():
+    import signal
+    import subprocess
+    import time
+    from conftest import NSBOX
+    p = subprocess.Popen([NSBOX, "run", "--", "/bin/sleep", "30"], stdin=subprocess.DEVNULL)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 128 + signal.SIGTERM
+
+
+def test_host_death_kills_sandbox(tmp_path):
+    import signal
+    import subprocess
+    import time
+    from conftest import NSBOX
+    marker = "nsbox-orphan-%d" % os.getpid()
+    p = subprocess.Popen([NSBOX, "run", "--", "/bin/sh", "-c", f"exec -a {marker} sleep 30"],
+                         stdin=subprocess.DEVNULL)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=10)
+    for _ in range(50):
+        alive = subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout.strip()
+        if not alive:
+            break
+        time.sleep(0.1)
+    assert not alive, "sandbox outlived its launcher"
+    # Its cgroups are left for the leak check only if the launcher could not
+    # clean up; SIGKILL gives it no chance, so remove them the way an admin would.
+    import glob
+    for d in glob.glob("/sys/fs/cgroup/*/**/nsbox-%d-*" % p.pid, recursive=True):
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass

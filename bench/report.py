@@ -1,0 +1,44 @@
+#!/usr/bin/python3.11
+"""Reads "label<TAB>times" lines and prints p50/p99 with two ratios: against
+the group's first line (the bare command) and against the line whose label
+starts with "*" (the reference peer, bubblewrap).  Groups are separated by
+blank lines."""
+import sys
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    k = (len(xs) - 1) * p / 100
+    f = int(k)
+    c = min(f + 1, len(xs) - 1)
+    return xs[f] + (xs[c] - xs[f]) * (k - f)
+
+
+def main():
+    groups, cur = [], []
+    for line in sys.stdin:
+        line = line.rstrip("\n")
+        if not line:
+            if cur:
+                groups.append(cur)
+            cur = []
+            continue
+        label, times = line.split("\t")
+        cur.append((label, [float(x) for x in times.split()]))
+    if cur:
+        groups.append(cur)
+    print(f"{'what':58} {'n':>4} {'p50':>10} {'p99':>10} {'x bare':>7} {'x ref':>7}")
+    for g in groups:
+        base = pct(g[0][1], 50)
+        refs = [pct(xs, 50) for label, xs in g if label.startswith("*")]
+        ref = refs[0] if refs else None
+        for label, xs in g:
+            p50, p99 = pct(xs, 50), pct(xs, 99)
+            unit = "us" if p50 < 10000 else "ms"
+            f = (lambda v: f"{v:8.0f}us") if unit == "us" else (lambda v: f"{v/1000:8.2f}ms")
+            r = f"{p50 / ref:7.2f}" if ref else "      -"
+            print(f"{label.lstrip('*'):58} {len(xs):4} {f(p50):>10} {f(p99):>10} {p50 / base:7.2f} {r}")
+        print()
+
+
+main()
