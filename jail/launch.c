@@ -260,6 +260,11 @@ static __attribute__((noreturn)) void payload_main(const struct child_ctx *c, in
 /* pid 1 of the namespace: reap everything, forward the signals the host
  * sends, report the payload's wait status, and exit when it exits (the
  * kernel then kills whatever is left; pid_namespaces(7)). */
+static void pid1_noop(int sig)
+{
+	(void)sig;
+}
+
 static __attribute__((noreturn)) void pid1_loop(int sync_fd, pid_t payload)
 {
 	sigset_t set;
@@ -316,8 +321,18 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		goto fail;
 	}
 
+	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_ATTACHED)
+		_exit(NSBOX_EXIT_SETUP);
+
 	/* Block everything in pid 1 before the fork so no signal is lost;
-	 * the payload unblocks. */
+	 * the payload unblocks.  The forwarded signals need a handler: the
+	 * kernel drops SIG_DFL signals sent to a namespace's init
+	 * (sig_task_ignored, SIGNAL_UNKILLABLE), even from the host. */
+	static const int fwd[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+	struct sigaction sa = { .sa_handler = pid1_noop };
+	sigemptyset(&sa.sa_mask);
+	for (size_t k = 0; k < ARRAY_SIZE(fwd); k++)
+		sigaction(fwd[k], &sa, NULL);
 	sigfillset(&all);
 	sigprocmask(SIG_BLOCK, &all, NULL);
 	if (pipe2(pipefd, O_CLOEXEC) < 0) {
@@ -449,9 +464,17 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 
 	if (userns_write_maps(pid, p->uid, p->gid, !c.host_root, err) < 0)
 		goto fail_child;
+	if (send_msg(sv[0], SYNC_GO, 0, NULL) < 0) {
+		err_sys(err, "release the child");
+		err_step(err, "launch");
+		goto fail_child;
+	}
+	/* Moving a task into a v1 cgroup waits for an RCU grace period (a few
+	 * ms); the child builds its root meanwhile and forks the payload only
+	 * after ATTACHED, so the payload starts inside every cgroup. */
 	if (cg && cgroup_attach(cg, pid, v2_attached, err) < 0)
 		goto fail_child;
-	if (send_msg(sv[0], SYNC_GO, 0, NULL) < 0) {
+	if (send_msg(sv[0], SYNC_ATTACHED, 0, NULL) < 0) {
 		err_sys(err, "release the child");
 		err_step(err, "launch");
 		goto fail_child;

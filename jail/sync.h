@@ -4,7 +4,7 @@
 
 #include "error.h"
 
-enum sync_type { SYNC_GO = 1, SYNC_READY, SYNC_ERROR, SYNC_EXEC_ERROR, SYNC_STATUS };
+enum sync_type { SYNC_GO = 1, SYNC_READY, SYNC_ERROR, SYNC_EXEC_ERROR, SYNC_STATUS, SYNC_ATTACHED };
 
 struct sync_msg {
 	int type;
