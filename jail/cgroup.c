@@ -6,6 +6,7 @@
  * Documentation/admin-guide/cgroup-v2.rst and cgroup-v1/. */
 #include "cgroup.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -309,6 +310,32 @@ void cgroup_destroy(struct cgroup_handle *h)
 	free(h);
 }
 
+/* A launcher killed with SIGKILL can't remove its (empty) cgroups; the next
+ * launch removes those whose launcher pid is gone.  rmdir fails harmlessly
+ * on a cgroup that still has processes. */
+static void remove_stale(const char *parent)
+{
+	DIR *d = opendir(parent);
+	struct dirent *de;
+	char path[PATH_MAX];
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char *end;
+		long pid;
+
+		if (strncmp(de->d_name, "nsbox-", 6) != 0)
+			continue;
+		pid = strtol(de->d_name + 6, &end, 10);
+		if (pid <= 0 || *end != '-' || (kill((pid_t)pid, 0) == 0 || errno != ESRCH))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", parent, de->d_name);
+		(void)rmdir(path);
+	}
+	closedir(d);
+}
+
 int cgroup_create(const struct nsbox_policy *p, struct cgroup_handle **out,
 		  void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct nsbox_err *err)
 {
@@ -355,6 +382,11 @@ int cgroup_create(const struct nsbox_policy *p, struct cgroup_handle **out,
 
 	/* A v2 cgroup even without controllers: cgroup.kill, cgroup.events
 	 * and CLONE_INTO_CGROUP make teardown exact on hybrid hosts too. */
+	if (h->probe.v2_writable)
+		remove_stale(h->probe.v2_parent_used);
+	for (int c = 0; c < CTRL__N; c++)
+		if (needed(p, c) && h->probe.ctrl_ok[c] && h->probe.ctrl_v1[c])
+			remove_stale(h->probe.ctrl_dir[c]);
 	if (h->probe.v2_writable) {
 		const char *parent = h->probe.v2_parent_used;
 		if (want_v2) {
