@@ -8,6 +8,7 @@
 
 int cmd_run(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_doctor(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_python(int argc, char **argv);
 

@@ -10,6 +10,7 @@ static const char usage[] =
 	"usage: nsbox run [OPTIONS] -- COMMAND [ARG...]\n"
 	"       nsbox python [OPTIONS] [-c CODE | FILE | -]\n"
 	"       nsbox info\n"
+	"       nsbox doctor\n"
 	"       nsbox policy check FILE | nsbox policy show [--policy NAME|FILE] [OPTIONS]\n"
 	"       nsbox help\n"
 	"See nsbox(1).\n";
@@ -29,6 +30,8 @@ int main(int argc, char **argv)
 		return cmd_python(argc - 1, argv + 1);
 	if (strcmp(argv[1], "info") == 0)
 		return cmd_info(argc - 1, argv + 1);
+	if (strcmp(argv[1], "doctor") == 0)
+		return cmd_doctor(argc - 1, argv + 1);
 	if (strcmp(argv[1], "policy") == 0)
 		return cmd_policy(argc - 1, argv + 1);
 	if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {

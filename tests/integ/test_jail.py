@@ -235,3 +235,10 @@ def test_host_death_kills_sandbox(tmp_path):
     # SIGKILL gave the launcher no chance to remove its cgroups: the next
     # launch removes them (the autouse fixture checks none are left).
     assert run(["run", "--", "/bin/true"])[0] == 0
+
+
+def test_doctor():
+    rc, out, err = run(["doctor"])
+    assert rc == 0, out + err
+    assert "FIT" in out and "FAIL" not in out
+    assert out.count("\nok   ") >= 17  # every self-test probe ran and was blocked
