@@ -1,0 +1,543 @@
+/* The seccomp allowlist (x86_64) and its compilation to classic BPF.
+ *
+ * Shape of the policy (issue 2):
+ *   - native architecture only: i386 and x32 calls kill the process;
+ *   - syscalls not in the table fail with ENOSYS so libc falls back;
+ *   - clone3 and io_uring_* fail with ENOSYS (clone3's flags live in memory
+ *     the filter cannot read; io_uring bypasses the filter entirely);
+ *   - namespace creation, the mount family, tracing, kernel attack surface
+ *     and host-wide settings fail with EPERM;
+ *   - everything CPython, its common C extensions and the shell tools need
+ *     is allowed.  Networking is cut by the empty network namespace, not here.
+ *
+ * libseccomp silently drops conditional rules of a syscall that also has an
+ * unconditional rule, and refuses two comparisons of one argument in one
+ * rule, so "ioctl unless TIOCSTI" cannot be written directly.  A row with
+ * cmp SRULE_OTHERWISE stands for "every call no other row of this syscall
+ * matches"; seccomp_prog_build expands it into disjoint masked comparisons
+ * (see add_otherwise()), so the outcome never depends on how libseccomp
+ * orders overlapping rules. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "seccomp-rules.h"
+#include "util.h"
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
+
+/* Every flag that makes clone() create a namespace.  CLONE_NEWTIME sits in
+ * the exit-signal byte of clone()'s flags, where no valid signal sets it. */
+#define CLONE_NS_FLAGS                                                                 \
+	((uint64_t)(CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | \
+		    CLONE_NEWNET | CLONE_NEWCGROUP | CLONE_NEWTIME))
+
+/* ioctl's cmd is an unsigned int: the kernel ignores the upper 32 bits, so
+ * match the lower 32 only (CVE-2019-10063: flatpak's filter compared all 64
+ * bits and TIOCSTI | 1 << 32 went through). */
+#define LOW32 0xffffffffULL
+
+#define ALLOW(n) { n, SRULE_ALLOW, SRULE_ANY, 0, 0, 0 }
+#define EPERM_(n) { n, SRULE_EPERM, SRULE_ANY, 0, 0, 0 }
+#define ENOSYS_(n) { n, SRULE_ENOSYS, SRULE_ANY, 0, 0, 0 }
+#define WHEN(n, act, a, m, v) { n, act, SRULE_MASKED_EQ, a, m, v }
+#define OTHERWISE(n, act) { n, act, SRULE_OTHERWISE, 0, 0, 0 }
+
+const struct seccomp_rule seccomp_rules[] = {
+	/* Files and directories.  What may be written is decided by the
+	 * read-only mounts and Landlock, not here. */
+	ALLOW("read"), ALLOW("write"), ALLOW("readv"), ALLOW("writev"),
+	ALLOW("pread64"), ALLOW("pwrite64"), ALLOW("preadv"), ALLOW("pwritev"),
+	ALLOW("preadv2"), ALLOW("pwritev2"),
+	ALLOW("open"), ALLOW("openat"), ALLOW("openat2"), ALLOW("creat"),
+	ALLOW("close"), ALLOW("close_range"),
+	ALLOW("stat"), ALLOW("fstat"), ALLOW("lstat"), ALLOW("newfstatat"), ALLOW("statx"),
+	ALLOW("statfs"), ALLOW("fstatfs"),
+	ALLOW("lseek"), ALLOW("access"), ALLOW("faccessat"), ALLOW("faccessat2"),
+	ALLOW("pipe"), ALLOW("pipe2"), ALLOW("dup"), ALLOW("dup2"), ALLOW("dup3"),
+	ALLOW("fcntl"), ALLOW("flock"),
+	ALLOW("fsync"), ALLOW("fdatasync"), ALLOW("syncfs"), ALLOW("sync"), ALLOW("sync_file_range"),
+	ALLOW("truncate"), ALLOW("ftruncate"), ALLOW("fallocate"),
+	ALLOW("getdents"), ALLOW("getdents64"), ALLOW("getcwd"), ALLOW("chdir"), ALLOW("fchdir"),
+	ALLOW("rename"), ALLOW("renameat"), ALLOW("renameat2"),
+	ALLOW("mkdir"), ALLOW("mkdirat"), ALLOW("rmdir"),
+	ALLOW("link"), ALLOW("linkat"), ALLOW("unlink"), ALLOW("unlinkat"),
+	ALLOW("symlink"), ALLOW("symlinkat"), ALLOW("readlink"), ALLOW("readlinkat"),
+	/* mkfifo; device nodes need CAP_MKNOD in the initial user namespace. */
+	ALLOW("mknod"), ALLOW("mknodat"),
+	ALLOW("chmod"), ALLOW("fchmod"), ALLOW("fchmodat"), ALLOW("fchmodat2"),
+	ALLOW("chown"), ALLOW("fchown"), ALLOW("lchown"), ALLOW("fchownat"), ALLOW("umask"),
+	ALLOW("utime"), ALLOW("utimes"), ALLOW("utimensat"), ALLOW("futimesat"),
+	ALLOW("getxattr"), ALLOW("lgetxattr"), ALLOW("fgetxattr"),
+	ALLOW("listxattr"), ALLOW("llistxattr"), ALLOW("flistxattr"),
+	ALLOW("setxattr"), ALLOW("lsetxattr"), ALLOW("fsetxattr"),
+	ALLOW("removexattr"), ALLOW("lremovexattr"), ALLOW("fremovexattr"),
+	ALLOW("fadvise64"), ALLOW("readahead"),
+	ALLOW("sendfile"), ALLOW("copy_file_range"), ALLOW("splice"), ALLOW("tee"), ALLOW("vmsplice"),
+	ALLOW("inotify_init"), ALLOW("inotify_init1"), ALLOW("inotify_add_watch"),
+	ALLOW("inotify_rm_watch"),
+	/* Terminal injection into the controlling tty of whoever runs us:
+	 * TIOCSTI (CVE-2017-5226) and TIOCLINUX (selection paste, the same
+	 * attack on a VT).  The jail also calls setsid(). */
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, TIOCSTI),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, TIOCLINUX),
+	OTHERWISE("ioctl", SRULE_ALLOW),
+
+	/* Memory.  mbind/set_mempolicy/get_mempolicy: numpy and OpenBLAS. */
+	ALLOW("brk"), ALLOW("mmap"), ALLOW("munmap"), ALLOW("mprotect"), ALLOW("mremap"),
+	ALLOW("madvise"), ALLOW("mincore"), ALLOW("msync"),
+	ALLOW("mlock"), ALLOW("mlock2"), ALLOW("munlock"), ALLOW("mlockall"), ALLOW("munlockall"),
+	ALLOW("membarrier"), ALLOW("memfd_create"),
+	ALLOW("get_mempolicy"), ALLOW("set_mempolicy"), ALLOW("mbind"),
+	ALLOW("pkey_alloc"), ALLOW("pkey_free"), ALLOW("pkey_mprotect"),
+
+	/* Signals. */
+	ALLOW("rt_sigaction"), ALLOW("rt_sigprocmask"), ALLOW("rt_sigreturn"), ALLOW("rt_sigpending"),
+	ALLOW("rt_sigtimedwait"), ALLOW("rt_sigsuspend"), ALLOW("rt_sigqueueinfo"),
+	ALLOW("rt_tgsigqueueinfo"), ALLOW("sigaltstack"), ALLOW("signalfd"), ALLOW("signalfd4"),
+	ALLOW("kill"), ALLOW("tkill"), ALLOW("tgkill"), ALLOW("pause"), ALLOW("restart_syscall"),
+	ALLOW("pidfd_open"), ALLOW("pidfd_send_signal"),
+
+	/* Time and timers. */
+	ALLOW("gettimeofday"), ALLOW("time"), ALLOW("clock_gettime"), ALLOW("clock_getres"),
+	ALLOW("clock_nanosleep"), ALLOW("nanosleep"), ALLOW("alarm"),
+	ALLOW("getitimer"), ALLOW("setitimer"),
+	ALLOW("timer_create"), ALLOW("timer_settime"), ALLOW("timer_gettime"),
+	ALLOW("timer_getoverrun"), ALLOW("timer_delete"),
+	ALLOW("timerfd_create"), ALLOW("timerfd_settime"), ALLOW("timerfd_gettime"), ALLOW("times"),
+
+	/* Identity and limits.  Without capabilities the set*id calls can only
+	 * drop ids and prlimit64/setrlimit only lower hard limits. */
+	ALLOW("getpid"), ALLOW("gettid"), ALLOW("getppid"), ALLOW("getpgrp"), ALLOW("getpgid"),
+	ALLOW("setpgid"), ALLOW("getsid"), ALLOW("setsid"),
+	ALLOW("getuid"), ALLOW("geteuid"), ALLOW("getgid"), ALLOW("getegid"),
+	ALLOW("getresuid"), ALLOW("getresgid"), ALLOW("getgroups"),
+	ALLOW("setuid"), ALLOW("setgid"), ALLOW("setreuid"), ALLOW("setregid"),
+	ALLOW("setresuid"), ALLOW("setresgid"), ALLOW("setfsuid"), ALLOW("setfsgid"),
+	ALLOW("capget"), ALLOW("capset"),
+	ALLOW("getrlimit"), ALLOW("setrlimit"), ALLOW("prlimit64"), ALLOW("getrusage"),
+	ALLOW("sysinfo"), ALLOW("uname"), ALLOW("getpriority"), ALLOW("setpriority"),
+	ALLOW("ioprio_get"), ALLOW("ioprio_set"), ALLOW("getcpu"), ALLOW("getrandom"),
+
+	/* Scheduling (OpenBLAS and numpy read sched_getaffinity). */
+	ALLOW("sched_yield"), ALLOW("sched_getaffinity"), ALLOW("sched_setaffinity"),
+	ALLOW("sched_getparam"), ALLOW("sched_setparam"), ALLOW("sched_getscheduler"),
+	ALLOW("sched_setscheduler"), ALLOW("sched_get_priority_max"),
+	ALLOW("sched_get_priority_min"), ALLOW("sched_rr_get_interval"),
+	ALLOW("sched_getattr"), ALLOW("sched_setattr"),
+
+	/* Processes and threads.  clone() may not create namespaces: nested
+	 * user namespaces are the usual first step of a kernel exploit. */
+	ALLOW("fork"), ALLOW("vfork"),
+	WHEN("clone", SRULE_ALLOW, 0, CLONE_NS_FLAGS, 0),
+	OTHERWISE("clone", SRULE_EPERM),
+	ALLOW("execve"), ALLOW("execveat"), ALLOW("exit"), ALLOW("exit_group"),
+	ALLOW("wait4"), ALLOW("waitid"),
+	ALLOW("futex"), ALLOW("futex_waitv"), ALLOW("set_robust_list"), ALLOW("get_robust_list"),
+	ALLOW("set_tid_address"), ALLOW("rseq"), ALLOW("arch_prctl"),
+	/* No capabilities and no_new_privs set: prctl can't raise anything. */
+	ALLOW("prctl"),
+	/* Both only add restrictions on top of ours. */
+	ALLOW("seccomp"),
+	ALLOW("landlock_create_ruleset"), ALLOW("landlock_add_rule"), ALLOW("landlock_restrict_self"),
+	/* Only the query and the default persona: the others switch off ASLR
+	 * or change the ABI.  Other values get the default ENOSYS (libseccomp
+	 * can't express "EPERM unless 0 or ~0" in a bounded number of rows). */
+	WHEN("personality", SRULE_ALLOW, 0, LOW32, 0),
+	WHEN("personality", SRULE_ALLOW, 0, LOW32, 0xffffffffULL),
+
+	/* Polling and events. */
+	ALLOW("poll"), ALLOW("ppoll"), ALLOW("select"), ALLOW("pselect6"),
+	ALLOW("epoll_create"), ALLOW("epoll_create1"), ALLOW("epoll_ctl"), ALLOW("epoll_wait"),
+	ALLOW("epoll_pwait"), ALLOW("epoll_pwait2"), ALLOW("eventfd"), ALLOW("eventfd2"),
+
+	/* Sockets: any family.  The network namespace holds only loopback. */
+	ALLOW("socket"), ALLOW("socketpair"), ALLOW("bind"), ALLOW("listen"),
+	ALLOW("accept"), ALLOW("accept4"), ALLOW("connect"),
+	ALLOW("getsockname"), ALLOW("getpeername"), ALLOW("sendto"), ALLOW("recvfrom"),
+	ALLOW("sendmsg"), ALLOW("recvmsg"), ALLOW("sendmmsg"), ALLOW("recvmmsg"),
+	ALLOW("shutdown"), ALLOW("setsockopt"), ALLOW("getsockopt"),
+
+	/* SysV and POSIX IPC: the IPC namespace is private. */
+	ALLOW("shmget"), ALLOW("shmat"), ALLOW("shmdt"), ALLOW("shmctl"),
+	ALLOW("semget"), ALLOW("semop"), ALLOW("semtimedop"), ALLOW("semctl"),
+	ALLOW("msgget"), ALLOW("msgsnd"), ALLOW("msgrcv"), ALLOW("msgctl"),
+	ALLOW("mq_open"), ALLOW("mq_unlink"), ALLOW("mq_timedsend"), ALLOW("mq_timedreceive"),
+	ALLOW("mq_notify"), ALLOW("mq_getsetattr"),
+	/* Legacy AIO (libaio users). */
+	ALLOW("io_setup"), ALLOW("io_destroy"), ALLOW("io_submit"), ALLOW("io_cancel"),
+	ALLOW("io_getevents"), ALLOW("io_pgetevents"),
+
+	/* ENOSYS so libc and Python fall back: glibc retries clone3 with
+	 * clone, and io_uring users fall back to threads.  io_uring ops are not
+	 * seen by seccomp at all. */
+	ENOSYS_("clone3"),
+	ENOSYS_("io_uring_setup"), ENOSYS_("io_uring_enter"), ENOSYS_("io_uring_register"),
+
+	/* Namespaces and mounts. */
+	EPERM_("unshare"), EPERM_("setns"),
+	EPERM_("mount"), EPERM_("umount2"), EPERM_("pivot_root"), EPERM_("chroot"),
+	EPERM_("move_mount"), EPERM_("open_tree"), EPERM_("fsopen"), EPERM_("fsconfig"),
+	EPERM_("fsmount"), EPERM_("fspick"), EPERM_("mount_setattr"),
+	/* open_by_handle_at: the "shocker" escape from containers. */
+	EPERM_("open_by_handle_at"), EPERM_("name_to_handle_at"),
+	/* Reaching into other processes. */
+	EPERM_("ptrace"), EPERM_("process_vm_readv"), EPERM_("process_vm_writev"),
+	EPERM_("kcmp"), EPERM_("process_madvise"), EPERM_("pidfd_getfd"),
+	EPERM_("migrate_pages"), EPERM_("move_pages"),
+	/* Kernel attack surface. */
+	EPERM_("bpf"), EPERM_("perf_event_open"), EPERM_("userfaultfd"),
+	EPERM_("keyctl"), EPERM_("add_key"), EPERM_("request_key"),
+	EPERM_("modify_ldt"), EPERM_("iopl"), EPERM_("ioperm"), EPERM_("lookup_dcookie"),
+	EPERM_("fanotify_init"), EPERM_("uselib"), EPERM_("nfsservctl"), EPERM_("_sysctl"),
+	/* Host-wide state. */
+	EPERM_("init_module"), EPERM_("finit_module"), EPERM_("delete_module"),
+	EPERM_("kexec_load"), EPERM_("kexec_file_load"), EPERM_("reboot"),
+	EPERM_("swapon"), EPERM_("swapoff"), EPERM_("acct"), EPERM_("quotactl"),
+	EPERM_("quotactl_fd"), EPERM_("syslog"), EPERM_("vhangup"),
+	EPERM_("settimeofday"), EPERM_("clock_settime"), EPERM_("clock_adjtime"), EPERM_("adjtimex"),
+	EPERM_("sethostname"), EPERM_("setdomainname"),
+	/* setgroups is denied in the user namespace already; say so early. */
+	EPERM_("setgroups"),
+};
+const size_t seccomp_n_rules = ARRAY_SIZE(seccomp_rules);
+
+static uint32_t action_of(enum seccomp_rule_action a, const struct nsbox_policy *p)
+{
+	bool log = p && p->seccomp == SECCOMP_LOG;
+
+	switch (a) {
+	case SRULE_ALLOW:
+		return SCMP_ACT_ALLOW;
+	case SRULE_EPERM:
+		return log ? SCMP_ACT_LOG : SCMP_ACT_ERRNO(EPERM);
+	case SRULE_ENOSYS:
+		return SCMP_ACT_ERRNO(ENOSYS);
+	}
+	return SCMP_ACT_KILL_PROCESS;
+}
+
+static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, unsigned int nargs,
+		    unsigned int arg, uint64_t mask, uint64_t value, struct nsbox_err *err)
+{
+	struct scmp_arg_cmp cmp = SCMP_CMP(arg, SCMP_CMP_MASKED_EQ, mask, value);
+	int r;
+
+	r = seccomp_rule_add_exact_array(ctx, act, nr, nargs, nargs ? &cmp : NULL);
+	if (r < 0)
+		return err_set(err, -r, "seccomp: rule for %s", name);
+	return 0;
+}
+
+/* Add rows with action act matching every call of syscall nr whose
+ * argument `arg` satisfies (x & mask) not in S, where S holds the values
+ * of the syscall's SRULE_MASKED_EQ rows (all with this arg and mask).
+ *
+ * Let C be the mask bits on which all of S agree (pattern P there) and D
+ * the rest.  x & mask is outside S exactly when x differs from P on some
+ * bit of C, or its D bits equal no member's D bits.  That gives one row
+ * (x & b) == (~P & b) per bit b of C and one row (x & D) == d per d not
+ * taken by S; none of them matches a member of S. */
+static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, struct nsbox_err *err)
+{
+	uint64_t vals[8], mask = 0, common, pattern, diff, d;
+	unsigned int arg = 0;
+	size_t n = 0, i;
+	int r;
+
+	for (i = 0; i < seccomp_n_rules; i++) {
+		const struct seccomp_rule *s = &seccomp_rules[i];
+
+		if (strcmp(s->name, name) != 0 || s->cmp != SRULE_MASKED_EQ)
+			continue;
+		if (n == ARRAY_SIZE(vals) || (n && (s->arg != arg || s->mask != mask)) || s->arg > 5 ||
+		    (s->value & ~s->mask))
+			return err_set(err, EINVAL, "seccomp: %s: rows for OTHERWISE must compare one "
+					       "argument under one mask", name);
+		arg = s->arg;
+		mask = s->mask;
+		vals[n++] = s->value;
+	}
+	if (n == 0 || mask == 0)
+		return err_set(err, EINVAL, "seccomp: %s: OTHERWISE without conditional rows", name);
+
+	common = mask;
+	for (i = 1; i < n; i++)
+		common &= ~(vals[i] ^ vals[0]);
+	pattern = vals[0] & common;
+	diff = mask & ~common;
+	if (__builtin_popcountll(diff) > 4)
+		return err_set(err, EINVAL, "seccomp: %s: values differ in too many bits", name);
+
+	for (i = 0; i < 64; i++) {
+		uint64_t b = 1ULL << i;
+
+		if (!(common & b))
+			continue;
+		r = add_rule(ctx, act, nr, name, 1, arg, b, ~pattern & b, err);
+		if (r < 0)
+			return r;
+	}
+	if (!diff)
+		return 0;
+	d = 0;
+	do {
+		bool taken = false;
+
+		for (i = 0; i < n; i++)
+			taken |= (vals[i] & diff) == d;
+		if (!taken) {
+			r = add_rule(ctx, act, nr, name, 1, arg, diff, d, err);
+			if (r < 0)
+				return r;
+		}
+		d = (d - diff) & diff;	/* next subset of diff */
+	} while (d != 0);
+	return 0;
+}
+
+static int add_table(scmp_filter_ctx ctx, const struct nsbox_policy *p, uint32_t def_act,
+		     struct nsbox_err *err)
+{
+	size_t i;
+	int r;
+
+	for (i = 0; i < seccomp_n_rules; i++) {
+		const struct seccomp_rule *s = &seccomp_rules[i];
+		uint32_t act = action_of(s->action, p);
+		int nr;
+
+		/* Fail loudly: a misspelt name would silently become ENOSYS. */
+		nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, s->name);
+		if (nr < 0)
+			return err_set(err, EINVAL, "seccomp: unknown x86_64 syscall \"%s\"", s->name);
+		/* libseccomp refuses (EACCES) rules that repeat the default
+		 * action; the default already does what the row says. */
+		if (act == def_act)
+			continue;
+
+		switch (s->cmp) {
+		case SRULE_ANY:
+			r = add_rule(ctx, act, nr, s->name, 0, 0, 0, 0, err);
+			break;
+		case SRULE_MASKED_EQ:
+			if (s->arg > 5 || s->mask == 0)
+				return err_set(err, EINVAL, "seccomp: %s: bad condition", s->name);
+			r = add_rule(ctx, act, nr, s->name, 1, s->arg, s->mask, s->value, err);
+			break;
+		case SRULE_OTHERWISE:
+			r = add_otherwise(ctx, act, nr, s->name, err);
+			break;
+		default:
+			return err_set(err, EINVAL, "seccomp: %s: bad row", s->name);
+		}
+		if (r < 0)
+			return r;
+	}
+	return 0;
+}
+
+static int export_bpf(scmp_filter_ctx ctx, struct seccomp_prog *out, struct nsbox_err *err)
+{
+	_cleanup_close_ int fd = -1;
+	_cleanup_free_ struct sock_filter *insns = NULL;
+	struct stat st;
+	ssize_t n;
+	int r;
+
+	/* libseccomp 2.5 exports only to an fd. */
+	fd = memfd_create("nsbox-seccomp", MFD_CLOEXEC);
+	if (fd < 0)
+		return err_sys(err, "seccomp: memfd_create");
+	r = seccomp_export_bpf(ctx, fd);
+	if (r < 0)
+		return err_set(err, -r, "seccomp: seccomp_export_bpf");
+	if (fstat(fd, &st) < 0)
+		return err_sys(err, "seccomp: fstat");
+	if (st.st_size <= 0 || st.st_size % sizeof(struct sock_filter) != 0 ||
+	    st.st_size / sizeof(struct sock_filter) > BPF_MAXINSNS)
+		return err_set(err, E2BIG, "seccomp: bad BPF program size %lld", (long long)st.st_size);
+	insns = malloc(st.st_size);
+	if (!insns)
+		return err_sys(err, "seccomp: malloc");
+	n = pread(fd, insns, st.st_size, 0);
+	if (n < 0)
+		return err_sys(err, "seccomp: read back BPF");
+	if (n != st.st_size)
+		return err_set(err, EIO, "seccomp: short read of BPF");
+	out->insns = TAKE_PTR(insns);
+	out->len = (unsigned short)(st.st_size / sizeof(struct sock_filter));
+	return 0;
+}
+
+int seccomp_prog_build(const struct nsbox_policy *p, struct seccomp_prog *out, struct nsbox_err *err)
+{
+	bool log = p && p->seccomp == SECCOMP_LOG;
+	uint32_t def_act = log ? SCMP_ACT_LOG : SCMP_ACT_ERRNO(SECCOMP_RULES_DEFAULT_ERRNO);
+	scmp_filter_ctx ctx;
+	int r;
+
+	/* libseccomp gates KILL_PROCESS and LOG on the API level it detects
+	 * from the running kernel.  We only export the program, so the
+	 * detection is beside the point (and fails under valgrind); a kernel
+	 * older than 4.14 reads both actions as "kill", which fails closed. */
+	if (seccomp_api_get() < 3 && seccomp_api_set(3) < 0)
+		return err_set(err, EINVAL, "seccomp: libseccomp API level 3 unavailable");
+	ctx = seccomp_init(def_act);
+	if (!ctx)
+		return err_set(err, ENOMEM, "seccomp: seccomp_init");
+	/* Only the native ABI: the i386 and x32 entry points have their own
+	 * numbers and histories of bugs (CVE-2009-0835, CVE-2014-0038).  Kill,
+	 * also in log mode. */
+	r = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
+	if (r < 0) {
+		err_set(err, -r, "seccomp: set bad-arch action");
+		goto out;
+	}
+	/* The jail sets no_new_privs itself, right before loading. */
+	r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+	if (r < 0) {
+		err_set(err, -r, "seccomp: clear NNP attribute");
+		goto out;
+	}
+	r = add_table(ctx, p, def_act, err);
+	if (r < 0)
+		goto out;
+	r = export_bpf(ctx, out, err);
+out:
+	seccomp_release(ctx);
+	return r < 0 ? -1 : 0;
+}
+
+void seccomp_prog_free(struct seccomp_prog *prog)
+{
+	if (!prog)
+		return;
+	free(prog->insns);
+	prog->insns = NULL;
+	prog->len = 0;
+}
+
+/* Classic BPF as seccomp accepts it (kernel/seccomp.c seccomp_check_filter,
+ * net/core/filter.c): loads from struct seccomp_data, scratch memory,
+ * ALU, forward jumps and returns.  Anything else fails closed. */
+uint32_t seccomp_prog_eval(const struct seccomp_prog *prog, const struct seccomp_data *d)
+{
+	uint32_t A = 0, X = 0, mem[BPF_MEMWORDS] = { 0 };
+	size_t pc = 0;
+
+	if (!prog || !prog->insns || !d)
+		return SECCOMP_RET_KILL_PROCESS;
+	while (pc < prog->len) {
+		const struct sock_filter *f = &prog->insns[pc++];
+		uint32_t k = f->k, src;
+
+		switch (BPF_CLASS(f->code)) {
+		case BPF_LD:
+			if (f->code == (BPF_LD | BPF_W | BPF_ABS)) {
+				if (k % 4 || k > sizeof(*d) - 4)
+					return SECCOMP_RET_KILL_PROCESS;
+				memcpy(&A, (const char *)d + k, 4);
+			} else if (f->code == (BPF_LD | BPF_W | BPF_LEN)) {
+				A = sizeof(*d);
+			} else if (f->code == (BPF_LD | BPF_IMM)) {
+				A = k;
+			} else if (f->code == (BPF_LD | BPF_MEM) && k < BPF_MEMWORDS) {
+				A = mem[k];
+			} else {
+				return SECCOMP_RET_KILL_PROCESS;
+			}
+			break;
+		case BPF_LDX:
+			if (f->code == (BPF_LDX | BPF_W | BPF_LEN))
+				X = sizeof(*d);
+			else if (f->code == (BPF_LDX | BPF_IMM))
+				X = k;
+			else if (f->code == (BPF_LDX | BPF_MEM) && k < BPF_MEMWORDS)
+				X = mem[k];
+			else
+				return SECCOMP_RET_KILL_PROCESS;
+			break;
+		case BPF_ST:
+			if (f->code != BPF_ST || k >= BPF_MEMWORDS)
+				return SECCOMP_RET_KILL_PROCESS;
+			mem[k] = A;
+			break;
+		case BPF_STX:
+			if (f->code != BPF_STX || k >= BPF_MEMWORDS)
+				return SECCOMP_RET_KILL_PROCESS;
+			mem[k] = X;
+			break;
+		case BPF_ALU:
+			src = BPF_SRC(f->code) == BPF_X ? X : k;
+			switch (BPF_OP(f->code)) {
+			case BPF_ADD: A += src; break;
+			case BPF_SUB: A -= src; break;
+			case BPF_MUL: A *= src; break;
+			case BPF_DIV:
+				if (!src)
+					return 0;	/* the kernel returns 0 (kill) */
+				A /= src;
+				break;
+			case BPF_MOD:
+				if (!src)
+					return 0;
+				A %= src;
+				break;
+			case BPF_OR: A |= src; break;
+			case BPF_AND: A &= src; break;
+			case BPF_XOR: A ^= src; break;
+			case BPF_LSH: A = src < 32 ? A << src : 0; break;
+			case BPF_RSH: A = src < 32 ? A >> src : 0; break;
+			case BPF_NEG: A = -A; break;
+			default: return SECCOMP_RET_KILL_PROCESS;
+			}
+			break;
+		case BPF_JMP: {
+			bool t;
+
+			if (BPF_OP(f->code) == BPF_JA) {
+				if (k >= prog->len - pc)
+					return SECCOMP_RET_KILL_PROCESS;
+				pc += k;
+				break;
+			}
+			src = BPF_SRC(f->code) == BPF_X ? X : k;
+			switch (BPF_OP(f->code)) {
+			case BPF_JEQ: t = A == src; break;
+			case BPF_JGT: t = A > src; break;
+			case BPF_JGE: t = A >= src; break;
+			case BPF_JSET: t = (A & src) != 0; break;
+			default: return SECCOMP_RET_KILL_PROCESS;
+			}
+			pc += t ? f->jt : f->jf;
+			break;
+		}
+		case BPF_RET:
+			if (BPF_RVAL(f->code) == BPF_K)
+				return k;
+			if (BPF_RVAL(f->code) == BPF_A)
+				return A;
+			return SECCOMP_RET_KILL_PROCESS;
+		case BPF_MISC:
+			if (BPF_MISCOP(f->code) == BPF_TAX)
+				X = A;
+			else
+				A = X;
+			break;
+		default:
+			return SECCOMP_RET_KILL_PROCESS;
+		}
+	}
+	/* Fell off the end: the kernel rejects such a program. */
+	return SECCOMP_RET_KILL_PROCESS;
+}

@@ -1,0 +1,69 @@
+/* The seccomp policy as data: one table of {syscall, action, argument
+ * condition} rows for x86_64, compiled to classic BPF with libseccomp, and a
+ * pure evaluator of classic seccomp BPF so the table can be tested offline
+ * as (syscall, arguments) -> action.
+ *
+ * Pure code: building touches no kernel state (the program is exported
+ * through a memfd, nothing is loaded).  jail/seccomp.c loads it. */
+#ifndef NSBOX_SECCOMP_RULES_H
+#define NSBOX_SECCOMP_RULES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#include "../lib/error.h"
+#include "policy.h"
+
+enum seccomp_rule_action {
+	SRULE_ALLOW = 0,
+	SRULE_EPERM,	/* denied with EPERM; SECCOMP_RET_LOG in Seccomp=log mode */
+	SRULE_ENOSYS,	/* "not implemented" so libc falls back; kept in log mode */
+};
+
+enum seccomp_rule_cmp {
+	SRULE_ANY = 0,		/* no condition: every call of the syscall */
+	SRULE_MASKED_EQ,	/* (arg & mask) == value */
+	SRULE_OTHERWISE,	/* every call the syscall's SRULE_MASKED_EQ rows miss
+				 * (they must share one arg and mask) */
+};
+
+struct seccomp_rule {
+	const char *name;	/* x86_64 syscall name as libseccomp spells it */
+	enum seccomp_rule_action action;
+	enum seccomp_rule_cmp cmp;
+	unsigned int arg;	/* argument index 0..5 when cmp != SRULE_ANY */
+	uint64_t mask;
+	uint64_t value;
+};
+
+/* The allowlist.  Rows for one syscall with conditions are complementary
+ * (every call matches exactly one row), see seccomp-rules.c. */
+extern const struct seccomp_rule seccomp_rules[];
+extern const size_t seccomp_n_rules;
+
+/* Action for syscalls missing from the table (enforce mode). */
+#define SECCOMP_RULES_DEFAULT_ERRNO 38	/* ENOSYS */
+
+/* A compiled filter.  insns is malloc'ed and owned by the struct. */
+struct seccomp_prog {
+	struct sock_filter *insns;
+	unsigned short len;
+};
+
+/* Compile the table for policy p (p->seccomp picks enforce or log) into
+ * *out with libseccomp.  Call it in the unconfined, single-threaded parent.
+ * Returns 0, or -1 with err set (out untouched): unknown syscall name,
+ * libseccomp failure, or a program too long for the kernel. */
+int seccomp_prog_build(const struct nsbox_policy *p, struct seccomp_prog *out, struct nsbox_err *err);
+
+/* Free prog->insns and zero *prog.  Accepts NULL and a zeroed prog. */
+void seccomp_prog_free(struct seccomp_prog *prog);
+
+/* Run the classic BPF program on d the way the kernel would and return the
+ * SECCOMP_RET_* value (action | data).  A malformed program (bad opcode,
+ * out-of-range load or jump, no return) yields SECCOMP_RET_KILL_PROCESS. */
+uint32_t seccomp_prog_eval(const struct seccomp_prog *prog, const struct seccomp_data *d);
+
+#endif

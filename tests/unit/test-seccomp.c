@@ -1,0 +1,404 @@
+/* The seccomp policy offline, as (arch, syscall, arguments) -> action through
+ * the BPF evaluator, for every row of the table and the cases of issue 2;
+ * then live: a forked child loads the filter and checks the errnos. */
+#include <errno.h>
+#include <linux/audit.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <seccomp.h>	/* jail/seccomp.h: libseccomp plus seccomp_apply() */
+
+#include "policy.h"
+#include "seccomp-rules.h"
+#include "tap.h"
+#include "util.h"
+
+#define X32_BIT 0x40000000U
+#define RET_EPERM (SECCOMP_RET_ERRNO | EPERM)
+#define RET_ENOSYS (SECCOMP_RET_ERRNO | ENOSYS)
+
+static struct seccomp_prog prog, logprog;
+
+static uint32_t eval_arch(const struct seccomp_prog *pr, uint32_t arch, int nr, uint64_t a0, uint64_t a1)
+{
+	struct seccomp_data d;
+
+	memset(&d, 0, sizeof(d));
+	d.nr = nr;
+	d.arch = arch;
+	d.instruction_pointer = 0x401000;
+	d.args[0] = a0;
+	d.args[1] = a1;
+	return seccomp_prog_eval(pr, &d);
+}
+
+static uint32_t ev(const struct seccomp_prog *pr, const char *name, uint64_t a0, uint64_t a1)
+{
+	int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, name);
+
+	if (nr < 0) {
+		printf("# unknown syscall %s\n", name);
+		return 0xdeadbeef;
+	}
+	return eval_arch(pr, AUDIT_ARCH_X86_64, nr, a0, a1);
+}
+
+static uint32_t expected(enum seccomp_rule_action a, bool log)
+{
+	switch (a) {
+	case SRULE_ALLOW:
+		return SECCOMP_RET_ALLOW;
+	case SRULE_EPERM:
+		return log ? SECCOMP_RET_LOG : RET_EPERM;
+	case SRULE_ENOSYS:
+		return RET_ENOSYS;
+	}
+	return 0xdeadbeef;
+}
+
+static bool in_table(int nr)
+{
+	for (size_t i = 0; i < seccomp_n_rules; i++)
+		if (seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, seccomp_rules[i].name) == nr)
+			return true;
+	return false;
+}
+
+static void test_table(const struct seccomp_prog *pr, bool log)
+{
+	size_t i, bad = 0, n = 0;
+
+	/* Every unconditional row does what it says. */
+	for (i = 0; i < seccomp_n_rules; i++) {
+		const struct seccomp_rule *s = &seccomp_rules[i];
+		uint32_t got;
+
+		if (s->cmp != SRULE_ANY)
+			continue;
+		n++;
+		got = ev(pr, s->name, 0, 0);
+		if (got != expected(s->action, log)) {
+			printf("# %s: got %#x want %#x\n", s->name, got, expected(s->action, log));
+			bad++;
+		}
+	}
+	ok(bad == 0 && n > 200, "%s: all %zu unconditional rows give their action", log ? "log" : "enforce",
+	   n);
+
+	/* Every syscall number the table doesn't name gets the default. */
+	bad = 0;
+	for (int nr = 0; nr < 1024; nr++) {
+		uint32_t want = log ? SECCOMP_RET_LOG : RET_ENOSYS;
+
+		if (in_table(nr))
+			continue;
+		if (eval_arch(pr, AUDIT_ARCH_X86_64, nr, 0, 0) != want) {
+			printf("# nr %d: got %#x\n", nr, eval_arch(pr, AUDIT_ARCH_X86_64, nr, 0, 0));
+			bad++;
+		}
+	}
+	ok(bad == 0, "%s: syscalls outside the table get %s", log ? "log" : "enforce",
+	   log ? "LOG" : "ENOSYS");
+}
+
+static void test_cases(void)
+{
+	static const char *const eperm[] = {
+		"mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
+		"fsconfig", "fsmount", "fspick", "mount_setattr", "ptrace", "process_vm_readv",
+		"process_vm_writev", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
+		"userfaultfd", "init_module", "finit_module", "delete_module", "kexec_load",
+		"kexec_file_load", "reboot", "swapon", "swapoff", "acct", "open_by_handle_at",
+		"name_to_handle_at", "setns", "unshare", "quotactl", "lookup_dcookie", "iopl", "ioperm",
+		"syslog", "vhangup", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+		"sethostname", "setdomainname", "kcmp", "process_madvise", "nfsservctl", "uselib",
+		"_sysctl", "fanotify_init", "setgroups",
+	};
+	static const char *const allow[] = {
+		"read", "write", "openat", "close", "newfstatat", "statx", "mmap", "mprotect",
+		"munmap", "brk", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "futex", "execve",
+		"exit_group", "wait4", "fork", "vfork", "socket", "socketpair", "connect", "epoll_wait",
+		"getrandom", "sched_getaffinity", "get_mempolicy", "prlimit64", "prctl", "seccomp",
+		"landlock_restrict_self", "pidfd_open", "close_range", "rseq", "memfd_create",
+		"getdents64", "clock_nanosleep", "faccessat2", "futex_waitv",
+	};
+	size_t i, bad;
+
+	bad = 0;
+	for (i = 0; i < ARRAY_SIZE(eperm); i++)
+		if (ev(&prog, eperm[i], 0, 0) != RET_EPERM) {
+			printf("# %s not EPERM\n", eperm[i]);
+			bad++;
+		}
+	ok(bad == 0, "namespace, mount, tracing, kernel-surface and host-wide syscalls: EPERM");
+	bad = 0;
+	for (i = 0; i < ARRAY_SIZE(allow); i++)
+		if (ev(&prog, allow[i], 0, 0) != SECCOMP_RET_ALLOW) {
+			printf("# %s not ALLOW\n", allow[i]);
+			bad++;
+		}
+	ok(bad == 0, "what CPython and the shell need: ALLOW");
+
+	/* clone */
+	ok(ev(&prog, "clone", CLONE_NEWUSER | SIGCHLD, 0) == RET_EPERM, "clone(CLONE_NEWUSER): EPERM");
+	ok(ev(&prog, "clone", CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+				      CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID |
+				      CLONE_CHILD_CLEARTID, 0) == SECCOMP_RET_ALLOW,
+	   "clone(thread flags): ALLOW");
+	ok(ev(&prog, "clone", CLONE_VM | CLONE_VFORK | SIGCHLD, 0) == SECCOMP_RET_ALLOW,
+	   "clone(CLONE_VFORK, posix_spawn): ALLOW");
+	ok(ev(&prog, "clone", SIGCHLD, 0) == SECCOMP_RET_ALLOW, "clone(SIGCHLD, fork): ALLOW");
+	{
+		static const uint64_t ns[] = { CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER,
+					       CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP, 0x80 };
+
+		bad = 0;
+		for (i = 0; i < ARRAY_SIZE(ns); i++) {
+			if (ev(&prog, "clone", ns[i] | SIGCHLD, 0) != RET_EPERM)
+				bad++;
+			if (ev(&prog, "clone", ns[i] | CLONE_VM | 0xffffffff00000000ULL, 0) != RET_EPERM)
+				bad++;
+			if (ev(&prog, "clone", (ns[i] | CLONE_NEWUSER | CLONE_NEWNS) | SIGCHLD, 0) !=
+			    RET_EPERM)
+				bad++;
+		}
+		ok(bad == 0, "clone with any CLONE_NEW* flag (alone, combined, high bits set): EPERM");
+	}
+	ok(ev(&prog, "clone", SIGCHLD | 0xffffffff00000000ULL, 0) == SECCOMP_RET_ALLOW,
+	   "clone ignores the upper 32 bits like the kernel does");
+	ok(ev(&prog, "clone3", 0, 0) == RET_ENOSYS, "clone3: ENOSYS (glibc falls back to clone)");
+	ok(ev(&prog, "io_uring_setup", 0, 0) == RET_ENOSYS && ev(&prog, "io_uring_enter", 0, 0) == RET_ENOSYS &&
+		   ev(&prog, "io_uring_register", 0, 0) == RET_ENOSYS,
+	   "io_uring_*: ENOSYS");
+	ok(eval_arch(&prog, AUDIT_ARCH_X86_64, 999, 0, 0) == RET_ENOSYS, "unknown nr 999: ENOSYS");
+
+	/* ioctl, CVE-2017-5226 and CVE-2019-10063 */
+	ok(ev(&prog, "ioctl", 0, TIOCSTI) == RET_EPERM, "ioctl(TIOCSTI): EPERM");
+	ok(ev(&prog, "ioctl", 0, 0xffffffff00005412ULL) == RET_EPERM, "ioctl(0xffffffff00005412): EPERM");
+	ok(ev(&prog, "ioctl", 0, 0x100005412ULL) == RET_EPERM, "ioctl(TIOCSTI | 1 << 32): EPERM");
+	ok(ev(&prog, "ioctl", 0, TIOCLINUX) == RET_EPERM &&
+		   ev(&prog, "ioctl", 0, 0xdead00000000ULL | TIOCLINUX) == RET_EPERM,
+	   "ioctl(TIOCLINUX), also with high bits: EPERM");
+	ok(ev(&prog, "ioctl", 1, TCGETS) == SECCOMP_RET_ALLOW, "ioctl(TCGETS): ALLOW");
+	ok(ev(&prog, "ioctl", 1, 0xffffffff00000000ULL | TCGETS) == SECCOMP_RET_ALLOW,
+	   "ioctl(TCGETS with high bits): ALLOW");
+	bad = 0;
+	for (uint64_t cmd = 0; cmd < 0x10000; cmd++) {
+		uint32_t want = (cmd == TIOCSTI || cmd == TIOCLINUX) ? RET_EPERM : SECCOMP_RET_ALLOW;
+
+		if (ev(&prog, "ioctl", 3, cmd) != want || ev(&prog, "ioctl", 3, cmd | (cmd << 40)) != want)
+			bad++;
+	}
+	{
+		/* A cheap LCG over the whole 64-bit range. */
+		uint64_t x = 0x9e3779b97f4a7c15ULL;
+
+		for (i = 0; i < 200000; i++) {
+			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+			uint32_t lo = (uint32_t)x;
+			uint32_t want = (lo == TIOCSTI || lo == TIOCLINUX) ? RET_EPERM : SECCOMP_RET_ALLOW;
+
+			if (ev(&prog, "ioctl", 3, x) != want)
+				bad++;
+		}
+	}
+	ok(bad == 0, "ioctl sweep (all 16-bit cmds, random 64-bit values): only TIOCSTI/TIOCLINUX denied");
+
+	/* personality */
+	ok(ev(&prog, "personality", 0xffffffff, 0) == SECCOMP_RET_ALLOW, "personality(query): ALLOW");
+	ok(ev(&prog, "personality", 0, 0) == SECCOMP_RET_ALLOW, "personality(PER_LINUX): ALLOW");
+	ok(ev(&prog, "personality", 0x0040000, 0) == RET_ENOSYS, "personality(ADDR_NO_RANDOMIZE): denied");
+
+	/* Foreign ABIs */
+	ok(eval_arch(&prog, AUDIT_ARCH_I386, 20 /* getpid */, 0, 0) == SECCOMP_RET_KILL_PROCESS,
+	   "i386 getpid: KILL_PROCESS");
+	ok(eval_arch(&prog, AUDIT_ARCH_X86_64, X32_BIT | 39 /* getpid */, 0, 0) == SECCOMP_RET_KILL_PROCESS,
+	   "x32 getpid (nr | 0x40000000): KILL_PROCESS");
+	ok(eval_arch(&prog, AUDIT_ARCH_X86_64, X32_BIT | 512, 0, 0) == SECCOMP_RET_KILL_PROCESS,
+	   "x32 rt_sigaction (512): KILL_PROCESS");
+	ok(eval_arch(&prog, AUDIT_ARCH_X86_64, -1, 0, 0) == SECCOMP_RET_KILL_PROCESS ||
+		   eval_arch(&prog, AUDIT_ARCH_X86_64, -1, 0, 0) == RET_ENOSYS,
+	   "nr -1 is not allowed");
+	ok(eval_arch(&prog, AUDIT_ARCH_AARCH64, 172, 0, 0) == SECCOMP_RET_KILL_PROCESS,
+	   "aarch64: KILL_PROCESS");
+}
+
+static void test_log_mode(void)
+{
+	ok(ev(&logprog, "mount", 0, 0) == SECCOMP_RET_LOG, "log: mount -> LOG");
+	ok(eval_arch(&logprog, AUDIT_ARCH_X86_64, 999, 0, 0) == SECCOMP_RET_LOG, "log: unknown nr -> LOG");
+	ok(ev(&logprog, "clone", CLONE_NEWUSER, 0) == SECCOMP_RET_LOG, "log: clone(CLONE_NEWUSER) -> LOG");
+	ok(ev(&logprog, "ioctl", 0, TIOCSTI) == SECCOMP_RET_LOG, "log: ioctl(TIOCSTI) -> LOG");
+	ok(ev(&logprog, "clone3", 0, 0) == RET_ENOSYS, "log: clone3 stays ENOSYS");
+	ok(ev(&logprog, "read", 0, 0) == SECCOMP_RET_ALLOW, "log: read -> ALLOW");
+	ok(eval_arch(&logprog, AUDIT_ARCH_I386, 20, 0, 0) == SECCOMP_RET_KILL_PROCESS,
+	   "log: i386 still KILL_PROCESS");
+	ok(eval_arch(&logprog, AUDIT_ARCH_X86_64, X32_BIT | 39, 0, 0) == SECCOMP_RET_KILL_PROCESS,
+	   "log: x32 still KILL_PROCESS");
+}
+
+static void test_evaluator(void)
+{
+	struct sock_filter bad_load[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, sizeof(struct seccomp_data)),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_filter no_ret[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0),
+	};
+	struct sock_filter jump_out[] = {
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 5, 5),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_filter alu[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1]) + 4),
+		BPF_STMT(BPF_ALU | BPF_ADD | BPF_K, 1),
+		BPF_STMT(BPF_MISC | BPF_TAX, 0),
+		BPF_STMT(BPF_LD | BPF_IMM, 0x50000),
+		BPF_STMT(BPF_ALU | BPF_OR | BPF_X, 0),
+		BPF_STMT(BPF_RET | BPF_A, 0),
+	};
+	struct seccomp_prog p1 = { bad_load, ARRAY_SIZE(bad_load) };
+	struct seccomp_prog p2 = { no_ret, ARRAY_SIZE(no_ret) };
+	struct seccomp_prog p3 = { jump_out, ARRAY_SIZE(jump_out) };
+	struct seccomp_prog p4 = { alu, ARRAY_SIZE(alu) };
+	struct seccomp_data d;
+
+	memset(&d, 0, sizeof(d));
+	d.args[1] = 6ULL << 32;
+	ok(seccomp_prog_eval(&p1, &d) == SECCOMP_RET_KILL_PROCESS, "eval: load past seccomp_data kills");
+	ok(seccomp_prog_eval(&p2, &d) == SECCOMP_RET_KILL_PROCESS, "eval: no return kills");
+	ok(seccomp_prog_eval(&p3, &d) == SECCOMP_RET_KILL_PROCESS, "eval: jump past the end kills");
+	ok(seccomp_prog_eval(&p4, &d) == (SECCOMP_RET_ERRNO | 7), "eval: high word of args[1], ALU, TAX, RET A");
+}
+
+/* Live: load the filter in a child and check what the kernel does. */
+static int live_child(void)
+{
+	struct nsbox_err err;
+	int fail = 0;
+
+	if (seccomp_apply(&prog, &err) < 0) {
+		fprintf(stderr, "# %s\n", err.msg);
+		_exit(100);
+	}
+	if (getpid() <= 0)
+		fail |= 1;
+	errno = 0;
+	if (unshare(CLONE_NEWUSER) != -1 || errno != EPERM)
+		fail |= 2;
+	errno = 0;
+	if (syscall(SYS_clone3, NULL, 0) != -1 || errno != ENOSYS)
+		fail |= 4;
+	errno = 0;
+	if (syscall(999) != -1 || errno != ENOSYS)
+		fail |= 8;
+	errno = 0;
+	if (syscall(SYS_ioctl, 0, 0xffffffff00005412ULL, "x") != -1 || errno != EPERM)
+		fail |= 16;
+	errno = 0;
+	if (syscall(SYS_mount, "none", "/mnt", "tmpfs", 0, NULL) != -1 || errno != EPERM)
+		fail |= 32;
+	/* Threads and fork still work. */
+	{
+		pid_t pid = fork();
+		int st;
+
+		if (pid == 0)
+			_exit(7);
+		if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 7)
+			fail |= 64;
+	}
+	_exit(fail);
+}
+
+static void test_live(void)
+{
+	int st = 0;
+	bool reaped;
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0)
+		live_child();
+	/* ok() evaluates its condition twice: no side effects inside. */
+	reaped = pid > 0 && waitpid(pid, &st, 0) == pid;
+	ok(reaped, "live: child ran");
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "live: getpid works, unshare(CLONE_NEWUSER) EPERM, clone3 ENOSYS, nr 999 ENOSYS, "
+	   "ioctl(TIOCSTI|high bits) EPERM, mount EPERM, fork works (status %#x)",
+	   st);
+
+	/* x32 from the native ABI: the process dies with SIGSYS. */
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		struct nsbox_err err;
+
+		if (seccomp_apply(&prog, &err) < 0)
+			_exit(100);
+		syscall(X32_BIT | 39);
+		_exit(0);
+	}
+	reaped = pid > 0 && waitpid(pid, &st, 0) == pid;
+	ok(reaped && WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS,
+	   "live: an x32 syscall kills the process with SIGSYS (status %#x)", st);
+}
+
+int main(void)
+{
+	struct nsbox_policy p;
+	struct nsbox_err err;
+	struct timespec t0, t1;
+	int r;
+
+	memset(&p, 0, sizeof(p));
+	memset(&err, 0, sizeof(err));
+	r = policy_init_builtin(&p, "default", &err);
+	ok(r == 0, "default policy loads");
+	ok(p.seccomp == SECCOMP_ENFORCE, "default policy enforces seccomp");
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = seccomp_prog_build(&p, &prog, &err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("# build took %lld us (%u instructions)\n",
+	       (long long)((t1.tv_sec - t0.tv_sec) * 1000000LL + (t1.tv_nsec - t0.tv_nsec) / 1000),
+	       prog.len);
+	ok(r == 0, "seccomp_prog_build(default) %s", r ? err.msg : "");
+	if (r) {
+		policy_free(&p);
+		tap_done();
+	}
+
+	p.seccomp = SECCOMP_LOG;
+	r = seccomp_prog_build(&p, &logprog, &err);
+	ok(r == 0, "seccomp_prog_build(log) %s", r ? err.msg : "");
+	if (r) {
+		seccomp_prog_free(&prog);
+		policy_free(&p);
+		tap_done();
+	}
+
+	test_table(&prog, false);
+	test_table(&logprog, true);
+	test_cases();
+	test_log_mode();
+	test_evaluator();
+	test_live();
+
+	seccomp_prog_free(&prog);
+	seccomp_prog_free(&logprog);
+	seccomp_prog_free(NULL);
+	ok(prog.insns == NULL && prog.len == 0, "seccomp_prog_free zeroes the prog");
+	policy_free(&p);
+	tap_done();
+}
