@@ -1,0 +1,201 @@
+/* libnsbox: run Python in kernel-isolated sandboxes from a C program.
+ *
+ * A session is one sandbox running an embedded CPython whose globals
+ * persist across calls.  Host tools registered on a session appear inside
+ * as Python functions; when sandboxed code calls one, the callback runs on
+ * the thread that called nsbox_exec() and its JSON result goes back in.
+ *
+ * Conventions (every function):
+ * - Functions returning int return 0 on success or a negative errno value
+ *   (-EINVAL, -ENOMEM, ...) on failure; see libnsbox(3), RETURN VALUE and
+ *   ERRORS.  When err is not NULL and the call fails, *err receives a new
+ *   error object (code and message naming what and where) that the caller
+ *   frees with nsbox_error_free(); on success *err is left untouched.
+ * - Outputs are written only on success.  Destructors accept NULL.
+ * - Strings returned as `char *` are malloc'ed and freed with nsbox_free();
+ *   `const char *` results are borrowed from the object they came from.
+ * - Options structs start with struct_size (set it to sizeof the struct you
+ *   compiled against) so they can grow without breaking callers.
+ * - Thread-safety: a session is used by one thread at a time; different
+ *   sessions may be used from different threads at once.  nsbox_cancel()
+ *   may be called from any thread.  Policies are not shared between threads
+ *   while being modified.
+ * - The calling process never clones or unshares: sandboxes are created by
+ *   a helper process that the library starts, so a multithreaded host is
+ *   safe.
+ */
+#ifndef NSBOX_H
+#define NSBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define NSBOX_API __attribute__((visibility("default")))
+
+typedef struct nsbox_policy_handle nsbox_policy_t;
+typedef struct nsbox_sess nsbox_session_t;
+typedef struct nsbox_result nsbox_result_t;
+typedef struct nsbox_error nsbox_error_t;
+
+/* ---- errors ----------------------------------------------------------- */
+
+/* The negative errno the failing call returned (e.g. -EINVAL). */
+NSBOX_API int nsbox_error_code(const nsbox_error_t *err);
+/* What failed and where.  Borrowed from err; never NULL. */
+NSBOX_API const char *nsbox_error_message(const nsbox_error_t *err);
+NSBOX_API void nsbox_error_free(nsbox_error_t *err);
+/* Free a string returned by libnsbox. */
+NSBOX_API void nsbox_free(void *p);
+/* Library version, e.g. "0.1.0".  Static. */
+NSBOX_API const char *nsbox_version(void);
+
+/* ---- policies --------------------------------------------------------- */
+
+/* A built-in policy name ("default", "strict", "permissive"), a policy
+ * file path (nsbox-policy(5)), or NULL for "default".  *out is owned by
+ * the caller (nsbox_policy_free).  Errors: -ENOENT no such policy, -EINVAL
+ * a bad file (message "file:line: ..."), -ENOMEM. */
+NSBOX_API int nsbox_policy_new(const char *name_or_file, nsbox_policy_t **out, nsbox_error_t **err);
+NSBOX_API void nsbox_policy_free(nsbox_policy_t *p);
+/* Set any key of nsbox-policy(5), e.g. ("Limits", "Memory", "256M").
+ * Errors: -EINVAL with a message naming the key and what it accepts. */
+NSBOX_API int nsbox_policy_set(nsbox_policy_t *p, const char *section, const char *key, const char *value,
+			       nsbox_error_t **err);
+/* Typed setters for every limit and option of `nsbox run`; 0 means no
+ * limit where the policy allows it.  Errors: -EINVAL. */
+NSBOX_API int nsbox_policy_set_memory(nsbox_policy_t *p, uint64_t bytes, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_set_pids(nsbox_policy_t *p, uint64_t n, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_set_cpus(nsbox_policy_t *p, double cpus, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_set_time_limit(nsbox_policy_t *p, double seconds, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_set_tmp_size(nsbox_policy_t *p, uint64_t bytes, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_set_file_size(nsbox_policy_t *p, uint64_t bytes, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_set_open_files(nsbox_policy_t *p, uint64_t n, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_set_share_net(nsbox_policy_t *p, bool share, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_set_ids(nsbox_policy_t *p, uid_t uid, gid_t gid, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_add_bind(nsbox_policy_t *p, const char *src, const char *dst, bool writable,
+				    nsbox_error_t **err);
+NSBOX_API int nsbox_policy_set_workspace(nsbox_policy_t *p, const char *dir, nsbox_error_t **err);
+NSBOX_API int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const char *value, nsbox_error_t **err);
+/* The effective policy in the file format; nsbox_free() it.  NULL on ENOMEM. */
+NSBOX_API char *nsbox_policy_to_string(const nsbox_policy_t *p);
+
+/* ---- sessions --------------------------------------------------------- */
+
+/* Streamed output: stream 1 is stdout, 2 is stderr.  Runs on the thread
+ * that called nsbox_exec(). */
+typedef void (*nsbox_output_fn)(void *userdata, int stream, const char *data, size_t len);
+
+struct nsbox_session_opts {
+	size_t struct_size;		/* sizeof(struct nsbox_session_opts) */
+	uint64_t output_limit;		/* bytes kept per stream per exec; 0: 1 MiB */
+	unsigned max_tool_calls;	/* per exec; 0: 1000 */
+	uint64_t max_bytes;		/* bytes from the sandbox per exec; 0: 256 MiB */
+	nsbox_output_fn output;		/* may be NULL */
+	void *output_userdata;
+	bool cold;			/* start CPython afresh instead of forking the helper's template */
+};
+
+/* Create a session under policy p (copied; p may be freed afterwards).
+ * opts may be NULL.  The sandbox starts at once.  Errors: -EINVAL bad
+ * arguments, -EPERM / -ENOSYS the host can't create sandboxes (message
+ * says which step and why), -ENOMEM. */
+NSBOX_API int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *opts,
+				nsbox_session_t **out, nsbox_error_t **err);
+/* Kill the sandbox, reap it, free everything.  Accepts NULL. */
+NSBOX_API void nsbox_session_free(nsbox_session_t *s);
+
+/* A tool callback.  args_json is the call's JSON: {"args": [...],
+ * "kwargs": {...}} (borrowed, valid during the call).  On success return 0
+ * and set *result_json to a malloc'ed JSON text (NULL means None).  On
+ * failure return non-zero and set *error_message to a malloc'ed message
+ * (may stay NULL): sandboxed code sees nsbox.ToolError(message).  Invalid
+ * JSON in *result_json also becomes a ToolError.  Runs on the thread that
+ * called nsbox_exec(). */
+typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_json, char **result_json,
+			     char **error_message);
+
+/* Register a tool: name must be a Python identifier; schema_json (may be
+ * NULL) is a JSON Schema of the arguments ({"type": "object",
+ * "properties": ...}), used to generate the Python signature and
+ * docstring; description may be NULL.  Tools may be added at any time;
+ * they are visible from the next exec.  Errors: -EINVAL bad name or
+ * schema, -EEXIST name taken, -ENOTCONN the session died. */
+NSBOX_API int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const char *schema_json,
+				     const char *description, nsbox_tool_fn fn, void *userdata,
+				     nsbox_error_t **err);
+
+struct nsbox_exec_opts {
+	size_t struct_size;	/* sizeof(struct nsbox_exec_opts) */
+	double timeout;		/* seconds; 0: the policy's TimeLimit (0 there: none) */
+	bool repl;		/* return the last expression's value like a REPL */
+	const char *filename;	/* shown in tracebacks; NULL: "<exec>" */
+};
+
+enum nsbox_status {
+	NSBOX_OK = 0,			/* ran to completion */
+	NSBOX_EXCEPTION,		/* an uncaught exception: see the error accessors */
+	NSBOX_TIME_LIMIT,		/* time limit exceeded (the session may be dead) */
+	NSBOX_CANCELLED,		/* nsbox_cancel() */
+	NSBOX_MEMORY_LIMIT,		/* the memory limit killed the sandbox; dead */
+	NSBOX_CRASHED,			/* the sandbox died; dead */
+	NSBOX_PROTOCOL_ERROR,		/* the sandbox broke the protocol; dead */
+};
+
+/* Run code.  Returns 0 and a result for every outcome of running code,
+ * limit kills included (check nsbox_result_status); the result is owned by
+ * the caller (nsbox_result_free).  Errors (nothing ran): -EINVAL, -ENOTCONN
+ * the session is dead, -EBUSY the session is in use by another call. */
+NSBOX_API int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts,
+			 nsbox_result_t **out, nsbox_error_t **err);
+/* Interrupt the exec running on s (nsbox.Cancelled inside).  Any thread. */
+NSBOX_API void nsbox_cancel(nsbox_session_t *s);
+
+NSBOX_API enum nsbox_status nsbox_result_status(const nsbox_result_t *r);
+/* The value as JSON (nsbox-protocol(7) encoding), "null" when none. */
+NSBOX_API const char *nsbox_result_value(const nsbox_result_t *r);
+NSBOX_API const char *nsbox_result_stdout(const nsbox_result_t *r, size_t *len);
+NSBOX_API const char *nsbox_result_stderr(const nsbox_result_t *r, size_t *len);
+/* Exception type name ("ZeroDivisionError"), message and traceback; NULL
+ * unless the status is NSBOX_EXCEPTION.  For limit kills, message says
+ * what happened ("time limit exceeded"). */
+NSBOX_API const char *nsbox_result_error_type(const nsbox_result_t *r);
+NSBOX_API const char *nsbox_result_error_message(const nsbox_result_t *r);
+NSBOX_API const char *nsbox_result_traceback(const nsbox_result_t *r);
+/* Resource use of the exec: wall and CPU seconds, peak memory bytes, tool
+ * calls.  Any pointer may be NULL. */
+NSBOX_API void nsbox_result_usage(const nsbox_result_t *r, double *wall, double *cpu, uint64_t *peak_memory,
+				  unsigned *tool_calls);
+NSBOX_API void nsbox_result_free(nsbox_result_t *r);
+
+/* Bind a global to a JSON value / read one as JSON (nsbox_free the
+ * string).  Errors: -EINVAL bad name or JSON, -ENOENT no such global,
+ * -ENOTCONN dead session. */
+NSBOX_API int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_error_t **err);
+NSBOX_API int nsbox_get_var(nsbox_session_t *s, const char *name, char **json, nsbox_error_t **err);
+/* Clear the session's globals. */
+NSBOX_API int nsbox_reset(nsbox_session_t *s, nsbox_error_t **err);
+
+struct nsbox_session_info {
+	size_t struct_size;		/* sizeof(struct nsbox_session_info) */
+	pid_t pid;			/* host pid of the sandbox's init */
+	bool alive;
+	char cgroup[256];		/* the sandbox's cgroup ("" if none) */
+	uint64_t memory_limit;		/* bytes, 0 none */
+	uint64_t pids_limit;
+	double cpus_limit;
+	uint64_t memory_current;	/* bytes in use now (0 if unknown) */
+	uint64_t memory_peak;
+};
+/* Fill *info (set info->struct_size first).  Errors: -EINVAL. */
+NSBOX_API int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbox_error_t **err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
