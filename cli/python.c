@@ -18,7 +18,7 @@
 #include "util.h"
 
 #define MAX_TOOLS 64
-#define TOOL_OUTPUT_MAX (16u << 20)
+#define TOOL_OUTPUT_MAX (32u << 20)	/* beyond the frame cap: the session refuses it clearly */
 
 struct cli_tool {
 	const char *name;
@@ -67,6 +67,7 @@ static int run_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, j
 	char *in = call ? json_dumps(call, JSON_COMPACT) : NULL;
 	_cleanup_free_ char *out = NULL;
 	size_t out_len = 0, in_len, in_done = 0;
+	bool overflow = false;
 	int pin[2] = { -1, -1 }, pout[2] = { -1, -1 };
 	json_error_t jerr;
 	pid_t pid;
@@ -123,8 +124,10 @@ static int run_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, j
 			if (n > 0) {
 				char *nb;
 
-				if (out_len + (size_t)n > TOOL_OUTPUT_MAX)
-					continue;	/* keep draining; the result is refused below */
+				if (out_len + (size_t)n > TOOL_OUTPUT_MAX) {
+					overflow = true;	/* keep draining; refused below */
+					continue;
+				}
 				nb = realloc(out, out_len + (size_t)n + 1);
 				if (!nb)
 					continue;
@@ -142,6 +145,12 @@ static int run_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, j
 	if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
 		if (asprintf(error, "tool %s: command failed (%s %d)", name,
 			     WIFEXITED(ws) ? "exit status" : "signal", WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws)) < 0)
+			*error = NULL;
+		return -1;
+	}
+	if (overflow) {
+		if (asprintf(error, "tool %s: the command's output is too large (over %u bytes)", name,
+			     TOOL_OUTPUT_MAX) < 0)
 			*error = NULL;
 		return -1;
 	}
@@ -235,7 +244,8 @@ static int report(const struct session_result *res, bool json_mode, bool streame
 		json_t *usage = json_pack("{s:f,s:I,s:I,s:I}", "wall", res->wall, "tool_calls", (json_int_t)res->tool_calls,
 					  "bytes_in", (json_int_t)res->bytes_in, "peak_memory",
 					  (json_int_t)res->peak_memory);
-		const char *keys[] = { "stdout", "stderr", "stdout_truncated", "stderr_truncated", "exit_code" };
+		const char *keys[] = { "stdout", "stderr", "stdout_truncated", "stderr_truncated", "stdout_bytes",
+				       "stderr_bytes", "exit_code" };
 		static const char *const names[] = { "ok", "exception", "timeout", "cancelled", "memory", "crashed",
 						     "protocol" };
 
@@ -477,6 +487,9 @@ int cmd_python(int argc, char **argv)
 	o.output_limit = out_limit;
 	o.output = on_output;
 	o.warn = cli_warn;
+	/* Handshake and variable requests: generous for a cold start, but
+	 * never longer than a limit the user asked for (plus slack). */
+	o.control_timeout = p.time_limit > 0 ? (p.time_limit + 5 < 30 ? p.time_limit + 5 : 30) : 30;
 	if (session_start(&s, &o, &err) < 0) {
 		cli_print_error("python", &err);
 		json_decref(sys_argv);
@@ -493,7 +506,7 @@ int cmd_python(int argc, char **argv)
 	}
 	if (session_set_var(s, "__nsbox_argv__", sys_argv, &err) < 0) {
 		json_decref(sys_argv);
-		cli_print_error("python", &err);
+		fprintf(stderr, "nsbox python: %s\n", err.msg);
 		rc = NSBOX_EXIT_PROTOCOL;
 		goto out;
 	}
@@ -504,10 +517,13 @@ int cmd_python(int argc, char **argv)
 			.filename = "<nsbox>",
 		};
 
-		if (session_exec(s, &pre, &res, &err) < 0 || res.outcome != SESSION_OK) {
-			rc = session_alive(s) ? report(&res, json_mode, false) : NSBOX_EXIT_PROTOCOL;
-			if (!session_alive(s))
-				fprintf(stderr, "nsbox python: %s\n", res.message[0] ? res.message : err.msg);
+		if (session_exec(s, &pre, &res, &err) < 0) {
+			fprintf(stderr, "nsbox python: %s\n", err.msg);
+			rc = NSBOX_EXIT_PROTOCOL;
+			goto out;
+		}
+		if (res.outcome != SESSION_OK) {
+			rc = report(&res, json_mode, false);
 			session_result_free(&res);
 			goto out;
 		}
@@ -522,7 +538,7 @@ int cmd_python(int argc, char **argv)
 
 		if (!name || session_set_var(s, "__nsbox_module__", name, &err) < 0) {
 			json_decref(name);
-			cli_print_error("python", &err);
+			fprintf(stderr, "nsbox python: %s\n", err.msg);
 			rc = NSBOX_EXIT_PROTOCOL;
 			goto out;
 		}

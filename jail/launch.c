@@ -310,7 +310,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_GO)
 		_exit(NSBOX_EXIT_SETUP);
 
-	if (ids_switch(p->uid, p->gid, c->host_root, &e) < 0 || mount_setup(p, &e) < 0)
+	if (ids_switch(p->uid, p->gid, c->host_root, &e) < 0 || mount_setup(p, c->host_root, &e) < 0)
 		goto fail;
 	if (!p->share_net && net_setup_loopback(&e) < 0)
 		goto fail;
@@ -362,7 +362,14 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		waitpid(payload, &st, 0);
 		_exit(WIFEXITED(st) ? WEXITSTATUS(st) : NSBOX_EXIT_SETUP);
 	}
-	/* pid 1 keeps nothing it does not need either. */
+	/* pid 1 keeps nothing it does not need either: no inherited fds
+	 * (the payload has its own copies), no capabilities, the filter. */
+	if (close_fds_except(3, &c->sync_fd, 1) < 0) {
+		err_sys(&e, "close inherited fds");
+		err_step(&e, "pid1");
+		kill(payload, SIGKILL);
+		goto fail;
+	}
 	if (caps_drop_all(&e) < 0 || seccomp_apply(c->prog, &e) < 0) {
 		kill(payload, SIGKILL);
 		goto fail;
@@ -474,11 +481,8 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	 * after ATTACHED, so the payload starts inside every cgroup. */
 	if (cg && cgroup_attach(cg, pid, v2_attached, err) < 0)
 		goto fail_child;
-	if (send_msg(sv[0], SYNC_ATTACHED, 0, NULL) < 0) {
-		err_sys(err, "release the child");
-		err_step(err, "launch");
-		goto fail_child;
-	}
+	/* If this fails the child has died; its ERROR is read below. */
+	(void)send_msg(sv[0], SYNC_ATTACHED, 0, NULL);
 	int r = recv_msg(sv[0], &m);
 	if (r == 1 && m.type == SYNC_READY) {
 		/* prog is static */

@@ -272,6 +272,41 @@ static int make_system(const struct nsbox_policy *p, struct nsbox_err *err)
 	return 0;
 }
 
+/* /proc entries hidden under /dev/null, as runc masks them: keyrings of the
+ * invoking user, and kernel layout that helps exploits.  The mode-0400 ones
+ * matter when the sandbox user maps to host root (nsbox run as root). */
+static const char *const proc_masked[] = { "keys", "key-users", "timer_list", "sched_debug", "latency_stats",
+					   "timer_stats", "kcore", "sysrq-trigger" };
+static const char *const proc_masked_root[] = { "kpagecount", "kpageflags", "kpagecgroup", "slabinfo",
+						"pagetypeinfo", "vmallocinfo", "iomem", "mtrr" };
+
+static int mask_proc(bool host_root, struct nsbox_err *err)
+{
+	_cleanup_close_ int null = open_src("/dev/null", err);
+	char path[128];
+
+	if (null < 0)
+		return -1;
+	for (size_t i = 0; i < ARRAY_SIZE(proc_masked) + ARRAY_SIZE(proc_masked_root); i++) {
+		bool rootonly = i >= ARRAY_SIZE(proc_masked);
+		const char *name = rootonly ? proc_masked_root[i - ARRAY_SIZE(proc_masked)] : proc_masked[i];
+		char src[64];
+
+		if (rootonly && !host_root)
+			continue;
+		snprintf(path, sizeof(path), NEWROOT "/proc/%s", name);
+		if (access(path, F_OK) < 0)
+			continue;
+		snprintf(src, sizeof(src), "/proc/self/fd/%d", null);
+		if (mount(src, path, NULL, MS_BIND, NULL) < 0)
+			return err_sys(err, "mask /proc/%s", name);
+		if (set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false,
+			     err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max)
 {
 	size_t n = 0;
@@ -288,7 +323,7 @@ size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max
 	return n;
 }
 
-int mount_setup(const struct nsbox_policy *p, struct nsbox_err *err)
+int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *err)
 {
 	int srcfd[POLICY_MAX_MOUNTS];
 	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1;
@@ -332,6 +367,8 @@ int mount_setup(const struct nsbox_policy *p, struct nsbox_err *err)
 		err_sys(err, "mount proc");
 		goto out;
 	}
+	if (mask_proc(host_root, err) < 0)
+		goto out;
 	if (make_dev(p, err) < 0)
 		goto out;
 	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",

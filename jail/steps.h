@@ -10,8 +10,9 @@
 #include "policy.h"
 
 /* mount.c: build the minimal root on a tmpfs and pivot_root into it.
- * Leaves the cwd at /workspace (if any) or /. */
-int mount_setup(const struct nsbox_policy *p, struct nsbox_err *err);
+ * Leaves the cwd at /workspace (if any) or /.  host_root: the sandbox's
+ * user is host uid 0, so root-only /proc files are masked too. */
+int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *err);
 /* The writable paths inside the sandbox, for Landlock (static storage). */
 size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max);
 

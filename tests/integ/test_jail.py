@@ -75,6 +75,13 @@ def test_mounts(facts):
     for line in facts["mountinfo"].splitlines():
         parts = line.split()
         mounts[parts[4]] = parts[5].split(",")
+    masked = {p for p in mounts if p.startswith("/proc/")}
+    assert {"/proc/keys", "/proc/key-users"} <= masked  # masked like runc does
+    if os.geteuid() == 0:  # the sandbox user is host root: root-only files are masked too
+        assert {"/proc/kpageflags", "/proc/slabinfo", "/proc/vmallocinfo"} <= masked
+    for p in masked:
+        assert "nodev" in mounts[p] and "ro" in mounts[p], p
+        del mounts[p]
     assert set(mounts) == {"/", "/usr", "/proc", "/dev", "/dev/null", "/dev/zero", "/dev/full",
                            "/dev/random", "/dev/urandom", "/dev/shm", "/tmp", "/etc/ld.so.cache", "/etc/alternatives",
                            "/probe"}

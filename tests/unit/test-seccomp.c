@@ -125,7 +125,7 @@ static void test_cases(void)
 	static const char *const allow[] = {
 		"read", "write", "openat", "close", "newfstatat", "statx", "mmap", "mprotect",
 		"munmap", "brk", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "futex", "execve",
-		"exit_group", "wait4", "fork", "vfork", "socket", "socketpair", "connect", "epoll_wait",
+		"exit_group", "wait4", "fork", "vfork", "socketpair", "connect", "epoll_wait",
 		"getrandom", "sched_getaffinity", "get_mempolicy", "prlimit64", "prctl", "seccomp",
 		"landlock_restrict_self", "pidfd_open", "close_range", "rseq", "memfd_create",
 		"getdents64", "clock_nanosleep", "faccessat2", "futex_waitv",
@@ -146,6 +146,15 @@ static void test_cases(void)
 			bad++;
 		}
 	ok(bad == 0, "what CPython and the shell need: ALLOW");
+
+	/* socket: unix, inet, inet6 and netlink only; AF_VSOCK reaches the
+	 * hypervisor (not namespaced). */
+	ok(ev(&prog, "socket", 1, 1) == SECCOMP_RET_ALLOW && ev(&prog, "socket", 2, 1) == SECCOMP_RET_ALLOW &&
+		   ev(&prog, "socket", 10, 2) == SECCOMP_RET_ALLOW && ev(&prog, "socket", 16, 3) == SECCOMP_RET_ALLOW,
+	   "socket(AF_UNIX, AF_INET, AF_INET6, AF_NETLINK): ALLOW");
+	ok(ev(&prog, "socket", 40, 1) == RET_EPERM && ev(&prog, "socket", 17, 3) == RET_EPERM &&
+		   ev(&prog, "socket", 0x100000028ULL, 1) == RET_EPERM,
+	   "socket(AF_VSOCK, AF_PACKET, AF_VSOCK with high bits): EPERM");
 
 	/* clone */
 	ok(ev(&prog, "clone", CLONE_NEWUSER | SIGCHLD, 0) == RET_EPERM, "clone(CLONE_NEWUSER): EPERM");

@@ -1,0 +1,132 @@
+/* The host side of a Python session: a sandbox running nsbox-runner, spoken
+ * to over the runner protocol (runner/proto.h, nsbox-protocol(7)).
+ *
+ * A session persists globals across execs, dispatches the runner's tool
+ * calls to C callbacks, enforces per-exec time limits (soft: an exception
+ * inside Python; hard: the sandbox is killed) and caps (tool calls and
+ * bytes per exec), and treats every frame from inside as hostile: a
+ * malformed, oversize, unexpected or late frame ends the session with a
+ * protocol error, never a crash or a hang.
+ *
+ * Not thread-safe: one thread drives a session, except session_cancel()
+ * which may be called from any thread or a signal handler.  session_start()
+ * clones (through jail_start): call it from a single-threaded process. */
+#ifndef NSBOX_SESSION_H
+#define NSBOX_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "error.h"
+#include "jail.h"
+#include "policy.h"
+
+struct nsbox_session;
+
+/* A host tool.  On success return 0 with *value a new reference (NULL
+ * means None).  On failure return -1 with *error a malloc'd message (or
+ * NULL): the runner raises nsbox.ToolError(message).  args and kwargs are
+ * borrowed, already checked to be an array and an object. */
+typedef int (*session_tool_fn)(void *ctx, const char *name, json_t *args, json_t *kwargs, json_t **value,
+			       char **error);
+
+struct session_tool {
+	const char *name;		/* a Python identifier */
+	const char *description;	/* may be NULL */
+	json_t *schema;			/* JSON Schema of the arguments, may be NULL; borrowed */
+	session_tool_fn fn;
+	void *ctx;
+};
+
+struct session_opts {
+	const struct nsbox_policy *policy;	/* required; borrowed for the session's life */
+	const struct session_tool *tools;	/* copied at start (schema borrowed) */
+	size_t n_tools;
+	uint64_t output_limit;		/* bytes per stream per exec; 0: 1 MiB */
+	uint32_t max_frame;		/* frame payload cap; 0: NSBOX_PROTO_MAX_FRAME */
+	unsigned max_tool_calls;	/* per exec; 0: 1000 */
+	uint64_t max_bytes;		/* bytes received per exec; 0: 256 MiB */
+	double grace;			/* seconds from soft to hard deadline; 0: max(0.5, 10%) */
+	double control_timeout;		/* handshake, vars, reset; 0: 30 s */
+	/* Streamed output (stream 1 = stdout, 2 = stderr), as produced. */
+	void (*output)(void *ctx, int stream, const char *data, size_t len);
+	void *output_ctx;
+	void (*warn)(void *ctx, const char *msg);
+	void *warn_ctx;
+	const char *runner_path;	/* NULL: $NSBOX_RUNNER, next to /proc/self/exe, NSBOX_LIBEXECDIR */
+	/* TESTS ONLY: run the runner as a plain child, without any sandbox. */
+	bool unjailed;
+};
+
+struct session_exec_req {
+	const char *code;
+	const char *filename;	/* NULL: "<exec>" */
+	bool want_value;	/* return the last expression's value */
+	bool stream;		/* send output to opts.output as produced */
+	bool display;		/* REPL: print repr of the last expression's value */
+	bool check_complete;	/* REPL: answer incomplete=true instead of running unfinished code */
+	double timeout;		/* seconds; 0: the policy's TimeLimit (0 there: none) */
+};
+
+enum session_outcome {
+	SESSION_OK = 0,		/* ran to completion without an exception */
+	SESSION_EXCEPTION,	/* an uncaught exception (see result's error) */
+	SESSION_TIMEOUT,	/* time limit exceeded (dead if the hard deadline was reached) */
+	SESSION_CANCELLED,	/* session_cancel() */
+	SESSION_MEMORY,		/* memory limit exceeded (OOM kill); dead */
+	SESSION_CRASHED,	/* the runner died; dead */
+	SESSION_PROTOCOL,	/* the runner broke the protocol or a cap; dead */
+};
+
+struct session_result {
+	enum session_outcome outcome;
+	bool dead;		/* the session is gone; only session_close() remains */
+	json_t *result;		/* the RESULT message (validated), NULL if none came */
+	char message[512];	/* for outcomes other than OK/EXCEPTION: what happened */
+	int exit_code;		/* what `nsbox python` exits with for this outcome */
+	unsigned tool_calls;
+	uint64_t bytes_in;	/* frame bytes received during the exec */
+	double wall;		/* seconds, host side */
+	uint64_t peak_memory;	/* bytes, when the sandbox ended (dead) */
+};
+
+/* Start a session: find the runner, start it (in a jail built from
+ * opts->policy), handshake.  On success *out owns the session; free it
+ * with session_close().  On failure returns -1 with err and leaves
+ * nothing running. */
+int session_start(struct nsbox_session **out, const struct session_opts *opts, struct nsbox_err *err);
+
+/* Run code.  Returns 0 with *res filled for every outcome, including
+ * limit kills and protocol errors (then res->dead is set).  Returns -1
+ * with err only if nothing was run (the session was already dead, or a bad
+ * request).  Free *res with session_result_free(). */
+int session_exec(struct nsbox_session *s, const struct session_exec_req *req, struct session_result *res,
+		 struct nsbox_err *err);
+void session_result_free(struct session_result *res);
+
+/* Bind or read a global.  Values use the JSON encoding of
+ * nsbox-protocol(7).  session_get_var: *value is a new reference; a missing
+ * name is an error with code ENOENT. */
+int session_set_var(struct nsbox_session *s, const char *name, json_t *value, struct nsbox_err *err);
+int session_get_var(struct nsbox_session *s, const char *name, json_t **value, struct nsbox_err *err);
+/* Clear the session's globals (imported modules stay loaded). */
+int session_reset(struct nsbox_session *s, struct nsbox_err *err);
+/* Round trip; *rtt in seconds (may be NULL). */
+int session_ping(struct nsbox_session *s, double *rtt, struct nsbox_err *err);
+/* Ask the running exec to stop (raises nsbox.Cancelled inside).  Safe from
+ * any thread and from signal handlers; no effect between execs. */
+void session_cancel(struct nsbox_session *s);
+bool session_alive(const struct nsbox_session *s);
+/* The runner's HELLO (borrowed): version, capabilities, python, pid. */
+const json_t *session_hello(const struct nsbox_session *s);
+
+/* End the session (BYE, then kill), reap, fill *st if not NULL, free.
+ * Accepts NULL. */
+void session_close(struct nsbox_session *s, struct jail_status *st);
+
+/* The runner binary to use: a path in buf.  Returns 0 or -1 with err. */
+int session_find_runner(char *buf, size_t size, struct nsbox_err *err);
+
+#endif

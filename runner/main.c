@@ -1,0 +1,61 @@
+/* nsbox-runner: runs inside the sandbox, embeds CPython and serves the
+ * runner protocol (nsbox-protocol(7)) on the socket it inherits (fd 3 by
+ * default).  It never touches the host's terminal: setup errors go back as
+ * an ERROR frame.  Usage: nsbox-runner [--fd N] [--dist-packages] */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "proto.h"
+#include "runner.h"
+#include "util.h"
+
+static void report(int fd, const struct nsbox_err *err)
+{
+	json_t *m = json_pack("{s:s}", "message", err->msg);
+	char *s = m ? json_dumps(m, JSON_COMPACT) : NULL;
+
+	if (s)
+		proto_write_frame(fd, PROTO_ERROR, 0, s, strlen(s), NULL);
+	free(s);
+	json_decref(m);
+}
+
+int main(int argc, char **argv)
+{
+	struct nsbox_err err = { 0 };
+	bool dist = false;
+	unsigned long fd = 3;
+	int keep[1];
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--fd") && i + 1 < argc) {
+			if (parse_ulong(argv[++i], 1024, &fd) < 0)
+				return 2;
+		} else if (!strcmp(argv[i], "--dist-packages")) {
+			dist = true;
+		} else {
+			return 2;
+		}
+	}
+	if (fcntl((int)fd, F_GETFD) < 0)
+		return 2;
+	/* User code's subprocesses must not inherit the protocol socket. */
+	if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0)
+		return 2;
+	keep[0] = (int)fd;
+	close_fds_except(3, keep, 1);
+	/* A write to a closed socket is an error return, not a death. */
+	signal(SIGPIPE, SIG_IGN);
+
+	if (runner_py_init(dist, &err) < 0 || runner_py_session((int)fd, &err) < 0) {
+		report((int)fd, &err);
+		_exit(125);	/* NSBOX_EXIT_SETUP */
+	}
+	_exit(runner_py_serve());
+}

@@ -1,0 +1,564 @@
+#include "proto.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static const char *const type_names[] = {
+	[PROTO_HELLO] = "HELLO",   [PROTO_EXEC] = "EXEC",	  [PROTO_RESULT] = "RESULT",
+	[PROTO_OUTPUT] = "OUTPUT", [PROTO_CALL] = "CALL",	  [PROTO_RETURN] = "RETURN",
+	[PROTO_RAISE] = "RAISE",   [PROTO_SET_VAR] = "SET_VAR", [PROTO_GET_VAR] = "GET_VAR",
+	[PROTO_VALUE] = "VALUE",   [PROTO_RESET] = "RESET",	  [PROTO_CANCEL] = "CANCEL",
+	[PROTO_PING] = "PING",	   [PROTO_PONG] = "PONG",	  [PROTO_BYE] = "BYE",
+	[PROTO_ERROR] = "ERROR",
+};
+
+const char *proto_type_name(unsigned type)
+{
+	if (type >= 1 && type <= PROTO_TYPE_MAX)
+		return type_names[type];
+	return "?";
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+	p[2] = (uint8_t)(v >> 16);
+	p[3] = (uint8_t)(v >> 24);
+}
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | p[1] << 8);
+}
+
+void proto_hdr_encode(uint8_t out[NSBOX_PROTO_HDR_SIZE], const struct proto_hdr *h)
+{
+	put32(out, h->magic);
+	put32(out + 4, h->len);
+	put16(out + 8, h->type);
+	put16(out + 10, h->flags);
+	put32(out + 12, h->id);
+}
+
+int proto_hdr_decode(const uint8_t in[NSBOX_PROTO_HDR_SIZE], uint32_t max_len, struct proto_hdr *h,
+		     struct nsbox_err *err)
+{
+	struct proto_hdr t = {
+		.magic = get32(in),
+		.len = get32(in + 4),
+		.type = get16(in + 8),
+		.flags = get16(in + 10),
+		.id = get32(in + 12),
+	};
+
+	if (max_len == 0 || max_len > NSBOX_PROTO_MAX_FRAME)
+		max_len = NSBOX_PROTO_MAX_FRAME;
+	if (t.magic != NSBOX_PROTO_MAGIC)
+		return err_set(err, EPROTO, "bad frame magic 0x%08x", t.magic);
+	if (t.type < 1 || t.type > PROTO_TYPE_MAX)
+		return err_set(err, EPROTO, "unknown frame type %u", t.type);
+	if (t.flags != 0)
+		return err_set(err, EPROTO, "%s frame with unknown flags 0x%x", proto_type_name(t.type), t.flags);
+	if (t.len > max_len)
+		return err_set(err, EPROTO, "%s frame of %u bytes exceeds the limit of %u bytes",
+			       proto_type_name(t.type), t.len, max_len);
+	*h = t;
+	return 0;
+}
+
+int proto_encode_raw(uint16_t type, uint32_t id, const char *payload, size_t len, uint32_t max_len,
+		     char **out, size_t *out_len, struct nsbox_err *err)
+{
+	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = type, .id = id };
+	char *buf;
+
+	if (max_len == 0 || max_len > NSBOX_PROTO_MAX_FRAME)
+		max_len = NSBOX_PROTO_MAX_FRAME;
+	if (type < 1 || type > PROTO_TYPE_MAX)
+		return err_set(err, EINVAL, "cannot encode frame type %u", type);
+	if (len > max_len)
+		return err_set(err, EMSGSIZE, "%s message of %zu bytes exceeds the frame limit of %u bytes",
+			       proto_type_name(type), len, max_len);
+	h.len = (uint32_t)len;
+	buf = malloc(NSBOX_PROTO_HDR_SIZE + len);
+	if (!buf)
+		return err_set(err, ENOMEM, "frame of %zu bytes", len);
+	proto_hdr_encode((uint8_t *)buf, &h);
+	if (len)
+		memcpy(buf + NSBOX_PROTO_HDR_SIZE, payload, len);
+	*out = buf;
+	*out_len = NSBOX_PROTO_HDR_SIZE + len;
+	return 0;
+}
+
+int proto_encode(uint16_t type, uint32_t id, const json_t *msg, uint32_t max_len, char **out,
+		 size_t *out_len, struct nsbox_err *err)
+{
+	char *payload;
+	int r;
+
+	if (!json_is_object(msg))
+		return err_set(err, EINVAL, "%s message is not a JSON object", proto_type_name(type));
+	/* JSON_ENSURE_ASCII would bloat; jansson only holds valid UTF-8 strings. */
+	payload = json_dumps(msg, JSON_COMPACT);
+	if (!payload)
+		return err_set(err, ENOMEM, "cannot serialise %s message", proto_type_name(type));
+	r = proto_encode_raw(type, id, payload, strlen(payload), max_len, out, out_len, err);
+	free(payload);
+	return r;
+}
+
+int proto_write_frame(int fd, uint16_t type, uint32_t id, const char *payload, size_t len,
+		      struct nsbox_err *err)
+{
+	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = type, .id = id };
+	uint8_t hdr[NSBOX_PROTO_HDR_SIZE];
+	struct iovec iov[2];
+	size_t total, done = 0;
+
+	if (len > NSBOX_PROTO_MAX_FRAME)
+		return err_set(err, EMSGSIZE, "%s message of %zu bytes exceeds the frame limit",
+			       proto_type_name(type), len);
+	h.len = (uint32_t)len;
+	proto_hdr_encode(hdr, &h);
+	total = sizeof(hdr) + len;
+	/* One writev for small frames keeps header and payload in one segment. */
+	while (done < total) {
+		int n_iov = 0;
+		ssize_t n;
+
+		if (done < sizeof(hdr)) {
+			iov[n_iov].iov_base = hdr + done;
+			iov[n_iov++].iov_len = sizeof(hdr) - done;
+			if (len) {
+				iov[n_iov].iov_base = (void *)payload;
+				iov[n_iov++].iov_len = len;
+			}
+		} else {
+			iov[n_iov].iov_base = (void *)(payload + (done - sizeof(hdr)));
+			iov[n_iov++].iov_len = total - done;
+		}
+		n = writev(fd, iov, n_iov);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return err_sys(err, "write %s frame", proto_type_name(type));
+		}
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+void proto_reader_init(struct proto_reader *r, uint32_t max_len)
+{
+	memset(r, 0, offsetof(struct proto_reader, buf));
+	r->buf_start = r->buf_end = 0;
+	if (max_len == 0 || max_len > NSBOX_PROTO_MAX_FRAME)
+		max_len = NSBOX_PROTO_MAX_FRAME;
+	r->max_len = max_len;
+}
+
+void proto_reader_free(struct proto_reader *r)
+{
+	if (!r)
+		return;
+	free(r->payload);
+	r->payload = NULL;
+	r->hdr_have = r->pay_have = 0;
+	r->buf_start = r->buf_end = 0;
+}
+
+void proto_frame_free(struct proto_frame *f)
+{
+	if (!f)
+		return;
+	free(f->payload);
+	f->payload = NULL;
+}
+
+int proto_reader_feed(struct proto_reader *r, const void *data, size_t len, size_t *used,
+		      struct proto_frame *out, struct nsbox_err *err)
+{
+	const uint8_t *p = data;
+	size_t off = 0;
+
+	*used = 0;
+	while (off < len || (r->hdr_have == NSBOX_PROTO_HDR_SIZE && r->pay_have == r->h.len)) {
+		if (r->hdr_have < NSBOX_PROTO_HDR_SIZE) {
+			size_t n = NSBOX_PROTO_HDR_SIZE - r->hdr_have;
+
+			if (n > len - off)
+				n = len - off;
+			memcpy(r->hdr + r->hdr_have, p + off, n);
+			r->hdr_have += n;
+			off += n;
+			if (r->hdr_have < NSBOX_PROTO_HDR_SIZE)
+				break;
+			/* Size is checked before the allocation: a hostile
+			 * length never makes us allocate more than max_len. */
+			if (proto_hdr_decode(r->hdr, r->max_len, &r->h, err) < 0) {
+				*used = off;
+				return -1;
+			}
+			r->payload = malloc((size_t)r->h.len + 1);
+			if (!r->payload) {
+				*used = off;
+				return err_set(err, ENOMEM, "frame of %u bytes", r->h.len);
+			}
+			r->pay_have = 0;
+		}
+		if (r->pay_have < r->h.len) {
+			size_t n = r->h.len - r->pay_have;
+
+			if (n > len - off)
+				n = len - off;
+			memcpy(r->payload + r->pay_have, p + off, n);
+			r->pay_have += n;
+			off += n;
+			if (r->pay_have < r->h.len)
+				break;
+		}
+		r->payload[r->h.len] = '\0';
+		out->hdr = r->h;
+		out->payload = r->payload;
+		r->payload = NULL;
+		r->hdr_have = 0;
+		r->pay_have = 0;
+		*used = off;
+		return 1;
+	}
+	*used = off;
+	return 0;
+}
+
+int proto_reader_read(struct proto_reader *r, int fd, struct proto_frame *out, struct nsbox_err *err)
+{
+	for (;;) {
+		ssize_t n;
+
+		if (r->buf_start < r->buf_end) {
+			size_t used;
+			int k = proto_reader_feed(r, r->buf + r->buf_start, r->buf_end - r->buf_start, &used,
+						  out, err);
+
+			r->buf_start += used;
+			if (k != 0)
+				return k;
+		}
+		r->buf_start = r->buf_end = 0;
+		if (r->eof)
+			return err_set(err, EPIPE, "connection closed");
+		n = read(fd, r->buf, sizeof(r->buf));
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			return err_sys(err, "read frame");
+		}
+		if (n == 0) {
+			r->eof = true;
+			if (r->hdr_have || r->payload)
+				return err_set(err, EPROTO, "connection closed in the middle of a frame");
+			return err_set(err, EPIPE, "connection closed");
+		}
+		r->buf_end = (size_t)n;
+	}
+}
+
+/* ---- message schemas ---- */
+
+enum fkind {
+	F_STR = 1,
+	F_INT,
+	F_NUM,
+	F_BOOL,
+	F_ARR,
+	F_OBJ,
+	F_ANY,
+	F_OBJ_OR_NULL,
+	F_STR_ARR,	/* array of strings */
+	F_STREAM,	/* "stdout" or "stderr" */
+	F_ERROR,	/* null or {type, message, traceback: strings} */
+	F_TOOLS,	/* array of {name: identifier, description?: str, schema?: object} */
+};
+
+struct field {
+	const char *name;
+	enum fkind kind;
+	bool required;
+};
+
+struct schema {
+	unsigned dirs;	/* PROTO_TO_RUNNER | PROTO_TO_HOST */
+	struct field fields[14];
+};
+
+#define BOTH (PROTO_TO_RUNNER | PROTO_TO_HOST)
+
+static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
+	[PROTO_HELLO] = { BOTH, { { "version", F_INT, true }, { "capabilities", F_STR_ARR, true },
+				  { "tools", F_TOOLS, false }, { "limits", F_OBJ, false },
+				  { "python", F_STR, false }, { "pid", F_INT, false } } },
+	[PROTO_EXEC] = { PROTO_TO_RUNNER, { { "code", F_STR, true }, { "filename", F_STR, false },
+					    { "want_value", F_BOOL, false }, { "stream", F_BOOL, false },
+					    { "display", F_BOOL, false }, { "check_complete", F_BOOL, false },
+					    { "timeout", F_NUM, false } } },
+	[PROTO_RESULT] = { PROTO_TO_HOST, { { "error", F_ERROR, true }, { "value", F_ANY, false },
+					    { "stdout", F_STR, true }, { "stderr", F_STR, true },
+					    { "stdout_truncated", F_BOOL, false }, { "stderr_truncated", F_BOOL, false },
+					    { "stdout_bytes", F_INT, false }, { "stderr_bytes", F_INT, false },
+					    { "duration", F_NUM, false }, { "usage", F_OBJ, false },
+					    { "incomplete", F_BOOL, false }, { "exit_code", F_INT, false } } },
+	[PROTO_OUTPUT] = { PROTO_TO_HOST, { { "stream", F_STREAM, true }, { "data", F_STR, true } } },
+	[PROTO_CALL] = { PROTO_TO_HOST, { { "name", F_STR, true }, { "args", F_ARR, true },
+					  { "kwargs", F_OBJ, true } } },
+	[PROTO_RETURN] = { PROTO_TO_RUNNER, { { "value", F_ANY, true } } },
+	[PROTO_RAISE] = { PROTO_TO_RUNNER, { { "message", F_STR, true }, { "type", F_STR, false } } },
+	[PROTO_SET_VAR] = { PROTO_TO_RUNNER, { { "name", F_STR, true }, { "value", F_ANY, true } } },
+	[PROTO_GET_VAR] = { PROTO_TO_RUNNER, { { "name", F_STR, true } } },
+	[PROTO_VALUE] = { PROTO_TO_HOST, { { "value", F_ANY, false }, { "error", F_ERROR, false } } },
+	[PROTO_RESET] = { PROTO_TO_RUNNER, { { NULL } } },
+	[PROTO_CANCEL] = { PROTO_TO_RUNNER, { { "reason", F_STR, false } } },
+	[PROTO_PING] = { BOTH, { { NULL } } },
+	[PROTO_PONG] = { BOTH, { { NULL } } },
+	[PROTO_BYE] = { BOTH, { { NULL } } },
+	[PROTO_ERROR] = { BOTH, { { "message", F_STR, true } } },
+};
+
+static bool is_identifier(const char *s)
+{
+	if (!s || !*s || strlen(s) > 64)
+		return false;
+	if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
+		return false;
+	for (s++; *s; s++)
+		if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+		      *s == '_'))
+			return false;
+	return true;
+}
+
+static int check_field(const char *tname, const struct field *fd, const json_t *v, struct nsbox_err *err)
+{
+	size_t i;
+	json_t *e;
+
+	switch (fd->kind) {
+	case F_STR:
+		if (json_is_string(v))
+			return 0;
+		break;
+	case F_INT:
+		if (json_is_integer(v))
+			return 0;
+		break;
+	case F_NUM:
+		if (json_is_number(v))
+			return 0;
+		break;
+	case F_BOOL:
+		if (json_is_boolean(v))
+			return 0;
+		break;
+	case F_ARR:
+		if (json_is_array(v))
+			return 0;
+		break;
+	case F_OBJ:
+		if (json_is_object(v))
+			return 0;
+		break;
+	case F_ANY:
+		return 0;
+	case F_OBJ_OR_NULL:
+		if (json_is_object(v) || json_is_null(v))
+			return 0;
+		break;
+	case F_STR_ARR:
+		if (!json_is_array(v))
+			break;
+		json_array_foreach(v, i, e)
+			if (!json_is_string(e))
+				return err_set(err, EPROTO, "%s: %s[%zu] is not a string", tname, fd->name, i);
+		return 0;
+	case F_STREAM:
+		if (json_is_string(v) &&
+		    (!strcmp(json_string_value(v), "stdout") || !strcmp(json_string_value(v), "stderr")))
+			return 0;
+		break;
+	case F_ERROR:
+		if (json_is_null(v))
+			return 0;
+		if (!json_is_object(v))
+			break;
+		if (!json_is_string(json_object_get(v, "type")) || !json_is_string(json_object_get(v, "message")))
+			return err_set(err, EPROTO, "%s: %s needs string fields type and message", tname, fd->name);
+		e = json_object_get(v, "traceback");
+		if (e && !json_is_string(e) && !json_is_null(e))
+			return err_set(err, EPROTO, "%s: %s.traceback is not a string", tname, fd->name);
+		return 0;
+	case F_TOOLS:
+		if (!json_is_array(v))
+			break;
+		json_array_foreach(v, i, e) {
+			json_t *x;
+
+			if (!json_is_object(e) || !is_identifier(json_string_value(json_object_get(e, "name"))))
+				return err_set(err, EPROTO, "%s: tools[%zu] needs an identifier name", tname, i);
+			x = json_object_get(e, "description");
+			if (x && !json_is_string(x))
+				return err_set(err, EPROTO, "%s: tools[%zu].description is not a string", tname, i);
+			x = json_object_get(e, "schema");
+			if (x && !json_is_object(x) && !json_is_null(x))
+				return err_set(err, EPROTO, "%s: tools[%zu].schema is not an object", tname, i);
+		}
+		return 0;
+	}
+	return err_set(err, EPROTO, "%s: field %s has the wrong type", tname, fd->name);
+}
+
+int proto_msg_check(uint16_t type, enum proto_dir dir, const json_t *msg, struct nsbox_err *err)
+{
+	const struct schema *s;
+	const char *tname = proto_type_name(type);
+
+	if (type < 1 || type > PROTO_TYPE_MAX)
+		return err_set(err, EPROTO, "unknown message type %u", type);
+	s = &schemas[type];
+	if (!(s->dirs & (unsigned)dir))
+		return err_set(err, EPROTO, "%s message not allowed towards the %s", tname,
+			       dir == PROTO_TO_HOST ? "host" : "runner");
+	if (!json_is_object(msg))
+		return err_set(err, EPROTO, "%s payload is not a JSON object", tname);
+	for (const struct field *fd = s->fields; fd->name; fd++) {
+		json_t *v = json_object_get(msg, fd->name);
+
+		if (!v) {
+			if (fd->required)
+				return err_set(err, EPROTO, "%s: missing field %s", tname, fd->name);
+			continue;
+		}
+		if (check_field(tname, fd, v, err) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **out, struct nsbox_err *err)
+{
+	json_error_t jerr;
+	json_t *msg;
+
+	if (!f->payload)
+		return err_set(err, EPROTO, "%s frame without payload", proto_type_name(f->hdr.type));
+	/* Duplicate keys could make the two sides see different messages. */
+	msg = json_loadb(f->payload, f->hdr.len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!msg)
+		return err_set(err, EPROTO, "%s payload is not valid JSON: %s at byte %d",
+			       proto_type_name(f->hdr.type), jerr.text, jerr.position);
+	if (proto_msg_check(f->hdr.type, dir, msg, err) < 0) {
+		json_decref(msg);
+		return -1;
+	}
+	*out = msg;
+	return 0;
+}
+
+/* Length of the valid UTF-8 sequence at s (max n bytes): >0 valid length,
+ * 0 incomplete but could become valid with more bytes, -1 invalid. */
+static int utf8_seq(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0];
+	int need;
+	uint32_t cp;
+
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		need = 2;
+		cp = c & 0x1f;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		need = 3;
+		cp = c & 0x0f;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		need = 4;
+		cp = c & 0x07;
+	} else {
+		return -1;
+	}
+	for (int i = 1; i < need; i++) {
+		if ((size_t)i >= n)
+			return 0;
+		if ((s[i] & 0xc0) != 0x80)
+			return -1;
+		cp = cp << 6 | (s[i] & 0x3f);
+		/* Reject overlongs, surrogates and > U+10FFFF as early as the
+		 * second byte allows, so "incomplete" is never a lie. */
+		if (i == 1) {
+			if (need == 3 && c == 0xe0 && s[1] < 0xa0)
+				return -1;
+			if (need == 3 && c == 0xed && s[1] >= 0xa0)
+				return -1;
+			if (need == 4 && c == 0xf0 && s[1] < 0x90)
+				return -1;
+			if (need == 4 && c == 0xf4 && s[1] >= 0x90)
+				return -1;
+		}
+	}
+	(void)cp;
+	return need;
+}
+
+int proto_utf8_sanitize(const char *buf, size_t len, char **out, size_t *out_len, size_t *pending)
+{
+	const unsigned char *s = (const unsigned char *)buf;
+	size_t i = 0, o = 0;
+	char *res;
+
+	if (len > (SIZE_MAX - 1) / 3)
+		return -ENOMEM;
+	/* Worst case every byte becomes the 3-byte U+FFFD. */
+	res = malloc(len * 3 + 1);
+	if (!res)
+		return -ENOMEM;
+	if (pending)
+		*pending = 0;
+	while (i < len) {
+		int k = utf8_seq(s + i, len - i);
+
+		if (k > 0) {
+			memcpy(res + o, s + i, (size_t)k);
+			o += (size_t)k;
+			i += (size_t)k;
+			continue;
+		}
+		if (k == 0 && pending) {
+			*pending = len - i;
+			break;
+		}
+		memcpy(res + o, "\xef\xbf\xbd", 3);
+		o += 3;
+		i++;
+	}
+	res[o] = '\0';
+	/* Embedded NULs are valid UTF-8 and fine for json_stringn. */
+	*out = res;
+	*out_len = o;
+	return 0;
+}

@@ -1,0 +1,146 @@
+/* The runner protocol: the one wire contract between the host (lib/session.c)
+ * and the runner inside the sandbox (runner/).  Compiled into both sides.
+ * Documented in nsbox-protocol(7); keep the two in step.
+ *
+ * A frame is a 16-byte little-endian header
+ *	uint32 magic 'NSBX' (0x4e534258), uint32 len, uint16 type, uint16 flags, uint32 id
+ * followed by len bytes of payload: one JSON object (UTF-8).  len is checked
+ * against the receiver's maximum before anything is allocated.  Any malformed
+ * frame or message is a protocol error that ends the session.
+ *
+ * Pure code apart from proto_write_frame()/proto_reader_read(): no global
+ * state, no printing.  The host treats every frame from inside as hostile. */
+#ifndef NSBOX_PROTO_H
+#define NSBOX_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "error.h"
+
+#define NSBOX_PROTO_MAGIC 0x4e534258u	/* "NSBX" read as a little-endian uint32 */
+#define NSBOX_PROTO_VERSION 1
+#define NSBOX_PROTO_HDR_SIZE 16
+/* Hard cap on a frame's payload; receivers may set a lower one. */
+#define NSBOX_PROTO_MAX_FRAME (16u << 20)
+
+enum proto_type {
+	PROTO_HELLO = 1,	/* both ways: version, capabilities (host also: tools, limits) */
+	PROTO_EXEC,		/* host -> runner: code to run */
+	PROTO_RESULT,		/* runner -> host: outcome of an EXEC (same id) */
+	PROTO_OUTPUT,		/* runner -> host: streamed output chunk of an EXEC (same id) */
+	PROTO_CALL,		/* runner -> host: tool call (runner-chosen call id) */
+	PROTO_RETURN,		/* host -> runner: a tool call's value (call id) */
+	PROTO_RAISE,		/* host -> runner: a tool call's failure (call id) */
+	PROTO_SET_VAR,		/* host -> runner: bind a global */
+	PROTO_GET_VAR,		/* host -> runner: read a global */
+	PROTO_VALUE,		/* runner -> host: answer to SET_VAR/GET_VAR/RESET (same id) */
+	PROTO_RESET,		/* host -> runner: clear the session's globals */
+	PROTO_CANCEL,		/* host -> runner: interrupt the running EXEC */
+	PROTO_PING,		/* both ways: answered by PONG with the same id */
+	PROTO_PONG,
+	PROTO_BYE,		/* both ways: orderly end of the session */
+	PROTO_ERROR,		/* both ways: the sender saw a protocol error and is ending */
+	PROTO_TYPE_MAX = PROTO_ERROR,
+};
+
+/* Which way a frame travels; each type is only valid in some directions. */
+enum proto_dir {
+	PROTO_TO_RUNNER = 1,
+	PROTO_TO_HOST = 2,
+};
+
+struct proto_hdr {
+	uint32_t magic;
+	uint32_t len;
+	uint16_t type;
+	uint16_t flags;		/* must be 0 in version 1 */
+	uint32_t id;
+};
+
+/* A received frame.  payload is NUL-terminated (len + 1 bytes allocated) and
+ * owned by the frame: proto_frame_free() it. */
+struct proto_frame {
+	struct proto_hdr hdr;
+	char *payload;
+};
+
+/* Name of a type ("EXEC"), or "?" for an unknown one.  Never NULL. */
+const char *proto_type_name(unsigned type);
+
+/* Serialise a header into 16 bytes. */
+void proto_hdr_encode(uint8_t out[NSBOX_PROTO_HDR_SIZE], const struct proto_hdr *h);
+
+/* Parse and check a header: magic, flags, known type, len <= max_len.
+ * Returns 0, or -1 with err (code EPROTO) naming what is wrong. */
+int proto_hdr_decode(const uint8_t in[NSBOX_PROTO_HDR_SIZE], uint32_t max_len, struct proto_hdr *h,
+		     struct nsbox_err *err);
+
+/* Build a whole frame (header + compact JSON of msg) in a malloc'd buffer.
+ * msg must be an object.  Fails (EMSGSIZE) if the payload exceeds max_len.
+ * On success *out and *out_len own the buffer (caller frees). */
+int proto_encode(uint16_t type, uint32_t id, const json_t *msg, uint32_t max_len, char **out,
+		 size_t *out_len, struct nsbox_err *err);
+
+/* Same with an already serialised payload (not checked here). */
+int proto_encode_raw(uint16_t type, uint32_t id, const char *payload, size_t len, uint32_t max_len,
+		     char **out, size_t *out_len, struct nsbox_err *err);
+
+/* Blocking: write header + payload to fd (retrying short writes and EINTR). */
+int proto_write_frame(int fd, uint16_t type, uint32_t id, const char *payload, size_t len,
+		      struct nsbox_err *err);
+
+/* Incremental frame decoder.  Owns a read buffer and the frame being
+ * assembled.  Initialise with proto_reader_init(), release with
+ * proto_reader_free(). */
+struct proto_reader {
+	uint32_t max_len;
+	uint8_t hdr[NSBOX_PROTO_HDR_SIZE];
+	size_t hdr_have;
+	struct proto_hdr h;
+	char *payload;		/* h.len + 1 bytes once the header is complete */
+	size_t pay_have;
+	bool eof;		/* proto_reader_read saw end of file */
+	uint8_t buf[65536];	/* bytes read from the fd, not yet fed */
+	size_t buf_start, buf_end;
+};
+
+void proto_reader_init(struct proto_reader *r, uint32_t max_len);
+void proto_reader_free(struct proto_reader *r);
+
+/* Feed bytes.  Consumes bytes (reported in *used) until one frame is
+ * complete (returns 1, *out filled, ownership moves to the caller) or the
+ * data is used up (returns 0).  -1 with err (EPROTO) on a malformed or
+ * oversize header; the reader is then unusable. */
+int proto_reader_feed(struct proto_reader *r, const void *data, size_t len, size_t *used,
+		      struct proto_frame *out, struct nsbox_err *err);
+
+/* Read from fd (blocking or not) and return the next frame: 1 = *out
+ * filled, 0 = the fd would block (EAGAIN) with no complete frame yet, -1 =
+ * error with err; r->eof is set when the peer closed the connection (a
+ * frame cut short at EOF is also an error). */
+int proto_reader_read(struct proto_reader *r, int fd, struct proto_frame *out, struct nsbox_err *err);
+
+void proto_frame_free(struct proto_frame *f);
+
+/* Parse a frame's payload as a message travelling in direction dir and
+ * check its fields against the schema of its type (nsbox-protocol(7)).
+ * Returns 0 with *out a new reference to the JSON object, or -1 with err
+ * (EPROTO).  This is where hostile input is judged: keep it strict. */
+int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **out, struct nsbox_err *err);
+
+/* Check an already parsed message (used by proto_msg_parse and by senders
+ * in debug builds/tests). */
+int proto_msg_check(uint16_t type, enum proto_dir dir, const json_t *msg, struct nsbox_err *err);
+
+/* Replace invalid UTF-8 in buf[0..len) with U+FFFD into a new malloc'd,
+ * NUL-terminated string (*out, length *out_len).  An incomplete sequence at
+ * the very end is left out and its length returned in *pending (0..3) so a
+ * stream can carry it to the next chunk; pass pending == NULL to replace it
+ * too.  Returns 0 or -1 (ENOMEM). */
+int proto_utf8_sanitize(const char *buf, size_t len, char **out, size_t *out_len, size_t *pending);
+
+#endif

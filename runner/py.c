@@ -1,0 +1,151 @@
+/* CPython behind a narrow boundary: the only file that initialises the
+ * interpreter.  Isolated configuration (no PYTHON* environment, no user
+ * site, no site import, no .pyc writes, no CPython signal handlers), a
+ * fixed sys.path, and the builtin module _nsbox.  Initialisation and the
+ * per-session setup are separate so that a template can initialise once
+ * and fork sessions from it. */
+#include "runner.h"
+
+#include <signal.h>
+#include <string.h>
+
+/* Generated from runner/runner.py by the Makefile: nsbox_runner_py[]. */
+#include "runner_py.h"
+
+static PyObject *runner_mod;
+
+/* sys.path inside the sandbox, documented in nsbox-protocol(7) and
+ * nsbox(1).  The host's /usr is bound read-only, so these are Debian's. */
+static const wchar_t *const std_path[] = {
+	L"/usr/lib/python311.zip",
+	L"/usr/lib/python3.11",
+	L"/usr/lib/python3.11/lib-dynload",
+};
+static const wchar_t dist_path[] = L"/usr/lib/python3/dist-packages";
+
+/* Imported while initialising, so a template's sessions get them for free. */
+static const char *const preload[] = { "random", "json", "re", "collections", "datetime", "math" };
+
+static int status_err(PyStatus st, const char *what, struct nsbox_err *err)
+{
+	return err_set(err, 0, "%s: %s%s%s", what, st.func ? st.func : "", st.func ? ": " : "",
+		       st.err_msg ? st.err_msg : "failed");
+}
+
+static int py_err(const char *what, struct nsbox_err *err)
+{
+	PyObject *type, *value, *tb, *s = NULL;
+	const char *msg = NULL;
+
+	PyErr_Fetch(&type, &value, &tb);
+	if (value)
+		s = PyObject_Str(value);
+	if (s)
+		msg = PyUnicode_AsUTF8(s);
+	err_set(err, 0, "%s: %s: %s", what, type ? ((PyTypeObject *)type)->tp_name : "error",
+		msg ? msg : "?");
+	Py_XDECREF(s);
+	Py_XDECREF(type);
+	Py_XDECREF(value);
+	Py_XDECREF(tb);
+	PyErr_Clear();
+	return -1;
+}
+
+int runner_py_init(bool dist_packages, struct nsbox_err *err)
+{
+	PyPreConfig pre;
+	PyConfig config;
+	PyStatus st;
+	PyObject *code;
+
+	/* UTF-8 mode: the sandbox has no locale, and the C locale would
+	 * otherwise make file names ASCII. */
+	PyPreConfig_InitIsolatedConfig(&pre);
+	pre.utf8_mode = 1;
+	st = Py_PreInitialize(&pre);
+	if (PyStatus_Exception(st))
+		return status_err(st, "Python pre-initialisation", err);
+
+	if (PyImport_AppendInittab("_nsbox", runner_pymod_init) < 0)
+		return err_set(err, 0, "register module _nsbox");
+
+	PyConfig_InitIsolatedConfig(&config);
+	config.site_import = 0;
+	config.user_site_directory = 0;
+	config.write_bytecode = 0;
+	/* The runner owns signals: CANCEL's signal gets a Python handler
+	 * from runner.py; SIGINT must not become KeyboardInterrupt. */
+	config.install_signal_handlers = 0;
+	config.parse_argv = 0;
+	config.safe_path = 1;
+	config.buffered_stdio = 0;
+	/* We are exec'd from a sealed memfd: /proc/self/exe names no file, so
+	 * state where Python lives rather than letting getpath guess. */
+	st = PyConfig_SetString(&config, &config.home, L"/usr");
+	if (!PyStatus_Exception(st))
+		st = PyConfig_SetString(&config, &config.executable, L"/usr/bin/python3.11");
+	if (!PyStatus_Exception(st))
+		st = PyConfig_SetString(&config, &config.program_name, L"python3.11");
+	config.module_search_paths_set = 1;
+	for (size_t i = 0; i < sizeof(std_path) / sizeof(std_path[0]) && !PyStatus_Exception(st); i++)
+		st = PyWideStringList_Append(&config.module_search_paths, std_path[i]);
+	if (dist_packages && !PyStatus_Exception(st))
+		st = PyWideStringList_Append(&config.module_search_paths, dist_path);
+	if (PyStatus_Exception(st)) {
+		PyConfig_Clear(&config);
+		return status_err(st, "Python configuration", err);
+	}
+	st = Py_InitializeFromConfig(&config);
+	PyConfig_Clear(&config);
+	if (PyStatus_Exception(st))
+		return status_err(st, "Python initialisation", err);
+
+	code = Py_CompileString(nsbox_runner_py, "<nsbox-runner>", Py_file_input);
+	if (!code)
+		return py_err("compile runner.py", err);
+	runner_mod = PyImport_ExecCodeModule("_nsbox_runner", code);
+	Py_DECREF(code);
+	if (!runner_mod)
+		return py_err("load runner.py", err);
+	for (size_t i = 0; i < sizeof(preload) / sizeof(preload[0]); i++) {
+		PyObject *m = PyImport_ImportModule(preload[i]);
+
+		if (!m)
+			return py_err(preload[i], err);
+		Py_DECREF(m);
+	}
+	return 0;
+}
+
+int runner_py_session(int fd, struct nsbox_err *err)
+{
+	PyObject *r;
+
+	if (runner_io_start(fd, err) < 0)
+		return -1;
+	/* A forked session must not replay its template's random stream.
+	 * (The str hash seed is fixed at initialisation: PYTHONHASHSEED
+	 * cannot change after Py_Initialize.) */
+	r = PyRun_String("import random; random.seed()", Py_file_input, PyModule_GetDict(runner_mod),
+			 PyModule_GetDict(runner_mod));
+	if (!r)
+		return py_err("reseed random", err);
+	Py_DECREF(r);
+	return 0;
+}
+
+int runner_py_serve(void)
+{
+	PyObject *r = PyObject_CallMethod(runner_mod, "serve", NULL);
+	long rc;
+
+	if (!r) {
+		/* stderr is a capture pipe now: this cannot reach the host's terminal. */
+		PyErr_Print();
+		return 2;
+	}
+	rc = PyLong_Check(r) ? PyLong_AsLong(r) : 2;
+	Py_DECREF(r);
+	return (int)rc;
+}

@@ -1,0 +1,41 @@
+/* Internal interface of nsbox-runner, the program that runs inside the
+ * sandbox: main.c (arguments), py.c (CPython initialisation, the only
+ * caller of Py_InitializeFromConfig), pymod.c (the builtin module _nsbox:
+ * socket I/O threads, output capture, tool-call waits). */
+#ifndef NSBOX_RUNNER_H
+#define NSBOX_RUNNER_H
+
+#include <stdbool.h>
+
+#include "error.h"
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+/* The signal that interrupts the main thread on CANCEL (soft deadline).
+ * A Python-level handler turns it into nsbox.TimeLimitExceeded or
+ * nsbox.Cancelled; a signal (not Py_AddPendingCall) so that blocking
+ * calls such as time.sleep() are interrupted too. */
+#define RUNNER_CANCEL_SIGNAL SIGUSR1
+
+/* pymod.c */
+PyObject *runner_pymod_init(void);	/* PyInit__nsbox, registered with PyImport_AppendInittab */
+/* Per session: take over fd (the protocol socket), point fds 0/1/2 at an
+ * empty pipe and two capture pipes, start the reader and drain threads.
+ * Called after Python is initialised, in the process that will serve the
+ * session (a template forks first).  Returns 0 or -1 with err. */
+int runner_io_start(int fd, struct nsbox_err *err);
+
+/* py.c */
+/* Initialise CPython (isolated config, fixed sys.path) and load the
+ * runner's Python half.  Holds nothing from the host environment, starts
+ * no threads: a template may call it once and fork. */
+int runner_py_init(bool dist_packages, struct nsbox_err *err);
+/* Per-session setup after runner_py_init (and after a fork): I/O threads,
+ * fresh `random` state.  The str hash seed is fixed at initialisation and
+ * cannot change afterwards; a forked session shares its template's. */
+int runner_py_session(int fd, struct nsbox_err *err);
+/* Serve the protocol until BYE or end of connection; returns the exit status. */
+int runner_py_serve(void);
+
+#endif

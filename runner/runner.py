@@ -1,0 +1,527 @@
+"""nsbox runner, Python half: the serve loop, exec, values, tools.
+
+Loaded by runner/py.c from a string as module _nsbox_runner, with the
+filename "<nsbox-runner>"; frames with that filename are hidden from user
+tracebacks.  The wire contract is runner/proto.h and nsbox-protocol(7).
+Keep this file ASCII: it is embedded as a C string.
+"""
+import ast
+import codeop
+import inspect
+import io
+import json
+import keyword
+import linecache
+import signal
+import sys
+import time
+import traceback
+import types
+
+import _nsbox
+
+(HELLO, EXEC, RESULT, OUTPUT, CALL, RETURN, RAISE, SET_VAR, GET_VAR, VALUE,
+ RESET, CANCEL, PING, PONG, BYE, ERROR) = range(1, 17)
+
+RUNNER_FILE = "<nsbox-runner>"
+MAX_DEPTH = 100
+MAX_TEXT = 65536          # cap on an error message or traceback
+INT_EXACT = 2 ** 53       # beyond this, ints travel as {"$int": "..."}
+CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl"]
+
+
+class ToolError(Exception):
+    """A host tool failed; the message is the host's."""
+
+
+class TimeLimitExceeded(BaseException):
+    """The exec ran past its wall-clock limit.  A BaseException so that
+    `except Exception` does not swallow it; swallowing it anyway only
+    delays the hard kill."""
+
+
+class Cancelled(BaseException):
+    """The host cancelled the running exec."""
+
+
+for _c in (ToolError, TimeLimitExceeded, Cancelled):
+    _c.__module__ = "nsbox"
+
+nsbox = types.ModuleType("nsbox", "Inside an nsbox sandbox: host tools and the exceptions "
+                         "the sandbox raises.")
+nsbox.__path__ = []       # a package, so that "import nsbox.tools" works
+nsbox.ToolError = ToolError
+nsbox.TimeLimitExceeded = TimeLimitExceeded
+nsbox.Cancelled = Cancelled
+tools = types.ModuleType("nsbox.tools", "Host tools registered for this session.")
+nsbox.tools = tools
+sys.modules["nsbox"] = nsbox
+sys.modules["nsbox.tools"] = tools
+
+_limits = {"output": 1 << 20, "max_frame": _nsbox.MAX_FRAME}
+_tool_funcs = {}
+_main = None
+_in_user = False
+
+
+# ---- values ----
+
+def _repr(v, why=None):
+    try:
+        r = repr(v)
+    except BaseException as e:  # a hostile __repr__
+        r = "<unrepresentable: %s>" % type(e).__name__
+    if len(r) > MAX_TEXT:
+        r = r[:MAX_TEXT] + "..."
+    t = type(v)
+    d = {"$repr": _clean(r), "$type": "%s.%s" % (t.__module__, t.__qualname__)}
+    if why:
+        d["$why"] = why
+    return d
+
+
+def _clean(s):
+    """A str that encodes as UTF-8 (no lone surrogates)."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "replace").decode("utf-8")
+
+
+def encode(v, depth=0):
+    """Python value -> JSON-able value (nsbox-protocol(7), VALUES)."""
+    if v is None or v is True or v is False:
+        return v
+    if depth > MAX_DEPTH:
+        return _repr(v, "nested too deeply")
+    t = type(v)
+    if t is str:
+        try:
+            v.encode("utf-8")
+            return v
+        except UnicodeEncodeError:
+            return _repr(v, "not valid Unicode")
+    if isinstance(v, int) and not isinstance(v, bool):
+        v = int(v)
+        if -INT_EXACT <= v <= INT_EXACT:
+            return v
+        try:
+            return {"$int": str(v)}
+        except ValueError:  # beyond sys.get_int_max_str_digits()
+            return {"$int": hex(v)}
+    if isinstance(v, float):
+        v = float(v)
+        if v != v or v in (float("inf"), float("-inf")):
+            return {"$float": repr(v)}
+        return v
+    if t is list:
+        return [encode(x, depth + 1) for x in v]
+    if t is tuple:
+        return {"$tuple": [encode(x, depth + 1) for x in v]}
+    if t is dict:
+        if all(type(k) is str for k in v):
+            d = {}
+            for k, x in v.items():
+                if not isinstance(encode(k), str):
+                    return _repr(v, "key is not valid Unicode")
+                d[k] = encode(x, depth + 1)
+            if any(k.startswith("$") for k in d):
+                return {"$dict": d}
+            return d
+        return _repr(v, "dict keys are not all str")
+    return _repr(v)
+
+
+def decode(v):
+    """JSON value -> Python value (inverse of encode; $repr stays a dict)."""
+    if isinstance(v, list):
+        return [decode(x) for x in v]
+    if isinstance(v, dict):
+        if len(v) == 1:
+            (k, x), = v.items()
+            if k == "$int" and isinstance(x, str):
+                return int(x, 0)
+            if k == "$float" and isinstance(x, str):
+                return float(x)
+            if k == "$tuple" and isinstance(x, list):
+                return tuple(decode(y) for y in x)
+            if k == "$dict" and isinstance(x, dict):
+                return {a: decode(b) for a, b in x.items()}
+        return {a: decode(b) for a, b in v.items()}
+    return v
+
+
+def _dumps(obj):
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False,
+                      separators=(",", ":")).encode("utf-8", "replace")
+
+
+def send(typ, mid, obj):
+    _nsbox.send(typ, mid, _dumps(obj))
+
+
+# ---- errors ----
+
+def _hide_runner(te, seen):
+    while te is not None and id(te) not in seen:
+        seen.add(id(te))
+        te.stack = traceback.StackSummary.from_list(
+            [f for f in te.stack if f.filename != RUNNER_FILE])
+        if te.__cause__ is not None:
+            _hide_runner(te.__cause__, seen)
+        te = te.__context__
+
+
+def _cut(s):
+    s = _clean(s)
+    if len(s) > MAX_TEXT:
+        half = MAX_TEXT // 2
+        s = s[:half] + "\n[... %d characters omitted ...]\n" % (len(s) - 2 * half) + s[-half:]
+    return s
+
+
+def format_error(e):
+    t = type(e)
+    name = t.__qualname__ if t.__module__ == "builtins" else "%s.%s" % (t.__module__, t.__qualname__)
+    try:
+        te = traceback.TracebackException.from_exception(e)
+        _hide_runner(te, set())
+        tb = "".join(te.format())
+    except BaseException as e2:  # a hostile __str__ or similar
+        tb = "%s (traceback unavailable: %s)\n" % (name, type(e2).__name__)
+    try:
+        msg = str(e)
+    except BaseException:
+        msg = "<unprintable %s>" % name
+    return {"type": name, "message": _cut(msg), "traceback": _cut(tb)}
+
+
+# ---- tools ----
+
+_JSON_TYPES = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list, tuple), "object": (dict,), "null": (type(None),),
+}
+
+
+def _type_ok(value, jtype):
+    types_ = jtype if isinstance(jtype, list) else [jtype]
+    for jt in types_:
+        py = _JSON_TYPES.get(jt)
+        if py is None:
+            return True  # a type we do not know: let the host judge
+        if isinstance(value, bool) and jt in ("integer", "number"):
+            continue
+        if isinstance(value, py):
+            return True
+    return False
+
+
+def make_tool(spec):
+    name = spec["name"]
+    desc = spec.get("description") or ""
+    schema = spec.get("schema")
+    props = None
+    if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
+        props = schema["properties"]
+        if not all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) for k in props):
+            props = None
+    P = inspect.Parameter
+    if props is not None:
+        required = [r for r in (schema.get("required") or []) if r in props]
+        optional = [k for k in props if k not in required]
+        params = [P(k, P.POSITIONAL_OR_KEYWORD) for k in required]
+        params += [P(k, P.POSITIONAL_OR_KEYWORD, default=None) for k in optional]
+        if schema.get("additionalProperties", False) is not False:
+            params.append(P("kwargs", P.VAR_KEYWORD))
+    else:
+        required = []
+        params = [P("args", P.VAR_POSITIONAL), P("kwargs", P.VAR_KEYWORD)]
+    sig = inspect.Signature(params)
+
+    def tool(*args, **kwargs):
+        if props is not None:
+            try:
+                bound = sig.bind(*args, **kwargs)
+            except TypeError as e:
+                raise TypeError("%s(): %s" % (name, e)) from None
+            kw = {}
+            for k, v in bound.arguments.items():
+                if sig.parameters[k].kind is P.VAR_KEYWORD:
+                    kw.update(v)
+                else:
+                    kw[k] = v
+            for k, v in kw.items():
+                jt = props.get(k, {}).get("type") if isinstance(props.get(k), dict) else None
+                if jt is not None and not _type_ok(v, jt):
+                    raise TypeError("%s(): argument %r must be %s, not %s"
+                                    % (name, k, jt, type(v).__name__))
+            call_args = []
+        else:
+            call_args, kw = list(args), kwargs
+        payload = _dumps({"name": name, "args": [encode(a) for a in call_args],
+                          "kwargs": {k: encode(v) for k, v in kw.items()}})
+        if len(payload) > _limits["max_frame"]:
+            raise ValueError("%s(): arguments too large (%d bytes, limit %d)"
+                             % (name, len(payload), _limits["max_frame"]))
+        typ, _, answer = _nsbox.call(payload)
+        msg = json.loads(answer)
+        if typ == RETURN:
+            return decode(msg.get("value"))
+        raise ToolError(msg.get("message") or "tool %s failed" % name)
+
+    async def aio(*args, **kwargs):
+        import asyncio
+        import functools
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(tool, *args, **kwargs))
+
+    lines = [desc.strip()] if desc.strip() else []
+    if props:
+        lines.append("")
+        lines.append("Arguments:")
+        for k, p in props.items():
+            p = p if isinstance(p, dict) else {}
+            t = p.get("type", "any")
+            line = "    %s (%s%s)" % (k, "|".join(t) if isinstance(t, list) else t,
+                                     ", required" if k in required else "")
+            if p.get("description"):
+                line += ": " + str(p["description"])
+            lines.append(line)
+    tool.__name__ = tool.__qualname__ = name
+    tool.__module__ = "nsbox.tools"
+    tool.__doc__ = "\n".join(lines) or None
+    tool.__signature__ = sig
+    tool.aio = aio
+    tool.schema = schema
+    return tool
+
+
+# ---- session state ----
+
+def new_globals():
+    global _main
+    _main = types.ModuleType("__main__")
+    sys.modules["__main__"] = _main
+    g = _main.__dict__
+    g["__builtins__"] = __builtins__
+    g.update(_tool_funcs)
+    return g
+
+
+G = {}
+
+
+def _on_cancel_signal(signum, frame):
+    reason = _nsbox.take_cancel()
+    if not _in_user or not reason:
+        return
+    if reason == 1:
+        raise TimeLimitExceeded("time limit exceeded")
+    raise Cancelled("cancelled by the host")
+
+
+# ---- exec ----
+
+def _text(head, tail, total, limit):
+    h = head.decode("utf-8", "replace")
+    if total <= limit:
+        return h + tail.decode("utf-8", "replace"), False, None
+    t = tail.decode("utf-8", "replace")
+    omitted = total - len(head) - len(tail)
+    return h + "\n[... %d bytes truncated ...]\n" % omitted + t, True, t
+
+
+def do_exec(mid, msg):
+    global _in_user
+    code = msg.get("code")
+    if not isinstance(code, str):
+        raise ValueError("EXEC without code")
+    filename = msg.get("filename") or "<exec>"
+    want = bool(msg.get("want_value"))
+    display = bool(msg.get("display"))
+    if msg.get("check_complete"):
+        try:
+            complete = codeop.compile_command(code, filename, "single") is not None
+        except (SyntaxError, OverflowError, ValueError):
+            complete = True  # let the exec report the error
+        if not complete:
+            return {"error": None, "stdout": "", "stderr": "", "incomplete": True}
+    limit = _limits["output"]
+    _nsbox.exec_begin(mid, bool(msg.get("stream")), limit)
+    t0 = time.perf_counter()
+    c0 = time.process_time()
+    value, has_value, error, exit_code = None, False, None, None
+    lines = code.splitlines(True)
+    linecache.cache[filename] = (len(code), None, lines, filename)
+    try:
+        try:
+            tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST)
+            last = None
+            if (want or display) and tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            body = compile(tree, filename, "exec")
+            lastc = compile(last, filename, "eval") if last is not None else None
+            _in_user = True
+            try:
+                exec(body, G)
+                if lastc is not None:
+                    value = eval(lastc, G)
+                    has_value = True
+            finally:
+                _in_user = False
+        except SystemExit as e:
+            error = format_error(e)
+            if e.code is None:
+                exit_code = 0
+            elif isinstance(e.code, int):
+                exit_code = e.code & 0xff
+            else:
+                exit_code = 1
+                try:
+                    print(e.code, file=sys.stderr)
+                except BaseException:
+                    pass
+        except BaseException as e:
+            error = format_error(e)
+        if display and has_value and value is not None:
+            try:
+                G["_"] = value
+                print(repr(value))
+            except BaseException as e:
+                error = format_error(e)
+    finally:
+        _in_user = False
+        for f in (sys.stdout, sys.stderr):
+            try:
+                f.flush()
+            except BaseException:
+                pass
+        (oh, ot, on), (eh, et, en) = _nsbox.exec_end()
+    res = {"error": error}
+    out, out_trunc, out_tail = _text(oh, ot, on, limit)
+    err, err_trunc, err_tail = _text(eh, et, en, limit)
+    res.update(stdout=out, stderr=err, stdout_truncated=out_trunc, stderr_truncated=err_trunc,
+               stdout_bytes=on, stderr_bytes=en)
+    if out_tail is not None:
+        res["stdout_tail"] = out_tail
+    if err_tail is not None:
+        res["stderr_tail"] = err_tail
+    if exit_code is not None:
+        res["exit_code"] = exit_code
+    res["duration"] = time.perf_counter() - t0
+    res["usage"] = {"cpu": time.process_time() - c0, "max_rss": _max_rss()}
+    if want and has_value:
+        res["value"] = encode(value)
+    return res
+
+
+def do_var(typ, msg):
+    name = msg.get("name")
+    try:
+        if not isinstance(name, str):
+            raise TypeError("variable name must be a string")
+        if typ == SET_VAR:
+            G[name] = decode(msg.get("value"))
+            return {"value": None}
+        if name not in G:
+            raise NameError("name %r is not defined" % (name,))
+        return {"value": encode(G[name])}
+    except Exception as e:
+        err = format_error(e)
+        err["traceback"] = None
+        return {"error": err}
+
+
+def _max_rss():
+    try:
+        import resource
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    except Exception:
+        return 0
+
+
+def send_result(mid, res):
+    data = _dumps(res)
+    if len(data) > _limits["max_frame"] and "value" in res:
+        res["value"] = {"$repr": "<value too large to send: %d bytes>" % len(data),
+                        "$type": "builtins.object", "$why": "too large"}
+        data = _dumps(res)
+    _nsbox.send(RESULT, mid, data)
+
+
+# ---- serve ----
+
+def hello():
+    m = _nsbox.recv()
+    if m is None:
+        return False
+    typ, mid, payload = m
+    msg = json.loads(payload)
+    if typ != HELLO or not isinstance(msg, dict) or msg.get("version") != _nsbox.PROTO_VERSION:
+        send(ERROR, mid, {"message": "expected HELLO version %d" % _nsbox.PROTO_VERSION})
+        return False
+    lim = msg.get("limits") or {}
+    if isinstance(lim.get("output"), int) and lim["output"] > 0:
+        _limits["output"] = lim["output"]
+    if isinstance(lim.get("max_frame"), int) and 0 < lim["max_frame"] <= _nsbox.MAX_FRAME:
+        _limits["max_frame"] = lim["max_frame"]
+    for spec in msg.get("tools") or []:
+        f = make_tool(spec)
+        _tool_funcs[f.__name__] = f
+        setattr(tools, f.__name__, f)
+    tools.__all__ = sorted(_tool_funcs)
+    G.clear()
+    G.update(new_globals())
+    send(HELLO, mid, {"version": _nsbox.PROTO_VERSION, "capabilities": CAPABILITIES,
+                      "python": sys.version, "pid": __import__("os").getpid()})
+    return True
+
+
+def serve():
+    signal.signal(_nsbox.CANCEL_SIGNAL, _on_cancel_signal)
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+        write_through=True)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+        write_through=True)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    if not hello():
+        return 2
+    while True:
+        m = _nsbox.recv()
+        if m is None:
+            return 0
+        typ, mid, payload = m
+        try:
+            msg = json.loads(payload)
+            if not isinstance(msg, dict):
+                raise ValueError("payload is not an object")
+        except ValueError as e:
+            send(ERROR, mid, {"message": "bad %d message: %s" % (typ, e)})
+            return 2
+        try:
+            if typ == EXEC:
+                try:
+                    res = do_exec(mid, msg)
+                except BaseException as e:  # a late cancel signal, or a runner bug
+                    res = {"error": format_error(e), "stdout": "", "stderr": ""}
+                send_result(mid, res)
+            elif typ in (SET_VAR, GET_VAR):
+                send(VALUE, mid, do_var(typ, msg))
+            elif typ == RESET:
+                G.clear()
+                G.update(new_globals())
+                send(VALUE, mid, {"value": None})
+            elif typ == BYE:
+                send(BYE, mid, {})
+                return 0
+            else:
+                send(ERROR, mid, {"message": "unexpected message type %d" % typ})
+                return 2
+        except (TimeLimitExceeded, Cancelled):
+            continue
+        except OSError:
+            return 2

@@ -1,0 +1,347 @@
+"""Integration tests of `nsbox python`, the runner and the host session.
+
+Run: NSBOX_BUILD=$PWD/build /usr/bin/python3.11 -m pytest tests/integ/test_python.py
+The C session API (persistence, variables, reset, cancel, soft/hard
+deadlines, jailed and unjailed) is driven by build/tests/test-session, run
+here too.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+BUILD = os.environ.get("NSBOX_BUILD") or os.path.join(os.path.dirname(__file__), "..", "..", "build")
+NSBOX = os.path.join(BUILD, "nsbox")
+EVIL = os.path.join(BUILD, "tests", "probe", "evil-runner")
+
+
+def run(*args, stdin=None, env=None, timeout=60):
+    e = dict(os.environ)
+    e.pop("NSBOX_RUNNER", None)
+    if env:
+        e.update(env)
+    return subprocess.run([NSBOX, "python", *args], input=stdin, capture_output=True, text=True,
+                          env=e, timeout=timeout)
+
+
+def run_json(*args, **kw):
+    p = run("--json", *args, **kw)
+    try:
+        return p, json.loads(p.stdout)
+    except ValueError:
+        raise AssertionError("not JSON: rc=%d out=%r err=%r" % (p.returncode, p.stdout, p.stderr))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    for f in (NSBOX, os.path.join(BUILD, "nsbox-runner")):
+        assert os.path.exists(f), "%s missing: run make" % f
+
+
+def test_hello_world():
+    p = run("-c", "print('hello')")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "hello\n"
+
+
+def test_session_api_driver():
+    t = os.path.join(BUILD, "tests", "test-session")
+    assert os.path.exists(t), "build/tests/test-session missing"
+    p = subprocess.run([t], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "not ok" not in p.stdout
+
+
+@pytest.mark.parametrize("expr,want", [
+    ("None", None), ("True", True), ("False", False), ("42", 42), ("-7", -7),
+    ("2**53", 2 ** 53), ("2**53 + 1", {"$int": str(2 ** 53 + 1)}), ("-(10**30)", {"$int": str(-10 ** 30)}),
+    ("1.5", 1.5), ("float('nan')", {"$float": "nan"}), ("float('-inf')", {"$float": "-inf"}),
+    ("'h\u00e9llo \\u2603'", "h\u00e9llo \u2603"), ("[1, [2, 'x']]", [1, [2, "x"]]),
+    ("(1, (2,))", {"$tuple": [1, {"$tuple": [2]}]}), ("{'a': {'b': None}}", {"a": {"b": None}}),
+    ("{'$int': 1}", {"$dict": {"$int": 1}}),
+])
+def test_value_types(expr, want):
+    p, r = run_json("-c", expr)
+    assert p.returncode == 0, p.stderr
+    assert r["value"] == want
+    assert r["error"] is None
+
+
+def test_unserialisable_values_come_back_as_repr():
+    p, r = run_json("-c", "print('kept'); ({1: 2}, object, '\\ud800', {1, 2})")
+    assert p.returncode == 0
+    assert r["stdout"] == "kept\n"
+    d, cls, bad, st = r["value"]["$tuple"]
+    assert d["$type"] == "builtins.dict" and d["$repr"] == "{1: 2}"
+    assert cls["$type"] == "builtins.type" and "object" in cls["$repr"]
+    assert bad["$type"] == "builtins.str"
+    assert st == {"$repr": "{1, 2}", "$type": "builtins.set"}
+
+
+def test_deep_and_cyclic_values():
+    p, r = run_json("-c", "a = []; a.append(a); a")
+    assert p.returncode == 0
+    s = json.dumps(r["value"])
+    assert "$repr" in s
+
+
+def test_output_capture_python_and_fd_level():
+    code = ("import os, sys, subprocess\n"
+            "print('py-out'); print('py-err', file=sys.stderr)\n"
+            "os.write(1, b'fd-out\\n'); os.write(2, b'fd-err\\n')\n"
+            "subprocess.run(['/bin/sh', '-c', 'echo sub-out; echo sub-err >&2'])\n")
+    p, r = run_json("-c", code)
+    assert p.returncode == 0, r
+    assert r["stdout"] == "py-out\nfd-out\nsub-out\n"
+    assert r["stderr"] == "py-err\nfd-err\nsub-err\n"
+    assert r["stdout_truncated"] is False
+
+
+def test_output_streams_without_json():
+    p = run("-c", "import sys; print('a'); sys.stdout.flush(); print('b', file=sys.stderr)")
+    assert p.returncode == 0
+    assert p.stdout == "a\n" and p.stderr == "b\n"
+
+
+def test_output_cap_keeps_head_and_tail():
+    code = "for i in range(20000): print('line %05d' % i)"
+    p, r = run_json("--output-limit", "64K", "-c", code)
+    assert p.returncode == 0
+    out = r["stdout"]
+    assert r["stdout_truncated"] is True
+    assert out.startswith("line 00000\n")
+    assert out.endswith("line 19999\n")
+    assert "bytes truncated" in out
+    assert len(out) < 70000
+    assert r["stdout_bytes"] == 20000 * 11
+
+
+def test_output_cap_streaming_mode():
+    p = run("--output-limit", "4K", "-c", "for i in range(5000): print(i)")
+    assert p.returncode == 0
+    assert p.stdout.startswith("0\n1\n")
+    assert p.stdout.endswith("4999\n")
+    assert "truncated" in p.stdout
+    assert len(p.stdout) < 6000
+
+
+def test_output_flood_is_bounded_by_time_limit():
+    t0 = time.time()
+    p = run("--time-limit", "1", "-c", "while True: print('x' * 1000)")
+    assert p.returncode == 124
+    assert time.time() - t0 < 10
+    assert len(p.stdout) < 3 * (1 << 20)
+    assert "time limit exceeded" in p.stderr
+
+
+def test_traceback_points_at_user_lines():
+    p = run("-c", "def f():\n    raise ValueError('bad thing')\n\nf()")
+    assert p.returncode == 1
+    assert 'File "<string>", line 4, in <module>' in p.stderr
+    assert 'File "<string>", line 2, in f' in p.stderr
+    assert "raise ValueError('bad thing')" in p.stderr
+    assert "ValueError: bad thing" in p.stderr
+    assert "nsbox-runner" not in p.stderr and "runner.py" not in p.stderr
+
+
+def test_traceback_json_and_syntax_error():
+    p, r = run_json("-c", "x = (")
+    assert p.returncode == 1
+    assert r["error"]["type"] == "SyntaxError"
+    assert "<nsbox" not in r["error"]["traceback"]
+
+
+def test_file_and_stdin_and_argv(tmp_path):
+    f = tmp_path / "prog.py"
+    f.write_text("import sys\nprint(sys.argv)\n1/0\n")
+    p = run(str(f), "a", "b")
+    assert p.stdout == "[%r, 'a', 'b']\n" % str(f)
+    assert 'File "%s", line 3' % f in p.stderr
+    assert p.returncode == 1
+    p = run("-", stdin="print(6 * 7)\n")
+    assert p.stdout == "42\n" and p.returncode == 0
+
+
+def test_system_exit_status():
+    assert run("-c", "import sys; sys.exit(7)").returncode == 7
+    assert run("-c", "raise SystemExit").returncode == 0
+
+
+def test_isolated_interpreter():
+    code = ("import sys, os\n"
+            "print(sys.path)\n"
+            "print(sys.flags.isolated, sys.flags.no_user_site, sys.dont_write_bytecode)\n"
+            "print('site' in sys.modules, sorted(k for k in os.environ if k.startswith('PYTHON')))\n")
+    p = run("-c", code, env={"PYTHONPATH": "/evil", "PYTHONSTARTUP": "/evil.py"})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == "['/usr/lib/python311.zip', '/usr/lib/python3.11', '/usr/lib/python3.11/lib-dynload']"
+    assert lines[1] == "1 1 True"
+    assert lines[2] == "False []"
+
+
+def test_dist_packages_optional():
+    p = run("--dist-packages", "-c", "import sys; print(sys.path[-1])")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "/usr/lib/python3/dist-packages"
+
+
+# ---- tools ----
+
+ADD = ("/usr/bin/python3.11 -c 'import json,sys; d=json.load(sys.stdin); "
+       "print(json.dumps(sum(d[\"args\"]) + sum(d[\"kwargs\"].values())))'")
+
+
+def test_tool_success_and_module():
+    code = ("from nsbox import tools\nimport nsbox.tools\n"
+            "print(add(1, 2, c=3), tools.add(10), nsbox.tools.add is add)\n"
+            "print(add.__doc__.splitlines()[0])")
+    p = run("--tool", "add=" + ADD, "-c", code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == "6 10 True"
+
+
+def test_tool_error_and_non_json():
+    code = ("import nsbox\n"
+            "for f in (fail, junk):\n"
+            "    try:\n        f(1)\n    except nsbox.ToolError as e:\n        print(type(e).__name__, e)\n")
+    p = run("--tool", "fail=exit 3", "--tool", "junk=echo not json", "-c", code)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.splitlines()
+    assert out[0] == "ToolError tool fail: command failed (exit status 3)"
+    assert out[1].startswith("ToolError tool junk: the command's output is not JSON")
+
+
+def test_unknown_tool():
+    p = run("--tool", "add=" + ADD, "-c", "from nsbox import tools\ntools.nope(1)")
+    assert p.returncode == 1
+    assert "AttributeError" in p.stderr and "nope" in p.stderr
+    p = run("-c", "nope(1)")
+    assert "NameError" in p.stderr
+
+
+def test_concurrent_tool_calls_from_threads_and_asyncio():
+    code = ("import threading, asyncio\n"
+            "res = []\n"
+            "ts = [threading.Thread(target=lambda i=i: res.append(add(i, 1000))) for i in range(16)]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "print(sorted(res) == [i + 1000 for i in range(16)])\n"
+            "async def main():\n"
+            "    return await asyncio.gather(*(add.aio(i, i) for i in range(8)))\n"
+            "print(asyncio.run(main()))\n")
+    p = run("--tool", "add=" + ADD, "-c", code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["True", "[0, 2, 4, 6, 8, 10, 12, 14]"]
+
+
+def test_tool_huge_answer(tmp_path):
+    big = tmp_path / "big.py"
+    big.write_text("import json, sys\nn = json.load(sys.stdin)['args'][0]\nprint(json.dumps('x' * n))\n")
+    cmd = "big=/usr/bin/python3.11 %s" % big
+    code = ("import nsbox\n"
+            "print(len(big(4 * 1024 * 1024)))\n"
+            "try:\n    big(17 * 1024 * 1024)\nexcept nsbox.ToolError as e:\n    print('ToolError', e)\n")
+    p = run("--tool", cmd, "-c", code, timeout=120)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0] == str(4 * 1024 * 1024)
+    assert lines[1].startswith("ToolError") and "too large" in lines[1]
+
+
+# ---- limits ----
+
+def test_soft_time_limit_is_catchable_exception():
+    code = ("import nsbox, time\n"
+            "try:\n    time.sleep(30)\nexcept nsbox.TimeLimitExceeded:\n    print('caught')\n    raise\n")
+    t0 = time.time()
+    p = run("--time-limit", "0.5", "-c", code)
+    assert p.returncode == 124
+    assert p.stdout == "caught\n"
+    assert time.time() - t0 < 5
+
+
+def test_swallowed_timeout_still_ends_at_hard_deadline():
+    code = ("while True:\n    try:\n        while True:\n            x = 1\n"
+            "    except BaseException:\n        pass\n")
+    t0 = time.time()
+    p = run("--time-limit", "0.5", "-c", code)
+    took = time.time() - t0
+    assert p.returncode == 124
+    assert "time limit exceeded" in p.stderr and "killed" in p.stderr
+    assert took < 5
+
+
+def test_stuck_in_c_ends_at_hard_deadline():
+    # signal.pthread_sigmask blocks the cancel signal: only the kill works.
+    code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\ntime.sleep(60)\n"
+    t0 = time.time()
+    p = run("--time-limit", "0.5", "-c", code)
+    assert p.returncode == 124
+    assert time.time() - t0 < 5
+
+
+def test_memory_limit():
+    code = "x = []\nwhile True:\n    x.append(bytearray(1 << 20))\n"
+    p, r = run_json("--memory", "64M", "-c", code, timeout=60)
+    assert p.returncode == 123, r
+    assert r["outcome"] == "memory"
+    assert "memory limit exceeded" in r["message"]
+    assert r["usage"]["peak_memory"] > 32 << 20
+
+
+def test_pids_limit_contained():
+    code = ("import os\nn = 0\ntry:\n    for i in range(200):\n        if os.fork() == 0:\n"
+            "            import time; time.sleep(5); os._exit(0)\n        n += 1\nexcept OSError as e:\n"
+            "    print('fork failed after', n)\n")
+    p = run("--pids", "20", "--time-limit", "10", "-c", code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("fork failed after")
+
+
+# ---- hostile runner ----
+
+@pytest.fixture()
+def evil(tmp_path):
+    def make(mode):
+        dst = tmp_path / ("evil-runner-" + mode)
+        shutil.copy(EVIL, dst)
+        return {"NSBOX_RUNNER": str(dst)}
+    assert os.path.exists(EVIL), "build/tests/probe/evil-runner missing"
+    return make
+
+
+@pytest.mark.parametrize("mode,code,text", [
+    ("garbage", 121, "bad frame magic"),
+    ("oversize", 121, "exceeds the limit"),
+    ("wrongver", 125, "version 99"),
+    ("wrongid", 121, "unexpected RESULT"),
+    ("badjson", 121, "not valid JSON"),
+    ("unexpected", 121, "not allowed towards the host"),
+    ("flood", 121, "more OUTPUT than the output limit"),
+    ("crash", 139, "killed by signal 11"),
+    ("silent", 121, "did not answer"),
+    ("mute", 125, "did not answer the handshake"),
+    ("bigcall", 124, "time limit exceeded"),
+])
+def test_hostile_runner(evil, mode, code, text):
+    t0 = time.time()
+    p = run("--time-limit", "1", "-c", "print(1)", env=evil(mode), timeout=60)
+    assert p.returncode == code, p.stderr
+    assert text in p.stderr, p.stderr
+    assert time.time() - t0 < 15
+    assert p.stdout == ""
+
+
+# ---- CPython's own tests, inside ----
+
+def test_cpython_regression_tests_inside():
+    if not os.path.isdir("/usr/lib/python3.11/test/test_json"):
+        pytest.fail("libpython3.11-testsuite is not installed (/usr/lib/python3.11/test)")
+    p = run("-m", "test", "test_json", "test_re", "test_collections", "test_datetime", "test_decimal",
+            "test_math", timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "Tests result: SUCCESS" in p.stdout

@@ -1,0 +1,246 @@
+/* Unit tests of the runner protocol codec (runner/proto.c): headers, the
+ * incremental reader, size caps, message schemas and UTF-8 cleaning. */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "proto.h"
+#include "tap.h"
+
+/* tap.h's ok() evaluates its condition twice: evaluate once here. */
+#define CHECK(cond, ...)                 \
+	do {                             \
+		bool c_ = (cond);        \
+		ok(c_, __VA_ARGS__);     \
+	} while (0)
+
+static int feed_all(struct proto_reader *r, const char *data, size_t len, size_t step, struct proto_frame *f,
+		    struct nsbox_err *err)
+{
+	size_t off = 0;
+
+	while (off < len) {
+		size_t n = len - off < step ? len - off : step, used;
+		int k = proto_reader_feed(r, data + off, n, &used, f, err);
+
+		off += used;
+		if (k != 0)
+			return k;
+	}
+	return 0;
+}
+
+static void test_header(void)
+{
+	struct proto_hdr h = { NSBOX_PROTO_MAGIC, 5, PROTO_EXEC, 0, 0xdeadbeef }, g;
+	uint8_t b[16];
+	struct nsbox_err err = { 0 };
+
+	proto_hdr_encode(b, &h);
+	CHECK(!memcmp(b, "XBSN", 4), "magic is 'NSBX' as a little-endian uint32");
+	CHECK(b[4] == 5 && b[5] == 0 && b[8] == PROTO_EXEC && b[12] == 0xef && b[15] == 0xde, "little-endian fields");
+	CHECK(proto_hdr_decode(b, 0, &g, &err) == 0 && g.len == 5 && g.type == PROTO_EXEC && g.id == 0xdeadbeef,
+	   "header round trip");
+	b[0] ^= 1;
+	CHECK(proto_hdr_decode(b, 0, &g, &err) < 0 && err.code == EPROTO && strstr(err.msg, "magic"), "bad magic: %s",
+	   err.msg);
+	b[0] ^= 1;
+	b[8] = 0;
+	CHECK(proto_hdr_decode(b, 0, &g, &err) < 0 && strstr(err.msg, "type"), "type 0 rejected");
+	b[8] = PROTO_TYPE_MAX + 1;
+	CHECK(proto_hdr_decode(b, 0, &g, &err) < 0, "type past the last rejected");
+	b[8] = PROTO_EXEC;
+	b[10] = 1;
+	CHECK(proto_hdr_decode(b, 0, &g, &err) < 0 && strstr(err.msg, "flags"), "unknown flags rejected");
+	b[10] = 0;
+	h.len = NSBOX_PROTO_MAX_FRAME + 1;
+	proto_hdr_encode(b, &h);
+	CHECK(proto_hdr_decode(b, 0, &g, &err) < 0 && strstr(err.msg, "exceeds"), "over the hard cap rejected");
+	h.len = 1000;
+	proto_hdr_encode(b, &h);
+	CHECK(proto_hdr_decode(b, 999, &g, &err) < 0, "over a receiver's lower cap rejected");
+	CHECK(proto_hdr_decode(b, 1000, &g, &err) == 0, "exactly the cap accepted");
+	CHECK(!strcmp(proto_type_name(PROTO_CALL), "CALL") && !strcmp(proto_type_name(99), "?"), "type names");
+}
+
+static void test_reader(void)
+{
+	json_t *m = json_pack("{s:s, s:b}", "code", "print('hé')", "want_value", 1);
+	char *buf, *two;
+	size_t len;
+	struct proto_reader r;
+	struct proto_frame f = { 0 };
+	struct nsbox_err err = { 0 };
+	json_t *got = NULL;
+
+	CHECK(proto_encode(PROTO_EXEC, 7, m, 0, &buf, &len, &err) == 0, "encode EXEC");
+	proto_reader_init(&r, 0);
+	CHECK(feed_all(&r, buf, len, len, &f, &err) == 1 && f.hdr.id == 7 && f.hdr.type == PROTO_EXEC,
+	   "whole frame decodes");
+	CHECK(proto_msg_parse(&f, PROTO_TO_RUNNER, &got, &err) == 0 && json_equal(got, m), "payload round trip");
+	json_decref(got);
+	got = NULL;
+	CHECK(proto_msg_parse(&f, PROTO_TO_HOST, &got, &err) < 0 && strstr(err.msg, "not allowed"),
+	   "EXEC towards the host rejected: %s", err.msg);
+	proto_frame_free(&f);
+	CHECK(feed_all(&r, buf, len, 1, &f, &err) == 1 && f.hdr.id == 7, "byte-at-a-time decodes");
+	proto_frame_free(&f);
+
+	two = malloc(2 * len);
+	memcpy(two, buf, len);
+	memcpy(two + len, buf, len);
+	{
+		size_t used;
+
+		CHECK(proto_reader_feed(&r, two, 2 * len, &used, &f, &err) == 1 && used == len,
+		   "two frames: the first stops at its end");
+		proto_frame_free(&f);
+		CHECK(proto_reader_feed(&r, two + used, len, &used, &f, &err) == 1 && used == len, "then the second");
+		proto_frame_free(&f);
+	}
+	free(two);
+	proto_reader_free(&r);
+
+	/* Oversize header fails before any allocation of its length. */
+	proto_reader_init(&r, 64);
+	{
+		json_t *big = json_pack("{s:s}", "code",
+					"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx");
+		char *b2;
+		size_t l2;
+
+		CHECK(proto_encode(PROTO_EXEC, 1, big, 64, &b2, &l2, &err) < 0 && err.code == EMSGSIZE,
+		   "encoder refuses over its cap");
+		CHECK(proto_encode(PROTO_EXEC, 1, big, 0, &b2, &l2, &err) == 0, "encoder with default cap");
+		CHECK(feed_all(&r, b2, l2, l2, &f, &err) < 0 && r.payload == NULL && strstr(err.msg, "exceeds"),
+		   "reader with 64-byte cap refuses it, nothing allocated");
+		free(b2);
+		json_decref(big);
+	}
+	proto_reader_free(&r);
+	free(buf);
+	json_decref(m);
+}
+
+static void test_fd_reader(void)
+{
+	int sv[2];
+	struct proto_reader r;
+	struct proto_frame f = { 0 };
+	struct nsbox_err err = { 0 };
+	int k;
+
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+	CHECK(proto_write_frame(sv[0], PROTO_PING, 3, "{}", 2, &err) == 0, "write PING");
+	proto_reader_init(&r, 0);
+	CHECK(proto_reader_read(&r, sv[1], &f, &err) == 1 && f.hdr.type == PROTO_PING && !strcmp(f.payload, "{}"),
+	   "read PING");
+	proto_frame_free(&f);
+	fcntl(sv[1], F_SETFL, O_NONBLOCK);
+	CHECK(proto_reader_read(&r, sv[1], &f, &err) == 0, "nothing more: would block");
+	/* Half a frame then EOF is an error, not a hang. */
+	CHECK(write(sv[0], "XBSN\x02\0\0\0", 8) == 8, "write half a header");
+	close(sv[0]);
+	k = proto_reader_read(&r, sv[1], &f, &err);
+	CHECK(k < 0 && r.eof && err.code == EPROTO, "EOF inside a frame: %s", err.msg);
+	proto_reader_free(&r);
+	close(sv[1]);
+
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+	close(sv[0]);
+	proto_reader_init(&r, 0);
+	CHECK(proto_reader_read(&r, sv[1], &f, &err) < 0 && r.eof && err.code == EPIPE, "clean EOF: %s", err.msg);
+	proto_reader_free(&r);
+	close(sv[1]);
+}
+
+static int parse_str(uint16_t type, enum proto_dir dir, const char *s, struct nsbox_err *err)
+{
+	struct proto_frame f = { { NSBOX_PROTO_MAGIC, (uint32_t)strlen(s), type, 0, 1 }, (char *)s };
+	json_t *m = NULL;
+	int r = proto_msg_parse(&f, dir, &m, err);
+
+	json_decref(m);
+	return r;
+}
+
+static void test_schemas(void)
+{
+	struct nsbox_err err = { 0 };
+	const enum proto_dir H = PROTO_TO_HOST, R = PROTO_TO_RUNNER;
+
+	CHECK(parse_str(PROTO_HELLO, H, "{\"version\":1,\"capabilities\":[\"exec\"]}", &err) == 0, "HELLO ok");
+	CHECK(parse_str(PROTO_HELLO, H, "{\"version\":1,\"capabilities\":[1]}", &err) < 0, "capabilities of ints");
+	CHECK(parse_str(PROTO_HELLO, R,
+		     "{\"version\":1,\"capabilities\":[],\"tools\":[{\"name\":\"add\",\"schema\":{}}]}", &err) == 0,
+	   "HELLO with tools");
+	CHECK(parse_str(PROTO_HELLO, R, "{\"version\":1,\"capabilities\":[],\"tools\":[{\"name\":\"a b\"}]}", &err) < 0,
+	   "tool name must be an identifier");
+	CHECK(parse_str(PROTO_EXEC, R, "{\"code\":\"1\",\"code\":\"2\"}", &err) < 0 && strstr(err.msg, "JSON"),
+	   "duplicate keys rejected");
+	CHECK(parse_str(PROTO_EXEC, R, "{\"code\":1}", &err) < 0 && strstr(err.msg, "code"), "EXEC code not a string");
+	CHECK(parse_str(PROTO_EXEC, R, "[1]", &err) < 0, "payload not an object");
+	CHECK(parse_str(PROTO_EXEC, R, "", &err) < 0, "empty payload");
+	CHECK(parse_str(PROTO_EXEC, R, "{\"code\":\"x\"} trailing", &err) < 0, "trailing junk");
+	CHECK(parse_str(PROTO_RESULT, H, "{\"error\":null,\"stdout\":\"\",\"stderr\":\"\",\"value\":{\"$int\":\"1\"}}",
+		     &err) == 0,
+	   "RESULT ok");
+	CHECK(parse_str(PROTO_RESULT, H, "{\"error\":{\"type\":\"E\"},\"stdout\":\"\",\"stderr\":\"\"}", &err) < 0,
+	   "RESULT error without message");
+	CHECK(parse_str(PROTO_RESULT, H, "{\"stdout\":\"\",\"stderr\":\"\"}", &err) < 0, "RESULT without error");
+	CHECK(parse_str(PROTO_OUTPUT, H, "{\"stream\":\"stdin\",\"data\":\"\"}", &err) < 0, "bad stream name");
+	CHECK(parse_str(PROTO_CALL, H, "{\"name\":\"t\",\"args\":[],\"kwargs\":{}}", &err) == 0, "CALL ok");
+	CHECK(parse_str(PROTO_CALL, H, "{\"name\":\"t\",\"args\":{},\"kwargs\":{}}", &err) < 0, "CALL args not array");
+	CHECK(parse_str(PROTO_CALL, R, "{\"name\":\"t\",\"args\":[],\"kwargs\":{}}", &err) < 0, "CALL to runner");
+	CHECK(parse_str(PROTO_RETURN, R, "{}", &err) < 0, "RETURN without value");
+	CHECK(parse_str(PROTO_RETURN, R, "{\"value\":null}", &err) == 0, "RETURN null");
+	CHECK(parse_str(PROTO_PONG, H, "{}", &err) == 0, "PONG");
+	CHECK(parse_str(PROTO_ERROR, H, "{\"message\":\"x\"}", &err) == 0, "ERROR");
+	CHECK(parse_str(PROTO_RESULT, H, "{\"error\":null,\"stdout\":\"\\ud800\",\"stderr\":\"\"}", &err) < 0,
+	   "lone surrogate escape rejected");
+	CHECK(parse_str(PROTO_VALUE, H, "{\"value\":123456789012345678901234567890}", &err) < 0,
+	   "raw big integer rejected (must be {\"$int\":...})");
+	{
+		char deep[5000];
+		size_t n = 0;
+
+		for (int i = 0; i < 2400; i++)
+			deep[n++] = '[';
+		deep[n] = 0;
+		CHECK(parse_str(PROTO_RETURN, R, deep, &err) < 0, "deep nesting rejected without a crash");
+	}
+}
+
+static void test_utf8(void)
+{
+	char *o;
+	size_t n, pend;
+
+	CHECK(proto_utf8_sanitize("h\xc3\xa9llo", 6, &o, &n, &pend) == 0 && n == 6 && pend == 0 && !strcmp(o, "h\xc3\xa9llo"),
+	   "valid UTF-8 unchanged");
+	free(o);
+	CHECK(proto_utf8_sanitize("a\xffz", 3, &o, &n, NULL) == 0 && !strcmp(o, "a\xef\xbf\xbdz"), "invalid byte replaced");
+	free(o);
+	CHECK(proto_utf8_sanitize("ab\xe2\x82", 4, &o, &n, &pend) == 0 && pend == 2 && !strcmp(o, "ab"),
+	   "incomplete tail held back");
+	free(o);
+	CHECK(proto_utf8_sanitize("ab\xe2\x82", 4, &o, &n, NULL) == 0 && !strcmp(o, "ab\xef\xbf\xbd\xef\xbf\xbd"),
+	   "incomplete tail replaced without pending");
+	free(o);
+	CHECK(proto_utf8_sanitize("\xed\xa0\x80", 3, &o, &n, &pend) == 0 && pend == 0 && n == 9, "surrogate replaced");
+	free(o);
+	CHECK(proto_utf8_sanitize("\xc0\xaf", 2, &o, &n, &pend) == 0 && n == 6, "overlong replaced");
+	free(o);
+}
+
+int main(void)
+{
+	test_header();
+	test_reader();
+	test_fd_reader();
+	test_schemas();
+	test_utf8();
+	tap_done();
+}

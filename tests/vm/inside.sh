@@ -1,0 +1,550 @@
+#!/bin/sh
+# The nsbox test plan run inside the VM (pure cgroup v2, Debian's 6.1 kernel)
+# by tests/vm/init, once per role:
+#
+#   inside.sh root      uid 0 in a session leaf (/user.slice/user-0.slice/session-1.scope)
+#   inside.sh deleg     uid 1000 in /deleg.slice/session.scope, deleg.slice delegated
+#   inside.sh nodeleg   uid 1001 in /user.slice/user-1001.slice/session-2.scope, nothing delegated
+#
+# Prints TAP-like "ok N - ..." / "not ok N - ..." lines with the evidence
+# under failures, then one "NSBOX-VM-RESULT: PASS|FAIL passed/total ROLE"
+# line.  Exit status 0 only when nothing failed.  A check that can't run
+# (nsbox not built, kernel feature absent) is a SKIP with its reason; the
+# host harness treats skips as failures unless told otherwise.
+role=${1:?usage: inside.sh root|deleg|nodeleg}
+NSBOX=${NSBOX:-/usr/local/bin/nsbox}
+PY=/usr/bin/python3.11
+CG=/sys/fs/cgroup
+DELEG=$CG/deleg.slice
+T=$(mktemp -d /tmp/nsbox-vm-$role.XXXXXX) || exit 1
+trap 'rm -rf "$T"' EXIT
+cd "$T" || exit 1
+
+n=0 pass=0 fail=0 skip=0
+why=
+
+# check NAME FUNC [ARGS]: run FUNC in this shell; it returns 0 (pass),
+# 1 (fail; $why and the last nsbox output explain) or 77 (skip; $why).
+check() {
+	name=$1
+	shift
+	why=
+	: >"$T/out"
+	: >"$T/err"
+	t0=$(cut -d' ' -f1 /proc/uptime)
+	"$@"
+	r=$?
+	took=$(awk -v a="$t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN { printf "%.1f", b - a }')
+	n=$((n + 1))
+	if [ $r -eq 0 ]; then
+		pass=$((pass + 1))
+		echo "ok $n - $role: $name (${took} s)"
+	elif [ $r -eq 77 ]; then
+		skip=$((skip + 1))
+		echo "ok $n - $role: $name # SKIP $why"
+	else
+		fail=$((fail + 1))
+		echo "not ok $n - $role: $name (${took} s)"
+		[ -z "$why" ] || echo "#   $why"
+		if [ -s "$T/out" ]; then
+			echo "#   stdout:"
+			head -c 2000 "$T/out" | sed 's/^/#     /'
+		fi
+		if [ -s "$T/err" ]; then
+			echo "#   stderr:"
+			head -c 2000 "$T/err" | sed 's/^/#     /'
+		fi
+	fi
+}
+
+have_nsbox() {
+	[ -x "$NSBOX" ] && return 0
+	why="nsbox not built (no $NSBOX in the image)"
+	return 77
+}
+
+# nsbox run ARGS... with stdout/stderr in $T/out, $T/err and the status in
+# $rc.  The VM has its own time limit, but a hung sandbox must fail one
+# check, not the run: busybox timeout sends TERM, then the check fails.
+nsbox_run() {
+	timeout 60 "$NSBOX" run "$@" >"$T/out" 2>"$T/err"
+	rc=$?
+}
+
+# json FILE EXPR: evaluate a Python expression over the status object "j".
+json() {
+	$PY -c 'import json, sys
+j = json.load(open(sys.argv[1]))
+v = eval(sys.argv[2], {"j": j})
+print(str(v).lower() if isinstance(v, bool) else v)' "$1" "$2" 2>>"$T/err"
+}
+
+expect_rc() {
+	[ "$rc" -eq "$1" ] && return 0
+	why="${why:+$why; }exit status $rc, expected $1"
+	return 1
+}
+
+# ---------------------------------------------------------------- the host
+
+t_cgroup2_alone() {
+	mounts=$(awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 " " $3 }' /proc/mounts)
+	[ "$mounts" = "$CG cgroup2" ] && return 0
+	why="cgroup mounts: $(echo $mounts)"
+	return 1
+}
+
+t_controllers() {
+	c=$(cat $CG/cgroup.controllers)
+	for want in cpu memory pids io; do
+		echo " $c " | grep -q " $want " || { why="cgroup.controllers: $c (no $want)"; return 1; }
+	done
+	s=$(cat $CG/cgroup.subtree_control)
+	for want in cpu memory pids; do
+		echo " $s " | grep -q " $want " || { why="root subtree_control: $s (no $want)"; return 1; }
+	done
+}
+
+t_v2_features() {
+	# The v2 interfaces nsbox uses where present: cgroup.kill (5.14),
+	# memory.peak (5.19), memory.events (4.19).  6.1 has them all.
+	for f in cgroup.kill memory.peak memory.events memory.max pids.max cpu.max; do
+		[ -e "$CG/user.slice/$f" ] || { why="no $f in a v2 cgroup"; return 1; }
+	done
+}
+
+t_my_cgroup() {
+	mine=$(cat /proc/self/cgroup)
+	case $role in
+	root) want=0::/user.slice/user-0.slice/session-1.scope ;;
+	deleg) want=0::/deleg.slice/session.scope ;;
+	nodeleg) want=0::/user.slice/user-1001.slice/session-2.scope ;;
+	esac
+	[ "$mine" = "$want" ] || { why="/proc/self/cgroup: $mine, expected $want"; return 1; }
+}
+
+t_ids() {
+	want_uid=0
+	case $role in deleg) want_uid=1000 ;; nodeleg) want_uid=1001 ;; esac
+	got="$(id -u) $(id -g) $(id -G)"
+	[ "$got" = "$want_uid $want_uid $want_uid" ] || { why="uid gid groups: $got"; return 1; }
+	[ "$role" = root ] && return 0
+	eff=$(awk '/^CapEff/ { print $2 }' /proc/self/status)
+	[ "$eff" = 0000000000000000 ] || { why="CapEff $eff"; return 1; }
+}
+
+t_userns() {
+	max=$(cat /proc/sys/user/max_user_namespaces)
+	[ "$max" -gt 0 ] || { why="user.max_user_namespaces=$max"; return 1; }
+	if [ -e /proc/sys/kernel/unprivileged_userns_clone ]; then
+		u=$(cat /proc/sys/kernel/unprivileged_userns_clone)
+		[ "$u" = 1 ] || { why="kernel.unprivileged_userns_clone=$u"; return 1; }
+	fi
+	# And it works for this uid: map ourselves to root in a new userns.
+	got=$(unshare -r -U id -u 2>&1)
+	[ "$got" = 0 ] || { why="unshare -rU id -u: $got"; return 1; }
+}
+
+t_python() {
+	got=$($PY -c 'import json, ctypes, hashlib, sqlite3, ssl, subprocess; print(6*7)' 2>&1)
+	[ "$got" = 42 ] || { why="python3.11: $got"; return 1; }
+}
+
+# The kernel's Landlock ABI, asked directly: landlock_create_ruleset(NULL,
+# 0, LANDLOCK_CREATE_RULESET_VERSION) (landlock(7)).
+kernel_landlock_abi() {
+	$PY -c 'import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+r = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+print(r if r >= 0 else -ctypes.get_errno())'
+}
+
+t_landlock_kernel() {
+	abi=$(kernel_landlock_abi)
+	[ "$abi" -ge 1 ] 2>/dev/null || { why="landlock_create_ruleset version: $abi"; return 1; }
+	echo "# kernel Landlock ABI $abi"
+}
+
+# Delegation as the kernel sees it, before nsbox: the user can make a child
+# cgroup, enable controllers, set limits and remove it.
+t_delegation_works() {
+	d=$DELEG/vmcheck.$$
+	mkdir "$d" || { why="mkdir $d"; return 1; }
+	echo 33554432 >"$d/memory.max" && echo 8 >"$d/pids.max" && echo "50000 100000" >"$d/cpu.max"
+	r=$?
+	m=$(cat "$d/memory.max" 2>&1)
+	rmdir "$d"
+	[ $r -eq 0 ] && [ "$m" = 33554432 ] || { why="limits in a delegated child: memory.max=$m"; return 1; }
+}
+
+t_no_delegation() {
+	d=$CG/user.slice/user-1001.slice/session-2.scope/vmcheck.$$
+	if mkdir "$d" 2>/dev/null; then
+		rmdir "$d"
+		why="uid $(id -u) could create $d"
+		return 1
+	fi
+}
+
+# --------------------------------------------------------------- nsbox runs
+
+t_info() {
+	have_nsbox || return
+	timeout 30 "$NSBOX" info >"$T/info" 2>"$T/err"
+	rc=$?
+	sed 's/^/# info: /' "$T/info"
+	cp "$T/info" "$T/out"
+	expect_rc 0
+}
+
+t_info_landlock() {
+	have_nsbox || return
+	abi=$(kernel_landlock_abi)
+	timeout 30 "$NSBOX" info >"$T/out" 2>"$T/err" || { why="nsbox info failed"; return 1; }
+	line=$(grep -i landlock "$T/out" | head -1)
+	[ -n "$line" ] || { why="no Landlock line in nsbox info"; return 1; }
+	echo "$line" | grep -Eq "(abi|ABI|version)[^0-9]*$abi([^0-9]|\$)" && return 0
+	why="kernel ABI is $abi; nsbox info says: $line"
+	return 1
+}
+
+t_info_cgroup() {
+	have_nsbox || return
+	timeout 30 "$NSBOX" info >"$T/out" 2>"$T/err" || { why="nsbox info failed"; return 1; }
+	grep -iq 'cgroup.*v2' "$T/out" && return 0
+	why="nsbox info does not report cgroup v2"
+	return 1
+}
+
+t_true() {
+	have_nsbox || return
+	nsbox_run -- /bin/true
+	expect_rc 0
+}
+
+t_false() {
+	have_nsbox || return
+	nsbox_run -- /bin/sh -c 'exit 7'
+	expect_rc 7
+}
+
+t_uid() {
+	have_nsbox || return
+	nsbox_run -- id -u
+	expect_rc 0 || return 1
+	# The sandbox's default uid is 1000 whoever starts it.
+	got=$(cat "$T/out")
+	[ "$got" = 1000 ] || { why="id -u inside printed '$got', expected 1000"; return 1; }
+}
+
+t_json_basic() {
+	have_nsbox || return
+	nsbox_run --json-status "$T/st.json" -- /bin/true
+	expect_rc 0 || return 1
+	echo "# status: $(cat "$T/st.json")"
+	got=$(json "$T/st.json" '(j["exit_code"], bool(j["signal"]), j["time_limit"], j["oom_killed"],
+		all(j[k] >= 0 for k in ("peak_memory", "cpu_user", "cpu_system", "wall")))')
+	[ "$got" = "(0, False, False, False, True)" ] ||
+		{ why="exit_code, signal, time_limit, oom_killed, numbers>=0: $got"; return 1; }
+	[ "$role" = nodeleg ] && return 0
+	# Where cgroups are usable nsbox must say v2 and enforce the controllers
+	# the limits need ("enforced": {"memory": true, ...}).
+	got=$(json "$T/st.json" '(j["cgroup"]["mode"], [c for c in ("cpu", "memory", "pids")
+		if not j["cgroup"].get("enforced", {}).get(c)])')
+	[ "$got" = "('v2', [])" ] || { why="cgroup mode, controllers not enforced: $got"; return 1; }
+}
+
+t_strict_runs() {
+	have_nsbox || return
+	nsbox_run --policy strict -- /bin/true
+	expect_rc 0
+}
+
+# The project's unit tests, built on the host, run on this kernel too.
+t_unit() {
+	timeout 120 "$1" >"$T/out" 2>"$T/err"
+	rc=$?
+	expect_rc 0
+}
+
+t_memory_hog() {
+	have_nsbox || return
+	nsbox_run --memory 64M --json-status "$T/st.json" -- $PY -c 'b = bytearray(200 << 20); print(len(b))'
+	expect_rc 123 || return 1
+	# memory.events (oom_kill) says it was the limit; memory.peak of the
+	# sandbox's cgroup is at the limit, not at the 200 MiB asked for.
+	got=$(json "$T/st.json" '(j["oom_killed"], j["peak_memory"] >> 20)')
+	case $got in
+	"(True, "*)
+		mib=${got#(True, }
+		mib=${mib%)}
+		[ "$mib" -ge 16 ] && [ "$mib" -le 72 ] && return 0 ;;
+	esac
+	why="oom_killed, peak MiB: $got; expected True, 16..72"
+	return 1
+}
+
+t_memory_ok() {
+	have_nsbox || return
+	nsbox_run --memory 64M -- $PY -c 'b = bytearray(16 << 20); print(len(b))'
+	expect_rc 0 || return 1
+	[ "$(cat "$T/out")" = 16777216 ] || { why="unexpected output"; return 1; }
+}
+
+# Fork until the kernel says no; print how many children were made.
+FORKS='import os, time, errno
+n = 0
+err = "none"
+for i in range(64):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        err = errno.errorcode.get(e.errno, str(e.errno))
+        break
+    if pid == 0:
+        time.sleep(3)
+        os._exit(0)
+    n += 1
+print(n, err)
+'
+
+t_fork_bomb() {
+	have_nsbox || return
+	nsbox_run --pids 16 -- $PY -c "$FORKS"
+	expect_rc 0 || return 1
+	set -- $(cat "$T/out")
+	[ "${2:-}" = EAGAIN ] && [ "$1" -ge 1 ] && [ "$1" -lt 16 ] ||
+		{ why="forks made: ${1:-?}, failure: ${2:-?} (expected 1..15 then EAGAIN)"; return 1; }
+	# The host is fine: it still forks, and the sandbox left no processes.
+	sh -c 'exit 3'
+	[ $? -eq 3 ] || { why="host can't fork after the bomb"; return 1; }
+	echo "# fork bomb stopped after $1 children"
+}
+
+t_fork_bomb_sh() {
+	have_nsbox || return
+	# The shell variant: each (sleep) is a fork; a failed fork ends ash, so
+	# the count printed so far is what got through.
+	nsbox_run --pids 16 -- sh -c 'i=0; while [ $i -lt 40 ]; do sleep 3 & i=$((i+1)); echo $i; done'
+	last=$(tail -n 1 "$T/out")
+	[ -n "$last" ] && [ "$last" -lt 16 ] || { why="sh spawned ${last:-?} sleeps under --pids 16"; return 1; }
+	[ -d /proc/1 ] || { why="host lost"; return 1; }
+	echo "# sh fork loop stopped after $last sleeps, exit $rc"
+}
+
+# A busy loop for 2 s of wall time under --cpus 0.5 gets about 1 s of CPU.
+# Measured inside (the loop alone, process_time) and from the status
+# (cgroup cpu.stat: the whole run, interpreter start included, so its CPU
+# must stay near half its wall time).
+t_cpu_quota() {
+	have_nsbox || return
+	nsbox_run --cpus 0.5 --json-status "$T/st.json" -- $PY -c 'import time
+t = time.monotonic()
+c = time.process_time()
+while time.monotonic() - t < 2.0:
+    pass
+print(round(time.process_time() - c, 3))'
+	expect_rc 0 || return 1
+	inner=$(cat "$T/out")
+	got=$(json "$T/st.json" '(round(j["cpu_user"] + j["cpu_system"], 2), round(j["wall"], 2))')
+	echo "# --cpus 0.5, 2 s busy loop: $inner s CPU inside; status cpu, wall: $got"
+	ok=$(json "$T/st.json" "0.6 <= $inner <= 1.4 and 0.6 <= j['cpu_user'] + j['cpu_system'] <= 0.5 * j['wall'] * 1.25 + 0.1")
+	[ "$ok" = true ] || { why="loop CPU $inner s (want 0.6..1.4), status cpu, wall $got (want cpu <= ~wall/2)"; return 1; }
+}
+
+t_time_limit() {
+	have_nsbox || return
+	nsbox_run --time-limit 2 --json-status "$T/st.json" -- sleep 30
+	expect_rc 124 || return 1
+	got=$(json "$T/st.json" '(j["time_limit"], 1.9 < j["wall"] < 15)')
+	[ "$got" = "(True, True)" ] || { why="time_limit, 1.9<wall<15: $got"; return 1; }
+}
+
+t_signal() {
+	have_nsbox || return
+	nsbox_run -- /bin/sh -c 'kill -KILL $$'
+	expect_rc 137
+}
+
+t_notfound() {
+	have_nsbox || return
+	nsbox_run -- /nonexistent/command
+	expect_rc 127
+}
+
+# The sandbox's own cgroup while it runs: where it is, its limits, and that
+# it is gone afterwards.  Found from the host side through /proc/PID/cgroup
+# of the one process running "sleep 4.37".
+t_cgroup_lifecycle() {
+	have_nsbox || return
+	timeout 60 "$NSBOX" run --memory 64M --pids 32 -- sleep 4.37 >"$T/out" 2>"$T/err" &
+	bg=$!
+	path=
+	i=0
+	while [ $i -lt 100 ] && [ -z "$path" ]; do
+		# One grep over all cmdlines; then only the few hits (nsbox's
+		# and timeout's own command lines match too) are looked at.
+		for c in $(grep -l 4.37 /proc/[0-9]*/cmdline 2>/dev/null); do
+			[ "$({ tr '\0' ' ' <"$c"; } 2>/dev/null)" = "sleep 4.37 " ] || continue
+			path=$(sed -n 's/^0:://p' "${c%/cmdline}/cgroup" 2>/dev/null)
+			break
+		done
+		[ -n "$path" ] || sleep 0.1
+		i=$((i + 1))
+	done
+	if [ -z "$path" ]; then
+		wait $bg
+		why="never saw the sandboxed sleep (nsbox exit $?)"
+		return 1
+	fi
+	echo "# sandbox cgroup: $path"
+	mem=$(cat "$CG$path/memory.max" 2>&1)
+	pids=$(cat "$CG$path/pids.max" 2>&1)
+	wait $bg
+	rc=$?
+	expect_rc 0 || return 1
+	[ "$mem" = 67108864 ] && [ "$pids" = 32 ] ||
+		{ why="cgroup $path: memory.max=$mem pids.max=$pids"; return 1; }
+	case $role in
+	deleg)
+		case $path in
+		/deleg.slice/*) ;;
+		*) why="sandbox cgroup $path is outside the delegated /deleg.slice"; return 1 ;;
+		esac ;;
+	root)
+		[ "$path" != / ] || { why="sandbox ran in the root cgroup"; return 1; }
+		;;
+	esac
+	[ ! -e "$CG$path" ] || { why="cgroup $path left behind"; return 1; }
+}
+
+# Nothing of nsbox's is left in the delegated subtree: only the session.
+t_no_leftovers() {
+	have_nsbox || return
+	left=$(cd $DELEG && find . -mindepth 1 -type d ! -path ./session.scope)
+	[ -z "$left" ] || { why="left in $DELEG: $(echo $left)"; return 1; }
+	[ "$(cat $DELEG/session.scope/cgroup.procs | wc -l)" -ge 1 ] || { why="session.scope lost its processes"; return 1; }
+}
+
+t_no_leftovers_root() {
+	have_nsbox || return
+	left=$(cd $CG && find . -mindepth 1 -type d -name '*nsbox*')
+	[ -z "$left" ] || { why="left in $CG: $(echo $left)"; return 1; }
+}
+
+t_write_outside_tmp() {
+	have_nsbox || return
+	nsbox_run -- /bin/sh -c 'echo ok >/tmp/x && cat /tmp/x; for d in / /usr /etc /home /var; do
+		if echo x >"$d/nsbox-write-test" 2>/dev/null; then echo "wrote $d"; fi; done'
+	expect_rc 0 || return 1
+	[ "$(cat "$T/out")" = ok ] || { why="write /tmp ok, elsewhere refused: got other output"; return 1; }
+}
+
+t_landlock_bind() {
+	have_nsbox || return
+	# --workspace: read-write at /workspace, the working directory.  /usr
+	# stays read-only beside it.
+	mkdir -p "$T/ws" && chmod 0777 "$T/ws"
+	nsbox_run --workspace "$T/ws" -- /bin/sh -c 'pwd; echo hi >./f && cat ./f; echo x >/usr/lib/nsbox-x 2>/dev/null && echo wrote-usr; true'
+	expect_rc 0 || return 1
+	[ "$(head -n 1 "$T/out")" = /workspace ] || { why="working directory is not /workspace"; return 1; }
+	grep -q wrote-usr "$T/out" && { why="wrote into /usr"; return 1; }
+	grep -qx hi "$T/out" || { why="could not write the workspace"; return 1; }
+	[ "$(cat "$T/ws/f" 2>/dev/null)" = hi ] || { why="workspace file not on the host"; return 1; }
+}
+
+t_nodeleg_warns() {
+	have_nsbox || return
+	nsbox_run --memory 64M -- /bin/true
+	expect_rc 0 || return 1
+	grep -iq cgroup "$T/err" || { why="no warning naming cgroups on stderr"; return 1; }
+	echo "# warning: $(head -n 3 "$T/err" | tr '\n' ' ')"
+}
+
+t_nodeleg_strict() {
+	have_nsbox || return
+	nsbox_run --policy strict -- /bin/true
+	expect_rc 125 || return 1
+	grep -iq cgroup "$T/err" || { why="refusal does not mention cgroups"; return 1; }
+	echo "# refusal: $(head -n 3 "$T/err" | tr '\n' ' ')"
+}
+
+# ---------------------------------------------------------------- the plan
+
+echo "# role $role: uid $(id -u), cgroup $(cat /proc/self/cgroup), nsbox $([ -x "$NSBOX" ] && echo present || echo MISSING)"
+check "cgroup2 mounted alone at $CG" t_cgroup2_alone
+check "controllers cpu memory pids io available and enabled" t_controllers
+check "cgroup v2 files nsbox uses exist" t_v2_features
+check "running in the expected cgroup" t_my_cgroup
+check "ids and capabilities" t_ids
+check "user namespaces available" t_userns
+check "python3.11 with its C modules" t_python
+check "kernel has Landlock" t_landlock_kernel
+case $role in
+deleg) check "the delegated subtree is usable" t_delegation_works ;;
+nodeleg) check "no cgroup delegation" t_no_delegation ;;
+esac
+
+check "nsbox info" t_info
+check "nsbox info reports the kernel's Landlock ABI" t_info_landlock
+check "nsbox info reports cgroup v2" t_info_cgroup
+check "run /bin/true" t_true
+check "exit status passes through" t_false
+check "runs as uid 1000 inside" t_uid
+check "signal death is 128+N" t_signal
+check "command not found is 127" t_notfound
+check "json status" t_json_basic
+check "write outside /tmp and workspace refused" t_write_outside_tmp
+check "workspace is writable, /usr is not" t_landlock_bind
+check "time limit kills (124)" t_time_limit
+case $role in
+root|deleg)
+	check "memory under the limit runs" t_memory_ok
+	check "memory hog killed by --memory 64M (123, oom_killed, peak)" t_memory_hog
+	check "fork bomb bounded by --pids 16" t_fork_bomb
+	check "sh fork loop bounded by --pids 16" t_fork_bomb_sh
+	check "--cpus 0.5 busy loop gets ~1 s CPU in 2 s" t_cpu_quota
+	check "sandbox cgroup created with limits, removed after" t_cgroup_lifecycle
+	;;
+esac
+case $role in
+root|deleg) check "--policy strict runs where cgroups work" t_strict_runs ;;
+esac
+case $role in
+deleg) check "no nsbox cgroups left under $DELEG" t_no_leftovers ;;
+root) check "no nsbox cgroups left anywhere" t_no_leftovers_root ;;
+nodeleg)
+	check "limits without cgroups: warns and runs" t_nodeleg_warns
+	check "--policy strict refuses without cgroups (125)" t_nodeleg_strict
+	;;
+esac
+
+# The project's integration suite (tests/integ, pytest) in this role, when
+# the harness asks for it (NSBOX_VM_INTEG: comma-separated roles or "all").
+t_integ() {
+	have_nsbox || return
+	case $role in root) mode=root ;; deleg) mode=delegated ;; *) mode=nodeleg ;; esac
+	NSBOX_BUILD=/usr/local/lib/nsbox NSBOX_TEST_MODE=$mode PYTHONDONTWRITEBYTECODE=1 \
+		timeout 150 $PY -m pytest -q -p no:cacheprovider --tb=short -rfEs /usr/local/lib/nsbox/src-tests/integ >"$T/integ" 2>&1
+	rc=$?
+	# The whole report goes to the log; the check's summary is its last line.
+	sed 's/^/# integ: /' "$T/integ"
+	why="pytest: $(tail -n 1 "$T/integ")"
+	expect_rc 0
+}
+case ",$NSBOX_VM_INTEG," in
+*,all,*|*,$role,*)
+	[ -d /usr/local/lib/nsbox/src-tests/integ ] && check "integration suite (tests/integ, pytest)" t_integ ;;
+esac
+
+if [ "$role" = root ]; then
+	for u in /usr/local/lib/nsbox/tests/test-*; do
+		[ -x "$u" ] && check "unit $(basename "$u")" t_unit "$u"
+	done
+fi
+
+verdict=PASS
+[ $fail -eq 0 ] || verdict=FAIL
+echo "NSBOX-VM-RESULT: $verdict $pass/$n $role (failed $fail, skipped $skip)"
+[ $fail -eq 0 ]
