@@ -204,7 +204,7 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 }
 
 /* Host /usr with the merged-usr links, or the top level of another root. */
-static int make_system(const struct nsbox_policy *p, struct nsbox_err *err)
+static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_err *err)
 {
 	static const char *const merged[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
 	static const char *const skip[] = { ".", "..", "proc", "dev", "sys", "tmp", "etc", "run", "workspace",
@@ -237,20 +237,23 @@ static int make_system(const struct nsbox_policy *p, struct nsbox_err *err)
 		return 0;
 	}
 
-	DIR *d = opendir(p->rootfs);
+	/* rootfd was opened before the new root's tmpfs hid host /tmp. */
+	int dfd = fcntl(rootfd, F_DUPFD_CLOEXEC, 3);
+	DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
 	struct dirent *de;
-	if (!d)
-		return err_sys(err, "open --rootfs %s", p->rootfs);
+	if (!d) {
+		if (dfd >= 0)
+			close(dfd);
+		return err_sys(err, "read --rootfs %s", p->rootfs);
+	}
 	while ((de = readdir(d))) {
 		bool skipped = false;
-		char src[4096];
 		for (size_t i = 0; i < ARRAY_SIZE(skip); i++)
 			skipped |= strcmp(de->d_name, skip[i]) == 0;
 		if (skipped)
 			continue;
-		snprintf(src, sizeof(src), "%s/%s", p->rootfs, de->d_name);
 		snprintf(path, sizeof(path), NEWROOT "/%s", de->d_name);
-		ssize_t n = readlink(src, target, sizeof(target) - 1);
+		ssize_t n = readlinkat(rootfd, de->d_name, target, sizeof(target) - 1);
 		if (n > 0) {
 			target[n] = '\0';
 			if (symlink(target, path) < 0) {
@@ -260,10 +263,14 @@ static int make_system(const struct nsbox_policy *p, struct nsbox_err *err)
 			continue;
 		}
 		struct stat st;
-		if (lstat(src, &st) < 0 || !S_ISDIR(st.st_mode))
+		if (fstatat(rootfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode))
 			continue;
-		_cleanup_close_ int fd = open_src(src, err);
-		if (fd < 0 || bind_fd(fd, path, false, true, err) < 0) {
+		_cleanup_close_ int fd = openat(rootfd, de->d_name, O_PATH | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0) {
+			closedir(d);
+			return err_sys(err, "open --rootfs %s/%s", p->rootfs, de->d_name);
+		}
+		if (bind_fd(fd, path, false, true, err) < 0) {
 			closedir(d);
 			return -1;
 		}
@@ -326,7 +333,7 @@ size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max
 int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *err)
 {
 	int srcfd[POLICY_MAX_MOUNTS];
-	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1;
+	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1;
 	char path[4096], opts[64];
 	const char *home = p->workspace ? "/workspace" : "/tmp";
 	int r = -1;
@@ -343,6 +350,10 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *
 			goto out;
 	if (p->workspace && (wsfd = open_src(p->workspace, err)) < 0)
 		goto out;
+	if (p->rootfs && (rootfd = open(p->rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		err_sys(err, "open --rootfs %s", p->rootfs);
+		goto out;
+	}
 	snprintf(path, sizeof(path), "%s/etc/ld.so.cache", p->rootfs ? p->rootfs : "");
 	cachefd = open(path, O_PATH | O_CLOEXEC);
 	if (p->share_net)
@@ -355,7 +366,7 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *
 		err_sys(err, "mount tmpfs for the new root");
 		goto out;
 	}
-	if (make_system(p, err) < 0)
+	if (make_system(p, rootfd, err) < 0)
 		goto out;
 	if (mkdir(NEWROOT "/proc", 0555) < 0 || mkdir(NEWROOT "/dev", 0755) < 0 || mkdir(NEWROOT "/tmp", 01777) < 0) {
 		err_sys(err, "mkdir /proc, /dev, /tmp");

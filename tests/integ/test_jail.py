@@ -249,3 +249,20 @@ def test_doctor():
     assert rc == 0, out + err
     assert "FIT" in out and "FAIL" not in out
     assert out.count("\nok   ") >= 17  # every self-test probe ran and was blocked
+
+
+def test_rootfs(tmp_path):
+    import shutil
+    root = tmp_path / "root"
+    (root / "bin").mkdir(parents=True)
+    (root / "etc").mkdir()
+    (root / "home").mkdir()  # skipped: never bound
+    shutil.copy("/bin/busybox", root / "bin" / "busybox")
+    os.symlink("busybox", root / "bin" / "sh")
+    os.chmod(tmp_path, 0o755)
+    rc, out, err = run(["run", "--rootfs", str(root), "--", "/bin/sh", "-c",
+                        "echo in-rootfs; ls /; test -e /usr/bin/python3.11 && echo host-usr-visible; id -u"])
+    assert rc == 0, err
+    lines = out.split()
+    assert lines[0] == "in-rootfs" and "host-usr-visible" not in lines and lines[-1] == "1000"
+    assert "bin" in lines and "home" not in lines
