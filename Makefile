@@ -10,7 +10,7 @@ MANDIR ?= $(PREFIX)/share/man
 PYTHON ?= /usr/bin/python3.11
 
 CC ?= cc
-B := build
+B ?= build
 PKGS := libseccomp libcap libnl-route-3.0 jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
@@ -20,6 +20,7 @@ PY_LIBS := $(shell pkg-config --libs python3-embed)
 WARN := -Wall -Wextra -Werror -Wshadow -Werror=missing-prototypes -Wformat=2 -Werror=format-nonliteral \
 	-Wno-missing-field-initializers -Wno-format-truncation
 CFLAGS ?= -O2 -g
+LDFLAGS ?= -Wl,--as-needed
 ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)

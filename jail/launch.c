@@ -508,14 +508,15 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		err_step(err, "launch");
 	}
 fail_child:
-	jail_destroy(j);
+	jail_destroy(j);	/* closes the pidfd and removes the cgroups */
 	cg = NULL;
+	pidfd = -1;
 fail:
 	if (sv[0] >= 0)
 		close(sv[0]);
 	if (sv[1] >= 0)
 		close(sv[1]);
-	if (pidfd >= 0 && j->pidfd != pidfd)
+	if (pidfd >= 0)
 		close(pidfd);
 	cgroup_destroy(cg);
 	/* prog is static */
