@@ -1,0 +1,38 @@
+"""nsbox: run Python in kernel-isolated sandboxes, from Python.
+
+    import nsbox
+
+    with nsbox.Sandbox(memory="256M", timeout=10) as sb:
+        @sb.tool
+        def add(a: int, b: int) -> int:
+            "Add two numbers."
+            return a + b
+
+        sb.execute("x = add(2, 3)")
+        print(sb.execute("x * 10"))   # 50
+
+A pure-Python binding of libnsbox (ctypes): no compiler needed.  The
+library is found through $NSBOX_LIB, then build/libnsbox.so.0 of a source
+checkout, then the system's library path.
+"""
+
+from ._values import ReprValue
+from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError, SandboxCrashed,
+                     SandboxedException, SandboxedMemoryError, SandboxedToolError, SandboxError,
+                     TimeLimitExceeded, ToolError, UndefinedVariable)
+from .sandbox import ExecResult, Sandbox
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Sandbox", "ExecResult", "ReprValue", "SandboxError", "PolicyError", "TimeLimitExceeded",
+    "MemoryLimitExceeded", "Cancelled", "SandboxCrashed", "ProtocolError", "ToolError",
+    "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
+    "library_version",
+]
+
+
+def library_version():
+    """The version of the loaded libnsbox ("0.1.0")."""
+    from . import _lib
+    return _lib.load().nsbox_version().decode()

@@ -1,0 +1,221 @@
+"""ctypes declarations of libnsbox (include/nsbox.h).
+
+Only this module knows the C ABI.  Handles are opaque c_void_p; every
+`char *` the library returns is read with string_at and released with
+nsbox_free; `const char *` results are borrowed and copied at once.
+"""
+
+import ctypes
+import ctypes.util
+import errno as _errno
+import os
+from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_bool, c_char, c_char_p, c_double, c_int,
+                    c_size_t, c_uint, c_uint64, c_void_p)
+
+from .errors import PolicyError, SandboxCrashed, SandboxError
+
+__all__ = ["lib", "libc", "load", "check", "TOOL_FN", "OUTPUT_FN", "SessionOpts", "ExecOpts",
+           "SessionInfo", "take_string", "library_path"]
+
+# enum nsbox_status
+OK, EXCEPTION, TIME_LIMIT, CANCELLED, MEMORY_LIMIT, CRASHED, PROTOCOL_ERROR = range(7)
+
+# typedef void (*nsbox_output_fn)(void *userdata, int stream, const char *data, size_t len);
+OUTPUT_FN = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_size_t)
+# typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_json,
+#                              char **result_json, char **error_message);
+TOOL_FN = CFUNCTYPE(c_int, c_void_p, c_char_p, c_char_p, POINTER(c_void_p), POINTER(c_void_p))
+
+
+class SessionOpts(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("output_limit", c_uint64),
+        ("max_tool_calls", c_uint),
+        ("max_bytes", c_uint64),
+        ("output", OUTPUT_FN),
+        ("output_userdata", c_void_p),
+        ("cold", c_bool),
+    ]
+
+
+class ExecOpts(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("timeout", c_double),
+        ("repl", c_bool),
+        ("filename", c_char_p),
+    ]
+
+
+class SessionInfo(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("pid", c_int),
+        ("alive", c_bool),
+        ("cgroup", c_char * 256),
+        ("memory_limit", c_uint64),
+        ("pids_limit", c_uint64),
+        ("cpus_limit", c_double),
+        ("memory_current", c_uint64),
+        ("memory_peak", c_uint64),
+    ]
+
+
+_ERR = POINTER(c_void_p)   # nsbox_error_t **
+
+# name: (restype, argtypes)
+_PROTOS = {
+    "nsbox_error_code": (c_int, [c_void_p]),
+    "nsbox_error_message": (c_char_p, [c_void_p]),
+    "nsbox_error_free": (None, [c_void_p]),
+    "nsbox_free": (None, [c_void_p]),
+    "nsbox_version": (c_char_p, []),
+
+    "nsbox_policy_new": (c_int, [c_char_p, POINTER(c_void_p), _ERR]),
+    "nsbox_policy_free": (None, [c_void_p]),
+    "nsbox_policy_set": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, _ERR]),
+    "nsbox_policy_set_memory": (c_int, [c_void_p, c_uint64, _ERR]),
+    "nsbox_policy_set_pids": (c_int, [c_void_p, c_uint64, _ERR]),
+    "nsbox_policy_set_cpus": (c_int, [c_void_p, c_double, _ERR]),
+    "nsbox_policy_set_time_limit": (c_int, [c_void_p, c_double, _ERR]),
+    "nsbox_policy_set_tmp_size": (c_int, [c_void_p, c_uint64, _ERR]),
+    "nsbox_policy_set_file_size": (c_int, [c_void_p, c_uint64, _ERR]),
+    "nsbox_policy_set_open_files": (c_int, [c_void_p, c_uint64, _ERR]),
+    "nsbox_policy_set_share_net": (c_int, [c_void_p, c_bool, _ERR]),
+    "nsbox_policy_add_bind": (c_int, [c_void_p, c_char_p, c_char_p, c_bool, _ERR]),
+    "nsbox_policy_set_workspace": (c_int, [c_void_p, c_char_p, _ERR]),
+    "nsbox_policy_setenv": (c_int, [c_void_p, c_char_p, c_char_p, _ERR]),
+    "nsbox_policy_to_string": (c_void_p, [c_void_p]),
+
+    "nsbox_session_new": (c_int, [c_void_p, POINTER(SessionOpts), POINTER(c_void_p), _ERR]),
+    "nsbox_session_free": (None, [c_void_p]),
+    "nsbox_session_add_tool": (c_int, [c_void_p, c_char_p, c_char_p, c_char_p, TOOL_FN, c_void_p, _ERR]),
+    "nsbox_exec": (c_int, [c_void_p, c_char_p, POINTER(ExecOpts), POINTER(c_void_p), _ERR]),
+    "nsbox_cancel": (None, [c_void_p]),
+    "nsbox_result_status": (c_int, [c_void_p]),
+    "nsbox_result_value": (c_char_p, [c_void_p]),
+    "nsbox_result_stdout": (c_void_p, [c_void_p, POINTER(c_size_t)]),
+    "nsbox_result_stderr": (c_void_p, [c_void_p, POINTER(c_size_t)]),
+    "nsbox_result_error_type": (c_char_p, [c_void_p]),
+    "nsbox_result_error_message": (c_char_p, [c_void_p]),
+    "nsbox_result_traceback": (c_char_p, [c_void_p]),
+    "nsbox_result_usage": (None, [c_void_p, POINTER(c_double), POINTER(c_double), POINTER(c_uint64),
+                                  POINTER(c_uint)]),
+    "nsbox_result_free": (None, [c_void_p]),
+    "nsbox_set_var": (c_int, [c_void_p, c_char_p, c_char_p, _ERR]),
+    "nsbox_get_var": (c_int, [c_void_p, c_char_p, POINTER(c_void_p), _ERR]),
+    "nsbox_reset": (c_int, [c_void_p, _ERR]),
+    "nsbox_session_info": (c_int, [c_void_p, POINTER(SessionInfo), _ERR]),
+}
+
+lib = None
+library_path = None
+
+# strdup gives the malloc'ed strings a tool callback hands to libnsbox,
+# which releases them with free().
+libc = ctypes.CDLL(None, use_errno=True)
+libc.strdup.restype = c_void_p
+libc.strdup.argtypes = [c_char_p]
+
+
+def _candidates():
+    env = os.environ.get("NSBOX_LIB")
+    if env:
+        # An explicit choice is not second-guessed: a wrong path fails loudly.
+        return [env]
+    out = []
+    here = os.path.dirname(os.path.abspath(__file__))
+    tree = os.path.join(os.path.dirname(os.path.dirname(here)), "build", "libnsbox.so.0")
+    if os.path.exists(tree):
+        out.append(tree)
+    found = ctypes.util.find_library("nsbox")
+    if found:
+        out.append(found)
+    out.append("libnsbox.so.0")
+    return out
+
+
+def load():
+    """Load libnsbox once and declare its functions.  Raises SandboxError
+    naming every place tried when it is nowhere to be found."""
+    global lib, library_path
+    if lib is not None:
+        return lib
+    tried = []
+    handle = None
+    for cand in _candidates():
+        try:
+            handle = ctypes.CDLL(cand)
+            library_path = cand
+            break
+        except OSError as e:
+            tried.append("%s (%s)" % (cand, e))
+    if handle is None:
+        raise SandboxError("libnsbox not found; set NSBOX_LIB to the path of libnsbox.so.0 or build it "
+                           "with `make`.  Tried: " + "; ".join(tried), _errno.ENOENT)
+    # libnsbox looks for nsbox-runner next to the program (/proc/self/exe),
+    # which is the Python interpreter here, then in its libexec dir.  A
+    # library loaded from a build tree has its runner beside it.
+    d = os.path.dirname(library_path)
+    runner = os.path.join(d, "nsbox-runner") if d else ""
+    if not os.environ.get("NSBOX_RUNNER") and runner and os.path.isfile(runner):
+        os.environ["NSBOX_RUNNER"] = os.path.abspath(runner)
+    for name, (restype, argtypes) in _PROTOS.items():
+        fn = getattr(handle, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    lib = handle
+    return lib
+
+
+def error_from(rc, err, what=None, cls=None):
+    """The exception for a failed call: rc is its negative return, err the
+    nsbox_error_t* it filled (or None).  Frees err."""
+    code = -rc if rc < 0 else _errno.EIO
+    msg = None
+    if err:
+        try:
+            c = lib.nsbox_error_code(err)
+            if c < 0:
+                code = -c
+            m = lib.nsbox_error_message(err)
+            if m:
+                msg = m.decode("utf-8", "replace")
+        finally:
+            lib.nsbox_error_free(err)
+    if not msg:
+        msg = os.strerror(code)
+    if what:
+        msg = "%s: %s" % (what, msg)
+    if cls is None:
+        if code == _errno.ENOTCONN:
+            cls = SandboxCrashed
+        elif code in (_errno.EINVAL, _errno.ENOENT) and what and what.startswith("policy"):
+            cls = PolicyError
+        else:
+            cls = SandboxError
+    return cls(msg, code)
+
+
+def check(rc, err, what=None, cls=None):
+    if rc < 0:
+        raise error_from(rc, err.value if err is not None else None, what, cls)
+
+
+def take_string(p):
+    """Copy and free a `char *` returned by libnsbox."""
+    if not p:
+        return None
+    try:
+        return ctypes.string_at(p).decode("utf-8", "replace")
+    finally:
+        lib.nsbox_free(p)
+
+
+def new_err():
+    return c_void_p()
+
+
+def ref(x):
+    return byref(x)

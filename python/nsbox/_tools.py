@@ -1,0 +1,338 @@
+"""Host tools: JSON Schema from type hints and docstrings, the Python
+signature text an agent reads in its prompt, and the call dispatch.
+
+Inside the sandbox each tool becomes a function whose parameters are the
+schema's properties (required ones first, optional ones defaulting to None
+and sent only when given, nsbox-protocol(7), TOOLS), so calls arrive as
+keyword arguments and the host function's own defaults apply.
+"""
+
+import inspect
+import keyword
+import re
+import typing
+
+from . import _values
+from .errors import ToolError
+
+try:  # 3.10+: int | None
+    from types import UnionType as _UnionType
+except ImportError:  # pragma: no cover (3.9)
+    _UnionType = None
+
+__all__ = ["Tool", "schema_from_function", "parse_docstring", "describe"]
+
+_SIMPLE = {int: "integer", float: "number", str: "string", bool: "boolean", type(None): "null",
+           list: "array", tuple: "array", dict: "object"}
+_PY_NAMES = {"integer": "int", "number": "float", "string": "str", "boolean": "bool", "null": "None",
+             "array": "list", "object": "dict"}
+
+
+def check_name(name):
+    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError("tool name must be a Python identifier, not %r" % (name,))
+
+
+def type_schema(hint):
+    """A JSON Schema for a type hint; {} (anything) for what has no JSON form."""
+    if hint is inspect.Parameter.empty or hint is typing.Any or hint is object:
+        return {}
+    if hint is None:
+        return {"type": "null"}
+    if hint in _SIMPLE:
+        return {"type": _SIMPLE[hint]}
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Union or (_UnionType is not None and origin is _UnionType):
+        subs = [type_schema(a) for a in args]
+        if any(s == {} for s in subs):
+            return {}
+        # A union of plain types is a "type" list, which the runner checks
+        # before the call; anything richer is anyOf.
+        if all(set(s) == {"type"} and isinstance(s["type"], str) for s in subs):
+            return {"type": [s["type"] for s in subs]}
+        if len(subs) == 2 and {"type": "null"} in subs:
+            other = subs[0] if subs[1] == {"type": "null"} else subs[1]
+            if isinstance(other.get("type"), str):
+                out = dict(other)
+                out["type"] = [other["type"], "null"]
+                if "enum" in out:
+                    out["enum"] = list(out["enum"]) + [None]
+                return out
+        return {"anyOf": subs}
+    if origin is typing.Literal:
+        vals = list(args)
+        out = {"enum": vals}
+        types_ = {_SIMPLE.get(type(v)) for v in vals}
+        if len(types_) == 1 and None not in types_:
+            out["type"] = types_.pop()
+        return out
+    if origin in (list, typing.List, set, frozenset) or origin is getattr(typing, "Sequence", None):
+        out = {"type": "array"}
+        if args and type_schema(args[0]):
+            out["items"] = type_schema(args[0])
+        return out
+    if origin in (tuple, typing.Tuple):
+        out = {"type": "array"}
+        if len(args) == 2 and args[1] is Ellipsis:
+            if type_schema(args[0]):
+                out["items"] = type_schema(args[0])
+        elif args and args != ((),):
+            out["prefixItems"] = [type_schema(a) for a in args]
+            out["minItems"] = out["maxItems"] = len(args)
+        return out
+    if origin in (dict, typing.Dict) or origin is getattr(typing, "Mapping", None):
+        out = {"type": "object"}
+        if len(args) == 2 and type_schema(args[1]):
+            out["additionalProperties"] = type_schema(args[1])
+        return out
+    if origin is not None and origin in _SIMPLE:
+        return {"type": _SIMPLE[origin]}
+    return {}
+
+
+_SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments)\s*:\s*$")
+_OTHER_SECTION = re.compile(r"^\s*[A-Z][A-Za-z ]*:\s*$")
+_ARG = re.compile(r"^(\s*)\*{0,2}([A-Za-z_][A-Za-z0-9_]*)\s*(\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX = re.compile(r"^\s*:param\s+(?:[^:]*\s)?([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$")
+
+
+def parse_docstring(doc):
+    """(summary, {param: description}) from a docstring: the summary is the
+    first paragraph; parameters come from a Google-style "Args:" section
+    ("name: text" or "name (type): text", continuation lines indented
+    deeper) or from Sphinx ":param name: text" lines."""
+    if not doc:
+        return "", {}
+    doc = inspect.cleandoc(doc)
+    lines = doc.splitlines()
+    para = []
+    for line in lines:
+        if not line.strip() or _SECTION.match(line) or _SPHINX.match(line):
+            break
+        para.append(line.strip())
+    summary = " ".join(para)
+    params = {}
+    i = 0
+    while i < len(lines):
+        m = _SPHINX.match(lines[i])
+        if m:
+            params[m.group(1)] = m.group(2).strip()
+            i += 1
+            continue
+        if not _SECTION.match(lines[i]):
+            i += 1
+            continue
+        sec_indent = len(lines[i]) - len(lines[i].lstrip())
+        i += 1
+        cur = None
+        arg_indent = None
+        while i < len(lines):
+            line = lines[i]
+            if not line.strip():
+                i += 1
+                continue
+            indent = len(line) - len(line.lstrip())
+            if indent <= sec_indent:
+                break
+            m = _ARG.match(line)
+            if m and (arg_indent is None or indent <= arg_indent):
+                arg_indent = indent
+                cur = m.group(2)
+                params[cur] = m.group(4).strip()
+            elif cur is not None:
+                params[cur] = (params[cur] + " " + line.strip()).strip()
+            i += 1
+    return summary, params
+
+
+def schema_from_function(fn):
+    """A JSON Schema of fn's arguments, or None when they can't be described
+    (a *args parameter): the tool then takes *args, **kwargs inside."""
+    sig = inspect.signature(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    _, docs = parse_docstring(inspect.getdoc(fn))
+    props = {}
+    required = []
+    extra = False
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_POSITIONAL:
+            return None
+        if p.kind is p.VAR_KEYWORD:
+            extra = True
+            continue
+        prop = type_schema(hints.get(p.name, p.annotation if not isinstance(p.annotation, str) else
+                                     inspect.Parameter.empty))
+        prop = dict(prop)
+        if p.name in docs and docs[p.name]:
+            prop["description"] = docs[p.name]
+        if p.default is p.empty:
+            required.append(p.name)
+        else:
+            try:
+                prop["default"] = _values.encode(p.default)
+            except (TypeError, ValueError):
+                pass
+        props[p.name] = prop
+    schema = {"type": "object", "properties": props}
+    if required:
+        schema["required"] = required
+    schema["additionalProperties"] = extra
+    return schema
+
+
+def _py_type(s):
+    """A Python annotation string for a JSON Schema."""
+    if not isinstance(s, dict) or not s:
+        return None
+    if "enum" in s and isinstance(s["enum"], list):
+        vals = [v for v in s["enum"] if v is not None]
+        lit = "Literal[%s]" % ", ".join(repr(v) for v in vals)
+        return "Optional[%s]" % lit if None in s["enum"] else lit
+    if "anyOf" in s and isinstance(s["anyOf"], list):
+        subs = [_py_type(x) or "Any" for x in s["anyOf"]]
+        if "None" in subs and len(subs) == 2:
+            return "Optional[%s]" % [x for x in subs if x != "None"][0]
+        return "Union[%s]" % ", ".join(subs)
+    t = s.get("type")
+    if isinstance(t, list):
+        subs = [_py_type(dict(s, type=x)) or "Any" for x in t]
+        if "None" in subs and len(subs) == 2:
+            return "Optional[%s]" % [x for x in subs if x != "None"][0]
+        return "Union[%s]" % ", ".join(subs)
+    if t == "array":
+        if "prefixItems" in s and isinstance(s["prefixItems"], list):
+            return "tuple[%s]" % ", ".join(_py_type(x) or "Any" for x in s["prefixItems"])
+        item = _py_type(s.get("items"))
+        return "list[%s]" % item if item else "list"
+    if t == "object":
+        val = s.get("additionalProperties")
+        item = _py_type(val) if isinstance(val, dict) else None
+        return "dict[str, %s]" % item if item else "dict"
+    return _PY_NAMES.get(t) if isinstance(t, str) else None
+
+
+def _annotation_text(hint):
+    if hint is inspect.Parameter.empty:
+        return None
+    if isinstance(hint, str):
+        return hint
+    if isinstance(hint, type) and typing.get_origin(hint) is None:
+        return "None" if hint is type(None) else hint.__qualname__
+    return re.sub(r"\btyping\.", "", repr(hint)).replace("NoneType", "None")
+
+
+class Tool:
+    """One registered host tool."""
+
+    __slots__ = ("name", "fn", "schema", "schema_json", "description", "positional", "returns")
+
+    def __init__(self, name, fn, schema=None, description=None):
+        check_name(name)
+        if not callable(fn):
+            raise TypeError("tool %s: %r is not callable" % (name, fn))
+        self.name = name
+        self.fn = fn
+        self.positional = ()
+        self.returns = None
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            sig = None
+        if sig is not None:
+            # Calls arrive by keyword; positional-only parameters are passed
+            # by position.
+            self.positional = tuple(p.name for p in sig.parameters.values() if p.kind is p.POSITIONAL_ONLY)
+            try:
+                ret = typing.get_type_hints(fn).get("return", sig.return_annotation)
+            except Exception:
+                ret = sig.return_annotation
+            self.returns = _annotation_text(ret)
+        if schema is None and sig is not None:
+            schema = schema_from_function(fn)
+        if schema is not None and not isinstance(schema, dict):
+            raise TypeError("tool %s: schema must be a dict (a JSON Schema), not %s" % (name, type(schema).__name__))
+        self.schema = schema
+        self.schema_json = _values.json.dumps(schema).encode() if schema is not None else None
+        if description is None:
+            description = parse_docstring(inspect.getdoc(fn))[0]
+        self.description = description or ""
+
+    def call(self, args, kwargs):
+        if self.positional:
+            args = list(args) + [kwargs.pop(n) for n in self.positional if n in kwargs]
+        return self.fn(*args, **kwargs)
+
+    def signature_text(self):
+        schema = self.schema
+        props = schema.get("properties") if isinstance(schema, dict) else None
+        if not isinstance(props, dict):
+            params = ["*args", "**kwargs"]
+        else:
+            req = [r for r in (schema.get("required") or []) if r in props]
+            params = []
+            for k in req + [k for k in props if k not in req]:
+                p = props[k] if isinstance(props[k], dict) else {}
+                ann = _py_type(p)
+                text = "%s: %s" % (k, ann) if ann else k
+                if k not in req:
+                    default = _values.decode(p["default"]) if "default" in p else None
+                    text += " = %r" % (default,)
+                params.append(text)
+            if schema.get("additionalProperties", False) is not False:
+                params.append("**kwargs")
+        ret = " -> %s" % self.returns if self.returns else ""
+        return "def %s(%s)%s:" % (self.name, ", ".join(params), ret)
+
+    def describe(self):
+        lines = [self.signature_text()]
+        doc = []
+        if self.description:
+            doc.append(self.description.strip())
+        props = self.schema.get("properties") if isinstance(self.schema, dict) else None
+        if isinstance(props, dict):
+            arg_lines = ["    %s: %s" % (k, p["description"]) for k, p in props.items()
+                         if isinstance(p, dict) and p.get("description")]
+            if arg_lines:
+                if doc:
+                    doc.append("")
+                doc.append("Args:")
+                doc.extend(arg_lines)
+        if doc:
+            body = "\n".join(doc).replace('"""', '\\"\\"\\"')
+            if len(doc) == 1 and "\n" not in body:
+                lines.append('    """%s"""' % body)
+            else:
+                text = "\n".join(("    " + x) if x else "" for x in body.splitlines())
+                lines.append('    """' + text.lstrip() + '\n    """')
+        else:
+            lines.append("    ...")
+        return "\n".join(lines)
+
+
+def describe(tools):
+    """Text for an agent's prompt: each tool as a Python stub."""
+    if not tools:
+        return ""
+    head = ("The following functions are available in the sandbox's globals (and in the module "
+            "nsbox.tools). They run on the host; call them like ordinary Python functions. A failing "
+            "call raises nsbox.ToolError.\n\n")
+    return head + "\n\n".join(t.describe() for t in tools) + "\n"
+
+
+def error_message(exc):
+    """The message sent into the sandbox for a host tool's exception: the
+    type and str(), never the host traceback (host paths and code are not
+    the sandbox's business)."""
+    if isinstance(exc, ToolError):
+        return exc.message if isinstance(exc.message, str) else str(exc)
+    t = type(exc)
+    name = t.__qualname__ if t.__module__ == "builtins" else "%s.%s" % (t.__module__, t.__qualname__)
+    try:
+        msg = str(exc)
+    except Exception:
+        msg = ""
+    return "%s: %s" % (name, msg) if msg else name

@@ -1,0 +1,885 @@
+"""Tests of the Python SDK: the pure parts (values, schemas, docstrings) with
+no sandbox, then every Sandbox method against real sandboxes through
+libnsbox."""
+
+import gc
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from typing import Dict, List, Literal, Optional, Tuple, Union
+
+import pytest
+
+import nsbox
+from nsbox import _tools, _values
+from nsbox._tools import Tool, parse_docstring, schema_from_function, type_schema
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PYDIR = os.path.dirname(HERE)
+
+
+# ---- values (no sandbox) -------------------------------------------------
+
+@pytest.mark.parametrize("v", [
+    None, True, False, 0, -1, 2 ** 53, -(2 ** 53), 2 ** 53 + 1, -(10 ** 40), 1.5, "é\n\u2028", "",
+    [1, [2, (3, 4)]], (), (1,), {"a": 1}, {"$int": "5"}, {"$repr": "x", "$type": "y"}, {"k": {"$x": [1]}},
+    {"nested": ({"t": (1, 2.5, None)},)},
+])
+def test_value_round_trip(v):
+    assert _values.loads(_values.dumps(v)) == v
+
+
+def test_value_encoding_matches_protocol():
+    assert _values.encode(2 ** 60) == {"$int": str(2 ** 60)}
+    assert _values.encode(2 ** 53) == 2 ** 53
+    assert _values.encode((1, 2)) == {"$tuple": [1, 2]}
+    assert _values.encode(float("-inf")) == {"$float": "-inf"}
+    assert _values.encode({"$a": 1}) == {"$dict": {"$a": 1}}
+    nan = _values.loads(b'{"$float":"nan"}')
+    assert math.isnan(nan)
+    assert _values.loads(b'{"$int":"0x10"}') == 16
+    r = _values.loads(b'{"$repr":"<module \'os\'>","$type":"builtins.module"}')
+    assert isinstance(r, nsbox.ReprValue) and repr(r) == "<module 'os'>" and r.type_name == "builtins.module"
+    r = _values.loads(b'{"$repr":"[...]","$type":"builtins.list","$why":"nested too deeply"}')
+    assert r.why == "nested too deeply"
+    # A user's dict that only looks like $repr keeps being a dict.
+    assert _values.loads(b'{"$repr":1,"$type":"x"}') == {"$repr": 1, "$type": "x"}
+
+
+@pytest.mark.parametrize("bad", [{1, 2}, b"bytes", object(), {1: "int key"}, [lambda: 0]])
+def test_unsendable_values_raise_type_error(bad):
+    with pytest.raises(TypeError):
+        _values.dumps(bad)
+
+
+def test_deep_and_cyclic_values_raise():
+    deep = []
+    for _ in range(200):
+        deep = [deep]
+    with pytest.raises(ValueError):
+        _values.dumps(deep)
+    cyc = []
+    cyc.append(cyc)
+    with pytest.raises(ValueError):
+        _values.dumps(cyc)
+    with pytest.raises(ValueError):
+        _values.dumps("\ud800")
+
+
+# ---- schemas and docstrings (no sandbox) ---------------------------------
+
+def test_type_schema():
+    assert type_schema(int) == {"type": "integer"}
+    assert type_schema(float) == {"type": "number"}
+    assert type_schema(bool) == {"type": "boolean"}
+    assert type_schema(list[int]) == {"type": "array", "items": {"type": "integer"}}
+    assert type_schema(List[str]) == {"type": "array", "items": {"type": "string"}}
+    assert type_schema(dict[str, float]) == {"type": "object", "additionalProperties": {"type": "number"}}
+    assert type_schema(Dict[str, list]) == {"type": "object", "additionalProperties": {"type": "array"}}
+    assert type_schema(Optional[int]) == {"type": ["integer", "null"]}
+    assert type_schema(Optional[List[int]]) == {"type": ["array", "null"], "items": {"type": "integer"}}
+    assert type_schema(Union[int, str]) == {"type": ["integer", "string"]}
+    assert type_schema(Literal["a", "b"]) == {"enum": ["a", "b"], "type": "string"}
+    assert type_schema(Literal[1, "x"]) == {"enum": [1, "x"]}
+    assert type_schema(Tuple[int, str]) == {"type": "array", "prefixItems": [{"type": "integer"},
+                                                                            {"type": "string"}],
+                                            "minItems": 2, "maxItems": 2}
+    assert type_schema(object) == {}
+    if sys.version_info >= (3, 10):
+        assert type_schema(eval("int | None")) == {"type": ["integer", "null"]}
+
+
+def _search(query: str, limit: int = 10, mode: Literal["web", "news"] = "web",
+            tags: Optional[List[str]] = None, **extra) -> List[dict]:
+    """Search the web for pages.
+
+    Returns the best matches first.
+
+    Args:
+        query: what to look for,
+            in plain words.
+        limit (int): at most this many results.
+        mode: where to search.
+
+    Returns:
+        a list of {"title", "url"} dicts.
+    """
+    return [{"query": query, "limit": limit, "mode": mode, "tags": tags, "extra": extra}]
+
+
+def test_schema_from_function():
+    s = schema_from_function(_search)
+    assert s["type"] == "object"
+    assert s["required"] == ["query"]
+    assert s["additionalProperties"] is True
+    p = s["properties"]
+    assert p["query"] == {"type": "string", "description": "what to look for, in plain words."}
+    assert p["limit"] == {"type": "integer", "description": "at most this many results.", "default": 10}
+    assert p["mode"] == {"enum": ["web", "news"], "type": "string", "description": "where to search.",
+                         "default": "web"}
+    assert p["tags"]["type"] == ["array", "null"]
+    assert schema_from_function(lambda *a: 0) is None
+
+
+def test_parse_docstring_forms():
+    assert parse_docstring(_search.__doc__)[0] == "Search the web for pages."
+    summary, params = parse_docstring("""Add.
+
+        :param a: first
+        :param int b: second
+        """)
+    assert summary == "Add." and params == {"a": "first", "b": "second"}
+    assert parse_docstring(None) == ("", {})
+    assert parse_docstring("One line\ncontinued.\n\nMore.") == ("One line continued.", {})
+
+
+def test_describe_tools_text():
+    t = Tool("search", _search)
+    text = _tools.describe([t, Tool("anything", lambda *a, **k: 0, description="Takes anything.")])
+    assert ("def search(query: str, limit: int = 10, mode: Literal['web', 'news'] = 'web', "
+            "tags: Optional[list[str]] = None, **kwargs) -> List[dict]:") in text
+    assert '    """Search the web for pages.' in text
+    assert "        query: what to look for, in plain words." in text
+    assert 'def anything(*args, **kwargs):\n    """Takes anything."""' in text
+    # The stubs are valid Python (an agent may paste them).
+    compile(text.split("\n\n", 1)[1], "<tools>", "exec")
+
+
+def test_tool_name_and_schema_validation():
+    with pytest.raises(ValueError):
+        Tool("not valid", len)
+    with pytest.raises(ValueError):
+        Tool("class", len)
+    with pytest.raises(TypeError):
+        Tool("x", 42)
+    with pytest.raises(TypeError):
+        Tool("x", len, schema="{}")
+
+
+def test_tool_error_messages():
+    assert _tools.error_message(ValueError("bad city")) == "ValueError: bad city"
+    assert _tools.error_message(nsbox.ToolError("exactly this")) == "exactly this"
+    assert _tools.error_message(KeyError()) == "KeyError"
+    assert _tools.error_message(subprocess.TimeoutExpired("x", 1)).startswith("subprocess.TimeoutExpired: ")
+
+
+def test_exception_classes():
+    e = nsbox.SandboxedException("ZeroDivisionError", "division by zero", "Traceback...")
+    assert str(e) == "ZeroDivisionError: division by zero"
+    assert isinstance(e, nsbox.SandboxError)
+    for cls in (nsbox.TimeLimitExceeded, nsbox.MemoryLimitExceeded, nsbox.ToolError, nsbox.SandboxCrashed,
+                nsbox.ProtocolError, nsbox.Cancelled, nsbox.PolicyError, nsbox.UndefinedVariable):
+        assert issubclass(cls, nsbox.SandboxError)
+    assert issubclass(nsbox.SandboxedToolError, nsbox.ToolError)
+    assert issubclass(nsbox.SandboxedMemoryError, nsbox.MemoryLimitExceeded)
+    assert issubclass(nsbox.ProtocolError, nsbox.SandboxCrashed)
+    assert str(nsbox.UndefinedVariable("no x")) == "no x"
+
+
+def test_missing_library_is_reported(tmp_path):
+    code = "import nsbox\ntry:\n    nsbox.Sandbox()\nexcept nsbox.SandboxError as e:\n    print('ERR', e)\n"
+    env = dict(os.environ, NSBOX_LIB=str(tmp_path / "nope.so"), PYTHONPATH=PYDIR)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.startswith("ERR libnsbox not found") and "nope.so" in out.stdout, out
+
+
+# ---- helpers for live tests ----------------------------------------------
+
+def descendants(root=None):
+    """Every process below root (default: this one)."""
+    root = os.getpid() if root is None else root
+    children = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            children.setdefault(int(fields[1]), []).append(-int(pid))  # zombies count too
+        else:
+            children.setdefault(int(fields[1]), []).append(int(pid))
+    out = []
+    todo = [root]
+    while todo:
+        for c in children.get(abs(todo.pop()), []):
+            out.append(c)
+            todo.append(c)
+    return sorted(out)
+
+
+def open_fds():
+    return sorted(int(x) for x in os.listdir("/proc/self/fd"))
+
+
+def wait_for(pred, timeout=10.0):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return pred()
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+# ---- execute -------------------------------------------------------------
+
+def test_execute_values(sb):
+    assert sb.execute("1 + 1") == 2
+    assert sb.execute("x = 41") is None
+    assert sb.execute("x + 1") == 42                         # globals persist
+    assert sb.execute("2 ** 100") == 2 ** 100
+    assert sb.execute("(1, 'a', None)") == (1, "a", None)
+    assert math.isnan(sb.execute("float('nan')"))
+    assert sb.execute("float('inf')") == float("inf")
+    assert sb.execute("{'$k': [1.5, True]}") == {"$k": [1.5, True]}
+    assert sb.execute("'h\u00e9\\u2603'") == "h\u00e9\u2603"
+    r = sb.execute("import os\nos")
+    assert isinstance(r, nsbox.ReprValue) and r.type_name == "builtins.module" and "os" in r.repr
+    r = sb.execute("{1, 2}")
+    assert isinstance(r, nsbox.ReprValue) and r.type_name == "builtins.set" and repr(r) == "{1, 2}"
+    with pytest.raises(ValueError):
+        sb.execute("1\0")
+
+
+def test_execute_with_output(sb):
+    value, lines = sb.execute_with_output("for i in range(3): print('line', i)\n'done'")
+    assert value == "done"
+    assert lines == ["line 0", "line 1", "line 2"]
+    assert sb.execute_with_output("x = 1") == (None, [])
+
+
+def test_run_returns_result(sb):
+    r = sb.run("import sys\nprint('out')\nprint('err', file=sys.stderr)\n7 * 6")
+    assert r.ok and r.value == 42 and r.stdout == "out\n" and r.stderr == "err\n" and r.lines == ["out"]
+    assert r.wall > 0
+    r = sb.run("print('before')\n[][1]")
+    assert not r.ok and isinstance(r.error, nsbox.SandboxedException) and r.error.type_name == "IndexError"
+    assert r.stdout == "before\n"
+    with pytest.raises(nsbox.SandboxedException):
+        r.raise_for_error()
+
+
+def test_sandboxed_exception(sb):
+    with pytest.raises(nsbox.SandboxedException) as ei:
+        sb.execute("def f():\n    return 1 / 0\nprint('partial')\nf()")
+    e = ei.value
+    assert str(e) == "ZeroDivisionError: division by zero"
+    assert e.type_name == "ZeroDivisionError" and e.message == "division by zero"
+    assert "line 2, in f" in e.traceback and "ZeroDivisionError" in e.traceback
+    assert "runner" not in e.traceback
+    assert e.stdout == "partial\n"
+    with pytest.raises(nsbox.SandboxedException) as ei:
+        sb.execute("import json\njson.loads('{')")
+    assert ei.value.type_name == "json.decoder.JSONDecodeError"
+    # SystemExit ends the code, not the session.  libnsbox currently reports
+    # it as NSBOX_OK (the session layer treats it as a clean exit for
+    # `nsbox python`); when it reports an exception, exit_code is kept.
+    try:
+        v = sb.execute("before_exit = 1\nraise SystemExit(3)\nafter_exit = 1")
+        assert v is None
+    except nsbox.SandboxedException as e:
+        assert e.type_name == "SystemExit" and e.exit_code == 3
+    assert sb.execute("'before_exit' in globals(), 'after_exit' in globals()") == (True, False)
+    with pytest.raises(nsbox.SandboxedException) as ei:
+        sb.execute("def broken(:\n  pass")
+    assert ei.value.type_name == "SyntaxError"
+    assert sb.execute("'still alive'") == "still alive"
+
+
+# ---- variables, reset ----------------------------------------------------
+
+def test_variables(sb):
+    data = {"xs": [1, 2, 3], "t": (1, "two"), "big": 10 ** 30, "f": -0.5, "$odd": None, "nested": {"a": [{}]}}
+    sb.set_variable("data", data)
+    assert sb.execute("type(data['t']).__name__, data['big'] + 1") == ("tuple", 10 ** 30 + 1)
+    assert sb.get_variable("data") == data
+    sb.execute("made = [i * i for i in range(5)]")
+    assert sb.get_variable("made") == [0, 1, 4, 9, 16]
+    sb.execute("import collections\nobj = collections.OrderedDict(a=1)")
+    assert sb.get_variable("obj").type_name == "collections.OrderedDict"
+    with pytest.raises(nsbox.UndefinedVariable):
+        sb.get_variable("nothing_here")
+    with pytest.raises(KeyError):
+        sb.get_variable("nothing_here")
+    assert sb.get_variable("nothing_here", default=5) == 5
+    with pytest.raises(ValueError):
+        sb.set_variable("not a name", 1)
+    with pytest.raises(TypeError):
+        sb.set_variable("s", {1, 2})
+
+
+def test_reset(sb):
+    @sb.tool
+    def ping() -> str:
+        return "pong"
+    sb.execute("a = 1")
+    sb.reset()
+    with pytest.raises(nsbox.SandboxedException) as ei:
+        sb.execute("a")
+    assert ei.value.type_name == "NameError"
+    assert sb.execute("ping()") == "pong"                    # tools survive a reset
+
+
+# ---- tools ---------------------------------------------------------------
+
+def test_register_function_and_decorators(sb):
+    sb.register_function("add", lambda a, b: a + b)
+    assert sb.execute("add(2, 3)") == 5
+    assert sb.execute("add('a', b='b')") == "ab"
+
+    @sb.tool
+    def scale(x: float, factor: float = 2.0) -> float:
+        """Multiply x by factor."""
+        return x * factor
+    assert scale(1.5) == 3.0                                 # the decorator returns the function
+    assert sb.execute("scale(1.5)") == 3.0                   # the host's default applies
+    assert sb.execute("scale(1, factor=10)") == 10
+    assert "Multiply x by factor." in sb.execute("scale.__doc__")
+    with pytest.raises(nsbox.SandboxedException) as ei:
+        sb.execute("scale('x')")                             # type-checked inside, before the call
+    assert ei.value.type_name == "TypeError"
+
+    @sb.tool(name="lookup", description="Find a key.")
+    def _lookup(key: str, table: Dict[str, int]) -> Optional[int]:
+        return table.get(key)
+    assert sb.execute("lookup('b', {'a': 1, 'b': 2})") == 2
+    assert sb.execute("lookup('z', {})") is None
+
+    sb.register_function("echo", lambda *args, **kwargs: [list(args), kwargs])
+    assert sb.execute("echo(1, (2,), k={'x': 2 ** 70})") == [[1, (2,)], {"k": {"x": 2 ** 70}}]
+
+    sb.register_function("raw", lambda **kw: kw, schema={"type": "object", "properties": {
+        "n": {"type": "integer"}}, "required": ["n"]}, description="Raw schema.")
+    assert sb.execute("raw(n=4)") == {"n": 4}
+
+    def posonly(a, /, b):
+        return a - b
+    sb.register_function("posonly", posonly)
+    assert sb.execute("posonly(10, 3)") == 7
+
+    with pytest.raises(ValueError):
+        sb.register_function("add", len)
+    with pytest.raises(ValueError):
+        sb.register_function("bad-name", len)
+
+
+def test_tool_registered_before_restart_and_describe(sb):
+    @sb.tool
+    def get_weather(city: str, unit: Literal["C", "F"] = "C") -> dict:
+        """Current weather of a city.
+
+        Args:
+            city: the city's name.
+            unit: temperature unit.
+        """
+        return {"city": city, "unit": unit}
+    text = sb.describe_tools()
+    assert "def get_weather(city: str, unit: Literal['C', 'F'] = 'C') -> dict:" in text
+    assert "Current weather of a city." in text and "city: the city's name." in text
+    assert sb.execute("get_weather('Oslo', unit='F')") == {"city": "Oslo", "unit": "F"}
+    with pytest.raises(nsbox.SandboxedException):
+        sb.execute("get_weather(1)")
+    sb.restart()
+    assert sb.execute("get_weather('Rome')") == {"city": "Rome", "unit": "C"}
+
+
+def test_tools_that_raise(sb):
+    calls = []
+
+    @sb.tool
+    def fail(kind: str) -> int:
+        calls.append(kind)
+        if kind == "value":
+            raise ValueError("bad input " + kind)
+        if kind == "tool":
+            raise nsbox.ToolError("exactly this message")
+        if kind == "return":
+            return {1, 2}
+        return 1
+    assert sb.execute("import nsbox\ntry:\n    fail('value')\nexcept nsbox.ToolError as e:\n    r = str(e)\nr") == \
+        "ValueError: bad input value"
+    assert sb.execute("import nsbox\ntry:\n    fail('tool')\nexcept nsbox.ToolError as e:\n    r = str(e)\nr") == \
+        "exactly this message"
+    assert "cannot cross" in sb.execute("import nsbox\ntry:\n    fail('return')\nexcept nsbox.ToolError as e:\n"
+                                        "    r = str(e)\nr")
+    with pytest.raises(nsbox.ToolError) as ei:
+        sb.execute("fail('value')")
+    e = ei.value
+    assert isinstance(e, nsbox.SandboxedToolError) and e.type_name == "nsbox.ToolError"
+    assert isinstance(e.__cause__, ValueError) and str(e.__cause__) == "bad input value"
+    # No host traceback or path crosses into the sandbox.
+    assert __file__ not in e.traceback and __file__ not in e.message
+    assert sb.execute("fail('ok')") == 1
+    assert calls == ["value", "tool", "return", "value", "ok"]
+
+
+def test_tool_keyboard_interrupt_reaches_host(sb):
+    @sb.tool
+    def interrupt() -> None:
+        raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        sb.execute("interrupt()")
+    assert sb.execute("1") == 1
+
+
+def test_tool_calls_in_loops(sb):
+    seen = []
+
+    @sb.tool
+    def inc(n: int) -> int:
+        seen.append(n)
+        return n + 1
+    assert sb.execute("t = 0\nfor i in range(1000):\n    t = inc(t)\nt") == 1000
+    assert seen == list(range(1000))
+    r = sb.run("inc(0)")
+    assert r.ok and r.tool_calls == 1
+    # The 1001st call of one execute is refused.
+    with pytest.raises(nsbox.ToolError) as ei:
+        sb.execute("for i in range(1001):\n    inc(i)")
+    assert "limit" in ei.value.message
+    assert sb.execute("inc(1)") == 2                         # the cap is per execute
+
+
+def test_max_tool_calls_option(libnsbox):
+    with nsbox.Sandbox(max_tool_calls=5, timeout=30) as s:
+        s.register_function("f", lambda: 1)
+        assert s.execute("sum(f() for _ in range(5))") == 5
+        with pytest.raises(nsbox.ToolError):
+            s.execute("sum(f() for _ in range(6))")
+
+
+def test_tool_runs_on_the_executing_thread(sb):
+    threads = []
+    sb.register_function("where", lambda: threads.append(threading.get_ident()))
+    sb.execute("where()")
+    result = []
+    t = threading.Thread(target=lambda: result.append(sb.execute("where() or 1")))
+    t.start()
+    t.join()
+    assert result == [1]
+    assert threads == [threading.get_ident(), t.ident]
+
+
+# ---- limits --------------------------------------------------------------
+
+def test_timeout_interrupts_and_sandbox_survives(libnsbox):
+    with nsbox.Sandbox(timeout=1) as s:
+        s.execute("kept = 'yes'")
+        t0 = time.monotonic()
+        with pytest.raises(nsbox.TimeLimitExceeded) as ei:
+            s.execute("import time\nwhile True: time.sleep(0.01)")
+        assert time.monotonic() - t0 < 5
+        if ei.value.session_lost:
+            assert s.execute("'kept' in globals()") is False
+        else:
+            assert s.get_variable("kept") == "yes"
+        assert s.execute("1 + 1") == 2
+        with pytest.raises(nsbox.TimeLimitExceeded):
+            s.execute("while True: pass", timeout=0.3)       # per-call timeout
+        assert s.execute("2 + 2") == 4
+
+
+# Swallows the interruption (which arrives while it sleeps, inside the try).
+STUBBORN = "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except BaseException:\n        pass"
+
+
+def test_timeout_kills_code_that_ignores_it(libnsbox):
+    with nsbox.Sandbox(timeout=0.5) as s:
+        s.execute("kept = 1")
+        pid = s.pid
+        with pytest.raises(nsbox.TimeLimitExceeded) as ei:
+            s.execute(STUBBORN)
+        assert ei.value.session_lost
+        assert wait_for(lambda: not alive(pid))
+        assert s.execute("'kept' in globals()") is False     # a fresh sandbox
+        assert s.pid != pid
+
+
+def test_no_auto_restart(libnsbox):
+    with nsbox.Sandbox(timeout=0.5, auto_restart=False) as s:
+        with pytest.raises(nsbox.TimeLimitExceeded) as ei:
+            s.execute(STUBBORN)
+        assert ei.value.session_lost
+        with pytest.raises(nsbox.SandboxCrashed):
+            s.execute("1")
+        s.restart()
+        assert s.execute("1") == 1
+
+
+def test_memory_limit(libnsbox):
+    with nsbox.Sandbox(memory="64M", timeout=30) as s:
+        with pytest.raises(nsbox.MemoryLimitExceeded):
+            s.execute("blocks = []\nfor _ in range(64):\n    blocks.append(b'x' * (8 << 20))")
+        assert s.execute("3 * 3") == 9                       # usable afterwards (fresh if it was killed)
+
+
+def test_set_limits(libnsbox):
+    with nsbox.Sandbox(memory="512M", timeout=30) as s:
+        s.execute("a = 1")
+        first = s.info()
+        s.set_limits(timeout=0.3)                            # applies at once, no restart
+        assert s.timeout == 0.3
+        with pytest.raises(nsbox.TimeLimitExceeded):
+            s.execute("while True: pass")
+        s.set_limits(timeout=30)
+        if s.execute("'a' in globals()"):
+            s.set_limits(memory="128M", pids=16)             # needs a restart, done lazily
+            assert s.execute("'a' in globals()") is False
+        else:
+            s.set_limits(memory="128M", pids=16)
+        info = s.info()
+        assert info["pid"] != first["pid"]
+        if first["memory_limit"]:                            # cgroups in use on this host
+            assert first["memory_limit"] == 512 << 20 and info["memory_limit"] == 128 << 20
+            assert info["pids_limit"] == 16
+        assert "128M" in s.policy_text() or str(128 << 20) in s.policy_text()
+        with pytest.raises(nsbox.PolicyError):
+            s.set_limits(memory="lots")
+        with pytest.raises(ValueError):
+            s.set_limits(timeout=-1)
+
+
+def test_cancel_from_another_thread(sb):
+    timer = threading.Timer(0.3, sb.cancel)
+    timer.start()
+    t0 = time.monotonic()
+    with pytest.raises(nsbox.Cancelled):
+        sb.execute("import time\nwhile True: time.sleep(0.01)")
+    assert time.monotonic() - t0 < 10
+    timer.join()
+    assert sb.execute("5") == 5
+
+
+# ---- policy, info, life cycle ---------------------------------------------
+
+def test_bad_policy_and_limits(libnsbox):
+    with pytest.raises(nsbox.PolicyError):
+        nsbox.Sandbox(policy="no-such-policy-anywhere")
+    with pytest.raises(nsbox.PolicyError):
+        nsbox.Sandbox(memory="a lot")
+    with pytest.raises(nsbox.PolicyError):
+        nsbox.Sandbox(memory=-5)
+    with pytest.raises(ValueError):
+        nsbox.Sandbox(timeout=0)
+
+
+def test_policy_file_and_workspace(libnsbox, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    (work / "in.txt").write_text("from the host")
+    pol = tmp_path / "agent.policy"
+    pol.write_text("[Limits]\nPids=48\n\n[Environment]\nSet=AGENT_MODE=test\n")
+    with nsbox.Sandbox(policy=pol, workspace=work, timeout=30) as s:
+        assert re.search(r"^Pids\s*=\s*48$", s.policy_text(), re.M), s.policy_text()
+        assert s.execute("import os\nos.environ.get('AGENT_MODE')") == "test"
+        assert s.execute("import os\nsorted(os.listdir('/workspace'))") == ["in.txt"]
+        s.execute("open('/workspace/out.txt', 'w').write('from inside')")
+    assert (work / "out.txt").read_text() == "from inside"
+    bad = tmp_path / "bad.policy"
+    bad.write_text("[Limits]\nMemory=lots\n")
+    with pytest.raises(nsbox.PolicyError) as ei:
+        nsbox.Sandbox(policy=bad)
+    assert "bad.policy:2" in str(ei.value)
+
+
+def test_strict_policy(libnsbox):
+    with nsbox.Sandbox() as d:
+        have_cgroups = bool(d.info()["cgroup"])
+    if not have_cgroups:
+        # strict says Cgroups=require: refused, naming the cause, where the
+        # default policy falls back to rlimits.
+        with pytest.raises(nsbox.SandboxError) as ei:
+            nsbox.Sandbox(policy="strict")
+        assert "cgroup" in str(ei.value)
+        return
+    with nsbox.Sandbox(policy="strict", timeout=30) as s:
+        assert s.info()["memory_limit"] == 256 << 20
+        assert s.execute("sum(range(10))") == 45
+
+
+def test_info(sb):
+    i = sb.info()
+    assert i["pid"] > 0 and i["alive"] is True
+    assert sb.pid == i["pid"]
+    assert alive(i["pid"])
+
+
+def test_close_and_context_manager(libnsbox):
+    with nsbox.Sandbox() as s:
+        pid = s.pid
+        assert s.execute("1") == 1
+    assert s.closed
+    assert wait_for(lambda: not alive(pid))
+    s.close()                                                # idempotent
+    with pytest.raises(nsbox.SandboxError):
+        s.execute("1")
+    with pytest.raises(nsbox.SandboxError):
+        s.register_function("f", len)
+    s2 = nsbox.Sandbox()
+    s2.close()
+    s2.close()
+
+
+def test_close_inside_a_tool_is_refused(sb):
+    sb.register_function("close_me", sb.close)
+    with pytest.raises(nsbox.ToolError) as ei:
+        sb.execute("close_me()")
+    assert "cannot close" in ei.value.message
+    assert sb.execute("1") == 1
+
+
+def test_streaming_output(libnsbox):
+    got = []
+    with nsbox.Sandbox(on_output=lambda stream, text: got.append((stream, text)), timeout=30) as s:
+        s.execute("import sys\nprint('hello')\nprint('oops', file=sys.stderr)")
+    assert "hello\n" in "".join(t for st, t in got if st == "stdout")
+    assert "oops\n" in "".join(t for st, t in got if st == "stderr")
+
+
+def test_cold_start(libnsbox):
+    with nsbox.Sandbox(cold=True, timeout=30) as s:
+        assert s.execute("import sys\nsys.version_info[:2]") == (3, 11)
+
+
+# ---- concurrency ---------------------------------------------------------
+
+def test_several_sandboxes_in_threads(libnsbox):
+    n = 4
+    results = [None] * n
+    errors = []
+
+    def work(i):
+        try:
+            with nsbox.Sandbox(timeout=60) as s:
+                s.register_function("ident", lambda x: x * 1000 + i)
+                s.set_variable("me", i)
+                total = 0
+                for k in range(20):
+                    total += s.execute("ident(me) + %d" % k)
+                results[i] = (total, s.get_variable("me"), s.execute("sum(ident(j) for j in range(50))"))
+        except BaseException as e:
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    for i in range(n):
+        assert results[i] == (20 * (i * 1000 + i) + sum(range(20)), i, sum(j * 1000 + i for j in range(50)))
+
+
+def test_sandboxes_run_in_parallel(libnsbox):
+    """ctypes releases the GIL around nsbox_exec: two sandboxes sleeping
+    0.6 s each from two threads take about 0.6 s, not 1.2 s."""
+    boxes = [nsbox.Sandbox(timeout=30) for _ in range(2)]
+    try:
+        for b in boxes:
+            b.execute("import time")
+        threads = [threading.Thread(target=b.execute, args=("time.sleep(0.6)",)) for b in boxes]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert time.monotonic() - t0 < 1.1
+    finally:
+        for b in boxes:
+            b.close()
+
+
+def test_one_sandbox_shared_by_threads(sb):
+    sb.execute("counter = 0")
+    sb.register_function("bump", lambda: 1)
+
+    def work():
+        for _ in range(25):
+            sb.execute("counter += bump()")
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sb.get_variable("counter") == 100
+
+
+# ---- garbage collection --------------------------------------------------
+
+def _make_and_drop(count):
+    pids = []
+    for _ in range(count):
+        s = nsbox.Sandbox(timeout=30)
+        s.register_function("f", lambda x: x)
+        assert s.execute("f(21) * 2") == 42
+        pids.append(s.pid)
+        del s                                                # no close()
+    return pids
+
+
+def _cyclic_sandbox():
+    s = nsbox.Sandbox(timeout=30)
+    s.register_function("get_sb", lambda: repr(s))       # sandbox -> tool -> closure -> sandbox
+    assert s.execute("get_sb()") == "<nsbox.Sandbox running>"
+    return s.pid
+
+
+def test_garbage_collected_sandbox_leaks_nothing(libnsbox):
+    # Warm up: the library's helper process and any lazy fds exist from here on.
+    _make_and_drop(1)
+    gc.collect()
+    base_procs = descendants()
+    base_fds = open_fds()
+    pids = _make_and_drop(5)
+    gc.collect()
+    for pid in pids:
+        assert wait_for(lambda: not alive(pid)), "sandbox %d still running" % pid
+    assert wait_for(lambda: descendants() == base_procs), (descendants(), base_procs)
+    assert open_fds() == base_fds
+    # A Sandbox caught in a reference cycle goes too (at the next collection).
+    pid = _cyclic_sandbox()
+    gc.collect()
+    assert wait_for(lambda: not alive(pid))
+    assert wait_for(lambda: descendants() == base_procs)
+    assert open_fds() == base_fds
+
+
+def test_unclosed_sandbox_at_exit(libnsbox):
+    code = ("import nsbox, os\ns = nsbox.Sandbox()\nprint(s.pid, flush=True)\n"
+            "s.execute('x = 1')\n")
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
+    pid = int(out.stdout.split()[0])
+    assert wait_for(lambda: not alive(pid))
+
+
+# ---- README --------------------------------------------------------------
+
+def _readme_blocks():
+    with open(os.path.join(PYDIR, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+def test_readme_quick_start_runs(libnsbox, tmp_path):
+    blocks = _readme_blocks()
+    assert blocks, "README.md has no python block"
+    script = tmp_path / "quickstart.py"
+    script.write_text("\n".join(blocks))
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # The comments in the README say what each line prints.
+    assert "def get_weather(city: str, unit: str = 'C') -> dict:" in out.stdout
+    lines = out.stdout.splitlines()
+    assert "21" in lines
+    assert "2 ['Paris', 'Oslo']" in lines
+    assert "ZeroDivisionError: division by zero" in lines
+    assert any(line.startswith("stopped: ") for line in lines)
+    assert "{'xs': [1, 2, 3], 'total': 6}" in lines
+
+
+# ---- packaging -----------------------------------------------------------
+
+def test_pip_install_offline(tmp_path):
+    """pip install ./python works with no network and no build isolation
+    (Debian's setuptools), into a venv; the installed package imports."""
+    import shutil
+    src = tmp_path / "src"
+    shutil.copytree(PYDIR, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"))
+    venv = tmp_path / "venv"
+    subprocess.run(["/usr/bin/python3.11", "-m", "venv", "--system-site-packages", str(venv)], check=True,
+                   timeout=120)
+    py = str(venv / "bin" / "python")
+    env = dict(os.environ, PIP_NO_INDEX="1")
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([py, "-m", "pip", "install", "--no-index", "--no-build-isolation", str(src)],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = subprocess.run([py, "-c", "import nsbox, sys; print(nsbox.__file__); print(nsbox.Sandbox.__name__)"],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    assert str(venv) in out.stdout and "Sandbox" in out.stdout
+    from nsbox import _lib
+    try:
+        _lib.load()
+    except nsbox.SandboxError:
+        return                                               # the live tests report the missing library
+    env["NSBOX_LIB"] = os.path.abspath(_lib.library_path)
+    env.pop("NSBOX_RUNNER", None)
+    out = subprocess.run([py, "-c", "import nsbox\nwith nsbox.Sandbox() as s: print(s.execute('6 * 7'))"],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path))
+    assert out.returncode == 0 and out.stdout == "42\n", out.stderr
+
+
+def test_sources_parse_as_python_3_9():
+    """The package must run on any CPython >= 3.9: no newer syntax."""
+    import ast
+    pkg = os.path.join(PYDIR, "nsbox")
+    for name in sorted(os.listdir(pkg)) + ["../bench_sdk.py"]:
+        if name.endswith(".py"):
+            with open(os.path.join(pkg, name), encoding="utf-8") as f:
+                ast.parse(f.read(), name, feature_version=(3, 9))
+
+
+def test_library_version(libnsbox):
+    assert re.match(r"^\d+\.\d+\.\d+", nsbox.library_version())
+
+
+def test_forked_child_does_not_kill_the_parents_sandbox(sb):
+    sb.execute("x = 'parent'")
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            sb.close()                                       # the child forgets, never frees
+            del sb
+            gc.collect()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert sb.get_variable("x") == "parent"
+
+
+def test_sandbox_killed_from_outside(sb):
+    import signal
+    sb.execute("x = 1")
+    pid = sb.pid
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: not alive(pid))
+    with pytest.raises(nsbox.SandboxCrashed) as ei:
+        sb.execute("x")
+    assert ei.value.session_lost
+    assert sb.execute("'x' in globals()") is False           # a fresh sandbox
+    assert sb.pid != pid
+
+
+def test_large_values_and_output(sb):
+    big = "\u00e9" * (2 << 20)
+    sb.set_variable("big", big)
+    assert sb.execute("len(big)") == len(big)
+    assert sb.get_variable("big") == big
+    assert sb.execute("'y' * 3_000_000") == "y" * 3_000_000
+    value, lines = sb.execute_with_output("for i in range(20000): print(i)")
+    assert lines[:3] == ["0", "1", "2"] and lines[-1] == "19999"
+    sb.register_function("blob", lambda n: "z" * n)
+    assert sb.execute("len(blob(1 << 20))") == 1 << 20
