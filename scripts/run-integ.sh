@@ -17,6 +17,8 @@ fi
 
 echo "== pass 1: root"
 NSBOX_TEST_MODE=root $PYTEST "$TESTS"
+echo "== pass 1b: root, the Python SDK"
+NSBOX_MUST_WORK=1 NSBOX_LIB="$BUILD/libnsbox.so.0" $PYTEST "$TOP/python/tests"
 
 # An unprivileged user with a delegated cgroup, made the way systemd's
 # Delegate=yes does it: a cgroup owned by the user, the user's process in a
@@ -62,3 +64,6 @@ sh -c 'for f in '"$procs_files"'; do echo $$ > $f; done; exec "$@"' sh \
 
 echo "== pass 3: uid $user with no cgroup delegation"
 setpriv --reuid=$user --regid=$user --clear-groups env NSBOX_TEST_MODE=nodeleg HOME=/tmp $PYTEST "$TESTS"
+echo "== pass 3b: uid $user, the Python SDK"
+setpriv --reuid=$user --regid=$user --clear-groups env NSBOX_MUST_WORK=1 NSBOX_LIB="$BUILD/libnsbox.so.0" HOME=/tmp \
+	$PYTEST "$TOP/python/tests"
