@@ -46,8 +46,13 @@ TARGETS := $(B)/libnsbox-core.a $(B)/nsbox
 ifneq ($(RUNNER_SRCS),)
 TARGETS += $(B)/nsbox-runner
 endif
+# libnsbox (include/nsbox.h, lib/api.c), its static archive, pkg-config
+# file and the C example agent host.
+NSBOX_VERSION := 0.1.0
+LIB_TARGETS := $(B)/libnsbox.so.0 $(B)/libnsbox.so $(B)/libnsbox.a $(B)/nsbox.pc
+TARGETS += $(LIB_TARGETS) $(B)/examples/agent
 
-.PHONY: all clean check check-unit check-integ check-vm bench fuzz install deps man
+.PHONY: all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib
 all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS)
 
 $(B)/obj/runner/%.o: runner/%.c
@@ -79,6 +84,30 @@ $(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS)
 $(B)/nsbox-runner: $(RUNNER_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(RUNNER_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(PY_LIBS)
+# libnsbox.so: only nsbox_* is exported (hidden visibility in the API
+# object, and the version script for the core objects linked in with it).
+$(B)/obj/lib/api.o: ALL_CFLAGS += -fvisibility=hidden
+$(B)/libnsbox.so.0: $(CORE_OBJS) lib/libnsbox.sym
+	$(CC) $(LDFLAGS) -shared -Wl,-soname,libnsbox.so.0 -Wl,--version-script=lib/libnsbox.sym -Wl,-z,defs \
+		-o $@ $(CORE_OBJS) $(PKG_LIBS)
+$(B)/libnsbox.so: $(B)/libnsbox.so.0
+	ln -sf libnsbox.so.0 $@
+$(B)/libnsbox.a: $(CORE_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(B)/nsbox.pc: Makefile
+	@mkdir -p $(dir $@)
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$(LIBDIR)' 'includedir=$(INCLUDEDIR)' '' 'Name: nsbox' \
+		'Description: run Python in kernel-isolated sandboxes (libnsbox(3))' 'Version: $(NSBOX_VERSION)' \
+		'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lnsbox' 'Libs.private: -lpthread' \
+		'Cflags: -I$${includedir}' > $@
+# The API tests and the examples link the shared library, as a host does.
+$(B)/tests/test-api: tests/unit/test-api.c $(B)/libnsbox.so include/nsbox.h tests/unit/tap.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..' -lpthread
+$(B)/examples/%: examples/%.c $(B)/libnsbox.so include/nsbox.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(WARN) $(CFLAGS) -Iinclude $(LDFLAGS) -o $@ $< -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..'
 $(B)/tests/test-%: tests/unit/test-%.c $(B)/libnsbox-core.a tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libnsbox-core.a $(PKG_LIBS)
@@ -102,6 +131,10 @@ fuzz: $(FUZZ_BINS)
 check: all check-unit check-integ
 check-unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+# memcheck of the API tests; the sandboxes themselves are not followed.
+check-valgrind: $(B)/tests/test-api
+	valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
+		--error-exitcode=1 --trace-children=no $(B)/tests/test-api
 check-integ: all
 	NSBOX_BUILD=$(CURDIR)/$(B) scripts/run-integ.sh
 check-vm: all
@@ -114,6 +147,16 @@ install: all
 	install -m 0755 $(B)/nsbox $(DESTDIR)$(BINDIR)/nsbox
 	if [ -f $(B)/nsbox-runner ]; then install -m 0755 $(B)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner; fi
 	for m in man/*.[1-8]; do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+
+install: install-lib
+install-lib: $(LIB_TARGETS)
+	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(MANDIR)/man3
+	install -m 0755 $(B)/libnsbox.so.0 $(DESTDIR)$(LIBDIR)/libnsbox.so.0
+	ln -sf libnsbox.so.0 $(DESTDIR)$(LIBDIR)/libnsbox.so
+	install -m 0644 $(B)/libnsbox.a $(DESTDIR)$(LIBDIR)/libnsbox.a
+	install -m 0644 include/nsbox.h $(DESTDIR)$(INCLUDEDIR)/nsbox.h
+	install -m 0644 $(B)/nsbox.pc $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc
+	install -m 0644 man/libnsbox.3 $(DESTDIR)$(MANDIR)/man3/libnsbox.3
 
 deps:
 	scripts/install-deps.sh

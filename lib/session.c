@@ -22,6 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cgroup.h"
+#include "helper.h"
 #include "proto.h"
 #include "util.h"
 
@@ -44,6 +46,8 @@ struct nsbox_session {
 	struct proto_reader *rd;
 	bool jailed;
 	struct jail j;
+	bool remote;		/* made by libnsbox's helper process (lib/helper.h) */
+	struct helper_sandbox hs;
 	pid_t pid;		/* unjailed child */
 	int pidfd;		/* unjailed child's pidfd; jailed: j.pidfd */
 	bool reaped;
@@ -101,7 +105,7 @@ int session_find_runner(char *buf, size_t size, struct nsbox_err *err)
 
 /* Copy the runner into a sealed memfd: what runs inside can never write
  * back to the binary the host executes (runc CVE-2019-5736). */
-static int sealed_copy(const char *path, struct nsbox_err *err)
+int session_sealed_copy(const char *path, struct nsbox_err *err)
 {
 	_cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	_cleanup_close_ int mfd = -1;
@@ -136,7 +140,10 @@ static int sealed_copy(const char *path, struct nsbox_err *err)
 
 static void proc_kill(struct nsbox_session *s)
 {
-	if (s->jailed) {
+	if (s->remote) {
+		if (!s->reaped)
+			helper_kill(&s->hs);
+	} else if (s->jailed) {
 		jail_kill(&s->j);
 	} else if (s->pid > 0 && !s->reaped) {
 		if (s->pidfd < 0 || syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0) < 0)
@@ -157,7 +164,17 @@ static int proc_try_reap(struct nsbox_session *s)
 {
 	if (s->reaped)
 		return 1;
-	if (s->jailed) {
+	if (s->remote) {
+		struct pollfd p = { s->hs.pidfd, POLLIN, 0 };
+		struct nsbox_err e;
+
+		/* pid 1 ended: the helper reaps it and reads the accounting. */
+		if (s->hs.pidfd < 0 || poll(&p, 1, 0) == 1) {
+			(void)helper_destroy(&s->hs, &s->st, &e);
+			s->pidfd = -1;
+			s->reaped = true;
+		}
+	} else if (s->jailed) {
 		struct nsbox_err e;
 
 		if (jail_try_reap(&s->j, &e) != 0) {
@@ -186,7 +203,13 @@ static void proc_finish(struct nsbox_session *s, bool kill_now)
 	while (!proc_try_reap(s)) {
 		if (now_ns() >= end) {
 			proc_kill(s);
-			if (s->jailed) {
+			if (s->remote) {
+				struct nsbox_err e;
+
+				(void)helper_destroy(&s->hs, &s->st, &e);
+				s->pidfd = -1;
+				s->reaped = true;
+			} else if (s->jailed) {
 				jail_destroy(&s->j);
 				s->st = s->j.status;
 				s->reaped = true;
@@ -284,8 +307,12 @@ static int wait_frame(struct nsbox_session *s, unsigned long long deadline, bool
 
 		if (k == 1)
 			return W_FRAME;
-		if (k < 0)
-			return s->rd->eof && err->code == EPIPE ? W_DEAD : W_ERROR;
+		if (k < 0) {
+			/* ECONNRESET: the runner died with our frame unread. */
+			if ((s->rd->eof && err->code == EPIPE) || err->code == ECONNRESET)
+				return W_DEAD;
+			return W_ERROR;
+		}
 		if (watch_cancel && atomic_exchange(&s->cancel_req, false)) {
 			char c[64];
 
@@ -351,21 +378,34 @@ static int start_unjailed(struct nsbox_session *s, int mfd, int csock, char *con
 	return 0;
 }
 
-static json_t *hello_msg(const struct nsbox_session *s)
+static json_t *tools_json(const struct nsbox_session *s)
 {
 	json_t *tools = json_array();
-	json_t *m;
 
-	for (size_t i = 0; i < s->o.n_tools; i++) {
+	for (size_t i = 0; tools && i < s->o.n_tools; i++) {
 		const struct session_tool *t = &s->tools[i];
 		json_t *o = json_pack("{s:s}", "name", t->name);
 
+		if (!o) {
+			json_decref(tools);
+			return NULL;
+		}
 		if (t->description)
 			json_object_set_new(o, "description", json_string(t->description));
 		if (t->schema)
 			json_object_set(o, "schema", t->schema);
 		json_array_append_new(tools, o);
 	}
+	return tools;
+}
+
+static json_t *hello_msg(const struct nsbox_session *s)
+{
+	json_t *tools = tools_json(s);
+	json_t *m;
+
+	if (!tools)
+		return NULL;
 	m = json_pack("{s:i,s:[sss],s:o,s:{s:I,s:I}}", "version", NSBOX_PROTO_VERSION, "capabilities", "exec", "tools",
 		      "cancel", "tools", tools, "limits", "output", (json_int_t)s->o.output_limit, "max_frame",
 		      (json_int_t)s->o.max_frame);
@@ -390,8 +430,15 @@ static void session_free(struct nsbox_session *s)
 		close(s->cancel_pipe[0]);
 	if (s->cancel_pipe[1] >= 0)
 		close(s->cancel_pipe[1]);
-	if (!s->jailed && s->pidfd >= 0)
+	if (s->remote && !s->reaped) {
+		struct nsbox_err e;
+
+		(void)helper_destroy(&s->hs, NULL, &e);
+	} else if (s->remote && s->hs.pidfd >= 0) {
+		close(s->hs.pidfd);
+	} else if (!s->remote && !s->jailed && s->pidfd >= 0) {
 		close(s->pidfd);
+	}
 	if (s->rd) {
 		proto_reader_free(s->rd);
 		free(s->rd);
@@ -404,7 +451,7 @@ static void session_free(struct nsbox_session *s)
 int session_start(struct nsbox_session **out, const struct session_opts *opts, struct nsbox_err *err)
 {
 	struct nsbox_session *s;
-	char path[PATH_MAX];
+	char path[PATH_MAX] = "nsbox-runner";
 	_cleanup_close_ int mfd = -1;
 	int sv[2];
 	char *argv[4] = { "nsbox-runner", NULL, NULL, NULL };
@@ -422,7 +469,7 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return err_set(err, ENOMEM, "session");
-	s->sock = s->cancel_pipe[0] = s->cancel_pipe[1] = s->pidfd = -1;
+	s->sock = s->cancel_pipe[0] = s->cancel_pipe[1] = s->pidfd = s->hs.pidfd = -1;
 	s->o = *opts;
 	if (!s->o.output_limit)
 		s->o.output_limit = DEF_OUTPUT;
@@ -450,9 +497,10 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		session_free(s);
 		return -1;
 	}
-	if ((s->o.runner_path ? (snprintf(path, sizeof(path), "%s", s->o.runner_path), 0)
-			      : session_find_runner(path, sizeof(path), err)) < 0 ||
-	    (mfd = sealed_copy(path, err)) < 0) {
+	if (!opts->use_helper &&
+	    ((s->o.runner_path ? (snprintf(path, sizeof(path), "%s", s->o.runner_path), 0)
+			       : session_find_runner(path, sizeof(path), err)) < 0 ||
+	     (mfd = session_sealed_copy(path, err)) < 0)) {
 		session_free(s);
 		return -1;
 	}
@@ -465,7 +513,13 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		session_free(s);
 		return -1;
 	}
-	if (opts->unjailed) {
+	if (opts->use_helper) {
+		k = helper_spawn(opts->policy, sv[1], opts->cold, &s->hs, err);
+		if (k == 0) {
+			s->remote = true;
+			s->pidfd = s->hs.pidfd;
+		}
+	} else if (opts->unjailed) {
 		k = start_unjailed(s, mfd, sv[1], argv, err);
 	} else {
 		struct jail_spec spec = {
@@ -698,6 +752,11 @@ int session_exec(struct nsbox_session *s, const struct session_exec_req *req, st
 		if (k < 0) {
 			if (err->code == EMSGSIZE || err->code == EINVAL)
 				return -1;
+			/* A runner that died is reported as such (signal, OOM). */
+			if (err->code == EPIPE || err->code == ECONNRESET) {
+				end_session(s, res, false);
+				goto done;
+			}
 			result_msg(res, SESSION_PROTOCOL, NSBOX_EXIT_PROTOCOL, "sending EXEC: %s", err->msg);
 			end_session(s, res, true);
 			goto done;
@@ -1008,4 +1067,89 @@ void session_close(struct nsbox_session *s, struct jail_status *st)
 	if (st)
 		*st = s->st;
 	session_free(s);
+}
+
+int session_add_tool(struct nsbox_session *s, const struct session_tool *t, struct nsbox_err *err)
+{
+	struct session_tool *n;
+	json_t *a = NULL, *list;
+	int r;
+
+	if (!t || !valid_identifier(t->name) || !t->fn)
+		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier",
+			       t && t->name ? t->name : "");
+	if (t->schema && !json_is_object(t->schema))
+		return err_set(err, EINVAL, "tool %s: the schema is not a JSON object", t->name);
+	if (find_tool(s, t->name))
+		return err_set(err, EEXIST, "tool %s is already registered", t->name);
+	if (s->dead)
+		return err_set(err, EPIPE, "the session has ended");
+	n = realloc(s->tools, (s->o.n_tools + 1) * sizeof(*n));
+	if (!n)
+		return err_set(err, ENOMEM, "tool %s", t->name);
+	s->tools = n;
+	s->o.tools = n;
+	n[s->o.n_tools++] = *t;
+	/* The runner gets the whole list: a tool it already has is kept. */
+	list = tools_json(s);
+	if (!list) {
+		s->o.n_tools--;
+		return err_set(err, ENOMEM, "TOOLS message");
+	}
+	r = control(s, PROTO_TOOLS, json_pack("{s:o}", "tools", list), PROTO_VALUE, &a, err);
+	json_decref(a);
+	if (r < 0) {
+		s->o.n_tools--;
+		return err_wrap(err, "tool %s", t->name);
+	}
+	return 0;
+}
+
+void session_abandon(struct nsbox_session *s)
+{
+	if (!s)
+		return;
+	/* Another process's sandbox: close our copies, talk to nobody. */
+	if (s->remote) {
+		if (s->hs.pidfd >= 0)
+			close(s->hs.pidfd);
+	} else if (s->jailed) {
+		if (s->j.pidfd >= 0)
+			close(s->j.pidfd);
+		if (s->j.sync_fd >= 0)
+			close(s->j.sync_fd);
+		if (s->j.cg) {
+			if (s->j.cg->v2_fd >= 0)
+				close(s->j.cg->v2_fd);
+			free(s->j.cg);
+		}
+	} else if (s->pidfd >= 0) {
+		close(s->pidfd);
+	}
+	s->hs.pidfd = s->pidfd = -1;
+	s->dead = s->reaped = true;
+	s->remote = s->jailed = false;
+	session_free(s);
+}
+
+int session_sandbox(const struct nsbox_session *s, struct session_sandbox_info *info, struct nsbox_err *err)
+{
+	memset(info, 0, sizeof(*info));
+	info->alive = !s->dead;
+	if (s->remote) {
+		info->pid = s->hs.pid;
+		snprintf(info->cgroup, sizeof(info->cgroup), "%s", s->hs.cgroup);
+		if (!s->reaped && helper_info(&s->hs, &info->memory_current, &info->memory_peak, err) < 0)
+			return -1;
+	} else if (s->jailed) {
+		info->pid = s->j.pid;
+		if (s->j.cg)
+			snprintf(info->cgroup, sizeof(info->cgroup), "%s",
+				 s->j.cg->v1_dir[0][0] ? s->j.cg->v1_dir[0] : s->j.cg->v2_dir);
+	} else {
+		info->pid = s->pid;
+	}
+	if (s->reaped)
+		info->memory_peak = s->st.peak_memory;
+	return 0;
 }

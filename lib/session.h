@@ -58,6 +58,11 @@ struct session_opts {
 	const char *runner_path;	/* NULL: $NSBOX_RUNNER, next to /proc/self/exe, NSBOX_LIBEXECDIR */
 	/* TESTS ONLY: run the runner as a plain child, without any sandbox. */
 	bool unjailed;
+	/* Have libnsbox's helper process make the sandbox (lib/helper.h): the
+	 * only mode a multithreaded process may use.  With cold, the helper
+	 * execs the runner afresh instead of forking its initialised CPython. */
+	bool use_helper;
+	bool cold;
 };
 
 struct session_exec_req {
@@ -128,5 +133,28 @@ void session_close(struct nsbox_session *s, struct jail_status *st);
 
 /* The runner binary to use: a path in buf.  Returns 0 or -1 with err. */
 int session_find_runner(char *buf, size_t size, struct nsbox_err *err);
+/* A sealed, read-only memfd copy of the file at path (owned by the
+ * caller): what runs from it can never write back to the binary the host
+ * executes (runc CVE-2019-5736).  Returns the fd or -1 with err. */
+int session_sealed_copy(const char *path, struct nsbox_err *err);
+
+/* Register one more tool on a running session (TOOLS message): visible
+ * from the next exec.  t's strings and schema are borrowed for the
+ * session's life.  Errors: EINVAL bad name or schema, EEXIST name taken,
+ * EPIPE the session has ended. */
+int session_add_tool(struct nsbox_session *s, const struct session_tool *t, struct nsbox_err *err);
+
+/* Free a session inherited across fork() without touching the sandbox (it
+ * belongs to the parent): close our fds, free memory.  Accepts NULL. */
+void session_abandon(struct nsbox_session *s);
+
+struct session_sandbox_info {
+	pid_t pid;		/* host pid of the sandbox's pid 1 */
+	bool alive;
+	char cgroup[256];	/* memory cgroup, "" if none */
+	uint64_t memory_current;	/* bytes, 0 if unknown */
+	uint64_t memory_peak;
+};
+int session_sandbox(const struct nsbox_session *s, struct session_sandbox_info *info, struct nsbox_err *err);
 
 #endif

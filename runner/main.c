@@ -1,7 +1,8 @@
 /* nsbox-runner: runs inside the sandbox, embeds CPython and serves the
  * runner protocol (nsbox-protocol(7)) on the socket it inherits (fd 3 by
  * default).  It never touches the host's terminal: setup errors go back as
- * an ERROR frame.  Usage: nsbox-runner [--fd N] [--dist-packages] */
+ * an ERROR frame.  Usage: nsbox-runner [--fd N] [--dist-packages]
+ * `nsbox-runner --helper` is libnsbox's helper process instead (helper.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -39,6 +40,9 @@ int main(int argc, char **argv)
 				return 2;
 		} else if (!strcmp(argv[i], "--dist-packages")) {
 			dist = true;
+		} else if (!strcmp(argv[i], "--helper") && argc == 2) {
+			/* libnsbox's helper (lib/helper.h): outside any sandbox. */
+			return runner_helper_main();
 		} else {
 			return 2;
 		}
@@ -52,6 +56,7 @@ int main(int argc, char **argv)
 	close_fds_except(3, keep, 1);
 	/* A write to a closed socket is an error return, not a death. */
 	signal(SIGPIPE, SIG_IGN);
+	runner_rlimit_tune();
 
 	if (runner_py_init(dist, &err) < 0 || runner_py_session((int)fd, &err) < 0) {
 		report((int)fd, &err);

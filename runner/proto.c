@@ -12,7 +12,7 @@ static const char *const type_names[] = {
 	[PROTO_RAISE] = "RAISE",   [PROTO_SET_VAR] = "SET_VAR", [PROTO_GET_VAR] = "GET_VAR",
 	[PROTO_VALUE] = "VALUE",   [PROTO_RESET] = "RESET",	  [PROTO_CANCEL] = "CANCEL",
 	[PROTO_PING] = "PING",	   [PROTO_PONG] = "PONG",	  [PROTO_BYE] = "BYE",
-	[PROTO_ERROR] = "ERROR",
+	[PROTO_ERROR] = "ERROR",   [PROTO_TOOLS] = "TOOLS",
 };
 
 const char *proto_type_name(unsigned type)
@@ -339,6 +339,7 @@ static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
 	[PROTO_PONG] = { BOTH, { { NULL } } },
 	[PROTO_BYE] = { BOTH, { { NULL } } },
 	[PROTO_ERROR] = { BOTH, { { "message", F_STR, true } } },
+	[PROTO_TOOLS] = { PROTO_TO_RUNNER, { { "tools", F_TOOLS, true } } },
 };
 
 static bool is_identifier(const char *s)

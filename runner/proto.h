@@ -44,7 +44,8 @@ enum proto_type {
 	PROTO_PONG,
 	PROTO_BYE,		/* both ways: orderly end of the session */
 	PROTO_ERROR,		/* both ways: the sender saw a protocol error and is ending */
-	PROTO_TYPE_MAX = PROTO_ERROR,
+	PROTO_TOOLS,		/* host -> runner: the full tool list after HELLO (answered by VALUE) */
+	PROTO_TYPE_MAX = PROTO_TOOLS,
 };
 
 /* Which way a frame travels; each type is only valid in some directions. */

@@ -6,8 +6,10 @@
  * and fork sessions from it. */
 #include "runner.h"
 
+#include <malloc.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 
 /* Generated from runner/runner.py by the Makefile: nsbox_runner_py[]. */
 #include "runner_py.h"
@@ -118,6 +120,18 @@ int runner_py_init(bool dist_packages, struct nsbox_err *err)
 	return 0;
 }
 
+int runner_py_preload(const char *const *mods, size_t n, struct nsbox_err *err)
+{
+	for (size_t i = 0; i < n; i++) {
+		PyObject *m = PyImport_ImportModule(mods[i]);
+
+		if (!m)
+			return py_err(mods[i], err);
+		Py_DECREF(m);
+	}
+	return 0;
+}
+
 int runner_py_session(int fd, struct nsbox_err *err)
 {
 	PyObject *r;
@@ -148,4 +162,43 @@ int runner_py_serve(void)
 	rc = PyLong_Check(r) ? PyLong_AsLong(r) : 2;
 	Py_DECREF(r);
 	return (int)rc;
+}
+
+int runner_py_adopt(bool dist_packages, char **env, struct nsbox_err *err)
+{
+	PyObject *list = PyList_New(0), *r = NULL, *fn;
+
+	if (!list)
+		return py_err("environment", err);
+	for (char **e = env; e && *e; e++) {
+		PyObject *s = PyUnicode_DecodeFSDefault(*e);
+
+		if (!s || PyList_Append(list, s) < 0) {
+			Py_XDECREF(s);
+			Py_DECREF(list);
+			return py_err("environment", err);
+		}
+		Py_DECREF(s);
+	}
+	fn = PyObject_GetAttrString(runner_mod, "adopt");
+	if (fn)
+		r = PyObject_CallFunction(fn, "Oi", list, dist_packages ? 1 : 0);
+	Py_XDECREF(fn);
+	Py_DECREF(list);
+	if (!r)
+		return py_err("adopt the sandbox's environment", err);
+	Py_DECREF(r);
+	return 0;
+}
+
+void runner_rlimit_tune(void)
+{
+	struct rlimit rl;
+
+	/* Without a memory cgroup the jail limits the address space
+	 * (RLIMIT_AS).  glibc reserves 64 MiB of it per thread for a malloc
+	 * arena, so a few threads would exhaust a 512 MiB limit with almost
+	 * nothing in use: share two arenas instead. */
+	if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+		mallopt(M_ARENA_MAX, 2);
 }

@@ -37,5 +37,19 @@ int runner_py_init(bool dist_packages, struct nsbox_err *err);
 int runner_py_session(int fd, struct nsbox_err *err);
 /* Serve the protocol until BYE or end of connection; returns the exit status. */
 int runner_py_serve(void);
+/* In a session forked from the template (runner/helper.c): take on this
+ * sandbox's environment (env, the jail's) and, by policy, dist-packages,
+ * which the template, initialised with neither, does not have. */
+int runner_py_adopt(bool dist_packages, char **env, struct nsbox_err *err);
+
+/* Under RLIMIT_AS (no memory cgroup), keep malloc from reserving address
+ * space per thread.  Call before starting threads. */
+void runner_rlimit_tune(void);
+
+/* Import more modules (a template pays once, its sessions share them). */
+int runner_py_preload(const char *const *mods, size_t n, struct nsbox_err *err);
+
+/* helper.c: `nsbox-runner --helper` (lib/helper.h); returns the exit status. */
+int runner_helper_main(void);
 
 #endif

@@ -21,13 +21,14 @@ import types
 import _nsbox
 
 (HELLO, EXEC, RESULT, OUTPUT, CALL, RETURN, RAISE, SET_VAR, GET_VAR, VALUE,
- RESET, CANCEL, PING, PONG, BYE, ERROR) = range(1, 17)
+ RESET, CANCEL, PING, PONG, BYE, ERROR, TOOLS) = range(1, 18)
 
 RUNNER_FILE = "<nsbox-runner>"
+DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 MAX_DEPTH = 100
 MAX_TEXT = 65536          # cap on an error message or traceback
 INT_EXACT = 2 ** 53       # beyond this, ints travel as {"$int": "..."}
-CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl"]
+CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl", "tools-update"]
 
 
 class ToolError(Exception):
@@ -453,6 +454,33 @@ def send_result(mid, res):
 
 # ---- serve ----
 
+def adopt(env, dist_packages):
+    """A session forked from the helper's template: os.environ is the
+    template's (empty) and sys.path has no dist-packages; take this
+    sandbox's.  The str hash seed stays the template's: it is fixed when
+    the interpreter starts (nsbox-protocol(7), THE INTERPRETER)."""
+    import os
+    data = os.environ._data
+    data.clear()
+    for kv in env:
+        k, sep, v = kv.partition("=")
+        if sep and k:
+            data[os.environ.encodekey(k)] = os.environ.encodevalue(v)
+    if dist_packages and DIST_PACKAGES not in sys.path:
+        sys.path.append(DIST_PACKAGES)
+
+
+def install_tools(specs):
+    """Make (or remake) the tools of specs; a tool announced before keeps
+    existing.  New ones also appear in the current globals."""
+    for spec in specs:
+        f = make_tool(spec)
+        _tool_funcs[f.__name__] = f
+        setattr(tools, f.__name__, f)
+        G[f.__name__] = f
+    tools.__all__ = sorted(_tool_funcs)
+
+
 def hello():
     m = _nsbox.recv()
     if m is None:
@@ -467,11 +495,7 @@ def hello():
         _limits["output"] = lim["output"]
     if isinstance(lim.get("max_frame"), int) and 0 < lim["max_frame"] <= _nsbox.MAX_FRAME:
         _limits["max_frame"] = lim["max_frame"]
-    for spec in msg.get("tools") or []:
-        f = make_tool(spec)
-        _tool_funcs[f.__name__] = f
-        setattr(tools, f.__name__, f)
-    tools.__all__ = sorted(_tool_funcs)
+    install_tools(msg.get("tools") or [])
     G.clear()
     G.update(new_globals())
     send(HELLO, mid, {"version": _nsbox.PROTO_VERSION, "capabilities": CAPABILITIES,
@@ -514,6 +538,12 @@ def serve():
             elif typ == RESET:
                 G.clear()
                 G.update(new_globals())
+                send(VALUE, mid, {"value": None})
+            elif typ == TOOLS:
+                tl = msg.get("tools")
+                if not isinstance(tl, list):
+                    raise ValueError("TOOLS without a tools list")
+                install_tools(tl)
                 send(VALUE, mid, {"value": None})
             elif typ == BYE:
                 send(BYE, mid, {})

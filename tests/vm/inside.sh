@@ -2,16 +2,22 @@
 # The nsbox test plan run inside the VM (pure cgroup v2, Debian's 6.1 kernel)
 # by tests/vm/init, once per role:
 #
-#   inside.sh root      uid 0 in a session leaf (/user.slice/user-0.slice/session-1.scope)
-#   inside.sh deleg     uid 1000 in /deleg.slice/session.scope, deleg.slice delegated
-#   inside.sh nodeleg   uid 1001 in /user.slice/user-1001.slice/session-2.scope, nothing delegated
+#   inside.sh ROLE [plan|unit|integ]   (plan: the checks below; unit: the
+#   unit test binaries; integ: tests/integ with pytest)
+#
+#   root      uid 0 in a session leaf (/user.slice/user-0.slice/session-1.scope)
+#   deleg     uid 1000 in /deleg.slice/session.scope, deleg.slice delegated
+#   nodeleg   uid 1001 in /user.slice/user-1001.slice/session-2.scope, nothing delegated
 #
 # Prints TAP-like "ok N - ..." / "not ok N - ..." lines with the evidence
 # under failures, then one "NSBOX-VM-RESULT: PASS|FAIL passed/total ROLE"
 # line.  Exit status 0 only when nothing failed.  A check that can't run
 # (nsbox not built, kernel feature absent) is a SKIP with its reason; the
 # host harness treats skips as failures unless told otherwise.
-role=${1:?usage: inside.sh root|deleg|nodeleg}
+role=${1:?usage: inside.sh root|deleg|nodeleg [plan|unit|integ]}
+part=${2:-plan}
+NSBOX_VM_INTEG_TESTS= NSBOX_VM_UNIT= NSBOX_VM_DEADLINE=160
+[ -r /etc/nsbox-vm.conf ] && . /etc/nsbox-vm.conf
 NSBOX=${NSBOX:-/usr/local/bin/nsbox}
 PY=/usr/bin/python3.11
 CG=/sys/fs/cgroup
@@ -22,6 +28,23 @@ cd "$T" || exit 1
 
 n=0 pass=0 fail=0 skip=0
 why=
+
+# show FILE NAME: a failed check's output, indented; long output (a TAP
+# stream) is cut to its "not ok" lines and its end.
+show() {
+	[ -s "$1" ] || return 0
+	size=$(wc -c <"$1")
+	if [ "$size" -le 3000 ]; then
+		echo "#   $2:"
+		sed 's/^/#     /' "$1"
+	else
+		echo "#   $2 ($size bytes; its 'not ok' lines, then the last 1500 bytes):"
+		grep '^not ok' "$1" | head -n 20 | sed 's/^/#     /'
+		echo "#     ..."
+		tail -c 1500 "$1" | sed 's/^/#     /'
+	fi
+	echo
+}
 
 # check NAME FUNC [ARGS]: run FUNC in this shell; it returns 0 (pass),
 # 1 (fail; $why and the last nsbox output explain) or 77 (skip; $why).
@@ -46,15 +69,14 @@ check() {
 		fail=$((fail + 1))
 		echo "not ok $n - $role: $name (${took} s)"
 		[ -z "$why" ] || echo "#   $why"
-		if [ -s "$T/out" ]; then
-			echo "#   stdout:"
-			head -c 2000 "$T/out" | sed 's/^/#     /'
-		fi
-		if [ -s "$T/err" ]; then
-			echo "#   stderr:"
-			head -c 2000 "$T/err" | sed 's/^/#     /'
-		fi
+		show "$T/out" stdout
+		show "$T/err" stderr
 	fi
+}
+
+# Seconds until the VM's deadline (guest uptime), less a margin to report.
+time_left() {
+	awk -v d="$NSBOX_VM_DEADLINE" -v u="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN { printf "%d", d - u - 3 }'
 }
 
 have_nsbox() {
@@ -153,6 +175,10 @@ t_python() {
 # The kernel's Landlock ABI, asked directly: landlock_create_ruleset(NULL,
 # 0, LANDLOCK_CREATE_RULESET_VERSION) (landlock(7)).
 kernel_landlock_abi() {
+	if [ -n "${landlock_abi:-}" ]; then
+		echo "$landlock_abi"
+		return
+	fi
 	$PY -c 'import ctypes, os
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -161,7 +187,8 @@ print(r if r >= 0 else -ctypes.get_errno())'
 }
 
 t_landlock_kernel() {
-	abi=$(kernel_landlock_abi)
+	landlock_abi=$(kernel_landlock_abi)
+	abi=$landlock_abi
 	[ "$abi" -ge 1 ] 2>/dev/null || { why="landlock_create_ruleset version: $abi"; return 1; }
 	echo "# kernel Landlock ABI $abi"
 }
@@ -198,11 +225,12 @@ t_info() {
 	expect_rc 0
 }
 
+# These read the report t_info saved.
 t_info_landlock() {
 	have_nsbox || return
 	abi=$(kernel_landlock_abi)
-	timeout 30 "$NSBOX" info >"$T/out" 2>"$T/err" || { why="nsbox info failed"; return 1; }
-	line=$(grep -i landlock "$T/out" | head -1)
+	cp "$T/info" "$T/out"
+	line=$(grep -i '^landlock' "$T/info" | head -n 1)
 	[ -n "$line" ] || { why="no Landlock line in nsbox info"; return 1; }
 	echo "$line" | grep -Eq "(abi|ABI|version)[^0-9]*$abi([^0-9]|\$)" && return 0
 	why="kernel ABI is $abi; nsbox info says: $line"
@@ -211,8 +239,8 @@ t_info_landlock() {
 
 t_info_cgroup() {
 	have_nsbox || return
-	timeout 30 "$NSBOX" info >"$T/out" 2>"$T/err" || { why="nsbox info failed"; return 1; }
-	grep -iq 'cgroup.*v2' "$T/out" && return 0
+	cp "$T/info" "$T/out"
+	grep -iq '^cgroups*: .*v2' "$T/info" && return 0
 	why="nsbox info does not report cgroup v2"
 	return 1
 }
@@ -261,9 +289,18 @@ t_strict_runs() {
 	expect_rc 0
 }
 
-# The project's unit tests, built on the host, run on this kernel too.
+t_no_units() {
+	why="no build/tests/test-* in the image"
+	return 77
+}
+
+# The project's unit tests, built on the host, run on this kernel too, in
+# the time the VM has left.
 t_unit() {
-	timeout 120 "$1" >"$T/out" 2>"$T/err"
+	left=$(time_left)
+	[ "$left" -ge 5 ] || { why="only $left s left before the VM deadline; raise NSBOX_VM_TIMEOUT"; return 1; }
+	[ "$left" -le 120 ] || left=120
+	(cd /usr/local/lib/nsbox/src && timeout -k 2 "$left" "$1") >"$T/out" 2>"$T/err"
 	rc=$?
 	expect_rc 0
 }
@@ -355,10 +392,10 @@ print(round(time.process_time() - c, 3))'
 
 t_time_limit() {
 	have_nsbox || return
-	nsbox_run --time-limit 2 --json-status "$T/st.json" -- sleep 30
+	nsbox_run --time-limit 1 --json-status "$T/st.json" -- sleep 30
 	expect_rc 124 || return 1
-	got=$(json "$T/st.json" '(j["time_limit"], 1.9 < j["wall"] < 15)')
-	[ "$got" = "(True, True)" ] || { why="time_limit, 1.9<wall<15: $got"; return 1; }
+	got=$(json "$T/st.json" '(j["time_limit"], 0.9 < j["wall"] < 10)')
+	[ "$got" = "(True, True)" ] || { why="time_limit, 0.9<wall<10: $got"; return 1; }
 }
 
 t_signal() {
@@ -375,18 +412,18 @@ t_notfound() {
 
 # The sandbox's own cgroup while it runs: where it is, its limits, and that
 # it is gone afterwards.  Found from the host side through /proc/PID/cgroup
-# of the one process running "sleep 4.37".
+# of the one process running "sleep 2.37".
 t_cgroup_lifecycle() {
 	have_nsbox || return
-	timeout 60 "$NSBOX" run --memory 64M --pids 32 -- sleep 4.37 >"$T/out" 2>"$T/err" &
+	timeout 60 "$NSBOX" run --memory 64M --pids 32 -- sleep 2.37 >"$T/out" 2>"$T/err" &
 	bg=$!
 	path=
 	i=0
 	while [ $i -lt 100 ] && [ -z "$path" ]; do
 		# One grep over all cmdlines; then only the few hits (nsbox's
 		# and timeout's own command lines match too) are looked at.
-		for c in $(grep -l 4.37 /proc/[0-9]*/cmdline 2>/dev/null); do
-			[ "$({ tr '\0' ' ' <"$c"; } 2>/dev/null)" = "sleep 4.37 " ] || continue
+		for c in $(grep -l 2.37 /proc/[0-9]*/cmdline 2>/dev/null); do
+			[ "$({ tr '\0' ' ' <"$c"; } 2>/dev/null)" = "sleep 2.37 " ] || continue
 			path=$(sed -n 's/^0:://p' "${c%/cmdline}/cgroup" 2>/dev/null)
 			break
 		done
@@ -454,6 +491,31 @@ t_landlock_bind() {
 	[ "$(cat "$T/ws/f" 2>/dev/null)" = hi ] || { why="workspace file not on the host"; return 1; }
 }
 
+# The runner: embedded CPython in the sandbox (nsbox python).
+nsbox_python() {
+	timeout 60 "$NSBOX" python "$@" >"$T/out" 2>"$T/err"
+	rc=$?
+}
+
+t_runner_hello() {
+	have_nsbox || return
+	nsbox_python -c 'import sys; print(sys.version_info[:2], 6 * 7)'
+	expect_rc 0 || return 1
+	[ "$(cat "$T/out")" = "(3, 11) 42" ] || { why="unexpected output"; return 1; }
+}
+
+t_runner_memory() {
+	have_nsbox || return
+	nsbox_python --memory 64M -c 'b = bytearray(200 << 20)'
+	expect_rc 123
+}
+
+t_runner_time_limit() {
+	have_nsbox || return
+	nsbox_python --time-limit 1 -c 'while True: pass'
+	expect_rc 124
+}
+
 t_nodeleg_warns() {
 	have_nsbox || return
 	nsbox_run --memory 64M -- /bin/true
@@ -470,16 +532,62 @@ t_nodeleg_strict() {
 	echo "# refusal: $(head -n 3 "$T/err" | tr '\n' ' ')"
 }
 
+# The project's integration suite (tests/integ, pytest) in this role, in
+# the time the VM has left (NSBOX_VM_DEADLINE, guest uptime): running out
+# of time is a failure, reported, not a silent cut.
+t_integ() {
+	have_nsbox || return
+	case $role in root) mode=root ;; deleg) mode=delegated ;; *) mode=nodeleg ;; esac
+	left=$(time_left)
+	[ "$left" -ge 15 ] || { why="only $left s left before the VM deadline; raise NSBOX_VM_TIMEOUT"; return 1; }
+	files=
+	for f in ${NSBOX_VM_INTEG_TESTS:-.}; do
+		files="$files /usr/local/lib/nsbox/src/tests/integ/$f"
+	done
+	(cd /usr/local/lib/nsbox/src/tests/integ &&
+	 NSBOX_BUILD=/usr/local/lib/nsbox NSBOX_TEST_MODE=$mode PYTHONDONTWRITEBYTECODE=1 \
+		timeout -k 2 "$left" $PY -m pytest -q -p no:cacheprovider --tb=short -rfEs $files) >"$T/integ" 2>&1
+	rc=$?
+	# The whole report goes to the log; the check's summary is its last line.
+	sed 's/^/# integ: /' "$T/integ"
+	why="pytest: $(tail -n 1 "$T/integ")"
+	[ $rc -ne 124 ] || why="$why; killed after $left s at the VM deadline"
+	expect_rc 0
+}
+
+case $part in
+integ)
+	check "integration suite (tests/integ${NSBOX_VM_INTEG_TESTS:+: $NSBOX_VM_INTEG_TESTS})" t_integ ;;
+unit)
+	for u in /usr/local/lib/nsbox/tests/test-*; do
+		[ -x "$u" ] || continue
+		case " $NSBOX_VM_UNIT " in
+		*" all "*|*" ${u##*/} "*) check "unit ${u##*/}" t_unit "$u" ;;
+		esac
+	done
+	[ $n -gt 0 ] || check "unit test binaries in the image" t_no_units ;;
+esac
+if [ "$part" != plan ]; then
+	verdict=PASS
+	[ $fail -eq 0 ] || verdict=FAIL
+	echo "NSBOX-VM-RESULT: $verdict $pass/$n $role+$part (failed $fail, skipped $skip)"
+	[ $fail -eq 0 ]
+	exit
+fi
+
 # ---------------------------------------------------------------- the plan
 
 echo "# role $role: uid $(id -u), cgroup $(cat /proc/self/cgroup), nsbox $([ -x "$NSBOX" ] && echo present || echo MISSING)"
-check "cgroup2 mounted alone at $CG" t_cgroup2_alone
-check "controllers cpu memory pids io available and enabled" t_controllers
-check "cgroup v2 files nsbox uses exist" t_v2_features
+# Facts of the VM, the same for every role: checked once, as root.
+if [ "$role" = root ]; then
+	check "cgroup2 mounted alone at $CG" t_cgroup2_alone
+	check "controllers cpu memory pids io available and enabled" t_controllers
+	check "cgroup v2 files nsbox uses exist" t_v2_features
+	check "python3.11 with its C modules" t_python
+fi
 check "running in the expected cgroup" t_my_cgroup
 check "ids and capabilities" t_ids
 check "user namespaces available" t_userns
-check "python3.11 with its C modules" t_python
 check "kernel has Landlock" t_landlock_kernel
 case $role in
 deleg) check "the delegated subtree is usable" t_delegation_works ;;
@@ -490,18 +598,25 @@ check "nsbox info" t_info
 check "nsbox info reports the kernel's Landlock ABI" t_info_landlock
 check "nsbox info reports cgroup v2" t_info_cgroup
 check "run /bin/true" t_true
-check "exit status passes through" t_false
 check "runs as uid 1000 inside" t_uid
-check "signal death is 128+N" t_signal
-check "command not found is 127" t_notfound
 check "json status" t_json_basic
-check "write outside /tmp and workspace refused" t_write_outside_tmp
-check "workspace is writable, /usr is not" t_landlock_bind
 check "time limit kills (124)" t_time_limit
+check "nsbox python runs code in the runner" t_runner_hello
+# Behaviour that does not depend on who runs nsbox: once, in the role this
+# VM exists for (unprivileged, delegated, pure v2).
+if [ "$role" = deleg ]; then
+	check "exit status passes through" t_false
+	check "signal death is 128+N" t_signal
+	check "command not found is 127" t_notfound
+	check "write outside /tmp and workspace refused" t_write_outside_tmp
+	check "workspace is writable, /usr is not" t_landlock_bind
+	check "nsbox python time limit (124)" t_runner_time_limit
+fi
 case $role in
 root|deleg)
 	check "memory under the limit runs" t_memory_ok
 	check "memory hog killed by --memory 64M (123, oom_killed, peak)" t_memory_hog
+	check "nsbox python memory hog killed by --memory 64M (123)" t_runner_memory
 	check "fork bomb bounded by --pids 16" t_fork_bomb
 	check "sh fork loop bounded by --pids 16" t_fork_bomb_sh
 	check "--cpus 0.5 busy loop gets ~1 s CPU in 2 s" t_cpu_quota
@@ -519,30 +634,6 @@ nodeleg)
 	check "--policy strict refuses without cgroups (125)" t_nodeleg_strict
 	;;
 esac
-
-# The project's integration suite (tests/integ, pytest) in this role, when
-# the harness asks for it (NSBOX_VM_INTEG: comma-separated roles or "all").
-t_integ() {
-	have_nsbox || return
-	case $role in root) mode=root ;; deleg) mode=delegated ;; *) mode=nodeleg ;; esac
-	NSBOX_BUILD=/usr/local/lib/nsbox NSBOX_TEST_MODE=$mode PYTHONDONTWRITEBYTECODE=1 \
-		timeout 150 $PY -m pytest -q -p no:cacheprovider --tb=short -rfEs /usr/local/lib/nsbox/src-tests/integ >"$T/integ" 2>&1
-	rc=$?
-	# The whole report goes to the log; the check's summary is its last line.
-	sed 's/^/# integ: /' "$T/integ"
-	why="pytest: $(tail -n 1 "$T/integ")"
-	expect_rc 0
-}
-case ",$NSBOX_VM_INTEG," in
-*,all,*|*,$role,*)
-	[ -d /usr/local/lib/nsbox/src-tests/integ ] && check "integration suite (tests/integ, pytest)" t_integ ;;
-esac
-
-if [ "$role" = root ]; then
-	for u in /usr/local/lib/nsbox/tests/test-*; do
-		[ -x "$u" ] && check "unit $(basename "$u")" t_unit "$u"
-	done
-fi
 
 verdict=PASS
 [ $fail -eq 0 ] || verdict=FAIL

@@ -74,8 +74,9 @@ put() {
 # Every shared library an ELF file needs (ldd resolves the full closure),
 # plus the dynamic loader at the path the binaries name.
 declare -A have_lib=()
+build_real=$(realpath -m "$build")
 add_libs() {
-	local f=$1 line lib
+	local f=$1 line lib real
 	# ldd exits non-zero on static binaries and scripts: nothing to add.
 	ldd "$f" >/dev/null 2>&1 || return 0
 	while read -r line; do
@@ -87,7 +88,14 @@ add_libs() {
 		esac
 		[ -n "${have_lib[$lib]:-}" ] && continue
 		have_lib[$lib]=1
-		put "$lib"
+		# Our own libraries (libnsbox.so.0, found through
+		# RUNPATH $ORIGIN/..) go where the build layout puts them
+		# relative to the binaries: under /usr/local/lib/nsbox.
+		real=$(realpath -m "$lib")
+		case $real in
+		"$build_real"/*) put "$lib" "/usr/local/lib/nsbox/${real#"$build_real"/}" ;;
+		*) put "$lib" ;;
+		esac
 	done < <(ldd "$f")
 }
 add_bin() {
@@ -179,16 +187,17 @@ if [ -d "$build/tests" ]; then
 		add_bin "$f" "/usr/local/lib/nsbox/$rel"
 	done < <(find "$build/tests" -maxdepth 2 -type f -perm -u+x -print0)
 fi
-echo "$nsbox_present" >"$stage/etc/nsbox-present"
 
 # The test plan, init, and the source-tree tests a plan may run.
 install -m 0755 "$here/init" "$stage/init"
 install -d "$stage/usr/local/lib/nsbox/vm"
 install -m 0755 "$here/inside.sh" "$stage/usr/local/lib/nsbox/vm/inside.sh"
+# Laid out as in the source tree: unit tests open tests/data/... relative
+# to the top of the tree.
 for d in integ data; do
 	[ -d "$top/tests/$d" ] || continue
-	mkdir -p "$stage/usr/local/lib/nsbox/src-tests"
-	cp -r "$top/tests/$d" "$stage/usr/local/lib/nsbox/src-tests/"
+	mkdir -p "$stage/usr/local/lib/nsbox/src/tests"
+	cp -r "$top/tests/$d" "$stage/usr/local/lib/nsbox/src/tests/"
 done
 
 # Users: root, "deleg" (uid 1000, gets a delegated cgroup subtree) and
@@ -216,6 +225,20 @@ printf '127.0.0.1 localhost nsbox-vm\n::1 localhost\n' >"$stage/etc/hosts"
 printf 'hosts: files\npasswd: files\ngroup: files\n' >"$stage/etc/nsswitch.conf"
 # Python's os/platform and some tests read these.
 cp /etc/os-release "$stage/etc/os-release" 2>/dev/null || true
+# tzdata is Priority: required in Debian: every host has the zone files
+# (tests bind them into sandboxes).
+if [ -d /usr/share/zoneinfo ]; then
+	mkdir -p "$stage/usr/share"
+	cp -a /usr/share/zoneinfo "$stage/usr/share/"
+fi
+# Files every Debian host has and sandboxes bind: /etc/alternatives (as
+# symlinks; some point at tools not in the image) and a loader cache built
+# for the image's own libraries (ldconfig -r).
+cp -a /etc/alternatives "$stage/etc/"
+printf '/usr/local/lib\n/usr/local/lib/x86_64-linux-gnu\n/lib/x86_64-linux-gnu\n/usr/lib/x86_64-linux-gnu\n' \
+	>"$stage/etc/ld.so.conf"
+/usr/sbin/ldconfig -r "$stage" || die "ldconfig for the image failed"
+[ -s "$stage/etc/ld.so.cache" ] || die "ldconfig made no /etc/ld.so.cache"
 
 tmp_out="$out.tmp.$$"
 # The kernel opens /dev/console for init before anything is mounted, so the

@@ -16,9 +16,15 @@
 #   NSBOX_VM_TIMEOUT       seconds before the VM is killed (default 170)
 #   NSBOX_VM_COMPRESS      none|gzip initramfs (default none: faster to boot)
 #   NSBOX_VM_ALLOW_SKIP=1  skipped checks don't fail the run (bring-up only)
+#   NSBOX_VM_UNIT          unit test binaries (build/tests/test-*) to run inside
+#                          as root: names separated by spaces, "all" or "none"
+#                          (default "test-landlock test-seccomp": the ones
+#                          whose answers depend on the kernel)
 #   NSBOX_VM_INTEG         roles that also run tests/integ with pytest inside:
 #                          comma-separated root,deleg,nodeleg, "all" or "none"
 #                          (default deleg)
+#   NSBOX_VM_INTEG_TESTS   which files of tests/integ (space-separated; default
+#                          "test_limits.py"; empty: the whole suite)
 #   NSBOX_VM_KEEP=1        keep the temp dir (initramfs, staging) for debugging
 # The serial log of the last run is kept in <build>/vm/serial.log.
 set -uo pipefail
@@ -28,8 +34,9 @@ top=$(cd "$here/../.." && pwd)
 build=${NSBOX_BUILD:-$top/build}
 timeout=${NSBOX_VM_TIMEOUT:-170}
 compress=${NSBOX_VM_COMPRESS:-none}
+unit=${NSBOX_VM_UNIT-test-landlock test-seccomp}
 integ=${NSBOX_VM_INTEG-deleg}
-[[ $integ =~ ^[a-z,]*$ ]] || { echo "run-vm: NSBOX_VM_INTEG: roles separated by commas" >&2; exit 2; }
+integ_tests=${NSBOX_VM_INTEG_TESTS-test_limits.py}
 
 fatal() { echo "run-vm: $*" >&2; exit 2; }
 now() { date +%s.%N; }
@@ -45,6 +52,11 @@ fi
 	fatal "no readable Debian cloud kernel (/boot/vmlinuz-*-cloud-amd64); run make deps (linux-image-cloud-amd64)"
 command -v qemu-system-x86_64 >/dev/null || fatal "qemu-system-x86_64 missing; run make deps (qemu-system-x86)"
 [[ $timeout =~ ^[0-9]+$ ]] || fatal "NSBOX_VM_TIMEOUT must be a number of seconds"
+[[ $unit =~ ^[A-Za-z0-9_\ -]*$ ]] || fatal "NSBOX_VM_UNIT: test names separated by spaces"
+unit=${unit// /,}
+[[ $integ =~ ^[a-z,]*$ ]] || fatal "NSBOX_VM_INTEG: roles separated by commas"
+[[ $integ_tests =~ ^[A-Za-z0-9_.:\ -]*$ ]] || fatal "NSBOX_VM_INTEG_TESTS: test file names separated by spaces"
+integ_tests=${integ_tests// /,}
 case $compress in none) img=initramfs.cpio ;; gzip) img=initramfs.cpio.gz ;; *) fatal "NSBOX_VM_COMPRESS: none or gzip" ;; esac
 [ -x "$build/nsbox" ] || echo "run-vm: warning: $build/nsbox is not built; only the host checks can pass" >&2
 
@@ -84,7 +96,7 @@ qemu-system-x86_64 \
 	-nodefaults -display none -no-reboot \
 	-serial "file:$log" -monitor none \
 	-kernel "$kernel" -initrd "$work/$img" \
-	-append "console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all nsbox.integ=${integ:-none}" \
+	-append "console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all nsbox.unit=${unit:-none} nsbox.integ=${integ:-none} nsbox.integ_tests=$integ_tests nsbox.deadline=$((timeout - 8))" \
 	</dev/null >"$work/qemu.out" 2>&1 &
 qpid=$!
 

@@ -1,0 +1,826 @@
+/* libnsbox's public API (include/nsbox.h) over the core: policies
+ * (policy/), sessions (lib/session.c) made by the helper process
+ * (lib/helper.c).  This file only checks arguments, converts between the
+ * public JSON-text interface and jansson, and maps errors to negative
+ * errno values; it never prints and never exits.  Compiled with
+ * -fvisibility=hidden: only NSBOX_API symbols are exported, through the
+ * version script lib/libnsbox.sym. */
+#include "nsbox.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "error.h"
+#include "policy.h"
+#include "session.h"
+#include "util.h"
+
+#define NSBOX_VERSION "0.1.0"
+
+struct nsbox_error {
+	int code;	/* negative errno */
+	char *msg;
+};
+
+struct nsbox_policy_handle {
+	struct nsbox_policy p;
+};
+
+struct api_tool {
+	char *name;
+	char *description;
+	json_t *schema;
+	nsbox_tool_fn fn;
+	void *userdata;
+	struct api_tool *next;
+};
+
+struct nsbox_sess {
+	struct nsbox_session *s;
+	struct nsbox_policy policy;	/* the session's own copy */
+	struct api_tool *tools;
+	atomic_bool busy;		/* one call at a time: -EBUSY otherwise */
+	pid_t owner;			/* the process that made it (fork check) */
+};
+
+struct nsbox_result {
+	enum nsbox_status status;
+	char *value;
+	char *out, *err;
+	size_t out_len, err_len;
+	char *etype, *emsg, *tb;
+	double wall, cpu;
+	uint64_t peak;
+	unsigned tool_calls;
+};
+
+/* ---- errors ---- */
+
+/* When even the error object cannot be allocated. */
+static struct nsbox_error oom_error = { -ENOMEM, "out of memory" };
+
+static int fail_msg(nsbox_error_t **err, int code, const char *msg)
+{
+	if (err) {
+		struct nsbox_error *e = malloc(sizeof(*e));
+
+		if (e && (e->msg = strdup(msg ? msg : "")) != NULL) {
+			e->code = code;
+			*err = e;
+		} else {
+			free(e);
+			*err = &oom_error;
+		}
+	}
+	return code;
+}
+
+static int fail(nsbox_error_t **err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(nsbox_error_t **err, int code, const char *fmt, ...)
+{
+	char buf[NSBOX_ERR_MSG_MAX];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	return fail_msg(err, code, buf);
+}
+
+/* A core error as an API error: its errno negated (EPIPE, "the session
+ * has ended", becomes -ENOTCONN), or dflt when it has none.  The failing
+ * setup step leads the message. */
+static int fail_core(nsbox_error_t **err, const struct nsbox_err *e, int dflt)
+{
+	int code = e->code ? -e->code : dflt;
+
+	if (code == -EPIPE)
+		code = -ENOTCONN;
+	if (e->step[0])
+		return fail(err, code, "setup step '%s' failed: %s", e->step, e->msg);
+	return fail_msg(err, code, e->msg);
+}
+
+int nsbox_error_code(const nsbox_error_t *err)
+{
+	return err ? err->code : 0;
+}
+
+const char *nsbox_error_message(const nsbox_error_t *err)
+{
+	return err && err->msg ? err->msg : "";
+}
+
+void nsbox_error_free(nsbox_error_t *err)
+{
+	if (!err || err == &oom_error)
+		return;
+	free(err->msg);
+	free(err);
+}
+
+void nsbox_free(void *p)
+{
+	free(p);
+}
+
+const char *nsbox_version(void)
+{
+	return NSBOX_VERSION;
+}
+
+/* Options structs may come from an older or newer caller: copy what both
+ * know, zero the rest.  struct_size must cover at least struct_size. */
+static int copy_opts(void *dst, size_t dst_size, const void *src, nsbox_error_t **err, const char *what)
+{
+	size_t n;
+
+	memset(dst, 0, dst_size);
+	if (!src)
+		return 0;
+	memcpy(&n, src, sizeof(n));
+	if (n < sizeof(size_t))
+		return fail(err, -EINVAL, "%s: struct_size is %zu (set it to sizeof(struct %s))", what, n, what);
+	memcpy(dst, src, n < dst_size ? n : dst_size);
+	return 0;
+}
+
+/* ---- policies ---- */
+
+static char *policy_text(const struct nsbox_policy *p)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return NULL;
+	policy_print(p, f);
+	if (fclose(f) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
+/* A deep copy through the file format, which parses back to the same
+ * policy (policy_print). */
+static int policy_dup(struct nsbox_policy *dst, const struct nsbox_policy *src, struct nsbox_err *err)
+{
+	_cleanup_free_ char *text = policy_text(src);
+
+	memset(dst, 0, sizeof(*dst));
+	if (!text)
+		return err_set(err, ENOMEM, "policy");
+	if (policy_init_builtin(dst, "default", err) < 0)
+		return -1;
+	if (policy_parse(dst, text, strlen(text), "<policy copy>", err) < 0) {
+		policy_free(dst);
+		return -1;
+	}
+	return 0;
+}
+
+int nsbox_policy_new(const char *name_or_file, nsbox_policy_t **out, nsbox_error_t **err)
+{
+	struct nsbox_policy_handle *h;
+	struct nsbox_err e = { 0 };
+
+	if (!out)
+		return fail(err, -EINVAL, "nsbox_policy_new: out is NULL");
+	h = calloc(1, sizeof(*h));
+	if (!h)
+		return fail(err, -ENOMEM, "nsbox_policy_new: out of memory");
+	if (policy_load(&h->p, name_or_file ? name_or_file : "default", &e) < 0) {
+		free(h);
+		return fail_core(err, &e, -EINVAL);
+	}
+	*out = h;
+	return 0;
+}
+
+void nsbox_policy_free(nsbox_policy_t *p)
+{
+	if (!p)
+		return;
+	policy_free(&p->p);
+	free(p);
+}
+
+int nsbox_policy_set(nsbox_policy_t *p, const char *section, const char *key, const char *value,
+		     nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+
+	if (!p || !section || !key || !value)
+		return fail(err, -EINVAL, "nsbox_policy_set: NULL argument");
+	if (policy_set(&p->p, section, key, value, &e) < 0)
+		return fail_core(err, &e, -EINVAL);
+	return 0;
+}
+
+static int set_u64(nsbox_policy_t *p, const char *key, uint64_t v, const char *zero, nsbox_error_t **err)
+{
+	char buf[32];
+
+	if (v == 0)
+		snprintf(buf, sizeof(buf), "%s", zero);
+	else
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)v);
+	return nsbox_policy_set(p, "Limits", key, buf, err);
+}
+
+static int set_double(nsbox_policy_t *p, const char *key, double v, nsbox_error_t **err)
+{
+	char buf[64];
+
+	if (!(v >= 0))
+		return fail(err, -EINVAL, "[Limits] %s: %g is negative or not a number", key, v);
+	if (v == 0)
+		snprintf(buf, sizeof(buf), "infinity");
+	else
+		snprintf(buf, sizeof(buf), "%.17g", v);
+	return nsbox_policy_set(p, "Limits", key, buf, err);
+}
+
+int nsbox_policy_set_memory(nsbox_policy_t *p, uint64_t bytes, nsbox_error_t **err)
+{
+	return set_u64(p, "Memory", bytes, "infinity", err);
+}
+
+int nsbox_policy_set_pids(nsbox_policy_t *p, uint64_t n, nsbox_error_t **err)
+{
+	return set_u64(p, "Pids", n, "infinity", err);
+}
+
+int nsbox_policy_set_cpus(nsbox_policy_t *p, double cpus, nsbox_error_t **err)
+{
+	return set_double(p, "CPUs", cpus, err);
+}
+
+int nsbox_policy_set_time_limit(nsbox_policy_t *p, double seconds, nsbox_error_t **err)
+{
+	return set_double(p, "TimeLimit", seconds, err);
+}
+
+int nsbox_policy_set_tmp_size(nsbox_policy_t *p, uint64_t bytes, nsbox_error_t **err)
+{
+	/* No "no limit" for /tmp: 0 is refused by the policy. */
+	return set_u64(p, "TmpSize", bytes, "0", err);
+}
+
+int nsbox_policy_set_file_size(nsbox_policy_t *p, uint64_t bytes, nsbox_error_t **err)
+{
+	return set_u64(p, "FileSize", bytes, "infinity", err);
+}
+
+int nsbox_policy_set_open_files(nsbox_policy_t *p, uint64_t n, nsbox_error_t **err)
+{
+	return set_u64(p, "OpenFiles", n, "infinity", err);
+}
+
+int nsbox_policy_set_share_net(nsbox_policy_t *p, bool share, nsbox_error_t **err)
+{
+	return nsbox_policy_set(p, "Sandbox", "Network", share ? "host" : "none", err);
+}
+
+int nsbox_policy_set_ids(nsbox_policy_t *p, uid_t uid, gid_t gid, nsbox_error_t **err)
+{
+	char u[32], g[32];
+	struct nsbox_policy_handle saved;
+	struct nsbox_err e = { 0 };
+	int r;
+
+	if (!p)
+		return fail(err, -EINVAL, "nsbox_policy_set_ids: NULL policy");
+	snprintf(u, sizeof(u), "%u", (unsigned)uid);
+	snprintf(g, sizeof(g), "%u", (unsigned)gid);
+	/* Both or neither. */
+	saved.p.uid = p->p.uid;
+	saved.p.gid = p->p.gid;
+	r = nsbox_policy_set(p, "Sandbox", "Uid", u, err);
+	if (r == 0 && (r = nsbox_policy_set(p, "Sandbox", "Gid", g, err)) < 0)
+		p->p.uid = saved.p.uid;
+	if (r == 0 && policy_validate(&p->p, &e) < 0) {
+		p->p.uid = saved.p.uid;
+		p->p.gid = saved.p.gid;
+		return fail_core(err, &e, -EINVAL);
+	}
+	return r;
+}
+
+int nsbox_policy_add_bind(nsbox_policy_t *p, const char *src, const char *dst, bool writable,
+			  nsbox_error_t **err)
+{
+	_cleanup_free_ char *v = NULL;
+
+	if (!p || !src || !dst)
+		return fail(err, -EINVAL, "nsbox_policy_add_bind: NULL argument");
+	if (asprintf(&v, "%s:%s", src, dst) < 0)
+		return fail(err, -ENOMEM, "nsbox_policy_add_bind: out of memory");
+	return nsbox_policy_set(p, "Filesystem", writable ? "Bind" : "ReadOnlyBind", v, err);
+}
+
+int nsbox_policy_set_workspace(nsbox_policy_t *p, const char *dir, nsbox_error_t **err)
+{
+	return nsbox_policy_set(p, "Filesystem", "Workspace", dir ? dir : "", err);
+}
+
+int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const char *value, nsbox_error_t **err)
+{
+	_cleanup_free_ char *v = NULL;
+
+	if (!p || !name || !value)
+		return fail(err, -EINVAL, "nsbox_policy_setenv: NULL argument");
+	if (!*name || strchr(name, '='))
+		return fail(err, -EINVAL, "nsbox_policy_setenv: bad variable name '%s'", name);
+	if (asprintf(&v, "%s=%s", name, value) < 0)
+		return fail(err, -ENOMEM, "nsbox_policy_setenv: out of memory");
+	return nsbox_policy_set(p, "Environment", "Set", v, err);
+}
+
+char *nsbox_policy_to_string(const nsbox_policy_t *p)
+{
+	return p ? policy_text(&p->p) : NULL;
+}
+
+/* ---- sessions ---- */
+
+static bool enter(nsbox_session_t *s)
+{
+	return !atomic_exchange(&s->busy, true);
+}
+
+static void leave(nsbox_session_t *s)
+{
+	atomic_store(&s->busy, false);
+}
+
+static int busy(nsbox_error_t **err, const char *what)
+{
+	return fail(err, -EBUSY, "%s: the session is in use by another call", what);
+}
+
+static int check_session(nsbox_session_t *s, nsbox_error_t **err, const char *what)
+{
+	if (!s)
+		return fail(err, -EINVAL, "%s: NULL session", what);
+	if (s->owner != getpid())
+		return fail(err, -ENOTCONN, "%s: the session belongs to the parent process (fork)", what);
+	if (!session_alive(s->s))
+		return fail(err, -ENOTCONN, "%s: the session has ended", what);
+	return 0;
+}
+
+int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *opts, nsbox_session_t **out,
+		      nsbox_error_t **err)
+{
+	struct nsbox_session_opts o;
+	struct session_opts so = { 0 };
+	struct nsbox_err e = { 0 };
+	nsbox_session_t *s;
+
+	if (!p || !out)
+		return fail(err, -EINVAL, "nsbox_session_new: %s is NULL", p ? "out" : "the policy");
+	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_session_opts") < 0)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return fail(err, -ENOMEM, "nsbox_session_new: out of memory");
+	s->owner = getpid();
+	if (policy_dup(&s->policy, &p->p, &e) < 0) {
+		free(s);
+		return fail_core(err, &e, -ENOMEM);
+	}
+	so.policy = &s->policy;
+	so.output_limit = o.output_limit;
+	so.max_tool_calls = o.max_tool_calls;
+	so.max_bytes = o.max_bytes;
+	so.output = o.output;
+	so.output_ctx = o.output_userdata;
+	so.use_helper = true;
+	so.cold = o.cold;
+	if (session_start(&s->s, &so, &e) < 0) {
+		policy_free(&s->policy);
+		free(s);
+		return fail_core(err, &e, -EIO);
+	}
+	*out = s;
+	return 0;
+}
+
+void nsbox_session_free(nsbox_session_t *s)
+{
+	struct api_tool *t, *next;
+
+	if (!s)
+		return;
+	if (s->owner != getpid())
+		session_abandon(s->s);
+	else
+		session_close(s->s, NULL);
+	for (t = s->tools; t; t = next) {
+		next = t->next;
+		free(t->name);
+		free(t->description);
+		json_decref(t->schema);
+		free(t);
+	}
+	policy_free(&s->policy);
+	free(s);
+}
+
+/* The core's tool callback: JSON values in, the user's JSON text out. */
+static int call_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, json_t **value, char **error)
+{
+	const struct api_tool *t = ctx;
+	json_t *call = json_pack("{s:O,s:O}", "args", args, "kwargs", kwargs);
+	_cleanup_free_ char *text = call ? json_dumps(call, JSON_COMPACT) : NULL;
+	char *res = NULL, *emsg = NULL;
+	json_error_t jerr;
+	int r;
+
+	json_decref(call);
+	if (!text) {
+		*error = strdup("out of memory encoding the tool call");
+		return -1;
+	}
+	r = t->fn(t->userdata, name, text, &res, &emsg);
+	if (r != 0) {
+		free(res);
+		*error = emsg;
+		return -1;
+	}
+	free(emsg);
+	if (!res)
+		return 0;	/* None */
+	*value = json_loads(res, JSON_DECODE_ANY, &jerr);
+	if (!*value) {
+		if (asprintf(error, "tool %s returned invalid JSON: %s (line %d, column %d)", name, jerr.text,
+			     jerr.line, jerr.column) < 0)
+			*error = NULL;
+		free(res);
+		return -1;
+	}
+	free(res);
+	return 0;
+}
+
+int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const char *schema_json, const char *description,
+			   nsbox_tool_fn fn, void *userdata, nsbox_error_t **err)
+{
+	struct api_tool *t;
+	struct session_tool st;
+	struct nsbox_err e = { 0 };
+	json_error_t jerr;
+	int r;
+
+	if (!s || !name || !fn)
+		return fail(err, -EINVAL, "nsbox_session_add_tool: %s is NULL", !s ? "the session" : !name ? "name" : "fn");
+	t = calloc(1, sizeof(*t));
+	if (!t)
+		return fail(err, -ENOMEM, "nsbox_session_add_tool: out of memory");
+	t->fn = fn;
+	t->userdata = userdata;
+	t->name = strdup(name);
+	t->description = description ? strdup(description) : NULL;
+	if (!t->name || (description && !t->description)) {
+		r = fail(err, -ENOMEM, "nsbox_session_add_tool: out of memory");
+		goto out;
+	}
+	if (schema_json) {
+		t->schema = json_loads(schema_json, 0, &jerr);
+		if (!t->schema) {
+			r = fail(err, -EINVAL, "tool %s: the schema is not JSON: %s (line %d, column %d)", name,
+				 jerr.text, jerr.line, jerr.column);
+			goto out;
+		}
+		if (!json_is_object(t->schema)) {
+			r = fail(err, -EINVAL, "tool %s: the schema is not a JSON object", name);
+			goto out;
+		}
+	}
+	if (s->owner != getpid()) {
+		r = fail(err, -ENOTCONN, "tool %s: the session belongs to the parent process (fork)", name);
+		goto out;
+	}
+	if (!enter(s)) {
+		r = busy(err, "nsbox_session_add_tool");
+		goto out;
+	}
+	st = (struct session_tool){ .name = t->name, .description = t->description, .schema = t->schema,
+				    .fn = call_tool, .ctx = t };
+	r = session_add_tool(s->s, &st, &e);
+	leave(s);
+	if (r < 0) {
+		r = fail_core(err, &e, -EIO);
+		goto out;
+	}
+	t->next = s->tools;
+	s->tools = t;
+	return 0;
+out:
+	free(t->name);
+	free(t->description);
+	json_decref(t->schema);
+	free(t);
+	return r;
+}
+
+static char *dup_str(const json_t *v, size_t *len)
+{
+	const char *s = json_string_value(v);
+	size_t n = s ? json_string_length(v) : 0;
+	char *d = malloc(n + 1);
+
+	if (!d)
+		return NULL;
+	if (n)
+		memcpy(d, s, n);
+	d[n] = '\0';
+	if (len)
+		*len = n;
+	return d;
+}
+
+static char *dup_opt(const json_t *v)
+{
+	return json_is_string(v) ? dup_str(v, NULL) : NULL;
+}
+
+static const char *const limit_types[] = {
+	[NSBOX_TIME_LIMIT] = "nsbox.TimeLimitExceeded", [NSBOX_CANCELLED] = "nsbox.Cancelled",
+	[NSBOX_MEMORY_LIMIT] = "MemoryError", [NSBOX_CRASHED] = "nsbox.SandboxError",
+	[NSBOX_PROTOCOL_ERROR] = "nsbox.ProtocolError",
+};
+
+static nsbox_result_t *make_result(const struct session_result *res)
+{
+	static const enum nsbox_status map[] = {
+		[SESSION_OK] = NSBOX_OK,		[SESSION_EXCEPTION] = NSBOX_EXCEPTION,
+		[SESSION_TIMEOUT] = NSBOX_TIME_LIMIT,	[SESSION_CANCELLED] = NSBOX_CANCELLED,
+		[SESSION_MEMORY] = NSBOX_MEMORY_LIMIT,	[SESSION_CRASHED] = NSBOX_CRASHED,
+		[SESSION_PROTOCOL] = NSBOX_PROTOCOL_ERROR,
+	};
+	nsbox_result_t *r = calloc(1, sizeof(*r));
+	const json_t *m = res->result;
+	const json_t *e = json_object_get(m, "error");
+	const json_t *v = json_object_get(m, "value");
+	const json_t *usage = json_object_get(m, "usage");
+
+	if (!r)
+		return NULL;
+	r->status = map[res->outcome];
+	r->value = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : strdup("null");
+	r->out = dup_str(json_object_get(m, "stdout"), &r->out_len);
+	r->err = dup_str(json_object_get(m, "stderr"), &r->err_len);
+	if (r->status != NSBOX_OK) {
+		if (json_is_object(e)) {
+			r->etype = dup_opt(json_object_get(e, "type"));
+			r->emsg = dup_opt(json_object_get(e, "message"));
+			r->tb = dup_opt(json_object_get(e, "traceback"));
+		}
+		if (r->status != NSBOX_EXCEPTION) {
+			/* A limit kill: the message is what happened to the sandbox. */
+			free(r->emsg);
+			r->emsg = strdup(res->message);
+			if (!r->etype)
+				r->etype = strdup(limit_types[r->status]);
+		}
+	}
+	r->wall = res->wall;
+	r->cpu = json_number_value(json_object_get(usage, "cpu"));
+	r->peak = res->peak_memory ? res->peak_memory : (uint64_t)json_integer_value(json_object_get(usage, "max_rss"));
+	r->tool_calls = res->tool_calls;
+	if (!r->value || !r->out || !r->err || (r->status != NSBOX_OK && r->status != NSBOX_EXCEPTION &&
+						 (!r->emsg || !r->etype))) {
+		nsbox_result_free(r);
+		return NULL;
+	}
+	return r;
+}
+
+int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts, nsbox_result_t **out,
+	       nsbox_error_t **err)
+{
+	struct nsbox_exec_opts o;
+	struct session_exec_req req = { 0 };
+	struct session_result res;
+	struct nsbox_err e = { 0 };
+	nsbox_result_t *r;
+	int k;
+
+	if (!code || !out)
+		return fail(err, -EINVAL, "nsbox_exec: %s is NULL", !code ? "code" : "out");
+	if ((k = check_session(s, err, "nsbox_exec")) < 0)
+		return k;
+	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_exec_opts") < 0)
+		return -EINVAL;
+	if (!(o.timeout >= 0))
+		return fail(err, -EINVAL, "nsbox_exec: timeout %g is negative", o.timeout);
+	if (!enter(s))
+		return busy(err, "nsbox_exec");
+	req.code = code;
+	req.filename = o.filename;
+	req.want_value = o.repl;
+	req.timeout = o.timeout;
+	req.stream = true;	/* output goes to opts.output as produced, when set */
+	k = session_exec(s->s, &req, &res, &e);
+	leave(s);
+	if (k < 0)
+		return fail_core(err, &e, -EINVAL);
+	r = make_result(&res);
+	session_result_free(&res);
+	if (!r)
+		return fail(err, -ENOMEM, "nsbox_exec: out of memory for the result");
+	*out = r;
+	return 0;
+}
+
+void nsbox_cancel(nsbox_session_t *s)
+{
+	if (s && s->s)
+		session_cancel(s->s);
+}
+
+enum nsbox_status nsbox_result_status(const nsbox_result_t *r)
+{
+	return r ? r->status : NSBOX_CRASHED;
+}
+
+const char *nsbox_result_value(const nsbox_result_t *r)
+{
+	return r ? r->value : "null";
+}
+
+const char *nsbox_result_stdout(const nsbox_result_t *r, size_t *len)
+{
+	if (len)
+		*len = r ? r->out_len : 0;
+	return r ? r->out : "";
+}
+
+const char *nsbox_result_stderr(const nsbox_result_t *r, size_t *len)
+{
+	if (len)
+		*len = r ? r->err_len : 0;
+	return r ? r->err : "";
+}
+
+const char *nsbox_result_error_type(const nsbox_result_t *r)
+{
+	return r ? r->etype : NULL;
+}
+
+const char *nsbox_result_error_message(const nsbox_result_t *r)
+{
+	return r ? r->emsg : NULL;
+}
+
+const char *nsbox_result_traceback(const nsbox_result_t *r)
+{
+	return r ? r->tb : NULL;
+}
+
+void nsbox_result_usage(const nsbox_result_t *r, double *wall, double *cpu, uint64_t *peak_memory, unsigned *tool_calls)
+{
+	if (wall)
+		*wall = r ? r->wall : 0;
+	if (cpu)
+		*cpu = r ? r->cpu : 0;
+	if (peak_memory)
+		*peak_memory = r ? r->peak : 0;
+	if (tool_calls)
+		*tool_calls = r ? r->tool_calls : 0;
+}
+
+void nsbox_result_free(nsbox_result_t *r)
+{
+	if (!r)
+		return;
+	free(r->value);
+	free(r->out);
+	free(r->err);
+	free(r->etype);
+	free(r->emsg);
+	free(r->tb);
+	free(r);
+}
+
+static bool is_identifier(const char *n)
+{
+	static const char first[] = "_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+	static const char rest[] = "_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+
+	return n && *n && strchr(first, n[0]) && strspn(n, rest) == strlen(n);
+}
+
+int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	json_error_t jerr;
+	json_t *v;
+	int r;
+
+	if (!name || !json)
+		return fail(err, -EINVAL, "nsbox_set_var: %s is NULL", !name ? "name" : "json");
+	if (!is_identifier(name))
+		return fail(err, -EINVAL, "nsbox_set_var: '%s' is not a Python identifier", name);
+	if ((r = check_session(s, err, "nsbox_set_var")) < 0)
+		return r;
+	v = json_loads(json, JSON_DECODE_ANY, &jerr);
+	if (!v)
+		return fail(err, -EINVAL, "nsbox_set_var %s: not JSON: %s (line %d, column %d)", name, jerr.text,
+			    jerr.line, jerr.column);
+	if (!enter(s)) {
+		json_decref(v);
+		return busy(err, "nsbox_set_var");
+	}
+	r = session_set_var(s->s, name, v, &e);
+	leave(s);
+	json_decref(v);
+	return r < 0 ? fail_core(err, &e, -EIO) : 0;
+}
+
+int nsbox_get_var(nsbox_session_t *s, const char *name, char **json, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	json_t *v = NULL;
+	char *text;
+	int r;
+
+	if (!name || !json)
+		return fail(err, -EINVAL, "nsbox_get_var: %s is NULL", !name ? "name" : "json");
+	if (!is_identifier(name))
+		return fail(err, -EINVAL, "nsbox_get_var: '%s' is not a Python identifier", name);
+	if ((r = check_session(s, err, "nsbox_get_var")) < 0)
+		return r;
+	if (!enter(s))
+		return busy(err, "nsbox_get_var");
+	r = session_get_var(s->s, name, &v, &e);
+	leave(s);
+	if (r < 0)
+		return fail_core(err, &e, -EIO);
+	text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+	json_decref(v);
+	if (!text)
+		return fail(err, -ENOMEM, "nsbox_get_var: out of memory");
+	*json = text;
+	return 0;
+}
+
+int nsbox_reset(nsbox_session_t *s, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	int r;
+
+	if ((r = check_session(s, err, "nsbox_reset")) < 0)
+		return r;
+	if (!enter(s))
+		return busy(err, "nsbox_reset");
+	r = session_reset(s->s, &e);
+	leave(s);
+	return r < 0 ? fail_core(err, &e, -EIO) : 0;
+}
+
+int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbox_error_t **err)
+{
+	struct nsbox_session_info o;
+	struct session_sandbox_info si;
+	struct nsbox_err e = { 0 };
+	size_t n;
+
+	if (!s || !info)
+		return fail(err, -EINVAL, "nsbox_session_info: %s is NULL", !s ? "the session" : "info");
+	n = info->struct_size;
+	if (n < sizeof(size_t))
+		return fail(err, -EINVAL, "nsbox_session_info: struct_size is %zu", n);
+	if (s->owner != getpid())
+		return fail(err, -ENOTCONN, "nsbox_session_info: the session belongs to the parent process (fork)");
+	if (!enter(s))
+		return busy(err, "nsbox_session_info");
+	if (session_sandbox(s->s, &si, &e) < 0) {
+		leave(s);
+		return fail_core(err, &e, -EIO);
+	}
+	leave(s);
+	memset(&o, 0, sizeof(o));
+	o.struct_size = n < sizeof(o) ? n : sizeof(o);
+	o.pid = si.pid;
+	o.alive = si.alive;
+	snprintf(o.cgroup, sizeof(o.cgroup), "%s", si.cgroup);
+	o.memory_limit = s->policy.memory;
+	o.pids_limit = s->policy.pids;
+	o.cpus_limit = s->policy.cpus;
+	o.memory_current = si.memory_current;
+	o.memory_peak = si.memory_peak;
+	memcpy(info, &o, o.struct_size);
+	return 0;
+}

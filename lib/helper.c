@@ -1,0 +1,418 @@
+/* The library's end of the helper process (lib/helper.h): start it, talk
+ * to it under one mutex, restart it after it died or after a fork. */
+#include "helper.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "session.h"
+#include "util.h"
+
+/* A request that takes longer than this means the helper is stuck: it is
+ * killed, and the next session starts a new one. */
+#define HELPER_TIMEOUT_MS 60000
+
+static struct {
+	pthread_mutex_t lock;
+	int fd;			/* control socket, -1 when no helper */
+	pid_t pid;
+	int pidfd;
+	uint64_t gen;		/* bumped for every helper started */
+} H = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .pidfd = -1 };
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+/* fork() while another thread talks to the helper would copy a held mutex
+ * into the child; taking it around fork() makes the copy consistent.  The
+ * child must not share the parent's helper (its requests would interleave
+ * with the parent's), so it forgets it and starts its own on first use. */
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&H.lock);
+}
+
+static void atfork_parent(void)
+{
+	pthread_mutex_unlock(&H.lock);
+}
+
+static void atfork_child(void)
+{
+	if (H.fd >= 0)
+		close(H.fd);
+	if (H.pidfd >= 0)
+		close(H.pidfd);
+	H.fd = H.pidfd = -1;
+	H.pid = 0;
+	H.gen++;
+	pthread_mutex_unlock(&H.lock);
+}
+
+static void register_atfork(void)
+{
+	(void)pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+/* Forget a helper that died or got stuck: kill it and reap it.  Its
+ * sandboxes die with it (their pid 1 has PR_SET_PDEATHSIG from the
+ * single-threaded helper). */
+static void drop_helper(void)
+{
+	if (H.fd >= 0)
+		close(H.fd);
+	H.fd = -1;
+	/* Not reaped yet (below), so the pid is still the helper's. */
+	if (H.pid > 0)
+		kill(H.pid, SIGKILL);
+	if (H.pidfd >= 0) {
+		close(H.pidfd);
+		H.pidfd = -1;
+	}
+	/* The host may reap children itself (or ignore SIGCHLD): ECHILD is fine. */
+	if (H.pid > 0)
+		while (waitpid(H.pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	H.pid = 0;
+}
+
+static int start_helper(struct nsbox_err *err)
+{
+	char path[PATH_MAX], exe[64];
+	_cleanup_close_ int mfd = -1, ctl = -1, peer = -1;
+	int sv[2];
+	posix_spawn_file_actions_t fa;
+	posix_spawnattr_t at;
+	sigset_t none, all;
+	char *argv[] = { "nsbox-runner", "--helper", NULL };
+	char *envp[] = { NULL };
+	pid_t pid;
+	int r;
+
+	if (session_find_runner(path, sizeof(path), err) < 0)
+		return -1;
+	mfd = session_sealed_copy(path, err);
+	if (mfd < 0)
+		return -1;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return err_sys(err, "socketpair");
+	ctl = sv[0];
+	peer = sv[1];
+	/* Above 10 so that the dup2s below never have fd == newfd (which
+	 * would leave FD_CLOEXEC set). */
+	{
+		int a = fcntl(peer, F_DUPFD_CLOEXEC, 10), b = fcntl(mfd, F_DUPFD_CLOEXEC, 10);
+
+		if (a < 0 || b < 0) {
+			if (a >= 0)
+				close(a);
+			if (b >= 0)
+				close(b);
+			return err_sys(err, "dup");
+		}
+		close(peer);
+		close(mfd);
+		peer = a;
+		mfd = b;
+	}
+	snprintf(exe, sizeof(exe), "/proc/self/fd/%d", mfd);
+	sigemptyset(&none);
+	sigfillset(&all);
+	if (posix_spawn_file_actions_init(&fa) != 0)
+		return err_set(err, ENOMEM, "posix_spawn_file_actions_init");
+	if (posix_spawnattr_init(&at) != 0) {
+		posix_spawn_file_actions_destroy(&fa);
+		return err_set(err, ENOMEM, "posix_spawnattr_init");
+	}
+	/* Nothing from the host: /dev/null for stdio, no environment, default
+	 * signal dispositions, no signal mask, its own session (a ^C on the
+	 * host's terminal is for the host to handle, not the helper). */
+	r = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+	if (!r)
+		r = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+	if (!r)
+		r = posix_spawn_file_actions_adddup2(&fa, 1, 2);
+	if (!r)
+		r = posix_spawn_file_actions_adddup2(&fa, peer, HELPER_CTL_FD);
+	if (!r)
+		r = posix_spawn_file_actions_adddup2(&fa, mfd, HELPER_EXEC_FD);
+	if (!r)
+		r = posix_spawnattr_setsigmask(&at, &none);
+	if (!r)
+		r = posix_spawnattr_setsigdefault(&at, &all);
+	if (!r)
+		r = posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSID);
+	/* The memfd's path: the kernel opens it before closing CLOEXEC fds. */
+	if (!r)
+		r = posix_spawn(&pid, exe, &fa, &at, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	if (r)
+		return err_set(err, r, "start the helper (%s)", path);
+	H.pid = pid;
+	H.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	H.fd = take_fd(&ctl);
+	H.gen++;
+	return 0;
+}
+
+static bool helper_usable(void)
+{
+	if (H.fd < 0)
+		return false;
+	if (H.pidfd >= 0) {
+		struct pollfd p = { H.pidfd, POLLIN, 0 };
+
+		if (poll(&p, 1, 0) == 1) {
+			drop_helper();
+			return false;
+		}
+	}
+	return true;
+}
+
+/* One request, one answer, with the lock held.  fd_in is sent along
+ * (SCM_RIGHTS) when >= 0; *fd_out receives a passed fd when not NULL.
+ * On a broken connection the helper is dropped (errno ECONNRESET). */
+static int transact(const struct helper_req *req, const void *payload, int fd_in, struct helper_rep *rep,
+		    int *fd_out, struct nsbox_err *err)
+{
+	struct iovec iov[2] = { { (void *)req, sizeof(*req) }, { (void *)payload, req->len } };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} cm;
+	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = req->len ? 2 : 1 };
+	struct pollfd p[2];
+	ssize_t n;
+	int k;
+
+	memset(&cm, 0, sizeof(cm));
+	if (fd_in >= 0) {
+		struct cmsghdr *c;
+
+		mh.msg_control = cm.buf;
+		mh.msg_controllen = sizeof(cm.buf);
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd_in, sizeof(int));
+	}
+	do
+		n = sendmsg(H.fd, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0) {
+		int e = errno;
+
+		drop_helper();
+		return err_set(err, e == EPIPE ? ECONNRESET : e, "send to the nsbox helper");
+	}
+	for (;;) {
+		p[0] = (struct pollfd){ H.fd, POLLIN, 0 };
+		p[1] = (struct pollfd){ H.pidfd, POLLIN, 0 };
+		k = poll(p, 2, HELPER_TIMEOUT_MS);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k == 0) {
+			drop_helper();
+			return err_set(err, ETIMEDOUT, "the nsbox helper did not answer within %d s; restarted",
+				       HELPER_TIMEOUT_MS / 1000);
+		}
+		if (k < 0)
+			return err_sys(err, "poll");
+		if (p[0].revents)
+			break;
+		if (p[1].revents) {
+			drop_helper();
+			return err_set(err, ECONNRESET, "the nsbox helper died");
+		}
+	}
+	iov[0] = (struct iovec){ rep, sizeof(*rep) };
+	mh = (struct msghdr){ .msg_iov = iov, .msg_iovlen = 1, .msg_control = cm.buf,
+			      .msg_controllen = sizeof(cm.buf) };
+	do
+		n = recvmsg(H.fd, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	{
+		struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
+		int got = -1;
+
+		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+		    c->cmsg_len == CMSG_LEN(sizeof(int)))
+			memcpy(&got, CMSG_DATA(c), sizeof(int));
+		if (n != (ssize_t)sizeof(*rep) || rep->magic != HELPER_MAGIC) {
+			if (got >= 0)
+				close(got);
+			drop_helper();
+			return err_set(err, ECONNRESET, "the nsbox helper %s",
+				       n == 0 ? "exited" : "sent a malformed answer");
+		}
+		rep->msg[sizeof(rep->msg) - 1] = '\0';
+		rep->step[sizeof(rep->step) - 1] = '\0';
+		rep->cgroup[sizeof(rep->cgroup) - 1] = '\0';
+		if (fd_out)
+			*fd_out = got;
+		else if (got >= 0)
+			close(got);
+	}
+	return 0;
+}
+
+static int policy_text(const struct nsbox_policy *p, char **text, size_t *len, struct nsbox_err *err)
+{
+	FILE *f = open_memstream(text, len);
+
+	if (!f)
+		return err_sys(err, "open_memstream");
+	policy_print(p, f);
+	if (fclose(f) != 0)
+		return err_set(err, ENOMEM, "policy text");
+	if (*len > HELPER_MAX_POLICY) {
+		free(*text);
+		return err_set(err, E2BIG, "the policy is too large (%zu bytes)", *len);
+	}
+	return 0;
+}
+
+int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helper_sandbox *sb,
+		 struct nsbox_err *err)
+{
+	struct helper_req req = { .magic = HELPER_MAGIC, .op = HELPER_SPAWN, .flags = cold ? HELPER_COLD : 0 };
+	struct helper_rep *rep;
+	char *text = NULL;
+	size_t len = 0;
+	int pidfd = -1, r = -1;
+
+	pthread_once(&atfork_once, register_atfork);
+	if (policy_text(p, &text, &len, err) < 0)
+		return -1;
+	rep = calloc(1, sizeof(*rep));
+	if (!rep) {
+		explicit_bzero(text, len);
+		free(text);
+		return err_set(err, ENOMEM, "helper answer");
+	}
+	req.len = (uint32_t)len;
+	pthread_mutex_lock(&H.lock);
+	/* A helper that died since the last request is replaced, once. */
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (!helper_usable() && start_helper(err) < 0)
+			break;
+		r = transact(&req, text, sock, rep, &pidfd, err);
+		if (r == 0 || err->code != ECONNRESET)
+			break;
+	}
+	if (r == 0) {
+		if (rep->code) {
+			err_set(err, 0, "%s", rep->msg);
+			err->code = rep->code > 0 ? rep->code : 0;
+			snprintf(err->step, sizeof(err->step), "%s", rep->step);
+			if (pidfd >= 0)
+				close(pidfd);
+			r = -1;
+		} else if (pidfd < 0) {
+			err_set(err, EPROTO, "the nsbox helper sent no pidfd");
+			r = -1;
+		} else {
+			sb->id = rep->id;
+			sb->gen = H.gen;
+			sb->pid = rep->pid;
+			sb->pidfd = pidfd;
+			snprintf(sb->cgroup, sizeof(sb->cgroup), "%s", rep->cgroup);
+		}
+	}
+	pthread_mutex_unlock(&H.lock);
+	/* The policy may carry secrets (Set=): do not leave them in freed memory. */
+	explicit_bzero(text, len);
+	free(text);
+	free(rep);
+	return r;
+}
+
+void helper_kill(const struct helper_sandbox *sb)
+{
+	/* kill(pid) is no race either: the helper reaps the sandbox only on
+	 * our DESTROY, so its pid cannot be reused before. */
+	if (sb->pidfd < 0 || syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) < 0)
+		if (sb->pid > 0)
+			kill(sb->pid, SIGKILL);
+}
+
+static int simple(const struct helper_sandbox *sb, uint32_t op, struct helper_rep *rep, struct nsbox_err *err)
+{
+	struct helper_req req = { .magic = HELPER_MAGIC, .op = op, .id = sb->id };
+	int r;
+
+	pthread_mutex_lock(&H.lock);
+	if (H.gen != sb->gen || !helper_usable()) {
+		pthread_mutex_unlock(&H.lock);
+		return err_set(err, ESRCH, "the nsbox helper that made this sandbox is gone");
+	}
+	r = transact(&req, NULL, -1, rep, NULL, err);
+	pthread_mutex_unlock(&H.lock);
+	if (r == 0 && rep->code)
+		r = err_set(err, rep->code > 0 ? rep->code : 0, "%s", rep->msg);
+	return r;
+}
+
+int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsbox_err *err)
+{
+	struct helper_rep *rep = calloc(1, sizeof(*rep));
+	int r;
+
+	helper_kill(sb);
+	if (!rep)
+		r = err_set(err, ENOMEM, "helper answer");
+	else
+		r = simple(sb, HELPER_DESTROY, rep, err);
+	if (st) {
+		if (r == 0) {
+			*st = rep->st;
+		} else {
+			memset(st, 0, sizeof(*st));
+			st->term_signal = SIGKILL;
+		}
+	}
+	free(rep);
+	if (sb->pidfd >= 0)
+		close(sb->pidfd);
+	sb->pidfd = -1;
+	return r;
+}
+
+int helper_info(const struct helper_sandbox *sb, uint64_t *current, uint64_t *peak, struct nsbox_err *err)
+{
+	struct helper_rep *rep = calloc(1, sizeof(*rep));
+	int r;
+
+	if (!rep)
+		return err_set(err, ENOMEM, "helper answer");
+	r = simple(sb, HELPER_INFO, rep, err);
+	if (r == 0) {
+		*current = rep->mem_current;
+		*peak = rep->mem_peak;
+	}
+	free(rep);
+	return r;
+}
+
+pid_t helper_pid(void)
+{
+	pid_t p;
+
+	pthread_mutex_lock(&H.lock);
+	p = H.fd >= 0 ? H.pid : 0;
+	pthread_mutex_unlock(&H.lock);
+	return p;
+}

@@ -1,0 +1,100 @@
+/* libnsbox's helper process: where sandboxes are made.
+ *
+ * A multithreaded host must never clone or unshare (STYLE.md 3;
+ * minijail's warning before sys_clone), so on the first session the
+ * library posix_spawns `nsbox-runner --helper`, executed from a sealed
+ * memfd copy of the runner (runc CVE-2019-5736), with an empty
+ * environment, /dev/null on 0-2, and a SOCK_SEQPACKET control socket on
+ * fd 3 (the memfd itself is fd 4, for cold starts).  The helper is
+ * single-threaded: it initialises CPython once (the template) and serves
+ * one request at a time:
+ *
+ *   SPAWN   policy text (policy_print) + the session socket (SCM_RIGHTS);
+ *           flag HELPER_COLD execs the runner afresh instead of forking
+ *           the template.  Answer: id, pid, and the sandbox's pidfd
+ *           (SCM_RIGHTS) so the library can SIGKILL it directly.
+ *   KILL    SIGKILL the sandbox and its cgroup.
+ *   DESTROY kill, reap, remove the cgroups; answer the final jail_status.
+ *   INFO    the sandbox's cgroup and its memory use now.
+ *
+ * When the control socket closes (the host exited or forked away), the
+ * helper kills every sandbox it made and exits.  PR_SET_PDEATHSIG is not
+ * used: it fires when the spawning *thread* exits.
+ *
+ * Both ends are built from the same tree (the runner binary and the
+ * library), so the messages are fixed-size C structs guarded by a magic
+ * number that changes with their layout. */
+#ifndef NSBOX_HELPER_H
+#define NSBOX_HELPER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "error.h"
+#include "jail.h"
+#include "policy.h"
+
+#define HELPER_MAGIC 0x4e534831u	/* "NSH1"; bump when a struct below changes */
+#define HELPER_MAX_POLICY (128u << 10)
+#define HELPER_CTL_FD 3
+#define HELPER_EXEC_FD 4
+
+enum helper_op {
+	HELPER_SPAWN = 1,
+	HELPER_KILL,
+	HELPER_DESTROY,
+	HELPER_INFO,
+};
+
+#define HELPER_COLD 1u
+
+struct helper_req {
+	uint32_t magic;
+	uint32_t op;
+	uint32_t flags;
+	uint32_t len;		/* bytes of policy text after the struct (SPAWN) */
+	uint64_t id;		/* KILL, DESTROY, INFO */
+};
+
+struct helper_rep {
+	uint32_t magic;
+	int32_t code;		/* 0, or a positive errno (or -1: failed, no errno) */
+	uint64_t id;
+	int32_t pid;		/* SPAWN: host pid of the sandbox's pid 1 */
+	struct jail_status st;	/* DESTROY */
+	uint64_t mem_current;	/* INFO */
+	uint64_t mem_peak;
+	char cgroup[256];	/* SPAWN, INFO: the sandbox's memory cgroup, "" if none */
+	char step[48];		/* failure: setup step */
+	char msg[NSBOX_ERR_MSG_MAX];	/* failure: what went wrong */
+};
+
+/* ---- library side (lib/helper.c) ---- */
+
+struct helper_sandbox {
+	uint64_t id;
+	uint64_t gen;		/* which helper made it */
+	pid_t pid;
+	int pidfd;		/* owned; closed by helper_destroy */
+	char cgroup[256];
+};
+
+/* Start a sandbox for a session through the helper (started on first
+ * use, restarted after it died or after a fork).  sock is the sandbox end
+ * of the session's socketpair (the caller keeps and closes its copy).
+ * Thread-safe.  On success fills *sb; on failure returns -1 with err. */
+int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helper_sandbox *sb,
+		 struct nsbox_err *err);
+/* SIGKILL the sandbox through its pidfd.  Async-signal-safe. */
+void helper_kill(const struct helper_sandbox *sb);
+/* Kill, reap and clean up; fills *st (may be NULL) with the final status.
+ * Closes sb->pidfd.  Thread-safe.  Returns 0 or -1 with err (then *st says
+ * "killed by SIGKILL", which is what happened: the helper is gone). */
+int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsbox_err *err);
+/* Memory use of the sandbox now.  Thread-safe. */
+int helper_info(const struct helper_sandbox *sb, uint64_t *current, uint64_t *peak, struct nsbox_err *err);
+/* The helper's pid (0 if none is running).  For tests and benchmarks. */
+pid_t helper_pid(void);
+
+#endif

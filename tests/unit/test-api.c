@@ -1,0 +1,700 @@
+/* The public C API (include/nsbox.h) through libnsbox.so, as a host uses
+ * it: every function, misuse (NULL arguments, bad names, double
+ * registration, use after the sandbox died, tools that fail or answer
+ * invalid JSON), cancel from another thread, a multithreaded host, fork.
+ * Run under valgrind by `make check-valgrind` (no leaks allowed).
+ *
+ * `test-api --run CODE [--cold]` runs CODE in one session and prints its
+ * stdout, then "value: JSON" (tests/integ/test_runner_exe.py uses it). */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "nsbox.h"
+#include "tap.h"
+
+#define CHECK(cond, ...)                 \
+	do {                             \
+		bool c_ = (cond);        \
+		ok(c_, __VA_ARGS__);     \
+	} while (0)
+
+static const char *emsg(nsbox_error_t *e)
+{
+	return e ? nsbox_error_message(e) : "(no error)";
+}
+
+static void clear(nsbox_error_t **e)
+{
+	nsbox_error_free(*e);
+	*e = NULL;
+}
+
+/* Run code with repl=true; returns the result (caller frees) or NULL. */
+static nsbox_result_t *run(nsbox_session_t *s, const char *code, double timeout)
+{
+	struct nsbox_exec_opts o = { .struct_size = sizeof(o), .repl = true, .timeout = timeout };
+	nsbox_result_t *r = NULL;
+	nsbox_error_t *e = NULL;
+
+	if (nsbox_exec(s, code, &o, &r, &e) < 0) {
+		printf("# exec failed: %s\n", emsg(e));
+		nsbox_error_free(e);
+		return NULL;
+	}
+	return r;
+}
+
+/* The value of code as JSON, in a static buffer ("ERROR" on failure). */
+static const char *value_of(nsbox_session_t *s, const char *code)
+{
+	static __thread char buf[512];
+	nsbox_result_t *r = run(s, code, 0);
+
+	if (!r)
+		return "ERROR";
+	if (nsbox_result_status(r) != NSBOX_OK)
+		snprintf(buf, sizeof(buf), "STATUS %d: %s: %s", nsbox_result_status(r),
+			 nsbox_result_error_type(r) ?: "", nsbox_result_error_message(r) ?: "");
+	else
+		snprintf(buf, sizeof(buf), "%s", nsbox_result_value(r));
+	nsbox_result_free(r);
+	return buf;
+}
+
+/* ---- tools ---- */
+
+static atomic_int calc_calls;
+
+/* calc(a, b, op): arithmetic on two numbers. */
+static int calc(void *ud, const char *name, const char *args, char **result, char **error)
+{
+	double a, b;
+	char op[4] = "";
+
+	(void)ud;
+	(void)name;
+	atomic_fetch_add(&calc_calls, 1);
+	if (sscanf(args, "{\"args\":[],\"kwargs\":{\"a\":%lf,\"b\":%lf,\"op\":\"%1[-+*/]\"}}", &a, &b, op) != 3 &&
+	    sscanf(args, "{\"args\":[%lf,%lf,\"%1[-+*/]\"]", &a, &b, op) != 3) {
+		if (asprintf(error, "calc: cannot parse %s", args) < 0)
+			*error = NULL;
+		return 1;
+	}
+	if (op[0] == '/' && b == 0) {
+		*error = strdup("division by zero");
+		return 1;
+	}
+	if (asprintf(result, "%.17g", op[0] == '+' ? a + b : op[0] == '-' ? a - b : op[0] == '*' ? a * b : a / b) < 0)
+		return 1;
+	return 0;
+}
+
+static int bad_json(void *ud, const char *name, const char *args, char **result, char **error)
+{
+	(void)ud;
+	(void)name;
+	(void)args;
+	(void)error;
+	*result = strdup("{not json");
+	return 0;
+}
+
+static int fails_silently(void *ud, const char *name, const char *args, char **result, char **error)
+{
+	(void)ud;
+	(void)name;
+	(void)args;
+	(void)result;
+	(void)error;
+	return -1;
+}
+
+static int noop(void *ud, const char *name, const char *args, char **result, char **error)
+{
+	(void)ud;
+	(void)name;
+	(void)args;
+	(void)result;
+	(void)error;
+	return 0;
+}
+
+static int echo(void *ud, const char *name, const char *args, char **result, char **error)
+{
+	(void)ud;
+	(void)name;
+	(void)error;
+	*result = strdup(args);
+	return 0;
+}
+
+static const char calc_schema[] =
+	"{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"number\"},\"b\":{\"type\":\"number\"},"
+	"\"op\":{\"type\":\"string\",\"description\":\"one of + - * /\"}},\"required\":[\"a\",\"b\",\"op\"]}";
+
+/* ---- output ---- */
+
+struct outbuf {
+	char data[256];
+	size_t len;
+};
+
+static void on_output(void *ud, int stream, const char *data, size_t len)
+{
+	struct outbuf *o = ud;
+
+	if (stream == 1 && o->len + len < sizeof(o->data)) {
+		memcpy(o->data + o->len, data, len);
+		o->len += len;
+	}
+}
+
+/* ---- cases ---- */
+
+static void test_errors_and_version(void)
+{
+	CHECK(!strcmp(nsbox_version(), "0.1.0"), "nsbox_version is 0.1.0");
+	CHECK(nsbox_error_code(NULL) == 0 && !strcmp(nsbox_error_message(NULL), ""), "error accessors accept NULL");
+	nsbox_error_free(NULL);
+	nsbox_free(NULL);
+	nsbox_policy_free(NULL);
+	nsbox_session_free(NULL);
+	nsbox_result_free(NULL);
+	nsbox_cancel(NULL);
+	ok(1, "destructors and nsbox_cancel accept NULL");
+}
+
+static void test_policy(void)
+{
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
+	char path[] = "/tmp/nsbox-test-api-XXXXXX";
+	char *text;
+	int fd, r;
+
+	CHECK(nsbox_policy_new(NULL, NULL, &e) == -EINVAL && e && nsbox_error_code(e) == -EINVAL,
+	      "policy_new(out=NULL) is -EINVAL with an error object");
+	clear(&e);
+	r = nsbox_policy_new("no-such-policy", &p, &e);
+	CHECK(r == -ENOENT && !p && strstr(emsg(e), "no-such-policy"), "unknown policy: -ENOENT (%s)", emsg(e));
+	clear(&e);
+	fd = mkstemp(path);
+	if (fd >= 0) {
+		const char bad[] = "[Limits]\nMemory=lots\n";
+
+		CHECK(write(fd, bad, sizeof(bad) - 1) == (ssize_t)sizeof(bad) - 1, "write a bad policy file");
+		close(fd);
+		r = nsbox_policy_new(path, &p, &e);
+		CHECK(r == -EINVAL && !p && strstr(emsg(e), ":2:"), "bad policy file: -EINVAL naming the line (%s)",
+		      emsg(e));
+		clear(&e);
+		unlink(path);
+	}
+	r = nsbox_policy_new("strict", &p, &e);
+	CHECK(r == 0 && p, "built-in policy strict");
+	nsbox_policy_free(p);
+	p = NULL;
+	r = nsbox_policy_new(NULL, &p, NULL);
+	CHECK(r == 0 && p, "NULL name is the default policy, err may be NULL");
+	if (!p)
+		return;
+	CHECK(nsbox_policy_set(p, "Limits", "Memory", "256M", &e) == 0, "policy_set Limits.Memory=256M");
+	CHECK(nsbox_policy_set(p, "Limits", "Nope", "1", &e) == -EINVAL && strstr(emsg(e), "Nope"),
+	      "policy_set unknown key: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_policy_set(p, NULL, "Memory", "1", &e) == -EINVAL, "policy_set NULL section: -EINVAL");
+	clear(&e);
+	CHECK(nsbox_policy_set_memory(p, 300ull << 20, &e) == 0, "set_memory 300M");
+	CHECK(nsbox_policy_set_pids(p, 64, &e) == 0, "set_pids 64");
+	CHECK(nsbox_policy_set_cpus(p, 1.5, &e) == 0, "set_cpus 1.5");
+	CHECK(nsbox_policy_set_cpus(p, -1, &e) == -EINVAL, "set_cpus -1: -EINVAL");
+	clear(&e);
+	CHECK(nsbox_policy_set_time_limit(p, 20, &e) == 0, "set_time_limit 20");
+	CHECK(nsbox_policy_set_tmp_size(p, 32ull << 20, &e) == 0, "set_tmp_size 32M");
+	CHECK(nsbox_policy_set_file_size(p, 0, &e) == 0, "set_file_size 0 (no limit)");
+	CHECK(nsbox_policy_set_open_files(p, 256, &e) == 0, "set_open_files 256");
+	CHECK(nsbox_policy_set_share_net(p, false, &e) == 0, "set_share_net false");
+	CHECK(nsbox_policy_set_ids(p, 1000, 1000, &e) == 0, "set_ids 1000 1000");
+	CHECK(nsbox_policy_set_ids(p, (uid_t)-1, 5, &e) == -EINVAL, "set_ids -1: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_policy_add_bind(p, "relative", "/x", false, &e) == -EINVAL, "add_bind relative src: -EINVAL (%s)",
+	      emsg(e));
+	clear(&e);
+	CHECK(nsbox_policy_add_bind(p, "/usr/share/zoneinfo", "/data/zoneinfo", false, &e) == 0,
+	      "add_bind /usr/share/zoneinfo read-only (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_policy_set_workspace(p, "not/absolute", &e) == -EINVAL, "set_workspace relative: -EINVAL");
+	clear(&e);
+	CHECK(nsbox_policy_setenv(p, "NSBOX_TEST_VAR", "hello", &e) == 0, "setenv NSBOX_TEST_VAR");
+	CHECK(nsbox_policy_setenv(p, "A=B", "x", &e) == -EINVAL, "setenv bad name: -EINVAL");
+	clear(&e);
+	text = nsbox_policy_to_string(p);
+	CHECK(text && strstr(text, "Memory=300M") && strstr(text, "CPUs=1.5") && strstr(text, "Set=NSBOX_TEST_VAR=hello") &&
+		      strstr(text, "ReadOnlyBind=/usr/share/zoneinfo:/data/zoneinfo"),
+	      "policy_to_string shows every setting");
+	nsbox_free(text);
+	CHECK(nsbox_policy_to_string(NULL) == NULL, "policy_to_string(NULL) is NULL");
+	nsbox_policy_free(p);
+}
+
+/* Until pid is a zombie (the helper reaps it only when asked) or gone. */
+static void wait_dead(pid_t pid)
+{
+	for (int i = 0; i < 500; i++) {
+		char path[64], buf[512], *rp;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+		f = fopen(path, "re");
+		if (!f)
+			return;
+		rp = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+		fclose(f);
+		if (!rp || rp[2] == 'Z' || rp[2] == 'X')
+			return;
+		usleep(10000);
+	}
+}
+
+static void test_session_basics(nsbox_policy_t *p, bool cold, const char *tag)
+{
+	struct nsbox_session_opts so = { .struct_size = sizeof(so), .cold = cold };
+	struct nsbox_session_info info = { .struct_size = sizeof(info) };
+	nsbox_session_t *s = NULL;
+	nsbox_result_t *r;
+	nsbox_error_t *e = NULL;
+	char *v = NULL;
+	size_t n;
+	int k;
+
+	k = nsbox_session_new(p, &so, &s, &e);
+	CHECK(k == 0 && s, "%s: session_new (%s)", tag, emsg(e));
+	if (!s) {
+		clear(&e);
+		return;
+	}
+	CHECK(!strcmp(value_of(s, "1+1"), "2"), "%s: 1+1 is 2", tag);
+	CHECK(!strcmp(value_of(s, "x = 20\nx + 1"), "21"), "%s: statements then a value", tag);
+	CHECK(!strcmp(value_of(s, "x * 2"), "40"), "%s: globals persist", tag);
+	CHECK(!strcmp(value_of(s, "(1, 'a', None, 2**64)"), "{\"$tuple\":[1,\"a\",null,{\"$int\":\"18446744073709551616\"}]}"),
+	      "%s: values use the protocol encoding", tag);
+	CHECK(!strcmp(value_of(s, "import os; os.environ.get('NSBOX_TEST_VAR')"), "\"hello\""),
+	      "%s: the policy's environment is the session's", tag);
+	CHECK(!strcmp(value_of(s, "sorted(os.listdir('/data/zoneinfo'))[:0]"), "[]"), "%s: the bind is there", tag);
+
+	r = run(s, "print('out'); import sys; print('err', file=sys.stderr)", 0);
+	CHECK(r && nsbox_result_status(r) == NSBOX_OK && !strcmp(nsbox_result_stdout(r, &n), "out\n") && n == 4 &&
+		      !strcmp(nsbox_result_stderr(r, NULL), "err\n") && !strcmp(nsbox_result_value(r), "null") &&
+		      !nsbox_result_error_type(r),
+	      "%s: stdout and stderr captured", tag);
+	nsbox_result_free(r);
+	r = run(s, "def f():\n    return 1/0\nf()", 0);
+	CHECK(r && nsbox_result_status(r) == NSBOX_EXCEPTION && !strcmp(nsbox_result_error_type(r), "ZeroDivisionError") &&
+		      strstr(nsbox_result_error_message(r), "division by zero") &&
+		      strstr(nsbox_result_traceback(r), "line 2, in f") &&
+		      !strstr(nsbox_result_traceback(r), "nsbox-runner"),
+	      "%s: an exception: type, message, traceback of the user's lines", tag);
+	if (r) {
+		double wall = -1, cpu = -1;
+		uint64_t peak = 0;
+		unsigned calls = 99;
+
+		nsbox_result_usage(r, &wall, &cpu, &peak, &calls);
+		CHECK(wall > 0 && cpu >= 0 && calls == 0, "%s: usage: wall %.6f s, cpu %.6f s, %u calls", tag, wall,
+		      cpu, calls);
+		nsbox_result_usage(r, NULL, NULL, NULL, NULL);
+	}
+	nsbox_result_free(r);
+
+	/* variables */
+	CHECK(nsbox_set_var(s, "data", "{\"k\": [1, 2.5, \"three\"]}", &e) == 0, "%s: set_var", tag);
+	CHECK(!strcmp(value_of(s, "data['k'][2]"), "\"three\""), "%s: a set variable is a global", tag);
+	CHECK(nsbox_get_var(s, "data", &v, &e) == 0 && v && !strcmp(v, "{\"k\":[1,2.5,\"three\"]}"), "%s: get_var %s",
+	      tag, v ? v : emsg(e));
+	nsbox_free(v);
+	v = NULL;
+	CHECK(nsbox_get_var(s, "nope", &v, &e) == -ENOENT && !v, "%s: get_var of a missing name: -ENOENT (%s)", tag,
+	      emsg(e));
+	clear(&e);
+	CHECK(nsbox_set_var(s, "x", "{bad", &e) == -EINVAL, "%s: set_var bad JSON: -EINVAL (%s)", tag, emsg(e));
+	clear(&e);
+	CHECK(nsbox_set_var(s, "1x", "1", &e) == -EINVAL, "%s: set_var bad name: -EINVAL", tag);
+	clear(&e);
+	CHECK(nsbox_set_var(s, NULL, "1", &e) == -EINVAL && nsbox_get_var(s, "x", NULL, NULL) == -EINVAL,
+	      "%s: NULL name or out: -EINVAL", tag);
+	clear(&e);
+	CHECK(nsbox_reset(s, &e) == 0, "%s: reset", tag);
+	CHECK(nsbox_get_var(s, "data", &v, &e) == -ENOENT, "%s: reset cleared the globals", tag);
+	clear(&e);
+
+	/* info */
+	k = nsbox_session_info(s, &info, &e);
+	CHECK(k == 0 && info.pid > 0 && info.alive && info.memory_limit == 300ull << 20 && info.pids_limit == 64 &&
+		      info.cpus_limit == 1.5,
+	      "%s: info: pid %d, cgroup '%s', %llu bytes in use", tag, (int)info.pid, info.cgroup,
+	      (unsigned long long)info.memory_current);
+	{
+		struct nsbox_session_info bad = { .struct_size = 0 };
+
+		CHECK(nsbox_session_info(s, &bad, &e) == -EINVAL, "%s: info with struct_size 0: -EINVAL", tag);
+		clear(&e);
+	}
+	/* The random state is the session's own, not the template's. */
+	{
+		nsbox_session_t *s2 = NULL;
+
+		if (nsbox_session_new(p, &so, &s2, &e) == 0) {
+			char a[64];
+
+			snprintf(a, sizeof(a), "%s", value_of(s, "import random; random.random()"));
+			CHECK(strcmp(a, value_of(s2, "import random; random.random()")) != 0,
+			      "%s: two sessions draw different random numbers", tag);
+		} else {
+			ok(0, "%s: second session (%s)", tag, emsg(e));
+			clear(&e);
+		}
+		nsbox_session_free(s2);
+	}
+	/* timeout: the soft deadline */
+	r = run(s, "while True: pass", 0.3);
+	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT && strstr(nsbox_result_error_message(r), "time limit"),
+	      "%s: a timeout is NSBOX_TIME_LIMIT (%s)", tag, r ? nsbox_result_error_message(r) : "no result");
+	nsbox_result_free(r);
+	CHECK(!strcmp(value_of(s, "'alive'"), "\"alive\""), "%s: the session survives a soft timeout", tag);
+
+	/* death: kill the sandbox behind the library's back */
+	if (info.pid > 0 && kill(info.pid, SIGKILL) == 0)
+		wait_dead(info.pid);
+	r = run(s, "1", 0);
+	CHECK(r && nsbox_result_status(r) == NSBOX_CRASHED && strstr(nsbox_result_error_message(r), "signal 9"),
+	      "%s: exec on a killed sandbox: NSBOX_CRASHED (%s)", tag, r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+	r = NULL;
+	CHECK(nsbox_exec(s, "1", NULL, &r, &e) == -ENOTCONN && !r, "%s: exec after death: -ENOTCONN (%s)", tag, emsg(e));
+	clear(&e);
+	CHECK(nsbox_set_var(s, "a", "1", &e) == -ENOTCONN, "%s: set_var after death: -ENOTCONN", tag);
+	clear(&e);
+	CHECK(nsbox_reset(s, &e) == -ENOTCONN, "%s: reset after death: -ENOTCONN", tag);
+	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "t", NULL, NULL, noop, NULL, &e) == -ENOTCONN,
+	      "%s: add_tool after death: -ENOTCONN (%s)", tag, emsg(e));
+	clear(&e);
+	info.alive = true;
+	CHECK(nsbox_session_info(s, &info, &e) == 0 && !info.alive, "%s: info says dead", tag);
+	nsbox_session_free(s);
+}
+
+static void test_tools(nsbox_policy_t *p)
+{
+	struct outbuf out = { 0 };
+	struct nsbox_session_opts so = { .struct_size = sizeof(so), .output = on_output, .output_userdata = &out,
+					 .max_tool_calls = 5000 };
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+	nsbox_result_t *r;
+	unsigned calls = 0;
+
+	if (nsbox_session_new(p, &so, &s, &e) < 0) {
+		ok(0, "tools: session_new (%s)", emsg(e));
+		clear(&e);
+		return;
+	}
+	CHECK(nsbox_session_add_tool(s, "calc", calc_schema, "Arithmetic on two numbers.", calc, NULL, &e) == 0,
+	      "add_tool calc with a schema (%s)", emsg(e));
+	CHECK(nsbox_session_add_tool(s, "calc", NULL, NULL, calc, NULL, &e) == -EEXIST, "add_tool twice: -EEXIST (%s)",
+	      emsg(e));
+	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "not-a-name", NULL, NULL, calc, NULL, &e) == -EINVAL,
+	      "add_tool bad name: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "t2", "[1,2]", NULL, calc, NULL, &e) == -EINVAL,
+	      "add_tool with a schema that is not an object: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "t3", "{oops", NULL, calc, NULL, &e) == -EINVAL,
+	      "add_tool with a schema that is not JSON: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "t4", NULL, NULL, NULL, NULL, &e) == -EINVAL &&
+		      nsbox_session_add_tool(NULL, "t4", NULL, NULL, noop, NULL, NULL) == -EINVAL,
+	      "add_tool with NULL fn or session: -EINVAL");
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "calc(6, 7, '*')"), "42"), "calc(6, 7, '*') is 42 (positional -> kwargs)");
+	CHECK(!strcmp(value_of(s, "from nsbox import tools\ntools.calc(a=1, b=2, op='+')"), "3"),
+	      "the tool is in nsbox.tools too");
+	CHECK(strstr(value_of(s, "calc.__doc__"), "Arithmetic on two numbers.") != NULL, "the description is the docstring");
+	CHECK(strstr(value_of(s, "try:\n    calc(1, 0, '/')\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"),
+		     "ToolError: division by zero") != NULL,
+	      "a failing callback is nsbox.ToolError with its message");
+	CHECK(!strcmp(value_of(s, "total = 0\nfor i in range(200):\n    total = calc(total, 1, '+')\ntotal"), "200"),
+	      "200 tool calls in a loop");
+	/* Added after the session started, visible from the next exec. */
+	{
+		int k = nsbox_session_add_tool(s, "broken", NULL, NULL, bad_json, NULL, &e);
+
+		if (k == 0)
+			k = nsbox_session_add_tool(s, "quiet_failure", NULL, NULL, fails_silently, NULL, &e);
+		if (k == 0)
+			k = nsbox_session_add_tool(s, "echo", NULL, "Echo the call.", echo, NULL, &e);
+		if (k == 0)
+			k = nsbox_session_add_tool(s, "nothing", NULL, NULL, noop, NULL, &e);
+		CHECK(k == 0, "tools added after exec (%s)", emsg(e));
+		clear(&e);
+	}
+	CHECK(strstr(value_of(s, "try:\n    broken()\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"),
+		     "ToolError: tool broken returned invalid JSON") != NULL,
+	      "invalid JSON from a callback is a ToolError saying so");
+	CHECK(strstr(value_of(s, "try:\n    quiet_failure()\nexcept Exception as e:\n    r = type(e).__name__\nr"),
+		     "ToolError") != NULL,
+	      "a callback failing without a message is a ToolError");
+	CHECK(!strcmp(value_of(s, "echo(1, 'x', k=[True])"), "{\"args\":[1,\"x\"],\"kwargs\":{\"k\":[true]}}"),
+	      "the callback gets {\"args\":[...],\"kwargs\":{...}}");
+	CHECK(!strcmp(value_of(s, "nothing() is None"), "true"), "a NULL result is None");
+	r = run(s, "print('streamed')\ncalc(1, 1, '+')", 0);
+	nsbox_result_usage(r, NULL, NULL, NULL, &calls);
+	CHECK(r && calls == 1 && out.len == 9 && !memcmp(out.data, "streamed\n", 9),
+	      "the output callback gets output as produced; usage counts tool calls (%u)", calls);
+	nsbox_result_free(r);
+	nsbox_session_free(s);
+}
+
+static void *cancel_later(void *arg)
+{
+	usleep(300000);
+	nsbox_cancel(arg);
+	return NULL;
+}
+
+static void *exec_slowly(void *arg)
+{
+	nsbox_result_t *r = run(arg, "import time; time.sleep(1); 5", 0);
+	bool good = r && !strcmp(nsbox_result_value(r), "5");
+
+	nsbox_result_free(r);
+	return good ? arg : NULL;
+}
+
+static void test_cancel_and_busy(nsbox_policy_t *p)
+{
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+	nsbox_result_t *r;
+	pthread_t t;
+	void *ret = NULL;
+	char *v = NULL;
+
+	if (nsbox_session_new(p, NULL, &s, &e) < 0) {
+		ok(0, "cancel: session_new (%s)", emsg(e));
+		clear(&e);
+		return;
+	}
+	pthread_create(&t, NULL, cancel_later, s);
+	r = run(s, "import time\nfor i in range(100):\n    time.sleep(0.1)", 0);
+	pthread_join(t, NULL);
+	CHECK(r && nsbox_result_status(r) == NSBOX_CANCELLED && !strcmp(nsbox_result_error_type(r), "nsbox.Cancelled"),
+	      "nsbox_cancel from another thread: NSBOX_CANCELLED (%s)", r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+	CHECK(!strcmp(value_of(s, "'still here'"), "\"still here\""), "the session survives a cancel");
+
+	pthread_create(&t, NULL, exec_slowly, s);
+	usleep(300000);
+	CHECK(nsbox_get_var(s, "x", &v, &e) == -EBUSY && !v, "a second call while one runs: -EBUSY (%s)", emsg(e));
+	clear(&e);
+	pthread_join(t, &ret);
+	CHECK(ret == s, "the running exec was not disturbed");
+	nsbox_session_free(s);
+}
+
+/* ---- a multithreaded host ---- */
+
+struct worker {
+	nsbox_policy_t *p;
+	int id;
+	int good;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	for (int round = 0; round < 2; round++) {
+		nsbox_session_t *s = NULL;
+		nsbox_error_t *e = NULL;
+
+		if (nsbox_session_new(w->p, NULL, &s, &e) < 0) {
+			printf("# worker %d: %s\n", w->id, emsg(e));
+			nsbox_error_free(e);
+			continue;
+		}
+		if (nsbox_session_add_tool(s, "calc", calc_schema, NULL, calc, NULL, &e) < 0) {
+			nsbox_error_free(e);
+			nsbox_session_free(s);
+			continue;
+		}
+		for (int i = 0; i < 10; i++) {
+			char code[128], want[32];
+
+			snprintf(code, sizeof(code), "calc(%d, %d, '*') + %d", w->id, i, round);
+			snprintf(want, sizeof(want), "%d", w->id * i + round);
+			if (!strcmp(value_of(s, code), want))
+				w->good++;
+		}
+		nsbox_session_free(s);
+	}
+	return NULL;
+}
+
+static void test_threads(nsbox_policy_t *p)
+{
+	struct worker w[4];
+	pthread_t t[4];
+	int good = 0;
+
+	for (int i = 0; i < 4; i++) {
+		w[i] = (struct worker){ .p = p, .id = i + 1 };
+		pthread_create(&t[i], NULL, worker_main, &w[i]);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		good += w[i].good;
+	}
+	CHECK(good == 4 * 2 * 10, "4 threads x 2 sessions x 10 execs with tool calls at once: %d/80 right", good);
+}
+
+/* A forked child must not reuse its parent's helper; it gets its own. */
+static void test_fork(nsbox_policy_t *p)
+{
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+	pid_t pid;
+	int st = -1;
+
+	if (nsbox_session_new(p, NULL, &s, &e) < 0) {
+		ok(0, "fork: session_new (%s)", emsg(e));
+		clear(&e);
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		nsbox_session_t *c = NULL;
+		nsbox_result_t *r = NULL;
+		int rc = 1;
+
+		/* The parent's session is not ours: refused, and freeing it
+		 * must leave the parent's sandbox alone. */
+		nsbox_error_t *ce = NULL;
+		const char *v = "";
+
+		if (nsbox_exec(s, "1", NULL, &r, NULL) != -ENOTCONN)
+			printf("# child: the parent's session was usable\n");
+		else if (nsbox_session_new(p, NULL, &c, &ce) < 0)
+			printf("# child: session_new: %s\n", emsg(ce));
+		else if (strcmp((v = value_of(c, "6*7")), "42"))
+			printf("# child: 6*7 is %s\n", v);
+		else
+			rc = 0;
+		nsbox_error_free(ce);
+		nsbox_result_free(r);
+		fflush(stdout);
+		nsbox_session_free(c);
+		nsbox_session_free(s);
+		_exit(rc);
+	}
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a forked child starts its own helper and session");
+	CHECK(!strcmp(value_of(s, "'parent ok'"), "\"parent ok\""), "the parent's session is untouched by the child");
+	nsbox_session_free(s);
+}
+
+static void test_misuse(nsbox_policy_t *p)
+{
+	struct nsbox_session_opts bad = { .struct_size = 0 };
+	struct nsbox_exec_opts badx = { .struct_size = 0 };
+	nsbox_session_t *s = NULL;
+	nsbox_result_t *r = NULL;
+	nsbox_error_t *e = NULL;
+
+	CHECK(nsbox_session_new(NULL, NULL, &s, &e) == -EINVAL && !s, "session_new without a policy: -EINVAL");
+	clear(&e);
+	CHECK(nsbox_session_new(p, NULL, NULL, &e) == -EINVAL, "session_new without out: -EINVAL");
+	clear(&e);
+	CHECK(nsbox_session_new(p, &bad, &s, &e) == -EINVAL && !s, "session_new with struct_size 0: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_exec(NULL, "1", NULL, &r, &e) == -EINVAL && !r, "exec on NULL: -EINVAL");
+	clear(&e);
+	if (nsbox_session_new(p, NULL, &s, &e) == 0) {
+		CHECK(nsbox_exec(s, NULL, NULL, &r, &e) == -EINVAL, "exec NULL code: -EINVAL");
+		clear(&e);
+		CHECK(nsbox_exec(s, "1", &badx, &r, &e) == -EINVAL, "exec with struct_size 0: -EINVAL");
+		clear(&e);
+		CHECK(nsbox_exec(s, "\xff\xfe", NULL, &r, &e) == -EINVAL && !r, "exec of invalid UTF-8: -EINVAL (%s)",
+		      emsg(e));
+		clear(&e);
+		CHECK(!strcmp(value_of(s, "'fine'"), "\"fine\""), "the session is fine after misuse");
+	}
+	nsbox_session_free(s);
+}
+
+static int run_one(const char *code, bool cold)
+{
+	struct nsbox_session_opts so = { .struct_size = sizeof(so), .cold = cold };
+	nsbox_policy_t *p = NULL;
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+	nsbox_result_t *r = NULL;
+	int rc = 1;
+
+	if (nsbox_policy_new(NULL, &p, &e) < 0 || nsbox_session_new(p, &so, &s, &e) < 0 ||
+	    nsbox_exec(s, code, &(struct nsbox_exec_opts){ .struct_size = sizeof(struct nsbox_exec_opts), .repl = true },
+		       &r, &e) < 0) {
+		fprintf(stderr, "test-api --run: %s\n", emsg(e));
+	} else {
+		fputs(nsbox_result_stdout(r, NULL), stdout);
+		fputs(nsbox_result_stderr(r, NULL), stderr);
+		printf("value: %s\n", nsbox_result_value(r));
+		if (nsbox_result_traceback(r))
+			fputs(nsbox_result_traceback(r), stderr);
+		rc = nsbox_result_status(r) == NSBOX_OK ? 0 : 1;
+	}
+	nsbox_result_free(r);
+	nsbox_error_free(e);
+	nsbox_session_free(s);
+	nsbox_policy_free(p);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
+
+	if (argc >= 3 && !strcmp(argv[1], "--run"))
+		return run_one(argv[2], argc > 3 && !strcmp(argv[3], "--cold"));
+	test_errors_and_version();
+	test_policy();
+	if (nsbox_policy_new(NULL, &p, &e) < 0) {
+		ok(0, "default policy (%s)", emsg(e));
+		nsbox_error_free(e);
+		tap_done();
+	}
+	nsbox_policy_set_memory(p, 300ull << 20, NULL);
+	nsbox_policy_set_pids(p, 64, NULL);
+	nsbox_policy_set_cpus(p, 1.5, NULL);
+	nsbox_policy_setenv(p, "NSBOX_TEST_VAR", "hello", NULL);
+	nsbox_policy_add_bind(p, "/usr/share/zoneinfo", "/data/zoneinfo", false, NULL);
+	test_session_basics(p, false, "template");
+	test_session_basics(p, true, "cold");
+	test_tools(p);
+	test_cancel_and_busy(p);
+	test_misuse(p);
+	test_threads(p);
+	test_fork(p);
+	nsbox_policy_free(p);
+	tap_done();
+}
