@@ -362,19 +362,15 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		waitpid(payload, &st, 0);
 		_exit(WIFEXITED(st) ? WEXITSTATUS(st) : NSBOX_EXIT_SETUP);
 	}
-	/* pid 1 keeps nothing it does not need either: no inherited fds
-	 * (the payload has its own copies), no capabilities, the filter. */
-	if (close_fds_except(3, &c->sync_fd, 1) < 0) {
-		err_sys(&e, "close inherited fds");
-		err_step(&e, "pid1");
-		kill(payload, SIGKILL);
-		goto fail;
-	}
-	if (caps_drop_all(&e) < 0 || seccomp_apply(c->prog, &e) < 0) {
-		kill(payload, SIGKILL);
-		goto fail;
-	}
+	/* The payload runs: tell the host first, then pid 1 keeps nothing it
+	 * does not need either (no inherited fds, no capabilities, the
+	 * filter).  The payload can't reach pid 1 meanwhile: it has no
+	 * ptrace, and signals to pid 1 are only forwarded back to it. */
 	(void)send_msg(c->sync_fd, SYNC_READY, 0, NULL);
+	if (close_fds_except(3, &c->sync_fd, 1) < 0 || caps_drop_all(&e) < 0 || seccomp_apply(c->prog, &e) < 0) {
+		kill(payload, SIGKILL);
+		_exit(NSBOX_EXIT_SETUP);
+	}
 	pid1_loop(c->sync_fd, payload);
 fail:
 	(void)send_msg(c->sync_fd, SYNC_ERROR, e.code, &e);

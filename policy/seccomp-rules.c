@@ -419,6 +419,13 @@ int seccomp_prog_build(const struct nsbox_policy *p, struct seccomp_prog *out, s
 		err_set(err, -r, "seccomp: clear NNP attribute");
 		goto out;
 	}
+	/* A binary tree over syscall numbers instead of a linear list: every
+	 * syscall the sandbox makes runs this filter. */
+	r = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
+	if (r < 0) {
+		err_set(err, -r, "seccomp: binary tree optimisation");
+		goto out;
+	}
 	r = add_table(ctx, p, def_act, err);
 	if (r < 0)
 		goto out;
