@@ -380,14 +380,16 @@ int cgroup_create(const struct nsbox_policy *p, struct cgroup_handle **out,
 			want_v2 = true;
 	}
 
-	/* A v2 cgroup even without controllers: cgroup.kill, cgroup.events
-	 * and CLONE_INTO_CGROUP make teardown exact on hybrid hosts too. */
-	if (h->probe.v2_writable)
+	/* On a hybrid host the v2 hierarchy holds no controllers; a cgroup
+	 * there would only add cgroup.kill, and killing pid 1 of the pid
+	 * namespace already ends every process of the sandbox. */
+	bool use_v2 = h->probe.mode == CG_V2 && h->probe.v2_writable;
+	if (use_v2)
 		remove_stale(h->probe.v2_parent_used);
 	for (int c = 0; c < CTRL__N; c++)
 		if (needed(p, c) && h->probe.ctrl_ok[c] && h->probe.ctrl_v1[c])
 			remove_stale(h->probe.ctrl_dir[c]);
-	if (h->probe.v2_writable) {
+	if (use_v2) {
 		const char *parent = h->probe.v2_parent_used;
 		if (want_v2) {
 			char ctl[64] = "";

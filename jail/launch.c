@@ -36,7 +36,7 @@
 #include "landlock.h"
 #include "seccomp-prebuilt.h"
 #include "seccomp-rules.h"
-#include "seccomp.h"
+#include "seccomp-load.h"
 #include "steps.h"
 #include "sync.h"
 #include "util.h"
@@ -367,7 +367,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 	 * filter).  The payload can't reach pid 1 meanwhile: it has no
 	 * ptrace, and signals to pid 1 are only forwarded back to it. */
 	(void)send_msg(c->sync_fd, SYNC_READY, 0, NULL);
-	if (close_fds_except(3, &c->sync_fd, 1) < 0 || caps_drop_all(&e) < 0 || seccomp_apply(c->prog, &e) < 0) {
+	if (close_fds_except(3, &c->sync_fd, 1) < 0 || caps_drop_all(&e) < 0 || seccomp_apply_pid1(&e) < 0) {
 		kill(payload, SIGKILL);
 		_exit(NSBOX_EXIT_SETUP);
 	}

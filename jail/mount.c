@@ -305,6 +305,7 @@ static int mask_proc(bool host_root, struct nsbox_err *err)
 		if (access(path, F_OK) < 0)
 			continue;
 		snprintf(src, sizeof(src), "/proc/self/fd/%d", null);
+		/* nodev: the node can't even be opened. */
 		if (mount(src, path, NULL, MS_BIND, NULL) < 0)
 			return err_sys(err, "mask /proc/%s", name);
 		if (set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false,

@@ -1,13 +1,15 @@
 /* Loading the seccomp filter.  The program itself is built in the parent
  * (policy/seccomp-rules.c) so the child only makes two system calls. */
 #include <errno.h>
+#include <linux/audit.h>
+#include <stddef.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <seccomp.h>
+#include "seccomp-load.h"
 
 int seccomp_apply(const struct seccomp_prog *prog, struct nsbox_err *err)
 {
@@ -32,4 +34,28 @@ int seccomp_apply(const struct seccomp_prog *prog, struct nsbox_err *err)
 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog, 0, 0) < 0)
 		return err_sys(err, "seccomp: prctl(PR_SET_SECCOMP)");
 	return 0;
+}
+
+#define PID1_ALLOW(nr) BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1), BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+
+int seccomp_apply_pid1(struct nsbox_err *err)
+{
+	static struct sock_filter insns[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		PID1_ALLOW(__NR_rt_sigtimedwait),
+		PID1_ALLOW(__NR_wait4),
+		PID1_ALLOW(__NR_kill),
+		PID1_ALLOW(__NR_sendto),
+		PID1_ALLOW(__NR_exit_group),
+		PID1_ALLOW(__NR_exit),
+		PID1_ALLOW(__NR_rt_sigreturn),
+		PID1_ALLOW(__NR_restart_syscall),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+	};
+	struct seccomp_prog prog = { .insns = insns, .len = sizeof(insns) / sizeof(insns[0]) };
+
+	return seccomp_apply(&prog, err);
 }

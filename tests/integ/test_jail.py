@@ -82,6 +82,8 @@ def test_mounts(facts):
     for p in masked:
         assert "nodev" in mounts[p] and "ro" in mounts[p], p
         del mounts[p]
+    rc, out, err = run(["run", "--", "/bin/sh", "-c", "cat /proc/keys /proc/key-users | wc -c"])
+    assert out.strip() == "0" and "Permission denied" in err
     assert set(mounts) == {"/", "/usr", "/proc", "/dev", "/dev/null", "/dev/zero", "/dev/full",
                            "/dev/random", "/dev/urandom", "/dev/shm", "/tmp", "/etc/ld.so.cache", "/etc/alternatives",
                            "/probe"}

@@ -14,7 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <seccomp.h>	/* jail/seccomp.h: libseccomp plus seccomp_apply() */
+#include <seccomp.h>
+#include "seccomp-load.h"
 
 #include "policy.h"
 #include "seccomp-rules.h"
@@ -409,5 +410,26 @@ int main(void)
 	seccomp_prog_free(NULL);
 	ok(prog.insns == NULL && prog.len == 0, "seccomp_prog_free zeroes the prog");
 	policy_free(&p);
+	/* pid 1's own filter: its wait loop works, anything else kills it. */
+	{
+		pid_t c = fork();
+		if (c == 0) {
+			sigset_t set;
+			struct timespec ts = { 0, 1000 };
+			if (seccomp_apply_pid1(NULL) < 0)
+				_exit(2);
+			sigemptyset(&set);
+			sigaddset(&set, SIGUSR1);
+			sigprocmask(SIG_BLOCK, &set, NULL);
+			(void)sigtimedwait(&set, NULL, &ts);	/* allowed */
+			(void)waitpid(-1, NULL, WNOHANG);	/* allowed */
+			syscall(SYS_getpid);			/* not on the list */
+			_exit(0);
+		}
+		int st = 0;
+		waitpid(c, &st, 0);
+		ok(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS, "pid 1 filter: wait loop allowed, getpid kills (status %d)",
+		   st);
+	}
 	tap_done();
 }

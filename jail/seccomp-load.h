@@ -1,0 +1,20 @@
+/* Loading seccomp filters in the sandbox: the compiled allowlist for the
+ * payload, and pid 1's own tiny filter. */
+#ifndef NSBOX_JAIL_SECCOMP_H
+#define NSBOX_JAIL_SECCOMP_H
+
+#include "error.h"
+#include "seccomp-rules.h"
+
+/* Set no_new_privs and install prog as this thread's seccomp filter.  The
+ * last setup step before exec: afterwards only the allowlist is reachable.
+ * Allocates nothing (safe after fork of a single-threaded parent).  prog is
+ * borrowed.  Returns 0, or -1 with err set (step "seccomp"). */
+int seccomp_apply(const struct seccomp_prog *prog, struct nsbox_err *err);
+
+/* pid 1's filter: only the handful of syscalls its wait loop makes; any
+ * other kills it (and so the sandbox).  Twenty instructions instead of the
+ * allowlist's ~700, so loading it costs next to nothing. */
+int seccomp_apply_pid1(struct nsbox_err *err);
+
+#endif
