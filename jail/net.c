@@ -22,16 +22,15 @@ int net_setup_loopback(struct nsbox_err *err)
 		err_set(err, 0, "netlink: connect: %s", nl_geterror(r));
 		goto out;
 	}
-	r = rtnl_link_get_kernel(sk, 0, "lo", &lo);
-	if (r < 0) {
-		err_set(err, 0, "netlink: get link lo: %s", nl_geterror(r));
-		goto out;
-	}
+	/* A new network namespace creates lo first: it is always ifindex 1
+	 * (net/core/dev.c, loopback_net_init), so no round trip to look it up. */
+	lo = rtnl_link_alloc();
 	change = rtnl_link_alloc();
-	if (!change) {
+	if (!lo || !change) {
 		r = err_set(err, ENOMEM, "netlink: rtnl_link_alloc");
 		goto out;
 	}
+	rtnl_link_set_ifindex(lo, 1);
 	rtnl_link_set_flags(change, IFF_UP);
 	r = rtnl_link_change(sk, lo, change, 0);
 	if (r < 0)
