@@ -128,7 +128,7 @@ fuzz: $(FUZZ_BINS)
 		$$f -max_total_time=$(FUZZ_TIME) -timeout=5 $(B)/fuzz/corpus-$$n tests/fuzz/corpus/$${n#fuzz-} >$(B)/fuzz/$$n.log 2>&1 \
 		|| { tail -40 $(B)/fuzz/$$n.log; exit 1; }; tail -1 $(B)/fuzz/$$n.log; done
 
-check: all check-unit check-integ
+check: all check-unit $(if $(SANITIZE),,check-valgrind) check-integ
 check-unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 # memcheck of the API tests; the sandboxes themselves are not followed.
