@@ -64,13 +64,14 @@ mkdir -p "$build/vm" || fatal "mkdir $build/vm"
 work=$(mktemp -d "$build/vm/run.XXXXXX") || fatal "mktemp in $build/vm"
 qpid=
 cleanup() {
-	# qemu first (it may still write the log), then files.
+	# qemu first (it may still write the log), then the log, then files.
 	if [ -n "$qpid" ] && kill -0 "$qpid" 2>/dev/null; then
 		kill -TERM "$qpid" 2>/dev/null
 		sleep 0.5
 		kill -KILL "$qpid" 2>/dev/null
 		wait "$qpid" 2>/dev/null
 	fi
+	[ -f "$work/serial.log" ] && tr -d '\r' <"$work/serial.log" >"$build/vm/serial.log"
 	if [ "${NSBOX_VM_KEEP:-}" = 1 ]; then
 		echo "run-vm: kept $work" >&2
 	else
@@ -91,12 +92,14 @@ log=$work/serial.log
 # has anyway.  -cpu max gives the guest RDRAND, so the kernel's RNG is ready
 # at once and Python's startup never waits on getrandom(2).  -nodefaults
 # leaves out VGA and the NIC: nothing to probe, nothing to wait for.
+# loglevel=3 keeps the kernel's OOM reports off the console, where they
+# could split a result line; init prints them from dmesg at the end.
 qemu-system-x86_64 \
 	-accel tcg,thread=multi -cpu max -m 1024 -smp 2 \
 	-nodefaults -display none -no-reboot \
 	-serial "file:$log" -monitor none \
 	-kernel "$kernel" -initrd "$work/$img" \
-	-append "console=ttyS0 quiet panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all nsbox.unit=${unit:-none} nsbox.integ=${integ:-none} nsbox.integ_tests=$integ_tests nsbox.deadline=$((timeout - 8))" \
+	-append "console=ttyS0 quiet loglevel=3 panic=-1 systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all nsbox.unit=${unit:-none} nsbox.integ=${integ:-none} nsbox.integ_tests=$integ_tests nsbox.deadline=$((timeout - 8))" \
 	</dev/null >"$work/qemu.out" 2>&1 &
 qpid=$!
 
@@ -153,7 +156,11 @@ if ! grep '^NSBOX-VM-RESULT:' "$clean"; then
 	status=1
 fi
 grep -q '^NSBOX-VM-RESULT: FAIL' "$clean" && status=1
-grep '^not ok ' "$clean" | sed 's/^/  FAILED: /'
+# Each failure with its reason (the "#   " lines; the output under them,
+# "#     ", is in the log above).
+awk '/^not ok / { print "  FAILED: " $0; f = 1; next }
+	f && /^#   [^ ]/ { print "    " substr($0, 5); next }
+	{ f = f && /^#/ }' "$clean"
 nskip=$(grep -c '^ok .* # SKIP ' "$clean")
 if [ "$nskip" -gt 0 ]; then
 	grep '^ok .* # SKIP ' "$clean" | sed 's/^/  SKIPPED: /'
@@ -174,10 +181,10 @@ else
 	*) status=1 ;;
 	esac
 	nroles=$(grep -c '^NSBOX-VM-RESULT:' "$clean")
-	case $done_line in
-	*"roles=$nroles"*) ;;
-	*) echo "run-vm: $done_line but $nroles role results"; status=1 ;;
-	esac
+	if [ "${done_line##*roles=}" != "$nroles" ]; then
+		echo "run-vm: $done_line but $nroles role results"
+		status=1
+	fi
 fi
 echo "run-vm: image $(elapsed "$t_start" "$t_image") s, boot to init ${boot:-?} s (guest uptime)," \
 	"VM $(elapsed "$t_image" "$t_end") s, total $(elapsed "$t_start" "$t_end") s; log: $clean"
