@@ -63,6 +63,11 @@ $(B)/obj/runner/py.o: $(B)/gen/runner_py.h
 $(B)/gen/runner_py.h: runner/runner.py
 	@mkdir -p $(dir $@)
 	$(PYTHON) -c 'import json,sys; s=open(sys.argv[1],encoding="ascii").read(); print("static const char nsbox_runner_py[] = " + json.dumps(s) + ";")' $< >$@.tmp && mv $@.tmp $@
+# ... and its code object, marshalled by the Python the runner embeds.
+$(B)/obj/runner/py.o: $(B)/gen/runner_pyc.h
+$(B)/gen/runner_pyc.h: runner/runner.py
+	@mkdir -p $(dir $@)
+	$(PYTHON) -c 'import sys,marshal,importlib.util as u; c=marshal.dumps(compile(open(sys.argv[1],encoding="ascii").read(),"<nsbox-runner>","exec",dont_inherit=True,optimize=0)); print("static const long nsbox_runner_pyc_magic = %d;\nstatic const unsigned char nsbox_runner_pyc[] = {%s};" % (int.from_bytes(u.MAGIC_NUMBER,"little"), ",".join(map(str,c))))' $< >$@.tmp && mv $@.tmp $@
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -112,9 +117,11 @@ $(B)/tests/test-%: tests/unit/test-%.c $(B)/libnsbox-core.a tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libnsbox-core.a $(PKG_LIBS)
 # Probes run inside the sandbox: static where possible so they need nothing from /usr.
+# Probes and hostile test programs are payloads, not nsbox: never sanitized
+# (ASan's runtime can't work under the sandbox's seccomp filter).
 $(B)/tests/%: tests/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $<
+	$(CC) $(filter-out -fsanitize=% -fno-sanitize-recover=%,$(ALL_CFLAGS)) -o $@ $<
 
 FUZZ_CC ?= clang
 $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c $(CORE_SRCS) $(B)/gen/seccomp-bpf.gen.h
@@ -136,7 +143,7 @@ check-valgrind: $(B)/tests/test-api
 	valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
 		--error-exitcode=1 --trace-children=no $(B)/tests/test-api
 check-integ: all
-	NSBOX_BUILD=$(CURDIR)/$(B) scripts/run-integ.sh
+	NSBOX_BUILD=$(CURDIR)/$(B) NSBOX_SANITIZE=$(SANITIZE) scripts/run-integ.sh
 check-vm: all
 	tests/vm/run-vm.sh
 bench: all
