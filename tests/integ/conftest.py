@@ -80,7 +80,9 @@ def _mounts():
 
 
 def _tmp_entries():
-    return sorted(e for e in os.listdir("/tmp") if e.startswith("nsbox"))
+    # Canaries are per test process (checked on their own), and other
+    # launchers' live temp files are not ours.
+    return sorted(e for e in os.listdir("/tmp") if e.startswith("nsbox") and not e.startswith("nsbox-canary-"))
 
 
 def _launcher_pid(path):
