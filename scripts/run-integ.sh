@@ -71,6 +71,15 @@ sh -c 'for f in '"$procs_files"'; do echo $$ > $f; done; exec "$@"' sh \
 	setpriv --reuid=$user --regid=$user --clear-groups env NSBOX_TEST_MODE=delegated HOME=/tmp $PYTEST "$TESTS"
 
 echo "== pass 3: uid $user with no cgroup delegation"
+if [ -n "${NSBOX_SANITIZE:-}" ]; then
+	# Without a cgroup the memory limit falls back to RLIMIT_AS, and an ASan
+	# runner can't reserve its 15 TiB of shadow under it: the runner's tests
+	# ran sanitized in passes 1 and 2; here only the jail's.
+	echo "   (SANITIZE: the sanitized runner can't start under RLIMIT_AS; running the jail tests only)"
+	setpriv --reuid=$user --regid=$user --clear-groups env NSBOX_TEST_MODE=nodeleg HOME=/tmp $PYTEST \
+		"$TESTS/test_jail.py" "$TESTS/test_limits.py" "$TESTS/test_escape.py" -k "not python"
+	exit 0
+fi
 setpriv --reuid=$user --regid=$user --clear-groups env NSBOX_TEST_MODE=nodeleg HOME=/tmp $PYTEST "$TESTS"
 echo "== pass 3b: uid $user, the Python SDK"
 setpriv --reuid=$user --regid=$user --clear-groups env $SDKENV NSBOX_MUST_WORK=1 NSBOX_LIB="$BUILD/libnsbox.so.0" HOME=/tmp \
