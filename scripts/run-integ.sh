@@ -72,12 +72,11 @@ sh -c 'for f in '"$procs_files"'; do echo $$ > $f; done; exec "$@"' sh \
 
 echo "== pass 3: uid $user with no cgroup delegation"
 if [ -n "${NSBOX_SANITIZE:-}" ]; then
-	# Without a cgroup the memory limit falls back to RLIMIT_AS, and an ASan
-	# runner can't reserve its 15 TiB of shadow under it: the runner's tests
-	# ran sanitized in passes 1 and 2; here only the jail's.
-	echo "   (SANITIZE: the sanitized runner can't start under RLIMIT_AS; running the jail tests only)"
-	setpriv --reuid=$user --regid=$user --clear-groups env NSBOX_TEST_MODE=nodeleg HOME=/tmp $PYTEST \
-		"$TESTS/test_jail.py" "$TESTS/test_limits.py" "$TESTS/test_escape.py" -k "not python"
+	# Without a cgroup the memory limit falls back to RLIMIT_AS, and ASan's
+	# 15 TiB shadow reservation can't live under it in any process that keeps
+	# the sanitized image (the runner, pid 1, child_fn payloads).  This pass
+	# runs unsanitized in every `make check`; here it is left out, loudly.
+	echo "   SKIPPED under SANITIZE=$NSBOX_SANITIZE: ASan can't run under the RLIMIT_AS fallback (passes 1 and 2 ran sanitized)"
 	exit 0
 fi
 setpriv --reuid=$user --regid=$user --clear-groups env NSBOX_TEST_MODE=nodeleg HOME=/tmp $PYTEST "$TESTS"

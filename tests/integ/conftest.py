@@ -82,7 +82,8 @@ def _mounts():
 def _tmp_entries():
     # Canaries are per test process (checked on their own), and other
     # launchers' live temp files are not ours.
-    return sorted(e for e in os.listdir("/tmp") if e.startswith("nsbox") and not e.startswith("nsbox-canary-"))
+    return sorted(e for e in os.listdir("/tmp")
+                  if e.startswith("nsbox") and not e.startswith(("nsbox-canary-", "nsbox-test-status-")))
 
 
 def _launcher_pid(path):
