@@ -22,7 +22,7 @@ trap 'rm -rf "$out"' EXIT
 	printf 'nsbox run -- python3.11 -S -c pass\t'; sed -n 3p "$out/b"
 	echo
 } > "$out/table"
-if [ -x "$B/nsbox-runner" ] && [ -x bench/runner.sh ]; then
+if [ "${NSBOX_BENCH_RUNNER:-1}" != 0 ] && [ -x "$B/nsbox-runner" ] && [ -x bench/runner.sh ]; then
 	bench/runner.sh "$B" "$RUNS" >> "$out/table"
 fi
 bench/report.py < "$out/table"

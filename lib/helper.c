@@ -94,7 +94,8 @@ static int start_helper(struct nsbox_err *err)
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	sigset_t none, all;
-	char *argv[] = { "nsbox-runner", "--helper", NULL };
+	const char *sp = getenv("NSBOX_SPARE");
+	char *argv[] = { "nsbox-runner", "--helper", sp && !strcmp(sp, "1") ? "--spare" : NULL, NULL };
 	char *envp[] = { NULL };
 	pid_t pid;
 	int r;
@@ -185,11 +186,11 @@ static bool helper_usable(void)
  * (SCM_RIGHTS) when >= 0; *fd_out receives a passed fd when not NULL.
  * On a broken connection the helper is dropped (errno ECONNRESET). */
 static int transact(const struct helper_req *req, const void *payload, int fd_in, struct helper_rep *rep,
-		    int *fd_out, struct nsbox_err *err)
+		    int *fd_out, int *fd_out2, struct nsbox_err *err)
 {
 	struct iovec iov[2] = { { (void *)req, sizeof(*req) }, { (void *)payload, req->len } };
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(2 * sizeof(int))];
 		struct cmsghdr align;
 	} cm;
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = req->len ? 2 : 1 };
@@ -202,7 +203,7 @@ static int transact(const struct helper_req *req, const void *payload, int fd_in
 		struct cmsghdr *c;
 
 		mh.msg_control = cm.buf;
-		mh.msg_controllen = sizeof(cm.buf);
+		mh.msg_controllen = CMSG_SPACE(sizeof(int));
 		c = CMSG_FIRSTHDR(&mh);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
@@ -246,14 +247,19 @@ static int transact(const struct helper_req *req, const void *payload, int fd_in
 	while (n < 0 && errno == EINTR);
 	{
 		struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
-		int got = -1;
+		int got = -1, got2 = -1;
 
 		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-		    c->cmsg_len == CMSG_LEN(sizeof(int)))
+		    c->cmsg_len >= CMSG_LEN(sizeof(int))) {
 			memcpy(&got, CMSG_DATA(c), sizeof(int));
-		if (n != (ssize_t)sizeof(*rep) || rep->magic != HELPER_MAGIC) {
+			if (c->cmsg_len >= CMSG_LEN(2 * sizeof(int)))
+				memcpy(&got2, CMSG_DATA(c) + sizeof(int), sizeof(int));
+		}
+		if (n != (ssize_t)sizeof(*rep) || rep->magic != HELPER_MAGIC || (mh.msg_flags & MSG_CTRUNC)) {
 			if (got >= 0)
 				close(got);
+			if (got2 >= 0)
+				close(got2);
 			drop_helper();
 			return err_set(err, ECONNRESET, "the nsbox helper %s",
 				       n == 0 ? "exited" : "sent a malformed answer");
@@ -265,6 +271,10 @@ static int transact(const struct helper_req *req, const void *payload, int fd_in
 			*fd_out = got;
 		else if (got >= 0)
 			close(got);
+		if (fd_out2)
+			*fd_out2 = got2;
+		else if (got2 >= 0)
+			close(got2);
 	}
 	return 0;
 }
@@ -285,15 +295,16 @@ static int policy_text(const struct nsbox_policy *p, char **text, size_t *len, s
 	return 0;
 }
 
-int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helper_sandbox *sb,
+int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helper_sandbox *sb, int *sock_out,
 		 struct nsbox_err *err)
 {
 	struct helper_req req = { .magic = HELPER_MAGIC, .op = HELPER_SPAWN, .flags = cold ? HELPER_COLD : 0 };
 	struct helper_rep *rep;
 	char *text = NULL;
 	size_t len = 0;
-	int pidfd = -1, r = -1;
+	int pidfd = -1, psock = -1, r = -1;
 
+	*sock_out = -1;
 	pthread_once(&atfork_once, register_atfork);
 	if (policy_text(p, &text, &len, err) < 0)
 		return -1;
@@ -309,7 +320,7 @@ int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helpe
 	for (int attempt = 0; attempt < 2; attempt++) {
 		if (!helper_usable() && start_helper(err) < 0)
 			break;
-		r = transact(&req, text, sock, rep, &pidfd, err);
+		r = transact(&req, text, sock, rep, &pidfd, &psock, err);
 		if (r == 0 || err->code != ECONNRESET)
 			break;
 	}
@@ -321,10 +332,14 @@ int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helpe
 			if (pidfd >= 0)
 				close(pidfd);
 			r = -1;
-		} else if (pidfd < 0) {
-			err_set(err, EPROTO, "the nsbox helper sent no pidfd");
+		} else if (pidfd < 0 || (rep->has_sock != 0) != (psock >= 0)) {
+			err_set(err, EPROTO, "the nsbox helper sent no pidfd or a stray socket");
+			if (pidfd >= 0)
+				close(pidfd);
 			r = -1;
 		} else {
+			*sock_out = psock;
+			psock = -1;
 			sb->id = rep->id;
 			sb->gen = H.gen;
 			sb->pid = rep->pid;
@@ -333,6 +348,8 @@ int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helpe
 		}
 	}
 	pthread_mutex_unlock(&H.lock);
+	if (psock >= 0)
+		close(psock);
 	/* The policy may carry secrets (Set=): do not leave them in freed memory. */
 	explicit_bzero(text, len);
 	free(text);
@@ -359,7 +376,7 @@ static int simple(const struct helper_sandbox *sb, uint32_t op, struct helper_re
 		pthread_mutex_unlock(&H.lock);
 		return err_set(err, ESRCH, "the nsbox helper that made this sandbox is gone");
 	}
-	r = transact(&req, NULL, -1, rep, NULL, err);
+	r = transact(&req, NULL, -1, rep, NULL, NULL, err);
 	pthread_mutex_unlock(&H.lock);
 	if (r == 0 && rep->code)
 		r = err_set(err, rep->code > 0 ? rep->code : 0, "%s", rep->msg);

@@ -7,12 +7,16 @@
  * environment, /dev/null on 0-2, and a SOCK_SEQPACKET control socket on
  * fd 3 (the memfd itself is fd 4, for cold starts).  The helper is
  * single-threaded: it initialises CPython once (the template) and serves
- * one request at a time:
+ * one request at a time (with NSBOX_SPARE=1 in the host's environment when
+ * the helper starts, it also keeps a spare sandbox: see SPAWN):
  *
  *   SPAWN   policy text (policy_print) + the session socket (SCM_RIGHTS);
  *           flag HELPER_COLD execs the runner afresh instead of forking
  *           the template.  Answer: id, pid, and the sandbox's pidfd
- *           (SCM_RIGHTS) so the library can SIGKILL it directly.
+ *           (SCM_RIGHTS) so the library can SIGKILL it directly.  When a
+ *           spare sandbox made earlier for the same policy text is used
+ *           (runner/helper.c), its session socket follows the pidfd
+ *           (has_sock) and replaces the library's.
  *   KILL    SIGKILL the sandbox and its cgroup.
  *   DESTROY kill, reap, remove the cgroups; answer the final jail_status.
  *   INFO    the sandbox's cgroup and its memory use now.
@@ -35,7 +39,7 @@
 #include "jail.h"
 #include "policy.h"
 
-#define HELPER_MAGIC 0x4e534831u	/* "NSH1"; bump when a struct below changes */
+#define HELPER_MAGIC 0x4e534832u	/* "NSH2"; bump when a struct below changes */
 #define HELPER_MAX_POLICY (128u << 10)
 #define HELPER_CTL_FD 3
 #define HELPER_EXEC_FD 4
@@ -62,6 +66,7 @@ struct helper_rep {
 	int32_t code;		/* 0, or a positive errno (or -1: failed, no errno) */
 	uint64_t id;
 	int32_t pid;		/* SPAWN: host pid of the sandbox's pid 1 */
+	int32_t has_sock;	/* SPAWN: a spare was used; its session socket follows the pidfd */
 	struct jail_status st;	/* DESTROY */
 	uint64_t mem_current;	/* INFO */
 	uint64_t mem_peak;
@@ -83,8 +88,10 @@ struct helper_sandbox {
 /* Start a sandbox for a session through the helper (started on first
  * use, restarted after it died or after a fork).  sock is the sandbox end
  * of the session's socketpair (the caller keeps and closes its copy).
+ * *sock_out is -1, or (a spare sandbox was used) the session socket to
+ * use instead of the caller's own end, owned by the caller.
  * Thread-safe.  On success fills *sb; on failure returns -1 with err. */
-int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helper_sandbox *sb,
+int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helper_sandbox *sb, int *sock_out,
 		 struct nsbox_err *err);
 /* SIGKILL the sandbox through its pidfd.  Async-signal-safe. */
 void helper_kill(const struct helper_sandbox *sb);

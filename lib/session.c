@@ -297,14 +297,19 @@ enum wait_res {
 static int wait_frame(struct nsbox_session *s, unsigned long long deadline, bool watch_cancel,
 		      struct proto_frame *f, struct nsbox_err *err)
 {
+	/* An answer is never there the moment we ask: poll first (one
+	 * read() less per frame), unless bytes are already buffered. */
+	bool try_read = s->rd->buf_start < s->rd->buf_end;
+
 	for (;;) {
 		struct pollfd p[3] = {
 			{ s->sock, POLLIN, 0 },
 			{ s->pidfd, POLLIN, 0 },
 			{ watch_cancel ? s->cancel_pipe[0] : -1, POLLIN, 0 },
 		};
-		int k = proto_reader_read(s->rd, s->sock, f, err);
+		int k = try_read ? proto_reader_read(s->rd, s->sock, f, err) : 0;
 
+		try_read = true;
 		if (k == 1)
 			return W_FRAME;
 		if (k < 0) {
@@ -514,10 +519,17 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		return -1;
 	}
 	if (opts->use_helper) {
-		k = helper_spawn(opts->policy, sv[1], opts->cold, &s->hs, err);
+		int spare_sock = -1;
+
+		k = helper_spawn(opts->policy, sv[1], opts->cold, &s->hs, &spare_sock, err);
 		if (k == 0) {
 			s->remote = true;
 			s->pidfd = s->hs.pidfd;
+			/* A spare sandbox, made before we asked: its socket is ours. */
+			if (spare_sock >= 0) {
+				close(sv[0]);
+				sv[0] = spare_sock;
+			}
 		}
 	} else if (opts->unjailed) {
 		k = start_unjailed(s, mfd, sv[1], argv, err);

@@ -9,7 +9,19 @@
  * no request data after answering (the policy text is wiped: Set= may
  * carry secrets that another session must not find in its copy of our
  * heap).  The cold path (flag HELPER_COLD) execs the runner afresh from
- * the sealed memfd on fd 4, for comparison. */
+ * the sealed memfd on fd 4, for comparison.
+ *
+ * A spare (only with --spare, which the library passes when the host sets
+ * NSBOX_SPARE=1: it costs one idle sandbox for as long as the helper
+ * lives): after a template SPAWN, when no request is waiting, the helper
+ * makes one more sandbox with the same policy, with a session socket of
+ * its own, and leaves its runner waiting for HELLO.  The next template
+ * SPAWN whose policy text is byte for byte the same gets it (its pidfd and
+ * our end of its socket go back; the library's socket is closed): the
+ * jail's setup (namespaces, mounts, seccomp, cgroup) is then off the
+ * session's critical path.  The spare has run no code but the runner's;
+ * its policy text is kept in a memfd, not in our heap, so that sandboxes
+ * forked later do not find it in their copy of our memory. */
 #include "runner.h"
 
 #include <errno.h>
@@ -17,6 +29,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,11 +51,25 @@ static struct slot *slots;
 static size_t n_slots;
 static uint64_t next_id = 1;
 
-/* Beyond py.c's own preloads (random, json, re, collections, datetime,
- * math): decimal costs ~2.5 ms and 0.4 MiB to import, paid once here.
+static struct {
+	bool enabled;		/* --spare */
+	uint64_t id;		/* its slot; 0: no spare */
+	int sock;		/* our end of its session socket */
+	int text_fd;		/* memfd: the policy text it was made from; -1: none */
+	size_t text_len;
+	bool want;		/* make one when idle (text_fd holds the policy) */
+} spare = { .sock = -1, .text_fd = -1 };
+
+/* Imported once here, shared by every session: what the runner itself
+ * imports on demand (errors, REPL, tools, the want_value path), threading
+ * (its io thread is C, but user code and asyncio's executor use it), and
+ * what user code commonly imports.  decimal costs ~2.5 ms and 0.4 MiB.
  * Not asyncio: 7.5 MiB and ~25 ms, and it pulls in ssl (OpenSSL reads the
- * host's configuration) and threading; sessions import it themselves. */
-static const char *const template_preload[] = { "decimal", "statistics", "dataclasses" };
+ * host's configuration); sessions import it themselves. */
+static const char *const template_preload[] = {
+	"_ast", "codeop", "inspect", "keyword", "linecache", "traceback", "threading",
+	"random", "json", "re", "collections", "datetime", "math", "decimal", "statistics", "dataclasses",
+};
 
 struct template_arg {
 	bool dist_packages;
@@ -120,8 +148,143 @@ static void wipe_policy(struct nsbox_policy *p)
 	policy_free(p);
 }
 
+static void drop_spare(void)
+{
+	struct slot *sl = spare.id ? find_slot(spare.id) : NULL;
+
+	if (sl) {
+		jail_destroy(&sl->j);
+		memset(sl, 0, sizeof(*sl));
+	}
+	if (spare.sock >= 0)
+		close(spare.sock);
+	spare.id = 0;
+	spare.sock = -1;
+}
+
+static void forget_text(void)
+{
+	if (spare.text_fd >= 0)
+		close(spare.text_fd);
+	spare.text_fd = -1;
+	spare.text_len = 0;
+	spare.want = false;
+}
+
+/* Is the policy text the spare's?  Compared from the memfd, in a buffer
+ * wiped afterwards. */
+static bool same_text(const char *text, size_t len)
+{
+	static char buf[HELPER_MAX_POLICY];
+	bool same;
+
+	if (spare.text_fd < 0 || len != spare.text_len || len > sizeof(buf))
+		return false;
+	same = pread(spare.text_fd, buf, len, 0) == (ssize_t)len && !memcmp(buf, text, len);
+	explicit_bzero(buf, len);
+	return same;
+}
+
+/* Remember the policy text of a template SPAWN (for the spare). */
+static void keep_text(const char *text, size_t len)
+{
+	int fd;
+
+	if (same_text(text, len))
+		return;
+	drop_spare();
+	forget_text();
+	fd = memfd_create("nsbox-spare-policy", MFD_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (write_full(fd, text, len) < 0) {
+		close(fd);
+		return;
+	}
+	spare.text_fd = fd;
+	spare.text_len = len;
+}
+
+/* Hand the spare over if it fits: fills rep, returns the pidfd (and the
+ * socket in *sock_out), or -1 (then there is no spare any more). */
+static int take_spare(const char *text, size_t len, struct helper_rep *rep, int *sock_out)
+{
+	struct slot *sl = spare.id ? find_slot(spare.id) : NULL;
+	struct pollfd p;
+	int pidfd;
+
+	if (!sl || !same_text(text, len)) {
+		drop_spare();
+		return -1;
+	}
+	/* A spare that died (or whose runner gave up) is no use. */
+	p = (struct pollfd){ sl->j.pidfd, POLLIN, 0 };
+	if (poll(&p, 1, 0) != 0) {
+		drop_spare();
+		return -1;
+	}
+	pidfd = fcntl(sl->j.pidfd, F_DUPFD_CLOEXEC, 5);
+	if (pidfd < 0) {
+		drop_spare();
+		return -1;
+	}
+	rep->id = sl->id;
+	rep->pid = sl->j.pid;
+	rep->has_sock = 1;
+	snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", mem_cgroup(&sl->j));
+	*sock_out = spare.sock;
+	spare.sock = -1;
+	spare.id = 0;
+	spare.want = true;
+	return pidfd;
+}
+
+/* Make the spare (when no request waits). */
+static void make_spare(void)
+{
+	static char text[HELPER_MAX_POLICY + 1];
+	struct nsbox_policy p = { 0 };
+	struct nsbox_err err = { 0 };
+	struct template_arg targ = { 0 };
+	struct jail_spec spec = { .exec_fd = -1, .n_pass_fds = 1 };
+	struct slot *sl;
+	int sv[2], r;
+
+	spare.want = false;
+	if (spare.id || spare.text_fd < 0 || spare.text_len > HELPER_MAX_POLICY)
+		return;
+	if (pread(spare.text_fd, text, spare.text_len, 0) != (ssize_t)spare.text_len)
+		goto out;
+	if (policy_init_builtin(&p, "default", &err) < 0 ||
+	    policy_parse(&p, text, spare.text_len, "<libnsbox policy>", &err) < 0)
+		goto out;
+	sl = new_slot();
+	if (!sl || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+		goto out;
+	targ.dist_packages = p.dist_packages;
+	spec.policy = &p;
+	spec.child_fn = template_child;
+	spec.child_arg = &targ;
+	spec.pass_fds = &sv[1];
+	PyOS_BeforeFork();
+	r = jail_start(&sl->j, &spec, &err);
+	PyOS_AfterFork_Parent();
+	close(sv[1]);
+	if (r < 0) {
+		close(sv[0]);
+		goto out;
+	}
+	sl->used = true;
+	sl->id = next_id++;
+	spare.id = sl->id;
+	spare.sock = sv[0];
+out:
+	explicit_bzero(text, spare.text_len);
+	wipe_policy(&p);
+}
+
 /* SPAWN: returns the pidfd to pass back, or -1. */
-static int do_spawn(const struct helper_req *req, char *text, int sock, struct helper_rep *rep)
+static int do_spawn(const struct helper_req *req, char *text, int sock, struct helper_rep *rep, int *sock_out)
 {
 	struct nsbox_policy p = { 0 };
 	struct nsbox_err err = { 0 };
@@ -134,6 +297,11 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 	if (sock < 0) {
 		err_set(&err, EINVAL, "SPAWN without a session socket");
 		goto fail;
+	}
+	if (!(req->flags & HELPER_COLD) && (spare.id || spare.text_fd >= 0)) {
+		pidfd = take_spare(text, req->len, rep, sock_out);
+		if (pidfd >= 0)
+			return pidfd;
 	}
 	if (policy_init_builtin(&p, "default", &err) < 0 ||
 	    policy_parse(&p, text, req->len, "<libnsbox policy>", &err) < 0)
@@ -173,6 +341,10 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 	rep->pid = sl->j.pid;
 	snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", mem_cgroup(&sl->j));
 	wipe_policy(&p);
+	if (spare.enabled && !(req->flags & HELPER_COLD)) {
+		keep_text(text, req->len);
+		spare.want = spare.text_fd >= 0;
+	}
 	return pidfd;
 fail:
 	rep_err(rep, &err);
@@ -192,7 +364,8 @@ static uint64_t read_u64(const char *dir, const char *file)
 	return strtoull(buf, NULL, 10);
 }
 
-static void handle(const struct helper_req *req, char *text, int fd_in, struct helper_rep *rep, int *fd_out)
+static void handle(const struct helper_req *req, char *text, int fd_in, struct helper_rep *rep, int *fd_out,
+		   int *sock_out)
 {
 	struct slot *sl = NULL;
 
@@ -206,7 +379,7 @@ static void handle(const struct helper_req *req, char *text, int fd_in, struct h
 	}
 	switch (req->op) {
 	case HELPER_SPAWN:
-		*fd_out = do_spawn(req, text, fd_in, rep);
+		*fd_out = do_spawn(req, text, fd_in, rep, sock_out);
 		break;
 	case HELPER_KILL:
 		jail_kill(&sl->j);
@@ -233,12 +406,14 @@ static void handle(const struct helper_req *req, char *text, int fd_in, struct h
 
 static void shutdown_all(void)
 {
+	drop_spare();
+	forget_text();
 	for (size_t i = 0; i < n_slots; i++)
 		if (slots[i].used)
 			jail_destroy(&slots[i].j);
 }
 
-int runner_helper_main(void)
+int runner_helper_main(bool use_spare)
 {
 	static char buf[sizeof(struct helper_req) + HELPER_MAX_POLICY + 1];
 	static struct helper_rep rep;
@@ -248,10 +423,12 @@ int runner_helper_main(void)
 	if (fcntl(HELPER_CTL_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(HELPER_EXEC_FD, F_SETFD, FD_CLOEXEC) < 0)
 		return 2;
 	close_fds_except(5, keep, 2);
+	spare.enabled = use_spare;
 	signal(SIGPIPE, SIG_IGN);
 	/* Sandboxes are reaped by DESTROY; none may be auto-reaped. */
 	signal(SIGCHLD, SIG_DFL);
-	if (runner_py_init(false, &err) < 0 || runner_py_preload(template_preload, ARRAY_SIZE(template_preload), &err) < 0)
+	if (runner_py_init(false, &err) < 0 || runner_py_preload(template_preload, ARRAY_SIZE(template_preload), &err) < 0 ||
+	    runner_py_freeze(&err) < 0)
 		return 125;
 	for (;;) {
 		union {
@@ -263,9 +440,16 @@ int runner_helper_main(void)
 				     .msg_controllen = sizeof(cm.b) };
 		struct helper_req req;
 		struct cmsghdr *c;
-		int fd_in = -1, fd_out = -1;
+		int fd_in = -1, fd_out = -1, sock_out = -1;
 		ssize_t n;
 
+		if (spare.want) {
+			struct pollfd p = { HELPER_CTL_FD, POLLIN, 0 };
+
+			/* Only while nobody waits for us. */
+			if (poll(&p, 1, 0) == 0)
+				make_spare();
+		}
 		n = recvmsg(HELPER_CTL_FD, &mh, MSG_CMSG_CLOEXEC);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -293,34 +477,38 @@ int runner_helper_main(void)
 			rep.code = EPROTO;
 			snprintf(rep.msg, sizeof(rep.msg), "malformed helper request");
 		} else {
-			handle(&req, buf + sizeof(req), fd_in, &rep, &fd_out);
+			handle(&req, buf + sizeof(req), fd_in, &rep, &fd_out, &sock_out);
 		}
 		if (fd_in >= 0)
 			close(fd_in);
 		explicit_bzero(buf, (size_t)n);
 		{
 			union {
-				char b[CMSG_SPACE(sizeof(int))];
+				char b[CMSG_SPACE(2 * sizeof(int))];
 				struct cmsghdr align;
 			} om;
 			struct iovec oiov = { &rep, sizeof(rep) };
 			struct msghdr omh = { .msg_iov = &oiov, .msg_iovlen = 1 };
+			int fds[2] = { fd_out, sock_out };
+			size_t nfd = sock_out >= 0 ? 2 : 1;
 
 			memset(&om, 0, sizeof(om));
 			if (fd_out >= 0) {
 				omh.msg_control = om.b;
-				omh.msg_controllen = sizeof(om.b);
+				omh.msg_controllen = CMSG_SPACE(nfd * sizeof(int));
 				c = CMSG_FIRSTHDR(&omh);
 				c->cmsg_level = SOL_SOCKET;
 				c->cmsg_type = SCM_RIGHTS;
-				c->cmsg_len = CMSG_LEN(sizeof(int));
-				memcpy(CMSG_DATA(c), &fd_out, sizeof(int));
+				c->cmsg_len = CMSG_LEN(nfd * sizeof(int));
+				memcpy(CMSG_DATA(c), fds, nfd * sizeof(int));
 			}
 			do
 				n = sendmsg(HELPER_CTL_FD, &omh, MSG_NOSIGNAL);
 			while (n < 0 && errno == EINTR);
 			if (fd_out >= 0)
 				close(fd_out);
+			if (sock_out >= 0)
+				close(sock_out);
 			if (n < 0)
 				break;
 		}

@@ -2,12 +2,14 @@
  * runner protocol (nsbox-protocol(7)) on the socket it inherits (fd 3 by
  * default).  It never touches the host's terminal: setup errors go back as
  * an ERROR frame.  Usage: nsbox-runner [--fd N] [--dist-packages]
- * `nsbox-runner --helper` is libnsbox's helper process instead (helper.c). */
+ * `nsbox-runner --helper [--spare]` is libnsbox's helper process instead
+ * (helper.c). */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -27,6 +29,18 @@ static void report(int fd, const struct nsbox_err *err)
 	json_decref(m);
 }
 
+/* Memory limited by RLIMIT_AS (no memory cgroup): user code that runs out
+ * gets MemoryError, and formatting it must not need to import anything
+ * then.  (Otherwise traceback is imported on first use.) */
+static const char *const under_rlimit[] = { "traceback" };
+
+static bool as_limited(void)
+{
+	struct rlimit rl;
+
+	return getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY;
+}
+
 int main(int argc, char **argv)
 {
 	struct nsbox_err err = { 0 };
@@ -40,9 +54,10 @@ int main(int argc, char **argv)
 				return 2;
 		} else if (!strcmp(argv[i], "--dist-packages")) {
 			dist = true;
-		} else if (!strcmp(argv[i], "--helper") && argc == 2) {
+		} else if (!strcmp(argv[i], "--helper") && i == 1 &&
+			   (argc == 2 || (argc == 3 && !strcmp(argv[2], "--spare")))) {
 			/* libnsbox's helper (lib/helper.h): outside any sandbox. */
-			return runner_helper_main();
+			return runner_helper_main(argc == 3);
 		} else {
 			return 2;
 		}
@@ -58,7 +73,8 @@ int main(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	runner_rlimit_tune();
 
-	if (runner_py_init(dist, &err) < 0 || runner_py_session((int)fd, &err) < 0) {
+	if (runner_py_init(dist, &err) < 0 || (as_limited() && runner_py_preload(under_rlimit, 1, &err) < 0) ||
+	    runner_py_session((int)fd, &err) < 0) {
 		report((int)fd, &err);
 		_exit(125);	/* NSBOX_EXIT_SETUP */
 	}

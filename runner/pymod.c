@@ -1,14 +1,20 @@
 /* The builtin module _nsbox: the runner's C half of the protocol.
  *
- * Threads of a session (all started by runner_io_start, none in a template):
- *  - the main thread runs Python: the serve loop in runner.py and user code;
- *  - the reader thread owns reads from the socket: it answers PING at once
- *    (even while user code runs), turns CANCEL into a signal to the main
- *    thread, hands RETURN/RAISE to the waiting tool call by id, and queues
- *    everything else for the serve loop;
- *  - the drain thread empties the stdout/stderr capture pipes (fds 1 and 2
- *    point at them, so C extensions and subprocesses are captured too),
- *    keeps head and tail within the cap and streams OUTPUT frames.
+ * Who reads the socket: whichever thread needs a frame.  Between execs the
+ * main thread reads it itself in recv() (no thread hop on the way to an
+ * EXEC); a thread waiting for a tool call's answer reads it itself too.
+ * Only one thread reads at a time (S.reading).  The io thread, started at
+ * the first exec (a template starts none, an unused session has none):
+ *  - empties the stdout/stderr capture pipes (fds 1 and 2 point at them,
+ *    so C extensions and subprocesses are captured too), keeps head and
+ *    tail within the cap and streams OUTPUT frames;
+ *  - while an exec runs and nobody else has read the socket for
+ *    WATCH_DELAY, reads it too, so that CANCEL interrupts user code that
+ *    makes no tool calls; it gives the socket up as soon as another thread
+ *    wants it (eventfd poke).
+ * Whoever reads answers PING at once, turns CANCEL into a signal to the
+ * main thread, hands RETURN/RAISE to the waiting tool call by id, and
+ * queues everything else for the serve loop.
  * Lock order: cap_lock before send_lock; S.lock is never held with either. */
 #include "runner.h"
 
@@ -19,12 +25,22 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "proto.h"
 #include "util.h"
+
+/* How long an exec may go without anyone reading the socket before the
+ * io thread watches it (the latency of a CANCEL that finds no reader). */
+#define WATCH_DELAY_NS 1000000ull
 
 struct qitem {
 	struct proto_frame f;
@@ -53,18 +69,25 @@ struct capture {
 
 static struct {
 	int fd;
-	bool started;
 	pthread_t main_thread;
 
 	pthread_mutex_t send_lock;
 
-	pthread_mutex_t lock;	/* queue, waiters, dead */
-	pthread_cond_t cond;	/* queue or dead changed */
-	pthread_cond_t call_cond;	/* a waiter was answered, dead, or cancel */
+	pthread_mutex_t lock;	/* queue, waiters, dead, reading, wanting */
+	pthread_cond_t cond;	/* any of those changed, or a cancel */
 	struct qitem *qhead, *qtail;
 	struct waiter *waiters;
 	uint32_t next_call_id;
 	bool dead;
+	bool reading;		/* a thread owns S.rd and reads the socket */
+	bool io_reading;	/* ... and it is the io thread */
+	unsigned wanting;	/* threads waiting to read */
+	unsigned long long last_read;	/* when a reader last let go */
+	struct proto_reader *rd;
+
+	int efd;		/* eventfd: wakes the io thread */
+	int tfd;		/* timerfd: wakes it WATCH_DELAY into an exec */
+	bool io_started;
 
 	atomic_int cancel_reason;	/* 0 none, 1 timeout, 2 cancel */
 	atomic_uint cancel_seq;
@@ -81,23 +104,30 @@ static struct {
 	.send_lock = PTHREAD_MUTEX_INITIALIZER,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
-	.call_cond = PTHREAD_COND_INITIALIZER,
 	.cap_lock = PTHREAD_MUTEX_INITIALIZER,
+	.efd = -1,
+	.tfd = -1,
 	.pipe_rd = { -1, -1 },
 	.cap_limit = 1 << 20,
 };
 
 static const char *const stream_names[2] = { "stdout", "stderr" };
 
+static void mark_dead_locked(void)
+{
+	S.dead = true;
+	pthread_cond_broadcast(&S.cond);
+}
+
 static void mark_dead(void)
 {
 	pthread_mutex_lock(&S.lock);
-	S.dead = true;
-	pthread_cond_broadcast(&S.cond);
-	pthread_cond_broadcast(&S.call_cond);
+	mark_dead_locked();
 	pthread_mutex_unlock(&S.lock);
 }
 
+/* Blocking write of one frame (the socket itself is blocking: user code's
+ * subprocesses never see it, CLOEXEC). */
 static int send_frame(uint16_t type, uint32_t id, const char *payload, size_t len)
 {
 	struct nsbox_err err;
@@ -109,6 +139,15 @@ static int send_frame(uint16_t type, uint32_t id, const char *payload, size_t le
 	if (r < 0)
 		mark_dead();
 	return r;
+}
+
+static void poke_io(void)
+{
+	uint64_t one = 1;
+
+	if (S.efd >= 0 && write(S.efd, &one, sizeof(one)) < 0) {
+		/* Counter saturated: a wake-up is pending anyway. */
+	}
 }
 
 static void block_signals(void)
@@ -133,75 +172,140 @@ static void handle_cancel(const struct proto_frame *f)
 	atomic_fetch_add(&S.cancel_seq, 1);
 	pthread_kill(S.main_thread, RUNNER_CANCEL_SIGNAL);
 	pthread_mutex_lock(&S.lock);
-	pthread_cond_broadcast(&S.call_cond);
+	pthread_cond_broadcast(&S.cond);
 	pthread_mutex_unlock(&S.lock);
 }
 
-static void *reader_main(void *arg)
+/* As the socket's reader: the next frame.  1 = *f, 0 = none yet (EAGAIN
+ * when !block, or a signal), -1 = the connection is gone or broken. */
+static int read_frame(struct proto_frame *f, bool block)
 {
-	/* static: the reader carries a 64 KiB buffer. */
-	static struct proto_reader r;
+	struct proto_reader *r = S.rd;
 	struct nsbox_err err;
 
-	(void)arg;
-	block_signals();
-	proto_reader_init(&r, NSBOX_PROTO_MAX_FRAME);
 	for (;;) {
-		struct proto_frame f = { 0 };
-		struct waiter *w;
-		struct qitem *q;
+		ssize_t n;
 
-		if (proto_reader_read(&r, S.fd, &f, &err) <= 0)
-			break;
-		switch (f.hdr.type) {
-		case PROTO_PING:
-			send_frame(PROTO_PONG, f.hdr.id, "{}", 2);
-			proto_frame_free(&f);
-			break;
-		case PROTO_CANCEL:
-			handle_cancel(&f);
-			proto_frame_free(&f);
-			break;
-		case PROTO_RETURN:
-		case PROTO_RAISE:
-			pthread_mutex_lock(&S.lock);
-			for (w = S.waiters; w; w = w->next)
-				if (w->id == f.hdr.id && !w->done)
-					break;
-			if (w) {
-				w->f = f;
-				w->done = true;
-				pthread_cond_broadcast(&S.call_cond);
-			}
-			pthread_mutex_unlock(&S.lock);
-			/* No waiter: an answer to a call abandoned on cancel. */
-			if (!w)
-				proto_frame_free(&f);
-			break;
-		default:
-			q = calloc(1, sizeof(*q));
-			if (!q) {
-				proto_frame_free(&f);
-				goto out;
-			}
-			q->f = f;
-			pthread_mutex_lock(&S.lock);
-			if (S.qtail)
-				S.qtail->next = q;
-			else
-				S.qhead = q;
-			S.qtail = q;
-			pthread_cond_signal(&S.cond);
-			pthread_mutex_unlock(&S.lock);
+		if (r->buf_start < r->buf_end) {
+			size_t used;
+			int k = proto_reader_feed(r, r->buf + r->buf_start, r->buf_end - r->buf_start, &used, f, &err);
+
+			r->buf_start += used;
+			if (k != 0)
+				return k;
 		}
+		r->buf_start = r->buf_end = 0;
+		/* The socket is blocking: a reader that may wait just recv()s. */
+		n = recv(S.fd, r->buf, sizeof(r->buf), block ? 0 : MSG_DONTWAIT);
+		if (n > 0) {
+			r->buf_end = (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -1;
+		/* EINTR: a signal for the main thread (maybe a cancel): let
+		 * the caller look. */
+		if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+			return 0;
+		return -1;
 	}
-out:
-	proto_reader_free(&r);
-	mark_dead();
-	return NULL;
 }
 
-/* ---- output capture ---- */
+/* What became of a frame handed to route(). */
+enum { ROUTED, ROUTE_MINE };
+
+/* Deal with a frame just read (no lock held).  A frame for the serve loop
+ * is returned to the caller (ROUTE_MINE) when mine, else queued. */
+static int route(struct proto_frame *f, bool mine)
+{
+	struct waiter *w;
+	struct qitem *q;
+
+	switch (f->hdr.type) {
+	case PROTO_PING:
+		send_frame(PROTO_PONG, f->hdr.id, "{}", 2);
+		proto_frame_free(f);
+		return ROUTED;
+	case PROTO_CANCEL:
+		handle_cancel(f);
+		proto_frame_free(f);
+		return ROUTED;
+	case PROTO_RETURN:
+	case PROTO_RAISE:
+		pthread_mutex_lock(&S.lock);
+		for (w = S.waiters; w; w = w->next)
+			if (w->id == f->hdr.id && !w->done)
+				break;
+		if (w) {
+			w->f = *f;
+			w->done = true;
+			pthread_cond_broadcast(&S.cond);
+		}
+		pthread_mutex_unlock(&S.lock);
+		/* No waiter: an answer to a call abandoned on cancel. */
+		if (!w)
+			proto_frame_free(f);
+		return ROUTED;
+	}
+	if (mine)
+		return ROUTE_MINE;
+	q = calloc(1, sizeof(*q));
+	if (!q) {
+		proto_frame_free(f);
+		mark_dead();
+		return ROUTED;
+	}
+	q->f = *f;
+	pthread_mutex_lock(&S.lock);
+	if (S.qtail)
+		S.qtail->next = q;
+	else
+		S.qhead = q;
+	S.qtail = q;
+	pthread_cond_broadcast(&S.cond);
+	pthread_mutex_unlock(&S.lock);
+	return ROUTED;
+}
+
+/* With S.lock held and !S.reading: become the reader, read one frame
+ * (blocking, lock dropped meanwhile) and route it.  Returns with S.lock
+ * held again; 1 and *mine filled when the frame is for the serve loop
+ * (want_mine), else 0. */
+static int read_as_owner(struct proto_frame *mine, bool want_mine)
+{
+	struct proto_frame f = { 0 };
+	int k, r = 0;
+
+	S.reading = true;
+	pthread_mutex_unlock(&S.lock);
+	k = read_frame(&f, true);
+	pthread_mutex_lock(&S.lock);
+	S.reading = false;
+	S.last_read = now_ns();
+	if (S.wanting)
+		pthread_cond_broadcast(&S.cond);
+	if (k < 0)
+		mark_dead_locked();
+	if (k != 1)
+		return 0;
+	pthread_mutex_unlock(&S.lock);
+	if (route(&f, want_mine) == ROUTE_MINE) {
+		*mine = f;
+		r = 1;
+	}
+	pthread_mutex_lock(&S.lock);
+	return r;
+}
+
+/* With S.lock held and another thread reading: wait for a change. */
+static void wait_turn(void)
+{
+	S.wanting++;
+	if (S.io_reading)
+		poke_io();
+	pthread_cond_wait(&S.cond, &S.lock);
+	S.wanting--;
+}
 
 static void cap_reset(struct capture *c, size_t limit)
 {
@@ -325,20 +429,60 @@ static ssize_t drain_once(int s)
 	return n;
 }
 
-static void *drain_main(void *arg)
+/* The io thread: capture pipes always, the socket while an exec runs
+ * and no one else reads it. */
+/* Empty both pipes of what is in them now.  cap_lock held.  One poll for
+ * the common case of nothing written. */
+static void drain_ready(void)
+{
+	struct pollfd p[2] = { { S.pipe_rd[0], POLLIN, 0 }, { S.pipe_rd[1], POLLIN, 0 } };
+
+	if (poll(p, 2, 0) <= 0)
+		return;
+	for (int s = 0; s < 2; s++)
+		if (p[s].revents)
+			while (drain_once(s) > 0)
+				;
+}
+
+static void *io_main(void *arg)
 {
 	(void)arg;
 	block_signals();
 	for (;;) {
-		struct pollfd p[2] = { { S.pipe_rd[0], POLLIN, 0 }, { S.pipe_rd[1], POLLIN, 0 } };
-		int k = poll(p, 2, -1);
+		struct pollfd p[5] = { { S.pipe_rd[0], POLLIN, 0 }, { S.pipe_rd[1], POLLIN, 0 },
+				       { S.efd, POLLIN, 0 }, { -1, POLLIN, 0 }, { S.tfd, POLLIN, 0 } };
+		bool take = false;
+		int timeout = -1, k;
 
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return NULL;
+		pthread_mutex_lock(&S.lock);
+		if (atomic_load(&S.exec_active) && !S.dead) {
+			unsigned long long now = now_ns();
+
+			if (!S.reading && !S.wanting && now - S.last_read >= WATCH_DELAY_NS) {
+				take = true;
+				S.reading = S.io_reading = true;
+				p[3].fd = S.fd;
+			} else {
+				unsigned long long left = now - S.last_read >= WATCH_DELAY_NS ? WATCH_DELAY_NS
+									: WATCH_DELAY_NS - (now - S.last_read);
+
+				timeout = (int)(left / 1000000) + 1;
+			}
 		}
-		for (int s = 0; s < 2; s++) {
+		pthread_mutex_unlock(&S.lock);
+		k = poll(p, 5, timeout);
+		if (k < 0 && errno != EINTR)
+			return NULL;
+		for (int i = 2; k > 0 && i < 5; i += 2)
+			if (p[i].revents) {
+				uint64_t v;
+
+				if (read(p[i].fd, &v, sizeof(v)) < 0) {
+					/* EAGAIN: nothing left to count. */
+				}
+			}
+		for (int s = 0; k > 0 && s < 2; s++) {
 			if (!p[s].revents)
 				continue;
 			pthread_mutex_lock(&S.cap_lock);
@@ -349,19 +493,62 @@ static void *drain_main(void *arg)
 			}
 			pthread_mutex_unlock(&S.cap_lock);
 		}
-		if (S.pipe_rd[0] < 0 && S.pipe_rd[1] < 0)
-			return NULL;
+		if (take) {
+			struct proto_frame f = { 0 };
+			int r = 0;
+
+			while (k > 0 && p[3].revents && (r = read_frame(&f, false)) == 1) {
+				route(&f, false);
+				memset(&f, 0, sizeof(f));
+			}
+			pthread_mutex_lock(&S.lock);
+			S.reading = S.io_reading = false;
+			S.last_read = now_ns();
+			if (r < 0)
+				mark_dead_locked();
+			else if (S.wanting)
+				pthread_cond_broadcast(&S.cond);
+			pthread_mutex_unlock(&S.lock);
+		}
 	}
+}
+
+static int start_io_thread(void)
+{
+	pthread_attr_t a;
+	pthread_t t;
+	int r;
+
+	/* A small stack: the thread keeps its buffers in static memory. */
+	if (pthread_attr_init(&a))
+		return -1;
+	pthread_attr_setstacksize(&a, 64 << 10);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	r = pthread_create(&t, &a, io_main, NULL);
+	pthread_attr_destroy(&a);
+	if (r)
+		return -1;
+	S.io_started = true;
+	return 0;
 }
 
 int runner_io_start(int fd, struct nsbox_err *err)
 {
-	pthread_t t;
 	int p_in[2], p_out[2], p_err[2];
-	int r;
 
 	S.fd = fd;
 	S.main_thread = pthread_self();
+	/* static-sized: the reader carries a 64 KiB buffer. */
+	S.rd = malloc(sizeof(*S.rd));
+	if (!S.rd)
+		return err_set(err, ENOMEM, "frame reader");
+	proto_reader_init(S.rd, NSBOX_PROTO_MAX_FRAME);
+	S.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (S.efd < 0)
+		return err_sys(err, "eventfd");
+	S.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (S.tfd < 0)
+		return err_sys(err, "timerfd_create");
 	/* stdin: an empty pipe (EOF at once); the runner never reads the
 	 * host's terminal. */
 	if (pipe2(p_in, O_CLOEXEC) < 0 || pipe2(p_out, O_CLOEXEC) < 0 || pipe2(p_err, O_CLOEXEC) < 0)
@@ -379,15 +566,6 @@ int runner_io_start(int fd, struct nsbox_err *err)
 		return err_sys(err, "fcntl O_NONBLOCK");
 	cap_reset(&S.cap[0], S.cap_limit);
 	cap_reset(&S.cap[1], S.cap_limit);
-	r = pthread_create(&t, NULL, reader_main, NULL);
-	if (r)
-		return err_set(err, r, "start reader thread");
-	pthread_detach(t);
-	r = pthread_create(&t, NULL, drain_main, NULL);
-	if (r)
-		return err_set(err, r, "start output thread");
-	pthread_detach(t);
-	S.started = true;
 	return 0;
 }
 
@@ -405,29 +583,43 @@ static PyObject *frame_tuple(struct proto_frame *f)
 static PyObject *py_recv(PyObject *self, PyObject *args)
 {
 	struct qitem *q = NULL;
+	struct proto_frame f = { 0 };
+	bool got = false;
 
 	(void)self;
 	(void)args;
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&S.lock);
-	while (!S.qhead && !S.dead)
-		pthread_cond_wait(&S.cond, &S.lock);
-	q = S.qhead;
-	if (q) {
-		S.qhead = q->next;
-		if (!S.qhead)
-			S.qtail = NULL;
+	for (;;) {
+		q = S.qhead;
+		if (q) {
+			S.qhead = q->next;
+			if (!S.qhead)
+				S.qtail = NULL;
+			break;
+		}
+		if (S.dead)
+			break;
+		if (!S.reading) {
+			if (read_as_owner(&f, true)) {
+				got = true;
+				break;
+			}
+			continue;
+		}
+		wait_turn();
 	}
 	pthread_mutex_unlock(&S.lock);
 	Py_END_ALLOW_THREADS
-	if (!q)
-		Py_RETURN_NONE;
-	{
+	if (q) {
 		PyObject *r = frame_tuple(&q->f);
 
 		free(q);
 		return r;
 	}
+	if (got)
+		return frame_tuple(&f);
+	Py_RETURN_NONE;
 }
 
 /* send(type, id, payload: bytes) */
@@ -465,8 +657,9 @@ static void unlink_waiter(struct waiter *w)
 }
 
 /* call(payload: bytes) -> (type, payload: bytes): send a CALL and block,
- * with the GIL released, until the host answers this call's id.  A CANCEL
- * while the main thread waits runs its signal handler here. */
+ * with the GIL released, until the host answers this call's id (reading
+ * the socket itself when nobody else does).  A CANCEL while the main
+ * thread waits runs its signal handler here. */
 static PyObject *py_call(PyObject *self, PyObject *args)
 {
 	struct waiter w = { 0 };
@@ -502,8 +695,15 @@ static PyObject *py_call(PyObject *self, PyObject *args)
 
 		Py_BEGIN_ALLOW_THREADS
 		pthread_mutex_lock(&S.lock);
-		while (!w.done && !S.dead && atomic_load(&S.cancel_seq) == seq)
-			pthread_cond_wait(&S.call_cond, &S.lock);
+		while (!w.done && !S.dead && r == 0 && atomic_load(&S.cancel_seq) == seq) {
+			if (!S.reading) {
+				struct proto_frame none;
+
+				read_as_owner(&none, false);
+				continue;
+			}
+			wait_turn();
+		}
 		done = w.done;
 		dead = S.dead;
 		if (done || dead)
@@ -521,8 +721,8 @@ static PyObject *py_call(PyObject *self, PyObject *args)
 			PyErr_SetString(PyExc_ConnectionError, "the host has gone away");
 			return NULL;
 		}
-		/* Cancelled: let the main thread's handler raise; the late answer
-		 * is dropped by the reader (no waiter with that id). */
+		/* Cancelled (or a signal): let the main thread's handler raise;
+		 * a late answer is dropped by the reader (no waiter with that id). */
 		if (is_main && PyErr_CheckSignals() < 0) {
 			pthread_mutex_lock(&S.lock);
 			unlink_waiter(&w);
@@ -548,9 +748,7 @@ static PyObject *py_exec_begin(PyObject *self, PyObject *args)
 	pthread_mutex_lock(&S.cap_lock);
 	/* Drop leftovers written between execs. */
 	atomic_store(&S.exec_active, false);
-	for (int s = 0; s < 2; s++)
-		while (drain_once(s) > 0)
-			;
+	drain_ready();
 	S.cap_limit = (size_t)limit;
 	cap_reset(&S.cap[0], S.cap_limit);
 	cap_reset(&S.cap[1], S.cap_limit);
@@ -559,7 +757,22 @@ static PyObject *py_exec_begin(PyObject *self, PyObject *args)
 	atomic_store(&S.cancel_reason, 0);
 	atomic_store(&S.exec_active, true);
 	pthread_mutex_unlock(&S.cap_lock);
+	pthread_mutex_lock(&S.lock);
+	S.last_read = now_ns();
+	pthread_mutex_unlock(&S.lock);
+	/* The io thread starts with the first exec.  It needs to hear of an
+	 * exec only once it has run for WATCH_DELAY (most are over by then):
+	 * a timer, not a wake-up now. */
+	{
+		struct itimerspec it = { .it_value = { 0, (long)WATCH_DELAY_NS } };
+
+		timerfd_settime(S.tfd, 0, &it, NULL);
+	}
+	if (!S.io_started)
+		start_io_thread();
 	Py_END_ALLOW_THREADS
+	if (!S.io_started)
+		return PyErr_Format(PyExc_OSError, "cannot start the output thread");
 	Py_RETURN_NONE;
 }
 
@@ -598,11 +811,10 @@ static PyObject *py_exec_end(PyObject *self, PyObject *args)
 	(void)args;
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&S.cap_lock);
-	for (int s = 0; s < 2; s++) {
-		while (drain_once(s) > 0)
-			;
-		cap_stream(s, "", 0, true);
-	}
+	drain_ready();
+	for (int s = 0; s < 2; s++)
+		if (S.cap[s].npend)
+			cap_stream(s, "", 0, true);
 	atomic_store(&S.exec_active, false);
 	atomic_store(&S.cancel_reason, 0);
 	Py_END_ALLOW_THREADS
@@ -615,6 +827,40 @@ static PyObject *py_exec_end(PyObject *self, PyObject *args)
 		return NULL;
 	}
 	return Py_BuildValue("(NN)", o, e);
+}
+
+/* compile(source: str, filename: str, mode: "exec" | "eval") -> code.  The
+ * builtin compile() first checks whether source is an AST object, which
+ * creates every AST type (~1-2 ms in a fresh interpreter); this does not. */
+static PyObject *py_compile(PyObject *self, PyObject *args)
+{
+	const char *src, *mode;
+	PyObject *filename;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "sUs", &src, &filename, &mode))
+		return NULL;
+	if (strcmp(mode, "exec") && strcmp(mode, "eval")) {
+		PyErr_SetString(PyExc_ValueError, "compile(): mode must be 'exec' or 'eval'");
+		return NULL;
+	}
+	return Py_CompileStringObject(src, filename, mode[1] == 'x' ? Py_file_input : Py_eval_input, NULL, -1);
+}
+
+/* usage() -> (cpu seconds, peak resident set in bytes) of this process:
+ * one getrusage(). */
+static PyObject *py_usage(PyObject *self, PyObject *args)
+{
+	struct rusage ru;
+
+	(void)self;
+	(void)args;
+	if (getrusage(RUSAGE_SELF, &ru) < 0)
+		return Py_BuildValue("(di)", 0.0, 0);
+	return Py_BuildValue("(dL)",
+			     (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+				     (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6,
+			     (long long)ru.ru_maxrss * 1024);
 }
 
 /* take_cancel() -> 0 none, 1 timeout, 2 cancel; clears it. */
@@ -631,6 +877,8 @@ static PyMethodDef methods[] = {
 	{ "call", py_call, METH_VARARGS, "call(payload) -> (type, payload): one tool call round trip" },
 	{ "exec_begin", py_exec_begin, METH_VARARGS, "exec_begin(id, stream, limit)" },
 	{ "exec_end", py_exec_end, METH_NOARGS, "exec_end() -> ((head, tail, total), (head, tail, total))" },
+	{ "compile", py_compile, METH_VARARGS, "compile(source, filename, mode) -> code" },
+	{ "usage", py_usage, METH_NOARGS, "usage() -> (cpu seconds, peak RSS in bytes)" },
 	{ "take_cancel", py_take_cancel, METH_NOARGS, "take_cancel() -> 0, 1 (timeout) or 2 (cancel)" },
 	{ NULL, NULL, 0, NULL },
 };

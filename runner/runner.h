@@ -21,7 +21,8 @@
 /* pymod.c */
 PyObject *runner_pymod_init(void);	/* PyInit__nsbox, registered with PyImport_AppendInittab */
 /* Per session: take over fd (the protocol socket), point fds 0/1/2 at an
- * empty pipe and two capture pipes, start the reader and drain threads.
+ * empty pipe and two capture pipes.  Starts no thread (the io thread
+ * starts with the first exec).
  * Called after Python is initialised, in the process that will serve the
  * session (a template forks first).  Returns 0 or -1 with err. */
 int runner_io_start(int fd, struct nsbox_err *err);
@@ -31,8 +32,8 @@ int runner_io_start(int fd, struct nsbox_err *err);
  * runner's Python half.  Holds nothing from the host environment, starts
  * no threads: a template may call it once and fork. */
 int runner_py_init(bool dist_packages, struct nsbox_err *err);
-/* Per-session setup after runner_py_init (and after a fork): I/O threads,
- * fresh `random` state.  The str hash seed is fixed at initialisation and
+/* Per-session setup after runner_py_init (and after a fork): stdio pipes
+ * (the io thread starts with the first exec).  The str hash seed is fixed at initialisation and
  * cannot change afterwards; a forked session shares its template's. */
 int runner_py_session(int fd, struct nsbox_err *err);
 /* Serve the protocol until BYE or end of connection; returns the exit status. */
@@ -48,8 +49,12 @@ void runner_rlimit_tune(void);
 
 /* Import more modules (a template pays once, its sessions share them). */
 int runner_py_preload(const char *const *mods, size_t n, struct nsbox_err *err);
+/* Collect, then gc.freeze(): a template's objects are never scanned (nor
+ * their pages copied) by its sessions' collector.  Call last, before forking. */
+int runner_py_freeze(struct nsbox_err *err);
 
-/* helper.c: `nsbox-runner --helper` (lib/helper.h); returns the exit status. */
-int runner_helper_main(void);
+/* helper.c: `nsbox-runner --helper [--spare]` (lib/helper.h); returns the
+ * exit status.  spare: keep a spare sandbox ready (helper.c). */
+int runner_helper_main(bool spare);
 
 #endif

@@ -4,18 +4,18 @@ Loaded by runner/py.c from a string as module _nsbox_runner, with the
 filename "<nsbox-runner>"; frames with that filename are hidden from user
 tracebacks.  The wire contract is runner/proto.h and nsbox-protocol(7).
 Keep this file ASCII: it is embedded as a C string.
+
+Imports are few and cheap on purpose (a cold `nsbox python` pays for each
+one): the JSON codec is _json's C half, signals come from _signal, and
+ast, codeop, inspect, keyword, linecache and traceback are imported when
+first needed (a template has them preloaded).
 """
-import ast
-import codeop
-import inspect
+import _json
+import _signal
+import posix as _posix
 import io
-import json
-import keyword
-import linecache
-import signal
 import sys
 import time
-import traceback
 import types
 
 import _nsbox
@@ -153,9 +153,54 @@ def decode(v):
     return v
 
 
+def _not_json(o):
+    raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+
+# json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+# and json.loads, without importing json (and with it re and enum).
+_encoder = _json.make_encoder(None, _not_json, _json.encode_basestring, None, ":", ",",
+                              False, False, False)
+
+
+class _ScanContext:
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                      "NaN": float("nan")}.__getitem__
+    memo = None
+
+
+_scanner = _json.make_scanner(_ScanContext())
+_WS = " \t\n\r"
+
+
+def _loads(data):
+    s = data.decode("utf-8") if not isinstance(data, str) else data
+    i = 0
+    while i < len(s) and s[i] in _WS:
+        i += 1
+    try:
+        obj, end = _scanner(s, i)
+    except StopIteration as e:
+        raise ValueError("invalid JSON at character %d" % e.value) from None
+    if end != len(s) and s[end:].strip(_WS):
+        raise ValueError("extra data at character %d" % end)
+    return obj
+
+
+def _compile(code, filename, mode):
+    """compile() without the builtin's AST check (runner/pymod.c)."""
+    if "\0" in code:
+        return compile(code, filename, mode, dont_inherit=True)
+    return _nsbox.compile(code, filename, mode)
+
+
 def _dumps(obj):
-    return json.dumps(obj, ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":")).encode("utf-8", "replace")
+    return "".join(_encoder(obj, 0)).encode("utf-8", "replace")
 
 
 def send(typ, mid, obj):
@@ -165,6 +210,7 @@ def send(typ, mid, obj):
 # ---- errors ----
 
 def _hide_runner(te, seen):
+    import traceback
     while te is not None and id(te) not in seen:
         seen.add(id(te))
         te.stack = traceback.StackSummary.from_list(
@@ -182,14 +228,68 @@ def _cut(s):
     return s
 
 
+_sources = {}   # filename -> linecache entry, until linecache is imported
+
+
+def _linecache():
+    """linecache, with the sources of the execs so far (for tracebacks)."""
+    import linecache
+    if _sources:
+        linecache.cache.update(_sources)
+        _sources.clear()
+    return linecache
+
+
+class _LinecacheLoader:
+    """Wraps linecache's loader: once the module has run, it gets the
+    sources of the execs so far (user code that imports traceback shows
+    its own lines, as if linecache had been there all along)."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        module.cache.update(_sources)
+        _sources.clear()
+        if _LinecacheFinder in sys.meta_path:
+            sys.meta_path.remove(_LinecacheFinder)
+
+
+class _LinecacheFinder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "linecache":
+            return None
+        for f in sys.meta_path:
+            if f is _LinecacheFinder or not hasattr(f, "find_spec"):
+                continue
+            spec = f.find_spec(name, path, target)
+            if spec is not None and spec.loader is not None:
+                spec.loader = _LinecacheLoader(spec.loader)
+                return spec
+        return None
+
+
+if "linecache" not in sys.modules:
+    sys.meta_path.insert(0, _LinecacheFinder)
+
+
 def format_error(e):
     t = type(e)
     name = t.__qualname__ if t.__module__ == "builtins" else "%s.%s" % (t.__module__, t.__qualname__)
     try:
+        # Imported here (a cold runner has not yet): this may fail too,
+        # under a memory limit user code has used up.
+        import traceback
+        _linecache()
         te = traceback.TracebackException.from_exception(e)
         _hide_runner(te, set())
         tb = "".join(te.format())
-    except BaseException as e2:  # a hostile __str__ or similar
+    except BaseException as e2:  # a hostile __str__, no memory left, or similar
         tb = "%s (traceback unavailable: %s)\n" % (name, type(e2).__name__)
     try:
         msg = str(e)
@@ -226,8 +326,10 @@ def make_tool(spec):
     props = None
     if isinstance(schema, dict) and isinstance(schema.get("properties"), dict):
         props = schema["properties"]
+        import keyword
         if not all(isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k) for k in props):
             props = None
+    import inspect
     P = inspect.Parameter
     if props is not None:
         required = [r for r in (schema.get("required") or []) if r in props]
@@ -267,7 +369,7 @@ def make_tool(spec):
             raise ValueError("%s(): arguments too large (%d bytes, limit %d)"
                              % (name, len(payload), _limits["max_frame"]))
         typ, _, answer = _nsbox.call(payload)
-        msg = json.loads(answer)
+        msg = _loads(answer)
         if typ == RETURN:
             return decode(msg.get("value"))
         raise ToolError(msg.get("message") or "tool %s failed" % name)
@@ -326,6 +428,8 @@ def _on_cancel_signal(signum, frame):
 # ---- exec ----
 
 def _text(head, tail, total, limit):
+    if not total:
+        return "", False, None
     h = head.decode("utf-8", "replace")
     if total <= limit:
         return h + tail.decode("utf-8", "replace"), False, None
@@ -344,6 +448,7 @@ def do_exec(mid, msg):
     display = bool(msg.get("display"))
     if msg.get("check_complete"):
         try:
+            import codeop
             complete = codeop.compile_command(code, filename, "single") is not None
         except (SyntaxError, OverflowError, ValueError):
             complete = True  # let the exec report the error
@@ -352,21 +457,40 @@ def do_exec(mid, msg):
     limit = _limits["output"]
     _nsbox.exec_begin(mid, bool(msg.get("stream")), limit)
     t0 = time.perf_counter()
-    c0 = time.process_time()
+    c0 = _nsbox.usage()[0]
     value, has_value, error, exit_code = None, False, None, None
-    lines = code.splitlines(True)
-    linecache.cache[filename] = (len(code), None, lines, filename)
+    entry = (len(code), None, code.splitlines(True), filename)
+    lc = sys.modules.get("linecache")
+    if lc is not None:
+        if _sources:
+            lc.cache.update(_sources)
+            _sources.clear()
+        lc.cache[filename] = entry
+    else:
+        _sources[filename] = entry
     try:
         try:
-            tree = compile(code, filename, "exec", ast.PyCF_ONLY_AST)
-            last = None
-            if (want or display) and tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
-            body = compile(tree, filename, "exec")
-            lastc = compile(last, filename, "eval") if last is not None else None
+            body = lastc = None
+            if want or display:
+                if "\n" not in code.rstrip():
+                    # One line: most often a lone expression, compiled
+                    # without a trip through the AST.
+                    try:
+                        lastc = _compile(code, filename, "eval")
+                    except (SyntaxError, ValueError):
+                        pass
+                if lastc is None:
+                    import _ast
+                    tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
+                    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+                        lastc = compile(_ast.Expression(tree.body.pop().value), filename, "eval")
+                    body = compile(tree, filename, "exec")
+            else:
+                body = _compile(code, filename, "exec")
             _in_user = True
             try:
-                exec(body, G)
+                if body is not None:
+                    exec(body, G)
                 if lastc is not None:
                     value = eval(lastc, G)
                     has_value = True
@@ -412,7 +536,8 @@ def do_exec(mid, msg):
     if exit_code is not None:
         res["exit_code"] = exit_code
     res["duration"] = time.perf_counter() - t0
-    res["usage"] = {"cpu": time.process_time() - c0, "max_rss": _max_rss()}
+    cpu, max_rss = _nsbox.usage()
+    res["usage"] = {"cpu": cpu - c0, "max_rss": max_rss}
     if want and has_value:
         res["value"] = encode(value)
     return res
@@ -433,14 +558,6 @@ def do_var(typ, msg):
         err = format_error(e)
         err["traceback"] = None
         return {"error": err}
-
-
-def _max_rss():
-    try:
-        import resource
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    except Exception:
-        return 0
 
 
 def send_result(mid, res):
@@ -486,7 +603,7 @@ def hello():
     if m is None:
         return False
     typ, mid, payload = m
-    msg = json.loads(payload)
+    msg = _loads(payload)
     if typ != HELLO or not isinstance(msg, dict) or msg.get("version") != _nsbox.PROTO_VERSION:
         send(ERROR, mid, {"message": "expected HELLO version %d" % _nsbox.PROTO_VERSION})
         return False
@@ -499,12 +616,12 @@ def hello():
     G.clear()
     G.update(new_globals())
     send(HELLO, mid, {"version": _nsbox.PROTO_VERSION, "capabilities": CAPABILITIES,
-                      "python": sys.version, "pid": __import__("os").getpid()})
+                      "python": sys.version, "pid": _posix.getpid()})
     return True
 
 
 def serve():
-    signal.signal(_nsbox.CANCEL_SIGNAL, _on_cancel_signal)
+    _signal.signal(_nsbox.CANCEL_SIGNAL, _on_cancel_signal)
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(
         io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
         write_through=True)
@@ -520,7 +637,7 @@ def serve():
             return 0
         typ, mid, payload = m
         try:
-            msg = json.loads(payload)
+            msg = _loads(payload)
             if not isinstance(msg, dict):
                 raise ValueError("payload is not an object")
         except ValueError as e:
