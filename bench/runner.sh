@@ -23,3 +23,5 @@ printf 'bare python3.11 -S -c print(1)\t'; sed -n 1p "$out"
 printf '*bwrap ... python3.11 -S -c print(1)\t'; sed -n 2p "$out"
 printf 'nsbox python -c print(1) (whole process)\t'; sed -n 3p "$out"
 echo
+# The Python SDK's overhead over the C API, both from one Python process.
+NSBOX_LIB="$B/libnsbox.so.0" /usr/bin/python3.11 "$top/python/bench_sdk.py" 2000 --tsv
