@@ -578,6 +578,11 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	if (!r)
 		return NULL;
 	r->status = map[res->outcome];
+	/* `nsbox python` treats SystemExit as the script's exit status; to an
+	 * API caller an uncaught SystemExit with a non-zero code is an
+	 * exception like any other (SystemExit(0) and sys.exit() are not). */
+	if (res->outcome == SESSION_OK && res->exit_code != 0 && json_is_object(e))
+		r->status = NSBOX_EXCEPTION;
 	r->value = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : strdup("null");
 	r->out = dup_str(json_object_get(m, "stdout"), &r->out_len);
 	r->err = dup_str(json_object_get(m, "stderr"), &r->err_len);

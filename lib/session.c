@@ -6,6 +6,7 @@
  * stops answering, floods, or dies never hangs the host. */
 #include "session.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -95,6 +96,19 @@ int session_find_runner(char *buf, size_t size, struct nsbox_err *err)
 			if (is_file(buf))
 				return 0;
 		}
+	}
+	/* Next to libnsbox.so itself: a Python host's /proc/self/exe is the
+	 * interpreter. */
+	Dl_info info;
+	if (dladdr((void *)session_find_runner, &info) && info.dli_fname && strchr(info.dli_fname, '/')) {
+		char lib[PATH_MAX], *slash;
+
+		snprintf(lib, sizeof(lib), "%s", info.dli_fname);
+		slash = strrchr(lib, '/');
+		*slash = '\0';
+		snprintf(buf, size, "%s/nsbox-runner", lib);
+		if (is_file(buf))
+			return 0;
 	}
 	snprintf(buf, size, "%s/nsbox-runner", NSBOX_LIBEXECDIR);
 	if (is_file(buf))
