@@ -12,17 +12,23 @@ static void append_errno(struct nsbox_err *err, int code)
 		snprintf(err->msg + len, sizeof(err->msg) - len, ": %s", strerror(code));
 }
 
+static int err_vset(struct nsbox_err *err, int code, const char *fmt, va_list ap)
+{
+	if (!err)
+		return -1;
+	err->code = code;
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	append_errno(err, code);
+	return -1;
+}
+
 int err_set(struct nsbox_err *err, int code, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (!err)
-		return -1;
-	err->code = code;
 	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	err_vset(err, code, fmt, ap);
 	va_end(ap);
-	append_errno(err, code);
 	return -1;
 }
 
@@ -31,13 +37,9 @@ int err_sys(struct nsbox_err *err, const char *fmt, ...)
 	int code = errno;
 	va_list ap;
 
-	if (!err)
-		return -1;
-	err->code = code;
 	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	err_vset(err, code, fmt, ap);
 	va_end(ap);
-	append_errno(err, code);
 	return -1;
 }
 
