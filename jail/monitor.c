@@ -100,7 +100,8 @@ int jail_wait(struct jail *j, struct jail_status *st, struct nsbox_err *err)
 				jail_kill(j);
 				continue;
 			}
-			timeout = (int)((deadline - now + 999999) / 1000000);
+			unsigned long long ms = (deadline - now + 999999) / 1000000;
+			timeout = ms > 1000000000ULL ? 1000000000 : (int)ms;
 		}
 		int n = poll(pfd, j->sync_fd >= 0 ? 2 : 1, timeout);
 		if (n < 0 && errno != EINTR)

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/mount.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,8 +186,11 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 		if (fd < 0)
 			return -1;
 		snprintf(path, sizeof(path), NEWROOT "/dev/%s", nodes[i]);
-		/* Device nodes need dev; they are the only such mounts. */
-		if (bind_fd(fd, path, true, false, err) < 0)
+		/* Device nodes need dev; they are the only such mounts.  Read-only
+		 * all the same: writing a device node works on a read-only mount,
+		 * but chmod and chown of the host's inode (the sandbox's user is
+		 * its owner when nsbox runs as root) fail with EROFS. */
+		if (bind_fd(fd, path, false, false, err) < 0)
 			return -1;
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
@@ -331,6 +335,16 @@ size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max
 	return n;
 }
 
+/* Open path beneath dirfd without following any symlink (openat2
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); -1 if that is not possible. */
+static int open_in_root(int dirfd, const char *path, int flags)
+{
+	struct open_how how = { .flags = (unsigned long long)flags,
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+
+	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+}
+
 int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *err)
 {
 	int srcfd[POLICY_MAX_MOUNTS];
@@ -355,13 +369,18 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *
 		err_sys(err, "open --rootfs %s", p->rootfs);
 		goto out;
 	}
-	snprintf(path, sizeof(path), "%s/etc/ld.so.cache", p->rootfs ? p->rootfs : "");
-	cachefd = open(path, O_PATH | O_CLOEXEC);
+	/* Debian's awk, editor, pager... are /etc/alternatives links.  In
+	 * another root tree these are resolved inside that tree: a symlink
+	 * there must not reach the host's files. */
+	if (p->rootfs) {
+		cachefd = open_in_root(rootfd, "etc/ld.so.cache", O_PATH | O_CLOEXEC);
+		altfd = open_in_root(rootfd, "etc/alternatives", O_PATH | O_CLOEXEC | O_DIRECTORY);
+	} else {
+		cachefd = open("/etc/ld.so.cache", O_PATH | O_CLOEXEC);
+		altfd = open("/etc/alternatives", O_PATH | O_CLOEXEC | O_DIRECTORY);
+	}
 	if (p->share_net)
 		resolvfd = open("/etc/resolv.conf", O_PATH | O_CLOEXEC);
-	/* Debian's awk, editor, pager... are /etc/alternatives links. */
-	snprintf(path, sizeof(path), "%s/etc/alternatives", p->rootfs ? p->rootfs : "");
-	altfd = open(path, O_PATH | O_CLOEXEC | O_DIRECTORY);
 
 	if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096") < 0) {
 		err_sys(err, "mount tmpfs for the new root");

@@ -268,3 +268,33 @@ def test_rootfs(tmp_path):
     lines = out.split()
     assert lines[0] == "in-rootfs" and "host-usr-visible" not in lines and lines[-1] == "1000"
     assert "bin" in lines and "home" not in lines
+
+
+def test_device_nodes_cannot_be_changed():
+    # As root the sandbox's user owns the host's device inodes; the binds are
+    # read-only so chmod/chown fail while reads and writes still work.
+    before = os.stat("/dev/null")
+    rc, out, err = run(["run", "--", "/bin/sh", "-c",
+                        "echo x > /dev/null && echo write-ok; chmod 000 /dev/null; chmod 000 /dev/urandom; "
+                        "head -c 4 /dev/urandom | wc -c"])
+    assert out.split() == ["write-ok", "4"]
+    assert "Read-only file system" in err or "Operation not permitted" in err
+    after = os.stat("/dev/null")
+    assert (after.st_mode, after.st_uid) == (before.st_mode, before.st_uid)
+
+
+def test_rootfs_symlinks_stay_inside(tmp_path):
+    import shutil
+    root = tmp_path / "root"
+    (root / "bin").mkdir(parents=True)
+    (root / "etc").mkdir()
+    shutil.copy("/bin/busybox", root / "bin" / "busybox")
+    os.symlink("busybox", root / "bin" / "sh")
+    os.symlink("/", root / "etc" / "alternatives")        # would bind the host's / into the sandbox
+    os.symlink("/etc/shadow", root / "etc" / "ld.so.cache")
+    os.chmod(tmp_path, 0o755)
+    rc, out, err = run(["run", "--rootfs", str(root), "--", "/bin/sh", "-c",
+                        "ls /etc/alternatives/ 2>&1 | head -3; cat /etc/ld.so.cache 2>&1 | head -c 80; echo; echo done"])
+    assert rc == 0, err
+    assert "root:" not in out and "home" not in out.split() and "usr" not in out.split()
+    assert out.strip().endswith("done")
