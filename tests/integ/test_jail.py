@@ -298,3 +298,26 @@ def test_rootfs_symlinks_stay_inside(tmp_path):
     assert rc == 0, err
     assert "root:" not in out and "home" not in out.split() and "usr" not in out.split()
     assert out.strip().endswith("done")
+
+
+def test_no_setuid_files(tmp_path):
+    # As root the sandbox user is host uid 0: a setuid file left in a
+    # writable bind would be setuid-root on the host.  Every way to set the
+    # bits fails; plain files and modes still work.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    code = ("import os\n"
+            "open('plain', 'w').write('x'); os.chmod('plain', 0o755); print('plain ok')\n"
+            "for name, fn in [('chmod', lambda: os.chmod('plain', 0o4755)),\n"
+            "                 ('chmod-g', lambda: os.chmod('plain', 0o2755)),\n"
+            "                 ('open', lambda: os.open('s1', os.O_CREAT | os.O_WRONLY, 0o4755)),\n"
+            "                 ('mknod', lambda: os.mknod('s2', 0o104755))]:\n"
+            "    try:\n"
+            "        fn(); print(name, 'ALLOWED')\n"
+            "    except PermissionError:\n"
+            "        print(name, 'denied')\n")
+    rc, out, err = run(["run", "--workspace", str(ws), "--", "/usr/bin/python3.11", "-S", "-c", code])
+    assert rc == 0, err
+    assert out.split("\n")[:5] == ["plain ok", "chmod denied", "chmod-g denied", "open denied", "mknod denied"]
+    for f in ws.iterdir():
+        assert not (f.stat().st_mode & 0o6000), f
