@@ -33,6 +33,27 @@
 
 #define SIZE_HINT "use a number with optional K, M, G, T suffix, or infinity"
 
+/* Policies carry secrets (Set=API_KEY=...).  The helper process forks
+ * every template session from its own memory, so whatever a policy string
+ * leaves in freed heap could be read by a later session: wipe before free. */
+static void free_wiped(char *s)
+{
+	if (s) {
+		explicit_bzero(s, strlen(s));
+		free(s);
+	}
+}
+
+static void freep_wiped(char **s)
+{
+	free_wiped(*s);
+}
+
+static void wipe_buf(char (*b)[POLICY_LINE_MAX + 1])
+{
+	explicit_bzero(*b, sizeof(*b));
+}
+
 static const char *const builtin_names[] = { "default", "strict", "permissive" };
 
 /* Set err to a message without an strerror() suffix but with an errno-style
@@ -507,13 +528,13 @@ static int set_env(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 		return fail(err, ENOMEM, "out of memory");
 	for (size_t i = 0; i < p->n_env; i++) {
 		if (p->env[i] && strncmp(p->env[i], v, n + 1) == 0) {
-			free(p->env[i]);
+			free_wiped(p->env[i]);
 			p->env[i] = s;
 			return 0;
 		}
 	}
 	if (p->n_env >= POLICY_MAX_ENV) {
-		free(s);
+		free_wiped(s);
 		return fail(err, E2BIG, "too many variables (at most %d Set=)", POLICY_MAX_ENV);
 	}
 	p->env[p->n_env++] = s;
@@ -623,7 +644,7 @@ int policy_set(struct nsbox_policy *p, const char *section, const char *key, con
 {
 	char sb[80], kb[80], vb[300], list[256], pre[400];
 	const struct policy_key *k = NULL;
-	_cleanup_free_ char *v = NULL;
+	__attribute__((cleanup(freep_wiped))) char *v = NULL;
 	size_t start, end;
 
 	if (!p || !section || !key || !value)
@@ -687,7 +708,7 @@ void policy_free(struct nsbox_policy *p)
 		free(p->mounts[i].dst);
 	}
 	for (size_t i = 0; i < p->n_env && i < POLICY_MAX_ENV; i++)
-		free(p->env[i]);
+		free_wiped(p->env[i]);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -792,7 +813,9 @@ static int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src,
 static int parse_into(struct nsbox_policy *p, const char *text, size_t len, struct nsbox_err *err,
 		      unsigned *lineno)
 {
-	char line[POLICY_LINE_MAX + 1], section[POLICY_LINE_MAX + 1] = "", buf[300], list[256];
+	__attribute__((cleanup(wipe_buf))) char line[POLICY_LINE_MAX + 1];
+	__attribute__((cleanup(wipe_buf))) char section[POLICY_LINE_MAX + 1] = "";
+	char buf[300], list[256];
 	bool have_section = false, seen_setting = false;
 	size_t pos = 0;
 
