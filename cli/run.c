@@ -58,6 +58,11 @@ int cmd_run(int argc, char **argv)
 			return NSBOX_EXIT_USAGE;
 		}
 	}
+	if (i < argc && policy_validate(&p, &err) < 0) {
+		fprintf(stderr, "nsbox run: %s\n", err.msg);
+		policy_free(&p);
+		return NSBOX_EXIT_USAGE;
+	}
 	if (i >= argc) {
 		fprintf(stderr, "nsbox run: no command given\n");
 		run_usage(stderr);

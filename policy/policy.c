@@ -1001,6 +1001,16 @@ static int check_path(const char *what, const char *path, bool is_dst, struct ns
 	return 0;
 }
 
+/* a is strictly below b ("/x/y" under "/x"; not "/xy"). */
+static bool path_under(const char *a, const char *b)
+{
+	size_t n = strlen(b);
+
+	if (strcmp(b, "/") == 0)
+		return a[1] != '\0';
+	return strncmp(a, b, n) == 0 && a[n] == '/';
+}
+
 int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 {
 	if (!p)
@@ -1040,13 +1050,24 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 		if (p->workspace && strcmp(di, "/workspace") == 0)
 			return fail(err, EEXIST,
 				    "%s %s: conflicts with Workspace=, which is mounted there", key, m->dst);
-		for (size_t j = 0; j < i; j++) {
+		/* The launcher resolves destinations on the host before
+		 * pivot_root: one inside a writable mount would follow symlinks
+		 * that an earlier sandbox left there. */
+		if (p->workspace && path_under(di, "/workspace"))
+			return fail(err, EINVAL, "%s %s: inside Workspace= (a writable mount): not allowed", key,
+				    m->dst);
+		for (size_t j = 0; j < p->n_mounts; j++) {
 			_cleanup_free_ char *dj = NULL;
 
+			if (j == i)
+				continue;
 			if (norm_path(p->mounts[j].dst, &dj, err) < 0)
 				return -1;
-			if (strcmp(di, dj) == 0)
+			if (j < i && strcmp(di, dj) == 0)
 				return fail(err, EEXIST, "%s %s: used by two mounts", key, m->dst);
+			if (p->mounts[j].rw && path_under(di, dj))
+				return fail(err, EINVAL, "%s %s: inside the writable Bind= %s: not allowed", key,
+					    m->dst, p->mounts[j].dst);
 		}
 	}
 	if (p->n_env > POLICY_MAX_ENV)

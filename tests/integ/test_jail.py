@@ -164,6 +164,12 @@ def test_bad_flags():
     assert rc == 120
     rc, out, err = run(["run", "--bind", "/does/not/exist:/x", "--", "true"])
     assert rc == 120 and "/does/not/exist" in err
+    # A destination inside a writable mount would be resolved through
+    # whatever symlinks an earlier sandbox left there.
+    rc, out, err = run(["run", "--bind", "/tmp:/data", "--ro-bind", "/usr:/data/usr", "--", "true"])
+    assert rc == 120 and "inside the writable Bind= /data" in err
+    rc, out, err = run(["run", "--workspace", "/tmp", "--ro-bind", "/usr:/workspace/usr", "--", "true"])
+    assert rc == 120 and "inside Workspace=" in err
 
 
 def test_setup_failure_names_step(tmp_path):
