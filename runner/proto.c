@@ -461,6 +461,31 @@ int proto_msg_check(uint16_t type, enum proto_dir dir, const json_t *msg, struct
 	return 0;
 }
 
+static bool json_too_many(const char *p, size_t len)
+{
+	size_t objects = 0, elements = 0;
+	bool in_str = false;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = p[i];
+
+		if (in_str) {
+			if (c == '\\')
+				i++;
+			else if (c == '"')
+				in_str = false;
+			continue;
+		}
+		if (c == '"')
+			in_str = true;
+		else if (c == '{')
+			objects++;
+		else if (c == ',' || c == '[')
+			elements++;
+	}
+	return objects > NSBOX_PROTO_MAX_OBJECTS || elements + objects > NSBOX_PROTO_MAX_ELEMENTS;
+}
+
 int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **out, struct nsbox_err *err)
 {
 	json_error_t jerr;
@@ -468,6 +493,13 @@ int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **ou
 
 	if (!f->payload)
 		return err_set(err, EPROTO, "%s frame without payload", proto_type_name(f->hdr.type));
+	/* A parsed JSON value costs up to ~100 times its text ("{}," is
+	 * three bytes, a jansson object with its table some 250): bound the
+	 * number of containers and elements before parsing what the sandbox
+	 * sent.  Outside strings only. */
+	if (json_too_many(f->payload, f->hdr.len))
+		return err_set(err, EPROTO, "%s payload has more than %u JSON objects or %u elements",
+			       proto_type_name(f->hdr.type), NSBOX_PROTO_MAX_OBJECTS, NSBOX_PROTO_MAX_ELEMENTS);
 	/* Duplicate keys could make the two sides see different messages. */
 	msg = json_loadb(f->payload, f->hdr.len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!msg)

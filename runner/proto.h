@@ -26,6 +26,9 @@
 #define NSBOX_PROTO_HDR_SIZE 16
 /* Hard cap on a frame's payload; receivers may set a lower one. */
 #define NSBOX_PROTO_MAX_FRAME (16u << 20)
+/* Per frame: JSON objects, and objects + array elements + members. */
+#define NSBOX_PROTO_MAX_OBJECTS (1u << 18)
+#define NSBOX_PROTO_MAX_ELEMENTS (1u << 22)
 
 enum proto_type {
 	PROTO_HELLO = 1,	/* both ways: version, capabilities (host also: tools, limits) */
