@@ -235,6 +235,37 @@ static void test_utf8(void)
 	free(o);
 }
 
+static void test_amplification(void)
+{
+	/* {"value": [{},{},...]} with 300000 objects: refused before parsing. */
+	size_t n = 300000, len = 0;
+	char *buf = malloc(16 + n * 3);
+	struct proto_frame f = { 0 };
+	struct nsbox_err err = { 0 };
+	json_t *m = NULL;
+
+	len += (size_t)sprintf(buf, "{\"v\":[");
+	for (size_t i = 0; i < n; i++)
+		len += (size_t)sprintf(buf + len, i ? ",{}" : "{}");
+	len += (size_t)sprintf(buf + len, "]}");
+	f.hdr.type = PROTO_RESULT;
+	f.hdr.len = (uint32_t)len;
+	f.payload = buf;
+	CHECK(proto_msg_parse(&f, PROTO_TO_HOST, &m, &err) < 0 && err.code == EPROTO && strstr(err.msg, "JSON objects"),
+	      "300000 objects refused before parsing (%s)", err.msg);
+	/* The same count inside a string is just text. */
+	len = (size_t)sprintf(buf, "{\"v\":\"");
+	for (size_t i = 0; i < n; i++)
+		buf[len++] = '{';
+	len += (size_t)sprintf(buf + len, "\"}");
+	f.hdr.len = (uint32_t)len;
+	err_clear(&err);
+	CHECK(proto_msg_parse(&f, PROTO_TO_HOST, &m, &err) < 0 && !strstr(err.msg, "JSON objects"),
+	      "braces inside a string are not counted (%s)", err.msg);
+	json_decref(m);
+	free(buf);
+}
+
 int main(void)
 {
 	test_header();
@@ -242,5 +273,6 @@ int main(void)
 	test_fd_reader();
 	test_schemas();
 	test_utf8();
+	test_amplification();
 	tap_done();
 }
