@@ -81,7 +81,6 @@ static struct {
 	bool dead;
 	bool reading;		/* a thread owns S.rd and reads the socket */
 	bool io_reading;	/* ... and it is the io thread */
-	bool spin_next;		/* the next blocking read may spin first (py_recv) */
 	unsigned wanting;	/* threads waiting to read */
 	unsigned long long last_read;	/* when a reader last let go */
 	struct proto_reader *rd;
@@ -177,33 +176,6 @@ static void handle_cancel(const struct proto_frame *f)
 	pthread_mutex_unlock(&S.lock);
 }
 
-/* Spin on a non-blocking recv() for up to SPIN_US microseconds (with more
- * than one CPU): the host's next EXEC often follows within microseconds of
- * a RESULT, and a cross-CPU wake-up costs tens of them.  Only the main
- * thread between execs spins (py_recv): no other thread then waits to be
- * poked out of a read.  -1 with EAGAIN when nothing came. */
-#define SPIN_US 60
-static ssize_t spin_recv(int fd, void *buf, size_t len)
-{
-	static long ncpu;
-	unsigned long long t0 = now_ns();
-	ssize_t n;
-
-	if (!ncpu)
-		ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	if (ncpu < 2) {
-		errno = EAGAIN;
-		return -1;
-	}
-	do {
-		n = recv(fd, buf, len, MSG_DONTWAIT);
-		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
-			return n;
-	} while (now_ns() - t0 < SPIN_US * 1000ULL);
-	errno = EAGAIN;
-	return -1;
-}
-
 /* As the socket's reader: the next frame.  1 = *f, 0 = none yet (EAGAIN
  * when !block, or a signal), -1 = the connection is gone or broken. */
 static int read_frame(struct proto_frame *f, bool block)
@@ -224,14 +196,7 @@ static int read_frame(struct proto_frame *f, bool block)
 		}
 		r->buf_start = r->buf_end = 0;
 		/* The socket is blocking: a reader that may wait just recv()s. */
-		if (block && S.spin_next) {
-			S.spin_next = false;
-			n = spin_recv(S.fd, r->buf, sizeof(r->buf));
-			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-				n = recv(S.fd, r->buf, sizeof(r->buf), 0);
-		} else {
-			n = recv(S.fd, r->buf, sizeof(r->buf), block ? 0 : MSG_DONTWAIT);
-		}
+		n = recv(S.fd, r->buf, sizeof(r->buf), block ? 0 : MSG_DONTWAIT);
 		if (n > 0) {
 			r->buf_end = (size_t)n;
 			continue;
@@ -636,7 +601,6 @@ static PyObject *py_recv(PyObject *self, PyObject *args)
 		if (S.dead)
 			break;
 		if (!S.reading) {
-			S.spin_next = !S.io_reading && !S.wanting;
 			if (read_as_owner(&f, true)) {
 				got = true;
 				break;
