@@ -308,6 +308,26 @@ enum wait_res {
 	W_CANCEL = -3,	/* session_cancel() was called */
 };
 
+#define SPIN_US 60
+static int spin_poll(struct pollfd *p, nfds_t n)
+{
+	static int ncpu;
+	unsigned long long t0;
+	int k;
+
+	if (!ncpu)
+		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (ncpu < 2)
+		return 0;
+	t0 = now_ns();
+	do {
+		k = poll(p, n, 0);
+		if (k != 0)
+			return k;
+	} while (now_ns() - t0 < SPIN_US * 1000ULL);
+	return 0;
+}
+
 static int wait_frame(struct nsbox_session *s, unsigned long long deadline, bool watch_cancel,
 		      struct proto_frame *f, struct nsbox_err *err)
 {
@@ -339,7 +359,11 @@ static int wait_frame(struct nsbox_session *s, unsigned long long deadline, bool
 				;
 			return W_CANCEL;
 		}
-		k = poll(p, 3, remaining_ms(deadline));
+		/* Spin briefly before sleeping: a reply often comes within tens
+		 * of microseconds, and a cross-CPU wake-up costs about as much. */
+		k = spin_poll(p, 3);
+		if (k == 0)
+			k = poll(p, 3, remaining_ms(deadline));
 		if (k < 0) {
 			if (errno == EINTR)
 				continue;

@@ -81,6 +81,7 @@ static struct {
 	bool dead;
 	bool reading;		/* a thread owns S.rd and reads the socket */
 	bool io_reading;	/* ... and it is the io thread */
+	bool spin_next;		/* the next blocking read may spin first (py_recv) */
 	unsigned wanting;	/* threads waiting to read */
 	unsigned long long last_read;	/* when a reader last let go */
 	struct proto_reader *rd;
@@ -176,6 +177,33 @@ static void handle_cancel(const struct proto_frame *f)
 	pthread_mutex_unlock(&S.lock);
 }
 
+/* Spin on a non-blocking recv() for up to SPIN_US microseconds (with more
+ * than one CPU): the host's next EXEC often follows within microseconds of
+ * a RESULT, and a cross-CPU wake-up costs tens of them.  Only the main
+ * thread between execs spins (py_recv): no other thread then waits to be
+ * poked out of a read.  -1 with EAGAIN when nothing came. */
+#define SPIN_US 60
+static ssize_t spin_recv(int fd, void *buf, size_t len)
+{
+	static long ncpu;
+	unsigned long long t0 = now_ns();
+	ssize_t n;
+
+	if (!ncpu)
+		ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	if (ncpu < 2) {
+		errno = EAGAIN;
+		return -1;
+	}
+	do {
+		n = recv(fd, buf, len, MSG_DONTWAIT);
+		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			return n;
+	} while (now_ns() - t0 < SPIN_US * 1000ULL);
+	errno = EAGAIN;
+	return -1;
+}
+
 /* As the socket's reader: the next frame.  1 = *f, 0 = none yet (EAGAIN
  * when !block, or a signal), -1 = the connection is gone or broken. */
 static int read_frame(struct proto_frame *f, bool block)
@@ -196,7 +224,14 @@ static int read_frame(struct proto_frame *f, bool block)
 		}
 		r->buf_start = r->buf_end = 0;
 		/* The socket is blocking: a reader that may wait just recv()s. */
-		n = recv(S.fd, r->buf, sizeof(r->buf), block ? 0 : MSG_DONTWAIT);
+		if (block && S.spin_next) {
+			S.spin_next = false;
+			n = spin_recv(S.fd, r->buf, sizeof(r->buf));
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				n = recv(S.fd, r->buf, sizeof(r->buf), 0);
+		} else {
+			n = recv(S.fd, r->buf, sizeof(r->buf), block ? 0 : MSG_DONTWAIT);
+		}
 		if (n > 0) {
 			r->buf_end = (size_t)n;
 			continue;
@@ -279,6 +314,14 @@ static int read_as_owner(struct proto_frame *mine, bool want_mine)
 	S.reading = true;
 	pthread_mutex_unlock(&S.lock);
 	k = read_frame(&f, true);
+	/* Route before giving up the reader role: a thread that saw its call
+	 * not yet answered must not become the next reader and block in
+	 * recv() while the answer it waits for sits, read but unrouted, here
+	 * (a lost wake-up: nothing more may ever arrive). */
+	if (k == 1 && route(&f, want_mine) == ROUTE_MINE) {
+		*mine = f;
+		r = 1;
+	}
 	pthread_mutex_lock(&S.lock);
 	S.reading = false;
 	S.last_read = now_ns();
@@ -286,14 +329,6 @@ static int read_as_owner(struct proto_frame *mine, bool want_mine)
 		pthread_cond_broadcast(&S.cond);
 	if (k < 0)
 		mark_dead_locked();
-	if (k != 1)
-		return 0;
-	pthread_mutex_unlock(&S.lock);
-	if (route(&f, want_mine) == ROUTE_MINE) {
-		*mine = f;
-		r = 1;
-	}
-	pthread_mutex_lock(&S.lock);
 	return r;
 }
 
@@ -601,6 +636,7 @@ static PyObject *py_recv(PyObject *self, PyObject *args)
 		if (S.dead)
 			break;
 		if (!S.reading) {
+			S.spin_next = !S.io_reading && !S.wanting;
 			if (read_as_owner(&f, true)) {
 				got = true;
 				break;
