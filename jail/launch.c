@@ -86,32 +86,38 @@ struct child_ctx {
 	int sync_fd;
 };
 
-static void set_rlimit(int res, rlim_t v)
+/* Set soft and hard limit to v (clamped to the hard limit we have).  A
+ * limit that silently failed to apply would be a sandbox without it. */
+static int set_rlimit(int res, const char *name, rlim_t v, struct nsbox_err *err)
 {
 	struct rlimit rl;
 
 	if (getrlimit(res, &rl) == 0 && rl.rlim_max != RLIM_INFINITY && v > rl.rlim_max)
 		v = rl.rlim_max;
 	rl.rlim_cur = rl.rlim_max = v;
-	(void)setrlimit(res, &rl);
+	if (setrlimit(res, &rl) < 0)
+		return err_sys(err, "setrlimit(%s, %llu)", name, (unsigned long long)v);
+	return 0;
 }
 
-static int payload_limits(const struct child_ctx *c)
+static int payload_limits(const struct child_ctx *c, struct nsbox_err *err)
 {
 	const struct nsbox_policy *p = c->p;
 	bool mem = c->cg && c->cg->enforced[CTRL_MEMORY], pids = c->cg && c->cg->enforced[CTRL_PIDS];
 
-	set_rlimit(RLIMIT_CORE, 0);
-	if (p->file_size)
-		set_rlimit(RLIMIT_FSIZE, p->file_size);
-	if (p->nofile)
-		set_rlimit(RLIMIT_NOFILE, p->nofile);
+	err_step(err, "rlimits");
+	if (set_rlimit(RLIMIT_CORE, "RLIMIT_CORE", 0, err) < 0)
+		return -1;
+	if (p->file_size && set_rlimit(RLIMIT_FSIZE, "RLIMIT_FSIZE", p->file_size, err) < 0)
+		return -1;
+	if (p->nofile && set_rlimit(RLIMIT_NOFILE, "RLIMIT_NOFILE", p->nofile, err) < 0)
+		return -1;
 	/* Fallbacks where no cgroup enforces the limit (the parent warned). */
-	if (p->memory && !mem)
-		set_rlimit(RLIMIT_AS, p->memory);
+	if (p->memory && !mem && set_rlimit(RLIMIT_AS, "RLIMIT_AS", p->memory, err) < 0)
+		return -1;
 	/* RLIMIT_NPROC counts per user per user namespace (ucounts, 5.14+). */
-	if (p->pids && !pids)
-		set_rlimit(RLIMIT_NPROC, p->pids);
+	if (p->pids && !pids && set_rlimit(RLIMIT_NPROC, "RLIMIT_NPROC", p->pids, err) < 0)
+		return -1;
 	return 0;
 }
 
@@ -221,7 +227,8 @@ static __attribute__((noreturn)) void payload_main(const struct child_ctx *c, in
 	}
 	if (payload_fds(s, &exec_fd, &err_fd, &e) < 0)
 		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
-	payload_limits(c);
+	if (payload_limits(c, &e) < 0)
+		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
 	envp = build_env(p);
 	if (caps_drop_all(&e) < 0)
 		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);

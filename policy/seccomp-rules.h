@@ -19,7 +19,7 @@
 enum seccomp_rule_action {
 	SRULE_ALLOW = 0,
 	SRULE_EPERM,	/* denied with EPERM; SECCOMP_RET_LOG in Seccomp=log mode */
-	SRULE_ENOSYS,	/* "not implemented" so libc falls back; kept in log mode */
+	SRULE_ENOSYS,	/* ENOSYS so libc falls back to an older call; kept in log mode */
 };
 
 enum seccomp_rule_cmp {
