@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,23 +76,39 @@ static char *absolute(const char *path, struct nsbox_err *err)
 	return strdup(buf);
 }
 
-int args_load_policy(struct nsbox_policy *p, int argc, char **argv, struct nsbox_err *err)
+/* An API error as a CLI error (and free it). */
+static int take_error(struct nsbox_err *err, nsbox_error_t *e)
 {
+	err_set(err, -nsbox_error_code(e), "%s", nsbox_error_message(e));
+	nsbox_error_free(e);
+	return -1;
+}
+
+int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct nsbox_err *err)
+{
+	const char *name = "default";
+	nsbox_error_t *e = NULL;
+
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--") == 0)
 			break;
 		if (strcmp(argv[i], "--policy") == 0) {
 			if (i + 1 >= argc)
 				return err_set(err, EINVAL, "--policy needs a value");
-			return policy_load(p, argv[i + 1], err);
+			name = argv[i + 1];
+			break;
 		}
-		if (strncmp(argv[i], "--policy=", 9) == 0)
-			return policy_load(p, argv[i] + 9, err);
+		if (strncmp(argv[i], "--policy=", 9) == 0) {
+			name = argv[i] + 9;
+			break;
+		}
 	}
-	return policy_init_builtin(p, "default", err);
+	if (nsbox_policy_new(name, p, &e) < 0)
+		return take_error(err, e);
+	return 0;
 }
 
-int args_parse_jail_option(struct nsbox_policy *p, int argc, char **argv, int *i, struct nsbox_err *err)
+int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, struct nsbox_err *err)
 {
 	const char *arg = argv[*i];
 	const char *val;
@@ -151,10 +168,14 @@ int args_parse_jail_option(struct nsbox_policy *p, int argc, char **argv, int *i
 			snprintf(owned, need, "%s:%s", abs, colon ? colon + 1 : abs);
 			val = owned;
 		}
-		r = policy_set(p, o->section, o->key, val, err);
+		nsbox_error_t *e = NULL;
+
+		r = nsbox_policy_set(p, o->section, o->key, val, &e);
 		free(owned);
-		if (r < 0)
+		if (r < 0) {
+			take_error(err, e);
 			return err_wrap(err, "--%s", o->name);
+		}
 		return 1;
 	}
 	return 0;

@@ -4,7 +4,9 @@
 
 #include <stdio.h>
 
-#include "jail.h"
+#include "error.h"
+#include "jail.h"	/* NSBOX_EXIT_*: the exit statuses of nsbox(1) */
+#include "nsbox.h"
 
 int cmd_run(int argc, char **argv);
 int cmd_info(int argc, char **argv);
@@ -16,9 +18,7 @@ int cmd_python(int argc, char **argv);
 void cli_warn(void *ctx, const char *msg);
 /* Print a setup error the way every subcommand does. */
 void cli_print_error(const char *what, const struct nsbox_err *err);
-/* Write a jail status as JSON to path ("-" = stdout).  Returns 0 or -1. */
-int cli_write_status(const char *path, const struct jail_status *st, const struct jail *j);
-/* Forward SIGINT, SIGTERM, SIGHUP, SIGQUIT to pid (0 = stop forwarding). */
-void cli_forward_signals(pid_t pid);
+/* Write how a run ended as JSON to path ("-" = stdout).  Returns 0 or -1. */
+int cli_write_status(const char *path, const struct nsbox_run_status *st);
 
 #endif

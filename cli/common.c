@@ -3,7 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cgroup.h"
 #include "commands.h"
 
 void cli_warn(void *ctx, const char *msg)
@@ -20,42 +19,22 @@ void cli_print_error(const char *what, const struct nsbox_err *err)
 		fprintf(stderr, "nsbox: %s: %s\n", what, err->msg);
 }
 
-static volatile pid_t forward_pid;
-
-static void on_signal(int sig)
-{
-	if (forward_pid > 0)
-		kill(forward_pid, sig);
-}
-
-void cli_forward_signals(pid_t pid)
-{
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
-	struct sigaction sa = { .sa_handler = pid ? on_signal : SIG_DFL };
-
-	forward_pid = pid;
-	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++)
-		sigaction(sigs[i], &sa, NULL);
-}
-
-int cli_write_status(const char *path, const struct jail_status *st, const struct jail *j)
+int cli_write_status(const char *path, const struct nsbox_run_status *st)
 {
 	json_t *o, *cg, *ctrls;
 	int r;
 
 	cg = json_object();
-	ctrls = json_object();
-	json_object_set_new(cg, "mode", json_string(cgroup_mode_name(j->cg_mode)));
-	for (int c = 0; c < CTRL__N; c++)
-		json_object_set_new(ctrls, cgroup_ctrl_name(c), json_boolean(j->cg_enforced[c]));
+	ctrls = json_pack("{s:b, s:b, s:b}", "memory", st->memory_enforced, "pids", st->pids_enforced, "cpu",
+			  st->cpu_enforced);
+	json_object_set_new(cg, "mode", json_string(st->cgroup_mode));
 	json_object_set_new(cg, "enforced", ctrls);
 	o = json_pack("{s:o, s:o, s:b, s:b, s:I, s:f, s:f, s:f, s:i, s:o}",
-		      "exit_code", st->exited ? json_integer(st->exit_code) : json_null(),
+		      "exit_code", st->exited ? json_integer(st->exit_status) : json_null(),
 		      "signal", st->term_signal ? json_integer(st->term_signal) : json_null(),
 		      "time_limit", st->time_limit, "oom_killed", st->oom_killed,
 		      "peak_memory", (json_int_t)st->peak_memory, "cpu_user", st->cpu_user,
-		      "cpu_system", st->cpu_system, "wall", st->wall, "status", jail_exit_code(st),
+		      "cpu_system", st->cpu_system, "wall", st->wall, "status", st->exit_code,
 		      "cgroup", cg);
 	if (!o)
 		return -1;

@@ -1,6 +1,7 @@
 /* nsbox python [OPTIONS] [-c CODE | -m MODULE | FILE | -] [ARG...]
- * Runs Python in a fresh sandboxed session (lib/session.h); with no code
- * and a terminal, an interactive REPL whose state lives in the sandbox. */
+ * Runs Python in a fresh sandboxed session, a thin front end over
+ * libnsbox's session API (include/nsbox.h); with no code and a terminal,
+ * an interactive REPL whose state lives in the sandbox. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -14,18 +15,19 @@
 
 #include "args.h"
 #include "commands.h"
-#include "session.h"
 #include "util.h"
 
 #define MAX_TOOLS 64
 #define TOOL_OUTPUT_MAX (32u << 20)	/* beyond the frame cap: the session refuses it clearly */
 
 struct cli_tool {
-	const char *name;
+	char *name;
 	const char *command;
 };
 
-static struct nsbox_session *active;
+static nsbox_session_t *active;
+/* Output is shown only for the user's code, not for our own set-up execs. */
+static bool show_output;
 
 static void py_usage(FILE *f)
 {
@@ -45,14 +47,16 @@ static void on_sigint(int sig)
 {
 	(void)sig;
 	if (active)
-		session_cancel(active);
+		nsbox_cancel(active);	/* async-signal-safe */
 }
 
-static void on_output(void *ctx, int stream, const char *data, size_t len)
+static void on_output(void *ud, int stream, const char *data, size_t len)
 {
 	FILE *f = stream == 1 ? stdout : stderr;
 
-	(void)ctx;
+	(void)ud;
+	if (!show_output)
+		return;
 	fwrite(data, 1, len, f);
 	fflush(f);
 }
@@ -60,21 +64,20 @@ static void on_output(void *ctx, int stream, const char *data, size_t len)
 /* A host tool implemented by a command: the call's JSON on its stdin, a
  * JSON value on its stdout.  The command runs on the host, unsandboxed: it
  * is the user's own program. */
-static int run_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, json_t **value, char **error)
+static int run_tool(void *ud, const char *name, const char *args_json, char **result_json, char **error)
 {
-	const struct cli_tool *t = ctx;
-	json_t *call = json_pack("{s:O,s:O}", "args", args, "kwargs", kwargs);
-	char *in = call ? json_dumps(call, JSON_COMPACT) : NULL;
+	const struct cli_tool *t = ud;
+	const char *in = args_json;
 	_cleanup_free_ char *out = NULL;
 	size_t out_len = 0, in_len, in_done = 0;
 	bool overflow = false;
 	int pin[2] = { -1, -1 }, pout[2] = { -1, -1 };
 	json_error_t jerr;
+	json_t *check;
 	pid_t pid;
 	int ws;
 
-	json_decref(call);
-	if (!in || pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0)
+	if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0)
 		goto fail_sys;
 	pid = fork();
 	if (pid < 0)
@@ -141,7 +144,6 @@ static int run_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, j
 		close(pin[1]);
 	while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
 		;
-	free(in);
 	if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
 		if (asprintf(error, "tool %s: command failed (%s %d)", name,
 			     WIFEXITED(ws) ? "exit status" : "signal", WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws)) < 0)
@@ -154,17 +156,20 @@ static int run_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, j
 			*error = NULL;
 		return -1;
 	}
-	*value = json_loadb(out ? out : "", out_len, JSON_DECODE_ANY, &jerr);
-	if (!*value) {
+	/* Checked here to say which command broke (libnsbox checks it too). */
+	check = json_loadb(out ? out : "", out_len, JSON_DECODE_ANY, &jerr);
+	if (!check) {
 		if (asprintf(error, "tool %s: the command's output is not JSON: %s", name, jerr.text) < 0)
 			*error = NULL;
 		return -1;
 	}
+	json_decref(check);
+	out[out_len] = '\0';
+	*result_json = TAKE_PTR(out);
 	return 0;
 fail_sys:
 	if (asprintf(error, "tool %s: cannot run the command: %s", name, strerror(errno)) < 0)
 		*error = NULL;
-	free(in);
 	for (int i = 0; i < 2; i++) {
 		if (pin[i] >= 0)
 			close(pin[i]);
@@ -235,21 +240,39 @@ static void print_tail(const json_t *result, const char *stream, FILE *f)
 	fflush(f);
 }
 
-static int report(const struct session_result *res, bool json_mode, bool streamed)
+/* An uncaught SystemExit is the script's exit status, not an error to show. */
+static bool is_exit(const nsbox_result_t *r)
 {
-	const json_t *r = res->result;
+	const char *t = nsbox_result_error_type(r);
+
+	return nsbox_result_status(r) == NSBOX_EXCEPTION && t && !strcmp(t, "SystemExit");
+}
+
+static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode, bool streamed)
+{
+	static const char *const names[] = {
+		[NSBOX_OK] = "ok", [NSBOX_EXCEPTION] = "exception", [NSBOX_TIME_LIMIT] = "timeout",
+		[NSBOX_CANCELLED] = "cancelled", [NSBOX_MEMORY_LIMIT] = "memory", [NSBOX_CRASHED] = "crashed",
+		[NSBOX_PROTOCOL_ERROR] = "protocol", [NSBOX_INCOMPLETE] = "incomplete",
+	};
+	enum nsbox_status status = nsbox_result_status(res);
+	bool limit = status != NSBOX_OK && status != NSBOX_EXCEPTION;
+	json_t *r = json_loads(nsbox_result_json(res), 0, NULL);
 
 	if (json_mode) {
+		struct nsbox_session_info info = { .struct_size = sizeof(info) };
 		json_t *o = json_object();
-		json_t *usage = json_pack("{s:f,s:I,s:I,s:I}", "wall", res->wall, "tool_calls", (json_int_t)res->tool_calls,
-					  "bytes_in", (json_int_t)res->bytes_in, "peak_memory",
-					  (json_int_t)res->peak_memory);
+		double wall, cpu;
+		uint64_t peak;
+		unsigned calls;
+		json_t *usage;
 		const char *keys[] = { "stdout", "stderr", "stdout_truncated", "stderr_truncated", "stdout_bytes",
 				       "stderr_bytes", "exit_code" };
-		static const char *const names[] = { "ok", "exception", "timeout", "cancelled", "memory", "crashed",
-						     "protocol" };
 
-		json_object_set(o, "value", r && json_object_get(r, "value") ? json_object_get(r, "value") : json_null());
+		nsbox_result_usage(res, &wall, &cpu, &peak, &calls);
+		usage = json_pack("{s:f,s:I,s:I}", "wall", wall, "tool_calls", (json_int_t)calls, "peak_memory",
+				  (json_int_t)peak);
+		json_object_set_new(o, "value", json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL) ?: json_null());
 		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
 			json_t *v = r ? json_object_get(r, keys[i]) : NULL;
 
@@ -260,11 +283,10 @@ static int report(const struct session_result *res, bool json_mode, bool streame
 		}
 		if (r && json_is_object(json_object_get(r, "error")))
 			json_object_set(o, "error", json_object_get(r, "error"));
-		else if (res->outcome != SESSION_OK)
-			json_object_set_new(o, "error", json_pack("{s:s,s:s,s:n}", "type",
-								  res->outcome == SESSION_TIMEOUT ? "nsbox.TimeLimitExceeded" :
-								  res->outcome == SESSION_MEMORY ? "MemoryError" : "nsbox.SandboxError",
-								  "message", res->message, "traceback"));
+		else if (status != NSBOX_OK)
+			json_object_set_new(o, "error", json_pack("{s:s?,s:s?,s:n}", "type", nsbox_result_error_type(res),
+								  "message", nsbox_result_error_message(res),
+								  "traceback"));
 		else
 			json_object_set_new(o, "error", json_null());
 		if (r && json_is_object(json_object_get(r, "usage")))
@@ -272,10 +294,12 @@ static int report(const struct session_result *res, bool json_mode, bool streame
 		if (r && json_is_number(json_object_get(r, "duration")))
 			json_object_set(usage, "duration", json_object_get(r, "duration"));
 		json_object_set_new(o, "usage", usage);
-		json_object_set_new(o, "outcome", json_string(names[res->outcome]));
-		if (res->outcome != SESSION_OK && res->outcome != SESSION_EXCEPTION)
-			json_object_set_new(o, "message", json_string(res->message));
-		json_object_set_new(o, "session_dead", json_boolean(res->dead));
+		json_object_set_new(o, "outcome", json_string(is_exit(res) ? "ok" : names[status]));
+		if (limit)
+			json_object_set_new(o, "message", json_string(nsbox_result_error_message(res) ?: ""));
+		if (nsbox_session_info(s, &info, NULL) < 0)
+			info.alive = false;
+		json_object_set_new(o, "session_dead", json_boolean(!info.alive));
 		json_dumpf(o, stdout, JSON_COMPACT);
 		fputc('\n', stdout);
 		json_decref(o);
@@ -288,32 +312,33 @@ static int report(const struct session_result *res, bool json_mode, bool streame
 			print_tail(r, "stderr", stderr);
 		}
 		fflush(stdout);
-		if (res->outcome == SESSION_EXCEPTION || res->outcome == SESSION_TIMEOUT ||
-		    res->outcome == SESSION_CANCELLED)
+		if ((status == NSBOX_EXCEPTION && !is_exit(res)) || status == NSBOX_TIME_LIMIT ||
+		    status == NSBOX_CANCELLED)
 			print_error(r);
-		if (res->outcome != SESSION_OK && res->outcome != SESSION_EXCEPTION)
-			fprintf(stderr, "nsbox python: %s\n", res->message);
+		if (limit)
+			fprintf(stderr, "nsbox python: %s\n", nsbox_result_error_message(res) ?: "");
 	}
 	fflush(stdout);
-	if (res->outcome == SESSION_OK)
-		return res->exit_code;
-	return res->exit_code ? res->exit_code : 1;
+	json_decref(r);
+	return nsbox_result_exit_code(res);
 }
 
-static int repl(struct nsbox_session *s)
+static int repl(nsbox_session_t *s)
 {
 	char *line = NULL, *buf = NULL;
 	size_t cap = 0, len = 0;
-	struct nsbox_err err = { 0 };
+	struct nsbox_session_info info = { .struct_size = sizeof(info) };
+	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo), .interactive = true, .filename = "<stdin>" };
 
-	fprintf(stderr, "Python %s in an nsbox sandbox; state lives inside. Ctrl-D to quit.\n",
-		json_string_value(json_object_get(session_hello(s), "python")) ?: "");
+	if (nsbox_session_info(s, &info, NULL) < 0)
+		info.python[0] = '\0';
+	fprintf(stderr, "Python %s in an nsbox sandbox; state lives inside. Ctrl-D to quit.\n", info.python);
 	for (;;) {
+		nsbox_error_t *e = NULL;
+		nsbox_result_t *res = NULL;
 		ssize_t n;
-		struct session_exec_req req = { .display = true, .stream = true, .check_complete = true,
-						.filename = "<stdin>" };
-		struct session_result res;
 		char *nb;
+		bool dead;
 
 		fputs(len ? "... " : ">>> ", stdout);
 		fflush(stdout);
@@ -328,20 +353,23 @@ static int repl(struct nsbox_session *s)
 		buf = nb;
 		memcpy(buf + len, line, (size_t)n + 1);
 		len += (size_t)n;
-		req.code = buf;
-		if (session_exec(s, &req, &res, &err) < 0) {
-			fprintf(stderr, "nsbox python: %s\n", err.msg);
+		if (nsbox_exec(s, buf, &eo, &res, &e) < 0) {
+			fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+			dead = nsbox_error_code(e) == -ENOTCONN;
+			nsbox_error_free(e);
 			len = 0;
+			if (dead)
+				break;
 			continue;
 		}
-		if (res.result && json_is_true(json_object_get(res.result, "incomplete"))) {
-			session_result_free(&res);
+		if (nsbox_result_status(res) == NSBOX_INCOMPLETE) {
+			nsbox_result_free(res);
 			continue;
 		}
 		len = 0;
-		report(&res, false, true);
-		session_result_free(&res);
-		if (res.dead) {
+		report(s, res, false, true);
+		nsbox_result_free(res);
+		if (nsbox_session_info(s, &info, NULL) < 0 || !info.alive) {
 			fprintf(stderr, "nsbox python: the session has ended\n");
 			break;
 		}
@@ -351,21 +379,51 @@ static int repl(struct nsbox_session *s)
 	return 0;
 }
 
+/* Set a global from a JSON value (consumed).  Returns 0 or -1 (printed). */
+static int set_json_var(nsbox_session_t *s, const char *name, json_t *v)
+{
+	nsbox_error_t *e = NULL;
+	char *text = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+	int r;
+
+	json_decref(v);
+	if (!text) {
+		fprintf(stderr, "nsbox python: out of memory\n");
+		return -1;
+	}
+	r = nsbox_set_var(s, name, text, &e);
+	free(text);
+	if (r < 0) {
+		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+		nsbox_error_free(e);
+		return -1;
+	}
+	return 0;
+}
+
+static void free_tools(struct cli_tool *t, size_t n)
+{
+	for (size_t k = 0; k < n; k++)
+		free(t[k].name);
+}
+
 int cmd_python(int argc, char **argv)
 {
-	struct nsbox_policy p = { 0 };
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
 	struct nsbox_err err = { 0 };
 	struct cli_tool ctools[MAX_TOOLS];
-	struct session_tool stools[MAX_TOOLS];
 	size_t n_tools = 0;
 	const char *code = NULL, *module = NULL, *file = NULL;
 	_cleanup_free_ char *owned_code = NULL;
 	bool json_mode = false;
 	unsigned long long out_limit = 0;
-	struct session_opts o = { 0 };
-	struct nsbox_session *s = NULL;
-	struct session_result res;
-	struct session_exec_req req = { 0 };
+	/* The CLI is single-threaded: the sandbox is made here (no helper to
+	 * start), and CPython starts cold in it. */
+	struct nsbox_session_opts so = { .struct_size = sizeof(so), .warn = cli_warn, .in_process = true };
+	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo) };
+	nsbox_session_t *s = NULL;
+	nsbox_result_t *res = NULL;
 	json_t *sys_argv;
 	int i, rc;
 
@@ -385,7 +443,7 @@ int cmd_python(int argc, char **argv)
 			break;
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			py_usage(stdout);
-			policy_free(&p);
+			nsbox_policy_free(p);
 			return 0;
 		}
 		if (!strcmp(a, "-c") || !strcmp(a, "-m")) {
@@ -423,13 +481,14 @@ int cmd_python(int argc, char **argv)
 				goto usage;
 			}
 			name = strndup(v, (size_t)(eq - v));
-			ctools[n_tools] = (struct cli_tool){ name, eq + 1 };
-			stools[n_tools] = (struct session_tool){ .name = name, .fn = run_tool, .ctx = &ctools[n_tools],
-								 .description = "A host tool (nsbox python --tool)." };
-			n_tools++;
+			if (!name) {
+				fprintf(stderr, "nsbox python: out of memory\n");
+				goto usage_quiet;
+			}
+			ctools[n_tools++] = (struct cli_tool){ name, eq + 1 };
 			continue;
 		}
-		r = args_parse_jail_option(&p, argc, argv, &i, &err);
+		r = args_parse_jail_option(p, argc, argv, &i, &err);
 		if (r < 0) {
 			fprintf(stderr, "nsbox python: %s\n", err.msg);
 			goto usage_quiet;
@@ -438,6 +497,11 @@ int cmd_python(int argc, char **argv)
 			fprintf(stderr, "nsbox python: unknown option '%s'\n", a);
 			goto usage;
 		}
+	}
+	if (nsbox_policy_check(p, &e) < 0) {
+		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+		nsbox_error_free(e);
+		goto usage_quiet;
 	}
 	if (!code && !module && i < argc)
 		file = argv[i++];
@@ -454,8 +518,7 @@ int cmd_python(int argc, char **argv)
 		if (!f) {
 			fprintf(stderr, "nsbox python: cannot open %s: %s\n", file, strerror(errno));
 			json_decref(sys_argv);
-			policy_free(&p);
-			return NSBOX_EXIT_USAGE;
+			goto usage_quiet;
 		}
 		owned_code = read_all(f, &len);
 		if (f != stdin)
@@ -463,8 +526,7 @@ int cmd_python(int argc, char **argv)
 		if (!owned_code || strlen(owned_code) != len) {
 			fprintf(stderr, "nsbox python: cannot read %s (or it holds a NUL byte)\n", file);
 			json_decref(sys_argv);
-			policy_free(&p);
-			return NSBOX_EXIT_USAGE;
+			goto usage_quiet;
 		}
 		code = owned_code;
 	} else if (!code && !module && !isatty(0)) {
@@ -474,28 +536,30 @@ int cmd_python(int argc, char **argv)
 		if (!owned_code) {
 			fprintf(stderr, "nsbox python: cannot read stdin\n");
 			json_decref(sys_argv);
-			policy_free(&p);
-			return NSBOX_EXIT_USAGE;
+			goto usage_quiet;
 		}
 		code = owned_code;
 		file = "<stdin>";
 	}
 
-	o.policy = &p;
-	o.tools = stools;
-	o.n_tools = n_tools;
-	o.output_limit = out_limit;
-	o.output = on_output;
-	o.warn = cli_warn;
-	/* Handshake and variable requests: generous for a cold start, but
-	 * never longer than a limit the user asked for (plus slack). */
-	o.control_timeout = p.time_limit > 0 ? (p.time_limit + 5 < 30 ? p.time_limit + 5 : 30) : 30;
-	if (session_start(&s, &o, &err) < 0) {
-		cli_print_error("python", &err);
+	so.output_limit = out_limit;
+	so.output = json_mode ? NULL : on_output;
+	if (nsbox_session_new(p, &so, &s, &e) < 0) {
+		fprintf(stderr, "nsbox: python: %s\n", nsbox_error_message(e));
+		nsbox_error_free(e);
 		json_decref(sys_argv);
 		rc = NSBOX_EXIT_SETUP;
 		goto out;
 	}
+	for (size_t k = 0; k < n_tools; k++)
+		if (nsbox_session_add_tool(s, ctools[k].name, NULL, "A host tool (nsbox python --tool).", run_tool,
+					   &ctools[k], &e) < 0) {
+			fprintf(stderr, "nsbox python: --tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
+			rc = nsbox_error_code(e) == -EINVAL ? NSBOX_EXIT_USAGE : NSBOX_EXIT_PROTOCOL;
+			nsbox_error_free(e);
+			json_decref(sys_argv);
+			goto out;
+		}
 	active = s;
 	{
 		struct sigaction sa = { .sa_handler = on_sigint };
@@ -504,72 +568,57 @@ int cmd_python(int argc, char **argv)
 		sigaction(SIGINT, &sa, NULL);
 		sigaction(SIGTERM, &sa, NULL);
 	}
-	if (session_set_var(s, "__nsbox_argv__", sys_argv, &err) < 0) {
-		json_decref(sys_argv);
-		fprintf(stderr, "nsbox python: %s\n", err.msg);
+	if (set_json_var(s, "__nsbox_argv__", sys_argv) < 0) {
 		rc = NSBOX_EXIT_PROTOCOL;
 		goto out;
 	}
-	json_decref(sys_argv);
-	{
-		struct session_exec_req pre = {
-			.code = "import sys\nsys.argv = __nsbox_argv__\ndel __nsbox_argv__, sys\n",
-			.filename = "<nsbox>",
-		};
-
-		if (session_exec(s, &pre, &res, &err) < 0) {
-			fprintf(stderr, "nsbox python: %s\n", err.msg);
-			rc = NSBOX_EXIT_PROTOCOL;
-			goto out;
-		}
-		if (res.outcome != SESSION_OK) {
-			rc = report(&res, json_mode, false);
-			session_result_free(&res);
-			goto out;
-		}
-		session_result_free(&res);
+	eo.filename = "<nsbox>";
+	if (nsbox_exec(s, "import sys\nsys.argv = __nsbox_argv__\ndel __nsbox_argv__, sys\n", &eo, &res, &e) < 0) {
+		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+		nsbox_error_free(e);
+		rc = NSBOX_EXIT_PROTOCOL;
+		goto out;
 	}
+	if (nsbox_result_status(res) != NSBOX_OK) {
+		rc = report(s, res, json_mode, false);
+		goto out;
+	}
+	nsbox_result_free(res);
+	res = NULL;
+	show_output = true;
 	if (!code && !module) {
 		rc = repl(s);
 		goto out;
 	}
 	if (module) {
-		json_t *name = json_string(module);
-
-		if (!name || session_set_var(s, "__nsbox_module__", name, &err) < 0) {
-			json_decref(name);
-			fprintf(stderr, "nsbox python: %s\n", err.msg);
+		if (set_json_var(s, "__nsbox_module__", json_string(module)) < 0) {
 			rc = NSBOX_EXIT_PROTOCOL;
 			goto out;
 		}
-		json_decref(name);
 		code = "import runpy as __nsbox_runpy__\n"
 		       "__nsbox_runpy__.run_module(__nsbox_module__, run_name='__main__', alter_sys=True)\n";
 		file = "<nsbox -m>";
 	}
-	req.code = code;
-	req.filename = file ? file : "<string>";
-	req.want_value = json_mode;
-	req.stream = !json_mode;
-	if (session_exec(s, &req, &res, &err) < 0) {
-		fprintf(stderr, "nsbox python: %s\n", err.msg);
+	eo.filename = file ? file : "<string>";
+	eo.repl = json_mode;
+	if (nsbox_exec(s, code, &eo, &res, &e) < 0) {
+		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+		nsbox_error_free(e);
 		rc = NSBOX_EXIT_USAGE;
 		goto out;
 	}
-	rc = report(&res, json_mode, !json_mode);
-	session_result_free(&res);
+	rc = report(s, res, json_mode, !json_mode);
 out:
 	active = NULL;
-	session_close(s, NULL);
-	for (size_t k = 0; k < n_tools; k++)
-		free((char *)ctools[k].name);
-	policy_free(&p);
+	nsbox_result_free(res);
+	nsbox_session_free(s);
+	free_tools(ctools, n_tools);
+	nsbox_policy_free(p);
 	return rc;
 usage:
 	py_usage(stderr);
 usage_quiet:
-	for (size_t k = 0; k < n_tools; k++)
-		free((char *)ctools[k].name);
-	policy_free(&p);
+	free_tools(ctools, n_tools);
+	nsbox_policy_free(p);
 	return NSBOX_EXIT_USAGE;
 }

@@ -1,4 +1,5 @@
-/* nsbox run [OPTIONS] -- COMMAND [ARG...] */
+/* nsbox run [OPTIONS] -- COMMAND [ARG...]: a thin front end over
+ * nsbox_run() (include/nsbox.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -14,11 +15,15 @@ static void run_usage(FILE *f)
 
 int cmd_run(int argc, char **argv)
 {
-	struct nsbox_policy p = { 0 };
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
 	struct nsbox_err err = { 0 };
-	struct jail j;
 	const char *json_status = NULL;
-	int i, code;
+	/* The CLI is single-threaded: launch from here, no helper to start. */
+	struct nsbox_run_opts o = { .struct_size = sizeof(o), .warn = cli_warn, .forward_signals = true,
+				    .in_process = true };
+	struct nsbox_run_status st = { .struct_size = sizeof(st) };
+	int i, code = NSBOX_EXIT_USAGE;
 
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
 		fprintf(stderr, "nsbox run: %s\n", err.msg);
@@ -34,8 +39,8 @@ int cmd_run(int argc, char **argv)
 			break;
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			run_usage(stdout);
-			policy_free(&p);
-			return 0;
+			code = 0;
+			goto out;
 		}
 		if (strcmp(argv[i], "--json-status") == 0 && i + 1 < argc) {
 			json_status = argv[++i];
@@ -45,57 +50,43 @@ int cmd_run(int argc, char **argv)
 			json_status = argv[i] + 14;
 			continue;
 		}
-		r = args_parse_jail_option(&p, argc, argv, &i, &err);
+		r = args_parse_jail_option(p, argc, argv, &i, &err);
 		if (r < 0) {
 			fprintf(stderr, "nsbox run: %s\n", err.msg);
-			policy_free(&p);
-			return NSBOX_EXIT_USAGE;
+			goto out;
 		}
 		if (r == 0) {
 			fprintf(stderr, "nsbox run: unknown option '%s'\n", argv[i]);
 			run_usage(stderr);
-			policy_free(&p);
-			return NSBOX_EXIT_USAGE;
+			goto out;
 		}
 	}
-	if (i < argc && policy_validate(&p, &err) < 0) {
-		fprintf(stderr, "nsbox run: %s\n", err.msg);
-		policy_free(&p);
-		return NSBOX_EXIT_USAGE;
+	if (i < argc && nsbox_policy_check(p, &e) < 0) {
+		fprintf(stderr, "nsbox run: %s\n", nsbox_error_message(e));
+		goto out;
 	}
 	if (i >= argc) {
 		fprintf(stderr, "nsbox run: no command given\n");
 		run_usage(stderr);
-		policy_free(&p);
-		return NSBOX_EXIT_USAGE;
+		goto out;
 	}
-
-	struct jail_spec spec = {
-		.policy = &p, .argv = argv + i, .exec_fd = -1, .warn = cli_warn,
-	};
-	int r = jail_start(&j, &spec, &err);
-	if (r == -1) {
-		cli_print_error("run", &err);
-		policy_free(&p);
-		return NSBOX_EXIT_SETUP;
+	if (nsbox_run(p, argv + i, &o, &st, &e) < 0) {
+		fprintf(stderr, "nsbox: run: %s\n", nsbox_error_message(e));
+		code = NSBOX_EXIT_SETUP;
+		goto out;
 	}
-	if (r == -2) {
-		fprintf(stderr, "nsbox run: %s\n", err.msg);
-	} else {
-		cli_forward_signals(j.pid);
-		if (jail_wait(&j, NULL, &err) < 0)
-			cli_print_error("run", &err);
-		cli_forward_signals(0);
-		jail_destroy(&j);
-	}
-	code = jail_exit_code(&j.status);
-	if (j.status.time_limit)
-		fprintf(stderr, "nsbox run: time limit exceeded (%.3g s)\n", p.time_limit);
+	code = st.exit_code;
+	if (st.exec_errno)
+		fprintf(stderr, "nsbox run: %s: %s\n", argv[i], strerror(st.exec_errno));
+	else if (st.time_limit)
+		fprintf(stderr, "nsbox run: time limit exceeded\n");
 	else if (code == NSBOX_EXIT_MEMORY)
 		fprintf(stderr, "nsbox run: memory limit exceeded (peak %llu bytes)\n",
-			(unsigned long long)j.status.peak_memory);
-	if (json_status && cli_write_status(json_status, &j.status, &j) < 0)
+			(unsigned long long)st.peak_memory);
+	if (json_status && cli_write_status(json_status, &st) < 0)
 		fprintf(stderr, "nsbox run: cannot write --json-status %s\n", json_status);
-	policy_free(&p);
+out:
+	nsbox_error_free(e);
+	nsbox_policy_free(p);
 	return code;
 }

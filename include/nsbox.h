@@ -52,7 +52,7 @@ NSBOX_API const char *nsbox_error_message(const nsbox_error_t *err);
 NSBOX_API void nsbox_error_free(nsbox_error_t *err);
 /* Free a string returned by libnsbox. */
 NSBOX_API void nsbox_free(void *p);
-/* Library version, e.g. "0.1.0".  Static. */
+/* Library version, e.g. "0.2.0".  Static. */
 NSBOX_API const char *nsbox_version(void);
 
 /* ---- policies --------------------------------------------------------- */
@@ -82,6 +82,10 @@ NSBOX_API int nsbox_policy_add_bind(nsbox_policy_t *p, const char *src, const ch
 				    nsbox_error_t **err);
 NSBOX_API int nsbox_policy_set_workspace(nsbox_policy_t *p, const char *dir, nsbox_error_t **err);
 NSBOX_API int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const char *value, nsbox_error_t **err);
+/* Check the policy as a whole (what nsbox_run() and nsbox_session_new()
+ * check before starting), e.g. a bind destination inside a writable mount.
+ * Since 0.2.0.  Errors: -EINVAL with a message saying what is wrong. */
+NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
 /* The effective policy in the file format; nsbox_free() it.  NULL on ENOMEM. */
 NSBOX_API char *nsbox_policy_to_string(const nsbox_policy_t *p);
 
@@ -90,6 +94,9 @@ NSBOX_API char *nsbox_policy_to_string(const nsbox_policy_t *p);
 /* Streamed output: stream 1 is stdout, 2 is stderr.  Runs on the thread
  * that called nsbox_exec(). */
 typedef void (*nsbox_output_fn)(void *userdata, int stream, const char *data, size_t len);
+/* A warning about the sandbox, e.g. a limit this host can't enforce with
+ * a cgroup and the fallback used instead (no trailing newline). */
+typedef void (*nsbox_warn_fn)(void *userdata, const char *message);
 
 struct nsbox_session_opts {
 	size_t struct_size;		/* sizeof(struct nsbox_session_opts) */
@@ -99,6 +106,18 @@ struct nsbox_session_opts {
 	nsbox_output_fn output;		/* may be NULL */
 	void *output_userdata;
 	bool cold;			/* start CPython afresh instead of forking the helper's template */
+	/* Fields below: since 0.2.0 (a smaller struct_size leaves them zero). */
+	nsbox_warn_fn warn;		/* may be NULL: warnings are dropped */
+	void *warn_userdata;
+	/* Keep a spare: once this session is made, the helper starts another
+	 * sandbox with the same policy, ready for the next nsbox_session_new()
+	 * (which then takes about a millisecond).  Costs one idle sandbox. */
+	bool spare;
+	/* Make the sandbox from this process instead of the helper: no helper
+	 * to start, so a one-off session is ready sooner, but CPython starts
+	 * cold.  Only for single-threaded processes (nsbox(1) uses it):
+	 * -EINVAL when the caller has more than one thread. */
+	bool in_process;
 };
 
 /* Create a session under policy p (copied; p may be freed afterwards).
@@ -135,6 +154,12 @@ struct nsbox_exec_opts {
 	double timeout;		/* seconds; 0: the policy's TimeLimit (0 there: none) */
 	bool repl;		/* return the last expression's value like a REPL */
 	const char *filename;	/* shown in tracebacks; NULL: "<exec>" */
+	/* Since 0.2.0.  One line of an interactive console: an expression
+	 * statement's value is printed (sys.displayhook), and input that is
+	 * incomplete (an open block) runs nothing and comes back as
+	 * NSBOX_INCOMPLETE, so the caller reads another line and resends the
+	 * whole. */
+	bool interactive;
 };
 
 enum nsbox_status {
@@ -145,6 +170,7 @@ enum nsbox_status {
 	NSBOX_MEMORY_LIMIT,		/* the memory limit killed the sandbox; dead */
 	NSBOX_CRASHED,			/* the sandbox died; dead */
 	NSBOX_PROTOCOL_ERROR,		/* the sandbox broke the protocol; dead */
+	NSBOX_INCOMPLETE,		/* interactive: incomplete input; nothing ran */
 };
 
 /* Run code.  Returns 0 and a result for every outcome of running code,
@@ -153,7 +179,8 @@ enum nsbox_status {
  * the session is dead, -EBUSY the session is in use by another call. */
 NSBOX_API int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts,
 			 nsbox_result_t **out, nsbox_error_t **err);
-/* Interrupt the exec running on s (nsbox.Cancelled inside).  Any thread. */
+/* Interrupt the exec running on s (nsbox.Cancelled inside).  Any thread;
+ * async-signal-safe (a SIGINT handler may call it). */
 NSBOX_API void nsbox_cancel(nsbox_session_t *s);
 
 NSBOX_API enum nsbox_status nsbox_result_status(const nsbox_result_t *r);
@@ -171,6 +198,14 @@ NSBOX_API const char *nsbox_result_traceback(const nsbox_result_t *r);
  * calls.  Any pointer may be NULL. */
 NSBOX_API void nsbox_result_usage(const nsbox_result_t *r, double *wall, double *cpu, uint64_t *peak_memory,
 				  unsigned *tool_calls);
+/* The exit status nsbox-python(1) would end with for this result: 0, the
+ * code of an uncaught SystemExit, 1 for another exception, and for limit
+ * kills the statuses of nsbox(1) (123 memory, 124 time, 121 protocol). */
+NSBOX_API int nsbox_result_exit_code(const nsbox_result_t *r);
+/* The runner's whole RESULT message as JSON (nsbox-protocol(7)), with the
+ * fields that have no accessor (stdout_truncated, stdout_tail, ...);
+ * "{}" when the sandbox died before answering.  Borrowed from r. */
+NSBOX_API const char *nsbox_result_json(const nsbox_result_t *r);
 NSBOX_API void nsbox_result_free(nsbox_result_t *r);
 
 /* Bind a global to a JSON value / read one as JSON (nsbox_free the
@@ -191,9 +226,54 @@ struct nsbox_session_info {
 	double cpus_limit;
 	uint64_t memory_current;	/* bytes in use now (0 if unknown) */
 	uint64_t memory_peak;
+	char python[32];		/* since 0.2.0: the sandbox's Python version, "3.11.2" */
 };
 /* Fill *info (set info->struct_size first).  Errors: -EINVAL. */
 NSBOX_API int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbox_error_t **err);
+
+/* ---- commands ----------------------------------------------------------- */
+
+struct nsbox_run_opts {
+	size_t struct_size;		/* sizeof(struct nsbox_run_opts) */
+	/* The command's stdin, stdout and stderr (3 fds, borrowed), or NULL
+	 * for the caller's 0, 1 and 2. */
+	const int *stdio;
+	nsbox_warn_fn warn;		/* may be NULL */
+	void *warn_userdata;
+	/* While the command runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
+	 * the caller are passed on to it (handlers are installed and the old
+	 * ones restored before returning).  One such call at a time per
+	 * process: -EBUSY otherwise. */
+	bool forward_signals;
+	/* Launch from this process instead of the helper (see
+	 * nsbox_session_opts.in_process): single-threaded callers only. */
+	bool in_process;
+};
+
+struct nsbox_run_status {
+	size_t struct_size;		/* sizeof(struct nsbox_run_status) */
+	int exit_code;			/* what nsbox(1) exits with: the command's status, 128+N for
+					 * signal N, 123 memory limit, 124 time limit, 126/127 exec */
+	bool exited;			/* exit_status is valid, else term_signal */
+	int exit_status;
+	int term_signal;
+	bool time_limit;		/* killed by the policy's TimeLimit */
+	bool oom_killed;		/* the memory limit killed something */
+	int exec_errno;			/* the command could not be executed (then 126/127) */
+	uint64_t peak_memory;		/* bytes */
+	double cpu_user, cpu_system, wall;	/* seconds */
+	char cgroup_mode[16];		/* "v2", "hybrid", "v1" or "none" */
+	bool memory_enforced, pids_enforced, cpu_enforced;	/* by a cgroup (else rlimits) */
+};
+
+/* Run argv (argv[0] searched in the sandbox's PATH) in a new sandbox under
+ * policy p and wait for it, enforcing the policy's limits.  Returns 0 with
+ * *st filled (st->struct_size set by the caller) whenever the command was
+ * started, whatever became of it, or could not be executed inside.  Errors:
+ * -EINVAL bad arguments, -EBUSY another forward_signals run, -EPERM /
+ * -ENOSYS the host can't create sandboxes (message names the step), -ENOMEM. */
+NSBOX_API int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_run_opts *opts,
+			struct nsbox_run_status *st, nsbox_error_t **err);
 
 #ifdef __cplusplus
 }

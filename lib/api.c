@@ -18,11 +18,13 @@
 #include <jansson.h>
 
 #include "error.h"
+#include "cgroup.h"
 #include "policy.h"
+#include "run.h"
 #include "session.h"
 #include "util.h"
 
-#define NSBOX_VERSION "0.1.0"
+#define NSBOX_VERSION "0.2.0"
 
 struct nsbox_error {
 	int code;	/* negative errno */
@@ -56,6 +58,8 @@ struct nsbox_result {
 	char *out, *err;
 	size_t out_len, err_len;
 	char *etype, *emsg, *tb;
+	char *json;		/* the RESULT message */
+	int exit_code;
 	double wall, cpu;
 	uint64_t peak;
 	unsigned tool_calls;
@@ -346,6 +350,17 @@ int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const char *value, 
 	return nsbox_policy_set(p, "Environment", "Set", v, err);
 }
 
+int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+
+	if (!p)
+		return fail(err, -EINVAL, "nsbox_policy_check: NULL policy");
+	if (policy_validate(&p->p, &e) < 0)
+		return fail_core(err, &e, -EINVAL);
+	return 0;
+}
+
 char *nsbox_policy_to_string(const nsbox_policy_t *p)
 {
 	return p ? policy_text(&p->p) : NULL;
@@ -399,14 +414,30 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 		free(s);
 		return fail_core(err, &e, -ENOMEM);
 	}
+	if (policy_validate(&s->policy, &e) < 0) {
+		policy_free(&s->policy);
+		free(s);
+		return fail_core(err, &e, -EINVAL);
+	}
 	so.policy = &s->policy;
 	so.output_limit = o.output_limit;
 	so.max_tool_calls = o.max_tool_calls;
 	so.max_bytes = o.max_bytes;
 	so.output = o.output;
 	so.output_ctx = o.output_userdata;
-	so.use_helper = true;
-	so.cold = o.cold;
+	so.use_helper = !o.in_process;
+	so.cold = o.cold || o.in_process;
+	so.spare = o.spare;
+	so.warn = o.warn;
+	so.warn_ctx = o.warn_userdata;
+	/* Handshake and variable requests: generous for a cold start, but
+	 * never much longer than a time limit the policy sets. */
+	so.control_timeout = s->policy.time_limit > 0 && s->policy.time_limit + 5 < 30 ? s->policy.time_limit + 5 : 30;
+	if (o.in_process && process_threads() != 1) {
+		policy_free(&s->policy);
+		free(s);
+		return fail(err, -EINVAL, "nsbox_session_new: in_process needs a single-threaded caller");
+	}
 	if (session_start(&s->s, &so, &e) < 0) {
 		policy_free(&s->policy);
 		free(s);
@@ -578,6 +609,10 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	if (!r)
 		return NULL;
 	r->status = map[res->outcome];
+	if (res->outcome == SESSION_OK && json_is_true(json_object_get(m, "incomplete")))
+		r->status = NSBOX_INCOMPLETE;
+	r->exit_code = res->outcome == SESSION_OK ? res->exit_code : res->exit_code ? res->exit_code : 1;
+	r->json = m ? json_dumps(m, JSON_COMPACT) : strdup("{}");
 	/* `nsbox python` treats SystemExit as the script's exit status; to an
 	 * API caller an uncaught SystemExit with a non-zero code is an
 	 * exception like any other (SystemExit(0) and sys.exit() are not). */
@@ -586,7 +621,7 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	r->value = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : strdup("null");
 	r->out = dup_str(json_object_get(m, "stdout"), &r->out_len);
 	r->err = dup_str(json_object_get(m, "stderr"), &r->err_len);
-	if (r->status != NSBOX_OK) {
+	if (r->status != NSBOX_OK && r->status != NSBOX_INCOMPLETE) {
 		if (json_is_object(e)) {
 			r->etype = dup_opt(json_object_get(e, "type"));
 			r->emsg = dup_opt(json_object_get(e, "message"));
@@ -604,7 +639,7 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	r->cpu = json_number_value(json_object_get(usage, "cpu"));
 	r->peak = res->peak_memory ? res->peak_memory : (uint64_t)json_integer_value(json_object_get(usage, "max_rss"));
 	r->tool_calls = res->tool_calls;
-	if (!r->value || !r->out || !r->err || (r->status != NSBOX_OK && r->status != NSBOX_EXCEPTION &&
+	if (!r->value || !r->out || !r->err || !r->json || (r->status != NSBOX_OK && r->status != NSBOX_EXCEPTION &&
 						 (!r->emsg || !r->etype))) {
 		nsbox_result_free(r);
 		return NULL;
@@ -635,6 +670,8 @@ int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opt
 	req.code = code;
 	req.filename = o.filename;
 	req.want_value = o.repl;
+	req.display = o.interactive;
+	req.check_complete = o.interactive;
 	req.timeout = o.timeout;
 	req.stream = true;	/* output goes to opts.output as produced, when set */
 	k = session_exec(s->s, &req, &res, &e);
@@ -706,10 +743,21 @@ void nsbox_result_usage(const nsbox_result_t *r, double *wall, double *cpu, uint
 		*tool_calls = r ? r->tool_calls : 0;
 }
 
+int nsbox_result_exit_code(const nsbox_result_t *r)
+{
+	return r ? r->exit_code : 1;
+}
+
+const char *nsbox_result_json(const nsbox_result_t *r)
+{
+	return r ? r->json : "{}";
+}
+
 void nsbox_result_free(nsbox_result_t *r)
 {
 	if (!r)
 		return;
+	free(r->json);
 	free(r->value);
 	free(r->out);
 	free(r->err);
@@ -826,6 +874,59 @@ int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbo
 	o.cpus_limit = s->policy.cpus;
 	o.memory_current = si.memory_current;
 	o.memory_peak = si.memory_peak;
+	snprintf(o.python, sizeof(o.python), "%s",
+		 json_string_value(json_object_get(session_hello(s->s), "python")) ?: "");
 	memcpy(info, &o, o.struct_size);
+	return 0;
+}
+
+/* ---- commands ---- */
+
+int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_run_opts *opts,
+	      struct nsbox_run_status *st, nsbox_error_t **err)
+{
+	struct nsbox_run_opts o;
+	struct nsbox_run_status out;
+	struct run_opts ro = { 0 };
+	struct run_result res;
+	struct nsbox_err e = { 0 };
+	size_t n;
+
+	if (!p || !argv || !st)
+		return fail(err, -EINVAL, "nsbox_run: %s is NULL", !p ? "the policy" : !argv ? "argv" : "st");
+	if (!argv[0] || !argv[0][0])
+		return fail(err, -EINVAL, "nsbox_run: no command given");
+	n = st->struct_size;
+	if (n < sizeof(size_t))
+		return fail(err, -EINVAL, "nsbox_run: st->struct_size is %zu", n);
+	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_run_opts") < 0)
+		return -EINVAL;
+	if (o.stdio && (o.stdio[0] < 0 || o.stdio[1] < 0 || o.stdio[2] < 0))
+		return fail(err, -EINVAL, "nsbox_run: a stdio fd is negative");
+	ro.stdio = o.stdio;
+	ro.warn = o.warn;
+	ro.warn_ctx = o.warn_userdata;
+	ro.forward_signals = o.forward_signals;
+	ro.in_process = o.in_process;
+	if (run_command(&p->p, argv, &ro, &res, &e) < 0)
+		return fail_core(err, &e, -EIO);
+	memset(&out, 0, sizeof(out));
+	out.struct_size = n < sizeof(out) ? n : sizeof(out);
+	out.exit_code = res.exit_code;
+	out.exited = res.st.exited;
+	out.exit_status = res.st.exit_code;
+	out.term_signal = res.st.term_signal;
+	out.time_limit = res.st.time_limit;
+	out.oom_killed = res.st.oom_killed;
+	out.exec_errno = res.st.exec_errno;
+	out.peak_memory = res.st.peak_memory;
+	out.cpu_user = res.st.cpu_user;
+	out.cpu_system = res.st.cpu_system;
+	out.wall = res.st.wall;
+	snprintf(out.cgroup_mode, sizeof(out.cgroup_mode), "%s", cgroup_mode_name(res.cg_mode));
+	out.memory_enforced = res.cg_enforced[CTRL_MEMORY];
+	out.pids_enforced = res.cg_enforced[CTRL_PIDS];
+	out.cpu_enforced = res.cg_enforced[CTRL_CPU];
+	memcpy(st, &out, out.struct_size);
 	return 0;
 }

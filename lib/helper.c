@@ -185,12 +185,12 @@ static bool helper_usable(void)
 /* One request, one answer, with the lock held.  fd_in is sent along
  * (SCM_RIGHTS) when >= 0; *fd_out receives a passed fd when not NULL.
  * On a broken connection the helper is dropped (errno ECONNRESET). */
-static int transact(const struct helper_req *req, const void *payload, int fd_in, struct helper_rep *rep,
-		    int *fd_out, int *fd_out2, struct nsbox_err *err)
+static int transact(const struct helper_req *req, const void *payload, const int *fds_in, size_t n_in,
+		    struct helper_rep *rep, int *fd_out, int *fd_out2, struct nsbox_err *err)
 {
 	struct iovec iov[2] = { { (void *)req, sizeof(*req) }, { (void *)payload, req->len } };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(3 * sizeof(int))];
 		struct cmsghdr align;
 	} cm;
 	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = req->len ? 2 : 1 };
@@ -199,16 +199,18 @@ static int transact(const struct helper_req *req, const void *payload, int fd_in
 	int k;
 
 	memset(&cm, 0, sizeof(cm));
-	if (fd_in >= 0) {
+	if (n_in > 3)
+		return err_set(err, EINVAL, "too many fds for the nsbox helper");
+	if (n_in > 0) {
 		struct cmsghdr *c;
 
 		mh.msg_control = cm.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int));
+		mh.msg_controllen = CMSG_SPACE(n_in * sizeof(int));
 		c = CMSG_FIRSTHDR(&mh);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd_in, sizeof(int));
+		c->cmsg_len = CMSG_LEN(n_in * sizeof(int));
+		memcpy(CMSG_DATA(c), fds_in, n_in * sizeof(int));
 	}
 	do
 		n = sendmsg(H.fd, &mh, MSG_NOSIGNAL);
@@ -295,17 +297,83 @@ static int policy_text(const struct nsbox_policy *p, char **text, size_t *len, s
 	return 0;
 }
 
-int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helper_sandbox *sb, int *sock_out,
-		 struct nsbox_err *err)
+/* Pass the helper's warnings (one per line in rep->msg) on. */
+static void pass_warnings(struct helper_rep *rep, void (*warn)(void *ctx, const char *msg), void *ctx)
 {
-	struct helper_req req = { .magic = HELPER_MAGIC, .op = HELPER_SPAWN, .flags = cold ? HELPER_COLD : 0 };
+	char *line = rep->msg, *nl;
+
+	if (!warn)
+		return;
+	while (*line) {
+		nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		if (*line)
+			warn(ctx, line);
+		if (!nl)
+			break;
+		line = nl + 1;
+	}
+}
+
+static void fill_sandbox(struct helper_sandbox *sb, const struct helper_rep *rep, int pidfd)
+{
+	sb->id = rep->id;
+	sb->gen = H.gen;
+	sb->pid = rep->pid;
+	sb->pidfd = pidfd;
+	snprintf(sb->cgroup, sizeof(sb->cgroup), "%s", rep->cgroup);
+	sb->cg_mode = rep->cg_mode;
+	for (int i = 0; i < 3; i++)
+		sb->cg_enforced[i] = rep->cg_enforced[i] != 0;
+}
+
+/* Send one request carrying the policy (and maybe more) with the lock
+ * held, restarting a helper that died since the last request, once.  On
+ * success rep holds the answer; a failure the helper reported becomes -1
+ * with err. */
+static int request(struct helper_req *req, const char *payload, const int *fds, size_t n_fds,
+		   struct helper_rep *rep, int *pidfd, int *psock, struct nsbox_err *err)
+{
+	int r = -1;
+
+	pthread_once(&atfork_once, register_atfork);
+	for (int attempt = 0; attempt < 2; attempt++) {
+		if (!helper_usable() && start_helper(err) < 0)
+			break;
+		r = transact(req, payload, fds, n_fds, rep, pidfd, psock, err);
+		if (r == 0 || err->code != ECONNRESET)
+			break;
+	}
+	if (r == 0 && rep->code) {
+		err_set(err, 0, "%s", rep->msg);
+		err->code = rep->code > 0 ? rep->code : 0;
+		snprintf(err->step, sizeof(err->step), "%s", rep->step);
+		r = -1;
+	}
+	if (r < 0) {
+		if (*pidfd >= 0)
+			close(*pidfd);
+		if (psock && *psock >= 0)
+			close(*psock);
+		*pidfd = -1;
+		if (psock)
+			*psock = -1;
+	}
+	return r;
+}
+
+int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spawn_opts *o,
+		 struct helper_sandbox *sb, int *sock_out, struct nsbox_err *err)
+{
+	struct helper_req req = { .magic = HELPER_MAGIC, .op = HELPER_SPAWN,
+				  .flags = (o->cold ? HELPER_COLD : 0) | (o->spare ? HELPER_SPARE : 0) };
 	struct helper_rep *rep;
 	char *text = NULL;
 	size_t len = 0;
-	int pidfd = -1, psock = -1, r = -1;
+	int pidfd = -1, psock = -1, r;
 
 	*sock_out = -1;
-	pthread_once(&atfork_once, register_atfork);
 	if (policy_text(p, &text, &len, err) < 0)
 		return -1;
 	rep = calloc(1, sizeof(*rep));
@@ -315,44 +383,95 @@ int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helpe
 		return err_set(err, ENOMEM, "helper answer");
 	}
 	req.len = (uint32_t)len;
+	req.text_len = (uint32_t)len;
 	pthread_mutex_lock(&H.lock);
-	/* A helper that died since the last request is replaced, once. */
-	for (int attempt = 0; attempt < 2; attempt++) {
-		if (!helper_usable() && start_helper(err) < 0)
-			break;
-		r = transact(&req, text, sock, rep, &pidfd, &psock, err);
-		if (r == 0 || err->code != ECONNRESET)
-			break;
+	r = request(&req, text, &sock, 1, rep, &pidfd, &psock, err);
+	if (r == 0 && (pidfd < 0 || (rep->has_sock != 0) != (psock >= 0))) {
+		err_set(err, EPROTO, "the nsbox helper sent no pidfd or a stray socket");
+		r = -1;
 	}
 	if (r == 0) {
-		if (rep->code) {
-			err_set(err, 0, "%s", rep->msg);
-			err->code = rep->code > 0 ? rep->code : 0;
-			snprintf(err->step, sizeof(err->step), "%s", rep->step);
-			if (pidfd >= 0)
-				close(pidfd);
-			r = -1;
-		} else if (pidfd < 0 || (rep->has_sock != 0) != (psock >= 0)) {
-			err_set(err, EPROTO, "the nsbox helper sent no pidfd or a stray socket");
-			if (pidfd >= 0)
-				close(pidfd);
-			r = -1;
-		} else {
-			*sock_out = psock;
-			psock = -1;
-			sb->id = rep->id;
-			sb->gen = H.gen;
-			sb->pid = rep->pid;
-			sb->pidfd = pidfd;
-			snprintf(sb->cgroup, sizeof(sb->cgroup), "%s", rep->cgroup);
-		}
+		*sock_out = psock;
+		psock = -1;
+		fill_sandbox(sb, rep, pidfd);
+		pidfd = -1;
 	}
 	pthread_mutex_unlock(&H.lock);
+	if (pidfd >= 0)
+		close(pidfd);
 	if (psock >= 0)
 		close(psock);
+	if (r == 0)
+		pass_warnings(rep, o->warn, o->warn_ctx);
 	/* The policy may carry secrets (Set=): do not leave them in freed memory. */
 	explicit_bzero(text, len);
 	free(text);
+	free(rep);
+	return r;
+}
+
+int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3],
+	       void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct helper_sandbox *sb,
+	       struct jail_status *st, struct nsbox_err *err)
+{
+	struct helper_req req = { .magic = HELPER_MAGIC, .op = HELPER_RUN };
+	struct helper_rep *rep = NULL;
+	char *text = NULL, *buf = NULL;
+	size_t len = 0, alen = 0;
+	int pidfd = -1, r;
+
+	for (size_t i = 0; argv[i]; i++) {
+		alen += strlen(argv[i]) + 1;
+		req.argc++;
+		if (alen > HELPER_MAX_ARGV)
+			return err_set(err, E2BIG, "the command line is too long (over %u bytes)", HELPER_MAX_ARGV);
+	}
+	if (req.argc == 0)
+		return err_set(err, EINVAL, "no command given");
+	if (policy_text(p, &text, &len, err) < 0)
+		return -1;
+	buf = malloc(len + alen);
+	rep = calloc(1, sizeof(*rep));
+	if (!buf || !rep) {
+		r = err_set(err, ENOMEM, "helper request");
+		goto out;
+	}
+	memcpy(buf, text, len);
+	for (size_t i = 0, at = len; argv[i]; i++) {
+		size_t n = strlen(argv[i]) + 1;
+
+		memcpy(buf + at, argv[i], n);
+		at += n;
+	}
+	req.len = (uint32_t)(len + alen);
+	req.text_len = (uint32_t)len;
+	pthread_mutex_lock(&H.lock);
+	r = request(&req, buf, stdio, 3, rep, &pidfd, NULL, err);
+	if (r == 0 && rep->exec_failed) {
+		*st = rep->st;
+		if (pidfd >= 0)
+			close(pidfd);
+		pidfd = -1;
+	} else if (r == 0 && pidfd < 0) {
+		err_set(err, EPROTO, "the nsbox helper sent no pidfd");
+		r = -1;
+	} else if (r == 0) {
+		fill_sandbox(sb, rep, pidfd);
+		pidfd = -1;
+		r = 1;
+	}
+	pthread_mutex_unlock(&H.lock);
+	if (pidfd >= 0)
+		close(pidfd);
+	if (r >= 0)
+		pass_warnings(rep, warn, warn_ctx);
+out:
+	if (text)
+		explicit_bzero(text, len);
+	if (buf)
+		explicit_bzero(buf, len);
+	free(text);
+	free(buf);
 	free(rep);
 	return r;
 }
@@ -376,7 +495,7 @@ static int simple(const struct helper_sandbox *sb, uint32_t op, struct helper_re
 		pthread_mutex_unlock(&H.lock);
 		return err_set(err, ESRCH, "the nsbox helper that made this sandbox is gone");
 	}
-	r = transact(&req, NULL, -1, rep, NULL, NULL, err);
+	r = transact(&req, NULL, NULL, 0, rep, NULL, NULL, err);
 	pthread_mutex_unlock(&H.lock);
 	if (r == 0 && rep->code)
 		r = err_set(err, rep->code > 0 ? rep->code : 0, "%s", rep->msg);

@@ -7,8 +7,7 @@
  * environment, /dev/null on 0-2, and a SOCK_SEQPACKET control socket on
  * fd 3 (the memfd itself is fd 4, for cold starts).  The helper is
  * single-threaded: it initialises CPython once (the template) and serves
- * one request at a time (with NSBOX_SPARE=1 in the host's environment when
- * the helper starts, it also keeps a spare sandbox: see SPAWN):
+ * one request at a time:
  *
  *   SPAWN   policy text (policy_print) + the session socket (SCM_RIGHTS);
  *           flag HELPER_COLD execs the runner afresh instead of forking
@@ -16,7 +15,13 @@
  *           (SCM_RIGHTS) so the library can SIGKILL it directly.  When a
  *           spare sandbox made earlier for the same policy text is used
  *           (runner/helper.c), its session socket follows the pidfd
- *           (has_sock) and replaces the library's.
+ *           (has_sock) and replaces the library's.  Flag HELPER_SPARE (or
+ *           NSBOX_SPARE=1 in the host's environment when the helper
+ *           started) asks for a spare to be made for the next SPAWN.
+ *   RUN     policy text, then argv as argc NUL-terminated strings, + the
+ *           command's stdin, stdout and stderr (SCM_RIGHTS): a sandbox
+ *           that executes argv.  Answer as SPAWN, or exec_failed with the
+ *           final status when argv could not be executed inside.
  *   KILL    SIGKILL the sandbox and its cgroup.
  *   DESTROY kill, reap, remove the cgroups; answer the final jail_status.
  *   INFO    the sandbox's cgroup and its memory use now.
@@ -39,8 +44,9 @@
 #include "jail.h"
 #include "policy.h"
 
-#define HELPER_MAGIC 0x4e534832u	/* "NSH2"; bump when a struct below changes */
+#define HELPER_MAGIC 0x4e534833u	/* "NSH3"; bump when a struct below changes */
 #define HELPER_MAX_POLICY (128u << 10)
+#define HELPER_MAX_ARGV (128u << 10)	/* RUN: bytes of argv strings */
 #define HELPER_CTL_FD 3
 #define HELPER_EXEC_FD 4
 
@@ -49,15 +55,19 @@ enum helper_op {
 	HELPER_KILL,
 	HELPER_DESTROY,
 	HELPER_INFO,
+	HELPER_RUN,
 };
 
 #define HELPER_COLD 1u
+#define HELPER_SPARE 2u
 
 struct helper_req {
 	uint32_t magic;
 	uint32_t op;
 	uint32_t flags;
-	uint32_t len;		/* bytes of policy text after the struct (SPAWN) */
+	uint32_t len;		/* bytes after the struct (SPAWN, RUN) */
+	uint32_t text_len;	/* RUN: of which policy text (the rest is argv) */
+	uint32_t argc;		/* RUN */
 	uint64_t id;		/* KILL, DESTROY, INFO */
 };
 
@@ -67,12 +77,15 @@ struct helper_rep {
 	uint64_t id;
 	int32_t pid;		/* SPAWN: host pid of the sandbox's pid 1 */
 	int32_t has_sock;	/* SPAWN: a spare was used; its session socket follows the pidfd */
-	struct jail_status st;	/* DESTROY */
+	int32_t exec_failed;	/* RUN: argv could not be executed; st is final, no pidfd */
+	int32_t cg_mode;	/* SPAWN, RUN: enum cgroup_mode */
+	uint8_t cg_enforced[4];	/* SPAWN, RUN: memory, pids, cpu limits enforced by a cgroup */
+	struct jail_status st;	/* DESTROY; RUN when exec_failed */
 	uint64_t mem_current;	/* INFO */
 	uint64_t mem_peak;
 	char cgroup[256];	/* SPAWN, INFO: the sandbox's memory cgroup, "" if none */
 	char step[48];		/* failure: setup step */
-	char msg[NSBOX_ERR_MSG_MAX];	/* failure: what went wrong */
+	char msg[NSBOX_ERR_MSG_MAX];	/* failure: what went wrong; SPAWN, RUN success: warnings, one per line */
 };
 
 /* ---- library side (lib/helper.c) ---- */
@@ -83,6 +96,15 @@ struct helper_sandbox {
 	pid_t pid;
 	int pidfd;		/* owned; closed by helper_destroy */
 	char cgroup[256];
+	int cg_mode;		/* enum cgroup_mode */
+	bool cg_enforced[3];
+};
+
+struct helper_spawn_opts {
+	bool cold;		/* exec the runner afresh instead of forking the template */
+	bool spare;		/* keep a spare sandbox for the next SPAWN of this policy */
+	void (*warn)(void *ctx, const char *msg);	/* the jail's warnings; may be NULL */
+	void *warn_ctx;
 };
 
 /* Start a sandbox for a session through the helper (started on first
@@ -91,8 +113,16 @@ struct helper_sandbox {
  * *sock_out is -1, or (a spare sandbox was used) the session socket to
  * use instead of the caller's own end, owned by the caller.
  * Thread-safe.  On success fills *sb; on failure returns -1 with err. */
-int helper_spawn(const struct nsbox_policy *p, int sock, bool cold, struct helper_sandbox *sb, int *sock_out,
-		 struct nsbox_err *err);
+int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spawn_opts *o,
+		 struct helper_sandbox *sb, int *sock_out, struct nsbox_err *err);
+/* Start a sandbox executing argv with stdio[0..2] as its stdin, stdout and
+ * stderr (borrowed).  Returns 1 with *sb filled when it runs (wait on
+ * sb->pidfd, then helper_destroy), 0 with *st final when argv could not be
+ * executed inside, -1 with err when no sandbox could be made.  warn gets
+ * the jail's warnings.  Thread-safe. */
+int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3],
+	       void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct helper_sandbox *sb,
+	       struct jail_status *st, struct nsbox_err *err);
 /* SIGKILL the sandbox through its pidfd.  Async-signal-safe. */
 void helper_kill(const struct helper_sandbox *sb);
 /* Kill, reap and clean up; fills *st (may be NULL) with the final status.

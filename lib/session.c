@@ -559,7 +559,10 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	if (opts->use_helper) {
 		int spare_sock = -1;
 
-		k = helper_spawn(opts->policy, sv[1], opts->cold, &s->hs, &spare_sock, err);
+		struct helper_spawn_opts ho = { .cold = opts->cold, .spare = opts->spare, .warn = opts->warn,
+						.warn_ctx = opts->warn_ctx };
+
+		k = helper_spawn(opts->policy, sv[1], &ho, &s->hs, &spare_sock, err);
 		if (k == 0) {
 			s->remote = true;
 			s->pidfd = s->hs.pidfd;

@@ -63,6 +63,7 @@ struct session_opts {
 	 * execs the runner afresh instead of forking its initialised CPython. */
 	bool use_helper;
 	bool cold;
+	bool spare;		/* use_helper: keep a spare sandbox for the next session */
 };
 
 struct session_exec_req {

@@ -11,9 +11,9 @@
  * heap).  The cold path (flag HELPER_COLD) execs the runner afresh from
  * the sealed memfd on fd 4, for comparison.
  *
- * A spare (only with --spare, which the library passes when the host sets
- * NSBOX_SPARE=1: it costs one idle sandbox for as long as the helper
- * lives): after a template SPAWN, when no request is waiting, the helper
+ * A spare (asked for by SPAWN's flag HELPER_SPARE, or for every SPAWN with
+ * --spare, which the library passes when the host sets NSBOX_SPARE=1: it
+ * costs one idle sandbox): after a template SPAWN, when no request is waiting, the helper
  * makes one more sandbox with the same policy, with a session socket of
  * its own, and leaves its runner waiting for HELLO.  The next template
  * SPAWN whose policy text is byte for byte the same gets it (its pidfd and
@@ -21,7 +21,12 @@
  * jail's setup (namespaces, mounts, seccomp, cgroup) is then off the
  * session's critical path.  The spare has run no code but the runner's;
  * its policy text is kept in a memfd, not in our heap, so that sandboxes
- * forked later do not find it in their copy of our memory. */
+ * forked later do not find it in their copy of our memory.
+ *
+ * RUN makes a sandbox that executes a command with the caller's stdio
+ * (nsbox_run() from a multithreaded host): the three fds are put on our
+ * 0-2 for the clone (we are single-threaded and serve one request at a
+ * time) and /dev/null goes back on them at once. */
 #include "runner.h"
 
 #include <errno.h>
@@ -58,7 +63,21 @@ static struct {
 	int text_fd;		/* memfd: the policy text it was made from; -1: none */
 	size_t text_len;
 	bool want;		/* make one when idle (text_fd holds the policy) */
+	char warnings[NSBOX_ERR_MSG_MAX];	/* the jail's warnings for it */
 } spare = { .sock = -1, .text_fd = -1 };
+
+/* The jail's warnings for the request being served, one per line, for
+ * the answer's msg (truncated if there are very many). */
+static char *warn_to;
+
+static void collect_warning(void *ctx, const char *msg)
+{
+	size_t have = strlen(warn_to), room = NSBOX_ERR_MSG_MAX - have;
+
+	(void)ctx;
+	if (room > 1)
+		snprintf(warn_to + have, room, "%s%s", have ? "\n" : "", msg);
+}
 
 /* Imported once here, shared by every session: what the runner itself
  * imports on demand (errors, REPL, tools, the want_value path), threading
@@ -124,6 +143,13 @@ static struct slot *new_slot(void)
 	slots = n;
 	n_slots += 16;
 	return &slots[n_slots - 16];
+}
+
+static void rep_cgroups(struct helper_rep *rep, const struct jail *j)
+{
+	rep->cg_mode = j->cg_mode;
+	for (int i = 0; i < 3; i++)
+		rep->cg_enforced[i] = j->cg_enforced[i];
 }
 
 static void rep_err(struct helper_rep *rep, const struct nsbox_err *err)
@@ -207,7 +233,7 @@ static void keep_text(const char *text, size_t len)
 
 /* Hand the spare over if it fits: fills rep, returns the pidfd (and the
  * socket in *sock_out), or -1 (then there is no spare any more). */
-static int take_spare(const char *text, size_t len, struct helper_rep *rep, int *sock_out)
+static int take_spare(const char *text, size_t len, bool refill, struct helper_rep *rep, int *sock_out)
 {
 	struct slot *sl = spare.id ? find_slot(spare.id) : NULL;
 	struct pollfd p;
@@ -232,10 +258,12 @@ static int take_spare(const char *text, size_t len, struct helper_rep *rep, int 
 	rep->pid = sl->j.pid;
 	rep->has_sock = 1;
 	snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", mem_cgroup(&sl->j));
+	rep_cgroups(rep, &sl->j);
+	snprintf(rep->msg, sizeof(rep->msg), "%s", spare.warnings);
 	*sock_out = spare.sock;
 	spare.sock = -1;
 	spare.id = 0;
-	spare.want = true;
+	spare.want = refill;
 	return pidfd;
 }
 
@@ -266,6 +294,9 @@ static void make_spare(void)
 	spec.child_fn = template_child;
 	spec.child_arg = &targ;
 	spec.pass_fds = &sv[1];
+	spec.warn = collect_warning;
+	spare.warnings[0] = '\0';
+	warn_to = spare.warnings;
 	PyOS_BeforeFork();
 	r = jail_start(&sl->j, &spec, &err);
 	PyOS_AfterFork_Parent();
@@ -290,7 +321,8 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 	struct nsbox_err err = { 0 };
 	struct template_arg targ = { 0 };
 	char *argv[3] = { "nsbox-runner", NULL, NULL };
-	struct jail_spec spec = { .exec_fd = -1, .pass_fds = &sock, .n_pass_fds = 1 };
+	struct jail_spec spec = { .exec_fd = -1, .pass_fds = &sock, .n_pass_fds = 1, .warn = collect_warning };
+	bool want_spare = (spare.enabled || (req->flags & HELPER_SPARE)) && !(req->flags & HELPER_COLD);
 	struct slot *sl;
 	int r, pidfd;
 
@@ -298,11 +330,16 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 		err_set(&err, EINVAL, "SPAWN without a session socket");
 		goto fail;
 	}
+	if (req->len > HELPER_MAX_POLICY) {
+		err_set(&err, E2BIG, "SPAWN: the policy is too large");
+		goto fail;
+	}
 	if (!(req->flags & HELPER_COLD) && (spare.id || spare.text_fd >= 0)) {
-		pidfd = take_spare(text, req->len, rep, sock_out);
+		pidfd = take_spare(text, req->len, want_spare, rep, sock_out);
 		if (pidfd >= 0)
 			return pidfd;
 	}
+	warn_to = rep->msg;
 	if (policy_init_builtin(&p, "default", &err) < 0 ||
 	    policy_parse(&p, text, req->len, "<libnsbox policy>", &err) < 0)
 		goto fail;
@@ -340,8 +377,9 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 	rep->id = sl->id;
 	rep->pid = sl->j.pid;
 	snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", mem_cgroup(&sl->j));
+	rep_cgroups(rep, &sl->j);
 	wipe_policy(&p);
-	if (spare.enabled && !(req->flags & HELPER_COLD)) {
+	if (want_spare) {
 		keep_text(text, req->len);
 		spare.want = spare.text_fd >= 0;
 	}
@@ -350,6 +388,115 @@ fail:
 	rep_err(rep, &err);
 	wipe_policy(&p);
 	return -1;
+}
+
+/* Put fd on std (0-2) without CLOEXEC, for the sandbox to inherit. */
+static int put_stdio(int fd, int std)
+{
+	if (fd == std)
+		return fcntl(fd, F_SETFD, 0);
+	return dup2(fd, std) < 0 ? -1 : 0;
+}
+
+static void null_stdio(void)
+{
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		return;	/* nothing better to do: the fds stay until the next RUN */
+	for (int i = 0; i < 3; i++)
+		(void)dup2(fd, i);
+	close(fd);
+}
+
+/* RUN: returns the pidfd to pass back, or -1 (rep says why, or that the
+ * command could not be executed). */
+static int do_run(const struct helper_req *req, char *data, const int fds[3], struct helper_rep *rep)
+{
+	struct nsbox_policy p = { 0 };
+	struct nsbox_err err = { 0 };
+	char **argv = NULL;
+	struct jail_spec spec = { .exec_fd = -1, .warn = collect_warning };
+	struct slot *sl;
+	size_t at, alen;
+	int r, pidfd = -1;
+
+	if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0) {
+		err_set(&err, EINVAL, "RUN without stdin, stdout and stderr");
+		goto fail;
+	}
+	/* argv: argc NUL-terminated strings filling the rest exactly. */
+	if (req->len == 0 || req->text_len >= req->len || req->argc == 0 || req->argc > HELPER_MAX_ARGV / 2 ||
+	    data[req->len - 1] != '\0') {
+		err_set(&err, EPROTO, "malformed RUN request");
+		goto fail;
+	}
+	argv = calloc(req->argc + 1, sizeof(*argv));
+	if (!argv) {
+		err_set(&err, ENOMEM, "argv");
+		goto fail;
+	}
+	for (at = req->text_len, r = 0; r < (int)req->argc; r++) {
+		if (at >= req->len) {
+			err_set(&err, EPROTO, "malformed RUN request: argv");
+			goto fail;
+		}
+		argv[r] = data + at;
+		alen = strlen(data + at);
+		at += alen + 1;
+	}
+	if (at != req->len) {
+		err_set(&err, EPROTO, "malformed RUN request: argv");
+		goto fail;
+	}
+	if (policy_init_builtin(&p, "default", &err) < 0 ||
+	    policy_parse(&p, data, req->text_len, "<libnsbox policy>", &err) < 0 || policy_validate(&p, &err) < 0)
+		goto fail;
+	sl = new_slot();
+	if (!sl) {
+		err_set(&err, ENOMEM, "sandbox table");
+		goto fail;
+	}
+	spec.policy = &p;
+	spec.argv = argv;
+	warn_to = rep->msg;
+	if (put_stdio(fds[0], 0) < 0 || put_stdio(fds[1], 1) < 0 || put_stdio(fds[2], 2) < 0) {
+		err_sys(&err, "stdio");
+		null_stdio();
+		goto fail;
+	}
+	r = jail_start(&sl->j, &spec, &err);
+	null_stdio();
+	if (r == -2) {
+		/* Not executable inside: the status is final, nothing is left. */
+		rep->exec_failed = 1;
+		rep->st = sl->j.status;
+		rep_cgroups(rep, &sl->j);
+		memset(sl, 0, sizeof(*sl));
+		goto out;
+	}
+	if (r < 0)
+		goto fail;
+	pidfd = fcntl(sl->j.pidfd, F_DUPFD_CLOEXEC, 5);
+	if (pidfd < 0) {
+		err_sys(&err, "dup pidfd");
+		jail_destroy(&sl->j);
+		memset(sl, 0, sizeof(*sl));
+		goto fail;
+	}
+	sl->used = true;
+	sl->id = next_id++;
+	rep->id = sl->id;
+	rep->pid = sl->j.pid;
+	snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", mem_cgroup(&sl->j));
+	rep_cgroups(rep, &sl->j);
+	goto out;
+fail:
+	rep_err(rep, &err);
+out:
+	free(argv);
+	wipe_policy(&p);
+	return pidfd;
 }
 
 static uint64_t read_u64(const char *dir, const char *file)
@@ -364,12 +511,12 @@ static uint64_t read_u64(const char *dir, const char *file)
 	return strtoull(buf, NULL, 10);
 }
 
-static void handle(const struct helper_req *req, char *text, int fd_in, struct helper_rep *rep, int *fd_out,
-		   int *sock_out)
+static void handle(const struct helper_req *req, char *text, const int fds_in[3], struct helper_rep *rep,
+		   int *fd_out, int *sock_out)
 {
 	struct slot *sl = NULL;
 
-	if (req->op != HELPER_SPAWN) {
+	if (req->op != HELPER_SPAWN && req->op != HELPER_RUN) {
 		sl = find_slot(req->id);
 		if (!sl) {
 			rep->code = ESRCH;
@@ -379,7 +526,10 @@ static void handle(const struct helper_req *req, char *text, int fd_in, struct h
 	}
 	switch (req->op) {
 	case HELPER_SPAWN:
-		*fd_out = do_spawn(req, text, fd_in, rep, sock_out);
+		*fd_out = do_spawn(req, text, fds_in[0], rep, sock_out);
+		break;
+	case HELPER_RUN:
+		*fd_out = do_run(req, text, fds_in, rep);
 		break;
 	case HELPER_KILL:
 		jail_kill(&sl->j);
@@ -415,7 +565,7 @@ static void shutdown_all(void)
 
 int runner_helper_main(bool use_spare)
 {
-	static char buf[sizeof(struct helper_req) + HELPER_MAX_POLICY + 1];
+	static char buf[sizeof(struct helper_req) + HELPER_MAX_POLICY + HELPER_MAX_ARGV + 1];
 	static struct helper_rep rep;
 	struct nsbox_err err = { 0 };
 	int keep[2] = { HELPER_CTL_FD, HELPER_EXEC_FD };
@@ -432,7 +582,7 @@ int runner_helper_main(bool use_spare)
 		return 125;
 	for (;;) {
 		union {
-			char b[CMSG_SPACE(sizeof(int))];
+			char b[CMSG_SPACE(3 * sizeof(int))];
 			struct cmsghdr align;
 		} cm;
 		struct iovec iov = { buf, sizeof(buf) };
@@ -440,7 +590,8 @@ int runner_helper_main(bool use_spare)
 				     .msg_controllen = sizeof(cm.b) };
 		struct helper_req req;
 		struct cmsghdr *c;
-		int fd_in = -1, fd_out = -1, sock_out = -1;
+		int fds_in[3] = { -1, -1, -1 }, fd_out = -1, sock_out = -1;
+		size_t n_in = 0;
 		ssize_t n;
 
 		if (spare.want) {
@@ -463,8 +614,8 @@ int runner_helper_main(bool use_spare)
 					int fd;
 
 					memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-					if (fd_in < 0)
-						fd_in = fd;
+					if (n_in < 3)
+						fds_in[n_in++] = fd;
 					else
 						close(fd);
 				}
@@ -473,14 +624,15 @@ int runner_helper_main(bool use_spare)
 		rep.magic = HELPER_MAGIC;
 		memcpy(&req, buf, n >= (ssize_t)sizeof(req) ? sizeof(req) : 0);
 		if (n < (ssize_t)sizeof(req) || req.magic != HELPER_MAGIC || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-		    req.len != (size_t)n - sizeof(req)) {
+		    req.len != (size_t)n - sizeof(req) || req.text_len > req.len ||
+		    req.text_len > HELPER_MAX_POLICY) {
 			rep.code = EPROTO;
 			snprintf(rep.msg, sizeof(rep.msg), "malformed helper request");
 		} else {
-			handle(&req, buf + sizeof(req), fd_in, &rep, &fd_out, &sock_out);
+			handle(&req, buf + sizeof(req), fds_in, &rep, &fd_out, &sock_out);
 		}
-		if (fd_in >= 0)
-			close(fd_in);
+		for (size_t i = 0; i < n_in; i++)
+			close(fds_in[i]);
 		explicit_bzero(buf, (size_t)n);
 		{
 			union {

@@ -22,7 +22,7 @@ from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError,
                      TimeLimitExceeded, ToolError, UndefinedVariable)
 from .sandbox import ExecResult, Sandbox
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Sandbox", "ExecResult", "ReprValue", "SandboxError", "PolicyError", "TimeLimitExceeded",
@@ -33,6 +33,6 @@ __all__ = [
 
 
 def library_version():
-    """The version of the loaded libnsbox ("0.1.0")."""
+    """The version of the loaded libnsbox ("0.2.0")."""
     from . import _lib
     return _lib.load().nsbox_version().decode()

@@ -1,0 +1,209 @@
+/* Run a command in a new sandbox and wait for it (lib/run.h). */
+#include "run.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "helper.h"
+#include "util.h"
+
+int process_threads(void)
+{
+	char buf[1024], *p;
+	ssize_t n = read_file("/proc/self/stat", buf, sizeof(buf));
+	int field = 2;
+
+	if (n <= 0)
+		return -1;
+	/* comm, field 2, may hold spaces and parentheses: count from its end. */
+	p = strrchr(buf, ')');
+	if (!p)
+		return -1;
+	while (*p && field < 20)
+		if (*p++ == ' ')
+			field++;
+	return field == 20 ? atoi(p) : -1;
+}
+
+/* ---- signal forwarding: one run at a time per process ---- */
+
+static const int fwd_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+static atomic_bool fwd_busy;
+static volatile sig_atomic_t fwd_pidfd = -1;
+static volatile sig_atomic_t fwd_pid;
+static struct sigaction fwd_old[4];
+
+static void on_forward(int sig)
+{
+	int saved = errno;
+
+	if (fwd_pidfd < 0 || syscall(SYS_pidfd_send_signal, (int)fwd_pidfd, sig, NULL, 0) < 0)
+		if (fwd_pid > 0)
+			kill((pid_t)fwd_pid, sig);
+	errno = saved;
+}
+
+static int forward_start(pid_t pid, int pidfd, struct nsbox_err *err)
+{
+	struct sigaction sa = { .sa_handler = on_forward };
+
+	if (atomic_exchange(&fwd_busy, true))
+		return err_set(err, EBUSY, "another run in this process is already forwarding signals");
+	fwd_pid = pid;
+	fwd_pidfd = pidfd;
+	/* No SA_RESTART: the wait loops see EINTR and go on waiting. */
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++)
+		sigaction(fwd_sigs[i], &sa, &fwd_old[i]);
+	return 0;
+}
+
+static void forward_stop(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++)
+		sigaction(fwd_sigs[i], &fwd_old[i], NULL);
+	fwd_pid = 0;
+	fwd_pidfd = -1;
+	atomic_store(&fwd_busy, false);
+}
+
+/* ---- the two ways ---- */
+
+static int run_here(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o,
+		    struct run_result *res, struct nsbox_err *err)
+{
+	struct jail j;
+	struct jail_spec spec = { .policy = p, .argv = argv, .exec_fd = -1, .warn = o->warn, .warn_ctx = o->warn_ctx };
+	int saved[3] = { -1, -1, -1 }, src[3] = { -1, -1, -1 };
+	int n, r = 0;
+
+	n = process_threads();
+	if (n != 1)
+		return err_set(err, EINVAL, "in_process needs a single-threaded caller (this process has %d threads)", n);
+	/* The sandbox inherits 0-2: put the requested fds there for the clone
+	 * (through copies above 2, so that any permutation works), and ours
+	 * back afterwards. */
+	if (o->stdio) {
+		for (int i = 0; i < 3 && r == 0; i++) {
+			saved[i] = fcntl(i, F_DUPFD_CLOEXEC, 3);
+			src[i] = fcntl(o->stdio[i], F_DUPFD_CLOEXEC, 3);
+			if ((saved[i] < 0 && errno != EBADF) || src[i] < 0)
+				r = err_sys(err, "stdio");
+		}
+		for (int i = 0; i < 3 && r == 0; i++)
+			if (dup2(src[i], i) < 0)
+				r = err_sys(err, "stdio");
+	}
+	if (r == 0)
+		r = jail_start(&j, &spec, err);
+	if (o->stdio)
+		for (int i = 0; i < 3; i++) {
+			if (saved[i] >= 0) {
+				(void)dup2(saved[i], i);
+				close(saved[i]);
+			} else {
+				close(i);
+			}
+			if (src[i] >= 0)
+				close(src[i]);
+		}
+	if (r == -1)
+		return -1;
+	if (r == 0) {
+		if (o->forward_signals && forward_start(j.pid, j.pidfd, err) < 0) {
+			jail_destroy(&j);
+			return -1;
+		}
+		if (jail_wait(&j, NULL, err) < 0 && o->warn)
+			o->warn(o->warn_ctx, err->msg);
+		if (o->forward_signals)
+			forward_stop();
+		jail_destroy(&j);
+	}
+	res->st = j.status;
+	res->cg_mode = j.cg_mode;
+	for (int i = 0; i < 3; i++)
+		res->cg_enforced[i] = j.cg_enforced[i];
+	return 0;
+}
+
+static int run_helper(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o,
+		      struct run_result *res, struct nsbox_err *err)
+{
+	static const int std[3] = { 0, 1, 2 };
+	struct helper_sandbox sb = { .pidfd = -1 };
+	struct nsbox_err e2 = { 0 };
+	unsigned long long deadline = 0;
+	bool timed_out = false;
+	int r;
+
+	r = helper_run(p, argv, o->stdio ? o->stdio : std, o->warn, o->warn_ctx, &sb, &res->st, err);
+	if (r < 0)
+		return -1;
+	if (r == 0)
+		return 0;	/* could not be executed: res->st is final */
+	res->cg_mode = sb.cg_mode;
+	for (int i = 0; i < 3; i++)
+		res->cg_enforced[i] = sb.cg_enforced[i];
+	if (o->forward_signals && forward_start(sb.pid, sb.pidfd, err) < 0) {
+		(void)helper_destroy(&sb, NULL, &e2);
+		return -1;
+	}
+	if (p->time_limit > 0)
+		deadline = now_ns() + (unsigned long long)(p->time_limit * 1e9);
+	for (;;) {
+		struct pollfd pf = { sb.pidfd, POLLIN, 0 };
+		int ms = -1, k;
+
+		if (deadline) {
+			unsigned long long now = now_ns();
+
+			if (now >= deadline) {
+				timed_out = true;
+				helper_kill(&sb);
+				break;
+			}
+			ms = (int)((deadline - now + 999999) / 1000000);
+		}
+		k = poll(&pf, 1, ms);
+		if (k > 0)
+			break;
+		if (k < 0 && errno != EINTR) {
+			if (o->warn)
+				o->warn(o->warn_ctx, "poll on the sandbox failed; killing it");
+			helper_kill(&sb);
+			break;
+		}
+	}
+	if (o->forward_signals)
+		forward_stop();
+	if (helper_destroy(&sb, &res->st, &e2) < 0 && o->warn)
+		o->warn(o->warn_ctx, e2.msg);
+	if (timed_out)
+		res->st.time_limit = true;
+	return 0;
+}
+
+int run_command(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o,
+		struct run_result *res, struct nsbox_err *err)
+{
+	int r;
+
+	memset(res, 0, sizeof(*res));
+	if (!argv || !argv[0])
+		return err_set(err, EINVAL, "no command given");
+	if (policy_validate(p, err) < 0)
+		return -1;
+	r = o->in_process ? run_here(p, argv, o, res, err) : run_helper(p, argv, o, res, err);
+	if (r < 0)
+		return -1;
+	res->exit_code = jail_exit_code(&res->st);
+	return 0;
+}
