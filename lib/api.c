@@ -640,7 +640,7 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	r->peak = res->peak_memory ? res->peak_memory : (uint64_t)json_integer_value(json_object_get(usage, "max_rss"));
 	r->tool_calls = res->tool_calls;
 	if (!r->value || !r->out || !r->err || !r->json || (r->status != NSBOX_OK && r->status != NSBOX_EXCEPTION &&
-						 (!r->emsg || !r->etype))) {
+						 r->status != NSBOX_INCOMPLETE && (!r->emsg || !r->etype))) {
 		nsbox_result_free(r);
 		return NULL;
 	}

@@ -1,12 +1,14 @@
 /* The public C API (include/nsbox.h) through libnsbox.so, as a host uses
  * it: every function, misuse (NULL arguments, bad names, double
  * registration, use after the sandbox died, tools that fail or answer
- * invalid JSON), cancel from another thread, a multithreaded host, fork.
+ * invalid JSON), cancel from another thread, a multithreaded host, fork,
+ * and nsbox_run() both in-process and through the helper.
  * Run under valgrind by `make check-valgrind` (no leaks allowed).
  *
  * `test-api --run CODE [--cold]` runs CODE in one session and prints its
  * stdout, then "value: JSON" (tests/integ/test_runner_exe.py uses it). */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -641,6 +643,227 @@ static void test_misuse(nsbox_policy_t *p)
 	nsbox_session_free(s);
 }
 
+/* ---- nsbox_run ---- */
+
+struct warnings {
+	int n;
+	char first[400];
+};
+
+static void collect_warning(void *ud, const char *msg)
+{
+	struct warnings *w = ud;
+
+	if (w->n++ == 0)
+		snprintf(w->first, sizeof(w->first), "%s", msg);
+}
+
+/* Run argv with stdout and stderr into a pipe; the output in out. */
+static int run_cmd(const nsbox_policy_t *p, char *const argv[], bool in_process, struct nsbox_run_status *st,
+		   char *out, size_t out_size, struct warnings *w, nsbox_error_t **e)
+{
+	int pfd[2], devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	struct nsbox_run_opts o = { .struct_size = sizeof(o), .in_process = in_process, .warn = collect_warning,
+				    .warn_userdata = w };
+	size_t n = 0;
+	ssize_t k;
+	int r;
+
+	if (devnull < 0 || pipe2(pfd, O_CLOEXEC) < 0)
+		return -errno;
+	o.stdio = (const int[3]){ devnull, pfd[1], pfd[1] };
+	memset(st, 0, sizeof(*st));
+	st->struct_size = sizeof(*st);
+	r = nsbox_run(p, argv, &o, st, e);
+	close(pfd[1]);
+	close(devnull);
+	while (n + 1 < out_size && (k = read(pfd[0], out + n, out_size - n - 1)) > 0)
+		n += (size_t)k;
+	out[n] = '\0';
+	close(pfd[0]);
+	return r;
+}
+
+static void *raise_term_later(void *arg)
+{
+	(void)arg;
+	usleep(400 * 1000);
+	kill(getpid(), SIGTERM);
+	return NULL;
+}
+
+/* valgrind has no clone3: the in-process launch can't run under it (the
+ * helper, a separate process, is not traced). */
+static bool under_valgrind(void)
+{
+	const char *pre = getenv("LD_PRELOAD");
+
+	return pre && strstr(pre, "vgpreload");
+}
+
+static void test_run(nsbox_policy_t *p, bool in_process)
+{
+	const char *tag = in_process ? "run in-process" : "run via helper";
+	char *sh_exit[] = { "/bin/sh", "-c", "echo out; echo err >&2; exit 7", NULL };
+	char *nosuch[] = { "/no/such/command", NULL };
+	char *killself[] = { "/bin/sh", "-c", "kill -TERM $$", NULL };
+	char *sleeper[] = { "/bin/sleep", "30", NULL };
+	char *truecmd[] = { "/bin/true", NULL };
+	struct nsbox_run_status st;
+	struct warnings w = { 0 };
+	nsbox_policy_t *q = NULL;
+	nsbox_error_t *e = NULL;
+	char out[256];
+	int r;
+
+	if (in_process && under_valgrind()) {
+		ok(1, "# SKIP %s: valgrind does not emulate clone3 (run by make check-unit)", tag);
+		return;
+	}
+	r = run_cmd(p, sh_exit, in_process, &st, out, sizeof(out), &w, &e);
+	CHECK(r == 0 && st.exited && st.exit_status == 7 && st.exit_code == 7 && !strcmp(out, "out\nerr\n"),
+	      "%s: exit status 7, stdout and stderr into the given fds (%d, %s, %zu bytes)", tag, r, emsg(e),
+	      strlen(out));
+	CHECK(st.wall > 0 && st.peak_memory > 0 && st.cgroup_mode[0], "%s: wall %.4f s, peak %llu, cgroups %s", tag,
+	      st.wall, (unsigned long long)st.peak_memory, st.cgroup_mode);
+	clear(&e);
+	r = run_cmd(p, nosuch, in_process, &st, out, sizeof(out), &w, &e);
+	CHECK(r == 0 && st.exec_errno == ENOENT && st.exit_code == 127, "%s: a missing command is 127, ENOENT (%d %d)",
+	      tag, st.exec_errno, st.exit_code);
+	clear(&e);
+	r = run_cmd(p, killself, in_process, &st, out, sizeof(out), &w, &e);
+	CHECK(r == 0 && !st.exited && st.term_signal == SIGTERM && st.exit_code == 128 + SIGTERM,
+	      "%s: killed by SIGTERM is 143 (%d)", tag, st.exit_code);
+	clear(&e);
+
+	/* The time limit holds whichever way the sandbox was made. */
+	if (nsbox_policy_new(NULL, &q, &e) == 0 && nsbox_policy_set_time_limit(q, 0.5, &e) == 0) {
+		r = run_cmd(q, sleeper, in_process, &st, out, sizeof(out), &w, &e);
+		CHECK(r == 0 && st.time_limit && st.exit_code == 124 && st.wall < 10,
+		      "%s: sleep 30 under TimeLimit=0.5 is killed: 124 after %.2f s", tag, st.wall);
+	} else {
+		CHECK(0, "%s: time-limit policy (%s)", tag, emsg(e));
+	}
+	nsbox_policy_free(q);
+	q = NULL;
+	clear(&e);
+
+	/* Warnings come back through the callback, from the helper too. */
+	if (nsbox_policy_new(NULL, &q, &e) == 0 && nsbox_policy_set(q, "Limits", "Cgroups", "off", &e) == 0 &&
+	    nsbox_policy_set_pids(q, 50, &e) == 0) {
+		memset(&w, 0, sizeof(w));
+		r = run_cmd(q, truecmd, in_process, &st, out, sizeof(out), &w, &e);
+		CHECK(r == 0 && st.exit_code == 0 && w.n >= 1 &&
+		      strstr(w.first, "not enforced by a cgroup (the policy says Cgroups=off)"),
+		      "%s: Cgroups=off warns through the callback (%d: %s)", tag, w.n, w.first);
+	} else {
+		CHECK(0, "%s: Cgroups=off policy (%s)", tag, emsg(e));
+	}
+	nsbox_policy_free(q);
+	q = NULL;
+	clear(&e);
+
+	/* Signals to the caller reach the command. */
+	{
+		struct nsbox_run_opts o = { .struct_size = sizeof(o), .in_process = in_process, .forward_signals = true };
+		struct sigaction now;
+		pthread_t t;
+
+		memset(&st, 0, sizeof(st));
+		st.struct_size = sizeof(st);
+		if (!in_process && pthread_create(&t, NULL, raise_term_later, NULL) == 0) {
+			r = nsbox_run(p, sleeper, &o, &st, &e);
+			pthread_join(t, NULL);
+			sigaction(SIGTERM, NULL, &now);
+			CHECK(r == 0 && st.term_signal == SIGTERM && st.exit_code == 143 && now.sa_handler == SIG_DFL,
+			      "%s: SIGTERM to the host is forwarded (%d, %s), the handler restored", tag, st.exit_code,
+			      emsg(e));
+			clear(&e);
+		}
+	}
+
+	/* A policy that can't work is refused before anything starts. */
+	if (nsbox_policy_new(NULL, &q, &e) == 0 && nsbox_policy_set_workspace(q, "/tmp", &e) == 0 &&
+	    nsbox_policy_add_bind(q, "/usr/share", "/workspace/share", false, &e) == 0) {
+		CHECK(nsbox_policy_check(q, &e) == -EINVAL, "policy_check: a bind inside the workspace (%s)", emsg(e));
+		clear(&e);
+		CHECK(run_cmd(q, truecmd, in_process, &st, out, sizeof(out), &w, &e) == -EINVAL,
+		      "%s: refuses that policy (%s)", tag, emsg(e));
+	} else {
+		CHECK(0, "%s: bad-bind policy (%s)", tag, emsg(e));
+	}
+	nsbox_policy_free(q);
+	clear(&e);
+	CHECK(nsbox_run(p, (char *[]){ NULL }, NULL, &st, &e) == -EINVAL, "%s: empty argv: -EINVAL", tag);
+	clear(&e);
+	CHECK(nsbox_run(NULL, truecmd, NULL, &st, &e) == -EINVAL, "%s: NULL policy: -EINVAL", tag);
+	clear(&e);
+}
+
+static void *run_in_process_from_thread(void *arg)
+{
+	char *truecmd[] = { "/bin/true", NULL };
+	struct nsbox_run_opts o = { .struct_size = sizeof(o), .in_process = true };
+	struct nsbox_run_status st = { .struct_size = sizeof(st) };
+	nsbox_error_t *e = NULL;
+	int r = nsbox_run(arg, truecmd, &o, &st, &e);
+
+	CHECK(r == -EINVAL && strstr(emsg(e), "single-threaded"), "in_process from a second thread: -EINVAL (%s)",
+	      emsg(e));
+	nsbox_error_free(e);
+	return NULL;
+}
+
+/* Options of 0.2: interactive execs, exit codes, the RESULT JSON, the
+ * Python version, spares. */
+static void test_session_extras(nsbox_policy_t *p)
+{
+	struct nsbox_session_opts so = { .struct_size = sizeof(so), .spare = true };
+	struct nsbox_exec_opts io = { .struct_size = sizeof(io), .interactive = true, .filename = "<stdin>" };
+	struct nsbox_session_info info = { .struct_size = sizeof(info) };
+	nsbox_session_t *s = NULL, *s2 = NULL;
+	nsbox_result_t *r = NULL;
+	nsbox_error_t *e = NULL;
+	size_t n;
+
+	CHECK(nsbox_session_new(p, &so, &s, &e) == 0, "spare: first session (%s)", emsg(e));
+	clear(&e);
+	if (!s)
+		return;
+	CHECK(nsbox_exec(s, "if True:\n", &io, &r, &e) == 0 && nsbox_result_status(r) == NSBOX_INCOMPLETE,
+	      "interactive: an open block is NSBOX_INCOMPLETE");
+	nsbox_result_free(r);
+	r = NULL;
+	clear(&e);
+	CHECK(nsbox_exec(s, "6*7\n", &io, &r, &e) == 0 && nsbox_result_status(r) == NSBOX_OK &&
+	      !strcmp(nsbox_result_stdout(r, &n), "42\n"), "interactive: an expression is displayed (%zu bytes)",
+	      r ? n : 0);
+	CHECK(r && strstr(nsbox_result_json(r), "\"stdout_truncated\":false"), "result_json has the RESULT fields");
+	nsbox_result_free(r);
+	r = NULL;
+	clear(&e);
+	r = run(s, "import sys; sys.exit(3)", 0);
+	CHECK(r && nsbox_result_exit_code(r) == 3 && nsbox_result_status(r) == NSBOX_EXCEPTION,
+	      "SystemExit(3): exit code 3");
+	nsbox_result_free(r);
+	r = run(s, "1/0", 0);
+	CHECK(r && nsbox_result_exit_code(r) == 1, "an exception: exit code 1");
+	nsbox_result_free(r);
+	r = run(s, "None", 0);
+	CHECK(r && nsbox_result_exit_code(r) == 0 && !strcmp(nsbox_result_json(NULL), "{}"),
+	      "success: exit code 0; result_json(NULL) is {}");
+	nsbox_result_free(r);
+	CHECK(nsbox_session_info(s, &info, &e) == 0 && !strncmp(info.python, "3.11", 4), "info: python %s",
+	      info.python);
+	clear(&e);
+	/* The spare made after the first session serves the second. */
+	CHECK(nsbox_session_new(p, &so, &s2, &e) == 0 && !strcmp(value_of(s2, "1+2"), "3"),
+	      "spare: second session works (%s)", emsg(e));
+	clear(&e);
+	nsbox_session_free(s2);
+	nsbox_session_free(s);
+}
+
 static int run_one(const char *code, bool cold)
 {
 	struct nsbox_session_opts so = { .struct_size = sizeof(so), .cold = cold };
@@ -688,7 +911,16 @@ int main(int argc, char **argv)
 	nsbox_policy_set_cpus(p, 1.5, NULL);
 	nsbox_policy_setenv(p, "NSBOX_TEST_VAR", "hello", NULL);
 	nsbox_policy_add_bind(p, "/usr/share/zoneinfo", "/data/zoneinfo", false, NULL);
+	test_run(p, true);
+	test_run(p, false);
+	{
+		pthread_t t;
+
+		if (pthread_create(&t, NULL, run_in_process_from_thread, p) == 0)
+			pthread_join(t, NULL);
+	}
 	test_session_basics(p, false, "template");
+	test_session_extras(p);
 	test_session_basics(p, true, "cold");
 	test_tools(p);
 	test_cancel_and_busy(p);
