@@ -2,7 +2,8 @@
 """Reads "label<TAB>times" lines and prints p50/p99 with two ratios: against
 the group's first line (the bare command) and against the line whose label
 starts with "*" (the reference peer, bubblewrap).  Groups are separated by
-blank lines."""
+blank lines; a line starting with "#" is a heading, printed as is above the
+groups that follow it."""
 import sys
 
 
@@ -18,6 +19,12 @@ def main():
     groups, cur = [], []
     for line in sys.stdin:
         line = line.rstrip("\n")
+        if line.startswith("#"):
+            if cur:
+                groups.append(cur)
+            cur = []
+            groups.append(line[1:].strip())
+            continue
         if not line:
             if cur:
                 groups.append(cur)
@@ -27,8 +34,12 @@ def main():
         cur.append((label, [float(x) for x in times.split()]))
     if cur:
         groups.append(cur)
-    print(f"{'what':58} {'n':>4} {'p50':>10} {'p99':>10} {'x bare':>7} {'x ref':>7}")
+    w = max([58] + [len(label.lstrip("*")) for g in groups if not isinstance(g, str) for label, _ in g])
+    print(f"{'what':{w}} {'n':>4} {'p50':>10} {'p99':>10} {'x bare':>7} {'x ref':>7}")
     for g in groups:
+        if isinstance(g, str):
+            print(g)
+            continue
         base = pct(g[0][1], 50)
         refs = [pct(xs, 50) for label, xs in g if label.startswith("*")]
         ref = refs[0] if refs else None
@@ -37,7 +48,7 @@ def main():
             unit = "us" if p50 < 10000 else "ms"
             f = (lambda v: f"{v:8.0f}us") if unit == "us" else (lambda v: f"{v/1000:8.2f}ms")
             r = f"{p50 / ref:7.2f}" if ref else "      -"
-            print(f"{label.lstrip('*'):58} {len(xs):4} {f(p50):>10} {f(p99):>10} {p50 / base:7.2f} {r}")
+            print(f"{label.lstrip('*'):{w}} {len(xs):4} {f(p50):>10} {f(p99):>10} {p50 / base:7.2f} {r}")
         print()
 
 

@@ -1,27 +1,119 @@
 #!/bin/sh
 # make bench: whole-process timings of nsbox beside bubblewrap and the bare
 # command, measured in the same run, interleaved.  Not a test: it prints.
+#
+# On a hybrid host each nsbox start moves pid 1 into v1 cgroups, which waits
+# for an RCU grace period unless a cgroup mount has favordynmods (`nsbox
+# info`, "cgroup migration").  The first table is always the host as found.
+# As root on such a host without favordynmods, a second block is measured
+# with favordynmods switched on for its duration only (with its own bwrap
+# baseline); the original mount options are put back on any exit.
 set -eu
 B=${NSBOX_BUILD:-$(pwd)/build}
 RUNS=${RUNS:-60}
+PY=/usr/bin/python3.11
 cc -O2 -o "$B/spawn-times" bench/spawn-times.c
 BWRAP="/usr/bin/bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
  --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp"
-PY=/usr/bin/python3.11
 out=$(mktemp -d /tmp/nsbox-bench.XXXXXX)
-trap 'rm -rf "$out"' EXIT
-"$B/spawn-times" "$RUNS" /usr/bin/true :: $BWRAP /usr/bin/true :: "$B/nsbox" run -- /usr/bin/true > "$out/a"
-"$B/spawn-times" "$RUNS" $PY -S -c pass :: $BWRAP $PY -S -c pass :: "$B/nsbox" run -- $PY -S -c pass > "$out/b"
+
+# favordynmods on the cgroup2 mount, set and restored with mount(2) from the
+# options in /proc/self/mountinfo: the per-mount flags as MS_* flags, the
+# superblock's own options (nsdelegate, memory_recursiveprot...) as data, so
+# a restore gives back exactly what was there.  mount(8) is not used to
+# restore: it re-adds favordynmods from its utab.
+fdm() {
+	$PY - "$@" <<'EOF'
+import ctypes, os, sys
+what, mnt = sys.argv[1], sys.argv[2]
+def info():
+    for l in open("/proc/self/mountinfo"):
+        f = l.split()
+        sep = f.index("-")
+        if f[4] == mnt and f[sep + 1] == "cgroup2":
+            return f[5], f[sep + 3]
+    sys.exit(f"fdm: no cgroup2 mount at {mnt}")
+MS = {"ro": 1, "nosuid": 2, "nodev": 4, "noexec": 8, "noatime": 1024, "nodiratime": 2048,
+      "relatime": 1 << 21, "strictatime": 1 << 24}
+MS_REMOUNT = 32
+if what == "show":
+    print(" ".join(info()))
+    sys.exit(0)
+mnt_opts, sb_opts = info()
+if what == "on":
+    flags = sum(MS.get(o, 0) for o in mnt_opts.split(","))
+    data = ",".join([o for o in sb_opts.split(",") if o not in ("rw", "ro", "favordynmods")] + ["favordynmods"])
+else:  # restore SAVED_MNT_OPTS SAVED_SB_OPTS
+    mnt_opts, sb_opts = sys.argv[3], sys.argv[4]
+    flags = sum(MS.get(o, 0) for o in mnt_opts.split(","))
+    data = ",".join(o for o in sb_opts.split(",") if o not in ("rw", "ro"))
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.mount(b"cgroup2", mnt.encode(), b"cgroup2", MS_REMOUNT | flags, data.encode()) != 0:
+    sys.exit(f"fdm: remount {mnt} ({data}): {os.strerror(ctypes.get_errno())}")
+EOF
+}
+
+FDM_MNT=""
+FDM_SAVED=""
+# Put the saved options back; clears FDM_SAVED only once /proc agrees.
+restore_fdm() {
+	[ -n "$FDM_SAVED" ] || return 0
+	# shellcheck disable=SC2086
+	if fdm restore "$FDM_MNT" $FDM_SAVED && [ "$(fdm show "$FDM_MNT")" = "$FDM_SAVED" ]; then
+		echo "bench: restored $FDM_MNT to its options as found ($FDM_SAVED)" >&2
+		FDM_SAVED=""
+		return 0
+	fi
+	echo "bench: WARNING: could not restore $FDM_MNT to '$FDM_SAVED'; now: $(grep " $FDM_MNT " /proc/self/mounts)" >&2
+	return 1
+}
+cleanup() {
+	restore_fdm || true
+	rm -rf "$out"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+# One block: bare, bwrap and nsbox for /usr/bin/true and python3.11 -S,
+# interleaved.  $1 = label prefix ("" for the host as found).
+block() {
+	pre=$1
+	"$B/spawn-times" "$RUNS" /usr/bin/true :: $BWRAP /usr/bin/true :: "$B/nsbox" run -- /usr/bin/true > "$out/a"
+	"$B/spawn-times" "$RUNS" $PY -S -c pass :: $BWRAP $PY -S -c pass :: "$B/nsbox" run -- $PY -S -c pass > "$out/b"
+	printf '%sbare /usr/bin/true\t' "$pre"; sed -n 1p "$out/a"
+	printf '*%sbwrap (unshare-all, ro /usr, proc, dev, tmpfs) true\t' "$pre"; sed -n 2p "$out/a"
+	printf '%snsbox run -- /usr/bin/true\t' "$pre"; sed -n 3p "$out/a"
+	echo
+	printf '%sbare python3.11 -S -c pass\t' "$pre"; sed -n 1p "$out/b"
+	printf '*%sbwrap ... python3.11 -S -c pass\t' "$pre"; sed -n 2p "$out/b"
+	printf '%snsbox run -- python3.11 -S -c pass\t' "$pre"; sed -n 3p "$out/b"
+	echo
+}
+
+migration=$("$B/nsbox" info | sed -n 's/^cgroup migration: \([a-z]*\).*/\1/p')
+FDM_MNT=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
+case $migration in
+none) mode="no task is moved between cgroups (cgroup v2: CLONE_INTO_CGROUP, or no cgroup used)" ;;
+fast) mode="sandbox limits through cgroup v1 controllers, a cgroup mount has favordynmods: migration is fast" ;;
+slow) mode="sandbox limits through cgroup v1 controllers, no cgroup mount has favordynmods: each start waits for an RCU grace period" ;;
+*) mode="unknown (nsbox info printed no 'cgroup migration' line)" ;;
+esac
+
 {
-	printf 'bare /usr/bin/true\t'; sed -n 1p "$out/a"
-	printf '*bwrap (unshare-all, ro /usr, proc, dev, tmpfs) true\t'; sed -n 2p "$out/a"
-	printf 'nsbox run -- /usr/bin/true\t'; sed -n 3p "$out/a"
-	echo
-	printf 'bare python3.11 -S -c pass\t'; sed -n 1p "$out/b"
-	printf '*bwrap ... python3.11 -S -c pass\t'; sed -n 2p "$out/b"
-	printf 'nsbox run -- python3.11 -S -c pass\t'; sed -n 3p "$out/b"
-	echo
+	echo "# host as found: $mode"
+	block ""
 } > "$out/table"
+if [ "$migration" = slow ] && [ "$(id -u)" = 0 ] && [ -n "$FDM_MNT" ] && [ "${NSBOX_BENCH_FDM:-1}" != 0 ]; then
+	FDM_SAVED=$(fdm show "$FDM_MNT")	# from here on the EXIT trap restores it
+	fdm on "$FDM_MNT"
+	{
+		echo "# with favordynmods switched on for this block only (remount,favordynmods $FDM_MNT; restored after)"
+		block "[favordynmods] "
+	} >> "$out/table"
+	restore_fdm || exit 1
+fi
 if [ "${NSBOX_BENCH_RUNNER:-1}" != 0 ] && [ -x "$B/nsbox-runner" ] && [ -x bench/runner.sh ]; then
 	bench/runner.sh "$B" "$RUNS" >> "$out/table"
 fi

@@ -79,7 +79,9 @@ static char *absolute(const char *path, struct nsbox_err *err)
 /* An API error as a CLI error (and free it). */
 static int take_error(struct nsbox_err *err, nsbox_error_t *e)
 {
-	err_set(err, -nsbox_error_code(e), "%s", nsbox_error_message(e));
+	/* The message is complete: no strerror() suffix. */
+	err_set(err, 0, "%s", nsbox_error_message(e));
+	err->code = -nsbox_error_code(e);
 	nsbox_error_free(e);
 	return -1;
 }

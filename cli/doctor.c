@@ -101,6 +101,7 @@ static int self_test(void *arg)
 int cmd_doctor(int argc, char **argv)
 {
 	struct cgroup_probe pr;
+	struct cgroup_migration_info mi;
 	struct nsbox_policy p = { 0 };
 	struct nsbox_err err = { 0 };
 	struct jail j;
@@ -136,6 +137,23 @@ int cmd_doctor(int argc, char **argv)
 			printf("WARN cgroup %s unusable: %s\n     -> limits fall back to rlimits; run nsbox under a delegated "
 			       "cgroup (systemd-run --user -p Delegate=yes --scope ...) to enforce them\n",
 			       cgroup_ctrl_name(c), pr.why[c]);
+	}
+	cgroup_migration_probe(&pr, &mi);
+	if (mi.state == CG_MIGRATE_SLOW) {
+		char hint[512];
+		cgroup_migration_hint(&mi, hint, sizeof(hint));
+		printf("WARN cgroup migration is slow: each sandbox start moves pid 1 into the v1 cgroups and waits "
+		       "for an RCU grace period (~5-20 ms), as no cgroup mount has favordynmods\n");
+		for (char *l = hint, *nl; *l; l = nl + 1) {
+			nl = strchrnul(l, '\n');
+			printf("     %.*s\n", (int)(nl - l), l);
+			if (!*nl)
+				break;
+		}
+	} else if (mi.state == CG_MIGRATE_FAST) {
+		printf("ok   cgroup migration into v1 cgroups is fast (favordynmods)\n");
+	} else if (pr.mode == CG_V2) {
+		printf("ok   no cgroup migration: sandboxes are cloned straight into their cgroup (CLONE_INTO_CGROUP)\n");
 	}
 	int abi = landlock_abi();
 	printf("%s Landlock%s", abi > 0 ? "ok  " : "WARN", abi > 0 ? " ABI " : " not available (lsm= lacks landlock)\n");

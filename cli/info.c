@@ -9,6 +9,19 @@
 #include "landlock.h"
 #include "util.h"
 
+static void print_hint(const struct cgroup_migration_info *mi, const char *indent)
+{
+	char hint[512];
+
+	cgroup_migration_hint(mi, hint, sizeof(hint));
+	for (char *l = hint, *nl; *l; l = nl + 1) {
+		nl = strchrnul(l, '\n');
+		printf("%s%.*s\n", indent, (int)(nl - l), l);
+		if (!*nl)
+			break;
+	}
+}
+
 static long read_long(const char *path)
 {
 	char buf[64];
@@ -21,6 +34,7 @@ static long read_long(const char *path)
 int cmd_info(int argc, char **argv)
 {
 	struct cgroup_probe pr;
+	struct cgroup_migration_info mi;
 	long maxns = read_long("/proc/sys/user/max_user_namespaces");
 	long unpriv = read_long("/proc/sys/kernel/unprivileged_userns_clone");
 	long aa = read_long("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
@@ -58,6 +72,22 @@ int cmd_info(int argc, char **argv)
 			       c == CTRL_MEMORY ? "RLIMIT_AS fallback with a warning; Cgroups=require refuses"
 			       : c == CTRL_PIDS ? "RLIMIT_NPROC fallback with a warning; Cgroups=require refuses"
 						: "not enforced, with a warning; Cgroups=require refuses");
+	}
+	cgroup_migration_probe(&pr, &mi);
+	switch (mi.state) {
+	case CG_MIGRATE_NONE:
+		printf("cgroup migration: none -> %s\n",
+		       pr.mode == CG_V2 ? "sandboxes are cloned straight into their cgroup (CLONE_INTO_CGROUP)"
+					: "no v1 cgroup is used, nothing is moved");
+		break;
+	case CG_MIGRATE_FAST:
+		printf("cgroup migration: fast (v1 controllers, a cgroup mount has favordynmods)\n");
+		break;
+	case CG_MIGRATE_SLOW:
+		printf("cgroup migration: slow (v1 controllers, no cgroup mount has favordynmods)\n"
+		       "  -> each start moves pid 1 into the v1 cgroups and waits for an RCU grace period: ~5-20 ms\n");
+		print_hint(&mi, "  ");
+		break;
 	}
 	printf("landlock: %s", abi > 0 ? "ABI " : "not supported");
 	if (abi > 0)

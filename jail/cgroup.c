@@ -157,6 +157,11 @@ static void probe_v1(struct cgroup_probe *pr, const char *ctrls, const char *rel
 	}
 }
 
+bool cgroup_host_v2(void)
+{
+	return is_fs("/sys/fs/cgroup", CGROUP2_SUPER_MAGIC);
+}
+
 void cgroup_probe_host(struct cgroup_probe *pr)
 {
 	char line[1024];
@@ -199,6 +204,46 @@ void cgroup_probe_host(struct cgroup_probe *pr)
 	fclose(f);
 	if (pr->mode == CG_NONE && any_v1)
 		pr->mode = CG_V1;
+}
+
+void cgroup_migration_probe(const struct cgroup_probe *pr, struct cgroup_migration_info *mi)
+{
+	char line[1024];
+	bool v1 = false;
+	FILE *f;
+
+	memset(mi, 0, sizeof(*mi));
+	for (int c = 0; c < CTRL__N; c++)
+		v1 |= pr->ctrl_ok[c] && pr->ctrl_v1[c];
+	/* "dev mountpoint fstype options 0 0", proc_pid_mounts(5). */
+	f = fopen("/proc/self/mounts", "re");
+	while (f && fgets(line, sizeof(line), f)) {
+		char mnt[256], type[32], opts[512];
+		if (sscanf(line, "%*s %255s %31s %511s", mnt, type, opts) != 3)
+			continue;
+		if (strcmp(type, "cgroup2") == 0 && !mi->remount[0])
+			snprintf(mi->remount, sizeof(mi->remount), "%s", mnt);
+		if ((strcmp(type, "cgroup2") == 0 || strcmp(type, "cgroup") == 0) && list_has(opts, "favordynmods"))
+			mi->favordynmods = true;
+	}
+	if (f)
+		fclose(f);
+	mi->state = !v1 ? CG_MIGRATE_NONE : mi->favordynmods ? CG_MIGRATE_FAST : CG_MIGRATE_SLOW;
+}
+
+void cgroup_migration_hint(const struct cgroup_migration_info *mi, char *buf, size_t size)
+{
+	if (mi->remount[0])
+		snprintf(buf, size,
+			 "hint (as root): mount -o remount,favordynmods %s\n"
+			 "  a host-wide setting: every fork and exit gets slightly slower, migrations get fast;\n"
+			 "  undo with a remount without it through mount(2) (mount(8) re-adds it from utab)",
+			 mi->remount);
+	else
+		snprintf(buf, size,
+			 "hint (as root): mount a cgroup2 hierarchy with -o favordynmods, or use a kernel built\n"
+			 "  with CONFIG_CGROUP_FAVOR_DYNMODS; a host-wide setting: every fork and exit gets\n"
+			 "  slightly slower, migrations get fast");
 }
 
 static int cg_write(const char *dir, const char *file, const char *val, struct nsbox_err *err)

@@ -33,8 +33,33 @@ struct cgroup_probe {
 const char *cgroup_mode_name(enum cgroup_mode m);
 const char *cgroup_ctrl_name(enum cgroup_ctrl c);
 
+/* The host's cgroup hierarchy is pure v2 (/sys/fs/cgroup is cgroup2):
+ * sandboxes are cloned straight into their cgroup. */
+bool cgroup_host_v2(void);
+
 /* Inspect the host.  Never fails; unusable things are reported in *pr. */
 void cgroup_probe_host(struct cgroup_probe *pr);
+
+/* Moving a task into a cgroup (writing cgroup.procs) takes the global
+ * cgroup_threadgroup_rwsem for writing, and unless some cgroup hierarchy is
+ * mounted with favordynmods that waits for an RCU grace period whenever no
+ * other migration happened within the last one: ~5-20 ms per sandbox start
+ * on a hybrid host, where pid 1 is moved into the v1 memory, pids and cpu
+ * cgroups.  On pure v2 the child is cloned straight into its cgroup
+ * (CLONE_INTO_CGROUP, a read lock) and nothing is moved. */
+enum cgroup_migration { CG_MIGRATE_NONE = 0, CG_MIGRATE_FAST, CG_MIGRATE_SLOW };
+
+struct cgroup_migration_info {
+	enum cgroup_migration state;
+	bool favordynmods;		/* a cgroup or cgroup2 mount has favordynmods */
+	char remount[256];		/* the cgroup2 mount to remount with it ("" if none) */
+};
+
+/* What sandboxes here cost in migrations, from a probe and /proc/self/mounts. */
+void cgroup_migration_probe(const struct cgroup_probe *pr, struct cgroup_migration_info *mi);
+/* The fix for CG_MIGRATE_SLOW as text (lines separated by '\n', no
+ * trailing one) in buf; for the front ends to print. */
+void cgroup_migration_hint(const struct cgroup_migration_info *mi, char *buf, size_t size);
 
 struct cgroup_handle {
 	struct cgroup_probe probe;

@@ -75,13 +75,76 @@ static int recv_msg(int fd, struct sync_msg *m)
 	return 1;
 }
 
+/* SYNC_NETFD carrying fd (SCM_RIGHTS, unix(7)). */
+static int send_fd(int sock, int fd)
+{
+	struct sync_msg m = { .type = SYNC_NETFD };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm;
+
+	memset(&u, 0, sizeof(u));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(m) ? 0 : -1;
+}
+
+/* recv_msg that also takes one passed fd (else *fd = -1).  Anything but
+ * exactly one fd on a SYNC_NETFD is a protocol error; stray fds are
+ * closed. */
+static int recv_msg_fd(int sock, struct sync_msg *m, int *fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = m, .iov_len = sizeof(*m) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	ssize_t n;
+
+	*fd = -1;
+	do
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n == 0)
+		return 0;
+	for (struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
+			int got;
+			memcpy(&got, CMSG_DATA(cm), sizeof(int));
+			if (*fd < 0)
+				*fd = got;
+			else
+				close(got);
+		}
+	if (n != (ssize_t)sizeof(*m) || (mh.msg_flags & MSG_CTRUNC) || (m->type == SYNC_NETFD) != (*fd >= 0)) {
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+		errno = EPROTO;
+		return -1;
+	}
+	m->step[sizeof(m->step) - 1] = '\0';
+	m->msg[sizeof(m->msg) - 1] = '\0';
+	return 1;
+}
+
 /* ---- inside: the payload ---------------------------------------------- */
 
 struct child_ctx {
 	const struct jail_spec *spec;
 	const struct nsbox_policy *p;
 	const struct seccomp_prog *prog;
-	const struct cgroup_handle *cg;
+	/* Whether a cgroup enforces the memory and pids limits (from the
+	 * launcher's ATTACHED message; otherwise rlimits stand in). */
+	bool cg_mem, cg_pids;
 	bool host_root;
 	int sync_fd;
 };
@@ -103,7 +166,7 @@ static int set_rlimit(int res, const char *name, rlim_t v, struct nsbox_err *err
 static int payload_limits(const struct child_ctx *c, struct nsbox_err *err)
 {
 	const struct nsbox_policy *p = c->p;
-	bool mem = c->cg && c->cg->enforced[CTRL_MEMORY], pids = c->cg && c->cg->enforced[CTRL_PIDS];
+	bool mem = c->cg_mem, pids = c->cg_pids;
 
 	err_step(err, "rlimits");
 	if (set_rlimit(RLIMIT_CORE, "RLIMIT_CORE", 0, err) < 0)
@@ -230,7 +293,8 @@ static __attribute__((noreturn)) void payload_main(const struct child_ctx *c, in
 	if (payload_limits(c, &e) < 0)
 		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
 	envp = build_env(p);
-	if (caps_drop_all(&e) < 0)
+	/* Securebits and the empty bounding set came with the fork. */
+	if (caps_clear(&e) < 0)
 		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
 		err_sys(&e, "prctl(PR_SET_NO_NEW_PRIVS)");
@@ -242,7 +306,6 @@ static __attribute__((noreturn)) void payload_main(const struct child_ctx *c, in
 		err_step(&e, "landlock");
 		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
 	}
-	/* The seccomp filter came with the fork from pid 1. */
 	if (s->child_fn) {
 		close(err_fd);
 		environ = envp;
@@ -312,12 +375,24 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 	 * sees EOF. */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		_exit(NSBOX_EXIT_SETUP);
+	/* The launcher brings lo up through our socket while we build the
+	 * root (net.c). */
+	if (!p->share_net) {
+		int nfd = net_open_rtnl(&e);
+		if (nfd < 0)
+			goto fail;
+		if (send_fd(c->sync_fd, nfd) < 0) {
+			err_sys(&e, "pass the netlink socket to the launcher");
+			goto fail;
+		}
+		close(nfd);
+	}
 	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_GO)
 		_exit(NSBOX_EXIT_SETUP);
 
-	if (ids_switch(p->uid, p->gid, c->host_root, &e) < 0 || mount_setup(p, c->host_root, &e) < 0)
+	if (ids_switch(p->uid, p->gid, c->host_root, &e) < 0)
 		goto fail;
-	if (!p->share_net && net_setup_loopback(&e) < 0)
+	if (mount_setup(p, c->host_root, &e) < 0)
 		goto fail;
 	const char *hn = p->hostname ? p->hostname : "nsbox";
 	if (sethostname(hn, strlen(hn)) < 0 || setdomainname("", 0) < 0) {
@@ -326,8 +401,6 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		goto fail;
 	}
 
-	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_ATTACHED)
-		_exit(NSBOX_EXIT_SETUP);
 
 	/* Block everything in pid 1 before the fork so no signal is lost;
 	 * the payload unblocks.  The forwarded signals need a handler: the
@@ -340,13 +413,24 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		sigaction(fwd[k], &sa, NULL);
 	sigfillset(&all);
 	sigprocmask(SIG_BLOCK, &all, NULL);
+	/* Securebits and the bounding set, once, for pid 1 and the payload
+	 * (inherited across fork). */
+	if (caps_lock_bounding(&e) < 0)
+		goto fail;
 	/* The allowlist goes on here, once, and the payload inherits it with
-	 * the fork: loading (and JIT-compiling) it costs ~0.3 ms a time.
-	 * Nothing the payload still does before exec (setsid, fds, rlimits,
-	 * capabilities, Landlock) is outside the allowlist, and the mounts
-	 * are done. */
+	 * the fork: loading (and JIT-compiling) it costs ~0.3 ms a time, spent
+	 * while the launcher still attaches the cgroups and brings lo up.
+	 * Nothing pid 1 and the payload still do before exec (recv, fork,
+	 * setsid, fds, rlimits, capabilities, Landlock) is outside the
+	 * allowlist, and the mounts are done. */
 	if (seccomp_apply(c->prog, &e) < 0)
 		goto fail;
+	/* The payload is forked only once the launcher has moved pid 1 into
+	 * every cgroup, so it starts inside them. */
+	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_ATTACHED)
+		_exit(NSBOX_EXIT_SETUP);
+	c->cg_mem = m.code & SYNC_CG_MEMORY;
+	c->cg_pids = m.code & SYNC_CG_PIDS;
 	if (pipe2(pipefd, O_CLOEXEC) < 0) {
 		err_sys(&e, "pipe");
 		err_step(&e, "pid1");
@@ -379,7 +463,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 	 * filter).  The payload can't reach pid 1 meanwhile: it has no
 	 * ptrace, and signals to pid 1 are only forwarded back to it. */
 	(void)send_msg(c->sync_fd, SYNC_READY, 0, NULL);
-	if (close_fds_except(3, &c->sync_fd, 1) < 0 || caps_drop_all(&e) < 0 || seccomp_apply_pid1(&e) < 0) {
+	if (close_fds_except(3, &c->sync_fd, 1) < 0 || caps_clear(&e) < 0 || seccomp_apply_pid1(&e) < 0) {
 		kill(payload, SIGKILL);
 		_exit(NSBOX_EXIT_SETUP);
 	}
@@ -418,8 +502,8 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog };
 	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
 				   CLONE_NEWCGROUP | (p->share_net ? 0 : CLONE_NEWNET);
-	int sv[2] = { -1, -1 }, pidfd = -1;
-	bool v2_attached = false;
+	int sv[2] = { -1, -1 }, pidfd = -1, netfd = -1, r;
+	bool v2_attached = false, cg_early = cgroup_host_v2();
 	struct sync_msg m;
 	pid_t pid;
 
@@ -436,14 +520,12 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		return err_step(err, "policy");
 	/* Precompiled at build time from the same rule table (test-seccomp-prebuilt). */
 	seccomp_prog_prebuilt(p->seccomp, &prog);
-	if (cgroup_create(p, &cg, warn, spec->warn_ctx, err) < 0)
+	/* On cgroup v2 the child is cloned straight into its cgroup
+	 * (CLONE_INTO_CGROUP), so that comes first.  Elsewhere pid 1 is
+	 * moved in later anyway, and the cgroups are made while it builds
+	 * its root. */
+	if (cg_early && cgroup_create(p, &cg, warn, spec->warn_ctx, err) < 0)
 		goto fail;
-	c.cg = cg;
-	if (cg) {
-		j->cg_mode = cg->probe.mode;
-		for (int k = 0; k < CTRL__N; k++)
-			j->cg_enforced[k] = cg->enforced[k];
-	}
 	c.host_root = geteuid() == 0;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
 		err_sys(err, "socketpair");
@@ -484,14 +566,36 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		err_step(err, "launch");
 		goto fail_child;
 	}
+	/* From here on pid 1 mounts its root in parallel. */
+	if (!cg_early) {
+		if (cgroup_create(p, &cg, warn, spec->warn_ctx, err) < 0)
+			goto fail_child;
+		j->cg = cg;
+	}
+	if (cg) {
+		j->cg_mode = cg->probe.mode;
+		for (int k = 0; k < CTRL__N; k++)
+			j->cg_enforced[k] = cg->enforced[k];
+	}
 	/* Moving a task into a v1 cgroup waits for an RCU grace period (a few
-	 * ms); the child builds its root meanwhile and forks the payload only
+	 * ms, unless the host mounts cgroup2 with favordynmods: `nsbox info`);
+	 * the child builds its root meanwhile and forks the payload only
 	 * after ATTACHED, so the payload starts inside every cgroup. */
 	if (cg && cgroup_attach(cg, pid, v2_attached, err) < 0)
 		goto fail_child;
+	if (!p->share_net) {
+		r = recv_msg_fd(sv[0], &m, &netfd);
+		if (r != 1 || m.type != SYNC_NETFD)
+			goto child_said;
+		if (net_setup_loopback_fd(take_fd(&netfd), err) < 0)
+			goto fail_child;
+	}
 	/* If this fails the child has died; its ERROR is read below. */
-	(void)send_msg(sv[0], SYNC_ATTACHED, 0, NULL);
-	int r = recv_msg(sv[0], &m);
+	(void)send_msg(sv[0], SYNC_ATTACHED,
+		       (j->cg_enforced[CTRL_MEMORY] ? SYNC_CG_MEMORY : 0) | (j->cg_enforced[CTRL_PIDS] ? SYNC_CG_PIDS : 0),
+		       NULL);
+	r = recv_msg(sv[0], &m);
+child_said:
 	if (r == 1 && m.type == SYNC_READY) {
 		/* prog is static */
 		j->sync_fd = sv[0];

@@ -16,12 +16,25 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *
 /* The writable paths inside the sandbox, for Landlock (static storage). */
 size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max);
 
-/* net.c: bring loopback up in the new network namespace (libnl-route). */
+/* net.c: bring loopback up in the new network namespace (libnl-route,
+ * loaded with dlopen on first use).  net_open_rtnl (inside) returns a bound
+ * NETLINK_ROUTE socket of the caller's network namespace, or -1;
+ * net_setup_loopback_fd (anywhere, with CAP_NET_ADMIN over that namespace)
+ * brings lo up through it and always consumes fd.  net_setup_loopback does
+ * both in the caller's namespace. */
+int net_open_rtnl(struct nsbox_err *err);
+int net_setup_loopback_fd(int fd, struct nsbox_err *err);
 int net_setup_loopback(struct nsbox_err *err);
 
 /* caps.c: lock securebits, empty the bounding, ambient, inheritable,
  * permitted and effective sets (libcap). */
 int caps_drop_all(struct nsbox_err *err);
+/* The two halves of caps_drop_all.  Securebits and the bounding set are
+ * inherited across fork, so pid 1 sets them once for itself and the
+ * payload; each process then clears its own ambient, permitted, effective
+ * and inheritable sets. */
+int caps_lock_bounding(struct nsbox_err *err);
+int caps_clear(struct nsbox_err *err);
 /* Drop supplementary groups and switch to uid/gid (inside ids). */
 int ids_switch(uid_t uid, gid_t gid, bool may_setgroups, struct nsbox_err *err);
 

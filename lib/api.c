@@ -107,7 +107,8 @@ static int fail_core(nsbox_error_t **err, const struct nsbox_err *e, int dflt)
 
 	if (code == -EPIPE)
 		code = -ENOTCONN;
-	if (e->step[0])
+	/* A bad policy is not a setup step that failed: its message says it all. */
+	if (e->step[0] && strcmp(e->step, "policy") != 0)
 		return fail(err, code, "setup step '%s' failed: %s", e->step, e->msg);
 	return fail_msg(err, code, e->msg);
 }
