@@ -875,8 +875,12 @@ int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbo
 	o.cpus_limit = s->policy.cpus;
 	o.memory_current = si.memory_current;
 	o.memory_peak = si.memory_peak;
-	snprintf(o.python, sizeof(o.python), "%s",
-		 json_string_value(json_object_get(session_hello(s->s), "python")) ?: "");
+	{
+		/* The runner says sys.version; the version is its first word. */
+		const char *v = json_string_value(json_object_get(session_hello(s->s), "python")) ?: "";
+
+		snprintf(o.python, sizeof(o.python), "%.*s", (int)strcspn(v, " "), v);
+	}
 	memcpy(info, &o, o.struct_size);
 	return 0;
 }

@@ -449,6 +449,7 @@ int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio
 	r = request(&req, buf, stdio, 3, rep, &pidfd, NULL, err);
 	if (r == 0 && rep->exec_failed) {
 		*st = rep->st;
+		fill_sandbox(sb, rep, -1);	/* not running: only the cgroup facts */
 		if (pidfd >= 0)
 			close(pidfd);
 		pidfd = -1;

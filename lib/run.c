@@ -147,11 +147,11 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 	r = helper_run(p, argv, o->stdio ? o->stdio : std, o->warn, o->warn_ctx, &sb, &res->st, err);
 	if (r < 0)
 		return -1;
-	if (r == 0)
-		return 0;	/* could not be executed: res->st is final */
 	res->cg_mode = sb.cg_mode;
 	for (int i = 0; i < 3; i++)
 		res->cg_enforced[i] = sb.cg_enforced[i];
+	if (r == 0)
+		return 0;	/* could not be executed: res->st is final */
 	if (o->forward_signals && forward_start(sb.pid, sb.pidfd, err) < 0) {
 		(void)helper_destroy(&sb, NULL, &e2);
 		return -1;

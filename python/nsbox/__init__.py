@@ -11,6 +11,15 @@
         sb.execute("x = add(2, 3)")
         print(sb.execute("x * 10"))   # 50
 
+One command in a new sandbox, like `nsbox run`:
+
+    r = nsbox.run(["make", "test"], memory="1G", timeout=600, workspace="/src")
+    print(r.exit_code, r.peak_memory, r.wall)   # an nsbox.RunResult
+
+The jail's warnings (a limit this host can't enforce with a cgroup, and the
+fallback used) are issued as nsbox.SandboxWarning, or passed to the
+on_warning=fn(message) argument of Sandbox and run().
+
 A pure-Python binding of libnsbox (ctypes): no compiler needed.  The
 library is found through $NSBOX_LIB, then build/libnsbox.so.0 of a source
 checkout, then the system's library path.
@@ -19,14 +28,16 @@ checkout, then the system's library path.
 from ._values import ReprValue
 from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError, SandboxCrashed,
                      SandboxedException, SandboxedMemoryError, SandboxedToolError, SandboxError,
-                     TimeLimitExceeded, ToolError, UndefinedVariable)
+                     SandboxWarning, TimeLimitExceeded, ToolError, UndefinedVariable)
+from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "Sandbox", "ExecResult", "ReprValue", "SandboxError", "PolicyError", "TimeLimitExceeded",
-    "MemoryLimitExceeded", "Cancelled", "SandboxCrashed", "ProtocolError", "ToolError",
+    "Sandbox", "ExecResult", "run", "RunResult", "SandboxWarning", "ReprValue", "SandboxError",
+    "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled", "SandboxCrashed",
+    "ProtocolError", "ToolError",
     "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
     "library_version",
 ]

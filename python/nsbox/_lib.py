@@ -14,17 +14,19 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_bool, c_char, c_char
 
 from .errors import PolicyError, SandboxCrashed, SandboxError
 
-__all__ = ["lib", "libc", "load", "check", "TOOL_FN", "OUTPUT_FN", "SessionOpts", "ExecOpts",
-           "SessionInfo", "take_string", "library_path"]
+__all__ = ["lib", "libc", "load", "check", "TOOL_FN", "OUTPUT_FN", "WARN_FN", "SessionOpts", "ExecOpts",
+           "SessionInfo", "RunOpts", "RunStatus", "take_string", "library_path"]
 
 # enum nsbox_status
-OK, EXCEPTION, TIME_LIMIT, CANCELLED, MEMORY_LIMIT, CRASHED, PROTOCOL_ERROR = range(7)
+OK, EXCEPTION, TIME_LIMIT, CANCELLED, MEMORY_LIMIT, CRASHED, PROTOCOL_ERROR, INCOMPLETE = range(8)
 
 # typedef void (*nsbox_output_fn)(void *userdata, int stream, const char *data, size_t len);
 OUTPUT_FN = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_size_t)
 # typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_json,
 #                              char **result_json, char **error_message);
 TOOL_FN = CFUNCTYPE(c_int, c_void_p, c_char_p, c_char_p, POINTER(c_void_p), POINTER(c_void_p))
+# typedef void (*nsbox_warn_fn)(void *userdata, const char *message);   (0.2.0)
+WARN_FN = CFUNCTYPE(None, c_void_p, c_char_p)
 
 
 class SessionOpts(Structure):
@@ -36,6 +38,11 @@ class SessionOpts(Structure):
         ("output", OUTPUT_FN),
         ("output_userdata", c_void_p),
         ("cold", c_bool),
+        # since 0.2.0
+        ("warn", WARN_FN),
+        ("warn_userdata", c_void_p),
+        ("spare", c_bool),
+        ("in_process", c_bool),
     ]
 
 
@@ -45,6 +52,7 @@ class ExecOpts(Structure):
         ("timeout", c_double),
         ("repl", c_bool),
         ("filename", c_char_p),
+        ("interactive", c_bool),    # since 0.2.0
     ]
 
 
@@ -59,6 +67,39 @@ class SessionInfo(Structure):
         ("cpus_limit", c_double),
         ("memory_current", c_uint64),
         ("memory_peak", c_uint64),
+        ("python", c_char * 32),    # since 0.2.0
+    ]
+
+
+class RunOpts(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("stdio", POINTER(c_int)),  # 3 fds or NULL
+        ("warn", WARN_FN),
+        ("warn_userdata", c_void_p),
+        ("forward_signals", c_bool),
+        ("in_process", c_bool),
+    ]
+
+
+class RunStatus(Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("exit_code", c_int),
+        ("exited", c_bool),
+        ("exit_status", c_int),
+        ("term_signal", c_int),
+        ("time_limit", c_bool),
+        ("oom_killed", c_bool),
+        ("exec_errno", c_int),
+        ("peak_memory", c_uint64),
+        ("cpu_user", c_double),
+        ("cpu_system", c_double),
+        ("wall", c_double),
+        ("cgroup_mode", c_char * 16),
+        ("memory_enforced", c_bool),
+        ("pids_enforced", c_bool),
+        ("cpu_enforced", c_bool),
     ]
 
 
@@ -86,6 +127,7 @@ _PROTOS = {
     "nsbox_policy_add_bind": (c_int, [c_void_p, c_char_p, c_char_p, c_bool, _ERR]),
     "nsbox_policy_set_workspace": (c_int, [c_void_p, c_char_p, _ERR]),
     "nsbox_policy_setenv": (c_int, [c_void_p, c_char_p, c_char_p, _ERR]),
+    "nsbox_policy_check": (c_int, [c_void_p, _ERR]),
     "nsbox_policy_to_string": (c_void_p, [c_void_p]),
 
     "nsbox_session_new": (c_int, [c_void_p, POINTER(SessionOpts), POINTER(c_void_p), _ERR]),
@@ -102,11 +144,14 @@ _PROTOS = {
     "nsbox_result_traceback": (c_char_p, [c_void_p]),
     "nsbox_result_usage": (None, [c_void_p, POINTER(c_double), POINTER(c_double), POINTER(c_uint64),
                                   POINTER(c_uint)]),
+    "nsbox_result_exit_code": (c_int, [c_void_p]),
+    "nsbox_result_json": (c_char_p, [c_void_p]),
     "nsbox_result_free": (None, [c_void_p]),
     "nsbox_set_var": (c_int, [c_void_p, c_char_p, c_char_p, _ERR]),
     "nsbox_get_var": (c_int, [c_void_p, c_char_p, POINTER(c_void_p), _ERR]),
     "nsbox_reset": (c_int, [c_void_p, _ERR]),
     "nsbox_session_info": (c_int, [c_void_p, POINTER(SessionInfo), _ERR]),
+    "nsbox_run": (c_int, [c_void_p, POINTER(c_char_p), POINTER(RunOpts), POINTER(RunStatus), _ERR]),
 }
 
 lib = None
@@ -162,7 +207,11 @@ def load():
     if not os.environ.get("NSBOX_RUNNER") and runner and os.path.isfile(runner):
         os.environ["NSBOX_RUNNER"] = os.path.abspath(runner)
     for name, (restype, argtypes) in _PROTOS.items():
-        fn = getattr(handle, name)
+        try:
+            fn = getattr(handle, name)
+        except AttributeError:
+            raise SandboxError("%s is too old for this SDK (it lacks %s): libnsbox 0.2.0 or newer is needed"
+                               % (library_path, name), _errno.ENOSYS) from None
         fn.restype = restype
         fn.argtypes = argtypes
     lib = handle

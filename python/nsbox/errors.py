@@ -10,7 +10,7 @@ sandbox went away".
 __all__ = [
     "SandboxError", "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled",
     "SandboxCrashed", "ProtocolError", "ToolError", "SandboxedException",
-    "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
+    "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable", "SandboxWarning",
 ]
 
 
@@ -118,3 +118,10 @@ class UndefinedVariable(SandboxError, KeyError):
 
     def __str__(self):
         return self.message
+
+
+class SandboxWarning(UserWarning):
+    """A warning from the jail about a sandbox that was still made, e.g. a
+    limit this host can't enforce with a cgroup and the fallback used
+    instead.  Issued through the warnings module unless the Sandbox or run()
+    was given on_warning."""

@@ -15,11 +15,12 @@ import weakref
 from ctypes import byref, c_double, c_size_t, c_uint, c_uint64, c_void_p, sizeof
 
 from . import _lib
+from . import _policy
 from . import _tools
 from . import _values
-from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError, SandboxCrashed,
-                     SandboxedException, SandboxedMemoryError, SandboxedToolError, SandboxError,
-                     TimeLimitExceeded, UndefinedVariable)
+from .errors import (Cancelled, MemoryLimitExceeded, ProtocolError, SandboxCrashed, SandboxedException,
+                     SandboxedMemoryError, SandboxedToolError, SandboxError, TimeLimitExceeded,
+                     UndefinedVariable)
 
 __all__ = ["Sandbox", "ExecResult"]
 
@@ -73,14 +74,7 @@ class ExecResult:
             self.value, self.stdout, self.stderr, self.error)
 
 
-def _bytes(s, what):
-    if isinstance(s, bytes):
-        b = s
-    else:
-        b = str(s).encode("utf-8", "surrogateescape")
-    if b"\0" in b:
-        raise ValueError("%s contains a NUL character" % what)
-    return b
+_bytes = _policy.to_bytes
 
 
 def _cstr(s):
@@ -177,17 +171,24 @@ class Sandbox:
     workspace:   a host directory mounted writable at /workspace.
     share_net:   share the host's network namespace.
     cold:        start CPython afresh instead of forking the helper's template.
+    spare:       have the helper keep one idle sandbox with this policy ready, so
+                 that the next Sandbox with the same settings (or a restart)
+                 starts in about a millisecond.  Costs one idle sandbox.
     auto_restart: after the sandbox dies (time or memory limit kill, crash) the
                  next call starts a fresh one (True), or raises SandboxCrashed
                  until restart() is called (False).
     max_tool_calls: tool calls allowed per execute() (None: 1000).
     on_output:   fn(stream, text) called as the code prints ("stdout"/"stderr").
+    on_warning:  fn(message) called with the jail's warnings when a sandbox is
+                 made (e.g. a limit this host can't enforce with a cgroup, and
+                 the fallback used); None issues them as nsbox.SandboxWarning.
 
     The sandbox starts at once; close() it or use it as a context manager.
     """
 
     def __init__(self, policy="default", memory=None, timeout=None, pids=None, cpus=None, workspace=None,
-                 share_net=False, cold=False, auto_restart=True, max_tool_calls=None, on_output=None):
+                 share_net=False, cold=False, auto_restart=True, max_tool_calls=None, on_output=None,
+                 spare=False, on_warning=None):
         # Attributes close() relies on come first: __init__ may fail half way.
         self._closed = False
         self._owner_pid = os.getpid()
@@ -205,8 +206,14 @@ class Sandbox:
         self._tool_cb = _lib.TOOL_FN(d.tool)
         self._output_cb = _lib.OUTPUT_FN(d.output) if on_output is not None else _lib.OUTPUT_FN()
         d.on_output = on_output
+        # The sink holds no reference to the Sandbox (see _Dispatch).
+        self._warn = _policy.WarnSink(on_warning)
+        self._warn_cb = _lib.WARN_FN(self._warn)
         self._sess_opts = _lib.SessionOpts(struct_size=sizeof(_lib.SessionOpts), cold=bool(cold),
-                                           max_tool_calls=int(max_tool_calls or 0), output=self._output_cb)
+                                           max_tool_calls=int(max_tool_calls or 0), output=self._output_cb,
+                                           warn=self._warn_cb, spare=bool(spare),
+                                           # ctypes may run Python threads: always the helper
+                                           in_process=False)
         self._timeout = None
         self._exec_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True)
         self._set_timeout(timeout)
@@ -215,62 +222,34 @@ class Sandbox:
         self._res_ref = byref(self._res)
         self._err_ref = byref(self._err)
 
-        err = c_void_p()
-        out = c_void_p()
-        name = None if policy is None else _bytes(os.fspath(policy), "policy")
-        _lib.check(lib.nsbox_policy_new(name, byref(out), byref(err)), err, "policy %s" % (policy,),
-                   PolicyError)
-        self._policy = out.value
-        self._apply_limits(memory, pids, cpus)
-        if workspace is not None:
-            _lib.check(lib.nsbox_policy_set_workspace(self._policy, _bytes(os.fspath(workspace), "workspace"),
-                                                      byref(err)), err, "policy workspace", PolicyError)
-        if share_net:
-            _lib.check(lib.nsbox_policy_set_share_net(self._policy, True, byref(err)), err,
-                       "policy share_net", PolicyError)
+        self._policy = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus,
+                                          workspace=workspace, share_net=share_net)
         self._start()
         _live.add(self)
 
     # ---- life cycle ----
 
     def _set_timeout(self, timeout):
-        if timeout is not None:
-            timeout = float(timeout)
-            if not timeout > 0:
-                raise ValueError("timeout must be a positive number of seconds, not %r" % (timeout,))
+        timeout = _policy.check_timeout(timeout)
         self._timeout = timeout
         self._exec_opts.timeout = timeout or 0.0
-
-    def _apply_limits(self, memory, pids, cpus):
-        lib = self._lib
-        err = c_void_p()
-        if memory is not None:
-            if isinstance(memory, str):
-                rc = lib.nsbox_policy_set(self._policy, b"Limits", b"Memory", _bytes(memory, "memory"),
-                                          byref(err))
-            else:
-                if isinstance(memory, bool) or int(memory) < 0:
-                    raise PolicyError("memory must be a number of bytes or a size such as '256M', not %r"
-                                      % (memory,), _errno.EINVAL)
-                rc = lib.nsbox_policy_set_memory(self._policy, int(memory), byref(err))
-            _lib.check(rc, err, "policy memory", PolicyError)
-        if pids is not None:
-            if isinstance(pids, bool) or int(pids) < 0:
-                raise PolicyError("pids must be a count, not %r" % (pids,), _errno.EINVAL)
-            _lib.check(lib.nsbox_policy_set_pids(self._policy, int(pids), byref(err)), err, "policy pids",
-                       PolicyError)
-        if cpus is not None:
-            _lib.check(lib.nsbox_policy_set_cpus(self._policy, float(cpus), byref(err)), err, "policy cpus",
-                       PolicyError)
 
     def _start(self):
         lib = self._lib
         err = c_void_p()
         out = c_void_p()
-        _lib.check(lib.nsbox_session_new(self._policy, byref(self._sess_opts), byref(out), byref(err)), err,
-                   "starting the sandbox")
+        rc = lib.nsbox_session_new(self._policy, byref(self._sess_opts), byref(out), byref(err))
+        if rc < 0:
+            e = _lib.error_from(rc, err.value, "starting the sandbox")
+            try:
+                # The warnings may say why (a fallback that failed).
+                self._warn.flush()
+            except BaseException as w:
+                e.__context__ = w
+            raise e
         h = out.value
         try:
+            self._warn.flush()
             for t in self._dispatch.tools.values():
                 self._add_tool(h, t)
         except BaseException:
@@ -593,7 +572,7 @@ class Sandbox:
             if timeout is not None:
                 self._set_timeout(timeout)
             if memory is not None or pids is not None or cpus is not None:
-                self._apply_limits(memory, pids, cpus)
+                _policy.apply_limits(self._lib, self._policy, memory, pids, cpus)
                 self._restart_pending = True
 
     @property
@@ -611,7 +590,8 @@ class Sandbox:
             return _lib.take_string(p)
 
     def info(self):
-        """The sandbox's pid, cgroup, limits and memory use, as a dict."""
+        """The sandbox's pid, cgroup, limits, memory use and Python version
+        ("3.11.2"), as a dict."""
         with self._lock:
             h = self._session()
             info = _lib.SessionInfo(struct_size=sizeof(_lib.SessionInfo))
@@ -623,6 +603,9 @@ class Sandbox:
                 "memory_limit": info.memory_limit, "pids_limit": info.pids_limit,
                 "cpus_limit": info.cpus_limit, "memory_current": info.memory_current,
                 "memory_peak": info.memory_peak,
+                # The version number only ("3.11.2"), should the runner
+                # report the whole of sys.version.
+                "python": (info.python.decode("utf-8", "replace").split() or [""])[0],
             }
 
     @property

@@ -21,6 +21,10 @@ from nsbox._tools import Tool, parse_docstring, schema_from_function, type_schem
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.path.dirname(HERE)
 
+# A host without cgroup delegation (the uid 65534 pass) warns about its
+# rlimit fallbacks on every sandbox; the tests of warnings record their own.
+pytestmark = pytest.mark.filterwarnings("ignore::nsbox.SandboxWarning")
+
 
 # ---- values (no sandbox) -------------------------------------------------
 
@@ -760,7 +764,9 @@ def test_garbage_collected_sandbox_leaks_nothing(libnsbox):
 
 
 def test_unclosed_sandbox_at_exit(libnsbox):
-    code = ("import nsbox, os\ns = nsbox.Sandbox()\nprint(s.pid, flush=True)\n"
+    # on_warning: a host with no cgroup delegation warns about its fallbacks
+    # on stderr, which must otherwise stay empty.
+    code = ("import nsbox, os\ns = nsbox.Sandbox(on_warning=lambda m: None)\nprint(s.pid, flush=True)\n"
             "s.execute('x = 1')\n")
     env = dict(os.environ, PYTHONPATH=PYDIR)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
@@ -794,6 +800,8 @@ def test_readme_quick_start_runs(libnsbox, tmp_path):
     assert "ZeroDivisionError: division by zero" in lines
     assert any(line.startswith("stopped: ") for line in lines)
     assert "{'xs': [1, 2, 3], 'total': 6}" in lines
+    assert "hello from the sandbox" in lines and "3 True 3" in lines      # nsbox.run
+    assert "124 True" in lines
 
 
 # ---- packaging -----------------------------------------------------------
@@ -883,3 +891,262 @@ def test_large_values_and_output(sb):
     assert lines[:3] == ["0", "1", "2"] and lines[-1] == "19999"
     sb.register_function("blob", lambda n: "z" * n)
     assert sb.execute("len(blob(1 << 20))") == 1 << 20
+
+
+# ---- libnsbox 0.2: nsbox.run, spare sandboxes, warnings ------------------
+
+# Cgroups=off makes the jail fall back to rlimits and warn about it.
+# Memory=infinity: the memory fallback, RLIMIT_AS, breaks AddressSanitizer
+# builds of the runner.
+NO_CGROUP_POLICY = "[Limits]\nCgroups=off\nPids=50\nMemory=infinity\n"
+
+
+def test_struct_layouts_match_the_header(tmp_path):
+    """Every ctypes struct has the C header's size and field offsets (the
+    ABI: a field out of place corrupts memory without an error)."""
+    import ctypes
+    import shutil
+    from nsbox import _lib
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    header = os.path.join(os.path.dirname(PYDIR), "include", "nsbox.h")
+    if cc is None or not os.path.exists(header):
+        pytest.skip("needs a C compiler and include/nsbox.h of the source tree")
+    structs = {"session_opts": _lib.SessionOpts, "exec_opts": _lib.ExecOpts, "session_info": _lib.SessionInfo,
+               "run_opts": _lib.RunOpts, "run_status": _lib.RunStatus}
+    lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nsbox.h"', "int main(void) {"]
+    want = []
+    for cname, cls in structs.items():
+        lines.append('printf("%%s %%zu\\n", "%s", sizeof(struct nsbox_%s));' % (cname, cname))
+        want.append("%s %d" % (cname, ctypes.sizeof(cls)))
+        for f, _ in cls._fields_:
+            lines.append('printf("%%s %%zu\\n", "%s.%s", offsetof(struct nsbox_%s, %s));' % (cname, f, cname, f))
+            want.append("%s.%s %d" % (cname, f, getattr(cls, f).offset))
+    lines.append("return 0; }")
+    src = tmp_path / "layout.c"
+    src.write_text("\n".join(lines) + "\n")
+    exe = tmp_path / "layout"
+    subprocess.run([cc, "-I", os.path.dirname(header), "-o", str(exe), str(src)], check=True, timeout=120)
+    got = subprocess.run([str(exe)], capture_output=True, text=True, check=True, timeout=60).stdout.split("\n")
+    assert got[:-1] == want
+    assert _lib.INCOMPLETE == 7
+
+
+def test_run_exit_status_and_pipes(libnsbox):
+    r, w = os.pipe()
+    try:
+        res = nsbox.run(["sh", "-c", "echo out; echo err >&2; exit 3"], stdout=w, timeout=30)
+        os.close(w)
+        w = -1
+        assert os.read(r, 4096) == b"out\n"                  # stderr stayed ours
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    assert isinstance(res, nsbox.RunResult) and isinstance(res, tuple)
+    assert res.exit_code == 3 and res.exited and res.exit_status == 3 and res.signal is None
+    assert not res.ok and not res.time_limit and not res.oom_killed and res.exec_errno == 0
+    assert res.wall > 0 and res.peak_memory >= 0 and res.cpu_user >= 0 and res.cpu_system >= 0
+    assert res.cgroup_mode in ("v2", "hybrid", "v1", "none")
+    assert set(res.enforced) == {"memory", "pids", "cpu"}
+    assert all(type(v) is bool for v in res.enforced.values())
+
+
+def test_run_stdin_and_file_objects(libnsbox, tmp_path):
+    src = tmp_path / "in.txt"
+    src.write_bytes(b"line one\nline two\n")
+    out = tmp_path / "out.txt"
+    with open(src, "rb") as fin, open(out, "w") as fout:
+        fout.write("before\n")                               # buffered: flushed before the command writes
+        res = nsbox.run(["sh", "-c", "tr a-z A-Z; echo oops >&2"], stdin=fin, stdout=fout, stderr=fout,
+                        timeout=30)
+    assert res.exit_code == 0 and res.ok
+    assert out.read_text() == "before\nLINE ONE\nLINE TWO\noops\n"
+
+
+def test_run_missing_command(libnsbox):
+    import errno
+    res = nsbox.run(["no-such-command-anywhere"], timeout=30)
+    assert res.exit_code == 127 and res.exec_errno == errno.ENOENT
+    assert res.exited and res.exit_status == 127
+
+
+def test_run_timeout(libnsbox):
+    t0 = time.monotonic()
+    res = nsbox.run(["sleep", "30"], timeout=0.5)
+    took = time.monotonic() - t0
+    assert res.time_limit and res.exit_code == 124
+    assert not res.exited and res.exit_status is None
+    assert took < 10, took
+    assert res.wall >= 0.4
+
+
+def test_run_killed_by_a_signal(libnsbox):
+    res = nsbox.run(["sh", "-c", "kill -TERM $$"], timeout=30)
+    assert res.exit_code == 143 and res.signal == 15
+    assert not res.exited and not res.time_limit
+
+
+def test_run_forward_signals(libnsbox):
+    import signal
+    before = signal.getsignal(signal.SIGINT)
+    # If forwarding failed the SIGINT would reach Python instead, raising
+    # KeyboardInterrupt once the (20 s) command ends: no risk of a killed test run.
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        res = nsbox.run(["sleep", "30"], timeout=20, forward_signals=True)
+    finally:
+        timer.cancel()
+    assert res.signal == signal.SIGINT and res.exit_code == 130, res
+    assert signal.getsignal(signal.SIGINT) is before           # put back
+
+
+def test_run_arguments_are_checked(libnsbox):
+    with pytest.raises(TypeError):
+        nsbox.run("ls -l")
+    with pytest.raises(ValueError):
+        nsbox.run([])
+    with pytest.raises(ValueError):
+        nsbox.run(["echo", "a\0b"])
+    with pytest.raises(ValueError):
+        nsbox.run(["true"], timeout=0)
+    with pytest.raises(TypeError):
+        nsbox.run(["true"], stdout=object())
+    with pytest.raises(TypeError):
+        nsbox.run(["true"], on_warning="not callable")
+    with pytest.raises(nsbox.PolicyError):
+        nsbox.run(["true"], policy="no-such-policy-anywhere")
+    with pytest.raises(nsbox.PolicyError):
+        nsbox.run(["true"], memory="a lot")
+    assert nsbox.run([b"true"], timeout=30).exit_code == 0
+
+
+def test_run_limits_and_workspace(libnsbox, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    res = nsbox.run(["sh", "-c", "echo made > /workspace/f; exit 0"], workspace=work, memory="256M", pids=32,
+                    timeout=30)
+    assert res.exit_code == 0
+    assert (work / "f").read_text() == "made\n"
+
+
+def test_spare_sandboxes(libnsbox):
+    with nsbox.Sandbox(spare=True, timeout=30) as a:
+        assert a.execute("6 * 7") == 42
+        pid_a = a.pid
+    with nsbox.Sandbox(spare=True, timeout=30) as b:
+        assert b.execute("'x' in globals()") is False
+        b.execute("x = 1")
+        assert b.execute("x + 1") == 2
+        pid_b = b.pid
+        assert pid_b != pid_a
+    with nsbox.Sandbox(spare=True, timeout=30) as c:           # the spare built after b's start
+        assert c.execute("'x' in globals()") is False
+        assert c.pid not in (pid_a, pid_b)
+    assert wait_for(lambda: not alive(pid_a) and not alive(pid_b))
+
+
+def test_info_has_the_python_version(sb):
+    v = sb.info()["python"]
+    assert re.match(r"^3\.11\.\d+$", v), v
+    assert sb.execute("import platform\nplatform.python_version()") == v
+
+
+def _no_cgroup_policy(tmp_path):
+    pol = tmp_path / "nocg.policy"
+    pol.write_text(NO_CGROUP_POLICY)
+    return pol
+
+
+def test_on_warning_receives_the_jails_warnings(libnsbox, tmp_path):
+    pol = _no_cgroup_policy(tmp_path)
+    got = []
+    with nsbox.Sandbox(policy=pol, on_warning=got.append, timeout=30) as s:
+        assert s.execute("1 + 1") == 2
+    assert got and all(isinstance(m, str) and m and not m.endswith("\n") for m in got), got
+    assert any("pids" in m for m in got), got
+    got_run = []
+    res = nsbox.run(["true"], policy=pol, on_warning=got_run.append, timeout=30)
+    assert res.exit_code == 0
+    assert any("pids" in m for m in got_run), got_run
+    assert not res.enforced["pids"]
+
+
+def test_warnings_become_sandbox_warnings(libnsbox, tmp_path):
+    import warnings
+    pol = _no_cgroup_policy(tmp_path)
+    assert issubclass(nsbox.SandboxWarning, UserWarning)
+    with pytest.warns(nsbox.SandboxWarning, match="pids") as rec:
+        s = nsbox.Sandbox(policy=pol, timeout=30)
+    try:
+        assert s.execute("2") == 2
+    finally:
+        s.close()
+    # They point at the caller's line, not at the SDK's insides.
+    assert all(w.filename == __file__ for w in rec.list), [w.filename for w in rec.list]
+    with pytest.warns(nsbox.SandboxWarning, match="pids"):
+        assert nsbox.run(["true"], policy=pol, timeout=30).exit_code == 0
+    # Warnings made errors by a filter raise from the constructor, like
+    # any warning, and the sandbox made is freed.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", nsbox.SandboxWarning)
+        with pytest.raises(nsbox.SandboxWarning):
+            nsbox.Sandbox(policy=pol, timeout=30)
+
+
+def test_on_warning_that_raises(libnsbox, tmp_path):
+    """on_warning's exception comes out of Sandbox() and run() after the C
+    call, and the sandbox that was made is freed (in a fresh process, to
+    count its sandboxes)."""
+    pol = _no_cgroup_policy(tmp_path)
+    code = r"""
+import os, sys, time, nsbox
+def live():
+    out = set()
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            st = open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if st[0] != "Z":
+            out.add((int(p), int(st[1])))
+    mine, todo = set(), [os.getpid()]
+    while todo:
+        parent = todo.pop()
+        for pid, ppid in out:
+            if ppid == parent and pid not in mine:
+                mine.add(pid)
+                todo.append(pid)
+    return mine
+calls = []
+def bad(msg):
+    calls.append(msg)
+    raise RuntimeError("refused: " + msg)
+nsbox.Sandbox().close()                      # the helper is up
+time.sleep(0.3)
+before = live()
+try:
+    nsbox.Sandbox(policy=sys.argv[1], on_warning=bad)
+except RuntimeError as e:
+    print("SANDBOX", e)
+try:
+    nsbox.run(["true"], policy=sys.argv[1], on_warning=bad)
+except RuntimeError as e:
+    print("RUN", e)
+for _ in range(100):
+    if live() <= before:
+        break
+    time.sleep(0.05)
+print("LEAKED", len(live() - before), "CALLS", len(calls))
+"""
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    env.pop("NSBOX_SPARE", None)
+    out = subprocess.run([sys.executable, "-c", code, str(pol)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert any(x.startswith("SANDBOX refused: ") for x in lines), out.stdout
+    assert any(x.startswith("RUN refused: ") for x in lines), out.stdout
+    m = re.search(r"^LEAKED (\d+) CALLS (\d+)$", out.stdout, re.M)
+    assert m and m.group(1) == "0" and int(m.group(2)) >= 2, out.stdout + out.stderr

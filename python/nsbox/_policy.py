@@ -1,0 +1,145 @@
+"""Policies and jail warnings shared by Sandbox and run(): one place turns
+the keyword arguments (policy, memory, pids, cpus, workspace, share_net,
+time limit) into a libnsbox policy, and one collects the warnings the jail
+reports while a sandbox is made."""
+
+import errno as _errno
+import os
+import sys
+import warnings
+from ctypes import byref, c_void_p
+
+from . import _lib
+from .errors import PolicyError, SandboxWarning
+
+__all__ = ["to_bytes", "new_policy", "apply_limits", "check_policy", "check_timeout", "WarnSink"]
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def to_bytes(s, what):
+    """s as bytes for a C string; ValueError for an embedded NUL."""
+    if isinstance(s, bytes):
+        b = s
+    else:
+        b = str(s).encode("utf-8", "surrogateescape")
+    if b"\0" in b:
+        raise ValueError("%s contains a NUL character" % what)
+    return b
+
+
+def check_timeout(timeout):
+    """None, or timeout as a positive float."""
+    if timeout is None:
+        return None
+    t = float(timeout)
+    if not t > 0:
+        raise ValueError("timeout must be a positive number of seconds, not %r" % (timeout,))
+    return t
+
+
+def apply_limits(lib, p, memory=None, pids=None, cpus=None):
+    """Set the cgroup limits given (None leaves one as the policy has it)."""
+    err = c_void_p()
+    if memory is not None:
+        if isinstance(memory, str):
+            rc = lib.nsbox_policy_set(p, b"Limits", b"Memory", to_bytes(memory, "memory"), byref(err))
+        else:
+            if isinstance(memory, bool) or int(memory) < 0:
+                raise PolicyError("memory must be a number of bytes or a size such as '256M', not %r"
+                                  % (memory,), _errno.EINVAL)
+            rc = lib.nsbox_policy_set_memory(p, int(memory), byref(err))
+        _lib.check(rc, err, "policy memory", PolicyError)
+    if pids is not None:
+        if isinstance(pids, bool) or int(pids) < 0:
+            raise PolicyError("pids must be a count, not %r" % (pids,), _errno.EINVAL)
+        _lib.check(lib.nsbox_policy_set_pids(p, int(pids), byref(err)), err, "policy pids", PolicyError)
+    if cpus is not None:
+        _lib.check(lib.nsbox_policy_set_cpus(p, float(cpus), byref(err)), err, "policy cpus", PolicyError)
+
+
+def check_policy(lib, p):
+    """What nsbox_session_new() and nsbox_run() would refuse about the policy
+    as a whole, raised as PolicyError before anything starts."""
+    err = c_void_p()
+    _lib.check(lib.nsbox_policy_check(p, byref(err)), err, "policy", PolicyError)
+
+
+def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspace=None, share_net=False,
+               time_limit=None):
+    """A new nsbox_policy_t* (the caller frees it with nsbox_policy_free):
+    the named or file policy with the given settings applied and checked.
+    Raises PolicyError for anything refused, with nothing leaked."""
+    err = c_void_p()
+    out = c_void_p()
+    name = None if policy is None else to_bytes(os.fspath(policy), "policy")
+    _lib.check(lib.nsbox_policy_new(name, byref(out), byref(err)), err, "policy %s" % (policy,), PolicyError)
+    p = out.value
+    try:
+        apply_limits(lib, p, memory, pids, cpus)
+        if time_limit is not None:
+            _lib.check(lib.nsbox_policy_set_time_limit(p, float(time_limit), byref(err)), err,
+                       "policy time limit", PolicyError)
+        if workspace is not None:
+            _lib.check(lib.nsbox_policy_set_workspace(p, to_bytes(os.fspath(workspace), "workspace"),
+                                                      byref(err)), err, "policy workspace", PolicyError)
+        if share_net:
+            _lib.check(lib.nsbox_policy_set_share_net(p, True, byref(err)), err, "policy share_net",
+                       PolicyError)
+        check_policy(lib, p)
+    except BaseException:
+        lib.nsbox_policy_free(p)
+        raise
+    return p
+
+
+def _caller_stacklevel():
+    """The stacklevel for a warnings.warn() in the calling function that
+    points at the first frame outside the nsbox package: the user's
+    Sandbox(...), execute() or run() line."""
+    f = sys._getframe(2)
+    level = 2
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == _PKG_DIR:
+        f = f.f_back
+        level += 1
+    return level
+
+
+class WarnSink:
+    """The state of a nsbox_warn_fn.  libnsbox calls it synchronously, on the
+    thread inside nsbox_session_new()/nsbox_run(); nothing may propagate into
+    C, so an exception of on_warning is kept and raised by flush() after the
+    call returns.  With no on_warning the messages are queued and flush()
+    issues them as SandboxWarning, pointing at the user's line.
+
+    The owner keeps the WARN_FN made from this object alive as long as
+    libnsbox may call it; the sink holds no reference back to its owner."""
+
+    def __init__(self, on_warning=None):
+        if on_warning is not None and not callable(on_warning):
+            raise TypeError("on_warning must be callable, not %r" % (on_warning,))
+        self.on_warning = on_warning
+        self.queued = []
+        self.pending = None
+
+    def __call__(self, userdata, message):
+        try:
+            text = message.decode("utf-8", "replace") if message else ""
+            if self.on_warning is None:
+                self.queued.append(text)
+            else:
+                self.on_warning(text)
+        except BaseException as e:  # noqa: B036 (KeyboardInterrupt too: re-raised after the C call)
+            if self.pending is None:
+                self.pending = e
+
+    def flush(self):
+        """Issue the queued warnings, then raise what on_warning raised."""
+        q, self.queued = self.queued, []
+        e, self.pending = self.pending, None
+        if q:
+            level = _caller_stacklevel()
+            for m in q:
+                warnings.warn(m, SandboxWarning, stacklevel=level)
+        if e is not None:
+            raise e

@@ -1,0 +1,130 @@
+"""nsbox.run(): one command in a new sandbox, like `nsbox run`."""
+
+import collections
+import os
+from ctypes import POINTER, byref, c_char_p, c_int, c_void_p, cast, sizeof
+
+from . import _lib
+from . import _policy
+
+__all__ = ["run", "RunResult"]
+
+
+class RunResult(collections.namedtuple("RunResult", [
+        "exit_code", "exited", "exit_status", "signal", "time_limit", "oom_killed", "exec_errno",
+        "peak_memory", "cpu_user", "cpu_system", "wall", "cgroup_mode", "enforced"])):
+    """How a command run by nsbox.run() ended.
+
+    exit_code:   what `nsbox run` would exit with: the command's status,
+                 128+N for signal N, 123 memory limit, 124 time limit, 126/127
+                 when the command could not be executed.
+    exited:      True when the command exited (exit_status is its status);
+                 False when a signal ended it (signal is its number).
+    exit_status, signal: one of them is None.
+    time_limit:  the timeout (the policy's TimeLimit) killed it.
+    oom_killed:  the memory limit killed something in the sandbox.
+    exec_errno:  why the command could not be executed (errno.ENOENT...), or 0.
+    peak_memory: bytes; cpu_user, cpu_system, wall: seconds.
+    cgroup_mode: "v2", "hybrid", "v1" or "none".
+    enforced:    {"memory": bool, "pids": bool, "cpu": bool}: whether a cgroup
+                 enforced the limit (False: an rlimit fallback or none).
+    """
+
+    __slots__ = ()
+
+    @property
+    def ok(self):
+        return self.exit_code == 0
+
+
+def _fd(f, default, what):
+    if f is None:
+        return default
+    if isinstance(f, bool):
+        raise TypeError("%s must be None, a file descriptor or a file object, not %r" % (what, f))
+    if isinstance(f, int):
+        fd = f
+    else:
+        fileno = getattr(f, "fileno", None)
+        if fileno is None:
+            raise TypeError("%s must be None, a file descriptor or a file object with fileno(), not %r"
+                            % (what, f))
+        # What Python buffered goes out before the command writes.
+        flush = getattr(f, "flush", None)
+        if flush is not None and what != "stdin":
+            flush()
+        fd = fileno()
+    if fd < 0:
+        raise ValueError("%s: bad file descriptor %d" % (what, fd))
+    return fd
+
+
+def run(argv, policy="default", memory=None, timeout=None, pids=None, cpus=None, workspace=None,
+        share_net=False, stdin=None, stdout=None, stderr=None, forward_signals=False, on_warning=None):
+    """Run a command in a new sandbox, wait for it and return a RunResult.
+
+    argv:        the command, a list of str/bytes/paths; argv[0] is searched
+                 in the sandbox's PATH.
+    policy, memory, pids, cpus, workspace, share_net: as for Sandbox.
+    timeout:     seconds for the whole command (the policy's TimeLimit):
+                 then it is killed and exit_code is 124.
+    stdin, stdout, stderr: None (this process's fd 0, 1, 2), a file
+                 descriptor, or a file object with fileno() (a pipe, an open
+                 file).  The output is not captured: pass a pipe or a file.
+    forward_signals: pass SIGINT, SIGTERM, SIGHUP and SIGQUIT this process
+                 receives on to the command while it runs (one such run at a
+                 time per process).  Otherwise a Ctrl-C reaches Python only
+                 when the command has ended.
+    on_warning:  fn(message) for the jail's warnings; None issues them as
+                 nsbox.SandboxWarning.
+
+    Returns whenever the command was started, whatever became of it
+    (limit kills and a command that could not be executed included).
+    Raises PolicyError for a bad policy or limit, SandboxError when the
+    host can't create the sandbox.
+    """
+    if isinstance(argv, (str, bytes, os.PathLike)):
+        raise TypeError("argv must be a list of arguments, e.g. ['ls', '-l'], not %r" % (argv,))
+    args = [_policy.to_bytes(os.fspath(a), "argv") for a in argv]
+    if not args:
+        raise ValueError("argv is empty")
+    timeout = _policy.check_timeout(timeout)
+    sink = _policy.WarnSink(on_warning)
+    fds = None
+    if stdin is not None or stdout is not None or stderr is not None:
+        fds = (c_int * 3)(_fd(stdin, 0, "stdin"), _fd(stdout, 1, "stdout"), _fd(stderr, 2, "stderr"))
+    lib = _lib.load()
+    p = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus, workspace=workspace,
+                           share_net=share_net, time_limit=timeout)
+    try:
+        cargv = (c_char_p * (len(args) + 1))(*args)
+        warn_cb = _lib.WARN_FN(sink)
+        # The helper makes the sandbox: a Python process may have threads,
+        # so in_process (a clone from this process) is never used.
+        opts = _lib.RunOpts(struct_size=sizeof(_lib.RunOpts), warn=warn_cb,
+                            forward_signals=bool(forward_signals), in_process=False)
+        if fds is not None:
+            opts.stdio = cast(fds, POINTER(c_int))
+        st = _lib.RunStatus(struct_size=sizeof(_lib.RunStatus))
+        err = c_void_p()
+        rc = lib.nsbox_run(p, cargv, byref(opts), byref(st), byref(err))
+    finally:
+        lib.nsbox_policy_free(p)
+    if rc < 0:
+        e = _lib.error_from(rc, err.value, "run %s" % args[0].decode("utf-8", "replace"))
+        try:
+            sink.flush()
+        except BaseException as w:
+            e.__context__ = w
+        raise e
+    sink.flush()
+    exited = bool(st.exited)
+    return RunResult(
+        exit_code=st.exit_code, exited=exited,
+        exit_status=st.exit_status if exited else None,
+        signal=None if exited else st.term_signal,
+        time_limit=bool(st.time_limit), oom_killed=bool(st.oom_killed), exec_errno=st.exec_errno,
+        peak_memory=st.peak_memory, cpu_user=st.cpu_user, cpu_system=st.cpu_system, wall=st.wall,
+        cgroup_mode=st.cgroup_mode.decode("ascii", "replace"),
+        enforced={"memory": bool(st.memory_enforced), "pids": bool(st.pids_enforced),
+                  "cpu": bool(st.cpu_enforced)})
