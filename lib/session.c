@@ -56,6 +56,7 @@ struct nsbox_session {
 	bool dead;
 	uint32_t next_id;
 	json_t *hello;
+	unsigned spin_skip, spin_backoff;	/* spin_poll() */
 };
 
 /* ---- finding and sealing the runner ---- */
@@ -265,16 +266,14 @@ static int remaining_ms(unsigned long long deadline)
 	return (int)((deadline - now + 999999) / 1000000);
 }
 
-/* Send one message, polling so that a runner that stops reading cannot
+/* Send one whole frame (header and payload in buf: one send() when the
+ * socket has room), polling so that a runner that stops reading cannot
  * block us past the deadline. */
-static int send_msg(struct nsbox_session *s, uint16_t type, uint32_t id, const json_t *msg,
-		    unsigned long long deadline, struct nsbox_err *err)
+static int send_buf(struct nsbox_session *s, uint16_t type, const char *buf, size_t len, unsigned long long deadline,
+		    struct nsbox_err *err)
 {
-	_cleanup_free_ char *buf = NULL;
-	size_t len, done = 0;
+	size_t done = 0;
 
-	if (proto_encode(type, id, msg, s->o.max_frame, &buf, &len, err) < 0)
-		return -1;
 	while (done < len) {
 		ssize_t n = send(s->sock, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
 
@@ -300,6 +299,179 @@ static int send_msg(struct nsbox_session *s, uint16_t type, uint32_t id, const j
 	return 0;
 }
 
+static int send_msg(struct nsbox_session *s, uint16_t type, uint32_t id, const json_t *msg,
+		    unsigned long long deadline, struct nsbox_err *err)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+
+	if (proto_encode(type, id, msg, s->o.max_frame, &buf, &len, err) < 0)
+		return -1;
+	return send_buf(s, type, buf, len, deadline, err);
+}
+
+/* ---- the EXEC frame, written directly ----
+ * The one message sent per exec, built without a jansson tree and dump
+ * (a few microseconds of the round trip).  What it writes is what
+ * proto_encode() of the same object would, less key order. */
+
+struct fbuf {
+	char *p;
+	size_t len, cap;
+	bool oom;
+};
+
+static void fb_put(struct fbuf *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 256;
+		char *p;
+
+		while (cap < b->len + n)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->oom = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+}
+
+static void fb_puts(struct fbuf *b, const char *s)
+{
+	fb_put(b, s, strlen(s));
+}
+
+/* Well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code
+ * points past U+10FFFF), as jansson requires of a string. */
+static bool utf8_valid(const unsigned char *s, size_t n)
+{
+	size_t i = 0;
+
+	while (i < n) {
+		unsigned c = s[i];
+		size_t k;
+		unsigned cp;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf)
+			k = 1, cp = c & 0x1f;
+		else if (c >= 0xe0 && c <= 0xef)
+			k = 2, cp = c & 0x0f;
+		else if (c >= 0xf0 && c <= 0xf4)
+			k = 3, cp = c & 0x07;
+		else
+			return false;
+		if (n - i <= k)
+			return false;
+		for (size_t j = 1; j <= k; j++) {
+			if ((s[i + j] & 0xc0) != 0x80)
+				return false;
+			cp = cp << 6 | (s[i + j] & 0x3f);
+		}
+		if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		i += k + 1;
+	}
+	return true;
+}
+
+/* A JSON string: UTF-8 as is, '"', '\\' and control characters escaped. */
+static void fb_str(struct fbuf *b, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	const char *run = s;
+
+	fb_put(b, "\"", 1);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		char esc[6] = { '\\', 'u', '0', '0', 0, 0 };
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		fb_put(b, run, (size_t)(s - run));
+		run = s + 1;
+		switch (c) {
+		case '"':
+		case '\\':
+			esc[1] = (char)c;
+			fb_put(b, esc, 2);
+			break;
+		case '\n':
+			fb_put(b, "\\n", 2);
+			break;
+		case '\t':
+			fb_put(b, "\\t", 2);
+			break;
+		case '\r':
+			fb_put(b, "\\r", 2);
+			break;
+		default:
+			esc[4] = hex[c >> 4];
+			esc[5] = hex[c & 15];
+			fb_put(b, esc, 6);
+		}
+	}
+	fb_put(b, run, (size_t)(s - run));
+	fb_put(b, "\"", 1);
+}
+
+/* The EXEC frame for req (header included) in a malloc'd *out. */
+static int exec_frame(const struct session_exec_req *req, uint32_t id, double timeout, uint32_t max_frame, char **out,
+		      size_t *out_len, struct nsbox_err *err)
+{
+	const char *filename = req->filename ? req->filename : "<exec>";
+	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = PROTO_EXEC, .id = id };
+	struct fbuf b = { 0 };
+	char num[40];
+
+	if (!utf8_valid((const unsigned char *)req->code, strlen(req->code)) ||
+	    !utf8_valid((const unsigned char *)filename, strlen(filename)))
+		return err_set(err, EINVAL, "code is not valid UTF-8");
+	fb_put(&b, (const char[NSBOX_PROTO_HDR_SIZE]){ 0 }, NSBOX_PROTO_HDR_SIZE);
+	fb_puts(&b, "{\"code\":");
+	fb_str(&b, req->code);
+	fb_puts(&b, ",\"filename\":");
+	fb_str(&b, filename);
+	fb_puts(&b, req->want_value ? ",\"want_value\":true" : ",\"want_value\":false");
+	fb_puts(&b, req->stream ? ",\"stream\":true" : ",\"stream\":false");
+	fb_puts(&b, req->display ? ",\"display\":true" : ",\"display\":false");
+	fb_puts(&b, req->check_complete ? ",\"check_complete\":true" : ",\"check_complete\":false");
+	/* A finite timeout only, as json_real() would take. */
+	if (timeout > 0 && timeout <= 1e300) {
+		snprintf(num, sizeof(num), "%.17g", timeout);
+		fb_puts(&b, ",\"timeout\":");
+		fb_puts(&b, num);
+		if (!strpbrk(num, ".e"))
+			fb_puts(&b, ".0");
+	}
+	fb_put(&b, "}", 1);
+	if (b.oom) {
+		free(b.p);
+		return err_set(err, ENOMEM, "EXEC frame");
+	}
+	if (b.len - NSBOX_PROTO_HDR_SIZE > max_frame) {
+		free(b.p);
+		return err_set(err, EMSGSIZE, "EXEC message of %zu bytes exceeds the frame limit of %u bytes",
+			       b.len - NSBOX_PROTO_HDR_SIZE, max_frame);
+	}
+	h.len = (uint32_t)(b.len - NSBOX_PROTO_HDR_SIZE);
+	proto_hdr_encode((uint8_t *)b.p, &h);
+	*out = b.p;
+	*out_len = b.len;
+	return 0;
+}
+
 enum wait_res {
 	W_FRAME = 1,
 	W_TIMEOUT = 0,
@@ -308,8 +480,16 @@ enum wait_res {
 	W_CANCEL = -3,	/* session_cancel() was called */
 };
 
+/* Poll without sleeping for up to SPIN_US microseconds (with more than one
+ * CPU): a reply often comes within tens of microseconds, and a cross-CPU
+ * wake-up costs about as much.  Only while spinning pays: when the runner
+ * shares our CPU (the scheduler puts the two ends of a socket together), a
+ * spin keeps it from running and every round trip pays the whole spin;
+ * when it is slow to answer, the spin is wasted.  After a spin that found
+ * nothing, sleep at once for the next 1, 2, 4 ... 256 waits. */
 #define SPIN_US 60
-static int spin_poll(struct pollfd *p, nfds_t n)
+#define SPIN_BACKOFF_MAX 256
+static int spin_poll(struct nsbox_session *s, struct pollfd *p, nfds_t n)
 {
 	static int ncpu;
 	unsigned long long t0;
@@ -317,14 +497,22 @@ static int spin_poll(struct pollfd *p, nfds_t n)
 
 	if (!ncpu)
 		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (ncpu < 2)
+	if (ncpu < 2 || s->spin_skip) {
+		s->spin_skip -= s->spin_skip > 0;
 		return 0;
+	}
 	t0 = now_ns();
 	do {
 		k = poll(p, n, 0);
-		if (k != 0)
+		if (k != 0) {
+			s->spin_backoff = 0;
 			return k;
+		}
 	} while (now_ns() - t0 < SPIN_US * 1000ULL);
+	s->spin_backoff = s->spin_backoff ? (s->spin_backoff < SPIN_BACKOFF_MAX ? 2 * s->spin_backoff
+										: s->spin_backoff)
+					  : 1;
+	s->spin_skip = s->spin_backoff;
 	return 0;
 }
 
@@ -361,7 +549,7 @@ static int wait_frame(struct nsbox_session *s, unsigned long long deadline, bool
 		}
 		/* Spin briefly before sleeping: a reply often comes within tens
 		 * of microseconds, and a cross-CPU wake-up costs about as much. */
-		k = spin_poll(p, 3);
+		k = spin_poll(s, p, 3);
 		if (k == 0)
 			k = poll(p, 3, remaining_ms(deadline));
 		if (k < 0) {
@@ -787,21 +975,18 @@ int session_exec(struct nsbox_session *s, const struct session_exec_req *req, st
 		return err_set(err, EPIPE, "the session has ended");
 	if (!req->code)
 		return err_set(err, EINVAL, "no code");
-	id = s->next_id++;
-	m = json_pack("{s:s,s:s,s:b,s:b,s:b,s:b}", "code", req->code, "filename",
-		      req->filename ? req->filename : "<exec>", "want_value", req->want_value, "stream", req->stream,
-		      "display", req->display, "check_complete", req->check_complete);
-	if (!m)
-		return err_set(err, EINVAL, "code is not valid UTF-8");
-	if (timeout > 0)
-		json_object_set_new(m, "timeout", json_real(timeout));
 	/* Sending is bounded by the exec's own hard deadline (or the control
 	 * timeout when there is none). */
 	{
 		unsigned long long d = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
-		int k = send_msg(s, PROTO_EXEC, id, m, d, err);
+		_cleanup_free_ char *frame = NULL;
+		size_t flen = 0;
+		int k;
 
-		json_decref(m);
+		if (exec_frame(req, s->next_id, timeout, s->o.max_frame, &frame, &flen, err) < 0)
+			return -1;
+		id = s->next_id++;
+		k = send_buf(s, PROTO_EXEC, frame, flen, d, err);
 		if (k < 0) {
 			if (err->code == EMSGSIZE || err->code == EINVAL)
 				return -1;

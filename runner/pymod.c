@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/timerfd.h>
@@ -81,13 +82,14 @@ static struct {
 	bool dead;
 	bool reading;		/* a thread owns S.rd and reads the socket */
 	bool io_reading;	/* ... and it is the io thread */
-	bool spin_next;		/* the next blocking read may spin first (py_recv) */
+	bool spin_next;		/* the next blocking read may spin first (py_recv, py_call) */
 	unsigned wanting;	/* threads waiting to read */
 	unsigned long long last_read;	/* when a reader last let go */
 	struct proto_reader *rd;
 
 	int efd;		/* eventfd: wakes the io thread */
 	int tfd;		/* timerfd: wakes it WATCH_DELAY into an exec */
+	unsigned long long timer_until;	/* when tfd fires, if armed (main thread) */
 	bool io_started;
 
 	atomic_int cancel_reason;	/* 0 none, 1 timeout, 2 cancel */
@@ -179,27 +181,42 @@ static void handle_cancel(const struct proto_frame *f)
 
 /* Spin on a non-blocking recv() for up to SPIN_US microseconds (with more
  * than one CPU): the host's next EXEC often follows within microseconds of
- * a RESULT, and a cross-CPU wake-up costs tens of them.  Only the main
- * thread between execs spins (py_recv): no other thread then waits to be
- * poked out of a read.  -1 with EAGAIN when nothing came. */
+ * a RESULT (and a tool call's answer within microseconds of the CALL), and
+ * a cross-CPU wake-up costs tens of them.  Only a reader no other thread
+ * waits for spins (py_recv, py_call): the io thread is never poked out of
+ * a spin.  -1 with EAGAIN when nothing came.
+ *
+ * Only while spinning pays (spin_skip, spin_backoff): when the host shares
+ * our CPU (the scheduler puts the two ends of a socket together), a spin
+ * keeps it from running and every round trip pays the whole spin; when
+ * the host is slow to answer, the spin is wasted.  After a spin that found
+ * nothing we sleep at once for the next 1, 2, 4 ... 256 waits. */
 #define SPIN_US 60
+#define SPIN_BACKOFF_MAX 256
+static unsigned spin_skip, spin_backoff;
 static ssize_t spin_recv(int fd, void *buf, size_t len)
 {
 	static long ncpu;
-	unsigned long long t0 = now_ns();
+	unsigned long long t0;
 	ssize_t n;
 
 	if (!ncpu)
 		ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	if (ncpu < 2) {
+	if (ncpu < 2 || spin_skip) {
+		spin_skip -= spin_skip > 0;
 		errno = EAGAIN;
 		return -1;
 	}
+	t0 = now_ns();
 	do {
 		n = recv(fd, buf, len, MSG_DONTWAIT);
-		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+		if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+			spin_backoff = 0;
 			return n;
+		}
 	} while (now_ns() - t0 < SPIN_US * 1000ULL);
+	spin_backoff = spin_backoff ? (spin_backoff < SPIN_BACKOFF_MAX ? 2 * spin_backoff : spin_backoff) : 1;
+	spin_skip = spin_backoff;
 	errno = EAGAIN;
 	return -1;
 }
@@ -614,15 +631,13 @@ static PyObject *frame_tuple(struct proto_frame *f)
 	return r;
 }
 
-/* recv() -> (type, id, payload: bytes), or None once the host has gone. */
-static PyObject *py_recv(PyObject *self, PyObject *args)
+/* The serve loop's next frame, queued or read (GIL held; released while
+ * waiting).  1 with *f filled, 0 once the host has gone. */
+static int next_frame(struct proto_frame *f)
 {
 	struct qitem *q = NULL;
-	struct proto_frame f = { 0 };
 	bool got = false;
 
-	(void)self;
-	(void)args;
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&S.lock);
 	for (;;) {
@@ -637,7 +652,7 @@ static PyObject *py_recv(PyObject *self, PyObject *args)
 			break;
 		if (!S.reading) {
 			S.spin_next = !S.io_reading && !S.wanting;
-			if (read_as_owner(&f, true)) {
+			if (read_as_owner(f, true)) {
 				got = true;
 				break;
 			}
@@ -648,14 +663,43 @@ static PyObject *py_recv(PyObject *self, PyObject *args)
 	pthread_mutex_unlock(&S.lock);
 	Py_END_ALLOW_THREADS
 	if (q) {
-		PyObject *r = frame_tuple(&q->f);
-
+		*f = q->f;
 		free(q);
-		return r;
+		return 1;
 	}
-	if (got)
-		return frame_tuple(&f);
-	Py_RETURN_NONE;
+	return got;
+}
+
+static int fast_exec(const struct proto_frame *f);
+static int fast_failed(uint32_t id);
+
+/* recv() -> (type, id, payload: bytes), or None once the host has gone.
+ * EXEC frames the fast path takes (fast_exec) are run here and never
+ * returned. */
+static PyObject *py_recv(PyObject *self, PyObject *args)
+{
+	(void)self;
+	(void)args;
+	for (;;) {
+		struct proto_frame f = { 0 };
+		uint32_t id;
+		int r;
+
+		if (!next_frame(&f))
+			Py_RETURN_NONE;
+		if (f.hdr.type != PROTO_EXEC || !(r = fast_exec(&f)))
+			return frame_tuple(&f);
+		id = f.hdr.id;
+		proto_frame_free(&f);
+		/* -2: the RESULT could not be sent (OSError set). */
+		if (r == -2 || (r < 0 && fast_failed(id) < 0))
+			return NULL;
+		/* A cancel signal that came too late for its exec is taken
+		 * here, out of user code (the handler ignores it then), as the
+		 * Python serve loop would between two frames. */
+		if (PyErr_CheckSignals() < 0)
+			return NULL;
+	}
 }
 
 /* send(type, id, payload: bytes) */
@@ -735,6 +779,10 @@ static PyObject *py_call(PyObject *self, PyObject *args)
 			if (!S.reading) {
 				struct proto_frame none;
 
+				/* The answer often comes within microseconds:
+				 * spin for it too, as between execs, when no
+				 * other thread waits to read. */
+				S.spin_next = !S.io_reading && !S.wanting;
 				read_as_owner(&none, false);
 				continue;
 			}
@@ -768,24 +816,18 @@ static PyObject *py_call(PyObject *self, PyObject *args)
 	}
 }
 
-/* exec_begin(id, stream: bool, limit: int): start capturing for an exec. */
-static PyObject *py_exec_begin(PyObject *self, PyObject *args)
+/* Start capturing for exec id (GIL released).  -1: no io thread. */
+static int exec_begin(uint32_t id, bool stream, size_t limit)
 {
-	unsigned int id;
-	int stream;
-	Py_ssize_t limit;
+	unsigned long long now;
 
-	(void)self;
-	if (!PyArg_ParseTuple(args, "Ipn", &id, &stream, &limit))
-		return NULL;
 	if (limit < 2)
 		limit = 2;
-	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&S.cap_lock);
 	/* Drop leftovers written between execs. */
 	atomic_store(&S.exec_active, false);
 	drain_ready();
-	S.cap_limit = (size_t)limit;
+	S.cap_limit = limit;
 	cap_reset(&S.cap[0], S.cap_limit);
 	cap_reset(&S.cap[1], S.cap_limit);
 	S.streaming = stream;
@@ -793,21 +835,40 @@ static PyObject *py_exec_begin(PyObject *self, PyObject *args)
 	atomic_store(&S.cancel_reason, 0);
 	atomic_store(&S.exec_active, true);
 	pthread_mutex_unlock(&S.cap_lock);
+	now = now_ns();
 	pthread_mutex_lock(&S.lock);
-	S.last_read = now_ns();
+	S.last_read = now;
 	pthread_mutex_unlock(&S.lock);
 	/* The io thread starts with the first exec.  It needs to hear of an
 	 * exec only once it has run for WATCH_DELAY (most are over by then):
-	 * a timer, not a wake-up now. */
-	{
+	 * a timer, not a wake-up now.  A timer still pending from an earlier
+	 * exec does as well (the io thread then waits out the rest of
+	 * WATCH_DELAY from last_read): one syscall less per short exec. */
+	if (now >= S.timer_until) {
 		struct itimerspec it = { .it_value = { 0, (long)WATCH_DELAY_NS } };
 
-		timerfd_settime(S.tfd, 0, &it, NULL);
+		if (timerfd_settime(S.tfd, 0, &it, NULL) == 0)
+			S.timer_until = now + WATCH_DELAY_NS;
 	}
 	if (!S.io_started)
 		start_io_thread();
+	return S.io_started ? 0 : -1;
+}
+
+/* exec_begin(id, stream: bool, limit: int): start capturing for an exec. */
+static PyObject *py_exec_begin(PyObject *self, PyObject *args)
+{
+	unsigned int id;
+	int stream, r;
+	Py_ssize_t limit;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "Ipn", &id, &stream, &limit))
+		return NULL;
+	Py_BEGIN_ALLOW_THREADS
+	r = exec_begin(id, stream, limit < 2 ? 2 : (size_t)limit);
 	Py_END_ALLOW_THREADS
-	if (!S.io_started)
+	if (r < 0)
 		return PyErr_Format(PyExc_OSError, "cannot start the output thread");
 	Py_RETURN_NONE;
 }
@@ -837,6 +898,18 @@ static PyObject *cap_result(struct capture *c)
 	return Py_BuildValue("(NNK)", head, tail, (unsigned long long)c->total);
 }
 
+/* End the exec's capture: take what is written so far.  cap_lock held
+ * (and kept: the caller reads S.cap, then unlocks). */
+static void exec_end_locked(void)
+{
+	drain_ready();
+	for (int s = 0; s < 2; s++)
+		if (S.cap[s].npend)
+			cap_stream(s, "", 0, true);
+	atomic_store(&S.exec_active, false);
+	atomic_store(&S.cancel_reason, 0);
+}
+
 /* exec_end() -> ((head, tail, total) for stdout, same for stderr): collect
  * everything written so far (the caller flushed sys.stdout/err first). */
 static PyObject *py_exec_end(PyObject *self, PyObject *args)
@@ -847,12 +920,7 @@ static PyObject *py_exec_end(PyObject *self, PyObject *args)
 	(void)args;
 	Py_BEGIN_ALLOW_THREADS
 	pthread_mutex_lock(&S.cap_lock);
-	drain_ready();
-	for (int s = 0; s < 2; s++)
-		if (S.cap[s].npend)
-			cap_stream(s, "", 0, true);
-	atomic_store(&S.exec_active, false);
-	atomic_store(&S.cancel_reason, 0);
+	exec_end_locked();
 	Py_END_ALLOW_THREADS
 	o = cap_result(&S.cap[0]);
 	e = cap_result(&S.cap[1]);
@@ -863,6 +931,17 @@ static PyObject *py_exec_end(PyObject *self, PyObject *args)
 		return NULL;
 	}
 	return Py_BuildValue("(NN)", o, e);
+}
+
+/* Compile as the builtin compile() of a str does: the source is UTF-8
+ * whatever a coding cookie in it says; no inherited __future__ flags.
+ * Fresh flags each time: the compiler adds the source's own __future__
+ * imports to them. */
+static PyObject *compile_str(const char *src, PyObject *filename, int start)
+{
+	PyCompilerFlags flags = { .cf_flags = PyCF_IGNORE_COOKIE, .cf_feature_version = PY_MINOR_VERSION };
+
+	return Py_CompileStringObject(src, filename, start, &flags, -1);
 }
 
 /* compile(source: str, filename: str, mode: "exec" | "eval") -> code.  The
@@ -880,7 +959,7 @@ static PyObject *py_compile(PyObject *self, PyObject *args)
 		PyErr_SetString(PyExc_ValueError, "compile(): mode must be 'exec' or 'eval'");
 		return NULL;
 	}
-	return Py_CompileStringObject(src, filename, mode[1] == 'x' ? Py_file_input : Py_eval_input, NULL, -1);
+	return compile_str(src, filename, mode[1] == 'x' ? Py_file_input : Py_eval_input);
 }
 
 /* usage() -> (cpu seconds, peak resident set in bytes) of this process:
@@ -907,6 +986,790 @@ static PyObject *py_take_cancel(PyObject *self, PyObject *args)
 	return PyLong_FromLong(atomic_exchange(&S.cancel_reason, 0));
 }
 
+/* ---- the EXEC fast path ----
+ *
+ * An ordinary EXEC (no REPL display, no completeness check) is run here
+ * in C, from recv(): decode, compile, run, capture and answer without
+ * the Python serve loop (runner.py's do_exec, which this follows step by
+ * step and which stays the reference: what runs everything declined
+ * here).  The rare parts call back into runner.py: splitting multi-line
+ * REPL code (_split_ast), formatting an exception (_fast_error), encoding
+ * a value that is not a plain scalar (_fast_value) and reporting a
+ * failure of the runner itself (_fast_failed).  Saves ~15 us of
+ * interpreted Python per exec. */
+
+/* Compiled code of recent execs, by source, filename and mode: a REPL
+ * host sends the same small snippets again and again, and compiling even
+ * "1+1" costs more than the rest of an exec.  Code objects are immutable.
+ * Code whose compilation printed anything (a SyntaxWarning) is not kept,
+ * so that the warning comes again with every exec, as before. */
+#define CODE_CACHE_N 16
+#define CODE_CACHE_MAX_SRC 16384
+struct code_entry {
+	char *src, *filename;	/* NULL: a free slot */
+	size_t src_len;
+	bool repl;		/* body/last split (want_value), or one exec body */
+	PyObject *body, *last;	/* either may be NULL */
+	unsigned long long used;
+};
+
+static struct {
+	bool ready;
+	PyObject *globals;	/* runner.py's module dict (its _in_user flag) */
+	PyObject *G, *limits, *sources;
+	PyObject *scanner, *split_ast, *fast_error, *fast_value, *fast_failed;
+	PyObject *sysdict;
+	PyObject *k_in_user, *k_output, *k_max_frame, *k_builtins, *k_flush, *k_cache, *k_linecache, *k_update;
+	PyObject *k_code, *k_filename, *k_want_value, *k_stream, *k_display, *k_check_complete;
+	PyObject *k_stdout, *k_stderr, *k_modules;
+	struct code_entry cache[CODE_CACHE_N];
+	unsigned long long cache_clock;
+} F;
+
+/* A growing output buffer; on allocation failure it stays bad and the
+ * caller raises MemoryError. */
+struct jbuf {
+	char *p;
+	size_t len, cap;
+	bool bad;
+};
+
+static void jb_put(struct jbuf *b, const char *s, size_t n)
+{
+	if (b->bad)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 512;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->bad = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+static void jb_puts(struct jbuf *b, const char *s)
+{
+	jb_put(b, s, strlen(s));
+}
+
+/* A JSON string as json.dumps(s, ensure_ascii=False) writes it (the
+ * escapes of _json's encode_basestring). */
+static void jb_str(struct jbuf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t run = 0;
+
+	jb_put(b, "\"", 1);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char esc[7] = { '\\', 0 };
+		size_t el = 2;
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		jb_put(b, s + run, i - run);
+		run = i + 1;
+		switch (c) {
+		case '"': esc[1] = '"'; break;
+		case '\\': esc[1] = '\\'; break;
+		case '\n': esc[1] = 'n'; break;
+		case '\r': esc[1] = 'r'; break;
+		case '\t': esc[1] = 't'; break;
+		case '\b': esc[1] = 'b'; break;
+		case '\f': esc[1] = 'f'; break;
+		default:
+			memcpy(esc + 1, "u00", 3);
+			esc[4] = hex[c >> 4];
+			esc[5] = hex[c & 15];
+			el = 6;
+		}
+		jb_put(b, esc, el);
+	}
+	jb_put(b, s + run, n - run);
+	jb_put(b, "\"", 1);
+}
+
+/* v / 10**dec as an exact decimal ("0.000012"): what float(v / 10**dec)
+ * reads back as, without the cost of a shortest-repr conversion. */
+static void jb_fixed(struct jbuf *b, unsigned long long v, int dec)
+{
+	unsigned long long p = 1;
+	char n[48];
+	int len;
+
+	for (int i = 0; i < dec; i++)
+		p *= 10;
+	len = snprintf(n, sizeof(n), "%llu.%0*llu", v / p, dec, v % p);
+	while (len > 2 && n[len - 1] == '0' && n[len - 2] != '.')
+		len--;
+	jb_put(b, n, (size_t)len);
+}
+
+/* A float as float.__repr__ writes it (what json.dumps uses). */
+static void jb_double(struct jbuf *b, double d)
+{
+	char *s = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+
+	if (!s) {
+		PyErr_Clear();
+		b->bad = true;
+		return;
+	}
+	jb_puts(b, s);
+	PyMem_Free(s);
+}
+
+static void jb_ull(struct jbuf *b, unsigned long long v)
+{
+	char n[24];
+
+	jb_put(b, n, (size_t)snprintf(n, sizeof(n), "%llu", v));
+}
+
+/* fast_setup(module globals, G, _limits, _sources, _scanner, _split_ast,
+ * _fast_error, _fast_value, _fast_failed): runner.py's serve() turns the
+ * fast path on. */
+static PyObject *py_fast_setup(PyObject *self, PyObject *args)
+{
+	PyObject *globals, *G, *limits, *sources, *scanner, *split_ast, *fast_error, *fast_value, *fast_failed, *sys;
+
+	(void)self;
+	if (!PyArg_ParseTuple(args, "O!O!O!O!OOOOO", &PyDict_Type, &globals, &PyDict_Type, &G, &PyDict_Type, &limits,
+			      &PyDict_Type, &sources, &scanner, &split_ast, &fast_error, &fast_value, &fast_failed))
+		return NULL;
+	if (F.ready)
+		Py_RETURN_NONE;
+	/* sys's dict (the one PySys_GetObject reads), for lookups by
+	 * interned key. */
+	sys = PyImport_AddModule("sys");
+	if (!sys || !(F.sysdict = PyModule_GetDict(sys)))
+		return NULL;
+	Py_INCREF(F.sysdict);
+#define KEY(k, s) if (!(F.k = PyUnicode_InternFromString(s))) return NULL
+	KEY(k_in_user, "_in_user");
+	KEY(k_output, "output");
+	KEY(k_max_frame, "max_frame");
+	KEY(k_builtins, "__builtins__");
+	KEY(k_flush, "flush");
+	KEY(k_cache, "cache");
+	KEY(k_linecache, "linecache");
+	KEY(k_update, "update");
+	KEY(k_code, "code");
+	KEY(k_filename, "filename");
+	KEY(k_want_value, "want_value");
+	KEY(k_stream, "stream");
+	KEY(k_display, "display");
+	KEY(k_check_complete, "check_complete");
+	KEY(k_stdout, "stdout");
+	KEY(k_stderr, "stderr");
+	KEY(k_modules, "modules");
+#undef KEY
+	F.globals = Py_NewRef(globals);
+	F.G = Py_NewRef(G);
+	F.limits = Py_NewRef(limits);
+	F.sources = Py_NewRef(sources);
+	F.scanner = Py_NewRef(scanner);
+	F.split_ast = Py_NewRef(split_ast);
+	F.fast_error = Py_NewRef(fast_error);
+	F.fast_value = Py_NewRef(fast_value);
+	F.fast_failed = Py_NewRef(fast_failed);
+	F.ready = true;
+	Py_RETURN_NONE;
+}
+
+/* bool(msg.get(key)) for None, True, False or absent; false for
+ * anything else (the Python path judges it). */
+static bool msg_flag(PyObject *m, PyObject *key, bool *out)
+{
+	PyObject *v = PyDict_GetItemWithError(m, key);
+
+	*out = v == Py_True;
+	return !v || v == Py_None || v == Py_True || v == Py_False;
+}
+
+/* msg.get(key) as a str without NUL characters, UTF-8 in *s (owned by
+ * the str).  NULL if absent or anything else. */
+static PyObject *msg_str(PyObject *m, PyObject *key, const char **s, Py_ssize_t *len)
+{
+	PyObject *v = PyDict_GetItemWithError(m, key);
+
+	if (!v || !PyUnicode_CheckExact(v) || !(*s = PyUnicode_AsUTF8AndSize(v, len)) ||
+	    strlen(*s) != (size_t)*len) {
+		PyErr_Clear();
+		return NULL;
+	}
+	return v;
+}
+
+/* The EXEC message, parsed by runner.py's own JSON scanner (as _loads
+ * does): a new dict, or NULL (no exception) for anything unusual. */
+static PyObject *parse_exec(const struct proto_frame *f)
+{
+	PyObject *text, *r, *m = NULL;
+
+	if (!f->hdr.len || f->payload[0] != '{')
+		return NULL;
+	text = PyUnicode_DecodeUTF8(f->payload, (Py_ssize_t)f->hdr.len, NULL);
+	r = text ? PyObject_CallFunction(F.scanner, "On", text, (Py_ssize_t)0) : NULL;
+	if (r && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 && PyDict_CheckExact(PyTuple_GET_ITEM(r, 0)) &&
+	    PyLong_Check(PyTuple_GET_ITEM(r, 1)) &&
+	    PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1)) == PyUnicode_GET_LENGTH(text))
+		m = Py_NewRef(PyTuple_GET_ITEM(r, 0));
+	PyErr_Clear();
+	Py_XDECREF(r);
+	Py_XDECREF(text);
+	return m;
+}
+
+/* Bytes written to stderr so far in this exec, captured or still in the
+ * pipe; (uint64)-1 if unknown. */
+static uint64_t stderr_mark(void)
+{
+	uint64_t r = (uint64_t)-1;
+	int n;
+
+	pthread_mutex_lock(&S.cap_lock);
+	if (S.pipe_rd[1] >= 0 && ioctl(S.pipe_rd[1], FIONREAD, &n) == 0)
+		r = S.cap[1].total + (uint64_t)n;
+	pthread_mutex_unlock(&S.cap_lock);
+	return r;
+}
+
+static struct code_entry *cache_find(const char *src, size_t len, const char *filename, bool repl)
+{
+	for (int i = 0; i < CODE_CACHE_N; i++) {
+		struct code_entry *e = &F.cache[i];
+
+		if (e->src && e->repl == repl && e->src_len == len && !memcmp(e->src, src, len) &&
+		    !strcmp(e->filename, filename)) {
+			e->used = ++F.cache_clock;
+			return e;
+		}
+	}
+	return NULL;
+}
+
+static void cache_put(const char *src, size_t len, const char *filename, bool repl, PyObject *body, PyObject *last)
+{
+	struct code_entry *e = &F.cache[0];
+	char *s, *fn;
+
+	if (len > CODE_CACHE_MAX_SRC)
+		return;
+	for (int i = 1; i < CODE_CACHE_N && e->src; i++)
+		if (!F.cache[i].src || F.cache[i].used < e->used)
+			e = &F.cache[i];
+	s = malloc(len + 1);
+	fn = strdup(filename);
+	if (!s || !fn) {
+		free(s);
+		free(fn);
+		return;
+	}
+	memcpy(s, src, len);
+	s[len] = '\0';
+	free(e->src);
+	free(e->filename);
+	Py_XDECREF(e->body);
+	Py_XDECREF(e->last);
+	e->src = s;
+	e->src_len = len;
+	e->filename = fn;
+	e->repl = repl;
+	e->body = Py_XNewRef(body);
+	e->last = Py_XNewRef(last);
+	e->used = ++F.cache_clock;
+}
+
+/* _limits[key] as a size, or 0 if it is not a positive int. */
+static size_t limit_of(PyObject *key)
+{
+	PyObject *v = PyDict_GetItemWithError(F.limits, key);
+	Py_ssize_t n;
+
+	if (!v || !PyLong_CheckExact(v)) {
+		PyErr_Clear();
+		return 0;
+	}
+	n = PyLong_AsSsize_t(v);
+	if (n <= 0) {
+		PyErr_Clear();
+		return 0;
+	}
+	return (size_t)n;
+}
+
+/* CPU time of this process in microseconds (and its peak RSS). */
+static unsigned long long cpu_us(unsigned long long *max_rss)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) < 0) {
+		if (max_rss)
+			*max_rss = 0;
+		return 0;
+	}
+	if (max_rss)
+		*max_rss = (unsigned long long)ru.ru_maxrss * 1024;
+	return (unsigned long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000ull +
+	       (unsigned long long)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* As do_exec: the exec's source for tracebacks, in linecache's cache or,
+ * until linecache is imported, in _sources.  Best effort: a user who
+ * broke linecache gets tracebacks without source lines. */
+static void remember_source(PyObject *code, PyObject *filename)
+{
+	PyObject *lines = PyUnicode_Splitlines(code, 1), *entry = NULL, *modules, *lc, *cache = NULL;
+
+	if (!lines)
+		goto out;
+	entry = Py_BuildValue("(nOOO)", PyUnicode_GET_LENGTH(code), Py_None, lines, filename);
+	if (!entry)
+		goto out;
+	modules = PyDict_GetItemWithError(F.sysdict, F.k_modules);
+	lc = modules && PyDict_Check(modules) ? PyDict_GetItemWithError(modules, F.k_linecache) : NULL;
+	if (!lc || lc == Py_None) {
+		if (!PyErr_Occurred())
+			PyDict_SetItem(F.sources, filename, entry);
+		goto out;
+	}
+	cache = PyObject_GetAttr(lc, F.k_cache);
+	if (!cache)
+		goto out;
+	if (PyDict_GET_SIZE(F.sources)) {
+		PyObject *r = PyObject_CallMethodOneArg(cache, F.k_update, F.sources);
+
+		if (!r)
+			goto out;
+		Py_DECREF(r);
+		PyDict_Clear(F.sources);
+	}
+	PyObject_SetItem(cache, filename, entry);
+out:
+	PyErr_Clear();
+	Py_XDECREF(cache);
+	Py_XDECREF(entry);
+	Py_XDECREF(lines);
+}
+
+/* "\n" not in code.rstrip() (ASCII whitespace only: code ending in other
+ * whitespace takes the AST path, which gives the same result). */
+static bool one_line(const char *code, size_t len)
+{
+	while (len && (code[len - 1] == ' ' || (code[len - 1] >= '\t' && code[len - 1] <= '\r') ||
+		       (code[len - 1] >= 0x1c && code[len - 1] <= 0x1f)))
+		len--;
+	return !memchr(code, '\n', len);
+}
+
+/* exec(co, G) / eval(co, G): the builtins put back if user code removed
+ * them, as those builtins do. */
+static PyObject *run_code(PyObject *co)
+{
+	if (!PyCode_Check(co)) {
+		PyErr_SetString(PyExc_TypeError, "not a code object");
+		return NULL;
+	}
+	if (!PyDict_GetItemWithError(F.G, F.k_builtins)) {
+		if (PyErr_Occurred() || PyDict_SetItem(F.G, F.k_builtins, PyEval_GetBuiltins()) < 0)
+			return NULL;
+	}
+	return PyEval_EvalCode(co, F.G, F.G);
+}
+
+/* do_exec's _text() for one stream, into the result as
+ * "NAME":...,  (and the tail kept for NAME_tail when truncated).
+ * cap_lock held.  -1 with a Python exception. */
+static int cap_json(struct capture *c, size_t limit, struct jbuf *out, struct jbuf *tail_out, bool *trunc)
+{
+	PyObject *h = NULL, *t = NULL, *s = NULL;
+	char *lin = NULL;
+	const char *u;
+	Py_ssize_t ulen;
+	int r = -1;
+
+	*trunc = false;
+	if (!c->total) {
+		jb_put(out, "\"\"", 2);
+		return 0;
+	}
+	lin = malloc(c->ring_len ? c->ring_len : 1);
+	if (!lin) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	if (c->ring_len == c->ring_cap && c->ring_cap) {
+		memcpy(lin, c->ring + c->ring_pos, c->ring_cap - c->ring_pos);
+		memcpy(lin + c->ring_cap - c->ring_pos, c->ring, c->ring_pos);
+	} else if (c->ring_len) {
+		memcpy(lin, c->ring, c->ring_len);
+	}
+	h = PyUnicode_DecodeUTF8(c->head ? c->head : "", (Py_ssize_t)c->head_len, "replace");
+	t = PyUnicode_DecodeUTF8(lin, (Py_ssize_t)c->ring_len, "replace");
+	if (!h || !t)
+		goto out;
+	if (c->total <= limit) {
+		s = PyUnicode_Concat(h, t);
+	} else {
+		unsigned long long omitted = c->total - c->head_len - c->ring_len;
+
+		s = PyUnicode_FromFormat("%U\n[... %llu bytes truncated ...]\n%U", h, omitted, t);
+		*trunc = true;
+		u = PyUnicode_AsUTF8AndSize(t, &ulen);
+		if (!u)
+			goto out;
+		jb_str(tail_out, u, (size_t)ulen);
+	}
+	if (!s || !(u = PyUnicode_AsUTF8AndSize(s, &ulen)))
+		goto out;
+	jb_str(out, u, (size_t)ulen);
+	r = 0;
+out:
+	Py_XDECREF(s);
+	Py_XDECREF(t);
+	Py_XDECREF(h);
+	free(lin);
+	return r;
+}
+
+/* encode(v) as JSON: plain scalars here, the rest by runner.py. */
+static int value_json(PyObject *v, struct jbuf *b)
+{
+	PyObject *r;
+
+	if (v == Py_None) {
+		jb_puts(b, "null");
+		return 0;
+	}
+	if (v == Py_True || v == Py_False) {
+		jb_puts(b, v == Py_True ? "true" : "false");
+		return 0;
+	}
+	if (PyLong_CheckExact(v)) {
+		int over;
+		long long n = PyLong_AsLongLongAndOverflow(v, &over);
+
+		/* INT_EXACT: beyond 2**53 ints travel as {"$int": ...}. */
+		if (!over && n >= -(1LL << 53) && n <= (1LL << 53)) {
+			char s[24];
+
+			jb_put(b, s, (size_t)snprintf(s, sizeof(s), "%lld", n));
+			return 0;
+		}
+		PyErr_Clear();
+	} else if (PyFloat_CheckExact(v)) {
+		double d = PyFloat_AS_DOUBLE(v);
+
+		if (d == d && d - d == 0.0) {
+			jb_double(b, d);
+			return 0;
+		}
+	} else if (PyUnicode_CheckExact(v)) {
+		Py_ssize_t n;
+		const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+
+		if (s) {
+			jb_str(b, s, (size_t)n);
+			return 0;
+		}
+		PyErr_Clear();	/* lone surrogates: encode() says so */
+	}
+	r = PyObject_CallOneArg(F.fast_value, v);
+	if (!r)
+		return -1;
+	if (!PyBytes_Check(r)) {
+		Py_DECREF(r);
+		PyErr_SetString(PyExc_TypeError, "_fast_value did not return bytes");
+		return -1;
+	}
+	jb_put(b, PyBytes_AS_STRING(r), (size_t)PyBytes_GET_SIZE(r));
+	Py_DECREF(r);
+	return 0;
+}
+
+/* Run one EXEC the way do_exec does.  0: declined (not touched; the
+ * Python path runs it), 1: done and answered, -1: the runner failed
+ * (Python exception set; the serve loop reports it), -2: the RESULT could
+ * not be sent (OSError set). */
+static int fast_exec(const struct proto_frame *f)
+{
+	PyObject *m, *code, *filename, *fv;
+	const char *src, *fname = "<exec>";
+	Py_ssize_t clen, flen;
+	bool want, stream, flag;
+	size_t limit, max_frame;
+	PyObject *body = NULL, *lastc = NULL, *value = NULL, *err = NULL, *exit_code = NULL;
+	struct jbuf res = { 0 }, val = { 0 }, tails[2] = { { 0 } };
+	bool trunc[2] = { false, false };
+	unsigned long long t0, c0, cpu, max_rss;
+	int r = 0, k;
+
+	if (!F.ready || !(m = parse_exec(f)))
+		return 0;
+	/* A NUL in the code: the builtin compile()'s error, from Python. */
+	if (!msg_flag(m, F.k_want_value, &want) || !msg_flag(m, F.k_stream, &stream) ||
+	    !msg_flag(m, F.k_display, &flag) || flag || !msg_flag(m, F.k_check_complete, &flag) || flag ||
+	    !(code = msg_str(m, F.k_code, &src, &clen)))
+		goto decline;
+	fv = PyDict_GetItemWithError(m, F.k_filename);
+	filename = fv ? msg_str(m, F.k_filename, &fname, &flen) : NULL;
+	if (fv && fv != Py_None && !filename)
+		goto decline;
+	if (!filename || !flen) {
+		fname = "<exec>";
+		filename = NULL;
+	}
+	limit = limit_of(F.k_output);
+	max_frame = limit_of(F.k_max_frame);
+	if (!limit || !max_frame)
+		goto decline;
+	if (!filename && !(filename = PyUnicode_FromString(fname))) {
+		PyErr_Clear();
+		goto decline;
+	} else if (fv == filename) {
+		Py_INCREF(filename);
+	}
+	Py_INCREF(code);
+
+	Py_BEGIN_ALLOW_THREADS
+	k = exec_begin(f->hdr.id, stream, limit);
+	Py_END_ALLOW_THREADS
+	t0 = now_ns();
+	c0 = cpu_us(NULL);
+	if (k < 0) {
+		PyErr_SetString(PyExc_OSError, "cannot start the output thread");
+	} else {
+		struct code_entry *ce = cache_find(src, (size_t)clen, fname, want);
+		uint64_t mark = ce ? 0 : stderr_mark();
+
+		remember_source(code, filename);
+		if (ce) {
+			body = Py_XNewRef(ce->body);
+			lastc = Py_XNewRef(ce->last);
+		} else if (want) {
+			if (one_line(src, (size_t)clen)) {
+				lastc = compile_str(src, filename, Py_eval_input);
+				if (!lastc && (PyErr_ExceptionMatches(PyExc_SyntaxError) ||
+					       PyErr_ExceptionMatches(PyExc_ValueError)))
+					PyErr_Clear();
+			}
+			if (!lastc && !PyErr_Occurred()) {
+				PyObject *pair = PyObject_CallFunctionObjArgs(F.split_ast, code, filename, NULL);
+
+				if (pair && PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+					if (PyTuple_GET_ITEM(pair, 0) != Py_None)
+						body = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+					if (PyTuple_GET_ITEM(pair, 1) != Py_None)
+						lastc = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+				} else if (pair) {
+					PyErr_SetString(PyExc_TypeError, "_split_ast: not a pair");
+				}
+				Py_XDECREF(pair);
+			}
+		} else {
+			body = compile_str(src, filename, Py_file_input);
+		}
+		if (!ce && !PyErr_Occurred() && mark != (uint64_t)-1 && stderr_mark() == mark)
+			cache_put(src, (size_t)clen, fname, want, body, lastc);
+		if (!PyErr_Occurred() && PyDict_SetItem(F.globals, F.k_in_user, Py_True) == 0) {
+			PyObject *x = body ? run_code(body) : Py_NewRef(Py_None);
+
+			if (x && lastc)
+				value = run_code(lastc);
+			Py_XDECREF(x);
+			/* Keep the exception of user code across this. */
+			{
+				PyObject *et, *ev, *etb;
+
+				PyErr_Fetch(&et, &ev, &etb);
+				PyDict_SetItem(F.globals, F.k_in_user, Py_False);
+				PyErr_Clear();
+				PyErr_Restore(et, ev, etb);
+			}
+		}
+	}
+	if (PyErr_Occurred()) {
+		PyObject *et, *ev, *etb, *pair;
+
+		PyErr_Fetch(&et, &ev, &etb);
+		PyErr_NormalizeException(&et, &ev, &etb);
+		if (etb && ev)
+			PyException_SetTraceback(ev, etb);
+		pair = ev ? PyObject_CallOneArg(F.fast_error, ev) : NULL;
+		Py_XDECREF(et);
+		Py_XDECREF(ev);
+		Py_XDECREF(etb);
+		if (pair && PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
+		    PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) &&
+		    (PyTuple_GET_ITEM(pair, 1) == Py_None || PyLong_Check(PyTuple_GET_ITEM(pair, 1)))) {
+			err = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+			if (PyTuple_GET_ITEM(pair, 1) != Py_None)
+				exit_code = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+		} else if (pair) {
+			PyErr_SetString(PyExc_TypeError, "_fast_error: not (bytes, int|None)");
+		}
+		Py_XDECREF(pair);
+		if (!err)
+			r = -1;	/* formatting failed: the runner's failure */
+	}
+	/* do_exec's finally: flush, then collect the output. */
+	{
+		PyObject *et, *ev, *etb;
+
+		PyErr_Fetch(&et, &ev, &etb);
+		for (int s = 0; s < 2; s++) {
+			PyObject *fo = PyDict_GetItemWithError(F.sysdict, s ? F.k_stderr : F.k_stdout), *x;
+
+			x = fo ? PyObject_CallMethodNoArgs(fo, F.k_flush) : NULL;
+			Py_XDECREF(x);
+			PyErr_Clear();
+		}
+		PyErr_Restore(et, ev, etb);
+	}
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&S.cap_lock);
+	exec_end_locked();
+	Py_END_ALLOW_THREADS
+	if (r == 0) {
+		jb_puts(&res, "{\"error\":");
+		if (err)
+			jb_put(&res, PyBytes_AS_STRING(err), (size_t)PyBytes_GET_SIZE(err));
+		else
+			jb_puts(&res, "null");
+		for (int s = 0; s < 2 && r == 0; s++) {
+			jb_puts(&res, s ? ",\"stderr\":" : ",\"stdout\":");
+			r = cap_json(&S.cap[s], limit, &res, &tails[s], &trunc[s]);
+		}
+	}
+	pthread_mutex_unlock(&S.cap_lock);
+	if (r < 0)
+		goto out;
+	for (int s = 0; s < 2; s++) {
+		jb_puts(&res, s ? ",\"stderr_truncated\":" : ",\"stdout_truncated\":");
+		jb_puts(&res, trunc[s] ? "true" : "false");
+	}
+	for (int s = 0; s < 2; s++) {
+		jb_puts(&res, s ? ",\"stderr_bytes\":" : ",\"stdout_bytes\":");
+		jb_ull(&res, S.cap[s].total);
+	}
+	for (int s = 0; s < 2; s++)
+		if (trunc[s]) {
+			jb_puts(&res, s ? ",\"stderr_tail\":" : ",\"stdout_tail\":");
+			jb_put(&res, tails[s].p ? tails[s].p : "", tails[s].len);
+		}
+	if (exit_code) {
+		long ec = PyLong_AsLong(exit_code);
+
+		if (ec == -1 && PyErr_Occurred()) {
+			r = -1;
+			goto out;
+		}
+		jb_puts(&res, ",\"exit_code\":");
+		jb_ull(&res, (unsigned long long)ec);
+	}
+	jb_puts(&res, ",\"duration\":");
+	jb_fixed(&res, now_ns() - t0, 9);
+	cpu = cpu_us(&max_rss);
+	jb_puts(&res, ",\"usage\":{\"cpu\":");
+	jb_fixed(&res, cpu >= c0 ? cpu - c0 : 0, 6);
+	jb_puts(&res, ",\"max_rss\":");
+	jb_ull(&res, max_rss);
+	jb_puts(&res, "}");
+	if (value) {
+		size_t before = res.len;
+
+		if (value_json(value, &val) < 0) {
+			r = -1;
+			goto out;
+		}
+		jb_puts(&res, ",\"value\":");
+		jb_put(&res, val.p ? val.p : "", val.len);
+		jb_puts(&res, "}");
+		/* send_result: a value too large for a frame is named, not sent. */
+		if (!res.bad && res.len > max_frame) {
+			char repr[160];
+
+			snprintf(repr, sizeof(repr),
+				 ",\"value\":{\"$repr\":\"<value too large to send: %zu bytes>\","
+				 "\"$type\":\"builtins.object\",\"$why\":\"too large\"}}",
+				 res.len);
+			res.len = before;
+			jb_puts(&res, repr);
+		}
+	} else {
+		jb_puts(&res, "}");
+	}
+	if (res.bad) {
+		PyErr_NoMemory();
+		r = -1;
+		goto out;
+	}
+	if (res.len > NSBOX_PROTO_MAX_FRAME) {
+		PyErr_SetString(PyExc_ValueError, "bad frame type or size");
+		r = -1;
+		goto out;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	k = send_frame(PROTO_RESULT, f->hdr.id, res.p, res.len);
+	Py_END_ALLOW_THREADS
+	if (k < 0) {
+		PyErr_SetFromErrno(PyExc_OSError);
+		r = -2;
+	} else {
+		r = 1;
+	}
+out:
+	Py_XDECREF(value);
+	Py_XDECREF(body);
+	Py_XDECREF(lastc);
+	Py_XDECREF(err);
+	Py_XDECREF(exit_code);
+	Py_XDECREF(code);
+	Py_XDECREF(filename);
+	free(res.p);
+	free(val.p);
+	free(tails[0].p);
+	free(tails[1].p);
+	Py_DECREF(m);
+	return r;
+decline:
+	PyErr_Clear();
+	Py_DECREF(m);
+	return 0;
+}
+
+/* The fast path failed after running (or trying to run) the code: what
+ * the serve loop does when do_exec raises.  -1 if that fails too. */
+static int fast_failed(uint32_t id)
+{
+	PyObject *et, *ev, *etb, *r = NULL;
+
+	PyErr_Fetch(&et, &ev, &etb);
+	PyErr_NormalizeException(&et, &ev, &etb);
+	if (etb && ev)
+		PyException_SetTraceback(ev, etb);
+	if (ev)
+		r = PyObject_CallFunction(F.fast_failed, "IO", id, ev);
+	Py_XDECREF(et);
+	Py_XDECREF(ev);
+	Py_XDECREF(etb);
+	if (!r)
+		return -1;
+	Py_DECREF(r);
+	return 0;
+}
+
 static PyMethodDef methods[] = {
 	{ "recv", py_recv, METH_NOARGS, "recv() -> (type, id, payload) or None when the host is gone" },
 	{ "send", py_send, METH_VARARGS, "send(type, id, payload)" },
@@ -916,6 +1779,8 @@ static PyMethodDef methods[] = {
 	{ "compile", py_compile, METH_VARARGS, "compile(source, filename, mode) -> code" },
 	{ "usage", py_usage, METH_NOARGS, "usage() -> (cpu seconds, peak RSS in bytes)" },
 	{ "take_cancel", py_take_cancel, METH_NOARGS, "take_cancel() -> 0, 1 (timeout) or 2 (cancel)" },
+	{ "fast_setup", py_fast_setup, METH_VARARGS, "fast_setup(globals, G, limits, sources, split_ast, fast_error, "
+						   "fast_value, fast_failed): run ordinary EXECs in C" },
 	{ NULL, NULL, 0, NULL },
 };
 

@@ -8,7 +8,7 @@ Keep this file ASCII: it is embedded as a C string.
 Imports are few and cheap on purpose (a cold `nsbox python` pays for each
 one): the JSON codec is _json's C half, signals come from _signal, and
 ast, codeop, inspect, keyword, linecache and traceback are imported when
-first needed (a template has them preloaded).
+first needed (a template has them preloaded); types is not imported at all.
 """
 import _json
 import _signal
@@ -16,9 +16,12 @@ import posix as _posix
 import io
 import sys
 import time
-import types
 
 import _nsbox
+
+# types.ModuleType, without importing types (half a millisecond of a cold
+# start).
+_ModuleType = type(sys)
 
 (HELLO, EXEC, RESULT, OUTPUT, CALL, RETURN, RAISE, SET_VAR, GET_VAR, VALUE,
  RESET, CANCEL, PING, PONG, BYE, ERROR, TOOLS) = range(1, 18)
@@ -48,13 +51,13 @@ class Cancelled(BaseException):
 for _c in (ToolError, TimeLimitExceeded, Cancelled):
     _c.__module__ = "nsbox"
 
-nsbox = types.ModuleType("nsbox", "Inside an nsbox sandbox: host tools and the exceptions "
+nsbox = _ModuleType("nsbox", "Inside an nsbox sandbox: host tools and the exceptions "
                          "the sandbox raises.")
 nsbox.__path__ = []       # a package, so that "import nsbox.tools" works
 nsbox.ToolError = ToolError
 nsbox.TimeLimitExceeded = TimeLimitExceeded
 nsbox.Cancelled = Cancelled
-tools = types.ModuleType("nsbox.tools", "Host tools registered for this session.")
+tools = _ModuleType("nsbox.tools", "Host tools registered for this session.")
 nsbox.tools = tools
 sys.modules["nsbox"] = nsbox
 sys.modules["nsbox.tools"] = tools
@@ -405,7 +408,7 @@ def make_tool(spec):
 
 def new_globals():
     global _main
-    _main = types.ModuleType("__main__")
+    _main = _ModuleType("__main__")
     sys.modules["__main__"] = _main
     g = _main.__dict__
     g["__builtins__"] = __builtins__
@@ -436,6 +439,68 @@ def _text(head, tail, total, limit):
     t = tail.decode("utf-8", "replace")
     omitted = total - len(head) - len(tail)
     return h + "\n[... %d bytes truncated ...]\n" % omitted + t, True, t
+
+
+def _split_repl(code, filename):
+    """(body, last): code compiled for a REPL, the last statement apart
+    when it is an expression (its value is the exec's value).  Either
+    may be None."""
+    if "\n" not in code.rstrip():
+        # One line: most often a lone expression, compiled without a
+        # trip through the AST.
+        try:
+            return None, _compile(code, filename, "eval")
+        except (SyntaxError, ValueError):
+            pass
+    return _split_ast(code, filename)
+
+
+def _split_ast(code, filename):
+    lastc = None
+    import _ast
+    tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        lastc = compile(_ast.Expression(tree.body.pop().value), filename, "eval")
+    return compile(tree, filename, "exec"), lastc
+
+
+def _exec_error(e):
+    """What an exec that raised e reports: (error, exit code or None).
+    SystemExit is an exit status, as from a script."""
+    error = format_error(e)
+    exit_code = None
+    if isinstance(e, SystemExit):
+        if e.code is None:
+            exit_code = 0
+        elif isinstance(e.code, int):
+            exit_code = e.code & 0xff
+        else:
+            exit_code = 1
+            try:
+                print(e.code, file=sys.stderr)
+            except BaseException:
+                pass
+    return error, exit_code
+
+
+# The C fast path of EXEC (runner/pymod.c, fast_exec) runs ordinary execs
+# itself and calls these for the rest; do_exec below is the reference it
+# follows, and what runs an EXEC it declines (REPL display, completeness
+# checks, anything unusual).
+
+def _fast_error(e):
+    error, exit_code = _exec_error(e)
+    return _dumps(error), exit_code
+
+
+def _fast_value(v):
+    return _dumps(encode(v))
+
+
+def _fast_failed(mid, e):
+    """The fast path itself failed (no memory, a hostile value): what the
+    serve loop does when do_exec raises."""
+    send_result(mid, {"error": format_error(e), "stdout": "", "stderr": ""})
 
 
 def do_exec(mid, msg):
@@ -470,23 +535,10 @@ def do_exec(mid, msg):
         _sources[filename] = entry
     try:
         try:
-            body = lastc = None
             if want or display:
-                if "\n" not in code.rstrip():
-                    # One line: most often a lone expression, compiled
-                    # without a trip through the AST.
-                    try:
-                        lastc = _compile(code, filename, "eval")
-                    except (SyntaxError, ValueError):
-                        pass
-                if lastc is None:
-                    import _ast
-                    tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
-                    if tree.body and isinstance(tree.body[-1], _ast.Expr):
-                        lastc = compile(_ast.Expression(tree.body.pop().value), filename, "eval")
-                    body = compile(tree, filename, "exec")
+                body, lastc = _split_repl(code, filename)
             else:
-                body = _compile(code, filename, "exec")
+                body, lastc = _compile(code, filename, "exec"), None
             _in_user = True
             try:
                 if body is not None:
@@ -496,20 +548,8 @@ def do_exec(mid, msg):
                     has_value = True
             finally:
                 _in_user = False
-        except SystemExit as e:
-            error = format_error(e)
-            if e.code is None:
-                exit_code = 0
-            elif isinstance(e.code, int):
-                exit_code = e.code & 0xff
-            else:
-                exit_code = 1
-                try:
-                    print(e.code, file=sys.stderr)
-                except BaseException:
-                    pass
         except BaseException as e:
-            error = format_error(e)
+            error, exit_code = _exec_error(e)
         if display and has_value and value is not None:
             try:
                 G["_"] = value
@@ -518,10 +558,10 @@ def do_exec(mid, msg):
                 error = format_error(e)
     finally:
         _in_user = False
-        for f in (sys.stdout, sys.stderr):
+        for name in ("stdout", "stderr"):
             try:
-                f.flush()
-            except BaseException:
+                getattr(sys, name).flush()
+            except BaseException:  # user code replaced or removed it
                 pass
         (oh, ot, on), (eh, et, en) = _nsbox.exec_end()
     res = {"error": error}
@@ -631,6 +671,8 @@ def serve():
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     if not hello():
         return 2
+    _nsbox.fast_setup(globals(), G, _limits, _sources, _scanner, _split_ast, _fast_error, _fast_value,
+                      _fast_failed)
     while True:
         m = _nsbox.recv()
         if m is None:

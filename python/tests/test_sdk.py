@@ -1150,3 +1150,42 @@ print("LEAKED", len(live() - before), "CALLS", len(calls))
     assert any(x.startswith("RUN refused: ") for x in lines), out.stdout
     m = re.search(r"^LEAKED (\d+) CALLS (\d+)$", out.stdout, re.M)
     assert m and m.group(1) == "0" and int(m.group(2)) >= 2, out.stdout + out.stderr
+
+
+# ---- the runner's C fast path for EXEC keeps Python's semantics ----
+
+def test_repeated_exec_keeps_compile_warnings(sb):
+    # The runner caches compiled snippets; a compile that warns is not
+    # cached, so the warning is shown every time, as Python would.
+    code = "x = 5\ny = x is 5\n"
+    for _ in range(3):
+        r = sb.run(code)
+        assert r.error is None
+        assert "SyntaxWarning" in r.stderr
+
+
+def test_future_import_does_not_leak_into_later_execs(sb):
+    sb.execute("from __future__ import annotations\ndef f(a: undefined_name): return a")
+    assert sb.execute("f.__annotations__['a']") == "undefined_name"
+    # A later exec compiles without the future flag: annotations are evaluated.
+    r = sb.run("def g(a: undefined_name): return a")
+    assert r.error is not None and "NameError" in type(r.error).__name__ + str(r.error)
+
+
+def test_coding_cookie_is_ignored_like_compile(sb):
+    assert sb.execute("# -*- coding: latin-1 -*-\ns = 'é'\nlen(s)") == 1
+
+
+def test_same_snippet_many_times_and_repl_value(sb):
+    for i in range(50):
+        assert sb.execute("n = globals().get('n', 0) + 1\nn") == i + 1
+    value, lines = sb.execute_with_output("print('a')\nprint('b')\n40 + 2")
+    assert value == 42 and lines == ["a", "b"]
+
+
+def test_exception_in_cached_snippet_has_user_traceback(sb):
+    for _ in range(2):
+        r = sb.run("def h():\n    return 1 / 0\nh()")
+        assert isinstance(r.error, nsbox.SandboxedException)
+        assert r.error.type_name == "ZeroDivisionError"
+        assert "h()" in r.error.traceback and "runner" not in r.error.traceback
