@@ -55,7 +55,12 @@ static int libnl_load(const struct libnl **out, struct nsbox_err *err)
 	 * the process. */
 	h = dlopen(LIBNL_ROUTE_SONAME, RTLD_LAZY | RTLD_LOCAL);
 	if (!h)
-		return err_set(err, ENOENT, "load %s (libnl-route-3): %s", LIBNL_ROUTE_SONAME, dlerror());
+	{
+		/* dlerror() already says why: no strerror() suffix. */
+		err_set(err, 0, "load %s (package libnl-route-3-200): %s", LIBNL_ROUTE_SONAME, dlerror());
+		err->code = ENOENT;
+		return -1;
+	}
 #define SYM(field, name)                                                                        \
 	do {                                                                                    \
 		if (!(*(void **)&nl.field = dlsym(h, #name))) {                                 \
