@@ -11,7 +11,7 @@ PYTHON ?= /usr/bin/python3.11
 
 CC ?= cc
 B ?= build
-PKGS := libseccomp libcap libnl-route-3.0 jansson
+PKGS := libseccomp libcap jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 PY_CFLAGS := $(shell pkg-config --cflags python3-embed)

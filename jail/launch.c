@@ -75,67 +75,6 @@ static int recv_msg(int fd, struct sync_msg *m)
 	return 1;
 }
 
-/* SYNC_NETFD carrying fd (SCM_RIGHTS, unix(7)). */
-static int send_fd(int sock, int fd)
-{
-	struct sync_msg m = { .type = SYNC_NETFD };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = &m, .iov_len = sizeof(m) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
-	struct cmsghdr *cm;
-
-	memset(&u, 0, sizeof(u));
-	cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	return sendmsg(sock, &mh, MSG_NOSIGNAL) == (ssize_t)sizeof(m) ? 0 : -1;
-}
-
-/* recv_msg that also takes one passed fd (else *fd = -1).  Anything but
- * exactly one fd on a SYNC_NETFD is a protocol error; stray fds are
- * closed. */
-static int recv_msg_fd(int sock, struct sync_msg *m, int *fd)
-{
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = m, .iov_len = sizeof(*m) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
-	ssize_t n;
-
-	*fd = -1;
-	do
-		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	if (n == 0)
-		return 0;
-	for (struct cmsghdr *cm = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-			int got;
-			memcpy(&got, CMSG_DATA(cm), sizeof(int));
-			if (*fd < 0)
-				*fd = got;
-			else
-				close(got);
-		}
-	if (n != (ssize_t)sizeof(*m) || (mh.msg_flags & MSG_CTRUNC) || (m->type == SYNC_NETFD) != (*fd >= 0)) {
-		if (*fd >= 0)
-			close(*fd);
-		*fd = -1;
-		errno = EPROTO;
-		return -1;
-	}
-	m->step[sizeof(m->step) - 1] = '\0';
-	m->msg[sizeof(m->msg) - 1] = '\0';
-	return 1;
-}
-
 /* ---- inside: the payload ---------------------------------------------- */
 
 struct child_ctx {
@@ -375,18 +314,10 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 	 * sees EOF. */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		_exit(NSBOX_EXIT_SETUP);
-	/* The launcher brings lo up through our socket while we build the
-	 * root (net.c). */
-	if (!p->share_net) {
-		int nfd = net_open_rtnl(&e);
-		if (nfd < 0)
-			goto fail;
-		if (send_fd(c->sync_fd, nfd) < 0) {
-			err_sys(&e, "pass the netlink socket to the launcher");
-			goto fail;
-		}
-		close(nfd);
-	}
+	/* lo up while the launcher writes our id maps: the capabilities the
+	 * clone gave us in the new user namespace are enough (net.c). */
+	if (!p->share_net && net_setup_loopback(&e) < 0)
+		goto fail;
 	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_GO)
 		_exit(NSBOX_EXIT_SETUP);
 
@@ -502,7 +433,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog };
 	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
 				   CLONE_NEWCGROUP | (p->share_net ? 0 : CLONE_NEWNET);
-	int sv[2] = { -1, -1 }, pidfd = -1, netfd = -1, r;
+	int sv[2] = { -1, -1 }, pidfd = -1, r;
 	bool v2_attached = false, cg_early = cgroup_host_v2();
 	struct sync_msg m;
 	pid_t pid;
@@ -583,19 +514,11 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	 * after ATTACHED, so the payload starts inside every cgroup. */
 	if (cg && cgroup_attach(cg, pid, v2_attached, err) < 0)
 		goto fail_child;
-	if (!p->share_net) {
-		r = recv_msg_fd(sv[0], &m, &netfd);
-		if (r != 1 || m.type != SYNC_NETFD)
-			goto child_said;
-		if (net_setup_loopback_fd(take_fd(&netfd), err) < 0)
-			goto fail_child;
-	}
 	/* If this fails the child has died; its ERROR is read below. */
 	(void)send_msg(sv[0], SYNC_ATTACHED,
 		       (j->cg_enforced[CTRL_MEMORY] ? SYNC_CG_MEMORY : 0) | (j->cg_enforced[CTRL_PIDS] ? SYNC_CG_PIDS : 0),
 		       NULL);
 	r = recv_msg(sv[0], &m);
-child_said:
 	if (r == 1 && m.type == SYNC_READY) {
 		/* prog is static */
 		j->sync_fd = sv[0];

@@ -16,14 +16,9 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *
 /* The writable paths inside the sandbox, for Landlock (static storage). */
 size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max);
 
-/* net.c: bring loopback up in the new network namespace (libnl-route,
- * loaded with dlopen on first use).  net_open_rtnl (inside) returns a bound
- * NETLINK_ROUTE socket of the caller's network namespace, or -1;
- * net_setup_loopback_fd (anywhere, with CAP_NET_ADMIN over that namespace)
- * brings lo up through it and always consumes fd.  net_setup_loopback does
- * both in the caller's namespace. */
-int net_open_rtnl(struct nsbox_err *err);
-int net_setup_loopback_fd(int fd, struct nsbox_err *err);
+/* net.c: bring loopback up in the caller's network namespace (one
+ * rtnetlink request; needs CAP_NET_ADMIN there, which pid 1 has from the
+ * clone on, before its id maps are written). */
 int net_setup_loopback(struct nsbox_err *err);
 
 /* caps.c: lock securebits, empty the bounding, ambient, inheritable,

@@ -4,12 +4,11 @@
 
 #include "error.h"
 
-/* In order: pid 1 sends NETFD (its NETLINK_ROUTE socket, unless the
- * network is shared); the launcher sends GO (id maps written), then
- * ATTACHED (pid 1 is in every cgroup and lo is up; code = SYNC_CG_* bits of
+/* In order: the launcher sends GO (id maps written), then ATTACHED (pid 1
+ * is in every cgroup; code = SYNC_CG_* bits of
  * the limits a cgroup enforces); pid 1 answers READY, ERROR or EXEC_ERROR,
  * and STATUS when the payload ends. */
-enum sync_type { SYNC_GO = 1, SYNC_READY, SYNC_ERROR, SYNC_EXEC_ERROR, SYNC_STATUS, SYNC_ATTACHED, SYNC_NETFD };
+enum sync_type { SYNC_GO = 1, SYNC_READY, SYNC_ERROR, SYNC_EXEC_ERROR, SYNC_STATUS, SYNC_ATTACHED };
 
 #define SYNC_CG_MEMORY 1
 #define SYNC_CG_PIDS 2

@@ -60,6 +60,16 @@ def test_hostname_and_network(facts):
     assert facts["interfaces"] == ["lo"]
 
 
+def test_loopback_is_up_and_works():
+    # lo is brought up by one rtnetlink request from pid 1: a TCP round
+    # trip over 127.0.0.1 inside proves it (connect fails on a down lo).
+    code = ("import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(1); "
+            "c = socket.create_connection(s.getsockname(), timeout=5); a, _ = s.accept(); "
+            "c.sendall(b'ping'); print(a.recv(4).decode())")
+    rc, out, err = run(["run", "--", "/usr/bin/python3.11", "-S", "-c", code])
+    assert rc == 0 and out.strip() == "ping", err
+
+
 def test_share_net():
     f = probe(["--share-net"])
     assert len(f["interfaces"]) >= 1 and set(f["interfaces"]) != {"lo"} or os.path.exists("/sys/class/net") \

@@ -167,15 +167,6 @@ fi
 for so in "$pylib"/lib-dynload/*.so; do
 	add_libs "$so"
 done
-# Libraries nsbox loads with dlopen() (ldd can't see them): libnl-route-3
-# (jail/net.c), with its own dependencies.
-for so in /lib/x86_64-linux-gnu/libnl-route-3.so.200 /usr/lib/x86_64-linux-gnu/libnl-route-3.so.200; do
-	if [ -e "$so" ]; then
-		put "$so"
-		add_libs "$so"
-		break
-	fi
-done
 
 # nsbox: the whole build output that runs on the target (binaries and test
 # programs), under /usr/local so a sandbox that shows the host's /usr sees
