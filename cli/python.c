@@ -480,6 +480,14 @@ int cmd_python(int argc, char **argv)
 				fprintf(stderr, "nsbox python: --tool: expected NAME=COMMAND (at most %d)\n", MAX_TOOLS);
 				goto usage;
 			}
+			/* A Python identifier (ASCII): checked here, before a
+			 * sandbox is started for nothing. */
+			if (!strchr("_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", v[0]) ||
+			    strspn(v, "_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") !=
+				    (size_t)(eq - v)) {
+				fprintf(stderr, "nsbox python: --tool %.*s: not a Python identifier\n", (int)(eq - v), v);
+				goto usage_quiet;
+			}
 			name = strndup(v, (size_t)(eq - v));
 			if (!name) {
 				fprintf(stderr, "nsbox python: out of memory\n");

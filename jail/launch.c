@@ -490,11 +490,25 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	j->pidfd = pidfd;
 	j->cg = cg;
 
-	if (userns_write_maps(pid, p->uid, p->gid, !c.host_root, err) < 0)
-		goto fail_child;
-	if (send_msg(sv[0], SYNC_GO, 0, NULL) < 0) {
-		err_sys(err, "release the child");
-		err_step(err, "launch");
+	/* pid 1 works (lo up) before GO: if it failed and died meanwhile, the
+	 * maps or GO fail, and its own ERROR, already queued, says why. */
+	if (userns_write_maps(pid, p->uid, p->gid, !c.host_root, err) < 0 ||
+	    send_msg(sv[0], SYNC_GO, 0, NULL) < 0) {
+		struct sync_msg early;
+		int saved_errno = errno;
+
+		if (recv(sv[0], &early, sizeof(early), MSG_DONTWAIT) == (ssize_t)sizeof(early) &&
+		    early.type == SYNC_ERROR) {
+			early.step[sizeof(early.step) - 1] = '\0';
+			early.msg[sizeof(early.msg) - 1] = '\0';
+			err->code = early.code;
+			snprintf(err->step, sizeof(err->step), "%s", early.step);
+			snprintf(err->msg, sizeof(err->msg), "%s", early.msg);
+		} else if (!err->msg[0]) {
+			errno = saved_errno;
+			err_sys(err, "release the child");
+			err_step(err, "launch");
+		}
 		goto fail_child;
 	}
 	/* From here on pid 1 mounts its root in parallel. */

@@ -8,6 +8,7 @@
 #include "nsbox.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -251,7 +252,7 @@ static int set_double(nsbox_policy_t *p, const char *key, double v, nsbox_error_
 	if (v == 0)
 		snprintf(buf, sizeof(buf), "infinity");
 	else
-		snprintf(buf, sizeof(buf), "%.17g", v);
+		format_double_c(buf, sizeof(buf), "%.17g", 0, v);
 	return nsbox_policy_set(p, "Limits", key, buf, err);
 }
 
@@ -906,8 +907,10 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 		return fail(err, -EINVAL, "nsbox_run: st->struct_size is %zu", n);
 	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_run_opts") < 0)
 		return -EINVAL;
-	if (o.stdio && (o.stdio[0] < 0 || o.stdio[1] < 0 || o.stdio[2] < 0))
-		return fail(err, -EINVAL, "nsbox_run: a stdio fd is negative");
+	if (o.stdio)
+		for (int i = 0; i < 3; i++)
+			if (o.stdio[i] < 0 || fcntl(o.stdio[i], F_GETFD) < 0)
+				return fail(err, -EBADF, "nsbox_run: stdio[%d] (fd %d) is not an open fd", i, o.stdio[i]);
 	ro.stdio = o.stdio;
 	ro.warn = o.warn;
 	ro.warn_ctx = o.warn_userdata;

@@ -218,8 +218,14 @@ static int transact(const struct helper_req *req, const void *payload, const int
 	if (n < 0) {
 		int e = errno;
 
-		drop_helper();
-		return err_set(err, e == EPIPE ? ECONNRESET : e, "send to the nsbox helper");
+		/* Only a broken connection means the helper is gone; a bad fd
+		 * or an oversize message is the request's fault, and the
+		 * helper's other sandboxes must live on. */
+		if (e == EPIPE || e == ECONNRESET || e == ENOTCONN) {
+			drop_helper();
+			return err_set(err, ECONNRESET, "send to the nsbox helper");
+		}
+		return err_set(err, e, "send to the nsbox helper");
 	}
 	for (;;) {
 		p[0] = (struct pollfd){ H.fd, POLLIN, 0 };
@@ -430,6 +436,14 @@ int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio
 		return err_set(err, EINVAL, "no command given");
 	if (policy_text(p, &text, &len, err) < 0)
 		return -1;
+	/* One SEQPACKET message: it must fit the socket's default send buffer
+	 * (net.core.wmem_default, 208 KiB on most hosts). */
+	if (sizeof(req) + len + alen > HELPER_MAX_RUN) {
+		explicit_bzero(text, len);
+		free(text);
+		return err_set(err, E2BIG, "the policy and the command line together are too large (%zu bytes, at most %u)",
+			       len + alen, HELPER_MAX_RUN);
+	}
 	buf = malloc(len + alen);
 	rep = calloc(1, sizeof(*rep));
 	if (!buf || !rep) {

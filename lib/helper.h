@@ -47,6 +47,7 @@
 #define HELPER_MAGIC 0x4e534833u	/* "NSH3"; bump when a struct below changes */
 #define HELPER_MAX_POLICY (128u << 10)
 #define HELPER_MAX_ARGV (128u << 10)	/* RUN: bytes of argv strings */
+#define HELPER_MAX_RUN (192u << 10)	/* RUN: request, policy and argv together */
 #define HELPER_CTL_FD 3
 #define HELPER_EXEC_FD 4
 

@@ -50,25 +50,40 @@ static void on_forward(int sig)
 	errno = saved;
 }
 
-static int forward_start(pid_t pid, int pidfd, struct nsbox_err *err)
-{
-	struct sigaction sa = { .sa_handler = on_forward };
+static bool fwd_installed[4];
 
+/* Claim forwarding before anything is built (EBUSY then costs nothing). */
+static int forward_claim(struct nsbox_err *err)
+{
 	if (atomic_exchange(&fwd_busy, true))
 		return err_set(err, EBUSY, "another run in this process is already forwarding signals");
-	fwd_pid = pid;
-	fwd_pidfd = pidfd;
-	/* No SA_RESTART: the wait loops see EINTR and go on waiting. */
-	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++)
-		sigaction(fwd_sigs[i], &sa, &fwd_old[i]);
 	return 0;
 }
 
-static void forward_stop(void)
+static void forward_start(pid_t pid, int pidfd)
 {
-	for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++)
-		sigaction(fwd_sigs[i], &fwd_old[i], NULL);
+	struct sigaction sa = { .sa_handler = on_forward };
+
+	fwd_pid = pid;
+	fwd_pidfd = pidfd;
+	/* No SA_RESTART: the wait loops see EINTR and go on waiting.  A signal
+	 * the caller ignores (nohup, a shell's background job) stays ignored:
+	 * it was not meant for anyone. */
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++) {
+		fwd_installed[i] = false;
+		if (sigaction(fwd_sigs[i], NULL, &fwd_old[i]) < 0 || fwd_old[i].sa_handler == SIG_IGN)
+			continue;
+		fwd_installed[i] = sigaction(fwd_sigs[i], &sa, NULL) == 0;
+	}
+}
+
+static void forward_stop(bool started)
+{
+	if (started)
+		for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++)
+			if (fwd_installed[i])
+				(void)sigaction(fwd_sigs[i], &fwd_old[i], NULL);
 	fwd_pid = 0;
 	fwd_pidfd = -1;
 	atomic_store(&fwd_busy, false);
@@ -81,21 +96,31 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 {
 	struct jail j;
 	struct jail_spec spec = { .policy = p, .argv = argv, .exec_fd = -1, .warn = o->warn, .warn_ctx = o->warn_ctx };
-	int saved[3] = { -1, -1, -1 }, src[3] = { -1, -1, -1 };
+	/* saved[i]: our fd i, copied (>= 0), closed before (-1), or not
+	 * touched yet (-2: nothing to restore). */
+	int saved[3] = { -2, -2, -2 }, src[3] = { -1, -1, -1 };
 	int n, r = 0;
 
 	n = process_threads();
 	if (n != 1)
 		return err_set(err, EINVAL, "in_process needs a single-threaded caller (this process has %d threads)", n);
+	if (o->forward_signals && forward_claim(err) < 0)
+		return -1;
 	/* The sandbox inherits 0-2: put the requested fds there for the clone
 	 * (through copies above 2, so that any permutation works), and ours
 	 * back afterwards. */
 	if (o->stdio) {
 		for (int i = 0; i < 3 && r == 0; i++) {
-			saved[i] = fcntl(i, F_DUPFD_CLOEXEC, 3);
 			src[i] = fcntl(o->stdio[i], F_DUPFD_CLOEXEC, 3);
-			if ((saved[i] < 0 && errno != EBADF) || src[i] < 0)
-				r = err_sys(err, "stdio");
+			if (src[i] < 0) {
+				r = err_sys(err, "stdio fd %d", o->stdio[i]);
+				break;
+			}
+			saved[i] = fcntl(i, F_DUPFD_CLOEXEC, 3);
+			if (saved[i] < 0 && errno != EBADF) {
+				saved[i] = -2;
+				r = err_sys(err, "save fd %d", i);
+			}
 		}
 		for (int i = 0; i < 3 && r == 0; i++)
 			if (dup2(src[i], i) < 0)
@@ -103,29 +128,31 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 	}
 	if (r == 0)
 		r = jail_start(&j, &spec, err);
-	if (o->stdio)
-		for (int i = 0; i < 3; i++) {
-			if (saved[i] >= 0) {
-				(void)dup2(saved[i], i);
-				close(saved[i]);
-			} else {
-				close(i);
-			}
-			if (src[i] >= 0)
-				close(src[i]);
+	for (int i = 0; i < 3; i++) {
+		if (saved[i] >= 0) {
+			(void)dup2(saved[i], i);
+			close(saved[i]);
+		} else if (saved[i] == -1) {
+			close(i);
 		}
-	if (r == -1)
+		if (src[i] >= 0)
+			close(src[i]);
+	}
+	if (r == -1) {
+		if (o->forward_signals)
+			forward_stop(false);
 		return -1;
+	}
 	if (r == 0) {
-		if (o->forward_signals && forward_start(j.pid, j.pidfd, err) < 0) {
-			jail_destroy(&j);
-			return -1;
-		}
+		if (o->forward_signals)
+			forward_start(j.pid, j.pidfd);
 		if (jail_wait(&j, NULL, err) < 0 && o->warn)
 			o->warn(o->warn_ctx, err->msg);
 		if (o->forward_signals)
-			forward_stop();
+			forward_stop(true);
 		jail_destroy(&j);
+	} else if (o->forward_signals) {
+		forward_stop(false);
 	}
 	res->st = j.status;
 	res->cg_mode = j.cg_mode;
@@ -137,14 +164,32 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 static int run_helper(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o,
 		      struct run_result *res, struct nsbox_err *err)
 {
-	static const int std[3] = { 0, 1, 2 };
+	int std[3] = { 0, 1, 2 }, devnull = -1;
 	struct helper_sandbox sb = { .pidfd = -1 };
 	struct nsbox_err e2 = { 0 };
 	unsigned long long deadline = 0;
 	bool timed_out = false;
 	int r;
 
+	/* The caller's 0-2 by default; one the caller has closed (a daemon)
+	 * becomes /dev/null, as it would be for a fresh process. */
+	if (!o->stdio)
+		for (int i = 0; i < 3; i++)
+			if (fcntl(i, F_GETFD) < 0) {
+				if (devnull < 0 && (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+					return err_sys(err, "open /dev/null");
+				std[i] = devnull;
+			}
+	if (o->forward_signals && forward_claim(err) < 0) {
+		if (devnull >= 0)
+			close(devnull);
+		return -1;
+	}
 	r = helper_run(p, argv, o->stdio ? o->stdio : std, o->warn, o->warn_ctx, &sb, &res->st, err);
+	if (devnull >= 0)
+		close(devnull);
+	if (r <= 0 && o->forward_signals)
+		forward_stop(false);
 	if (r < 0)
 		return -1;
 	res->cg_mode = sb.cg_mode;
@@ -152,10 +197,8 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 		res->cg_enforced[i] = sb.cg_enforced[i];
 	if (r == 0)
 		return 0;	/* could not be executed: res->st is final */
-	if (o->forward_signals && forward_start(sb.pid, sb.pidfd, err) < 0) {
-		(void)helper_destroy(&sb, NULL, &e2);
-		return -1;
-	}
+	if (o->forward_signals)
+		forward_start(sb.pid, sb.pidfd);
 	if (p->time_limit > 0)
 		deadline = now_ns() + (unsigned long long)(p->time_limit * 1e9);
 	for (;;) {
@@ -170,7 +213,9 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 				helper_kill(&sb);
 				break;
 			}
-			ms = (int)((deadline - now + 999999) / 1000000);
+			/* Clamped: a limit of weeks must not overflow into "forever". */
+			ms = deadline - now > 1000000000ull * 1000000ull ? 1000000000
+									 : (int)((deadline - now + 999999) / 1000000);
 		}
 		k = poll(&pf, 1, ms);
 		if (k > 0)
@@ -183,7 +228,7 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 		}
 	}
 	if (o->forward_signals)
-		forward_stop();
+		forward_stop(true);
 	if (helper_destroy(&sb, &res->st, &e2) < 0 && o->warn)
 		o->warn(o->warn_ctx, e2.msg);
 	if (timed_out)

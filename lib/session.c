@@ -449,7 +449,7 @@ static int exec_frame(const struct session_exec_req *req, uint32_t id, double ti
 	fb_puts(&b, req->check_complete ? ",\"check_complete\":true" : ",\"check_complete\":false");
 	/* A finite timeout only, as json_real() would take. */
 	if (timeout > 0 && timeout <= 1e300) {
-		snprintf(num, sizeof(num), "%.17g", timeout);
+		format_double_c(num, sizeof(num), "%.17g", 0, timeout);
 		fb_puts(&b, ",\"timeout\":");
 		fb_puts(&b, num);
 		if (!strpbrk(num, ".e"))

@@ -1,5 +1,10 @@
 #include "util.h"
 
+#include <locale.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
 #include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
@@ -145,6 +150,39 @@ int parse_size(const char *s, unsigned long long *out)
 	return 0;
 }
 
+static locale_t c_numeric;
+static pthread_once_t c_numeric_once = PTHREAD_ONCE_INIT;
+
+static void make_c_numeric(void)
+{
+	/* Kept for the life of the process.  On failure (no memory) the
+	 * callers fall back to the current locale. */
+	c_numeric = newlocale(LC_NUMERIC_MASK, "C", (locale_t)0);
+}
+
+int format_double_c(char *buf, size_t size, const char *fmt, int prec, double v)
+{
+	locale_t old = (locale_t)0;
+	int n;
+
+	pthread_once(&c_numeric_once, make_c_numeric);
+	if (c_numeric)
+		old = uselocale(c_numeric);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+	n = strchr(fmt, '*') ? snprintf(buf, size, fmt, prec, v) : snprintf(buf, size, fmt, v);
+#pragma GCC diagnostic pop
+	if (c_numeric && old)
+		uselocale(old);
+	return n;
+}
+
+double strtod_c(const char *s, char **end)
+{
+	pthread_once(&c_numeric_once, make_c_numeric);
+	return c_numeric ? strtod_l(s, end, c_numeric) : strtod(s, end);
+}
+
 int parse_double(const char *s, double *out)
 {
 	char *end;
@@ -153,7 +191,7 @@ int parse_double(const char *s, double *out)
 	if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
 		return -EINVAL;
 	errno = 0;
-	v = strtod(s, &end);
+	v = strtod_c(s, &end);
 	if (errno || *end || !isfinite(v) || v < 0)
 		return -EINVAL;
 	*out = v;

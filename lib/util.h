@@ -57,6 +57,14 @@ unsigned long long now_ns(void);
 int parse_size(const char *s, unsigned long long *out);
 /* Parse a non-negative decimal (e.g. "1.5") into a double; rejects junk. */
 int parse_double(const char *s, double *out);
+/* snprintf(buf, size, fmt, ...) for one double in the C locale, whatever
+ * LC_NUMERIC the host set (a "1,5" would be neither JSON nor a policy
+ * value).  fmt holds one conversion, e.g. "%.17g" or "%.*f" (then prec is
+ * used).  Returns snprintf's result. */
+int format_double_c(char *buf, size_t size, const char *fmt, int prec, double v)
+	__attribute__((format(printf, 3, 0)));
+/* strtod() in the C locale. */
+double strtod_c(const char *s, char **end);
 /* Parse an unsigned decimal integer with range check. */
 int parse_ulong(const char *s, unsigned long max, unsigned long *out);
 /* Close every fd >= lowfd except those listed in keep[] (close_range with a

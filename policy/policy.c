@@ -1127,14 +1127,15 @@ static void print_decimal(FILE *out, const char *key, double v)
 	/* Plain notation ("10", "0.25") where it is exact, as people write
 	 * it; %.17g, which always reads back the same, otherwise. */
 	for (int prec = 0; prec <= 17; prec++) {
-		int n = snprintf(buf, sizeof(buf), "%.*f", prec, v);
+		int n = format_double_c(buf, sizeof(buf), "%.*f", prec, v);
 
-		if (n > 0 && (size_t)n < sizeof(buf) && strtod(buf, NULL) == v) {
+		if (n > 0 && (size_t)n < sizeof(buf) && strtod_c(buf, NULL) == v) {
 			fprintf(out, "%s=%s\n", key, buf);
 			return;
 		}
 	}
-	fprintf(out, "%s=%.17g\n", key, v);
+	format_double_c(buf, sizeof(buf), "%.17g", 0, v);
+	fprintf(out, "%s=%s\n", key, buf);
 }
 
 void policy_print(const struct nsbox_policy *p, FILE *out)

@@ -398,15 +398,17 @@ static int put_stdio(int fd, int std)
 	return dup2(fd, std) < 0 ? -1 : 0;
 }
 
-static void null_stdio(void)
-{
-	int fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+/* /dev/null, opened once at start (CLOEXEC): putting it back on 0-2 after
+ * a RUN can't fail for want of an fd, so a RUN caller's stdio never stays
+ * where later sandboxes would inherit it. */
+static int devnull = -1;
 
-	if (fd < 0)
-		return;	/* nothing better to do: the fds stay until the next RUN */
+static int null_stdio(void)
+{
 	for (int i = 0; i < 3; i++)
-		(void)dup2(fd, i);
-	close(fd);
+		if (dup2(devnull, i) < 0)
+			return -1;
+	return 0;
 }
 
 /* RUN: returns the pidfd to pass back, or -1 (rep says why, or that the
@@ -462,11 +464,16 @@ static int do_run(const struct helper_req *req, char *data, const int fds[3], st
 	warn_to = rep->msg;
 	if (put_stdio(fds[0], 0) < 0 || put_stdio(fds[1], 1) < 0 || put_stdio(fds[2], 2) < 0) {
 		err_sys(&err, "stdio");
-		null_stdio();
+		if (null_stdio() < 0)
+			_exit(125);	/* never serve on with a caller's fds on 0-2 */
 		goto fail;
 	}
 	r = jail_start(&sl->j, &spec, &err);
-	null_stdio();
+	if (null_stdio() < 0) {
+		/* The caller's fds would leak into later sandboxes: stop here
+		 * (the library sees the helper die and starts a new one). */
+		_exit(125);
+	}
 	if (r == -2) {
 		/* Not executable inside: the status is final, nothing is left. */
 		rep->exec_failed = 1;
@@ -573,6 +580,9 @@ int runner_helper_main(bool use_spare)
 	if (fcntl(HELPER_CTL_FD, F_SETFD, FD_CLOEXEC) < 0 || fcntl(HELPER_EXEC_FD, F_SETFD, FD_CLOEXEC) < 0)
 		return 2;
 	close_fds_except(5, keep, 2);
+	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (devnull < 0)
+		return 125;
 	spare.enabled = use_spare;
 	signal(SIGPIPE, SIG_IGN);
 	/* Sandboxes are reaped by DESTROY; none may be auto-reaped. */

@@ -9,6 +9,7 @@
  * stdout, then "value: JSON" (tests/integ/test_runner_exe.py uses it). */
 #include <errno.h>
 #include <fcntl.h>
+#include <locale.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -802,6 +803,119 @@ static void test_run(nsbox_policy_t *p, bool in_process)
 	clear(&e);
 }
 
+/* Review findings: a bad request must never take the helper (and every
+ * other session of the process) down, nor close the caller's own fds. */
+static void test_run_bad_requests(nsbox_policy_t *p)
+{
+	char *truecmd[] = { "/bin/true", NULL };
+	struct nsbox_session_opts so = { .struct_size = sizeof(so) };
+	struct nsbox_run_status st = { .struct_size = sizeof(st) };
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+	int r;
+
+	if (nsbox_session_new(p, &so, &s, &e) < 0) {
+		CHECK(0, "bad requests: a session to keep alive (%s)", emsg(e));
+		clear(&e);
+		return;
+	}
+	for (int in_process = 0; in_process < 2; in_process++) {
+		struct nsbox_run_opts o = { .struct_size = sizeof(o), .stdio = (const int[3]){ 0, 1, 987 },
+					    .in_process = in_process };
+
+		if (in_process && under_valgrind())
+			continue;
+		r = nsbox_run(p, truecmd, &o, &st, &e);
+		CHECK(r == -EBADF && fcntl(1, F_GETFD) >= 0 && fcntl(2, F_GETFD) >= 0,
+		      "run %s with a closed stdio fd: -EBADF, our stdout/stderr intact (%s)",
+		      in_process ? "in-process" : "via helper", emsg(e));
+		clear(&e);
+	}
+	{
+		/* Over the helper's message size: E2BIG up front. */
+		enum { N = 2000 };
+		char *big[N + 2];
+		char arg[128];
+
+		memset(arg, 'a', sizeof(arg) - 1);
+		arg[sizeof(arg) - 1] = '\0';
+		big[0] = "/bin/true";
+		for (int i = 1; i <= N; i++)
+			big[i] = arg;
+		big[N + 1] = NULL;
+		r = nsbox_run(p, big, NULL, &st, &e);
+		CHECK(r == -E2BIG, "run via helper with 250 KB of argv: -E2BIG (%s)", emsg(e));
+		clear(&e);
+	}
+	{
+		/* A daemon with stdin closed: the command gets /dev/null there. */
+		int saved = fcntl(0, F_DUPFD_CLOEXEC, 3);
+		char *readin[] = { "/bin/sh", "-c", "test -c /proc/self/fd/0 && ! read x", NULL };
+
+		close(0);
+		r = nsbox_run(p, readin, NULL, &st, &e);
+		if (saved >= 0) {
+			dup2(saved, 0);
+			close(saved);
+		}
+		CHECK(r == 0 && st.exit_code == 0, "run via helper with our fd 0 closed: stdin is /dev/null (%d, %s)",
+		      st.exit_code, emsg(e));
+		clear(&e);
+	}
+	CHECK(!strcmp(value_of(s, "6*7"), "42"), "the other session survived every bad request");
+	nsbox_session_free(s);
+}
+
+/* A host in a comma-decimal locale: numbers still cross as JSON and as
+ * policy values.  Needs localedef and the de_DE source (package locales);
+ * skipped without them. */
+static void test_comma_locale(nsbox_policy_t *p)
+{
+	char dir[] = "/tmp/nsbox-test-locale-XXXXXX", cmd[256];
+	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo), .timeout = 1.5 };
+	struct nsbox_session_opts so = { .struct_size = sizeof(so) };
+	nsbox_policy_t *q = NULL;
+	nsbox_session_t *s = NULL;
+	nsbox_result_t *r = NULL;
+	nsbox_error_t *e = NULL;
+	char *text;
+
+	if (!mkdtemp(dir) || access("/usr/share/i18n/locales/de_DE", R_OK) != 0) {
+		ok(1, "# SKIP comma-decimal locale: no de_DE locale source (package locales)");
+		rmdir(dir);
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "localedef -i de_DE -f UTF-8 %s/de_DE.UTF-8 >/dev/null 2>&1", dir);
+	setenv("LOCPATH", dir, 1);
+	if (system(cmd) != 0 || !setlocale(LC_ALL, "de_DE.UTF-8")) {
+		ok(1, "# SKIP comma-decimal locale: localedef failed");
+		goto out;
+	}
+	CHECK(nsbox_policy_new(NULL, &q, &e) == 0 && nsbox_policy_set_cpus(q, 1.5, &e) == 0 &&
+	      nsbox_policy_set(q, "Limits", "TimeLimit", "2.5", &e) == 0,
+	      "de_DE: policy values 1.5 and \"2.5\" accepted (%s)", emsg(e));
+	clear(&e);
+	text = q ? nsbox_policy_to_string(q) : NULL;
+	CHECK(text && strstr(text, "CPUs=1.5") && strstr(text, "TimeLimit=2.5"), "de_DE: the policy prints with dots");
+	nsbox_free(text);
+	CHECK(nsbox_session_new(q ? q : p, &so, &s, &e) == 0, "de_DE: session (%s)", emsg(e));
+	clear(&e);
+	if (s) {
+		CHECK(nsbox_exec(s, "print(1)", &eo, &r, &e) == 0 && nsbox_result_status(r) == NSBOX_OK,
+		      "de_DE: exec with timeout 1.5 (%s)", r ? nsbox_result_error_message(r) ?: "ok" : emsg(e));
+		nsbox_result_free(r);
+		clear(&e);
+	}
+	nsbox_session_free(s);
+	nsbox_policy_free(q);
+out:
+	setlocale(LC_ALL, "C");
+	unsetenv("LOCPATH");
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		printf("# could not remove %s\n", dir);
+}
+
 static void *run_in_process_from_thread(void *arg)
 {
 	char *truecmd[] = { "/bin/true", NULL };
@@ -921,6 +1035,8 @@ int main(int argc, char **argv)
 		if (pthread_create(&t, NULL, run_in_process_from_thread, p) == 0)
 			pthread_join(t, NULL);
 	}
+	test_run_bad_requests(p);
+	test_comma_locale(p);
 	test_session_basics(p, false, "template");
 	test_session_extras(p);
 	test_session_basics(p, true, "cold");
