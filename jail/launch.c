@@ -59,11 +59,25 @@ static int send_msg(int fd, int type, int code, const struct nsbox_err *e)
 
 static int recv_msg(int fd, struct sync_msg *m)
 {
+	bool reset_seen = false;
 	ssize_t n;
 
-	do
+	for (;;) {
 		n = recv(fd, m, sizeof(*m), 0);
-	while (n < 0 && errno == EINTR);
+		if (n >= 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		/* A peer that died with one of our messages unread leaves
+		 * ECONNRESET pending, and the kernel reports it before the
+		 * messages it sent first (its ERROR saying why it died).  The
+		 * error is cleared by reporting it: read once more. */
+		if (errno == ECONNRESET && !reset_seen) {
+			reset_seen = true;
+			continue;
+		}
+		return -1;
+	}
 	if (n == 0)
 		return 0;
 	if (n != (ssize_t)sizeof(*m)) {
@@ -497,8 +511,11 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		struct sync_msg early;
 		int saved_errno = errno;
 
-		if (recv(sv[0], &early, sizeof(early), MSG_DONTWAIT) == (ssize_t)sizeof(early) &&
-		    early.type == SYNC_ERROR) {
+		ssize_t got = recv(sv[0], &early, sizeof(early), MSG_DONTWAIT);
+
+		if (got < 0 && errno == ECONNRESET)	/* see recv_msg() */
+			got = recv(sv[0], &early, sizeof(early), MSG_DONTWAIT);
+		if (got == (ssize_t)sizeof(early) && early.type == SYNC_ERROR) {
 			early.step[sizeof(early.step) - 1] = '\0';
 			early.msg[sizeof(early.msg) - 1] = '\0';
 			err->code = early.code;
