@@ -15,6 +15,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "proto.h"
 #include "util.h"
 
 #define MAX_TOOLS 64
@@ -480,17 +481,17 @@ int cmd_python(int argc, char **argv)
 				fprintf(stderr, "nsbox python: --tool: expected NAME=COMMAND (at most %d)\n", MAX_TOOLS);
 				goto usage;
 			}
-			/* A Python identifier (ASCII): checked here, before a
-			 * sandbox is started for nothing. */
-			if (!strchr("_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ", v[0]) ||
-			    strspn(v, "_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789") !=
-				    (size_t)(eq - v)) {
-				fprintf(stderr, "nsbox python: --tool %.*s: not a Python identifier\n", (int)(eq - v), v);
-				goto usage_quiet;
-			}
 			name = strndup(v, (size_t)(eq - v));
 			if (!name) {
 				fprintf(stderr, "nsbox python: out of memory\n");
+				goto usage_quiet;
+			}
+			/* The protocol's rule, checked before a sandbox is started
+			 * for nothing. */
+			if (!proto_is_identifier(name) || strlen(name) > PROTO_TOOL_NAME_MAX) {
+				fprintf(stderr, "nsbox python: --tool %s: not a Python identifier of at most %d characters\n",
+					name, PROTO_TOOL_NAME_MAX);
+				free(name);
 				goto usage_quiet;
 			}
 			ctools[n_tools++] = (struct cli_tool){ name, eq + 1 };

@@ -21,6 +21,7 @@
 #include "error.h"
 #include "cgroup.h"
 #include "policy.h"
+#include "proto.h"
 #include "run.h"
 #include "session.h"
 #include "util.h"
@@ -769,14 +770,6 @@ void nsbox_result_free(nsbox_result_t *r)
 	free(r);
 }
 
-static bool is_identifier(const char *n)
-{
-	static const char first[] = "_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-	static const char rest[] = "_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-
-	return n && *n && strchr(first, n[0]) && strspn(n, rest) == strlen(n);
-}
-
 int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_error_t **err)
 {
 	struct nsbox_err e = { 0 };
@@ -786,7 +779,7 @@ int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_
 
 	if (!name || !json)
 		return fail(err, -EINVAL, "nsbox_set_var: %s is NULL", !name ? "name" : "json");
-	if (!is_identifier(name))
+	if (!proto_is_identifier(name))
 		return fail(err, -EINVAL, "nsbox_set_var: '%s' is not a Python identifier", name);
 	if ((r = check_session(s, err, "nsbox_set_var")) < 0)
 		return r;
@@ -813,7 +806,7 @@ int nsbox_get_var(nsbox_session_t *s, const char *name, char **json, nsbox_error
 
 	if (!name || !json)
 		return fail(err, -EINVAL, "nsbox_get_var: %s is NULL", !name ? "name" : "json");
-	if (!is_identifier(name))
+	if (!proto_is_identifier(name))
 		return fail(err, -EINVAL, "nsbox_get_var: '%s' is not a Python identifier", name);
 	if ((r = check_session(s, err, "nsbox_get_var")) < 0)
 		return r;

@@ -182,9 +182,9 @@ static bool helper_usable(void)
 	return true;
 }
 
-/* One request, one answer, with the lock held.  fd_in is sent along
- * (SCM_RIGHTS) when >= 0; *fd_out receives a passed fd when not NULL.
- * On a broken connection the helper is dropped (errno ECONNRESET). */
+/* One request, one answer, with the lock held.  fds_in[0..n_in) are sent
+ * along (SCM_RIGHTS); *fd_out and *fd_out2 receive passed fds when not
+ * NULL.  On a broken connection the helper is dropped (errno ECONNRESET). */
 static int transact(const struct helper_req *req, const void *payload, const int *fds_in, size_t n_in,
 		    struct helper_rep *rep, int *fd_out, int *fd_out2, struct nsbox_err *err)
 {
@@ -193,28 +193,14 @@ static int transact(const struct helper_req *req, const void *payload, const int
 		char buf[CMSG_SPACE(3 * sizeof(int))];
 		struct cmsghdr align;
 	} cm;
-	struct msghdr mh = { .msg_iov = iov, .msg_iovlen = req->len ? 2 : 1 };
+	struct msghdr mh;
 	struct pollfd p[2];
 	ssize_t n;
 	int k;
 
-	memset(&cm, 0, sizeof(cm));
 	if (n_in > 3)
 		return err_set(err, EINVAL, "too many fds for the nsbox helper");
-	if (n_in > 0) {
-		struct cmsghdr *c;
-
-		mh.msg_control = cm.buf;
-		mh.msg_controllen = CMSG_SPACE(n_in * sizeof(int));
-		c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(n_in * sizeof(int));
-		memcpy(CMSG_DATA(c), fds_in, n_in * sizeof(int));
-	}
-	do
-		n = sendmsg(H.fd, &mh, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
+	n = send_with_fds(H.fd, iov, req->len ? 2 : 1, fds_in, n_in);
 	if (n < 0) {
 		int e = errno;
 

@@ -311,120 +311,10 @@ static int send_msg(struct nsbox_session *s, uint16_t type, uint32_t id, const j
 }
 
 /* ---- the EXEC frame, written directly ----
- * The one message sent per exec, built without a jansson tree and dump
- * (a few microseconds of the round trip).  What it writes is what
- * proto_encode() of the same object would, less key order. */
-
-struct fbuf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static void fb_put(struct fbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		char *p;
-
-		while (cap < b->len + n)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-}
-
-static void fb_puts(struct fbuf *b, const char *s)
-{
-	fb_put(b, s, strlen(s));
-}
-
-/* Well-formed UTF-8 (RFC 3629: no overlong forms, surrogates or code
- * points past U+10FFFF), as jansson requires of a string. */
-static bool utf8_valid(const unsigned char *s, size_t n)
-{
-	size_t i = 0;
-
-	while (i < n) {
-		unsigned c = s[i];
-		size_t k;
-		unsigned cp;
-
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		if (c >= 0xc2 && c <= 0xdf)
-			k = 1, cp = c & 0x1f;
-		else if (c >= 0xe0 && c <= 0xef)
-			k = 2, cp = c & 0x0f;
-		else if (c >= 0xf0 && c <= 0xf4)
-			k = 3, cp = c & 0x07;
-		else
-			return false;
-		if (n - i <= k)
-			return false;
-		for (size_t j = 1; j <= k; j++) {
-			if ((s[i + j] & 0xc0) != 0x80)
-				return false;
-			cp = cp << 6 | (s[i + j] & 0x3f);
-		}
-		if ((k == 2 && cp < 0x800) || (k == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
-		    (cp >= 0xd800 && cp <= 0xdfff))
-			return false;
-		i += k + 1;
-	}
-	return true;
-}
-
-/* A JSON string: UTF-8 as is, '"', '\\' and control characters escaped. */
-static void fb_str(struct fbuf *b, const char *s)
-{
-	static const char hex[] = "0123456789abcdef";
-	const char *run = s;
-
-	fb_put(b, "\"", 1);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		char esc[6] = { '\\', 'u', '0', '0', 0, 0 };
-
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		fb_put(b, run, (size_t)(s - run));
-		run = s + 1;
-		switch (c) {
-		case '"':
-		case '\\':
-			esc[1] = (char)c;
-			fb_put(b, esc, 2);
-			break;
-		case '\n':
-			fb_put(b, "\\n", 2);
-			break;
-		case '\t':
-			fb_put(b, "\\t", 2);
-			break;
-		case '\r':
-			fb_put(b, "\\r", 2);
-			break;
-		default:
-			esc[4] = hex[c >> 4];
-			esc[5] = hex[c & 15];
-			fb_put(b, esc, 6);
-		}
-	}
-	fb_put(b, run, (size_t)(s - run));
-	fb_put(b, "\"", 1);
-}
+ * The one message sent per exec, built with proto_buf instead of a
+ * jansson tree and dump (a few microseconds of the round trip).  What it
+ * writes is what proto_encode() of the same object would, less key order
+ * and escape spelling. */
 
 /* The EXEC frame for req (header included) in a malloc'd *out. */
 static int exec_frame(const struct session_exec_req *req, uint32_t id, double timeout, uint32_t max_frame, char **out,
@@ -432,31 +322,30 @@ static int exec_frame(const struct session_exec_req *req, uint32_t id, double ti
 {
 	const char *filename = req->filename ? req->filename : "<exec>";
 	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = PROTO_EXEC, .id = id };
-	struct fbuf b = { 0 };
+	struct proto_buf b = { 0 };
 	char num[40];
 
-	if (!utf8_valid((const unsigned char *)req->code, strlen(req->code)) ||
-	    !utf8_valid((const unsigned char *)filename, strlen(filename)))
+	if (!proto_utf8_valid(req->code, strlen(req->code)) || !proto_utf8_valid(filename, strlen(filename)))
 		return err_set(err, EINVAL, "code is not valid UTF-8");
-	fb_put(&b, (const char[NSBOX_PROTO_HDR_SIZE]){ 0 }, NSBOX_PROTO_HDR_SIZE);
-	fb_puts(&b, "{\"code\":");
-	fb_str(&b, req->code);
-	fb_puts(&b, ",\"filename\":");
-	fb_str(&b, filename);
-	fb_puts(&b, req->want_value ? ",\"want_value\":true" : ",\"want_value\":false");
-	fb_puts(&b, req->stream ? ",\"stream\":true" : ",\"stream\":false");
-	fb_puts(&b, req->display ? ",\"display\":true" : ",\"display\":false");
-	fb_puts(&b, req->check_complete ? ",\"check_complete\":true" : ",\"check_complete\":false");
+	proto_buf_put(&b, (const char[NSBOX_PROTO_HDR_SIZE]){ 0 }, NSBOX_PROTO_HDR_SIZE);
+	proto_buf_puts(&b, "{\"code\":");
+	proto_buf_json_str(&b, req->code, strlen(req->code));
+	proto_buf_puts(&b, ",\"filename\":");
+	proto_buf_json_str(&b, filename, strlen(filename));
+	proto_buf_puts(&b, req->want_value ? ",\"want_value\":true" : ",\"want_value\":false");
+	proto_buf_puts(&b, req->stream ? ",\"stream\":true" : ",\"stream\":false");
+	proto_buf_puts(&b, req->display ? ",\"display\":true" : ",\"display\":false");
+	proto_buf_puts(&b, req->check_complete ? ",\"check_complete\":true" : ",\"check_complete\":false");
 	/* A finite timeout only, as json_real() would take. */
 	if (timeout > 0 && timeout <= 1e300) {
 		format_double_c(num, sizeof(num), "%.17g", 0, timeout);
-		fb_puts(&b, ",\"timeout\":");
-		fb_puts(&b, num);
+		proto_buf_puts(&b, ",\"timeout\":");
+		proto_buf_puts(&b, num);
 		if (!strpbrk(num, ".e"))
-			fb_puts(&b, ".0");
+			proto_buf_puts(&b, ".0");
 	}
-	fb_put(&b, "}", 1);
-	if (b.oom) {
+	proto_buf_put(&b, "}", 1);
+	if (b.bad) {
 		free(b.p);
 		return err_set(err, ENOMEM, "EXEC frame");
 	}
@@ -645,10 +534,7 @@ static json_t *hello_msg(const struct nsbox_session *s)
 
 static bool valid_identifier(const char *n)
 {
-	static const char first[] = "_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-	static const char rest[] = "_abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-
-	return n && *n && strlen(n) <= 64 && strchr(first, n[0]) && strspn(n, rest) == strlen(n);
+	return proto_is_identifier(n) && strlen(n) <= PROTO_TOOL_NAME_MAX;
 }
 
 static void session_free(struct nsbox_session *s)

@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <ctype.h>
 #include <dirent.h>
@@ -269,4 +271,35 @@ fallback: {
 	closedir(d);
 	return 0;
 }
+}
+
+ssize_t send_with_fds(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t nfds)
+{
+	union {
+		char buf[CMSG_SPACE(SEND_FDS_MAX * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = niov };
+	ssize_t n;
+
+	if (nfds > SEND_FDS_MAX) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (nfds > 0) {
+		struct cmsghdr *c;
+
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nfds * sizeof(int));
+	}
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n;
 }

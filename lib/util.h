@@ -67,6 +67,12 @@ int format_double_c(char *buf, size_t size, const char *fmt, int prec, double v)
 double strtod_c(const char *s, char **end);
 /* Parse an unsigned decimal integer with range check. */
 int parse_ulong(const char *s, unsigned long max, unsigned long *out);
+/* sendmsg() of iov[0..niov) with fds[0..nfds) attached as SCM_RIGHTS
+ * (unix(7)), MSG_NOSIGNAL, retried on EINTR.  At most SEND_FDS_MAX fds.
+ * Returns the bytes sent, or -1 with errno. */
+#define SEND_FDS_MAX 4
+struct iovec;
+ssize_t send_with_fds(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t nfds);
 /* Close every fd >= lowfd except those listed in keep[] (close_range with a
  * /proc/self/fd fallback). */
 int close_fds_except(int lowfd, const int *keep, size_t nkeep);

@@ -152,18 +152,27 @@ static void rep_cgroups(struct helper_rep *rep, const struct jail *j)
 		rep->cg_enforced[i] = j->cg_enforced[i];
 }
 
-static void rep_err(struct helper_rep *rep, const struct nsbox_err *err)
-{
-	rep->code = err->code ? err->code : -1;
-	snprintf(rep->step, sizeof(rep->step), "%s", err->step);
-	snprintf(rep->msg, sizeof(rep->msg), "%s", err->msg);
-}
-
 static const char *mem_cgroup(const struct jail *j)
 {
 	if (!j->cg)
 		return "";
 	return j->cg->v1_dir[CTRL_MEMORY][0] ? j->cg->v1_dir[CTRL_MEMORY] : j->cg->v2_dir;
+}
+
+/* What every answer about a running sandbox says of it. */
+static void rep_sandbox(struct helper_rep *rep, const struct slot *sl)
+{
+	rep->id = sl->id;
+	rep->pid = sl->j.pid;
+	snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", mem_cgroup(&sl->j));
+	rep_cgroups(rep, &sl->j);
+}
+
+static void rep_err(struct helper_rep *rep, const struct nsbox_err *err)
+{
+	rep->code = err->code ? err->code : -1;
+	snprintf(rep->step, sizeof(rep->step), "%s", err->step);
+	snprintf(rep->msg, sizeof(rep->msg), "%s", err->msg);
 }
 
 static void wipe_policy(struct nsbox_policy *p)
@@ -254,11 +263,8 @@ static int take_spare(const char *text, size_t len, bool refill, struct helper_r
 		drop_spare();
 		return -1;
 	}
-	rep->id = sl->id;
-	rep->pid = sl->j.pid;
+	rep_sandbox(rep, sl);
 	rep->has_sock = 1;
-	snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", mem_cgroup(&sl->j));
-	rep_cgroups(rep, &sl->j);
 	snprintf(rep->msg, sizeof(rep->msg), "%s", spare.warnings);
 	*sock_out = spare.sock;
 	spare.sock = -1;
@@ -314,6 +320,24 @@ out:
 	wipe_policy(&p);
 }
 
+/* A sandbox just started in sl: give it an id and fill the answer.
+ * Returns the pidfd to pass back, or -1 (the sandbox is destroyed). */
+static int commit_slot(struct slot *sl, struct helper_rep *rep, struct nsbox_err *err)
+{
+	int pidfd = fcntl(sl->j.pidfd, F_DUPFD_CLOEXEC, 5);
+
+	if (pidfd < 0) {
+		err_sys(err, "dup pidfd");
+		jail_destroy(&sl->j);
+		memset(sl, 0, sizeof(*sl));
+		return -1;
+	}
+	sl->used = true;
+	sl->id = next_id++;
+	rep_sandbox(rep, sl);
+	return pidfd;
+}
+
 /* SPAWN: returns the pidfd to pass back, or -1. */
 static int do_spawn(const struct helper_req *req, char *text, int sock, struct helper_rep *rep, int *sock_out)
 {
@@ -366,18 +390,9 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 	}
 	if (r < 0)
 		goto fail;
-	pidfd = fcntl(sl->j.pidfd, F_DUPFD_CLOEXEC, 5);
-	if (pidfd < 0) {
-		err_sys(&err, "dup pidfd");
-		jail_destroy(&sl->j);
+	pidfd = commit_slot(sl, rep, &err);
+	if (pidfd < 0)
 		goto fail;
-	}
-	sl->used = true;
-	sl->id = next_id++;
-	rep->id = sl->id;
-	rep->pid = sl->j.pid;
-	snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", mem_cgroup(&sl->j));
-	rep_cgroups(rep, &sl->j);
 	wipe_policy(&p);
 	if (want_spare) {
 		keep_text(text, req->len);
@@ -484,19 +499,9 @@ static int do_run(const struct helper_req *req, char *data, const int fds[3], st
 	}
 	if (r < 0)
 		goto fail;
-	pidfd = fcntl(sl->j.pidfd, F_DUPFD_CLOEXEC, 5);
-	if (pidfd < 0) {
-		err_sys(&err, "dup pidfd");
-		jail_destroy(&sl->j);
-		memset(sl, 0, sizeof(*sl));
+	pidfd = commit_slot(sl, rep, &err);
+	if (pidfd < 0)
 		goto fail;
-	}
-	sl->used = true;
-	sl->id = next_id++;
-	rep->id = sl->id;
-	rep->pid = sl->j.pid;
-	snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", mem_cgroup(&sl->j));
-	rep_cgroups(rep, &sl->j);
 	goto out;
 fail:
 	rep_err(rep, &err);
@@ -645,28 +650,10 @@ int runner_helper_main(bool use_spare)
 			close(fds_in[i]);
 		explicit_bzero(buf, (size_t)n);
 		{
-			union {
-				char b[CMSG_SPACE(2 * sizeof(int))];
-				struct cmsghdr align;
-			} om;
 			struct iovec oiov = { &rep, sizeof(rep) };
-			struct msghdr omh = { .msg_iov = &oiov, .msg_iovlen = 1 };
 			int fds[2] = { fd_out, sock_out };
-			size_t nfd = sock_out >= 0 ? 2 : 1;
 
-			memset(&om, 0, sizeof(om));
-			if (fd_out >= 0) {
-				omh.msg_control = om.b;
-				omh.msg_controllen = CMSG_SPACE(nfd * sizeof(int));
-				c = CMSG_FIRSTHDR(&omh);
-				c->cmsg_level = SOL_SOCKET;
-				c->cmsg_type = SCM_RIGHTS;
-				c->cmsg_len = CMSG_LEN(nfd * sizeof(int));
-				memcpy(CMSG_DATA(c), fds, nfd * sizeof(int));
-			}
-			do
-				n = sendmsg(HELPER_CTL_FD, &omh, MSG_NOSIGNAL);
-			while (n < 0 && errno == EINTR);
+			n = send_with_fds(HELPER_CTL_FD, &oiov, 1, fds, fd_out < 0 ? 0 : sock_out >= 0 ? 2 : 1);
 			if (fd_out >= 0)
 				close(fd_out);
 			if (sock_out >= 0)

@@ -342,9 +342,9 @@ static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
 	[PROTO_TOOLS] = { PROTO_TO_RUNNER, { { "tools", F_TOOLS, true } } },
 };
 
-static bool is_identifier(const char *s)
+bool proto_is_identifier(const char *s)
 {
-	if (!s || !*s || strlen(s) > 64)
+	if (!s || !*s)
 		return false;
 	if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_'))
 		return false;
@@ -353,6 +353,12 @@ static bool is_identifier(const char *s)
 		      *s == '_'))
 			return false;
 	return true;
+}
+
+/* Tool names: identifiers of at most PROTO_TOOL_NAME_MAX bytes. */
+static bool is_tool_name(const char *s)
+{
+	return proto_is_identifier(s) && strlen(s) <= PROTO_TOOL_NAME_MAX;
 }
 
 static int check_field(const char *tname, const struct field *fd, const json_t *v, struct nsbox_err *err)
@@ -420,7 +426,7 @@ static int check_field(const char *tname, const struct field *fd, const json_t *
 		json_array_foreach(v, i, e) {
 			json_t *x;
 
-			if (!json_is_object(e) || !is_identifier(json_string_value(json_object_get(e, "name"))))
+			if (!json_is_object(e) || !is_tool_name(json_string_value(json_object_get(e, "name"))))
 				return err_set(err, EPROTO, "%s: tools[%zu] needs an identifier name", tname, i);
 			x = json_object_get(e, "description");
 			if (x && !json_is_string(x))
@@ -556,6 +562,81 @@ static int utf8_seq(const unsigned char *s, size_t n)
 	}
 	(void)cp;
 	return need;
+}
+
+bool proto_utf8_valid(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		int k = utf8_seq((const unsigned char *)s + i, n - i);
+
+		if (k <= 0)
+			return false;
+		i += (size_t)k;
+	}
+	return true;
+}
+
+void proto_buf_put(struct proto_buf *b, const char *s, size_t n)
+{
+	if (b->bad)
+		return;
+	if (b->len + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 512;
+		char *p;
+
+		while (cap < b->len + n + 1)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p) {
+			b->bad = true;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+	b->p[b->len] = '\0';
+}
+
+void proto_buf_puts(struct proto_buf *b, const char *s)
+{
+	proto_buf_put(b, s, strlen(s));
+}
+
+void proto_buf_json_str(struct proto_buf *b, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t run = 0;
+
+	proto_buf_put(b, "\"", 1);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		char esc[7] = { '\\', 0 };
+		size_t el = 2;
+
+		if (c >= 0x20 && c != '"' && c != '\\')
+			continue;
+		proto_buf_put(b, s + run, i - run);
+		run = i + 1;
+		switch (c) {
+		case '"': esc[1] = '"'; break;
+		case '\\': esc[1] = '\\'; break;
+		case '\n': esc[1] = 'n'; break;
+		case '\r': esc[1] = 'r'; break;
+		case '\t': esc[1] = 't'; break;
+		case '\b': esc[1] = 'b'; break;
+		case '\f': esc[1] = 'f'; break;
+		default:
+			memcpy(esc + 1, "u00", 3);
+			esc[4] = hex[c >> 4];
+			esc[5] = hex[c & 15];
+			el = 6;
+		}
+		proto_buf_put(b, esc, el);
+	}
+	proto_buf_put(b, s + run, n - run);
+	proto_buf_put(b, "\"", 1);
 }
 
 int proto_utf8_sanitize(const char *buf, size_t len, char **out, size_t *out_len, size_t *pending)

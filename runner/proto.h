@@ -140,6 +140,30 @@ int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **ou
  * in debug builds/tests). */
 int proto_msg_check(uint16_t type, enum proto_dir dir, const json_t *msg, struct nsbox_err *err);
 
+/* An ASCII Python identifier ([A-Za-z_][A-Za-z0-9_]*): names of tools and
+ * variables.  Tool names are at most PROTO_TOOL_NAME_MAX bytes. */
+#define PROTO_TOOL_NAME_MAX 64
+bool proto_is_identifier(const char *s);
+
+/* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms,
+ * surrogates or code points past U+10FFFF), as jansson requires. */
+bool proto_utf8_valid(const char *s, size_t n);
+
+/* A growing buffer for frames written by hand, without a jansson tree and
+ * dump, on the exec round trip (the host's EXEC, the runner's RESULT).
+ * After a failed allocation it stays bad and ignores writes; otherwise it
+ * is NUL-terminated.  Zero-initialise; free(b.p) when done. */
+struct proto_buf {
+	char *p;
+	size_t len, cap;
+	bool bad;
+};
+void proto_buf_put(struct proto_buf *b, const char *s, size_t n);
+void proto_buf_puts(struct proto_buf *b, const char *s);
+/* s[0..n) as a JSON string, escaped as json.dumps(s, ensure_ascii=False)
+ * does (s must be valid UTF-8). */
+void proto_buf_json_str(struct proto_buf *b, const char *s, size_t n);
+
 /* Replace invalid UTF-8 in buf[0..len) with U+FFFD into a new malloc'd,
  * NUL-terminated string (*out, length *out_len).  An incomplete sequence at
  * the very end is left out and its length returned in *pending (0..3) so a

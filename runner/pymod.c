@@ -1026,82 +1026,12 @@ static struct {
 	unsigned long long cache_clock;
 } F;
 
-/* A growing output buffer; on allocation failure it stays bad and the
- * caller raises MemoryError. */
-struct jbuf {
-	char *p;
-	size_t len, cap;
-	bool bad;
-};
-
-static void jb_put(struct jbuf *b, const char *s, size_t n)
-{
-	if (b->bad)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 512;
-		char *p;
-
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		p = realloc(b->p, cap);
-		if (!p) {
-			b->bad = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-static void jb_puts(struct jbuf *b, const char *s)
-{
-	jb_put(b, s, strlen(s));
-}
-
-/* A JSON string as json.dumps(s, ensure_ascii=False) writes it (the
- * escapes of _json's encode_basestring). */
-static void jb_str(struct jbuf *b, const char *s, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t run = 0;
-
-	jb_put(b, "\"", 1);
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)s[i];
-		char esc[7] = { '\\', 0 };
-		size_t el = 2;
-
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		jb_put(b, s + run, i - run);
-		run = i + 1;
-		switch (c) {
-		case '"': esc[1] = '"'; break;
-		case '\\': esc[1] = '\\'; break;
-		case '\n': esc[1] = 'n'; break;
-		case '\r': esc[1] = 'r'; break;
-		case '\t': esc[1] = 't'; break;
-		case '\b': esc[1] = 'b'; break;
-		case '\f': esc[1] = 'f'; break;
-		default:
-			memcpy(esc + 1, "u00", 3);
-			esc[4] = hex[c >> 4];
-			esc[5] = hex[c & 15];
-			el = 6;
-		}
-		jb_put(b, esc, el);
-	}
-	jb_put(b, s + run, n - run);
-	jb_put(b, "\"", 1);
-}
+/* RESULT frames are written with proto_buf (runner/proto.h); on
+ * allocation failure the buffer stays bad and the caller raises MemoryError. */
 
 /* v / 10**dec as an exact decimal ("0.000012"): what float(v / 10**dec)
  * reads back as, without the cost of a shortest-repr conversion. */
-static void jb_fixed(struct jbuf *b, unsigned long long v, int dec)
+static void jb_fixed(struct proto_buf *b, unsigned long long v, int dec)
 {
 	unsigned long long p = 1;
 	char n[48];
@@ -1112,11 +1042,11 @@ static void jb_fixed(struct jbuf *b, unsigned long long v, int dec)
 	len = snprintf(n, sizeof(n), "%llu.%0*llu", v / p, dec, v % p);
 	while (len > 2 && n[len - 1] == '0' && n[len - 2] != '.')
 		len--;
-	jb_put(b, n, (size_t)len);
+	proto_buf_put(b, n, (size_t)len);
 }
 
 /* A float as float.__repr__ writes it (what json.dumps uses). */
-static void jb_double(struct jbuf *b, double d)
+static void jb_double(struct proto_buf *b, double d)
 {
 	char *s = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
 
@@ -1125,15 +1055,15 @@ static void jb_double(struct jbuf *b, double d)
 		b->bad = true;
 		return;
 	}
-	jb_puts(b, s);
+	proto_buf_puts(b, s);
 	PyMem_Free(s);
 }
 
-static void jb_ull(struct jbuf *b, unsigned long long v)
+static void jb_ull(struct proto_buf *b, unsigned long long v)
 {
 	char n[24];
 
-	jb_put(b, n, (size_t)snprintf(n, sizeof(n), "%llu", v));
+	proto_buf_put(b, n, (size_t)snprintf(n, sizeof(n), "%llu", v));
 }
 
 /* fast_setup(module globals, G, _limits, _sources, _scanner, _split_ast,
@@ -1391,7 +1321,7 @@ static PyObject *run_code(PyObject *co)
 /* do_exec's _text() for one stream, into the result as
  * "NAME":...,  (and the tail kept for NAME_tail when truncated).
  * cap_lock held.  -1 with a Python exception. */
-static int cap_json(struct capture *c, size_t limit, struct jbuf *out, struct jbuf *tail_out, bool *trunc)
+static int cap_json(struct capture *c, size_t limit, struct proto_buf *out, struct proto_buf *tail_out, bool *trunc)
 {
 	PyObject *h = NULL, *t = NULL, *s = NULL;
 	char *lin = NULL;
@@ -1401,7 +1331,7 @@ static int cap_json(struct capture *c, size_t limit, struct jbuf *out, struct jb
 
 	*trunc = false;
 	if (!c->total) {
-		jb_put(out, "\"\"", 2);
+		proto_buf_put(out, "\"\"", 2);
 		return 0;
 	}
 	lin = malloc(c->ring_len ? c->ring_len : 1);
@@ -1429,11 +1359,11 @@ static int cap_json(struct capture *c, size_t limit, struct jbuf *out, struct jb
 		u = PyUnicode_AsUTF8AndSize(t, &ulen);
 		if (!u)
 			goto out;
-		jb_str(tail_out, u, (size_t)ulen);
+		proto_buf_json_str(tail_out, u, (size_t)ulen);
 	}
 	if (!s || !(u = PyUnicode_AsUTF8AndSize(s, &ulen)))
 		goto out;
-	jb_str(out, u, (size_t)ulen);
+	proto_buf_json_str(out, u, (size_t)ulen);
 	r = 0;
 out:
 	Py_XDECREF(s);
@@ -1444,16 +1374,16 @@ out:
 }
 
 /* encode(v) as JSON: plain scalars here, the rest by runner.py. */
-static int value_json(PyObject *v, struct jbuf *b)
+static int value_json(PyObject *v, struct proto_buf *b)
 {
 	PyObject *r;
 
 	if (v == Py_None) {
-		jb_puts(b, "null");
+		proto_buf_puts(b, "null");
 		return 0;
 	}
 	if (v == Py_True || v == Py_False) {
-		jb_puts(b, v == Py_True ? "true" : "false");
+		proto_buf_puts(b, v == Py_True ? "true" : "false");
 		return 0;
 	}
 	if (PyLong_CheckExact(v)) {
@@ -1464,7 +1394,7 @@ static int value_json(PyObject *v, struct jbuf *b)
 		if (!over && n >= -(1LL << 53) && n <= (1LL << 53)) {
 			char s[24];
 
-			jb_put(b, s, (size_t)snprintf(s, sizeof(s), "%lld", n));
+			proto_buf_put(b, s, (size_t)snprintf(s, sizeof(s), "%lld", n));
 			return 0;
 		}
 		PyErr_Clear();
@@ -1480,7 +1410,7 @@ static int value_json(PyObject *v, struct jbuf *b)
 		const char *s = PyUnicode_AsUTF8AndSize(v, &n);
 
 		if (s) {
-			jb_str(b, s, (size_t)n);
+			proto_buf_json_str(b, s, (size_t)n);
 			return 0;
 		}
 		PyErr_Clear();	/* lone surrogates: encode() says so */
@@ -1493,7 +1423,7 @@ static int value_json(PyObject *v, struct jbuf *b)
 		PyErr_SetString(PyExc_TypeError, "_fast_value did not return bytes");
 		return -1;
 	}
-	jb_put(b, PyBytes_AS_STRING(r), (size_t)PyBytes_GET_SIZE(r));
+	proto_buf_put(b, PyBytes_AS_STRING(r), (size_t)PyBytes_GET_SIZE(r));
 	Py_DECREF(r);
 	return 0;
 }
@@ -1510,7 +1440,7 @@ static int fast_exec(const struct proto_frame *f)
 	bool want, stream, flag;
 	size_t limit, max_frame;
 	PyObject *body = NULL, *lastc = NULL, *value = NULL, *err = NULL, *exit_code = NULL;
-	struct jbuf res = { 0 }, val = { 0 }, tails[2] = { { 0 } };
+	struct proto_buf res = { 0 }, val = { 0 }, tails[2] = { { 0 } };
 	bool trunc[2] = { false, false };
 	unsigned long long t0, c0, cpu, max_rss;
 	int r = 0, k;
@@ -1642,13 +1572,13 @@ static int fast_exec(const struct proto_frame *f)
 	exec_end_locked();
 	Py_END_ALLOW_THREADS
 	if (r == 0) {
-		jb_puts(&res, "{\"error\":");
+		proto_buf_puts(&res, "{\"error\":");
 		if (err)
-			jb_put(&res, PyBytes_AS_STRING(err), (size_t)PyBytes_GET_SIZE(err));
+			proto_buf_put(&res, PyBytes_AS_STRING(err), (size_t)PyBytes_GET_SIZE(err));
 		else
-			jb_puts(&res, "null");
+			proto_buf_puts(&res, "null");
 		for (int s = 0; s < 2 && r == 0; s++) {
-			jb_puts(&res, s ? ",\"stderr\":" : ",\"stdout\":");
+			proto_buf_puts(&res, s ? ",\"stderr\":" : ",\"stdout\":");
 			r = cap_json(&S.cap[s], limit, &res, &tails[s], &trunc[s]);
 		}
 	}
@@ -1656,17 +1586,17 @@ static int fast_exec(const struct proto_frame *f)
 	if (r < 0)
 		goto out;
 	for (int s = 0; s < 2; s++) {
-		jb_puts(&res, s ? ",\"stderr_truncated\":" : ",\"stdout_truncated\":");
-		jb_puts(&res, trunc[s] ? "true" : "false");
+		proto_buf_puts(&res, s ? ",\"stderr_truncated\":" : ",\"stdout_truncated\":");
+		proto_buf_puts(&res, trunc[s] ? "true" : "false");
 	}
 	for (int s = 0; s < 2; s++) {
-		jb_puts(&res, s ? ",\"stderr_bytes\":" : ",\"stdout_bytes\":");
+		proto_buf_puts(&res, s ? ",\"stderr_bytes\":" : ",\"stdout_bytes\":");
 		jb_ull(&res, S.cap[s].total);
 	}
 	for (int s = 0; s < 2; s++)
 		if (trunc[s]) {
-			jb_puts(&res, s ? ",\"stderr_tail\":" : ",\"stdout_tail\":");
-			jb_put(&res, tails[s].p ? tails[s].p : "", tails[s].len);
+			proto_buf_puts(&res, s ? ",\"stderr_tail\":" : ",\"stdout_tail\":");
+			proto_buf_put(&res, tails[s].p ? tails[s].p : "", tails[s].len);
 		}
 	if (exit_code) {
 		long ec = PyLong_AsLong(exit_code);
@@ -1675,17 +1605,17 @@ static int fast_exec(const struct proto_frame *f)
 			r = -1;
 			goto out;
 		}
-		jb_puts(&res, ",\"exit_code\":");
+		proto_buf_puts(&res, ",\"exit_code\":");
 		jb_ull(&res, (unsigned long long)ec);
 	}
-	jb_puts(&res, ",\"duration\":");
+	proto_buf_puts(&res, ",\"duration\":");
 	jb_fixed(&res, now_ns() - t0, 9);
 	cpu = cpu_us(&max_rss);
-	jb_puts(&res, ",\"usage\":{\"cpu\":");
+	proto_buf_puts(&res, ",\"usage\":{\"cpu\":");
 	jb_fixed(&res, cpu >= c0 ? cpu - c0 : 0, 6);
-	jb_puts(&res, ",\"max_rss\":");
+	proto_buf_puts(&res, ",\"max_rss\":");
 	jb_ull(&res, max_rss);
-	jb_puts(&res, "}");
+	proto_buf_puts(&res, "}");
 	if (value) {
 		size_t before = res.len;
 
@@ -1693,9 +1623,9 @@ static int fast_exec(const struct proto_frame *f)
 			r = -1;
 			goto out;
 		}
-		jb_puts(&res, ",\"value\":");
-		jb_put(&res, val.p ? val.p : "", val.len);
-		jb_puts(&res, "}");
+		proto_buf_puts(&res, ",\"value\":");
+		proto_buf_put(&res, val.p ? val.p : "", val.len);
+		proto_buf_puts(&res, "}");
 		/* send_result: a value too large for a frame is named, not sent. */
 		if (!res.bad && res.len > max_frame) {
 			char repr[160];
@@ -1705,10 +1635,10 @@ static int fast_exec(const struct proto_frame *f)
 				 "\"$type\":\"builtins.object\",\"$why\":\"too large\"}}",
 				 res.len);
 			res.len = before;
-			jb_puts(&res, repr);
+			proto_buf_puts(&res, repr);
 		}
 	} else {
-		jb_puts(&res, "}");
+		proto_buf_puts(&res, "}");
 	}
 	if (res.bad) {
 		PyErr_NoMemory();
