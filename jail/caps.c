@@ -4,6 +4,7 @@
 #include <linux/securebits.h>
 #include <sys/capability.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "steps.h"
@@ -58,11 +59,15 @@ int ids_switch(uid_t uid, gid_t gid, bool may_setgroups, struct nsbox_err *err)
 	err_step(err, "ids");
 	/* Only root on the host can keep setgroups allowed; then drop its
 	 * supplementary groups, which otherwise keep their host meaning. */
-	if (may_setgroups && setgroups(0, NULL) < 0)
+	/* Raw system calls: credentials are per thread in the kernel, and
+	 * glibc's wrappers would stop every other thread of pid 1 to change
+	 * its ids too (the network namespace thread, mid-unshare).  Only this
+	 * thread forks the payload. */
+	if (may_setgroups && syscall(SYS_setgroups, 0, NULL) < 0)
 		return err_sys(err, "setgroups(0)");
-	if (setresgid(gid, gid, gid) < 0)
+	if (syscall(SYS_setresgid, gid, gid, gid) < 0)
 		return err_sys(err, "setresgid(%u)", (unsigned)gid);
-	if (setresuid(uid, uid, uid) < 0)
+	if (syscall(SYS_setresuid, uid, uid, uid) < 0)
 		return err_sys(err, "setresuid(%u)", (unsigned)uid);
 	return 0;
 }

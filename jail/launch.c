@@ -4,10 +4,11 @@
  *   ------                        ---------------------------------------
  *   policy -> seccomp BPF
  *   cgroup create + limits
- *   clone3(NEW*, INTO_CGROUP) --> wait for "go"
+ *   clone3(NEW* but NET,          thread: unshare(NEWNET), lo up
+ *          INTO_CGROUP) -------->  wait for "go"
  *   uid_map, setgroups, gid_map
- *   v1 cgroup attach
- *   "go" ----------------------->  mounts, pivot_root, loopback, hostname
+ *   "go" ----------------------->  ids, mounts, pivot_root, hostname
+ *   v1 cgroup create + attach      join the thread: setns(net)
  *   "attached" ----------------->  no_new_privs + seccomp (inherited below)
  *                                  fork the payload:
  *                                    setsid, rlimits, env, fds, caps,
@@ -319,6 +320,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 {
 	const struct nsbox_policy *p = c->p;
 	struct nsbox_err e = { 0 };
+	struct netns_job nj;
 	struct sync_msg m;
 	int pipefd[2];
 	sigset_t all;
@@ -328,9 +330,11 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 	 * sees EOF. */
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
 		_exit(NSBOX_EXIT_SETUP);
-	/* lo up while the launcher writes our id maps: the capabilities the
-	 * clone gave us in the new user namespace are enough (net.c). */
-	if (!p->share_net && net_setup_loopback(&e) < 0)
+	/* The network namespace is made on a thread of its own while the
+	 * launcher writes our id maps and we build the root (net.c); the
+	 * capabilities the clone gave us in the new user namespace are
+	 * enough. */
+	if (!p->share_net && netns_start(&nj, &e) < 0)
 		goto fail;
 	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_GO)
 		_exit(NSBOX_EXIT_SETUP);
@@ -346,6 +350,11 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		goto fail;
 	}
 
+
+	/* Into the new network namespace before anything of the sandbox runs
+	 * and before the filter (it denies setns). */
+	if (!p->share_net && netns_join(&nj, &e) < 0)
+		goto fail;
 
 	/* Block everything in pid 1 before the fork so no signal is lost;
 	 * the payload unblocks.  The forwarded signals need a handler: the
@@ -445,8 +454,10 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	struct seccomp_prog prog = { 0 };
 	struct cgroup_handle *cg = NULL;
 	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog };
+	/* No CLONE_NEWNET: pid 1 makes its network namespace itself, beside
+	 * its other setup (net.c, netns_start). */
 	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
-				   CLONE_NEWCGROUP | (p->share_net ? 0 : CLONE_NEWNET);
+				   CLONE_NEWCGROUP;
 	int sv[2] = { -1, -1 }, pidfd = -1, r;
 	bool v2_attached = false, cg_early = cgroup_host_v2();
 	struct sync_msg m;
@@ -487,7 +498,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	}
 	if (pid < 0) {
 		int e = errno;
-		err_set(err, e, "clone into new user, mount, pid, net, ipc, uts and cgroup namespaces");
+		err_set(err, e, "clone into new user, mount, pid, ipc, uts and cgroup namespaces");
 		if (e == EPERM || e == ENOSPC || e == EINVAL)
 			err_wrap(err, "%s", "hint: check sysctl user.max_user_namespaces, "
 				 "kernel.unprivileged_userns_clone and kernel.apparmor_restrict_unprivileged_userns");

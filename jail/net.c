@@ -8,9 +8,13 @@
  * sandbox start, more than everything else in this file.  See README,
  * "Design notes". */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -61,4 +65,93 @@ int net_setup_loopback(struct nsbox_err *err)
 			return err_set(err, -e->error, "netlink: bring lo up");
 	}
 	return 0;
+}
+
+/* ---- the network namespace, made beside the rest of the setup ----
+ *
+ * Creating a network namespace is the dearest part of a sandbox start:
+ * ~0.6 ms of the ~0.9 ms clone3 with every CLONE_NEW* flag here (setup_net
+ * runs every subsystem's per-namespace init).  pid 1 is therefore cloned
+ * without CLONE_NEWNET and makes the namespace on a second thread, at the
+ * same time as the main thread waits for its id maps and builds the root;
+ * the main thread joins it with setns(2) before its seccomp filter (which
+ * denies setns) and before the payload is forked, so nothing but pid 1's
+ * own setup code ever runs in the host's network namespace. */
+
+static int make_netns(int procfd, int *nsfd, struct nsbox_err *err)
+{
+	err_step(err, "network");
+	if (unshare(CLONE_NEWNET) < 0)
+		return err_sys(err, "unshare(CLONE_NEWNET)");
+	if (net_setup_loopback(err) < 0)
+		return -1;
+	if (procfd < 0)
+		return 0;
+	/* The host's /proc, through a descriptor opened before the mounts:
+	 * thread-self is this thread there, whatever the main thread has
+	 * done to the root meanwhile. */
+	*nsfd = openat(procfd, "thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+	if (*nsfd < 0)
+		return err_sys(err, "open /proc/thread-self/ns/net");
+	return 0;
+}
+
+static void *netns_thread(void *arg)
+{
+	struct netns_job *job = arg;
+
+	job->failed = make_netns(job->procfd, &job->nsfd, &job->err) < 0;
+	return NULL;
+}
+
+int netns_start(struct netns_job *job, struct nsbox_err *err)
+{
+	sigset_t all, old;
+	int r;
+
+	job->nsfd = -1;
+	job->failed = false;
+	job->threaded = false;
+	memset(&job->err, 0, sizeof(job->err));
+	job->procfd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (job->procfd >= 0) {
+		/* No signal meant for pid 1 is ever taken on this thread. */
+		sigfillset(&all);
+		pthread_sigmask(SIG_BLOCK, &all, &old);
+		r = pthread_create(&job->tid, NULL, netns_thread, job);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (r == 0) {
+			job->threaded = true;
+			return 0;
+		}
+		close(job->procfd);
+		job->procfd = -1;
+	}
+	/* No /proc or no thread to be had: the namespace is made here, now,
+	 * for the whole (still single-threaded) process. */
+	return make_netns(-1, &job->nsfd, err);
+}
+
+int netns_join(struct netns_job *job, struct nsbox_err *err)
+{
+	int r = 0;
+
+	if (!job->threaded)
+		return 0;
+	job->threaded = false;
+	if (pthread_join(job->tid, NULL) != 0) {
+		err_set(err, EINVAL, "join the network namespace thread");
+		r = err_step(err, "network");
+	} else if (job->failed) {
+		*err = job->err;
+		r = -1;
+	} else if (setns(job->nsfd, CLONE_NEWNET) < 0) {
+		err_sys(err, "setns into the new network namespace");
+		r = err_step(err, "network");
+	}
+	if (job->nsfd >= 0)
+		close(job->nsfd);
+	close(job->procfd);
+	job->nsfd = job->procfd = -1;
+	return r;
 }

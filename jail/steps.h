@@ -3,6 +3,7 @@
 #ifndef NSBOX_STEPS_H
 #define NSBOX_STEPS_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -20,6 +21,21 @@ size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max
  * rtnetlink request; needs CAP_NET_ADMIN there, which pid 1 has from the
  * clone on, before its id maps are written). */
 int net_setup_loopback(struct nsbox_err *err);
+/* A new network namespace with lo up, made on a thread of its own while
+ * the caller goes on: netns_start() begins it (or, with no thread to be
+ * had, makes it at once for the caller); netns_join() waits for it and
+ * moves the calling thread in.  Nothing may be forked, and no filter that
+ * denies setns loaded, between the two. */
+struct netns_job {
+	pthread_t tid;
+	bool threaded;
+	bool failed;
+	int procfd;		/* the host's /proc, O_PATH */
+	int nsfd;		/* the new namespace, from the thread */
+	struct nsbox_err err;	/* the thread's error */
+};
+int netns_start(struct netns_job *job, struct nsbox_err *err);
+int netns_join(struct netns_job *job, struct nsbox_err *err);
 
 /* caps.c: lock securebits, empty the bounding, ambient, inheritable,
  * permitted and effective sets (libcap). */
