@@ -87,8 +87,18 @@ $(B)/libnsbox-core.a: $(CORE_OBJS)
 	ar rcs $@ $^
 $(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS)
+# The runner is copied into a sealed memfd for every cold start (and the
+# CLI's nsbox python): its debug information, two thirds of the file, goes
+# to nsbox-runner.debug beside it (found through .gnu_debuglink by gdb,
+# valgrind and addr2line).  Sanitizer builds keep it inline for their
+# reports.
 $(B)/nsbox-runner: $(RUNNER_OBJS) $(B)/libnsbox-core.a
-	$(CC) $(LDFLAGS) -o $@ $(RUNNER_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(PY_LIBS)
+	$(CC) $(LDFLAGS) -o $@$(if $(SANITIZE),,.full) $(RUNNER_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(PY_LIBS)
+ifeq ($(SANITIZE),)
+	objcopy --only-keep-debug $@.full $@.debug
+	objcopy --strip-debug --add-gnu-debuglink=$@.debug $@.full $@
+	rm -f $@.full
+endif
 # libnsbox.so: only nsbox_* is exported (hidden visibility in the API
 # object, and the version script for the core objects linked in with it).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -fvisibility=hidden
@@ -153,6 +163,7 @@ install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	install -m 0755 $(B)/nsbox $(DESTDIR)$(BINDIR)/nsbox
 	if [ -f $(B)/nsbox-runner ]; then install -m 0755 $(B)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner; fi
+	if [ -f $(B)/nsbox-runner.debug ]; then install -m 0644 $(B)/nsbox-runner.debug $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug; fi
 	for m in man/*.[1-8]; do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
 
 install: install-lib

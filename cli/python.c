@@ -381,6 +381,59 @@ static int repl(nsbox_session_t *s)
 }
 
 /* Set a global from a JSON value (consumed).  Returns 0 or -1 (printed). */
+/* s as a Python string literal: UTF-8 kept, other bytes as CPython
+ * decodes argv (surrogateescape: byte 0xNN becomes U+DCNN). */
+static void py_literal(FILE *f, const char *s)
+{
+	size_t n = strlen(s);
+
+	fputc('\'', f);
+	for (size_t i = 0; i < n;) {
+		unsigned char c = (unsigned char)s[i];
+		int k = proto_utf8_seq(s + i, n - i);
+
+		if (c == '\\' || c == '\'') {
+			fprintf(f, "\\%c", c);
+			i++;
+		} else if (c < 0x20 || c == 0x7f) {
+			fprintf(f, "\\x%02x", c);
+			i++;
+		} else if (k > 0) {
+			fwrite(s + i, 1, (size_t)k, f);
+			i += (size_t)k;
+		} else {
+			fprintf(f, "\\udc%02x", c);
+			i++;
+		}
+	}
+	fputc('\'', f);
+}
+
+/* The first exec: sys.argv as Python would set it.  Code rather than a
+ * SET_VAR and an exec: one round trip fewer, and argv need not be UTF-8
+ * (JSON strings must be). */
+static char *argv_prelude(const char *argv0, char **args, int n)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return NULL;
+	fputs("import sys\nsys.argv = [", f);
+	py_literal(f, argv0);
+	for (int k = 0; k < n; k++) {
+		fputs(", ", f);
+		py_literal(f, args[k]);
+	}
+	fputs("]\ndel sys\n", f);
+	if (fclose(f) != 0) {
+		free(text);
+		return NULL;
+	}
+	return text;
+}
+
 static int set_json_var(nsbox_session_t *s, const char *name, json_t *v)
 {
 	nsbox_error_t *e = NULL;
@@ -425,8 +478,8 @@ int cmd_python(int argc, char **argv)
 	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo) };
 	nsbox_session_t *s = NULL;
 	nsbox_result_t *res = NULL;
-	json_t *sys_argv;
-	int i, rc;
+	char *prelude = NULL;
+	int i, r, rc;
 
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
 		fprintf(stderr, "nsbox python: %s\n", err.msg);
@@ -434,7 +487,6 @@ int cmd_python(int argc, char **argv)
 	}
 	for (i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		int r;
 
 		if (!strcmp(a, "--")) {
 			i++;
@@ -514,11 +566,12 @@ int cmd_python(int argc, char **argv)
 	}
 	if (!code && !module && i < argc)
 		file = argv[i++];
-	/* sys.argv as Python would set it. */
-	sys_argv = json_array();
-	json_array_append_new(sys_argv, json_string(code ? "-c" : module ? module : file ? file : ""));
-	for (int k = i; k < argc; k++)
-		json_array_append_new(sys_argv, json_string(argv[k]));
+	/* sys.argv as Python would set it, in the first exec. */
+	prelude = argv_prelude(code ? "-c" : module ? module : file ? file : "", argv + i, argc - i);
+	if (!prelude) {
+		fprintf(stderr, "nsbox python: out of memory\n");
+		goto usage_quiet;
+	}
 
 	if (file) {
 		FILE *f = strcmp(file, "-") ? fopen(file, "re") : stdin;
@@ -526,7 +579,7 @@ int cmd_python(int argc, char **argv)
 
 		if (!f) {
 			fprintf(stderr, "nsbox python: cannot open %s: %s\n", file, strerror(errno));
-			json_decref(sys_argv);
+			free(prelude);
 			goto usage_quiet;
 		}
 		owned_code = read_all(f, &len);
@@ -534,7 +587,7 @@ int cmd_python(int argc, char **argv)
 			fclose(f);
 		if (!owned_code || strlen(owned_code) != len) {
 			fprintf(stderr, "nsbox python: cannot read %s (or it holds a NUL byte)\n", file);
-			json_decref(sys_argv);
+			free(prelude);
 			goto usage_quiet;
 		}
 		code = owned_code;
@@ -544,7 +597,7 @@ int cmd_python(int argc, char **argv)
 		owned_code = read_all(stdin, &len);
 		if (!owned_code) {
 			fprintf(stderr, "nsbox python: cannot read stdin\n");
-			json_decref(sys_argv);
+			free(prelude);
 			goto usage_quiet;
 		}
 		code = owned_code;
@@ -556,7 +609,7 @@ int cmd_python(int argc, char **argv)
 	if (nsbox_session_new(p, &so, &s, &e) < 0) {
 		fprintf(stderr, "nsbox: python: %s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
-		json_decref(sys_argv);
+		free(prelude);
 		rc = NSBOX_EXIT_SETUP;
 		goto out;
 	}
@@ -566,7 +619,7 @@ int cmd_python(int argc, char **argv)
 			fprintf(stderr, "nsbox python: --tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
 			rc = nsbox_error_code(e) == -EINVAL ? NSBOX_EXIT_USAGE : NSBOX_EXIT_PROTOCOL;
 			nsbox_error_free(e);
-			json_decref(sys_argv);
+			free(prelude);
 			goto out;
 		}
 	active = s;
@@ -577,12 +630,11 @@ int cmd_python(int argc, char **argv)
 		sigaction(SIGINT, &sa, NULL);
 		sigaction(SIGTERM, &sa, NULL);
 	}
-	if (set_json_var(s, "__nsbox_argv__", sys_argv) < 0) {
-		rc = NSBOX_EXIT_PROTOCOL;
-		goto out;
-	}
 	eo.filename = "<nsbox>";
-	if (nsbox_exec(s, "import sys\nsys.argv = __nsbox_argv__\ndel __nsbox_argv__, sys\n", &eo, &res, &e) < 0) {
+	r = nsbox_exec(s, prelude, &eo, &res, &e);
+	free(prelude);
+	prelude = NULL;
+	if (r < 0) {
 		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
 		rc = NSBOX_EXIT_PROTOCOL;

@@ -18,6 +18,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -124,13 +125,28 @@ int session_sealed_copy(const char *path, struct nsbox_err *err)
 {
 	_cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	_cleanup_close_ int mfd = -1;
+	struct stat st;
 	char buf[65536];
 
 	if (in < 0)
 		return err_sys(err, "open %s", path);
+	if (fstat(in, &st) < 0)
+		return err_sys(err, "stat %s", path);
 	mfd = (int)syscall(SYS_memfd_create, "nsbox-runner", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (mfd < 0)
 		return err_sys(err, "memfd_create");
+	/* In the kernel, page cache to page cache: a copy through a user
+	 * buffer took twice as long.  Falls back to read/write where sendfile
+	 * can't (it reads what it has not copied yet). */
+	for (off_t done = 0; done < st.st_size;) {
+		ssize_t k = sendfile(mfd, in, NULL, (size_t)(st.st_size - done));
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		done += k;
+	}
 	for (;;) {
 		ssize_t k = read(in, buf, sizeof(buf));
 

@@ -175,6 +175,17 @@ def test_file_and_stdin_and_argv(tmp_path):
     assert p.stdout == "42\n" and p.returncode == 0
 
 
+def test_argv_like_python():
+    # Quotes, backslashes, control characters, non-ASCII and bytes that are
+    # not UTF-8 reach sys.argv as CPython itself would put them there.
+    args = ["a", "b'c", "d\\e", "'''", "x\ny", "\x01", "\u00e9", os.fsdecode(b"\xff\xfe")]
+    code = "import sys, json; print(json.dumps(sys.argv))"
+    want = subprocess.run(["/usr/bin/python3.11", "-I", "-c", code] + args, capture_output=True, text=True).stdout
+    p = run("-c", code, *args)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == json.loads(want) == ["-c"] + args
+
+
 def test_system_exit_status():
     assert run("-c", "import sys; sys.exit(7)").returncode == 7
     assert run("-c", "raise SystemExit").returncode == 0
