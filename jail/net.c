@@ -106,6 +106,7 @@ static void *netns_thread(void *arg)
 
 int netns_start(struct netns_job *job, struct nsbox_err *err)
 {
+	pthread_attr_t attr;
 	sigset_t all, old;
 	int r;
 
@@ -114,19 +115,35 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 	job->threaded = false;
 	memset(&job->err, 0, sizeof(job->err));
 	job->procfd = open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (job->procfd >= 0) {
+	if (job->procfd >= 0 && pthread_attr_init(&attr) == 0) {
+		/* A new thread is queued on its creator's CPU, and the
+		 * scheduler leaves it there though another goes idle: then
+		 * it only takes turns with the main thread.  So it is kept
+		 * off the main thread's CPU where there is another (set
+		 * before it first runs; it ends soon, and the payload is
+		 * forked from the main thread, with its mask). */
+		int cpu = sched_getcpu();
+		cpu_set_t set;
+
+		if (cpu >= 0 && cpu < CPU_SETSIZE && sched_getaffinity(0, sizeof(set), &set) == 0) {
+			CPU_CLR(cpu, &set);
+			if (CPU_COUNT(&set) > 0)
+				(void)pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
+		}
 		/* No signal meant for pid 1 is ever taken on this thread. */
 		sigfillset(&all);
 		pthread_sigmask(SIG_BLOCK, &all, &old);
-		r = pthread_create(&job->tid, NULL, netns_thread, job);
+		r = pthread_create(&job->tid, &attr, netns_thread, job);
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&attr);
 		if (r == 0) {
 			job->threaded = true;
 			return 0;
 		}
-		close(job->procfd);
-		job->procfd = -1;
 	}
+	if (job->procfd >= 0)
+		close(job->procfd);
+	job->procfd = -1;
 	/* No /proc or no thread to be had: the namespace is made here, now,
 	 * for the whole (still single-threaded) process. */
 	return make_netns(-1, &job->nsfd, err);
