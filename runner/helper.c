@@ -566,6 +566,19 @@ static void handle(const struct helper_req *req, char *text, const int fds_in[3]
 	}
 }
 
+/* SIGTERM, SIGHUP or SIGINT sent to the helper itself (a service manager
+ * stopping the host's cgroup, a kill): end like a lost connection, taking
+ * every sandbox down with its cgroups, instead of dying with them left
+ * behind.  (The helper has its own session: a ^C on the host's terminal
+ * never reaches it.) */
+static volatile sig_atomic_t stop_signal;
+static sigset_t wait_mask;	/* the mask while waiting: stop signals let through */
+
+static void on_stop(int sig)
+{
+	stop_signal = sig;
+}
+
 static void shutdown_all(void)
 {
 	drop_spare();
@@ -592,6 +605,23 @@ int runner_helper_main(bool use_spare)
 	signal(SIGPIPE, SIG_IGN);
 	/* Sandboxes are reaped by DESTROY; none may be auto-reaped. */
 	signal(SIGCHLD, SIG_DFL);
+	{
+		/* Blocked but while waiting for a request (ppoll below), so a
+		 * stop never lands between the check and the wait. */
+		struct sigaction sa = { .sa_handler = on_stop };
+		static const int stops[] = { SIGTERM, SIGHUP, SIGINT };
+		sigset_t block;
+
+		sigemptyset(&sa.sa_mask);
+		sigemptyset(&block);
+		for (size_t k = 0; k < ARRAY_SIZE(stops); k++) {
+			if (sigaction(stops[k], &sa, NULL) < 0)
+				return 125;
+			sigaddset(&block, stops[k]);
+		}
+		if (sigprocmask(SIG_BLOCK, &block, &wait_mask) < 0)
+			return 125;
+	}
 	if (runner_py_init(false, &err) < 0 || runner_py_preload(template_preload, ARRAY_SIZE(template_preload), &err) < 0 ||
 	    runner_py_freeze(&err) < 0)
 		return 125;
@@ -615,6 +645,16 @@ int runner_helper_main(bool use_spare)
 			/* Only while nobody waits for us. */
 			if (poll(&p, 1, 0) == 0)
 				make_spare();
+		}
+		{
+			struct pollfd p = { HELPER_CTL_FD, POLLIN, 0 };
+
+			if (ppoll(&p, 1, NULL, &wait_mask) < 0 && errno != EINTR)
+				break;
+			if (stop_signal)
+				break;
+			if (!(p.revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
 		}
 		n = recvmsg(HELPER_CTL_FD, &mh, MSG_CMSG_CLOEXEC);
 		if (n < 0 && errno == EINTR)
@@ -663,5 +703,5 @@ int runner_helper_main(bool use_spare)
 		}
 	}
 	shutdown_all();
-	return 0;
+	return stop_signal ? 128 + stop_signal : 0;
 }

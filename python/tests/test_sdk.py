@@ -1189,3 +1189,63 @@ def test_exception_in_cached_snippet_has_user_traceback(sb):
         assert isinstance(r.error, nsbox.SandboxedException)
         assert r.error.type_name == "ZeroDivisionError"
         assert "h()" in r.error.traceback and "runner" not in r.error.traceback
+
+
+def test_helper_stopped_by_sigterm_takes_its_sandboxes_down(libnsbox):
+    # A service manager stopping the host sends SIGTERM to every process in
+    # its cgroup, the helper included: the helper must take its sandboxes
+    # (and their cgroups, named after it) down with it, not leave them.
+    # Run in a child process: the helper of this pytest process is shared.
+    code = r"""
+import os, signal, sys, time, nsbox
+def cgroups(tag):
+    found = []
+    for root in ("/sys/fs/cgroup",):
+        for d, subdirs, _ in os.walk(root):
+            found += [os.path.join(d, s) for s in subdirs if s.startswith(tag)]
+    return found
+s = nsbox.Sandbox(spare=True, timeout=30, on_warning=lambda m: None)
+assert s.execute("6 * 7") == 42
+print("CG", bool(s.info()["cgroup"]))
+pid1 = s.pid
+with open("/proc/%d/stat" % pid1) as f:
+    helper = int(f.read().rsplit(")", 1)[1].split()[1])
+time.sleep(0.5)                          # the spare is built meanwhile
+tag = "nsbox-%d-" % helper
+print("BEFORE", len(cgroups(tag)))
+os.kill(helper, signal.SIGTERM)
+for _ in range(200):
+    try:
+        os.kill(pid1, 0)
+    except ProcessLookupError:
+        break
+    time.sleep(0.05)
+else:
+    print("PID1 ALIVE")
+for _ in range(200):
+    if not os.path.exists("/proc/%d" % helper) or open("/proc/%d/stat" % helper).read().rsplit(")", 1)[1].split()[0] == "Z":
+        break
+    time.sleep(0.05)
+print("AFTER", len(cgroups(tag)))
+try:
+    s.execute("1")
+    print("EXEC OK")
+except Exception as e:
+    print("EXEC FAILED", type(e).__name__, e)
+s.close()
+with nsbox.Sandbox(timeout=30, on_warning=lambda m: None) as t:
+    print("NEW", t.execute("1 + 1"))
+"""
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    env.pop("NSBOX_SPARE", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    before = int([x for x in lines if x.startswith("BEFORE")][0].split()[1])
+    after = int([x for x in lines if x.startswith("AFTER")][0].split()[1])
+    assert "PID1 ALIVE" not in lines, out.stdout
+    assert after == 0, out.stdout
+    assert "EXEC FAILED" in " ".join(lines), out.stdout
+    assert "NEW 2" in lines, out.stdout
+    if "CG True" in lines:
+        assert before > 0, out.stdout        # the test sees what it checks
