@@ -95,11 +95,18 @@ const struct seccomp_rule seccomp_rules[] = {
 	ALLOW("sendfile"), ALLOW("copy_file_range"), ALLOW("splice"), ALLOW("tee"), ALLOW("vmsplice"),
 	ALLOW("inotify_init"), ALLOW("inotify_init1"), ALLOW("inotify_add_watch"),
 	ALLOW("inotify_rm_watch"),
-	/* Terminal injection into the controlling tty of whoever runs us:
+	/* ioctls on the caller's stdio, which may be the user's terminal.
 	 * TIOCSTI (CVE-2017-5226) and TIOCLINUX (selection paste, the same
-	 * attack on a VT).  The jail also calls setsid(). */
+	 * attack on a VT) inject input; the jail also calls setsid().
+	 * TIOCSETD attaches a line discipline (n_gsm, n_hdlc, ...), code with
+	 * a history of bugs reachable from any tty fd (CVE-2023-6546,
+	 * CVE-2024-36016).  TIOCCONS redirects the console; it needs
+	 * CAP_SYS_ADMIN on the host, denied anyway for defence in depth.
+	 * TIOCGETD stays allowed. */
 	WHEN("ioctl", SRULE_EPERM, 1, LOW32, TIOCSTI),
 	WHEN("ioctl", SRULE_EPERM, 1, LOW32, TIOCLINUX),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, TIOCSETD),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, TIOCCONS),
 	OTHERWISE("ioctl", SRULE_ALLOW),
 	/* socket(): the families CPython and the shell tools use.  The empty
 	 * network namespace cuts IP; AF_VSOCK is not namespaced and reaches the
@@ -257,6 +264,32 @@ static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name,
 	return 0;
 }
 
+/* Rows matching every x with (x & fixed) == val whose bits under rest
+ * match none of vals[] that agree with val on fixed: a binary trie over
+ * the bits of rest, highest first, with one row per empty branch.  At
+ * most n rows per bit of rest. */
+static int add_otherwise_trie(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, unsigned int arg,
+			      const uint64_t *vals, size_t n, uint64_t fixed, uint64_t val, uint64_t rest,
+			      struct nsbox_err *err)
+{
+	bool live = false;
+	uint64_t b;
+	size_t i;
+	int r;
+
+	for (i = 0; i < n; i++)
+		live |= (vals[i] & fixed) == val;
+	if (!live)
+		return add_rule(ctx, act, nr, name, 1, arg, fixed, val, err);
+	if (!rest)
+		return 0;	/* a member of S: its own row decides */
+	b = 1ULL << (63 - __builtin_clzll(rest));
+	r = add_otherwise_trie(ctx, act, nr, name, arg, vals, n, fixed | b, val, rest & ~b, err);
+	if (r < 0)
+		return r;
+	return add_otherwise_trie(ctx, act, nr, name, arg, vals, n, fixed | b, val | b, rest & ~b, err);
+}
+
 /* Add rows with action act matching every call of syscall nr whose
  * argument `arg` satisfies (x & mask) not in S, where S holds the values
  * of the syscall's SRULE_MASKED_EQ rows (all with this arg and mask).
@@ -264,11 +297,12 @@ static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name,
  * Let C be the mask bits on which all of S agree (pattern P there) and D
  * the rest.  x & mask is outside S exactly when x differs from P on some
  * bit of C, or its D bits equal no member's D bits.  That gives one row
- * (x & b) == (~P & b) per bit b of C and one row (x & D) == d per d not
- * taken by S; none of them matches a member of S. */
+ * (x & b) == (~P & b) per bit b of C, and for D the empty branches of a
+ * trie over S's D bits (add_otherwise_trie); none of them matches a
+ * member of S. */
 static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, struct nsbox_err *err)
 {
-	uint64_t vals[8], mask = 0, common, pattern, diff, d;
+	uint64_t vals[8], mask = 0, common, pattern, diff;
 	unsigned int arg = 0;
 	size_t n = 0, i;
 	int r;
@@ -294,8 +328,6 @@ static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *
 		common &= ~(vals[i] ^ vals[0]);
 	pattern = vals[0] & common;
 	diff = mask & ~common;
-	if (__builtin_popcountll(diff) > 4)
-		return err_set(err, EINVAL, "seccomp: %s: values differ in too many bits", name);
 
 	for (i = 0; i < 64; i++) {
 		uint64_t b = 1ULL << i;
@@ -308,20 +340,7 @@ static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *
 	}
 	if (!diff)
 		return 0;
-	d = 0;
-	do {
-		bool taken = false;
-
-		for (i = 0; i < n; i++)
-			taken |= (vals[i] & diff) == d;
-		if (!taken) {
-			r = add_rule(ctx, act, nr, name, 1, arg, diff, d, err);
-			if (r < 0)
-				return r;
-		}
-		d = (d - diff) & diff;	/* next subset of diff */
-	} while (d != 0);
-	return 0;
+	return add_otherwise_trie(ctx, act, nr, name, arg, vals, n, 0, 0, diff, err);
 }
 
 static int add_table(scmp_filter_ctx ctx, const struct nsbox_policy *p, uint32_t def_act,

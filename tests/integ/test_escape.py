@@ -81,6 +81,7 @@ CASES = [
     Case("fd_leak"),
     # terminal injection (fd 0 is a pty the test holds)
     Case("tty_tiocsti", tty=True), Case("tty_tioclinux", tty=True),
+    Case("tty_tiocsetd", tty=True),  # line disciplines (CVE-2023-6546) and TIOCCONS
     # other syscall ABIs: the filter kills the process
     Case("abi_x32", expect="sigsys"), Case("abi_i386", expect="sigsys"),
     # SysV IPC shared with the host

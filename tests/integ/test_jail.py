@@ -13,6 +13,7 @@ ERRNO_BLOCKED = {
     "io_uring_setup": "ENOSYS", "init_module": "EPERM", "finit_module": "EPERM", "kexec_load": "EPERM",
     "reboot": "EPERM", "swapon": "EPERM", "acct": "EPERM", "open_by_handle_at": "EPERM",
     "ioctl_tiocsti": "EPERM", "ioctl_tiocsti_high": "EPERM", "ioctl_tioclinux": "EPERM",
+    "ioctl_tiocsetd": "EPERM", "ioctl_tioccons": "EPERM",
     "unknown_syscall": "ENOSYS", "sethostname": "EPERM", "mknod": "EPERM",
 }
 

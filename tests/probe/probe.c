@@ -121,6 +121,12 @@ int main(void)
 	result("ioctl_tiocsti", syscall(SYS_ioctl, 0, TIOCSTI, "x"));
 	result("ioctl_tiocsti_high", syscall(SYS_ioctl, 0, 0x100000000UL | TIOCSTI, "x"));
 	result("ioctl_tioclinux", syscall(SYS_ioctl, 0, TIOCLINUX, "x"));
+	{
+		int ldisc = 0;	/* N_TTY: harmless even where it got through */
+
+		result("ioctl_tiocsetd", syscall(SYS_ioctl, 0, TIOCSETD, &ldisc));
+	}
+	result("ioctl_tioccons", syscall(SYS_ioctl, 0, TIOCCONS));
 	result("unknown_syscall", syscall(1000));
 	result("sethostname", sethostname("x", 1));
 	result("write_usr", open("/usr/nsbox-probe", O_WRONLY | O_CREAT, 0644));

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -50,6 +51,14 @@ static uint32_t ev(const struct seccomp_prog *pr, const char *name, uint64_t a0,
 		return 0xdeadbeef;
 	}
 	return eval_arch(pr, AUDIT_ARCH_X86_64, nr, a0, a1);
+}
+
+/* The ioctl commands the table denies, on the low 32 bits. */
+static bool denied_ioctl(uint64_t cmd)
+{
+	uint32_t lo = (uint32_t)cmd;
+
+	return lo == TIOCSTI || lo == TIOCLINUX || lo == TIOCSETD || lo == TIOCCONS;
 }
 
 static uint32_t expected(enum seccomp_rule_action a, bool log)
@@ -156,6 +165,15 @@ static void test_cases(void)
 	ok(ev(&prog, "socket", 40, 1) == RET_EPERM && ev(&prog, "socket", 17, 3) == RET_EPERM &&
 		   ev(&prog, "socket", 0x100000028ULL, 1) == RET_EPERM,
 	   "socket(AF_VSOCK, AF_PACKET, AF_VSOCK with high bits): EPERM");
+	bad = 0;
+	for (uint64_t fam = 0; fam < 0x10000; fam++) {
+		uint32_t want = (fam == AF_UNIX || fam == AF_INET || fam == AF_INET6 || fam == AF_NETLINK) ?
+					SECCOMP_RET_ALLOW : RET_EPERM;
+
+		if (ev(&prog, "socket", fam, 1) != want || ev(&prog, "socket", fam | (fam << 40), 1) != want)
+			bad++;
+	}
+	ok(bad == 0, "socket sweep (all 16-bit families, also with high bits): only unix/inet/inet6/netlink");
 
 	/* clone */
 	ok(ev(&prog, "clone", CLONE_NEWUSER | SIGCHLD, 0) == RET_EPERM, "clone(CLONE_NEWUSER): EPERM");
@@ -197,12 +215,25 @@ static void test_cases(void)
 	ok(ev(&prog, "ioctl", 0, TIOCLINUX) == RET_EPERM &&
 		   ev(&prog, "ioctl", 0, 0xdead00000000ULL | TIOCLINUX) == RET_EPERM,
 	   "ioctl(TIOCLINUX), also with high bits: EPERM");
+	/* Line disciplines (CVE-2023-6546 n_gsm, CVE-2024-36016) and console
+	 * redirection. */
+	ok(ev(&prog, "ioctl", 0, TIOCSETD) == RET_EPERM, "ioctl(TIOCSETD): EPERM");
+	ok(ev(&prog, "ioctl", 0, 0x100000000ULL | TIOCSETD) == RET_EPERM &&
+		   ev(&prog, "ioctl", 0, 0xffffffff00000000ULL | TIOCSETD) == RET_EPERM,
+	   "ioctl(TIOCSETD | 1 << 32, TIOCSETD | ~0 << 32): EPERM");
+	ok(ev(&prog, "ioctl", 0, TIOCCONS) == RET_EPERM &&
+		   ev(&prog, "ioctl", 0, 0x100000000ULL | TIOCCONS) == RET_EPERM,
+	   "ioctl(TIOCCONS), also with high bits: EPERM");
+	ok(ev(&prog, "ioctl", 0, TIOCGETD) == SECCOMP_RET_ALLOW, "ioctl(TIOCGETD): ALLOW");
+	ok(ev(&prog, "ioctl", 3, FIONREAD) == SECCOMP_RET_ALLOW &&
+		   ev(&prog, "ioctl", 3, 0x100000000ULL | FIONREAD) == SECCOMP_RET_ALLOW,
+	   "ioctl(FIONREAD), also with high bits: ALLOW");
 	ok(ev(&prog, "ioctl", 1, TCGETS) == SECCOMP_RET_ALLOW, "ioctl(TCGETS): ALLOW");
 	ok(ev(&prog, "ioctl", 1, 0xffffffff00000000ULL | TCGETS) == SECCOMP_RET_ALLOW,
 	   "ioctl(TCGETS with high bits): ALLOW");
 	bad = 0;
 	for (uint64_t cmd = 0; cmd < 0x10000; cmd++) {
-		uint32_t want = (cmd == TIOCSTI || cmd == TIOCLINUX) ? RET_EPERM : SECCOMP_RET_ALLOW;
+		uint32_t want = denied_ioctl(cmd) ? RET_EPERM : SECCOMP_RET_ALLOW;
 
 		if (ev(&prog, "ioctl", 3, cmd) != want || ev(&prog, "ioctl", 3, cmd | (cmd << 40)) != want)
 			bad++;
@@ -214,13 +245,13 @@ static void test_cases(void)
 		for (i = 0; i < 200000; i++) {
 			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
 			uint32_t lo = (uint32_t)x;
-			uint32_t want = (lo == TIOCSTI || lo == TIOCLINUX) ? RET_EPERM : SECCOMP_RET_ALLOW;
+			uint32_t want = denied_ioctl(lo) ? RET_EPERM : SECCOMP_RET_ALLOW;
 
 			if (ev(&prog, "ioctl", 3, x) != want)
 				bad++;
 		}
 	}
-	ok(bad == 0, "ioctl sweep (all 16-bit cmds, random 64-bit values): only TIOCSTI/TIOCLINUX denied");
+	ok(bad == 0, "ioctl sweep (all 16-bit cmds, random 64-bit values): only TIOCSTI/TIOCLINUX/TIOCSETD/TIOCCONS denied");
 
 	/* personality */
 	ok(ev(&prog, "personality", 0xffffffff, 0) == SECCOMP_RET_ALLOW, "personality(query): ALLOW");
@@ -247,6 +278,8 @@ static void test_log_mode(void)
 	ok(eval_arch(&logprog, AUDIT_ARCH_X86_64, 999, 0, 0) == SECCOMP_RET_LOG, "log: unknown nr -> LOG");
 	ok(ev(&logprog, "clone", CLONE_NEWUSER, 0) == SECCOMP_RET_LOG, "log: clone(CLONE_NEWUSER) -> LOG");
 	ok(ev(&logprog, "ioctl", 0, TIOCSTI) == SECCOMP_RET_LOG, "log: ioctl(TIOCSTI) -> LOG");
+	ok(ev(&logprog, "ioctl", 0, 0x100000000ULL | TIOCSETD) == SECCOMP_RET_LOG,
+	   "log: ioctl(TIOCSETD | 1 << 32) -> LOG");
 	ok(ev(&logprog, "clone3", 0, 0) == RET_ENOSYS, "log: clone3 stays ENOSYS");
 	ok(ev(&logprog, "read", 0, 0) == SECCOMP_RET_ALLOW, "log: read -> ALLOW");
 	ok(eval_arch(&logprog, AUDIT_ARCH_I386, 20, 0, 0) == SECCOMP_RET_KILL_PROCESS,
@@ -317,6 +350,17 @@ static int live_child(void)
 	errno = 0;
 	if (syscall(SYS_mount, "none", "/mnt", "tmpfs", 0, NULL) != -1 || errno != EPERM)
 		fail |= 32;
+	/* TIOCSETD is refused before the kernel looks at the fd; FIONREAD
+	 * on a pipe still works. */
+	{
+		int ldisc = 0, avail = -1, p[2];
+
+		errno = 0;
+		if (syscall(SYS_ioctl, 0, 0x100000000ULL | TIOCSETD, &ldisc) != -1 || errno != EPERM)
+			fail |= 128;
+		if (pipe(p) < 0 || write(p[1], "ab", 2) != 2 || ioctl(p[0], FIONREAD, &avail) < 0 || avail != 2)
+			fail |= 128;
+	}
 	/* Threads and fork still work. */
 	{
 		pid_t pid = fork();
@@ -345,7 +389,8 @@ static void test_live(void)
 	ok(reaped, "live: child ran");
 	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	   "live: getpid works, unshare(CLONE_NEWUSER) EPERM, clone3 ENOSYS, nr 999 ENOSYS, "
-	   "ioctl(TIOCSTI|high bits) EPERM, mount EPERM, fork works (status %#x)",
+	   "ioctl(TIOCSTI|high bits) EPERM, mount EPERM, fork works, ioctl(TIOCSETD|1<<32) EPERM, "
+	   "FIONREAD works (status %#x)",
 	   st);
 
 	/* x32 from the native ABI: the process dies with SIGSYS. */
