@@ -12,7 +12,7 @@ cc -O2 -std=gnu11 -Wall -Wextra -Werror -I"$top/include" -o "$B/session-bench" "
 	-L"$B" -lnsbox -Wl,-rpath,"$(cd "$B" && pwd)"
 [ -x "$B/spawn-times" ] || cc -O2 -o "$B/spawn-times" "$top/bench/spawn-times.c"
 env -u NSBOX_SPARE "$B/session-bench" "$RUNS"
-NSBOX_SPARE=1 "$B/session-bench" "$RUNS" spare
+env -u NSBOX_SPARE "$B/session-bench" "$RUNS" spare
 BWRAP="/usr/bin/bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
  --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin --proc /proc --dev /dev --tmpfs /tmp"
 PY=/usr/bin/python3.11

@@ -6,9 +6,9 @@
  * Built and run by bench/runner.sh.  Timings go to stdout as
  * "label<TAB>us us ..." groups for bench/report.py; the memory and rate
  * table goes to stderr.  Usage: session-bench RUNS
- * `session-bench RUNS spare` (run with NSBOX_SPARE=1) prints only the
- * template session's time to ready, and create + exec + destroy, with the
- * helper's warm spare sandbox. */
+ * `session-bench RUNS spare` prints only the default session's time to
+ * ready, and create + exec + destroy, with the helper's warm spare sandbox
+ * (the library's default since 0.3.0; the other lines turn it off). */
 #include <nsbox.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,9 +36,11 @@ static int noop(void *ud, const char *name, const char *args, char **result, cha
 	return 0;
 }
 
-static nsbox_session_t *new_session(nsbox_policy_t *p, bool cold)
+/* spare: the library's default (a warm spare for the next session); the
+ * template and cold lines turn it off to time the paths themselves. */
+static nsbox_session_t *new_session(nsbox_policy_t *p, bool cold, bool spare)
 {
-	struct nsbox_session_opts o = { .struct_size = sizeof(o), .cold = cold };
+	struct nsbox_session_opts o = { .struct_size = sizeof(o), .cold = cold, .no_spare = !spare };
 	nsbox_session_t *s = NULL;
 	nsbox_error_t *e = NULL;
 
@@ -106,7 +108,7 @@ static void idle_memory(nsbox_policy_t *p, bool cold, int n)
 	for (int i = 0; i < n; i++) {
 		struct nsbox_session_info info = { .struct_size = sizeof(info) };
 
-		s[i] = new_session(p, cold);
+		s[i] = new_session(p, cold, false);
 		nsbox_result_free(exec(s[i], "1+1"));
 		if (nsbox_session_info(s[i], &info, NULL) == 0)
 			mem_of(info.pid, &rss, &pss);
@@ -130,24 +132,24 @@ int main(int argc, char **argv)
 	b = calloc((size_t)(n > 1000 ? n : 1000), sizeof(double));
 	if (!a || !b || nsbox_policy_new("default", &p, &e) < 0)
 		die("policy", e);
-	nsbox_session_free(new_session(p, false));	/* start the helper */
+	nsbox_session_free(new_session(p, false, false));	/* start the helper */
 	if (argc > 2 && !strcmp(argv[2], "spare")) {
 		/* The same interleaving as below, so that the helper has the
 		 * same idle time to make its spare. */
 		for (int i = 0; i < n; i++) {
 			double t0;
 
-			nsbox_session_free(new_session(p, true));
+			nsbox_session_free(new_session(p, true, false));
 			t0 = now_us();
-			s = new_session(p, false);
+			s = new_session(p, false, true);
 			b[i] = now_us() - t0;
 			nsbox_session_free(s);
 		}
-		line("session ready: template, warm spare (NSBOX_SPARE=1)", b, n);
+		line("session ready: default (template, warm spare)", b, n);
 		for (int i = 0; i < n; i++) {
 			double t0 = now_us();
 
-			s = new_session(p, false);
+			s = new_session(p, false, true);
 			nsbox_result_free(exec(s, "1+1"));
 			nsbox_session_free(s);
 			b[i] = now_us() - t0;
@@ -164,11 +166,11 @@ int main(int argc, char **argv)
 	for (int i = 0; i < n; i++) {
 		double t0 = now_us();
 
-		s = new_session(p, true);
+		s = new_session(p, true, false);
 		a[i] = now_us() - t0;
 		nsbox_session_free(s);
 		t0 = now_us();
-		s = new_session(p, false);
+		s = new_session(p, false, false);
 		b[i] = now_us() - t0;
 		nsbox_session_free(s);
 	}
@@ -176,7 +178,7 @@ int main(int argc, char **argv)
 	line("session ready: template (fork of the helper)", b, n);
 	printf("\n");
 
-	s = new_session(p, false);
+	s = new_session(p, false, false);
 	if (nsbox_session_add_tool(s, "noop", NULL, NULL, noop, NULL, &e) < 0)
 		die("add_tool", e);
 	for (int i = 0; i < 20; i++)
@@ -206,7 +208,7 @@ int main(int argc, char **argv)
 		int k = 0;
 
 		while ((t = now_us()) - t0 < 3e6 && k < 1000) {
-			s = new_session(p, false);
+			s = new_session(p, false, false);
 			nsbox_result_free(exec(s, "1+1"));
 			nsbox_session_free(s);
 			a[k++] = now_us() - t;

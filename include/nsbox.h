@@ -52,7 +52,7 @@ NSBOX_API const char *nsbox_error_message(const nsbox_error_t *err);
 NSBOX_API void nsbox_error_free(nsbox_error_t *err);
 /* Free a string returned by libnsbox. */
 NSBOX_API void nsbox_free(void *p);
-/* Library version, e.g. "0.2.0".  Static. */
+/* Library version, e.g. "0.3.0".  Static. */
 NSBOX_API const char *nsbox_version(void);
 
 /* ---- policies --------------------------------------------------------- */
@@ -111,13 +111,17 @@ struct nsbox_session_opts {
 	void *warn_userdata;
 	/* Keep a spare: once this session is made, the helper starts another
 	 * sandbox with the same policy, ready for the next nsbox_session_new()
-	 * (which then takes about a millisecond).  Costs one idle sandbox. */
+	 * (which then takes about a millisecond).  Costs one idle sandbox per
+	 * helper (the last policy's).  The default since 0.3.0 (no_spare, or
+	 * NSBOX_SPARE=0 in the environment, turns it off); still accepted. */
 	bool spare;
 	/* Make the sandbox from this process instead of the helper: no helper
 	 * to start, so a one-off session is ready sooner, but CPython starts
 	 * cold.  Only for single-threaded processes (nsbox(1) uses it):
 	 * -EINVAL when the caller has more than one thread. */
 	bool in_process;
+	/* Fields below: since 0.3.0. */
+	bool no_spare;			/* no spare sandbox for this session's policy */
 };
 
 /* Create a session under policy p (copied; p may be freed afterwards).

@@ -26,7 +26,7 @@
 #include "session.h"
 #include "util.h"
 
-#define NSBOX_VERSION "0.2.0"
+#define NSBOX_VERSION "0.3.0"
 
 struct nsbox_error {
 	int code;	/* negative errno */
@@ -430,7 +430,12 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.output_ctx = o.output_userdata;
 	so.use_helper = !o.in_process;
 	so.cold = o.cold || o.in_process;
-	so.spare = o.spare;
+	/* A warm spare unless the caller or the environment says no. */
+	{
+		const char *env = getenv("NSBOX_SPARE");
+
+		so.spare = !o.no_spare && !(env && !strcmp(env, "0"));
+	}
 	so.warn = o.warn;
 	so.warn_ctx = o.warn_userdata;
 	/* Handshake and variable requests: generous for a cold start, but

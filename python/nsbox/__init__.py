@@ -32,7 +32,7 @@ from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError,
 from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "Sandbox", "ExecResult", "run", "RunResult", "SandboxWarning", "ReprValue", "SandboxError",
@@ -44,6 +44,6 @@ __all__ = [
 
 
 def library_version():
-    """The version of the loaded libnsbox ("0.2.0")."""
+    """The version of the loaded libnsbox ("0.3.0")."""
     from . import _lib
     return _lib.load().nsbox_version().decode()

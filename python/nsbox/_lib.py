@@ -43,6 +43,8 @@ class SessionOpts(Structure):
         ("warn_userdata", c_void_p),
         ("spare", c_bool),
         ("in_process", c_bool),
+        # since 0.3.0
+        ("no_spare", c_bool),
     ]
 
 

@@ -725,10 +725,11 @@ def test_one_sandbox_shared_by_threads(sb):
 
 # ---- garbage collection --------------------------------------------------
 
-def _make_and_drop(count):
+def _make_and_drop(count, **kw):
+    kw.setdefault("spare", False)
     pids = []
     for _ in range(count):
-        s = nsbox.Sandbox(timeout=30)
+        s = nsbox.Sandbox(timeout=30, **kw)
         s.register_function("f", lambda x: x)
         assert s.execute("f(21) * 2") == 42
         pids.append(s.pid)
@@ -737,7 +738,7 @@ def _make_and_drop(count):
 
 
 def _cyclic_sandbox():
-    s = nsbox.Sandbox(timeout=30)
+    s = nsbox.Sandbox(timeout=30, spare=False)
     s.register_function("get_sb", lambda: repr(s))       # sandbox -> tool -> closure -> sandbox
     assert s.execute("get_sb()") == "<nsbox.Sandbox running>"
     return s.pid
@@ -761,6 +762,28 @@ def test_garbage_collected_sandbox_leaks_nothing(libnsbox):
     assert wait_for(lambda: not alive(pid))
     assert wait_for(lambda: descendants() == base_procs)
     assert open_fds() == base_fds
+
+
+def test_spares_do_not_accumulate(libnsbox, monkeypatch):
+    # Spares are the default: each new Sandbox takes the waiting spare and
+    # the helper makes one more, so however many come and go, one spare
+    # (its pid 1 and payload) is all that stays beside the helper.
+    monkeypatch.delenv("NSBOX_SPARE", raising=False)     # NSBOX_SPARE=0 would win
+    s = nsbox.Sandbox(timeout=30)                        # the default: spare on
+    s.close()
+    assert wait_for(lambda: len(descendants()) >= 3)        # helper, spare pid 1, spare payload
+    base = len(descendants())
+    pids = []
+    for _ in range(5):
+        s = nsbox.Sandbox(timeout=30)
+        assert s.execute("6 * 7") == 42
+        pids.append(s.pid)
+        del s
+    gc.collect()
+    for pid in pids:
+        assert wait_for(lambda: not alive(pid)), "sandbox %d still running" % pid
+    assert wait_for(lambda: len(descendants()) == base), (descendants(), base)
+    assert set(pids).isdisjoint(descendants())
 
 
 def test_unclosed_sandbox_at_exit(libnsbox):
@@ -1141,7 +1164,9 @@ for _ in range(100):
 print("LEAKED", len(live() - before), "CALLS", len(calls))
 """
     env = dict(os.environ, PYTHONPATH=PYDIR)
-    env.pop("NSBOX_SPARE", None)
+    # No spares: with them on (the default) the helper would rightly keep
+    # one ready for the refused policy too, and it would count as "left".
+    env["NSBOX_SPARE"] = "0"
     out = subprocess.run([sys.executable, "-c", code, str(pol)], env=env, capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
