@@ -381,59 +381,6 @@ static int repl(nsbox_session_t *s)
 }
 
 /* Set a global from a JSON value (consumed).  Returns 0 or -1 (printed). */
-/* s as a Python string literal: UTF-8 kept, other bytes as CPython
- * decodes argv (surrogateescape: byte 0xNN becomes U+DCNN). */
-static void py_literal(FILE *f, const char *s)
-{
-	size_t n = strlen(s);
-
-	fputc('\'', f);
-	for (size_t i = 0; i < n;) {
-		unsigned char c = (unsigned char)s[i];
-		int k = proto_utf8_seq(s + i, n - i);
-
-		if (c == '\\' || c == '\'') {
-			fprintf(f, "\\%c", c);
-			i++;
-		} else if (c < 0x20 || c == 0x7f) {
-			fprintf(f, "\\x%02x", c);
-			i++;
-		} else if (k > 0) {
-			fwrite(s + i, 1, (size_t)k, f);
-			i += (size_t)k;
-		} else {
-			fprintf(f, "\\udc%02x", c);
-			i++;
-		}
-	}
-	fputc('\'', f);
-}
-
-/* The first exec: sys.argv as Python would set it.  Code rather than a
- * SET_VAR and an exec: one round trip fewer, and argv need not be UTF-8
- * (JSON strings must be). */
-static char *argv_prelude(const char *argv0, char **args, int n)
-{
-	char *text = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&text, &len);
-
-	if (!f)
-		return NULL;
-	fputs("import sys\nsys.argv = [", f);
-	py_literal(f, argv0);
-	for (int k = 0; k < n; k++) {
-		fputs(", ", f);
-		py_literal(f, args[k]);
-	}
-	fputs("]\ndel sys\n", f);
-	if (fclose(f) != 0) {
-		free(text);
-		return NULL;
-	}
-	return text;
-}
-
 static int set_json_var(nsbox_session_t *s, const char *name, json_t *v)
 {
 	nsbox_error_t *e = NULL;
@@ -478,7 +425,7 @@ int cmd_python(int argc, char **argv)
 	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo) };
 	nsbox_session_t *s = NULL;
 	nsbox_result_t *res = NULL;
-	char *prelude = NULL;
+	const char **py_argv = NULL;
 	int i, r, rc;
 
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
@@ -566,12 +513,15 @@ int cmd_python(int argc, char **argv)
 	}
 	if (!code && !module && i < argc)
 		file = argv[i++];
-	/* sys.argv as Python would set it, in the first exec. */
-	prelude = argv_prelude(code ? "-c" : module ? module : file ? file : "", argv + i, argc - i);
-	if (!prelude) {
+	/* sys.argv as Python would set it, sent with the handshake. */
+	py_argv = calloc((size_t)(argc - i) + 2, sizeof(*py_argv));
+	if (!py_argv) {
 		fprintf(stderr, "nsbox python: out of memory\n");
 		goto usage_quiet;
 	}
+	py_argv[0] = code ? "-c" : module ? module : file ? file : "";
+	for (int k = i; k < argc; k++)
+		py_argv[1 + k - i] = argv[k];
 
 	if (file) {
 		FILE *f = strcmp(file, "-") ? fopen(file, "re") : stdin;
@@ -579,7 +529,7 @@ int cmd_python(int argc, char **argv)
 
 		if (!f) {
 			fprintf(stderr, "nsbox python: cannot open %s: %s\n", file, strerror(errno));
-			free(prelude);
+			free(py_argv);
 			goto usage_quiet;
 		}
 		owned_code = read_all(f, &len);
@@ -587,7 +537,7 @@ int cmd_python(int argc, char **argv)
 			fclose(f);
 		if (!owned_code || strlen(owned_code) != len) {
 			fprintf(stderr, "nsbox python: cannot read %s (or it holds a NUL byte)\n", file);
-			free(prelude);
+			free(py_argv);
 			goto usage_quiet;
 		}
 		code = owned_code;
@@ -597,7 +547,7 @@ int cmd_python(int argc, char **argv)
 		owned_code = read_all(stdin, &len);
 		if (!owned_code) {
 			fprintf(stderr, "nsbox python: cannot read stdin\n");
-			free(prelude);
+			free(py_argv);
 			goto usage_quiet;
 		}
 		code = owned_code;
@@ -606,10 +556,13 @@ int cmd_python(int argc, char **argv)
 
 	so.output_limit = out_limit;
 	so.output = json_mode ? NULL : on_output;
-	if (nsbox_session_new(p, &so, &s, &e) < 0) {
+	so.argv = py_argv;
+	r = nsbox_session_new(p, &so, &s, &e);
+	free(py_argv);
+	py_argv = NULL;
+	if (r < 0) {
 		fprintf(stderr, "nsbox: python: %s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
-		free(prelude);
 		rc = NSBOX_EXIT_SETUP;
 		goto out;
 	}
@@ -619,7 +572,6 @@ int cmd_python(int argc, char **argv)
 			fprintf(stderr, "nsbox python: --tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
 			rc = nsbox_error_code(e) == -EINVAL ? NSBOX_EXIT_USAGE : NSBOX_EXIT_PROTOCOL;
 			nsbox_error_free(e);
-			free(prelude);
 			goto out;
 		}
 	active = s;
@@ -630,22 +582,6 @@ int cmd_python(int argc, char **argv)
 		sigaction(SIGINT, &sa, NULL);
 		sigaction(SIGTERM, &sa, NULL);
 	}
-	eo.filename = "<nsbox>";
-	r = nsbox_exec(s, prelude, &eo, &res, &e);
-	free(prelude);
-	prelude = NULL;
-	if (r < 0) {
-		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
-		nsbox_error_free(e);
-		rc = NSBOX_EXIT_PROTOCOL;
-		goto out;
-	}
-	if (nsbox_result_status(res) != NSBOX_OK) {
-		rc = report(s, res, json_mode, false);
-		goto out;
-	}
-	nsbox_result_free(res);
-	res = NULL;
 	show_output = true;
 	if (!code && !module) {
 		rc = repl(s);

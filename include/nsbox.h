@@ -122,6 +122,10 @@ struct nsbox_session_opts {
 	bool in_process;
 	/* Fields below: since 0.3.0. */
 	bool no_spare;			/* no spare sandbox for this session's policy */
+	/* sys.argv inside, NULL-terminated (NULL: [""]).  Read during
+	 * nsbox_session_new only.  Bytes that are not UTF-8 arrive as CPython
+	 * decodes its own argv (surrogateescape). */
+	const char *const *argv;
 };
 
 /* Create a session under policy p (copied; p may be freed afterwards).

@@ -438,6 +438,7 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	}
 	so.warn = o.warn;
 	so.warn_ctx = o.warn_userdata;
+	so.argv = o.argv;
 	/* Handshake and variable requests: generous for a cold start, but
 	 * never much longer than a time limit the policy sets. */
 	so.control_timeout = s->policy.time_limit > 0 && s->policy.time_limit + 5 < 30 ? s->policy.time_limit + 5 : 30;

@@ -535,6 +535,37 @@ static json_t *tools_json(const struct nsbox_session *s)
 	return tools;
 }
 
+/* sys.argv for the HELLO: UTF-8 arguments as strings, others (argv is
+ * bytes) as {"$bytes": hex}, which the runner decodes as CPython decodes
+ * its own argv (surrogateescape). */
+static json_t *argv_json(const char *const *argv)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && argv[i]; i++) {
+		size_t n = strlen(argv[i]);
+		json_t *v;
+
+		if (proto_utf8_valid(argv[i], n)) {
+			v = json_stringn(argv[i], n);
+		} else {
+			char *hex = malloc(2 * n + 1);
+
+			for (size_t k = 0; hex && k < n; k++)
+				snprintf(hex + 2 * k, 3, "%02x", (unsigned char)argv[i][k]);
+			if (hex)
+				hex[2 * n] = '\0';
+			v = hex ? json_pack("{s:s}", "$bytes", hex) : NULL;
+			free(hex);
+		}
+		if (!v || json_array_append_new(a, v) < 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
 static json_t *hello_msg(const struct nsbox_session *s)
 {
 	json_t *tools = tools_json(s);
@@ -545,6 +576,10 @@ static json_t *hello_msg(const struct nsbox_session *s)
 	m = json_pack("{s:i,s:[sss],s:o,s:{s:I,s:I}}", "version", NSBOX_PROTO_VERSION, "capabilities", "exec", "tools",
 		      "cancel", "tools", tools, "limits", "output", (json_int_t)s->o.output_limit, "max_frame",
 		      (json_int_t)s->o.max_frame);
+	if (m && s->o.argv && json_object_set_new(m, "argv", argv_json(s->o.argv)) < 0) {
+		json_decref(m);
+		return NULL;
+	}
 	return m;
 }
 
@@ -695,6 +730,7 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	/* Handshake: our HELLO (tools, limits), then the runner's. */
 	deadline = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
 	m = hello_msg(s);
+	s->o.argv = NULL;	/* borrowed for the HELLO only */
 	if (!m) {
 		err_set(err, ENOMEM, "HELLO");
 		goto fail;

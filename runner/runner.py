@@ -653,6 +653,14 @@ def hello():
     if isinstance(lim.get("max_frame"), int) and 0 < lim["max_frame"] <= _nsbox.MAX_FRAME:
         _limits["max_frame"] = lim["max_frame"]
     install_tools(msg.get("tools") or [])
+    argv = msg.get("argv")
+    if isinstance(argv, list) and argv:
+        # Strings, or {"$bytes": hex} for arguments that are not UTF-8:
+        # decoded as CPython decodes its own argv.
+        sys.argv = [a if isinstance(a, str) else
+                    bytes.fromhex(a["$bytes"]).decode("utf-8", "surrogateescape")
+                    if isinstance(a, dict) and isinstance(a.get("$bytes"), str) else str(a)
+                    for a in argv]
     G.clear()
     G.update(new_globals())
     send(HELLO, mid, {"version": _nsbox.PROTO_VERSION, "capabilities": CAPABILITIES,

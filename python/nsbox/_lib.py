@@ -45,6 +45,7 @@ class SessionOpts(Structure):
         ("in_process", c_bool),
         # since 0.3.0
         ("no_spare", c_bool),
+        ("argv", POINTER(c_char_p)),
     ]
 
 
