@@ -142,8 +142,8 @@ int cmd_doctor(int argc, char **argv)
 	if (mi.state == CG_MIGRATE_SLOW) {
 		char hint[512];
 		cgroup_migration_hint(&mi, hint, sizeof(hint));
-		printf("WARN cgroup migration is slow: each sandbox start moves pid 1 into the v1 cgroups and waits "
-		       "for an RCU grace period (~5-20 ms), as no cgroup mount has favordynmods\n");
+		printf("WARN cgroup migration can be slow: each sandbox start moves pid 1 into the v1 cgroups, which "
+		       "can wait for an RCU grace period (milliseconds), as no cgroup mount has favordynmods\n");
 		for (char *l = hint, *nl; *l; l = nl + 1) {
 			nl = strchrnul(l, '\n');
 			printf("     %.*s\n", (int)(nl - l), l);

@@ -85,7 +85,8 @@ int cmd_info(int argc, char **argv)
 		break;
 	case CG_MIGRATE_SLOW:
 		printf("cgroup migration: slow (v1 controllers, no cgroup mount has favordynmods)\n"
-		       "  -> each start moves pid 1 into the v1 cgroups and waits for an RCU grace period: ~5-20 ms\n");
+		       "  -> each start moves pid 1 into the v1 cgroups, which can wait for an RCU grace period\n"
+		       "     (milliseconds, unless another move happened within the last one)\n");
 		print_hint(&mi, "  ");
 		break;
 	}
