@@ -105,7 +105,20 @@ static int run_tool(void *ud, const char *name, const char *args_json, char **re
 			break;
 		}
 		if (pin[1] >= 0 && p[1].revents) {
-			ssize_t n = write(pin[1], in + in_done, in_len - in_done);
+			/* A tool may exit without reading its stdin: that write
+			 * is EPIPE here, not a SIGPIPE that kills nsbox (whose
+			 * SIGPIPE is SIG_DFL, for `nsbox ... | head`). */
+			sigset_t pipe_set, old;
+			struct timespec zero = { 0, 0 };
+			ssize_t n;
+
+			sigemptyset(&pipe_set);
+			sigaddset(&pipe_set, SIGPIPE);
+			sigprocmask(SIG_BLOCK, &pipe_set, &old);
+			n = write(pin[1], in + in_done, in_len - in_done);
+			if (n < 0 && errno == EPIPE)
+				(void)sigtimedwait(&pipe_set, NULL, &zero);
+			sigprocmask(SIG_SETMASK, &old, NULL);
 
 			if (n > 0)
 				in_done += (size_t)n;

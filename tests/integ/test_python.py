@@ -186,6 +186,27 @@ def test_argv_like_python():
     assert json.loads(p.stdout) == json.loads(want) == ["-c"] + args
 
 
+def test_tool_that_ignores_its_stdin():
+    # The tool exits without reading its 1 MB of arguments: writing them is
+    # EPIPE for nsbox, a ToolError inside, never a SIGPIPE that kills nsbox
+    # (it did: exit 141).
+    code = ("try:\n    quit('x' * 1000000)\nexcept Exception as e:\n"
+            "    print(type(e).__name__)\n")
+    p = run("--tool", "quit=exit 0", "-c", code)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert p.stdout == "ToolError\n"
+
+
+def test_runner_json_matches_cpython():
+    # The runner's frames are encoded and decoded in C (runner/pyjson.c);
+    # 20000 random values must come out byte for byte as CPython's json
+    # module writes them, read back equal, and fail the same way.
+    script = os.path.join(os.path.dirname(__file__), "runner_json_check.py")
+    p = run("--time-limit", "300", script)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("OK "), p.stdout
+
+
 def test_system_exit_status():
     assert run("-c", "import sys; sys.exit(7)").returncode == 7
     assert run("-c", "raise SystemExit").returncode == 0
