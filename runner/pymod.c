@@ -1017,7 +1017,7 @@ static struct {
 	bool ready;
 	PyObject *globals;	/* runner.py's module dict (its _in_user flag) */
 	PyObject *G, *limits, *sources;
-	PyObject *scanner, *split_ast, *fast_error, *fast_value, *fast_failed;
+	PyObject *split_ast, *fast_error, *fast_value, *fast_failed;
 	PyObject *sysdict;
 	PyObject *k_in_user, *k_output, *k_max_frame, *k_builtins, *k_flush, *k_cache, *k_linecache, *k_update;
 	PyObject *k_code, *k_filename, *k_want_value, *k_stream, *k_display, *k_check_complete;
@@ -1066,16 +1066,16 @@ static void jb_ull(struct proto_buf *b, unsigned long long v)
 	proto_buf_put(b, n, (size_t)snprintf(n, sizeof(n), "%llu", v));
 }
 
-/* fast_setup(module globals, G, _limits, _sources, _scanner, _split_ast,
+/* fast_setup(module globals, G, _limits, _sources, _split_ast,
  * _fast_error, _fast_value, _fast_failed): runner.py's serve() turns the
  * fast path on. */
 static PyObject *py_fast_setup(PyObject *self, PyObject *args)
 {
-	PyObject *globals, *G, *limits, *sources, *scanner, *split_ast, *fast_error, *fast_value, *fast_failed, *sys;
+	PyObject *globals, *G, *limits, *sources, *split_ast, *fast_error, *fast_value, *fast_failed, *sys;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "O!O!O!O!OOOOO", &PyDict_Type, &globals, &PyDict_Type, &G, &PyDict_Type, &limits,
-			      &PyDict_Type, &sources, &scanner, &split_ast, &fast_error, &fast_value, &fast_failed))
+	if (!PyArg_ParseTuple(args, "O!O!O!O!OOOO", &PyDict_Type, &globals, &PyDict_Type, &G, &PyDict_Type, &limits,
+			      &PyDict_Type, &sources, &split_ast, &fast_error, &fast_value, &fast_failed))
 		return NULL;
 	if (F.ready)
 		Py_RETURN_NONE;
@@ -1108,7 +1108,6 @@ static PyObject *py_fast_setup(PyObject *self, PyObject *args)
 	F.G = Py_NewRef(G);
 	F.limits = Py_NewRef(limits);
 	F.sources = Py_NewRef(sources);
-	F.scanner = Py_NewRef(scanner);
 	F.split_ast = Py_NewRef(split_ast);
 	F.fast_error = Py_NewRef(fast_error);
 	F.fast_value = Py_NewRef(fast_value);
@@ -1141,24 +1140,19 @@ static PyObject *msg_str(PyObject *m, PyObject *key, const char **s, Py_ssize_t 
 	return v;
 }
 
-/* The EXEC message, parsed by runner.py's own JSON scanner (as _loads
- * does): a new dict, or NULL (no exception) for anything unusual. */
+/* The EXEC message, parsed as runner.py's _loads does: a new dict, or
+ * NULL (no exception) for anything unusual. */
 static PyObject *parse_exec(const struct proto_frame *f)
 {
-	PyObject *text, *r, *m = NULL;
+	PyObject *r;
 
 	if (!f->hdr.len || f->payload[0] != '{')
 		return NULL;
-	text = PyUnicode_DecodeUTF8(f->payload, (Py_ssize_t)f->hdr.len, NULL);
-	r = text ? PyObject_CallFunction(F.scanner, "On", text, (Py_ssize_t)0) : NULL;
-	if (r && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2 && PyDict_CheckExact(PyTuple_GET_ITEM(r, 0)) &&
-	    PyLong_Check(PyTuple_GET_ITEM(r, 1)) &&
-	    PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 1)) == PyUnicode_GET_LENGTH(text))
-		m = Py_NewRef(PyTuple_GET_ITEM(r, 0));
+	r = pyjson_loads(f->payload, f->hdr.len);
+	if (r && !PyDict_CheckExact(r))
+		Py_CLEAR(r);
 	PyErr_Clear();
-	Py_XDECREF(r);
-	Py_XDECREF(text);
-	return m;
+	return r;
 }
 
 /* Bytes written to stderr so far in this exec, captured or still in the
@@ -1700,8 +1694,35 @@ static int fast_failed(uint32_t id)
 	return 0;
 }
 
+static PyObject *py_dumps(PyObject *self, PyObject *o)
+{
+	(void)self;
+	return pyjson_dumps(o);
+}
+
+static PyObject *py_loads(PyObject *self, PyObject *o)
+{
+	Py_buffer view;
+	PyObject *r;
+
+	(void)self;
+	if (PyUnicode_Check(o)) {
+		Py_ssize_t n;
+		const char *s = PyUnicode_AsUTF8AndSize(o, &n);
+
+		return s ? pyjson_loads(s, (size_t)n) : NULL;
+	}
+	if (PyObject_GetBuffer(o, &view, PyBUF_SIMPLE) < 0)
+		return NULL;
+	r = pyjson_loads(view.buf, (size_t)view.len);
+	PyBuffer_Release(&view);
+	return r;
+}
+
 static PyMethodDef methods[] = {
 	{ "recv", py_recv, METH_NOARGS, "recv() -> (type, id, payload) or None when the host is gone" },
+	{ "dumps", py_dumps, METH_O, "dumps(obj) -> bytes: compact JSON, UTF-8 (pyjson.c)" },
+	{ "loads", py_loads, METH_O, "loads(bytes or str) -> obj (pyjson.c)" },
 	{ "send", py_send, METH_VARARGS, "send(type, id, payload)" },
 	{ "call", py_call, METH_VARARGS, "call(payload) -> (type, payload): one tool call round trip" },
 	{ "exec_begin", py_exec_begin, METH_VARARGS, "exec_begin(id, stream, limit)" },

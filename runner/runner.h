@@ -20,6 +20,12 @@
 
 /* pymod.c */
 PyObject *runner_pymod_init(void);	/* PyInit__nsbox, registered with PyImport_AppendInittab */
+
+/* pyjson.c: the frames' JSON.  dumps: json.dumps(o, ensure_ascii=False,
+ * allow_nan=False, separators=(",", ":")) as UTF-8 bytes (errors
+ * "replace"); loads: JSON text to Python (ValueError when invalid). */
+PyObject *pyjson_dumps(PyObject *o);
+PyObject *pyjson_loads(const char *s, size_t n);
 /* Per session: take over fd (the protocol socket), point fds 0/1/2 at an
  * empty pipe and two capture pipes.  Starts no thread (the io thread
  * starts with the first exec).

@@ -6,11 +6,10 @@ tracebacks.  The wire contract is runner/proto.h and nsbox-protocol(7).
 Keep this file ASCII: it is embedded as a C string.
 
 Imports are few and cheap on purpose (a cold `nsbox python` pays for each
-one): the JSON codec is _json's C half, signals come from _signal, and
+one): the JSON codec is in C (runner/pyjson.c), signals come from _signal, and
 ast, codeop, inspect, keyword, linecache and traceback are imported when
 first needed (a template has them preloaded); types is not imported at all.
 """
-import _json
 import _signal
 import posix as _posix
 import io
@@ -156,43 +155,11 @@ def decode(v):
     return v
 
 
-def _not_json(o):
-    raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
-
-
 # json.dumps(obj, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-# and json.loads, without importing json (and with it re and enum).
-_encoder = _json.make_encoder(None, _not_json, _json.encode_basestring, None, ":", ",",
-                              False, False, False)
-
-
-class _ScanContext:
-    strict = True
-    object_hook = None
-    object_pairs_hook = None
-    parse_float = float
-    parse_int = int
-    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
-                      "NaN": float("nan")}.__getitem__
-    memo = None
-
-
-_scanner = _json.make_scanner(_ScanContext())
-_WS = " \t\n\r"
-
-
-def _loads(data):
-    s = data.decode("utf-8") if not isinstance(data, str) else data
-    i = 0
-    while i < len(s) and s[i] in _WS:
-        i += 1
-    try:
-        obj, end = _scanner(s, i)
-    except StopIteration as e:
-        raise ValueError("invalid JSON at character %d" % e.value) from None
-    if end != len(s) and s[end:].strip(_WS):
-        raise ValueError("extra data at character %d" % end)
-    return obj
+# as UTF-8 (errors="replace"), and json.loads, in C (runner/pyjson.c):
+# without importing json (re, enum) or even _json (lib-dynload, ~0.5 ms).
+_loads = _nsbox.loads
+_dumps = _nsbox.dumps
 
 
 def _compile(code, filename, mode):
@@ -200,10 +167,6 @@ def _compile(code, filename, mode):
     if "\0" in code:
         return compile(code, filename, mode, dont_inherit=True)
     return _nsbox.compile(code, filename, mode)
-
-
-def _dumps(obj):
-    return "".join(_encoder(obj, 0)).encode("utf-8", "replace")
 
 
 def send(typ, mid, obj):
@@ -679,7 +642,7 @@ def serve():
     sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
     if not hello():
         return 2
-    _nsbox.fast_setup(globals(), G, _limits, _sources, _scanner, _split_ast, _fast_error, _fast_value,
+    _nsbox.fast_setup(globals(), G, _limits, _sources, _split_ast, _fast_error, _fast_value,
                       _fast_failed)
     while True:
         m = _nsbox.recv()
