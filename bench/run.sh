@@ -97,7 +97,7 @@ FDM_MNT=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
 case $migration in
 none) mode="no task is moved between cgroups (cgroup v2: CLONE_INTO_CGROUP, or no cgroup used)" ;;
 fast) mode="sandbox limits through cgroup v1 controllers, a cgroup mount has favordynmods: migration is fast" ;;
-slow) mode="sandbox limits through cgroup v1 controllers, no cgroup mount has favordynmods: each start waits for an RCU grace period" ;;
+slow) mode="sandbox limits through cgroup v1 controllers, no cgroup mount has favordynmods: a start can wait for an RCU grace period" ;;
 *) mode="unknown (nsbox info printed no 'cgroup migration' line)" ;;
 esac
 
