@@ -46,6 +46,12 @@ struct jail_spec {
 	 * NULL: dropped). */
 	void (*warn)(void *ctx, const char *msg);
 	void *warn_ctx;
+	/* Called by the launcher after the clone, while pid 1 builds its
+	 * root and before the payload may start: work on what pid 1 has
+	 * inherited (a memfd to fill and seal) that the payload needs done.
+	 * A failure ends the sandbox.  May be NULL. */
+	int (*prepare)(void *ctx, struct nsbox_err *err);
+	void *prepare_ctx;
 };
 
 struct jail_status {

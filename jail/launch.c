@@ -609,6 +609,10 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	 * after ATTACHED, so the payload starts inside every cgroup. */
 	if (cg && cgroup_attach(cg, pid, v2_attached, err) < 0)
 		goto fail_child;
+	if (spec->prepare && spec->prepare(spec->prepare_ctx, err) < 0) {
+		err_step(err, "launch");
+		goto fail_child;
+	}
 	/* If this fails the child has died; its ERROR is read below. */
 	(void)send_msg(sv[0], SYNC_ATTACHED,
 		       (j->cg_enforced[CTRL_MEMORY] ? SYNC_CG_MEMORY : 0) | (j->cg_enforced[CTRL_PIDS] ? SYNC_CG_PIDS : 0),
