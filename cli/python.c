@@ -116,9 +116,12 @@ static int run_tool(void *ud, const char *name, const char *args_json, char **re
 			sigaddset(&pipe_set, SIGPIPE);
 			sigprocmask(SIG_BLOCK, &pipe_set, &old);
 			n = write(pin[1], in + in_done, in_len - in_done);
-			if (n < 0 && errno == EPIPE)
+			int werr = errno;
+
+			if (n < 0 && werr == EPIPE)
 				(void)sigtimedwait(&pipe_set, NULL, &zero);
 			sigprocmask(SIG_SETMASK, &old, NULL);
+			errno = werr;
 
 			if (n > 0)
 				in_done += (size_t)n;

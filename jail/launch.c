@@ -318,8 +318,8 @@ static int payload_entry(void *arg)
 static pid_t start_payload(const struct child_ctx *c, const int pipefd[2])
 {
 	struct payload_arg a = { .c = c, .pipefd = pipefd };
-	const size_t stack_size = 256 * 1024;
-	void *stack;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), argc = 0, stack_size;
+	char *stack;
 	pid_t pid;
 
 	if (!NSBOX_VFORK_PAYLOAD || c->spec->child_fn) {
@@ -328,10 +328,22 @@ static pid_t start_payload(const struct child_ctx *c, const int pipefd[2])
 			payload_entry(&a);
 		return pid;
 	}
+	/* execvpe runs a script without #! through /bin/sh with a copy of
+	 * argv on the stack (glibc's maybe_script_execute): room for that
+	 * (as posix_spawn sizes it) on top of 256 KiB, and a guard page
+	 * below, since an overflow here would land in pid 1's memory. */
+	while (c->spec->argv[argc])
+		argc++;
+	stack_size = 256 * 1024 + (argc + 2) * sizeof(char *);
+	stack_size = (stack_size + page - 1) / page * page + page;
 	stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
 	if (stack == MAP_FAILED)
 		return -1;
-	pid = clone(payload_entry, (char *)stack + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+	if (mprotect(stack, page, PROT_NONE) < 0) {
+		munmap(stack, stack_size);
+		return -1;
+	}
+	pid = clone(payload_entry, stack + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
 	/* Back here once the payload has exec'd or died: its stack is free. */
 	munmap(stack, stack_size);
 	return pid;

@@ -130,6 +130,11 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 			if (CPU_COUNT(&set) > 0)
 				(void)pthread_attr_setaffinity_np(&attr, sizeof(set), &set);
 		}
+		/* A small stack: glibc keeps a joined thread's stack mapped,
+		 * and a template session inherits pid 1's address space
+		 * (counted against RLIMIT_AS where that stands in for a
+		 * memory cgroup). */
+		(void)pthread_attr_setstacksize(&attr, 64 * 1024);
 		/* No signal meant for pid 1 is ever taken on this thread. */
 		sigfillset(&all);
 		pthread_sigmask(SIG_BLOCK, &all, &old);

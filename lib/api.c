@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,6 +410,10 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 		return fail(err, -EINVAL, "nsbox_session_new: %s is NULL", p ? "out" : "the policy");
 	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_session_opts") < 0)
 		return -EINVAL;
+	/* no_spare (0.3.0) sits in what was the 0.2.0 struct's tail padding:
+	 * a 0.2.0 caller's struct_size covers it, with whatever was there. */
+	if (opts && opts->struct_size < offsetof(struct nsbox_session_opts, argv) + sizeof(o.argv))
+		o.no_spare = false;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return fail(err, -ENOMEM, "nsbox_session_new: out of memory");
@@ -430,11 +435,16 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.output_ctx = o.output_userdata;
 	so.use_helper = !o.in_process;
 	so.cold = o.cold || o.in_process;
-	/* A warm spare unless the caller or the environment says no. */
+	/* A warm spare unless the caller or the environment says no.  By
+	 * default not for a policy naming host paths (workspace, binds,
+	 * another root): a spare's mounts are made in advance, and the host
+	 * directory behind them may be replaced before it is taken; a caller
+	 * who sets spare knowingly still gets one. */
 	{
 		const char *env = getenv("NSBOX_SPARE");
+		bool host_paths = s->policy.workspace || s->policy.n_mounts || s->policy.rootfs;
 
-		so.spare = !o.no_spare && !(env && !strcmp(env, "0"));
+		so.spare = !o.no_spare && !(env && !strcmp(env, "0")) && (o.spare || !host_paths);
 	}
 	so.warn = o.warn;
 	so.warn_ctx = o.warn_userdata;

@@ -35,20 +35,19 @@ static int put_obj_text(struct proto_buf *b, PyObject *text)
 	return 0;
 }
 
-/* A str as a JSON string; lone surrogates become '?' (errors="replace"). */
+/* A str as a JSON string; lone surrogates become '?' (errors="replace").
+ * ASCII text is read in place; other text through a temporary UTF-8 copy
+ * (PyUnicode_AsUTF8 would keep one attached to the str for its life). */
 static int put_str(struct proto_buf *b, PyObject *o)
 {
-	Py_ssize_t n;
-	const char *s = PyUnicode_AsUTF8AndSize(o, &n);
 	PyObject *bytes;
 
-	if (s) {
-		proto_buf_json_str(b, s, (size_t)n);
+	if (PyUnicode_READY(o) < 0)
+		return -1;
+	if (PyUnicode_IS_ASCII(o)) {
+		proto_buf_json_str(b, (const char *)PyUnicode_DATA(o), (size_t)PyUnicode_GET_LENGTH(o));
 		return 0;
 	}
-	if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
-		return -1;
-	PyErr_Clear();
 	bytes = PyUnicode_AsEncodedString(o, "utf-8", "replace");
 	if (!bytes)
 		return -1;
@@ -122,9 +121,15 @@ static int put_key(struct proto_buf *b, PyObject *k)
 static int enc_dict(struct proto_buf *b, PyObject *o)
 {
 	/* _json walks items(): a subclass's own items() counts. */
-	PyObject *items = PyDict_CheckExact(o) ? PyDict_Items(o) : PyMapping_Items(o);
+	PyObject *items;
 	int r = 0;
 
+	/* _json writes an empty dict without calling items(). */
+	if (PyDict_GET_SIZE(o) == 0) {
+		proto_buf_put(b, "{}", 2);
+		return 0;
+	}
+	items = PyDict_CheckExact(o) ? PyDict_Items(o) : PyMapping_Items(o);
 	if (!items)
 		return -1;
 	proto_buf_put(b, "{", 1);
@@ -168,7 +173,13 @@ static int enc(struct proto_buf *b, PyObject *o)
 	if (PyFloat_Check(o))
 		return put_float(b, o);
 	if (!PyList_Check(o) && !PyTuple_Check(o) && !PyDict_Check(o)) {
-		PyErr_Format(PyExc_TypeError, "Object of type %s is not JSON serializable", Py_TYPE(o)->tp_name);
+		/* As json's default(): the type's __name__, not its tp_name. */
+		PyObject *name = PyType_GetName(Py_TYPE(o));
+
+		if (name) {
+			PyErr_Format(PyExc_TypeError, "Object of type %U is not JSON serializable", name);
+			Py_DECREF(name);
+		}
 		return -1;
 	}
 	if (Py_EnterRecursiveCall(" while encoding a JSON object"))

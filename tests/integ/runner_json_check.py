@@ -57,3 +57,12 @@ for s in [b'', b'{', b'[1,]', b'{"a":1}x', b'\xff', b'NaN', b'"\\ud800"']:
 assert _nsbox.loads(b' {"b": 1, "a": [true, false, null, "x\\u0000y", -0, 1E2, 2.5e-3]} ') == {"b": 1, "a": [True, False, None, "x\x00y", 0, 100.0, 0.0025]}
 assert list(_nsbox.loads(b'{"z":1,"a":2,"m":3}')) == ["z", "a", "m"]
 print("OK", n)
+class D(dict):
+    def items(self): return [("a", 1)]
+assert _nsbox.dumps(D()) == json.dumps(D(), separators=(",", ":")).encode()
+import datetime
+for f in (_nsbox.dumps, lambda o: json.dumps(o)):
+    try: f(datetime.date(2020,1,1))
+    except TypeError as e: msgs = getattr(sys.modules[__name__], 'msgs', []) + [str(e)]; sys.modules[__name__].msgs = msgs
+assert msgs[0] == msgs[1], msgs
+print("OK2")

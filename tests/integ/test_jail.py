@@ -341,3 +341,16 @@ def test_no_setuid_files(tmp_path):
     assert out.split("\n")[:5] == ["plain ok", "chmod denied", "chmod-g denied", "open denied", "mknod denied"]
     for f in ws.iterdir():
         assert not (f.stat().st_mode & 0o6000), f
+
+
+def test_script_without_shebang_and_many_args(tmp_path):
+    # execvpe runs a script without #! through /bin/sh with a copy of argv
+    # on the stack; the command is started on a stack of its own
+    # (CLONE_VM | CLONE_VFORK), which must have room for it.
+    f = tmp_path / "noshebang.sh"
+    f.write_text('echo "args: $#"\n')
+    f.chmod(0o755)
+    rc, out, err = run(["run", "--ro-bind", f"{f}:/opt/noshebang.sh", "--", "/opt/noshebang.sh"] +
+                       [str(i) for i in range(40000)])
+    assert rc == 0, err
+    assert out == "args: 40000\n"
