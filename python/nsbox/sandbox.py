@@ -174,8 +174,10 @@ class Sandbox:
     spare:       have the helper keep one idle sandbox with this policy ready, so
                  that the next Sandbox with the same settings (or a restart)
                  starts in about a millisecond.  Costs one idle sandbox (the
-                 last policy's).  On by default; NSBOX_SPARE=0 in the
-                 environment turns it off for every Sandbox.
+                 last policy's).  None (the default): a spare unless the
+                 policy names host paths (workspace, binds, rootfs); True:
+                 always; False: never.  NSBOX_SPARE=0 in the environment
+                 turns it off for every Sandbox.
     auto_restart: after the sandbox dies (time or memory limit kill, crash) the
                  next call starts a fresh one (True), or raises SandboxCrashed
                  until restart() is called (False).
@@ -190,7 +192,7 @@ class Sandbox:
 
     def __init__(self, policy="default", memory=None, timeout=None, pids=None, cpus=None, workspace=None,
                  share_net=False, cold=False, auto_restart=True, max_tool_calls=None, on_output=None,
-                 spare=True, on_warning=None):
+                 spare=None, on_warning=None):
         # Attributes close() relies on come first: __init__ may fail half way.
         self._closed = False
         self._owner_pid = os.getpid()
@@ -213,7 +215,7 @@ class Sandbox:
         self._warn_cb = _lib.WARN_FN(self._warn)
         self._sess_opts = _lib.SessionOpts(struct_size=sizeof(_lib.SessionOpts), cold=bool(cold),
                                            max_tool_calls=int(max_tool_calls or 0), output=self._output_cb,
-                                           warn=self._warn_cb, spare=bool(spare), no_spare=not spare,
+                                           warn=self._warn_cb, spare=spare is True, no_spare=spare is False,
                                            # ctypes may run Python threads: always the helper
                                            in_process=False)
         self._timeout = None

@@ -1274,3 +1274,22 @@ with nsbox.Sandbox(timeout=30, on_warning=lambda m: None) as t:
     assert "NEW 2" in lines, out.stdout
     if "CG True" in lines:
         assert before > 0, out.stdout        # the test sees what it checks
+
+
+def test_no_default_spare_with_a_workspace(libnsbox, tmp_path, monkeypatch):
+    # A spare's mounts are made in advance: a workspace directory replaced
+    # between two sandboxes must be the new one in the second, so a policy
+    # naming host paths gets no spare unless asked for.
+    import shutil
+    monkeypatch.delenv("NSBOX_SPARE", raising=False)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a").write_text("1")
+    with nsbox.Sandbox(workspace=str(ws), timeout=30) as s:
+        assert s.execute("open('/workspace/a').read()") == "1"
+    time.sleep(0.5)                                          # time enough to build a spare
+    shutil.rmtree(ws)
+    ws.mkdir()
+    (ws / "b").write_text("2")
+    with nsbox.Sandbox(workspace=str(ws), timeout=30) as s:
+        assert s.execute("sorted(__import__('os').listdir('/workspace'))") == ["b"]
