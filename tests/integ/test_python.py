@@ -390,6 +390,18 @@ def test_hostile_runner(evil, mode, code, text):
         assert p.stdout == ""
 
 
+def test_hostile_runner_silent_on_a_control_request(evil):
+    # -m sends SET_VAR (the module name) before any EXEC: a runner silent
+    # after HELLO meets the control-request timeout (time limit + 5 s),
+    # not the EXEC time limit.
+    t0 = time.time()
+    p = run("--time-limit", "1", "-m", "json.tool", env=evil("silent"), timeout=60)
+    assert p.returncode == 121, p.stderr
+    assert "did not answer" in p.stderr, p.stderr
+    assert time.time() - t0 < 15
+    assert p.stdout == ""
+
+
 # ---- CPython's own tests, inside ----
 
 def test_cpython_regression_tests_inside():
