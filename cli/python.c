@@ -114,14 +114,18 @@ static int run_tool(void *ud, const char *name, const char *args_json, char **re
 
 			sigemptyset(&pipe_set);
 			sigaddset(&pipe_set, SIGPIPE);
-			sigprocmask(SIG_BLOCK, &pipe_set, &old);
-			n = write(pin[1], in + in_done, in_len - in_done);
-			int werr = errno;
+			if (sigprocmask(SIG_BLOCK, &pipe_set, &old) < 0) {
+				n = -1;		/* no write without the shield: give up feeding */
+				errno = EPIPE;
+			} else {
+				n = write(pin[1], in + in_done, in_len - in_done);
+				int werr = errno;
 
-			if (n < 0 && werr == EPIPE)
-				(void)sigtimedwait(&pipe_set, NULL, &zero);
-			sigprocmask(SIG_SETMASK, &old, NULL);
-			errno = werr;
+				if (n < 0 && werr == EPIPE)
+					(void)sigtimedwait(&pipe_set, NULL, &zero);
+				(void)sigprocmask(SIG_SETMASK, &old, NULL);	/* undoes the block above */
+				errno = werr;
+			}
 
 			if (n > 0)
 				in_done += (size_t)n;

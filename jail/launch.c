@@ -344,8 +344,9 @@ static pid_t start_payload(const struct child_ctx *c, const int pipefd[2])
 		return -1;
 	}
 	pid = clone(payload_entry, stack + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
-	/* Back here once the payload has exec'd or died: its stack is free. */
-	munmap(stack, stack_size);
+	/* Back here once the payload has exec'd or died: its stack is free
+	 * (a failed munmap only leaves it mapped). */
+	(void)munmap(stack, stack_size);
 	return pid;
 }
 

@@ -137,9 +137,16 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 		(void)pthread_attr_setstacksize(&attr, 64 * 1024);
 		/* No signal meant for pid 1 is ever taken on this thread. */
 		sigfillset(&all);
-		pthread_sigmask(SIG_BLOCK, &all, &old);
-		r = pthread_create(&job->tid, &attr, netns_thread, job);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		r = pthread_sigmask(SIG_BLOCK, &all, &old);
+		if (r == 0) {
+			r = pthread_create(&job->tid, &attr, netns_thread, job);
+			/* A mask that won't come back would block pid 1's signals
+			 * for good: then no thread, and stop here. */
+			if (pthread_sigmask(SIG_SETMASK, &old, NULL) != 0) {
+				pthread_attr_destroy(&attr);
+				return err_set(err, EINVAL, "restore the signal mask");
+			}
+		}
 		pthread_attr_destroy(&attr);
 		if (r == 0) {
 			job->threaded = true;

@@ -1169,6 +1169,22 @@ static uint64_t stderr_mark(void)
 	return r;
 }
 
+/* A (first, second) pair from one of runner.py's helpers (consumed): new
+ * references to its items, NULL for None; a TypeError naming who returned
+ * something else. */
+static void take_pair(PyObject *pair, const char *who, PyObject **first, PyObject **second)
+{
+	if (pair && PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+		if (PyTuple_GET_ITEM(pair, 0) != Py_None)
+			*first = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+		if (PyTuple_GET_ITEM(pair, 1) != Py_None)
+			*second = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+	} else if (pair) {
+		PyErr_Format(PyExc_TypeError, "%s: not a pair", who);
+	}
+	Py_XDECREF(pair);
+}
+
 static struct code_entry *cache_find(const char *src, size_t len, const char *filename, bool repl)
 {
 	for (int i = 0; i < CODE_CACHE_N; i++) {
@@ -1489,17 +1505,8 @@ static int fast_exec(const struct proto_frame *f)
 					PyErr_Clear();
 			}
 			if (!lastc && !PyErr_Occurred()) {
-				PyObject *pair = PyObject_CallFunctionObjArgs(F.split_ast, code, filename, NULL);
-
-				if (pair && PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
-					if (PyTuple_GET_ITEM(pair, 0) != Py_None)
-						body = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
-					if (PyTuple_GET_ITEM(pair, 1) != Py_None)
-						lastc = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
-				} else if (pair) {
-					PyErr_SetString(PyExc_TypeError, "_split_ast: not a pair");
-				}
-				Py_XDECREF(pair);
+				take_pair(PyObject_CallFunctionObjArgs(F.split_ast, code, filename, NULL), "_split_ast",
+					  &body, &lastc);
 			}
 		} else {
 			body = compile_str(src, filename, Py_file_input);
@@ -1534,16 +1541,15 @@ static int fast_exec(const struct proto_frame *f)
 		Py_XDECREF(et);
 		Py_XDECREF(ev);
 		Py_XDECREF(etb);
-		if (pair && PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2 &&
-		    PyBytes_Check(PyTuple_GET_ITEM(pair, 0)) &&
-		    (PyTuple_GET_ITEM(pair, 1) == Py_None || PyLong_Check(PyTuple_GET_ITEM(pair, 1)))) {
-			err = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
-			if (PyTuple_GET_ITEM(pair, 1) != Py_None)
-				exit_code = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
-		} else if (pair) {
+		bool answered = pair != NULL;
+
+		take_pair(pair, "_fast_error", &err, &exit_code);
+		if (answered && !PyErr_Occurred() &&
+		    (!err || !PyBytes_Check(err) || (exit_code && !PyLong_Check(exit_code)))) {
 			PyErr_SetString(PyExc_TypeError, "_fast_error: not (bytes, int|None)");
+			Py_CLEAR(err);
+			Py_CLEAR(exit_code);
 		}
-		Py_XDECREF(pair);
 		if (!err)
 			r = -1;	/* formatting failed: the runner's failure */
 	}
