@@ -16,6 +16,14 @@ PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 PY_CFLAGS := $(shell pkg-config --cflags python3-embed)
 PY_LIBS := $(shell pkg-config --libs python3-embed)
+# The runner links Debian's libpython3.11 statically (libpython3.11.a, from
+# libpython3.11-dev) into a position-dependent executable that exports its
+# symbols to lib-dynload's extension modules: how Debian builds
+# /usr/bin/python3.11 itself.  Against libpython3.11.so every start paid
+# ~27,000 relocations and ran the interpreter's PIC code: ~10% of a whole
+# `print(1)` here (README, "Design notes").  Sanitizer builds keep the
+# shared library.
+PY_STATIC := $(shell $(PYTHON) -c 'import sysconfig as s; v=s.get_config_var; print(v("LIBPL") + "/" + v("LIBRARY"), v("MODLIBS"), v("LIBS"), v("SYSLIBS"))')
 
 WARN := -Wall -Wextra -Werror -Wshadow -Werror=missing-prototypes -Wformat=2 -Werror=format-nonliteral \
 	-Wno-missing-field-initializers -Wno-format-truncation
@@ -87,16 +95,16 @@ $(B)/libnsbox-core.a: $(CORE_OBJS)
 	ar rcs $@ $^
 $(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS)
-# The runner is copied into a sealed memfd for every cold start (and the
-# CLI's nsbox python): its debug information, two thirds of the file, goes
-# to nsbox-runner.debug beside it (found through .gnu_debuglink by gdb,
-# valgrind and addr2line).  Sanitizer builds keep it inline for their
+# The helper copies the runner into a sealed memfd: its debug information
+# goes to nsbox-runner.debug beside it (found through .gnu_debuglink by
+# gdb, valgrind and addr2line).  Sanitizer builds keep it inline for their
 # reports.
 $(B)/nsbox-runner: $(RUNNER_OBJS) $(B)/libnsbox-core.a
-	$(CC) $(LDFLAGS) -o $@$(if $(SANITIZE),,.full) $(RUNNER_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(PY_LIBS)
+	$(CC) $(LDFLAGS) -o $@$(if $(SANITIZE),,.full) $(RUNNER_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) \
+		$(if $(SANITIZE),$(PY_LIBS),-no-pie -Wl,--export-dynamic $(PY_STATIC))
 ifeq ($(SANITIZE),)
 	objcopy --only-keep-debug $@.full $@.debug
-	objcopy --strip-debug --add-gnu-debuglink=$@.debug $@.full $@
+	objcopy --strip-all --add-gnu-debuglink=$@.debug $@.full $@
 	rm -f $@.full
 endif
 # libnsbox.so: only nsbox_* is exported (hidden visibility in the API

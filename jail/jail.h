@@ -26,6 +26,9 @@
 #define NSBOX_EXIT_NOEXEC 126	/* command found but could not be executed */
 #define NSBOX_EXIT_NOTFOUND 127	/* command not found */
 
+/* Where jail_spec.exec_file is seen inside the sandbox. */
+#define JAIL_EXEC_PATH "/run/nsbox/runner"
+
 struct jail_spec {
 	const struct nsbox_policy *policy;
 	/* Exactly one of argv (execve it, PATH searched inside) or child_fn
@@ -38,6 +41,13 @@ struct jail_spec {
 	 * instead of a PATH search: a sealed memfd holding the binary, so the
 	 * sandbox cannot rewrite it (runc CVE-2019-5736).  Set -1 for none. */
 	int exec_fd;
+	/* Or (argv mode, exec_fd < 0): a host file that pid 1 binds read-only,
+	 * nosuid and nodev at JAIL_EXEC_PATH in the sandbox and the payload
+	 * executes from there.  Nothing is copied, and what runs inside can't
+	 * rewrite the file through /proc/self/exe (CVE-2019-5736): that path
+	 * is the read-only mount, and the sandbox can't remount it (no
+	 * capabilities, seccomp).  NULL for none. */
+	const char *exec_file;
 	/* Extra fds passed into the sandbox, renumbered to 3, 4, ... in this
 	 * order.  Everything else but 0, 1, 2 is closed. */
 	const int *pass_fds;
@@ -46,12 +56,6 @@ struct jail_spec {
 	 * NULL: dropped). */
 	void (*warn)(void *ctx, const char *msg);
 	void *warn_ctx;
-	/* Called by the launcher after the clone, while pid 1 builds its
-	 * root and before the payload may start: work on what pid 1 has
-	 * inherited (a memfd to fill and seal) that the payload needs done.
-	 * A failure ends the sandbox.  May be NULL. */
-	int (*prepare)(void *ctx, struct nsbox_err *err);
-	void *prepare_ctx;
 };
 
 struct jail_status {

@@ -102,6 +102,7 @@ struct child_ctx {
 	bool cg_mem, cg_pids;
 	bool host_root;
 	int sync_fd;
+	int bound_exec_fd;	/* O_PATH fd of JAIL_EXEC_PATH in pid 1, or -1 */
 };
 
 /* Set soft and hard limit to v (clamped to the hard limit we have).  A
@@ -225,7 +226,7 @@ static __attribute__((noreturn)) void payload_main(const struct child_ctx *c, in
 	const struct nsbox_policy *p = c->p;
 	struct nsbox_err e = { 0 };
 	const char *rw[POLICY_MAX_MOUNTS + 4];
-	int exec_fd = s->exec_fd, abi = 0;
+	int exec_fd = s->exec_fd >= 0 ? s->exec_fd : c->bound_exec_fd, abi = 0;
 	sigset_t none;
 	char **envp;
 
@@ -412,7 +413,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 
 	if (ids_switch(p->uid, p->gid, c->host_root, &e) < 0)
 		goto fail;
-	if (mount_setup(p, c->host_root, &e) < 0)
+	if (mount_setup(p, c->host_root, c->spec->exec_fd < 0 ? c->spec->exec_file : NULL, &c->bound_exec_fd, &e) < 0)
 		goto fail;
 	const char *hn = p->hostname ? p->hostname : "nsbox";
 	if (sethostname(hn, strlen(hn)) < 0 || setdomainname("", 0) < 0) {
@@ -519,7 +520,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	void (*warn)(void *, const char *) = spec->warn ? spec->warn : warn_none;
 	struct seccomp_prog prog = { 0 };
 	struct cgroup_handle *cg = NULL;
-	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog };
+	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .bound_exec_fd = -1 };
 	/* No CLONE_NEWNET: pid 1 makes its network namespace itself, beside
 	 * its other setup (net.c, netns_start). */
 	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
@@ -622,10 +623,6 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	 * after ATTACHED, so the payload starts inside every cgroup. */
 	if (cg && cgroup_attach(cg, pid, v2_attached, err) < 0)
 		goto fail_child;
-	if (spec->prepare && spec->prepare(spec->prepare_ctx, err) < 0) {
-		err_step(err, "launch");
-		goto fail_child;
-	}
 	/* If this fails the child has died; its ERROR is read below. */
 	(void)send_msg(sv[0], SYNC_ATTACHED,
 		       (j->cg_enforced[CTRL_MEMORY] ? SYNC_CG_MEMORY : 0) | (j->cg_enforced[CTRL_PIDS] ? SYNC_CG_PIDS : 0),

@@ -14,6 +14,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "jail.h"
 #include "steps.h"
 #include "util.h"
 
@@ -345,10 +346,11 @@ static int open_in_root(int dirfd, const char *path, int flags)
 	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 }
 
-int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *err)
+int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_file, int *exec_fd,
+		struct nsbox_err *err)
 {
 	int srcfd[POLICY_MAX_MOUNTS];
-	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1;
+	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
 	char path[4096], opts[64];
 	const char *home = p->workspace ? "/workspace" : "/tmp";
 	int r = -1;
@@ -381,6 +383,8 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *
 	}
 	if (p->share_net)
 		resolvfd = open("/etc/resolv.conf", O_PATH | O_CLOEXEC);
+	if (exec_file && (exefd = open_src(exec_file, err)) < 0)
+		goto out;
 
 	if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096") < 0) {
 		err_sys(err, "mount tmpfs for the new root");
@@ -416,6 +420,29 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, struct nsbox_err *
 		goto out;
 	if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
 		goto out;
+	/* Before the policy's binds, and opened at once: a bind of the
+	 * policy's over /run may hide the path but not the descriptor the
+	 * payload executes. */
+	if (exefd >= 0) {
+		struct stat st;
+
+		if (fstat(exefd, &st) < 0) {
+			err_sys(err, "stat %s", exec_file);
+			goto out;
+		}
+		if (!S_ISREG(st.st_mode)) {
+			err_set(err, EACCES, "%s is not a regular file", exec_file);
+			goto out;
+		}
+		if (bind_fd(exefd, NEWROOT JAIL_EXEC_PATH, false, true, err) < 0)
+			goto out;
+		*exec_fd = open(NEWROOT JAIL_EXEC_PATH, O_PATH | O_CLOEXEC | O_NOFOLLOW);
+		if (*exec_fd < 0) {
+			err_sys(err, "open %s", JAIL_EXEC_PATH);
+			goto out;
+		}
+	}
+
 	if (wsfd >= 0 && bind_fd(wsfd, NEWROOT "/workspace", true, true, err) < 0)
 		goto out;
 	for (size_t i = 0; i < p->n_mounts; i++) {

@@ -119,32 +119,22 @@ int session_find_runner(char *buf, size_t size, struct nsbox_err *err)
 		       n > 0 ? self : "/proc/self/exe", NSBOX_LIBEXECDIR);
 }
 
-/* Copy the runner into a sealed memfd: what runs inside can never write
- * back to the binary the host executes (runc CVE-2019-5736).  In two
- * halves, so that a launcher can clone with the (empty) memfd and fill it
- * while pid 1 builds its root: session_memfd_open() opens the runner
- * (*src) and makes the memfd; session_memfd_fill() copies, seals and
- * closes *src. */
-int session_memfd_open(const char *path, int *src, struct nsbox_err *err)
+/* Copy the runner into a sealed memfd: what runs from it can never write
+ * back to the binary the host executes (runc CVE-2019-5736).  For the
+ * helper (once per helper) and unjailed test sessions; a jailed cold
+ * session binds the file read-only instead (jail_spec.exec_file): ~7 MB
+ * would take ~3 ms to copy. */
+int session_sealed_copy(const char *path, struct nsbox_err *err)
 {
-	_cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	int mfd;
+	_cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), mfd = -1;
+	struct stat st;
+	char buf[65536];
 
 	if (in < 0)
 		return err_sys(err, "open %s", path);
 	mfd = (int)syscall(SYS_memfd_create, "nsbox-runner", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	if (mfd < 0)
 		return err_sys(err, "memfd_create");
-	*src = take_fd(&in);
-	return mfd;
-}
-
-int session_memfd_fill(int mfd, int *src, const char *path, struct nsbox_err *err)
-{
-	_cleanup_close_ int in = take_fd(src);
-	struct stat st;
-	char buf[65536];
-
 	if (fstat(in, &st) < 0)
 		return err_sys(err, "stat %s", path);
 	/* In the kernel, page cache to page cache: a copy through a user
@@ -176,30 +166,7 @@ int session_memfd_fill(int mfd, int *src, const char *path, struct nsbox_err *er
 		return err_sys(err, "fchmod memfd");
 	if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
 		return err_sys(err, "seal memfd");
-	return 0;
-}
-
-int session_sealed_copy(const char *path, struct nsbox_err *err)
-{
-	int src = -1;
-	_cleanup_close_ int mfd = session_memfd_open(path, &src, err);
-
-	if (mfd < 0 || session_memfd_fill(mfd, &src, path, err) < 0)
-		return -1;
 	return take_fd(&mfd);
-}
-
-struct memfd_fill {
-	int mfd;
-	int *src;
-	const char *path;
-};
-
-static int fill_memfd(void *ctx, struct nsbox_err *err)
-{
-	struct memfd_fill *f = ctx;
-
-	return session_memfd_fill(f->mfd, f->src, f->path, err);
 }
 
 /* ---- process control ---- */
@@ -655,8 +622,7 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 {
 	struct nsbox_session *s;
 	char path[PATH_MAX] = "nsbox-runner";
-	_cleanup_close_ int mfd = -1, src = -1;
-	struct memfd_fill fill = { .src = &src, .path = path };
+	_cleanup_close_ int mfd = -1;
 	int sv[2];
 	char *argv[4] = { "nsbox-runner", NULL, NULL, NULL };
 	struct proto_frame f = { 0 };
@@ -702,9 +668,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		return -1;
 	}
 	if (!opts->use_helper &&
-	    ((s->o.runner_path ? (snprintf(path, sizeof(path), "%s", s->o.runner_path), 0)
-			       : session_find_runner(path, sizeof(path), err)) < 0 ||
-	     (mfd = session_memfd_open(path, &src, err)) < 0)) {
+	    (s->o.runner_path ? (snprintf(path, sizeof(path), "%s", s->o.runner_path), 0)
+			      : session_find_runner(path, sizeof(path), err)) < 0) {
 		session_free(s);
 		return -1;
 	}
@@ -734,25 +699,20 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 			}
 		}
 	} else if (opts->unjailed) {
-		k = session_memfd_fill(mfd, &src, path, err);
-		if (k == 0)
-			k = start_unjailed(s, mfd, sv[1], argv, err);
+		mfd = session_sealed_copy(path, err);
+		k = mfd < 0 ? -1 : start_unjailed(s, mfd, sv[1], argv, err);
 	} else {
-		/* The runner is copied into its memfd by the launcher while
-		 * pid 1 builds its root: off the path to the payload. */
+		/* Bound read-only into the sandbox and run from there. */
 		struct jail_spec spec = {
 			.policy = opts->policy,
 			.argv = argv,
-			.exec_fd = mfd,
+			.exec_fd = -1,
+			.exec_file = path,
 			.pass_fds = &sv[1],
 			.n_pass_fds = 1,
 			.warn = opts->warn,
 			.warn_ctx = opts->warn_ctx,
-			.prepare = fill_memfd,
-			.prepare_ctx = &fill,
 		};
-
-		fill.mfd = mfd;
 
 		k = jail_start(&s->j, &spec, err);
 		if (k == 0) {

@@ -141,10 +141,6 @@ int session_find_runner(char *buf, size_t size, struct nsbox_err *err);
  * caller): what runs from it can never write back to the binary the host
  * executes (runc CVE-2019-5736).  Returns the fd or -1 with err. */
 int session_sealed_copy(const char *path, struct nsbox_err *err);
-/* Its two halves: the empty memfd (and the runner opened, *src), then the
- * copy and the seals (closes *src). */
-int session_memfd_open(const char *path, int *src, struct nsbox_err *err);
-int session_memfd_fill(int mfd, int *src, const char *path, struct nsbox_err *err);
 
 /* Register one more tool on a running session (TOOLS message): visible
  * from the next exec.  t's strings and schema are borrowed for the

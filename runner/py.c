@@ -84,8 +84,8 @@ int runner_py_init(bool dist_packages, struct nsbox_err *err)
 	config.parse_argv = 0;
 	config.safe_path = 1;
 	config.buffered_stdio = 0;
-	/* We are exec'd from a sealed memfd: /proc/self/exe names no file, so
-	 * state where Python lives rather than letting getpath guess. */
+	/* We are exec'd from a sealed memfd or from /run/nsbox/runner: state
+	 * where Python lives rather than letting getpath guess from there. */
 	st = PyConfig_SetString(&config, &config.home, L"/usr");
 	if (!PyStatus_Exception(st))
 		st = PyConfig_SetString(&config, &config.executable, L"/usr/bin/python3.11");

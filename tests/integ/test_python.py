@@ -5,6 +5,8 @@ The C session API (persistence, variables, reset, cancel, soft/hard
 deadlines, jailed and unjailed) is driven by build/tests/test-session, run
 here too.
 """
+import errno
+import hashlib
 import json
 import os
 import shutil
@@ -411,3 +413,33 @@ def test_cpython_regression_tests_inside():
             "test_math", timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "Tests result: SUCCESS" in p.stdout
+
+
+def test_runner_runs_from_a_read_only_bind(tmp_path):
+    """The runner is not copied for `nsbox python`: pid 1 binds it
+    read-only at /run/nsbox/runner and the payload executes it through a
+    descriptor, so a policy bind over /run hides the path but not the
+    program.  The file there is the host's runner, read-only, nosuid."""
+    code = ("import os, hashlib\n"
+            "st = os.statvfs('/proc/self/exe')\n"
+            "h = hashlib.sha256(open('/proc/self/exe', 'rb').read()).hexdigest()\n"
+            "print(os.readlink('/proc/self/exe'), bool(st.f_flag & os.ST_RDONLY), bool(st.f_flag & os.ST_NOSUID), h)\n"
+            "try:\n"
+            "    os.open('/proc/self/exe', os.O_WRONLY)\n"
+            "except OSError as e:\n"
+            "    print('refused', e.errno)\n")
+    with open(os.path.join(BUILD, "nsbox-runner"), "rb") as f:
+        want = hashlib.sha256(f.read()).hexdigest()
+    p = run("-c", code)
+    assert p.returncode == 0, p.stderr
+    # ETXTBSY while it runs, EROFS (the mount) were it not running, EACCES
+    # where the sandbox's user does not own it (the uid 65534 passes); the
+    # rewrite itself is tested in test_runner_exe.py.
+    assert p.stdout.splitlines() in (["/run/nsbox/runner True True " + want, "refused %d" % e]
+                                     for e in (errno.ETXTBSY, errno.EROFS, errno.EACCES)), p.stdout
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "mine").write_text("x")
+    p = run("--ro-bind", "%s:/run" % d, "-c", "import os; print(sorted(os.listdir('/run')), os.readlink('/proc/self/exe'))")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "['mine'] /run/nsbox/runner\n"
