@@ -106,10 +106,14 @@ static void idle_memory(nsbox_policy_t *p, bool cold, int n)
 	double rss = 0, pss = 0;
 
 	for (int i = 0; i < n; i++) {
-		struct nsbox_session_info info = { .struct_size = sizeof(info) };
-
 		s[i] = new_session(p, cold, false);
 		nsbox_result_free(exec(s[i], "1+1"));
+	}
+	/* Once all n exist: PSS divides shared pages among the processes
+	 * mapping them at the time it is read. */
+	for (int i = 0; i < n; i++) {
+		struct nsbox_session_info info = { .struct_size = sizeof(info) };
+
 		if (nsbox_session_info(s[i], &info, NULL) == 0)
 			mem_of(info.pid, &rss, &pss);
 	}
