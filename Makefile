@@ -17,9 +17,9 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 PY_CFLAGS := $(shell pkg-config --cflags python3-embed)
 PY_LIBS := $(shell pkg-config --libs python3-embed)
 # The runner links Debian's libpython3.11 statically (libpython3.11.a, from
-# libpython3.11-dev) into a position-dependent executable that exports its
-# symbols to lib-dynload's extension modules: how Debian builds
-# /usr/bin/python3.11 itself.  Against libpython3.11.so every start paid
+# libpython3.11-dev) into a position-dependent executable that exports
+# CPython's symbols to lib-dynload's extension modules (runner/exports.list):
+# how Debian builds /usr/bin/python3.11 itself.  Against libpython3.11.so every start paid
 # ~27,000 relocations and ran the interpreter's PIC code: ~10% of a whole
 # `print(1)` here (README, "Design notes").  Sanitizer builds keep the
 # shared library.
@@ -95,16 +95,16 @@ $(B)/libnsbox-core.a: $(CORE_OBJS)
 	ar rcs $@ $^
 $(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS)
-# The helper copies the runner into a sealed memfd: its debug information
-# goes to nsbox-runner.debug beside it (found through .gnu_debuglink by
-# gdb, valgrind and addr2line).  Sanitizer builds keep it inline for their
-# reports.
-$(B)/nsbox-runner: $(RUNNER_OBJS) $(B)/libnsbox-core.a
+# Debug information goes to nsbox-runner.debug beside it (found through
+# .gnu_debuglink by gdb, valgrind and addr2line where the runner runs from
+# its file; the symbol table stays, for the helper, which runs from a
+# memfd).  Sanitizer builds keep it all inline for their reports.
+$(B)/nsbox-runner: $(RUNNER_OBJS) $(B)/libnsbox-core.a runner/exports.list
 	$(CC) $(LDFLAGS) -o $@$(if $(SANITIZE),,.full) $(RUNNER_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) \
-		$(if $(SANITIZE),$(PY_LIBS),-no-pie -Wl,--export-dynamic $(PY_STATIC))
+		$(if $(SANITIZE),$(PY_LIBS),-no-pie -Wl,--dynamic-list=runner/exports.list $(PY_STATIC))
 ifeq ($(SANITIZE),)
 	objcopy --only-keep-debug $@.full $@.debug
-	objcopy --strip-all --add-gnu-debuglink=$@.debug $@.full $@
+	objcopy --strip-debug --add-gnu-debuglink=$@.debug $@.full $@
 	rm -f $@.full
 endif
 # libnsbox.so: only nsbox_* is exported (hidden visibility in the API

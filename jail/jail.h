@@ -41,12 +41,16 @@ struct jail_spec {
 	 * instead of a PATH search: a sealed memfd holding the binary, so the
 	 * sandbox cannot rewrite it (runc CVE-2019-5736).  Set -1 for none. */
 	int exec_fd;
-	/* Or (argv mode, exec_fd < 0): a host file that pid 1 binds read-only,
-	 * nosuid and nodev at JAIL_EXEC_PATH in the sandbox and the payload
-	 * executes from there.  Nothing is copied, and what runs inside can't
-	 * rewrite the file through /proc/self/exe (CVE-2019-5736): that path
-	 * is the read-only mount, and the sandbox can't remount it (no
-	 * capabilities, seccomp).  NULL for none. */
+	/* Or (argv mode, exec_fd < 0): a host file, opened by the launcher
+	 * (with its rights), that pid 1 binds read-only, nosuid and nodev at
+	 * JAIL_EXEC_PATH in the sandbox; the payload executes it from there.
+	 * Nothing is copied, and what runs inside can't rewrite the file
+	 * through /proc/self/exe (CVE-2019-5736): that path is the read-only
+	 * mount, and the sandbox can't remount it (no capabilities, seccomp).
+	 * Where pid 1 can't bind that same file (the sandbox's user can't
+	 * reach the path, it is on a noexec mount, or another file is there
+	 * now), pid 1 runs a sealed memfd copy of the launcher's instead.
+	 * NULL for none. */
 	const char *exec_file;
 	/* Extra fds passed into the sandbox, renumbered to 3, 4, ... in this
 	 * order.  Everything else but 0, 1, 2 is closed. */

@@ -102,7 +102,8 @@ struct child_ctx {
 	bool cg_mem, cg_pids;
 	bool host_root;
 	int sync_fd;
-	int bound_exec_fd;	/* O_PATH fd of JAIL_EXEC_PATH in pid 1, or -1 */
+	int exec_src_fd;	/* spec->exec_file, opened by the launcher, or -1 */
+	int bound_exec_fd;	/* in pid 1: the file to execute, or -1 */
 };
 
 /* Set soft and hard limit to v (clamped to the hard limit we have).  A
@@ -242,6 +243,14 @@ static __attribute__((noreturn)) void payload_main(const struct child_ctx *c, in
 			signal(sig, SIG_DFL);
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) {
 		err_sys(&e, "prctl(PR_SET_PDEATHSIG)");
+		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
+	}
+	/* pid 1 is not dumpable; the payload is: its exec resets the flag for
+	 * its new mm, and a template session (which does not exec) has an mm
+	 * of its own, forked.  Not before an exec: a vfork child shares pid
+	 * 1's mm, and with it the flag. */
+	if (s->child_fn && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) {
+		err_sys(&e, "prctl(PR_SET_DUMPABLE)");
 		payload_fail(err_fd, SYNC_ERROR, e.code, &e, NSBOX_EXIT_SETUP);
 	}
 	if (payload_fds(s, &exec_fd, &err_fd, &e) < 0)
@@ -410,11 +419,24 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		goto fail;
 	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_GO)
 		_exit(NSBOX_EXIT_SETUP);
+	/* Our id maps are written.  From now on the payload can't reach us
+	 * through /proc/1: our exe and stdio are the host's files, on the
+	 * host's mounts, where Landlock is not there to stop a write (runc
+	 * keeps its init non-dumpable the same way, CVE-2016-9962). */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0) {
+		err_sys(&e, "prctl(PR_SET_DUMPABLE)");
+		err_step(&e, "pid1");
+		goto fail;
+	}
 
 	if (ids_switch(p->uid, p->gid, c->host_root, &e) < 0)
 		goto fail;
-	if (mount_setup(p, c->host_root, c->spec->exec_fd < 0 ? c->spec->exec_file : NULL, &c->bound_exec_fd, &e) < 0)
+	if (mount_setup(p, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd, &e) < 0)
 		goto fail;
+	if (c->exec_src_fd >= 0) {
+		close(c->exec_src_fd);
+		c->exec_src_fd = -1;
+	}
 	const char *hn = p->hostname ? p->hostname : "nsbox";
 	if (sethostname(hn, strlen(hn)) < 0 || setdomainname("", 0) < 0) {
 		err_sys(&e, "sethostname");
@@ -520,12 +542,13 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	void (*warn)(void *, const char *) = spec->warn ? spec->warn : warn_none;
 	struct seccomp_prog prog = { 0 };
 	struct cgroup_handle *cg = NULL;
-	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .bound_exec_fd = -1 };
+	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .exec_src_fd = -1, .bound_exec_fd = -1 };
 	/* No CLONE_NEWNET: pid 1 makes its network namespace itself, beside
 	 * its other setup (net.c, netns_start). */
 	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
 				   CLONE_NEWCGROUP;
 	int sv[2] = { -1, -1 }, pidfd = -1, r;
+	_cleanup_close_ int exec_src = -1;
 	bool v2_attached = false, cg_early = cgroup_host_v2();
 	struct sync_msg m;
 	pid_t pid;
@@ -556,6 +579,15 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		goto fail;
 	}
 	c.sync_fd = sv[1];
+	if (spec->argv && spec->exec_fd < 0 && spec->exec_file) {
+		exec_src = open(spec->exec_file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+		if (exec_src < 0) {
+			err_sys(err, "open %s", spec->exec_file);
+			err_step(err, "launch");
+			goto fail;
+		}
+		c.exec_src_fd = exec_src;
+	}
 
 	j->start_ns = now_ns();
 	pid = do_clone(flags, cg ? cg->v2_fd : -1, &pidfd);

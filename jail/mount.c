@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -338,6 +340,22 @@ size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max
 
 /* Open path beneath dirfd without following any symlink (openat2
  * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); -1 if that is not possible. */
+/* exec_file opened by path in our mount namespace, as the sandbox's user
+ * (O_PATH), if it is the file the launcher opened (src) and may be
+ * executed from its mount; else -1: the caller copies src instead. */
+static int bindable_exec(const char *path, int src)
+{
+	_cleanup_close_ int fd = open(path, O_PATH | O_CLOEXEC);
+	struct stat a, b;
+	struct statfs fs;
+
+	if (fd < 0 || fstat(fd, &a) < 0 || fstat(src, &b) < 0 || fstatfs(fd, &fs) < 0)
+		return -1;
+	if (!S_ISREG(a.st_mode) || a.st_dev != b.st_dev || a.st_ino != b.st_ino || (fs.f_flags & ST_NOEXEC))
+		return -1;
+	return take_fd(&fd);
+}
+
 static int open_in_root(int dirfd, const char *path, int flags)
 {
 	struct open_how how = { .flags = (unsigned long long)flags,
@@ -346,7 +364,7 @@ static int open_in_root(int dirfd, const char *path, int flags)
 	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 }
 
-int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_file, int *exec_fd,
+int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_file, int exec_src, int *exec_fd,
 		struct nsbox_err *err)
 {
 	int srcfd[POLICY_MAX_MOUNTS];
@@ -383,8 +401,13 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 	}
 	if (p->share_net)
 		resolvfd = open("/etc/resolv.conf", O_PATH | O_CLOEXEC);
-	if (exec_file && (exefd = open_src(exec_file, err)) < 0)
-		goto out;
+	if (exec_src >= 0) {
+		exefd = bindable_exec(exec_file, exec_src);
+		if (exefd < 0 && (*exec_fd = sealed_copy_fd(exec_src)) < 0) {
+			err_sys(err, "copy %s into a sealed memfd", exec_file);
+			goto out;
+		}
+	}
 
 	if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096") < 0) {
 		err_sys(err, "mount tmpfs for the new root");
@@ -424,16 +447,6 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 	 * policy's over /run may hide the path but not the descriptor the
 	 * payload executes. */
 	if (exefd >= 0) {
-		struct stat st;
-
-		if (fstat(exefd, &st) < 0) {
-			err_sys(err, "stat %s", exec_file);
-			goto out;
-		}
-		if (!S_ISREG(st.st_mode)) {
-			err_set(err, EACCES, "%s is not a regular file", exec_file);
-			goto out;
-		}
 		if (bind_fd(exefd, NEWROOT JAIL_EXEC_PATH, false, true, err) < 0)
 			goto out;
 		*exec_fd = open(NEWROOT JAIL_EXEC_PATH, O_PATH | O_CLOEXEC | O_NOFOLLOW);

@@ -12,10 +12,12 @@
 
 /* mount.c: build the minimal root on a tmpfs and pivot_root into it.
  * Leaves the cwd at /workspace (if any) or /.  host_root: the sandbox's
- * user is host uid 0, so root-only /proc files are masked too.  exec_file
- * (may be NULL): a host file bound read-only at JAIL_EXEC_PATH; *exec_fd
- * gets an O_PATH fd of it there. */
-int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_file, int *exec_fd,
+ * user is host uid 0, so root-only /proc files are masked too.  exec_src
+ * (-1: none): the launcher's fd of the host file exec_file, to be bound
+ * read-only at JAIL_EXEC_PATH; *exec_fd gets what to execute: an O_PATH
+ * fd of it there, or a sealed memfd copy where that same file can't be
+ * bound (jail.h, exec_file). */
+int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_file, int exec_src, int *exec_fd,
 		struct nsbox_err *err);
 /* The writable paths inside the sandbox, for Landlock (static storage). */
 size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max);

@@ -126,47 +126,15 @@ int session_find_runner(char *buf, size_t size, struct nsbox_err *err)
  * would take ~3 ms to copy. */
 int session_sealed_copy(const char *path, struct nsbox_err *err)
 {
-	_cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY), mfd = -1;
-	struct stat st;
-	char buf[65536];
+	_cleanup_close_ int in = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	int mfd;
 
 	if (in < 0)
 		return err_sys(err, "open %s", path);
-	mfd = (int)syscall(SYS_memfd_create, "nsbox-runner", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	mfd = sealed_copy_fd(in);
 	if (mfd < 0)
-		return err_sys(err, "memfd_create");
-	if (fstat(in, &st) < 0)
-		return err_sys(err, "stat %s", path);
-	/* In the kernel, page cache to page cache: a copy through a user
-	 * buffer took twice as long.  Falls back to read/write where sendfile
-	 * can't (it reads what it has not copied yet). */
-	for (off_t done = 0; done < st.st_size;) {
-		ssize_t k = sendfile(mfd, in, NULL, (size_t)(st.st_size - done));
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			break;
-		done += k;
-	}
-	for (;;) {
-		ssize_t k = read(in, buf, sizeof(buf));
-
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return err_sys(err, "read %s", path);
-		}
-		if (k == 0)
-			break;
-		if (write_full(mfd, buf, (size_t)k) < 0)
-			return err_sys(err, "write memfd");
-	}
-	if (fchmod(mfd, 0555) < 0)
-		return err_sys(err, "fchmod memfd");
-	if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
-		return err_sys(err, "seal memfd");
-	return take_fd(&mfd);
+		return err_sys(err, "copy %s into a sealed memfd", path);
+	return mfd;
 }
 
 /* ---- process control ---- */

@@ -4,7 +4,10 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 
 #include <ctype.h>
@@ -302,4 +305,44 @@ ssize_t send_with_fds(int sock, const struct iovec *iov, size_t niov, const int 
 		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
 	return n;
+}
+
+int sealed_copy_fd(int in)
+{
+	_cleanup_close_ int mfd = (int)syscall(SYS_memfd_create, "nsbox-runner", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	struct stat st;
+	off_t off = 0;
+	char buf[65536];
+
+	if (mfd < 0 || fstat(in, &st) < 0)
+		return -1;
+	/* In the kernel, page cache to page cache: a copy through a user
+	 * buffer took twice as long.  An explicit offset leaves in's
+	 * position alone (another process may share it). */
+	while (off < st.st_size) {
+		ssize_t k = sendfile(mfd, in, &off, (size_t)(st.st_size - off));
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+	}
+	/* Where sendfile can't, and anything past the size we saw. */
+	for (;;) {
+		ssize_t k = pread(in, buf, sizeof(buf), off);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -1;
+		if (k == 0)
+			break;
+		if (pwrite(mfd, buf, (size_t)k, off) != k)
+			return -1;
+		off += k;
+	}
+	if (fchmod(mfd, 0555) < 0 ||
+	    fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+		return -1;
+	return take_fd(&mfd);
 }

@@ -76,5 +76,10 @@ ssize_t send_with_fds(int sock, const struct iovec *iov, size_t niov, const int 
 /* Close every fd >= lowfd except those listed in keep[] (close_range with a
  * /proc/self/fd fallback). */
 int close_fds_except(int lowfd, const int *keep, size_t nkeep);
+/* A sealed (no write, grow, shrink or further seals), mode 0555 memfd copy
+ * of the regular file open on fd in, read from offset 0 whatever in's
+ * position: what runs from it can never write back to the file.  Returns
+ * the memfd (close-on-exec) or -1 with errno. */
+int sealed_copy_fd(int in);
 
 #endif

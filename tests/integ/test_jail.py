@@ -1,6 +1,7 @@
 """Isolation properties of `nsbox run`, checked from inside with the probe."""
 import os
 import re
+import subprocess
 import pytest
 from conftest import run, run_status, probe, MODE, NSBOX
 
@@ -354,3 +355,24 @@ def test_script_without_shebang_and_many_args(tmp_path):
                        [str(i) for i in range(40000)])
     assert rc == 0, err
     assert out == "args: 40000\n"
+
+
+def test_pid1_is_not_reachable_through_proc(tmp_path):
+    """pid 1 is a clone of the launcher: /proc/1/exe is the host's nsbox
+    binary and /proc/1/fd/0-2 the caller's stdio, on the host's mounts.
+    pid 1 is non-dumpable once its id maps are written, so the command
+    can't open them, even with Landlock off.  The command itself stays
+    dumpable (it reads its own /proc/self)."""
+    out_file = tmp_path / "stdout"
+    script = ("for f in /proc/1/exe /proc/1/fd/0 /proc/1/fd/1 /proc/1/root; do "
+              "readlink $f >/dev/null 2>&1 && echo \"$f readable\" || echo \"$f refused\"; done; "
+              "(echo PWNED >> /proc/1/fd/1) 2>/dev/null && echo wrote || echo write-refused; "
+              "readlink /proc/self/exe")
+    with open(out_file, "wb") as f:
+        p = subprocess.run([NSBOX, "run", "--landlock", "off", "--", "/bin/sh", "-c", script],
+                           stdout=f, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=60)
+    out = out_file.read_text()
+    assert p.returncode == 0, p.stderr
+    assert out.splitlines() == ["/proc/1/exe refused", "/proc/1/fd/0 refused", "/proc/1/fd/1 refused",
+                                "/proc/1/root refused", "write-refused", "/usr/bin/readlink"], out
+    assert "PWNED" not in out

@@ -443,3 +443,51 @@ def test_runner_runs_from_a_read_only_bind(tmp_path):
     p = run("--ro-bind", "%s:/run" % d, "-c", "import os; print(sorted(os.listdir('/run')), os.readlink('/proc/self/exe'))")
     assert p.returncode == 0, p.stderr
     assert p.stdout == "['mine'] /run/nsbox/runner\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: a directory owned by another user, a tmpfs mount")
+@pytest.mark.parametrize("where", ["unreachable", "noexec"])
+def test_runner_the_sandbox_cannot_bind_runs_from_a_sealed_copy(tmp_path, where):
+    """Where pid 1, as the sandbox's user, can't bind the runner the
+    launcher opened (a 0700 directory of another user, as with sudo from a
+    home directory; a noexec mount), it runs a sealed memfd copy."""
+    d = tmp_path / "r"
+    d.mkdir()
+    mounted = False
+    try:
+        if where == "noexec":
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec,size=32m", "tmpfs", str(d)], check=True)
+            mounted = True
+        runner = d / "nsbox-runner"
+        shutil.copy2(os.path.join(BUILD, "nsbox-runner"), runner)
+        if where == "unreachable":
+            os.chown(runner, 65534, 65534)
+            os.chown(d, 65534, 65534)
+            os.chmod(d, 0o700)
+        p = run("-c", "import os; print(os.readlink('/proc/self/exe')); open('/proc/self/exe', 'ab')",
+                env={"NSBOX_RUNNER": str(runner)})
+        assert p.stdout.startswith("/memfd:nsbox-runner"), (p.stdout, p.stderr)
+        assert p.returncode == 1 and "PermissionError" in p.stderr, p.stderr
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(d)], check=True)
+
+
+def test_every_lib_dynload_extension_imports():
+    """The runner links libpython statically and exports CPython's API
+    (runner/exports.list): every extension module of the standard library,
+    and a C extension from dist-packages, must find what it needs."""
+    dyn = "/usr/lib/python3.11/lib-dynload"
+    mods = sorted({f.split(".")[0] for f in os.listdir(dyn) if f.endswith(".so")})
+    assert len(mods) > 30, mods
+    code = ("import importlib, warnings\nwarnings.simplefilter('ignore')\nbad = []\n"
+            "for m in %r:\n"
+            "    try:\n        importlib.import_module(m)\n"
+            "    except Exception as e:\n        bad.append((m, repr(e)))\n"
+            "print(len(%r) - len(bad), bad)\n") % (mods, mods)
+    p = run("-c", code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "%d []\n" % len(mods), p.stdout
+    if os.path.exists("/usr/lib/python3/dist-packages/yaml/_yaml.cpython-311-x86_64-linux-gnu.so"):
+        p = run("--dist-packages", "-c", "import yaml._yaml as y; print(y.__name__)")
+        assert p.returncode == 0 and p.stdout == "yaml._yaml\n", p.stderr
