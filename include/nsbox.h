@@ -215,7 +215,9 @@ NSBOX_API void nsbox_result_usage(const nsbox_result_t *r, double *wall, double 
 NSBOX_API int nsbox_result_exit_code(const nsbox_result_t *r);
 /* The runner's whole RESULT message as JSON (nsbox-protocol(7)), with the
  * fields that have no accessor (stdout_truncated, stdout_tail, ...);
- * "{}" when the sandbox died before answering.  Borrowed from r. */
+ * "{}" when the sandbox died before answering.  Borrowed from r; made on
+ * the first call (safe from several threads), NULL only when out of
+ * memory. */
 NSBOX_API const char *nsbox_result_json(const nsbox_result_t *r);
 NSBOX_API void nsbox_result_free(nsbox_result_t *r);
 

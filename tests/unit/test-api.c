@@ -466,6 +466,11 @@ static void test_tools(nsbox_policy_t *p)
 	nsbox_session_free(s);
 }
 
+static void *result_json_thread(void *r)
+{
+	return (void *)nsbox_result_json(r);
+}
+
 static void *cancel_later(void *arg)
 {
 	usleep(300000);
@@ -955,6 +960,24 @@ static void test_session_extras(nsbox_policy_t *p)
 	      !strcmp(nsbox_result_stdout(r, &n), "42\n"), "interactive: an expression is displayed (%zu bytes)",
 	      r ? n : 0);
 	CHECK(r && strstr(nsbox_result_json(r), "\"stdout_truncated\":false"), "result_json has the RESULT fields");
+	nsbox_result_free(r);
+	r = NULL;
+	clear(&e);
+	/* The text is made on demand, once, whichever thread asks first. */
+	if (nsbox_exec(s, "{'a': [1, 2.5, None], 'b': 'x'}\n", &io, &r, &e) == 0) {
+		pthread_t th[4];
+		const char *got[4] = { NULL };
+
+		for (int i = 0; i < 4; i++)
+			pthread_create(&th[i], NULL, result_json_thread, r);
+		for (int i = 0; i < 4; i++)
+			pthread_join(th[i], (void **)&got[i]);
+		CHECK(got[0] && got[0] == got[1] && got[1] == got[2] && got[2] == got[3] &&
+		      got[0] == nsbox_result_json(r) && strstr(got[0], "\"stdout\":\"{'a': [1, 2.5, None], 'b': 'x'}\\n\""),
+		      "result_json from 4 threads at once: one text (%s)", got[0] ? got[0] : "NULL");
+	} else {
+		CHECK(0, "exec for result_json threads (%s)", emsg(e));
+	}
 	nsbox_result_free(r);
 	r = NULL;
 	clear(&e);
