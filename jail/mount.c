@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -338,8 +337,6 @@ size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max
 	return n;
 }
 
-/* Open path beneath dirfd without following any symlink (openat2
- * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); -1 if that is not possible. */
 /* exec_file opened by path in our mount namespace, as the sandbox's user
  * (O_PATH), if it is the file the launcher opened (src) and may be
  * executed from its mount; else -1: the caller copies src instead. */
@@ -347,15 +344,17 @@ static int bindable_exec(const char *path, int src)
 {
 	_cleanup_close_ int fd = open(path, O_PATH | O_CLOEXEC);
 	struct stat a, b;
-	struct statfs fs;
+	struct statvfs fs;
 
-	if (fd < 0 || fstat(fd, &a) < 0 || fstat(src, &b) < 0 || fstatfs(fd, &fs) < 0)
+	if (fd < 0 || fstat(fd, &a) < 0 || fstat(src, &b) < 0 || fstatvfs(fd, &fs) < 0)
 		return -1;
-	if (!S_ISREG(a.st_mode) || a.st_dev != b.st_dev || a.st_ino != b.st_ino || (fs.f_flags & ST_NOEXEC))
+	if (!S_ISREG(a.st_mode) || a.st_dev != b.st_dev || a.st_ino != b.st_ino || (fs.f_flag & ST_NOEXEC))
 		return -1;
 	return take_fd(&fd);
 }
 
+/* Open path beneath dirfd without following any symlink (openat2
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS); -1 if that is not possible. */
 static int open_in_root(int dirfd, const char *path, int flags)
 {
 	struct open_how how = { .flags = (unsigned long long)flags,

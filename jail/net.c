@@ -22,7 +22,8 @@
 #include "steps.h"
 #include "util.h"
 
-int net_setup_loopback(struct nsbox_err *err)
+/* lo up in the caller's network namespace. */
+static int net_setup_loopback(struct nsbox_err *err)
 {
 	struct {
 		struct nlmsghdr nh;

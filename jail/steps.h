@@ -22,11 +22,8 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 /* The writable paths inside the sandbox, for Landlock (static storage). */
 size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max);
 
-/* net.c: bring loopback up in the caller's network namespace (one
- * rtnetlink request; needs CAP_NET_ADMIN there, which pid 1 has from the
- * clone on, before its id maps are written). */
-int net_setup_loopback(struct nsbox_err *err);
-/* A new network namespace with lo up, made on a thread of its own while
+/* net.c: a new network namespace with lo up (one rtnetlink request;
+ * CAP_NET_ADMIN there is pid 1's from the clone on), made on a thread of its own while
  * the caller goes on: netns_start() begins it (or, with no thread to be
  * had, makes it at once for the caller); netns_join() waits for it and
  * moves the calling thread in.  Nothing may be forked, and no filter that

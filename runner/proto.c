@@ -564,11 +564,6 @@ static int utf8_seq(const unsigned char *s, size_t n)
 	return need;
 }
 
-int proto_utf8_seq(const char *s, size_t n)
-{
-	return n ? utf8_seq((const unsigned char *)s, n) : 0;
-}
-
 bool proto_utf8_valid(const char *s, size_t n)
 {
 	for (size_t i = 0; i < n;) {

@@ -148,9 +148,6 @@ bool proto_is_identifier(const char *s);
 /* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms,
  * surrogates or code points past U+10FFFF), as jansson requires. */
 bool proto_utf8_valid(const char *s, size_t n);
-/* Length of the valid UTF-8 sequence at s (at most n bytes): >0 its
- * length, 0 incomplete, -1 invalid (overlongs and surrogates too). */
-int proto_utf8_seq(const char *s, size_t n);
 
 /* A growing buffer for frames written by hand, without a jansson tree and
  * dump, on the exec round trip (the host's EXEC, the runner's RESULT).
