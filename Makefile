@@ -33,15 +33,21 @@ ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
-ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude -Ilib -Ipolicy -Ijail -Irunner -I$(B)/gen $(PKG_CFLAGS) \
+# The layers, lowest first (README, "Layout"; scripts/check-layers.sh checks
+# that no file includes from a layer above its own).
+LAYERS := base proto policy jail runner helper host lib
+LAYER_INC := $(addprefix -I,$(LAYERS))
+ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(LAYER_INC) -I$(B)/gen $(PKG_CFLAGS) \
 	-DNSBOX_LIBEXECDIR='"$(LIBEXECDIR)"' -MMD -MP
 
-# The core: everything but front ends and the runner's Python side.
-CORE_SRCS := $(wildcard lib/*.c policy/*.c jail/*.c runner/proto*.c)
+# The core: everything but front ends and the runner binary's own code.
+CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c jail/*.c host/*.c lib/*.c) helper/client.c helper/locate.c
 CORE_OBJS := $(CORE_SRCS:%.c=$(B)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
-RUNNER_SRCS := $(filter-out runner/proto%.c,$(wildcard runner/*.c))
+# nsbox-runner: the sandbox side (runner/) and, in the same binary, libnsbox's
+# helper process (helper/helper.c), which forks the runner's initialised CPython.
+RUNNER_SRCS := $(wildcard runner/*.c) helper/helper.c helper/main.c
 RUNNER_OBJS := $(RUNNER_SRCS:%.c=$(B)/obj/%.o)
 UNIT_SRCS := $(wildcard tests/unit/test-*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
@@ -66,6 +72,9 @@ all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS)
 $(B)/obj/runner/%.o: runner/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(PY_CFLAGS) -I$(B)/gen -c -o $@ $<
+$(B)/obj/helper/helper.o $(B)/obj/helper/main.o: $(B)/obj/helper/%.o: helper/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(PY_CFLAGS) -I$(B)/gen -c -o $@ $<
 # The runner's Python half, embedded as a C string (ASCII only).
 $(B)/obj/runner/py.o: $(B)/gen/runner_py.h
 $(B)/gen/runner_py.h: runner/runner.py
@@ -81,10 +90,10 @@ $(B)/obj/%.o: %.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 # The seccomp filter is compiled once at build time (scripts/gen-seccomp.c).
-GEN_SECCOMP_SRCS := scripts/gen-seccomp.c lib/error.c lib/util.c policy/policy.c policy/seccomp-rules.c
+GEN_SECCOMP_SRCS := scripts/gen-seccomp.c base/error.c base/util.c policy/policy.c policy/seccomp-rules.c
 $(B)/gen-seccomp: $(GEN_SECCOMP_SRCS) policy/seccomp-rules.h policy/policy.h
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 $(WARN) -O1 -D_GNU_SOURCE -Ilib -Ipolicy -o $@ $(GEN_SECCOMP_SRCS) $(PKG_LIBS)
+	$(CC) -std=gnu11 $(WARN) -O1 -D_GNU_SOURCE -Ibase -Ipolicy -o $@ $(GEN_SECCOMP_SRCS) $(PKG_LIBS)
 $(B)/gen/seccomp-bpf.gen.h: $(B)/gen-seccomp
 	@mkdir -p $(dir $@)
 	$(B)/gen-seccomp > $@.tmp && mv $@.tmp $@
@@ -144,7 +153,7 @@ $(B)/tests/%: tests/%.c
 FUZZ_CC ?= clang
 $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c $(CORE_SRCS) $(B)/gen/seccomp-bpf.gen.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude -Ilib -Ipolicy -Ijail -Irunner -I$(B)/gen \
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude $(LAYER_INC) -I$(B)/gen \
 		$(PKG_CFLAGS) -o $@ $< $(CORE_SRCS) $(PKG_LIBS)
 FUZZ_TIME ?= 20
 fuzz: $(FUZZ_BINS)

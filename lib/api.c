@@ -1,6 +1,6 @@
 /* libnsbox's public API (include/nsbox.h) over the core: policies
- * (policy/), sessions (lib/session.c) made by the helper process
- * (lib/helper.c).  This file only checks arguments, converts between the
+ * (policy/), sessions (host/session.c) made by the helper process
+ * (helper/helper.c).  This file only checks arguments, converts between the
  * public JSON-text interface and jansson, and maps errors to negative
  * errno values; it never prints and never exits.  Compiled with
  * -fvisibility=hidden: only NSBOX_API symbols are exported, through the

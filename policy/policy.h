@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "../lib/error.h"
+#include "error.h"
 
 enum policy_want {
 	WANT_OFF = 0,	/* do not use */

@@ -13,7 +13,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
-#include "../lib/error.h"
+#include "error.h"
 #include "policy.h"
 
 enum seccomp_rule_action {

@@ -1026,7 +1026,7 @@ static struct {
 	unsigned long long cache_clock;
 } F;
 
-/* RESULT frames are written with proto_buf (runner/proto.h); on
+/* RESULT frames are written with proto_buf (proto/proto.h); on
  * allocation failure the buffer stays bad and the caller raises MemoryError. */
 
 /* v / 10**dec as an exact decimal ("0.000012"): what float(v / 10**dec)

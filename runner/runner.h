@@ -44,7 +44,7 @@ int runner_py_init(bool dist_packages, struct nsbox_err *err);
 int runner_py_session(int fd, struct nsbox_err *err);
 /* Serve the protocol until BYE or end of connection; returns the exit status. */
 int runner_py_serve(void);
-/* In a session forked from the template (runner/helper.c): take on this
+/* In a session forked from the template (helper/helper.c): take on this
  * sandbox's environment (env, the jail's) and, by policy, dist-packages,
  * which the template, initialised with neither, does not have. */
 int runner_py_adopt(bool dist_packages, char **env, struct nsbox_err *err);
@@ -59,7 +59,7 @@ int runner_py_preload(const char *const *mods, size_t n, struct nsbox_err *err);
  * their pages copied) by its sessions' collector.  Call last, before forking. */
 int runner_py_freeze(struct nsbox_err *err);
 
-/* helper.c: `nsbox-runner --helper [--spare]` (lib/helper.h); returns the
+/* helper.c: `nsbox-runner --helper [--spare]` (helper/helper.h); returns the
  * exit status.  spare: keep a spare sandbox ready (helper.c). */
 int runner_helper_main(bool spare);
 

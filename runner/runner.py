@@ -2,7 +2,7 @@
 
 Loaded by runner/py.c from a string as module _nsbox_runner, with the
 filename "<nsbox-runner>"; frames with that filename are hidden from user
-tracebacks.  The wire contract is runner/proto.h and nsbox-protocol(7).
+tracebacks.  The wire contract is proto/proto.h and nsbox-protocol(7).
 Keep this file ASCII: it is embedded as a C string.
 
 Imports are few and cheap on purpose (a cold `nsbox python` pays for each

@@ -1,6 +1,6 @@
 /* libFuzzer target for the runner protocol: the frame decoder fed in
  * irregular chunks, then every complete frame parsed as a message in both
- * directions (runner/proto.c).  Must never crash, leak or over-allocate. */
+ * directions (proto/proto.c).  Must never crash, leak or over-allocate. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

@@ -386,7 +386,7 @@ def test_hostile_runner(evil, mode, code, text):
     assert time.time() - t0 < 15
     if mode == "flood":
         # The EXEC's output streams as it comes; the host stops at twice
-        # the output limit (1 MiB per stream) and a frame (lib/session.c).
+        # the output limit (1 MiB per stream) and a frame (host/session.c).
         assert set(p.stdout) <= {"x"} and len(p.stdout) <= 2 * (1 << 20) + 4096
     else:
         assert p.stdout == ""

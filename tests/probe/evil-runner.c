@@ -1,5 +1,5 @@
 /* A hostile stand-in for nsbox-runner, for tests of the host side
- * (lib/session.c).  Selected with NSBOX_RUNNER=.../evil-runner-MODE; the
+ * (host/session.c).  Selected with NSBOX_RUNNER=.../evil-runner-MODE; the
  * host passes the file's name as argv[0], so the mode is its suffix:
  *   garbage   answer HELLO, then send random bytes
  *   oversize  answer HELLO, then a header claiming a 4 GiB payload

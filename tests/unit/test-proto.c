@@ -1,4 +1,4 @@
-/* Unit tests of the runner protocol codec (runner/proto.c): headers, the
+/* Unit tests of the runner protocol codec (proto/proto.c): headers, the
  * incremental reader, size caps, message schemas and UTF-8 cleaning. */
 #include <errno.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* The host side of a session (lib/session.c) against the real runner:
+/* The host side of a session (host/session.c) against the real runner:
  * persistence, variables, reset, ping, tool calls, cancel, a dead session.
  * Runs each case unjailed (the runner as a plain child) and, where the jail
  * can start here, jailed.  Needs build/nsbox-runner (or $NSBOX_RUNNER);
@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "locate.h"
 #include "session.h"
 #include "tap.h"
 
@@ -157,7 +158,7 @@ int main(void)
 	struct nsbox_err err = { 0 };
 	char path[4096];
 
-	if (session_find_runner(path, sizeof(path), &err) < 0) {
+	if (runner_locate(path, sizeof(path), &err) < 0) {
 		ok(0, "nsbox-runner not found (build it: make build/nsbox-runner): %s", err.msg);
 		tap_done();
 	}

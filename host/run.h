@@ -1,6 +1,6 @@
 /* Run a command in a new sandbox and wait for it (nsbox_run(), `nsbox
  * run`): either from this process (jail_start; single-threaded callers) or
- * through the helper process (lib/helper.h), with the policy's time limit
+ * through the helper process (helper/helper.h), with the policy's time limit
  * enforced either way and, on request, the caller's signals passed on. */
 #ifndef NSBOX_RUN_H
 #define NSBOX_RUN_H

@@ -1,5 +1,5 @@
 /* The host side of a Python session: a sandbox running nsbox-runner, spoken
- * to over the runner protocol (runner/proto.h, nsbox-protocol(7)).
+ * to over the runner protocol (proto/proto.h, nsbox-protocol(7)).
  *
  * A session persists globals across execs, dispatches the runner's tool
  * calls to C callbacks, enforces per-exec time limits (soft: an exception
@@ -58,7 +58,7 @@ struct session_opts {
 	const char *runner_path;	/* NULL: $NSBOX_RUNNER, next to /proc/self/exe, NSBOX_LIBEXECDIR */
 	/* TESTS ONLY: run the runner as a plain child, without any sandbox. */
 	bool unjailed;
-	/* Have libnsbox's helper process make the sandbox (lib/helper.h): the
+	/* Have libnsbox's helper process make the sandbox (helper/helper.h): the
 	 * only mode a multithreaded process may use.  With cold, the helper
 	 * execs the runner afresh instead of forking its initialised CPython. */
 	bool use_helper;
@@ -134,13 +134,6 @@ const json_t *session_hello(const struct nsbox_session *s);
 /* End the session (BYE, then kill), reap, fill *st if not NULL, free.
  * Accepts NULL. */
 void session_close(struct nsbox_session *s, struct jail_status *st);
-
-/* The runner binary to use: a path in buf.  Returns 0 or -1 with err. */
-int session_find_runner(char *buf, size_t size, struct nsbox_err *err);
-/* A sealed, read-only memfd copy of the file at path (owned by the
- * caller): what runs from it can never write back to the binary the host
- * executes (runc CVE-2019-5736).  Returns the fd or -1 with err. */
-int session_sealed_copy(const char *path, struct nsbox_err *err);
 
 /* Register one more tool on a running session (TOOLS message): visible
  * from the next exec.  t's strings and schema are borrowed for the

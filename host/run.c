@@ -1,4 +1,4 @@
-/* Run a command in a new sandbox and wait for it (lib/run.h). */
+/* Run a command in a new sandbox and wait for it (host/run.h). */
 #include "run.h"
 
 #include <errno.h>

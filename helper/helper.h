@@ -14,7 +14,7 @@
  *           the template.  Answer: id, pid, and the sandbox's pidfd
  *           (SCM_RIGHTS) so the library can SIGKILL it directly.  When a
  *           spare sandbox made earlier for the same policy text is used
- *           (runner/helper.c), its session socket follows the pidfd
+ *           (helper/helper.c), its session socket follows the pidfd
  *           (has_sock) and replaces the library's.  Flag HELPER_SPARE (or
  *           NSBOX_SPARE=1 in the host's environment when the helper
  *           started) asks for a spare to be made for the next SPAWN.
@@ -89,7 +89,7 @@ struct helper_rep {
 	char msg[NSBOX_ERR_MSG_MAX];	/* failure: what went wrong; SPAWN, RUN success: warnings, one per line */
 };
 
-/* ---- library side (lib/helper.c) ---- */
+/* ---- library side (helper/helper.c) ---- */
 
 struct helper_sandbox {
 	uint64_t id;

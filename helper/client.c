@@ -1,4 +1,4 @@
-/* The library's end of the helper process (lib/helper.h): start it, talk
+/* The library's end of the helper process (helper/helper.h): start it, talk
  * to it under one mutex, restart it after it died or after a fork. */
 #include "helper.h"
 
@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "session.h"
+#include "locate.h"
 #include "util.h"
 
 /* A request that takes longer than this means the helper is stuck: it is
@@ -100,9 +100,9 @@ static int start_helper(struct nsbox_err *err)
 	pid_t pid;
 	int r;
 
-	if (session_find_runner(path, sizeof(path), err) < 0)
+	if (runner_locate(path, sizeof(path), err) < 0)
 		return -1;
-	mfd = session_sealed_copy(path, err);
+	mfd = runner_sealed_copy(path, err);
 	if (mfd < 0)
 		return -1;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)

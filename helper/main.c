@@ -56,7 +56,7 @@ int main(int argc, char **argv)
 			dist = true;
 		} else if (!strcmp(argv[i], "--helper") && i == 1 &&
 			   (argc == 2 || (argc == 3 && !strcmp(argv[2], "--spare")))) {
-			/* libnsbox's helper (lib/helper.h): outside any sandbox. */
+			/* libnsbox's helper (helper/helper.h): outside any sandbox. */
 			return runner_helper_main(argc == 3);
 		} else {
 			return 2;

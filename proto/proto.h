@@ -1,4 +1,4 @@
-/* The runner protocol: the one wire contract between the host (lib/session.c)
+/* The runner protocol: the one wire contract between the host (host/session.c)
  * and the runner inside the sandbox (runner/).  Compiled into both sides.
  * Documented in nsbox-protocol(7); keep the two in step.
  *

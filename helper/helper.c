@@ -1,4 +1,4 @@
-/* `nsbox-runner --helper`: libnsbox's helper process (lib/helper.h).
+/* `nsbox-runner --helper`: libnsbox's helper process (helper/helper.h).
  *
  * Single-threaded by design: it clones sandboxes (jail_start), which a
  * threaded process must not do.  It initialises CPython once, the

@@ -1,0 +1,43 @@
+#!/usr/bin/python3.11
+"""No file includes from a layer above its own (README, "Layout").
+
+The layers, lowest first: base, proto, policy, jail, runner, helper, host,
+lib.  A file may include its own directory's headers and those of the
+layers below it.  The front ends (cli/, service/) and examples/ include
+nothing of the tree but include/nsbox.h (and their own headers).  Exits 1
+naming every upward or sideways include."""
+import os
+import re
+import sys
+
+LAYERS = ["base", "proto", "policy", "jail", "runner", "helper", "host", "lib"]
+FRONT = ["cli", "service", "examples"]
+root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+where = {}
+for d in LAYERS + FRONT + ["include"]:
+    for f in os.listdir(os.path.join(root, d)) if os.path.isdir(os.path.join(root, d)) else []:
+        if f.endswith(".h"):
+            where.setdefault(f, d)
+bad = []
+for d in LAYERS + FRONT:
+    top = os.path.join(root, d)
+    if not os.path.isdir(top):
+        continue
+    for f in sorted(os.listdir(top)):
+        if not f.endswith((".c", ".h")):
+            continue
+        for n, line in enumerate(open(os.path.join(top, f), encoding="utf-8"), 1):
+            m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+            if not m:
+                continue
+            h = os.path.basename(m.group(1))
+            hd = where.get(h)
+            if hd is None or hd == d or hd == "include":
+                continue        # generated (build/gen), own, or the public header
+            if d in FRONT:
+                bad.append(f"{d}/{f}:{n}: a front end includes {hd}/{h} (only nsbox.h)")
+            elif hd in FRONT or LAYERS.index(hd) > LAYERS.index(d):
+                bad.append(f"{d}/{f}:{n}: {d} includes {hd}/{h}, a layer above it")
+for b in bad:
+    print(b)
+sys.exit(1 if bad else 0)
