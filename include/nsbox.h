@@ -43,6 +43,17 @@ typedef struct nsbox_sess nsbox_session_t;
 typedef struct nsbox_result nsbox_result_t;
 typedef struct nsbox_error nsbox_error_t;
 
+/* Exit statuses of nsbox(1) (and nsbox_result_exit_code(),
+ * nsbox_run_status.exit_code).  The command's own status and 128+N for a
+ * signal pass through. */
+#define NSBOX_EXIT_USAGE 120	/* bad flags or bad policy */
+#define NSBOX_EXIT_PROTOCOL 121	/* the runner broke the protocol */
+#define NSBOX_EXIT_MEMORY 123	/* killed by the memory limit (OOM) */
+#define NSBOX_EXIT_TIMEOUT 124	/* killed by the wall-clock time limit */
+#define NSBOX_EXIT_SETUP 125	/* the sandbox could not be set up */
+#define NSBOX_EXIT_NOEXEC 126	/* command found but could not be executed */
+#define NSBOX_EXIT_NOTFOUND 127	/* command not found */
+
 /* ---- errors ----------------------------------------------------------- */
 
 /* The negative errno the failing call returned (e.g. -EINVAL). */
@@ -220,6 +231,82 @@ NSBOX_API int nsbox_result_exit_code(const nsbox_result_t *r);
  * memory. */
 NSBOX_API const char *nsbox_result_json(const nsbox_result_t *r);
 NSBOX_API void nsbox_result_free(nsbox_result_t *r);
+
+/* ---- exec for event loops (since 0.4.0) --------------------------------
+ *
+ * nsbox_exec() blocks and runs tool callbacks on the calling thread.  An
+ * event loop serving many sessions from one thread instead starts an exec,
+ * polls the session's fd, and advances the exec when the fd is readable:
+ *
+ *	nsbox_exec_start(s, code, &opts, &err);
+ *	for (;;) {
+ *		poll nsbox_session_fd(s) for POLLIN (with other fds);
+ *		while ((k = nsbox_exec_advance(s, &ev, &err)) > 0) {
+ *			if (ev.kind == NSBOX_EVENT_OUTPUT) ...ev.stream, ev.data, ev.len
+ *			if (ev.kind == NSBOX_EVENT_TOOL_CALL) ...answer now or later:
+ *				nsbox_exec_answer(s, ev.call_id, "42", NULL, &err);
+ *			if (ev.kind == NSBOX_EVENT_DONE)
+ *				nsbox_exec_result(s, &r, &err); ...done
+ *		}
+ *		k == 0: nothing more now, poll again; k < 0: error
+ *	}
+ *
+ * nsbox_exec() is built on these calls.  Every deadline (the time limit,
+ * its grace, a cancel) makes the fd readable when it falls due, so the
+ * caller needs no timer of its own.  An exec driven this way surfaces every
+ * tool call as an event, whether or not the tool was registered with a
+ * callback (nsbox_session_add_tool() accepts fn NULL for such hosts); the
+ * session's output callback is not called: output arrives as events.
+ * One exec at a time per session; different sessions are independent. */
+
+/* The fd to poll (POLLIN) for session s: readable whenever
+ * nsbox_exec_advance() has work (a frame from the sandbox, its death, a
+ * deadline, nsbox_cancel()).  Owned by the session, stable for its life;
+ * never read or close it.  -1 with errno set when it can't be made. */
+NSBOX_API int nsbox_session_fd(nsbox_session_t *s);
+
+/* Send code to the sandbox and return without waiting.  Errors (nothing
+ * ran): -EINVAL, -ENOTCONN the session is dead, -EBUSY an exec is in
+ * progress on s. */
+NSBOX_API int nsbox_exec_start(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts,
+			       nsbox_error_t **err);
+
+enum nsbox_event_kind {
+	NSBOX_EVENT_OUTPUT = 1,		/* stream (1 stdout, 2 stderr), data, len */
+	NSBOX_EVENT_TOOL_CALL,		/* call_id, tool, args_json: answer with nsbox_exec_answer() */
+	NSBOX_EVENT_DONE,		/* the exec ended: collect it with nsbox_exec_result() */
+};
+
+struct nsbox_event {
+	size_t struct_size;		/* sizeof(struct nsbox_event), set by the caller */
+	enum nsbox_event_kind kind;
+	int stream;
+	const char *data;		/* OUTPUT: borrowed until the next advance; not NUL-terminated */
+	size_t len;
+	uint64_t call_id;		/* TOOL_CALL */
+	const char *tool;		/* TOOL_CALL: the tool's name, borrowed until the next advance */
+	const char *args_json;		/* TOOL_CALL: {"args": [...], "kwargs": {...}}, likewise */
+};
+
+/* Do what is ready without blocking.  Returns 1 with *ev filled, 0 when
+ * there is nothing to do until the fd is readable again, or a negative
+ * errno: -EINVAL no exec in progress (or after DONE), -ENOMEM.  Limit
+ * kills, crashes and protocol errors are not errors here: they end the
+ * exec with DONE and a result saying what happened. */
+NSBOX_API int nsbox_exec_advance(nsbox_session_t *s, struct nsbox_event *ev, nsbox_error_t **err);
+
+/* Answer tool call call_id of the exec in progress: result_json (NULL
+ * means None) or, when error_message is not NULL, an nsbox.ToolError with
+ * that message inside.  Any time before DONE, from the thread driving the
+ * session.  Invalid JSON is a ToolError inside.  Errors: -EINVAL no such
+ * call pending, -ENOTCONN the session died meanwhile. */
+NSBOX_API int nsbox_exec_answer(nsbox_session_t *s, uint64_t call_id, const char *result_json,
+				const char *error_message, nsbox_error_t **err);
+
+/* After NSBOX_EVENT_DONE: the result (owned by the caller), as
+ * nsbox_exec() returns it; the session is then free for the next exec.
+ * Errors: -EINVAL no exec has ended, -EAGAIN the exec is still running. */
+NSBOX_API int nsbox_exec_result(nsbox_session_t *s, nsbox_result_t **out, nsbox_error_t **err);
 
 /* Bind a global to a JSON value / read one as JSON (nsbox_free the
  * string).  Errors: -EINVAL bad name or JSON, -ENOENT no such global,

@@ -16,15 +16,8 @@
 #include "error.h"
 #include "policy.h"
 
-/* Exit statuses of nsbox(1); documented there.  The command's own status
- * and 128+N for a signal pass through. */
-#define NSBOX_EXIT_USAGE 120	/* bad flags or bad policy */
-#define NSBOX_EXIT_PROTOCOL 121	/* the runner broke the protocol */
-#define NSBOX_EXIT_MEMORY 123	/* killed by the memory limit (OOM) */
-#define NSBOX_EXIT_TIMEOUT 124	/* killed by the wall-clock time limit */
-#define NSBOX_EXIT_SETUP 125	/* the sandbox could not be set up */
-#define NSBOX_EXIT_NOEXEC 126	/* command found but could not be executed */
-#define NSBOX_EXIT_NOTFOUND 127	/* command not found */
+/* NSBOX_EXIT_*: the exit statuses, in the public header (nsbox.h). */
+#include "nsbox.h"
 
 /* Where jail_spec.exec_file is seen inside the sandbox. */
 #define JAIL_EXEC_PATH "/run/nsbox/runner"
