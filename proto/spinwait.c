@@ -1,0 +1,81 @@
+/* Spin briefly while it pays, then sleep (spinwait.h). */
+#include "spinwait.h"
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* A spin can only pay when the other end can run meanwhile: not with one
+ * CPU.  Cached (the host may call this from many threads: an atomic; a
+ * race stores the same value twice). */
+static bool spin_pays_here(void)
+{
+	static atomic_long ncpu;
+	long n = atomic_load_explicit(&ncpu, memory_order_relaxed);
+
+	if (!n) {
+		n = sysconf(_SC_NPROCESSORS_ONLN);
+		atomic_store_explicit(&ncpu, n, memory_order_relaxed);
+	}
+	return n >= 2;
+}
+
+int spinwait_spin(struct spinwait *w, int (*try_once)(void *ctx), void *ctx)
+{
+	unsigned long long t0;
+	int k;
+
+	if (!spin_pays_here() || w->skip) {
+		w->skip -= w->skip > 0;
+		return 0;
+	}
+	t0 = now_ns();
+	do {
+		k = try_once(ctx);
+		if (k != 0) {
+			w->backoff = 0;
+			return k;
+		}
+	} while (now_ns() - t0 < SPINWAIT_US * 1000ULL);
+	w->backoff = w->backoff ? (w->backoff < SPINWAIT_BACKOFF_MAX ? 2 * w->backoff : w->backoff) : 1;
+	w->skip = w->backoff;
+	return 0;
+}
+
+struct poll_args {
+	struct pollfd *p;
+	nfds_t n;
+};
+
+static int poll_now(void *ctx)
+{
+	struct poll_args *a = ctx;
+
+	return poll(a->p, a->n, 0);
+}
+
+/* poll()'s timeout for deadline: -1 for none, rounded up (a poll that
+ * wakes a little early would only poll again). */
+static int timeout_ms(unsigned long long deadline)
+{
+	unsigned long long now = now_ns();
+
+	if (!deadline)
+		return -1;
+	if (now >= deadline)
+		return 0;
+	if ((deadline - now) / 1000000 > INT_MAX - 1)
+		return INT_MAX;
+	return (int)((deadline - now + 999999) / 1000000);
+}
+
+int spinwait_poll(struct spinwait *w, struct pollfd *p, nfds_t n, unsigned long long deadline)
+{
+	struct poll_args a = { p, n };
+	int k = spinwait_spin(w, poll_now, &a);
+
+	return k != 0 ? k : poll(p, n, timeout_ms(deadline));
+}
