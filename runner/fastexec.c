@@ -1,0 +1,651 @@
+/* The _nsbox module's EXEC fast path (pymod.h).
+ *
+ * An ordinary EXEC (no REPL display, no completeness check) is run here
+ * in C, from recv(): decode, compile, run, capture and answer without
+ * the Python serve loop (runner.py's do_exec, which this follows step by
+ * step and which stays the reference: what runs everything declined
+ * here).  The rare parts call back into runner.py: splitting multi-line
+ * REPL code (_split_ast), formatting an exception (_fast_error), encoding
+ * a value that is not a plain scalar (_fast_value) and reporting a
+ * failure of the runner itself (_fast_failed).  Saves ~15 us of
+ * interpreted Python per exec. */
+#include "pymod.h"
+
+#include <string.h>
+#include <sys/resource.h>
+
+#include "util.h"
+
+/* Compiled code of recent execs, by source, filename and mode: a REPL
+ * host sends the same small snippets again and again, and compiling even
+ * "1+1" costs more than the rest of an exec.  Code objects are immutable.
+ * Code whose compilation printed anything (a SyntaxWarning) is not kept,
+ * so that the warning comes again with every exec, as before. */
+#define CODE_CACHE_N 16
+#define CODE_CACHE_MAX_SRC 16384
+struct code_entry {
+	char *src, *filename;	/* NULL: a free slot */
+	size_t src_len;
+	bool repl;		/* body/last split (want_value), or one exec body */
+	PyObject *body, *last;	/* either may be NULL */
+	unsigned long long used;
+};
+
+static struct {
+	bool ready;
+	PyObject *globals;	/* runner.py's module dict (its _in_user flag) */
+	PyObject *G, *limits, *sources;
+	PyObject *split_ast, *fast_error, *fast_value, *fast_failed;
+	PyObject *sysdict;
+	PyObject *k_in_user, *k_output, *k_max_frame, *k_builtins, *k_flush, *k_cache, *k_linecache, *k_update;
+	PyObject *k_code, *k_filename, *k_want_value, *k_stream, *k_display, *k_check_complete;
+	PyObject *k_stdout, *k_stderr, *k_modules;
+	struct code_entry cache[CODE_CACHE_N];
+	unsigned long long cache_clock;
+} F;
+
+/* RESULT frames are written with proto_buf (proto/proto.h); on
+ * allocation failure the buffer stays bad and the caller raises MemoryError. */
+
+/* v / 10**dec as an exact decimal ("0.000012"): what float(v / 10**dec)
+ * reads back as, without the cost of a shortest-repr conversion. */
+static void jb_fixed(struct proto_buf *b, unsigned long long v, int dec)
+{
+	unsigned long long p = 1;
+	char n[48];
+	int len;
+
+	for (int i = 0; i < dec; i++)
+		p *= 10;
+	len = snprintf(n, sizeof(n), "%llu.%0*llu", v / p, dec, v % p);
+	while (len > 2 && n[len - 1] == '0' && n[len - 2] != '.')
+		len--;
+	proto_buf_put(b, n, (size_t)len);
+}
+
+/* A float as float.__repr__ writes it (what json.dumps uses). */
+static void jb_double(struct proto_buf *b, double d)
+{
+	char *s = PyOS_double_to_string(d, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+
+	if (!s) {
+		PyErr_Clear();
+		b->bad = true;
+		return;
+	}
+	proto_buf_puts(b, s);
+	PyMem_Free(s);
+}
+
+static void jb_ull(struct proto_buf *b, unsigned long long v)
+{
+	char n[24];
+
+	proto_buf_put(b, n, (size_t)snprintf(n, sizeof(n), "%llu", v));
+}
+
+/* fast_setup(module globals, G, _limits, _sources, _split_ast,
+ * _fast_error, _fast_value, _fast_failed): runner.py's serve() turns the
+ * fast path on. */
+PyObject *fastexec_setup(PyObject *args)
+{
+	PyObject *globals, *G, *limits, *sources, *split_ast, *fast_error, *fast_value, *fast_failed, *sys;
+
+	if (!PyArg_ParseTuple(args, "O!O!O!O!OOOO", &PyDict_Type, &globals, &PyDict_Type, &G, &PyDict_Type, &limits,
+			      &PyDict_Type, &sources, &split_ast, &fast_error, &fast_value, &fast_failed))
+		return NULL;
+	if (F.ready)
+		Py_RETURN_NONE;
+	/* sys's dict (the one PySys_GetObject reads), for lookups by
+	 * interned key. */
+	sys = PyImport_AddModule("sys");
+	if (!sys || !(F.sysdict = PyModule_GetDict(sys)))
+		return NULL;
+	Py_INCREF(F.sysdict);
+#define KEY(k, s) if (!(F.k = PyUnicode_InternFromString(s))) return NULL
+	KEY(k_in_user, "_in_user");
+	KEY(k_output, "output");
+	KEY(k_max_frame, "max_frame");
+	KEY(k_builtins, "__builtins__");
+	KEY(k_flush, "flush");
+	KEY(k_cache, "cache");
+	KEY(k_linecache, "linecache");
+	KEY(k_update, "update");
+	KEY(k_code, "code");
+	KEY(k_filename, "filename");
+	KEY(k_want_value, "want_value");
+	KEY(k_stream, "stream");
+	KEY(k_display, "display");
+	KEY(k_check_complete, "check_complete");
+	KEY(k_stdout, "stdout");
+	KEY(k_stderr, "stderr");
+	KEY(k_modules, "modules");
+#undef KEY
+	F.globals = Py_NewRef(globals);
+	F.G = Py_NewRef(G);
+	F.limits = Py_NewRef(limits);
+	F.sources = Py_NewRef(sources);
+	F.split_ast = Py_NewRef(split_ast);
+	F.fast_error = Py_NewRef(fast_error);
+	F.fast_value = Py_NewRef(fast_value);
+	F.fast_failed = Py_NewRef(fast_failed);
+	F.ready = true;
+	Py_RETURN_NONE;
+}
+
+/* bool(msg.get(key)) for None, True, False or absent; false for
+ * anything else (the Python path judges it). */
+static bool msg_flag(PyObject *m, PyObject *key, bool *out)
+{
+	PyObject *v = PyDict_GetItemWithError(m, key);
+
+	*out = v == Py_True;
+	return !v || v == Py_None || v == Py_True || v == Py_False;
+}
+
+/* msg.get(key) as a str without NUL characters, UTF-8 in *s (owned by
+ * the str).  NULL if absent or anything else. */
+static PyObject *msg_str(PyObject *m, PyObject *key, const char **s, Py_ssize_t *len)
+{
+	PyObject *v = PyDict_GetItemWithError(m, key);
+
+	if (!v || !PyUnicode_CheckExact(v) || !(*s = PyUnicode_AsUTF8AndSize(v, len)) ||
+	    strlen(*s) != (size_t)*len) {
+		PyErr_Clear();
+		return NULL;
+	}
+	return v;
+}
+
+/* The EXEC message, parsed as runner.py's _loads does: a new dict, or
+ * NULL (no exception) for anything unusual. */
+static PyObject *parse_exec(const struct proto_frame *f)
+{
+	PyObject *r;
+
+	if (!f->hdr.len || f->payload[0] != '{')
+		return NULL;
+	r = pyjson_loads(f->payload, f->hdr.len);
+	if (r && !PyDict_CheckExact(r))
+		Py_CLEAR(r);
+	PyErr_Clear();
+	return r;
+}
+
+/* A (first, second) pair from one of runner.py's helpers (consumed): new
+ * references to its items, NULL for None; a TypeError naming who returned
+ * something else. */
+static void take_pair(PyObject *pair, const char *who, PyObject **first, PyObject **second)
+{
+	if (pair && PyTuple_Check(pair) && PyTuple_GET_SIZE(pair) == 2) {
+		if (PyTuple_GET_ITEM(pair, 0) != Py_None)
+			*first = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+		if (PyTuple_GET_ITEM(pair, 1) != Py_None)
+			*second = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+	} else if (pair) {
+		PyErr_Format(PyExc_TypeError, "%s: not a pair", who);
+	}
+	Py_XDECREF(pair);
+}
+
+static struct code_entry *cache_find(const char *src, size_t len, const char *filename, bool repl)
+{
+	for (int i = 0; i < CODE_CACHE_N; i++) {
+		struct code_entry *e = &F.cache[i];
+
+		if (e->src && e->repl == repl && e->src_len == len && !memcmp(e->src, src, len) &&
+		    !strcmp(e->filename, filename)) {
+			e->used = ++F.cache_clock;
+			return e;
+		}
+	}
+	return NULL;
+}
+
+static void cache_put(const char *src, size_t len, const char *filename, bool repl, PyObject *body, PyObject *last)
+{
+	struct code_entry *e = &F.cache[0];
+	char *s, *fn;
+
+	if (len > CODE_CACHE_MAX_SRC)
+		return;
+	for (int i = 1; i < CODE_CACHE_N && e->src; i++)
+		if (!F.cache[i].src || F.cache[i].used < e->used)
+			e = &F.cache[i];
+	s = malloc(len + 1);
+	fn = strdup(filename);
+	if (!s || !fn) {
+		free(s);
+		free(fn);
+		return;
+	}
+	memcpy(s, src, len);
+	s[len] = '\0';
+	free(e->src);
+	free(e->filename);
+	Py_XDECREF(e->body);
+	Py_XDECREF(e->last);
+	e->src = s;
+	e->src_len = len;
+	e->filename = fn;
+	e->repl = repl;
+	e->body = Py_XNewRef(body);
+	e->last = Py_XNewRef(last);
+	e->used = ++F.cache_clock;
+}
+
+/* _limits[key] as a size, or 0 if it is not a positive int. */
+static size_t limit_of(PyObject *key)
+{
+	PyObject *v = PyDict_GetItemWithError(F.limits, key);
+	Py_ssize_t n;
+
+	if (!v || !PyLong_CheckExact(v)) {
+		PyErr_Clear();
+		return 0;
+	}
+	n = PyLong_AsSsize_t(v);
+	if (n <= 0) {
+		PyErr_Clear();
+		return 0;
+	}
+	return (size_t)n;
+}
+
+/* CPU time of this process in microseconds (and its peak RSS). */
+static unsigned long long cpu_us(unsigned long long *max_rss)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) < 0) {
+		if (max_rss)
+			*max_rss = 0;
+		return 0;
+	}
+	if (max_rss)
+		*max_rss = (unsigned long long)ru.ru_maxrss * 1024;
+	return (unsigned long long)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000ull +
+	       (unsigned long long)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* As do_exec: the exec's source for tracebacks, in linecache's cache or,
+ * until linecache is imported, in _sources.  Best effort: a user who
+ * broke linecache gets tracebacks without source lines. */
+static void remember_source(PyObject *code, PyObject *filename)
+{
+	PyObject *lines = PyUnicode_Splitlines(code, 1), *entry = NULL, *modules, *lc, *cache = NULL;
+
+	if (!lines)
+		goto out;
+	entry = Py_BuildValue("(nOOO)", PyUnicode_GET_LENGTH(code), Py_None, lines, filename);
+	if (!entry)
+		goto out;
+	modules = PyDict_GetItemWithError(F.sysdict, F.k_modules);
+	lc = modules && PyDict_Check(modules) ? PyDict_GetItemWithError(modules, F.k_linecache) : NULL;
+	if (!lc || lc == Py_None) {
+		if (!PyErr_Occurred())
+			PyDict_SetItem(F.sources, filename, entry);
+		goto out;
+	}
+	cache = PyObject_GetAttr(lc, F.k_cache);
+	if (!cache)
+		goto out;
+	if (PyDict_GET_SIZE(F.sources)) {
+		PyObject *r = PyObject_CallMethodOneArg(cache, F.k_update, F.sources);
+
+		if (!r)
+			goto out;
+		Py_DECREF(r);
+		PyDict_Clear(F.sources);
+	}
+	PyObject_SetItem(cache, filename, entry);
+out:
+	PyErr_Clear();
+	Py_XDECREF(cache);
+	Py_XDECREF(entry);
+	Py_XDECREF(lines);
+}
+
+/* Compile as the builtin compile() of a str does: the source is UTF-8
+ * whatever a coding cookie in it says; no inherited __future__ flags.
+ * Fresh flags each time: the compiler adds the source's own __future__
+ * imports to them. */
+PyObject *fastexec_compile(const char *src, PyObject *filename, int start)
+{
+	PyCompilerFlags flags = { .cf_flags = PyCF_IGNORE_COOKIE, .cf_feature_version = PY_MINOR_VERSION };
+
+	return Py_CompileStringObject(src, filename, start, &flags, -1);
+}
+
+/* "\n" not in code.rstrip() (ASCII whitespace only: code ending in other
+ * whitespace takes the AST path, which gives the same result). */
+static bool one_line(const char *code, size_t len)
+{
+	while (len && (code[len - 1] == ' ' || (code[len - 1] >= '\t' && code[len - 1] <= '\r') ||
+		       (code[len - 1] >= 0x1c && code[len - 1] <= 0x1f)))
+		len--;
+	return !memchr(code, '\n', len);
+}
+
+/* exec(co, G) / eval(co, G): the builtins put back if user code removed
+ * them, as those builtins do. */
+static PyObject *run_code(PyObject *co)
+{
+	if (!PyCode_Check(co)) {
+		PyErr_SetString(PyExc_TypeError, "not a code object");
+		return NULL;
+	}
+	if (!PyDict_GetItemWithError(F.G, F.k_builtins)) {
+		if (PyErr_Occurred() || PyDict_SetItem(F.G, F.k_builtins, PyEval_GetBuiltins()) < 0)
+			return NULL;
+	}
+	return PyEval_EvalCode(co, F.G, F.G);
+}
+
+/* encode(v) as JSON: plain scalars here, the rest by runner.py. */
+static int value_json(PyObject *v, struct proto_buf *b)
+{
+	PyObject *r;
+
+	if (v == Py_None) {
+		proto_buf_puts(b, "null");
+		return 0;
+	}
+	if (v == Py_True || v == Py_False) {
+		proto_buf_puts(b, v == Py_True ? "true" : "false");
+		return 0;
+	}
+	if (PyLong_CheckExact(v)) {
+		int over;
+		long long n = PyLong_AsLongLongAndOverflow(v, &over);
+
+		/* INT_EXACT: beyond 2**53 ints travel as {"$int": ...}. */
+		if (!over && n >= -(1LL << 53) && n <= (1LL << 53)) {
+			char s[24];
+
+			proto_buf_put(b, s, (size_t)snprintf(s, sizeof(s), "%lld", n));
+			return 0;
+		}
+		PyErr_Clear();
+	} else if (PyFloat_CheckExact(v)) {
+		double d = PyFloat_AS_DOUBLE(v);
+
+		if (d == d && d - d == 0.0) {
+			jb_double(b, d);
+			return 0;
+		}
+	} else if (PyUnicode_CheckExact(v)) {
+		Py_ssize_t n;
+		const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+
+		if (s) {
+			proto_buf_json_str(b, s, (size_t)n);
+			return 0;
+		}
+		PyErr_Clear();	/* lone surrogates: encode() says so */
+	}
+	r = PyObject_CallOneArg(F.fast_value, v);
+	if (!r)
+		return -1;
+	if (!PyBytes_Check(r)) {
+		Py_DECREF(r);
+		PyErr_SetString(PyExc_TypeError, "_fast_value did not return bytes");
+		return -1;
+	}
+	proto_buf_put(b, PyBytes_AS_STRING(r), (size_t)PyBytes_GET_SIZE(r));
+	Py_DECREF(r);
+	return 0;
+}
+
+/* Run one EXEC the way do_exec does (0: declined, not touched). */
+int fastexec_run(const struct proto_frame *f)
+{
+	PyObject *m, *code, *filename, *fv;
+	const char *src, *fname = "<exec>";
+	Py_ssize_t clen, flen;
+	bool want, stream, flag;
+	size_t limit, max_frame;
+	PyObject *body = NULL, *lastc = NULL, *value = NULL, *err = NULL, *exit_code = NULL;
+	struct proto_buf res = { 0 }, val = { 0 }, tails[2] = { { 0 } };
+	bool trunc[2] = { false, false };
+	uint64_t total[2];
+	unsigned long long t0, c0, cpu, max_rss;
+	int r = 0, k;
+
+	if (!F.ready || !(m = parse_exec(f)))
+		return 0;
+	/* A NUL in the code: the builtin compile()'s error, from Python. */
+	if (!msg_flag(m, F.k_want_value, &want) || !msg_flag(m, F.k_stream, &stream) ||
+	    !msg_flag(m, F.k_display, &flag) || flag || !msg_flag(m, F.k_check_complete, &flag) || flag ||
+	    !(code = msg_str(m, F.k_code, &src, &clen)))
+		goto decline;
+	fv = PyDict_GetItemWithError(m, F.k_filename);
+	filename = fv ? msg_str(m, F.k_filename, &fname, &flen) : NULL;
+	if (fv && fv != Py_None && !filename)
+		goto decline;
+	if (!filename || !flen) {
+		fname = "<exec>";
+		filename = NULL;
+	}
+	limit = limit_of(F.k_output);
+	max_frame = limit_of(F.k_max_frame);
+	if (!limit || !max_frame)
+		goto decline;
+	if (!filename && !(filename = PyUnicode_FromString(fname))) {
+		PyErr_Clear();
+		goto decline;
+	} else if (fv == filename) {
+		Py_INCREF(filename);
+	}
+	Py_INCREF(code);
+
+	Py_BEGIN_ALLOW_THREADS
+	k = capture_begin(f->hdr.id, stream, limit);
+	Py_END_ALLOW_THREADS
+	t0 = now_ns();
+	c0 = cpu_us(NULL);
+	if (k < 0) {
+		PyErr_SetString(PyExc_OSError, "cannot start the output thread");
+	} else {
+		struct code_entry *ce = cache_find(src, (size_t)clen, fname, want);
+		uint64_t mark = ce ? 0 : capture_stderr_mark();
+
+		remember_source(code, filename);
+		if (ce) {
+			body = Py_XNewRef(ce->body);
+			lastc = Py_XNewRef(ce->last);
+		} else if (want) {
+			if (one_line(src, (size_t)clen)) {
+				lastc = fastexec_compile(src, filename, Py_eval_input);
+				if (!lastc && (PyErr_ExceptionMatches(PyExc_SyntaxError) ||
+					       PyErr_ExceptionMatches(PyExc_ValueError)))
+					PyErr_Clear();
+			}
+			if (!lastc && !PyErr_Occurred()) {
+				take_pair(PyObject_CallFunctionObjArgs(F.split_ast, code, filename, NULL), "_split_ast",
+					  &body, &lastc);
+			}
+		} else {
+			body = fastexec_compile(src, filename, Py_file_input);
+		}
+		if (!ce && !PyErr_Occurred() && mark != (uint64_t)-1 && capture_stderr_mark() == mark)
+			cache_put(src, (size_t)clen, fname, want, body, lastc);
+		if (!PyErr_Occurred() && PyDict_SetItem(F.globals, F.k_in_user, Py_True) == 0) {
+			PyObject *x = body ? run_code(body) : Py_NewRef(Py_None);
+
+			if (x && lastc)
+				value = run_code(lastc);
+			Py_XDECREF(x);
+			/* Keep the exception of user code across this. */
+			{
+				PyObject *et, *ev, *etb;
+
+				PyErr_Fetch(&et, &ev, &etb);
+				PyDict_SetItem(F.globals, F.k_in_user, Py_False);
+				PyErr_Clear();
+				PyErr_Restore(et, ev, etb);
+			}
+		}
+	}
+	if (PyErr_Occurred()) {
+		PyObject *et, *ev, *etb, *pair;
+
+		PyErr_Fetch(&et, &ev, &etb);
+		PyErr_NormalizeException(&et, &ev, &etb);
+		if (etb && ev)
+			PyException_SetTraceback(ev, etb);
+		pair = ev ? PyObject_CallOneArg(F.fast_error, ev) : NULL;
+		Py_XDECREF(et);
+		Py_XDECREF(ev);
+		Py_XDECREF(etb);
+		bool answered = pair != NULL;
+
+		take_pair(pair, "_fast_error", &err, &exit_code);
+		if (answered && !PyErr_Occurred() &&
+		    (!err || !PyBytes_Check(err) || (exit_code && !PyLong_Check(exit_code)))) {
+			PyErr_SetString(PyExc_TypeError, "_fast_error: not (bytes, int|None)");
+			Py_CLEAR(err);
+			Py_CLEAR(exit_code);
+		}
+		if (!err)
+			r = -1;	/* formatting failed: the runner's failure */
+	}
+	/* do_exec's finally: flush, then collect the output. */
+	{
+		PyObject *et, *ev, *etb;
+
+		PyErr_Fetch(&et, &ev, &etb);
+		for (int s = 0; s < 2; s++) {
+			PyObject *fo = PyDict_GetItemWithError(F.sysdict, s ? F.k_stderr : F.k_stdout), *x;
+
+			x = fo ? PyObject_CallMethodNoArgs(fo, F.k_flush) : NULL;
+			Py_XDECREF(x);
+			PyErr_Clear();
+		}
+		PyErr_Restore(et, ev, etb);
+	}
+	if (r == 0) {
+		proto_buf_puts(&res, "{\"error\":");
+		if (err)
+			proto_buf_put(&res, PyBytes_AS_STRING(err), (size_t)PyBytes_GET_SIZE(err));
+		else
+			proto_buf_puts(&res, "null");
+	}
+	/* Ended whatever came before; the output only for a result. */
+	if (capture_end_json(r == 0 ? &res : NULL, limit, tails, trunc, total) < 0)
+		r = -1;
+	if (r < 0)
+		goto out;
+	for (int s = 0; s < 2; s++) {
+		proto_buf_puts(&res, s ? ",\"stderr_truncated\":" : ",\"stdout_truncated\":");
+		proto_buf_puts(&res, trunc[s] ? "true" : "false");
+	}
+	for (int s = 0; s < 2; s++) {
+		proto_buf_puts(&res, s ? ",\"stderr_bytes\":" : ",\"stdout_bytes\":");
+		jb_ull(&res, total[s]);
+	}
+	for (int s = 0; s < 2; s++)
+		if (trunc[s]) {
+			proto_buf_puts(&res, s ? ",\"stderr_tail\":" : ",\"stdout_tail\":");
+			proto_buf_put(&res, tails[s].p ? tails[s].p : "", tails[s].len);
+		}
+	if (exit_code) {
+		long ec = PyLong_AsLong(exit_code);
+
+		if (ec == -1 && PyErr_Occurred()) {
+			r = -1;
+			goto out;
+		}
+		proto_buf_puts(&res, ",\"exit_code\":");
+		jb_ull(&res, (unsigned long long)ec);
+	}
+	proto_buf_puts(&res, ",\"duration\":");
+	jb_fixed(&res, now_ns() - t0, 9);
+	cpu = cpu_us(&max_rss);
+	proto_buf_puts(&res, ",\"usage\":{\"cpu\":");
+	jb_fixed(&res, cpu >= c0 ? cpu - c0 : 0, 6);
+	proto_buf_puts(&res, ",\"max_rss\":");
+	jb_ull(&res, max_rss);
+	proto_buf_puts(&res, "}");
+	if (value) {
+		size_t before = res.len;
+
+		if (value_json(value, &val) < 0) {
+			r = -1;
+			goto out;
+		}
+		proto_buf_puts(&res, ",\"value\":");
+		proto_buf_put(&res, val.p ? val.p : "", val.len);
+		proto_buf_puts(&res, "}");
+		/* send_result: a value too large for a frame is named, not sent. */
+		if (!res.bad && res.len > max_frame) {
+			char repr[160];
+
+			snprintf(repr, sizeof(repr),
+				 ",\"value\":{\"$repr\":\"<value too large to send: %zu bytes>\","
+				 "\"$type\":\"builtins.object\",\"$why\":\"too large\"}}",
+				 res.len);
+			res.len = before;
+			proto_buf_puts(&res, repr);
+		}
+	} else {
+		proto_buf_puts(&res, "}");
+	}
+	if (res.bad) {
+		PyErr_NoMemory();
+		r = -1;
+		goto out;
+	}
+	if (res.len > NSBOX_PROTO_MAX_FRAME) {
+		PyErr_SetString(PyExc_ValueError, "bad frame type or size");
+		r = -1;
+		goto out;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	k = io_send_frame(PROTO_RESULT, f->hdr.id, res.p, res.len);
+	Py_END_ALLOW_THREADS
+	if (k < 0) {
+		PyErr_SetFromErrno(PyExc_OSError);
+		r = -2;
+	} else {
+		r = 1;
+	}
+out:
+	Py_XDECREF(value);
+	Py_XDECREF(body);
+	Py_XDECREF(lastc);
+	Py_XDECREF(err);
+	Py_XDECREF(exit_code);
+	Py_XDECREF(code);
+	Py_XDECREF(filename);
+	free(res.p);
+	free(val.p);
+	free(tails[0].p);
+	free(tails[1].p);
+	Py_DECREF(m);
+	return r;
+decline:
+	PyErr_Clear();
+	Py_DECREF(m);
+	return 0;
+}
+
+/* The fast path failed after running (or trying to run) the code. */
+int fastexec_failed(uint32_t id)
+{
+	PyObject *et, *ev, *etb, *r = NULL;
+
+	PyErr_Fetch(&et, &ev, &etb);
+	PyErr_NormalizeException(&et, &ev, &etb);
+	if (etb && ev)
+		PyException_SetTraceback(ev, etb);
+	if (ev)
+		r = PyObject_CallFunction(F.fast_failed, "IO", id, ev);
+	Py_XDECREF(et);
+	Py_XDECREF(ev);
+	Py_XDECREF(etb);
+	if (!r)
+		return -1;
+	Py_DECREF(r);
+	return 0;
+}
