@@ -102,7 +102,7 @@ static void cap_append(struct capture *c, const char *data, size_t len)
 }
 
 /* Stream part of a chunk as OUTPUT, within the head budget.  Called with
- * cap_lock held. */
+ * C.lock held. */
 static void cap_stream(int s, const char *data, size_t len, bool final)
 {
 	struct capture *c = &C.cap[s];
@@ -142,7 +142,7 @@ out:
 	free(joined);
 }
 
-/* Read what is available on stream s without blocking.  cap_lock held.
+/* Read what is available on stream s without blocking.  C.lock held.
  * Returns bytes read, 0 at EAGAIN, -1 at EOF or error. */
 static ssize_t drain_once(int s)
 {
@@ -164,7 +164,7 @@ static ssize_t drain_once(int s)
 	return n;
 }
 
-/* Empty both pipes of what is in them now.  cap_lock held.  One poll for
+/* Empty both pipes of what is in them now.  C.lock held.  One poll for
  * the common case of nothing written. */
 static void drain_ready(void)
 {
@@ -239,7 +239,7 @@ int capture_begin(uint32_t id, bool stream, size_t limit)
 	return io_exec_watch();
 }
 
-/* End the exec's capture: take what is written so far.  cap_lock held
+/* End the exec's capture: take what is written so far.  C.lock held
  * (and kept: the caller reads C.cap, then unlocks). */
 static void exec_end_locked(void)
 {
@@ -300,7 +300,7 @@ PyObject *capture_end(void)
 
 /* do_exec's _text() for one stream, into the result as
  * "NAME":...,  (and the tail kept for NAME_tail when truncated).
- * cap_lock held.  -1 with a Python exception. */
+ * C.lock held.  -1 with a Python exception. */
 static int cap_json(struct capture *c, size_t limit, struct proto_buf *out, struct proto_buf *tail_out, bool *trunc)
 {
 	PyObject *h = NULL, *t = NULL, *s = NULL;

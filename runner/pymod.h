@@ -8,8 +8,8 @@
  *	pymod.c		the module's functions and its init
  * Each file's own state is static in it; what the files share is the
  * exec in progress (struct runner_exec).
- * Lock order: capture.c's cap_lock before io.c's send_lock (OUTPUT frames
- * are sent under cap_lock); io.c's state lock is never held with either.
+ * Lock order: capture.c's lock before io.c's send_lock (OUTPUT frames
+ * are sent under it); io.c's state lock is never held with either.
  * No function here takes the GIL or needs it unless it says so. */
 #ifndef NSBOX_RUNNER_PYMOD_H
 #define NSBOX_RUNNER_PYMOD_H

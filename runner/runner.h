@@ -1,7 +1,7 @@
 /* Internal interface of nsbox-runner, the program that runs inside the
  * sandbox: main.c (arguments), py.c (CPython initialisation, the only
- * caller of Py_InitializeFromConfig), pymod.c (the builtin module _nsbox:
- * socket I/O threads, output capture, tool-call waits). */
+ * caller of Py_InitializeFromConfig), pymod.c (the builtin module _nsbox,
+ * with io.c, capture.c and fastexec.c: pymod.h). */
 #ifndef NSBOX_RUNNER_H
 #define NSBOX_RUNNER_H
 
@@ -26,8 +26,9 @@ PyObject *runner_pymod_init(void);	/* PyInit__nsbox, registered with PyImport_Ap
  * "replace"); loads: JSON text to Python (ValueError when invalid). */
 PyObject *pyjson_dumps(PyObject *o);
 PyObject *pyjson_loads(const char *s, size_t n);
-/* Per session: take over fd (the protocol socket), point fds 0/1/2 at an
- * empty pipe and two capture pipes.  Starts no thread (the io thread
+
+/* io.c: per session: take over fd (the protocol socket), point fds
+ * 0/1/2 at an empty pipe and two capture pipes.  Starts no thread (the io thread
  * starts with the first exec).
  * Called after Python is initialised, in the process that will serve the
  * session (a template forks first).  Returns 0 or -1 with err. */
