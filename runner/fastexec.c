@@ -531,7 +531,8 @@ int fastexec_run(const struct proto_frame *f)
 		else
 			proto_buf_puts(&res, "null");
 	}
-	/* Ended whatever came before; the output only for a result. */
+	/* The capture ends whatever happened; its output goes into the
+	 * result only when there is one. */
 	if (capture_end_json(r == 0 ? &res : NULL, limit, tails, trunc, total) < 0)
 		r = -1;
 	if (r < 0)
