@@ -526,10 +526,11 @@ int session_exec_start(struct nsbox_session *s, const struct session_exec_req *r
 		wake(s);
 		return 0;
 	}
-	/* A cancel before this exec is not for it. */
-	atomic_store(&s->cancel_req, false);
-	while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
-		;
+	/* A cancel before this exec is not for it (no read() when there was
+	 * none: this is on every exec's round trip). */
+	if (atomic_exchange(&s->cancel_req, false))
+		while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
+			;
 	return 0;
 }
 
