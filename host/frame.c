@@ -63,42 +63,6 @@ int frame_send_msg(struct frame_io *io, uint16_t type, uint32_t id, const json_t
 	return frame_send_buf(io, type, buf, len, deadline, err);
 }
 
-/* Poll without sleeping for up to SPIN_US microseconds (with more than one
- * CPU): a reply often comes within tens of microseconds, and a cross-CPU
- * wake-up costs about as much.  Only while spinning pays: when the runner
- * shares our CPU (the scheduler puts the two ends of a socket together), a
- * spin keeps it from running and every round trip pays the whole spin;
- * when it is slow to answer, the spin is wasted.  After a spin that found
- * nothing, sleep at once for the next 1, 2, 4 ... 256 waits. */
-#define SPIN_US 60
-#define SPIN_BACKOFF_MAX 256
-int frame_spin_poll(struct frame_io *io, struct pollfd *p, nfds_t n)
-{
-	static int ncpu;
-	unsigned long long t0;
-	int k;
-
-	if (!ncpu)
-		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (ncpu < 2 || io->spin_skip) {
-		io->spin_skip -= io->spin_skip > 0;
-		return 0;
-	}
-	t0 = now_ns();
-	do {
-		k = poll(p, n, 0);
-		if (k != 0) {
-			io->spin_backoff = 0;
-			return k;
-		}
-	} while (now_ns() - t0 < SPIN_US * 1000ULL);
-	io->spin_backoff = io->spin_backoff ? (io->spin_backoff < SPIN_BACKOFF_MAX ? 2 * io->spin_backoff
-										   : io->spin_backoff)
-					    : 1;
-	io->spin_skip = io->spin_backoff;
-	return 0;
-}
-
 bool frame_peer_gone(const struct frame_io *io, const struct nsbox_err *err)
 {
 	/* ECONNRESET: the runner died with our frame unread. */
@@ -125,9 +89,7 @@ int frame_wait(struct frame_io *io, int pidfd, int cancel_fd, unsigned long long
 			return W_FRAME;
 		if (k < 0)
 			return frame_peer_gone(io, err) ? W_DEAD : W_ERROR;
-		k = frame_spin_poll(io, p, 3);
-		if (k == 0)
-			k = poll(p, 3, frame_remaining_ms(deadline));
+		k = spinwait_poll(&io->spin, p, 3, deadline);
 		if (k < 0) {
 			if (errno == EINTR)
 				continue;

@@ -14,12 +14,13 @@
 
 #include "error.h"
 #include "proto.h"
+#include "spinwait.h"
 
 struct frame_io {
 	int sock;			/* non-blocking; owned by the session */
 	struct proto_reader *rd;
 	uint32_t max_frame;		/* payload cap for what we send */
-	unsigned spin_skip, spin_backoff;	/* frame_spin_poll() */
+	struct spinwait spin;		/* the adaptive spin before sleeping (proto/spinwait.h) */
 };
 
 /* Milliseconds until deadline (ns, CLOCK_MONOTONIC) for poll(): -1 when
@@ -33,11 +34,6 @@ int frame_send_buf(struct frame_io *io, uint16_t type, const char *buf, size_t l
 /* Encode msg (borrowed) as a frame of type and id, and send it. */
 int frame_send_msg(struct frame_io *io, uint16_t type, uint32_t id, const json_t *msg,
 		   unsigned long long deadline, struct nsbox_err *err);
-
-/* Poll p without sleeping for a short while when that pays (several
- * CPUs, recent spins found something); see frame.c.  Returns poll()'s
- * count, 0 when the caller should sleep in poll() itself. */
-int frame_spin_poll(struct frame_io *io, struct pollfd *p, nfds_t n);
 
 enum frame_wait_res {
 	W_FRAME = 1,

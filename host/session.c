@@ -812,9 +812,7 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 			/* Spin briefly before sleeping: a reply often comes within
 			 * tens of microseconds, and a cross-CPU wake-up costs about
 			 * as much. */
-			k = frame_spin_poll(&s->io, p, 3);
-			if (k == 0)
-				k = poll(p, 3, frame_remaining_ms(deadline));
+			k = spinwait_poll(&s->io.spin, p, 3, deadline);
 		} else {
 			k = poll(p, 2, 0);
 		}

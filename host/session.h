@@ -146,7 +146,7 @@ struct session_event {
  * When sending fails because the runner died, the exec is started and
  * ends at once (the first step reports DONE). */
 int session_exec_start(struct nsbox_session *s, const struct session_exec_req *req, struct nsbox_err *err);
-/* One step.  block: wait (spinning briefly first, frame_spin_poll) until
+/* One step.  block: wait (spinning briefly first, spinwait_poll) until
  * there is an event; else return 0 at once when there is none.  Returns 1
  * with *ev filled, 0 (only without block), or -1 with err (EINVAL: no exec
  * in progress).  After DONE, further steps report DONE again. */
