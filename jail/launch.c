@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "cgroup.h"
 #include "jail.h"
 #include "landlock.h"
@@ -104,6 +105,7 @@ struct child_ctx {
 	int sync_fd;
 	int exec_src_fd;	/* spec->exec_file, opened by the launcher, or -1 */
 	int bound_exec_fd;	/* in pid 1: the file to execute, or -1 */
+	struct budget_host budget;	/* the launcher's per-user limits */
 };
 
 /* Set soft and hard limit to v (clamped to the hard limit we have).  A
@@ -429,6 +431,8 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		goto fail;
 	}
 
+	if (budget_apply(p, &c->budget, &e) < 0)
+		goto fail;
 	if (ids_switch(p->uid, p->gid, c->host_root, &e) < 0)
 		goto fail;
 	if (mount_setup(p, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd, &e) < 0)
@@ -589,6 +593,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		c.exec_src_fd = exec_src;
 	}
 
+	budget_probe(&c.budget);
 	j->start_ns = now_ns();
 	pid = do_clone(flags, cg ? cg->v2_fd : -1, &pidfd);
 	if (pid < 0 && (errno == ENOSYS || errno == EINVAL) && cg && cg->v2_fd >= 0) {

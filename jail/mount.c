@@ -289,9 +289,40 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
  * invoking user, and kernel layout that helps exploits.  The mode-0400 ones
  * matter when the sandbox user maps to host root (nsbox run as root). */
 static const char *const proc_masked[] = { "keys", "key-users", "timer_list", "sched_debug", "latency_stats",
-					   "timer_stats", "kcore", "sysrq-trigger" };
+					   "timer_stats", "kcore", "sysrq-trigger",
+					   /* the host's boot command line: root=UUID=, host names */
+					   "cmdline" };
 static const char *const proc_masked_root[] = { "kpagecount", "kpageflags", "kpagecgroup", "slabinfo",
 						"pagetypeinfo", "vmallocinfo", "iomem", "mtrr" };
+
+/* /proc/sys/kernel/random/boot_id names the host's boot (it is the same
+ * in every namespace): a fresh random one per sandbox.  From a file of the
+ * new root's tmpfs, unlinked once bound, so mountinfo shows nothing of the
+ * host for it (a memfd can't be bound: it is not on a mount of ours). */
+static int fake_boot_id(struct nsbox_err *err)
+{
+	static const char tmp[] = NEWROOT "/.boot_id";
+	_cleanup_close_ int fd = -1;
+	unsigned char u[16];
+	char text[40];
+	int r;
+
+	if (syscall(SYS_getrandom, u, sizeof(u), 0) != (long)sizeof(u))
+		return err_sys(err, "getrandom for boot_id");
+	u[6] = (u[6] & 0x0f) | 0x40;	/* version 4, RFC 4122 variant, as the kernel's */
+	u[8] = (u[8] & 0x3f) | 0x80;
+	snprintf(text, sizeof(text), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n", u[0],
+		 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
+	if (fd < 0 || write_full(fd, text, strlen(text)) < 0)
+		return err_sys(err, "write a boot_id");
+	r = mount(tmp, NEWROOT "/proc/sys/kernel/random/boot_id", NULL, MS_BIND, NULL);
+	(void)unlink(tmp);
+	if (r < 0)
+		return err_sys(err, "bind over /proc/sys/kernel/random/boot_id");
+	return set_attr(NEWROOT "/proc/sys/kernel/random/boot_id",
+			MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false, err);
+}
 
 static int mask_proc(bool host_root, struct nsbox_err *err)
 {
@@ -342,9 +373,11 @@ size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max
  * executed from its mount; else -1: the caller copies src instead. */
 static int bindable_exec(const char *path, int src)
 {
-	_cleanup_close_ int fd = open(path, O_PATH | O_CLOEXEC);
+	_cleanup_close_ int fd = -1;
 	struct stat a, b;
 	struct statvfs fs;
+
+	fd = open(path, O_PATH | O_CLOEXEC);
 
 	if (fd < 0 || fstat(fd, &a) < 0 || fstat(src, &b) < 0 || fstatvfs(fd, &fs) < 0)
 		return -1;
@@ -424,7 +457,7 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 		err_sys(err, "mount proc");
 		goto out;
 	}
-	if (mask_proc(host_root, err) < 0)
+	if (mask_proc(host_root, err) < 0 || fake_boot_id(err) < 0)
 		goto out;
 	if (make_dev(p, err) < 0)
 		goto out;

@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "budget.h"
 #include "steps.h"
 #include "util.h"
 
@@ -84,7 +85,7 @@ static int make_netns(int procfd, int *nsfd, struct nsbox_err *err)
 	err_step(err, "network");
 	if (unshare(CLONE_NEWNET) < 0)
 		return err_sys(err, "unshare(CLONE_NEWNET)");
-	if (net_setup_loopback(err) < 0)
+	if (net_setup_loopback(err) < 0 || budget_netns(procfd, err) < 0)
 		return -1;
 	if (procfd < 0)
 		return 0;
