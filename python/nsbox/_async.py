@@ -204,9 +204,8 @@ class AsyncSandbox(_SandboxBase):
     async def __aenter__(self) -> "AsyncSandbox":
         return await self.start()
 
-    async def __aexit__(self, *exc: Any) -> bool:
+    async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
-        return False
 
     async def aclose(self) -> None:
         """Close after the exec in progress (if any) has ended: it is

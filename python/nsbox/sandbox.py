@@ -40,7 +40,7 @@ WarningFn = Callable[[str], Any]
 PathLike = Union[str, "os.PathLike[str]"]
 Size = Union[int, str]
 
-_live = weakref.WeakSet()
+_live: "weakref.WeakSet[_SandboxBase]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -736,9 +736,8 @@ class Sandbox(_SandboxBase):
     def __enter__(self) -> "Sandbox":
         return self
 
-    def __exit__(self, *exc: Any) -> bool:
+    def __exit__(self, *exc: Any) -> None:
         self.close()
-        return False
 
     def restart(self) -> None:
         """Start a fresh sandbox now (variables are lost; tools and limits
