@@ -108,6 +108,7 @@ class AsyncSandbox(_SandboxBase):
         self._ev = _lib.Event(struct_size=sizeof(_lib.Event))
         self._aerr = c_void_p()
         self._fd = -1
+        self._late_tools: List[Any] = []
         super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
                          max_tool_calls, on_output, spare, on_warning)
         _live.add(self)
@@ -143,6 +144,21 @@ class AsyncSandbox(_SandboxBase):
     def _drop(self, why=None):
         self._fd = -1
         super()._drop(why)
+
+    def _add_tool(self, h, t):
+        # libnsbox refuses new tools while an exec runs (-EBUSY): one
+        # registered from another task meanwhile is added when it ends.
+        if self._cur is not None:
+            self._late_tools.append(t)
+            return
+        super()._add_tool(h, t)
+
+    def _add_late_tools(self):
+        late, self._late_tools = self._late_tools, []
+        h = self._sess
+        for t in late:
+            if h is not None and t.name in self._dispatch.tools:
+                super()._add_tool(h, t)
 
     # ---- life cycle ----
 
@@ -279,6 +295,8 @@ class AsyncSandbox(_SandboxBase):
                 x.stop_reading()
                 if self._cur is x:
                     self._cur = None
+            if self._late_tools and self._sess is not None:
+                self._add_late_tools()
             r = x.result
             try:
                 if cancelled is not None:

@@ -357,6 +357,17 @@ def test_async_restart_and_limits(aio):
     arun(main())
 
 
+def test_tool_registered_while_an_exec_runs(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            task = asyncio.ensure_future(sb.execute("import time; time.sleep(0.5); 1"))
+            await asyncio.sleep(0.2)
+            sb.register_function("late", lambda: "here")
+            assert await task == 1
+            assert await sb.execute("late()") == "here"
+    arun(main())
+
+
 def test_async_keyboard_interrupt_in_a_tool(aio):
     async def main():
         async with nsbox.AsyncSandbox(timeout=30) as sb:
