@@ -25,6 +25,8 @@ library is found through $NSBOX_LIB, then build/libnsbox.so.0 of a source
 checkout, then the system's library path.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._values import ReprValue
 from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError, SandboxCrashed,
                      SandboxedException, SandboxedMemoryError, SandboxedToolError, SandboxError,
@@ -32,10 +34,13 @@ from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError,
 from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
 
+if TYPE_CHECKING:
+    from ._async import AsyncSandbox
+
 __version__ = "0.3.0"
 
 __all__ = [
-    "Sandbox", "ExecResult", "run", "RunResult", "SandboxWarning", "ReprValue", "SandboxError",
+    "Sandbox", "AsyncSandbox", "ExecResult", "run", "RunResult", "SandboxWarning", "ReprValue", "SandboxError",
     "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled", "SandboxCrashed",
     "ProtocolError", "ToolError",
     "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
@@ -43,7 +48,15 @@ __all__ = [
 ]
 
 
-def library_version():
+def __getattr__(name: str) -> Any:
+    # AsyncSandbox on first use: asyncio takes longer to import than the rest.
+    if name == "AsyncSandbox":
+        from ._async import AsyncSandbox
+        return AsyncSandbox
+    raise AttributeError("module 'nsbox' has no attribute %r" % (name,))
+
+
+def library_version() -> str:
     """The version of the loaded libnsbox ("0.3.0")."""
     from . import _lib
     return _lib.load().nsbox_version().decode()

@@ -28,22 +28,26 @@ class ReprValue:
 
     __slots__ = ("repr", "type_name", "why")
 
-    def __init__(self, repr_text, type_name, why=None):
+    repr: str
+    type_name: str
+    why: "str | None"
+
+    def __init__(self, repr_text: str, type_name: str, why: "str | None" = None) -> None:
         self.repr = repr_text
         self.type_name = type_name
         self.why = why
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return self.repr
 
     __str__ = __repr__
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, ReprValue):
             return NotImplemented
         return (self.repr, self.type_name, self.why) == (other.repr, other.type_name, other.why)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self.repr, self.type_name, self.why))
 
 
@@ -137,7 +141,7 @@ def dumps(v):
 _decoder = json.JSONDecoder().decode
 
 
-_scan = json.JSONDecoder().scan_once
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def parse(b):
