@@ -15,8 +15,6 @@
 
 #include "args.h"
 #include "commands.h"
-#include "proto.h"
-#include "util.h"
 
 #define MAX_TOOLS 64
 #define TOOL_OUTPUT_MAX (32u << 20)	/* beyond the frame cap: the session refuses it clearly */
@@ -432,13 +430,13 @@ int cmd_python(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
 	nsbox_error_t *e = NULL;
-	struct nsbox_err err = { 0 };
+	struct cli_err err = { 0 };
 	struct cli_tool ctools[MAX_TOOLS];
 	size_t n_tools = 0;
 	const char *code = NULL, *module = NULL, *file = NULL;
 	_cleanup_free_ char *owned_code = NULL;
 	bool json_mode = false;
-	unsigned long long out_limit = 0;
+	uint64_t out_limit = 0;
 	/* The CLI is single-threaded: the sandbox is made here (no helper to
 	 * start), and CPython starts cold in it. */
 	struct nsbox_session_opts so = { .struct_size = sizeof(so), .warn = cli_warn, .in_process = true };
@@ -485,7 +483,7 @@ int cmd_python(int argc, char **argv)
 		if (!strcmp(a, "--output-limit") || !strncmp(a, "--output-limit=", 15)) {
 			const char *v = a[14] == '=' ? a + 15 : (i + 1 < argc ? argv[++i] : NULL);
 
-			if (!v || parse_size(v, &out_limit) < 0 || out_limit < 16 || out_limit > (64u << 20)) {
+			if (!v || nsbox_parse_size(v, &out_limit, NULL) < 0 || out_limit < 16 || out_limit > (64u << 20)) {
 				fprintf(stderr, "nsbox python: --output-limit: expected a size from 16 to 64M\n");
 				goto usage;
 			}
@@ -507,9 +505,10 @@ int cmd_python(int argc, char **argv)
 			}
 			/* The protocol's rule, checked before a sandbox is started
 			 * for nothing. */
-			if (!proto_is_identifier(name) || strlen(name) > PROTO_TOOL_NAME_MAX) {
-				fprintf(stderr, "nsbox python: --tool %s: not a Python identifier of at most %d characters\n",
-					name, PROTO_TOOL_NAME_MAX);
+			if (nsbox_check_tool_name(name, &e) < 0) {
+				fprintf(stderr, "nsbox python: --tool %s\n", nsbox_error_message(e));
+				nsbox_error_free(e);
+				e = NULL;
 				free(name);
 				goto usage_quiet;
 			}

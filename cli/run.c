@@ -17,7 +17,7 @@ int cmd_run(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
 	nsbox_error_t *e = NULL;
-	struct nsbox_err err = { 0 };
+	struct cli_err err = { 0 };
 	const char *json_status = NULL;
 	/* The CLI is single-threaded: launch from here, no helper to start. */
 	struct nsbox_run_opts o = { .struct_size = sizeof(o), .warn = cli_warn, .forward_signals = true,
