@@ -125,7 +125,7 @@ int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct cli_err *
 			break;
 		if (strcmp(argv[i], "--policy") == 0) {
 			if (i + 1 >= argc)
-				return cli_err_set(err, EINVAL, "--policy needs a value");
+				return cli_err_set(err, 0, "--policy needs a value");
 			name = argv[i + 1];
 			break;
 		}
@@ -155,7 +155,7 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 		if (!inline_val)
 			(*i)++;
 		if (*i >= argc)
-			return cli_err_set(err, EINVAL, "--policy needs a value");
+			return cli_err_set(err, 0, "--policy needs a value");
 		return 1;
 	}
 	for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
@@ -167,13 +167,13 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 			continue;
 		if (o->fixed) {
 			if (inline_val)
-				return cli_err_set(err, EINVAL, "--%s takes no value", o->name);
+				return cli_err_set(err, 0, "--%s takes no value", o->name);
 			val = o->fixed;
 		} else if (inline_val) {
 			val = arg + 3 + len;
 		} else {
 			if (*i + 1 >= argc)
-				return cli_err_set(err, EINVAL, "--%s needs a value", o->name);
+				return cli_err_set(err, 0, "--%s needs a value", o->name);
 			val = argv[++*i];
 		}
 		if (o->path == 1) {
@@ -186,7 +186,7 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 			char src[PATH_MAX], abs[PATH_MAX];
 			size_t sl = colon ? (size_t)(colon - val) : strlen(val);
 			if (sl == 0 || sl >= sizeof(src))
-				return cli_err_set(err, EINVAL, "--%s %s: expected SRC[:DST]", o->name, val);
+				return cli_err_set(err, 0, "--%s %s: expected SRC[:DST]", o->name, val);
 			memcpy(src, val, sl);
 			src[sl] = '\0';
 			if (!realpath(src, abs))
