@@ -76,7 +76,7 @@ LIB_TARGETS := $(B)/libnsbox.so.0 $(B)/libnsbox.so $(B)/libnsbox.a $(B)/nsbox.pc
 TARGETS += $(LIB_TARGETS) $(B)/examples/agent
 
 .PHONY: all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib \
-	check-layers check-format
+	check-layers check-format sync-version
 all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS) $(MAN_GEN)
 
 $(B)/obj/runner/%.o: runner/%.c
@@ -195,7 +195,7 @@ $(B)/man/%: man/% Makefile
 man: $(MAN_GEN)
 # Rewrite the checked-in copies of the version from NSBOX_VERSION.
 sync-version:
-	printf '"""The SDK'"'"'s version: the Makefile'"'"'s NSBOX_VERSION (make sync-version)."""\n__version__ = "%s"\n' \
+	printf '%s\n__version__ = "%s"\n' '# Written by make sync-version from NSBOX_VERSION in the Makefile: change it there.' \
 		'$(NSBOX_VERSION)' >python/nsbox/_version.py
 
 check: all check-layers check-format check-unit $(if $(SANITIZE),,check-valgrind) check-integ
