@@ -33,8 +33,8 @@ ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
-# The layers, lowest first (README, "Layout"; scripts/check-layers.sh checks
-# that no file includes from a layer above its own).
+# The layers, lowest first (README, "Layout"; scripts/check-layers.py checks
+# that no file includes from a layer above its own: make check-layers).
 LAYERS := base proto policy jail runner helper host lib
 LAYER_INC := $(addprefix -I,$(LAYERS))
 ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(LAYER_INC) -I$(B)/gen $(PKG_CFLAGS) \

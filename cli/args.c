@@ -8,10 +8,10 @@
 #include <string.h>
 
 struct jail_opt {
-	const char *name;	/* without the leading "--" */
+	const char *name; /* without the leading "--" */
 	const char *section, *key;
-	const char *fixed;	/* value for flags without an argument */
-	int path;		/* 1: make the value absolute; 2: SRC:DST, make SRC absolute */
+	const char *fixed; /* value for flags without an argument */
+	int path;	   /* 1: make the value absolute; 2: SRC:DST, make SRC absolute */
 };
 
 static const struct jail_opt opts[] = {

@@ -23,7 +23,7 @@ static inline void cli_freep(void *p)
 
 /* A failed parse: what to print after "nsbox CMD: ". */
 struct cli_err {
-	int code;	/* errno value, 0 when not errno-based */
+	int code; /* errno value, 0 when not errno-based */
 	char msg[1024];
 };
 

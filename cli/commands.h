@@ -5,7 +5,7 @@
 #include <stdio.h>
 
 #include "cli.h"
-#include "nsbox.h"	/* NSBOX_EXIT_*: the exit statuses of nsbox(1) */
+#include "nsbox.h" /* NSBOX_EXIT_*: the exit statuses of nsbox(1) */
 
 int cmd_run(int argc, char **argv);
 int cmd_info(int argc, char **argv);

@@ -21,8 +21,9 @@ int cmd_doctor(int argc, char **argv)
 		const struct nsbox_host_cgroup_ctrl *c;
 	} ctrls[] = { { "memory", &h.memory }, { "pids", &h.pids }, { "cpu", &h.cpu } };
 	/* The CLI is single-threaded: the sandbox is made here, as for nsbox run. */
-	struct nsbox_selftest_opts so = { .struct_size = sizeof(so), .probe = print_probe, .warn = cli_warn,
-					  .in_process = true };
+	struct nsbox_selftest_opts so = {
+		.struct_size = sizeof(so), .probe = print_probe, .warn = cli_warn, .in_process = true
+	};
 	nsbox_error_t *e = NULL;
 	unsigned escapes = 0;
 	int problems = 0, r;
@@ -96,8 +97,8 @@ int cmd_doctor(int argc, char **argv)
 		return NSBOX_EXIT_SETUP;
 	}
 	nsbox_error_free(e);
-	printf("\n%s\n", escapes ? "NOT FIT: a probe got out of the sandbox; do not run untrusted code here."
-		: problems ? "FIT WITH PROBLEMS: sandboxes are isolated, but fix the items marked FIX above."
-			   : "FIT: this host isolates nsbox sandboxes as designed.");
+	printf("\n%s\n", escapes    ? "NOT FIT: a probe got out of the sandbox; do not run untrusted code here."
+			 : problems ? "FIT WITH PROBLEMS: sandboxes are isolated, but fix the items marked FIX above."
+				    : "FIT: this host isolates nsbox sandboxes as designed.");
 	return escapes ? 1 : 0;
 }

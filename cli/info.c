@@ -73,8 +73,9 @@ int cmd_info(int argc, char **argv)
 		print_lines(h.cgroup_migration_hint, "  ");
 	} else {
 		printf("cgroup migration: none -> %s\n",
-		       strcmp(h.cgroup_mode, "v2") == 0 ? "sandboxes are cloned straight into their cgroup (CLONE_INTO_CGROUP)"
-							: "no v1 cgroup is used, nothing is moved");
+		       strcmp(h.cgroup_mode, "v2") == 0
+			       ? "sandboxes are cloned straight into their cgroup (CLONE_INTO_CGROUP)"
+			       : "no v1 cgroup is used, nothing is moved");
 	}
 	if (h.landlock_abi > 0)
 		printf("landlock: ABI %d -> second layer: writes only to /tmp, /dev/shm, /workspace and rw binds\n",

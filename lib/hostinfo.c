@@ -75,6 +75,12 @@ static void copy_ctrl(struct nsbox_host_cgroup_ctrl *c, const struct cgroup_prob
 	snprintf(c->why, sizeof(c->why), "%s", pr->why[k]);
 }
 
+static const char *const migration_names[] = {
+	[CG_MIGRATE_NONE] = "none",
+	[CG_MIGRATE_FAST] = "fast",
+	[CG_MIGRATE_SLOW] = "slow",
+};
+
 int nsbox_host_info(struct nsbox_host_info *out, nsbox_error_t **err)
 {
 	struct nsbox_host_info h = { 0 };
@@ -108,8 +114,7 @@ int nsbox_host_info(struct nsbox_host_info *out, nsbox_error_t **err)
 	copy_ctrl(&h.pids, &pr, CTRL_PIDS);
 	copy_ctrl(&h.cpu, &pr, CTRL_CPU);
 	cgroup_migration_probe(&pr, &mi);
-	snprintf(h.cgroup_migration, sizeof(h.cgroup_migration), "%s",
-		 mi.state == CG_MIGRATE_SLOW ? "slow" : mi.state == CG_MIGRATE_FAST ? "fast" : "none");
+	snprintf(h.cgroup_migration, sizeof(h.cgroup_migration), "%s", migration_names[mi.state]);
 	if (mi.state == CG_MIGRATE_SLOW)
 		cgroup_migration_hint(&mi, h.cgroup_migration_hint, sizeof(h.cgroup_migration_hint));
 
@@ -251,8 +256,9 @@ int nsbox_selftest(const struct nsbox_selftest_opts *uopts, unsigned *escaped, n
 			goto out;
 		p = own;
 	}
-	if (asprintf(&code, "SYS_mount, SYS_ptrace, SYS_bpf, SYS_keyctl, SYS_io_uring_setup, SYS_ioctl = "
-			    "%d, %d, %d, %d, %d, %d\n%s",
+	if (asprintf(&code,
+		     "SYS_mount, SYS_ptrace, SYS_bpf, SYS_keyctl, SYS_io_uring_setup, SYS_ioctl = "
+		     "%d, %d, %d, %d, %d, %d\n%s",
 		     SYS_mount, SYS_ptrace, SYS_bpf, SYS_keyctl, SYS_io_uring_setup, SYS_ioctl, probe_py) < 0) {
 		code = NULL;
 		r = fail(err, -ENOMEM, "nsbox_selftest: out of memory");
