@@ -152,6 +152,9 @@ $(B)/nsbox.pc: Makefile
 		'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lnsbox' 'Libs.private: -lpthread' \
 		'Cflags: -I$${includedir}' > $@
 # The API tests and the examples link the shared library, as a host does.
+$(B)/tests/test-hostinfo: tests/unit/test-hostinfo.c $(B)/libnsbox.so include/nsbox.h tests/unit/tap.h
+	@mkdir -p $(dir $@)
+	$(CC) $(FRONT_CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..'
 $(B)/tests/test-api: tests/unit/test-api.c $(B)/libnsbox.so include/nsbox.h tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..' -lpthread
