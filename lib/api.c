@@ -27,13 +27,7 @@
 #include "session.h"
 #include "util.h"
 
-#define NSBOX_VERSION "0.4.0"
-
-struct nsbox_error {
-	int code;	/* negative errno, one of libnsbox(3)'s ERRORS */
-	char *msg;
-	char step[48];	/* the setup step that failed, "" if none */
-};
+#include "api-private.h"
 
 struct nsbox_policy_handle {
 	struct nsbox_policy p;

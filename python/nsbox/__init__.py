@@ -37,7 +37,7 @@ from .sandbox import ExecResult, Sandbox
 if TYPE_CHECKING:
     from ._async import AsyncSandbox
 
-__version__ = "0.3.0"
+from ._version import __version__  # noqa: F401  (one place: make sync-version)
 
 __all__ = [
     "Sandbox", "AsyncSandbox", "ExecResult", "run", "RunResult", "SandboxWarning", "ReprValue", "SandboxError",
