@@ -118,7 +118,7 @@ ifeq ($(SANITIZE),)
 endif
 # libnsbox.so: only nsbox_* is exported (hidden visibility in the API
 # object, and the version script for the core objects linked in with it).
-$(B)/obj/lib/api.o: ALL_CFLAGS += -fvisibility=hidden
+$(B)/obj/lib/api.o $(B)/obj/lib/handoff.o: ALL_CFLAGS += -fvisibility=hidden
 $(B)/libnsbox.so.0: $(CORE_OBJS) lib/libnsbox.sym
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libnsbox.so.0 -Wl,--version-script=lib/libnsbox.sym -Wl,-z,defs \
 		-o $@ $(CORE_OBJS) $(PKG_LIBS)

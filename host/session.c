@@ -1218,3 +1218,48 @@ int session_sandbox(const struct nsbox_session *s, struct session_sandbox_info *
 		info->memory_peak = s->st.peak_memory;
 	return 0;
 }
+
+/* ---- handoff: the runner socket leaves, the lifecycle stays (nsboxd) ---- */
+
+int session_handoff(struct nsbox_session *s, int *sock, int *pidfd, struct nsbox_err *err)
+{
+	int fd, pfd;
+
+	if (s->dead || s->sock < 0)
+		return err_set(err, EPIPE, "the session has ended");
+	if (s->rd->buf_start < s->rd->buf_end || s->rd->hdr_have)
+		return err_set(err, EBUSY, "the runner socket has unread bytes");
+	pfd = s->pidfd >= 0 ? fcntl(s->pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+	if (pfd < 0)
+		return err_sys(err, "dup the sandbox's pidfd");
+	/* Blocking again, as a fresh socketpair end would be. */
+	fd = s->sock;
+	if (fcntl(fd, F_SETFL, 0) < 0) {
+		close(pfd);
+		return err_sys(err, "fcntl");
+	}
+	s->sock = -1;
+	/* No more requests from here: session_close() kills without a BYE. */
+	s->dead = true;
+	*sock = fd;
+	*pidfd = pfd;
+	return 0;
+}
+
+void session_kill(struct nsbox_session *s)
+{
+	if (s)
+		proc_kill(s);
+}
+
+void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *st)
+{
+	s->dead = true;
+	proc_finish(s, kill_now);
+	if (s->jailed) {
+		jail_destroy(&s->j);
+		s->st = s->j.status;
+	}
+	if (st)
+		*st = s->st;
+}

@@ -154,4 +154,19 @@ struct session_sandbox_info {
 };
 int session_sandbox(const struct nsbox_session *s, struct session_sandbox_info *info, struct nsbox_err *err);
 
+/* Hand the runner socket over (nsboxd passes it to its client, who speaks
+ * nsbox-protocol(7) to the runner directly).  On success *sock is the
+ * blocking socket and *pidfd a new pidfd of the sandbox's pid 1, both owned
+ * by the caller; the session then only controls the sandbox's lifecycle
+ * (session_kill, session_finish, session_sandbox, session_close): exec and
+ * the other requests fail with EPIPE.  Errors: EPIPE dead, EBUSY bytes
+ * from the runner are buffered here. */
+int session_handoff(struct nsbox_session *s, int *sock, int *pidfd, struct nsbox_err *err);
+/* SIGKILL the sandbox; returns at once.  Accepts NULL. */
+void session_kill(struct nsbox_session *s);
+/* Wait for the sandbox to end (kill_now: kill it first), reap it, remove
+ * its cgroups and fill *st (may be NULL).  The session stays allocated:
+ * session_close() frees it. */
+void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *st);
+
 #endif

@@ -26,6 +26,7 @@
 #include "run.h"
 #include "session.h"
 #include "util.h"
+#include "api-internal.h"
 
 #define NSBOX_VERSION "0.3.0"
 
@@ -965,4 +966,21 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 	out.cpu_enforced = res.cg_enforced[CTRL_CPU];
 	memcpy(st, &out, out.struct_size);
 	return 0;
+}
+
+/* ---- for the library's other files (lib/api-internal.h) ---- */
+
+struct nsbox_session *api_core_session(nsbox_session_t *s)
+{
+	return s ? s->s : NULL;
+}
+
+int api_fail(nsbox_error_t **err, int code, const char *msg)
+{
+	return fail_msg(err, code, msg);
+}
+
+pid_t api_session_owner(const nsbox_session_t *s)
+{
+	return s->owner;
 }
