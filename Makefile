@@ -45,6 +45,10 @@ CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c jail/*.c host/*.c lib/*.c)
 CORE_OBJS := $(CORE_SRCS:%.c=$(B)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
+# nsboxd, the service (service/, nsboxd(8)): libnsbox's public API, the
+# service protocol (proto/svc.c) and libsystemd (sd_listen_fds, sd_notify).
+SVC_SRCS := $(wildcard service/*.c)
+SVC_OBJS := $(SVC_SRCS:%.c=$(B)/obj/%.o)
 # nsbox-runner: the sandbox side (runner/) and, in the same binary, libnsbox's
 # helper process (helper/helper.c), which forks the runner's initialised CPython.
 RUNNER_SRCS := $(wildcard runner/*.c) helper/helper.c helper/main.c
@@ -56,7 +60,7 @@ PROBE_BINS := $(PROBE_SRCS:tests/%.c=$(B)/tests/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz-*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/fuzz/%)
 
-TARGETS := $(B)/libnsbox-core.a $(B)/nsbox
+TARGETS := $(B)/libnsbox-core.a $(B)/nsbox $(B)/nsboxd
 ifneq ($(RUNNER_SRCS),)
 TARGETS += $(B)/nsbox-runner
 endif
@@ -104,6 +108,9 @@ $(B)/libnsbox-core.a: $(CORE_OBJS)
 	ar rcs $@ $^
 $(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS)
+$(B)/obj/service/%.o: ALL_CFLAGS += $(shell pkg-config --cflags libsystemd)
+$(B)/nsboxd: $(SVC_OBJS) $(B)/libnsbox-core.a
+	$(CC) $(LDFLAGS) -o $@ $(SVC_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(shell pkg-config --libs libsystemd) -lm
 # Debug information goes to nsbox-runner.debug beside it (found through
 # .gnu_debuglink by gdb, valgrind and addr2line where the runner runs from
 # its file; the symbol table stays, for the helper, which runs from a

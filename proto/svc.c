@@ -170,7 +170,7 @@ static int get_fd_index(const json_t *j, size_t n_fds, int *idx, const char *wha
 
 static const char *const open_keys[] = {
 	"profile", "memory", "pids", "cpus", "time_limit", "tmp_size", "file_size", "open_files", "share_net",
-	"dist_packages", "workspace", "binds", "env", "argv", "output_limit", "cold", NULL,
+	"dist_packages", "workspace", "binds", "env", "output_limit", "cold", NULL,
 };
 
 int svc_open_parse(const json_t *m, size_t n_fds, struct svc_open *o, struct nsbox_err *err)
@@ -246,19 +246,6 @@ int svc_open_parse(const json_t *m, size_t n_fds, struct svc_open *o, struct nsb
 				return err_set(err, EINVAL, "OPEN: env %zu must be \"NAME=VALUE\"", i);
 			o->env[o->n_env++] = s;
 		}
-	}
-	if ((v = json_object_get(m, "argv"))) {
-		size_t i;
-		const json_t *a;
-
-		if (!json_is_array(v) || json_array_size(v) > SVC_MAX_ARGV)
-			return err_set(err, EINVAL, "OPEN: argv must be an array of at most %d strings", SVC_MAX_ARGV);
-		json_array_foreach(v, i, a) {
-			if (!json_is_string(a) || strlen(json_string_value(a)) != json_string_length(a))
-				return err_set(err, EINVAL, "OPEN: argv %zu must be a string without NUL", i);
-			o->argv[i] = json_string_value(a);
-		}
-		o->argv[json_array_size(v)] = NULL;
 	}
 	return 0;
 }

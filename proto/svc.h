@@ -79,7 +79,6 @@ void svc_status_from_json(const json_t *j, struct svc_status *st);
  * message (SCM_RIGHTS), opened by the client with its own rights. */
 #define SVC_MAX_BINDS 8
 #define SVC_MAX_ENV 64
-#define SVC_MAX_ARGV 256
 struct svc_open {
 	const char *profile;	/* "default", "strict", "permissive" (server-side policies) */
 	uint64_t memory, pids, tmp_size, file_size, open_files;	/* 0: the profile's */
@@ -95,7 +94,6 @@ struct svc_open {
 	size_t n_binds;
 	const char *env[SVC_MAX_ENV];	/* "NAME=VALUE" */
 	size_t n_env;
-	const char *argv[SVC_MAX_ARGV + 1];	/* NULL-terminated; argv[0] NULL: none */
 	uint64_t output_limit;	/* the runner's per-stream cap, 0: default */
 	bool cold;		/* CPython started afresh, not from a template or the pool */
 };
