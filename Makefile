@@ -66,7 +66,7 @@ TARGETS += $(B)/nsbox-runner
 endif
 # libnsbox (include/nsbox.h, lib/api.c), its static archive, pkg-config
 # file and the C example agent host.
-NSBOX_VERSION := 0.3.0
+NSBOX_VERSION := 0.4.0
 LIB_TARGETS := $(B)/libnsbox.so.0 $(B)/libnsbox.so $(B)/libnsbox.a $(B)/nsbox.pc
 TARGETS += $(LIB_TARGETS) $(B)/examples/agent
 

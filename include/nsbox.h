@@ -60,10 +60,14 @@ typedef struct nsbox_error nsbox_error_t;
 NSBOX_API int nsbox_error_code(const nsbox_error_t *err);
 /* What failed and where.  Borrowed from err; never NULL. */
 NSBOX_API const char *nsbox_error_message(const nsbox_error_t *err);
+/* Since 0.4.0: the sandbox setup step that failed ("userns", "cgroup",
+ * "mount", "landlock", "seccomp", "runner", ...; libnsbox(3)), or NULL when
+ * the error is not a setup step's.  Borrowed from err. */
+NSBOX_API const char *nsbox_error_step(const nsbox_error_t *err);
 NSBOX_API void nsbox_error_free(nsbox_error_t *err);
 /* Free a string returned by libnsbox. */
 NSBOX_API void nsbox_free(void *p);
-/* Library version, e.g. "0.3.0".  Static. */
+/* Library version, e.g. "0.4.0".  Static. */
 NSBOX_API const char *nsbox_version(void);
 
 /* ---- policies --------------------------------------------------------- */
@@ -165,8 +169,11 @@ typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_
  * NULL) is a JSON Schema of the arguments ({"type": "object",
  * "properties": ...}), used to generate the Python signature and
  * docstring; description may be NULL.  Tools may be added at any time;
- * they are visible from the next exec.  Errors: -EINVAL bad name or
- * schema, -EEXIST name taken, -ENOTCONN the session died. */
+ * they are visible from the next exec.  Since 0.4.0 fn may be NULL: the
+ * tool is answered only through the event API (nsbox_exec_answer); a
+ * blocking nsbox_exec() answers a call to it with a ToolError.  Errors:
+ * -EINVAL bad name or schema, -EEXIST name taken, -ENOTCONN the session
+ * died, -EBUSY an exec is in progress. */
 NSBOX_API int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const char *schema_json,
 				     const char *description, nsbox_tool_fn fn, void *userdata,
 				     nsbox_error_t **err);
@@ -246,7 +253,7 @@ NSBOX_API void nsbox_result_free(nsbox_result_t *r);
  *			if (ev.kind == NSBOX_EVENT_TOOL_CALL) ...answer now or later:
  *				nsbox_exec_answer(s, ev.call_id, "42", NULL, &err);
  *			if (ev.kind == NSBOX_EVENT_DONE)
- *				nsbox_exec_result(s, &r, &err); ...done
+ *				nsbox_exec_result(s, &r, &err); ...done, stop advancing
  *		}
  *		k == 0: nothing more now, poll again; k < 0: error
  *	}
@@ -292,7 +299,11 @@ struct nsbox_event {
  * there is nothing to do until the fd is readable again, or a negative
  * errno: -EINVAL no exec in progress (or after DONE), -ENOMEM.  Limit
  * kills, crashes and protocol errors are not errors here: they end the
- * exec with DONE and a result saying what happened. */
+ * exec with DONE and a result saying what happened.  A tool call over the
+ * session's max_tool_calls, or to a name that is not registered, is
+ * answered with a ToolError inside and not reported.  The sandbox waits
+ * for each tool call's answer (its time limit runs meanwhile); output and
+ * other calls (from other threads inside) may come first. */
 NSBOX_API int nsbox_exec_advance(nsbox_session_t *s, struct nsbox_event *ev, nsbox_error_t **err);
 
 /* Answer tool call call_id of the exec in progress: result_json (NULL
@@ -328,7 +339,8 @@ struct nsbox_session_info {
 	uint64_t memory_peak;
 	char python[32];		/* since 0.2.0: the sandbox's Python version, "3.11.2" */
 };
-/* Fill *info (set info->struct_size first).  Errors: -EINVAL. */
+/* Fill *info (set info->struct_size first).  Also from the thread driving
+ * an event-driven exec on s (nsbox_exec_start).  Errors: -EINVAL, -EBUSY. */
 NSBOX_API int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbox_error_t **err);
 
 /* ---- commands ----------------------------------------------------------- */

@@ -28,11 +28,12 @@
 #include "util.h"
 #include "api-internal.h"
 
-#define NSBOX_VERSION "0.3.0"
+#define NSBOX_VERSION "0.4.0"
 
 struct nsbox_error {
-	int code;	/* negative errno */
+	int code;	/* negative errno, one of libnsbox(3)'s ERRORS */
 	char *msg;
+	char step[48];	/* the setup step that failed, "" if none */
 };
 
 struct nsbox_policy_handle {
@@ -52,7 +53,11 @@ struct nsbox_sess {
 	struct nsbox_session *s;
 	struct nsbox_policy policy;	/* the session's own copy */
 	struct api_tool *tools;
-	atomic_bool busy;		/* one call at a time: -EBUSY otherwise */
+	atomic_bool busy;		/* one call at a time: -EBUSY otherwise; held by an event-driven exec
+					 * from nsbox_exec_start() to nsbox_exec_result() */
+	bool ev_exec;			/* an event-driven exec holds busy */
+	bool ev_done;			/* ... and has reported DONE */
+	char *ev_args;			/* the last TOOL_CALL event's args_json */
 	pid_t owner;			/* the process that made it (fork check) */
 };
 
@@ -73,15 +78,41 @@ struct nsbox_result {
 /* ---- errors ---- */
 
 /* When even the error object cannot be allocated. */
-static struct nsbox_error oom_error = { -ENOMEM, "out of memory" };
+static struct nsbox_error oom_error = { -ENOMEM, "out of memory", "" };
 
-static int fail_msg(nsbox_error_t **err, int code, const char *msg)
+/* Only the errno values libnsbox(3) documents leave the library (as
+ * libseccomp's _rc_filter): what the core or the kernel says otherwise is
+ * mapped to the documented value nearest in meaning, EIO when none is. */
+static int rc_filter(int code)
 {
+	switch (-code) {
+	case EINVAL: case ENOENT: case EEXIST: case EBUSY: case ENOTCONN: case EPERM: case ENOSPC: case ENOSYS:
+	case ECONNRESET: case ETIMEDOUT: case EIO: case ENOMEM: case EBADF: case EAGAIN: case E2BIG:
+		return code;
+	case EACCES: case EROFS:
+		return -EPERM;
+	case EMSGSIZE: case EFBIG: case ENAMETOOLONG: case EILSEQ: case ERANGE: case ENOTDIR:
+		return -EINVAL;
+	case EPIPE:
+		return -ENOTCONN;
+	case EUSERS: case EMFILE: case ENFILE: case EDQUOT:
+		return -ENOSPC;
+	case EOPNOTSUPP:
+		return -ENOSYS;
+	default:
+		return -EIO;
+	}
+}
+
+static int fail_step(nsbox_error_t **err, int code, const char *msg, const char *step)
+{
+	code = rc_filter(code);
 	if (err) {
-		struct nsbox_error *e = malloc(sizeof(*e));
+		struct nsbox_error *e = calloc(1, sizeof(*e));
 
 		if (e && (e->msg = strdup(msg ? msg : "")) != NULL) {
 			e->code = code;
+			snprintf(e->step, sizeof(e->step), "%s", step ? step : "");
 			*err = e;
 		} else {
 			free(e);
@@ -89,6 +120,11 @@ static int fail_msg(nsbox_error_t **err, int code, const char *msg)
 		}
 	}
 	return code;
+}
+
+static int fail_msg(nsbox_error_t **err, int code, const char *msg)
+{
+	return fail_step(err, code, msg, NULL);
 }
 
 static int fail(nsbox_error_t **err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -110,11 +146,13 @@ static int fail_core(nsbox_error_t **err, const struct nsbox_err *e, int dflt)
 {
 	int code = e->code ? -e->code : dflt;
 
-	if (code == -EPIPE)
-		code = -ENOTCONN;
 	/* A bad policy is not a setup step that failed: its message says it all. */
-	if (e->step[0] && strcmp(e->step, "policy") != 0)
-		return fail(err, code, "setup step '%s' failed: %s", e->step, e->msg);
+	if (e->step[0] && strcmp(e->step, "policy") != 0) {
+		char buf[NSBOX_ERR_MSG_MAX + 96];
+
+		snprintf(buf, sizeof(buf), "setup step '%s' failed: %s", e->step, e->msg);
+		return fail_step(err, code, buf, e->step);
+	}
 	return fail_msg(err, code, e->msg);
 }
 
@@ -126,6 +164,11 @@ int nsbox_error_code(const nsbox_error_t *err)
 const char *nsbox_error_message(const nsbox_error_t *err)
 {
 	return err && err->msg ? err->msg : "";
+}
+
+const char *nsbox_error_step(const nsbox_error_t *err)
+{
+	return err && err->step[0] ? err->step : NULL;
 }
 
 void nsbox_error_free(nsbox_error_t *err)
@@ -178,24 +221,6 @@ static char *policy_text(const struct nsbox_policy *p)
 		return NULL;
 	}
 	return text;
-}
-
-/* A deep copy through the file format, which parses back to the same
- * policy (policy_print). */
-static int policy_dup(struct nsbox_policy *dst, const struct nsbox_policy *src, struct nsbox_err *err)
-{
-	_cleanup_free_ char *text = policy_text(src);
-
-	memset(dst, 0, sizeof(*dst));
-	if (!text)
-		return err_set(err, ENOMEM, "policy");
-	if (policy_init_builtin(dst, "default", err) < 0)
-		return -1;
-	if (policy_parse(dst, text, strlen(text), "<policy copy>", err) < 0) {
-		policy_free(dst);
-		return -1;
-	}
-	return 0;
 }
 
 int nsbox_policy_new(const char *name_or_file, nsbox_policy_t **out, nsbox_error_t **err)
@@ -420,7 +445,7 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	if (!s)
 		return fail(err, -ENOMEM, "nsbox_session_new: out of memory");
 	s->owner = getpid();
-	if (policy_dup(&s->policy, &p->p, &e) < 0) {
+	if (policy_copy(&s->policy, &p->p, &e) < 0) {
 		free(s);
 		return fail_core(err, &e, -ENOMEM);
 	}
@@ -485,6 +510,7 @@ void nsbox_session_free(nsbox_session_t *s)
 		json_decref(t->schema);
 		free(t);
 	}
+	free(s->ev_args);
 	policy_free(&s->policy);
 	free(s);
 }
@@ -534,8 +560,8 @@ int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const char *sch
 	json_error_t jerr;
 	int r;
 
-	if (!s || !name || !fn)
-		return fail(err, -EINVAL, "nsbox_session_add_tool: %s is NULL", !s ? "the session" : !name ? "name" : "fn");
+	if (!s || !name)
+		return fail(err, -EINVAL, "nsbox_session_add_tool: %s is NULL", !s ? "the session" : "name");
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return fail(err, -ENOMEM, "nsbox_session_add_tool: out of memory");
@@ -568,7 +594,7 @@ int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const char *sch
 		goto out;
 	}
 	st = (struct session_tool){ .name = t->name, .description = t->description, .schema = t->schema,
-				    .fn = call_tool, .ctx = t };
+				    .fn = fn ? call_tool : NULL, .ctx = t };
 	r = session_add_tool(s->s, &st, &e);
 	leave(s);
 	if (r < 0) {
@@ -670,6 +696,17 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	return r;
 }
 
+static void exec_req(struct session_exec_req *req, const char *code, const struct nsbox_exec_opts *o)
+{
+	req->code = code;
+	req->filename = o->filename;
+	req->want_value = o->repl;
+	req->display = o->interactive;
+	req->check_complete = o->interactive;
+	req->timeout = o->timeout;
+	req->stream = true;	/* nsbox_exec: to opts.output as produced, when set; else as events */
+}
+
 int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts, nsbox_result_t **out,
 	       nsbox_error_t **err)
 {
@@ -690,13 +727,7 @@ int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opt
 		return fail(err, -EINVAL, "nsbox_exec: timeout %g is negative", o.timeout);
 	if (!enter(s))
 		return busy(err, "nsbox_exec");
-	req.code = code;
-	req.filename = o.filename;
-	req.want_value = o.repl;
-	req.display = o.interactive;
-	req.check_complete = o.interactive;
-	req.timeout = o.timeout;
-	req.stream = true;	/* output goes to opts.output as produced, when set */
+	exec_req(&req, code, &o);
 	k = session_exec(s->s, &req, &res, &e);
 	leave(s);
 	if (k < 0)
@@ -713,6 +744,166 @@ void nsbox_cancel(nsbox_session_t *s)
 {
 	if (s && s->s)
 		session_cancel(s->s);
+}
+
+/* ---- exec for event loops ---- */
+
+int nsbox_session_fd(nsbox_session_t *s)
+{
+	struct nsbox_err e = { 0 };
+	int fd;
+
+	if (!s || s->owner != getpid()) {
+		errno = s ? ENOTCONN : EINVAL;
+		return -1;
+	}
+	fd = session_fd(s->s, &e);
+	if (fd < 0)
+		errno = e.code ? e.code : EIO;
+	return fd;
+}
+
+int nsbox_exec_start(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts, nsbox_error_t **err)
+{
+	struct nsbox_exec_opts o;
+	struct session_exec_req req = { 0 };
+	struct nsbox_err e = { 0 };
+	int k;
+
+	if (!code)
+		return fail(err, -EINVAL, "nsbox_exec_start: code is NULL");
+	if ((k = check_session(s, err, "nsbox_exec_start")) < 0)
+		return k;
+	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_exec_opts") < 0)
+		return -EINVAL;
+	if (!(o.timeout >= 0))
+		return fail(err, -EINVAL, "nsbox_exec_start: timeout %g is negative", o.timeout);
+	if (!enter(s))
+		return busy(err, "nsbox_exec_start");
+	exec_req(&req, code, &o);
+	if (session_exec_start(s->s, &req, &e) < 0) {
+		leave(s);
+		return fail_core(err, &e, -EINVAL);
+	}
+	s->ev_exec = true;
+	return 0;
+}
+
+/* The exec started by nsbox_exec_start(), or -EINVAL. */
+static int check_event_exec(nsbox_session_t *s, nsbox_error_t **err, const char *what)
+{
+	if (!s)
+		return fail(err, -EINVAL, "%s: NULL session", what);
+	if (s->owner != getpid())
+		return fail(err, -ENOTCONN, "%s: the session belongs to the parent process (fork)", what);
+	if (!s->ev_exec)
+		return fail(err, -EINVAL, "%s: no exec started with nsbox_exec_start", what);
+	return 0;
+}
+
+int nsbox_exec_advance(nsbox_session_t *s, struct nsbox_event *ev, nsbox_error_t **err)
+{
+	struct nsbox_event out = { 0 };
+	struct session_event se;
+	struct nsbox_err e = { 0 };
+	size_t n;
+	int k;
+
+	if ((k = check_event_exec(s, err, "nsbox_exec_advance")) < 0)
+		return k;
+	if (!ev || ev->struct_size < offsetof(struct nsbox_event, kind) + sizeof(ev->kind))
+		return fail(err, -EINVAL, "nsbox_exec_advance: %s", ev ? "ev->struct_size is too small" : "ev is NULL");
+	if (s->ev_done)
+		return fail(err, -EINVAL, "nsbox_exec_advance: the exec has ended (DONE): take its result");
+	n = ev->struct_size;
+	free(s->ev_args);
+	s->ev_args = NULL;
+	k = session_exec_step(s->s, false, &se, &e);
+	if (k < 0)
+		return fail_core(err, &e, -EINVAL);
+	if (k == 0)
+		return 0;
+	out.struct_size = n < sizeof(out) ? n : sizeof(out);
+	switch (se.kind) {
+	case SESSION_EV_OUTPUT:
+		out.kind = NSBOX_EVENT_OUTPUT;
+		out.stream = se.stream;
+		out.data = se.data;
+		out.len = se.len;
+		break;
+	case SESSION_EV_CALL: {
+		json_auto_t *call = json_pack("{s:O,s:O}", "args", se.args, "kwargs", se.kwargs);
+
+		s->ev_args = call ? json_dumps(call, JSON_COMPACT) : NULL;
+		if (!s->ev_args) {
+			/* The call stays pending; the sandbox sees a ToolError. */
+			session_exec_answer(s->s, se.call_id, NULL, "out of memory encoding the tool call", NULL);
+			return fail(err, -ENOMEM, "nsbox_exec_advance: out of memory");
+		}
+		out.kind = NSBOX_EVENT_TOOL_CALL;
+		out.call_id = se.call_id;
+		out.tool = se.tool->name;
+		out.args_json = s->ev_args;
+		break;
+	}
+	case SESSION_EV_DONE:
+		out.kind = NSBOX_EVENT_DONE;
+		s->ev_done = true;
+		break;
+	}
+	memcpy(ev, &out, out.struct_size);
+	return 1;
+}
+
+int nsbox_exec_answer(nsbox_session_t *s, uint64_t call_id, const char *result_json, const char *error_message,
+		      nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	json_auto_t *v = NULL;
+	_cleanup_free_ char *bad = NULL;
+	json_error_t jerr;
+	int k;
+
+	if ((k = check_event_exec(s, err, "nsbox_exec_answer")) < 0)
+		return k;
+	if (call_id > UINT32_MAX)
+		return fail(err, -EINVAL, "nsbox_exec_answer: no tool call %llu is waiting for an answer",
+			    (unsigned long long)call_id);
+	if (!error_message && result_json) {
+		v = json_loads(result_json, JSON_DECODE_ANY, &jerr);
+		/* As nsbox_exec() treats a callback's invalid JSON: a ToolError inside. */
+		if (!v && asprintf(&bad, "the tool's answer is not valid JSON: %s (line %d, column %d)", jerr.text,
+				   jerr.line, jerr.column) < 0)
+			return fail(err, -ENOMEM, "nsbox_exec_answer: out of memory");
+	}
+	if (session_exec_answer(s->s, (uint32_t)call_id, v, error_message ? error_message : bad, &e) < 0)
+		return fail_core(err, &e, -EINVAL);
+	return 0;
+}
+
+int nsbox_exec_result(nsbox_session_t *s, nsbox_result_t **out, nsbox_error_t **err)
+{
+	struct session_result res;
+	struct nsbox_err e = { 0 };
+	nsbox_result_t *r;
+	int k;
+
+	if (!out)
+		return fail(err, -EINVAL, "nsbox_exec_result: out is NULL");
+	if ((k = check_event_exec(s, err, "nsbox_exec_result")) < 0)
+		return k;
+	if (session_exec_finish(s->s, &res, &e) < 0)
+		return fail_core(err, &e, -EINVAL);
+	free(s->ev_args);
+	s->ev_args = NULL;
+	s->ev_exec = s->ev_done = false;
+	leave(s);
+	r = make_result(&res);
+	session_result_free(&res);
+	if (!r)
+		return fail(err, -ENOMEM, "nsbox_exec_result: out of memory for the result");
+	*out = r;
+	return 0;
 }
 
 enum nsbox_status nsbox_result_status(const nsbox_result_t *r)
@@ -879,7 +1070,9 @@ int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbo
 	struct nsbox_session_info o;
 	struct session_sandbox_info si;
 	struct nsbox_err e = { 0 };
+	bool held;
 	size_t n;
+	int k;
 
 	if (!s || !info)
 		return fail(err, -EINVAL, "nsbox_session_info: %s is NULL", !s ? "the session" : "info");
@@ -888,13 +1081,15 @@ int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbo
 		return fail(err, -EINVAL, "nsbox_session_info: struct_size is %zu", n);
 	if (s->owner != getpid())
 		return fail(err, -ENOTCONN, "nsbox_session_info: the session belongs to the parent process (fork)");
-	if (!enter(s))
+	/* An event-driven exec holds the session: its driving thread may ask. */
+	held = enter(s);
+	if (!held && !s->ev_exec)
 		return busy(err, "nsbox_session_info");
-	if (session_sandbox(s->s, &si, &e) < 0) {
+	k = session_sandbox(s->s, &si, &e);
+	if (held)
 		leave(s);
+	if (k < 0)
 		return fail_core(err, &e, -EIO);
-	}
-	leave(s);
 	memset(&o, 0, sizeof(o));
 	o.struct_size = n < sizeof(o) ? n : sizeof(o);
 	o.pid = si.pid;

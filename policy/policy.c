@@ -780,8 +780,7 @@ static int dup_opt(char **dst, const char *src)
 
 /* Deep copy, so that a parse that fails half-way leaves the caller's policy
  * as it was. */
-static int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src,
-		       struct nsbox_err *err)
+int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct nsbox_err *err)
 {
 	struct nsbox_policy q = *src;
 	size_t nm = src->n_mounts < POLICY_MAX_MOUNTS ? src->n_mounts : POLICY_MAX_MOUNTS;
@@ -974,10 +973,24 @@ int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_e
 		return fail(err, EFBIG, "policy '%s': file too large (at most %d bytes)", name_or_file,
 			    POLICY_FILE_MAX);
 
+	if (policy_from_text(&q, text, (size_t)n, name_or_file, err) < 0)
+		return -1;
+	if (replace_str(&q.name, name_or_file, err) < 0) {
+		policy_free(&q);
+		return -1;
+	}
+	*p = q;
+	return 0;
+}
+
+int policy_from_text(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
+		     struct nsbox_err *err)
+{
+	struct nsbox_policy q;
+
 	if (policy_init_builtin(&q, "default", err) < 0)
 		return -1;
-	if (replace_str(&q.name, name_or_file, err) < 0 ||
-	    policy_parse(&q, text, (size_t)n, name_or_file, err) < 0) {
+	if (policy_parse(&q, text, len, origin, err) < 0) {
 		policy_free(&q);
 		return -1;
 	}

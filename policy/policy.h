@@ -85,6 +85,17 @@ int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_e
 int policy_parse(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
 		 struct nsbox_err *err);
 
+/* A new policy from text in the file format, on top of the built-in
+ * "default" (as a policy file is read, and as policy_print() output parses
+ * back).  *p is overwritten (not freed first); on failure it is left
+ * untouched.  Errors as policy_parse. */
+int policy_from_text(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
+		     struct nsbox_err *err);
+
+/* A deep copy of src in *dst (overwritten, not freed first; owned by the
+ * caller, policy_free).  On failure (-1, ENOMEM) *dst is untouched. */
+int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct nsbox_err *err);
+
 /* Set one key of one section ("Limits", "Memory", "256M").  Section and key
  * are matched case-sensitively as documented in nsbox-policy(5).  Repeatable
  * keys (Bind, ReadOnlyBind, Set) append.  Returns 0 or -1 with err naming
