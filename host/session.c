@@ -256,6 +256,8 @@ static void session_free(struct nsbox_session *s)
 
 static const struct session_backend_ops *backend_of(const struct session_opts *o)
 {
+	if (o->connect)
+		return &session_backend_service;
 	if (o->use_helper)
 		return &session_backend_helper;
 	return o->unjailed ? &session_backend_unjailed : &session_backend_local;
@@ -304,6 +306,46 @@ static int handshake(struct nsbox_session *s, struct nsbox_err *err)
 		return -1;
 	}
 	s->hello = h;
+	return 0;
+}
+
+static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t want, json_t **answer,
+		   struct nsbox_err *err);
+
+/* A sandbox whose HELLO went long before (nsboxd's pool): what our HELLO
+ * would have carried, sent now.  Tools travel in TOOLS; sys.argv is set by
+ * a SET_VAR of a private name and one line of code, run as an exec. */
+static int adopted_setup(struct nsbox_session *s, struct nsbox_err *err)
+{
+	json_t *a = NULL;
+
+	s->next_id = 1;
+	if (s->o.n_tools) {
+		json_t *list = tools_json(s);
+
+		if (!list || control(s, PROTO_TOOLS, json_pack("{s:o}", "tools", list), PROTO_VALUE, &a, err) < 0)
+			return -1;
+		json_decref(a);
+	}
+	if (s->o.argv) {
+		json_t *av = argv_json(s->o.argv);
+		struct session_exec_req req = { .code = "import sys as _s; _s.argv = list(__nsbox_argv); del _s, __nsbox_argv" };
+		struct session_result res;
+
+		if (!av || control(s, PROTO_SET_VAR, json_pack("{s:s,s:o}", "name", "__nsbox_argv", "value", av),
+				   PROTO_VALUE, &a, err) < 0)
+			return -1;
+		json_decref(a);
+		if (session_exec(s, &req, &res, err) < 0)
+			return -1;
+		if (res.outcome != SESSION_OK) {
+			err_set(err, EPROTO, "setting sys.argv: %s", res.message);
+			session_result_free(&res);
+			return -1;
+		}
+		session_result_free(&res);
+	}
+	s->o.argv = NULL;
 	return 0;
 }
 
@@ -373,7 +415,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	}
 	spec = (struct sandbox_spec){ .policy = opts->policy, .sock = sv[1], .path = path, .argv = argv,
 				      .cold = opts->cold, .spare = opts->spare, .warn = opts->warn,
-				      .warn_ctx = opts->warn_ctx };
+				      .warn_ctx = opts->warn_ctx, .connect = opts->connect,
+				      .output_limit = opts->output_limit };
 	k = s->sb.ops->start(&s->sb, &spec, &spare_sock, err);
 	close(sv[1]);
 	s->io.sock = sv[0];
@@ -392,9 +435,16 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		err_sys(err, "fcntl");
 		goto fail;
 	}
-	if (handshake(s, err) < 0)
+	if (s->sb.hello) {
+		/* The service made the sandbox and did the handshake. */
+		s->hello = s->sb.hello;
+		s->sb.hello = NULL;
+		if (adopted_setup(s, err) < 0)
+			goto fail;
+	} else if (handshake(s, err) < 0) {
 		goto fail;
-	s->next_id = 1;
+	}
+	s->next_id = s->next_id ? s->next_id : 1;
 	*out = s;
 	return 0;
 fail:

@@ -64,6 +64,9 @@ struct session_opts {
 	bool use_helper;
 	bool cold;
 	bool spare;		/* use_helper: keep a spare sandbox for the next session */
+	/* Get the sandbox from nsboxd listening at this path (a socket; the
+	 * service backend, host/session-service.c) instead of making it. */
+	const char *connect;
 	/* sys.argv inside, NULL-terminated (NULL: Python's [""]); read by
 	 * session_start only, sent in the HELLO. */
 	const char *const *argv;

@@ -144,6 +144,16 @@ struct nsbox_session_opts {
 	 * nsbox_session_new only.  Bytes that are not UTF-8 arrive as CPython
 	 * decodes its own argv (surrogateescape). */
 	const char *const *argv;
+	/* Field below: since 0.4.0.  Get the sandbox from nsboxd(8) listening
+	 * at this socket path instead of making it (NULL: $NSBOX_CONNECT when
+	 * set and not empty, else make it here).  The policy must then be a
+	 * built-in profile with limits, network, workspace, binds and
+	 * environment (-EINVAL otherwise); the workspace and binds are opened
+	 * by this process and passed as descriptors.  Execs and tool calls
+	 * travel straight between this process and its sandbox.  Errors from
+	 * the service keep its errno: -EACCES not allowed (nsboxd.conf(5)),
+	 * -EDQUOT over this user's quota, -EAGAIN the service is full. */
+	const char *connect;
 };
 
 /* Create a session under policy p (copied; p may be freed afterwards).

@@ -476,6 +476,15 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.warn = o.warn;
 	so.warn_ctx = o.warn_userdata;
 	so.argv = o.argv;
+	/* Through nsboxd: the caller's field, else the environment's. */
+	{
+		size_t need = offsetof(struct nsbox_session_opts, connect) + sizeof(o.connect);
+		const char *env = getenv("NSBOX_CONNECT");
+
+		so.connect = opts && opts->struct_size >= need ? o.connect : NULL;
+		if (!so.connect && env && *env)
+			so.connect = env;
+	}
 	/* Handshake and variable requests: generous for a cold start, but
 	 * never much longer than a time limit the policy sets. */
 	so.control_timeout = s->policy.time_limit > 0 && s->policy.time_limit + 5 < 30 ? s->policy.time_limit + 5 : 30;
