@@ -192,7 +192,7 @@ class Sandbox:
 
     def __init__(self, policy="default", memory=None, timeout=None, pids=None, cpus=None, workspace=None,
                  share_net=False, cold=False, auto_restart=True, max_tool_calls=None, on_output=None,
-                 spare=None, on_warning=None):
+                 spare=None, on_warning=None, connect=None):
         # Attributes close() relies on come first: __init__ may fail half way.
         self._closed = False
         self._owner_pid = os.getpid()
@@ -218,6 +218,9 @@ class Sandbox:
                                            warn=self._warn_cb, spare=spare is True, no_spare=spare is False,
                                            # ctypes may run Python threads: always the helper
                                            in_process=False)
+        # nsboxd(8): kept alive with the options, which point at it.
+        self._connect = os.fsencode(connect) if connect is not None else None
+        self._sess_opts.connect = self._connect
         self._timeout = None
         self._exec_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True)
         self._set_timeout(timeout)
