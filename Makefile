@@ -7,6 +7,8 @@ LIBDIR ?= $(PREFIX)/lib
 LIBEXECDIR ?= $(PREFIX)/libexec/nsbox
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
+SBINDIR ?= $(PREFIX)/sbin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
 PYTHON ?= /usr/bin/python3.11
 
 CC ?= cc
@@ -70,7 +72,7 @@ NSBOX_VERSION := 0.4.0
 LIB_TARGETS := $(B)/libnsbox.so.0 $(B)/libnsbox.so $(B)/libnsbox.a $(B)/nsbox.pc
 TARGETS += $(LIB_TARGETS) $(B)/examples/agent
 
-.PHONY: all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib
+.PHONY: uninstall all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib
 all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS)
 
 $(B)/obj/runner/%.o: runner/%.c
@@ -186,6 +188,11 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	install -m 0755 $(B)/nsbox $(DESTDIR)$(BINDIR)/nsbox
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(B)/nsboxd $(DESTDIR)$(SBINDIR)/nsboxd
+	install -m 0644 service/nsboxd.socket $(DESTDIR)$(UNITDIR)/nsboxd.socket
+	sed 's|@BINDIR@|$(SBINDIR)|' service/nsboxd.service > $(DESTDIR)$(UNITDIR)/nsboxd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/nsboxd.service
 	if [ -f $(B)/nsbox-runner ]; then install -m 0755 $(B)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner; fi
 	if [ -f $(B)/nsbox-runner.debug ]; then install -m 0644 $(B)/nsbox-runner.debug $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug; fi
 	for m in man/*.[1-8]; do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
@@ -199,6 +206,16 @@ install-lib: $(LIB_TARGETS)
 	install -m 0644 include/nsbox.h $(DESTDIR)$(INCLUDEDIR)/nsbox.h
 	install -m 0644 $(B)/nsbox.pc $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc
 	install -m 0644 man/libnsbox.3 $(DESTDIR)$(MANDIR)/man3/libnsbox.3
+
+# What install put in place (the units stopped first when systemd runs).
+uninstall:
+	-systemctl disable --now nsboxd.socket nsboxd.service 2>/dev/null
+	rm -f $(DESTDIR)$(BINDIR)/nsbox $(DESTDIR)$(SBINDIR)/nsboxd $(DESTDIR)$(UNITDIR)/nsboxd.socket \
+		$(DESTDIR)$(UNITDIR)/nsboxd.service $(DESTDIR)$(LIBEXECDIR)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug \
+		$(DESTDIR)$(LIBDIR)/libnsbox.so.0 $(DESTDIR)$(LIBDIR)/libnsbox.so $(DESTDIR)$(LIBDIR)/libnsbox.a \
+		$(DESTDIR)$(INCLUDEDIR)/nsbox.h $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc $(DESTDIR)$(MANDIR)/man3/libnsbox.3
+	for m in man/*.[1-8]; do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+	-rmdir $(DESTDIR)$(LIBEXECDIR)
 
 deps:
 	scripts/install-deps.sh
