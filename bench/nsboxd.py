@@ -29,7 +29,7 @@ def line(what, xs, unit="ms", scale=1e3):
     print(f"{what}\t{pct(xs, 50) * scale:.3g} {unit}\t{pct(xs, 99) * scale:.3g} {unit}")
 
 
-d = tempfile.mkdtemp(prefix="nsboxd-bench-")
+d = tempfile.mkdtemp(prefix="nsbxd-bench-")
 sock = os.path.join(d, "s.sock")
 conf = os.path.join(d, "c.conf")
 with open(conf, "w") as f:

@@ -48,7 +48,7 @@ def cgroups_of(pid):
 
 class Daemon:
     def __init__(self, conf="", activate=False, extra=()):
-        self.dir = tempfile.mkdtemp(prefix="nsboxd-test-")
+        self.dir = tempfile.mkdtemp(prefix="nsbxd-test-")
         os.chmod(self.dir, 0o755)
         self.sock = os.path.join(self.dir, "s.sock")
         self.conf = os.path.join(self.dir, "nsboxd.conf")
