@@ -7,6 +7,8 @@ LIBDIR ?= $(PREFIX)/lib
 LIBEXECDIR ?= $(PREFIX)/libexec/nsbox
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
+SBINDIR ?= $(PREFIX)/sbin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
 PYTHON ?= /usr/bin/python3.11
 
 CC ?= cc
@@ -48,6 +50,10 @@ CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
 # Front ends see the public header and their own, nothing of the core
 # (scripts/check-layers.py says so too).
 FRONT_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS) -MMD -MP
+# nsboxd, the service (service/, nsboxd(8)): libnsbox's public API, the
+# service protocol (proto/svc.c) and libsystemd (sd_listen_fds, sd_notify).
+SVC_SRCS := $(wildcard service/*.c)
+SVC_OBJS := $(SVC_SRCS:%.c=$(B)/obj/%.o)
 # nsbox-runner: the sandbox side (runner/) and, in the same binary, libnsbox's
 # helper process (helper/helper.c), which forks the runner's initialised CPython.
 RUNNER_SRCS := $(wildcard runner/*.c) helper/helper.c helper/main.c
@@ -59,7 +65,7 @@ PROBE_BINS := $(PROBE_SRCS:tests/%.c=$(B)/tests/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz-*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/fuzz/%)
 
-TARGETS := $(B)/libnsbox-core.a $(B)/nsbox
+TARGETS := $(B)/libnsbox-core.a $(B)/nsbox $(B)/nsboxd
 ifneq ($(RUNNER_SRCS),)
 TARGETS += $(B)/nsbox-runner
 endif
@@ -76,7 +82,7 @@ LIB_TARGETS := $(B)/libnsbox.so.0 $(B)/libnsbox.so $(B)/libnsbox.a $(B)/nsbox.pc
 TARGETS += $(LIB_TARGETS) $(B)/examples/agent
 
 .PHONY: all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib \
-	check-layers check-format sync-version
+	check-layers check-format sync-version uninstall
 all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS) $(MAN_GEN)
 
 $(B)/obj/runner/%.o: runner/%.c
@@ -117,6 +123,9 @@ $(B)/libnsbox-core.a: $(CORE_OBJS)
 	ar rcs $@ $^
 $(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS)
+$(B)/obj/service/%.o: ALL_CFLAGS += $(shell pkg-config --cflags libsystemd)
+$(B)/nsboxd: $(SVC_OBJS) $(B)/libnsbox-core.a
+	$(CC) $(LDFLAGS) -o $@ $(SVC_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(shell pkg-config --libs libsystemd) -lm
 # Debug information goes to nsbox-runner.debug beside it (found through
 # .gnu_debuglink by gdb, valgrind and addr2line where the runner runs from
 # its file; the symbol table stays, for the helper, which runs from a
@@ -132,7 +141,7 @@ endif
 # libnsbox.so: only nsbox_* is exported (hidden visibility in the API
 # object, and the version script for the core objects linked in with it).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -fvisibility=hidden
-$(B)/obj/lib/hostinfo.o: ALL_CFLAGS += -fvisibility=hidden
+$(B)/obj/lib/hostinfo.o $(B)/obj/lib/handoff.o: ALL_CFLAGS += -fvisibility=hidden
 # A `#define NSBOX_VERSION` left in api.c that disagrees is a build error
 # (macro redefined, -Werror).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -DNSBOX_VERSION='"$(NSBOX_VERSION)"'
@@ -226,6 +235,11 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	install -m 0755 $(B)/nsbox $(DESTDIR)$(BINDIR)/nsbox
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(B)/nsboxd $(DESTDIR)$(SBINDIR)/nsboxd
+	install -m 0644 service/nsboxd.socket $(DESTDIR)$(UNITDIR)/nsboxd.socket
+	sed 's|@BINDIR@|$(SBINDIR)|' service/nsboxd.service > $(DESTDIR)$(UNITDIR)/nsboxd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/nsboxd.service
 	if [ -f $(B)/nsbox-runner ]; then install -m 0755 $(B)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner; fi
 	if [ -f $(B)/nsbox-runner.debug ]; then install -m 0644 $(B)/nsbox-runner.debug $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug; fi
 	for m in $(MAN_GEN); do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
@@ -239,6 +253,16 @@ install-lib: $(LIB_TARGETS) $(B)/man/libnsbox.3
 	install -m 0644 include/nsbox.h $(DESTDIR)$(INCLUDEDIR)/nsbox.h
 	install -m 0644 $(B)/nsbox.pc $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc
 	install -m 0644 $(B)/man/libnsbox.3 $(DESTDIR)$(MANDIR)/man3/libnsbox.3
+
+# What install put in place (the units stopped first when systemd runs).
+uninstall:
+	-systemctl disable --now nsboxd.socket nsboxd.service 2>/dev/null
+	rm -f $(DESTDIR)$(BINDIR)/nsbox $(DESTDIR)$(SBINDIR)/nsboxd $(DESTDIR)$(UNITDIR)/nsboxd.socket \
+		$(DESTDIR)$(UNITDIR)/nsboxd.service $(DESTDIR)$(LIBEXECDIR)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug \
+		$(DESTDIR)$(LIBDIR)/libnsbox.so.0 $(DESTDIR)$(LIBDIR)/libnsbox.so $(DESTDIR)$(LIBDIR)/libnsbox.a \
+		$(DESTDIR)$(INCLUDEDIR)/nsbox.h $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc $(DESTDIR)$(MANDIR)/man3/libnsbox.3
+	for m in man/*.[1-8]; do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+	-rmdir $(DESTDIR)$(LIBEXECDIR)
 
 deps:
 	scripts/install-deps.sh

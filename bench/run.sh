@@ -117,4 +117,8 @@ fi
 if [ "${NSBOX_BENCH_RUNNER:-1}" != 0 ] && [ -x "$B/nsbox-runner" ] && [ -x bench/runner.sh ]; then
 	bench/runner.sh "$B" "$RUNS" >> "$out/table"
 fi
+if [ "${NSBOX_BENCH_NSBOXD:-1}" != 0 ] && [ -x "$B/nsboxd" ]; then
+	/usr/bin/python3.11 bench/nsboxd.py "$B" "$RUNS" > "$out/nsboxd" || exit 1
+fi
 bench/report.py < "$out/table"
+[ -f "$out/nsboxd" ] && cat "$out/nsboxd"

@@ -38,6 +38,7 @@ static void py_usage(FILE *f)
 		"  --tool NAME=COMMAND   a host tool: COMMAND gets {\"args\":[...],\"kwargs\":{...}} on stdin\n"
 		"                        and prints a JSON result; callable inside as NAME(...)\n"
 		"  --output-limit SIZE   cap on captured stdout and stderr each (default 1M)\n"
+		"  --connect SOCKET      get the sandbox from nsboxd(8) at SOCKET (also $NSBOX_CONNECT)\n"
 		"With no code and a terminal on stdin: an interactive session.\n%s",
 		args_jail_help);
 }
@@ -484,6 +485,17 @@ int cmd_python(int argc, char **argv)
 		}
 		if (!strcmp(a, "--json")) {
 			json_mode = true;
+			continue;
+		}
+		if (!strcmp(a, "--connect") || !strncmp(a, "--connect=", 10)) {
+			const char *v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
+
+			if (!v || !*v) {
+				fprintf(stderr, "nsbox python: --connect needs nsboxd's socket path\n");
+				goto usage;
+			}
+			/* libnsbox reads it at nsbox_session_new (nsbox_session_opts.connect). */
+			setenv("NSBOX_CONNECT", v, 1);
 			continue;
 		}
 		if (!strcmp(a, "--output-limit") || !strncmp(a, "--output-limit=", 15)) {

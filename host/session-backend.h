@@ -8,6 +8,9 @@
 #define NSBOX_SESSION_BACKEND_H
 
 #include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
 
 #include "error.h"
 #include "jail.h"
@@ -20,6 +23,9 @@ struct sandbox {
 	int pidfd;		/* pollable for the sandbox's exit (owned by the backend); -1 once gone */
 	bool reaped;
 	struct jail_status st;	/* final, once reaped */
+	/* Set by a backend whose sandbox arrives with the handshake already
+	 * done (the service): the runner's HELLO, owned by the session. */
+	json_t *hello;
 };
 
 struct sandbox_spec {
@@ -28,6 +34,8 @@ struct sandbox_spec {
 	const char *path;		/* the runner binary (local, unjailed) */
 	char *const *argv;		/* the runner's argv (local, unjailed) */
 	bool cold, spare;		/* helper */
+	const char *connect;		/* service: nsboxd's socket */
+	uint64_t output_limit;		/* service: the runner's per-stream cap */
 	void (*warn)(void *ctx, const char *msg);
 	void *warn_ctx;
 };
@@ -57,5 +65,6 @@ struct session_backend_ops {
 extern const struct session_backend_ops session_backend_helper;
 extern const struct session_backend_ops session_backend_local;
 extern const struct session_backend_ops session_backend_unjailed;
+extern const struct session_backend_ops session_backend_service;
 
 #endif

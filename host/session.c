@@ -256,6 +256,8 @@ static void session_free(struct nsbox_session *s)
 
 static const struct session_backend_ops *backend_of(const struct session_opts *o)
 {
+	if (o->connect)
+		return &session_backend_service;
 	if (o->use_helper)
 		return &session_backend_helper;
 	return o->unjailed ? &session_backend_unjailed : &session_backend_local;
@@ -304,6 +306,46 @@ static int handshake(struct nsbox_session *s, struct nsbox_err *err)
 		return -1;
 	}
 	s->hello = h;
+	return 0;
+}
+
+static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t want, json_t **answer,
+		   struct nsbox_err *err);
+
+/* A sandbox whose HELLO went long before (nsboxd's pool): what our HELLO
+ * would have carried, sent now.  Tools travel in TOOLS; sys.argv is set by
+ * a SET_VAR of a private name and one line of code, run as an exec. */
+static int adopted_setup(struct nsbox_session *s, struct nsbox_err *err)
+{
+	json_t *a = NULL;
+
+	s->next_id = 1;
+	if (s->o.n_tools) {
+		json_t *list = tools_json(s);
+
+		if (!list || control(s, PROTO_TOOLS, json_pack("{s:o}", "tools", list), PROTO_VALUE, &a, err) < 0)
+			return -1;
+		json_decref(a);
+	}
+	if (s->o.argv) {
+		json_t *av = argv_json(s->o.argv);
+		struct session_exec_req req = { .code = "import sys as _s; _s.argv = list(__nsbox_argv); del _s, __nsbox_argv" };
+		struct session_result res;
+
+		if (!av || control(s, PROTO_SET_VAR, json_pack("{s:s,s:o}", "name", "__nsbox_argv", "value", av),
+				   PROTO_VALUE, &a, err) < 0)
+			return -1;
+		json_decref(a);
+		if (session_exec(s, &req, &res, err) < 0)
+			return -1;
+		if (res.outcome != SESSION_OK) {
+			err_set(err, EPROTO, "setting sys.argv: %s", res.message);
+			session_result_free(&res);
+			return -1;
+		}
+		session_result_free(&res);
+	}
+	s->o.argv = NULL;
 	return 0;
 }
 
@@ -373,7 +415,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	}
 	spec = (struct sandbox_spec){ .policy = opts->policy, .sock = sv[1], .path = path, .argv = argv,
 				      .cold = opts->cold, .spare = opts->spare, .warn = opts->warn,
-				      .warn_ctx = opts->warn_ctx };
+				      .warn_ctx = opts->warn_ctx, .connect = opts->connect,
+				      .output_limit = opts->output_limit };
 	k = s->sb.ops->start(&s->sb, &spec, &spare_sock, err);
 	close(sv[1]);
 	s->io.sock = sv[0];
@@ -392,9 +435,16 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		err_sys(err, "fcntl");
 		goto fail;
 	}
-	if (handshake(s, err) < 0)
+	if (s->sb.hello) {
+		/* The service made the sandbox and did the handshake. */
+		s->hello = s->sb.hello;
+		s->sb.hello = NULL;
+		if (adopted_setup(s, err) < 0)
+			goto fail;
+	} else if (handshake(s, err) < 0) {
 		goto fail;
-	s->next_id = 1;
+	}
+	s->next_id = s->next_id ? s->next_id : 1;
 	*out = s;
 	return 0;
 fail:
@@ -1220,4 +1270,50 @@ int session_sandbox(const struct nsbox_session *s, struct session_sandbox_info *
 	if (s->sb.reaped)
 		info->memory_peak = s->sb.st.peak_memory;
 	return 0;
+}
+
+/* ---- handoff: the runner socket leaves, the lifecycle stays (nsboxd) ---- */
+
+int session_handoff(struct nsbox_session *s, int *sock, int *pidfd, struct nsbox_err *err)
+{
+	int fd, pfd;
+
+	if (s->dead || s->io.sock < 0)
+		return err_set(err, EPIPE, "the session has ended");
+	if (s->x.active)
+		return err_set(err, EBUSY, "an exec is in progress");
+	if (s->io.rd->buf_start < s->io.rd->buf_end || s->io.rd->hdr_have)
+		return err_set(err, EBUSY, "the runner socket has unread bytes");
+	pfd = s->sb.pidfd >= 0 ? fcntl(s->sb.pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+	if (pfd < 0)
+		return err_sys(err, "dup the sandbox's pidfd");
+	/* Blocking again, as a fresh socketpair end would be. */
+	fd = s->io.sock;
+	if (fcntl(fd, F_SETFL, 0) < 0) {
+		close(pfd);
+		return err_sys(err, "fcntl");
+	}
+	s->io.sock = -1;
+	/* No more requests from here: session_close() kills without a BYE. */
+	s->dead = true;
+	*sock = fd;
+	*pidfd = pfd;
+	return 0;
+}
+
+void session_kill(struct nsbox_session *s)
+{
+	if (s && s->sb.priv && !s->sb.reaped)
+		s->sb.ops->kill(&s->sb);
+}
+
+void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *st)
+{
+	s->dead = true;
+	if (!s->sb.reaped)
+		proc_finish(s, kill_now);
+	if (s->sb.priv)
+		s->sb.ops->destroy(&s->sb);
+	if (st)
+		*st = s->sb.st;
 }

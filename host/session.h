@@ -64,6 +64,9 @@ struct session_opts {
 	bool use_helper;
 	bool cold;
 	bool spare;		/* use_helper: keep a spare sandbox for the next session */
+	/* Get the sandbox from nsboxd listening at this path (a socket; the
+	 * service backend, host/session-service.c) instead of making it. */
+	const char *connect;
 	/* sys.argv inside, NULL-terminated (NULL: Python's [""]); read by
 	 * session_start only, sent in the HELLO. */
 	const char *const *argv;
@@ -208,5 +211,20 @@ struct session_sandbox_info {
 	uint64_t memory_peak;
 };
 int session_sandbox(const struct nsbox_session *s, struct session_sandbox_info *info, struct nsbox_err *err);
+
+/* Hand the runner socket over (nsboxd passes it to its client, who speaks
+ * nsbox-protocol(7) to the runner directly).  On success *sock is the
+ * blocking socket and *pidfd a new pidfd of the sandbox's pid 1, both owned
+ * by the caller; the session then only controls the sandbox's lifecycle
+ * (session_kill, session_finish, session_sandbox, session_close): exec and
+ * the other requests fail with EPIPE.  Errors: EPIPE dead, EBUSY bytes
+ * from the runner are buffered here. */
+int session_handoff(struct nsbox_session *s, int *sock, int *pidfd, struct nsbox_err *err);
+/* SIGKILL the sandbox; returns at once.  Accepts NULL. */
+void session_kill(struct nsbox_session *s);
+/* Wait for the sandbox to end (kill_now: kill it first), reap it, remove
+ * its cgroups and fill *st (may be NULL).  The session stays allocated:
+ * session_close() frees it. */
+void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *st);
 
 #endif

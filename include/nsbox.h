@@ -144,6 +144,16 @@ struct nsbox_session_opts {
 	 * nsbox_session_new only.  Bytes that are not UTF-8 arrive as CPython
 	 * decodes its own argv (surrogateescape). */
 	const char *const *argv;
+	/* Field below: since 0.4.0.  Get the sandbox from nsboxd(8) listening
+	 * at this socket path instead of making it (NULL: $NSBOX_CONNECT when
+	 * set and not empty, else make it here).  The policy must then be a
+	 * built-in profile with limits, network, workspace, binds and
+	 * environment (-EINVAL otherwise); the workspace and binds are opened
+	 * by this process and passed as descriptors.  Execs and tool calls
+	 * travel straight between this process and its sandbox.  Errors from
+	 * the service keep its errno: -EACCES not allowed (nsboxd.conf(5)),
+	 * -EDQUOT over this user's quota, -EAGAIN the service is full. */
+	const char *connect;
 };
 
 /* Create a session under policy p (copied; p may be freed afterwards).
@@ -466,6 +476,36 @@ NSBOX_API int nsbox_parse_size(const char *s, uint64_t *bytes, nsbox_error_t **e
 /* 0 when name is acceptable to nsbox_session_add_tool() (a Python
  * identifier of at most 64 bytes, nsbox-protocol(7)); -EINVAL otherwise. */
 NSBOX_API int nsbox_check_tool_name(const char *name, nsbox_error_t **err);
+
+/* ---- handing a sandbox over (since 0.4.0; nsboxd(8)) -------------------
+ *
+ * A service that makes sandboxes for other processes keeps each sandbox's
+ * lifecycle but gives its client the runner socket, so that execs and tool
+ * calls travel straight between the client and its sandbox
+ * (nsbox-protocol(7)). */
+
+/* Give away the runner socket of session s.  On success *runner_fd is the
+ * session's end of the runner socket (blocking, CLOEXEC), *pidfd a pidfd of
+ * the sandbox's pid 1 (readable when it ends) and *hello_json the runner's
+ * HELLO as JSON text (nsbox_free() it); all three are the caller's.  From
+ * then on s only controls the sandbox: nsbox_session_kill(),
+ * nsbox_session_end(), nsbox_session_info() and nsbox_session_free();
+ * nsbox_exec() and the other requests fail with -ENOTCONN.  Outputs are
+ * untouched on failure.  Errors: -EINVAL, -ENOTCONN the session has ended,
+ * -EBUSY the session is in use, or the runner sent bytes not yet read. */
+NSBOX_API int nsbox_session_handoff(nsbox_session_t *s, int *runner_fd, int *pidfd, char **hello_json,
+				    nsbox_error_t **err);
+/* SIGKILL the sandbox of s and return at once (nsbox_session_end() reaps
+ * it).  Any thread; accepts NULL. */
+NSBOX_API void nsbox_session_kill(nsbox_session_t *s);
+/* Wait for the sandbox to end (with kill, SIGKILL it first), reap it,
+ * remove its cgroups and fill *st (st->struct_size set by the caller):
+ * exited, exit_status, term_signal, oom_killed, peak_memory, cpu_* and wall
+ * are meaningful, exit_code is what nsbox(1) would exit with.  s stays
+ * valid for nsbox_session_info() (alive false) and nsbox_session_free().
+ * Without kill, blocks until the sandbox ends by itself (poll the pidfd
+ * from nsbox_session_handoff() first).  Errors: -EINVAL. */
+NSBOX_API int nsbox_session_end(nsbox_session_t *s, bool kill, struct nsbox_run_status *st, nsbox_error_t **err);
 
 #ifdef __cplusplus
 }

@@ -26,6 +26,7 @@
 #include "run.h"
 #include "session.h"
 #include "util.h"
+#include "api-internal.h"
 
 #include "api-private.h"
 
@@ -469,6 +470,15 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.warn = o.warn;
 	so.warn_ctx = o.warn_userdata;
 	so.argv = o.argv;
+	/* Through nsboxd: the caller's field, else the environment's. */
+	{
+		size_t need = offsetof(struct nsbox_session_opts, connect) + sizeof(o.connect);
+		const char *env = getenv("NSBOX_CONNECT");
+
+		so.connect = opts && opts->struct_size >= need ? o.connect : NULL;
+		if (!so.connect && env && *env)
+			so.connect = env;
+	}
 	/* Handshake and variable requests: generous for a cold start, but
 	 * never much longer than a time limit the policy sets. */
 	so.control_timeout = s->policy.time_limit > 0 && s->policy.time_limit + 5 < 30 ? s->policy.time_limit + 5 : 30;
@@ -1154,4 +1164,21 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 	out.cpu_enforced = res.cg_enforced[CTRL_CPU];
 	memcpy(st, &out, out.struct_size);
 	return 0;
+}
+
+/* ---- for the library's other files (lib/api-internal.h) ---- */
+
+struct nsbox_session *api_core_session(nsbox_session_t *s)
+{
+	return s ? s->s : NULL;
+}
+
+int api_fail(nsbox_error_t **err, int code, const char *msg)
+{
+	return fail_msg(err, code, msg);
+}
+
+pid_t api_session_owner(const nsbox_session_t *s)
+{
+	return s->owner;
 }

@@ -46,6 +46,8 @@ class SessionOpts(Structure):
         # since 0.3.0
         ("no_spare", c_bool),
         ("argv", POINTER(c_char_p)),
+        # since 0.4.0: nsboxd's socket (NULL: $NSBOX_CONNECT)
+        ("connect", c_char_p),
     ]
 
 

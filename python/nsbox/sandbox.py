@@ -258,6 +258,9 @@ _DOC_OPTIONS = """
     on_warning:  fn(message) called with the jail's warnings when a sandbox is
                  made (e.g. a limit this host can't enforce with a cgroup, and
                  the fallback used); None issues them as nsbox.SandboxWarning.
+    connect:     the path of an nsboxd socket (nsboxd(8)): the sandbox comes
+                 from the service instead of this process's helper; None
+                 uses $NSBOX_CONNECT when set.
 """
 
 
@@ -272,7 +275,7 @@ class _SandboxBase:
                  workspace: Optional[PathLike] = None, share_net: bool = False, cold: bool = False,
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
-                 on_warning: Optional[WarningFn] = None) -> None:
+                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None) -> None:
         # Attributes close() relies on come first: __init__ may fail half way.
         self._closed = False
         self._owner_pid = os.getpid()
@@ -299,6 +302,9 @@ class _SandboxBase:
                                            warn=self._warn_cb, spare=spare is True, no_spare=spare is False,
                                            # ctypes may run Python threads: always the helper
                                            in_process=False)
+        # nsboxd(8): kept alive with the options, which point at it.
+        self._connect = os.fsencode(connect) if connect is not None else None
+        self._sess_opts.connect = self._connect
         self._timeout = None
         self._exec_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True)
         self._set_timeout(timeout)
@@ -723,9 +729,9 @@ class Sandbox(_SandboxBase):
                  workspace: Optional[PathLike] = None, share_net: bool = False, cold: bool = False,
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
-                 on_warning: Optional[WarningFn] = None) -> None:
+                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None) -> None:
         super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
-                         max_tool_calls, on_output, spare, on_warning)
+                         max_tool_calls, on_output, spare, on_warning, connect)
         self._res = c_void_p()
         self._err = c_void_p()
         self._res_ref = byref(self._res)
