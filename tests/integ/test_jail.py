@@ -245,6 +245,35 @@ def test_signals_are_forwarded():
     assert p.wait(timeout=10) == 128 + signal.SIGTERM
 
 
+@pytest.mark.parametrize("delay", [0, 0.005, 0.05])
+def test_signals_while_starting_are_forwarded(delay):
+    # SIGINT DELAY s after nsbox has cloned the sandbox's pid 1 (its first
+    # child), i.e. while the root is being built: it must end the command
+    # as soon as it exists, not after sleep 30.  SIGINT at its default in
+    # nsbox, whatever ours is (a shell's background job ignores it).
+    import signal
+    import subprocess
+    import time
+    from conftest import NSBOX
+    p = subprocess.Popen([NSBOX, "run", "--", "/bin/sleep", "30"], stdin=subprocess.DEVNULL,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    children = "/proc/%d/task/%d/children" % (p.pid, p.pid)
+    t0 = time.monotonic()
+    try:
+        while p.poll() is None and time.monotonic() - t0 < 20:
+            with open(children) as f:
+                if f.read().strip():
+                    break
+            time.sleep(0.0002)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        assert p.wait(timeout=20) == 128 + signal.SIGINT
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
 def test_host_death_kills_sandbox(tmp_path):
     import signal
     import subprocess
