@@ -4,9 +4,11 @@
 #define NSBOX_UTIL_H
 
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -31,6 +33,29 @@ static inline int take_fd(int *fd)
 {
 	int r = *fd;
 	*fd = -1;
+	return r;
+}
+/* A child process owned by a variable: SIGKILLed and reaped when it goes
+ * out of scope (crun's cleanup_pid, bubblewrap's utils.h), or now by
+ * calling kill_reap() on it; *pid is 0 afterwards.  Only for a child that
+ * nothing else reaps: once it is waited for, its pid may be reused.
+ * take_pid() moves ownership out (then nothing is killed).  errno is kept. */
+static inline void kill_reap(pid_t *pid)
+{
+	if (*pid > 0) {
+		int saved = errno;
+		kill(*pid, SIGKILL);
+		while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		errno = saved;
+	}
+	*pid = 0;
+}
+#define _cleanup_pid_ __attribute__((cleanup(kill_reap)))
+static inline pid_t take_pid(pid_t *pid)
+{
+	pid_t r = *pid;
+	*pid = 0;
 	return r;
 }
 #define TAKE_PTR(p)                        \

@@ -16,8 +16,6 @@ int cmd_python(int argc, char **argv);
 
 /* Shared by the front ends: print "nsbox: warning: MSG". */
 void cli_warn(void *ctx, const char *msg);
-/* Print a setup error the way every subcommand does. */
-void cli_print_error(const char *what, const struct nsbox_err *err);
 /* Write how a run ended as JSON to path ("-" = stdout).  Returns 0 or -1. */
 int cli_write_status(const char *path, const struct nsbox_run_status *st);
 

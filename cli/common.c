@@ -11,14 +11,6 @@ void cli_warn(void *ctx, const char *msg)
 	fprintf(stderr, "nsbox: warning: %s\n", msg);
 }
 
-void cli_print_error(const char *what, const struct nsbox_err *err)
-{
-	if (err->step[0])
-		fprintf(stderr, "nsbox: %s: setup step '%s' failed: %s\n", what, err->step, err->msg);
-	else
-		fprintf(stderr, "nsbox: %s: %s\n", what, err->msg);
-}
-
 int cli_write_status(const char *path, const struct nsbox_run_status *st)
 {
 	json_t *o, *cg, *ctrls;

@@ -23,7 +23,7 @@ static void read_sync(struct jail *j)
 
 	if (n == (ssize_t)sizeof(m) && m.type == SYNC_STATUS) {
 		j->have_payload_status = true;
-		j->payload_status = m.code;
+		j->payload_status = m.arg;
 	} else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
 		close(j->sync_fd);
 		j->sync_fd = -1;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "jail.h"
+#include "rootfs-table.h"
 #include "steps.h"
 #include "util.h"
 
@@ -142,46 +143,29 @@ static int write_etc(const char *name, const char *content, struct nsbox_err *er
 	return 0;
 }
 
-static int make_etc(const struct nsbox_policy *p, const char *home, struct nsbox_err *err)
+static int make_etc(const struct nsbox_policy *p, struct nsbox_err *err)
 {
-	char buf[1024];
+	struct rootfs_etc_file files[ROOTFS_ETC_FILES];
 
 	if (mkdir(NEWROOT "/etc", 0755) < 0)
 		return err_sys(err, "mkdir /etc");
-	if (p->uid == 0)
-		snprintf(buf, sizeof(buf), "root:x:0:0:root:%s:/bin/sh\n"
-					   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", home);
-	else
-		snprintf(buf, sizeof(buf), "root:x:0:0:root:/root:/bin/sh\nsandbox:x:%u:%u:nsbox sandbox:%s:/bin/sh\n"
-					   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-			 (unsigned)p->uid, (unsigned)p->gid, home);
-	if (write_etc("passwd", buf, err) < 0)
-		return -1;
-	if (p->gid == 0)
-		snprintf(buf, sizeof(buf), "root:x:0:\nnogroup:x:65534:\n");
-	else
-		snprintf(buf, sizeof(buf), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", (unsigned)p->gid);
-	if (write_etc("group", buf, err) < 0)
-		return -1;
-	snprintf(buf, sizeof(buf), "127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n",
-		 p->hostname ? p->hostname : "nsbox");
-	if (write_etc("hosts", buf, err) < 0)
-		return -1;
-	return write_etc("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", err);
+	rootfs_etc(p, files);
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++)
+		if (write_etc(files[i].name, files[i].text, err) < 0)
+			return -1;
+	return 0;
 }
 
 static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 {
-	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom" };
-	static const char *const links[][2] = {
-		{ "/proc/self/fd", "fd" }, { "/proc/self/fd/0", "stdin" },
-		{ "/proc/self/fd/1", "stdout" }, { "/proc/self/fd/2", "stderr" },
-	};
+	const char *const *nodes;
+	const struct rootfs_link *links;
+	size_t n_nodes = rootfs_dev_nodes(&nodes), n_links = rootfs_dev_links(&links);
 	char path[128], opts[64];
 
 	if (mount("tmpfs", NEWROOT "/dev", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64") < 0)
 		return err_sys(err, "mount tmpfs on /dev");
-	for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
+	for (size_t i = 0; i < n_nodes; i++) {
 		_cleanup_close_ int fd = -1;
 		snprintf(path, sizeof(path), "/dev/%s", nodes[i]);
 		fd = open_src(path, err);
@@ -195,10 +179,10 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 		if (bind_fd(fd, path, false, false, err) < 0)
 			return -1;
 	}
-	for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
-		snprintf(path, sizeof(path), NEWROOT "/dev/%s", links[i][1]);
-		if (symlink(links[i][0], path) < 0)
-			return err_sys(err, "symlink /dev/%s", links[i][1]);
+	for (size_t i = 0; i < n_links; i++) {
+		snprintf(path, sizeof(path), NEWROOT "/dev/%s", links[i].name);
+		if (symlink(links[i].target, path) < 0)
+			return err_sys(err, "symlink /dev/%s", links[i].name);
 	}
 	if (mkdir(NEWROOT "/dev/shm", 01777) < 0)
 		return err_sys(err, "mkdir /dev/shm");
@@ -212,9 +196,8 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 /* Host /usr with the merged-usr links, or the top level of another root. */
 static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_err *err)
 {
-	static const char *const merged[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
-	static const char *const skip[] = { ".", "..", "proc", "dev", "sys", "tmp", "etc", "run", "workspace",
-					    "home", "root", "var", "boot", "mnt", "media", "srv", "lost+found" };
+	const char *const *merged;
+	size_t n_merged = rootfs_merged_usr(&merged);
 	char path[4096], target[256];
 
 	if (!p->rootfs) {
@@ -223,7 +206,7 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
 			return -1;
 		if (bind_fd(usr, NEWROOT "/usr", false, true, err) < 0)
 			return -1;
-		for (size_t i = 0; i < ARRAY_SIZE(merged); i++) {
+		for (size_t i = 0; i < n_merged; i++) {
 			char hostp[64];
 			ssize_t n;
 			snprintf(hostp, sizeof(hostp), "/%s", merged[i]);
@@ -253,10 +236,7 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
 		return err_sys(err, "read --rootfs %s", p->rootfs);
 	}
 	while ((de = readdir(d))) {
-		bool skipped = false;
-		for (size_t i = 0; i < ARRAY_SIZE(skip); i++)
-			skipped |= strcmp(de->d_name, skip[i]) == 0;
-		if (skipped)
+		if (rootfs_skip_top(de->d_name))
 			continue;
 		snprintf(path, sizeof(path), NEWROOT "/%s", de->d_name);
 		ssize_t n = readlinkat(rootfd, de->d_name, target, sizeof(target) - 1);
@@ -285,28 +265,20 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
 	return 0;
 }
 
-/* /proc entries hidden under /dev/null, as runc masks them: keyrings of the
- * invoking user, and kernel layout that helps exploits.  The mode-0400 ones
- * matter when the sandbox user maps to host root (nsbox run as root). */
-static const char *const proc_masked[] = { "keys", "key-users", "timer_list", "sched_debug", "latency_stats",
-					   "timer_stats", "kcore", "sysrq-trigger" };
-static const char *const proc_masked_root[] = { "kpagecount", "kpageflags", "kpagecgroup", "slabinfo",
-						"pagetypeinfo", "vmallocinfo", "iomem", "mtrr" };
-
+/* /proc entries hidden under /dev/null (rootfs-table.c says which). */
 static int mask_proc(bool host_root, struct nsbox_err *err)
 {
 	_cleanup_close_ int null = open_src("/dev/null", err);
+	const char *masked[32];
+	size_t n = rootfs_proc_masked(host_root, masked, ARRAY_SIZE(masked));
 	char path[128];
 
 	if (null < 0)
 		return -1;
-	for (size_t i = 0; i < ARRAY_SIZE(proc_masked) + ARRAY_SIZE(proc_masked_root); i++) {
-		bool rootonly = i >= ARRAY_SIZE(proc_masked);
-		const char *name = rootonly ? proc_masked_root[i - ARRAY_SIZE(proc_masked)] : proc_masked[i];
+	for (size_t i = 0; i < n; i++) {
+		const char *name = masked[i];
 		char src[64];
 
-		if (rootonly && !host_root)
-			continue;
 		snprintf(path, sizeof(path), NEWROOT "/proc/%s", name);
 		if (access(path, F_OK) < 0)
 			continue;
@@ -319,22 +291,6 @@ static int mask_proc(bool host_root, struct nsbox_err *err)
 			return -1;
 	}
 	return 0;
-}
-
-size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max)
-{
-	size_t n = 0;
-
-	if (n < max)
-		out[n++] = "/tmp";
-	if (n < max)
-		out[n++] = "/dev/shm";
-	if (p->workspace && n < max)
-		out[n++] = "/workspace";
-	for (size_t i = 0; i < p->n_mounts && n < max; i++)
-		if (p->mounts[i].rw)
-			out[n++] = p->mounts[i].dst;
-	return n;
 }
 
 /* exec_file opened by path in our mount namespace, as the sandbox's user
@@ -369,7 +325,7 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 	int srcfd[POLICY_MAX_MOUNTS];
 	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
 	char path[4096], opts[64];
-	const char *home = p->workspace ? "/workspace" : "/tmp";
+	const char *home = rootfs_home(p);
 	int r = -1;
 
 	err_step(err, "mount");
@@ -434,7 +390,7 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 		err_sys(err, "mount tmpfs on /tmp");
 		goto out;
 	}
-	if (make_etc(p, home, err) < 0)
+	if (make_etc(p, err) < 0)
 		goto out;
 	if (cachefd >= 0 && bind_fd(cachefd, NEWROOT "/etc/ld.so.cache", false, true, err) < 0)
 		goto out;

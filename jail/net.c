@@ -173,7 +173,7 @@ int netns_join(struct netns_job *job, struct nsbox_err *err)
 		err_set(err, EINVAL, "join the network namespace thread");
 		r = err_step(err, "network");
 	} else if (job->failed) {
-		*err = job->err;
+		err_copy(err, &job->err);
 		r = -1;
 	} else if (setns(job->nsfd, CLONE_NEWNET) < 0) {
 		err_sys(err, "setns into the new network namespace");

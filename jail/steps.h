@@ -19,8 +19,7 @@
  * bound (jail.h, exec_file). */
 int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_file, int exec_src, int *exec_fd,
 		struct nsbox_err *err);
-/* The writable paths inside the sandbox, for Landlock (static storage). */
-size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max);
+/* (What it mounts, as data: rootfs-table.h.) */
 
 /* net.c: a new network namespace with lo up (one rtnetlink request;
  * CAP_NET_ADMIN there is pid 1's from the clone on), made on a thread of its own while
