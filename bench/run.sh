@@ -7,7 +7,8 @@
 # info`, "cgroup migration").  The first table is always the host as found.
 # As root on such a host without favordynmods, a second block is measured
 # with favordynmods switched on for its duration only (with its own bwrap
-# baseline); the original mount options are put back on any exit.
+# baseline); the original mount options are put back on any exit.  Then a
+# block with one CPU kept busy by a spinner (NSBOX_BENCH_BUSY=0: not).
 set -eu
 B=${NSBOX_BUILD:-$(pwd)/build}
 RUNS=${RUNS:-60}
@@ -67,7 +68,16 @@ restore_fdm() {
 	echo "bench: WARNING: could not restore $FDM_MNT to '$FDM_SAVED'; now: $(grep " $FDM_MNT " /proc/self/mounts)" >&2
 	return 1
 }
+# The spinner of the busy-CPU block, killed on any exit.
+SPIN=""
+spin_stop() {
+	[ -n "$SPIN" ] || return 0
+	kill "$SPIN" 2>/dev/null || true
+	wait "$SPIN" 2>/dev/null || true
+	SPIN=""
+}
 cleanup() {
+	spin_stop
 	restore_fdm || true
 	rm -rf "$out"
 }
@@ -92,6 +102,24 @@ block() {
 	echo
 }
 
+# With one CPU kept busy by a spinning process at normal priority (as on
+# a host running other work): a start must not lean on a second idle CPU
+# (pid 1's network thread, spinning waits).  The same comparisons, with
+# bwrap measured beside them under the same load, interleaved.
+busy_block() {
+	sh -c 'while :; do :; done' &
+	SPIN=$!
+	"$B/spawn-times" "$RUNS" $PY -S -c 'print(1)' :: $BWRAP $PY -S -c 'print(1)' :: \
+		"$B/nsbox" run -- $PY -S -c 'print(1)' :: "$B/nsbox" python -c 'print(1)' > "$out/busy"
+	spin_stop
+	echo "# with one CPU kept busy by a spinning process for this block only (sh -c 'while :; do :; done')"
+	printf '[busy CPU] bare python3.11 -S -c print(1)\t'; sed -n 1p "$out/busy"
+	printf '*[busy CPU] bwrap ... python3.11 -S -c print(1)\t'; sed -n 2p "$out/busy"
+	printf '[busy CPU] nsbox run -- python3.11 -S -c print(1)\t'; sed -n 3p "$out/busy"
+	printf '[busy CPU] nsbox python -c print(1) (whole process)\t'; sed -n 4p "$out/busy"
+	echo
+}
+
 migration=$("$B/nsbox" info | sed -n 's/^cgroup migration: \([a-z]*\).*/\1/p')
 FDM_MNT=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/self/mounts)
 case $migration in
@@ -113,6 +141,13 @@ if [ "$migration" = slow ] && [ "$(id -u)" = 0 ] && [ -n "$FDM_MNT" ] && [ "${NS
 		block "[favordynmods] "
 	} >> "$out/table"
 	restore_fdm || exit 1
+fi
+if [ "${NSBOX_BENCH_BUSY:-1}" != 0 ] && [ -x "$B/nsbox-runner" ]; then
+	if [ "$(nproc)" -ge 2 ]; then
+		busy_block >> "$out/table"
+	else
+		echo "# busy-CPU block skipped: one CPU available (nproc)" >> "$out/table"
+	fi
 fi
 if [ "${NSBOX_BENCH_RUNNER:-1}" != 0 ] && [ -x "$B/nsbox-runner" ] && [ -x bench/runner.sh ]; then
 	bench/runner.sh "$B" "$RUNS" >> "$out/table"

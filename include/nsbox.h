@@ -362,10 +362,14 @@ struct nsbox_run_opts {
 	const int *stdio;
 	nsbox_warn_fn warn;		/* may be NULL */
 	void *warn_userdata;
-	/* While the command runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
-	 * the caller are passed on to it (handlers are installed and the old
-	 * ones restored before returning).  One such call at a time per
-	 * process: -EBUSY otherwise. */
+	/* From the call on, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the
+	 * caller are passed on to the command; one that comes while the
+	 * sandbox is being built reaches it as soon as it exists.  Handlers
+	 * are installed at the start and the old ones restored before
+	 * returning; a signal the caller ignores stays ignored, and one
+	 * caught when no command came of it is raised again for the caller's
+	 * own handler.  One such call at a time per process: -EBUSY
+	 * otherwise. */
 	bool forward_signals;
 	/* Launch from this process instead of the helper (see
 	 * nsbox_session_opts.in_process): single-threaded callers only. */

@@ -1121,19 +1121,81 @@ def test_run_killed_by_a_signal(libnsbox):
     assert not res.exited and not res.time_limit
 
 
-def test_run_forward_signals(libnsbox):
+# A fresh process runs nsbox.run(..., forward_signals=True) from dispositions
+# it sets itself, whatever the test's own are (a shell starts a background
+# job with SIGINT and SIGQUIT ignored), and sends itself a signal DELAY s
+# after the run has started the helper (its first child, made inside the
+# call, cold in a fresh process): 0 and 5 ms land while the sandbox is being
+# built, 50 ms about when the command starts, 1 s while it runs.  Prints how
+# the run ended, as JSON.
+_FORWARD_CHILD = r"""
+import json, os, signal, sys, threading, time
+import nsbox
+
+sigint, sig, delay, argv = sys.argv[1], getattr(signal, sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(s, signal.SIG_DFL)
+mine = signal.default_int_handler if sigint == "handled" else signal.SIG_IGN
+signal.signal(signal.SIGINT, mine)
+
+
+def helper_started():
+    with open("/proc/self/task/%d/children" % os.getpid()) as f:
+        return f.read().strip()
+
+
+def send():
+    while not helper_started():
+        time.sleep(0.0002)
+    time.sleep(delay)
+    os.kill(os.getpid(), sig)
+
+
+t = threading.Thread(target=send, daemon=True)
+t.start()
+t0 = time.monotonic()
+out = {}
+try:
+    r = nsbox.run(argv, timeout=60, forward_signals=True)
+    out.update(exit_code=r.exit_code, signal=r.signal)
+except KeyboardInterrupt:
+    out["keyboard_interrupt"] = True
+out["took"] = time.monotonic() - t0
+t.join(10)
+out["restored"] = signal.getsignal(signal.SIGINT) is mine and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+print(json.dumps(out))
+"""
+
+
+def _forward_child(sigint, sig, delay, argv):
+    import json
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    out = subprocess.run([sys.executable, "-c", _FORWARD_CHILD, sigint, sig, str(delay)] + argv, env=env,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("delay", [0, 0.005, 0.05, 1.0])
+def test_run_forward_signals(libnsbox, delay):
     import signal
-    before = signal.getsignal(signal.SIGINT)
-    # If forwarding failed the SIGINT would reach Python instead, raising
-    # KeyboardInterrupt once the (20 s) command ends: no risk of a killed test run.
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        res = nsbox.run(["sleep", "30"], timeout=20, forward_signals=True)
-    finally:
-        timer.cancel()
-    assert res.signal == signal.SIGINT and res.exit_code == 130, res
-    assert signal.getsignal(signal.SIGINT) is before           # put back
+    # A SIGINT that came before the command existed used to reach Python
+    # instead: KeyboardInterrupt once the command had run to its end.
+    got = _forward_child("handled", "SIGINT", delay, ["sleep", "30"])
+    assert got.get("signal") == signal.SIGINT and got.get("exit_code") == 130, got
+    assert "keyboard_interrupt" not in got and got["took"] < 20, got
+    assert got["restored"], got                                     # handlers put back
+
+
+def test_run_forward_signals_keeps_an_ignored_sigint_ignored(libnsbox):
+    # As a program started in the background with SIGINT ignored (POSIX
+    # shells do that) must: nobody meant that SIGINT for the command.
+    got = _forward_child("ignored", "SIGINT", 0, ["sh", "-c", "sleep 1; exit 3"])
+    assert got.get("exit_code") == 3 and "keyboard_interrupt" not in got, got
+    assert got["restored"], got
+    # The other signals are still forwarded.
+    got = _forward_child("ignored", "SIGTERM", 0.005, ["sleep", "30"])
+    assert got.get("exit_code") == 143 and got["took"] < 20, got
 
 
 def test_run_arguments_are_checked(libnsbox):

@@ -6,7 +6,8 @@
  * Run under valgrind by `make check-valgrind` (no leaks allowed).
  *
  * `test-api --run CODE [--cold]` runs CODE in one session and prints its
- * stdout, then "value: JSON" (tests/integ/test_runner_exe.py uses it). */
+ * stdout, then "value: JSON" (tests/integ/test_runner_exe.py uses it);
+ * `test-api --forward MODE DELAY_US` is one case of test_run's (forward_one). */
 #include <errno.h>
 #include <fcntl.h>
 #include <locale.h>
@@ -1136,6 +1137,29 @@ static void test_run(nsbox_policy_t *p, bool in_process)
 		}
 	}
 
+	/* ... also when they come while the sandbox is being built, each run
+	 * in a fresh process (forward_one).  Our own path from readlink:
+	 * under valgrind an exec of /proc/self/exe would start valgrind's. */
+	for (int k = 0; k < 3; k++) {
+		static const char *const delays[] = { "0", "5000", "50000" };
+		char self[4096];
+		ssize_t sn = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		int ws = -1;
+		pid_t c = sn > 0 ? fork() : -1;
+
+		if (c == 0) {
+			self[sn] = '\0';
+			execl(self, "test-api", "--forward", in_process ? "in-process" : "helper", delays[k], (char *)NULL);
+			_exit(127);
+		}
+		if (c > 0)
+			while (waitpid(c, &ws, 0) < 0 && errno == EINTR)
+				;
+		CHECK(c > 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 128 + SIGHUP,
+		      "%s: SIGHUP %s us after the run's first child appears is forwarded: 129 (wait status 0x%x)", tag,
+		      delays[k], ws);
+	}
+
 	/* A policy that can't work is refused before anything starts. */
 	if (nsbox_policy_new(NULL, &q, &e) == 0 && nsbox_policy_set_workspace(q, "/tmp", &e) == 0 &&
 	    nsbox_policy_add_bind(q, "/usr/share", "/workspace/share", false, &e) == 0) {
@@ -1377,6 +1401,65 @@ static int run_one(const char *code, bool cold)
 	return rc;
 }
 
+/* `test-api --forward in-process|helper DELAY_US`: a fresh process (no
+ * helper yet; SIGHUP at its default, whatever ours was) runs sleep 30 with
+ * forward_signals while a forked watcher sends it SIGHUP DELAY_US after the
+ * run's first child appears (the helper, or the sandbox's pid 1 for an
+ * in-process run): at 0 and 5 ms the sandbox is still being built.  Exits
+ * with the run's exit code (129: the forwarded SIGHUP ended sleep), 1 when
+ * nsbox_run failed; killed by SIGHUP if it reached this process. */
+static int forward_one(const char *mode, const char *delay)
+{
+	struct nsbox_run_opts o = { .struct_size = sizeof(o), .in_process = !strcmp(mode, "in-process"),
+				    .forward_signals = true };
+	struct nsbox_run_status st = { .struct_size = sizeof(st) };
+	char *sleeper[] = { "/bin/sleep", "30", NULL };
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
+	pid_t me = getpid(), w;
+	int r = -1;
+
+	signal(SIGHUP, SIG_DFL);
+	w = fork();
+	if (w == 0) {
+		char path[64], buf[512], *q, *end;
+
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)me, (int)me);
+		for (;;) {
+			int fd = open(path, O_RDONLY | O_CLOEXEC);
+			ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+			if (fd >= 0)
+				close(fd);
+			if (n < 0 || getppid() != me)
+				_exit(1);
+			buf[n] = '\0';
+			for (q = buf;; q = end) {
+				long c = strtol(q, &end, 10);
+
+				if (end == q)
+					break;
+				if (c != (long)getpid())
+					goto found;
+			}
+			usleep(200);
+		}
+found:
+		usleep((useconds_t)atol(delay));
+		kill(me, SIGHUP);
+		_exit(0);
+	}
+	if (w > 0 && nsbox_policy_new(NULL, &p, &e) == 0)
+		r = nsbox_run(p, sleeper, &o, &st, &e);
+	if (w > 0)
+		waitpid(w, NULL, 0);
+	printf("# --forward %s %s: %d, exit code %d, signal %d, %.3f s (%s)\n", mode, delay, r, st.exit_code,
+	       st.term_signal, st.wall, emsg(e));
+	nsbox_error_free(e);
+	nsbox_policy_free(p);
+	return r == 0 && st.wall < 20 ? st.exit_code : 1;
+}
+
 int main(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
@@ -1384,6 +1467,8 @@ int main(int argc, char **argv)
 
 	if (argc >= 3 && !strcmp(argv[1], "--run"))
 		return run_one(argv[2], argc > 3 && !strcmp(argv[3], "--cold"));
+	if (argc == 4 && !strcmp(argv[1], "--forward"))
+		return forward_one(argv[2], argv[3]);
 	test_errors_and_version();
 	test_policy();
 	if (nsbox_policy_new(NULL, &p, &e) < 0) {
