@@ -2,6 +2,7 @@
 #include "spinwait.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -9,16 +10,21 @@
 #include "util.h"
 
 /* A spin can only pay when the other end can run meanwhile: not with one
- * CPU.  Cached (the host may call this from many threads: an atomic; a
- * race stores the same value twice). */
+ * CPU to run on (sched_getaffinity: a taskset or cpuset counts, where
+ * _SC_NPROCESSORS_ONLN would not).  A busy host is left to the backoff: a
+ * spin that finds nothing makes the next waits sleep at once.  Cached (the
+ * host may call this from many threads: an atomic; a race stores the same
+ * value twice). */
 static bool spin_pays_here(void)
 {
 	static atomic_long ncpu;
 	long n = atomic_load_explicit(&ncpu, memory_order_relaxed);
 
 	if (!n) {
-		n = sysconf(_SC_NPROCESSORS_ONLN);
-		atomic_store_explicit(&ncpu, n, memory_order_relaxed);
+		cpu_set_t set;
+
+		n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+		atomic_store_explicit(&ncpu, n > 0 ? n : 1, memory_order_relaxed);
 	}
 	return n >= 2;
 }
