@@ -37,6 +37,7 @@
 
 #include "budget.h"
 #include "cgroup.h"
+#include "egress.h"
 #include "jail.h"
 #include "landlock.h"
 #include "seccomp-prebuilt.h"
@@ -105,6 +106,7 @@ struct child_ctx {
 	int sync_fd;
 	int exec_src_fd;	/* spec->exec_file, opened by the launcher, or -1 */
 	int bound_exec_fd;	/* in pid 1: the file to execute, or -1 */
+	int egress_fd;		/* to the egress proxy ([Network] Allow=), or -1 */
 	struct budget_host budget;	/* the launcher's per-user limits */
 };
 
@@ -145,7 +147,7 @@ static int payload_limits(const struct child_ctx *c, struct nsbox_err *err)
 
 static char **build_env(const struct nsbox_policy *p)
 {
-	static char *envp[POLICY_MAX_ENV + 8];
+	static char *envp[POLICY_MAX_ENV + 24];
 	static char term[256], home[64];
 	const char *t = getenv("TERM");
 	size_t n = 0;
@@ -158,6 +160,9 @@ static char **build_env(const struct nsbox_policy *p)
 		snprintf(term, sizeof(term), "TERM=%s", t);
 		envp[n++] = term;
 	}
+	/* Through the egress proxy (egress.h); Set= may override. */
+	for (size_t i = 0; p->n_net_allow && egress_env[i]; i++)
+		envp[n++] = (char *)egress_env[i];
 	for (size_t i = 0; i < p->n_env; i++) {
 		size_t klen = strcspn(p->env[i], "=");
 		/* Later settings override earlier ones. */
@@ -417,6 +422,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 	 * launcher writes our id maps and we build the root (net.c); the
 	 * capabilities the clone gave us in the new user namespace are
 	 * enough. */
+	nj.egress_fd = c->egress_fd;
 	if (!p->share_net && netns_start(&nj, &e) < 0)
 		goto fail;
 	if (recv_msg(c->sync_fd, &m) != 1 || m.type != SYNC_GO)
@@ -453,6 +459,10 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 	 * and before the filter (it denies setns). */
 	if (!p->share_net && netns_join(&nj, &e) < 0)
 		goto fail;
+	if (c->egress_fd >= 0) {
+		close(c->egress_fd);
+		c->egress_fd = -1;
+	}
 
 	/* Block everything in pid 1 before the fork so no signal is lost;
 	 * the payload unblocks.  The forwarded signals need a handler: the
@@ -546,7 +556,9 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	void (*warn)(void *, const char *) = spec->warn ? spec->warn : warn_none;
 	struct seccomp_prog prog = { 0 };
 	struct cgroup_handle *cg = NULL;
-	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .exec_src_fd = -1, .bound_exec_fd = -1 };
+	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .exec_src_fd = -1, .bound_exec_fd = -1,
+			       .egress_fd = -1 };
+	_cleanup_close_ int egress_fd = -1;
 	/* No CLONE_NEWNET: pid 1 makes its network namespace itself, beside
 	 * its other setup (net.c, netns_start). */
 	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
@@ -568,6 +580,13 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		return err_set(err, EINVAL, "jail: empty command");
 	if (policy_validate(p, err) < 0)
 		return err_step(err, "policy");
+	/* The egress proxy first, before any fd of this sandbox exists for it
+	 * to inherit; it stays in our cgroup, not the sandbox's (egress.h). */
+	if (p->n_net_allow && !p->share_net) {
+		if (egress_start(p, &j->egress_pid, &egress_fd, err) < 0)
+			return -1;
+		c.egress_fd = egress_fd;
+	}
 	/* Precompiled at build time from the same rule table (test-seccomp-prebuilt). */
 	seccomp_prog_prebuilt(p->seccomp, &prog);
 	/* On cgroup v2 the child is cloned straight into its cgroup
@@ -615,6 +634,10 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	}
 	close(sv[1]);
 	sv[1] = -1;
+	if (egress_fd >= 0) {
+		close(egress_fd);
+		egress_fd = -1;
+	}
 	j->pid = pid;
 	j->pidfd = pidfd;
 	j->cg = cg;
@@ -700,6 +723,8 @@ fail:
 	if (pidfd >= 0)
 		close(pidfd);
 	cgroup_destroy(cg);
+	egress_stop(j->egress_pid);
+	j->egress_pid = 0;
 	/* prog is static */
 	j->pidfd = -1;
 	return -1;
