@@ -295,7 +295,7 @@ static int tls_sni(const uint8_t *b, size_t n, char *out, size_t outsize)
 
 static bool over_limit(void)
 {
-	return (max_out && atomic_load(&total_out) > max_out) || (max_in && atomic_load(&total_in) > max_in);
+	return (max_out && atomic_load(&total_out) >= max_out) || (max_in && atomic_load(&total_in) >= max_in);
 }
 
 static void relay(struct req *r)
@@ -320,8 +320,12 @@ static void relay(struct req *r)
 			if (!open_[i] || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
 				continue;
 			/* Never past the sandbox's budget: read no more than is left. */
-			room = i == 0 ? (max_out ? max_out - atomic_load(&total_out) : sizeof(buf))
-				      : (max_in ? max_in - atomic_load(&total_in) : sizeof(buf));
+			{
+				uint64_t lim = i == 0 ? max_out : max_in;
+				uint64_t used = atomic_load(i == 0 ? &total_out : &total_in);
+
+				room = !lim ? sizeof(buf) : used >= lim ? 0 : lim - used;
+			}
 			if (over_limit() || room == 0) {
 				r->reason = i == 0 ? "byte limit (MaxBytesOut)" : "byte limit (MaxBytesIn)";
 				return;

@@ -68,10 +68,13 @@ static int parse_addr(char *s, struct net_rule *r)
 		r->family = AF_INET6;
 		max = 128;
 	} else {
+		if (slash)
+			*slash = '/';
 		return -1;
 	}
 	r->prefix = max;
 	if (slash) {
+		*slash = '/';
 		if (parse_ulong(slash + 1, max, &len) < 0)
 			return -1;
 		r->prefix = (unsigned)len;
@@ -118,8 +121,16 @@ int net_rule_parse(const char *s, struct net_rule *r, struct nsbox_err *err)
 		} else {
 			bool wild = strncmp(host, "*.", 2) == 0;
 
+			const char *last;
+
 			if (!net_name_normalize(wild ? host + 2 : host, r->name) || strchr(r->name, '*'))
 				return err_set(err, EINVAL, "not a host name (%s)", rule_help);
+			/* "127.1" is an address to inet_aton(3), and so to the
+			 * host's resolver: no top-level domain is all digits. */
+			last = strrchr(r->name, '.');
+			last = last ? last + 1 : r->name;
+			if (strspn(last, "0123456789") == strlen(last))
+				return err_set(err, EINVAL, "%s: not a host name nor an address (%s)", r->name, rule_help);
 			/* "*.com" would be a whole top-level domain: too wide to be meant. */
 			if (wild && !strchr(r->name, '.'))
 				return err_set(err, EINVAL, "*.%s: a wildcard needs at least two labels (*.example.com)",
