@@ -37,13 +37,13 @@ LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 # The layers, lowest first (README, "Layout"; scripts/check-layers.py checks
 # that no file includes from a layer above its own: make check-layers).
-LAYERS := base proto policy jail runner helper host lib
+LAYERS := base proto policy egress jail runner helper host lib
 LAYER_INC := $(addprefix -I,$(LAYERS))
 ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(LAYER_INC) -I$(B)/gen $(PKG_CFLAGS) \
 	-DNSBOX_LIBEXECDIR='"$(LIBEXECDIR)"' -MMD -MP
 
 # The core: everything but front ends and the runner binary's own code.
-CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c jail/*.c host/*.c lib/*.c) helper/client.c helper/locate.c
+CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c egress/*.c jail/*.c host/*.c lib/*.c) helper/client.c helper/locate.c
 CORE_OBJS := $(CORE_SRCS:%.c=$(B)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
@@ -109,7 +109,8 @@ $(B)/obj/%.o: %.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 # The seccomp filter is compiled once at build time (scripts/gen-seccomp.c).
-GEN_SECCOMP_SRCS := scripts/gen-seccomp.c base/error.c base/util.c policy/policy.c policy/seccomp-rules.c
+GEN_SECCOMP_SRCS := scripts/gen-seccomp.c base/error.c base/util.c policy/policy.c policy/netrule.c \
+	policy/seccomp-rules.c
 $(B)/gen-seccomp: $(GEN_SECCOMP_SRCS) policy/seccomp-rules.h policy/policy.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(WARN) -O1 -D_GNU_SOURCE -Ibase -Ipolicy -o $@ $(GEN_SECCOMP_SRCS) $(PKG_LIBS)

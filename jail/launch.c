@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "egress.h"
 #include "jail.h"
 #include "pid1.h"
 #include "seccomp-prebuilt.h"
@@ -62,7 +63,9 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	void (*warn)(void *, const char *) = spec->warn ? spec->warn : warn_none;
 	struct seccomp_prog prog = { 0 };
 	struct cgroup_handle *cg = NULL;
-	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .exec_src_fd = -1, .bound_exec_fd = -1 };
+	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .exec_src_fd = -1, .bound_exec_fd = -1,
+			       .egress_fd = -1 };
+	_cleanup_close_ int egress_fd = -1;
 	/* No CLONE_NEWNET: pid 1 makes its network namespace itself, beside
 	 * its other setup (net.c, netns_start). */
 	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
@@ -84,6 +87,13 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		return err_set(err, EINVAL, "jail: empty command");
 	if (policy_validate(p, err) < 0)
 		return err_step(err, "policy");
+	/* The egress proxy first, before any fd of this sandbox exists for it
+	 * to inherit; it stays in our cgroup, not the sandbox's (egress.h). */
+	if (p->n_net_allow && !p->share_net) {
+		if (egress_start(p, &j->egress_pid, &egress_fd, err) < 0)
+			return -1;
+		c.egress_fd = egress_fd;
+	}
 	/* Precompiled at build time from the same rule table (test-seccomp-prebuilt). */
 	seccomp_prog_prebuilt(p->seccomp, &prog);
 	/* On cgroup v2 the child is cloned straight into its cgroup
@@ -131,6 +141,10 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	}
 	close(sv[1]);
 	sv[1] = -1;
+	if (egress_fd >= 0) {
+		close(egress_fd);
+		egress_fd = -1;
+	}
 	j->pid = pid;
 	j->pidfd = pidfd;
 	j->cg = cg;
@@ -206,6 +220,8 @@ fail:
 	if (pidfd >= 0)
 		close(pidfd);
 	cgroup_destroy(cg);
+	egress_stop(j->egress_pid);
+	j->egress_pid = 0;
 	/* prog is static */
 	j->pidfd = -1;
 	return -1;

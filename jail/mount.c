@@ -425,7 +425,12 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 		goto out;
 	if (altfd >= 0 && bind_fd(altfd, NEWROOT "/etc/alternatives", false, true, err) < 0)
 		goto out;
-	if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
+	/* With an egress allowlist the only resolver is the stub on the
+	 * sandbox's loopback (egress.h). */
+	if (p->n_net_allow && !p->share_net) {
+		if (write_etc("resolv.conf", "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n", err) < 0)
+			return -1;
+	} else if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
 		goto out;
 	/* Before the policy's binds, and opened at once: a bind of the
 	 * policy's over /run may hide the path but not the descriptor the

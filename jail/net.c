@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "budget.h"
+#include "egress.h"
 #include "steps.h"
 #include "util.h"
 
@@ -81,12 +82,16 @@ static int net_setup_loopback(struct nsbox_err *err)
  * denies setns) and before the payload is forked, so nothing but pid 1's
  * own setup code ever runs in the host's network namespace. */
 
-static int make_netns(int procfd, int *nsfd, struct nsbox_err *err)
+static int make_netns(int procfd, int egress_fd, int *nsfd, struct nsbox_err *err)
 {
 	err_step(err, "network");
 	if (unshare(CLONE_NEWNET) < 0)
 		return err_sys(err, "unshare(CLONE_NEWNET)");
 	if (net_setup_loopback(err) < 0 || budget_netns(procfd, err) < 0)
+		return -1;
+	/* The egress proxy's sockets, made here before anything of the
+	 * sandbox runs in this namespace (egress.h). */
+	if (egress_fd >= 0 && egress_ns_listen(egress_fd, err) < 0)
 		return -1;
 	if (procfd < 0)
 		return 0;
@@ -103,7 +108,7 @@ static void *netns_thread(void *arg)
 {
 	struct netns_job *job = arg;
 
-	job->failed = make_netns(job->procfd, &job->nsfd, &job->err) < 0;
+	job->failed = make_netns(job->procfd, job->egress_fd, &job->nsfd, &job->err) < 0;
 	return NULL;
 }
 
@@ -180,7 +185,7 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 	job->procfd = -1;
 	/* One CPU, no /proc or no thread to be had: the namespace is made
 	 * here, now, for the whole (still single-threaded) process. */
-	return make_netns(-1, &job->nsfd, err);
+	return make_netns(-1, job->egress_fd, &job->nsfd, err);
 }
 
 int netns_join(struct netns_job *job, struct nsbox_err *err)

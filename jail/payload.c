@@ -16,6 +16,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "egress.h"
 #include "landlock.h"
 #include "pid1.h"
 #include "rootfs-table.h"
@@ -80,7 +81,7 @@ static int payload_rlimits(struct payload *pl, struct nsbox_err *err)
 
 static char **build_env(const struct nsbox_policy *p)
 {
-	static char *envp[POLICY_MAX_ENV + 8];
+	static char *envp[POLICY_MAX_ENV + 24];
 	static char term[256], home[64];
 	const char *t = getenv("TERM");
 	size_t n = 0;
@@ -93,6 +94,9 @@ static char **build_env(const struct nsbox_policy *p)
 		snprintf(term, sizeof(term), "TERM=%s", t);
 		envp[n++] = term;
 	}
+	/* Through the egress proxy (egress.h); Set= may override. */
+	for (size_t i = 0; p->n_net_allow && egress_env[i]; i++)
+		envp[n++] = (char *)egress_env[i];
 	for (size_t i = 0; i < p->n_env; i++) {
 		size_t klen = strcspn(p->env[i], "=");
 		/* Later settings override earlier ones. */

@@ -41,6 +41,7 @@ static int pid1_deathsig(struct pid1 *s, struct nsbox_err *err)
  * clone gave us in the new user namespace are enough. */
 static int pid1_netns_start(struct pid1 *s, struct nsbox_err *err)
 {
+	s->nj.egress_fd = s->c->egress_fd;
 	return s->c->p->share_net ? 0 : netns_start(&s->nj, err);
 }
 
@@ -100,7 +101,14 @@ static int pid1_uts(struct pid1 *s, struct nsbox_err *err)
  * before the filter (it denies setns). */
 static int pid1_netns_join(struct pid1 *s, struct nsbox_err *err)
 {
-	return s->c->p->share_net ? 0 : netns_join(&s->nj, err);
+	if (!s->c->p->share_net && netns_join(&s->nj, err) < 0)
+		return -1;
+	/* The egress sockets went to the proxy from the network thread. */
+	if (s->c->egress_fd >= 0) {
+		close(s->c->egress_fd);
+		s->c->egress_fd = -1;
+	}
+	return 0;
 }
 
 static void pid1_noop(int sig)

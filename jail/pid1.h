@@ -21,6 +21,7 @@ struct child_ctx {
 	int sync_fd;
 	int exec_src_fd;	/* spec->exec_file, opened by the launcher, or -1 */
 	int bound_exec_fd;	/* in pid 1: the file to execute, or -1 */
+	int egress_fd;		/* to the egress proxy ([Network] Allow=), or -1 */
 	struct budget_host budget;	/* the launcher's per-user limits (budget.h) */
 };
 

@@ -25,7 +25,8 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
  * CAP_NET_ADMIN there is pid 1's from the clone on), made on a thread of its own while
  * the caller goes on: netns_start() begins it (or, with no thread to be
  * had, makes it at once for the caller); netns_join() waits for it and
- * moves the calling thread in.  Nothing may be forked, and no filter that
+ * moves the calling thread in.  The caller sets egress_fd (-1: none)
+ * before netns_start.  Nothing may be forked, and no filter that
  * denies setns loaded, between the two. */
 struct netns_job {
 	pthread_t tid;
@@ -33,6 +34,7 @@ struct netns_job {
 	bool failed;
 	int procfd;		/* the host's /proc, O_PATH */
 	int nsfd;		/* the new namespace, from the thread */
+	int egress_fd;		/* >= 0: make the egress sockets there and send them (egress.h) */
 	struct nsbox_err err;	/* the thread's error */
 };
 int netns_start(struct netns_job *job, struct nsbox_err *err);

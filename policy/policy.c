@@ -7,6 +7,7 @@
  * with an errno-style code all the same, in step "policy", which the
  * library does not report as a failed setup step. */
 #include "policy.h"
+#include "netrule.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -537,6 +538,46 @@ static int set_dist_packages(struct nsbox_policy *p, const char *v, struct nsbox
 	return 0;
 }
 
+/* [Network] Allow=: checked here, kept as written (egress/ parses it again). */
+static int set_net_allow(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	struct net_rule r;
+	char *s;
+
+	if (net_rule_parse(v, &r, err) < 0)
+		return -1;
+	for (size_t i = 0; i < p->n_net_allow; i++)
+		if (strcmp(p->net_allow[i], v) == 0)
+			return 0;
+	if (p->n_net_allow >= POLICY_MAX_NET_RULES)
+		return err_fail(err, "policy", E2BIG, "too many rules (at most %d Allow=)", POLICY_MAX_NET_RULES);
+	s = strdup(v);
+	if (!s)
+		return err_fail(err, "policy", ENOMEM, "out of memory");
+	p->net_allow[p->n_net_allow++] = s;
+	return 0;
+}
+
+static int set_net_log(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return set_path_opt(&p->net_log, v, err);
+}
+
+static int set_net_max_out(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_size(v, true, 0, &p->net_max_out, err);
+}
+
+static int set_net_max_in(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_size(v, true, 0, &p->net_max_in, err);
+}
+
+static int set_net_max_conns(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_count(v, 1UL << 30, &p->net_max_conns, err);
+}
+
 /* Base= is handled by the parser: it needs to know whether it came first. */
 static int set_base_refused(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
@@ -576,10 +617,15 @@ static const struct policy_key keys[] = {
 	{ "Security", "Seccomp", set_seccomp, 0 },
 	{ "Security", "Landlock", set_landlock, 0 },
 	{ "Python", "DistPackages", set_dist_packages, 0 },
+	{ "Network", "Allow", set_net_allow, 0 },
+	{ "Network", "Log", set_net_log, KEY_EMPTY_OK },
+	{ "Network", "MaxBytesOut", set_net_max_out, 0 },
+	{ "Network", "MaxBytesIn", set_net_max_in, 0 },
+	{ "Network", "MaxConnections", set_net_max_conns, 0 },
 };
 
 static const char *const sections[] = { "Policy", "Sandbox", "Limits", "Filesystem",
-					"Environment", "Security", "Python" };
+					"Environment", "Security", "Python", "Network" };
 
 static bool section_known(const char *s)
 {
@@ -680,6 +726,9 @@ void policy_free(struct nsbox_policy *p)
 	}
 	for (size_t i = 0; i < p->n_env && i < POLICY_MAX_ENV; i++)
 		free_wiped(p->env[i]);
+	for (size_t i = 0; i < p->n_net_allow && i < POLICY_MAX_NET_RULES; i++)
+		free(p->net_allow[i]);
+	free(p->net_log);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -700,6 +749,9 @@ int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_e
 		.seccomp = SECCOMP_ENFORCE,
 		.landlock = WANT_AUTO,
 		.dist_packages = false,
+		.net_max_out = 1ULL << 30,
+		.net_max_in = 4ULL << 30,
+		.net_max_conns = 1024,
 	};
 
 	if (!p)
@@ -770,6 +822,10 @@ int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct
 	}
 	for (size_t i = 0; i < ne; i++)
 		r |= dup_opt(&q.env[i], src->env[i]);
+	q.n_net_allow = src->n_net_allow < POLICY_MAX_NET_RULES ? src->n_net_allow : POLICY_MAX_NET_RULES;
+	for (size_t i = 0; i < q.n_net_allow; i++)
+		r |= dup_opt(&q.net_allow[i], src->net_allow[i]);
+	r |= dup_opt(&q.net_log, src->net_log);
 	if (r) {
 		policy_free(&q);
 		return err_fail(err, "policy", ENOMEM, "out of memory");
@@ -1014,6 +1070,19 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 		return err_fail(err, "policy", EINVAL, "[Limits] Cgroups=, [Security] Landlock= or Seccomp=: bad mode");
 	if (p->rootfs && check_path("[Filesystem] RootFS=", p->rootfs, false, err) < 0)
 		return -1;
+	/* Network=host would make the allowlist a lie: every address reachable. */
+	if (p->n_net_allow && p->share_net)
+		return err_fail(err, "policy", EINVAL, "[Network] Allow= needs [Sandbox] Network=none (not --share-net)");
+	if (p->n_net_allow > POLICY_MAX_NET_RULES)
+		return err_fail(err, "policy", E2BIG, "[Network]: %zu rules (at most %d)", p->n_net_allow, POLICY_MAX_NET_RULES);
+	for (size_t i = 0; i < p->n_net_allow; i++) {
+		struct net_rule r;
+
+		if (net_rule_parse(p->net_allow[i], &r, err) < 0)
+			return err_wrap(err, "[Network] Allow=%s", p->net_allow[i]);
+	}
+	if (p->net_log && check_path("[Network] Log=", p->net_log, false, err) < 0)
+		return -1;
 	if (p->workspace && check_path("[Filesystem] Workspace=", p->workspace, false, err) < 0)
 		return -1;
 	if (p->n_mounts > POLICY_MAX_MOUNTS)
@@ -1165,4 +1234,13 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 	fprintf(out, "\n[Security]\nSeccomp=%s\nLandlock=%s\n",
 		p->seccomp == SECCOMP_LOG ? "log" : "enforce", want_name(p->landlock));
 	fprintf(out, "\n[Python]\nDistPackages=%s\n", p->dist_packages ? "yes" : "no");
+
+	fprintf(out, "\n[Network]\n");
+	for (size_t i = 0; i < p->n_net_allow && i < POLICY_MAX_NET_RULES; i++)
+		fprintf(out, "Allow=%s\n", p->net_allow[i]);
+	if (p->net_log)
+		fprintf(out, "Log=%s\n", p->net_log);
+	print_size(out, "MaxBytesOut", p->net_max_out, "infinity");
+	print_size(out, "MaxBytesIn", p->net_max_in, "infinity");
+	print_count(out, "MaxConnections", p->net_max_conns);
 }

@@ -32,6 +32,7 @@ struct policy_mount {
 
 #define POLICY_MAX_MOUNTS 64
 #define POLICY_MAX_ENV 64
+#define POLICY_MAX_NET_RULES 64
 
 struct nsbox_policy {
 	char *name;		/* "default", "strict", "permissive" or the file path */
@@ -68,6 +69,16 @@ struct nsbox_policy {
 
 	/* [Python] */
 	bool dist_packages;	/* DistPackages=yes adds /usr/lib/python3/dist-packages */
+
+	/* [Network]  egress allowlist (policy/netrule.h, egress/): with any
+	 * Allow= the sandbox keeps its own network namespace (lo only) and
+	 * reaches the rules' destinations through the host-side proxy. */
+	char *net_allow[POLICY_MAX_NET_RULES];	/* Allow= rules, as written */
+	size_t n_net_allow;
+	char *net_log;		/* Log= JSON-lines audit file (host path), NULL = none */
+	uint64_t net_max_out;	/* MaxBytesOut= bytes sent, whole sandbox, 0 = no limit */
+	uint64_t net_max_in;	/* MaxBytesIn= bytes received */
+	uint64_t net_max_conns;	/* MaxConnections= proxied connections and DNS answers */
 };
 
 /* Initialise *p from a built-in policy: "default", "strict" or "permissive".

@@ -1,7 +1,7 @@
 #!/usr/bin/python3.11
 """No file includes from a layer above its own (README, "Layout").
 
-The layers, lowest first: base, proto, policy, jail, runner, helper, host,
+The layers, lowest first: base, proto, policy, egress, jail, runner, helper, host,
 lib.  A file may include its own directory's headers and those of the
 layers below it.  The front ends (cli/, service/) and examples/ include
 nothing of the tree but include/nsbox.h (and their own headers); service/
@@ -13,7 +13,7 @@ import os
 import re
 import sys
 
-LAYERS = ["base", "proto", "policy", "jail", "runner", "helper", "host", "lib"]
+LAYERS = ["base", "proto", "policy", "egress", "jail", "runner", "helper", "host", "lib"]
 FRONT = ["cli", "service", "examples"]
 # What a front end may include beyond nsbox.h and its own headers (why: above).
 FRONT_ALLOWED = {"service": {"proto"}}
