@@ -509,22 +509,11 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	srv->cur_id = id;
 	srv->cur_s = s;
 	srv->cur_cancelled = false;
+	/* Advance before the first poll: deadlines are armed by advancing. */
 	for (;;) {
 		struct pollfd p[2] = { { fd, POLLIN, 0 }, { 0, POLLIN, 0 } };
 		int wait = -1;
 
-		if (token) {
-			double left = next_progress - now();
-
-			wait = left <= 0 ? 0 : (int)(left * 1000) + 1;
-		}
-		if (poll(p, srv->eof ? 1 : 2, wait) < 0 && errno != EINTR)
-			break;
-		/* At EOF the exec runs on to its end (a piped batch of
-		 * requests still gets its answers); a client that stops
-		 * waiting sends SIGTERM, as the stdio transport says. */
-		if (!srv->eof && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
-			read_input(srv, true);
 		while ((k = nsbox_exec_advance(s, &ev, &e)) > 0) {
 			if (ev.kind == NSBOX_EVENT_OUTPUT)
 				tail_add(&tail, ev.data, ev.len);
@@ -537,6 +526,7 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 			snprintf(msg, msz, "exec: %s", nsbox_error_message(e));
 			nsbox_error_free(e);
 			srv->cur_id = NULL;
+			srv->cur_s = NULL;
 			return -1;
 		}
 		if (k > 0) /* DONE */
@@ -549,6 +539,18 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 					   floor(t), "message", text_json(tail.b, tail.n) ?: json_string("")));
 			next_progress = now() + MCP_PROGRESS_EVERY;
 		}
+		if (token) {
+			double left = next_progress - now();
+
+			wait = left <= 0 ? 0 : (int)(left * 1000) + 1;
+		}
+		if (poll(p, srv->eof ? 1 : 2, wait) < 0 && errno != EINTR)
+			break;
+		/* At EOF the exec runs on to its end (a piped batch of
+		 * requests still gets its answers); a client that stops
+		 * waiting sends SIGTERM, as the stdio transport says. */
+		if (!srv->eof && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+			read_input(srv, true);
 	}
 	srv->cur_id = NULL;
 	srv->cur_s = NULL;
@@ -581,26 +583,95 @@ static void put_stream(json_t *r, const char *name, const char *fallback, size_t
 	}
 }
 
-/* The value as a REPL shows it: $repr as is, other JSON as JSON. */
+/* A protocol-encoded value (nsbox-protocol(7), VALUES) as Python's repr
+ * would show it, near enough: $repr as is, containers rebuilt. */
+static void put_repr(const json_t *v, FILE *f, int depth)
+{
+	const json_t *x;
+	const char *k;
+	size_t i;
+
+	if (depth > 100) {
+		fputs("...", f);
+	} else if (json_is_null(v)) {
+		fputs("None", f);
+	} else if (json_is_true(v) || json_is_false(v)) {
+		fputs(json_is_true(v) ? "True" : "False", f);
+	} else if (json_is_integer(v)) {
+		fprintf(f, "%lld", (long long)json_integer_value(v));
+	} else if (json_is_real(v)) {
+		double d = json_real_value(v);
+
+		fprintf(f, d == floor(d) && fabs(d) < 1e16 ? "%.1f" : "%.17g", d);
+	} else if (json_is_string(v)) {
+		const char *s = json_string_value(v);
+		char q = strchr(s, '\'') && !strchr(s, '"') ? '"' : '\'';
+
+		fputc(q, f);
+		for (; *s; s++) {
+			if (*s == q || *s == '\\')
+				fprintf(f, "\\%c", *s);
+			else if (*s == '\n')
+				fputs("\\n", f);
+			else if (*s == '\t')
+				fputs("\\t", f);
+			else if ((unsigned char)*s < 0x20)
+				fprintf(f, "\\x%02x", (unsigned char)*s);
+			else
+				fputc(*s, f);
+		}
+		fputc(q, f);
+	} else if (json_is_array(v)) {
+		fputc('[', f);
+		json_array_foreach(v, i, x)
+		{
+			fputs(i ? ", " : "", f);
+			put_repr(x, f, depth + 1);
+		}
+		fputc(']', f);
+	} else if ((x = json_object_get(v, "$repr")) && json_is_string(x)) {
+		fputs(json_string_value(x), f);
+	} else if ((x = json_object_get(v, "$int")) && json_is_string(x)) {
+		fputs(json_string_value(x), f);
+	} else if ((x = json_object_get(v, "$float")) && json_is_string(x)) {
+		fprintf(f, "float('%s')", json_string_value(x));
+	} else if ((x = json_object_get(v, "$tuple")) && json_is_array(x)) {
+		const json_t *y;
+
+		fputc('(', f);
+		json_array_foreach(x, i, y)
+		{
+			fputs(i ? ", " : "", f);
+			put_repr(y, f, depth + 1);
+		}
+		fputs(json_array_size(x) == 1 ? ",)" : ")", f);
+	} else {
+		const json_t *d = json_object_get(v, "$dict") ?: v;
+		bool first = true;
+
+		fputc('{', f);
+		json_object_foreach((json_t *)d, k, x)
+		{
+			json_t *key = json_string(k);
+
+			fputs(first ? "" : ", ", f);
+			first = false;
+			put_repr(key, f, depth + 1);
+			fputs(": ", f);
+			put_repr(x, f, depth + 1);
+			json_decref(key);
+		}
+		fputc('}', f);
+	}
+}
+
 static void put_value(const nsbox_result_t *res, FILE *f)
 {
 	json_t *v = json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL);
-	const char *repr = json_string_value(json_object_get(v, "$repr"));
 
 	if (v && !json_is_null(v)) {
-		if (repr) {
-			fprintf(f, "%s\n", repr);
-		} else {
-			char *s = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-
-			if (json_is_string(v))
-				fprintf(f, "'%s'\n", json_string_value(v)); /* short of Python's repr quoting */
-			else if (json_is_true(v) || json_is_false(v))
-				fputs(json_is_true(v) ? "True\n" : "False\n", f);
-			else if (s)
-				fprintf(f, "%s\n", s);
-			free(s);
-		}
+		put_repr(v, f, 0);
+		fputc('\n', f);
 	}
 	json_decref(v);
 }
@@ -623,7 +694,7 @@ static const char *limit_name(enum nsbox_status st)
 
 /* One text block: stdout, stderr, the last expression's value or the
  * exception; a dead session is said so (and forgotten by the caller). */
-static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit, double timeout)
+static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit)
 {
 	enum nsbox_status st = nsbox_result_status(res);
 	json_t *r = json_loads(nsbox_result_json(res), 0, NULL);
@@ -653,10 +724,8 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit
 	} else if (st == NSBOX_CANCELLED) {
 		fputs("cancelled\n", f);
 	} else {
-		fprintf(f, "nsbox: stopped by the %s", limit_name(st) ?: "sandbox");
-		if (st == NSBOX_TIME_LIMIT && timeout > 0)
-			fprintf(f, " (%g s)", timeout);
-		fprintf(f, ": %s\n", nsbox_result_error_message(res) ?: "");
+		fprintf(f, "nsbox: stopped by the %s: %s\n", limit_name(st) ?: "sandbox",
+			nsbox_result_error_message(res) ?: "");
 	}
 	if (dead)
 		fprintf(f, "nsbox: the session ended and its state is lost; %s\n",
@@ -774,7 +843,7 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	}
 	*suppress = srv->cur_cancelled;
 	dead = !alive(m->s);
-	out = format_result(res, dead, !m->handle[0], timeout);
+	out = format_result(res, dead, !m->handle[0]);
 	if (dead)
 		close_msess(m);
 	if (keep)
