@@ -157,3 +157,15 @@ if [ "${NSBOX_BENCH_NSBOXD:-1}" != 0 ] && [ -x "$B/nsboxd" ]; then
 fi
 bench/report.py < "$out/table"
 [ -f "$out/nsboxd" ] && cat "$out/nsboxd"
+# nsbox mcp through the official TypeScript SDK client: a run_python of 1+1
+# round trip (p50/p90 of NSBOX_MCP_BENCH_N calls on a warm default session),
+# and a new server's first call (process start to the first result).
+if [ "${NSBOX_BENCH_MCP:-1}" != 0 ] && command -v node >/dev/null 2>&1 &&
+	[ -d tests/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+	node tests/mcp/client.mjs "$B/nsbox" bench | node -e '
+		let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
+			const o = JSON.parse(s);
+			console.log(`nsbox mcp: run_python 1+1 round trip p50 ${o.p50_ms.toFixed(2)} ms, p90 ${o.p90_ms.toFixed(2)} ms (${o.n} calls); ` +
+				`first call of a new server ${o.first_call_ms.toFixed(0)} ms, process start to first result ${o.start_to_first_result_ms.toFixed(0)} ms`);
+		});'
+fi

@@ -19,11 +19,6 @@
 #define MAX_TOOLS 64
 #define TOOL_OUTPUT_MAX (32u << 20) /* beyond the frame cap: the session refuses it clearly */
 
-struct cli_tool {
-	char *name;
-	const char *command;
-};
-
 static nsbox_session_t *active;
 /* Output is shown only for the user's code, not for our own set-up execs. */
 static bool show_output;
@@ -64,7 +59,7 @@ static void on_output(void *ud, int stream, const char *data, size_t len)
 /* A host tool implemented by a command: the call's JSON on its stdin, a
  * JSON value on its stdout.  The command runs on the host, unsandboxed: it
  * is the user's own program. */
-static int run_tool(void *ud, const char *name, const char *args_json, char **result_json, char **error)
+int cli_tool_run(void *ud, const char *name, const char *args_json, char **result_json, char **error)
 {
 	const struct cli_tool *t = ud;
 	const char *in = args_json;
@@ -606,7 +601,7 @@ int cmd_python(int argc, char **argv)
 		goto out;
 	}
 	for (size_t k = 0; k < n_tools; k++)
-		if (nsbox_session_add_tool(s, ctools[k].name, NULL, "A host tool (nsbox python --tool).", run_tool,
+		if (nsbox_session_add_tool(s, ctools[k].name, NULL, "A host tool (nsbox python --tool).", cli_tool_run,
 					   &ctools[k], &e) < 0) {
 			fprintf(stderr, "nsbox python: --tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
 			rc = nsbox_error_code(e) == -EINVAL ? NSBOX_EXIT_USAGE : NSBOX_EXIT_PROTOCOL;

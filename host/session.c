@@ -538,6 +538,8 @@ static void wake(struct nsbox_session *s)
 	}
 }
 
+static void arm_timer(struct nsbox_session *s, unsigned long long deadline);
+
 int session_exec_start(struct nsbox_session *s, const struct session_exec_req *req, struct nsbox_err *err)
 {
 	struct exec_state *x = &s->x;
@@ -576,6 +578,11 @@ int session_exec_start(struct nsbox_session *s, const struct session_exec_req *r
 		wake(s);
 		return 0;
 	}
+	/* An event-loop caller polls the session fd before its first
+	 * advance: the time limit must be able to wake it (no timerfd, and
+	 * nothing to do, on the blocking path). */
+	if (x->soft)
+		arm_timer(s, x->soft);
 	/* A cancel before this exec is not for it (no read() when there was
 	 * none: this is on every exec's round trip). */
 	if (atomic_exchange(&s->cancel_req, false))

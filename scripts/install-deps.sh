@@ -13,3 +13,12 @@ if [ -n "$missing" ]; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends $missing
 fi
+# The MCP tests' client: the official TypeScript SDK, pinned by
+# tests/mcp/package-lock.json (node >= 18; Debian 12's nodejs is 18).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+if [ ! -d "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
+	(cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund)
+fi

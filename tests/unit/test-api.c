@@ -675,6 +675,22 @@ static void test_events_single(nsbox_policy_t *p)
 	nsbox_result_free(r);
 	CHECK(!strcmp(value_of(s, "'alive'"), "\"alive\""), "the session survives the soft limit");
 
+	/* The same, polling the fd before any advance (as the header's example
+	 * does): the limit must wake the poll by itself. */
+	o.timeout = 0.4;
+	CHECK(nsbox_exec_start(s, "import time\ntime.sleep(30)", &o, &e) == 0, "exec_start, then poll first");
+	clear(&e);
+	{
+		struct pollfd pfd = { nsbox_session_fd(s), POLLIN, 0 };
+
+		CHECK(poll(&pfd, 1, 20000) == 1, "the fd wakes at the time limit before any advance");
+	}
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE at the time limit (poll first)");
+	r = take_result(s);
+	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT, "NSBOX_TIME_LIMIT, poll first (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+
 	/* nsbox_cancel during an event exec. */
 	o.timeout = 0;
 	CHECK(nsbox_exec_start(s, "import time\nfor i in range(100):\n    time.sleep(0.1)", &o, &e) == 0,
