@@ -1221,3 +1221,17 @@ int session_sandbox(const struct nsbox_session *s, struct session_sandbox_info *
 		info->memory_peak = s->sb.st.peak_memory;
 	return 0;
 }
+
+/* ---- for host/files.c (FILE_* requests): additive, see host/files.h ---- */
+
+#include "files.h"
+
+int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t **answer, struct nsbox_err *err)
+{
+	return control(s, type, msg, PROTO_VALUE, answer, err);
+}
+
+uint32_t session_max_frame(const struct nsbox_session *s)
+{
+	return s->o.max_frame;
+}

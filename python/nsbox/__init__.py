@@ -31,6 +31,7 @@ from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError,
                      SandboxWarning, TimeLimitExceeded, ToolError, UndefinedVariable)
 from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
+from ._files import SandboxFileError
 
 __version__ = "0.3.0"
 
@@ -39,7 +40,7 @@ __all__ = [
     "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled", "SandboxCrashed",
     "ProtocolError", "ToolError",
     "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
-    "library_version",
+    "library_version", "SandboxFileError",
 ]
 
 

@@ -14,6 +14,7 @@ import threading
 import weakref
 from ctypes import byref, c_double, c_size_t, c_uint, c_uint64, c_void_p, sizeof
 
+from . import _files
 from . import _lib
 from . import _policy
 from . import _tools
@@ -159,7 +160,7 @@ class _Dispatch:
 _MISSING = object()
 
 
-class Sandbox:
+class Sandbox(_files.FilesMixin):
     """A Python session in a kernel-isolated sandbox.
 
     policy:      "default", "strict", "permissive", a policy file path, or None
