@@ -118,3 +118,7 @@ if [ "${NSBOX_BENCH_RUNNER:-1}" != 0 ] && [ -x "$B/nsbox-runner" ] && [ -x bench
 	bench/runner.sh "$B" "$RUNS" >> "$out/table"
 fi
 bench/report.py < "$out/table"
+# Session files: write_file/read_file of 1 and 100 MiB beside cp (bench/files.py).
+if [ "${NSBOX_BENCH_FILES:-1}" != 0 ]; then
+	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/files.py
+fi
