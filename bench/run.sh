@@ -169,3 +169,8 @@ if [ "${NSBOX_BENCH_MCP:-1}" != 0 ] && command -v node >/dev/null 2>&1 &&
 				`first call of a new server ${o.first_call_ms.toFixed(0)} ms, process start to first result ${o.start_to_first_result_ms.toFixed(0)} ms`);
 		});'
 fi
+
+# Session files: write_file/read_file of 1 and 100 MiB beside cp (bench/files.py).
+if [ "${NSBOX_BENCH_FILES:-1}" != 0 ]; then
+	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/files.py
+fi

@@ -1324,3 +1324,17 @@ void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *
 	if (st)
 		*st = s->sb.st;
 }
+
+/* ---- for host/files.c (FILE_* requests): additive, see host/files.h ---- */
+
+#include "files.h"
+
+int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t **answer, struct nsbox_err *err)
+{
+	return control(s, type, msg, PROTO_VALUE, answer, err);
+}
+
+uint32_t session_max_frame(const struct nsbox_session *s)
+{
+	return s->o.max_frame;
+}

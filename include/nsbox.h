@@ -353,6 +353,41 @@ struct nsbox_session_info {
  * an event-driven exec on s (nsbox_exec_start).  Errors: -EINVAL, -EBUSY. */
 NSBOX_API int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbox_error_t **err);
 
+/* ---- session files (since 0.5.0) ----------------------------------------
+ *
+ * Files inside a session's sandbox, with or without a workspace.  The
+ * runner does the work inside the sandbox, as the sandbox's user and in its
+ * mount namespace (nsbox-protocol(7), FILES): the host never opens a path
+ * the sandbox controls, so a symlink, fifo or renamed entry planted inside
+ * only changes what the sandbox itself sees.  Relative paths are relative
+ * to the runner's working directory.  Data travels in chunks of 4 MiB; a
+ * file changed by sandboxed code meanwhile may read back mixed.  Errors
+ * (besides -EINVAL bad arguments, -EBUSY, -ENOTCONN the session ended):
+ * the errno seen inside, negated: -ENOENT no such file or directory,
+ * -EISDIR a directory, -EINVAL not a regular file (fifo, device, socket),
+ * -EFBIG over the cap, -ENOSPC/-EDQUOT the sandbox's space is full,
+ * -EACCES, -ENOTDIR, -ELOOP, -ENOTSUP the runner is too old. */
+
+/* Write data[0..len) to path, creating it with mode (-1: 0644) or
+ * truncating it.  At most 64 MiB per call (-EFBIG), or NSBOX_FILE_MAX
+ * bytes when that is set in the environment. */
+NSBOX_API int nsbox_write_file(nsbox_session_t *s, const char *path, const void *data, size_t len, int mode,
+			       nsbox_error_t **err);
+/* Read path: at most max bytes (0: 64 MiB or NSBOX_FILE_MAX), -EFBIG past it.  On success
+ * *data is malloc'd (nsbox_free), NUL-terminated after *len bytes. */
+NSBOX_API int nsbox_read_file(nsbox_session_t *s, const char *path, char **data, size_t *len, uint64_t max,
+			      nsbox_error_t **err);
+/* List directory path as JSON (nsbox_free):
+ * {"entries": [{"name": "a.txt", "type": "file", "size": 12}, ...],
+ *  "truncated": false}; type is "file", "dir", "symlink", "fifo",
+ * "socket", "char", "block" or "other" (of the entry itself, not what a
+ * symlink points to); a name that is not UTF-8 comes with "name_hex" (its
+ * bytes) and a lossy "name".  At most 100000 entries. */
+NSBOX_API int nsbox_list_files(nsbox_session_t *s, const char *path, char **json, nsbox_error_t **err);
+/* Make directory path and missing parents (mode -1: 0755); an existing
+ * directory is not an error. */
+NSBOX_API int nsbox_make_dir(nsbox_session_t *s, const char *path, int mode, nsbox_error_t **err);
+
 /* ---- commands ----------------------------------------------------------- */
 
 struct nsbox_run_opts {

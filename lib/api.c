@@ -25,6 +25,7 @@
 #include "proto.h"
 #include "run.h"
 #include "session.h"
+#include "files.h"
 #include "util.h"
 #include "api-internal.h"
 
@@ -1181,4 +1182,147 @@ int api_fail(nsbox_error_t **err, int code, const char *msg)
 pid_t api_session_owner(const nsbox_session_t *s)
 {
 	return s->owner;
+}
+
+/* ---- session file operations (since 0.5.0; host/files.c) ---- */
+
+/* The default cap per file per call: 64 MiB, or NSBOX_FILE_MAX (bytes). */
+static uint64_t file_max(void)
+{
+	const char *v = getenv("NSBOX_FILE_MAX");
+	char *end;
+	unsigned long long n;
+
+	if (!v || !*v)
+		return SESSION_FILE_MAX_DEFAULT;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	return errno || *end || !n ? SESSION_FILE_MAX_DEFAULT : n;
+}
+
+static int file_call_begin(nsbox_session_t *s, const char *path, nsbox_error_t **err, const char *what)
+{
+	int r;
+
+	if (!path || !*path)
+		return fail(err, -EINVAL, "%s: %s", what, !path ? "path is NULL" : "path is empty");
+	if (!proto_utf8_valid(path, strlen(path)))
+		return fail(err, -EINVAL, "%s: path is not UTF-8", what);
+	if ((r = check_session(s, err, what)) < 0)
+		return r;
+	if (!enter(s))
+		return busy(err, what);
+	return 0;
+}
+
+/* The file calls document the errno seen inside (nsbox.h, session files):
+ * these pass untouched, rc_filter maps the rest. */
+static int file_fail(nsbox_error_t **err, const struct nsbox_err *e)
+{
+	switch (e->code) {
+	case EISDIR: case ENOTDIR: case EFBIG: case ELOOP: case EACCES: case EDQUOT: case ENOTSUP: case EROFS:
+	case ENAMETOOLONG: case EEXIST: case ENOSPC: case ENOENT: case EINVAL: case EPERM:
+		break;
+	default:
+		return fail_core(err, e, -EIO);
+	}
+	if (err) {
+		struct nsbox_error *o = calloc(1, sizeof(*o));
+
+		if (o && (o->msg = strdup(e->msg)) != NULL) {
+			o->code = -e->code;
+			*err = o;
+		} else {
+			free(o);
+			*err = &oom_error;
+		}
+	}
+	return -e->code;
+}
+
+static int file_call_end(nsbox_session_t *s, int r, const struct nsbox_err *e, nsbox_error_t **err)
+{
+	leave(s);
+	if (r >= 0)
+		return 0;
+	/* A request that ended the session (timeout, protocol error) says so. */
+	if (!session_alive(s->s))
+		return fail_msg(err, -ENOTCONN, e->msg);
+	return file_fail(err, e);
+}
+
+int nsbox_write_file(nsbox_session_t *s, const char *path, const void *data, size_t len, int mode,
+		     nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	int r;
+
+	if (!data && len)
+		return fail(err, -EINVAL, "nsbox_write_file: data is NULL");
+	if (mode > 07777)
+		return fail(err, -EINVAL, "nsbox_write_file: mode %o has bits beyond 07777", (unsigned)mode);
+	if (len > file_max()) {
+		err_set(&e, EFBIG, "nsbox_write_file: %zu bytes is more than the cap of %llu bytes", len,
+			(unsigned long long)file_max());
+		return file_fail(err, &e);
+	}
+	if ((r = file_call_begin(s, path, err, "nsbox_write_file")) < 0)
+		return r;
+	r = session_file_write(s->s, path, data ? data : "", len, mode, &e);
+	return file_call_end(s, r, &e, err);
+}
+
+int nsbox_read_file(nsbox_session_t *s, const char *path, char **data, size_t *len, uint64_t max,
+		    nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	char *buf = NULL;
+	size_t n = 0;
+	int r;
+
+	if (!data || !len)
+		return fail(err, -EINVAL, "nsbox_read_file: %s is NULL", !data ? "data" : "len");
+	if ((r = file_call_begin(s, path, err, "nsbox_read_file")) < 0)
+		return r;
+	r = session_file_read(s->s, path, max ? max : file_max(), &buf, &n, &e);
+	if ((r = file_call_end(s, r, &e, err)) < 0)
+		return r;
+	*data = buf;
+	*len = n;
+	return 0;
+}
+
+int nsbox_list_files(nsbox_session_t *s, const char *path, char **json, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	json_t *v = NULL;
+	char *text;
+	int r;
+
+	if (!json)
+		return fail(err, -EINVAL, "nsbox_list_files: json is NULL");
+	if ((r = file_call_begin(s, path, err, "nsbox_list_files")) < 0)
+		return r;
+	r = session_file_list(s->s, path, &v, &e);
+	if ((r = file_call_end(s, r, &e, err)) < 0)
+		return r;
+	text = json_dumps(v, JSON_COMPACT);
+	json_decref(v);
+	if (!text)
+		return fail(err, -ENOMEM, "nsbox_list_files: out of memory");
+	*json = text;
+	return 0;
+}
+
+int nsbox_make_dir(nsbox_session_t *s, const char *path, int mode, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	int r;
+
+	if (mode > 07777)
+		return fail(err, -EINVAL, "nsbox_make_dir: mode %o has bits beyond 07777", (unsigned)mode);
+	if ((r = file_call_begin(s, path, err, "nsbox_make_dir")) < 0)
+		return r;
+	r = session_file_mkdir(s->s, path, mode, &e);
+	return file_call_end(s, r, &e, err);
 }

@@ -13,6 +13,7 @@ static const char *const type_names[] = {
 	[PROTO_VALUE] = "VALUE",   [PROTO_RESET] = "RESET",	  [PROTO_CANCEL] = "CANCEL",
 	[PROTO_PING] = "PING",	   [PROTO_PONG] = "PONG",	  [PROTO_BYE] = "BYE",
 	[PROTO_ERROR] = "ERROR",   [PROTO_TOOLS] = "TOOLS",
+	[PROTO_FILE_WRITE] = "FILE_WRITE", [PROTO_FILE_READ] = "FILE_READ", [PROTO_FILE_LIST] = "FILE_LIST",
 };
 
 const char *proto_type_name(unsigned type)
@@ -340,6 +341,13 @@ static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
 	[PROTO_BYE] = { BOTH, { { NULL } } },
 	[PROTO_ERROR] = { BOTH, { { "message", F_STR, true } } },
 	[PROTO_TOOLS] = { PROTO_TO_RUNNER, { { "tools", F_TOOLS, true } } },
+	[PROTO_FILE_WRITE] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "data", F_STR, false },
+						  { "offset", F_INT, false }, { "mode", F_INT, false },
+						  { "truncate", F_BOOL, false }, { "parents", F_BOOL, false },
+						  { "kind", F_STR, false } } },
+	[PROTO_FILE_READ] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "offset", F_INT, false },
+						 { "length", F_INT, false } } },
+	[PROTO_FILE_LIST] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "max", F_INT, false } } },
 };
 
 bool proto_is_identifier(const char *s)

@@ -48,7 +48,12 @@ enum proto_type {
 	PROTO_BYE,		/* both ways: orderly end of the session */
 	PROTO_ERROR,		/* both ways: the sender saw a protocol error and is ending */
 	PROTO_TOOLS,		/* host -> runner: the full tool list after HELLO (answered by VALUE) */
-	PROTO_TYPE_MAX = PROTO_TOOLS,
+	/* Session file operations (capability "files"), done by the runner
+	 * inside the sandbox; each answered by VALUE.  Data is base64. */
+	PROTO_FILE_WRITE,	/* host -> runner: path, data, offset, mode, truncate, parents, kind */
+	PROTO_FILE_READ,	/* host -> runner: path, offset, length */
+	PROTO_FILE_LIST,	/* host -> runner: path, max */
+	PROTO_TYPE_MAX = PROTO_FILE_LIST,
 };
 
 /* Which way a frame travels; each type is only valid in some directions. */
@@ -170,5 +175,14 @@ void proto_buf_json_str(struct proto_buf *b, const char *s, size_t n);
  * stream can carry it to the next chunk; pass pending == NULL to replace it
  * too.  Returns 0 or -1 (ENOMEM). */
 int proto_utf8_sanitize(const char *buf, size_t len, char **out, size_t *out_len, size_t *pending);
+
+/* Base64 (RFC 4648, standard alphabet, padded), for file data in FILE_*
+ * messages.  proto_b64_encode: out has room for proto_b64_len(n) + 1 bytes
+ * (NUL-terminated).  proto_b64_decode: out has room for n / 4 * 3 bytes;
+ * returns the decoded length, or -1 when s[0..n) is not canonical padded
+ * base64 (no whitespace). */
+size_t proto_b64_len(size_t n);
+void proto_b64_encode(const void *data, size_t n, char *out);
+long long proto_b64_decode(const char *s, size_t n, void *out);
 
 #endif

@@ -33,6 +33,7 @@ from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError,
                      SandboxWarning, TimeLimitExceeded, ToolError, UndefinedVariable)
 from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
+from ._files import SandboxFileError
 
 if TYPE_CHECKING:
     from ._async import AsyncSandbox
@@ -44,7 +45,7 @@ __all__ = [
     "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled", "SandboxCrashed",
     "ProtocolError", "ToolError",
     "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
-    "library_version",
+    "library_version", "SandboxFileError",
 ]
 
 

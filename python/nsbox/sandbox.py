@@ -23,6 +23,7 @@ import weakref
 from ctypes import byref, c_double, c_size_t, c_uint, c_uint64, c_void_p, sizeof
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
 
+from . import _files
 from . import _lib
 from . import _policy
 from . import _sigint
@@ -709,7 +710,7 @@ class _SandboxBase:
         return "<nsbox.%s %s>" % (self._kind, state)
 
 
-class Sandbox(_SandboxBase):
+class Sandbox(_files.FilesMixin, _SandboxBase):
     __doc__ = """A Python session in a kernel-isolated sandbox.
 """ + _DOC_OPTIONS + """
     The sandbox starts at once; close() it or use it as a context manager.

@@ -1476,6 +1476,58 @@ found:
 	return r == 0 && st.wall < 20 ? st.exit_code : 1;
 }
 
+/* Session files (since 0.5.0): the C calls, their errno set, the cap. */
+static void test_files(nsbox_policy_t *p)
+{
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+	char *data = NULL, *json = NULL;
+	size_t n = 0;
+	int k;
+
+	if (nsbox_session_new(p, NULL, &s, &e) < 0) {
+		ok(0, "files: session_new (%s)", emsg(e));
+		clear(&e);
+		return;
+	}
+	k = nsbox_write_file(s, "/tmp/f.bin", "a\0b", 3, 0600, &e);
+	CHECK(k == 0, "files: write_file (%s)", emsg(e));
+	clear(&e);
+	k = nsbox_read_file(s, "/tmp/f.bin", &data, &n, 0, &e);
+	CHECK(k == 0 && n == 3 && !memcmp(data, "a\0b", 4), "files: read_file gives the bytes back, NUL-terminated");
+	nsbox_free(data);
+	data = NULL;
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "import os; oct(os.stat('/tmp/f.bin').st_mode & 0o777)"), "\"0o600\""),
+	      "files: the mode is applied");
+	k = nsbox_list_files(s, "/tmp", &json, &e);
+	CHECK(k == 0 && json && strstr(json, "{\"type\":\"file\",\"size\":3,\"name\":\"f.bin\"}"),
+	      "files: list_files (%s)", json ? json : emsg(e));
+	nsbox_free(json);
+	clear(&e);
+	CHECK(nsbox_read_file(s, "/nope", &data, &n, 0, &e) == -ENOENT && e && nsbox_error_code(e) == -ENOENT,
+	      "files: a missing file is -ENOENT (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_read_file(s, "/tmp", &data, &n, 0, &e) == -EISDIR, "files: a directory is -EISDIR (%s)",
+	      emsg(e));
+	clear(&e);
+	CHECK(nsbox_read_file(s, "/tmp/f.bin", &data, &n, 2, &e) == -EFBIG, "files: over max is -EFBIG (%s)",
+	      emsg(e));
+	clear(&e);
+	value_of(s, "os.mkfifo('/tmp/ff')");
+	CHECK(nsbox_read_file(s, "/tmp/ff", &data, &n, 0, &e) == -EINVAL, "files: a fifo is -EINVAL, no hang (%s)",
+	      emsg(e));
+	clear(&e);
+	CHECK(nsbox_make_dir(s, "/tmp/a/b", -1, &e) == 0 && nsbox_write_file(s, "/tmp/a/b/c", "", 0, -1, &e) == 0,
+	      "files: make_dir with parents, an empty file (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_write_file(s, NULL, "", 0, -1, &e) == -EINVAL && nsbox_read_file(s, "x", NULL, &n, 0, NULL) == -EINVAL,
+	      "files: bad arguments are -EINVAL");
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "1+1"), "2"), "files: the session still works");
+	nsbox_session_free(s);
+}
+
 int main(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
@@ -1517,6 +1569,7 @@ int main(int argc, char **argv)
 	test_misuse(p);
 	test_threads(p);
 	test_fork(p);
+	test_files(p);
 	nsbox_policy_free(p);
 	tap_done();
 }

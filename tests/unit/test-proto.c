@@ -266,8 +266,43 @@ static void test_amplification(void)
 	free(buf);
 }
 
+/* FILE_* data: RFC 4648 vectors, round trips of every length mod 3, and
+ * strictness (bad characters, misplaced padding, non-zero spare bits). */
+static void test_b64(void)
+{
+	static const char *const vec[][2] = { { "", "" },	  { "f", "Zg==" },	   { "fo", "Zm8=" },
+					      { "foo", "Zm9v" }, { "foob", "Zm9vYg==" }, { "fooba", "Zm9vYmE=" },
+					      { "foobar", "Zm9vYmFy" } };
+	static const char *const bad[] = { "Zg=", "Zg=a", "Z===", "Zh==", "Zm9=", "Zm8=Zm8=", "Zm 9", "Zm9v\n",
+					   "====", "Zm-v" };
+	unsigned char raw[256], dec[300];
+	char enc[400];
+
+	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+		proto_b64_encode(vec[i][0], strlen(vec[i][0]), enc);
+		CHECK(!strcmp(enc, vec[i][1]), "b64 encode \"%s\"", vec[i][0]);
+		CHECK(proto_b64_decode(vec[i][1], strlen(vec[i][1]), dec) == (long long)strlen(vec[i][0]) &&
+			      !memcmp(dec, vec[i][0], strlen(vec[i][0])),
+		      "b64 decode \"%s\"", vec[i][1]);
+	}
+	for (size_t i = 0; i < sizeof(raw); i++)
+		raw[i] = (unsigned char)(i * 7 + 3);
+	for (size_t n = 0; n < sizeof(raw); n++) {
+		proto_b64_encode(raw, n, enc);
+		if (strlen(enc) != proto_b64_len(n) || proto_b64_decode(enc, strlen(enc), dec) != (long long)n ||
+		    memcmp(dec, raw, n)) {
+			ok(0, "b64 round trip of %zu bytes", n);
+			return;
+		}
+	}
+	ok(1, "b64 round trips of 0..255 bytes");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK(proto_b64_decode(bad[i], strlen(bad[i]), dec) == -1, "b64 rejects \"%s\"", bad[i]);
+}
+
 int main(void)
 {
+	test_b64();
 	test_header();
 	test_reader();
 	test_fd_reader();
