@@ -28,7 +28,7 @@ checkout, then the system's library path.
 from ._values import ReprValue
 from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError, SandboxCrashed,
                      SandboxedException, SandboxedMemoryError, SandboxedToolError, SandboxError,
-                     SandboxWarning, TimeLimitExceeded, ToolError, UndefinedVariable)
+                     SandboxWarning, TimeLimitExceeded, ToolError, UndecodableValue, UndefinedVariable)
 from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
 
@@ -39,7 +39,7 @@ __all__ = [
     "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled", "SandboxCrashed",
     "ProtocolError", "ToolError",
     "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
-    "library_version",
+    "UndecodableValue", "library_version",
 ]
 
 
