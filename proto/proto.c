@@ -469,10 +469,10 @@ int proto_msg_check(uint16_t type, enum proto_dir dir, const json_t *msg, struct
 
 void proto_json_scan(const char *p, size_t len, struct proto_json_scan *st)
 {
-	/* jansson's sizes, measured (glibc malloc, 64-bit): an object ~235
-	 * bytes and ~110 per member, an array ~140 and 8 per element, a
-	 * string ~90, a number or literal ~45. */
-	enum { C_OBJECT = 256, C_ARRAY = 160, C_STRING = 96, C_SCALAR = 48, C_SLOT = 16 };
+	/* jansson's sizes, measured (glibc malloc, 64-bit), each rounded up:
+	 * an object ~235 bytes and ~110 per member, an array ~140, a string
+	 * ~90, a number or literal ~42 with its slot in the array. */
+	enum { C_OBJECT = 256, C_ARRAY = 160, C_STRING = 96, C_SCALAR = 40, C_SLOT = 4 };
 	size_t depth = 0;
 	bool in_str = false, want_value = true;
 
