@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -37,6 +38,11 @@
 #define DEF_MAX_BYTES (256ull << 20)
 #define DEF_CONTROL 30.0
 #define REAP_WAIT_NS 2000000000ull
+/* The marker between a truncated stream's head and tail ("\n[... N bytes
+ * truncated ...]\n"), in code points, with room to spare. */
+#define TRUNC_MARKER_SLACK 64
+/* A frame this big leaves glibc's heap fragmented: trim after freeing. */
+#define TRIM_FRAME (1u << 20)
 
 /* What one exec keeps between steps. */
 struct exec_state {
@@ -64,6 +70,8 @@ struct nsbox_session {
 	unsigned long long timer_armed;	/* the deadline timer_fd is armed to (0: disarmed) */
 	struct sandbox sb;
 	bool dead;
+	bool trim;		/* a big frame was freed since the last malloc_trim */
+	bool big;		/* a big frame came during the session */
 	uint32_t next_id;
 	json_t *hello;
 	struct exec_state x;
@@ -217,6 +225,24 @@ static int exec_frame(const struct session_exec_req *req, uint32_t id, double ti
 	*out = b.p;
 	*out_len = b.len;
 	return 0;
+}
+
+/* Free the current frame and its message.  After a big one, give the
+ * memory back: its parse is millions of small blocks that glibc keeps
+ * (fragmented, under live ones) instead of returning to the system. */
+static void release_frame(struct nsbox_session *s)
+{
+	struct exec_state *x = &s->x;
+
+	if (x->cur_frame.payload && x->cur_frame.hdr.len >= TRIM_FRAME)
+		s->trim = s->big = true;
+	proto_frame_free(&x->cur_frame);
+	json_decref(x->cur_msg);
+	x->cur_msg = NULL;
+	if (s->trim) {
+		s->trim = false;
+		malloc_trim(0);
+	}
 }
 
 static void exec_clear(struct exec_state *x)
@@ -629,6 +655,22 @@ static int raise_in(struct nsbox_session *s, uint32_t id, const char *name, cons
 	return send_answer(s, id, name, PROTO_RAISE, ans, err);
 }
 
+/* A CALL that can only fail (unknown tool, over the cap), answered with
+ * RAISE.  0, or -1 with err when the session must end. */
+static int refuse_call(struct nsbox_session *s, uint32_t id, const char *name, struct nsbox_err *err)
+{
+	struct exec_state *x = &s->x;
+	char buf[256];
+
+	x->res.tool_calls++;
+	if (x->res.tool_calls > s->o.max_tool_calls) {
+		snprintf(buf, sizeof(buf), "tool call limit exceeded (%u per exec)", s->o.max_tool_calls);
+		return raise_in(s, id, name, buf, err);
+	}
+	snprintf(buf, sizeof(buf), "unknown tool '%.64s'", name);
+	return raise_in(s, id, name, buf, err);
+}
+
 /* One CALL: answered at once when it can only fail (over the cap, unknown
  * tool: returns 0), else pending and reported (returns 1).  -1 with err
  * when the session must end. */
@@ -638,17 +680,10 @@ static int on_call(struct nsbox_session *s, uint32_t id, json_t *m, struct sessi
 	struct exec_state *x = &s->x;
 	const char *name = json_string_value(json_object_get(m, "name"));
 	const struct session_tool *t = find_tool(s, name);
-	char buf[256];
 
+	if (!t || x->res.tool_calls >= s->o.max_tool_calls)
+		return refuse_call(s, id, name, err);
 	x->res.tool_calls++;
-	if (x->res.tool_calls > s->o.max_tool_calls) {
-		snprintf(buf, sizeof(buf), "tool call limit exceeded (%u per exec)", s->o.max_tool_calls);
-		return raise_in(s, id, name, buf, err);
-	}
-	if (!t) {
-		snprintf(buf, sizeof(buf), "unknown tool '%.64s'", name);
-		return raise_in(s, id, name, buf, err);
-	}
 	for (size_t i = 0; i < x->n_pending; i++)
 		if (x->pending[i] == id)
 			return err_set(err, EPROTO, "CALL %u while call %u is unanswered", id, id);
@@ -726,6 +761,21 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 		protocol_error(s, &x->res, what);
 		goto done;
 	}
+	if (f->hdr.type == PROTO_CALL) {
+		char name[PROTO_TOOL_NAME_MAX + 1];
+
+		/* A call that can only fail is answered from its name alone:
+		 * its arguments are never parsed (nor kept). */
+		if (proto_call_name(f->payload, f->hdr.len, name) == 0 &&
+		    (!find_tool(s, name) || x->res.tool_calls >= s->o.max_tool_calls)) {
+			k = refuse_call(s, f->hdr.id, name, &e);
+			if (k >= 0)
+				return 0;
+			snprintf(what, sizeof(what), "answering a tool call: %s", e.msg);
+			protocol_error(s, &x->res, what);
+			goto done;
+		}
+	}
 	m = x->cur_msg = frame_parse(f, &e);
 	if (!m) {
 		protocol_error(s, &x->res, e.msg);
@@ -735,8 +785,9 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 		json_t *d = json_object_get(m, "data");
 
 		/* An honest runner streams at most half the output limit per
-		 * stream (the head); the rest comes in RESULT. */
-		x->out_bytes += json_string_length(d);
+		 * stream (the head); the rest comes in RESULT.  Code points:
+		 * each undecodable byte inside is one U+FFFD (3 bytes). */
+		x->out_bytes += proto_utf8_chars(json_string_value(d), json_string_length(d));
 		if (x->out_bytes > 2 * s->o.output_limit + 8) {
 			protocol_error(s, &x->res, "more OUTPUT than the output limit allows");
 			goto done;
@@ -758,7 +809,28 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 	if (f->hdr.type == PROTO_RESULT && f->hdr.id == x->id) {
 		struct session_result *res = &x->res;
 		json_t *error = json_object_get(m, "error");
+		static const char *const streams[] = { "stdout", "stderr", "stdout_tail", "stderr_tail" };
 
+		/* The runner keeps at most output_limit bytes per stream (head,
+		 * marker, tail; each undecodable byte one U+FFFD): a RESULT
+		 * claiming more is not from an honest runner. */
+		for (size_t i = 0; i < 4; i++) {
+			json_t *o = json_object_get(m, streams[i]);
+			size_t n = json_is_string(o) ? proto_utf8_chars(json_string_value(o), json_string_length(o))
+						     : 0;
+
+			if (o && !json_is_string(o)) {
+				snprintf(what, sizeof(what), "RESULT: field %s has the wrong type", streams[i]);
+				protocol_error(s, &x->res, what);
+				goto done;
+			}
+			if (n > s->o.output_limit + TRUNC_MARKER_SLACK) {
+				snprintf(what, sizeof(what), "RESULT carries %zu characters of %s, over the output limit of %llu bytes",
+					 n, streams[i], (unsigned long long)s->o.output_limit);
+				protocol_error(s, &x->res, what);
+				goto done;
+			}
+		}
 		res->result = TAKE_PTR(x->cur_msg);
 		if (json_is_object(error)) {
 			const char *type = json_string_value(json_object_get(error, "type"));
@@ -806,9 +878,7 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 	memset(ev, 0, sizeof(*ev));
 	if (!x->active)
 		return err_set(err, EINVAL, "no exec in progress");
-	proto_frame_free(&x->cur_frame);
-	json_decref(x->cur_msg);
-	x->cur_msg = NULL;
+	release_frame(s);
 	if (x->done) {
 		ev->kind = SESSION_EV_DONE;
 		return 1;
@@ -848,9 +918,7 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 		if (k == 1) {
 			if (on_frame(s, ev))
 				return 1;
-			proto_frame_free(&x->cur_frame);
-			json_decref(x->cur_msg);
-			x->cur_msg = NULL;
+			release_frame(s);
 			continue;
 		}
 		if (k < 0) {
@@ -1183,6 +1251,8 @@ const json_t *session_hello(const struct nsbox_session *s)
 
 void session_close(struct nsbox_session *s, struct jail_status *st)
 {
+	bool big;
+
 	if (!s)
 		return;
 	if (!s->dead && s->x.active && !s->x.done) {
@@ -1214,7 +1284,10 @@ void session_close(struct nsbox_session *s, struct jail_status *st)
 		s->sb.ops->destroy(&s->sb);
 	if (st)
 		*st = s->sb.st;
+	big = s->big;
 	session_free(s);
+	if (big)
+		malloc_trim(0);
 }
 
 int session_add_tool(struct nsbox_session *s, const struct session_tool *t, struct nsbox_err *err)

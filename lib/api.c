@@ -8,6 +8,7 @@
 #include "nsbox.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -988,8 +989,13 @@ const char *nsbox_result_json(const nsbox_result_t *cr)
 
 void nsbox_result_free(nsbox_result_t *r)
 {
+	bool big;
+
 	if (!r)
 		return;
+	/* A big RESULT's tree is many small blocks: see session.c's
+	 * release_frame. */
+	big = (r->value ? strlen(r->value) : 0) + r->out_len + r->err_len >= (1u << 20);
 	free(atomic_load(&r->json));
 	json_decref(r->msg);
 	free(r->value);
@@ -999,6 +1005,8 @@ void nsbox_result_free(nsbox_result_t *r)
 	free(r->emsg);
 	free(r->tb);
 	free(r);
+	if (big)
+		malloc_trim(0);
 }
 
 int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_error_t **err)

@@ -29,6 +29,16 @@
 /* Per frame: JSON objects, and objects + array elements + members. */
 #define NSBOX_PROTO_MAX_OBJECTS (1u << 18)
 #define NSBOX_PROTO_MAX_ELEMENTS (1u << 22)
+/* Per frame: nesting of arrays and objects.  A Python value crosses at
+ * most 100 levels deep (nsbox-protocol(7), VALUES), two JSON levels per
+ * level with the $tuple/$dict tags, plus the message around it.  Checked
+ * before parsing: jansson and the SDK's decoder recurse per level. */
+#define NSBOX_PROTO_MAX_DEPTH 256
+/* Per frame: what its parse may cost the receiver, estimated from the text
+ * before parsing (a jansson value is 40 to 250 bytes, "0," is two): at
+ * most FACTOR times the payload plus SLACK bytes. */
+#define NSBOX_PROTO_COST_FACTOR 16u
+#define NSBOX_PROTO_COST_SLACK (16u << 20)
 
 enum proto_type {
 	PROTO_HELLO = 1,	/* both ways: version, capabilities (host also: tools, limits) */
@@ -153,6 +163,24 @@ bool proto_is_identifier(const char *s);
 /* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms,
  * surrogates or code points past U+10FFFF), as jansson requires. */
 bool proto_utf8_valid(const char *s, size_t n);
+
+/* The number of code points in s[0..n) (valid UTF-8). */
+size_t proto_utf8_chars(const char *s, size_t n);
+
+/* What a payload would cost to parse, from one pass over its text: the
+ * nesting depth and an estimate in bytes of the parsed tree (jansson's
+ * sizes).  proto_msg_parse() refuses payloads past the caps above. */
+struct proto_json_scan {
+	size_t objects, elements, depth;
+	uint64_t cost;
+};
+void proto_json_scan(const char *p, size_t len, struct proto_json_scan *st);
+
+/* The "name" member of a CALL payload, found without parsing the rest:
+ * copied to name (size PROTO_TOOL_NAME_MAX + 1) when it is a plain string
+ * at the top level (no escapes).  Returns 0, or -1 when it can't be told
+ * this way (then parse the frame). */
+int proto_call_name(const char *p, size_t len, char name[PROTO_TOOL_NAME_MAX + 1]);
 
 /* A growing buffer for frames written by hand, without a jansson tree and
  * dump, on the exec round trip (the host's EXEC, the runner's RESULT).

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ._values import ReprValue
 from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError, SandboxCrashed,
                      SandboxedException, SandboxedMemoryError, SandboxedToolError, SandboxError,
-                     SandboxWarning, TimeLimitExceeded, ToolError, UndefinedVariable)
+                     SandboxWarning, TimeLimitExceeded, ToolError, UndecodableValue, UndefinedVariable)
 from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
 from ._files import SandboxFileError
@@ -45,7 +45,7 @@ __all__ = [
     "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled", "SandboxCrashed",
     "ProtocolError", "ToolError",
     "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
-    "library_version", "SandboxFileError",
+    "UndecodableValue", "library_version", "SandboxFileError",
 ]
 
 

@@ -15,6 +15,8 @@ nsbox-protocol(7), VALUES.
 import json
 import math
 
+from .errors import UndecodableValue
+
 __all__ = ["ReprValue", "encode", "decode", "dumps", "loads"]
 
 INT_EXACT = 2 ** 53
@@ -163,7 +165,17 @@ _scalar = {b"null": None, b"true": True, b"false": False}
 
 
 def loads(b):
-    """JSON text (bytes) from libnsbox -> a Python value."""
+    """JSON text (bytes) from libnsbox -> a Python value.  The text is chosen
+    by the sandboxed code: whatever decoding it makes fail is an
+    UndecodableValue (a SandboxError), never a bare RecursionError."""
+    try:
+        return _loads(b)
+    except (RecursionError, MemoryError, ValueError, UnicodeError, KeyError, TypeError) as e:
+        raise UndecodableValue("the sandbox sent a value the host cannot decode (%s: %s)"
+                               % (type(e).__name__, str(e)[:200])) from e
+
+
+def _loads(b):
     if b in _scalar:
         return _scalar[b]
     if len(b) < 16 and b.isdigit():

@@ -12,7 +12,7 @@ from typing import Optional, Union
 __all__ = [
     "SandboxError", "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled",
     "SandboxCrashed", "ProtocolError", "ToolError", "SandboxedException",
-    "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable", "SandboxWarning",
+    "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable", "UndecodableValue", "SandboxWarning",
 ]
 
 
@@ -72,6 +72,13 @@ class SandboxCrashed(SandboxError):
 
 class ProtocolError(SandboxCrashed):
     """The sandbox broke the wire protocol; the host killed it."""
+
+
+class UndecodableValue(SandboxError, ValueError):
+    """A value from inside that the host could not turn into Python objects
+    (nested too deep for the host's stack, too big for its memory, or a
+    malformed $-tag such as {"$int": "xyz"}).  The sandbox, which chose the
+    value, is still alive; __cause__ is the decoder's exception."""
 
 
 class ToolError(SandboxError):
