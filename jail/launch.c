@@ -104,6 +104,7 @@ struct child_ctx {
 	bool host_root;
 	int sync_fd;
 	int exec_src_fd;	/* spec->exec_file, opened by the launcher, or -1 */
+	struct mount_srcs *srcs;	/* binds and workspace, opened by the launcher */
 	int bound_exec_fd;	/* in pid 1: the file to execute, or -1 */
 	struct budget_host budget;	/* the launcher's per-user limits */
 };
@@ -435,7 +436,7 @@ static __attribute__((noreturn)) void child_main(struct child_ctx *c)
 		goto fail;
 	if (ids_switch(p->uid, p->gid, c->host_root, &e) < 0)
 		goto fail;
-	if (mount_setup(p, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd, &e) < 0)
+	if (mount_setup(p, c->srcs, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd, &e) < 0)
 		goto fail;
 	if (c->exec_src_fd >= 0) {
 		close(c->exec_src_fd);
@@ -553,6 +554,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 				   CLONE_NEWCGROUP;
 	int sv[2] = { -1, -1 }, pidfd = -1, r;
 	_cleanup_close_ int exec_src = -1;
+	struct mount_srcs srcs __attribute__((cleanup(mount_srcs_close))) = { .workspace = -1 };
 	bool v2_attached = false, cg_early = cgroup_host_v2();
 	struct sync_msg m;
 	pid_t pid;
@@ -592,6 +594,9 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		}
 		c.exec_src_fd = exec_src;
 	}
+	if (mount_open_sources(p, &srcs, err) < 0)
+		goto fail;
+	c.srcs = &srcs;
 
 	budget_probe(&c.budget);
 	j->start_ns = now_ns();
@@ -621,7 +626,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 
 	/* pid 1 works (lo up) before GO: if it failed and died meanwhile, the
 	 * maps or GO fail, and its own ERROR, already queued, says why. */
-	if (userns_write_maps(pid, p->uid, p->gid, !c.host_root, err) < 0 ||
+	if (userns_write_maps(pid, p, !c.host_root, err) < 0 ||
 	    send_msg(sv[0], SYNC_GO, 0, NULL) < 0) {
 		struct sync_msg early;
 		int saved_errno = errno;
