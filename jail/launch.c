@@ -72,6 +72,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 				   CLONE_NEWCGROUP;
 	int sv[2] = { -1, -1 }, pidfd = -1, r;
 	_cleanup_close_ int exec_src = -1;
+	struct mount_srcs srcs __attribute__((cleanup(mount_srcs_close))) = { .workspace = -1 };
 	bool v2_attached = false, cg_early = cgroup_host_v2();
 	struct sync_msg m;
 	pid_t pid;
@@ -118,6 +119,9 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		}
 		c.exec_src_fd = exec_src;
 	}
+	if (mount_open_sources(p, &srcs, err) < 0)
+		goto fail;
+	c.srcs = &srcs;
 
 	budget_probe(&c.budget);
 	j->start_ns = now_ns();
@@ -151,7 +155,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 
 	/* pid 1 works (lo up) before GO: if it failed and died meanwhile, the
 	 * maps or GO fail, and its own ERROR, already queued, says why. */
-	if (userns_write_maps(pid, p->uid, p->gid, !c.host_root, err) < 0 ||
+	if (userns_write_maps(pid, p, !c.host_root, err) < 0 ||
 	    sync_send(sv[0], SYNC_GO, 0, NULL) < 0) {
 		struct sync_msg early;
 		int saved_errno = errno;

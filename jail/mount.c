@@ -117,6 +117,19 @@ static int bind_fd(int srcfd, const char *dst, bool rw, bool nodev, struct nsbox
 	return set_attr(dst, attr, true, err);
 }
 
+/* The same for a detached tree the launcher cloned (open_tree), attached
+ * here with move_mount: the way into our mount namespace from the host's. */
+static int attach_tree(int treefd, const char *dst, bool rw, struct nsbox_err *err)
+{
+	unsigned long long attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (rw ? 0 : MOUNT_ATTR_RDONLY);
+
+	if (make_mountpoint(treefd, dst, err) < 0)
+		return -1;
+	if (syscall(SYS_move_mount, treefd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		return err_sys(err, "attach the launcher's tree onto %s", dst + strlen(NEWROOT));
+	return set_attr(dst, attr, true, err);
+}
+
 static int open_src(const char *path, struct nsbox_err *err)
 {
 	int fd = open(path, O_PATH | O_CLOEXEC);
@@ -348,27 +361,79 @@ static int open_in_root(int dirfd, const char *path, int flags)
 	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 }
 
-int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_file, int exec_src, int *exec_fd,
-		struct nsbox_err *err)
+void mount_srcs_close(struct mount_srcs *s)
 {
-	int srcfd[POLICY_MAX_MOUNTS];
-	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
+	for (size_t i = 0; i < s->n_bind && i < ARRAY_SIZE(s->bind); i++)
+		if (s->bind[i] >= 0)
+			close(s->bind[i]);
+	if (s->workspace >= 0)
+		close(s->workspace);
+	s->n_bind = 0;
+	s->workspace = -1;
+	s->detached = false;
+}
+
+static int clone_tree(const char *path, struct nsbox_err *err)
+{
+	int fd = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+
+	if (fd < 0)
+		err_sys(err, "open %s", path);
+	return fd;
+}
+
+int mount_open_sources(const struct nsbox_policy *p, struct mount_srcs *s, struct nsbox_err *err)
+{
+	mount_srcs_close(s);
+	/* OPEN_TREE_CLONE needs CAP_SYS_ADMIN over the host's mount
+	 * namespace: an unprivileged launcher leaves it to pid 1, which
+	 * opens the paths in its own copy of that namespace with the
+	 * sandbox's uid (the launcher's). */
+	if (geteuid() != 0)
+		return 0;
+	s->detached = true;
+	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
+		s->bind[i] = clone_tree(p->mounts[i].src, err);
+		s->n_bind = i + 1;
+		if (s->bind[i] < 0)
+			goto fail;
+	}
+	if (p->workspace && (s->workspace = clone_tree(p->workspace, err)) < 0)
+		goto fail;
+	return 0;
+fail:
+	mount_srcs_close(s);
+	return err_step(err, "mount");
+}
+
+int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, const char *exec_file,
+		int exec_src, int *exec_fd, struct nsbox_err *err)
+{
+	int *srcfd = srcs->bind;
+	_cleanup_close_ int wsfd = srcs->workspace, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
 	char path[4096], opts[64];
 	const char *home = rootfs_home(p);
 	int r = -1;
 
 	err_step(err, "mount");
-	for (size_t i = 0; i < ARRAY_SIZE(srcfd); i++)
-		srcfd[i] = -1;
+	srcs->workspace = -1;	/* wsfd's now */
 	/* Nothing we mount may propagate back to the host. */
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-		return err_sys(err, "make / private");
-	/* Open every source before the new root's tmpfs hides host /tmp. */
-	for (size_t i = 0; i < p->n_mounts; i++)
-		if ((srcfd[i] = open_src(p->mounts[i].src, err)) < 0)
-			goto out;
-	if (p->workspace && (wsfd = open_src(p->workspace, err)) < 0)
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+		err_sys(err, "make / private");
 		goto out;
+	}
+	/* Open every source before the new root's tmpfs hides host /tmp
+	 * (unless the launcher did, mount_open_sources). */
+	if (!srcs->detached) {
+		for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
+			srcfd[i] = open_src(p->mounts[i].src, err);
+			srcs->n_bind = i + 1;
+			if (srcfd[i] < 0)
+				goto out;
+		}
+		if (p->workspace && (wsfd = open_src(p->workspace, err)) < 0)
+			goto out;
+	}
 	if (p->rootfs && (rootfd = open(p->rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		err_sys(err, "open --rootfs %s", p->rootfs);
 		goto out;
@@ -445,11 +510,13 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 		}
 	}
 
-	if (wsfd >= 0 && bind_fd(wsfd, NEWROOT "/workspace", true, true, err) < 0)
+	if (wsfd >= 0 && (srcs->detached ? attach_tree(wsfd, NEWROOT "/workspace", true, err)
+					  : bind_fd(wsfd, NEWROOT "/workspace", true, true, err)) < 0)
 		goto out;
 	for (size_t i = 0; i < p->n_mounts; i++) {
 		snprintf(path, sizeof(path), NEWROOT "%s", p->mounts[i].dst);
-		if (bind_fd(srcfd[i], path, p->mounts[i].rw, true, err) < 0) {
+		if ((srcs->detached ? attach_tree(srcfd[i], path, p->mounts[i].rw, err)
+				    : bind_fd(srcfd[i], path, p->mounts[i].rw, true, err)) < 0) {
 			err_wrap(err, "--%s %s:%s", p->mounts[i].rw ? "bind" : "ro-bind", p->mounts[i].src,
 				 p->mounts[i].dst);
 			goto out;
@@ -479,8 +546,6 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 	}
 	r = 0;
 out:
-	for (size_t i = 0; i < ARRAY_SIZE(srcfd); i++)
-		if (srcfd[i] >= 0)
-			close(srcfd[i]);
+	mount_srcs_close(srcs);
 	return r;
 }

@@ -83,7 +83,7 @@ static int pid1_mount(struct pid1 *s, struct nsbox_err *err)
 {
 	struct child_ctx *c = s->c;
 
-	if (mount_setup(c->p, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd, err) < 0)
+	if (mount_setup(c->p, c->srcs, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd, err) < 0)
 		return -1;
 	if (c->exec_src_fd >= 0) {
 		close(c->exec_src_fd);

@@ -347,6 +347,26 @@ static int set_gid(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 	return 0;
 }
 
+static int set_host_uid(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	uint32_t id = 0;
+
+	if (value_id(v, &id, err) < 0)
+		return -1;
+	p->host_uid = (uid_t)id;
+	return 0;
+}
+
+static int set_host_gid(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	uint32_t id = 0;
+
+	if (value_id(v, &id, err) < 0)
+		return -1;
+	p->host_gid = (gid_t)id;
+	return 0;
+}
+
 static int set_network(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
 	if (strcmp(v, "none") == 0)
@@ -599,6 +619,8 @@ static const struct policy_key keys[] = {
 	{ "Policy", "Base", set_base_refused, 0 },
 	{ "Sandbox", "Uid", set_uid, 0 },
 	{ "Sandbox", "Gid", set_gid, 0 },
+	{ "Sandbox", "HostUid", set_host_uid, 0 },
+	{ "Sandbox", "HostGid", set_host_gid, 0 },
 	{ "Sandbox", "Network", set_network, 0 },
 	{ "Sandbox", "Hostname", set_hostname, 0 },
 	{ "Limits", "Memory", set_memory, 0 },
@@ -1061,6 +1083,13 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 	if (p->gid == (gid_t)-1)
 		return err_fail(err, "policy", EINVAL, "[Sandbox] Gid=%u: not a valid id (use 0 to %lu)",
 			    (unsigned)p->gid, ID_MAX);
+	if (p->host_uid == (uid_t)-1 || p->host_gid == (gid_t)-1)
+		return err_fail(err, "policy", EINVAL, "[Sandbox] HostUid=, HostGid=: not a valid id (use 0 to %lu)", ID_MAX);
+	/* A picked uid with the launcher's gid (root's) would share a group
+	 * with it: both or neither. */
+	if (!p->host_uid != !p->host_gid)
+		return err_fail(err, "policy", EINVAL, "[Sandbox] HostUid=%u, HostGid=%u: set both or neither",
+			    (unsigned)p->host_uid, (unsigned)p->host_gid);
 	if (!p->hostname || !hostname_ok(p->hostname))
 		return err_fail(err, "policy", EINVAL, "[Sandbox] Hostname=: missing or not a valid host name");
 	if (!isfinite(p->cpus) || p->cpus < 0 || !isfinite(p->time_limit) || p->time_limit < 0)
@@ -1205,6 +1234,9 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 		p->share_net ? "host" : "none");
 	if (p->hostname)
 		fprintf(out, "Hostname=%s\n", p->hostname);
+	/* Only when set: the base has none, and most policies never do. */
+	if (p->host_uid || p->host_gid)
+		fprintf(out, "HostUid=%u\nHostGid=%u\n", (unsigned)p->host_uid, (unsigned)p->host_gid);
 
 	fprintf(out, "\n[Limits]\n");
 	print_size(out, "Memory", p->memory, "infinity");

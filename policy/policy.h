@@ -40,6 +40,13 @@ struct nsbox_policy {
 	/* [Sandbox] */
 	uid_t uid;		/* Uid= ids inside the sandbox (default 1000) */
 	gid_t gid;		/* Gid= */
+	/* HostUid=, HostGid=: the host ids uid and gid map to; 0 (the
+	 * default) means the launcher's own euid and egid.  Only a root
+	 * launcher can map other ids (jail/userns.c refuses them otherwise,
+	 * as the kernel would); nsboxd sets them per session from
+	 * HostUidRange (nsboxd.conf(5)). */
+	uid_t host_uid;
+	gid_t host_gid;
 	bool share_net;		/* Network=none|host; host shares the host's net ns */
 	char *hostname;		/* Hostname= (default "nsbox") */
 

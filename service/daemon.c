@@ -14,7 +14,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +53,8 @@ struct sess {
 	char handle[SVC_HANDLE_LEN + 1];
 	nsbox_session_t *s;
 	int pidfd;		/* -1 once ended */
-	unsigned host_uid;	/* 0: none allocated */
+	unsigned host_uid;	/* what the sandbox's user maps to on the host */
+	bool uid_owned;		/* host_uid came from uid_alloc: free it on reap */
 	uint64_t memory;	/* limits charged to the owner's uid */
 	double cpus;
 	bool ended;
@@ -101,7 +104,8 @@ static struct {
 	unsigned n_sessions;
 	struct pooled *pool;
 	unsigned pool_n[CONF_MAX_PROFILES];
-	unsigned char *uid_used;	/* bitmap over conf.uid_count */
+	unsigned char *uid_used;	/* bitmap over conf.uid_count: a live session's */
+	unsigned char *uid_foreign;	/* same: owned by a process or named in passwd/group at start */
 	bool host_uids;		/* per-session host uids in use */
 	unsigned long long idle_since;
 	unsigned long long opened, pool_hits;
@@ -139,16 +143,81 @@ static void notify_status(void)
 
 /* ---- host uids ---- */
 
+static bool bit(const unsigned char *map, unsigned k)
+{
+	return map[k / 8] & (1u << (k % 8));
+}
+
+static void mark_foreign(unsigned long id)
+{
+	if (id >= D.conf.uid_first && id - D.conf.uid_first < D.conf.uid_count) {
+		unsigned k = (unsigned)(id - D.conf.uid_first);
+
+		D.uid_foreign[k / 8] |= (unsigned char)(1u << (k % 8));
+	}
+}
+
+/* What HostUidRange must not hand out: uids and gids that name a user or
+ * group, and uids that still own a process (a previous nsboxd killed with
+ * its sandboxes' stragglers, or someone else's use of the range).  Read
+ * once, when the range is applied.  Returns how many were found. */
+static unsigned scan_foreign(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	struct passwd *pw;
+	struct group *gr;
+	unsigned n = 0;
+
+	setpwent();
+	while ((pw = getpwent()))
+		mark_foreign(pw->pw_uid);
+	endpwent();
+	setgrent();
+	while ((gr = getgrent()))
+		mark_foreign(gr->gr_gid);
+	endgrent();
+	while (d && (de = readdir(d))) {
+		char path[64], line[256];
+		FILE *f;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/status", de->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		/* Real, effective, saved and fs uid; then the gids. */
+		while (fgets(line, sizeof(line), f)) {
+			unsigned long id[4];
+
+			if ((!strncmp(line, "Uid:", 4) || !strncmp(line, "Gid:", 4)) &&
+			    sscanf(line + 4, "%lu %lu %lu %lu", &id[0], &id[1], &id[2], &id[3]) == 4)
+				for (int i = 0; i < 4; i++)
+					mark_foreign(id[i]);
+		}
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	for (unsigned k = 0; k < D.conf.uid_count; k++)
+		n += bit(D.uid_foreign, k);
+	return n;
+}
+
+/* A host uid (and the gid of the same number) of HostUidRange that no live
+ * session holds, or 0: the sandbox's user then maps to ours. */
 static unsigned uid_alloc(void)
 {
 	if (!D.host_uids)
 		return 0;
 	for (unsigned i = 0; i < D.conf.uid_count; i++) {
-		/* Start after a random offset: a uid is not reused at once. */
+		/* Round robin from after the last one handed out: a uid freed
+		 * is the last to be reused. */
 		static unsigned next;
 		unsigned k = (next + i) % D.conf.uid_count;
 
-		if (!(D.uid_used[k / 8] & (1u << (k % 8)))) {
+		if (!bit(D.uid_used, k) && !bit(D.uid_foreign, k)) {
 			D.uid_used[k / 8] |= (unsigned char)(1u << (k % 8));
 			next = k + 1;
 			return D.conf.uid_first + k;
@@ -174,8 +243,11 @@ static void drop_error(nsbox_error_t *e)
 	nsbox_error_free(e);
 }
 
-/* A policy for profile with the service's own settings (host uid). */
-static int make_policy(const char *profile, unsigned host_uid, nsbox_policy_t **out, char *errbuf, size_t errlen)
+/* A policy for profile with the service's own settings: the host ids its
+ * user maps to (0: ours).  A root-only policy key, and one that OPEN can't
+ * reach: apply_open sets only what the client may choose. */
+static int make_policy(const char *profile, unsigned host_uid, unsigned host_gid, nsbox_policy_t **out, char *errbuf,
+		       size_t errlen)
 {
 	nsbox_policy_t *p = NULL;
 	nsbox_error_t *e = NULL;
@@ -188,8 +260,9 @@ static int make_policy(const char *profile, unsigned host_uid, nsbox_policy_t **
 	}
 	if (host_uid) {
 		snprintf(v, sizeof(v), "%u", host_uid);
-		if (nsbox_policy_set(p, "Sandbox", "HostUid", v, &e) < 0) {
-			snprintf(errbuf, errlen, "HostUid: %s", nsbox_error_message(e));
+		if (nsbox_policy_set(p, "Sandbox", "HostUid", v, &e) < 0 ||
+		    (snprintf(v, sizeof(v), "%u", host_gid), nsbox_policy_set(p, "Sandbox", "HostGid", v, &e) < 0)) {
+			snprintf(errbuf, errlen, "HostUid, HostGid: %s", nsbox_error_message(e));
 			drop_error(e);
 			nsbox_policy_free(p);
 			return -1;
@@ -249,7 +322,7 @@ static bool pool_refill_one(void)
 			free(p);
 			return false;
 		}
-		if (make_policy(conf_profiles[i], p->host_uid, &pol, eb, sizeof(eb)) < 0 ||
+		if (make_policy(conf_profiles[i], p->host_uid, p->host_uid, &pol, eb, sizeof(eb)) < 0 ||
 		    (new_session(pol, false, 0, &p->s, eb, sizeof(eb)) < 0 && (nsbox_policy_free(pol), pol = NULL, 1))) {
 			static unsigned long long last;
 
@@ -461,8 +534,9 @@ static void sess_end(struct sess *x, bool kill)
 	x->st.oom_killed = rs.oom_killed;
 	x->st.peak_memory = rs.peak_memory;
 	x->st.killed = kill;
-	uid_free(x->host_uid);
-	x->host_uid = 0;
+	if (x->uid_owned)
+		uid_free(x->host_uid);
+	x->uid_owned = false;
 }
 
 static void sess_free(struct sess *x)
@@ -472,6 +546,12 @@ static void sess_free(struct sess *x)
 	D.n_sessions--;
 	D.freed++;
 	free(x);
+}
+
+/* The host uid the sandbox's user maps to (HostUid=0 is ours). */
+static json_int_t sess_host_uid(const struct sess *x)
+{
+	return (json_int_t)(x->host_uid ? x->host_uid : (unsigned)geteuid());
 }
 
 static struct sess *sess_find(struct conn *c, const json_t *m, struct sess ***link)
@@ -642,26 +722,42 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	if (poolable(&o) && (pooled = pool_take(profile))) {
 		x->s = pooled->s;
 		x->host_uid = pooled->host_uid;
+		x->uid_owned = pooled->host_uid != 0;
 		free(pooled);
 		D.pool_hits++;
 	} else {
-		x->host_uid = uid_alloc();
-		if (D.host_uids && !x->host_uid) {
-			free(x);
-			reply_error(c, id, EAGAIN, "every host uid of HostUidRange is in use");
-			return;
+		unsigned host_gid;
+
+		/* Files the sandbox writes in a workspace or a writable bind
+		 * belong to whoever its user maps to, and a picked uid could
+		 * read none of the client's: such a session maps to the
+		 * client's own uid and primary gid (nsboxd(8), HOST UIDS). */
+		if (D.host_uids && (o.workspace_fd >= 0 || o.n_binds)) {
+			x->host_uid = (unsigned)c->uid;
+			host_gid = (unsigned)c->gid;
+		} else {
+			x->host_uid = uid_alloc();
+			x->uid_owned = x->host_uid != 0;
+			host_gid = x->host_uid;
+			if (D.host_uids && !x->host_uid) {
+				free(x);
+				reply_error(c, id, EAGAIN, "every host uid of HostUidRange is in use");
+				return;
+			}
 		}
-		if (make_policy(o.profile, x->host_uid, &pol, eb, sizeof(eb)) < 0 ||
+		if (make_policy(o.profile, x->host_uid, host_gid, &pol, eb, sizeof(eb)) < 0 ||
 		    apply_open(pol, &o, fds, eb, sizeof(eb)) < 0) {
 			nsbox_policy_free(pol);
-			uid_free(x->host_uid);
+			if (x->uid_owned)
+				uid_free(x->host_uid);
 			free(x);
 			reply_error(c, id, EINVAL, "%s", eb);
 			return;
 		}
 		if (new_session(pol, o.cold, o.output_limit, &x->s, eb, sizeof(eb)) < 0) {
 			nsbox_policy_free(pol);
-			uid_free(x->host_uid);
+			if (x->uid_owned)
+				uid_free(x->host_uid);
 			free(x);
 			reply_error(c, id, EIO, "%s", eb);
 			return;
@@ -713,9 +809,9 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	hj = json_loads(hello, 0, NULL);
 	free(hello);
 	reply_fds(c, SVC_OPENED, id,
-		  json_pack("{s:s,s:i,s:o,s:{s:I,s:I,s:f},s:i,s:b}", "handle", x->handle, "pid", (int)info.pid, "hello",
+		  json_pack("{s:s,s:i,s:o,s:{s:I,s:I,s:f},s:I,s:b}", "handle", x->handle, "pid", (int)info.pid, "hello",
 			    hj ? hj : json_object(), "limits", "memory", (json_int_t)info.memory_limit, "pids",
-			    (json_int_t)info.pids_limit, "cpus", info.cpus_limit, "host_uid", (int)x->host_uid,
+			    (json_int_t)info.pids_limit, "cpus", info.cpus_limit, "host_uid", sess_host_uid(x),
 			    "pooled", pooled != NULL),
 		  out_fds, 2);
 }
@@ -781,10 +877,10 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 
 			nsbox_session_info(x->s, &info, NULL);
 			reply(c, SVC_INFO, id,
-			      json_pack("{s:s,s:b,s:i,s:I,s:I,s:i}", "handle", x->handle, "alive", !x->ended && info.alive,
+			      json_pack("{s:s,s:b,s:i,s:I,s:I,s:I}", "handle", x->handle, "alive", !x->ended && info.alive,
 					"pid", (int)info.pid, "memory_current", (json_int_t)info.memory_current,
 					"memory_peak", (json_int_t)(x->ended ? x->st.peak_memory : info.memory_peak),
-					"host_uid", (int)x->host_uid));
+					"host_uid", sess_host_uid(x)));
 		}
 		return;
 	default:
@@ -992,15 +1088,36 @@ static int load_config(struct conf *c)
 
 static void apply_config(void)
 {
+	unsigned n;
+
 	free(D.uid_used);
-	D.uid_used = NULL;
+	free(D.uid_foreign);
+	D.uid_used = D.uid_foreign = NULL;
 	D.host_uids = false;
-	/* Per-session host uids need a root-only policy option for the uid
-	 * the sandbox's user maps to, which jail/userns.c does not have yet
-	 * (nsboxd.conf(5), BUGS): the range is checked but not used. */
-	if (D.conf.uid_count)
-		logmsg("HostUidRange is not applied in this version: sandboxes map their user to uid %u",
+	if (!D.conf.uid_count) {
+		if (geteuid() == 0)
+			logmsg("no HostUidRange: every sandbox's user maps to root's uid (without capabilities)");
+		return;
+	}
+	/* Mapping another host uid needs CAP_SETUID over our user namespace
+	 * (user_namespaces(7)). */
+	if (geteuid() != 0) {
+		logmsg("HostUidRange needs a root nsboxd: every sandbox's user maps to uid %u, ours",
 		       (unsigned)geteuid());
+		return;
+	}
+	D.uid_used = calloc(D.conf.uid_count / 8 + 1, 1);
+	D.uid_foreign = calloc(D.conf.uid_count / 8 + 1, 1);
+	if (!D.uid_used || !D.uid_foreign) {
+		logmsg("HostUidRange: out of memory; every sandbox's user maps to root's uid");
+		return;
+	}
+	D.host_uids = true;
+	n = scan_foreign();
+	if (n)
+		logmsg("HostUidRange: %u of its ids name a user or group or own a process; skipped", n);
+	if (n == D.conf.uid_count)
+		logmsg("HostUidRange: no free uid: every OPEN will fail with EAGAIN");
 }
 
 static void handle_signals(void)
@@ -1209,5 +1326,6 @@ int daemon_run(const struct daemon_opts *o)
 	close(D.sig.fd);
 	close(D.listen.fd);
 	free(D.uid_used);
+	free(D.uid_foreign);
 	return 0;
 }

@@ -399,3 +399,133 @@ def test_check_config():
         f.flush()
         p = subprocess.run([NSBOXD, "--check-config", f.name], capture_output=True, timeout=10)
         assert p.returncode == 2 and f"{f.name}:2: PoolSize".encode() in p.stderr
+
+
+# ---- per-session host uids (HostUidRange, nsboxd(8) HOST UIDS) ----
+
+UID_FIRST = 231000      # not in /etc/passwd here; checked below
+
+
+def ids_of(pid):
+    """Host (real, effective, saved, fs) uids and gids of pid."""
+    with open(f"/proc/{pid}/status") as f:
+        d = dict(line.split(":", 1) for line in f)
+    return [int(x) for x in d["Uid"].split()], [int(x) for x in d["Gid"].split()]
+
+
+def sandbox_pids(pid1):
+    """pid 1 and every process below it, from the host."""
+    out, todo = [], [pid1]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for t in os.listdir(f"/proc/{p}/task"):
+            try:
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += [int(x) for x in f.read().split()]
+            except OSError:
+                pass
+    return out
+
+
+def may_signal(uid, pid):
+    """Whether a host process running as uid (no capabilities) may signal pid."""
+    p = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", sys.executable, "-c",
+                        f"import os\ntry:\n os.kill({pid}, 0)\nexcept PermissionError:\n raise SystemExit(3)"],
+                       capture_output=True, timeout=30)
+    assert p.returncode in (0, 3), p.stderr
+    return p.returncode == 0
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: mapping another host uid needs CAP_SETUID")
+def test_sessions_have_host_uids_of_their_own():
+    import pwd
+    assert all(not (UID_FIRST <= u.pw_uid < UID_FIRST + 4) for u in pwd.getpwall())
+    d = Daemon(f"[Service]\nPoolSize=0\nHostUidRange={UID_FIRST}-{UID_FIRST + 1}\n")
+    try:
+        c = svcclient.Client(d.sock)
+        a, ma = c.open()
+        b, mb = c.open()
+        assert a and b, (ma, mb)
+        assert ma["host_uid"] != mb["host_uid"] and {ma["host_uid"], mb["host_uid"]} <= {UID_FIRST, UID_FIRST + 1}
+        a.exec("x = 1")           # the runner is up in both
+        b.exec("x = 1")
+        for sb, m in ((a, ma), (b, mb)):
+            pids = sandbox_pids(sb.pid)
+            assert len(pids) >= 2, pids      # pid 1 and the runner
+            for pid in pids:
+                uids, gids = ids_of(pid)
+                # pid 1 and the runner: the session's uid and gid (0 and
+                # ours, the client's, nowhere)
+                assert set(uids) == {m["host_uid"]} and set(gids) == {m["host_uid"]}, (pid, uids, gids)
+                with open(f"/proc/{pid}/status") as f:
+                    groups = next(x for x in f if x.startswith("Groups:")).split()[1:]
+                assert groups == [], groups
+        # The uid itself keeps them apart, whatever the pid namespaces do:
+        # a host process running as a's uid may signal a's runner, not b's.
+        ra, rb = sandbox_pids(a.pid)[-1], sandbox_pids(b.pid)[-1]
+        assert may_signal(ma["host_uid"], ra)
+        assert not may_signal(ma["host_uid"], rb) and not may_signal(mb["host_uid"], ra)
+        # Both uids are taken: a third waits for one to end; then it gets
+        # the one that ended, not a new one.
+        n, m = c.open()
+        assert n is None and m["error"] == "EAGAIN" and "HostUidRange" in m["message"], m
+        t, _ = a.close()
+        assert t == "CLOSED" and wait_gone(ra)
+        n, mn = c.open()
+        assert n and mn["host_uid"] == ma["host_uid"], mn
+        t, m = c.request("INFO", {"handle": n.handle})[:2]
+        assert m["host_uid"] == ma["host_uid"], m
+        n.close()
+        b.close()
+        c.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: mapping another host uid needs CAP_SETUID")
+def test_host_uids_skip_busy_and_workspace_maps_to_client():
+    """A uid of the range that owns a process when nsboxd starts is skipped;
+    a session with a workspace maps to the client's uid (65534 here), so
+    what it writes there is the client's."""
+    sleeper = subprocess.Popen(["setpriv", f"--reuid={UID_FIRST + 2}", f"--regid={UID_FIRST + 2}", "--clear-groups",
+                                "sleep", "60"])
+    time.sleep(0.2)
+    d = Daemon(f"[Service]\nPoolSize=1\nAllowGroups=4242\nHostUidRange={UID_FIRST + 2}-{UID_FIRST + 3}\n",
+               extra=("--group", "4242", "--mode", "0660"))
+    ws = tempfile.mkdtemp(prefix="nsbxd-ws-")
+    try:
+        os.chown(ws, 65534, 65534)
+        c = svcclient.Client(d.sock)
+        sb, m = c.open()
+        assert sb and m["host_uid"] == UID_FIRST + 3, m         # + 2 owns the sleeper
+        assert m["pooled"]
+        sb.close()
+        c.close()
+        assert "skipped" in d.logtext()
+        script = f"""
+import os, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import svcclient
+c = svcclient.Client({d.sock!r})
+fd = os.open({ws!r}, os.O_RDONLY | os.O_DIRECTORY)
+sb, m = c.open(fds=[fd], workspace={{"fd": 0}})
+assert sb, m
+r = sb.exec("open('/workspace/f', 'w').write('x')")
+assert not r.get("error") and r["value"] == 1, r
+print(m["host_uid"])
+sb.close()
+"""
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--groups=4242", sys.executable, "-c",
+                            script], capture_output=True, timeout=60, env=dict(os.environ, HOME="/tmp"))
+        assert p.returncode == 0, p.stderr
+        assert int(p.stdout) == 65534
+        st = os.stat(os.path.join(ws, "f"))
+        assert (st.st_uid, st.st_gid) == (65534, 65534)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        assert d.stop() == 0, d.logtext()
+        for f in os.listdir(ws):
+            os.unlink(os.path.join(ws, f))
+        os.rmdir(ws)
