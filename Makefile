@@ -177,6 +177,10 @@ $(B)/tests/test-args: tests/unit/test-args.c cli/args.c cli/args.h cli/cli.h $(B
 		tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(FRONT_CFLAGS) -Icli $(LDFLAGS) -o $@ $< cli/args.c -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..'
+# nsboxd's configuration parser is service/, not the core: linked in.
+$(B)/tests/test-svc: tests/unit/test-svc.c service/config.c service/config.h $(B)/libnsbox-core.a tests/unit/tap.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Iservice $(LDFLAGS) -o $@ $< service/config.c $(B)/libnsbox-core.a $(PKG_LIBS) -lm
 $(B)/tests/test-%: tests/unit/test-%.c $(B)/libnsbox-core.a tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libnsbox-core.a $(PKG_LIBS)
@@ -188,10 +192,16 @@ $(B)/tests/%: tests/%.c
 	$(CC) $(filter-out -fsanitize=% -fno-sanitize-recover=%,$(ALL_CFLAGS)) -o $@ $<
 
 FUZZ_CC ?= clang
+# The core's sources built whole, lib/api.c with its version as in its own rule.
+FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -DNSBOX_VERSION='"$(NSBOX_VERSION)"' \
+	-Iinclude $(LAYER_INC) -I$(B)/gen $(PKG_CFLAGS)
 $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c $(CORE_SRCS) $(B)/gen/seccomp-bpf.gen.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude $(LAYER_INC) -I$(B)/gen \
-		$(PKG_CFLAGS) -o $@ $< $(CORE_SRCS) $(PKG_LIBS)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(CORE_SRCS) $(PKG_LIBS)
+# nsboxd's configuration parser is service/, not the core: built in.
+$(B)/fuzz/fuzz-svc: tests/fuzz/fuzz-svc.c service/config.c service/config.h $(CORE_SRCS) $(B)/gen/seccomp-bpf.gen.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Iservice -o $@ $< service/config.c $(CORE_SRCS) $(PKG_LIBS) -lm
 FUZZ_TIME ?= 20
 fuzz: $(FUZZ_BINS)
 	@set -e; for f in $(FUZZ_BINS); do n=$$(basename $$f); mkdir -p $(B)/fuzz/corpus-$$n; \
