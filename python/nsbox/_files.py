@@ -37,7 +37,7 @@ DOWNLOAD_MAX_FILES = 100000
 DOWNLOAD_MAX_DEPTH = 64
 
 
-class SandboxFileError(SandboxError, OSError):
+class SandboxFileError(SandboxError, OSError):  # type: ignore[misc]  # both define errno (an int in each)
     """A file operation inside the sandbox failed; errno is what the sandbox
     saw (ENOENT, EISDIR, EINVAL for a fifo or device, EFBIG, ENOSPC, ...).
     Also an OSError, so `except FileNotFoundError` does not match but
