@@ -74,6 +74,9 @@ int write_file(const char *path, const char *data);
 /* Same, relative to dirfd. */
 int write_file_at(int dirfd, const char *path, const char *data);
 /* Read up to size-1 bytes of a file into buf, NUL-terminated; returns length or -1. */
+/* poll()'s timeout for an absolute deadline on now_ns()'s clock (-1 for
+ * deadline 0, none), rounded up: a poll that wakes early only polls again. */
+int deadline_ms(unsigned long long deadline);
 ssize_t read_file(const char *path, char *buf, size_t size);
 ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
 /* Monotonic clock in nanoseconds. */
@@ -95,7 +98,7 @@ int parse_ulong(const char *s, unsigned long max, unsigned long *out);
 /* sendmsg() of iov[0..niov) with fds[0..nfds) attached as SCM_RIGHTS
  * (unix(7)), MSG_NOSIGNAL, retried on EINTR.  At most SEND_FDS_MAX fds.
  * Returns the bytes sent, or -1 with errno. */
-#define SEND_FDS_MAX 4
+#define SEND_FDS_MAX 16	/* nsboxd's OPEN: a workspace and binds (SVC_MAX_FDS) */
 struct iovec;
 ssize_t send_with_fds(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t nfds);
 /* Close every fd >= lowfd except those listed in keep[] (close_range with a

@@ -1108,7 +1108,9 @@ static json_t *tools_list(const struct server *srv)
 			off += (size_t)snprintf(desc + off, sizeof(desc) - off, " %s(...)", srv->tools[k].name);
 		snprintf(desc + off, sizeof(desc) - off, " (JSON-serialisable arguments and results).");
 	}
-	return json_pack(
+	json_t *list;
+
+	list = json_pack(
 		"{s:[{s:s,s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:O,s:{s:s,s:s,s:f}},s:[s],s:b},s:{s:s,s:b,s:b,s:b,s:b}},"
 		"{s:s,s:s,s:s,s:{s:s,s:{s:{s:s,s:s,s:i},s:{s:s,s:s,s:f}},s:b},s:{s:s,s:b,s:b,s:b,s:b}},"
 		"{s:s,s:s,s:s,s:{s:s,s:{s:{s:s,s:s}},s:[s],s:b},s:{s:s,s:b,s:b,s:b,s:b}},"
@@ -1162,6 +1164,9 @@ static json_t *tools_list(const struct server *srv)
 		"type", "object", "properties", "session", session, "path", "type", "string", "description",
 		"a directory inside the sandbox", "additionalProperties", 0, "annotations", "title", "List files",
 		"readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
+	/* Each use took a reference of its own (O). */
+	json_decref(session);
+	return list;
 }
 
 /* ---- dispatch ----------------------------------------------------------- */

@@ -288,8 +288,7 @@ static void make_spare(void)
 		return;
 	if (pread(spare.text_fd, text, spare.text_len, 0) != (ssize_t)spare.text_len)
 		goto out;
-	if (policy_init_builtin(&p, "default", &err) < 0 ||
-	    policy_parse(&p, text, spare.text_len, "<libnsbox policy>", &err) < 0)
+	if (policy_from_text(&p, text, spare.text_len, "<libnsbox policy>", &err) < 0)
 		goto out;
 	sl = new_slot();
 	if (!sl || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -363,8 +362,7 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 			return pidfd;
 	}
 	warn_to = rep->warnings;
-	if (policy_init_builtin(&p, "default", &err) < 0 ||
-	    policy_parse(&p, text, req->len, "<libnsbox policy>", &err) < 0)
+	if (policy_from_text(&p, text, req->len, "<libnsbox policy>", &err) < 0)
 		goto fail;
 	sl = new_slot();
 	if (!sl) {
@@ -465,8 +463,7 @@ static int do_run(const struct helper_req *req, char *data, const int fds[3], st
 		err_set(&err, EPROTO, "malformed RUN request: argv");
 		goto fail;
 	}
-	if (policy_init_builtin(&p, "default", &err) < 0 ||
-	    policy_parse(&p, data, req->text_len, "<libnsbox policy>", &err) < 0 || policy_validate(&p, &err) < 0)
+	if (policy_from_text(&p, data, req->text_len, "<libnsbox policy>", &err) < 0 || policy_validate(&p, &err) < 0)
 		goto fail;
 	sl = new_slot();
 	if (!sl) {

@@ -8,19 +8,6 @@
 
 #include "util.h"
 
-int frame_remaining_ms(unsigned long long deadline)
-{
-	unsigned long long now = now_ns();
-
-	if (!deadline)
-		return -1;
-	if (now >= deadline)
-		return 0;
-	if ((deadline - now) / 1000000 > INT_MAX - 1)
-		return INT_MAX;
-	return (int)((deadline - now + 999999) / 1000000);
-}
-
 /* One send() when the socket has room. */
 int frame_send_buf(struct frame_io *io, uint16_t type, const char *buf, size_t len, unsigned long long deadline,
 		   struct nsbox_err *err)
@@ -40,7 +27,7 @@ int frame_send_buf(struct frame_io *io, uint16_t type, const char *buf, size_t l
 			return err_sys(err, "send %s", proto_type_name(type));
 		{
 			struct pollfd p = { io->sock, POLLOUT, 0 };
-			int k = poll(&p, 1, frame_remaining_ms(deadline));
+			int k = poll(&p, 1, deadline_ms(deadline));
 
 			if (k == 0)
 				return err_set(err, ETIMEDOUT, "the runner stopped reading (sending %s)",

@@ -23,9 +23,6 @@ struct frame_io {
 	struct spinwait spin;		/* the adaptive spin before sleeping (proto/spinwait.h) */
 };
 
-/* Milliseconds until deadline (ns, CLOCK_MONOTONIC) for poll(): -1 when
- * deadline is 0 (none), 0 when it has passed. */
-int frame_remaining_ms(unsigned long long deadline);
 
 /* Send one whole frame (header and payload in buf), polling so that a
  * runner that stops reading cannot block us past the deadline (ETIMEDOUT). */

@@ -37,11 +37,6 @@ static int ctl_send(struct svc_sandbox *v, uint16_t type, json_t *msg, const int
 	_cleanup_free_ char *buf = NULL;
 	size_t len;
 	struct iovec iov;
-	union {
-		char b[CMSG_SPACE(SVC_MAX_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 	int r;
 
 	r = msg ? svc_encode(type, v->next_id, msg, &buf, &len, err) : err_set(err, ENOMEM, "service message");
@@ -49,21 +44,8 @@ static int ctl_send(struct svc_sandbox *v, uint16_t type, json_t *msg, const int
 	if (r < 0)
 		return -1;
 	iov = (struct iovec){ buf, len };
-	if (n_fds) {
-		struct cmsghdr *cm;
-
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.b;
-		mh.msg_controllen = CMSG_SPACE(n_fds * sizeof(int));
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(n_fds * sizeof(int));
-		memcpy(CMSG_DATA(cm), fds, n_fds * sizeof(int));
-	}
-	while (sendmsg(v->ctl, &mh, MSG_NOSIGNAL) < 0)
-		if (errno != EINTR)
-			return err_sys(err, "nsboxd: send %s", svc_type_name(type));
+	if (send_with_fds(v->ctl, &iov, 1, fds, n_fds) < 0)
+		return err_sys(err, "nsboxd: send %s", svc_type_name(type));
 	*id = v->next_id++;
 	return 0;
 }

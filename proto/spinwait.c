@@ -63,25 +63,10 @@ static int poll_now(void *ctx)
 	return poll(a->p, a->n, 0);
 }
 
-/* poll()'s timeout for deadline: -1 for none, rounded up (a poll that
- * wakes a little early would only poll again). */
-static int timeout_ms(unsigned long long deadline)
-{
-	unsigned long long now = now_ns();
-
-	if (!deadline)
-		return -1;
-	if (now >= deadline)
-		return 0;
-	if ((deadline - now) / 1000000 > INT_MAX - 1)
-		return INT_MAX;
-	return (int)((deadline - now + 999999) / 1000000);
-}
-
 int spinwait_poll(struct spinwait *w, struct pollfd *p, nfds_t n, unsigned long long deadline)
 {
 	struct poll_args a = { p, n };
 	int k = spinwait_spin(w, poll_now, &a);
 
-	return k != 0 ? k : poll(p, n, timeout_ms(deadline));
+	return k != 0 ? k : poll(p, n, deadline_ms(deadline));
 }

@@ -89,12 +89,12 @@ class FilesMixin:
             err = c_void_p()
             rc = fn(h, *args, byref(err))
             if rc < 0:
-                e = _lib.error_from(rc, err.value, what)
-                if e.errno == _errno.ENOTCONN:
-                    self._drop(str(e))
-                    e.session_lost = True
-                    raise e
-                raise SandboxFileError(e.message, e.errno) from None
+                try:
+                    self._check_state(rc, err, what)
+                except SandboxError as e:
+                    if e.errno == _errno.ENOTCONN:
+                        raise
+                    raise SandboxFileError(e.message, e.errno) from None
             return rc
 
     def write_file(self, path, data, mode=0o644):
