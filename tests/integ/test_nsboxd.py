@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import BUILD, MODE, NSBOX, _nsbox_cgroups
+from conftest import BUILD, MODE, NSBOX, _nsbox_cgroups, sdk_env
 
 sys.path.insert(0, os.path.dirname(__file__))
 import svcclient  # noqa: E402
@@ -130,7 +130,7 @@ with nsbox.Sandbox(connect={daemon.sock!r}, memory="128M") as sb:
 print(pid)
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0")))
+                       env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0")))
     assert p.returncode == 0, p.stderr.decode()
     assert wait_gone(int(p.stdout))
 
@@ -149,7 +149,7 @@ async def main():
 print(asyncio.run(main()))
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
-                       env=dict(os.environ, PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0")))
+                       env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0")))
     assert p.returncode == 0, p.stderr.decode()
     assert wait_gone(int(p.stdout))
 
@@ -388,7 +388,10 @@ def test_soak_fds_and_memory_return(daemon):
     c.close()
     time.sleep(0.3)
     assert daemon.fds() <= fds0 + 2, (fds0, daemon.fds())
-    assert daemon.rss_kb() < rss0 + 4096, (rss0, daemon.rss_kb())
+    # A sanitized nsboxd keeps freed memory in ASan's quarantine by design
+    # (its leaks are LeakSanitizer's to find at exit): RSS says nothing there.
+    if not os.environ.get("NSBOX_SANITIZE"):
+        assert daemon.rss_kb() < rss0 + 4096, (rss0, daemon.rss_kb())
 
 
 def test_check_config():
