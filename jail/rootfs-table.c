@@ -18,7 +18,7 @@ static const struct rootfs_link dev_links[] = {
 static const char *const merged_usr[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
 
 static const char *const skip_top[] = { ".",         "..",   "proc", "dev",  "sys",  "tmp",
-					"etc",       "run",  "workspace", "home", "root", "var",
+					"etc",       "run",  "workspace", "out", "home", "root", "var",
 					"boot",      "mnt",  "media", "srv", "lost+found" };
 
 /* Keyrings of the invoking user, and kernel layout that helps exploits.
@@ -76,6 +76,8 @@ size_t rootfs_rw_paths(const struct nsbox_policy *p, const char **out, size_t ma
 		out[n++] = "/tmp";
 	if (n < max)
 		out[n++] = "/dev/shm";
+	if (n < max)
+		out[n++] = "/out";
 	if (p->workspace && n < max)
 		out[n++] = "/workspace";
 	for (size_t i = 0; i < p->n_mounts && n < max; i++)

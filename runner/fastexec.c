@@ -13,6 +13,7 @@
 
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "util.h"
 
@@ -42,6 +43,12 @@ static struct {
 	PyObject *k_stdout, *k_stderr, *k_modules;
 	struct code_entry cache[CODE_CACHE_N];
 	unsigned long long cache_clock;
+	/* Rich results (runner.py's _rich_collect and _fast_rich): asked
+	 * for only when there may be some, so that an ordinary exec pays one
+	 * stat() of /out for them. */
+	PyObject *displays, *rich_collect, *fast_rich, *k_pyplot;
+	bool out_known, out_remembered;
+	struct stat out_st;	/* /out when _rich_collect last looked */
 } F;
 
 /* RESULT frames are written with proto_buf (proto/proto.h); on
@@ -131,6 +138,73 @@ PyObject *fastexec_setup(PyObject *args)
 	F.fast_failed = Py_NewRef(fast_failed);
 	F.ready = true;
 	Py_RETURN_NONE;
+}
+
+/* rich_setup(displays, rich_collect, fast_rich) */
+PyObject *fastexec_rich_setup(PyObject *args)
+{
+	PyObject *displays, *collect, *fast_rich;
+
+	if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &displays, &collect, &fast_rich))
+		return NULL;
+	if (F.rich_collect)
+		Py_RETURN_NONE;
+	if (!(F.k_pyplot = PyUnicode_InternFromString("matplotlib.pyplot")))
+		return NULL;
+	F.displays = Py_NewRef(displays);
+	F.fast_rich = Py_NewRef(fast_rich);
+	F.rich_collect = Py_NewRef(collect);
+	Py_RETURN_NONE;
+}
+
+/* Values with no rich representation to look for (runner.py's _PLAIN). */
+static bool plain_value(PyObject *v)
+{
+	return v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
+	       PyUnicode_CheckExact(v) || PyBytes_CheckExact(v) || PyList_CheckExact(v) || PyTuple_CheckExact(v) ||
+	       PyDict_CheckExact(v);
+}
+
+/* Whether this exec may have rich results: displays, pyplot imported
+ * (figures may be open), a value that may have reprs, or /out changed or
+ * holding files returned before (which may be rewritten in place). */
+static bool rich_needed(PyObject *value, struct stat *st, bool *have_st)
+{
+	PyObject *modules;
+
+	*have_st = stat("/out", st) == 0;
+	if (!F.rich_collect)
+		return false;
+	if (PyList_GET_SIZE(F.displays) || (value && !plain_value(value)))
+		return true;
+	modules = PyDict_GetItemWithError(F.sysdict, F.k_modules);
+	if (modules && PyDict_Check(modules) && PyDict_GetItemWithError(modules, F.k_pyplot))
+		return true;
+	PyErr_Clear();
+	if (!*have_st)
+		return F.out_remembered;
+	return F.out_remembered || !F.out_known || st->st_ino != F.out_st.st_ino || st->st_size != F.out_st.st_size ||
+	       st->st_mtim.tv_sec != F.out_st.st_mtim.tv_sec || st->st_mtim.tv_nsec != F.out_st.st_mtim.tv_nsec;
+}
+
+/* _rich_collect(value, has_value): whether it found anything to send.
+ * Its failures are its own (it reports them as truncation). */
+static bool rich_collect(PyObject *value, const struct stat *st, bool have_st)
+{
+	PyObject *r = PyObject_CallFunctionObjArgs(F.rich_collect, value ? value : Py_None, value ? Py_True : Py_False,
+						   NULL);
+	bool any = false;
+
+	if (r && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+		any = PyObject_IsTrue(PyTuple_GET_ITEM(r, 0)) == 1;
+		F.out_remembered = PyObject_IsTrue(PyTuple_GET_ITEM(r, 1)) == 1;
+		F.out_known = have_st;
+		if (have_st)
+			F.out_st = *st;
+	}
+	Py_XDECREF(r);
+	PyErr_Clear();
+	return any;
 }
 
 /* bool(msg.get(key)) for None, True, False or absent; false for
@@ -403,7 +477,7 @@ int fastexec_run(const struct proto_frame *f)
 	PyObject *m, *code, *filename, *fv;
 	const char *src, *fname = "<exec>";
 	Py_ssize_t clen, flen;
-	bool want, stream, flag;
+	bool want, stream, flag, rich = false;
 	size_t limit, max_frame;
 	PyObject *body = NULL, *lastc = NULL, *value = NULL, *err = NULL, *exit_code = NULL;
 	struct proto_buf res = { 0 }, val = { 0 }, tails[2] = { { 0 } };
@@ -510,6 +584,13 @@ int fastexec_run(const struct proto_frame *f)
 		if (!err)
 			r = -1;	/* formatting failed: the runner's failure */
 	}
+	if (r == 0 && !PyErr_Occurred()) {
+		struct stat st;
+		bool have_st;
+
+		if (rich_needed(value, &st, &have_st))
+			rich = rich_collect(value, &st, have_st);
+	}
 	/* do_exec's finally: flush, then collect the output. */
 	{
 		PyObject *et, *ev, *etb;
@@ -568,13 +649,31 @@ int fastexec_run(const struct proto_frame *f)
 	proto_buf_puts(&res, ",\"max_rss\":");
 	jb_ull(&res, max_rss);
 	proto_buf_puts(&res, "}");
-	if (value) {
-		size_t before = res.len;
+	if (value && value_json(value, &val) < 0) {
+		r = -1;
+		goto out;
+	}
+	if (rich) {
+		size_t used = res.len + val.len + 4096;
+		PyObject *frag = PyObject_CallFunction(F.fast_rich, "n",
+						       (Py_ssize_t)(used < max_frame ? max_frame - used : 0));
 
-		if (value_json(value, &val) < 0) {
+		if (!frag || !PyBytes_Check(frag)) {
+			Py_XDECREF(frag);
+			if (!PyErr_Occurred())
+				PyErr_SetString(PyExc_TypeError, "_fast_rich did not return bytes");
 			r = -1;
 			goto out;
 		}
+		if (PyBytes_GET_SIZE(frag)) {
+			proto_buf_puts(&res, ",");
+			proto_buf_put(&res, PyBytes_AS_STRING(frag), (size_t)PyBytes_GET_SIZE(frag));
+		}
+		Py_DECREF(frag);
+	}
+	if (value) {
+		size_t before = res.len;
+
 		proto_buf_puts(&res, ",\"value\":");
 		proto_buf_put(&res, val.p ? val.p : "", val.len);
 		proto_buf_puts(&res, "}");
