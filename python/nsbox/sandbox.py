@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, o
 from . import _files
 from . import _lib
 from . import _policy
+from . import _rich
 from . import _sigint
 from . import _tools
 from . import _values
@@ -60,7 +61,8 @@ class ExecResult:
     exception execute() would raise, or None) and resource use (wall and
     cpu seconds, peak_memory bytes, tool_calls)."""
 
-    __slots__ = ("value", "stdout", "stderr", "error", "wall", "cpu", "peak_memory", "tool_calls")
+    __slots__ = ("value", "stdout", "stderr", "error", "wall", "cpu", "peak_memory", "tool_calls",
+                 "displays", "files", "displays_truncated", "files_truncated")
 
     value: Any
     stdout: str
@@ -70,6 +72,12 @@ class ExecResult:
     cpu: float
     peak_memory: int
     tool_calls: int
+    # Rich results (python/README.md): MIME bundles in order, each a dict of
+    # MIME type -> str (text types) or bytes (binary types); /out files.
+    displays: List[Dict[str, Union[str, bytes]]]
+    files: List[_rich.OutFile]
+    displays_truncated: bool
+    files_truncated: bool
 
     def __init__(self, value: Any = None, stdout: str = "", stderr: str = "",
                  error: Optional[SandboxError] = None, wall: float = 0.0, cpu: float = 0.0,
@@ -82,6 +90,10 @@ class ExecResult:
         self.cpu = cpu
         self.peak_memory = peak_memory
         self.tool_calls = tool_calls
+        self.displays = []
+        self.files = []
+        self.displays_truncated = False
+        self.files_truncated = False
 
     @property
     def ok(self) -> bool:
@@ -506,7 +518,9 @@ class _SandboxBase:
             return value if mode == 0 else (value, out)
         wall, cpu, peak, calls = c_double(), c_double(), c_uint64(), c_uint()
         lib.nsbox_result_usage(r, byref(wall), byref(cpu), byref(peak), byref(calls))
-        return ExecResult(value, out, errtext, error, wall.value, cpu.value, peak.value, calls.value)
+        res = ExecResult(value, out, errtext, error, wall.value, cpu.value, peak.value, calls.value)
+        res.displays, res.files, res.displays_truncated, res.files_truncated = _rich.collect(lib, r)
+        return res
 
     def _alive(self):
         info = _lib.SessionInfo(struct_size=sizeof(_lib.SessionInfo))
