@@ -174,3 +174,9 @@ fi
 if [ "${NSBOX_BENCH_FILES:-1}" != 0 ]; then
 	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/files.py
 fi
+
+# A matplotlib figure's round trip (plot 1,000 points, the PNG back) beside
+# savefig in plain python3.11 on the host (bench/figure.py).
+if [ "${NSBOX_BENCH_FIGURE:-1}" != 0 ] && $PY -c 'import matplotlib' 2>/dev/null; then
+	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/figure.py "$RUNS"
+fi

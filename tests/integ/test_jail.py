@@ -101,13 +101,13 @@ def test_mounts(facts):
     rc, out, err = run(["run", "--", "/bin/sh", "-c", "cat /proc/keys /proc/key-users | wc -c"])
     assert out.strip() == "0" and "Permission denied" in err
     assert set(mounts) == {"/", "/usr", "/proc", "/dev", "/dev/null", "/dev/zero", "/dev/full",
-                           "/dev/random", "/dev/urandom", "/dev/shm", "/tmp", "/etc/ld.so.cache", "/etc/alternatives",
-                           "/probe"}
+                           "/dev/random", "/dev/urandom", "/dev/shm", "/tmp", "/out", "/etc/ld.so.cache",
+                           "/etc/alternatives", "/probe"}
     for point, opts in mounts.items():
         assert "nosuid" in opts, point
         if not point.startswith("/dev/") or point == "/dev/shm":
             assert "nodev" in opts, point
-        if point not in ("/tmp", "/dev/shm") and not point.startswith("/dev/"):
+        if point not in ("/tmp", "/out", "/dev/shm") and not point.startswith("/dev/"):
             assert "ro" in opts, point
 
 
