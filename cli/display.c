@@ -19,10 +19,9 @@
 static const struct {
 	const char *mime, *ext;
 } exts[] = {
-	{ "image/png", "png" },	       { "image/jpeg", "jpg" },		{ "image/gif", "gif" },
-	{ "image/svg+xml", "svg" },    { "text/html", "html" },		{ "text/markdown", "md" },
-	{ "text/latex", "tex" },       { "application/json", "json" }, { "text/plain", "txt" },
-	{ "application/pdf", "pdf" },
+	{ "image/png", "png" },	 { "image/jpeg", "jpg" },      { "image/gif", "gif" },	{ "image/svg+xml", "svg" },
+	{ "text/html", "html" }, { "text/markdown", "md" },    { "text/latex", "tex" }, { "application/json", "json" },
+	{ "text/plain", "txt" }, { "application/pdf", "pdf" },
 };
 
 int cli_display_open(const char *dir)
@@ -58,7 +57,8 @@ static int write_new(int dirfd, const char *dir, const char *sub, const char *na
 	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
 
 	if (fd < 0) {
-		fprintf(stderr, "nsbox python: --display-dir: cannot create %s/%s%s: %s\n", dir, sub, name, strerror(errno));
+		fprintf(stderr, "nsbox python: --display-dir: cannot create %s/%s%s: %s\n", dir, sub, name,
+			strerror(errno));
 		return -1;
 	}
 	while (len) {

@@ -293,9 +293,11 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		uint64_t peak;
 		unsigned calls;
 		json_t *usage;
-		const char *keys[] = { "stdout",       "stderr",       "stdout_truncated", "stderr_truncated",
-				       "stdout_bytes", "stderr_bytes", "exit_code",	   "displays",
-				       "displays_truncated", "files", "files_truncated" };
+		const char *keys[] = {
+			"stdout",	  "stderr",    "stdout_truncated", "stderr_truncated",	 "stdout_bytes",
+			"stderr_bytes",	  "exit_code", "displays",	   "displays_truncated", "files",
+			"files_truncated"
+		};
 
 		nsbox_result_usage(res, &wall, &cpu, &peak, &calls);
 		usage = json_pack("{s:f,s:I,s:I}", "wall", wall, "tool_calls", (json_int_t)calls, "peak_memory",

@@ -82,7 +82,8 @@ static int check_displays(const json_t *d, uint64_t *bytes, struct nsbox_err *er
 	if (json_array_size(d) > NSBOX_PROTO_DISPLAY_MAX)
 		return err_set(err, EPROTO, "RESULT: %zu displays, over the cap of %u", json_array_size(d),
 			       NSBOX_PROTO_DISPLAY_MAX);
-	json_array_foreach(d, i, b) {
+	json_array_foreach(d, i, b)
+	{
 		const char *mime;
 		size_t klen;
 		json_t *v;
@@ -92,7 +93,8 @@ static int check_displays(const json_t *d, uint64_t *bytes, struct nsbox_err *er
 		if (json_object_size(b) > NSBOX_PROTO_DISPLAY_MIMES)
 			return err_set(err, EPROTO, "RESULT: displays[%zu] has %zu MIME types, over the cap of %u", i,
 				       json_object_size(b), NSBOX_PROTO_DISPLAY_MIMES);
-		json_object_keylen_foreach(b, mime, klen, v) {
+		json_object_keylen_foreach(b, mime, klen, v)
+		{
 			size_t n;
 
 			if (klen != strlen(mime) || !proto_mime_valid(mime))
@@ -120,15 +122,16 @@ static int check_files(const json_t *fl, uint64_t *bytes, struct nsbox_err *err)
 	if (json_array_size(fl) > NSBOX_PROTO_OUT_FILES_MAX)
 		return err_set(err, EPROTO, "RESULT: %zu files, over the cap of %u", json_array_size(fl),
 			       NSBOX_PROTO_OUT_FILES_MAX);
-	json_array_foreach(fl, i, f) {
+	json_array_foreach(fl, i, f)
+	{
 		json_t *name = json_object_get(f, "name"), *size = json_object_get(f, "size");
 		json_t *data = json_object_get(f, "data");
 		long long dlen;
 
 		if (!json_is_object(f) || !json_is_string(name) || !json_is_integer(size) ||
 		    json_integer_value(size) < 0 || (data && !json_is_string(data)))
-			return err_set(err, EPROTO, "RESULT: files[%zu] needs a string name, a size >= 0 and string data",
-				       i);
+			return err_set(err, EPROTO,
+				       "RESULT: files[%zu] needs a string name, a size >= 0 and string data", i);
 		if (!proto_out_name_valid(json_string_value(name), json_string_length(name)))
 			return err_set(err, EPROTO, "RESULT: files[%zu] has an invalid name", i);
 		for (j = 0; j < i; j++)
