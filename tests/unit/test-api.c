@@ -1601,6 +1601,22 @@ static void test_rich(nsbox_policy_t *p)
 		      nsbox_result_file_count(r) == 1 && !d && size == 9u << 20 && nsbox_result_files_truncated(r),
 	      "rich: 64 displays of 70 and a 9 MiB file without its data, both flagged");
 	nsbox_result_free(r);
+	/* An interactive line runs on runner.py's own path (do_exec). */
+	{
+		struct nsbox_exec_opts o = { .struct_size = sizeof(o), .interactive = true };
+
+		r = NULL;
+		if (nsbox_exec(s, "display('i'); open('/out/i.txt', 'w').write('i')", &o, &r, &e) < 0)
+			clear(&e);
+		CHECK(r && nsbox_result_display_count(r) == 1 &&
+			      !strcmp(nsbox_result_display_data(r, 0, "text/plain", NULL) ?: "", "'i'") &&
+			      nsbox_result_file_count(r) == 1 && !strcmp(nsbox_result_file_name(r, 0) ?: "", "i.txt"),
+		      "rich: an interactive exec (the Python path) returns displays and files");
+		nsbox_result_free(r);
+		r = run(s, "2", 0);
+		CHECK(r && nsbox_result_file_count(r) == 0, "rich: ... and the fast path does not send them again");
+		nsbox_result_free(r);
+	}
 	CHECK(nsbox_result_display_count(NULL) == 0 && !nsbox_result_displays_truncated(NULL) &&
 		      nsbox_result_file_count(NULL) == 0 && !nsbox_result_display_data(NULL, 0, "text/plain", NULL),
 	      "rich: NULL results are empty");
