@@ -23,6 +23,9 @@
  * Code whose compilation printed anything (a SyntaxWarning) is not kept,
  * so that the warning comes again with every exec, as before. */
 #define CODE_CACHE_N 16
+/* /out files a stat each can tell unchanged; with more, _rich_collect
+ * looks at every exec. */
+#define OUT_FILES_CHECKED 16
 #define CODE_CACHE_MAX_SRC 16384
 struct code_entry {
 	char *src, *filename;	/* NULL: a free slot */
@@ -46,9 +49,15 @@ static struct {
 	/* Rich results (runner.py's _rich_collect and _fast_rich): asked
 	 * for only when there may be some, so that an ordinary exec pays one
 	 * stat() of /out for them. */
-	PyObject *displays, *rich_collect, *fast_rich, *k_pyplot;
-	bool out_known, out_remembered;
-	struct stat out_st;	/* /out when _rich_collect last looked */
+	PyObject *displays, *rich_collect, *fast_rich, *k_pyplot, *k_helpers, *k_gcf, *k_figs;
+	bool out_known;		/* out_st and out_files hold what _rich_collect last saw */
+	struct stat out_st;	/* /out itself */
+	size_t n_out_files;	/* the regular files in it, each checked with a stat */
+	struct out_file {
+		char name[256];
+		unsigned long long ino, size;
+		long long mtime_ns;
+	} out_files[OUT_FILES_CHECKED];
 } F;
 
 /* RESULT frames are written with proto_buf (proto/proto.h); on
@@ -149,7 +158,9 @@ PyObject *fastexec_rich_setup(PyObject *args)
 		return NULL;
 	if (F.rich_collect)
 		Py_RETURN_NONE;
-	if (!(F.k_pyplot = PyUnicode_InternFromString("matplotlib.pyplot")))
+	if (!(F.k_pyplot = PyUnicode_InternFromString("matplotlib.pyplot")) ||
+	    !(F.k_helpers = PyUnicode_InternFromString("matplotlib._pylab_helpers")) ||
+	    !(F.k_gcf = PyUnicode_InternFromString("Gcf")) || !(F.k_figs = PyUnicode_InternFromString("figs")))
 		return NULL;
 	F.displays = Py_NewRef(displays);
 	F.fast_rich = Py_NewRef(fast_rich);
@@ -165,9 +176,57 @@ static bool plain_value(PyObject *v)
 	       PyDict_CheckExact(v);
 }
 
-/* Whether this exec may have rich results: displays, pyplot imported
- * (figures may be open), a value that may have reprs, or /out changed or
- * holding files returned before (which may be rewritten in place). */
+/* Whether pyplot may have figures open: matplotlib._pylab_helpers.Gcf.figs
+ * is not an empty dict (anything unexpected: yes). */
+static bool figures_open(PyObject *modules)
+{
+	PyObject *h, *gcf, *figs;
+	bool open = true;
+
+	if (!PyDict_GetItemWithError(modules, F.k_pyplot)) {
+		PyErr_Clear();
+		return false;
+	}
+	h = PyDict_GetItemWithError(modules, F.k_helpers);
+	if (h && (gcf = PyObject_GetAttr(h, F.k_gcf))) {
+		figs = PyObject_GetAttr(gcf, F.k_figs);
+		open = !figs || !PyDict_Check(figs) || PyDict_GET_SIZE(figs) > 0;
+		Py_XDECREF(figs);
+		Py_DECREF(gcf);
+	}
+	PyErr_Clear();
+	return open;
+}
+
+static bool same_stat(const struct stat *a, const struct stat *b)
+{
+	return a->st_ino == b->st_ino && a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Whether /out may hold something new: it changed (an entry came or went),
+ * or a file seen last time changed in place, or it can't be told. */
+static bool out_changed(const struct stat *st, bool have_st)
+{
+	char path[300];
+	struct stat fs;
+
+	if (!F.out_known || !have_st || !same_stat(st, &F.out_st))
+		return true;
+	for (size_t i = 0; i < F.n_out_files; i++) {
+		const struct out_file *o = &F.out_files[i];
+
+		snprintf(path, sizeof(path), "/out/%s", o->name);
+		if (lstat(path, &fs) < 0 || (unsigned long long)fs.st_ino != o->ino ||
+		    (unsigned long long)fs.st_size != o->size ||
+		    (long long)fs.st_mtim.tv_sec * 1000000000LL + fs.st_mtim.tv_nsec != o->mtime_ns)
+			return true;
+	}
+	return false;
+}
+
+/* Whether this exec may have rich results: displays, open figures, a
+ * value that may have reprs, or /out changed. */
 static bool rich_needed(PyObject *value, struct stat *st, bool *have_st)
 {
 	PyObject *modules;
@@ -178,13 +237,44 @@ static bool rich_needed(PyObject *value, struct stat *st, bool *have_st)
 	if (PyList_GET_SIZE(F.displays) || (value && !plain_value(value)))
 		return true;
 	modules = PyDict_GetItemWithError(F.sysdict, F.k_modules);
-	if (modules && PyDict_Check(modules) && PyDict_GetItemWithError(modules, F.k_pyplot))
+	if (modules && PyDict_Check(modules) && figures_open(modules))
 		return true;
 	PyErr_Clear();
-	if (!*have_st)
-		return F.out_remembered;
-	return F.out_remembered || !F.out_known || st->st_ino != F.out_st.st_ino || st->st_size != F.out_st.st_size ||
-	       st->st_mtim.tv_sec != F.out_st.st_mtim.tv_sec || st->st_mtim.tv_nsec != F.out_st.st_mtim.tv_nsec;
+	return out_changed(st, *have_st);
+}
+
+/* Remember what _rich_collect saw in /out: (name: bytes, ino, mtime_ns,
+ * size) for each regular file, or None (then look every time). */
+static void remember_out(PyObject *seen, const struct stat *st, bool have_st)
+{
+	Py_ssize_t n = seen && PyTuple_Check(seen) ? PyTuple_GET_SIZE(seen) : -1;
+
+	F.out_known = false;
+	F.n_out_files = 0;
+	if (!have_st || n < 0 || n > OUT_FILES_CHECKED)
+		return;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		struct out_file *o = &F.out_files[i];
+		const char *name;
+		Py_ssize_t len;
+		unsigned long long ino, size;
+		long long mtime;
+
+		if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seen, i), "y#KLK", &name, &len, &ino, &mtime, &size) ||
+		    len <= 0 || (size_t)len >= sizeof(o->name) || memchr(name, '/', (size_t)len) ||
+		    memchr(name, '\0', (size_t)len)) {
+			PyErr_Clear();
+			return;
+		}
+		memcpy(o->name, name, (size_t)len);
+		o->name[len] = '\0';
+		o->ino = ino;
+		o->size = size;
+		o->mtime_ns = mtime;
+	}
+	F.n_out_files = (size_t)n;
+	F.out_st = *st;
+	F.out_known = true;
 }
 
 /* _rich_collect(value, has_value): whether it found anything to send.
@@ -197,10 +287,9 @@ static bool rich_collect(PyObject *value, const struct stat *st, bool have_st)
 
 	if (r && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
 		any = PyObject_IsTrue(PyTuple_GET_ITEM(r, 0)) == 1;
-		F.out_remembered = PyObject_IsTrue(PyTuple_GET_ITEM(r, 1)) == 1;
-		F.out_known = have_st;
-		if (have_st)
-			F.out_st = *st;
+		remember_out(PyTuple_GET_ITEM(r, 1), st, have_st);
+	} else {
+		F.out_known = false;
 	}
 	Py_XDECREF(r);
 	PyErr_Clear();

@@ -710,12 +710,13 @@ def _scan_out(room):
 def _rich_collect(value, has_value):
     """After the code ran, before its output is collected (what this
     prints is the exec's): its open figures, its value's bundle, /out.
-    Returns (anything to send, whether /out files are remembered)."""
+    Returns (anything to send, what /out holds: (name, ino, mtime_ns, size)
+    of each regular file, for the fast path to tell it unchanged)."""
     try:
         vb = None
         if has_value and type(value) not in _PLAIN:
             b, lost = _bundle(value)
-            if len(b) > 1 or lost:
+            if len(b) > 1:
                 vb = (b, lost)
         _show_figures(_rich["shown"])
         if vb is not None:
@@ -729,7 +730,11 @@ def _rich_collect(value, has_value):
         _rich["dt"] = True
     finally:
         _rich["shown"] = set()
-    return bool(_displays or _rich["files"] or _rich["dt"] or _rich["ft"]), bool(_out_seen)
+    try:
+        seen = tuple((k.encode("utf-8", "surrogateescape"), v[0], v[1], v[2]) for k, v in _out_seen.items())
+    except BaseException:
+        seen = None
+    return bool(_displays or _rich["files"] or _rich["dt"] or _rich["ft"]), seen
 
 
 def _rich_fields(room):

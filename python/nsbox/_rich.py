@@ -79,6 +79,6 @@ def collect(lib, r) -> Tuple[List[Bundle], List[OutFile], bool, bool]:
     for i in range(f.nsbox_result_file_count(r)):
         name = f.nsbox_result_file_name(r, i).decode("utf-8", "replace")
         p = f.nsbox_result_file_data(r, i, byref(n), byref(size))
-        data: Optional[bytes] = ctypes.string_at(p, n.value) if p else None
-        files.append(OutFile(name, size.value, data))
+        contents: Optional[bytes] = ctypes.string_at(p, n.value) if p else None
+        files.append(OutFile(name, size.value, contents))
     return displays, files, bool(f.nsbox_result_displays_truncated(r)), bool(f.nsbox_result_files_truncated(r))

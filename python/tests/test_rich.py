@@ -68,8 +68,11 @@ def test_display_and_dataframe_value(rsb):
 def test_out_files_across_execs(rsb):
     r = rsb.run("open('/out/a.txt', 'w').write('one')")
     assert r.files == [nsbox.OutFile("a.txt", 3, b"one")]
-    # Unchanged files are not sent again; changed and new ones are.
+    # Unchanged files are not sent again; changed and new ones are, a
+    # rewrite in place of the same size too (mtime).
     assert rsb.run("1").files == []
+    assert rsb.run("open('/out/a.txt', 'r+').write('ONE')").files == [nsbox.OutFile("a.txt", 3, b"ONE")]
+    assert rsb.run("2").files == []
     r = rsb.run("open('/out/a.txt', 'w').write('two!')\nopen('/out/b.bin', 'wb').write(b'\\0' * 5)")
     assert sorted(r.files) == [nsbox.OutFile("a.txt", 4, b"two!"), nsbox.OutFile("b.bin", 5, b"\0" * 5)]
     # A file too large to come with the result: named, sized, read it with
