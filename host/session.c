@@ -832,6 +832,15 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 			}
 		}
 		res->result = TAKE_PTR(x->cur_msg);
+		/* A wall-clock limit, tool time included: a RESULT read after the
+		 * deadline (the CANCEL already sent, so the step saw it due) is
+		 * over it, even if the code finished (a tool that returned late
+		 * and the code after it, a swallowed TimeLimitExceeded).  The
+		 * session lives: the runner answered. */
+		if (x->soft_sent && !x->cancelled && x->soft) {
+			result_msg(res, SESSION_TIMEOUT, NSBOX_EXIT_TIMEOUT, "time limit exceeded (%.3g s)", x->timeout);
+			goto done;
+		}
 		if (json_is_object(error)) {
 			const char *type = json_string_value(json_object_get(error, "type"));
 
@@ -986,6 +995,15 @@ int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value
 	if (i == x->n_pending)
 		return err_set(err, EINVAL, "no tool call %u is waiting for an answer", call_id);
 	x->pending[i] = x->pending[--x->n_pending];
+	if (x->soft && now_ns() >= x->soft) {
+		/* Past the time limit (a tool that returned late, or an event
+		 * loop answering after the deadline): the code is cancelled
+		 * first and never sees the late value. */
+		if (!x->soft_sent)
+			on_deadline(s);
+		value = NULL;
+		error = "time limit exceeded while the tool ran";
+	}
 	ans = error ? json_pack("{s:s}", "message", error) : json_pack("{s:O?}", "value", value);
 	if (send_answer(s, call_id, name, error ? PROTO_RAISE : PROTO_RETURN, ans, err) < 0) {
 		char what[600];
@@ -1022,6 +1040,17 @@ int session_exec_finish(struct nsbox_session *s, struct session_result *res, str
 bool session_exec_active(const struct nsbox_session *s)
 {
 	return s->x.active;
+}
+
+double session_time_left(const struct nsbox_session *s)
+{
+	const struct exec_state *x = &s->x;
+	unsigned long long now;
+
+	if (!x->active || x->done || !x->soft)
+		return -1;
+	now = now_ns();
+	return now >= x->soft ? 0 : (double)(x->soft - now) / 1e9;
 }
 
 /* A call to a tool without a callback, from a blocking exec. */

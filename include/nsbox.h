@@ -221,6 +221,12 @@ NSBOX_API int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbo
 /* Interrupt the exec running on s (nsbox.Cancelled inside).  Any thread;
  * async-signal-safe (a SIGINT handler may call it). */
 NSBOX_API void nsbox_cancel(nsbox_session_t *s);
+/* Since 0.5.0.  Seconds left before the time limit of the exec running on
+ * s (0 once it has passed), or -1 when none runs or it has no limit.  For
+ * a tool callback that can bound its own work: the limit is a wall-clock
+ * limit of the whole exec, tool time included (libnsbox(3), TIME LIMITS).
+ * From the thread driving the session. */
+NSBOX_API double nsbox_exec_time_left(const nsbox_session_t *s);
 
 NSBOX_API enum nsbox_status nsbox_result_status(const nsbox_result_t *r);
 /* The value as JSON (nsbox-protocol(7) encoding), "null" when none. */
@@ -247,6 +253,11 @@ NSBOX_API int nsbox_result_exit_code(const nsbox_result_t *r);
  * the first call (safe from several threads), NULL only when out of
  * memory. */
 NSBOX_API const char *nsbox_result_json(const nsbox_result_t *r);
+/* Since 0.5.0.  Whether stream (1 stdout, 2 stderr) was cut to the
+ * session's output limit (head and tail kept, a "[... N bytes truncated
+ * ...]" line between them); *total (may be NULL) gets how many bytes the
+ * code wrote to it.  false for a bad stream or a result without output. */
+NSBOX_API bool nsbox_result_truncated(const nsbox_result_t *r, int stream, uint64_t *total);
 NSBOX_API void nsbox_result_free(nsbox_result_t *r);
 
 /* ---- exec for event loops (since 0.4.0) --------------------------------
