@@ -31,7 +31,7 @@ from . import _tools
 from . import _values
 from .errors import (Cancelled, MemoryLimitExceeded, ProtocolError, SandboxCrashed, SandboxedException,
                      SandboxedMemoryError, SandboxedToolError, SandboxError, TimeLimitExceeded,
-                     UndefinedVariable)
+                     UndecodableValue, UndefinedVariable)
 
 __all__ = ["Sandbox", "ExecResult"]
 
@@ -184,12 +184,18 @@ class _Dispatch:
 
     def invoke(self, t, args_json):
         call = _values.parse(args_json)
-        args = _values.decode(call.get("args") or [])
-        # kwargs' keys are names, never $-tags: decode the values only.
-        kwargs = call.get("kwargs") or {}
-        for k, x in kwargs.items():
-            if type(x) in _values.NESTED:
-                kwargs[k] = _values.decode(x)
+        try:
+            args = _values.decode(call.get("args") or [])
+            # kwargs' keys are names, never $-tags: decode the values only.
+            kwargs = call.get("kwargs") or {}
+            for k, x in kwargs.items():
+                if type(x) in _values.NESTED:
+                    kwargs[k] = _values.decode(x)
+        except (RecursionError, MemoryError, ValueError, UnicodeError, KeyError, TypeError) as e:
+            # Chosen by the sandbox: the call fails (a ToolError inside),
+            # the function is not called.
+            raise UndecodableValue("the sandbox sent tool %s arguments the host cannot decode (%s: %s)"
+                                   % (t.name, type(e).__name__, str(e)[:200])) from e
         return t.call(args, kwargs)
 
     def failed(self, e):
