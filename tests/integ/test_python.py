@@ -83,14 +83,25 @@ def test_value_types(expr, want):
 
 
 def test_unserialisable_values_come_back_as_repr():
-    p, r = run_json("-c", "print('kept'); ({1: 2}, object, '\\ud800', {1, 2})")
+    p, r = run_json("-c", "print('kept'); (object, '\\ud800', {object: 1})")
     assert p.returncode == 0
     assert r["stdout"] == "kept\n"
-    d, cls, bad, st = r["value"]["$tuple"]
-    assert d["$type"] == "builtins.dict" and d["$repr"] == "{1: 2}"
+    cls, bad, d = r["value"]["$tuple"]
     assert cls["$type"] == "builtins.type" and "object" in cls["$repr"]
     assert bad["$type"] == "builtins.str"
-    assert st == {"$repr": "{1, 2}", "$type": "builtins.set"}
+    (k, v), = d["$dict"]
+    assert k["$type"] == "builtins.type" and v == 1
+
+
+@pytest.mark.parametrize("expr,want", [
+    ("{1: 2}", {"$dict": [[1, 2]]}), ("{1, 2}", {"$set": [1, 2]}), ("frozenset()", {"$frozenset": []}),
+    ("b'\\x00\\xff'", {"$bytes": "AP8="}), ("bytearray(b'x')", {"$bytearray": "eA=="}),
+    ("1+2j", {"$complex": [1.0, 2.0]}), ("{(1,): {b''}}", {"$dict": [[{"$tuple": [1]}, {"$set": [{"$bytes": ""}]}]]}),
+])
+def test_builtin_value_tags(expr, want):
+    p, r = run_json("-c", expr)
+    assert p.returncode == 0, p.stderr
+    assert r["value"] == want
 
 
 def test_deep_and_cyclic_values():
