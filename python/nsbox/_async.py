@@ -464,7 +464,7 @@ class AsyncSandbox(_SandboxBase):
     # ---- state: short blocking round trips on the loop's thread ----
 
     async def set_variable(self, name: str, value: Any) -> None:
-        """Bind a global inside to value (JSON-able values, as for Sandbox)."""
+        """Bind a global inside to value (the built-in types, as for Sandbox)."""
         _tools.check_name(name)
         data = _values.dumps(value)
         async with self._lock_for_loop():

@@ -893,8 +893,10 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
     # ---- state ----
 
     def set_variable(self, name: str, value: Any) -> None:
-        """Bind a global inside to value (None, bool, int, float, str, and
-        lists, tuples and str-keyed dicts of them)."""
+        """Bind a global inside to value: Python's built-in types (None,
+        bool, int, float, complex, str, bytes, bytearray, list, tuple, set,
+        frozenset, dict) nested in any way up to 100 levels.  TypeError for
+        another type, ValueError for a cycle or deeper nesting."""
         _tools.check_name(name)
         data = _values.dumps(value)
         with self._lock:
