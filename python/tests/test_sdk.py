@@ -1786,3 +1786,21 @@ def test_async_sandbox_tools_count_toward_the_limit(libnsbox):
 
     asyncio.run(main())
     assert state.get("cancelled") and state["took"] < 4, state
+
+
+def test_hints_of_other_classes_accept_what_comes(sb):
+    import dataclasses
+    from typing import TypedDict
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    class Movie(TypedDict):
+        title: str
+
+    @sb.tool
+    def take(p: Point, m: Movie, ps: List[Point]) -> str:
+        return repr((p, m, ps))
+
+    assert sb.execute("take({'x': 1}, {'title': 't'}, [{'x': 2}])") == "({'x': 1}, {'title': 't'}, [{'x': 2}])"
