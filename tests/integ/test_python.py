@@ -502,3 +502,13 @@ def test_every_lib_dynload_extension_imports():
     if os.path.exists("/usr/lib/python3/dist-packages/yaml/_yaml.cpython-311-x86_64-linux-gnu.so"):
         p = run("--dist-packages", "-c", "import yaml._yaml as y; print(y.__name__)")
         assert p.returncode == 0 and p.stdout == "yaml._yaml\n", p.stderr
+
+
+def test_tool_time_counts_toward_the_time_limit():
+    # The command can't be interrupted: the exec fails when it returns late,
+    # and its result never reaches the code.
+    t0 = time.time()
+    p = run("--time-limit", "0.5", "--tool", "slow=sleep 1.5; echo 1", "-c", "x = slow(); print('got', x)")
+    assert p.returncode == 124, p.stderr
+    assert "got" not in p.stdout and "time limit exceeded" in p.stderr
+    assert 1.5 <= time.time() - t0 < 10
