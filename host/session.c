@@ -171,9 +171,16 @@ static json_t *hello_msg(const struct nsbox_session *s)
 	return m;
 }
 
-static bool valid_identifier(const char *n)
+/* A tool's name: an identifier that replaces nothing of Python's. */
+static int check_tool_name(const char *n, struct nsbox_err *err)
 {
-	return proto_is_identifier(n) && strlen(n) <= PROTO_TOOL_NAME_MAX;
+	if (!proto_is_identifier(n) || strlen(n) > PROTO_TOOL_NAME_MAX)
+		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier", n ? n : "");
+	if (proto_is_reserved_name(n))
+		return err_set(err, EINVAL,
+			       "tool name '%s' is a Python keyword, builtin or dunder: a tool by that name would "
+			       "replace it inside (choose another name)", n);
+	return 0;
 }
 
 /* ---- the EXEC frame, written directly ----
@@ -387,9 +394,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	if (!opts || !opts->policy)
 		return err_set(err, EINVAL, "session: no policy");
 	for (size_t i = 0; i < opts->n_tools; i++)
-		if (!valid_identifier(opts->tools[i].name))
-			return err_set(err, EINVAL, "tool name '%s' is not a Python identifier",
-				       opts->tools[i].name ? opts->tools[i].name : "");
+		if (check_tool_name(opts->tools[i].name, err) < 0)
+			return -1;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return err_set(err, ENOMEM, "session");
@@ -1325,9 +1331,8 @@ int session_add_tool(struct nsbox_session *s, const struct session_tool *t, stru
 	json_t *a = NULL, *list;
 	int r;
 
-	if (!t || !valid_identifier(t->name))
-		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier",
-			       t && t->name ? t->name : "");
+	if (check_tool_name(t ? t->name : NULL, err) < 0)
+		return -1;
 	if (t->schema && !json_is_object(t->schema))
 		return err_set(err, EINVAL, "tool %s: the schema is not a JSON object", t->name);
 	if (find_tool(s, t->name))

@@ -512,3 +512,10 @@ def test_tool_time_counts_toward_the_time_limit():
     assert p.returncode == 124, p.stderr
     assert "got" not in p.stdout and "time limit exceeded" in p.stderr
     assert 1.5 <= time.time() - t0 < 10
+
+
+@pytest.mark.parametrize("name", ["len", "print", "class", "__name__"])
+def test_tool_names_that_replace_python_names_are_refused(name):
+    p = run("--tool", name + "=cat", "-c", "1")
+    assert p.returncode == 120, (p.returncode, p.stderr)
+    assert repr(name) in p.stderr or name in p.stderr

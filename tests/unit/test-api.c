@@ -419,6 +419,11 @@ static void test_tools(nsbox_policy_t *p)
 	CHECK(nsbox_session_add_tool(s, "not-a-name", NULL, NULL, calc, NULL, &e) == -EINVAL,
 	      "add_tool bad name: -EINVAL (%s)", emsg(e));
 	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "print", NULL, NULL, calc, NULL, &e) == -EINVAL && strstr(emsg(e), "builtin"),
+	      "add_tool named like a builtin: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "import builtins\nprint is builtins.print"), "true"),
+	      "print is still the builtin");
 	CHECK(nsbox_session_add_tool(s, "t2", "[1,2]", NULL, calc, NULL, &e) == -EINVAL,
 	      "add_tool with a schema that is not an object: -EINVAL (%s)", emsg(e));
 	clear(&e);
