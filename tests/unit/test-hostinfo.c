@@ -81,7 +81,8 @@ static void test_checks(void)
 	nsbox_error_free(e);
 	e = NULL;
 	ok(nsbox_check_tool_name("class", NULL) == -EINVAL && nsbox_check_tool_name("match", NULL) == -EINVAL &&
-		   nsbox_check_tool_name("__name__", NULL) == -EINVAL && nsbox_check_tool_name("print", NULL) == -EINVAL,
+		   nsbox_check_tool_name("__name__", NULL) == -EINVAL &&
+		   nsbox_check_tool_name("print", NULL) == -EINVAL,
 	   "a keyword, a soft keyword, a dunder, print: refused");
 	ok(nsbox_check_tool_name("lens", NULL) == 0 && nsbox_check_tool_name("quit", NULL) == 0 &&
 		   nsbox_check_tool_name("_x", NULL) == 0,
