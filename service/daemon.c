@@ -124,8 +124,9 @@ static struct {
 	unsigned n_sessions;
 	struct pooled *pool;
 	unsigned pool_n[CONF_MAX_PROFILES];
-	unsigned refilling;	/* pool creations with the worker (one at a time: OPENs that miss wait behind it) */
-	struct pooled *making;	/* that one */
+	unsigned refilling;	/* pool creations with the workers (fewer than the workers: OPENs that miss get one) */
+	struct pooled *making[WORKER_MAX];	/* those */
+	unsigned workers;	/* started with (Workers= is read at start only) */
 	uint64_t next_serial;
 	unsigned char *uid_used;	/* bitmap over conf.uid_count: a live session's */
 	unsigned char *uid_foreign;	/* same: owned by a process or named in passwd/group at start */
@@ -310,7 +311,7 @@ static struct job *job_new(enum job_kind kind, void *owner)
 
 /* End and free a session on the worker; nothing waits for the answer.  Only
  * when even that allocation fails does the loop do it itself. */
-static void end_detached(nsbox_session_t *s)
+static void end_detached(nsbox_session_t *s, unsigned host_uid)
 {
 	struct job *j = job_new(JOB_END, NULL);
 
@@ -319,21 +320,20 @@ static void end_detached(nsbox_session_t *s)
 
 		nsbox_session_end(s, true, &st, NULL);
 		nsbox_session_free(s);
+		uid_free(host_uid);
 		return;
 	}
 	nsbox_session_kill(s);
 	j->s = s;
 	j->kill = true;
+	/* Its host uid is free once the sandbox is reaped (worker_collect). */
+	j->free_uid = host_uid;
 	worker_submit(j);
 }
 
 static void pooled_drop(struct pooled *p)
 {
-	end_detached(p->s);
-	/* Its host uid may be handed out again at once: the worker runs an
-	 * end before every creation it has not started, so the sandbox is
-	 * reaped before one made for that uid starts. */
-	uid_free(p->host_uid);
+	end_detached(p->s, p->host_uid);
 	free(p);
 }
 
@@ -352,12 +352,19 @@ static void pool_drop_all(void)
  * being made. */
 static void pool_refill(void)
 {
-	for (int i = 0; i < CONF_MAX_PROFILES && !D.refilling && !D.stopping; i++) {
+	/* One worker stays free for OPENs the pool can't serve and for ends. */
+	unsigned most = D.workers > 1 ? D.workers - 1 : 1;
+
+	for (int i = 0; i < CONF_MAX_PROFILES && D.refilling < most && !D.stopping; i++) {
 		struct pooled *p;
 		struct job *j;
 		char eb[512];
 
-		if (!D.conf.pool_profile[i] || D.pool_n[i] >= D.conf.pool_size)
+		unsigned coming = 0;
+
+		for (unsigned k = 0; k < WORKER_MAX; k++)
+			coming += D.making[k] && D.making[k]->profile == i;
+		if (!D.conf.pool_profile[i] || D.pool_n[i] + coming >= D.conf.pool_size)
 			continue;
 		if (D.n_sessions + D.pool_n[i] >= D.conf.max_sessions)
 			return;
@@ -387,7 +394,12 @@ static void pool_refill(void)
 			return;
 		}
 		D.refilling++;
-		D.making = p;
+		for (unsigned k = 0; k < WORKER_MAX; k++)
+			if (!D.making[k]) {
+				D.making[k] = p;
+				break;
+			}
+		i--;	/* this profile may want more */
 		worker_submit(j);
 	}
 }
@@ -398,7 +410,9 @@ static void open_made(struct sess *x, struct job *j);
 static void pool_made(struct pooled *p, struct job *j)
 {
 	D.refilling--;
-	D.making = NULL;
+	for (unsigned k = 0; k < WORKER_MAX; k++)
+		if (D.making[k] == p)
+			D.making[k] = NULL;
 	if (p->waiter) {
 		/* An OPEN waited for this one: it is the OPEN's now. */
 		struct sess *x = p->waiter;
@@ -995,8 +1009,11 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	}
 	/* The pool is empty but its next sandbox is being made: that one,
 	 * rather than another made after it. */
-	if (poolable(&o) && D.making && D.making->profile == profile && !D.making->waiter) {
-		D.making->waiter = x;
+	for (unsigned k = 0; poolable(&o) && !pooled && k < WORKER_MAX; k++)
+		if (D.making[k] && D.making[k]->profile == profile && !D.making[k]->waiter)
+			pooled = D.making[k];
+	if (pooled) {
+		pooled->waiter = x;
 		x->state = S_PENDING;
 		sess_link(c, x);
 		D.n_sessions++;
@@ -1344,6 +1361,8 @@ static void worker_collect(void)
 			open_made(j->owner, j);
 		else if (j->kind == JOB_END && k)
 			sess_ended(j->owner, &j->st);
+		if (j->kind == JOB_END)
+			uid_free(j->free_uid);
 		free(j);
 		j = next;
 	}
@@ -1555,9 +1574,15 @@ int daemon_run(const struct daemon_opts *o)
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &D.sig };
 	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.sig.fd, &ev);
 	/* After the signals are blocked: the worker thread inherits that. */
-	if (worker_start() < 0) {
-		logmsg("cannot start the worker thread: %s", strerror(errno));
-		return 1;
+	{
+		int r = worker_start(D.conf.workers);
+
+		D.workers = D.conf.workers;
+
+		if (r < 0) {
+			logmsg("cannot start %u worker threads: %s", D.conf.workers, strerror(-r));
+			return 1;
+		}
 	}
 	D.worker.kind = EV_WORKER;
 	D.worker.fd = worker_fd();
@@ -1565,8 +1590,8 @@ int daemon_run(const struct daemon_opts *o)
 	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.worker.fd, &ev);
 	D.idle_since = mono_ns();
 	sd_notify(0, "READY=1");
-	logmsg("ready (%s, pool %u per profile%s)", D.activated ? "socket-activated" : o->listen_path, D.conf.pool_size,
-	       D.host_uids ? ", per-session host uids" : "");
+	logmsg("ready (%s, pool %u per profile, %u workers%s)", D.activated ? "socket-activated" : o->listen_path,
+	       D.conf.pool_size, D.conf.workers, D.host_uids ? ", per-session host uids" : "");
 	notify_status();
 
 	while (!D.stopping) {

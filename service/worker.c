@@ -1,6 +1,7 @@
-/* The sandbox worker (worker.h).  One thread: libnsbox's helper serves one
- * request at a time, so a second worker would only queue behind the first
- * and make the order of a session's creation and its end a race. */
+/* The sandbox workers (worker.h): n threads, and libnsbox runs a helper
+ * process for each (nsbox_set_helpers), since a helper makes one sandbox
+ * at a time.  A session's jobs never overlap: the loop submits its end only
+ * after its creation came back. */
 #include "worker.h"
 
 #include <errno.h>
@@ -14,8 +15,9 @@
 static struct {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	pthread_t thread;
-	bool running, stop;
+	pthread_t threads[WORKER_MAX];
+	unsigned n_threads;
+	bool stop;
 	int efd;
 	struct job *todo, *todo_tail;	/* submitted, not started: creations */
 	struct job *ends, *ends_tail;	/* the same, ends: they go first */
@@ -104,25 +106,27 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-int worker_start(void)
+int worker_start(unsigned n)
 {
 	sigset_t all, old;
-	int r;
+	int r = 0;
 
+	if (n < 1 || n > WORKER_MAX || nsbox_set_helpers(n) < 0)
+		return -EINVAL;
 	W.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (W.efd < 0)
 		return -errno;
-	/* Signals are the loop's (its signalfd): the thread blocks them all. */
+	/* Signals are the loop's (its signalfd): the threads block them all. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = pthread_create(&W.thread, NULL, worker_main, NULL);
+	while (W.n_threads < n && !(r = pthread_create(&W.threads[W.n_threads], NULL, worker_main, NULL)))
+		W.n_threads++;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (r) {
+	if (!W.n_threads) {
 		close(W.efd);
 		W.efd = -1;
 		return -r;
 	}
-	W.running = true;
 	return 0;
 }
 
@@ -176,14 +180,15 @@ unsigned worker_pending(void)
 
 void worker_stop(void)
 {
-	if (!W.running)
+	if (!W.n_threads)
 		return;
 	pthread_mutex_lock(&W.lock);
 	W.stop = true;
-	pthread_cond_signal(&W.cond);
+	pthread_cond_broadcast(&W.cond);
 	pthread_mutex_unlock(&W.lock);
-	pthread_join(W.thread, NULL);
-	W.running = false;
+	for (unsigned i = 0; i < W.n_threads; i++)
+		pthread_join(W.threads[i], NULL);
+	W.n_threads = 0;
 	close(W.efd);
 	W.efd = -1;
 }

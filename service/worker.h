@@ -1,4 +1,4 @@
-/* nsboxd's sandbox worker: the one thread that makes and ends sandboxes, so
+/* nsboxd's sandbox workers: the threads that make and end sandboxes, so
  * the event loop never waits for one (service/daemon.c).  Making a sandbox
  * takes milliseconds of waiting on libnsbox's helper process, and so does
  * reaping one; a loop that did either itself would stall every other
@@ -27,6 +27,7 @@ struct job {
 	uint64_t output_limit;
 	int fds[16];		/* what the policy names by /proc/self/fd: closed by the worker */
 	int n_fds;
+	unsigned free_uid;	/* JOB_END: a host uid the loop frees once it is back */
 	/* JOB_CREATE's result, JOB_END's input */
 	nsbox_session_t *s;
 	struct nsbox_session_info info;
@@ -39,7 +40,10 @@ struct job {
 	char err[512];
 };
 
-int worker_start(void);
+/* Start n threads (1 to WORKER_MAX), and let libnsbox run as many helpers.
+ * Returns 0 or a negative errno. */
+#define WORKER_MAX 4
+int worker_start(unsigned n);
 /* The eventfd the loop polls: readable when jobs are done. */
 int worker_fd(void);
 /* Hand a job over: the worker owns it until worker_done returns it. */

@@ -426,12 +426,25 @@ def test_load_concurrent_clients(big_daemon):
     assert MODE == "nodeleg" or mine, "no cgroup of the service's pool found"
 
 
+def settled_fds(daemon):
+    """nsboxd's fd count once its pool is full again (it stops changing)."""
+    last, same = -1, 0
+    for _ in range(200):
+        n = daemon.fds()
+        same = same + 1 if n == last else 0
+        if same >= 5:
+            return n
+        last = n
+        time.sleep(0.05)
+    return last
+
+
 def test_soak_fds_and_memory_return(daemon):
     c = svcclient.Client(daemon.sock)
-    for _ in range(20):     # warm up allocator and pool
+    for _ in range(20):     # warm up allocator, pool and the workers' helpers
         sb, _ = c.open()
         sb.close()
-    fds0, rss0 = daemon.fds(), daemon.rss_kb()
+    fds0, rss0 = settled_fds(daemon), daemon.rss_kb()
     n = int(os.environ.get("NSBOXD_SOAK", "400"))
     for i in range(n):
         sb, m = c.open()
@@ -442,8 +455,7 @@ def test_soak_fds_and_memory_return(daemon):
             c.close()
             c = svcclient.Client(daemon.sock)
     c.close()
-    time.sleep(0.3)
-    assert daemon.fds() <= fds0 + 2, (fds0, daemon.fds())
+    assert settled_fds(daemon) <= fds0 + 2, (fds0, daemon.fds())
     # A sanitized nsboxd keeps freed memory in ASan's quarantine by design
     # (its leaks are LeakSanitizer's to find at exit): RSS says nothing there.
     if not os.environ.get("NSBOX_SANITIZE"):
