@@ -561,6 +561,14 @@ NSBOX_API void nsbox_session_kill(nsbox_session_t *s);
  * from nsbox_session_handoff() first).  Errors: -EINVAL. */
 NSBOX_API int nsbox_session_end(nsbox_session_t *s, bool kill, struct nsbox_run_status *st, nsbox_error_t **err);
 
+/* How many helper processes this process may run to make sandboxes, 1 (the
+ * default) to 4.  A helper makes one sandbox at a time; a host that makes
+ * sandboxes from several threads at once (nsboxd's workers) makes them in
+ * parallel with more.  Each helper is started when first needed; lowering
+ * the count stops none (their sandboxes stay theirs).  Any thread.
+ * Errors: -EINVAL n is out of range. */
+NSBOX_API int nsbox_set_helpers(unsigned n);
+
 #ifdef __cplusplus
 }
 #endif

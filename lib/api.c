@@ -27,6 +27,7 @@
 #include "run.h"
 #include "session.h"
 #include "files.h"
+#include "helper.h"
 #include "util.h"
 #include "api-internal.h"
 
@@ -183,6 +184,11 @@ void nsbox_free(void *p)
 const char *nsbox_version(void)
 {
 	return NSBOX_VERSION;
+}
+
+int nsbox_set_helpers(unsigned n)
+{
+	return helper_set_count(n);
 }
 
 /* Options structs may come from an older or newer caller: copy what both
