@@ -243,3 +243,139 @@ def test_policy_checks():
     rc, out, _ = run(["policy", "show", "--allow-net", "*.example.com:8443", "--net-log", "/tmp/x.jsonl"])
     if rc == 0:
         assert "Allow=*.example.com:8443" in out and "Log=/tmp/x.jsonl" in out
+
+
+@pytest.fixture(scope="module")
+def tls_upstream(tmp_path_factory):
+    """An HTTPS server on 127.0.0.1 with a self-signed certificate for
+    localhost (openssl(1) makes it), serving / and /big (1 MiB)."""
+    import ssl
+    import subprocess
+    d = tmp_path_factory.mktemp("nsbox-test-tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost", "-keyout", str(d / "key.pem"), "-out",
+                    str(d / "cert.pem")], check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(d / "cert.pem"), str(d / "key.pem"))
+    srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+# Inside: SOCKS5 spoken by hand (RFC 1928).
+SOCKS = r'''
+import struct
+def socks(atyp_addr, port, cmd=1, methods=b"\x00", payload=None):
+    s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+    s.sendall(b"\x05" + bytes([len(methods)]) + methods)
+    m = s.recv(2)
+    if m[1:] != b"\x00":
+        s.close(); return {"method": m.hex()}
+    if isinstance(atyp_addr, str):
+        a = b"\x03" + bytes([len(atyp_addr)]) + atyp_addr.encode()
+    else:
+        a = atyp_addr
+    s.sendall(b"\x05" + bytes([cmd]) + b"\x00" + a + struct.pack(">H", port))
+    rep = b""
+    while len(rep) < 10:
+        b = s.recv(10 - len(rep))
+        if not b: break
+        rep += b
+    r = {"rep": rep[1] if len(rep) > 1 else None}
+    if r["rep"] == 0 and payload is not None:
+        s.sendall(payload)
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            data += b
+        r["data"] = data.decode(errors="replace")
+    s.close()
+    return r
+'''
+
+
+def test_socks5(upstream, echo):
+    port, seen = echo
+    nseen = len([b for b in seen if b])
+    rules = ["--allow-net", f"{UP}:{upstream}", "--allow-net", f"localhost:{port}", "--allow-net",
+             f"127.0.0.1:{port}", "--allow-net", f"localhost:{upstream}", "--allow-net", "*.allowed.test"]
+    get = f"GET / HTTP/1.1\\r\\nHost: {UP}:{upstream}\\r\\nConnection: close\\r\\n\\r\\n"
+    out, log = sandbox(rules, PRELUDE + SOCKS + f'''
+R["env"] = os.environ.get("ALL_PROXY")
+R["literal"] = socks(b"\\x01" + socket.inet_aton("{UP}"), {upstream}, payload=b"{get}")
+R["name_as_literal"] = socks("{UP}", {upstream}, payload=b"{get}")
+R["unlisted"] = socks("example.com", 443)
+R["private"] = socks("localhost", {upstream})
+R["no_rule_ip"] = socks(b"\\x01" + socket.inet_aton("127.0.0.1"), {upstream})
+R["v6"] = socks(b"\\x04" + socket.inet_pton(socket.AF_INET6, "::1"), {upstream})
+R["unresolvable"] = socks("nx.allowed.test", 443)
+R["bind"] = socks("localhost", {port}, cmd=2)
+R["udp"] = socks("localhost", {port}, cmd=3)
+R["atyp"] = socks(b"\\x07\\x01\\x02\\x03\\x04", {port})
+R["auth_only"] = socks("localhost", {port}, methods=b"\\x02")
+R["badname"] = socks("exa mple.com", 443)
+s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+s.sendall(b"\\x05\\x01\\x00\\x05\\x01\\x00\\x03\\x09localhost" + struct.pack(">H", {port}))
+R["pipelined"] = s.recv(12).hex()
+ctx = ssl.create_default_context()
+try:
+    ctx.wrap_socket(s, server_hostname="evil.example").close()
+except (ssl.SSLError, OSError) as e:
+    R["sni"] = str(e)
+print(json.dumps(R))
+''')
+    assert out["env"] == "socks5h://127.0.0.1:1080"
+    assert out["literal"]["rep"] == 0 and "hello from upstream" in out["literal"]["data"]
+    assert out["name_as_literal"]["rep"] == 0 and "hello from upstream" in out["name_as_literal"]["data"]
+    assert out["unlisted"]["rep"] == 2          # connection not allowed by ruleset
+    assert out["private"]["rep"] == 2           # localhost resolves to loopback: no address rule
+    assert out["no_rule_ip"]["rep"] == 2
+    assert out["v6"]["rep"] == 2
+    assert out["unresolvable"]["rep"] == 4      # host unreachable
+    assert out["bind"]["rep"] == 7 and out["udp"]["rep"] == 7   # command not supported
+    assert out["atyp"]["rep"] == 8              # address type not supported
+    assert out["auth_only"] == {"method": "05ff"}
+    assert out["badname"]["rep"] == 4
+    # Greeting and request in one write; then a ClientHello for another name.
+    assert out["pipelined"] == "0500" + "05000001" + "00000000" + "0000"
+    assert "ACCESS_DENIED" in out["sni"].upper()
+    assert len([b for b in seen if b]) == nseen  # the refused hello never left
+    s = [e for e in log if e["kind"] == "socks"]
+    by = {(e["host"], e["port"]): e for e in s}
+    assert by[(UP, upstream)]["decision"] == "allow" and by[(UP, upstream)]["bytes_in"] > 20
+    assert by[("example.com", 443)]["reason"] == "name not on the allowlist"
+    assert "loopback" in by[("localhost", upstream)]["reason"]
+    assert by[("::1", upstream)]["decision"] == "deny"
+    assert by[("nx.allowed.test", 443)]["reason"] == "cannot resolve the name on the host"
+    reasons = [e["reason"] for e in s]
+    assert "SOCKS BIND is not supported" in reasons and "SOCKS UDP ASSOCIATE is not supported" in reasons
+    assert "SOCKS address type not supported" in reasons
+    assert "SOCKS5 without the no-authentication method" in reasons
+    assert any(e["sni"] == "evil.example" and "SNI" in e["reason"] for e in s)
+
+
+def test_curl_https_through_both_proxies(tls_upstream):
+    # A real TLS fetch by name: curl through HTTPS_PROXY (CONNECT) and
+    # through SOCKS5 with remote resolution; nothing without a proxy.
+    port = tls_upstream
+    rules = ["--allow-net", f"localhost:{port}", "--allow-net", f"127.0.0.1:{port}"]
+    with tempfile.NamedTemporaryFile(prefix="nsbox-test-netlog-", suffix=".jsonl") as log:
+        rc, out, err = run(["run", "--net-log", log.name] + rules + ["--", "/bin/sh", "-c", f'''
+unset NO_PROXY no_proxy
+echo "connect: $(curl -sSk https://localhost:{port}/ 2>&1)"
+echo "socks: $(curl -sSk --socks5-hostname 127.0.0.1:1080 https://localhost:{port}/ 2>&1)"
+echo "direct: $(curl -sSk --noproxy '*' https://localhost:{port}/ 2>&1 | head -c 60)"
+'''])
+        entries = [json.loads(line) for line in open(log.name) if line.strip()]
+    assert rc == 0, err
+    lines = dict(line.split(": ", 1) for line in out.strip().splitlines())
+    assert lines["connect"] == "hello from upstream"
+    assert lines["socks"] == "hello from upstream"
+    assert "hello" not in lines["direct"]
+    kinds = [(e["kind"], e["decision"], e["sni"]) for e in entries]
+    assert ("connect", "allow", "localhost") in kinds and ("socks", "allow", "localhost") in kinds
