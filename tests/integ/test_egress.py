@@ -481,3 +481,50 @@ exit $rc
     assert {e["host"] for e in log if e["decision"] == "deny"} >= {"secret-data.exfil.test", "c2vjcmv0.exfil.test",
                                                                    "more-secrets.exfil.test",
                                                                    "socks-secret.exfil.test"}
+
+
+def test_pip_install_from_an_allowed_index(tmp_path):
+    """pip, unchanged, through HTTP_PROXY: a wheel built here from a tiny
+    source package (Debian's setuptools and wheel), served from a PEP 503
+    simple index on 127.0.0.2, installed inside into a --target in /tmp."""
+    import functools
+    import hashlib
+    import subprocess
+    src = tmp_path / "src" / "nsbox_egress_demo"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text('GREETING = "hi from a wheel"\n')
+    (tmp_path / "src" / "setup.py").write_text(
+        'from setuptools import setup\nsetup(name="nsbox-egress-demo", version="1.0", packages=["nsbox_egress_demo"])\n')
+    p = subprocess.run([PY, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                        "--disable-pip-version-check", "-w", str(tmp_path / "index" / "files"), "./src"],
+                       cwd=tmp_path, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    whl = next((tmp_path / "index" / "files").glob("*.whl"))
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    proj = tmp_path / "index" / "simple" / "nsbox-egress-demo"
+    proj.mkdir(parents=True)
+    (tmp_path / "index" / "simple" / "index.html").write_text(
+        '<!DOCTYPE html><html><body><a href="nsbox-egress-demo/">nsbox-egress-demo</a></body></html>\n')
+    (proj / "index.html").write_text(
+        f'<!DOCTYPE html><html><body><a href="../../files/{whl.name}#sha256={sha}">{whl.name}</a></body></html>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "index"))
+    srv = http.server.ThreadingHTTPServer((UP, 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port = srv.server_address[1]
+    try:
+        with tempfile.NamedTemporaryFile(prefix="nsbox-test-netlog-", suffix=".jsonl") as log:
+            rc, out, err = run(["run", "--net-log", log.name, "--allow-net", f"{UP}:{port}", "--", "/bin/sh", "-c", f'''
+set -e
+{PY} -m pip install -q --no-cache-dir --disable-pip-version-check --index-url http://{UP}:{port}/simple/ \
+    --target /tmp/t nsbox-egress-demo
+PYTHONPATH=/tmp/t {PY} -c "import nsbox_egress_demo; print(nsbox_egress_demo.GREETING)"
+'''], timeout=180)
+            entries = [json.loads(line) for line in open(log.name) if line.strip()]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert rc == 0, err
+    assert out.strip().splitlines()[-1] == "hi from a wheel"
+    got = [e for e in entries if e["kind"] == "http" and e["decision"] == "allow"]
+    assert got and all(e["addr"] == UP and e["port"] == port for e in got)
+    assert sum(e["bytes_in"] for e in got) > whl.stat().st_size
