@@ -300,7 +300,8 @@ int egress_http_rewrite(const struct egress_http_req *h, char *out, size_t size,
 			host_seen = true;
 		}
 		if (!(nl > 6 && strncasecmp(line, "Proxy-", 6) == 0) && !header_is(line, nl, "Connection") &&
-		    !header_is(line, nl, "Keep-Alive") && !header_is(line, nl, "TE") && !header_is(line, nl, "Upgrade")) {
+		    !header_is(line, nl, "Keep-Alive") && !header_is(line, nl, "TE") &&
+		    !header_is(line, nl, "Upgrade")) {
 			*why = "request head too long";
 			if (append(out, size, &o, line, ll + 2) < 0)
 				return -1;

@@ -38,7 +38,10 @@ size_t egress_tls_record_len(const uint8_t *b, size_t n);
 
 /* ---- HTTP/1.x proxy requests (RFC 9112 3.2.2, 9.3.6) ---- */
 
-enum egress_http_kind { EGRESS_HTTP_CONNECT = 1, EGRESS_HTTP_PLAIN };
+enum egress_http_kind {
+	EGRESS_HTTP_CONNECT = 1,
+	EGRESS_HTTP_PLAIN
+};
 
 struct egress_http_req {
 	enum egress_http_kind kind;
@@ -92,8 +95,8 @@ void egress_dns_answer_finish(uint8_t *a, int rcode, unsigned ancount);
 
 enum {
 	SOCKS_OK = 0,
-	SOCKS_FAIL = 1,		/* general SOCKS server failure */
-	SOCKS_NOT_ALLOWED = 2,	/* connection not allowed by ruleset */
+	SOCKS_FAIL = 1,	       /* general SOCKS server failure */
+	SOCKS_NOT_ALLOWED = 2, /* connection not allowed by ruleset */
 	SOCKS_NET_UNREACH = 3,
 	SOCKS_HOST_UNREACH = 4,
 	SOCKS_REFUSED = 5,

@@ -46,7 +46,12 @@ static pthread_cond_t slot_free = PTHREAD_COND_INITIALIZER;
 static unsigned active;
 
 /* Why a destination was refused, for the reply: HTTP status or SOCKS code. */
-enum refusal { R_POLICY = 1, R_LIMIT, R_RESOLVE, R_CONNECT };
+enum refusal {
+	R_POLICY = 1,
+	R_LIMIT,
+	R_RESOLVE,
+	R_CONNECT
+};
 
 struct req {
 	int fd, up;
@@ -97,8 +102,7 @@ static void audit(const struct req *r)
 		     "{\"time\":%lld.%03ld,\"kind\":\"%s\",\"host\":\"%s\",\"port\":%u,\"addr\":\"%s\",\"sni\":\"%s\","
 		     "\"decision\":\"%s\",\"reason\":\"%s\",\"bytes_out\":%llu,\"bytes_in\":%llu}\n",
 		     (long long)ts.tv_sec, ts.tv_nsec / 1000000, r->kind, host, (unsigned)r->t.port, r->addr, sni,
-		     r->decision ? r->decision : "deny", reason, (unsigned long long)r->out,
-		     (unsigned long long)r->in);
+		     r->decision ? r->decision : "deny", reason, (unsigned long long)r->out, (unsigned long long)r->in);
 	if (n <= 0 || (size_t)n >= sizeof(line))
 		return;
 	pthread_mutex_lock(&log_lock);
@@ -404,9 +408,19 @@ static int pump(struct dir *d, short rev_from, short rev_to)
 static void relay(struct req *r)
 {
 	struct dir d[2] = {
-		{ .from = r->fd, .to = r->up, .pipe = { -1, -1 }, .count = &r->out, .max = max_out, .total = &total_out,
+		{ .from = r->fd,
+		  .to = r->up,
+		  .pipe = { -1, -1 },
+		  .count = &r->out,
+		  .max = max_out,
+		  .total = &total_out,
 		  .limit = "byte limit (MaxBytesOut)" },
-		{ .from = r->up, .to = r->fd, .pipe = { -1, -1 }, .count = &r->in, .max = max_in, .total = &total_in,
+		{ .from = r->up,
+		  .to = r->fd,
+		  .pipe = { -1, -1 },
+		  .count = &r->in,
+		  .max = max_in,
+		  .total = &total_in,
 		  .limit = "byte limit (MaxBytesIn)" },
 	};
 
@@ -580,13 +594,13 @@ static void serve_socks(struct req *r)
 	}
 	r->t = s.t;
 	if (n < 0) {
-		r->reason = -n == SOCKS_BAD_ATYP	 ? "SOCKS address type not supported"
+		r->reason = -n == SOCKS_BAD_ATYP       ? "SOCKS address type not supported"
 			    : -n == SOCKS_HOST_UNREACH ? "not a host name"
 						       : "not a SOCKS5 request";
 		return socks_reply(r, -n);
 	}
 	if (s.cmd != 1) {
-		r->reason = s.cmd == 2 ? "SOCKS BIND is not supported"
+		r->reason = s.cmd == 2	 ? "SOCKS BIND is not supported"
 			    : s.cmd == 3 ? "SOCKS UDP ASSOCIATE is not supported"
 					 : "unknown SOCKS command";
 		return socks_reply(r, SOCKS_BAD_COMMAND);
