@@ -58,7 +58,7 @@ def echo():
                 c, _ = s.accept()
             except OSError:
                 return
-            c.settimeout(2)
+            c.settimeout(10)
             try:
                 seen.append(c.recv(65536))
             except OSError:
@@ -314,6 +314,7 @@ R["name_as_literal"] = socks("{UP}", {upstream}, payload=b"{get}")
 R["unlisted"] = socks("example.com", 443)
 R["private"] = socks("localhost", {upstream})
 R["no_rule_ip"] = socks(b"\\x01" + socket.inet_aton("127.0.0.1"), {upstream})
+R["public_ip"] = socks(b"\\x01" + socket.inet_aton("192.0.2.1"), 443)   # refused before any connect
 R["v6"] = socks(b"\\x04" + socket.inet_pton(socket.AF_INET6, "::1"), {upstream})
 R["unresolvable"] = socks("nx.allowed.test", 443)
 R["bind"] = socks("localhost", {port}, cmd=2)
@@ -340,6 +341,7 @@ print(json.dumps(R))
     assert out["unlisted"]["rep"] == 2          # connection not allowed by ruleset
     assert out["private"]["rep"] == 2           # localhost resolves to loopback: no address rule
     assert out["no_rule_ip"]["rep"] == 2
+    assert out["public_ip"]["rep"] == 2
     assert out["v6"]["rep"] == 2
     assert out["unresolvable"]["rep"] == 4      # host unreachable
     assert out["bind"]["rep"] == 7 and out["udp"]["rep"] == 7   # command not supported
@@ -356,6 +358,7 @@ print(json.dumps(R))
     assert by[("example.com", 443)]["reason"] == "name not on the allowlist"
     assert "loopback" in by[("localhost", upstream)]["reason"]
     assert by[("::1", upstream)]["decision"] == "deny"
+    assert by[("192.0.2.1", 443)]["reason"] == "address not on the allowlist"
     assert by[("nx.allowed.test", 443)]["reason"] == "cannot resolve the name on the host"
     reasons = [e["reason"] for e in s]
     assert "SOCKS BIND is not supported" in reasons and "SOCKS UDP ASSOCIATE is not supported" in reasons
