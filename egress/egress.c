@@ -5,10 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -66,8 +68,22 @@ int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct ns
 
 void egress_stop(pid_t pid)
 {
+	int pidfd;
+
 	if (pid <= 0)
 		return;
+	/* SIGTERM first: the proxy ends the tunnels still open and writes
+	 * their audit lines, which SIGKILL would lose; SIGKILL after
+	 * EGRESS_STOP_MS whatever it does. */
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd >= 0) {
+		struct pollfd pf = { .fd = pidfd, .events = POLLIN };
+
+		if (kill(pid, SIGTERM) == 0)
+			while (poll(&pf, 1, EGRESS_STOP_MS) < 0 && errno == EINTR)
+				;
+		close(pidfd);
+	}
 	kill(pid, SIGKILL);
 	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;

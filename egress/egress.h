@@ -46,7 +46,12 @@ int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct ns
  * and the DNS stub's sockets on 127.0.0.1 and send them over ns_fd. */
 int egress_ns_listen(int ns_fd, struct nsbox_err *err);
 
-/* Kill and reap the proxy.  Accepts 0. */
+/* How long the proxy gets after SIGTERM to end its tunnels and write
+ * their audit lines before SIGKILL. */
+#define EGRESS_STOP_MS 200
+
+/* Stop and reap the proxy: SIGTERM, at most EGRESS_STOP_MS, SIGKILL.
+ * Accepts 0. */
 void egress_stop(pid_t pid);
 
 /* The proxy's body (proxy.c); never returns. */

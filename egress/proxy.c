@@ -18,6 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -161,7 +165,7 @@ static void refuse(struct req *r, enum refusal why, const char *reason)
 	r->refusal = why;
 }
 
-static void deny_http(struct req *r, int status, const char *reason)
+static int deny_http(struct req *r, int status, const char *reason)
 {
 	char buf[512];
 	const char *text = status == 403 ? "Forbidden" : status == 400 ? "Bad Request" : "Bad Gateway";
@@ -175,13 +179,15 @@ static void deny_http(struct req *r, int status, const char *reason)
 		     status, text, reason, strlen("nsbox: egress denied: \n") + strlen(reason), reason);
 	if (n > 0 && (size_t)n < sizeof(buf))
 		(void)send_all(r->fd, buf, (size_t)n);
+	return -1;
 }
 
-static void socks_reply(struct req *r, int code)
+/* Returns -1 unless the reply is a success, for the callers' ease. */
+static int socks_reply(struct req *r, int code)
 {
 	uint8_t rep[10] = { 5, (uint8_t)code, 0, 1 }; /* BND.ADDR 0.0.0.0:0 */
 
-	(void)send_all(r->fd, rep, sizeof(rep));
+	return send_all(r->fd, rep, sizeof(rep)) == 0 && code == SOCKS_OK ? 0 : -1;
 }
 
 /* ---- the decision ---- */
@@ -354,7 +360,8 @@ static int check_tunnel(struct req *r, const uint8_t *buf, size_t have)
 	return -1;
 }
 
-/* ---- relaying: splice(2) through a pipe each way, no copies ---- */
+/* ---- relaying: one thread, an epoll loop over the established tunnels;
+ * splice(2) through a pipe each way, no copies ---- */
 
 struct dir {
 	int from, to, pipe[2];
@@ -365,115 +372,306 @@ struct dir {
 	const char *limit;
 };
 
-/* Move what is there from d->from into d->to.  Returns 0, 1 on a limit,
- * -1 when the connection is to end. */
-static int pump(struct dir *d, short rev_from, short rev_to)
+struct tunnel {
+	struct req *r;
+	struct dir d[2];
+	uint64_t last_ms;
+	bool dead, listed;
+	struct tunnel *prev, *next; /* the loop's list of tunnels */
+	struct tunnel *next_dead;   /* to free; also the queue of new ones */
+};
+
+/* Setup threads queue a tunnel under new_lock and wake the loop through
+ * an eventfd; from then on only the loop's thread touches it. */
+static int relay_ep = -1, relay_wake = -1;
+static struct tunnel relay_stop; /* the epoll tag of the SIGTERM signalfd */
+static pthread_mutex_t new_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tunnel *new_tunnels, *tunnels;
+/* Connections open (in a setup thread or a tunnel), under slot_lock:
+ * each tunnel holds six fds, so the cap follows RLIMIT_NOFILE. */
+static unsigned open_conns, open_max = 512;
+
+static uint64_t now_ms(void)
 {
-	if (!d->eof && d->inpipe == 0 && (rev_from & (POLLIN | POLLHUP | POLLERR))) {
-		uint64_t used = atomic_load(d->total), room = d->max ? (used >= d->max ? 0 : d->max - used) : PIPE_SIZE;
-		ssize_t n;
+	struct timespec ts;
 
-		if (room == 0)
-			return 1;
-		n = splice(d->from, NULL, d->pipe[1], NULL, room < PIPE_SIZE ? (size_t)room : PIPE_SIZE,
-			   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-		if (n < 0 && errno != EAGAIN && errno != EINTR)
-			n = 0; /* reset: the same as an end */
-		if (n == 0) {
-			d->eof = true;
-			(void)shutdown(d->to, SHUT_WR);
-		} else if (n > 0) {
-			/* ACK now: the sender's Nagle holds its sub-MSS tail (on
-			 * loopback, MSS is 64 KiB: most writes) until this ACK,
-			 * which the kernel would delay by 40 ms.  Quick-ack mode
-			 * does not stick, so it is re-armed after every read. */
-			(void)setsockopt(d->from, IPPROTO_TCP, TCP_QUICKACK, &(int){ 1 }, sizeof(int));
-			atomic_fetch_add(d->total, (uint64_t)n);
-			*d->count += (uint64_t)n;
-			d->inpipe = (size_t)n;
-			rev_to |= POLLOUT; /* try at once: the socket is usually writable */
-		}
-	}
-	if (d->inpipe && (rev_to & (POLLOUT | POLLERR | POLLHUP))) {
-		ssize_t n = splice(d->pipe[0], NULL, d->to, NULL, d->inpipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-
-		if (n < 0 && errno != EAGAIN && errno != EINTR)
-			return -1;
-		if (n > 0)
-			d->inpipe -= (size_t)n;
-	}
-	return 0;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void relay(struct req *r)
+static void conn_closed(void)
 {
-	struct dir d[2] = {
-		{ .from = r->fd,
-		  .to = r->up,
-		  .pipe = { -1, -1 },
-		  .count = &r->out,
-		  .max = max_out,
-		  .total = &total_out,
-		  .limit = "byte limit (MaxBytesOut)" },
-		{ .from = r->up,
-		  .to = r->fd,
-		  .pipe = { -1, -1 },
-		  .count = &r->in,
-		  .max = max_in,
-		  .total = &total_in,
-		  .limit = "byte limit (MaxBytesIn)" },
-	};
+	pthread_mutex_lock(&slot_lock);
+	open_conns--;
+	pthread_cond_signal(&slot_free);
+	pthread_mutex_unlock(&slot_lock);
+}
 
+/* Move what can be moved from d->from into d->to, until either side would
+ * block (the loop is edge-triggered).  Returns 0, 1 on a limit, -1 when
+ * the connection is to end; sets *moved if anything moved. */
+static int pump(struct dir *d, bool *moved)
+{
+	for (;;) {
+		bool progress = false;
+
+		if (!d->eof && d->inpipe == 0) {
+			uint64_t used = atomic_load(d->total),
+				 room = d->max ? (used >= d->max ? 0 : d->max - used) : PIPE_SIZE;
+			ssize_t n;
+
+			if (room == 0)
+				return 1;
+			n = splice(d->from, NULL, d->pipe[1], NULL, room < PIPE_SIZE ? (size_t)room : PIPE_SIZE,
+				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			if (n < 0 && errno != EAGAIN && errno != EINTR)
+				n = 0; /* reset: the same as an end */
+			if (n == 0) {
+				d->eof = true;
+				(void)shutdown(d->to, SHUT_WR);
+				progress = true;
+			} else if (n > 0) {
+				/* ACK now: the sender's Nagle holds its sub-MSS tail
+				 * (on loopback, MSS is 64 KiB: most writes) until this
+				 * ACK, which the kernel would delay by 40 ms.  Quick-ack
+				 * mode does not stick: re-armed after every read. */
+				(void)setsockopt(d->from, IPPROTO_TCP, TCP_QUICKACK, &(int){ 1 }, sizeof(int));
+				atomic_fetch_add(d->total, (uint64_t)n);
+				*d->count += (uint64_t)n;
+				d->inpipe = (size_t)n;
+				progress = true;
+			}
+		}
+		if (d->inpipe) {
+			ssize_t n = splice(d->pipe[0], NULL, d->to, NULL, d->inpipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+
+			if (n < 0 && errno != EAGAIN && errno != EINTR)
+				return -1;
+			if (n > 0) {
+				d->inpipe -= (size_t)n;
+				progress = true;
+			}
+		}
+		if (!progress)
+			return 0;
+		*moved = true;
+	}
+}
+
+static void tunnel_free(struct tunnel *t)
+{
+	struct req *r = t->r;
+
+	for (int i = 0; i < 2; i++) {
+		if (t->d[i].pipe[0] >= 0)
+			close(t->d[i].pipe[0]);
+		if (t->d[i].pipe[1] >= 0)
+			close(t->d[i].pipe[1]);
+	}
+	audit(r);
+	close(r->up);
+	close(r->fd);
+	free(r);
+	free(t);
+	conn_closed();
+}
+
+/* Out of the loop and its list; freed after the batch of events, which
+ * may name it again. */
+static void tunnel_kill(struct tunnel *t, struct tunnel **dead)
+{
+	if (t->dead)
+		return;
+	t->dead = true;
+	(void)epoll_ctl(relay_ep, EPOLL_CTL_DEL, t->r->fd, NULL);
+	(void)epoll_ctl(relay_ep, EPOLL_CTL_DEL, t->r->up, NULL);
+	if (t->listed) {
+		if (t->prev)
+			t->prev->next = t->next;
+		else
+			tunnels = t->next;
+		if (t->next)
+			t->next->prev = t->prev;
+	}
+	t->next_dead = *dead;
+	*dead = t;
+}
+
+static void tunnel_run(struct tunnel *t, uint64_t now, struct tunnel **dead)
+{
+	bool moved = false;
+
+	for (int i = 0; i < 2; i++) {
+		int s = pump(&t->d[i], &moved);
+
+		if (s > 0)
+			t->r->reason = t->d[i].limit;
+		if (s != 0)
+			return tunnel_kill(t, dead);
+	}
+	if (t->d[0].eof && !t->d[0].inpipe && t->d[1].eof && !t->d[1].inpipe)
+		return tunnel_kill(t, dead);
+	if (moved)
+		t->last_ms = now;
+}
+
+/* Take the queued tunnels into the loop and run each once. */
+static void tunnels_add(uint64_t now, struct tunnel **dead)
+{
+	struct tunnel *q;
+	uint64_t v;
+
+	(void)!read(relay_wake, &v, sizeof(v));
+	pthread_mutex_lock(&new_lock);
+	q = new_tunnels;
+	new_tunnels = NULL;
+	pthread_mutex_unlock(&new_lock);
+	while (q) {
+		struct tunnel *t = q;
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = t };
+
+		q = t->next_dead;
+		t->next_dead = NULL;
+		t->next = tunnels;
+		t->prev = NULL;
+		if (tunnels)
+			tunnels->prev = t;
+		tunnels = t;
+		t->listed = true;
+		if (epoll_ctl(relay_ep, EPOLL_CTL_ADD, t->r->fd, &ev) < 0 ||
+		    epoll_ctl(relay_ep, EPOLL_CTL_ADD, t->r->up, &ev) < 0) {
+			t->r->reason = "out of memory for the relay";
+			tunnel_kill(t, dead);
+			continue;
+		}
+		tunnel_run(t, now, dead);
+	}
+}
+
+/* SIGTERM (egress_stop): the sandbox has ended.  Move what is still
+ * there, end every tunnel with its audit line, and exit.  Connections
+ * still in a setup thread end unaudited. */
+static __attribute__((noreturn)) void stop(uint64_t now)
+{
+	struct tunnel *dead = NULL;
+
+	for (struct tunnel *t = tunnels, *next; t; t = next) {
+		next = t->next;
+		tunnel_run(t, now, &dead);
+		if (!t->dead) {
+			if (!t->r->reason)
+				t->r->reason = "the sandbox ended";
+			tunnel_kill(t, &dead);
+		}
+	}
+	while (dead) {
+		struct tunnel *t = dead;
+
+		dead = t->next_dead;
+		tunnel_free(t);
+	}
+	_exit(0);
+}
+
+static void *relay_thread(void *arg)
+{
+	struct epoll_event ev[64];
+	uint64_t swept = now_ms();
+
+	(void)arg;
+	for (;;) {
+		int n = epoll_wait(relay_ep, ev, 64, 1000);
+		uint64_t now = now_ms();
+		struct tunnel *dead = NULL;
+
+		for (int i = 0; i < n; i++) {
+			struct tunnel *t = ev[i].data.ptr;
+
+			if (t == &relay_stop)
+				stop(now);
+			else if (!t)
+				tunnels_add(now, &dead);
+			else if (!t->dead)
+				tunnel_run(t, now, &dead);
+		}
+		if (now - swept >= 1000) {
+			swept = now;
+			for (struct tunnel *t = tunnels, *next; t; t = next) {
+				next = t->next;
+				if (now - t->last_ms >= IDLE_TIMEOUT_MS) {
+					t->r->reason = "idle timeout";
+					tunnel_kill(t, &dead);
+				}
+			}
+		}
+		while (dead) {
+			struct tunnel *t = dead;
+
+			dead = t->next_dead;
+			tunnel_free(t);
+		}
+	}
+	return NULL;
+}
+
+/* Hand r's connection, its destination connected and its first bytes
+ * sent, to the relay loop.  Returns 0 (the loop owns r now) or -1 (the
+ * caller still does). */
+static int relay(struct req *r)
+{
+	struct tunnel *t = calloc(1, sizeof(*t));
+	uint64_t one = 1;
+
+	if (!t) {
+		r->reason = "out of memory";
+		return -1;
+	}
+	t->r = r;
+	t->d[0] = (struct dir){ .from = r->fd,
+				.to = r->up,
+				.pipe = { -1, -1 },
+				.count = &r->out,
+				.max = max_out,
+				.total = &total_out,
+				.limit = "byte limit (MaxBytesOut)" };
+	t->d[1] = (struct dir){ .from = r->up,
+				.to = r->fd,
+				.pipe = { -1, -1 },
+				.count = &r->in,
+				.max = max_in,
+				.total = &total_in,
+				.limit = "byte limit (MaxBytesIn)" };
+	t->last_ms = now_ms();
+	for (int i = 0; i < 2; i++) {
+		if (pipe2(t->d[i].pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+			r->reason = "out of file descriptors";
+			for (int j = 0; j <= i; j++) {
+				if (t->d[j].pipe[0] >= 0)
+					close(t->d[j].pipe[0]);
+				if (t->d[j].pipe[1] >= 0)
+					close(t->d[j].pipe[1]);
+			}
+			free(t);
+			return -1;
+		}
+		(void)fcntl(t->d[i].pipe[1], F_SETPIPE_SZ, PIPE_SIZE);
+	}
 	/* A relay forwards what it got at once: Nagle would hold a short
 	 * tail (the end of a TLS record) until the peer's delayed ACK. */
 	(void)setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
 	(void)setsockopt(r->up, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
-	for (int i = 0; i < 2; i++) {
-		if (pipe2(d[i].pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-			r->reason = "out of pipes";
-			goto out;
-		}
-		(void)fcntl(d[i].pipe[1], F_SETPIPE_SZ, PIPE_SIZE);
-	}
-	while (!(d[0].eof && !d[0].inpipe && d[1].eof && !d[1].inpipe)) {
-		/* p[0] is the sandbox's socket, p[1] the destination's. */
-		struct pollfd p[2] = { { .fd = r->fd }, { .fd = r->up } };
-		int n;
-
-		for (int i = 0; i < 2; i++) {
-			if (!d[i].eof && !d[i].inpipe)
-				p[i].events |= POLLIN;
-			if (d[i].inpipe)
-				p[1 - i].events |= POLLOUT;
-		}
-		n = poll(p, 2, IDLE_TIMEOUT_MS);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r->reason = "idle timeout";
-			goto out;
-		}
-		for (int i = 0; i < 2; i++) {
-			int s = pump(&d[i], p[i].revents, p[1 - i].revents);
-
-			if (s > 0)
-				r->reason = d[i].limit;
-			if (s != 0)
-				goto out;
-		}
-	}
-out:
-	for (int i = 0; i < 2; i++) {
-		if (d[i].pipe[0] >= 0)
-			close(d[i].pipe[0]);
-		if (d[i].pipe[1] >= 0)
-			close(d[i].pipe[1]);
-	}
+	pthread_mutex_lock(&new_lock);
+	t->next_dead = new_tunnels;
+	new_tunnels = t;
+	pthread_mutex_unlock(&new_lock);
+	(void)!write(relay_wake, &one, sizeof(one));
+	return 0;
 }
 
 /* ---- the HTTP proxy ---- */
 
-static void serve_http(struct req *r)
+/* Returns 0 when the relay loop took r over. */
+static int serve_http(struct req *r)
 {
 	char head[HEAD_MAX + 1];
 	static __thread char out[HEAD_MAX + 512];
@@ -487,7 +685,7 @@ static void serve_http(struct req *r)
 		ssize_t n = recv_some(r->fd, head + have, HEAD_MAX - have);
 
 		if (n <= 0)
-			return;
+			return -1;
 		have += (size_t)n;
 		head[have] = '\0';
 		if (memchr(head, '\0', have))
@@ -510,15 +708,15 @@ static void serve_http(struct req *r)
 	}
 	if (h.kind == EGRESS_HTTP_CONNECT) {
 		if (send_all(r->fd, "HTTP/1.1 200 Connection established\r\n\r\n", 39) < 0)
-			return;
+			return -1;
 		r->decision = "allow";
 		if (!r->t.literal) {
 			if (check_tunnel(r, (const uint8_t *)head + h.body_at, have - h.body_at) < 0)
-				return;
+				return -1;
 		} else if (have > h.body_at) {
 			count_out(r, have - h.body_at);
 			if (send_all(r->up, head + h.body_at, have - h.body_at) < 0)
-				return;
+				return -1;
 		}
 	} else {
 		int n = egress_http_rewrite(&h, out, sizeof(out), &why);
@@ -531,9 +729,9 @@ static void serve_http(struct req *r)
 		r->decision = "allow";
 		count_out(r, (size_t)n + (have - h.body_at));
 		if (send_all(r->up, out, (size_t)n) < 0 || send_all(r->up, head + h.body_at, have - h.body_at) < 0)
-			return;
+			return -1;
 	}
-	relay(r);
+	return relay(r);
 }
 
 /* ---- the SOCKS5 proxy (RFC 1928; no authentication, CONNECT only) ---- */
@@ -555,7 +753,8 @@ static int socks_code(const struct req *r)
 	}
 }
 
-static void serve_socks(struct req *r)
+/* Returns 0 when the relay loop took r over. */
+static int serve_socks(struct req *r)
 {
 	uint8_t buf[600];
 	struct egress_socks_req s;
@@ -568,20 +767,20 @@ static void serve_socks(struct req *r)
 		ssize_t got = recv_some(r->fd, buf + have, sizeof(buf) - have);
 
 		if (got <= 0)
-			return;
+			return -1;
 		have += (size_t)got;
 	}
 	if (n < 0) {
 		r->reason = "not SOCKS5";
-		return;
+		return -1;
 	}
 	if (!noauth) {
 		r->reason = "SOCKS5 without the no-authentication method";
 		(void)send_all(r->fd, "\x05\xff", 2);
-		return;
+		return -1;
 	}
 	if (send_all(r->fd, "\x05\x00", 2) < 0)
-		return;
+		return -1;
 	/* The client may have sent its request with the greeting. */
 	have -= (size_t)n;
 	memmove(buf, buf + n, have);
@@ -589,7 +788,7 @@ static void serve_socks(struct req *r)
 		ssize_t got = recv_some(r->fd, buf + have, sizeof(buf) - have);
 
 		if (got <= 0)
-			return;
+			return -1;
 		have += (size_t)got;
 	}
 	r->t = s.t;
@@ -607,18 +806,19 @@ static void serve_socks(struct req *r)
 	}
 	if (open_upstream(r) < 0)
 		return socks_reply(r, socks_code(r));
-	socks_reply(r, SOCKS_OK);
+	if (socks_reply(r, SOCKS_OK) < 0)
+		return -1;
 	r->decision = "allow";
 	have -= (size_t)n;
 	if (!r->t.literal) {
 		if (check_tunnel(r, buf + n, have) < 0)
-			return;
+			return -1;
 	} else if (have) {
 		count_out(r, have);
 		if (send_all(r->up, buf + n, have) < 0)
-			return;
+			return -1;
 	}
-	relay(r);
+	return relay(r);
 }
 
 static void *conn_thread(void *arg)
@@ -626,15 +826,14 @@ static void *conn_thread(void *arg)
 	struct req *r = arg;
 
 	r->up = -1;
-	if (r->socks)
-		serve_socks(r);
-	else
-		serve_http(r);
-	audit(r);
-	if (r->up >= 0)
-		close(r->up);
-	close(r->fd);
-	free(r);
+	if ((r->socks ? serve_socks(r) : serve_http(r)) < 0) {
+		audit(r);
+		if (r->up >= 0)
+			close(r->up);
+		close(r->fd);
+		free(r);
+		conn_closed();
+	}
 	pthread_mutex_lock(&slot_lock);
 	active--;
 	pthread_cond_signal(&slot_free);
@@ -737,12 +936,13 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int logfd)
 {
 	pthread_attr_t attr;
 	pthread_t t;
-	sigset_t none;
-	int fds[EGRESS_NS_SOCKETS];
+	sigset_t term;
+	struct rlimit nofile;
+	int fds[EGRESS_NS_SOCKETS], term_fd;
 
 	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
+	sigemptyset(&term);
+	sigprocmask(SIG_SETMASK, &term, NULL);
 	for (size_t i = 0; i < p->n_net_allow && n_rules < POLICY_MAX_NET_RULES; i++)
 		if (net_rule_parse(p->net_allow[i], &rules[n_rules], NULL) == 0)
 			n_rules++;
@@ -754,10 +954,30 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int logfd)
 	if (recv_fds(ns_fd, fds) < 0)
 		_exit(0);
 	close(ns_fd);
+	/* From here SIGTERM is read by the relay loop (stop), and every
+	 * thread blocks it; until here it ends the process at once. */
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_SETMASK, &term, NULL);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
-	if (pthread_create(&t, &attr, dns_thread, &fds[EGRESS_NS_DNS]) != 0)
+	/* Six fds a tunnel (two sockets, two pipes); a few for the rest. */
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+		nofile.rlim_cur = nofile.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &nofile);
+		if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+		    (nofile.rlim_cur - 32) / 6 < open_max)
+			open_max = nofile.rlim_cur > 6 * 8 + 32 ? (unsigned)((nofile.rlim_cur - 32) / 6) : 8;
+	}
+	relay_ep = epoll_create1(EPOLL_CLOEXEC);
+	relay_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	term_fd = signalfd(-1, &term, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (relay_ep < 0 || relay_wake < 0 || term_fd < 0 ||
+	    epoll_ctl(relay_ep, EPOLL_CTL_ADD, relay_wake, &(struct epoll_event){ .events = EPOLLIN }) < 0 ||
+	    epoll_ctl(relay_ep, EPOLL_CTL_ADD, term_fd,
+		      &(struct epoll_event){ .events = EPOLLIN, .data.ptr = &relay_stop }) < 0 ||
+	    pthread_create(&t, &attr, dns_thread, &fds[EGRESS_NS_DNS]) != 0 ||
+	    pthread_create(&t, &attr, relay_thread, NULL) != 0)
 		_exit(1);
 	for (;;) {
 		struct pollfd l[2] = { { .fd = fds[EGRESS_NS_HTTP], .events = POLLIN },
@@ -782,9 +1002,10 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int logfd)
 				_exit(1);
 			}
 			pthread_mutex_lock(&slot_lock);
-			while (active >= THREADS_MAX)
+			while (active >= THREADS_MAX || open_conns >= open_max)
 				pthread_cond_wait(&slot_free, &slot_lock);
 			active++;
+			open_conns++;
 			pthread_mutex_unlock(&slot_lock);
 			r = calloc(1, sizeof(*r));
 			if (r) {
@@ -796,6 +1017,7 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int logfd)
 				close(c);
 				pthread_mutex_lock(&slot_lock);
 				active--;
+				open_conns--;
 				pthread_mutex_unlock(&slot_lock);
 			}
 		}

@@ -17,6 +17,30 @@ UP = "127.0.0.2"
 PY = "/usr/bin/python3.11"
 
 
+_ALL_CONNS = []
+
+
+class _Conns:
+    """Connections a test server holds open: the proxy's side closes when
+    the sandbox ends, the server's a moment later; each test waits for
+    that (conftest's host_intact counts this process's fds)."""
+    def __init__(self):
+        self.n = 0
+        self.lock = threading.Lock()
+        _ALL_CONNS.append(self)
+
+    def add(self, d):
+        with self.lock:
+            self.n += d
+
+    def settle(self, timeout=10):
+        import time
+        end = time.monotonic() + timeout
+        while self.n and time.monotonic() < end:
+            time.sleep(0.02)
+        assert self.n == 0, f"{self.n} upstream connections still open"
+
+
 class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         body = b"x" * (1 << 20) if self.path == "/big" else b"hello from upstream\n"
@@ -33,10 +57,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
 
+    def process_request(self, request, client_address):
+        self.conns.add(1)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        super().shutdown_request(request)
+        self.conns.add(-1)
+
+
+@pytest.fixture(autouse=True)
+def _servers_settled():
+    """Torn down before conftest's host_intact looks at this process's fds."""
+    yield
+    for c in _ALL_CONNS:
+        c.settle()
+
 
 @pytest.fixture(scope="module")
 def upstream():
     srv = _Server((UP, 0), _Handler)
+    srv.conns = _Conns()
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     yield srv.server_address[1]
@@ -50,22 +91,28 @@ def echo():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(8)
+    s.settimeout(0.2)   # see tcp_echo
     seen = []
+    conns = _Conns()
 
     def loop():
         while True:
             try:
                 c, _ = s.accept()
+            except socket.timeout:
+                continue
             except OSError:
                 return
+            conns.add(1)
             c.settimeout(10)
             try:
                 seen.append(c.recv(65536))
             except OSError:
                 seen.append(b"")
             c.close()
+            conns.add(-1)
     threading.Thread(target=loop, daemon=True).start()
-    yield s.getsockname()[1], seen
+    yield s.getsockname()[1], seen, conns
     s.close()
 
 
@@ -155,7 +202,7 @@ print(json.dumps(R))
 
 
 def test_connect_checks_sni(echo):
-    port, seen = echo
+    port, seen, conns = echo
     rules = ["--allow-net", f"localhost:{port}", "--allow-net", f"127.0.0.1:{port}"]
     out, log = sandbox(rules, PRELUDE + f'''
 def hello(sni):
@@ -173,6 +220,7 @@ R["bad"] = hello("evil.example")
 print(json.dumps(R))
 ''')
     assert "ACCESS_DENIED" in out["bad"].upper()
+    conns.settle()
     got = [b for b in seen if b]
     assert got, (out, log)
     assert len(got) == 1 and got[0][:1] == b"\x16" and b"localhost" in got[0]
@@ -260,6 +308,7 @@ def tls_upstream(tmp_path_factory):
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(d / "cert.pem"), str(d / "key.pem"))
     srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.conns = _Conns()
     srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -302,7 +351,7 @@ def socks(atyp_addr, port, cmd=1, methods=b"\x00", payload=None):
 
 
 def test_socks5(upstream, echo):
-    port, seen = echo
+    port, seen, conns = echo
     nseen = len([b for b in seen if b])
     rules = ["--allow-net", f"{UP}:{upstream}", "--allow-net", f"localhost:{port}", "--allow-net",
              f"127.0.0.1:{port}", "--allow-net", f"localhost:{upstream}", "--allow-net", "*.allowed.test"]
@@ -351,6 +400,7 @@ print(json.dumps(R))
     # Greeting and request in one write; then a ClientHello for another name.
     assert out["pipelined"] == "0500" + "05000001" + "00000000" + "0000"
     assert "ACCESS_DENIED" in out["sni"].upper()
+    conns.settle()
     assert len([b for b in seen if b]) == nseen  # the refused hello never left
     s = [e for e in log if e["kind"] == "socks"]
     by = {(e["host"], e["port"]): e for e in s}
@@ -511,7 +561,8 @@ def test_pip_install_from_an_allowed_index(tmp_path):
     (proj / "index.html").write_text(
         f'<!DOCTYPE html><html><body><a href="../../files/{whl.name}#sha256={sha}">{whl.name}</a></body></html>\n')
     handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "index"))
-    srv = http.server.ThreadingHTTPServer((UP, 0), handler)
+    srv = _Server((UP, 0), handler)
+    srv.conns = _Conns()
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     port = srv.server_address[1]
     try:
@@ -531,3 +582,89 @@ PYTHONPATH=/tmp/t {PY} -c "import nsbox_egress_demo; print(nsbox_egress_demo.GRE
     got = [e for e in entries if e["kind"] == "http" and e["decision"] == "allow"]
     assert got and all(e["addr"] == UP and e["port"] == port for e in got)
     assert sum(e["bytes_in"] for e in got) > whl.stat().st_size
+
+
+@pytest.fixture(scope="module")
+def tcp_echo():
+    """A TCP echo server on 127.0.0.2, a thread per connection."""
+    s = socket.socket()
+    s.bind((UP, 0))
+    s.listen(256)
+    # With a timeout, accept() polls first: a thread blocked in accept(2)
+    # holds an fd number reserved, which moves conftest's fd listing.
+    s.settimeout(0.2)
+    conns = _Conns()
+
+    def serve(c):
+        with c:
+            while True:
+                try:
+                    b = c.recv(65536)
+                    if not b:
+                        break
+                    c.sendall(b)
+                except OSError:
+                    break
+        conns.add(-1)
+
+    def loop():
+        while True:
+            try:
+                c, _ = s.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            c.settimeout(None)
+            conns.add(1)
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+    yield s.getsockname()[1], conns
+    s.close()
+
+
+def test_many_open_tunnels_and_backpressure(tcp_echo):
+    # More tunnels open at once than the proxy has setup threads (64): the
+    # established ones are relayed by one event loop.  Then 4 MiB each way
+    # through one tunnel, written while read (flow control end to end).
+    port, conns = tcp_echo
+    out, log = sandbox(["--allow-net", f"{UP}:{port}"], PRELUDE + f'''
+import hashlib, threading
+N = 100
+socks = []
+for i in range(N):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=15)
+    s.sendall(b"CONNECT {UP}:{port} HTTP/1.1\\r\\n\\r\\n")
+    head = b""
+    while b"\\r\\n\\r\\n" not in head:
+        b = s.recv(1)
+        if not b: break
+        head += b
+    assert head.startswith(b"HTTP/1.1 200"), (i, head)
+    socks.append(s)
+ok = 0
+for i, s in enumerate(socks):
+    s.sendall(b"ping %d" % i)
+    if s.recv(100) == b"ping %d" % i:
+        ok += 1
+R["echoed"] = ok
+data = os.urandom(4 << 20)
+s = socks[0]
+t = threading.Thread(target=s.sendall, args=(data,))
+t.start()
+got = bytearray()
+while len(got) < len(data):
+    b = s.recv(1 << 20)
+    if not b: break
+    got += b
+t.join()
+R["big"] = hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest()
+for s in socks:
+    s.close()
+print(json.dumps(R))
+''', timeout=120)
+    assert out["echoed"] == 100 and out["big"]
+    conns.settle()
+    tunnels = [e for e in log if e["kind"] == "connect"]
+    assert len(tunnels) == 100 and all(e["decision"] == "allow" for e in tunnels)
+    assert sum(e["bytes_out"] for e in tunnels) >= (4 << 20) and sum(e["bytes_in"] for e in tunnels) >= (4 << 20)
