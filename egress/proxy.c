@@ -1,10 +1,17 @@
 /* The proxy process: an HTTP proxy, a SOCKS5 proxy and a DNS stub serving
  * sockets that live on the sandbox's loopback (egress.h).  Everything from
  * inside is hostile: it is parsed by parse.c (fuzzed), request heads are
- * bounded, every wait has a timeout, the number of connection threads is
- * capped, and each destination is checked after resolution and then
- * connected to by address (no second lookup, so no DNS rebinding between
- * check and use). */
+ * bounded, every wait has a timeout, and each destination is checked after
+ * resolution and then connected to by address (no second lookup, so no
+ * DNS rebinding between check and use).
+ *
+ * Threads: the main one accepts; a new connection gets a setup thread
+ * (at most THREADS_MAX) for its blocking part (request, getaddrinfo,
+ * connect, the ClientHello); an established tunnel is then handed to the
+ * relay thread, one epoll loop over all tunnels (at most open_max, from
+ * RLIMIT_NOFILE), which moves bytes with splice(2) and ends them; a DNS
+ * thread serves the stub.  SIGTERM (egress_stop) is read by the relay
+ * loop, which ends the open tunnels with their audit lines and exits. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
