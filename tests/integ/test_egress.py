@@ -668,3 +668,41 @@ print(json.dumps(R))
     tunnels = [e for e in log if e["kind"] == "connect"]
     assert len(tunnels) == 100 and all(e["decision"] == "allow" for e in tunnels)
     assert sum(e["bytes_out"] for e in tunnels) >= (4 << 20) and sum(e["bytes_in"] for e in tunnels) >= (4 << 20)
+
+
+def test_tunnel_open_at_the_end_is_audited():
+    # The destination never closes: the tunnel is still open when the
+    # sandbox ends, and its audit line is written then.
+    s = socket.socket()
+    s.bind((UP, 0))
+    s.listen(8)
+    s.settimeout(0.2)
+    held = []
+
+    def loop():
+        while True:
+            try:
+                c, _ = s.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            held.append(c)
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    port = s.getsockname()[1]
+    try:
+        out, log = sandbox(["--allow-net", f"{UP}:{port}"], PRELUDE + f'''
+c = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+c.sendall(b"CONNECT {UP}:{port} HTTP/1.1\\r\\n\\r\\nhello")
+R["head"] = c.recv(100).decode()
+print(json.dumps(R))
+''')
+    finally:
+        s.close()
+        t.join()
+        for c in held:
+            c.close()
+    assert out["head"].startswith("HTTP/1.1 200")
+    e = [e for e in log if e["kind"] == "connect"]
+    assert len(e) == 1 and e[0]["reason"] == "the sandbox ended" and e[0]["bytes_out"] == 5, log
