@@ -555,13 +555,13 @@ static void tunnels_add(uint64_t now, struct tunnel **dead)
 	}
 }
 
-/* SIGTERM (egress_stop): the sandbox has ended.  Move what is still
- * there, end every tunnel with its audit line, and exit.  Connections
- * still in a setup thread end unaudited. */
-static __attribute__((noreturn)) void stop(uint64_t now)
+/* SIGTERM (egress_stop): the sandbox has ended.  Take in the queued
+ * tunnels, move what is still there, end every tunnel (dead: those this
+ * batch of events already ended) with its audit line, and exit.
+ * Connections still in a setup thread end unaudited. */
+static __attribute__((noreturn)) void stop(uint64_t now, struct tunnel *dead)
 {
-	struct tunnel *dead = NULL;
-
+	tunnels_add(now, &dead);
 	for (struct tunnel *t = tunnels, *next; t; t = next) {
 		next = t->next;
 		tunnel_run(t, now, &dead);
@@ -595,7 +595,7 @@ static void *relay_thread(void *arg)
 			struct tunnel *t = ev[i].data.ptr;
 
 			if (t == &relay_stop)
-				stop(now);
+				stop(now, dead);
 			else if (!t)
 				tunnels_add(now, &dead);
 			else if (!t->dead)
