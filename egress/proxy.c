@@ -426,11 +426,17 @@ static int pump(struct dir *d, bool *moved)
 			uint64_t used = atomic_load(d->total),
 				 room = d->max ? (used >= d->max ? 0 : d->max - used) : PIPE_SIZE;
 			ssize_t n;
+			char c;
 
+			/* The budget is spent: a limit only if bytes wait to go
+			 * that way (the other way may still be busy). */
 			if (room == 0)
+				n = recv(d->from, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+			else
+				n = splice(d->from, NULL, d->pipe[1], NULL, room < PIPE_SIZE ? (size_t)room : PIPE_SIZE,
+					   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			if (room == 0 && n > 0)
 				return 1;
-			n = splice(d->from, NULL, d->pipe[1], NULL, room < PIPE_SIZE ? (size_t)room : PIPE_SIZE,
-				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 			if (n < 0 && errno != EAGAIN && errno != EINTR)
 				n = 0; /* reset: the same as an end */
 			if (n == 0) {
