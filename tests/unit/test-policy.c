@@ -353,7 +353,7 @@ static void test_file_errors(void)
 		{ "[Limits]\nMemory=1G\n\n# c\n\n\nMemory=12Q\n",
 		  "t.policy:7: [Limits] Memory=12Q: not a size (use a number with optional K, M, G, T suffix, or infinity)" },
 		{ "Memory=1G\n", "t.policy:1: Memory=1G: setting outside a section" },
-		{ "# c\n[Limits]\nFoo=1\n", "t.policy:3: [Limits] Foo=: unknown key (accepted in [Limits]: Memory, Pids, CPUs, TimeLimit, TmpSize, FileSize, OpenFiles, Cgroups)" },
+		{ "# c\n[Limits]\nFoo=1\n", "t.policy:3: [Limits] Foo=: unknown key (accepted in [Limits]: Memory, Pids, CPUs, TimeLimit, TmpSize, WorkspaceSize, FileSize, OpenFiles, Cgroups)" },
 		{ "\n\n[Limitz]\n", "t.policy:3: unknown section [Limitz]" },
 		{ "[Limits\n", "t.policy:1: bad section header [Limits" },
 		{ "[]\n", "t.policy:1: bad section header" },
