@@ -79,11 +79,29 @@ def test_write_errors_and_caps(sb):
 def test_works_without_workspace_and_with_one(libnsbox, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
-    with nsbox.Sandbox(workspace=str(ws), timeout=30) as sb:
+    # A plain bind (WorkspaceSize=infinity): writes are live both ways.
+    with nsbox.Sandbox(workspace=str(ws), timeout=30, workspace_size="infinity") as sb:
         sb.write_file("/workspace/w.txt", "from host")
         assert (ws / "w.txt").read_text() == "from host"
         (ws / "h.txt").write_text("host file")
         assert sb.read_file("/workspace/h.txt") == b"host file"
+    # Bounded (the default): the host directory is the overlay's lower
+    # layer; the sandbox's changes reach it when the sandbox ends.
+    with nsbox.Sandbox(workspace=str(ws), timeout=30, workspace_size="8M") as sb:
+        sb.write_file("/workspace/w.txt", "changed")
+        assert sb.read_file("/workspace/h.txt") == b"host file"
+        assert (ws / "w.txt").read_text() == "from host"
+        sb.execute("import os; os.unlink('/workspace/h.txt')")
+        with pytest.raises(SandboxFileError) as ei:
+            sb.write_file("/workspace/big", bytes(9 << 20))
+        assert ei.value.errno == errno.ENOSPC
+        sb.restart()  # the old sandbox's changes are written back first
+        assert sb.read_file("/workspace/w.txt") == b"changed"
+        sb.write_file("/workspace/after", "restart")
+    assert (ws / "w.txt").read_text() == "changed"
+    assert (ws / "after").read_text() == "restart"
+    assert not (ws / "h.txt").exists()
+    assert (ws / "big").stat().st_size <= 8 << 20
 
 
 SWAPPER = r"""

@@ -1,0 +1,123 @@
+"""A bounded workspace (--workspace-size, [Limits] WorkspaceSize=): an
+overlay over the host directory with a tmpfs upper layer of that size,
+copied back into the host directory when the sandbox ends (nsbox(1),
+--workspace-size; jail/wsync.c).
+
+Checked from inside (the write that crosses the limit fails with ENOSPC,
+df shows the limit) and from the host (statvfs of the host's filesystem:
+the sandbox's writes cost at most the limit; the write-back follows no
+symlink the sandbox planted or the host directory holds)."""
+import os
+
+import pytest
+
+from conftest import run
+
+FILL = r"""
+import errno, os
+os.write(1, b"before\n")
+n = 0
+try:
+    with open("/workspace/big", "wb", buffering=0) as f:
+        while n < (256 << 20):
+            n += f.write(b"\0" * (1 << 20))
+    print("no error after", n)
+except OSError as e:
+    print("stopped", errno.errorcode[e.errno], n >> 20)
+st = os.statvfs("/workspace")
+print("size", st.f_blocks * st.f_frsize >> 20)
+"""
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def test_fill_stops_at_the_limit_and_host_space_is_bounded(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "old").write_bytes(b"x" * (1 << 20))
+    free0 = free_bytes(ws)
+    rc, out, err = run(["run", "--workspace", str(ws), "--workspace-size", "16M", "--", "/usr/bin/python3.11",
+                        "-S", "-c", FILL])
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "before"
+    what, code, mib = lines[1].split()
+    assert (what, code) == ("stopped", "ENOSPC"), out
+    assert 12 <= int(mib) <= 16, out
+    assert lines[2] == "size 16", out
+    # The host: what the sandbox wrote arrived when it ended, and cost at
+    # most the limit (plus a little metadata) of the host's filesystem.
+    assert (ws / "big").stat().st_size <= 16 << 20
+    assert (ws / "old").read_bytes() == b"x" * (1 << 20)
+    used = free0 - free_bytes(ws)
+    assert used <= (16 << 20) + (1 << 20), used
+
+
+def test_write_back_changes_deletions_and_new_dirs(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "keep").write_text("a\n")
+    (ws / "gone").write_text("x")
+    (ws / "sub" / "old").write_text("o")
+    script = ("echo b >> keep; rm gone; rm -r sub; mkdir sub; echo n > sub/new; mkdir -p d/e; echo f > d/e/f; "
+              "chmod 600 d/e/f; ln -s /etc/passwd link; ls /workspace")
+    rc, out, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c", script])
+    assert rc == 0, err
+    assert (ws / "keep").read_text() == "a\nb\n"
+    assert not (ws / "gone").exists()
+    assert sorted(os.listdir(ws / "sub")) == ["new"]
+    assert (ws / "d" / "e" / "f").read_text() == "f\n"
+    assert (ws / "d" / "e" / "f").stat().st_mode & 0o777 == 0o600
+    assert os.readlink(ws / "link") == "/etc/passwd"  # recreated, not followed
+    assert not [n for n in os.listdir(ws) if n.startswith(".nsbox")]
+
+
+def test_write_back_follows_no_symlink(tmp_path):
+    """The host directory holds symlinks out of it (a host user's, or one a
+    sandbox left before): replacing them from inside replaces the link on
+    the host, and nothing is written where they point."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_text("host")
+    os.symlink(outside, ws / "dirlink")
+    os.symlink(outside / "f", ws / "filelink")
+    script = ("rm dirlink; mkdir dirlink; echo evil > dirlink/f; rm filelink; echo evil > filelink; "
+              "echo evil > filelink2 && ln -sf /workspace/filelink2 /workspace/x")
+    rc, out, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c", script])
+    assert rc == 0, err
+    assert (outside / "f").read_text() == "host"
+    assert sorted(os.listdir(outside)) == ["f"]
+    assert not (ws / "dirlink").is_symlink() and (ws / "dirlink" / "f").read_text() == "evil\n"
+    assert not (ws / "filelink").is_symlink() and (ws / "filelink").read_text() == "evil\n"
+    assert os.readlink(ws / "x") == "/workspace/filelink2"
+
+
+def test_written_back_after_a_time_limit_kill(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rc, out, err = run(["run", "--workspace", str(ws), "--time-limit", "1", "--", "/bin/sh", "-c",
+                        "echo done > f; exec sleep 30"])
+    assert rc == 124, err
+    assert (ws / "f").read_text() == "done\n"
+
+
+def test_infinity_binds_the_directory_live(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rc, out, err = run(["run", "--workspace", str(ws), "--workspace-size", "infinity", "--", "/bin/sh", "-c",
+                        "grep -c ' /workspace .* - overlay ' /proc/self/mountinfo; echo x > f"])
+    assert out.strip() == "0" and (ws / "f").read_text() == "x\n"
+    rc, out, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c",
+                        "grep -c ' /workspace .* - overlay ' /proc/self/mountinfo"])
+    assert out.strip() == "1", err
+
+
+@pytest.mark.parametrize("value,msg", [("0", "too small"), ("12", "too small"), ("lots", "not a size")])
+def test_bad_sizes_are_refused(tmp_path, value, msg):
+    rc, out, err = run(["run", "--workspace", str(tmp_path), "--workspace-size", value, "--", "true"])
+    assert rc == 120 and "WorkspaceSize" in err and msg in err, (rc, err)
