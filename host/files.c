@@ -9,16 +9,21 @@
 #include "session.h"
 #include "util.h"
 
-static bool runner_has_files(const struct nsbox_session *s)
+static bool runner_has(const struct nsbox_session *s, const char *cap)
 {
 	const json_t *h = session_hello(s);
 	json_t *c = json_object_get(h, "capabilities"), *e;
 	size_t i;
 
 	json_array_foreach(c, i, e)
-		if (json_is_string(e) && !strcmp(json_string_value(e), "files"))
+		if (json_is_string(e) && !strcmp(json_string_value(e), cap))
 			return true;
 	return false;
+}
+
+static bool runner_has_files(const struct nsbox_session *s)
+{
+	return runner_has(s, "files");
 }
 
 /* The runner's errno, trusted only to name an error: anything outside the
@@ -40,8 +45,11 @@ static int answer_error(const json_t *a, const char *op, const char *path, struc
 	return err_set(err, (int)no, "%s %s (%.400s)", op, path, msg);
 }
 
-static int request(struct nsbox_session *s, uint16_t type, json_t *msg, const char *op, const char *path,
-		   json_t **value, struct nsbox_err *err)
+/* One FILE_* request: data (NULL: none) sent raw after msg; the answer's
+ * raw data (at most rcap bytes) to rbuf. */
+static int request_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *data, size_t dlen,
+			void *rbuf, size_t rcap, size_t *rlen, const char *op, const char *path, json_t **value,
+			struct nsbox_err *err)
 {
 	json_t *a = NULL;
 
@@ -51,7 +59,7 @@ static int request(struct nsbox_session *s, uint16_t type, json_t *msg, const ch
 		json_decref(msg);
 		return err_set(err, ENOTSUP, "%s %s: the runner does not do file operations", op, path);
 	}
-	if (session_request(s, type, msg, &a, err) < 0)
+	if (session_request_data(s, type, msg, data, dlen, &a, rbuf, rcap, rlen, err) < 0)
 		return err_wrap(err, "%s %s", op, path);
 	if (answer_error(a, op, path, err) < 0) {
 		json_decref(a);
@@ -61,6 +69,102 @@ static int request(struct nsbox_session *s, uint16_t type, json_t *msg, const ch
 	json_decref(a);
 	if (!*value)
 		return err_set(err, EPROTO, "%s %s: the runner's answer has no value", op, path);
+	return 0;
+}
+
+static int request(struct nsbox_session *s, uint16_t type, json_t *msg, const char *op, const char *path,
+		   json_t **value, struct nsbox_err *err)
+{
+	return request_data(s, type, msg, NULL, 0, NULL, 0, NULL, op, path, value, err);
+}
+
+/* Raw bytes per data frame: the chunk, or less under a low frame cap. */
+static size_t raw_chunk(const struct nsbox_session *s)
+{
+	uint32_t mf = session_max_frame(s);
+	size_t room = mf > 8192 ? mf - 4096 : 4096;
+
+	return room < SESSION_FILE_CHUNK_RAW ? room : SESSION_FILE_CHUNK_RAW;
+}
+
+static int write_raw(struct nsbox_session *s, const char *path, const void *data, size_t len, int mode,
+		     struct nsbox_err *err)
+{
+	size_t chunk = raw_chunk(s), off = 0;
+
+	do {
+		size_t n = len - off < chunk ? len - off : chunk;
+		json_t *v = NULL;
+
+		if (request_data(s, PROTO_FILE_WRITE,
+				 json_pack("{s:s,s:I,s:i,s:b}", "path", path, "offset", (json_int_t)off, "mode", mode,
+					   "truncate", off == 0),
+				 (const char *)data + off, n, NULL, 0, NULL, "write", path, &v, err) < 0)
+			return -1;
+		json_decref(v);
+		off += n;
+	} while (off < len);
+	return 0;
+}
+
+/* Read with data frames into one buffer, sized from the file's size in the
+ * first answer (never past max + 1): each chunk is copied once, from the
+ * frame into place. */
+static int read_raw(struct nsbox_session *s, const char *path, uint64_t max, char **data, size_t *len,
+		    struct nsbox_err *err)
+{
+	size_t chunk = raw_chunk(s), have = 0, cap = 0;
+	_cleanup_free_ char *buf = NULL;
+
+	for (;;) {
+		uint64_t want = max + 1 - have < chunk ? max + 1 - have : chunk;
+		json_t *v = NULL;
+		json_int_t size, got;
+		size_t n = 0;
+		bool eof;
+
+		if (have + want + 1 > cap) {
+			size_t ncap = have + want + 1;
+			char *nb = realloc(buf, ncap);
+
+			if (!nb)
+				return err_set(err, ENOMEM, "read %s", path);
+			buf = nb;
+			cap = ncap;
+		}
+		if (request_data(s, PROTO_FILE_READ,
+				 json_pack("{s:s,s:I,s:I,s:b}", "path", path, "offset", (json_int_t)have, "length",
+					   (json_int_t)want, "binary", 1),
+				 NULL, 0, buf + have, (size_t)want, &n, "read", path, &v, err) < 0)
+			return -1;
+		eof = json_is_true(json_object_get(v, "eof"));
+		size = json_integer_value(json_object_get(v, "size"));
+		got = json_integer_value(json_object_get(v, "length"));
+		json_decref(v);
+		if (got < 0 || (uint64_t)got != n)
+			return err_set(err, EPROTO, "read %s: the runner's length does not match its data", path);
+		have += n;
+		if (have > max)
+			return err_set(err, EFBIG, "read %s: larger than the cap of %llu bytes", path,
+				       (unsigned long long)max);
+		if (eof || n == 0)
+			break;
+		/* The file's size, as the runner saw it, sizes the buffer
+		 * once (within the cap: it is the sandbox's word). */
+		if (size > 0 && (uint64_t)size > have && cap < (uint64_t)size + 1 && (uint64_t)size <= max) {
+			char *nb = realloc(buf, (size_t)size + 1);
+
+			if (nb) {
+				buf = nb;
+				cap = (size_t)size + 1;
+			}
+		}
+	}
+	if (!buf && !(buf = malloc(1)))
+		return err_set(err, ENOMEM, "read %s", path);
+	buf[have] = '\0';
+	*data = TAKE_PTR(buf);
+	*len = have;
 	return 0;
 }
 
@@ -82,6 +186,8 @@ int session_file_write(struct nsbox_session *s, const char *path, const void *da
 
 	if (mode < 0)
 		mode = 0644;
+	if (runner_has(s, "files-binary"))
+		return write_raw(s, path, data, len, mode, err);
 	b64 = malloc(proto_b64_len(len < chunk ? len : chunk) + 1);
 	if (!b64)
 		return err_set(err, ENOMEM, "write %s", path);
@@ -113,6 +219,8 @@ int session_file_read(struct nsbox_session *s, const char *path, uint64_t max, c
 
 	if (!max)
 		max = SESSION_FILE_MAX_DEFAULT;
+	if (runner_has(s, "files-binary"))
+		return read_raw(s, path, max, data, len, err);
 	for (;;) {
 		json_t *v = NULL, *d;
 		const char *text;

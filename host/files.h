@@ -5,8 +5,9 @@
  * and in its mount namespace; the host never opens a path the sandbox
  * controls, so symlinks, fifos or renamed entries planted inside can only
  * change what the sandbox itself sees.  Everything the runner answers is
- * checked like any frame from inside: sizes against the caller's cap,
- * base64 strictly, errno values to a known range. */
+ * checked like any frame from inside: sizes against the caller's cap (raw
+ * data never past what was asked for, base64 strictly), errno values to a
+ * known range. */
 #ifndef NSBOX_FILES_H
 #define NSBOX_FILES_H
 
@@ -23,11 +24,19 @@ struct nsbox_session;
 #define SESSION_FILE_MAX_DEFAULT (64ull << 20)
 /* Bytes of file data per FILE_WRITE / FILE_READ frame (before base64). */
 #define SESSION_FILE_CHUNK (4u << 20)
+/* The same as raw data (PROTO_FLAG_DATA, capability "files-binary"): the
+ * runner reads at most 8 MiB per FILE_READ. */
+#define SESSION_FILE_CHUNK_RAW (8u << 20)
 /* Entries per FILE_LIST answer. */
 #define SESSION_LIST_MAX 100000
 
 /* One control request answered by VALUE (session.c).  msg is consumed. */
 int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t **answer, struct nsbox_err *err);
+/* The same with raw data: data[0..dlen) sent after msg (NULL: none), and
+ * the answer's raw data copied to rbuf (NULL: none may come; at most rcap
+ * bytes, else a protocol error), its size in *rlen. */
+int session_request_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *data, size_t dlen,
+			 json_t **answer, void *rbuf, size_t rcap, size_t *rlen, struct nsbox_err *err);
 uint32_t session_max_frame(const struct nsbox_session *s);
 
 /* Write data[0..len) to path inside (created with mode, or truncated;

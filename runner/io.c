@@ -105,6 +105,21 @@ int io_send_frame(uint16_t type, uint32_t id, const char *payload, size_t len)
 	return r;
 }
 
+int io_send_frame_data(uint16_t type, uint32_t id, const char *payload, size_t len, const void *data, size_t dlen)
+{
+	struct nsbox_err err;
+	int r;
+
+	pthread_mutex_lock(&S.send_lock);
+	r = proto_write_frame_data(S.fd, type, id, payload, len, data, dlen, &err);
+	pthread_mutex_unlock(&S.send_lock);
+	if (r < 0 && err.code != EINVAL && err.code != EMSGSIZE)
+		mark_dead();
+	if (r < 0)
+		errno = err.code;
+	return r;
+}
+
 static void poke_io(void)
 {
 	uint64_t one = 1;
@@ -168,9 +183,11 @@ static int read_frame(struct proto_frame *f, bool block)
 	struct nsbox_err err;
 
 	for (;;) {
+		size_t room;
+		char *direct;
 		ssize_t n;
 
-		if (r->buf_start < r->buf_end) {
+		if (r->buf_start < r->buf_end || proto_reader_pending(r)) {
 			size_t used;
 			int k = proto_reader_feed(r, r->buf + r->buf_start, r->buf_end - r->buf_start, &used, f, &err);
 
@@ -179,8 +196,15 @@ static int read_frame(struct proto_frame *f, bool block)
 				return k;
 		}
 		r->buf_start = r->buf_end = 0;
-		/* The socket is blocking: a reader that may wait just recv()s. */
-		if (block && S.spin_next) {
+		/* A large frame's payload (file data) straight into place. */
+		direct = proto_reader_direct(r, &room);
+		if (direct) {
+			n = recv(S.fd, direct, room, block ? 0 : MSG_DONTWAIT);
+			if (n > 0) {
+				proto_reader_got(r, (size_t)n);
+				continue;
+			}
+		} else if (block && S.spin_next) {
 			struct recv_try t = { S.fd, r->buf, sizeof(r->buf), -1 };
 
 			S.spin_next = false;

@@ -31,7 +31,8 @@ DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 MAX_DEPTH = 100
 MAX_TEXT = 65536          # cap on an error message or traceback
 INT_EXACT = 2 ** 53       # beyond this, ints travel as {"$int": "..."}
-CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl", "tools-update", "files"]
+CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl", "tools-update", "files",
+                "files-binary"]
 
 
 class ToolError(Exception):
@@ -606,7 +607,7 @@ def _open_regular(path, flags, mode=0o644):
         raise
 
 
-def _file_write(msg):
+def _file_write(msg, raw=None):
     import os
     import binascii
     path = msg["path"]
@@ -617,7 +618,7 @@ def _file_write(msg):
         else:
             os.mkdir(path, mode)
         return None
-    data = binascii.a2b_base64(msg.get("data") or "")
+    data = raw if raw is not None else binascii.a2b_base64(msg.get("data") or "")
     off = msg.get("offset", 0)
     if not isinstance(off, int) or off < 0:
         raise OSError(22, "bad offset")
@@ -659,7 +660,10 @@ def _file_read(msg):
             got += len(b)
     finally:
         os.close(fd)
-    data = b"".join(parts)
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    if msg.get("binary"):
+        # sent raw after the JSON (a data frame); "$data" never crosses
+        return {"$data": data, "length": got, "size": st.st_size, "eof": got < length}
     return {"data": binascii.b2a_base64(data, newline=False).decode("ascii"), "size": st.st_size,
             "eof": got < length}
 
@@ -690,14 +694,14 @@ def _file_list(msg):
     return {"entries": out, "truncated": truncated}
 
 
-def do_file(typ, msg):
+def do_file(typ, msg, data=None):
     try:
         if not isinstance(msg.get("path"), str) or not msg["path"]:
             raise OSError(22, "path must be a non-empty string")
         if "\0" in msg["path"]:
             raise OSError(22, "path contains NUL")
         if typ == FILE_WRITE:
-            return {"value": _file_write(msg)}
+            return {"value": _file_write(msg, data)}
         if typ == FILE_READ:
             return {"value": _file_read(msg)}
         return {"value": _file_list(msg)}
@@ -799,6 +803,14 @@ def serve():
         if m is None:
             return 0
         typ, mid, payload = m
+        data = None
+        if typ == FILE_WRITE:
+            # A data frame (PROTO_FLAG_DATA): JSON, NUL, the file's bytes.
+            # JSON text never holds a raw NUL, so the first one splits.
+            cut = payload.find(b"\0")
+            if cut >= 0:
+                data = memoryview(payload)[cut + 1:]
+                payload = payload[:cut]
         try:
             msg = _loads(payload)
             if not isinstance(msg, dict):
@@ -826,7 +838,12 @@ def serve():
                 install_tools(tl)
                 send(VALUE, mid, {"value": None})
             elif typ in (FILE_WRITE, FILE_READ, FILE_LIST):
-                send(VALUE, mid, do_file(typ, msg))
+                res = do_file(typ, msg, data)
+                raw = res.get("value", {}).pop("$data", None) if isinstance(res.get("value"), dict) else None
+                if raw is not None:
+                    _nsbox.send(VALUE, mid, _dumps(res), raw)
+                else:
+                    send(VALUE, mid, res)
             elif typ == BYE:
                 send(BYE, mid, {})
                 return 0
