@@ -2,8 +2,12 @@
 #include "files.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "proto.h"
 #include "session.h"
@@ -48,8 +52,8 @@ static int answer_error(const json_t *a, const char *op, const char *path, struc
 /* One FILE_* request: data (NULL: none) sent raw after msg; the answer's
  * raw data (at most rcap bytes) to rbuf. */
 static int request_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *data, size_t dlen,
-			void *rbuf, size_t rcap, size_t *rlen, const char *op, const char *path, json_t **value,
-			struct nsbox_err *err)
+			int pass_fd, void *rbuf, size_t rcap, size_t *rlen, const char *op, const char *path,
+			json_t **value, struct nsbox_err *err)
 {
 	json_t *a = NULL;
 
@@ -59,7 +63,8 @@ static int request_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 		json_decref(msg);
 		return err_set(err, ENOTSUP, "%s %s: the runner does not do file operations", op, path);
 	}
-	if (session_request_data(s, type, msg, data, dlen, &a, rbuf, rcap, rlen, err) < 0)
+	if ((pass_fd >= 0 ? session_request_fd(s, type, msg, pass_fd, &a, err)
+			  : session_request_data(s, type, msg, data, dlen, &a, rbuf, rcap, rlen, err)) < 0)
 		return err_wrap(err, "%s %s", op, path);
 	if (answer_error(a, op, path, err) < 0) {
 		json_decref(a);
@@ -75,7 +80,7 @@ static int request_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 static int request(struct nsbox_session *s, uint16_t type, json_t *msg, const char *op, const char *path,
 		   json_t **value, struct nsbox_err *err)
 {
-	return request_data(s, type, msg, NULL, 0, NULL, 0, NULL, op, path, value, err);
+	return request_data(s, type, msg, NULL, 0, -1, NULL, 0, NULL, op, path, value, err);
 }
 
 /* Raw bytes per data frame: the chunk, or less under a low frame cap. */
@@ -99,11 +104,96 @@ static int write_raw(struct nsbox_session *s, const char *path, const void *data
 		if (request_data(s, PROTO_FILE_WRITE,
 				 json_pack("{s:s,s:I,s:i,s:b}", "path", path, "offset", (json_int_t)off, "mode", mode,
 					   "truncate", off == 0),
-				 (const char *)data + off, n, NULL, 0, NULL, "write", path, &v, err) < 0)
+				 (const char *)data + off, n, -1, NULL, 0, NULL, "write", path, &v, err) < 0)
 			return -1;
 		json_decref(v);
 		off += n;
 	} while (off < len);
+	return 0;
+}
+
+/* Files from this size on cross in a memfd (capability "files-fd"): one
+ * request, the runner copying in the kernel (sendfile), no chunks through
+ * the socket.  Below it data frames cost less than making a memfd. */
+#define FILE_FD_MIN (256u << 10)
+
+static int new_memfd(const char *op, const char *path, struct nsbox_err *err)
+{
+	int fd = memfd_create("nsbox-file", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		err_sys(err, "%s %s: memfd_create", op, path);
+	return fd;
+}
+
+/* The host's own memfd, filled and sealed, goes to the runner, which
+ * copies it into path: the sandbox gets nothing of the host's but those
+ * bytes (the seals keep it from changing them under the copy). */
+static int write_fd(struct nsbox_session *s, const char *path, const void *data, size_t len, int mode,
+		    struct nsbox_err *err)
+{
+	_cleanup_close_ int fd = new_memfd("write", path, err);
+	json_t *v = NULL, *size;
+	int r;
+
+	if (fd < 0)
+		return -1;
+	if (write_full(fd, data, len) != (ssize_t)len)
+		return err_sys(err, "write %s: fill the memfd", path);
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0)
+		return err_sys(err, "write %s: seal the memfd", path);
+	if (request_data(s, PROTO_FILE_WRITE,
+			 json_pack("{s:s,s:i,s:b,s:b,s:I}", "path", path, "mode", mode, "truncate", 1, "fd", 1, "length",
+				   (json_int_t)len),
+			 NULL, 0, fd, NULL, 0, NULL, "write", path, &v, err) < 0)
+		return -1;
+	size = json_object_get(v, "size");
+	r = json_is_integer(size) && json_integer_value(size) == (json_int_t)len
+		    ? 0
+		    : err_set(err, EIO, "write %s: the runner wrote %lld of %zu bytes", path,
+			      (long long)json_integer_value(size), len);
+	json_decref(v);
+	return r;
+}
+
+/* The runner copies path into a memfd the host made: the host reads at
+ * most max + 1 bytes of it, whatever the sandbox does to it meanwhile
+ * (it has the descriptor too), and its pages were charged to whoever
+ * wrote them: the sandbox. */
+static int read_fd(struct nsbox_session *s, const char *path, uint64_t max, char **data, size_t *len,
+		   struct nsbox_err *err)
+{
+	_cleanup_close_ int fd = new_memfd("read", path, err);
+	_cleanup_free_ char *buf = NULL;
+	json_t *v = NULL;
+	json_int_t got;
+	struct stat st;
+
+	if (fd < 0)
+		return -1;
+	if (request_data(s, PROTO_FILE_READ,
+			 json_pack("{s:s,s:I,s:I,s:b}", "path", path, "offset", (json_int_t)0, "length",
+				   (json_int_t)(max + 1), "fd", 1),
+			 NULL, 0, fd, NULL, 0, NULL, "read", path, &v, err) < 0)
+		return -1;
+	got = json_integer_value(json_object_get(v, "length"));
+	json_decref(v);
+	if (fstat(fd, &st) < 0)
+		return err_sys(err, "read %s: stat the memfd", path);
+	if ((uint64_t)st.st_size > max || got < 0 || (uint64_t)got > max)
+		return err_set(err, EFBIG, "read %s: larger than the cap of %llu bytes", path,
+			       (unsigned long long)max);
+	if (got != st.st_size)
+		return err_set(err, EPROTO, "read %s: the runner says %lld bytes, its memfd holds %lld", path,
+			       (long long)got, (long long)st.st_size);
+	buf = malloc((size_t)got + 1);
+	if (!buf)
+		return err_set(err, ENOMEM, "read %s", path);
+	if (got && pread(fd, buf, (size_t)got, 0) != (ssize_t)got)
+		return err_set(err, EPROTO, "read %s: the memfd changed under the read", path);
+	buf[got] = '\0';
+	*data = TAKE_PTR(buf);
+	*len = (size_t)got;
 	return 0;
 }
 
@@ -135,7 +225,7 @@ static int read_raw(struct nsbox_session *s, const char *path, uint64_t max, cha
 		if (request_data(s, PROTO_FILE_READ,
 				 json_pack("{s:s,s:I,s:I,s:b}", "path", path, "offset", (json_int_t)have, "length",
 					   (json_int_t)want, "binary", 1),
-				 NULL, 0, buf + have, (size_t)want, &n, "read", path, &v, err) < 0)
+				 NULL, 0, -1, buf + have, (size_t)want, &n, "read", path, &v, err) < 0)
 			return -1;
 		eof = json_is_true(json_object_get(v, "eof"));
 		size = json_integer_value(json_object_get(v, "size"));
@@ -186,6 +276,8 @@ int session_file_write(struct nsbox_session *s, const char *path, const void *da
 
 	if (mode < 0)
 		mode = 0644;
+	if (len >= FILE_FD_MIN && runner_has(s, "files-fd"))
+		return write_fd(s, path, data, len, mode, err);
 	if (runner_has(s, "files-binary"))
 		return write_raw(s, path, data, len, mode, err);
 	b64 = malloc(proto_b64_len(len < chunk ? len : chunk) + 1);
@@ -219,6 +311,8 @@ int session_file_read(struct nsbox_session *s, const char *path, uint64_t max, c
 
 	if (!max)
 		max = SESSION_FILE_MAX_DEFAULT;
+	if (runner_has(s, "files-fd"))
+		return read_fd(s, path, max, data, len, err);
 	if (runner_has(s, "files-binary"))
 		return read_raw(s, path, max, data, len, err);
 	for (;;) {

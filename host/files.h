@@ -35,6 +35,10 @@ int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t 
 /* The same with raw data: data[0..dlen) sent after msg (NULL: none), and
  * the answer's raw data copied to rbuf (NULL: none may come; at most rcap
  * bytes, else a protocol error), its size in *rlen. */
+/* The same with fd passed to the runner along with the request
+ * (SCM_RIGHTS, capability "files-fd"): a memfd the host made. */
+int session_request_fd(struct nsbox_session *s, uint16_t type, json_t *msg, int fd, json_t **answer,
+		       struct nsbox_err *err);
 int session_request_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *data, size_t dlen,
 			 json_t **answer, void *rbuf, size_t rcap, size_t *rlen, struct nsbox_err *err);
 uint32_t session_max_frame(const struct nsbox_session *s);

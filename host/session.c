@@ -1118,7 +1118,8 @@ int session_fd(struct nsbox_session *s, struct nsbox_err *err)
  * raw data (PROTO_FLAG_DATA); rbuf (NULL: none may come) receives the
  * answer's, at most rcap bytes (more is a protocol error), *rlen its size. */
 static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *sdata, size_t sdlen,
-			uint16_t want, json_t **answer, void *rbuf, size_t rcap, size_t *rlen, struct nsbox_err *err)
+			int pass_fd, uint16_t want, json_t **answer, void *rbuf, size_t rcap, size_t *rlen,
+			struct nsbox_err *err)
 {
 	unsigned long long deadline = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
 	json_auto_t *owned = msg;
@@ -1137,13 +1138,14 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 	if (!msg)
 		return err_set(err, ENOMEM, "%s message", proto_type_name(type));
 	id = s->next_id++;
-	if (sdata) {
+	if (sdata || pass_fd >= 0) {
 		_cleanup_free_ char *buf = NULL;
 		size_t len;
 
-		if (proto_encode_data(type, id, msg, sdata, sdlen, s->io.max_frame, &buf, &len, err) < 0)
+		if ((sdata ? proto_encode_data(type, id, msg, sdata, sdlen, s->io.max_frame, &buf, &len, err)
+			   : proto_encode(type, id, msg, s->io.max_frame, &buf, &len, err)) < 0)
 			return -1;
-		k = frame_send_buf(&s->io, type, buf, len, deadline, err);
+		k = frame_send_buf_fd(&s->io, type, buf, len, pass_fd, deadline, err);
 	} else {
 		k = frame_send_msg(&s->io, type, id, msg, deadline, err);
 	}
@@ -1197,7 +1199,7 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t want, json_t **answer,
 		   struct nsbox_err *err)
 {
-	return control_data(s, type, msg, NULL, 0, want, answer, NULL, 0, NULL, err);
+	return control_data(s, type, msg, NULL, 0, -1, want, answer, NULL, 0, NULL, err);
 }
 
 int session_set_var(struct nsbox_session *s, const char *name, json_t *value, struct nsbox_err *err)
@@ -1442,7 +1444,13 @@ int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t 
 int session_request_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *data, size_t dlen,
 			 json_t **answer, void *rbuf, size_t rcap, size_t *rlen, struct nsbox_err *err)
 {
-	return control_data(s, type, msg, data, dlen, PROTO_VALUE, answer, rbuf, rcap, rlen, err);
+	return control_data(s, type, msg, data, dlen, -1, PROTO_VALUE, answer, rbuf, rcap, rlen, err);
+}
+
+int session_request_fd(struct nsbox_session *s, uint16_t type, json_t *msg, int fd, json_t **answer,
+		       struct nsbox_err *err)
+{
+	return control_data(s, type, msg, NULL, 0, fd, PROTO_VALUE, answer, NULL, 0, NULL, err);
 }
 
 uint32_t session_max_frame(const struct nsbox_session *s)

@@ -456,9 +456,11 @@ static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
 	[PROTO_FILE_WRITE] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "data", F_STR, false },
 						  { "offset", F_INT, false }, { "mode", F_INT, false },
 						  { "truncate", F_BOOL, false }, { "parents", F_BOOL, false },
-						  { "kind", F_STR, false } } },
+						  { "kind", F_STR, false }, { "fd", F_BOOL, false },
+						  { "length", F_INT, false } } },
 	[PROTO_FILE_READ] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "offset", F_INT, false },
-						 { "length", F_INT, false }, { "binary", F_BOOL, false } } },
+						 { "length", F_INT, false }, { "binary", F_BOOL, false },
+						 { "fd", F_BOOL, false } } },
 	[PROTO_FILE_LIST] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "max", F_INT, false } } },
 };
 

@@ -84,6 +84,15 @@ static PyObject *py_send(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* take_fd() -> the descriptor that came with the last FILE_* request, or
+ * -1; the caller closes it. */
+static PyObject *py_take_fd(PyObject *self, PyObject *args)
+{
+	(void)self;
+	(void)args;
+	return PyLong_FromLong(io_take_fd());
+}
+
 /* call(payload: bytes) -> (type, payload: bytes): send a CALL and block,
  * with the GIL released, until the host answers this call's id (reading
  * the socket itself when nobody else does).  A CANCEL while the main
@@ -240,6 +249,7 @@ static PyMethodDef methods[] = {
 	{ "dumps", py_dumps, METH_O, "dumps(obj) -> bytes: compact JSON, UTF-8 (pyjson.c)" },
 	{ "loads", py_loads, METH_O, "loads(bytes or str) -> obj (pyjson.c)" },
 	{ "send", py_send, METH_VARARGS, "send(type, id, payload[, data]): data makes a PROTO_FLAG_DATA frame" },
+	{ "take_fd", py_take_fd, METH_NOARGS, "take_fd() -> the fd passed with the last FILE_* request, or -1" },
 	{ "call", py_call, METH_VARARGS, "call(payload) -> (type, payload): one tool call round trip" },
 	{ "exec_begin", py_exec_begin, METH_VARARGS, "exec_begin(id, stream, limit)" },
 	{ "exec_end", py_exec_end, METH_NOARGS, "exec_end() -> ((head, tail, total), (head, tail, total))" },

@@ -40,6 +40,9 @@ int io_send_frame(uint16_t type, uint32_t id, const char *payload, size_t len);
 /* A PROTO_FLAG_DATA frame: payload, a NUL, data (proto_write_frame_data).
  * -1 with errno: EINVAL or EMSGSIZE for a frame that cannot be made, else
  * the socket failed and the session is dead. */
+/* The descriptor passed with the last FILE_* request (-1: none); the
+ * caller owns it. */
+int io_take_fd(void);
 int io_send_frame_data(uint16_t type, uint32_t id, const char *payload, size_t len, const void *data, size_t dlen);
 /* The serve loop's next frame, queued or read (reading the socket itself
  * when nobody else does, after a brief spin).  1 with *f filled (the
