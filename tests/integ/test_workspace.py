@@ -121,3 +121,58 @@ def test_infinity_binds_the_directory_live(tmp_path):
 def test_bad_sizes_are_refused(tmp_path, value, msg):
     rc, out, err = run(["run", "--workspace", str(tmp_path), "--workspace-size", value, "--", "true"])
     assert rc == 120 and "WorkspaceSize" in err and msg in err, (rc, err)
+
+
+RACER = r"""
+import os, sys
+out = sys.argv[1]
+os.makedirs("real/sub", exist_ok=True)
+i = 0
+while True:
+    i += 1
+    for name, targets in (("x", [None, out, out + "/f", "/etc/passwd"]), ("d", ["DIR", out])):
+        t = targets[i % len(targets)]
+        tmp = name + ".new"
+        try:
+            if t is None:
+                with open(tmp, "w") as f:
+                    f.write("inside %d" % i)
+            elif t == "DIR":
+                os.mkdir(tmp)
+                with open(tmp + "/f", "w") as f:
+                    f.write("evil")
+            else:
+                os.symlink(t, tmp)
+            try:
+                os.rename(tmp, name)
+            except OSError:  # a dir over a non-empty dir, a file over a dir
+                os.system("rm -rf %s; mv %s %s" % (name, tmp, name))
+        except OSError:
+            pass
+"""
+
+
+@pytest.mark.parametrize("attempt", range(4))
+def test_write_back_of_a_sandbox_killed_mid_swap(tmp_path, attempt):
+    """A sandbox swapping names between files, directories and symlinks out
+    of the workspace (to a host directory, a host file) is killed at a
+    moment it does not choose: the write-back copies whatever the upper
+    layer holds then and follows none of it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_text("host")
+    before = sorted(os.listdir(outside)), (outside / "f").stat().st_mtime_ns
+    rc, out, err = run(["run", "--workspace", str(ws), "--time-limit", str(0.3 + 0.15 * attempt), "--",
+                        "/usr/bin/python3.11", "-S", "-c", RACER, str(outside)])
+    assert rc == 124, err
+    assert (sorted(os.listdir(outside)), (outside / "f").stat().st_mtime_ns) == before
+    assert (outside / "f").read_text() == "host"
+    assert not [n for n in os.listdir(ws) if n.startswith(".nsbox")]
+    for name in ("x", "d"):
+        p = ws / name
+        if os.path.islink(p):
+            assert os.readlink(p) in (str(outside), str(outside / "f"), "/etc/passwd")
+    if (ws / "d").is_dir() and not (ws / "d").is_symlink():
+        assert os.listdir(ws / "d") in ([], ["f"])
