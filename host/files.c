@@ -1,12 +1,15 @@
 /* Session file operations over the runner protocol: see files.h. */
 #include "files.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "proto.h"
@@ -407,5 +410,232 @@ int session_file_mkdir(struct nsbox_session *s, const char *path, int mode, stru
 		    path, &v, err) < 0)
 		return -1;
 	json_decref(v);
+	return 0;
+}
+
+/* ---- directories ---- */
+
+/* A name the sandbox listed, fit to be made on the host: one path
+ * component, not "." or "..", no control characters (they would reach a
+ * terminal through ls or an error message). */
+static bool name_ok(const char *n)
+{
+	if (!n[0] || !strcmp(n, ".") || !strcmp(n, ".."))
+		return false;
+	for (const unsigned char *p = (const unsigned char *)n; *p; p++)
+		if (*p == '/' || *p < 0x20 || *p == 0x7f)
+			return false;
+	return true;
+}
+
+/* Open or create name beneath dirfd, never through a symlink (a host
+ * directory shared with a sandbox may hold its links). */
+static int open_beneath(int dirfd, const char *name, int flags, mode_t mode)
+{
+	struct open_how how = { .flags = (unsigned long long)(flags | O_NOFOLLOW | O_CLOEXEC),
+				.mode = (flags & O_CREAT) ? mode : 0,
+				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+
+	return (int)syscall(SYS_openat2, dirfd, name, &how, sizeof(how));
+}
+
+static int join(char *out, size_t size, const char *dir, const char *name, struct nsbox_err *err)
+{
+	size_t dl = strlen(dir);
+	int n = snprintf(out, size, "%s%s%s", dir, dl && dir[dl - 1] == '/' ? "" : "/", name);
+
+	if (n < 0 || (size_t)n >= size)
+		return err_set(err, ENAMETOOLONG, "%s/%s: path too long", dir, name);
+	return 0;
+}
+
+struct dl_state {
+	uint64_t bytes, max_bytes, entries, max_files, files, file_max;
+};
+
+static int download(struct nsbox_session *s, const char *remote, int dirfd, int depth, struct dl_state *st,
+		    struct nsbox_err *err)
+{
+	json_t *v = NULL, *e;
+	size_t i;
+	int r = 0;
+
+	if (depth > SESSION_DIR_MAX_DEPTH)
+		return err_set(err, ELOOP, "download %s: deeper than %d levels", remote, SESSION_DIR_MAX_DEPTH);
+	if (session_file_list(s, remote, &v, err) < 0)
+		return -1;
+	json_array_foreach(json_object_get(v, "entries"), i, e) {
+		const char *name = json_string_value(json_object_get(e, "name"));
+		const char *type = json_string_value(json_object_get(e, "type"));
+		char src[4096];
+
+		/* Names come from the sandbox: one component, nothing more. */
+		if (!name || json_object_get(e, "name_hex") || !name_ok(name) || !type)
+			continue;
+		if (strcmp(type, "dir") && strcmp(type, "file"))
+			continue;	/* symlinks, fifos, devices: not copied */
+		if (++st->entries > st->max_files) {
+			r = err_set(err, EFBIG, "download %s: more than %llu entries", remote,
+				    (unsigned long long)st->max_files);
+			break;
+		}
+		if ((r = join(src, sizeof(src), remote, name, err)) < 0)
+			break;
+		if (!strcmp(type, "dir")) {
+			int sub;
+
+			if (mkdirat(dirfd, name, 0700) < 0) {
+				r = err_sys(err, "download %s: mkdir %s on the host", src, name);
+				break;
+			}
+			sub = open_beneath(dirfd, name, O_RDONLY | O_DIRECTORY, 0);
+			if (sub < 0) {
+				r = err_sys(err, "download %s: open %s on the host", src, name);
+				break;
+			}
+			r = download(s, src, sub, depth + 1, st, err);
+			close(sub);
+			if (r < 0)
+				break;
+		} else {
+			uint64_t left = st->max_bytes - st->bytes;
+			_cleanup_free_ char *data = NULL;
+			_cleanup_close_ int fd = -1;
+			size_t len = 0;
+
+			if (!left) {
+				r = err_set(err, EFBIG, "download: more than %llu bytes in all",
+					    (unsigned long long)st->max_bytes);
+				break;
+			}
+			if (session_file_read(s, src, left < st->file_max ? left : st->file_max, &data, &len, err) < 0) {
+				/* swapped for something else meanwhile: not a file now */
+				if (err->code == EINVAL || err->code == EISDIR || err->code == ENOENT || err->code == ELOOP)
+					continue;
+				r = -1;
+				break;
+			}
+			st->bytes += len;
+			fd = open_beneath(dirfd, name, O_WRONLY | O_CREAT | O_EXCL, 0644);
+			if (fd < 0 || write_full(fd, data, len) != (ssize_t)len) {
+				r = err_sys(err, "download %s: create %s on the host", src, name);
+				break;
+			}
+			st->files++;
+		}
+	}
+	json_decref(v);
+	return r;
+}
+
+int session_download_dir(struct nsbox_session *s, const char *remote, const char *local, uint64_t max_bytes,
+			 uint64_t max_files, uint64_t file_max, uint64_t *files, struct nsbox_err *err)
+{
+	struct dl_state st = { .max_bytes = max_bytes, .max_files = max_files, .file_max = file_max };
+	_cleanup_close_ int root = -1;
+
+	if (mkdir(local, 0755) < 0 && errno != EEXIST)
+		return err_sys(err, "download %s: mkdir %s", remote, local);
+	root = open(local, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0)
+		return err_sys(err, "download %s: open %s", remote, local);
+	if (download(s, remote, root, 0, &st, err) < 0)
+		return -1;
+	*files = st.files;
+	return 0;
+}
+
+static int upload(struct nsbox_session *s, int dirfd, const char *local, const char *remote, int depth,
+		  uint64_t file_max, uint64_t *files, struct nsbox_err *err)
+{
+	_cleanup_close_ int dfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	DIR *d;
+	struct dirent *de;
+	int r = 0;
+
+	if (depth > SESSION_DIR_MAX_DEPTH)
+		return err_set(err, ELOOP, "upload %s: deeper than %d levels", local, SESSION_DIR_MAX_DEPTH);
+	if (dfd < 0 || !(d = fdopendir(dfd)))
+		return err_sys(err, "upload %s", local);
+	dfd = -1;	/* d's now */
+	while (r == 0 && (errno = 0, de = readdir(d))) {
+		char dst[4096], src[4096];
+		struct stat st;
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno == ENOENT)
+				continue;
+			r = err_sys(err, "upload %s/%s", local, de->d_name);
+			break;
+		}
+		if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+			continue;	/* symlinks, fifos, devices: not followed, not copied */
+		if (!proto_utf8_valid(de->d_name, strlen(de->d_name))) {
+			r = err_set(err, EINVAL, "upload %s: a name that is not UTF-8", local);
+			break;
+		}
+		if ((r = join(dst, sizeof(dst), remote, de->d_name, err)) < 0 ||
+		    (r = join(src, sizeof(src), local, de->d_name, err)) < 0)
+			break;
+		if (S_ISDIR(st.st_mode)) {
+			_cleanup_close_ int sub = open_beneath(dirfd, de->d_name, O_RDONLY | O_DIRECTORY, 0);
+
+			if (sub < 0) {
+				r = err_sys(err, "upload %s", src);
+				break;
+			}
+			if ((r = session_file_mkdir(s, dst, (int)(st.st_mode & 07777) | 0700, err)) < 0 ||
+			    (r = upload(s, sub, src, dst, depth + 1, file_max, files, err)) < 0)
+				break;
+		} else {
+			_cleanup_close_ int fd = open_beneath(dirfd, de->d_name, O_RDONLY | O_NONBLOCK | O_NOCTTY, 0);
+			_cleanup_free_ char *data = NULL;
+			struct stat fst;
+
+			if (fd < 0 || fstat(fd, &fst) < 0) {
+				r = err_sys(err, "upload %s", src);
+				break;
+			}
+			if (!S_ISREG(fst.st_mode))
+				continue;	/* swapped meanwhile */
+			if ((uint64_t)fst.st_size > file_max) {
+				r = err_set(err, EFBIG, "upload %s: larger than the cap of %llu bytes", src,
+					    (unsigned long long)file_max);
+				break;
+			}
+			data = malloc((size_t)fst.st_size + 1);
+			if (!data) {
+				r = err_set(err, ENOMEM, "upload %s", src);
+				break;
+			}
+			if (read_full(fd, data, (size_t)fst.st_size) != (ssize_t)fst.st_size) {
+				r = err_set(err, errno ? errno : EIO, "upload %s: read (changed meanwhile?)", src);
+				break;
+			}
+			if ((r = session_file_write(s, dst, data, (size_t)fst.st_size, (int)(fst.st_mode & 07777),
+						    err)) < 0)
+				break;
+			++*files;
+		}
+	}
+	if (r == 0 && errno)
+		r = err_sys(err, "upload %s: read the directory", local);
+	closedir(d);
+	return r;
+}
+
+int session_upload_dir(struct nsbox_session *s, const char *local, const char *remote, uint64_t file_max,
+		       uint64_t *files, struct nsbox_err *err)
+{
+	_cleanup_close_ int root = open(local, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	uint64_t n = 0;
+
+	if (root < 0)
+		return err_sys(err, "upload %s", local);
+	if (session_file_mkdir(s, remote, -1, err) < 0 || upload(s, root, local, remote, 0, file_max, &n, err) < 0)
+		return -1;
+	*files = n;
 	return 0;
 }

@@ -58,4 +58,26 @@ int session_file_list(struct nsbox_session *s, const char *path, json_t **out, s
 /* Make directory path inside (and its parents). */
 int session_file_mkdir(struct nsbox_session *s, const char *path, int mode, struct nsbox_err *err);
 
+/* Directories, the host's end (libnsbox(3) nsbox_download_dir,
+ * nsbox_upload_dir).  At most SESSION_DIR_MAX_DEPTH levels (ELOOP). */
+#define SESSION_DIR_MAX_DEPTH 64
+
+/* Copy directory remote inside into the host directory local (made if
+ * missing, its parents not).  Every name the sandbox listed is checked
+ * (one component, no "." or "..", no control characters, UTF-8); host
+ * entries are made beneath local with mkdirat and openat2(RESOLVE_BENEATH |
+ * RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) O_CREAT | O_EXCL |
+ * O_NOFOLLOW: nothing is overwritten (EEXIST) or followed.  Regular files
+ * and directories only; an entry swapped for something else meanwhile is
+ * skipped.  Caps: max_bytes in all, max_files files, file_max per file
+ * (EFBIG).  *files: the files copied. */
+int session_download_dir(struct nsbox_session *s, const char *remote, const char *local, uint64_t max_bytes,
+			 uint64_t max_files, uint64_t file_max, uint64_t *files, struct nsbox_err *err);
+/* Copy the host directory local to remote inside (made, with parents):
+ * regular files (at most file_max bytes each, EFBIG) and directories, each
+ * opened with O_NOFOLLOW beneath its parent; symlinks and special files
+ * are skipped, never followed.  *files: the files copied. */
+int session_upload_dir(struct nsbox_session *s, const char *local, const char *remote, uint64_t file_max,
+		       uint64_t *files, struct nsbox_err *err);
+
 #endif
