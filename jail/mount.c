@@ -419,8 +419,9 @@ static int mount_ws_overlay(int wsfd, bool detached, uint64_t size, int *upper, 
 		/* userxattr is Linux 5.11's, as is overlay in a user namespace */
 		opts[strlen(opts) - strlen(",userxattr")] = '\0';
 		if (errno != EINVAL || mount("overlay", NEWROOT "/workspace", "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
-			return err_sys(err, "mount an overlay on /workspace (WorkspaceSize=; infinity binds the "
-				       "directory as it is)");
+			return err_sys(err, "mount an overlay on /workspace (WorkspaceSize=%s; --workspace-size "
+				       "infinity binds the directory as it is, unbounded)",
+				       errno == ENODEV ? "; this kernel has no overlayfs: modprobe overlay" : "");
 	}
 	*upper = open(NEWROOT "/.nsbox-wsu/u", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (*upper < 0)

@@ -82,7 +82,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-NSBOX_BUILD=$build NSBOX_VM_COMPRESS=$compress "$here/mkinitramfs.sh" "$work/$img" ||
+kver=${kernel##*/vmlinuz-}
+NSBOX_BUILD=$build NSBOX_VM_COMPRESS=$compress NSBOX_VM_KVER=$kver "$here/mkinitramfs.sh" "$work/$img" ||
 	fatal "building the initramfs failed"
 t_image=$(now)
 
