@@ -518,7 +518,7 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 		}
 	}
 	if (r == 0 && rep->warnings[0])
-		r = err_set(err, EIO, "%.*s", (int)sizeof(rep->warnings) - 1, rep->warnings);
+		r = err_set(err, 0, "%.*s", (int)sizeof(rep->warnings) - 1, rep->warnings);
 	free(rep);
 	if (sb->pidfd >= 0)
 		close(sb->pidfd);

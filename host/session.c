@@ -395,6 +395,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		return err_set(err, ENOMEM, "session");
 	s->io.sock = s->cancel_fd = s->epoll_fd = s->timer_fd = s->sb.pidfd = -1;
 	s->sb.ops = backend_of(opts);
+	s->sb.warn = opts->warn;
+	s->sb.warn_ctx = opts->warn_ctx;
 	s->o = *opts;
 	if (!s->o.output_limit)
 		s->o.output_limit = DEF_OUTPUT;

@@ -273,3 +273,18 @@ def test_memfd_is_sealed_against_the_sandbox(sb):
     sb.write_file("/tmp/big", data)
     assert sb.execute("seen") == ["EPERM", "EPERM"]
     assert sb.read_file("/tmp/big") == data
+
+
+def test_failed_write_back_is_a_warning(libnsbox, tmp_path):
+    """The write-back runs with the sandbox's own rights: what the host
+    directory does not let that user write is not written, and the session's
+    on_warning hears which entry (the rest is still copied)."""
+    ws = tmp_path / "ws"
+    (ws / "ro").mkdir(parents=True)
+    (ws / "ro").chmod(0o555)
+    warnings = []
+    with nsbox.Sandbox(workspace=str(ws), timeout=30, on_warning=warnings.append) as sb:
+        sb.execute("import os; os.chmod('ro', 0o755); open('ro/new', 'w').write('z'); open('top', 'w').write('t')")
+    assert (ws / "top").read_text() == "t"
+    assert not (ws / "ro" / "new").exists()
+    assert any("/workspace/ro/new" in w and "Permission denied" in w for w in warnings), warnings
