@@ -392,8 +392,9 @@ static int clone_tree(const char *path, struct nsbox_err *err)
  * (ext4 here has neither); an overlay in a user namespace needs neither
  * (Linux 5.11).  userxattr: overlay's trusted.* xattrs need CAP_SYS_ADMIN
  * over the host; a tmpfs without user.* xattrs (before Linux 6.6) makes
- * overlay run without xattrs (then replacing a host directory with a new
- * one of the same name fails, EIO).  *upper gets an fd of the upper layer. */
+ * overlay run without xattrs (then a directory made where the host's
+ * directory had an entry the sandbox deleted fails, EIO: it can't be
+ * marked opaque).  *upper gets an fd of the upper layer. */
 static int mount_ws_overlay(int wsfd, bool detached, uint64_t size, int *upper, struct nsbox_err *err)
 {
 	const char *lower = NEWROOT "/.nsbox-wsl", *tmp = NEWROOT "/.nsbox-wsu";
