@@ -56,8 +56,10 @@ def test_fill_stops_at_the_limit_and_host_space_is_bounded(tmp_path):
     # most the limit (plus a little metadata) of the host's filesystem.
     assert (ws / "big").stat().st_size <= 16 << 20
     assert (ws / "old").read_bytes() == b"x" * (1 << 20)
+    # The sandbox tried 256 MiB; 4 MiB of slack for metadata and whatever
+    # else writes to a shared /tmp meanwhile (a private tmpfs here).
     used = free0 - free_bytes(ws)
-    assert used <= (16 << 20) + (1 << 20), used
+    assert used <= (16 << 20) + (4 << 20), used
 
 
 def test_write_back_changes_deletions_and_new_dirs(tmp_path):
