@@ -18,6 +18,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "mcpup.h"
 
 #define MCP_MAX_TOOLS 64
 #define MCP_MAX_SESSIONS_CAP 256
@@ -27,6 +28,7 @@
 #define MCP_LIST_CAP 1000	 /* entries per list_files */
 #define MCP_TAIL 512		 /* bytes of output carried by a progress notification */
 #define MCP_PROGRESS_EVERY 2.0	 /* seconds */
+#define MCP_MAX_PENDING 16	 /* code-mode calls in flight per exec (threads inside) */
 
 static const char *const versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
 
@@ -63,6 +65,19 @@ struct server {
 	json_t *cur_id;
 	nsbox_session_t *cur_s;
 	bool cur_cancelled;
+	/* code mode: the host's other MCP servers, and their calls in flight */
+	struct mcpup up[MCPUP_MAX_SERVERS];
+	size_t n_up;
+	double up_timeout;
+	struct pending {
+		struct mcpup *u;
+		long long rid;	  /* the request id at the server */
+		uint64_t call_id; /* the sandbox's */
+		double deadline;
+		char tool[80];
+	} pend[MCP_MAX_PENDING];
+	size_t n_pend;
+	json_t *up_responses;
 };
 
 static double now(void)
@@ -213,6 +228,23 @@ static int start_session(struct server *srv, uint64_t memory, nsbox_session_t **
 			nsbox_error_free(e);
 			nsbox_session_free(s);
 			return -1;
+		}
+	/* Code mode: NAME.tool inside, answered by forwarding (run_exec). */
+	for (size_t k = 0; k < srv->n_up; k++)
+		for (size_t j = 0; j < srv->up[k].n_tools; j++) {
+			const struct mcpup_tool *t = &srv->up[k].tools[j];
+			char name[80], *schema = t->schema ? json_dumps(t->schema, JSON_COMPACT) : NULL;
+			int r;
+
+			snprintf(name, sizeof(name), "%s.%s", srv->up[k].name, t->py);
+			r = nsbox_session_add_tool(s, name, schema, t->description, NULL, NULL, &e);
+			free(schema);
+			if (r < 0) {
+				snprintf(msg, msz, "tool %s: %s", name, nsbox_error_message(e));
+				nsbox_error_free(e);
+				nsbox_session_free(s);
+				return -1;
+			}
 		}
 	*out = s;
 	return 0;
@@ -459,11 +491,175 @@ static void tail_add(struct tail *t, const char *d, size_t n)
 	t->n += n;
 }
 
+static void answer(nsbox_session_t *s, uint64_t call_id, const char *tool, const char *result, const char *error)
+{
+	nsbox_error_t *e = NULL;
+
+	if (nsbox_exec_answer(s, call_id, error ? NULL : result, error, &e) < 0) {
+		fprintf(stderr, "nsbox mcp: answering tool %s: %s\n", tool, nsbox_error_message(e));
+		nsbox_error_free(e);
+	}
+}
+
+/* A call to NAME.tool from inside: forwarded to that MCP server as a
+ * tools/call; the answer comes in run_exec's loop (settle_up). */
+static void forward_call(struct server *srv, nsbox_session_t *s, const struct nsbox_event *ev)
+{
+	const char *dot = strchr(ev->tool, '.');
+	struct mcpup *u = NULL;
+	const struct mcpup_tool *t = NULL;
+	json_t *call, *kwargs, *args;
+	char msg[1024];
+	long long rid;
+
+	for (size_t k = 0; k < srv->n_up && !u; k++)
+		if (strlen(srv->up[k].name) == (size_t)(dot - ev->tool) &&
+		    !strncmp(srv->up[k].name, ev->tool, (size_t)(dot - ev->tool)))
+			u = &srv->up[k];
+	for (size_t j = 0; u && j < u->n_tools && !t; j++)
+		if (!strcmp(u->tools[j].py, dot + 1))
+			t = &u->tools[j];
+	if (!t) {
+		answer(s, ev->call_id, ev->tool, NULL, "no such tool");
+		return;
+	}
+	if (srv->n_pend >= MCP_MAX_PENDING) {
+		snprintf(msg, sizeof(msg), "%s(): too many calls in flight (at most %d)", ev->tool, MCP_MAX_PENDING);
+		answer(s, ev->call_id, ev->tool, NULL, msg);
+		return;
+	}
+	call = json_loads(ev->args_json, 0, NULL);
+	kwargs = json_object_get(call, "kwargs");
+	if (json_array_size(json_object_get(call, "args"))) {
+		snprintf(msg, sizeof(msg), "%s(): pass the arguments by name (MCP tools take keyword arguments)",
+			 ev->tool);
+		answer(s, ev->call_id, ev->tool, NULL, msg);
+		json_decref(call);
+		return;
+	}
+	args = mcpup_plain(json_is_object(kwargs) ? kwargs : json_object(), ev->tool, msg, sizeof(msg), 0);
+	json_decref(call);
+	if (!args) {
+		answer(s, ev->call_id, ev->tool, NULL, msg);
+		return;
+	}
+	rid = mcpup_send_call(u, t, args, msg, sizeof(msg));
+	json_decref(args);
+	if (rid < 0) {
+		answer(s, ev->call_id, ev->tool, NULL, msg);
+		return;
+	}
+	srv->pend[srv->n_pend++] = (struct pending){ .u = u, .rid = rid, .call_id = ev->call_id,
+						     .deadline = now() + srv->up_timeout };
+	snprintf(srv->pend[srv->n_pend - 1].tool, sizeof(srv->pend[0].tool), "%s", ev->tool);
+}
+
+static void drop_pending(struct server *srv, size_t i)
+{
+	srv->pend[i] = srv->pend[--srv->n_pend];
+}
+
+/* Answer the calls in flight whose server answered, died or ran out of
+ * time; with why, all of them (the exec ended or was cancelled). */
+static void settle_up(struct server *srv, nsbox_session_t *s, const char *why)
+{
+	for (size_t i = 0; i < srv->n_pend;) {
+		struct pending *p = &srv->pend[i];
+		json_t *r, *resp = NULL, *v;
+		char msg[2048];
+		size_t k;
+
+		if (why) {
+			mcpup_send_cancel(p->u, p->rid, why);
+			if (s) {
+				snprintf(msg, sizeof(msg), "%s(): %s", p->tool, why);
+				answer(s, p->call_id, p->tool, NULL, msg);
+			}
+			drop_pending(srv, i);
+			continue;
+		}
+		json_array_foreach(srv->up_responses, k, r)
+		{
+			if (json_integer_value(json_object_get(r, "_up")) == (json_int_t)(p->u - srv->up) &&
+			    json_integer_value(json_object_get(r, "id")) == p->rid) {
+				resp = json_incref(r);
+				json_array_remove(srv->up_responses, k);
+				break;
+			}
+		}
+		if (resp) {
+			v = mcpup_result_value(resp, msg + 256, sizeof(msg) - 256);
+			if (v) {
+				char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+
+				if (text && strlen(text) <= MCPUP_MAX_RESULT) {
+					answer(s, p->call_id, p->tool, text, NULL);
+				} else {
+					snprintf(msg, sizeof(msg), "%s(): the result is too large (over %u bytes)", p->tool,
+						 MCPUP_MAX_RESULT);
+					answer(s, p->call_id, p->tool, NULL, msg);
+				}
+				free(text);
+				json_decref(v);
+			} else {
+				char e[2048];
+
+				snprintf(e, sizeof(e), "%s(): %s", p->tool, msg + 256);
+				answer(s, p->call_id, p->tool, NULL, e);
+			}
+			json_decref(resp);
+			drop_pending(srv, i);
+		} else if (p->u->fd < 0) {
+			snprintf(msg, sizeof(msg), "%s(): the MCP server %s stopped during the call: %s", p->tool,
+				 p->u->name, p->u->why);
+			answer(s, p->call_id, p->tool, NULL, msg);
+			drop_pending(srv, i);
+		} else if (now() >= p->deadline) {
+			snprintf(msg, sizeof(msg), "%s(): no answer from the MCP server %s in %g s", p->tool, p->u->name,
+				 srv->up_timeout);
+			mcpup_send_cancel(p->u, p->rid, "timed out");
+			answer(s, p->call_id, p->tool, NULL, msg);
+			drop_pending(srv, i);
+		} else {
+			i++;
+		}
+	}
+	json_array_clear(srv->up_responses);
+}
+
+/* Read the MCP servers that polled readable (p[0..n_up)), tagging each
+ * response with its server. */
+static void pump_up(struct server *srv, const struct pollfd *p)
+{
+	for (size_t k = 0; k < srv->n_up; k++) {
+		json_t *got;
+		size_t i;
+		json_t *r;
+
+		if (srv->up[k].fd < 0 || !p[k].revents)
+			continue;
+		got = json_array();
+		if (mcpup_pump(&srv->up[k], got) < 0)
+			fprintf(stderr, "nsbox mcp: the MCP server %s stopped: %s\n", srv->up[k].name, srv->up[k].why);
+		json_array_foreach(got, i, r)
+		{
+			json_object_set_new(r, "_up", json_integer((json_int_t)k));
+			json_array_append(srv->up_responses, r);
+		}
+		json_decref(got);
+	}
+}
+
 static void answer_tool_call(struct server *srv, nsbox_session_t *s, const struct nsbox_event *ev)
 {
 	char *result = NULL, *error = NULL;
 	nsbox_error_t *e = NULL;
 	const struct cli_tool *t = NULL;
+
+	if (strchr(ev->tool, '.')) {
+		forward_call(srv, s, ev);
+		return;
+	}
 
 	for (size_t k = 0; k < srv->n_tools; k++)
 		if (!strcmp(srv->tools[k].name, ev->tool))
@@ -511,7 +707,7 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	srv->cur_cancelled = false;
 	/* Advance before the first poll: deadlines are armed by advancing. */
 	for (;;) {
-		struct pollfd p[2] = { { fd, POLLIN, 0 }, { 0, POLLIN, 0 } };
+		struct pollfd p[2 + MCPUP_MAX_SERVERS] = { { fd, POLLIN, 0 }, { srv->eof ? -1 : 0, POLLIN, 0 } };
 		int wait = -1;
 
 		while ((k = nsbox_exec_advance(s, &ev, &e)) > 0) {
@@ -527,10 +723,15 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 			nsbox_error_free(e);
 			srv->cur_id = NULL;
 			srv->cur_s = NULL;
+			settle_up(srv, NULL, "the exec ended");
 			return -1;
 		}
 		if (k > 0) /* DONE */
 			break;
+		/* A cancelled exec waiting on a code-mode call gets its
+		 * answer now (nsbox.ToolError, then Cancelled). */
+		if (srv->cur_cancelled && srv->n_pend)
+			settle_up(srv, s, "cancelled");
 		if (token && now() >= next_progress) {
 			double t = now() - start;
 
@@ -544,8 +745,20 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 
 			wait = left <= 0 ? 0 : (int)(left * 1000) + 1;
 		}
-		if (poll(p, srv->eof ? 1 : 2, wait) < 0 && errno != EINTR)
+		for (size_t j = 0; j < srv->n_pend; j++) {
+			double left = srv->pend[j].deadline - now();
+			int w = left <= 0 ? 0 : (int)(left * 1000) + 1;
+
+			if (wait < 0 || w < wait)
+				wait = w;
+		}
+		for (size_t j = 0; j < srv->n_up; j++)
+			p[2 + j] = (struct pollfd){ srv->up[j].fd, POLLIN, 0 };
+		if (poll(p, 2 + srv->n_up, wait) < 0 && errno != EINTR)
 			break;
+		pump_up(srv, p + 2);
+		if (srv->n_pend)
+			settle_up(srv, s, NULL);
 		/* At EOF the exec runs on to its end (a piped batch of
 		 * requests still gets its answers); a client that stops
 		 * waiting sends SIGTERM, as the stdio transport says. */
@@ -554,6 +767,9 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	}
 	srv->cur_id = NULL;
 	srv->cur_s = NULL;
+	/* Calls the sandbox no longer waits for (a limit or a cancel ended
+	 * the exec): the servers are told, their late answers dropped. */
+	settle_up(srv, NULL, "the exec ended");
 	if (nsbox_exec_result(s, out, &e) < 0) {
 		snprintf(msg, msz, "exec result: %s", nsbox_error_message(e));
 		nsbox_error_free(e);
@@ -1090,24 +1306,70 @@ static json_t *tool_list_files(struct server *srv, json_t *args, json_t *id, cha
 	return out;
 }
 
+/* run_python's description: what it does, and the functions callable
+ * inside (--tool, and code mode's NAME.tool with signature and the first
+ * line of the tool's description), within MCP_DESC_MAX bytes. */
+#define MCP_DESC_MAX (32u << 10)
+static char *run_python_description(const struct server *srv)
+{
+	char *text = NULL;
+	size_t tlen = 0;
+	FILE *f = open_memstream(&text, &tlen);
+
+	if (!f)
+		return NULL;
+	fprintf(f,
+		"Run Python code in a kernel-isolated sandbox (nsbox). Globals persist between calls on the same "
+		"session. Returns stdout, stderr and the value of the last expression, or the exception with its "
+		"traceback. Network: %s.",
+		srv->share_net ? "the host's" : "none");
+	if (srv->n_tools) {
+		fputs(" Host functions callable inside:", f);
+		for (size_t k = 0; k < srv->n_tools; k++)
+			fprintf(f, " %s(...)", srv->tools[k].name);
+		fputs(" (JSON-serialisable arguments and results).", f);
+	}
+	if (srv->n_up) {
+		fputs("\n\nTools of other MCP servers, callable inside as Python functions (keyword arguments; a "
+		      "result is a str for text, a dict for structured content; a failure raises nsbox.ToolError; "
+		      "NAME.tool.__doc__ is a tool's full description). Call them in loops and return only what "
+		      "matters:",
+		      f);
+		for (size_t k = 0; k < srv->n_up; k++)
+			for (size_t j = 0; j < srv->up[k].n_tools; j++) {
+				const struct mcpup_tool *t = &srv->up[k].tools[j];
+				char *sig = mcpup_signature(t->schema);
+				const char *d = t->description ? t->description : "";
+				size_t n = strcspn(d, "\n");
+
+				if (ftell(f) > (long)MCP_DESC_MAX - 512) {
+					fputs("\n(more: dir(NAME) inside lists them)", f);
+					free(sig);
+					goto done;
+				}
+				fprintf(f, "\n- %s.%s%s%s%.*s", srv->up[k].name, t->py, sig ? sig : "(**kwargs)",
+					n ? ": " : "", (int)(n > 200 ? 200 : n), d);
+				free(sig);
+			}
+	}
+done:
+	fclose(f);
+	return text;
+}
+
 static json_t *tools_list(const struct server *srv)
 {
-	char desc[4096];
-	size_t off;
+	char *desc = run_python_description(srv);
+	bool open_world = srv->share_net, destructive = srv->host_writes;
 	json_t *session = json_pack("{s:s,s:s}", "type", "string", "description",
 				    "a handle from new_session; omit it for the server's default session");
 
-	off = (size_t)snprintf(desc, sizeof(desc),
-			       "Run Python code in a kernel-isolated sandbox (nsbox). Globals persist between calls "
-			       "on the same session. Returns stdout, stderr and the value of the last expression, "
-			       "or the exception with its traceback. Network: %s.",
-			       srv->share_net ? "the host's" : "none");
-	if (srv->n_tools) {
-		off += (size_t)snprintf(desc + off, sizeof(desc) - off, " Host functions callable inside:");
-		for (size_t k = 0; k < srv->n_tools && off < sizeof(desc) - 80; k++)
-			off += (size_t)snprintf(desc + off, sizeof(desc) - off, " %s(...)", srv->tools[k].name);
-		snprintf(desc + off, sizeof(desc) - off, " (JSON-serialisable arguments and results).");
-	}
+	/* Code mode reaches what the other servers' tools reach. */
+	for (size_t k = 0; k < srv->n_up; k++)
+		for (size_t j = 0; j < srv->up[k].n_tools; j++) {
+			open_world |= srv->up[k].tools[j].open_world;
+			destructive |= srv->up[k].tools[j].destructive;
+		}
 	json_t *list;
 
 	list = json_pack(
@@ -1120,12 +1382,12 @@ static json_t *tools_list(const struct server *srv)
 		"{s:s,s:s,s:s,s:{s:s,s:{s:O,s:{s:s,s:s}},s:b},s:{s:s,s:b,s:b,s:b,s:b}}]}",
 		"tools",
 		/* run_python */
-		"name", "run_python", "title", "Run Python", "description", desc, "inputSchema", "type", "object",
+		"name", "run_python", "title", "Run Python", "description", desc ? desc : "Run Python code.", "inputSchema", "type", "object",
 		"properties", "code", "type", "string", "description", "Python source; at most 1 MiB", "session",
 		session, "timeout_s", "type", "number", "description", "wall-clock limit for this call, seconds",
 		"exclusiveMinimum", 0.0, "required", "code", "additionalProperties", 0, "annotations", "title",
-		"Run Python", "readOnlyHint", 0, "destructiveHint", srv->host_writes, "idempotentHint", 0,
-		"openWorldHint", srv->share_net,
+		"Run Python", "readOnlyHint", 0, "destructiveHint", destructive, "idempotentHint", 0,
+		"openWorldHint", open_world,
 		/* new_session */
 		"name", "new_session", "title", "New session", "description",
 		"Start a new sandboxed Python session and return its handle. It closes when idle for the "
@@ -1166,6 +1428,7 @@ static json_t *tools_list(const struct server *srv)
 		"readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
 	/* Each use took a reference of its own (O). */
 	json_decref(session);
+	free(desc);
 	return list;
 }
 
@@ -1280,6 +1543,9 @@ static void mcp_usage(FILE *f)
 		"usage: nsbox mcp [OPTIONS]\n"
 		"A Model Context Protocol server on stdin/stdout (stdio transport).\n"
 		"  --tool NAME=COMMAND     a host tool callable inside as NAME(...) (see nsbox python)\n"
+		"  --mcp-server NAME=COMMAND  start another MCP server (stdio) on the host; its tools are\n"
+		"                          callable inside as NAME.tool(...) (code mode; repeatable)\n"
+		"  --mcp-timeout SECONDS   the most its start or one call may take (default 60)\n"
 		"  --idle-timeout SECONDS  close sessions idle this long (default 600)\n"
 		"  --max-sessions N        sessions made with new_session, at most (default 8)\n"
 		"  --call-timeout SECONDS  a call's wall-clock limit unless it asks (default 60)\n"
@@ -1347,6 +1613,7 @@ int cmd_mcp(int argc, char **argv)
 	srv.max_sessions = 8;
 	srv.max_memory = 4ULL << 30;
 	srv.output_limit = 64 << 10;
+	srv.up_timeout = 60;
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
 		fprintf(stderr, "nsbox mcp: %s\n", err.msg);
 		return NSBOX_EXIT_USAGE;
@@ -1395,6 +1662,37 @@ int cmd_mcp(int argc, char **argv)
 				goto bad_value;
 			continue;
 		}
+		if (opt_value(argc, argv, &i, "--mcp-timeout", &v)) {
+			if (parse_seconds(v, &srv.up_timeout) < 0)
+				goto bad_value;
+			continue;
+		}
+		if (opt_value(argc, argv, &i, "--mcp-server", &v)) {
+			const char *eq = v ? strchr(v, '=') : NULL;
+			struct mcpup *u = &srv.up[srv.n_up];
+
+			if (!eq || eq == v || !eq[1] || srv.n_up >= MCPUP_MAX_SERVERS) {
+				fprintf(stderr, "nsbox mcp: --mcp-server: expected NAME=COMMAND (at most %d)\n",
+					MCPUP_MAX_SERVERS);
+				goto out;
+			}
+			*u = (struct mcpup){ .name = strndup(v, (size_t)(eq - v)), .command = eq + 1, .fd = -1 };
+			srv.n_up++;
+			/* NAME becomes a global inside: a plain identifier of its own. */
+			if (!u->name || nsbox_check_tool_name(u->name, &e) < 0 || strchr(u->name, '.') ||
+			    strlen(u->name) > 32) {
+				fprintf(stderr, "nsbox mcp: --mcp-server %.*s: NAME must be a Python identifier of at most 32 "
+					"characters\n", (int)(eq - v), v);
+				nsbox_error_free(e);
+				goto out;
+			}
+			for (size_t k = 0; k + 1 < srv.n_up; k++)
+				if (!strcmp(srv.up[k].name, u->name)) {
+					fprintf(stderr, "nsbox mcp: --mcp-server %s: given twice\n", u->name);
+					goto out;
+				}
+			continue;
+		}
 		if (opt_value(argc, argv, &i, "--tool", &v)) {
 			const char *eq = v ? strchr(v, '=') : NULL;
 			char *name;
@@ -1433,6 +1731,12 @@ bad_value:
 		nsbox_error_free(e);
 		goto out;
 	}
+	for (size_t k = 0; k < srv.n_up; k++)
+		for (size_t t = 0; t < srv.n_tools; t++)
+			if (!strcmp(srv.up[k].name, srv.tools[t].name)) {
+				fprintf(stderr, "nsbox mcp: --mcp-server %s: a --tool has that name\n", srv.up[k].name);
+				goto out;
+			}
 	read_policy_facts(&srv, p);
 	/* A session's policy is parsed again from the same argv: skip our own
 	 * options there (they are not jail options). */
@@ -1452,7 +1756,8 @@ bad_value:
 			    opt_value(argc, argv, &j, "--max-call-timeout", &v) ||
 			    opt_value(argc, argv, &j, "--max-sessions", &v) ||
 			    opt_value(argc, argv, &j, "--max-memory", &v) ||
-			    opt_value(argc, argv, &j, "--output-limit", &v) || opt_value(argc, argv, &j, "--tool", &v)) {
+			    opt_value(argc, argv, &j, "--output-limit", &v) || opt_value(argc, argv, &j, "--tool", &v) ||
+			    opt_value(argc, argv, &j, "--mcp-server", &v) || opt_value(argc, argv, &j, "--mcp-timeout", &v)) {
 				i = j;
 				continue;
 			}
@@ -1461,11 +1766,24 @@ bad_value:
 		srv.argv = jail;
 		srv.argc = n;
 	}
+	srv.up_responses = json_array();
+	if (!srv.up_responses)
+		goto out;
+	for (size_t k = 0; k < srv.n_up; k++) {
+		char msg[1024];
+
+		if (mcpup_start(&srv.up[k], srv.up_timeout, msg, sizeof(msg)) < 0) {
+			fprintf(stderr, "nsbox mcp: --mcp-server %s: cannot start it: %s\n", srv.up[k].name, msg);
+			rc = NSBOX_EXIT_SETUP;
+			goto out;
+		}
+		fprintf(stderr, "nsbox mcp: --mcp-server %s: %zu tools\n", srv.up[k].name, srv.up[k].n_tools);
+	}
 	fprintf(stderr, "nsbox mcp %s: serving MCP on stdin/stdout\n", nsbox_version());
 	for (;;) {
 		json_t *m;
 		double next;
-		struct pollfd pf = { 0, POLLIN, 0 };
+		struct pollfd pf[1 + MCPUP_MAX_SERVERS] = { { 0, POLLIN, 0 } };
 
 		while ((m = dequeue(&srv))) {
 			handle(&srv, m);
@@ -1474,9 +1792,15 @@ bad_value:
 		if (srv.eof)
 			break;
 		next = expire_idle(&srv);
-		if (poll(&pf, 1, next < 0 ? -1 : (int)(next * 1000) + 1) < 0 && errno != EINTR)
+		/* The other servers are read between calls too: their
+		 * notifications must not fill the socket. */
+		for (size_t k = 0; k < srv.n_up; k++)
+			pf[1 + k] = (struct pollfd){ srv.up[k].fd, POLLIN, 0 };
+		if (poll(pf, 1 + srv.n_up, next < 0 ? -1 : (int)(next * 1000) + 1) < 0 && errno != EINTR)
 			break;
-		if (pf.revents)
+		pump_up(&srv, pf + 1);
+		json_array_clear(srv.up_responses); /* late answers to calls given up */
+		if (pf[0].revents)
 			read_input(&srv, false);
 	}
 	if (srv.len && !srv.skipping) /* a last line without its newline */
@@ -1494,6 +1818,11 @@ bad_value:
 	free(srv.argv);
 	free(srv.buf);
 out:
+	for (size_t k = 0; k < srv.n_up; k++) {
+		mcpup_stop(&srv.up[k]);
+		free(srv.up[k].name);
+	}
+	json_decref(srv.up_responses);
 	for (size_t k = 0; k < srv.n_tools; k++)
 		free(srv.tools[k].name);
 	nsbox_policy_free(p);

@@ -173,7 +173,7 @@ static json_t *hello_msg(const struct nsbox_session *s)
 
 static bool valid_identifier(const char *n)
 {
-	return proto_is_identifier(n) && strlen(n) <= PROTO_TOOL_NAME_MAX;
+	return proto_is_tool_name(n);
 }
 
 /* ---- the EXEC frame, written directly ----
@@ -388,7 +388,7 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		return err_set(err, EINVAL, "session: no policy");
 	for (size_t i = 0; i < opts->n_tools; i++)
 		if (!valid_identifier(opts->tools[i].name))
-			return err_set(err, EINVAL, "tool name '%s' is not a Python identifier",
+			return err_set(err, EINVAL, "tool name '%s' is not a Python identifier or NS.NAME",
 				       opts->tools[i].name ? opts->tools[i].name : "");
 	s = calloc(1, sizeof(*s));
 	if (!s)
@@ -532,6 +532,22 @@ static const struct session_tool *find_tool(const struct nsbox_session *s, const
 		if (!strcmp(s->tools[i].name, name))
 			return &s->tools[i];
 	return NULL;
+}
+
+/* Whether name and a registered tool would need the same global: a plain
+ * tool NS beside a namespaced NS.NAME. */
+static bool clashes(const struct nsbox_session *s, const char *name)
+{
+	size_t n = strcspn(name, ".");
+
+	for (size_t i = 0; i < s->o.n_tools; i++) {
+		const char *o = s->tools[i].name;
+		size_t m = strcspn(o, ".");
+
+		if (n == m && !memcmp(o, name, n) && !name[n] != !o[m])
+			return true;
+	}
+	return false;
 }
 
 static double dmax(double a, double b)
@@ -1297,12 +1313,15 @@ int session_add_tool(struct nsbox_session *s, const struct session_tool *t, stru
 	int r;
 
 	if (!t || !valid_identifier(t->name))
-		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier",
+		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier or NS.NAME",
 			       t && t->name ? t->name : "");
 	if (t->schema && !json_is_object(t->schema))
 		return err_set(err, EINVAL, "tool %s: the schema is not a JSON object", t->name);
 	if (find_tool(s, t->name))
 		return err_set(err, EEXIST, "tool %s is already registered", t->name);
+	if (clashes(s, t->name))
+		return err_set(err, EEXIST, "tool %s: its name and a registered tool's would share the global %.*s",
+			       t->name, (int)strcspn(t->name, "."), t->name);
 	if (s->dead)
 		return err_set(err, EPIPE, "the session has ended");
 	if (s->x.active)

@@ -175,7 +175,10 @@ NSBOX_API void nsbox_session_free(nsbox_session_t *s);
 typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_json, char **result_json,
 			     char **error_message);
 
-/* Register a tool: name must be a Python identifier; schema_json (may be
+/* Register a tool: name must be a Python identifier, or (since 0.4.0)
+ * two joined by a dot, "NS.NAME": a function NAME in a namespace object
+ * NS in the session's globals (NS must not also be a plain tool's name:
+ * -EEXIST); schema_json (may be
  * NULL) is a JSON Schema of the arguments ({"type": "object",
  * "properties": ...}), used to generate the Python signature and
  * docstring; description may be NULL.  Tools may be added at any time;
@@ -513,7 +516,8 @@ NSBOX_API int nsbox_selftest(const struct nsbox_selftest_opts *opts, unsigned *e
 NSBOX_API int nsbox_parse_size(const char *s, uint64_t *bytes, nsbox_error_t **err);
 
 /* 0 when name is acceptable to nsbox_session_add_tool() (a Python
- * identifier of at most 64 bytes, nsbox-protocol(7)); -EINVAL otherwise. */
+ * identifier, or two joined by a dot, of at most 64 bytes,
+ * nsbox-protocol(7)); -EINVAL otherwise. */
 NSBOX_API int nsbox_check_tool_name(const char *name, nsbox_error_t **err);
 
 /* ---- handing a sandbox over (since 0.4.0; nsboxd(8)) -------------------

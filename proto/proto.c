@@ -363,10 +363,19 @@ bool proto_is_identifier(const char *s)
 	return true;
 }
 
-/* Tool names: identifiers of at most PROTO_TOOL_NAME_MAX bytes. */
-static bool is_tool_name(const char *s)
+bool proto_is_tool_name(const char *s)
 {
-	return proto_is_identifier(s) && strlen(s) <= PROTO_TOOL_NAME_MAX;
+	char ns[PROTO_TOOL_NAME_MAX + 1];
+	const char *dot;
+
+	if (!s || strlen(s) > PROTO_TOOL_NAME_MAX)
+		return false;
+	dot = strchr(s, '.');
+	if (!dot)
+		return proto_is_identifier(s);
+	memcpy(ns, s, (size_t)(dot - s));
+	ns[dot - s] = '\0';
+	return proto_is_identifier(ns) && proto_is_identifier(dot + 1);
 }
 
 static int check_field(const char *tname, const struct field *fd, const json_t *v, struct nsbox_err *err)
@@ -434,8 +443,8 @@ static int check_field(const char *tname, const struct field *fd, const json_t *
 		json_array_foreach(v, i, e) {
 			json_t *x;
 
-			if (!json_is_object(e) || !is_tool_name(json_string_value(json_object_get(e, "name"))))
-				return err_set(err, EPROTO, "%s: tools[%zu] needs an identifier name", tname, i);
+			if (!json_is_object(e) || !proto_is_tool_name(json_string_value(json_object_get(e, "name"))))
+				return err_set(err, EPROTO, "%s: tools[%zu] needs a tool name (NAME or NS.NAME)", tname, i);
 			x = json_object_get(e, "description");
 			if (x && !json_is_string(x))
 				return err_set(err, EPROTO, "%s: tools[%zu].description is not a string", tname, i);
