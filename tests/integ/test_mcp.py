@@ -222,3 +222,124 @@ def test_bad_option():
     p = subprocess.run([NSBOX, "mcp", "--max-sessions", "0"], capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, timeout=30)
     assert p.returncode == 120 and "--max-sessions" in p.stderr and p.stdout == ""
+
+
+# ---- code mode: --mcp-server NAME=COMMAND -----------------------------------
+
+SERVER = os.path.join(MCPDIR, "server.mjs")
+
+
+def _procs_with(tag):
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if tag.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def _up(node, name="t"):
+    """--mcp-server NAME=COMMAND for the test server, tagged so that the
+    test can look for its processes afterwards."""
+    tag = "nsbox-up-%d-%s-%d" % (os.getpid(), name, time.monotonic_ns())
+    return ["--mcp-server", "%s=NSBOX_TEST_SECRET=hunter2 exec %s %s --tag=%s" % (name, node, SERVER, tag)], tag
+
+
+def test_code_mode(node):
+    args, tag = _up(node)
+    o = client(node, "codemode", "--mcp-timeout", "2", *args)
+    rp = [t for t in o["tools"] if t["name"] == "run_python"][0]
+    # The description lists the functions with their signatures.
+    assert "\n- t.add(a, b): Add two integers." in rp["description"]
+    assert "- t.get_user(id, verbose=None)" in rp["description"]
+    assert "- t.class_()" in rp["description"] and "second line" not in rp["description"]
+    # The test server's tools all say openWorldHint false and read-only.
+    assert rp["annotations"]["openWorldHint"] is False and rp["annotations"]["destructiveHint"] is False
+
+    assert o["loop"] == {"text": "9900", "isError": False}  # 100 calls from one run_python
+    assert o["structured"] == {"text": "('dict', {'id': '7', 'name': 'user 7', 'tags': ['a', 'b'], "
+                                       "'$ref': '#/users/7'})", "isError": False}
+    assert o["values"]["text"].startswith("('class ok', ['one', 'two', {'type': 'image', ")
+    assert '[1,[2.5,{\\"k\\":null,\\"$x\\":' in json.dumps(o["values"]["text"])  # tuple -> array, "$" key kept
+    assert o["values"]["text"].endswith(", '3')")  # positional arguments bound by the signature
+    assert "Arguments:\n    a (integer, required): the first" in o["doc"]["text"]
+    assert o["doc"]["text"].endswith("'(id, verbose=None)'")
+    assert o["missing"]["isError"] and "TypeError: t.add(): missing a required argument: 'b'" in o["missing"]["text"]
+    assert o["mistyped"]["isError"] and "argument 'a' must be integer, not str" in o["mistyped"]["text"]
+    assert o["unknown_kw"]["isError"] and "unexpected keyword argument 'c'" in o["unknown_kw"]["text"]
+    assert "nsbox.ToolError: t.echo(): an argument has no JSON form" in o["no_json"]["text"]
+    assert o["tool_error"] == {"text": "'caught: t.fail(): it failed on purpose'", "isError": False}
+    # The server's environment is its own (the command line gives it the
+    # secret); the sandbox sees neither the variable nor the server's process.
+    assert o["env"] == {"text": "(None, False, 'hunter2')", "isError": False}
+    assert o["calls"]["text"] == "'102'"  # executed by the server, on the host
+    assert "no answer from the MCP server t in 2 s" in o["hang"]["text"]
+    assert o["after_hang"] == {"text": "'5'", "isError": False}
+    assert "rejected" in o["cancelled"]
+    assert o["after_cancel"] == {"text": "'42'", "isError": False}
+    assert o["time_limit"]["isError"] and "time limit" in o["time_limit"]["text"]
+    assert o["after_time_limit"] == {"text": "'2'", "isError": False}
+    assert o["in_session"] == {"text": "'10'", "isError": False}  # sessions from new_session have them too
+    assert "t.die(): the MCP server t stopped during the call" in o["die"]["text"]
+    assert "exited with status 3" in o["die"]["text"]
+    assert o["after_die"] == {"text": "2", "isError": False}
+    assert "t.add(): the MCP server t is not running" in o["dead"]["text"]
+    assert _procs_with(tag) == []
+
+
+def test_code_mode_server_stopped_at_exit(node):
+    args, tag = _up(node, "calc")
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python",
+                                               "arguments": {"code": "calc.add(a=1, b=2)"}})], *args)
+    assert rc == 0, err
+    assert out[0]["result"]["content"][0]["text"] == "'3'"
+    assert "--mcp-server calc: 11 tools" in err
+    assert _procs_with(tag) == []
+
+
+def test_code_mode_start_failures(node):
+    # A server that exits at once, one that never answers initialize (its
+    # process group is killed: no sleep left behind), a bad NAME, a NAME
+    # that a --tool has too: clear errors naming it, exit statuses of
+    # nsbox(1), nothing on stdout.
+    p = subprocess.run([NSBOX, "mcp", "--mcp-server", "bad=exit 7"], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=30)
+    assert p.returncode == 125 and p.stdout == ""
+    assert "--mcp-server bad: cannot start it: initialize:" in p.stderr and "status 7" in p.stderr, p.stderr
+    tag = "nsbox-up-sleep-%d" % os.getpid()
+    t = time.monotonic()
+    p = subprocess.run([NSBOX, "mcp", "--mcp-timeout", "1", "--mcp-server",
+                        "slow=sleep 30 # %s" % tag], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       timeout=30)
+    assert p.returncode == 125 and "--mcp-server slow: cannot start it: initialize: no answer in time" in p.stderr
+    assert time.monotonic() - t < 10
+    assert _procs_with(tag) == []
+    for bad, what in ((["--mcp-server", "1x=true"], "NAME must be a Python identifier"),
+                      (["--mcp-server", "a.b=true"], "NAME must be a Python identifier"),
+                      (["--mcp-server", "noequals"], "expected NAME=COMMAND"),
+                      (["--mcp-server", "d=true", "--tool", "d=true"], "a --tool has that name"),
+                      (["--mcp-server", "d=true", "--mcp-server", "d=true"], "given twice"),
+                      (["--mcp-timeout", "0"], "--mcp-timeout")):
+        p = subprocess.run([NSBOX, "mcp", *bad], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           timeout=30)
+        assert p.returncode == 120 and what in p.stderr and p.stdout == "", (bad, p.stderr)
+
+
+def test_code_mode_oversize_message(node):
+    # A message over 8 MiB from the other server ends it (its answer could
+    # never be read); the call is a ToolError and nsbox mcp carries on.
+    args, tag = _up(node)
+    rc, out, err = raw([
+        req(1, "tools/call", {"name": "run_python", "arguments": {"code": "len(t.big(n=100000))"}}),
+        req(2, "tools/call", {"name": "run_python", "arguments": {"code": "t.big(n=9000000)"}}),
+        req(3, "tools/call", {"name": "run_python", "arguments": {"code": "6*7"}}),
+    ], *args)
+    assert rc == 0, err
+    assert out[0]["result"]["content"][0]["text"] == "100000"
+    assert out[1]["result"]["isError"] and "over 8388608 bytes" in out[1]["result"]["content"][0]["text"]
+    assert out[2]["result"]["content"][0]["text"] == "42"
+    assert _procs_with(tag) == []
