@@ -113,9 +113,36 @@ static void send_msg(json_t *m) /* consumes m */
 	free(s);
 }
 
+/* The stateless revision: no handshake; each request names the revision
+ * and the client's capabilities in its _meta (the "envelope"). */
+#define MCP_MODERN "2026-07-28"
+#define META_VERSION "io.modelcontextprotocol/protocolVersion"
+#define META_CAPS "io.modelcontextprotocol/clientCapabilities"
+#define META_CLIENT "io.modelcontextprotocol/clientInfo"
+
+/* Whether the request being answered came with a 2026-07-28 envelope:
+ * its result then says resultType and who answered. */
+static bool reply_modern;
+
+static void send_result_as(json_t *id, json_t *result, bool modern)
+{
+	if (modern && json_is_object(result)) {
+		json_t *meta = json_object_get(result, "_meta");
+
+		if (!json_is_object(meta)) {
+			meta = json_object();
+			json_object_set_new(result, "_meta", meta);
+		}
+		json_object_set_new(result, "resultType", json_string("complete"));
+		json_object_set_new(meta, "io.modelcontextprotocol/serverInfo",
+				    json_pack("{s:s,s:s}", "name", "nsbox", "version", nsbox_version()));
+	}
+	send_msg(json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+}
+
 static void send_result(json_t *id, json_t *result)
 {
-	send_msg(json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+	send_result_as(id, result, reply_modern);
 }
 
 static void send_error(json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -129,6 +156,47 @@ static void send_error(json_t *id, int code, const char *fmt, ...)
 	va_end(ap);
 	send_msg(json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", "code",
 			   code, "message", msg));
+}
+
+static int envelope_error(json_t *id, const char *key, const char *problem)
+{
+	char msg[512];
+
+	snprintf(msg, sizeof(msg), "Invalid _meta envelope for protocol revision " MCP_MODERN ": %s: %s", key, problem);
+	send_msg(json_pack("{s:s,s:O,s:{s:i,s:s,s:{s:{s:s,s:s}}}}", "jsonrpc", "2.0", "id", id, "error", "code", -32602,
+			   "message", msg, "data", "envelope", "key", key, "problem", problem));
+	return -1;
+}
+
+/* A request's era: 0 no envelope (the 2025 revisions), 1 a valid
+ * 2026-07-28 envelope, -1 a bad one or another revision (answered here
+ * with the errors of that revision: -32602, -32022 with the versions). */
+static int check_envelope(json_t *id, const json_t *params)
+{
+	const json_t *meta = json_object_get(params, "_meta");
+	const json_t *v = json_object_get(meta, META_VERSION), *caps, *info;
+
+	if (!v)
+		return 0;
+	if (!json_is_string(v))
+		return envelope_error(id, META_VERSION, "expected a string");
+	caps = json_object_get(meta, META_CAPS);
+	if (!caps)
+		return envelope_error(id, META_CAPS, "missing");
+	if (!json_is_object(caps))
+		return envelope_error(id, META_CAPS, "expected an object");
+	info = json_object_get(meta, META_CLIENT);
+	if (info && (!json_is_string(json_object_get(info, "name")) || !json_is_string(json_object_get(info, "version"))))
+		return envelope_error(id, META_CLIENT, "expected an object with string name and version");
+	if (strcmp(json_string_value(v), MCP_MODERN)) {
+		char msg[300];
+
+		snprintf(msg, sizeof(msg), "Unsupported protocol version: %.200s", json_string_value(v));
+		send_msg(json_pack("{s:s,s:O,s:{s:i,s:s,s:{s:[s],s:O}}}", "jsonrpc", "2.0", "id", id, "error", "code",
+				   -32022, "message", msg, "data", "supported", MCP_MODERN, "requested", v));
+		return -1;
+	}
+	return 1;
 }
 
 /* A string for JSON from bytes that may end inside a UTF-8 sequence. */
@@ -395,7 +463,10 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 		return;
 	}
 	if (busy && method && !strcmp(method, "ping") && json_object_get(m, "id")) {
-		send_result(json_object_get(m, "id"), json_object());
+		int era = check_envelope(json_object_get(m, "id"), json_object_get(m, "params"));
+
+		if (era >= 0)
+			send_result_as(json_object_get(m, "id"), json_object(), era > 0);
 		json_decref(m);
 		return;
 	}
@@ -1482,11 +1553,17 @@ static void handle_call(struct server *srv, json_t *id, json_t *params)
 	send_result(id, res);
 }
 
+static const char instructions[] =
+	"Runs Python in kernel-isolated sandboxes (nsbox). run_python keeps globals between calls in a default "
+	"session; new_session makes more, each with its own state. Sessions close when idle; a limit kill ends a "
+	"session. Use the file tools to move files in and out of a session.";
+
 static void handle(struct server *srv, json_t *m)
 {
 	const char *method = method_of(m);
 	json_t *id = json_object_get(m, "id");
 	json_t *params = json_object_get(m, "params");
+	int era;
 
 	if (json_is_string(json_object_get(m, "_nsbox_parse_error"))) {
 		send_error(NULL, -32700, "%s", json_string_value(json_object_get(m, "_nsbox_parse_error")));
@@ -1507,7 +1584,23 @@ static void handle(struct server *srv, json_t *m)
 	}
 	if (!id) /* a notification: initialized, cancelled (handled on arrival), others ignored */
 		return;
-	if (!strcmp(method, "initialize")) {
+	era = check_envelope(id, params);
+	if (era < 0)
+		return;
+	reply_modern = era > 0;
+	if (!strcmp(method, "initialize") && era) {
+		send_error(id, -32601, "method not found: initialize (protocol revision " MCP_MODERN
+				       " has no handshake: use server/discover)");
+	} else if (!strcmp(method, "server/discover")) {
+		if (!era)
+			send_error(id, -32602,
+				   "server/discover needs the _meta envelope of protocol revision " MCP_MODERN " (" META_VERSION
+				   ", " META_CAPS ")");
+		else
+			send_result(id, json_pack("{s:[s],s:{s:{s:b}},s:s,s:i,s:s}", "supportedVersions", MCP_MODERN,
+						  "capabilities", "tools", "listChanged", 0, "instructions", instructions,
+						  "ttlMs", 0, "cacheScope", "private"));
+	} else if (!strcmp(method, "initialize")) {
 		const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
 		const char *v = versions[0];
 
@@ -1516,15 +1609,19 @@ static void handle(struct server *srv, json_t *m)
 				v = versions[i];
 		send_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:s}", "protocolVersion", v, "capabilities",
 					  "tools", "listChanged", 0, "serverInfo", "name", "nsbox", "title", "nsbox",
-					  "version", nsbox_version(), "instructions",
-					  "Runs Python in kernel-isolated sandboxes (nsbox). run_python keeps globals between "
-					  "calls in a default session; new_session makes more, each with its own state. "
-					  "Sessions close when idle; a limit kill ends a session. Use the file tools to move "
-					  "files in and out of a session."));
+					  "version", nsbox_version(), "instructions", instructions));
 	} else if (!strcmp(method, "ping")) {
 		send_result(id, json_object());
 	} else if (!strcmp(method, "tools/list")) {
-		send_result(id, tools_list(srv));
+		json_t *list = tools_list(srv);
+
+		/* The revision's cache hints: the list is fixed for the
+		 * process, but a client must not keep it past a restart. */
+		if (era && list) {
+			json_object_set_new(list, "ttlMs", json_integer(0));
+			json_object_set_new(list, "cacheScope", json_string("private"));
+		}
+		send_result(id, list);
 	} else if (!strcmp(method, "tools/call")) {
 		if (params && !json_is_object(params))
 			send_error(id, -32602, "tools/call: 'params' must be an object");
@@ -1533,6 +1630,7 @@ static void handle(struct server *srv, json_t *m)
 	} else {
 		send_error(id, -32601, "method not found: %.200s", method);
 	}
+	reply_modern = false;
 }
 
 /* ---- main ------------------------------------------------------------------ */

@@ -343,3 +343,129 @@ def test_code_mode_oversize_message(node):
     assert out[1]["result"]["isError"] and "over 8388608 bytes" in out[1]["result"]["content"][0]["text"]
     assert out[2]["result"]["content"][0]["text"] == "42"
     assert _procs_with(tag) == []
+
+
+# ---- the stateless 2026-07-28 revision ----------------------------------------
+
+CLIENT2 = os.path.join(MCPDIR, "client2.mjs")
+
+
+def _node_major(node):
+    return int(subprocess.run([node, "--version"], capture_output=True, text=True).stdout.lstrip("v").split(".")[0])
+
+
+@pytest.fixture(scope="module")
+def node20(node):
+    # The v2 SDK packages and the Inspector need node >= 20 (Debian 12's
+    # own nodejs is 18): said loudly, not a silent skip.
+    if _node_major(node) < 20:
+        pytest.skip("node %d: the SDK's v2 client and the MCP Inspector need node >= 20" % _node_major(node))
+    return node
+
+
+@pytest.mark.parametrize("mode", ["pin", "auto", "legacy"])
+def test_modern_revision_sdk_v2(node20, mode):
+    # The SDK's v2 client: pinned to 2026-07-28 (server/discover, then the
+    # envelope on each request), auto (probes with server/discover, picks
+    # the modern era), legacy (the 2025-11-25 initialize handshake).
+    p = subprocess.run([node20, CLIENT2, NSBOX, mode], capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    o = json.loads(p.stdout)
+    assert "fatal" not in o, o.get("fatal")
+    assert p.returncode == 0, p.stderr
+    assert o["version"] == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+    assert o["server"]["name"] == "nsbox" and o["capabilities"]["tools"] is not None
+    assert o["tools"][0] == "run_python"
+    assert o["run"]["text"] == "42" and o["state"]["text"] == "43"  # the default session is kept
+    if mode != "legacy":
+        assert o["run"]["meta"] == {"io.modelcontextprotocol/serverInfo": {"name": "nsbox",
+                                                                          "version": o["server"]["version"]}}
+    else:
+        assert o["run"]["meta"] is None and o["ping"] is True
+    assert o["progress"]["n"] >= 1 and "tick 0" in o["progress"]["messages"][0]
+    assert "rejected" in o["cancelled"] and o["after_cancel"] == {"text": "'alive'", "isError": False}
+
+
+def test_modern_revision_raw():
+    env = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+           "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+           "io.modelcontextprotocol/clientCapabilities": {}}
+
+    def with_meta(meta, **params):
+        return dict(params, _meta=meta)
+
+    rc, out, err = raw([
+        req(1, "server/discover", with_meta(env)),
+        req(2, "tools/list", with_meta(env)),
+        req(3, "tools/call", with_meta(env, name="run_python", arguments={"code": "6*7"})),
+        req(4, "tools/call", with_meta(dict(env, **{"io.modelcontextprotocol/protocolVersion": "2099-01-01"}),
+                                       name="run_python", arguments={"code": "1"})),
+        req(5, "tools/list", with_meta({"io.modelcontextprotocol/protocolVersion": "2026-07-28"})),
+        req(6, "tools/list", with_meta(dict(env, **{"io.modelcontextprotocol/clientCapabilities": []}))),
+        req(7, "initialize", with_meta(env, protocolVersion="2025-11-25", capabilities={},
+                                       clientInfo={"name": "raw", "version": "0"})),
+        req(8, "server/discover"),
+        req(9, "tools/list"),  # no envelope: 2025 traffic, served as before
+        req(10, "tools/call", with_meta(env, name="run_python", arguments={})),
+    ])
+    assert rc == 0, err
+    by_id = {m.get("id"): m for m in out}
+    d = by_id[1]["result"]
+    assert d["supportedVersions"] == ["2026-07-28"] and d["capabilities"] == {"tools": {"listChanged": False}}
+    assert d["resultType"] == "complete" and "sandbox" in d["instructions"]
+    assert d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "nsbox"
+    assert by_id[2]["result"]["resultType"] == "complete" and by_id[2]["result"]["ttlMs"] == 0
+    assert len(by_id[2]["result"]["tools"]) == 6
+    assert by_id[3]["result"]["content"][0]["text"] == "42" and by_id[3]["result"]["resultType"] == "complete"
+    e = by_id[4]["error"]
+    assert e["code"] == -32022 and e["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
+    e = by_id[5]["error"]
+    assert e["code"] == -32602 and e["data"]["envelope"] == {"key": "io.modelcontextprotocol/clientCapabilities",
+                                                             "problem": "missing"}
+    assert by_id[6]["error"]["code"] == -32602 and "expected an object" in by_id[6]["error"]["message"]
+    assert by_id[7]["error"]["code"] == -32601 and "server/discover" in by_id[7]["error"]["message"]
+    assert by_id[8]["error"]["code"] == -32602 and "envelope" in by_id[8]["error"]["message"]
+    assert "resultType" not in by_id[9]["result"] and "_meta" not in by_id[9]["result"]
+    assert by_id[10]["error"]["code"] == -32602 and "'code'" in by_id[10]["error"]["message"]
+
+
+# ---- the MCP Inspector's CLI mode ---------------------------------------------
+
+def inspector(node, *args, era=None, rc=0, timeout=120):
+    """npx @modelcontextprotocol/inspector --cli, from tests/mcp's pinned
+    install (npx --no-install: never the registry)."""
+    npx = shutil.which("npx")
+    if not npx:
+        _need("npx is not installed")
+    if not os.path.isdir(os.path.join(MCPDIR, "node_modules", "@modelcontextprotocol", "inspector")):
+        _need("the MCP Inspector is not installed in tests/mcp (npm ci there)")
+    cmd = [npx, "--no-install", "@modelcontextprotocol/inspector", "--cli", NSBOX, "mcp"]
+    if era:
+        cmd += ["--protocol-era", era]
+    home = os.path.join("/tmp", "nsbox-test-inspector-%d" % os.getpid())
+    os.makedirs(home, exist_ok=True)
+    try:
+        p = subprocess.run(cmd + list(args), cwd=MCPDIR, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL,
+                           env=dict(os.environ, HOME=home, MCP_CATALOG_PATH=os.path.join(home, "mcp.json"),
+                                    npm_config_update_notifier="false", npm_config_offline="true"))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert p.returncode == rc, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("era", [None, "modern"])
+def test_inspector_cli(node20, era):
+    tools = inspector(node20, "--method", "tools/list", era=era)["tools"]
+    assert [t["name"] for t in tools] == ["run_python", "new_session", "close_session", "read_file", "write_file",
+                                          "list_files"]
+    r = inspector(node20, "--method", "tools/call", "--tool-name", "run_python", "--tool-arg", "code=print(6*7)",
+                  era=era)
+    assert r["content"][0]["text"] == "[stdout]\n42" and r["isError"] is False
+    if era == "modern":  # served as 2026-07-28: the result names its server
+        assert r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "nsbox"
+    # A tool result with isError is the Inspector's exit status 5 (TOOL_ERROR).
+    r = inspector(node20, "--method", "tools/call", "--tool-name", "run_python", "--tool-arg", "code=1/0", era=era,
+                  rc=5)
+    assert r["isError"] is True and "ZeroDivisionError" in r["content"][0]["text"]
