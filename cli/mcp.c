@@ -54,6 +54,7 @@ struct server {
 	unsigned max_sessions;
 	uint64_t output_limit, max_memory;
 	bool share_net, host_writes;
+	bool structured; /* --structured: structuredContent and an outputSchema for run_python */
 	struct msess implicit;
 	struct msess sess[MCP_MAX_SESSIONS_CAP];
 	/* stdin */
@@ -979,9 +980,66 @@ static const char *limit_name(enum nsbox_status st)
 	}
 }
 
+static const char *status_name(enum nsbox_status st)
+{
+	switch (st) {
+	case NSBOX_OK:
+		return "ok";
+	case NSBOX_EXCEPTION:
+		return "exception";
+	case NSBOX_TIME_LIMIT:
+		return "time_limit";
+	case NSBOX_CANCELLED:
+		return "cancelled";
+	case NSBOX_MEMORY_LIMIT:
+		return "memory_limit";
+	case NSBOX_CRASHED:
+		return "crashed";
+	default:
+		return "protocol_error";
+	}
+}
+
+/* --structured: the same result as data (the outputSchema of tools_list). */
+static json_t *structured_result(const nsbox_result_t *res, bool dead)
+{
+	enum nsbox_status st = nsbox_result_status(res);
+	json_t *r = json_loads(nsbox_result_json(res), 0, NULL), *v, *out;
+	size_t olen = 0, elen = 0;
+	const char *o = nsbox_result_stdout(res, &olen), *er = nsbox_result_stderr(res, &elen);
+	char *repr = NULL;
+	size_t rlen = 0;
+
+	v = st == NSBOX_OK ? json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL) : NULL;
+	if (v && !json_is_null(v)) {
+		FILE *f = open_memstream(&repr, &rlen);
+
+		if (f) {
+			put_repr(v, f, 0);
+			fclose(f);
+		}
+	}
+	json_decref(v);
+	out = json_pack("{s:s,s:o,s:o,s:b,s:b,s:o,s:b}", "status", status_name(st), "stdout",
+			text_json(o ? o : "", o ? olen : 0) ?: json_string(""), "stderr",
+			text_json(er ? er : "", er ? elen : 0) ?: json_string(""), "stdout_truncated",
+			json_is_true(json_object_get(r, "stdout_truncated")), "stderr_truncated",
+			json_is_true(json_object_get(r, "stderr_truncated")), "value",
+			repr ? text_json(repr, rlen) ?: json_null() : json_null(), "session_ended", dead);
+	free(repr);
+	if (out && st != NSBOX_OK)
+		json_object_set_new(out, "error",
+				    json_pack("{s:s,s:s,s:s}", "type", nsbox_result_error_type(res) ?: status_name(st),
+					      "message", nsbox_result_error_message(res) ?: "", "traceback",
+					      nsbox_result_traceback(res) ?: ""));
+	json_decref(r);
+	return out;
+}
+
 /* One text block: stdout, stderr, the last expression's value or the
- * exception; a dead session is said so (and forgotten by the caller). */
-static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit)
+ * exception; a dead session is said so (and forgotten by the caller).
+ * With structured, the same as structuredContent too. */
+static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit, bool structured)
 {
 	enum nsbox_status st = nsbox_result_status(res);
 	json_t *r = json_loads(nsbox_result_json(res), 0, NULL);
@@ -1027,6 +1085,8 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit
 	out = json_pack("{s:[{s:s,s:o}],s:b}", "content", "type", "text", "text",
 			text_json(text, tlen) ?: json_string(""), "isError", is_error);
 	free(text);
+	if (out && structured)
+		json_object_set_new(out, "structuredContent", structured_result(res, dead));
 	return out;
 }
 
@@ -1130,7 +1190,9 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	}
 	*suppress = srv->cur_cancelled;
 	dead = !alive(m->s);
-	out = format_result(res, dead, !m->handle[0]);
+	/* Only run_python's results follow its outputSchema (keep != NULL:
+	 * a file tool's). */
+	out = format_result(res, dead, !m->handle[0], srv->structured && !keep);
 	if (dead)
 		close_msess(m);
 	if (keep)
@@ -1500,6 +1562,20 @@ static json_t *tools_list(const struct server *srv)
 	/* Each use took a reference of its own (O). */
 	json_decref(session);
 	free(desc);
+	/* Only when asked: several clients drop every other content block
+	 * when a result has structured content. */
+	if (srv->structured && list)
+		json_object_set_new(
+			json_array_get(json_object_get(list, "tools"), 0), "outputSchema",
+			json_pack("{s:s,s:{s:{s:s,s:[s,s,s,s,s,s,s]},s:{s:s},s:{s:s},s:{s:s},s:{s:s},s:{s:[s,s]},"
+				  "s:{s:s},s:{s:s,s:{s:{s:s},s:{s:s},s:{s:s}}}},s:[s,s,s,s]}",
+				  "type", "object", "properties", "status", "type", "string", "enum", "ok", "exception",
+				  "time_limit", "cancelled", "memory_limit", "crashed", "protocol_error", "stdout", "type",
+				  "string", "stderr", "type", "string", "stdout_truncated", "type", "boolean",
+				  "stderr_truncated", "type", "boolean", "value", "type", "string", "null", "session_ended",
+				  "type", "boolean", "error", "type", "object", "properties", "type", "type", "string",
+				  "message", "type", "string", "traceback", "type", "string", "required", "status", "stdout",
+				  "stderr", "session_ended"));
 	return list;
 }
 
@@ -1644,6 +1720,7 @@ static void mcp_usage(FILE *f)
 		"  --mcp-server NAME=COMMAND  start another MCP server (stdio) on the host; its tools are\n"
 		"                          callable inside as NAME.tool(...) (code mode; repeatable)\n"
 		"  --mcp-timeout SECONDS   the most its start or one call may take (default 60)\n"
+		"  --structured            run_python results as structuredContent too, with an outputSchema\n"
 		"  --idle-timeout SECONDS  close sessions idle this long (default 600)\n"
 		"  --max-sessions N        sessions made with new_session, at most (default 8)\n"
 		"  --call-timeout SECONDS  a call's wall-clock limit unless it asks (default 60)\n"
@@ -1760,6 +1837,10 @@ int cmd_mcp(int argc, char **argv)
 				goto bad_value;
 			continue;
 		}
+		if (!strcmp(a, "--structured")) {
+			srv.structured = true;
+			continue;
+		}
 		if (opt_value(argc, argv, &i, "--mcp-timeout", &v)) {
 			if (parse_seconds(v, &srv.up_timeout) < 0)
 				goto bad_value;
@@ -1855,7 +1936,8 @@ bad_value:
 			    opt_value(argc, argv, &j, "--max-sessions", &v) ||
 			    opt_value(argc, argv, &j, "--max-memory", &v) ||
 			    opt_value(argc, argv, &j, "--output-limit", &v) || opt_value(argc, argv, &j, "--tool", &v) ||
-			    opt_value(argc, argv, &j, "--mcp-server", &v) || opt_value(argc, argv, &j, "--mcp-timeout", &v)) {
+			    opt_value(argc, argv, &j, "--mcp-server", &v) || opt_value(argc, argv, &j, "--mcp-timeout", &v) ||
+			    !strcmp(argv[i], "--structured")) {
 				i = j;
 				continue;
 			}

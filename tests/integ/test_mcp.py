@@ -101,6 +101,24 @@ def test_basic(node):
     assert o["healthy"] == {"text": "41", "isError": False}
 
 
+def test_structured(node):
+    o = client(node, "structured", "--structured")
+    schema = {t["name"]: t for t in o["tools"]}["run_python"]["outputSchema"]
+    assert schema["required"] == ["status", "stdout", "stderr", "session_ended"]
+    assert all("outputSchema" not in t for t in o["tools"] if t["name"] != "run_python")
+    assert o["ok"]["text"] == "[stdout]\nhi\n[1, (2, 3)]"  # the text block stays
+    assert o["ok"]["structured"] == {"status": "ok", "stdout": "hi\n", "stderr": "", "stdout_truncated": False,
+                                     "stderr_truncated": False, "value": "[1, (2, 3)]", "session_ended": False}
+    s = o["exc"]["structured"]
+    assert o["exc"]["isError"] and s["status"] == "exception" and s["error"]["type"] == "ZeroDivisionError"
+    assert "Traceback" in s["error"]["traceback"] and s["value"] is None
+    assert o["none"]["structured"]["value"] is None and o["none"]["text"] == "(no output)"
+    # Without --structured: no structured content, no outputSchema (clients
+    # that see it drop the other blocks).
+    b = client(node, "structured")
+    assert b["ok"]["structured"] is None and all("outputSchema" not in t for t in b["tools"])
+
+
 def test_time_limit(node):
     o = client(node, "timeout")
     assert o["timeout"]["isError"] and "time limit" in o["timeout"]["text"]

@@ -150,6 +150,14 @@ async function main() {
 		out.die = await call(client, "run_python", { code: "t.die()" });
 		out.after_die = await call(client, "run_python", { code: "1 + 1" });
 		out.dead = await call(client, "run_python", { code: "t.add(a=1, b=1)" });
+	} else if (scenario === "structured") {
+		// nsbox mcp --structured: the SDK checks structuredContent against
+		// run_python's outputSchema.
+		out.tools = (await client.listTools()).tools;
+		for (const [k, code] of [["ok", "print('hi')\n[1, (2, 3)]"], ["exc", "1/0"], ["none", "x = 1"]]) {
+			const r = await client.callTool({ name: "run_python", arguments: { code } });
+			out[k] = { text: text(r), isError: !!r.isError, structured: r.structuredContent ?? null };
+		}
 	} else if (scenario === "bench") {
 		const n = Number(process.env.NSBOX_MCP_BENCH_N || 200);
 		out.first_ms = null;
