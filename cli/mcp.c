@@ -55,6 +55,7 @@ struct server {
 	uint64_t output_limit, max_memory;
 	bool share_net, host_writes;
 	bool structured; /* --structured: structuredContent and an outputSchema for run_python */
+	bool helper_started; /* a session came from libnsbox's helper: later ones do too */
 	struct msess implicit;
 	struct msess sess[MCP_MAX_SESSIONS_CAP];
 	/* stdin */
@@ -278,6 +279,13 @@ fail:
 static int start_session(struct server *srv, uint64_t memory, nsbox_session_t **out, char *msg, size_t msz)
 {
 	struct nsbox_session_opts so = { .struct_size = sizeof(so), .warn = mcp_warn };
+
+	/* The server's first session is made from this process (one thread):
+	 * no helper to start first, so a new server's first call is as quick
+	 * as `nsbox python`.  Later ones come from the helper, whose warm
+	 * template and spare make them in about a millisecond. */
+	so.in_process = !srv->helper_started && !getenv("NSBOX_CONNECT");
+	srv->helper_started = true;
 	nsbox_policy_t *p = NULL;
 	nsbox_error_t *e = NULL;
 	nsbox_session_t *s = NULL;
