@@ -19,10 +19,10 @@
 #define MCPUP_MAX_PAGES 16 /* tools/list pages */
 
 static const char *const py_keywords[] = {
-	"False", "None",  "True",  "and",   "as",	"assert", "async", "await",  "break",
-	"class", "continue", "def", "del",  "elif",	"else",	  "except", "finally", "for",
-	"from",  "global", "if",    "import", "in",	"is",	  "lambda", "nonlocal", "not",
-	"or",    "pass",  "raise", "return", "try",	"while",  "with",  "yield",
+	"False", "None",     "True",  "and",	"as",	"assert", "async",  "await",	"break",
+	"class", "continue", "def",   "del",	"elif", "else",	  "except", "finally",	"for",
+	"from",	 "global",   "if",    "import", "in",	"is",	  "lambda", "nonlocal", "not",
+	"or",	 "pass",     "raise", "return", "try",	"while",  "with",   "yield",
 };
 
 static double mono(void)
@@ -41,12 +41,17 @@ static bool is_keyword(const char *s)
 	return false;
 }
 
+static bool ident_char(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
 static bool is_ident(const char *s)
 {
 	if (!*s || (*s >= '0' && *s <= '9'))
 		return false;
 	for (const char *p = s; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '_'))
+		if (!ident_char(*p))
 			return false;
 	return !is_keyword(s);
 }
@@ -77,7 +82,8 @@ static void gone(struct mcpup *u, const char *fmt, ...)
 			size_t n = strlen(u->why);
 
 			if (WIFEXITED(ws))
-				snprintf(u->why + n, sizeof(u->why) - n, " (it exited with status %d)", WEXITSTATUS(ws));
+				snprintf(u->why + n, sizeof(u->why) - n, " (it exited with status %d)",
+					 WEXITSTATUS(ws));
 			else if (WIFSIGNALED(ws))
 				snprintf(u->why + n, sizeof(u->why) - n, " (it was killed by signal %d)", WTERMSIG(ws));
 		}
@@ -143,8 +149,8 @@ static void take(struct mcpup *u, const char *line, size_t n, json_t *responses)
 			send_line(u, json_pack("{s:s,s:O,s:{}}", "jsonrpc", "2.0", "id", id, "result"), mono() + 5);
 		else
 			send_line(u,
-				  json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id, "error", "code", -32601,
-					    "message", "nsbox mcp (code mode) supports no client requests"),
+				  json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id, "error", "code",
+					    -32601, "message", "nsbox mcp (code mode) supports no client requests"),
 				  mono() + 5);
 	} else if (!method && id && responses) {
 		json_array_append(responses, m);
@@ -216,8 +222,9 @@ static json_t *request(struct mcpup *u, const char *method, json_t *params, doub
 	long long id = u->next_id++;
 	json_t *responses = json_array(), *found = NULL;
 
-	if (send_line(u, json_pack("{s:s,s:I,s:s,s:o}", "jsonrpc", "2.0", "id", (json_int_t)id, "method", method,
-				   "params", params ? params : json_object()),
+	if (send_line(u,
+		      json_pack("{s:s,s:I,s:s,s:o}", "jsonrpc", "2.0", "id", (json_int_t)id, "method", method, "params",
+				params ? params : json_object()),
 		      deadline) < 0) {
 		snprintf(msg, msz, "%s: %s", method, u->why[0] ? u->why : "cannot send");
 		json_decref(responses);
@@ -254,7 +261,8 @@ static json_t *request(struct mcpup *u, const char *method, json_t *params, doub
 	if (found && json_object_get(found, "error")) {
 		json_t *e = json_object_get(found, "error");
 
-		snprintf(msg, msz, "%s: error %lld: %.300s", method, (long long)json_integer_value(json_object_get(e, "code")),
+		snprintf(msg, msz, "%s: error %lld: %.300s", method,
+			 (long long)json_integer_value(json_object_get(e, "code")),
 			 json_string_value(json_object_get(e, "message")) ?: "");
 		json_decref(found);
 		return NULL;
@@ -275,8 +283,7 @@ static char *py_name(const struct mcpup *u, const char *orig)
 	char base[65], out[72];
 
 	for (const char *p = orig; *p && n < room; p++)
-		base[n++] = ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')) ? *p
-											       : '_';
+		base[n++] = ident_char(*p) ? *p : '_';
 	base[n] = '\0';
 	if (!n || (base[0] >= '0' && base[0] <= '9')) {
 		memmove(base + 1, base, n + 1);
@@ -315,7 +322,8 @@ static int add_tools(struct mcpup *u, const json_t *list)
 		if (!orig || !*orig || strlen(orig) > 256)
 			continue;
 		if (u->n_tools >= MCPUP_MAX_TOOLS) {
-			fprintf(stderr, "nsbox mcp: warning: --mcp-server %s: more than %d tools; the rest are left out\n",
+			fprintf(stderr,
+				"nsbox mcp: warning: --mcp-server %s: more than %d tools; the rest are left out\n",
 				u->name, MCPUP_MAX_TOOLS);
 			return 0;
 		}
@@ -579,7 +587,9 @@ static json_t *encode(const json_t *v, int depth)
 	if (json_is_array(v)) {
 		out = json_array();
 		json_array_foreach(v, i, x)
-		json_array_append_new(out, encode(x, depth + 1));
+		{
+			json_array_append_new(out, encode(x, depth + 1));
+		}
 		return out;
 	}
 	if (!json_is_object(v))
@@ -653,7 +663,9 @@ char *mcpup_signature(const json_t *schema)
 	if (!f)
 		return NULL;
 	json_object_foreach((json_t *)props, k, x)
-	ok = ok && is_ident(k);
+	{
+		ok = ok && is_ident(k);
+	}
 	fputc('(', f);
 	if (!ok) {
 		fputs("**kwargs", f);
@@ -671,7 +683,9 @@ char *mcpup_signature(const json_t *schema)
 			const json_t *r;
 
 			json_array_foreach(req, i, r)
-			required = required || (json_is_string(r) && !strcmp(json_string_value(r), k));
+			{
+				required = required || (json_is_string(r) && !strcmp(json_string_value(r), k));
+			}
 			if (!required) {
 				fprintf(f, "%s%s=None", first ? "" : ", ", k);
 				first = false;

@@ -12,11 +12,11 @@
 #include <jansson.h>
 
 #define MCPUP_MAX_SERVERS 16
-#define MCPUP_MAX_TOOLS 256	       /* per server; more are left out with a warning */
-#define MCPUP_MAX_LINE (8u << 20)      /* one message from the server */
-#define MCPUP_MAX_SCHEMA (64u << 10)   /* an input schema, as JSON; larger: no signature */
-#define MCPUP_MAX_DESC 2000	       /* bytes of a tool's description kept */
-#define MCPUP_MAX_RESULT (8u << 20)    /* a call's result handed to the sandbox, as JSON */
+#define MCPUP_MAX_TOOLS 256	     /* per server; more are left out with a warning */
+#define MCPUP_MAX_LINE (8u << 20)    /* one message from the server */
+#define MCPUP_MAX_SCHEMA (64u << 10) /* an input schema, as JSON; larger: no signature */
+#define MCPUP_MAX_DESC 2000	     /* bytes of a tool's description kept */
+#define MCPUP_MAX_RESULT (8u << 20)  /* a call's result handed to the sandbox, as JSON */
 
 struct mcpup_tool {
 	char *py;	   /* the Python identifier inside (NAME.py) */

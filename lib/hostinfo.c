@@ -355,7 +355,8 @@ int nsbox_check_tool_name(const char *name, nsbox_error_t **err)
 	if (!name)
 		return fail(err, -EINVAL, "nsbox_check_tool_name: name is NULL");
 	if (!proto_is_tool_name(name))
-		return fail(err, -EINVAL, "'%s': not a Python identifier (or two joined by a dot) of at most %d characters",
-			    name, PROTO_TOOL_NAME_MAX);
+		return fail(err, -EINVAL,
+			    "'%s': not a Python identifier (or two joined by a dot) of at most %d characters", name,
+			    PROTO_TOOL_NAME_MAX);
 	return 0;
 }

@@ -1,6 +1,9 @@
 """Integration tests of `nsbox mcp`, driven by the official MCP TypeScript
-SDK (tests/mcp/client.mjs: Client + StdioClientTransport), plus raw lines
-written straight to the server's stdin for what an SDK never sends.
+SDK (tests/mcp/client.mjs: Client + StdioClientTransport; client2.mjs: the
+v2 client package, for the 2026-07-28 revision) and the MCP Inspector's CLI
+mode, plus raw lines written straight to the server's stdin for what an SDK
+never sends.  Code mode runs against tests/mcp/server.mjs, a small MCP
+server written with the SDK's server side.
 
 Needs node and tests/mcp/node_modules (`npm ci` there; done here when
 missing and the registry is reachable).  Without node the tests skip with
@@ -32,12 +35,13 @@ def node():
     exe = shutil.which("node")
     if not exe:
         _need("node is not installed: the MCP tests drive the server with the TypeScript SDK")
-    if not os.path.isdir(os.path.join(MCPDIR, "node_modules", "@modelcontextprotocol", "sdk")):
+    if not all(os.path.isdir(os.path.join(MCPDIR, "node_modules", "@modelcontextprotocol", d))
+               for d in ("sdk", "client", "inspector")):
         npm = shutil.which("npm")
         if not npm or not os.access(MCPDIR, os.W_OK):
             _need("tests/mcp/node_modules is missing and cannot be installed here (run scripts/install-deps.sh)")
-        p = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=MCPDIR, capture_output=True, text=True,
-                           timeout=600)
+        p = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=MCPDIR,
+                           capture_output=True, text=True, timeout=600)
         if p.returncode != 0:
             _need("npm ci in tests/mcp failed: " + p.stderr[-2000:])
     return exe
