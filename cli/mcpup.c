@@ -292,6 +292,13 @@ static char *py_name(const struct mcpup *u, const char *orig)
 	}
 	if (is_keyword(base) && strlen(base) < room)
 		strcat(base, "_");
+	/* A dunder would be the namespace object's own attribute. */
+	n = strlen(base);
+	if (n > 4 && !strncmp(base, "__", 2) && !strcmp(base + n - 2, "__")) {
+		memmove(base + 1, base, n + 1);
+		base[0] = 'x';
+		base[room] = '\0';
+	}
 	snprintf(out, sizeof(out), "%s", base);
 	for (unsigned k = 2;; k++) {
 		bool taken = false;
@@ -525,28 +532,50 @@ json_t *mcpup_plain(const json_t *v, const char *where, char *msg, size_t msz, i
 	}
 	if (!json_is_object(v))
 		return json_deep_copy(v);
-	if ((x = json_object_get(v, "$repr"))) {
-		snprintf(msg, msz, "%s(): an argument has no JSON form (a %.100s)", where,
-			 json_string_value(json_object_get(v, "$type")) ?: "value");
-		return NULL;
+	/* A "$" key makes a tag: a dict with such keys comes wrapped in
+	 * {"$dict": {...}} (nsbox-protocol(7), VALUES). */
+	json_object_foreach((json_t *)v, k, x)
+	{
+		if (k[0] == '$')
+			break;
 	}
-	if (json_is_string(json_object_get(v, "$int"))) {
-		const char *d = json_string_value(json_object_get(v, "$int"));
-		char *end;
-		long long n;
-
-		errno = 0;
-		n = strtoll(d, &end, 10);
-		if (!errno && *d && !*end)
-			return json_integer((json_int_t)n);
-	}
-	if (json_object_get(v, "$int") || json_object_get(v, "$float")) {
-		snprintf(msg, msz, "%s(): an argument has no JSON form (%s)", where,
-			 json_object_get(v, "$int") ? "an integer past 64 bits" : "nan or infinity");
-		return NULL;
-	}
-	if (json_is_object(json_object_get(v, "$dict")))
+	if (k && json_is_object(json_object_get(v, "$dict"))) {
 		v = json_object_get(v, "$dict");
+	} else if (k) {
+		static const struct {
+			const char *tag, *what;
+		} kinds[] = {
+			{ "$float", "nan or infinity" },
+			{ "$int", "an integer past 64 bits" },
+			{ "$bytes", "bytes" },
+			{ "$bytearray", "a bytearray" },
+			{ "$set", "a set" },
+			{ "$frozenset", "a frozenset" },
+			{ "$complex", "a complex" },
+			{ "$dict", "a dict whose keys are not all str" },
+		};
+		const char *what = NULL;
+
+		if (json_is_string(json_object_get(v, "$int"))) {
+			const char *d = json_string_value(json_object_get(v, "$int"));
+			char *end;
+			long long n;
+
+			errno = 0;
+			n = strtoll(d, &end, 10);
+			if (!errno && *d && !*end)
+				return json_integer((json_int_t)n);
+		}
+		for (size_t j = 0; j < ARRAY_SIZE(kinds) && !what; j++)
+			if (json_object_get(v, kinds[j].tag))
+				what = kinds[j].what;
+		if (json_object_get(v, "$repr"))
+			snprintf(msg, msz, "%s(): an argument has no JSON form (a %.100s)", where,
+				 json_string_value(json_object_get(v, "$type")) ?: "value");
+		else
+			snprintf(msg, msz, "%s(): an argument has no JSON form (%s)", where, what ? what : k);
+		return NULL;
+	}
 	out = json_object();
 	json_object_foreach((json_t *)v, k, x)
 	{

@@ -358,5 +358,8 @@ int nsbox_check_tool_name(const char *name, nsbox_error_t **err)
 		return fail(err, -EINVAL,
 			    "'%s': not a Python identifier (or two joined by a dot) of at most %d characters", name,
 			    PROTO_TOOL_NAME_MAX);
+	if (proto_tool_name_reserved(name))
+		return fail(err, -EINVAL, "'%s': a Python keyword, builtin or dunder (a tool would replace it inside)",
+			    name);
 	return 0;
 }

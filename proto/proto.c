@@ -363,6 +363,79 @@ bool proto_is_identifier(const char *s)
 	return true;
 }
 
+/* CPython 3.11's keywords, soft keywords and builtins (python3.11 -S:
+ * without site's exit, quit, help...), sorted for bsearch(). */
+static const char *const reserved_names[] = {
+	"ArithmeticError", "AssertionError", "AttributeError", "BaseException", "BaseExceptionGroup",
+	"BlockingIOError", "BrokenPipeError", "BufferError", "BytesWarning", "ChildProcessError",
+	"ConnectionAbortedError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError",
+	"DeprecationWarning", "EOFError", "Ellipsis", "EncodingWarning", "EnvironmentError", "Exception",
+	"ExceptionGroup", "False", "FileExistsError", "FileNotFoundError", "FloatingPointError", "FutureWarning",
+	"GeneratorExit", "IOError", "ImportError", "ImportWarning", "IndentationError", "IndexError",
+	"InterruptedError", "IsADirectoryError", "KeyError", "KeyboardInterrupt", "LookupError", "MemoryError",
+	"ModuleNotFoundError", "NameError", "None", "NotADirectoryError", "NotImplemented", "NotImplementedError",
+	"OSError", "OverflowError", "PendingDeprecationWarning", "PermissionError", "ProcessLookupError",
+	"RecursionError", "ReferenceError", "ResourceWarning", "RuntimeError", "RuntimeWarning",
+	"StopAsyncIteration", "StopIteration", "SyntaxError", "SyntaxWarning", "SystemError", "SystemExit",
+	"TabError", "TimeoutError", "True", "TypeError", "UnboundLocalError", "UnicodeDecodeError",
+	"UnicodeEncodeError", "UnicodeError", "UnicodeTranslateError", "UnicodeWarning", "UserWarning", "ValueError",
+	"Warning", "ZeroDivisionError", "_", "abs", "aiter", "all", "and", "anext", "any", "as", "ascii", "assert",
+	"async", "await", "bin", "bool", "break", "breakpoint", "bytearray", "bytes", "callable", "case", "chr",
+	"class", "classmethod", "compile", "complex", "continue", "def", "del", "delattr", "dict", "dir", "divmod",
+	"elif", "else", "enumerate", "eval", "except", "exec", "filter", "finally", "float", "for", "format", "from",
+	"frozenset", "getattr", "global", "globals", "hasattr", "hash", "hex", "id", "if", "import", "in", "input",
+	"int", "is", "isinstance", "issubclass", "iter", "lambda", "len", "list", "locals", "map", "match", "max",
+	"memoryview", "min", "next", "nonlocal", "not", "object", "oct", "open", "or", "ord", "pass", "pow", "print",
+	"property", "raise", "range", "repr", "return", "reversed", "round", "set", "setattr", "slice", "sorted",
+	"staticmethod", "str", "sum", "super", "try", "tuple", "type", "vars", "while", "with", "yield", "zip",
+};
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+bool proto_is_reserved_name(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n > 4 && !strncmp(s, "__", 2) && !strcmp(s + n - 2, "__"))
+		return true;
+	return s && bsearch(&s, reserved_names, sizeof(reserved_names) / sizeof(reserved_names[0]),
+			    sizeof(reserved_names[0]), cmp_name) != NULL;
+}
+
+static bool is_hard_keyword(const char *s)
+{
+	static const char *const kw[] = { "False", "None",   "True",	 "and",	     "as",     "assert", "async",
+					  "await", "break",  "class",	 "continue", "def",    "del",	 "elif",
+					  "else",  "except", "finally", "for",	     "from",   "global", "if",
+					  "import", "in",    "is",	 "lambda",   "nonlocal", "not",	 "or",
+					  "pass",  "raise",  "return",	 "try",	     "while",  "with",	 "yield" };
+
+	for (size_t i = 0; i < sizeof(kw) / sizeof(kw[0]); i++)
+		if (!strcmp(s, kw[i]))
+			return true;
+	return false;
+}
+
+bool proto_tool_name_reserved(const char *s)
+{
+	char ns[PROTO_TOOL_NAME_MAX + 1];
+	const char *dot = s ? strchr(s, '.') : NULL;
+	size_t n;
+
+	if (!dot)
+		return proto_is_reserved_name(s);
+	if ((size_t)(dot - s) > PROTO_TOOL_NAME_MAX)
+		return true;
+	memcpy(ns, s, (size_t)(dot - s));
+	ns[dot - s] = '\0';
+	n = strlen(dot + 1);
+	return proto_is_reserved_name(ns) || is_hard_keyword(dot + 1) ||
+	       (n > 4 && !strncmp(dot + 1, "__", 2) && !strcmp(dot + 1 + n - 2, "__"));
+}
+
 bool proto_is_tool_name(const char *s)
 {
 	char ns[PROTO_TOOL_NAME_MAX + 1];

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -246,6 +247,22 @@ def test_bad_option():
     assert p.returncode == 120 and "--max-sessions" in p.stderr and p.stdout == ""
 
 
+@pytest.mark.parametrize("code", ["{1: 2}", "{1, 2}", "set()", "frozenset({3})", "frozenset()",
+                                  r"b'a\x00\'\\\n\t'", "b'\\x00\\xff\"'", "bytearray(b'xy')",
+                                  "(1, {(2,): [b'']})", "{'$k': {1}}"])
+def test_values_show_as_python_shows_them(code):
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": code}})])
+    assert rc == 0, err
+    want = subprocess.run([sys.executable, "-c", "print(repr(%s))" % code], capture_output=True, text=True).stdout
+    assert out[0]["result"]["content"][0]["text"] == want.strip(), (code, out)
+
+
+def test_complex_values_show_readably():
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": "1+2j"}})])
+    assert rc == 0, err
+    assert out[0]["result"]["content"][0]["text"] == "complex(1.0, 2.0)"
+
+
 # ---- code mode: --mcp-server NAME=COMMAND -----------------------------------
 
 SERVER = os.path.join(MCPDIR, "server.mjs")
@@ -287,13 +304,16 @@ def test_code_mode(node):
                                        "'$ref': '#/users/7'})", "isError": False}
     assert o["values"]["text"].startswith("('class ok', ['one', 'two', {'type': 'image', ")
     assert '[1,[2.5,{\\"k\\":null,\\"$x\\":' in json.dumps(o["values"]["text"])  # tuple -> array, "$" key kept
-    assert o["values"]["text"].endswith(", '3')")  # positional arguments bound by the signature
+    assert o["values"]["text"].endswith(", '3', 'dunder ok')")  # positional arguments bound; __init__ renamed
     assert "Arguments:\n    a (integer, required): the first" in o["doc"]["text"]
     assert o["doc"]["text"].endswith("'(id, verbose=None)'")
     assert o["missing"]["isError"] and "TypeError: t.add(): missing a required argument: 'b'" in o["missing"]["text"]
     assert o["mistyped"]["isError"] and "argument 'a' must be integer, not str" in o["mistyped"]["text"]
     assert o["unknown_kw"]["isError"] and "unexpected keyword argument 'c'" in o["unknown_kw"]["text"]
-    assert "nsbox.ToolError: t.echo(): an argument has no JSON form" in o["no_json"]["text"]
+    assert "nsbox.ToolError: t.echo(): an argument has no JSON form (a builtins.object)" in o["no_json"]["text"]
+    assert "t.echo(): an argument has no JSON form (a set)" in o["no_json_set"]["text"]
+    assert "(a dict whose keys are not all str)" in o["no_json_keys"]["text"]
+    assert "t.echo(): an argument has no JSON form (bytes)" in o["no_json_bytes"]["text"]
     assert o["tool_error"] == {"text": "'caught: t.fail(): it failed on purpose'", "isError": False}
     # The server's environment is its own (the command line gives it the
     # secret); the sandbox sees neither the variable nor the server's process.
@@ -319,7 +339,7 @@ def test_code_mode_server_stopped_at_exit(node):
                                                "arguments": {"code": "calc.add(a=1, b=2)"}})], *args)
     assert rc == 0, err
     assert out[0]["result"]["content"][0]["text"] == "'3'"
-    assert "--mcp-server calc: 11 tools" in err
+    assert "--mcp-server calc: 12 tools" in err
     assert _procs_with(tag) == []
 
 
@@ -341,6 +361,7 @@ def test_code_mode_start_failures(node):
     assert time.monotonic() - t < 10
     assert _procs_with(tag) == []
     for bad, what in ((["--mcp-server", "1x=true"], "NAME must be a Python identifier"),
+                      (["--mcp-server", "len=true"], "builtin"),
                       (["--mcp-server", "a.b=true"], "NAME must be a Python identifier"),
                       (["--mcp-server", "noequals"], "expected NAME=COMMAND"),
                       (["--mcp-server", "d=true", "--tool", "d=true"], "a --tool has that name"),

@@ -112,13 +112,16 @@ async function main() {
 		});
 		out.structured = await call(client, "run_python", { code: "u = t.get_user(id='7')\n(type(u).__name__, u)" });
 		out.values = await call(client, "run_python", {
-			code: "(t.class_(), t.multi(), t.echo(value=(1, [2.5, {'k': None, '$x': 2**60}])), t.add(1, 2))",
+			code: "(t.class_(), t.multi(), t.echo(value=(1, [2.5, {'k': None, '$x': 2**60}])), t.add(1, 2), t.x__init__())",
 		});
 		out.doc = await call(client, "run_python", { code: "print(t.add.__doc__)\nstr(t.get_user.__signature__)" });
 		out.missing = await call(client, "run_python", { code: "t.add(a=1)" });
 		out.mistyped = await call(client, "run_python", { code: "t.add(a='x', b=1)" });
 		out.unknown_kw = await call(client, "run_python", { code: "t.add(a=1, b=2, c=3)" });
 		out.no_json = await call(client, "run_python", { code: "t.echo(value=object())" });
+		out.no_json_set = await call(client, "run_python", { code: "t.echo(value={1, 2})" });
+		out.no_json_keys = await call(client, "run_python", { code: "t.echo(value={1: 2})" });
+		out.no_json_bytes = await call(client, "run_python", { code: "t.echo(value=b'x')" });
 		out.tool_error = await call(client, "run_python", {
 			code: "import nsbox\ntry:\n    t.fail()\nexcept nsbox.ToolError as e:\n    r = 'caught: ' + str(e)\nr",
 		});

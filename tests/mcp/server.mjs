@@ -48,6 +48,11 @@ server.registerTool(
 	async () => text("class ok"),
 );
 server.registerTool(
+	"__init__",
+	{ description: "A dunder name.", annotations: { readOnlyHint: true, openWorldHint: false } },
+	async () => text("dunder ok"),
+);
+server.registerTool(
 	"multi",
 	{ description: "Two text blocks and an image.", annotations: { readOnlyHint: true, openWorldHint: false } },
 	async () => ({

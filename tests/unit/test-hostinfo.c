@@ -76,6 +76,10 @@ static void test_checks(void)
 		   nsbox_check_tool_name("a.", NULL) == -EINVAL && nsbox_check_tool_name("a..b", NULL) == -EINVAL &&
 		   nsbox_check_tool_name("a.2b", NULL) == -EINVAL && nsbox_check_tool_name("1a.b", NULL) == -EINVAL,
 	   "a.b.c, .a, a., a..b, a.2b and 1a.b are not");
+	ok(nsbox_check_tool_name("len.x", NULL) == -EINVAL && nsbox_check_tool_name("m.class", NULL) == -EINVAL &&
+		   nsbox_check_tool_name("m.__doc__", NULL) == -EINVAL && nsbox_check_tool_name("m.open", NULL) == 0 &&
+		   nsbox_check_tool_name("m.match", NULL) == 0,
+	   "NS.NAME: NS not reserved, NAME not a keyword or dunder (a builtin's or soft keyword's name is fine)");
 	memset(long_name, 'a', 64);
 	long_name[64] = '\0';
 	long_name[10] = '.';
@@ -85,6 +89,17 @@ static void test_checks(void)
 	long_name[64] = 'a';
 	long_name[65] = '\0';
 	ok(nsbox_check_tool_name(long_name, NULL) == -EINVAL, "65 bytes is too long");
+	ok(nsbox_check_tool_name("len", &e) == -EINVAL && strstr(nsbox_error_message(e), "builtin"),
+	   "len would replace a builtin: refused (%s)", nsbox_error_message(e));
+	nsbox_error_free(e);
+	e = NULL;
+	ok(nsbox_check_tool_name("class", NULL) == -EINVAL && nsbox_check_tool_name("match", NULL) == -EINVAL &&
+		   nsbox_check_tool_name("__name__", NULL) == -EINVAL &&
+		   nsbox_check_tool_name("print", NULL) == -EINVAL,
+	   "a keyword, a soft keyword, a dunder, print: refused");
+	ok(nsbox_check_tool_name("lens", NULL) == 0 && nsbox_check_tool_name("quit", NULL) == 0 &&
+		   nsbox_check_tool_name("_x", NULL) == 0,
+	   "lens, quit (site's, not a builtin) and _x are tool names");
 }
 
 struct seen {
