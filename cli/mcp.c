@@ -2103,9 +2103,10 @@ bad_value:
 	for (unsigned i = 0; i < srv.max_sessions; i++)
 		close_msess(&srv.sess[i]);
 	close_msess(&srv.implicit);
-	free(srv.argv);
 	free(srv.buf);
 out:
+	if (srv.argv != argv) /* the jail options' copy */
+		free(srv.argv);
 	for (size_t k = 0; k < srv.n_up; k++) {
 		mcpup_stop(&srv.up[k]);
 		free(srv.up[k].name);

@@ -125,7 +125,7 @@ static int send_line(struct mcpup *u, json_t *m, double deadline) /* consumes m 
 			continue;
 		}
 		free(s);
-		gone(u, "its input is closed: %s", strerror(errno));
+		gone(u, "it closed its input (%s)", strerror(errno));
 		return -1;
 	}
 	free(s);
@@ -167,10 +167,14 @@ int mcpup_pump(struct mcpup *u, json_t *responses)
 	if (u->fd < 0)
 		return -1;
 	n = recv(u->fd, chunk, sizeof(chunk), MSG_DONTWAIT);
-	if (n < 0)
-		return errno == EAGAIN || errno == EINTR ? 0 : (gone(u, "reading it: %s", strerror(errno)), -1);
-	if (n == 0) {
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n == 0 || (n < 0 && errno == ECONNRESET)) { /* a reset: it exited with our data unread */
 		gone(u, "it closed its output");
+		return -1;
+	}
+	if (n < 0) {
+		gone(u, "reading it: %s", strerror(errno));
 		return -1;
 	}
 	for (ssize_t i = 0; i < n; i++) {
