@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,6 +58,7 @@ struct server {
 	bool share_net, host_writes;
 	bool structured; /* --structured: structuredContent and an outputSchema for run_python */
 	bool helper_started; /* a session came from libnsbox's helper: later ones do too */
+	bool want_warm;	     /* a client said hello: make the default session while it thinks */
 	struct msess implicit;
 	struct msess sess[MCP_MAX_SESSIONS_CAP];
 	/* stdin */
@@ -82,6 +84,17 @@ struct server {
 	size_t n_pend;
 	json_t *up_responses;
 };
+
+/* SIGTERM (how a stdio client stops its server), SIGINT or SIGHUP: the
+ * loops end, every session is closed (the first one is this process's own
+ * sandbox: nobody else would remove its cgroup), the other MCP servers are
+ * stopped, and the signal is raised again. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	stop_signal = sig;
+}
 
 static double now(void)
 {
@@ -837,6 +850,10 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 			p[2 + j] = (struct pollfd){ srv->up[j].fd, POLLIN, 0 };
 		if (poll(p, 2 + srv->n_up, wait) < 0 && errno != EINTR)
 			break;
+		if (stop_signal && !srv->cur_cancelled) {
+			srv->cur_cancelled = true; /* no answer: the client is gone */
+			nsbox_cancel(s);
+		}
 		pump_up(srv, p + 2);
 		if (srv->n_pend)
 			settle_up(srv, s, NULL);
@@ -1770,6 +1787,8 @@ static void handle(struct server *srv, json_t *m)
 	if (era < 0)
 		return;
 	reply_modern = era > 0;
+	if (!strcmp(method, "initialize") || !strcmp(method, "server/discover") || !strcmp(method, "tools/list"))
+		srv->want_warm = true;
 	if (!strcmp(method, "initialize") && era) {
 		send_error(id, -32601, "method not found: initialize (protocol revision " MCP_MODERN
 				       " has no handshake: use server/discover)");
@@ -2067,18 +2086,41 @@ bad_value:
 		}
 		fprintf(stderr, "nsbox mcp: --mcp-server %s: %zu tools\n", srv.up[k].name, srv.up[k].n_tools);
 	}
+	{
+		struct sigaction sa = { .sa_handler = on_stop_signal, .sa_flags = SA_RESTART };
+
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
+	}
 	fprintf(stderr, "nsbox mcp %s: serving MCP on stdin/stdout\n", nsbox_version());
 	for (;;) {
 		json_t *m;
 		double next;
 		struct pollfd pf[1 + MCPUP_MAX_SERVERS] = { { 0, POLLIN, 0 } };
 
-		while ((m = dequeue(&srv))) {
+		while (!stop_signal && (m = dequeue(&srv))) {
 			handle(&srv, m);
 			json_decref(m);
 		}
-		if (srv.eof)
+		if (srv.eof || stop_signal)
 			break;
+		/* A client that has said hello will run code soon, after its
+		 * model has written some: make the default session now, when
+		 * nothing waits, so that the first run_python finds it. */
+		if (srv.want_warm && !srv.implicit.s) {
+			struct pollfd q = { 0, POLLIN, 0 };
+			char msg[1024];
+
+			srv.want_warm = false;
+			if (poll(&q, 1, 0) == 0) {
+				if (start_session(&srv, 0, &srv.implicit.s, msg, sizeof(msg)) < 0)
+					fprintf(stderr, "nsbox mcp: the default session: %s\n", msg);
+				else
+					srv.implicit.last_used = now();
+			}
+		}
 		next = expire_idle(&srv);
 		/* The other servers are read between calls too: their
 		 * notifications must not fill the socket. */
@@ -2091,14 +2133,16 @@ bad_value:
 		if (pf[0].revents)
 			read_input(&srv, false);
 	}
-	if (srv.len && !srv.skipping) /* a last line without its newline */
+	if (srv.len && !srv.skipping && !stop_signal) /* a last line without its newline */
 		take_line(&srv, srv.buf, srv.len, false);
-	while (srv.qhead) {
+	while (srv.qhead && !stop_signal) {
 		json_t *m = dequeue(&srv);
 
 		handle(&srv, m);
 		json_decref(m);
 	}
+	while (srv.qhead) /* left by a stop signal */
+		json_decref(dequeue(&srv));
 	rc = 0;
 	for (unsigned i = 0; i < srv.max_sessions; i++)
 		close_msess(&srv.sess[i]);
@@ -2115,5 +2159,9 @@ out:
 	for (size_t k = 0; k < srv.n_tools; k++)
 		free(srv.tools[k].name);
 	nsbox_policy_free(p);
+	if (stop_signal) {
+		signal(stop_signal, SIG_DFL);
+		raise(stop_signal);
+	}
 	return rc;
 }

@@ -12,6 +12,7 @@ the reason, and fail under NSBOX_MUST_WORK=1.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -512,3 +513,36 @@ def test_inspector_cli(node20, era):
     r = inspector(node20, "--method", "tools/call", "--tool-name", "run_python", "--tool-arg", "code=1/0", era=era,
                   rc=5)
     assert r["isError"] is True and "ZeroDivisionError" in r["content"][0]["text"]
+
+
+def test_sigterm_closes_everything(node):
+    # SIGTERM is how a stdio client stops its server.  The default session
+    # is this process's own sandbox (made in process): nsbox mcp closes it,
+    # and its cgroup with it (host_intact checks), stops the code-mode
+    # server, and dies of the signal.
+    args, tag = _up(node)
+    p = subprocess.Popen([NSBOX, "mcp", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        p.stdin.write(req(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                            "clientInfo": {"name": "raw", "version": "0"}}) + "\n")
+        p.stdin.flush()
+        assert json.loads(p.stdout.readline())["id"] == 1
+        p.stdin.write(req(2, "tools/call", {"name": "run_python", "arguments": {
+            "code": "import time\nprint(t.add(a=1, b=2), flush=True)\ntime.sleep(60)"}}) + "\n")
+        p.stdin.flush()
+        time.sleep(1.5)
+        assert _procs_with(tag)
+        t = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == -signal.SIGTERM
+        assert time.monotonic() - t < 10
+        assert p.stdout.read() == ""  # no answer to the call cut short
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdin.close()
+        p.stdout.close()
+        p.stderr.close()
+    assert _procs_with(tag) == []

@@ -196,6 +196,22 @@ async function main() {
 			const s = performance.now();
 			await call(client, "run_python", { code: "for i in range(100): t.add(a=i, b=1)" });
 			out.codemode_loop100_ms = performance.now() - s;
+			// The baseline: the same tool called by this SDK client
+			// straight, no nsbox in between.
+			if (process.env.NSBOX_MCP_BENCH_SERVER) {
+				const direct = new Client({ name: "nsbox-bench-direct", version: "1" });
+				await direct.connect(new StdioClientTransport({ command: "node", args: [process.env.NSBOX_MCP_BENCH_SERVER] }));
+				const d = [];
+				await direct.callTool({ name: "add", arguments: { a: 1, b: 1 } });
+				for (let i = 0; i < n; i++) {
+					const s2 = performance.now();
+					await direct.callTool({ name: "add", arguments: { a: 1, b: 1 } });
+					d.push(performance.now() - s2);
+				}
+				d.sort((a, b) => a - b);
+				out.direct_p50_ms = d[Math.floor(n / 2)];
+				await direct.close();
+			}
 		}
 	}
 	await client.close();
