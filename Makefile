@@ -8,6 +8,7 @@ LIBEXECDIR ?= $(PREFIX)/libexec/nsbox
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
 SBINDIR ?= $(PREFIX)/sbin
+DATADIR ?= $(PREFIX)/share
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 PYTHON ?= /usr/bin/python3.11
 
@@ -65,7 +66,8 @@ PROBE_BINS := $(PROBE_SRCS:tests/%.c=$(B)/tests/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz-*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/fuzz/%)
 
-TARGETS := $(B)/libnsbox-core.a $(B)/nsbox $(B)/nsboxd
+TARGETS := $(B)/libnsbox-core.a $(B)/nsbox $(B)/nsboxd $(B)/nsbox-rootfs $(B)/rootfs/python.version \
+	$(patsubst rootfs/%,$(B)/rootfs/%,$(wildcard rootfs/*.tree))
 ifneq ($(RUNNER_SRCS),)
 TARGETS += $(B)/nsbox-runner
 endif
@@ -254,6 +256,10 @@ install: all
 	if [ -f $(B)/nsbox-runner ]; then install -m 0755 $(B)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner; fi
 	if [ -f $(B)/nsbox-runner.debug ]; then install -m 0644 $(B)/nsbox-runner.debug $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug; fi
 	for m in $(MAN_GEN); do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+	install -d $(DESTDIR)$(DATADIR)/nsbox/rootfs
+	sed 's|@DATADIR@|$(DATADIR)|' rootfs/nsbox-rootfs > $(DESTDIR)$(LIBEXECDIR)/nsbox-rootfs
+	chmod 0755 $(DESTDIR)$(LIBEXECDIR)/nsbox-rootfs
+	install -m 0644 rootfs/*.tree $(B)/rootfs/python.version $(DESTDIR)$(DATADIR)/nsbox/rootfs/
 
 install: install-lib
 install-lib: $(LIB_TARGETS) $(B)/man/libnsbox.3
@@ -273,7 +279,22 @@ uninstall:
 		$(DESTDIR)$(LIBDIR)/libnsbox.so.0 $(DESTDIR)$(LIBDIR)/libnsbox.so $(DESTDIR)$(LIBDIR)/libnsbox.a \
 		$(DESTDIR)$(INCLUDEDIR)/nsbox.h $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc $(DESTDIR)$(MANDIR)/man3/libnsbox.3
 	for m in man/*.[1-8]; do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+	rm -f $(DESTDIR)$(LIBEXECDIR)/nsbox-rootfs
+	rm -rf $(DESTDIR)$(DATADIR)/nsbox/rootfs
 	-rmdir $(DESTDIR)$(LIBEXECDIR)
+
+# Root trees (rootfs/, nsbox rootfs): the builder beside nsbox, the
+# definitions and the Debian version of the libpython3.11 the runner links
+# in $(B)/rootfs (a built tree must carry the same one).
+$(B)/nsbox-rootfs: rootfs/nsbox-rootfs
+	@mkdir -p $(B)
+	cp $< $@ && chmod 0755 $@
+$(B)/rootfs/%.tree: rootfs/%.tree
+	@mkdir -p $(B)/rootfs
+	cp $< $@
+$(B)/rootfs/python.version: $(B)/nsbox-runner
+	@mkdir -p $(B)/rootfs
+	dpkg-query -W -f='$${Version}' libpython3.11-dev >$@.tmp && mv $@.tmp $@
 
 deps:
 	scripts/install-deps.sh

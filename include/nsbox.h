@@ -99,8 +99,18 @@ NSBOX_API int nsbox_policy_set_workspace(nsbox_policy_t *p, const char *dir, nsb
 NSBOX_API int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const char *value, nsbox_error_t **err);
 /* Check the policy as a whole (what nsbox_run() and nsbox_session_new()
  * check before starting), e.g. a bind destination inside a writable mount.
- * Since 0.2.0.  Errors: -EINVAL with a message saying what is wrong. */
+ * Since 0.2.0.  Errors: -EINVAL with a message saying what is wrong;
+ * -ENOENT when RootFS=NAME names a root tree that is not built (since
+ * 0.5.0; `nsbox rootfs build NAME` builds it). */
 NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
+
+/* The Debian packages the policy's root tree provides (RootFS=NAME, a
+ * built tree; RootFS=DIR; or the host's, without RootFS=), read from the
+ * tree's dpkg status file on the host: a JSON array of {"name": ...,
+ * "version": ...} objects, in the file's order, in *json (free with
+ * nsbox_free).  Returns 0, or -ENOENT (the tree is not built, or has no
+ * dpkg status file), -EINVAL, -ENOMEM.  Since 0.5.0. */
+NSBOX_API int nsbox_policy_packages(const nsbox_policy_t *p, char **json, nsbox_error_t **err);
 /* The effective policy in the file format; nsbox_free() it.  NULL on ENOMEM. */
 NSBOX_API char *nsbox_policy_to_string(const nsbox_policy_t *p);
 
