@@ -103,7 +103,7 @@ static void cold_argv(const struct nsbox_policy *p, char *argv[6])
 	argv[0] = "nsbox-runner";
 	if (p->dist_packages)
 		argv[ac++] = "--dist-packages";
-	if (p->preload) {
+	if (p->preload && *p->preload) {
 		argv[ac++] = "--preload";
 		argv[ac++] = p->preload;
 	}

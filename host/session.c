@@ -435,7 +435,7 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	argv[0] = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	if (opts->policy->dist_packages)
 		argv[ac++] = "--dist-packages";
-	if (opts->policy->preload) {
+	if (opts->policy->preload && *opts->policy->preload) {
 		argv[ac++] = "--preload";
 		argv[ac++] = opts->policy->preload;
 	}

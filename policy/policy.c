@@ -481,7 +481,7 @@ static int set_rootfs(struct nsbox_policy *p, const char *v, struct nsbox_err *e
 }
 
 /* Preload=: module names, separated by spaces or commas; kept as one
- * space-separated list.  An empty value clears it. */
+ * space-separated list.  An empty value means none (not the tree's). */
 static bool module_name_ok(const char *s, size_t n)
 {
 	bool start = true;
@@ -526,8 +526,8 @@ static int set_preload(struct nsbox_policy *p, const char *v, struct nsbox_err *
 	}
 	buf[len] = '\0';
 	free(p->preload);
-	p->preload = NULL;
-	if (len && !(p->preload = strdup(buf)))
+	/* Empty is kept: "none", where a root tree's own list would apply. */
+	if (!(p->preload = strdup(buf)))
 		return err_fail(err, "policy", ENOMEM, "out of memory");
 	return 0;
 }
