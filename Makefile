@@ -67,6 +67,7 @@ FUZZ_SRCS := $(wildcard tests/fuzz/fuzz-*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/fuzz/%)
 
 TARGETS := $(B)/libnsbox-core.a $(B)/nsbox $(B)/nsboxd $(B)/nsbox-rootfs $(B)/rootfs/python.version \
+	$(B)/rootfs/runner.packages \
 	$(patsubst rootfs/%,$(B)/rootfs/%,$(wildcard rootfs/*.tree))
 ifneq ($(RUNNER_SRCS),)
 TARGETS += $(B)/nsbox-runner
@@ -144,11 +145,16 @@ endif
 # libnsbox.so: only nsbox_* is exported (hidden visibility in the API
 # object, and the version script for the core objects linked in with it).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -fvisibility=hidden
-$(B)/obj/lib/hostinfo.o $(B)/obj/lib/handoff.o: ALL_CFLAGS += -fvisibility=hidden
+$(B)/obj/lib/hostinfo.o $(B)/obj/lib/handoff.o $(B)/obj/lib/rootfs.o: ALL_CFLAGS += -fvisibility=hidden
 # A `#define NSBOX_VERSION` left in api.c that disagrees is a build error
 # (macro redefined, -Werror).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -DNSBOX_VERSION='"$(NSBOX_VERSION)"'
 $(B)/obj/lib/api.o: Makefile
+# The Debian version of the libpython3.11 the runner links: a built tree
+# must carry the same (lib/rootfs.c checks its info file).
+PY_DEBVERSION := $(shell dpkg-query -W -f='$${Version}' libpython3.11-dev 2>/dev/null)
+$(B)/obj/lib/rootfs.o: ALL_CFLAGS += -DNSBOX_PY_DEBVERSION='"$(PY_DEBVERSION)"'
+$(B)/obj/lib/rootfs.o: Makefile
 $(B)/libnsbox.so.0: $(CORE_OBJS) lib/libnsbox.sym
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libnsbox.so.0 -Wl,--version-script=lib/libnsbox.sym -Wl,-z,defs \
 		-o $@ $(CORE_OBJS) $(PKG_LIBS)
@@ -259,7 +265,8 @@ install: all
 	install -d $(DESTDIR)$(DATADIR)/nsbox/rootfs
 	sed 's|@DATADIR@|$(DATADIR)|' rootfs/nsbox-rootfs > $(DESTDIR)$(LIBEXECDIR)/nsbox-rootfs
 	chmod 0755 $(DESTDIR)$(LIBEXECDIR)/nsbox-rootfs
-	install -m 0644 rootfs/*.tree $(B)/rootfs/python.version $(DESTDIR)$(DATADIR)/nsbox/rootfs/
+	install -m 0644 rootfs/*.tree $(B)/rootfs/python.version $(B)/rootfs/runner.packages \
+		$(DESTDIR)$(DATADIR)/nsbox/rootfs/
 
 install: install-lib
 install-lib: $(LIB_TARGETS) $(B)/man/libnsbox.3
@@ -294,7 +301,16 @@ $(B)/rootfs/%.tree: rootfs/%.tree
 	cp $< $@
 $(B)/rootfs/python.version: $(B)/nsbox-runner
 	@mkdir -p $(B)/rootfs
-	dpkg-query -W -f='$${Version}' libpython3.11-dev >$@.tmp && mv $@.tmp $@
+	printf '%s' '$(PY_DEBVERSION)' >$@.tmp && mv $@.tmp $@
+# The Debian packages of the libraries the runner loads, which a tree must
+# carry too (libc6 is essential, libpython3.11 pinned by python.version, the
+# sanitizers' runtimes left out: a sanitized runner does not run on a tree).
+$(B)/rootfs/runner.packages: $(B)/nsbox-runner
+	@mkdir -p $(B)/rootfs
+	ldd $< | awk '/=> \// { print $$3 }' | while read -r l; do \
+		dpkg -S "$$l" 2>/dev/null || dpkg -S "$$(realpath "$$l")"; done | cut -d: -f1 | tr ',' '\n' | \
+		tr -d ' ' | grep -Ev '^(libc6|libpython3\.11|libasan[0-9]*|libubsan[0-9]*|liblsan[0-9]*)$$' | \
+		sort -u | tr '\n' ' ' >$@.tmp && mv $@.tmp $@
 
 deps:
 	scripts/install-deps.sh

@@ -113,6 +113,19 @@ static int rootfs_find(const char *name, char *dir, size_t size, char *preload, 
 	text[n] = '\0';
 	if (!info_get(text, "preload", preload, psize))
 		preload[0] = '\0';
+#ifdef NSBOX_PY_DEBVERSION
+	{
+		char py[128];
+		/* The runner links libpython3.11 and runs on the tree's stdlib
+		 * and extension modules: the same Debian build, or a clear no. */
+		if (NSBOX_PY_DEBVERSION[0] && (!info_get(text, "python", py, sizeof(py)) || strcmp(py, NSBOX_PY_DEBVERSION)))
+			return err_fail(err, "rootfs", ENOENT,
+					"root tree '%s' carries python3.11 %s, this nsbox's runner links %s: rebuild it "
+					"(nsbox rootfs build %s)",
+					name, info_get(text, "python", py, sizeof(py)) ? py : "(unknown)",
+					NSBOX_PY_DEBVERSION, name);
+	}
+#endif
 	if (strlen(dir) + sizeof("/tree") > size)
 		return err_fail(err, "rootfs", ENAMETOOLONG, "root tree '%s': %s: path too long", name, dir);
 	strcat(dir, "/tree");

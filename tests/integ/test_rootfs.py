@@ -280,3 +280,27 @@ def test_unprivileged_build():
     assert p.returncode == 0, p.stderr
     s = os.stat(os.path.join(d, "usr/lib/python3.11/os.py"))
     assert p.stdout.split() == ["True", str(s.st_dev), str(s.st_ino), "False"]
+
+
+def _fake_cache(tmp_path, python, mode=0o755):
+    cache = tmp_path / "cache"
+    d = cache / "fake-0123456789abcdef"
+    (d / "tree" / "usr").mkdir(parents=True)
+    (d / "info").write_text("name=fake\nhash=0123456789abcdef\npreload=\npython=%s\n" % python)
+    (cache / "fake").symlink_to("fake-0123456789abcdef")
+    os.chmod(d, mode)
+    return str(cache)
+
+
+def test_tree_for_another_python_is_refused(tmp_path):
+    env = dict(os.environ, NSBOX_ROOTFS_CACHE=_fake_cache(tmp_path, "0.0-not-this-one"))
+    p = nsbox("python", "--rootfs", "fake", "-c", "1", env=env)
+    assert p.returncode == 120, p.stderr
+    assert "carries python3.11 0.0-not-this-one" in p.stderr and "nsbox rootfs build fake" in p.stderr, p.stderr
+
+
+def test_tree_writable_by_others_is_not_trusted(tmp_path):
+    ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
+    env = dict(os.environ, NSBOX_ROOTFS_CACHE=_fake_cache(tmp_path, ver, 0o777))
+    p = nsbox("python", "--rootfs", "fake", "-c", "1", env=env)
+    assert p.returncode == 120 and "is not built" in p.stderr, p.stderr
