@@ -455,9 +455,8 @@ static int print_packages(const nsbox_policy_t *p, bool json_mode)
 		fprintf(stderr, "nsbox python: --list-packages: out of memory\n");
 		return NSBOX_EXIT_SETUP;
 	}
-	json_array_foreach(arr, k, pkg)
-		printf("%s %s\n", json_string_value(json_object_get(pkg, "name")),
-		       json_string_value(json_object_get(pkg, "version")));
+	json_array_foreach(arr, k, pkg) printf("%s %s\n", json_string_value(json_object_get(pkg, "name")),
+					       json_string_value(json_object_get(pkg, "version")));
 	json_decref(arr);
 	return 0;
 }

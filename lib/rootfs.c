@@ -28,7 +28,7 @@
 
 #define SYSTEM_CACHE "/var/cache/nsbox/rootfs"
 #define INFO_MAX 8192
-#define STATUS_MAX (64u << 20)	/* a dpkg status file; Debian's full archive is ~60 MB */
+#define STATUS_MAX (64u << 20) /* a dpkg status file; Debian's full archive is ~60 MB */
 
 /* The user's cache directory, in buf; false when there is none ($HOME unset). */
 static bool user_cache(char *buf, size_t size)
@@ -100,8 +100,9 @@ static int rootfs_find(const char *name, char *dir, size_t size, char *preload, 
 
 	if (!(have && find_in(cache, name, dir, size) == 0) &&
 	    !(geteuid() != 0 && find_in(SYSTEM_CACHE, name, dir, size) == 0))
-		return err_fail(err, "rootfs", ENOENT, "root tree '%s' is not built (run: nsbox rootfs build %s; looked in %s%s)",
-				name, name, have ? cache : "no cache directory: HOME is unset",
+		return err_fail(err, "rootfs", ENOENT,
+				"root tree '%s' is not built (run: nsbox rootfs build %s; looked in %s%s)", name, name,
+				have ? cache : "no cache directory: HOME is unset",
 				geteuid() != 0 ? " and " SYSTEM_CACHE : "");
 	snprintf(path, sizeof(path), "%s/info", dir);
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -118,12 +119,14 @@ static int rootfs_find(const char *name, char *dir, size_t size, char *preload, 
 		char py[128];
 		/* The runner links libpython3.11 and runs on the tree's stdlib
 		 * and extension modules: the same Debian build, or a clear no. */
-		if (NSBOX_PY_DEBVERSION[0] && (!info_get(text, "python", py, sizeof(py)) || strcmp(py, NSBOX_PY_DEBVERSION)))
-			return err_fail(err, "rootfs", ENOENT,
-					"root tree '%s' carries python3.11 %s, this nsbox's runner links %s: rebuild it "
-					"(nsbox rootfs build %s)",
-					name, info_get(text, "python", py, sizeof(py)) ? py : "(unknown)",
-					NSBOX_PY_DEBVERSION, name);
+		if (NSBOX_PY_DEBVERSION[0] &&
+		    (!info_get(text, "python", py, sizeof(py)) || strcmp(py, NSBOX_PY_DEBVERSION)))
+			return err_fail(
+				err, "rootfs", ENOENT,
+				"root tree '%s' carries python3.11 %s, this nsbox's runner links %s: rebuild it "
+				"(nsbox rootfs build %s)",
+				name, info_get(text, "python", py, sizeof(py)) ? py : "(unknown)", NSBOX_PY_DEBVERSION,
+				name);
 	}
 #endif
 	if (strlen(dir) + sizeof("/tree") > size)
@@ -229,7 +232,7 @@ int rootfs_packages(const char *root, json_t **out, struct nsbox_err *err)
 		size_t e = i;
 		while (e < len && text[e] != '\n')
 			e++;
-		if (e == i) {	/* a blank line ends a stanza */
+		if (e == i) { /* a blank line ends a stanza */
 			if (add_pkg(arr, name, ver, status) < 0) {
 				json_decref(arr);
 				return err_fail(err, "packages", ENOMEM, "out of memory");

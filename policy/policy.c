@@ -1178,9 +1178,9 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 	if ((unsigned)p->cgroups > WANT_REQUIRE || (unsigned)p->landlock > WANT_REQUIRE ||
 	    (unsigned)p->seccomp > SECCOMP_LOG)
 		return err_fail(err, "policy", EINVAL, "[Limits] Cgroups=, [Security] Landlock= or Seccomp=: bad mode");
-	if (p->rootfs && p->rootfs[0] == '/' && check_path("[Filesystem] RootFS=", p->rootfs, false, err) < 0)
+	if (p->rootfs && strchr(p->rootfs, '/') && check_path("[Filesystem] RootFS=", p->rootfs, false, err) < 0)
 		return -1;
-	if (p->rootfs && p->rootfs[0] != '/' && !policy_tree_name_ok(p->rootfs))
+	if (p->rootfs && !strchr(p->rootfs, '/') && !policy_tree_name_ok(p->rootfs))
 		return err_fail(err, "policy", EINVAL, "[Filesystem] RootFS=%s: not a path nor a tree name", p->rootfs);
 	if (p->preload && strlen(p->preload) > POLICY_PRELOAD_MAX)
 		return err_fail(err, "policy", E2BIG, "[Python] Preload=: too long");
