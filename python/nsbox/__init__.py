@@ -25,7 +25,7 @@ library is found through $NSBOX_LIB, then build/libnsbox.so.0 of a source
 checkout, then the system's library path.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from ._values import ReprValue
 from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError, SandboxCrashed,
@@ -57,7 +57,7 @@ def __getattr__(name: str) -> Any:
     raise AttributeError("module 'nsbox' has no attribute %r" % (name,))
 
 
-def list_packages(rootfs: Any = None, policy: Any = "default") -> Any:
+def list_packages(rootfs: Optional[Any] = None, policy: Optional[Any] = "default") -> List[Dict[str, str]]:
     """The Debian packages a root tree provides (rootfs: a built tree's name
     or a root directory; None: the host's), as a list of {"name": ...,
     "version": ...}, read on the host from the tree's dpkg status file.
@@ -66,7 +66,8 @@ def list_packages(rootfs: Any = None, policy: Any = "default") -> Any:
     lib = _lib.load()
     p = _policy.new_policy(lib, policy, rootfs=rootfs)
     try:
-        return _policy.packages(lib, p)
+        pkgs: List[Dict[str, str]] = _policy.packages(lib, p)
+        return pkgs
     finally:
         lib.nsbox_policy_free(p)
 
