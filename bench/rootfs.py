@@ -86,7 +86,7 @@ def main():
         for label, kw, code in cases:
             nsbox.Sandbox(spare=True, timeout=120, **kw).close()  # makes the spare
             for _ in range(N):
-                time.sleep(0.8 if kw else 0.2)  # the helper makes the next spare meanwhile
+                time.sleep(float(os.environ.get("NSBOX_BENCH_ROOTFS_PAUSE", "1.5")) if kw else 0.2)  # the helper makes the next spare meanwhile
                 t0 = time.perf_counter()
                 sb = nsbox.Sandbox(spare=True, timeout=120, **kw)
                 t1 = time.perf_counter()

@@ -304,3 +304,28 @@ def test_tree_writable_by_others_is_not_trusted(tmp_path):
     env = dict(os.environ, NSBOX_ROOTFS_CACHE=_fake_cache(tmp_path, ver, 0o777))
     p = nsbox("python", "--rootfs", "fake", "-c", "1", env=env)
     assert p.returncode == 120 and "is not built" in p.stderr, p.stderr
+
+
+def test_preload_on_the_hosts_usr(tmp_path):
+    """Preload= without a tree: the helper's template (a fork), its spare,
+    a cold start and the CLI all import the modules before the session."""
+    pol = tmp_path / "p.policy"
+    pol.write_text("[Python]\nPreload=csv, wave\n")
+    sdk = r"""
+import sys, nsbox
+code = "import sys; ('csv' in sys.modules, 'wave' in sys.modules)"
+out = []
+for kw in ({}, {}, {"cold": True}):
+    with nsbox.Sandbox(policy=sys.argv[1], **kw) as sb:
+        out.append(sb.run(code).value)
+with nsbox.Sandbox() as sb:
+    out.append(sb.run(code).value)
+print(out)
+"""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"),
+                  PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+    r = subprocess.run([sys.executable, "-c", sdk, str(pol)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str([(True, True)] * 3 + [(False, False)]), r.stdout
+    p = nsbox("python", "--preload", "csv wave", "-c", "import sys; print('csv' in sys.modules, 'wave' in sys.modules)")
+    assert p.returncode == 0 and p.stdout.split() == ["True", "True"], p.stderr
