@@ -139,9 +139,10 @@ struct nsbox_session_opts {
 	 * (which then takes about a millisecond).  Costs one idle sandbox per
 	 * helper (the last policy's).  The default since 0.3.0 (no_spare, or
 	 * NSBOX_SPARE=0 in the environment, turns it off), except for a
-	 * policy naming host paths (workspace, binds, another root: a spare's
-	 * mounts are made in advance, and the directory behind them may be
-	 * replaced meanwhile); setting spare asks for one even then. */
+	 * policy naming host paths (workspace, binds, another root directory: a
+	 * spare's mounts are made in advance, and the directory behind them may
+	 * be replaced meanwhile; a built tree, RootFS=NAME, is never replaced in
+	 * place and keeps it); setting spare asks for one even then. */
 	bool spare;
 	/* Make the sandbox from this process instead of the helper: no helper
 	 * to start, so a one-off session is ready sooner, but CPython starts

@@ -291,7 +291,8 @@ _DOC_OPTIONS = """
                  that the next Sandbox with the same settings (or a restart)
                  starts in about a millisecond.  Costs one idle sandbox (the
                  last policy's).  None (the default): a spare unless the
-                 policy names host paths (workspace, binds, rootfs); True:
+                 policy names host paths (workspace, binds, a rootfs directory;
+                 not a built tree's name); True:
                  always; False: never.  NSBOX_SPARE=0 in the environment
                  turns it off for every Sandbox.
     auto_restart: after the sandbox dies (time or memory limit kill, crash) the
