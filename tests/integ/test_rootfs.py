@@ -329,3 +329,19 @@ print(out)
     assert r.stdout.strip() == str([(True, True)] * 3 + [(False, False)]), r.stdout
     p = nsbox("python", "--preload", "csv wave", "-c", "import sys; print('csv' in sys.modules, 'wave' in sys.modules)")
     assert p.returncode == 0 and p.stdout.split() == ["True", "True"], p.stderr
+
+
+@pytest.mark.parametrize("text,want", [
+    ("Name=BAD\n", "not a tree name"),
+    ("Name=ok\nPackages=numpy;rm\n", "not a Debian package name"),
+    ("Name=ok\nPackages=--option\n", "not a Debian package name"),
+    ("Name=ok\nVariant=custom\n", "Variant=custom"),
+    ("Name=ok\nPreload=a-b\n", "not a module name"),
+])
+def test_bad_definition(tmp_path, text, want):
+    d = tmp_path / "bad.tree"
+    d.write_text(text)
+    env = dict(os.environ, NSBOX_ROOTFS_CACHE=str(tmp_path / "cache"))
+    p = nsbox("rootfs", "build", str(d), env=env)
+    assert p.returncode == 120 and want in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "cache").exists() or not os.listdir(tmp_path / "cache")
