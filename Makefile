@@ -302,12 +302,19 @@ $(B)/rootfs/%.tree: rootfs/%.tree
 $(B)/rootfs/python.version: $(B)/nsbox-runner
 	@mkdir -p $(B)/rootfs
 	printf '%s' '$(PY_DEBVERSION)' >$@.tmp && mv $@.tmp $@
-# The Debian packages of the libraries the runner loads, which a tree must
-# carry too (libc6 is essential, libpython3.11 pinned by python.version, the
-# sanitizers' runtimes left out: a sanitized runner does not run on a tree).
+# The Debian packages of the libraries the runner links (NEEDED; apt brings
+# their own dependencies), with libpython3.11's whether the runner links it
+# statically or not, which a tree must carry too: libc6 is essential,
+# libpython3.11 pinned by python.version, the sanitizers' runtimes left out
+# (a sanitized runner does not run on a tree), so that a sanitizer build
+# finds the same tree.
+PY_SHARED := $(shell $(PYTHON) -c 'import sysconfig as s; print(s.get_config_var("LIBDIR") + "/" + s.get_config_var("INSTSONAME"))' 2>/dev/null)
 $(B)/rootfs/runner.packages: $(B)/nsbox-runner
 	@mkdir -p $(B)/rootfs
-	ldd $< | awk '/=> \// { print $$3 }' | while read -r l; do \
+	for f in $< $(PY_SHARED); do \
+		ldd $$f | awk -v need="$$(readelf -d $$f | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')" \
+			'BEGIN { n = split(need, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1 } \
+			 $$1 in want && /=> \// { print $$3 }'; done | while read -r l; do \
 		dpkg -S "$$l" 2>/dev/null || dpkg -S "$$(realpath "$$l")"; done | cut -d: -f1 | tr ',' '\n' | \
 		tr -d ' ' | grep -Ev '^(libc6|libpython3\.11|libasan[0-9]*|libubsan[0-9]*|liblsan[0-9]*)$$' | \
 		sort -u | tr '\n' ' ' >$@.tmp && mv $@.tmp $@
