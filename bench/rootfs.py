@@ -7,9 +7,9 @@
 - A session ready (Sandbox() returns, the runner's handshake done) from the
   warm spare: on datascience with numpy and pandas preloaded; the same tree
   with no preload, then `import numpy, pandas` (what the preload saves); and
-  an empty session on the host's /usr, the baseline.  One block each (a
-  helper keeps one spare, the last policy's), with a pause before each
-  session so that the helper has made its next spare.
+  an empty session on the host's /usr, the baseline.  One process (and so
+  one helper and warm spare) per case, interleaved, with a pause before
+  each session so that the helpers have made their next spares.
 Usage: bench/rootfs.py BUILD_DIR [N]
 """
 import os
@@ -78,27 +78,46 @@ def main():
          "import numpy, pandas"),
         ("host /usr, empty session from the warm spare (baseline)", dict(), None),
     ]
+    # One process per case, each with its own helper and so its own warm
+    # spare (a helper keeps one, the last policy's), driven in turn so that
+    # the cases are interleaved under the same load.
+    child = r"""
+import json, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import nsbox
+kw = json.loads(sys.argv[2]); code = sys.argv[3] or "import sys; 'numpy' in sys.modules"
+nsbox.Sandbox(spare=True, timeout=120, **kw).close()
+for line in sys.stdin:
+    t0 = time.perf_counter()
+    sb = nsbox.Sandbox(spare=True, timeout=120, **kw)
+    t1 = time.perf_counter()
+    r = sb.run(code)
+    t2 = time.perf_counter()
+    sb.close()
+    print(json.dumps([t1 - t0, t2 - t0, r.error is None, r.value]), flush=True)
+"""
+    pydir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
+    procs = [subprocess.Popen([sys.executable, "-c", child, pydir, __import__("json").dumps(kw), code or ""],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _, kw, code in cases]
     ready = {c[0]: [] for c in cases}
     total = {c[0]: [] for c in cases}
+    pause = float(os.environ.get("NSBOX_BENCH_ROOTFS_PAUSE", "1.0"))
     try:
-        # One block per case, not interleaved: a helper keeps one spare, the
-        # last policy's.
-        for label, kw, code in cases:
-            nsbox.Sandbox(spare=True, timeout=120, **kw).close()  # makes the spare
-            for _ in range(N):
-                time.sleep(float(os.environ.get("NSBOX_BENCH_ROOTFS_PAUSE", "1.5")) if kw else 0.2)  # the helper makes the next spare meanwhile
-                t0 = time.perf_counter()
-                sb = nsbox.Sandbox(spare=True, timeout=120, **kw)
-                t1 = time.perf_counter()
-                r = sb.run(code or "import sys; 'numpy' in sys.modules")
-                t2 = time.perf_counter()
-                sb.close()
-                assert r.error is None, r.error
+        for _ in range(N):
+            for (label, kw, code), p in zip(cases, procs):
+                time.sleep(pause)  # the helpers make their next spares meanwhile
+                p.stdin.write("go\n")
+                p.stdin.flush()
+                t_ready, t_total, ok, value = __import__("json").loads(p.stdout.readline())
+                assert ok, label
                 if label.startswith("datascience, numpy"):
-                    assert r.value is True, "numpy was not preloaded"
-                ready[label].append(t1 - t0)
-                total[label].append(t2 - t0)
+                    assert value is True, "numpy was not preloaded"
+                ready[label].append(t_ready)
+                total[label].append(t_total)
     finally:
+        for p in procs:
+            p.stdin.close()
+            p.wait()
         os.unlink(nopre)
     print("# session ready = Sandbox() returned (handshake done); + first exec = ready and the first run() "
           "(machine shared with other work: noisy)")

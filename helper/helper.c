@@ -125,7 +125,7 @@ static int template_child(void *arg)
 	if (fcntl(3, F_SETFD, FD_CLOEXEC) < 0)
 		return NSBOX_EXIT_SETUP;
 	if (runner_py_adopt(a->dist_packages, environ, &err) < 0 || runner_py_preload_list(a->preload, &err) < 0 ||
-	    runner_py_session(3, &err) < 0) {
+	    (a->preload && *a->preload && runner_py_freeze(&err) < 0) || runner_py_session(3, &err) < 0) {
 		json_t *m = json_pack("{s:s}", "message", err.msg);
 		char *s = m ? json_dumps(m, JSON_COMPACT) : NULL;
 

@@ -79,6 +79,9 @@ int main(int argc, char **argv)
 
 	if (runner_py_init(dist, &err) < 0 || (as_limited() && runner_py_preload(under_rlimit, 1, &err) < 0) ||
 	    runner_py_preload_list(preload, &err) < 0 ||
+	    /* What a preload imported goes to the permanent generation, as the
+	     * template's does: the session's collections never walk it. */
+	    (preload && *preload && runner_py_freeze(&err) < 0) ||
 	    runner_py_session((int)fd, &err) < 0) {
 		report((int)fd, &err);
 		_exit(125);	/* NSBOX_EXIT_SETUP */
