@@ -128,11 +128,17 @@ int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio
 void helper_kill(const struct helper_sandbox *sb);
 /* Kill, reap and clean up; fills *st (may be NULL) with the final status.
  * Closes sb->pidfd.  Thread-safe.  Returns 0 or -1 with err (then *st says
- * "killed by SIGKILL", which is what happened: the helper is gone). */
+ * "killed by SIGKILL", which is what happened: the helper is gone).  A
+ * bounded workspace's write-back that failed is -1 with err's code 0 and
+ * *st still the real status (jail_sync_workspace). */
 int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsbox_err *err);
 /* Memory use of the sandbox now.  Thread-safe. */
 int helper_info(const struct helper_sandbox *sb, uint64_t *current, uint64_t *peak, struct nsbox_err *err);
-/* The helper's pid (0 if none is running).  For tests and benchmarks. */
+/* The (first) helper's pid (0 if none is running).  For tests and benchmarks. */
 pid_t helper_pid(void);
+/* How many helpers may run at once, 1 (the default) to HELPER_MAX; each
+ * makes one sandbox at a time.  Returns 0 or -EINVAL. */
+#define HELPER_MAX 4
+int helper_set_count(unsigned n);
 
 #endif
