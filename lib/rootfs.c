@@ -152,8 +152,19 @@ int rootfs_resolve(struct nsbox_policy *p, bool *named, struct nsbox_err *err)
 	}
 	if (rootfs_find(p->rootfs, dir, sizeof(dir), preload, sizeof(preload), err) < 0)
 		return -1;
-	if (!(d = strdup(dir)) || (!p->preload && preload[0] && !(pl = strdup(preload)))) {
-		free(d);
+	/* The info file's list goes through the policy's own check. */
+	if (!p->preload && preload[0]) {
+		struct nsbox_policy q = { 0 };
+		if (policy_set(&q, "Python", "Preload", preload, err) < 0) {
+			policy_free(&q);
+			return err_wrap(err, "root tree '%s': its info file's preload", p->rootfs);
+		}
+		pl = q.preload;
+		q.preload = NULL;
+		policy_free(&q);
+	}
+	if (!(d = strdup(dir))) {
+		free(pl);
 		return err_fail(err, "rootfs", ENOMEM, "out of memory");
 	}
 	free(p->rootfs);

@@ -282,11 +282,11 @@ def test_unprivileged_build():
     assert p.stdout.split() == ["True", str(s.st_dev), str(s.st_ino), "False"]
 
 
-def _fake_cache(tmp_path, python, mode=0o755):
+def _fake_cache(tmp_path, python, mode=0o755, preload=""):
     cache = tmp_path / "cache"
     d = cache / "fake-0123456789abcdef"
     (d / "tree" / "usr").mkdir(parents=True)
-    (d / "info").write_text("name=fake\nhash=0123456789abcdef\npreload=\npython=%s\n" % python)
+    (d / "info").write_text("name=fake\nhash=0123456789abcdef\npreload=%s\npython=%s\n" % (preload, python))
     (cache / "fake").symlink_to("fake-0123456789abcdef")
     os.chmod(d, mode)
     return str(cache)
@@ -345,3 +345,10 @@ def test_bad_definition(tmp_path, text, want):
     p = nsbox("rootfs", "build", str(d), env=env)
     assert p.returncode == 120 and want in p.stderr, (p.returncode, p.stderr)
     assert not (tmp_path / "cache").exists() or not os.listdir(tmp_path / "cache")
+
+
+def test_bad_preload_in_info_is_refused(tmp_path):
+    ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
+    env = dict(os.environ, NSBOX_ROOTFS_CACHE=_fake_cache(tmp_path, ver, preload="os; import evil"))
+    p = nsbox("python", "--rootfs", "fake", "-c", "1", env=env)
+    assert p.returncode == 120 and "not a module name" in p.stderr and "info file" in p.stderr, p.stderr
