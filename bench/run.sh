@@ -182,7 +182,20 @@ if [ "${NSBOX_BENCH_MCP:-1}" != 0 ] && command -v node >/dev/null 2>&1 &&
 		});'
 fi
 
+# The egress allowlist against --share-net (bench/egress.py): HTTPS
+# throughput ratio, added connect latency, added start time.
+if [ "${NSBOX_BENCH_EGRESS:-1}" != 0 ] && command -v openssl >/dev/null 2>&1; then
+	$PY bench/egress.py "$B" "$RUNS"
+fi
+
 # Session files: write_file/read_file of 1 and 100 MiB beside cp (bench/files.py).
 if [ "${NSBOX_BENCH_FILES:-1}" != 0 ]; then
 	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/files.py
+fi
+
+# Root trees: the datascience tree's build (first, cached) and a session on
+# it from the warm spare with numpy and pandas preloaded, beside a cold
+# import and an empty session (bench/rootfs.py).  Builds the tree if missing.
+if [ "${NSBOX_BENCH_ROOTFS:-1}" != 0 ] && [ -x "$B/nsbox-runner" ]; then
+	$PY bench/rootfs.py "$B"
 fi
