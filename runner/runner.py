@@ -468,7 +468,8 @@ def make_tool(spec):
             if p.get("description"):
                 line += ": " + str(p["description"])
             lines.append(line)
-    tool.__name__ = tool.__qualname__ = name
+    tool.__name__ = name.rpartition(".")[2]
+    tool.__qualname__ = name
     tool.__module__ = "nsbox.tools"
     tool.__doc__ = "\n".join(lines) or None
     tool.__signature__ = sig
@@ -725,22 +726,16 @@ display.__module__ = "nsbox"
 __import__("builtins").display = display
 
 
-# Debian's matplotlib reads its defaults from /etc/matplotlibrc, which the
-# sandbox's generated /etc lacks; it is the same as the one in mpl-data.
-MPL_RC = "/usr/share/matplotlib/mpl-data/matplotlibrc"
-
-
 def _mpl_env(environ):
-    """MPLBACKEND and MATPLOTLIBRC, unless the sandbox's environment sets
-    them (a MATPLOTLIBRC that does not exist is passed over)."""
-    for k, v in ((b"MPLBACKEND", MPL_BACKEND), (b"MATPLOTLIBRC", MPL_RC)):
-        if k not in environ:
-            environ[k] = v.encode()
+    """MPLBACKEND, unless the sandbox's environment sets one.  (Debian's
+    matplotlib reads its defaults from /etc/matplotlibrc, which the jail
+    shows from the root tree.)"""
+    if b"MPLBACKEND" not in environ:
+        environ[b"MPLBACKEND"] = MPL_BACKEND.encode()
 
 
 if "os" in sys.modules:
     sys.modules["os"].environ.setdefault("MPLBACKEND", MPL_BACKEND)
-    sys.modules["os"].environ.setdefault("MATPLOTLIBRC", MPL_RC)
 else:
     _mpl_env(_posix.environ)
 
@@ -1329,9 +1324,23 @@ def install_tools(specs):
     existing.  New ones also appear in the current globals."""
     for spec in specs:
         f = make_tool(spec)
-        _tool_funcs[f.__name__] = f
-        setattr(tools, f.__name__, f)
-        G[f.__name__] = f
+        ns, dot, short = spec["name"].partition(".")
+        if dot:
+            # NS.NAME: function NAME of a namespace object NS (the tools
+            # of one of the host's MCP servers, say).
+            space = _tool_funcs.get(ns)
+            if not isinstance(space, _ModuleType):
+                space = _ModuleType(ns, "Host tools in the namespace %s: %s(...) and so on; %s.NAME.__doc__ "
+                                        "describes one." % (ns, spec["name"], ns))
+                space.__all__ = []
+                _tool_funcs[ns] = space
+            setattr(space, short, f)
+            space.__all__ = sorted(set(space.__all__) | {short})
+            f = space
+        else:
+            _tool_funcs[ns] = f
+        setattr(tools, ns, f)
+        G[ns] = f
     tools.__all__ = sorted(_tool_funcs)
 
 
