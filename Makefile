@@ -33,8 +33,8 @@ ifneq ($(SANITIZE),)
 CFLAGS += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS += -fsanitize=$(SANITIZE)
 endif
-# The layers, lowest first (README, "Layout"; scripts/check-layers.sh checks
-# that no file includes from a layer above its own).
+# The layers, lowest first (README, "Layout"; scripts/check-layers.py checks
+# that no file includes from a layer above its own: make check-layers).
 LAYERS := base proto policy jail runner helper host lib
 LAYER_INC := $(addprefix -I,$(LAYERS))
 ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(LAYER_INC) -I$(B)/gen $(PKG_CFLAGS) \
@@ -45,6 +45,9 @@ CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c jail/*.c host/*.c lib/*.c)
 CORE_OBJS := $(CORE_SRCS:%.c=$(B)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
+# Front ends see the public header and their own, nothing of the core
+# (scripts/check-layers.py says so too).
+FRONT_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS) -MMD -MP
 # nsbox-runner: the sandbox side (runner/) and, in the same binary, libnsbox's
 # helper process (helper/helper.c), which forks the runner's initialised CPython.
 RUNNER_SRCS := $(wildcard runner/*.c) helper/helper.c helper/main.c
@@ -62,12 +65,19 @@ TARGETS += $(B)/nsbox-runner
 endif
 # libnsbox (include/nsbox.h, lib/api.c), its static archive, pkg-config
 # file and the C example agent host.
+# The version, set here only: nsbox_version() (api.c gets it as
+# -DNSBOX_VERSION), `nsbox --version`, the man pages' .TH lines (generated
+# into $(B)/man), nsbox.pc; python/nsbox/_version.py is checked against it
+# (tests/integ/test_version.py; `make sync-version` rewrites it).
 NSBOX_VERSION := 0.3.0
+MAN_SRCS := $(wildcard man/*.[1-8])
+MAN_GEN := $(MAN_SRCS:man/%=$(B)/man/%)
 LIB_TARGETS := $(B)/libnsbox.so.0 $(B)/libnsbox.so $(B)/libnsbox.a $(B)/nsbox.pc
 TARGETS += $(LIB_TARGETS) $(B)/examples/agent
 
-.PHONY: all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib
-all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS)
+.PHONY: all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib \
+	check-layers check-format sync-version
+all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS) $(MAN_GEN)
 
 $(B)/obj/runner/%.o: runner/%.c
 	@mkdir -p $(dir $@)
@@ -85,6 +95,9 @@ $(B)/obj/runner/py.o: $(B)/gen/runner_pyc.h
 $(B)/gen/runner_pyc.h: runner/runner.py
 	@mkdir -p $(dir $@)
 	$(PYTHON) -c 'import sys,marshal,importlib.util as u; c=marshal.dumps(compile(open(sys.argv[1],encoding="ascii").read(),"<nsbox-runner>","exec",dont_inherit=True,optimize=0)); print("static const long nsbox_runner_pyc_magic = %d;\nstatic const unsigned char nsbox_runner_pyc[] = {%s};" % (int.from_bytes(u.MAGIC_NUMBER,"little"), ",".join(map(str,c))))' $< >$@.tmp && mv $@.tmp $@
+$(B)/obj/cli/%.o: cli/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(FRONT_CFLAGS) -Icli -c -o $@ $<
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
@@ -119,6 +132,11 @@ endif
 # libnsbox.so: only nsbox_* is exported (hidden visibility in the API
 # object, and the version script for the core objects linked in with it).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -fvisibility=hidden
+$(B)/obj/lib/hostinfo.o: ALL_CFLAGS += -fvisibility=hidden
+# A `#define NSBOX_VERSION` left in api.c that disagrees is a build error
+# (macro redefined, -Werror).
+$(B)/obj/lib/api.o: ALL_CFLAGS += -DNSBOX_VERSION='"$(NSBOX_VERSION)"'
+$(B)/obj/lib/api.o: Makefile
 $(B)/libnsbox.so.0: $(CORE_OBJS) lib/libnsbox.sym
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libnsbox.so.0 -Wl,--version-script=lib/libnsbox.sym -Wl,-z,defs \
 		-o $@ $(CORE_OBJS) $(PKG_LIBS)
@@ -134,12 +152,21 @@ $(B)/nsbox.pc: Makefile
 		'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lnsbox' 'Libs.private: -lpthread' \
 		'Cflags: -I$${includedir}' > $@
 # The API tests and the examples link the shared library, as a host does.
+$(B)/tests/test-hostinfo: tests/unit/test-hostinfo.c $(B)/libnsbox.so include/nsbox.h tests/unit/tap.h
+	@mkdir -p $(dir $@)
+	$(CC) $(FRONT_CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..'
 $(B)/tests/test-api: tests/unit/test-api.c $(B)/libnsbox.so include/nsbox.h tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..' -lpthread
 $(B)/examples/%: examples/%.c $(B)/libnsbox.so include/nsbox.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(WARN) $(CFLAGS) -Iinclude $(LDFLAGS) -o $@ $< -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..'
+# The front end's argument parsing, over the shared library like the CLI's
+# own view of it: the public header and cli/ only.
+$(B)/tests/test-args: tests/unit/test-args.c cli/args.c cli/args.h cli/cli.h $(B)/libnsbox.so include/nsbox.h \
+		tests/unit/tap.h
+	@mkdir -p $(dir $@)
+	$(CC) $(FRONT_CFLAGS) -Icli $(LDFLAGS) -o $@ $< cli/args.c -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..'
 $(B)/tests/test-%: tests/unit/test-%.c $(B)/libnsbox-core.a tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libnsbox-core.a $(PKG_LIBS)
@@ -162,7 +189,27 @@ fuzz: $(FUZZ_BINS)
 		$$f -max_total_time=$(FUZZ_TIME) -timeout=5 $(B)/fuzz/corpus-$$n tests/fuzz/corpus/$${n#fuzz-} >$(B)/fuzz/$$n.log 2>&1 \
 		|| { tail -40 $(B)/fuzz/$$n.log; exit 1; }; tail -1 $(B)/fuzz/$$n.log; done
 
-check: all check-unit $(if $(SANITIZE),,check-valgrind) check-integ
+# Man pages with the version in their .TH line ("nsbox X.Y.Z" as the
+# source, man-pages(7)), whatever the checked-in ones say there.
+$(B)/man/%: man/% Makefile
+	@mkdir -p $(dir $@)
+	sed -E '/^\.TH /s/^(\.TH +[^ ]+ +[^ ]+ +("[^"]*"|[^ ]+) +)("[^"]*"|[^ ]+)/\1"nsbox $(NSBOX_VERSION)"/' $< >$@.tmp
+	grep -q '^\.TH .*"nsbox $(NSBOX_VERSION)"' $@.tmp && mv $@.tmp $@
+man: $(MAN_GEN)
+# Rewrite the checked-in copies of the version from NSBOX_VERSION.
+sync-version:
+	printf '%s\n__version__ = "%s"\n' '# Written by make sync-version from NSBOX_VERSION in the Makefile: change it there.' \
+		'$(NSBOX_VERSION)' >python/nsbox/_version.py
+
+check: all check-layers check-format check-unit $(if $(SANITIZE),,check-valgrind) check-integ
+# No file includes from a layer above its own; front ends only nsbox.h.
+check-layers:
+	$(PYTHON) scripts/check-layers.py
+# clang-format (Debian's 14) on the files listed in .clang-format-files:
+# those already formatted; the list grows as files are.
+CLANG_FORMAT ?= clang-format
+check-format:
+	$(CLANG_FORMAT) --dry-run -Werror $$(grep -v '^#' .clang-format-files)
 check-unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 # memcheck of the API tests; the sandboxes themselves are not followed.
@@ -181,17 +228,17 @@ install: all
 	install -m 0755 $(B)/nsbox $(DESTDIR)$(BINDIR)/nsbox
 	if [ -f $(B)/nsbox-runner ]; then install -m 0755 $(B)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner; fi
 	if [ -f $(B)/nsbox-runner.debug ]; then install -m 0644 $(B)/nsbox-runner.debug $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug; fi
-	for m in man/*.[1-8]; do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+	for m in $(MAN_GEN); do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
 
 install: install-lib
-install-lib: $(LIB_TARGETS)
+install-lib: $(LIB_TARGETS) $(B)/man/libnsbox.3
 	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(MANDIR)/man3
 	install -m 0755 $(B)/libnsbox.so.0 $(DESTDIR)$(LIBDIR)/libnsbox.so.0
 	ln -sf libnsbox.so.0 $(DESTDIR)$(LIBDIR)/libnsbox.so
 	install -m 0644 $(B)/libnsbox.a $(DESTDIR)$(LIBDIR)/libnsbox.a
 	install -m 0644 include/nsbox.h $(DESTDIR)$(INCLUDEDIR)/nsbox.h
 	install -m 0644 $(B)/nsbox.pc $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc
-	install -m 0644 man/libnsbox.3 $(DESTDIR)$(MANDIR)/man3/libnsbox.3
+	install -m 0644 $(B)/man/libnsbox.3 $(DESTDIR)$(MANDIR)/man3/libnsbox.3
 
 deps:
 	scripts/install-deps.sh

@@ -2,15 +2,16 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 struct jail_opt {
-	const char *name;	/* without the leading "--" */
+	const char *name; /* without the leading "--" */
 	const char *section, *key;
-	const char *fixed;	/* value for flags without an argument */
-	int path;		/* 1: make the value absolute; 2: SRC:DST, make SRC absolute */
+	const char *fixed; /* value for flags without an argument */
+	int path;	   /* 1: make the value absolute; 2: SRC:DST, make SRC absolute */
 };
 
 static const struct jail_opt opts[] = {
@@ -59,34 +60,62 @@ const char args_jail_help[] =
 	"  --landlock auto|require|off\n"
 	"  --dist-packages        make Debian's dist-packages importable (nsbox python)\n";
 
+int cli_err_set(struct cli_err *err, int code, const char *fmt, ...)
+{
+	va_list ap;
+	size_t len;
+
+	err->code = code;
+	va_start(ap, fmt);
+	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
+	va_end(ap);
+	len = strlen(err->msg);
+	if (code > 0)
+		snprintf(err->msg + len, sizeof(err->msg) - len, ": %s", strerror(code));
+	return -1;
+}
+
+int cli_err_wrap(struct cli_err *err, const char *fmt, ...)
+{
+	char prefix[256], old[sizeof(err->msg)];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(prefix, sizeof(prefix), fmt, ap);
+	va_end(ap);
+	memcpy(old, err->msg, sizeof(old));
+	snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old);
+	return -1;
+}
+
 /* "--name=value" or "--name value"; returns the option name length. */
 static size_t opt_name_len(const char *arg)
 {
 	return strcspn(arg + 2, "=");
 }
 
-static char *absolute(const char *path, struct nsbox_err *err)
+static char *absolute(const char *path, struct cli_err *err)
 {
 	char buf[PATH_MAX];
 
 	if (!realpath(path, buf)) {
-		err_sys(err, "%s", path);
+		cli_err_set(err, errno, "%s", path);
 		return NULL;
 	}
 	return strdup(buf);
 }
 
 /* An API error as a CLI error (and free it). */
-static int take_error(struct nsbox_err *err, nsbox_error_t *e)
+static int take_error(struct cli_err *err, nsbox_error_t *e)
 {
 	/* The message is complete: no strerror() suffix. */
-	err_set(err, 0, "%s", nsbox_error_message(e));
+	cli_err_set(err, 0, "%s", nsbox_error_message(e));
 	err->code = -nsbox_error_code(e);
 	nsbox_error_free(e);
 	return -1;
 }
 
-int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct nsbox_err *err)
+int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct cli_err *err)
 {
 	const char *name = "default";
 	nsbox_error_t *e = NULL;
@@ -96,7 +125,7 @@ int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct nsbox_err
 			break;
 		if (strcmp(argv[i], "--policy") == 0) {
 			if (i + 1 >= argc)
-				return err_set(err, EINVAL, "--policy needs a value");
+				return cli_err_set(err, 0, "--policy needs a value");
 			name = argv[i + 1];
 			break;
 		}
@@ -110,7 +139,7 @@ int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct nsbox_err
 	return 0;
 }
 
-int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, struct nsbox_err *err)
+int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, struct cli_err *err)
 {
 	const char *arg = argv[*i];
 	const char *val;
@@ -126,7 +155,7 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 		if (!inline_val)
 			(*i)++;
 		if (*i >= argc)
-			return err_set(err, EINVAL, "--policy needs a value");
+			return cli_err_set(err, 0, "--policy needs a value");
 		return 1;
 	}
 	for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {
@@ -138,34 +167,34 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 			continue;
 		if (o->fixed) {
 			if (inline_val)
-				return err_set(err, EINVAL, "--%s takes no value", o->name);
+				return cli_err_set(err, 0, "--%s takes no value", o->name);
 			val = o->fixed;
 		} else if (inline_val) {
 			val = arg + 3 + len;
 		} else {
 			if (*i + 1 >= argc)
-				return err_set(err, EINVAL, "--%s needs a value", o->name);
+				return cli_err_set(err, 0, "--%s needs a value", o->name);
 			val = argv[++*i];
 		}
 		if (o->path == 1) {
 			owned = absolute(val, err);
 			if (!owned)
-				return err_wrap(err, "--%s", o->name);
+				return cli_err_wrap(err, "--%s", o->name);
 			val = owned;
 		} else if (o->path == 2) {
 			const char *colon = strchr(val, ':');
 			char src[PATH_MAX], abs[PATH_MAX];
 			size_t sl = colon ? (size_t)(colon - val) : strlen(val);
 			if (sl == 0 || sl >= sizeof(src))
-				return err_set(err, EINVAL, "--%s %s: expected SRC[:DST]", o->name, val);
+				return cli_err_set(err, 0, "--%s %s: expected SRC[:DST]", o->name, val);
 			memcpy(src, val, sl);
 			src[sl] = '\0';
 			if (!realpath(src, abs))
-				return err_sys(err, "--%s %s", o->name, src);
+				return cli_err_set(err, errno, "--%s %s", o->name, src);
 			size_t need = strlen(abs) + 1 + strlen(colon ? colon + 1 : abs) + 1;
 			owned = malloc(need);
 			if (!owned)
-				return err_set(err, ENOMEM, "--%s", o->name);
+				return cli_err_set(err, ENOMEM, "--%s", o->name);
 			/* A DST-less bind keeps the path as given, made absolute. */
 			snprintf(owned, need, "%s:%s", abs, colon ? colon + 1 : abs);
 			val = owned;
@@ -176,7 +205,7 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 		free(owned);
 		if (r < 0) {
 			take_error(err, e);
-			return err_wrap(err, "--%s", o->name);
+			return cli_err_wrap(err, "--%s", o->name);
 		}
 		return 1;
 	}

@@ -5,18 +5,18 @@
 #ifndef NSBOX_ARGS_H
 #define NSBOX_ARGS_H
 
-#include "error.h"
+#include "cli.h"
 #include "nsbox.h"
 
 /* Load the policy named by the first --policy NAME|FILE (or --policy=...)
  * before "--", or the built-in "default", into a new *p (the caller frees
- * it with nsbox_policy_free).  Returns 0 or -1. */
-int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct nsbox_err *err);
+ * it with nsbox_policy_free).  Returns 0, or -1 with err set. */
+int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct cli_err *err);
 
 /* If argv[*i] is a jail option, apply it to p, advance *i past its value
  * and return 1.  Return 0 if it is not a jail option (*i unchanged), -1 on
  * a bad value (err names the option). */
-int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, struct nsbox_err *err);
+int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, struct cli_err *err);
 
 /* Help text for the jail options. */
 extern const char args_jail_help[];

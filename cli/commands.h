@@ -4,9 +4,8 @@
 
 #include <stdio.h>
 
-#include "error.h"
-#include "jail.h"	/* NSBOX_EXIT_*: the exit statuses of nsbox(1) */
-#include "nsbox.h"
+#include "cli.h"
+#include "nsbox.h" /* NSBOX_EXIT_*: the exit statuses of nsbox(1) */
 
 int cmd_run(int argc, char **argv);
 int cmd_info(int argc, char **argv);
@@ -16,8 +15,6 @@ int cmd_python(int argc, char **argv);
 
 /* Shared by the front ends: print "nsbox: warning: MSG". */
 void cli_warn(void *ctx, const char *msg);
-/* Print a setup error the way every subcommand does. */
-void cli_print_error(const char *what, const struct nsbox_err *err);
 /* Write how a run ended as JSON to path ("-" = stdout).  Returns 0 or -1. */
 int cli_write_status(const char *path, const struct nsbox_run_status *st);
 

@@ -11,14 +11,6 @@ void cli_warn(void *ctx, const char *msg)
 	fprintf(stderr, "nsbox: warning: %s\n", msg);
 }
 
-void cli_print_error(const char *what, const struct nsbox_err *err)
-{
-	if (err->step[0])
-		fprintf(stderr, "nsbox: %s: setup step '%s' failed: %s\n", what, err->step, err->msg);
-	else
-		fprintf(stderr, "nsbox: %s: %s\n", what, err->msg);
-}
-
 int cli_write_status(const char *path, const struct nsbox_run_status *st)
 {
 	json_t *o, *cg, *ctrls;
@@ -29,6 +21,8 @@ int cli_write_status(const char *path, const struct nsbox_run_status *st)
 			  st->cpu_enforced);
 	json_object_set_new(cg, "mode", json_string(st->cgroup_mode));
 	json_object_set_new(cg, "enforced", ctrls);
+	/* One key and its value per pair. */
+	/* clang-format off */
 	o = json_pack("{s:o, s:o, s:b, s:b, s:I, s:f, s:f, s:f, s:i, s:o}",
 		      "exit_code", st->exited ? json_integer(st->exit_status) : json_null(),
 		      "signal", st->term_signal ? json_integer(st->term_signal) : json_null(),
@@ -36,6 +30,7 @@ int cli_write_status(const char *path, const struct nsbox_run_status *st)
 		      "peak_memory", (json_int_t)st->peak_memory, "cpu_user", st->cpu_user,
 		      "cpu_system", st->cpu_system, "wall", st->wall, "status", st->exit_code,
 		      "cgroup", cg);
+	/* clang-format on */
 	if (!o)
 		return -1;
 	if (st->exec_errno)

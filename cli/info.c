@@ -1,20 +1,13 @@
-/* nsbox info: what this host supports and what nsbox will do about it. */
-#include <errno.h>
+/* nsbox info: what this host supports and what nsbox will do about it, from
+ * nsbox_host_info(). */
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "cgroup.h"
 #include "commands.h"
-#include "landlock.h"
-#include "util.h"
 
-static void print_hint(const struct cgroup_migration_info *mi, const char *indent)
+static void print_lines(const char *text, const char *indent)
 {
-	char hint[512];
-
-	cgroup_migration_hint(mi, hint, sizeof(hint));
-	for (char *l = hint, *nl; *l; l = nl + 1) {
+	for (const char *l = text, *nl; *l; l = nl + 1) {
 		nl = strchrnul(l, '\n');
 		printf("%s%.*s\n", indent, (int)(nl - l), l);
 		if (!*nl)
@@ -22,83 +15,80 @@ static void print_hint(const struct cgroup_migration_info *mi, const char *inden
 	}
 }
 
-static long read_long(const char *path)
-{
-	char buf[64];
-
-	if (read_file(path, buf, sizeof(buf)) < 0)
-		return -1;
-	return strtol(buf, NULL, 10);
-}
-
 int cmd_info(int argc, char **argv)
 {
-	struct cgroup_probe pr;
-	struct cgroup_migration_info mi;
-	long maxns = read_long("/proc/sys/user/max_user_namespaces");
-	long unpriv = read_long("/proc/sys/kernel/unprivileged_userns_clone");
-	long aa = read_long("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
-	int abi = landlock_abi();
-	char actions[256] = "";
+	struct nsbox_host_info h = { .struct_size = sizeof(h) };
+	const struct {
+		const char *name;
+		const struct nsbox_host_cgroup_ctrl *c;
+		const char *fallback;
+	} ctrls[] = {
+		{ "memory", &h.memory, "RLIMIT_AS fallback with a warning; Cgroups=require refuses" },
+		{ "pids", &h.pids, "RLIMIT_NPROC fallback with a warning; Cgroups=require refuses" },
+		{ "cpu", &h.cpu, "not enforced, with a warning; Cgroups=require refuses" },
+	};
+	nsbox_error_t *e = NULL;
 
 	(void)argv;
 	if (argc > 1) {
 		fprintf(stderr, "usage: nsbox info\n");
 		return NSBOX_EXIT_USAGE;
 	}
-	printf("nsbox host report (uid %u)\n\n", (unsigned)geteuid());
-	printf("user namespaces: max_user_namespaces=%ld", maxns);
-	if (unpriv >= 0)
-		printf(", unprivileged_userns_clone=%ld", unpriv);
-	if (aa >= 0)
-		printf(", apparmor_restrict_unprivileged_userns=%ld", aa);
-	bool userns_ok = maxns > 0 && unpriv != 0 && (aa <= 0 || geteuid() == 0);
-	printf("\n  -> %s\n", userns_ok ? "usable: every sandbox gets its own user namespace"
-				      : "NOT usable: nsbox cannot start sandboxes here (raise the sysctls above)");
-
-	cgroup_probe_host(&pr);
-	printf("cgroups: mode %s", cgroup_mode_name(pr.mode));
-	if (pr.v2_root[0])
-		printf(", v2 at %s, own cgroup %s%s", pr.v2_root, pr.v2_self, pr.v2_kill ? ", cgroup.kill" : "");
-	printf("\n");
-	if (pr.v2_writable)
-		printf("  sandbox cgroups (v2) go under %s\n", pr.v2_parent_used);
-	for (int c = 0; c < CTRL__N; c++) {
-		if (pr.ctrl_ok[c])
-			printf("  %-6s: enforced through cgroup %s under %s\n", cgroup_ctrl_name(c),
-			       pr.ctrl_v1[c] ? "v1" : "v2", pr.ctrl_dir[c]);
-		else
-			printf("  %-6s: NOT available (%s) -> %s\n", cgroup_ctrl_name(c), pr.why[c],
-			       c == CTRL_MEMORY ? "RLIMIT_AS fallback with a warning; Cgroups=require refuses"
-			       : c == CTRL_PIDS ? "RLIMIT_NPROC fallback with a warning; Cgroups=require refuses"
-						: "not enforced, with a warning; Cgroups=require refuses");
+	if (nsbox_host_info(&h, &e) < 0) {
+		fprintf(stderr, "nsbox info: %s\n", nsbox_error_message(e));
+		nsbox_error_free(e);
+		return NSBOX_EXIT_SETUP;
 	}
-	cgroup_migration_probe(&pr, &mi);
-	switch (mi.state) {
-	case CG_MIGRATE_NONE:
-		printf("cgroup migration: none -> %s\n",
-		       pr.mode == CG_V2 ? "sandboxes are cloned straight into their cgroup (CLONE_INTO_CGROUP)"
-					: "no v1 cgroup is used, nothing is moved");
-		break;
-	case CG_MIGRATE_FAST:
+	printf("nsbox %s host report (uid %u)\n\n", nsbox_version(), (unsigned)h.euid);
+	printf("user namespaces: max_user_namespaces=%ld", h.max_user_namespaces);
+	if (h.unprivileged_userns_clone >= 0)
+		printf(", unprivileged_userns_clone=%ld", h.unprivileged_userns_clone);
+	if (h.apparmor_restrict_unprivileged_userns >= 0)
+		printf(", apparmor_restrict_unprivileged_userns=%ld", h.apparmor_restrict_unprivileged_userns);
+	printf("\n  -> %s\n", h.userns ? "usable: every sandbox gets its own user namespace"
+				       : "NOT usable: nsbox cannot start sandboxes here (raise the sysctls above)");
+
+	printf("cgroups: mode %s", h.cgroup_mode);
+	if (h.cgroup_v2_root[0])
+		printf(", v2 at %s, own cgroup %s%s", h.cgroup_v2_root, h.cgroup_v2_self,
+		       h.cgroup_v2_kill ? ", cgroup.kill" : "");
+	printf("\n");
+	if (h.cgroup_v2_parent[0])
+		printf("  sandbox cgroups (v2) go under %s\n", h.cgroup_v2_parent);
+	for (size_t k = 0; k < ARRAY_SIZE(ctrls); k++) {
+		const struct nsbox_host_cgroup_ctrl *c = ctrls[k].c;
+
+		if (c->enforced)
+			printf("  %-6s: enforced through cgroup %s under %s\n", ctrls[k].name, c->v1 ? "v1" : "v2",
+			       c->dir);
+		else
+			printf("  %-6s: NOT available (%s) -> %s\n", ctrls[k].name, c->why, ctrls[k].fallback);
+	}
+	if (strcmp(h.cgroup_migration, "fast") == 0) {
 		printf("cgroup migration: fast (v1 controllers, a cgroup mount has favordynmods)\n");
-		break;
-	case CG_MIGRATE_SLOW:
+	} else if (strcmp(h.cgroup_migration, "slow") == 0) {
 		printf("cgroup migration: slow (v1 controllers, no cgroup mount has favordynmods)\n"
 		       "  -> each start moves pid 1 into the v1 cgroups, which can wait for an RCU grace period\n"
 		       "     (milliseconds, unless another move happened within the last one)\n");
-		print_hint(&mi, "  ");
-		break;
+		print_lines(h.cgroup_migration_hint, "  ");
+	} else {
+		printf("cgroup migration: none -> %s\n",
+		       strcmp(h.cgroup_mode, "v2") == 0
+			       ? "sandboxes are cloned straight into their cgroup (CLONE_INTO_CGROUP)"
+			       : "no v1 cgroup is used, nothing is moved");
 	}
-	printf("landlock: %s", abi > 0 ? "ABI " : "not supported");
-	if (abi > 0)
-		printf("%d -> second layer: writes only to /tmp, /dev/shm, /workspace and rw binds\n", abi);
+	if (h.landlock_abi > 0)
+		printf("landlock: ABI %d -> second layer: writes only to /tmp, /dev/shm, /workspace and rw binds\n",
+		       h.landlock_abi);
 	else
-		printf(" -> skipped (Landlock=require refuses)\n");
-	if (read_file("/proc/sys/kernel/seccomp/actions_avail", actions, sizeof(actions)) < 0)
-		snprintf(actions, sizeof(actions), "unknown (%s)\n", strerror(errno));
-	printf("seccomp: actions %s", actions);
+		printf("landlock: not supported -> skipped (Landlock=require refuses)\n");
+	printf("seccomp: actions %s\n", h.seccomp_actions[0] ? h.seccomp_actions : "unknown");
 	printf("  -> default-deny allowlist (ENOSYS for unknown syscalls, EPERM for dangerous ones, "
 	       "kill for i386/x32)\n");
-	return userns_ok ? 0 : NSBOX_EXIT_SETUP;
+	if (h.runner[0])
+		printf("runner: %s\n", h.runner);
+	else
+		printf("runner: NOT found (%s) -> nsbox python and sessions can't start; nsbox run can\n",
+		       h.runner_error);
+	return h.userns ? 0 : NSBOX_EXIT_SETUP;
 }

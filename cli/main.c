@@ -12,7 +12,7 @@ static const char usage[] =
 	"       nsbox info\n"
 	"       nsbox doctor\n"
 	"       nsbox policy check FILE | nsbox policy show [--policy NAME|FILE] [OPTIONS]\n"
-	"       nsbox help\n"
+	"       nsbox help | nsbox --version\n"
 	"See nsbox(1).\n";
 
 int main(int argc, char **argv)
@@ -34,6 +34,10 @@ int main(int argc, char **argv)
 		return cmd_doctor(argc - 1, argv + 1);
 	if (strcmp(argv[1], "policy") == 0)
 		return cmd_policy(argc - 1, argv + 1);
+	if (strcmp(argv[1], "--version") == 0) {
+		printf("nsbox %s\n", nsbox_version());
+		return 0;
+	}
 	if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
 		fputs(usage, stdout);
 		return 0;

@@ -9,7 +9,7 @@ int cmd_policy(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
 	nsbox_error_t *e = NULL;
-	struct nsbox_err err = { 0 };
+	struct cli_err err = { 0 };
 
 	if (argc >= 3 && strcmp(argv[1], "check") == 0) {
 		int bad = 0;

@@ -15,11 +15,9 @@
 
 #include "args.h"
 #include "commands.h"
-#include "proto.h"
-#include "util.h"
 
 #define MAX_TOOLS 64
-#define TOOL_OUTPUT_MAX (32u << 20)	/* beyond the frame cap: the session refuses it clearly */
+#define TOOL_OUTPUT_MAX (32u << 20) /* beyond the frame cap: the session refuses it clearly */
 
 struct cli_tool {
 	char *name;
@@ -48,7 +46,7 @@ static void on_sigint(int sig)
 {
 	(void)sig;
 	if (active)
-		nsbox_cancel(active);	/* async-signal-safe */
+		nsbox_cancel(active); /* async-signal-safe */
 }
 
 static void on_output(void *ud, int stream, const char *data, size_t len)
@@ -115,7 +113,7 @@ static int run_tool(void *ud, const char *name, const char *args_json, char **re
 			sigemptyset(&pipe_set);
 			sigaddset(&pipe_set, SIGPIPE);
 			if (sigprocmask(SIG_BLOCK, &pipe_set, &old) < 0) {
-				n = -1;		/* no write without the shield: give up feeding */
+				n = -1; /* no write without the shield: give up feeding */
 				errno = EPIPE;
 			} else {
 				n = write(pin[1], in + in_done, in_len - in_done);
@@ -123,7 +121,7 @@ static int run_tool(void *ud, const char *name, const char *args_json, char **re
 
 				if (n < 0 && werr == EPIPE)
 					(void)sigtimedwait(&pipe_set, NULL, &zero);
-				(void)sigprocmask(SIG_SETMASK, &old, NULL);	/* undoes the block above */
+				(void)sigprocmask(SIG_SETMASK, &old, NULL); /* undoes the block above */
 				errno = werr;
 			}
 
@@ -149,7 +147,7 @@ static int run_tool(void *ud, const char *name, const char *args_json, char **re
 				char *nb;
 
 				if (out_len + (size_t)n > TOOL_OUTPUT_MAX) {
-					overflow = true;	/* keep draining; refused below */
+					overflow = true; /* keep draining; refused below */
 					continue;
 				}
 				nb = realloc(out, out_len + (size_t)n + 1);
@@ -166,8 +164,8 @@ static int run_tool(void *ud, const char *name, const char *args_json, char **re
 	while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
 		;
 	if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
-		if (asprintf(error, "tool %s: command failed (%s %d)", name,
-			     WIFEXITED(ws) ? "exit status" : "signal", WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws)) < 0)
+		if (asprintf(error, "tool %s: command failed (%s %d)", name, WIFEXITED(ws) ? "exit status" : "signal",
+			     WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws)) < 0)
 			*error = NULL;
 		return -1;
 	}
@@ -272,9 +270,14 @@ static bool is_exit(const nsbox_result_t *r)
 static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode, bool streamed)
 {
 	static const char *const names[] = {
-		[NSBOX_OK] = "ok", [NSBOX_EXCEPTION] = "exception", [NSBOX_TIME_LIMIT] = "timeout",
-		[NSBOX_CANCELLED] = "cancelled", [NSBOX_MEMORY_LIMIT] = "memory", [NSBOX_CRASHED] = "crashed",
-		[NSBOX_PROTOCOL_ERROR] = "protocol", [NSBOX_INCOMPLETE] = "incomplete",
+		[NSBOX_OK] = "ok",
+		[NSBOX_EXCEPTION] = "exception",
+		[NSBOX_TIME_LIMIT] = "timeout",
+		[NSBOX_CANCELLED] = "cancelled",
+		[NSBOX_MEMORY_LIMIT] = "memory",
+		[NSBOX_CRASHED] = "crashed",
+		[NSBOX_PROTOCOL_ERROR] = "protocol",
+		[NSBOX_INCOMPLETE] = "incomplete",
 	};
 	enum nsbox_status status = nsbox_result_status(res);
 	bool limit = status != NSBOX_OK && status != NSBOX_EXCEPTION;
@@ -287,13 +290,14 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		uint64_t peak;
 		unsigned calls;
 		json_t *usage;
-		const char *keys[] = { "stdout", "stderr", "stdout_truncated", "stderr_truncated", "stdout_bytes",
-				       "stderr_bytes", "exit_code" };
+		const char *keys[] = { "stdout",       "stderr",       "stdout_truncated", "stderr_truncated",
+				       "stdout_bytes", "stderr_bytes", "exit_code" };
 
 		nsbox_result_usage(res, &wall, &cpu, &peak, &calls);
 		usage = json_pack("{s:f,s:I,s:I}", "wall", wall, "tool_calls", (json_int_t)calls, "peak_memory",
 				  (json_int_t)peak);
-		json_object_set_new(o, "value", json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL) ?: json_null());
+		json_object_set_new(o, "value",
+				    json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL) ?: json_null());
 		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
 			json_t *v = r ? json_object_get(r, keys[i]) : NULL;
 
@@ -305,9 +309,9 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		if (r && json_is_object(json_object_get(r, "error")))
 			json_object_set(o, "error", json_object_get(r, "error"));
 		else if (status != NSBOX_OK)
-			json_object_set_new(o, "error", json_pack("{s:s?,s:s?,s:n}", "type", nsbox_result_error_type(res),
-								  "message", nsbox_result_error_message(res),
-								  "traceback"));
+			json_object_set_new(o, "error",
+					    json_pack("{s:s?,s:s?,s:n}", "type", nsbox_result_error_type(res),
+						      "message", nsbox_result_error_message(res), "traceback"));
 		else
 			json_object_set_new(o, "error", json_null());
 		if (r && json_is_object(json_object_get(r, "usage")))
@@ -432,13 +436,13 @@ int cmd_python(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
 	nsbox_error_t *e = NULL;
-	struct nsbox_err err = { 0 };
+	struct cli_err err = { 0 };
 	struct cli_tool ctools[MAX_TOOLS];
 	size_t n_tools = 0;
 	const char *code = NULL, *module = NULL, *file = NULL;
 	_cleanup_free_ char *owned_code = NULL;
 	bool json_mode = false;
-	unsigned long long out_limit = 0;
+	uint64_t out_limit = 0;
 	/* The CLI is single-threaded: the sandbox is made here (no helper to
 	 * start), and CPython starts cold in it. */
 	struct nsbox_session_opts so = { .struct_size = sizeof(so), .warn = cli_warn, .in_process = true };
@@ -485,7 +489,8 @@ int cmd_python(int argc, char **argv)
 		if (!strcmp(a, "--output-limit") || !strncmp(a, "--output-limit=", 15)) {
 			const char *v = a[14] == '=' ? a + 15 : (i + 1 < argc ? argv[++i] : NULL);
 
-			if (!v || parse_size(v, &out_limit) < 0 || out_limit < 16 || out_limit > (64u << 20)) {
+			if (!v || nsbox_parse_size(v, &out_limit, NULL) < 0 || out_limit < 16 ||
+			    out_limit > (64u << 20)) {
 				fprintf(stderr, "nsbox python: --output-limit: expected a size from 16 to 64M\n");
 				goto usage;
 			}
@@ -497,7 +502,8 @@ int cmd_python(int argc, char **argv)
 			char *name;
 
 			if (!eq || eq == v || !eq[1] || n_tools >= MAX_TOOLS) {
-				fprintf(stderr, "nsbox python: --tool: expected NAME=COMMAND (at most %d)\n", MAX_TOOLS);
+				fprintf(stderr, "nsbox python: --tool: expected NAME=COMMAND (at most %d)\n",
+					MAX_TOOLS);
 				goto usage;
 			}
 			name = strndup(v, (size_t)(eq - v));
@@ -507,9 +513,10 @@ int cmd_python(int argc, char **argv)
 			}
 			/* The protocol's rule, checked before a sandbox is started
 			 * for nothing. */
-			if (!proto_is_identifier(name) || strlen(name) > PROTO_TOOL_NAME_MAX) {
-				fprintf(stderr, "nsbox python: --tool %s: not a Python identifier of at most %d characters\n",
-					name, PROTO_TOOL_NAME_MAX);
+			if (nsbox_check_tool_name(name, &e) < 0) {
+				fprintf(stderr, "nsbox python: --tool %s\n", nsbox_error_message(e));
+				nsbox_error_free(e);
+				e = NULL;
 				free(name);
 				goto usage_quiet;
 			}

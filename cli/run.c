@@ -8,8 +8,9 @@
 
 static void run_usage(FILE *f)
 {
-	fprintf(f, "usage: nsbox run [OPTIONS] [--] COMMAND [ARG...]\n"
-		   "  --json-status FILE|-   report how it ended as JSON\n%s",
+	fprintf(f,
+		"usage: nsbox run [OPTIONS] [--] COMMAND [ARG...]\n"
+		"  --json-status FILE|-   report how it ended as JSON\n%s",
 		args_jail_help);
 }
 
@@ -17,11 +18,12 @@ int cmd_run(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
 	nsbox_error_t *e = NULL;
-	struct nsbox_err err = { 0 };
+	struct cli_err err = { 0 };
 	const char *json_status = NULL;
 	/* The CLI is single-threaded: launch from here, no helper to start. */
-	struct nsbox_run_opts o = { .struct_size = sizeof(o), .warn = cli_warn, .forward_signals = true,
-				    .in_process = true };
+	struct nsbox_run_opts o = {
+		.struct_size = sizeof(o), .warn = cli_warn, .forward_signals = true, .in_process = true
+	};
 	struct nsbox_run_status st = { .struct_size = sizeof(st) };
 	int i, code = NSBOX_EXIT_USAGE;
 

@@ -375,6 +375,86 @@ struct nsbox_run_status {
 NSBOX_API int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_run_opts *opts,
 			struct nsbox_run_status *st, nsbox_error_t **err);
 
+/* ---- the host (since 0.4.0) --------------------------------------------
+ *
+ * What this host supports and what nsbox will do about it (what nsbox(1)'s
+ * `info` prints), a self-test of the sandbox (`doctor`), and two checks a
+ * front end makes before it starts a sandbox for nothing. */
+
+/* A cgroup controller as this process can use it for sandboxes. */
+struct nsbox_host_cgroup_ctrl {
+	bool enforced;			/* limits are enforced through a cgroup; else the fallback */
+	bool v1;			/* ... of a v1 hierarchy (else v2) */
+	char dir[512];			/* the directory sandbox cgroups are created under */
+	char why[160];			/* not enforced: why not */
+};
+
+struct nsbox_host_info {
+	size_t struct_size;		/* sizeof(struct nsbox_host_info), set by the caller */
+	uid_t euid;			/* of the calling process, for which all this holds */
+	/* User namespaces.  The sysctls, -1 where the host has no such file. */
+	long max_user_namespaces;
+	long unprivileged_userns_clone;			/* Debian's */
+	long apparmor_restrict_unprivileged_userns;	/* Ubuntu's */
+	bool userns;			/* this process may create the sandboxes' user namespaces */
+	/* Cgroups. */
+	char cgroup_mode[16];		/* "v2", "hybrid", "v1" or "none" (as nsbox_run_status) */
+	char cgroup_v2_root[256];	/* the cgroup2 mount, "" if none */
+	char cgroup_v2_self[512];	/* this process's v2 cgroup */
+	char cgroup_v2_parent[512];	/* where v2 sandbox cgroups go, "" if nowhere writable */
+	bool cgroup_v2_kill;		/* cgroup.kill exists */
+	struct nsbox_host_cgroup_ctrl memory, pids, cpu;
+	/* Moving each sandbox's pid 1 into v1 cgroups: "none" (pure v2, where it
+	 * is cloned straight into its cgroup, or no v1 cgroup used), "fast" (a
+	 * cgroup mount has favordynmods) or "slow" (a start may wait for an RCU
+	 * grace period). */
+	char cgroup_migration[8];
+	char cgroup_migration_hint[512];	/* "slow": the fix, lines separated by '\n' */
+	int landlock_abi;		/* the kernel's Landlock ABI version, 0 none */
+	char seccomp_actions[256];	/* /proc/sys/kernel/seccomp/actions_avail, "" unknown */
+	char runner[4096];		/* the runner binary sessions use, "" when not found */
+	char runner_error[256];		/* ... and then why not */
+};
+
+/* Inspect the host as the calling process sees it: reads /proc, /sys and
+ * the cgroup mounts, creates nothing.  Fills *info (info->struct_size set
+ * by the caller; fields beyond it are left alone).  Errors: -EINVAL. */
+NSBOX_API int nsbox_host_info(struct nsbox_host_info *info, nsbox_error_t **err);
+
+/* One probe of nsbox_selftest(): something sandboxed code must not be able
+ * to do (probe, e.g. "mount"), whether it could (escaped) and what
+ * happened ("EPERM", "succeeded").  Strings borrowed for the call. */
+typedef void (*nsbox_probe_fn)(void *userdata, const char *probe, bool escaped, const char *detail);
+
+struct nsbox_selftest_opts {
+	size_t struct_size;		/* sizeof(struct nsbox_selftest_opts) */
+	const nsbox_policy_t *policy;	/* NULL: "default" with a 20 s time limit */
+	nsbox_probe_fn probe;		/* called once per probe, in order; may be NULL */
+	void *probe_userdata;
+	nsbox_warn_fn warn;		/* may be NULL */
+	void *warn_userdata;
+	bool in_process;		/* as nsbox_run_opts.in_process */
+};
+
+/* Start a sandbox with nsbox_run() and run escape probes inside it (ids,
+ * capabilities, no_new_privs, seccomp, network, hidden host files, writes
+ * to /usr and /proc/sys, namespaces, mount, ptrace, bpf, keyctl, io_uring,
+ * TIOCSTI on the caller's stdin, mknod), written in Python: python3 from
+ * the sandbox's PATH.  opts may be NULL.  On success *escaped (may be
+ * NULL) receives how many probes got out: 0 when the host isolates
+ * sandboxes as designed.  Errors: those of nsbox_run() (the sandbox could
+ * not start), -ENOENT no python3 in the sandbox, -EPROTO the probes did not
+ * complete (the message says how they ended), -ENOMEM. */
+NSBOX_API int nsbox_selftest(const struct nsbox_selftest_opts *opts, unsigned *escaped, nsbox_error_t **err);
+
+/* A size as policies write it: "123", "64K", "256M", "2G", "1T" (binary
+ * units).  Errors: -EINVAL (the message quotes s). */
+NSBOX_API int nsbox_parse_size(const char *s, uint64_t *bytes, nsbox_error_t **err);
+
+/* 0 when name is acceptable to nsbox_session_add_tool() (a Python
+ * identifier of at most 64 bytes, nsbox-protocol(7)); -EINVAL otherwise. */
+NSBOX_API int nsbox_check_tool_name(const char *name, nsbox_error_t **err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -32,7 +32,7 @@ from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError,
 from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
 
-__version__ = "0.3.0"
+from ._version import __version__  # noqa: F401  (one place: make sync-version)
 
 __all__ = [
     "Sandbox", "ExecResult", "run", "RunResult", "SandboxWarning", "ReprValue", "SandboxError",

@@ -1,0 +1,272 @@
+/* cli/args.c: the command line's jail options as policy settings, the
+ * --policy lookup, and the errors a user sees (each names its flag).  Over
+ * the public API only, like the front end itself. */
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "nsbox.h"
+#include "tap.h"
+
+#define MAX_ARGS 16
+
+struct parsed {
+	int rc;	      /* 0 all parsed, -1 an error, 1 stopped at a non-option */
+	int stop;     /* index where parsing stopped */
+	char *policy; /* the effective policy's text, or NULL */
+	struct cli_err err;
+};
+
+/* Parse argv as `nsbox policy show` does: args_load_policy(), then every
+ * option through args_parse_jail_option() until "--" or a non-option. */
+static struct parsed parse_v(const char *first, va_list ap)
+{
+	char *argv[MAX_ARGS + 2] = { "cmd" };
+	int argc = 1, i;
+	struct parsed out = { 0 };
+	nsbox_policy_t *p = NULL;
+
+	for (const char *a = first; a && argc <= MAX_ARGS; a = va_arg(ap, const char *))
+		argv[argc++] = (char *)a;
+	argv[argc] = NULL;
+	if (args_load_policy(&p, argc, argv, &out.err) < 0) {
+		out.rc = -1;
+		return out;
+	}
+	for (i = 1; i < argc; i++) {
+		int r;
+
+		if (strcmp(argv[i], "--") == 0) {
+			out.rc = 1;
+			break;
+		}
+		r = args_parse_jail_option(p, argc, argv, &i, &out.err);
+		if (r < 0) {
+			out.rc = -1;
+			break;
+		}
+		if (r == 0) {
+			out.rc = 1;
+			break;
+		}
+	}
+	out.stop = i;
+	if (out.rc >= 0)
+		out.policy = nsbox_policy_to_string(p);
+	nsbox_policy_free(p);
+	return out;
+}
+
+static struct parsed parse(const char *first, ...)
+{
+	struct parsed out;
+	va_list ap;
+
+	va_start(ap, first);
+	out = parse_v(first, ap);
+	va_end(ap);
+	return out;
+}
+
+static bool has_line(const char *text, const char *line)
+{
+	size_t n = strlen(line);
+
+	for (const char *p = text; p && (p = strstr(p, line)); p += n)
+		if ((p == text || p[-1] == '\n') && (p[n] == '\n' || p[n] == '\0'))
+			return true;
+	return false;
+}
+
+static bool starts(const char *s, const char *prefix)
+{
+	return strncmp(s, prefix, strlen(prefix)) == 0;
+}
+
+static void free_parsed(struct parsed *p)
+{
+	nsbox_free(p->policy);
+	p->policy = NULL;
+}
+
+static void test_values(void)
+{
+	struct parsed r = parse("--memory", "256M", "--pids=7", "--cpus", "0.5", "--time-limit=10", "--tmp-size", "16M",
+				"--uid", "4242", "--gid=4343", "--hostname", "box", NULL);
+
+	ok(r.rc == 0 && r.policy, "size, count, fraction, time and id options parse (%s)", r.err.msg);
+	if (r.policy) {
+		ok(has_line(r.policy, "Memory=256M"), "--memory 256M: Memory=256M");
+		ok(has_line(r.policy, "Pids=7"), "--pids=7 (inline value)");
+		ok(has_line(r.policy, "CPUs=0.5"), "--cpus 0.5");
+		ok(has_line(r.policy, "TimeLimit=10"), "--time-limit=10");
+		ok(has_line(r.policy, "TmpSize=16M"), "--tmp-size 16M");
+		ok(has_line(r.policy, "Uid=4242") && has_line(r.policy, "Gid=4343"), "--uid and --gid=");
+		ok(has_line(r.policy, "Hostname=box"), "--hostname box");
+	}
+	free_parsed(&r);
+}
+
+static void test_flags(void)
+{
+	struct parsed r = parse("--share-net", "--seccomp-log", "--dist-packages", NULL);
+
+	ok(r.rc == 0 && r.policy, "flags without a value parse (%s)", r.err.msg);
+	if (r.policy) {
+		ok(has_line(r.policy, "Network=host"), "--share-net: Network=host");
+		ok(has_line(r.policy, "Seccomp=log"), "--seccomp-log: Seccomp=log");
+		ok(has_line(r.policy, "DistPackages=yes"), "--dist-packages: DistPackages=yes");
+	}
+	free_parsed(&r);
+	r = parse("--share-net=yes", NULL);
+	ok(r.rc == -1 && strcmp(r.err.msg, "--share-net takes no value") == 0, "--share-net=yes: '%s'", r.err.msg);
+}
+
+static void test_bad_values(void)
+{
+	struct parsed r = parse("--memory", "lots", NULL);
+
+	ok(r.rc == -1 && starts(r.err.msg, "--memory: ") && strstr(r.err.msg, "lots"),
+	   "a bad size names the flag and the value: '%s'", r.err.msg);
+	r = parse("--pids=-3", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--pids: "), "a bad count names the flag: '%s'", r.err.msg);
+	r = parse("--cpus", "1,5", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--cpus: "), "a comma decimal is refused: '%s'", r.err.msg);
+	r = parse("--landlock", "sometimes", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--landlock: "), "a bad keyword names the flag: '%s'", r.err.msg);
+	r = parse("--memory", NULL);
+	ok(r.rc == -1 && strcmp(r.err.msg, "--memory needs a value") == 0, "a missing value: '%s'", r.err.msg);
+	r = parse("--setenv", NULL);
+	ok(r.rc == -1 && strcmp(r.err.msg, "--setenv needs a value") == 0, "--setenv without a value: '%s'", r.err.msg);
+}
+
+static void test_repeated(void)
+{
+	struct parsed r = parse("--memory", "1M", "--memory=2M", "--setenv", "A=1", "--setenv", "B=2", "--bind",
+				"/tmp:/a", "--bind", "/tmp:/b", NULL);
+
+	ok(r.rc == 0 && r.policy, "repeated options parse (%s)", r.err.msg);
+	if (r.policy) {
+		ok(has_line(r.policy, "Memory=2M") && !has_line(r.policy, "Memory=1M"),
+		   "a repeated limit: the last wins");
+		ok(has_line(r.policy, "Set=A=1") && has_line(r.policy, "Set=B=2"), "repeated --setenv: both kept");
+		ok(has_line(r.policy, "Bind=/tmp:/a") && has_line(r.policy, "Bind=/tmp:/b"),
+		   "repeated --bind: both kept");
+	}
+	free_parsed(&r);
+}
+
+static void test_paths(void)
+{
+	char dir[] = "/tmp/nsbox-test-args-XXXXXX", cwd[PATH_MAX], want[PATH_MAX + 32], real[PATH_MAX];
+	struct parsed r;
+
+	if (!mkdtemp(dir) || !getcwd(cwd, sizeof(cwd)) || !realpath(dir, real) || chdir(real) < 0) {
+		ok(0, "set up a directory to work in");
+		return;
+	}
+	if (mkdir("sub", 0700) < 0) {
+		ok(0, "mkdir sub");
+		return;
+	}
+	r = parse("--workspace", "sub", "--bind", "sub", "--ro-bind=sub:/data", NULL);
+	ok(r.rc == 0 && r.policy, "relative paths parse (%s)", r.err.msg);
+	if (r.policy) {
+		snprintf(want, sizeof(want), "Workspace=%s/sub", real);
+		ok(has_line(r.policy, want), "--workspace sub is made absolute: %s", want);
+		snprintf(want, sizeof(want), "Bind=%s/sub:%s/sub", real, real);
+		ok(has_line(r.policy, want), "--bind SRC without DST: SRC:SRC, absolute");
+		snprintf(want, sizeof(want), "ReadOnlyBind=%s/sub:/data", real);
+		ok(has_line(r.policy, want), "--ro-bind=SRC:DST: SRC absolute, DST as given");
+	}
+	free_parsed(&r);
+	r = parse("--workspace", "nope", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--workspace: nope: ") && strstr(r.err.msg, "No such file"),
+	   "a missing workspace: '%s'", r.err.msg);
+	r = parse("--bind", "nope:/x", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--bind nope: "), "a missing bind source: '%s'", r.err.msg);
+	r = parse("--ro-bind", ":/x", NULL);
+	ok(r.rc == -1 && strcmp(r.err.msg, "--ro-bind :/x: expected SRC[:DST]") == 0, "an empty bind source: '%s'",
+	   r.err.msg);
+	rmdir("sub");
+	if (chdir(cwd) < 0 || rmdir(dir) < 0)
+		ok(0, "clean up %s", dir);
+}
+
+static void test_policy(void)
+{
+	struct parsed r = parse(NULL);
+
+	ok(r.rc == 0 && r.policy && strstr(r.policy, "# nsbox policy: default "), "no --policy: the default policy");
+	free_parsed(&r);
+	r = parse("--memory", "8M", "--policy", "strict", NULL);
+	ok(r.rc == 0 && r.policy && strstr(r.policy, "# nsbox policy: strict ") &&
+		   has_line(r.policy, "Cgroups=require") && has_line(r.policy, "Memory=8M"),
+	   "--policy is applied first, wherever it stands; flags then override it");
+	free_parsed(&r);
+	r = parse("--policy=permissive", NULL);
+	ok(r.rc == 0 && r.policy && strstr(r.policy, "# nsbox policy: permissive "), "--policy=NAME");
+	free_parsed(&r);
+	r = parse("--policy", NULL);
+	ok(r.rc == -1 && strcmp(r.err.msg, "--policy needs a value") == 0, "--policy without a value: '%s'", r.err.msg);
+	r = parse("--policy", "/nonexistent/nsbox.policy", NULL);
+	ok(r.rc == -1 && strstr(r.err.msg, "/nonexistent/nsbox.policy"), "a missing policy file is named: '%s'",
+	   r.err.msg);
+}
+
+static void test_stops(void)
+{
+	struct parsed r = parse("--memory", "8M", "--", "--policy", "strict", "--memory", "bogus", NULL);
+
+	ok(r.rc == 1 && r.stop == 3, "parsing stops at \"--\" (index %d)", r.stop);
+	ok(r.policy && strstr(r.policy, "# nsbox policy: default ") && has_line(r.policy, "Memory=8M"),
+	   "a --policy after \"--\" belongs to the command, not to nsbox");
+	free_parsed(&r);
+	r = parse("--pids", "5", "python3", "--memory", "bogus", NULL);
+	ok(r.rc == 1 && r.stop == 3, "a non-option is left to the caller (index %d)", r.stop);
+	free_parsed(&r);
+	r = parse("--no-such-flag", NULL);
+	ok(r.rc == 1 && r.stop == 1, "an unknown option is not a jail option (the caller reports it)");
+	free_parsed(&r);
+	r = parse("--mem", "1M", NULL);
+	ok(r.rc == 1 && r.stop == 1, "no prefix matching: --mem is not --memory");
+	free_parsed(&r);
+	r = parse("--memoryx=1M", NULL);
+	ok(r.rc == 1 && r.stop == 1, "--memoryx=1M is not --memory");
+	free_parsed(&r);
+}
+
+static void test_help(void)
+{
+	char flags[] =
+		"--policy --memory --pids --cpus --time-limit --tmp-size --file-size --open-files --cgroups "
+		"--uid --gid --hostname --share-net --bind --ro-bind --workspace --rootfs --setenv --seccomp-log "
+		"--landlock --dist-packages";
+	char *save = NULL;
+	int missing = 0;
+
+	for (char *f = strtok_r(flags, " ", &save); f; f = strtok_r(NULL, " ", &save))
+		if (!strstr(args_jail_help, f)) {
+			printf("# %s is not in the help\n", f);
+			missing++;
+		}
+	ok(missing == 0, "the help names every jail option");
+}
+
+int main(void)
+{
+	test_values();
+	test_flags();
+	test_bad_values();
+	test_repeated();
+	test_paths();
+	test_policy();
+	test_stops();
+	test_help();
+	tap_done();
+}
