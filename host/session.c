@@ -463,6 +463,11 @@ static json_t *hello_msg(const struct nsbox_session *s)
 	m = json_pack("{s:i,s:[sss],s:o,s:{s:I,s:I}}", "version", NSBOX_PROTO_VERSION, "capabilities", "exec", "tools",
 		      "cancel", "tools", tools, "limits", "output", (json_int_t)s->o.output_limit, "max_frame",
 		      (json_int_t)s->o.max_frame);
+	if (m && s->o.stream_all &&
+	    json_object_set_new(json_object_get(m, "limits"), "stream_all", json_true()) < 0) {
+		json_decref(m);
+		return NULL;
+	}
 	if (m && s->o.argv && json_object_set_new(m, "argv", argv_json(s->o.argv)) < 0) {
 		json_decref(m);
 		return NULL;
@@ -509,7 +514,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	char path[PATH_MAX] = "nsbox-runner";
 	_cleanup_close_ int mfd = -1;
 	int sv[2];
-	char *argv[4] = { "nsbox-runner", NULL, NULL, NULL };
+	char *argv[5] = { "nsbox-runner", NULL, NULL, NULL, NULL };
+	int argc = 1;
 	struct proto_frame f = { 0 };
 	unsigned long long deadline;
 	json_t *m;
@@ -561,7 +567,9 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	/* argv[0] names the file (tests pick an evil runner's mode by it). */
 	argv[0] = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	if (opts->policy->dist_packages)
-		argv[1] = "--dist-packages";
+		argv[argc++] = "--dist-packages";
+	if (opts->pass_stdin && !opts->use_helper && isatty(0) != 1)
+		argv[argc++] = "--stdin";
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
 		err_sys(err, "socketpair");
 		session_free(s);
@@ -895,7 +903,7 @@ int session_exec(struct nsbox_session *s, const struct session_exec_req *req, st
 			/* An honest runner streams at most half the output limit per
 			 * stream (the head); the rest comes in RESULT. */
 			out_bytes += json_string_length(d);
-			if (out_bytes > 2 * s->o.output_limit + 8) {
+			if (!s->o.stream_all && out_bytes > 2 * s->o.output_limit + 8) {
 				json_decref(m);
 				proto_frame_free(&f);
 				protocol_error(s, res, "more OUTPUT than the output limit allows");

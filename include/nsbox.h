@@ -140,6 +140,16 @@ struct nsbox_session_opts {
 	 * nsbox_session_new only.  Bytes that are not UTF-8 arrive as CPython
 	 * decodes its own argv (surrogateescape). */
 	const char *const *argv;
+	/* Fields below: since 0.4.0. */
+	/* output gets all of each exec's output as produced, not only the
+	 * first half of output_limit; the result's stdout and stderr are
+	 * capped by output_limit all the same (and say so: stdout_truncated
+	 * in nsbox_result_json).  Streamed bytes do count towards max_bytes. */
+	bool stream_all;
+	/* in_process only: the caller's stdin (fd 0) is the sandbox's, read
+	 * by the code directly, when it is a pipe or a file; never a terminal
+	 * (TIOCSTI, CVE-2017-5226): then, and otherwise, stdin inside is empty. */
+	bool pass_stdin;
 };
 
 /* Create a session under policy p (copied; p may be freed afterwards).

@@ -33,6 +33,11 @@ static struct {
 	struct capture cap[2];
 	size_t limit;
 	bool streaming;
+	/* Stream all of the output, not only the head (HELLO's
+	 * limits.stream_all: the host's caller shows it as produced, e.g.
+	 * nsbox python writing to a file).  The capture kept for RESULT is
+	 * capped all the same. */
+	bool stream_all;
 	uint32_t exec_id;
 } C = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
@@ -110,10 +115,10 @@ static void cap_stream(int s, const char *data, size_t len, bool final)
 	size_t n, clean_len, pend = 0;
 	json_t *m;
 
-	if (!C.streaming || c->streamed >= c->head_cap)
+	if (!C.streaming || (!C.stream_all && c->streamed >= c->head_cap))
 		return;
 	n = len;
-	if (n > c->head_cap - c->streamed)
+	if (!C.stream_all && n > c->head_cap - c->streamed)
 		n = (size_t)(c->head_cap - c->streamed);
 	c->streamed += n;
 	joined = malloc(c->npend + n + 1);
@@ -178,17 +183,29 @@ static void drain_ready(void)
 				;
 }
 
+void capture_stream_all(bool on)
+{
+	pthread_mutex_lock(&C.lock);
+	C.stream_all = on;
+	pthread_mutex_unlock(&C.lock);
+}
+
+bool runner_keep_stdin;
+
 int capture_start(struct nsbox_err *err)
 {
 	int p_in[2], p_out[2], p_err[2];
+	/* A terminal is never kept: a sandbox with the host's terminal could
+	 * push input into it (TIOCSTI, CVE-2017-5226). */
+	bool keep = runner_keep_stdin && fcntl(0, F_GETFD) >= 0 && !isatty(0);
 
-	/* stdin: an empty pipe (EOF at once); the runner never reads the
-	 * host's terminal. */
+	/* stdin: an empty pipe (EOF at once), unless the caller passed its
+	 * own (keep). */
 	if (pipe2(p_in, O_CLOEXEC) < 0 || pipe2(p_out, O_CLOEXEC) < 0 || pipe2(p_err, O_CLOEXEC) < 0)
 		return err_sys(err, "pipe2");
 	close(p_in[1]);
 	/* dup2 clears FD_CLOEXEC: subprocesses inherit 0, 1 and 2. */
-	if (dup2(p_in[0], 0) < 0 || dup2(p_out[1], 1) < 0 || dup2(p_err[1], 2) < 0)
+	if ((!keep && dup2(p_in[0], 0) < 0) || dup2(p_out[1], 1) < 0 || dup2(p_err[1], 2) < 0)
 		return err_sys(err, "dup2 stdio");
 	close(p_in[0]);
 	close(p_out[1]);

@@ -143,6 +143,18 @@ static PyObject *py_exec_begin(PyObject *self, PyObject *args)
 	Py_RETURN_NONE;
 }
 
+/* stream_all(flag): stream all output of each exec, not only its head. */
+static PyObject *py_stream_all(PyObject *self, PyObject *arg)
+{
+	int on = PyObject_IsTrue(arg);
+
+	(void)self;
+	if (on < 0)
+		return NULL;
+	capture_stream_all(on);
+	Py_RETURN_NONE;
+}
+
 /* exec_end() -> ((head, tail, total) for stdout, same for stderr): collect
  * everything written so far (the caller flushed sys.stdout/err first). */
 static PyObject *py_exec_end(PyObject *self, PyObject *args)
@@ -234,6 +246,7 @@ static PyMethodDef methods[] = {
 	{ "send", py_send, METH_VARARGS, "send(type, id, payload)" },
 	{ "call", py_call, METH_VARARGS, "call(payload) -> (type, payload): one tool call round trip" },
 	{ "exec_begin", py_exec_begin, METH_VARARGS, "exec_begin(id, stream, limit)" },
+	{ "stream_all", py_stream_all, METH_O, "stream_all(flag): stream all output, not only its head" },
 	{ "exec_end", py_exec_end, METH_NOARGS, "exec_end() -> ((head, tail, total), (head, tail, total))" },
 	{ "compile", py_compile, METH_VARARGS, "compile(source, filename, mode) -> code" },
 	{ "usage", py_usage, METH_NOARGS, "usage() -> (cpu seconds, peak RSS in bytes)" },

@@ -73,6 +73,8 @@ void io_call_abandon(struct io_call *c);
 /* Point fds 0, 1 and 2 at an empty pipe and the two capture pipes
  * (runner_io_start).  0 or -1 with err. */
 int capture_start(struct nsbox_err *err);
+/* Stream all output, not only each exec's head (HELLO limits.stream_all). */
+void capture_stream_all(bool on);
 /* For the io thread: the capture pipes' read ends to poll (-1: no longer). */
 void capture_fds(int fds[2]);
 /* For the io thread: stream s (0 stdout, 1 stderr) polled as revents. */

@@ -62,6 +62,9 @@ sys.modules["nsbox"] = nsbox
 sys.modules["nsbox.tools"] = tools
 
 _limits = {"output": 1 << 20, "max_frame": _nsbox.MAX_FRAME}
+# Set by cli_setup (nsbox-python(1)): a cancel is the user's Ctrl-C, and
+# raises KeyboardInterrupt as in python.
+_cancel_interrupts = False
 _tool_funcs = {}
 _main = None
 _in_user = False
@@ -388,6 +391,8 @@ def _on_cancel_signal(signum, frame):
         return
     if reason == 1:
         raise TimeLimitExceeded("time limit exceeded")
+    if _cancel_interrupts:
+        raise KeyboardInterrupt
     raise Cancelled("cancelled by the host")
 
 
@@ -474,10 +479,17 @@ def do_exec(mid, msg):
     filename = msg.get("filename") or "<exec>"
     want = bool(msg.get("want_value"))
     display = bool(msg.get("display"))
+    single = None
     if msg.get("check_complete"):
+        # code.InteractiveConsole's rule: the lines so far joined without
+        # the newline that ends the last one, so that a block stays open
+        # until an empty line ("if 1:\n    a\n" compiles; "if 1:\n    a"
+        # does not, yet).
+        source = code[:-1] if code.endswith("\n") else code
         try:
             import codeop
-            complete = codeop.compile_command(code, filename, "single") is not None
+            single = codeop.compile_command(source, filename, "single")
+            complete = single is not None
         except (SyntaxError, OverflowError, ValueError):
             complete = True  # let the exec report the error
         if not complete:
@@ -496,9 +508,21 @@ def do_exec(mid, msg):
         lc.cache[filename] = entry
     else:
         _sources[filename] = entry
+    so = sys.stdout
+    if display:
+        # An interactive line: python's stdout is a terminal then, line
+        # buffered.
+        try:
+            so.reconfigure(line_buffering=True)
+        except BaseException:
+            so = None
     try:
         try:
-            if want or display:
+            if single is not None and not want:
+                # As python's REPL: compiled in "single" mode, every
+                # expression statement's value goes to sys.displayhook.
+                body, lastc, display = single, None, False
+            elif want or display:
                 body, lastc = _split_repl(code, filename)
             else:
                 body, lastc = _compile(code, filename, "exec"), None
@@ -521,6 +545,11 @@ def do_exec(mid, msg):
                 error = format_error(e)
     finally:
         _in_user = False
+        if display or single is not None:
+            try:
+                so.reconfigure(line_buffering=False)
+            except BaseException:
+                pass
         for name in ("stdout", "stderr"):
             try:
                 getattr(sys, name).flush()
@@ -572,6 +601,116 @@ def send_result(mid, res):
     _nsbox.send(RESULT, mid, data)
 
 
+# ---- what site.py would add, and nsbox-python(1)'s launcher ----
+
+class _Quitter:
+    """exit() and quit(), as site.py makes them: SystemExit(code)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return "Use %s() or Ctrl-D (i.e. EOF) to exit" % self.name
+
+    def __call__(self, code=None):
+        raise SystemExit(code)
+
+
+class _Helper:
+    """help(), as site.py makes it: pydoc, imported when first called."""
+
+    def __repr__(self):
+        return ("Type help() for interactive help, or help(object) for help about object.")
+
+    def __call__(self, *args, **kwds):
+        import pydoc
+        if not args and not kwds and not sys.stdin.isatty():
+            # pydoc's interactive mode reads sys.stdin, which is not the
+            # terminal of nsbox python's REPL.
+            print("help(): the interactive help utility needs a terminal on stdin, and the sandbox "
+                  "has none; use help(object) or help('topic'), e.g. help('modules') or help(len)")
+            return None
+        return pydoc.help(*args, **kwds)
+
+
+def _add_site_builtins():
+    import builtins
+    for name in ("exit", "quit"):
+        if not hasattr(builtins, name):
+            setattr(builtins, name, _Quitter(name))
+    if not hasattr(builtins, "help"):
+        builtins.help = _Helper()
+
+
+_add_site_builtins()
+
+
+class _SourceLoader:
+    """__loader__ of a script run by nsbox python FILE whose file is not
+    visible inside: linecache gets its lines from here (decoded by PEP 263)
+    for tracebacks."""
+
+    def __init__(self, data):
+        self._data = data
+
+    def get_source(self, name):
+        import importlib.util
+        return importlib.util.decode_source(self._data)
+
+
+def cli_run():
+    """nsbox-python(1)'s launcher, run as an exec with the filename
+    RUNNER_FILE (hidden from tracebacks).  The CLI binds __nsbox_cli__
+    first: {"mode": "repl"|"c"|"m"|"file", "path": sandbox path of the
+    file or null, "name": the file as given / the module, "source": the
+    file's bytes as latin-1 text}.  Sets sys.path as python does: the
+    script's directory for FILE, the working directory ('' for -c and the
+    REPL, its full path for -m) otherwise, then PYTHONPATH's entries."""
+    global _cancel_interrupts
+    o = G.pop("__nsbox_cli__", None) or {}
+    _cancel_interrupts = True
+    mode = o.get("mode")
+    import os
+    path = o.get("path")
+    if mode == "file":
+        first = os.path.dirname(path) if path else None
+    elif mode == "m":
+        first = os.getcwd()
+    else:
+        first = ""
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[0:0] = ([first] if first is not None else []) + extra
+    if mode == "m":
+        import runpy
+        runpy.run_module(o["name"], run_name="__main__", alter_sys=True)
+    elif mode == "file":
+        data = o["source"].encode("latin-1")
+        fname = path or os.path.abspath(o["name"])
+        G["__file__"] = fname
+        G["__cached__"] = None
+        if not path:
+            G["__loader__"] = _SourceLoader(data)
+        # bytes, so that CPython decodes them by PEP 263 (a coding
+        # cookie, a BOM, else UTF-8) and names the file and line of
+        # what does not decode.
+        code = compile(data, fname, "exec", dont_inherit=True)
+        exec(code, G)
+
+
+def complete(text):
+    """nsbox python's Tab: rlcompleter's matches for text in the
+    session's globals."""
+    import rlcompleter
+    c = rlcompleter.Completer(G)
+    out = []
+    for i in range(1000):
+        m = c.complete(text, i)
+        if m is None:
+            break
+        out.append(m)
+    return out
+
+
 # ---- serve ----
 
 def adopt(env, dist_packages):
@@ -611,6 +750,8 @@ def hello():
         send(ERROR, mid, {"message": "expected HELLO version %d" % _nsbox.PROTO_VERSION})
         return False
     lim = msg.get("limits") or {}
+    if lim.get("stream_all") is True:
+        _nsbox.stream_all(True)
     if isinstance(lim.get("output"), int) and lim["output"] > 0:
         _limits["output"] = lim["output"]
     if isinstance(lim.get("max_frame"), int) and 0 < lim["max_frame"] <= _nsbox.MAX_FRAME:
@@ -633,9 +774,13 @@ def hello():
 
 def serve():
     _signal.signal(_nsbox.CANCEL_SIGNAL, _on_cancel_signal)
+    # Block buffered, as python's stdout when it is not a terminal (it is
+    # a pipe to the io thread): a write, and an OUTPUT frame, per 64 KiB
+    # rather than per print.  Interactive lines switch to line buffering
+    # (do_exec); every exec ends with a flush.
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
-        write_through=True)
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False), 65536), encoding="utf-8",
+        errors="backslashreplace")
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(
         io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
         write_through=True)
