@@ -200,6 +200,15 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 		if (symlink(links[i][0], path) < 0)
 			return err_sys(err, "symlink /dev/%s", links[i][1]);
 	}
+	/* A private devpts instance, as bubblewrap's --dev: os.openpty() and
+	 * pty users work, and no pty of the host's is reachable. */
+	if (mkdir(NEWROOT "/dev/pts", 0755) < 0)
+		return err_sys(err, "mkdir /dev/pts");
+	if (mount("devpts", NEWROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+		  "newinstance,ptmxmode=0666,mode=620") < 0)
+		return err_sys(err, "mount devpts");
+	if (symlink("pts/ptmx", NEWROOT "/dev/ptmx") < 0)
+		return err_sys(err, "symlink /dev/ptmx");
 	if (mkdir(NEWROOT "/dev/shm", 01777) < 0)
 		return err_sys(err, "mkdir /dev/shm");
 	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
@@ -329,6 +338,8 @@ size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max
 		out[n++] = "/tmp";
 	if (n < max)
 		out[n++] = "/dev/shm";
+	if (n < max)
+		out[n++] = "/dev/pts"; /* the private devpts: open ptmx, a pty's ioctls */
 	if (p->workspace && n < max)
 		out[n++] = "/workspace";
 	for (size_t i = 0; i < p->n_mounts && n < max; i++)
@@ -368,6 +379,7 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 {
 	int srcfd[POLICY_MAX_MOUNTS];
 	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
+	_cleanup_close_ int servfd = -1, protofd = -1;
 	char path[4096], opts[64];
 	const char *home = p->workspace ? "/workspace" : "/tmp";
 	int r = -1;
@@ -393,9 +405,14 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 	 * there must not reach the host's files. */
 	if (p->rootfs) {
 		cachefd = open_in_root(rootfd, "etc/ld.so.cache", O_PATH | O_CLOEXEC);
+		servfd = open_in_root(rootfd, "etc/services", O_PATH | O_CLOEXEC);
+		protofd = open_in_root(rootfd, "etc/protocols", O_PATH | O_CLOEXEC);
 		altfd = open_in_root(rootfd, "etc/alternatives", O_PATH | O_CLOEXEC | O_DIRECTORY);
 	} else {
 		cachefd = open("/etc/ld.so.cache", O_PATH | O_CLOEXEC);
+		/* Public tables (getservbyname, getprotobyname). */
+		servfd = open("/etc/services", O_PATH | O_CLOEXEC);
+		protofd = open("/etc/protocols", O_PATH | O_CLOEXEC);
 		altfd = open("/etc/alternatives", O_PATH | O_CLOEXEC | O_DIRECTORY);
 	}
 	if (p->share_net)
@@ -439,6 +456,10 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 	if (cachefd >= 0 && bind_fd(cachefd, NEWROOT "/etc/ld.so.cache", false, true, err) < 0)
 		goto out;
 	if (altfd >= 0 && bind_fd(altfd, NEWROOT "/etc/alternatives", false, true, err) < 0)
+		goto out;
+	if (servfd >= 0 && bind_fd(servfd, NEWROOT "/etc/services", false, true, err) < 0)
+		goto out;
+	if (protofd >= 0 && bind_fd(protofd, NEWROOT "/etc/protocols", false, true, err) < 0)
 		goto out;
 	if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
 		goto out;
