@@ -565,28 +565,6 @@ static int repl(nsbox_session_t *s)
 	return rc;
 }
 
-/* Set a global from a JSON value (consumed).  Returns 0 or -1 (printed). */
-static int set_json_var(nsbox_session_t *s, const char *name, json_t *v)
-{
-	nsbox_error_t *e = NULL;
-	char *text = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-	int r;
-
-	json_decref(v);
-	if (!text) {
-		fprintf(stderr, "nsbox python: out of memory\n");
-		return -1;
-	}
-	r = nsbox_set_var(s, name, text, &e);
-	free(text);
-	if (r < 0) {
-		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
-		nsbox_error_free(e);
-		return -1;
-	}
-	return 0;
-}
-
 /* bytes as a JSON string of the code points 0-255 (latin-1). */
 static json_t *latin1_json(const char *b, size_t n)
 {
@@ -661,6 +639,7 @@ int cmd_python(int argc, char **argv)
 	nsbox_result_t *res = NULL;
 	const char **py_argv = NULL;
 	json_t *cli = NULL;
+	_cleanup_free_ char *launcher = NULL;
 	bool pass_stdin = false, launch;
 	int i, r, rc;
 
@@ -860,17 +839,29 @@ int cmd_python(int argc, char **argv)
 	/* sys.path, __file__, KeyboardInterrupt for Ctrl-C, and FILE or -m
 	 * itself: the runner's cli_run (runner/runner.py), in an exec whose
 	 * frames are hidden from tracebacks. */
-	if (set_json_var(s, "__nsbox_cli__", cli) < 0) {
-		cli = NULL;
-		rc = NSBOX_EXIT_PROTOCOL;
-		goto out;
+	{
+		/* The settings travel in the exec's code (one round trip, none
+		 * before the EXEC): a JSON text as a Python string literal, which
+		 * JSON's string escapes are. */
+		char *text = json_dumps(cli, JSON_COMPACT);
+		json_t *lit = text ? json_string(text) : NULL;
+		char *arg = lit ? json_dumps(lit, JSON_ENCODE_ANY) : NULL;
+
+		free(text);
+		json_decref(lit);
+		if (!arg || asprintf(&launcher, "__import__('_nsbox_runner').cli_run(%s)\n", arg) < 0) {
+			free(arg);
+			fprintf(stderr, "nsbox python: out of memory\n");
+			rc = NSBOX_EXIT_USAGE;
+			goto out;
+		}
+		free(arg);
 	}
-	cli = NULL;
 	launch = !code && (module || file); /* FILE and -m run in the launcher; -c, stdin and the REPL after it */
 	show_output = launch;
 	eo.filename = "<nsbox-runner>";
 	eo.repl = false;
-	if (nsbox_exec(s, "__import__('_nsbox_runner').cli_run()\n", &eo, &res, &e) < 0) {
+	if (nsbox_exec(s, launcher, &eo, &res, &e) < 0) {
 		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
 		rc = NSBOX_EXIT_PROTOCOL;

@@ -658,16 +658,16 @@ class _SourceLoader:
         return importlib.util.decode_source(self._data)
 
 
-def cli_run():
+def cli_run(settings):
     """nsbox-python(1)'s launcher, run as an exec with the filename
-    RUNNER_FILE (hidden from tracebacks).  The CLI binds __nsbox_cli__
-    first: {"mode": "repl"|"c"|"m"|"file", "path": sandbox path of the
+    RUNNER_FILE (hidden from tracebacks).  settings is a JSON text:
+    {"mode": "repl"|"c"|"m"|"file", "path": sandbox path of the
     file or null, "name": the file as given / the module, "source": the
     file's bytes as latin-1 text}.  Sets sys.path as python does: the
     script's directory for FILE, the working directory ('' for -c and the
     REPL, its full path for -m) otherwise, then PYTHONPATH's entries."""
     global _cancel_interrupts
-    o = G.pop("__nsbox_cli__", None) or {}
+    o = _loads(settings)
     _cancel_interrupts = True
     mode = o.get("mode")
     import os
