@@ -117,4 +117,13 @@ fi
 if [ "${NSBOX_BENCH_RUNNER:-1}" != 0 ] && [ -x "$B/nsbox-runner" ] && [ -x bench/runner.sh ]; then
 	bench/runner.sh "$B" "$RUNS" >> "$out/table"
 fi
+# Printing: 2M prints to a file, nsbox python against python3.11 under
+# nsbox run, same run (the issue's 1.5x bound).
+if [ "${NSBOX_BENCH_PRINT:-1}" != 0 ]; then
+	pc='for i in range(2_000_000): print(i)'
+	t0=$(date +%s.%N); "$B/nsbox" python -c "$pc" > "$out/print.a"; t1=$(date +%s.%N)
+	"$B/nsbox" run -- python3.11 -c "$pc" > "$out/print.b"; t2=$(date +%s.%N)
+	echo "# 2M prints to a file: nsbox python $(echo "$t1 - $t0" | bc) s, nsbox run -- python3.11 $(echo "$t2 - $t1" | bc) s" >> "$out/table"
+	rm -f "$out/print.a" "$out/print.b"
+fi
 bench/report.py < "$out/table"

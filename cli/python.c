@@ -397,9 +397,25 @@ static char *read_line(const char *prompt, int *why)
 			break;
 		}
 		rl_callback_read_char();
+		if (got_sigint) {
+			rl_free_line_state();
+			rl_callback_handler_remove();
+			*why = -2;
+			return NULL;
+		}
 	}
 	*why = repl_line ? 0 : -1;
 	return repl_line;
+}
+
+/* ^C as a key: libedit's line mode reads it as a character (no ISIG
+ * while editing), where python's readline gets SIGINT. */
+static int on_ctrl_c(int count, int key)
+{
+	(void)count;
+	(void)key;
+	got_sigint = 1;
+	return 0;
 }
 
 static nsbox_session_t *complete_session;
@@ -486,6 +502,8 @@ static int repl(nsbox_session_t *s)
 		info.python);
 	complete_session = s;
 	rl_readline_name = "python";
+	rl_catch_signals = 0;
+	rl_bind_key(3, on_ctrl_c);
 	rl_attempted_completion_function = complete;
 	/* rlcompleter's delimiters: a dotted name is one word. */
 	rl_basic_word_break_characters = " \t\n`~!@#$%^&*()-=+[{]}\\|;:'\",<>/?";
