@@ -7,6 +7,8 @@ LIBDIR ?= $(PREFIX)/lib
 LIBEXECDIR ?= $(PREFIX)/libexec/nsbox
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
+SBINDIR ?= $(PREFIX)/sbin
+UNITDIR ?= $(PREFIX)/lib/systemd/system
 PYTHON ?= /usr/bin/python3.11
 
 CC ?= cc
@@ -35,13 +37,13 @@ LDFLAGS += -fsanitize=$(SANITIZE)
 endif
 # The layers, lowest first (README, "Layout"; scripts/check-layers.py checks
 # that no file includes from a layer above its own: make check-layers).
-LAYERS := base proto policy jail runner helper host lib
+LAYERS := base proto policy egress jail runner helper host lib
 LAYER_INC := $(addprefix -I,$(LAYERS))
 ALL_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(LAYER_INC) -I$(B)/gen $(PKG_CFLAGS) \
 	-DNSBOX_LIBEXECDIR='"$(LIBEXECDIR)"' -MMD -MP
 
 # The core: everything but front ends and the runner binary's own code.
-CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c jail/*.c host/*.c lib/*.c) helper/client.c helper/locate.c
+CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c egress/*.c jail/*.c host/*.c lib/*.c) helper/client.c helper/locate.c
 CORE_OBJS := $(CORE_SRCS:%.c=$(B)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
@@ -51,6 +53,10 @@ CLI_LIBS := $(shell pkg-config --libs libedit)
 # Front ends see the public header and their own, nothing of the core
 # (scripts/check-layers.py says so too).
 FRONT_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS) -MMD -MP
+# nsboxd, the service (service/, nsboxd(8)): libnsbox's public API, the
+# service protocol (proto/svc.c) and libsystemd (sd_listen_fds, sd_notify).
+SVC_SRCS := $(wildcard service/*.c)
+SVC_OBJS := $(SVC_SRCS:%.c=$(B)/obj/%.o)
 # nsbox-runner: the sandbox side (runner/) and, in the same binary, libnsbox's
 # helper process (helper/helper.c), which forks the runner's initialised CPython.
 RUNNER_SRCS := $(wildcard runner/*.c) helper/helper.c helper/main.c
@@ -62,7 +68,7 @@ PROBE_BINS := $(PROBE_SRCS:tests/%.c=$(B)/tests/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz-*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/fuzz/%)
 
-TARGETS := $(B)/libnsbox-core.a $(B)/nsbox
+TARGETS := $(B)/libnsbox-core.a $(B)/nsbox $(B)/nsboxd
 ifneq ($(RUNNER_SRCS),)
 TARGETS += $(B)/nsbox-runner
 endif
@@ -72,14 +78,14 @@ endif
 # -DNSBOX_VERSION), `nsbox --version`, the man pages' .TH lines (generated
 # into $(B)/man), nsbox.pc; python/nsbox/_version.py is checked against it
 # (tests/integ/test_version.py; `make sync-version` rewrites it).
-NSBOX_VERSION := 0.3.0
+NSBOX_VERSION := 0.4.0
 MAN_SRCS := $(wildcard man/*.[1-8])
 MAN_GEN := $(MAN_SRCS:man/%=$(B)/man/%)
 LIB_TARGETS := $(B)/libnsbox.so.0 $(B)/libnsbox.so $(B)/libnsbox.a $(B)/nsbox.pc
 TARGETS += $(LIB_TARGETS) $(B)/examples/agent
 
 .PHONY: all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib \
-	check-layers check-format sync-version
+	check-layers check-format sync-version uninstall
 all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS) $(MAN_GEN)
 
 $(B)/obj/runner/%.o: runner/%.c
@@ -106,7 +112,8 @@ $(B)/obj/%.o: %.c
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
 
 # The seccomp filter is compiled once at build time (scripts/gen-seccomp.c).
-GEN_SECCOMP_SRCS := scripts/gen-seccomp.c base/error.c base/util.c policy/policy.c policy/seccomp-rules.c
+GEN_SECCOMP_SRCS := scripts/gen-seccomp.c base/error.c base/util.c policy/policy.c policy/netrule.c \
+	policy/seccomp-rules.c
 $(B)/gen-seccomp: $(GEN_SECCOMP_SRCS) policy/seccomp-rules.h policy/policy.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(WARN) -O1 -D_GNU_SOURCE -Ibase -Ipolicy -o $@ $(GEN_SECCOMP_SRCS) $(PKG_LIBS)
@@ -120,6 +127,9 @@ $(B)/libnsbox-core.a: $(CORE_OBJS)
 	ar rcs $@ $^
 $(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(CLI_LIBS)
+$(B)/obj/service/%.o: ALL_CFLAGS += $(shell pkg-config --cflags libsystemd)
+$(B)/nsboxd: $(SVC_OBJS) $(B)/libnsbox-core.a
+	$(CC) $(LDFLAGS) -o $@ $(SVC_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(shell pkg-config --libs libsystemd) -lm
 # Debug information goes to nsbox-runner.debug beside it (found through
 # .gnu_debuglink by gdb, valgrind and addr2line where the runner runs from
 # its file; the symbol table stays, for the helper, which runs from a
@@ -135,7 +145,7 @@ endif
 # libnsbox.so: only nsbox_* is exported (hidden visibility in the API
 # object, and the version script for the core objects linked in with it).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -fvisibility=hidden
-$(B)/obj/lib/hostinfo.o: ALL_CFLAGS += -fvisibility=hidden
+$(B)/obj/lib/hostinfo.o $(B)/obj/lib/handoff.o: ALL_CFLAGS += -fvisibility=hidden
 # A `#define NSBOX_VERSION` left in api.c that disagrees is a build error
 # (macro redefined, -Werror).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -DNSBOX_VERSION='"$(NSBOX_VERSION)"'
@@ -170,6 +180,10 @@ $(B)/tests/test-args: tests/unit/test-args.c cli/args.c cli/args.h cli/cli.h $(B
 		tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(FRONT_CFLAGS) -Icli $(LDFLAGS) -o $@ $< cli/args.c -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..'
+# nsboxd's configuration parser is service/, not the core: linked in.
+$(B)/tests/test-svc: tests/unit/test-svc.c service/config.c service/config.h $(B)/libnsbox-core.a tests/unit/tap.h
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Iservice $(LDFLAGS) -o $@ $< service/config.c $(B)/libnsbox-core.a $(PKG_LIBS) -lm
 $(B)/tests/test-%: tests/unit/test-%.c $(B)/libnsbox-core.a tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libnsbox-core.a $(PKG_LIBS)
@@ -181,10 +195,16 @@ $(B)/tests/%: tests/%.c
 	$(CC) $(filter-out -fsanitize=% -fno-sanitize-recover=%,$(ALL_CFLAGS)) -o $@ $<
 
 FUZZ_CC ?= clang
+# The core's sources built whole, lib/api.c with its version as in its own rule.
+FUZZ_FLAGS = -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -DNSBOX_VERSION='"$(NSBOX_VERSION)"' \
+	-Iinclude $(LAYER_INC) -I$(B)/gen $(PKG_CFLAGS)
 $(B)/fuzz/fuzz-%: tests/fuzz/fuzz-%.c $(CORE_SRCS) $(B)/gen/seccomp-bpf.gen.h
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Iinclude $(LAYER_INC) -I$(B)/gen \
-		$(PKG_CFLAGS) -o $@ $< $(CORE_SRCS) $(PKG_LIBS)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(CORE_SRCS) $(PKG_LIBS)
+# nsboxd's configuration parser is service/, not the core: built in.
+$(B)/fuzz/fuzz-svc: tests/fuzz/fuzz-svc.c service/config.c service/config.h $(CORE_SRCS) $(B)/gen/seccomp-bpf.gen.h
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Iservice -o $@ $< service/config.c $(CORE_SRCS) $(PKG_LIBS) -lm
 FUZZ_TIME ?= 20
 fuzz: $(FUZZ_BINS)
 	@set -e; for f in $(FUZZ_BINS); do n=$$(basename $$f); mkdir -p $(B)/fuzz/corpus-$$n; \
@@ -229,6 +249,11 @@ bench: all
 install: all
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man7
 	install -m 0755 $(B)/nsbox $(DESTDIR)$(BINDIR)/nsbox
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(MANDIR)/man8
+	install -m 0755 $(B)/nsboxd $(DESTDIR)$(SBINDIR)/nsboxd
+	install -m 0644 service/nsboxd.socket $(DESTDIR)$(UNITDIR)/nsboxd.socket
+	sed 's|@BINDIR@|$(SBINDIR)|' service/nsboxd.service > $(DESTDIR)$(UNITDIR)/nsboxd.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/nsboxd.service
 	if [ -f $(B)/nsbox-runner ]; then install -m 0755 $(B)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner; fi
 	if [ -f $(B)/nsbox-runner.debug ]; then install -m 0644 $(B)/nsbox-runner.debug $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug; fi
 	for m in $(MAN_GEN); do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
@@ -242,6 +267,16 @@ install-lib: $(LIB_TARGETS) $(B)/man/libnsbox.3
 	install -m 0644 include/nsbox.h $(DESTDIR)$(INCLUDEDIR)/nsbox.h
 	install -m 0644 $(B)/nsbox.pc $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc
 	install -m 0644 $(B)/man/libnsbox.3 $(DESTDIR)$(MANDIR)/man3/libnsbox.3
+
+# What install put in place (the units stopped first when systemd runs).
+uninstall:
+	-systemctl disable --now nsboxd.socket nsboxd.service 2>/dev/null
+	rm -f $(DESTDIR)$(BINDIR)/nsbox $(DESTDIR)$(SBINDIR)/nsboxd $(DESTDIR)$(UNITDIR)/nsboxd.socket \
+		$(DESTDIR)$(UNITDIR)/nsboxd.service $(DESTDIR)$(LIBEXECDIR)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug \
+		$(DESTDIR)$(LIBDIR)/libnsbox.so.0 $(DESTDIR)$(LIBDIR)/libnsbox.so $(DESTDIR)$(LIBDIR)/libnsbox.a \
+		$(DESTDIR)$(INCLUDEDIR)/nsbox.h $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc $(DESTDIR)$(MANDIR)/man3/libnsbox.3
+	for m in man/*.[1-8]; do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+	-rmdir $(DESTDIR)$(LIBEXECDIR)
 
 deps:
 	scripts/install-deps.sh

@@ -43,19 +43,54 @@ int err_sys(struct nsbox_err *err, const char *fmt, ...)
 	return -1;
 }
 
-int err_wrap(struct nsbox_err *err, const char *fmt, ...)
+int err_fail(struct nsbox_err *err, const char *step, int code, const char *fmt, ...)
 {
-	char prefix[256], old[NSBOX_ERR_MSG_MAX];
 	va_list ap;
 
 	if (!err)
 		return -1;
 	va_start(ap, fmt);
-	vsnprintf(prefix, sizeof(prefix), fmt, ap);
+	err_vset(err, 0, fmt, ap);
 	va_end(ap);
-	memcpy(old, err->msg, sizeof(old));
-	snprintf(err->msg, sizeof(err->msg), "%s: %s", prefix, old);
+	err->code = code;
+	if (step)
+		err_step(err, step);
 	return -1;
+}
+
+int err_prefix(struct nsbox_err *err, const char *pre)
+{
+	size_t pl, ml;
+
+	if (!err)
+		return -1;
+	pl = strlen(pre);
+	ml = strnlen(err->msg, sizeof(err->msg) - 1);
+	if (pl > sizeof(err->msg) - 1)
+		pl = sizeof(err->msg) - 1;
+	if (pl + ml > sizeof(err->msg) - 1)
+		ml = sizeof(err->msg) - 1 - pl;
+	memmove(err->msg + pl, err->msg, ml);
+	memcpy(err->msg, pre, pl);
+	err->msg[pl + ml] = '\0';
+	return -1;
+}
+
+int err_wrap(struct nsbox_err *err, const char *fmt, ...)
+{
+	char prefix[256];
+	va_list ap;
+	int n;
+
+	if (!err)
+		return -1;
+	va_start(ap, fmt);
+	n = vsnprintf(prefix, sizeof(prefix) - 2, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		prefix[0] = '\0';
+	strcat(prefix, ": ");
+	return err_prefix(err, prefix);
 }
 
 int err_step(struct nsbox_err *err, const char *step)
@@ -72,4 +107,23 @@ void err_clear(struct nsbox_err *err)
 	err->code = 0;
 	err->step[0] = '\0';
 	err->msg[0] = '\0';
+}
+
+void err_copy(struct nsbox_err *dst, const struct nsbox_err *src)
+{
+	size_t sl, ml;
+
+	if (!dst)
+		return;
+	if (!src) {
+		err_clear(dst);
+		return;
+	}
+	sl = strnlen(src->step, sizeof(src->step) - 1);
+	ml = strnlen(src->msg, sizeof(src->msg) - 1);
+	dst->code = src->code;
+	memmove(dst->step, src->step, sl);
+	dst->step[sl] = '\0';
+	memmove(dst->msg, src->msg, ml);
+	dst->msg[ml] = '\0';
 }

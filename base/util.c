@@ -346,3 +346,16 @@ int sealed_copy_fd(int in)
 		return -1;
 	return take_fd(&mfd);
 }
+
+int deadline_ms(unsigned long long deadline)
+{
+	unsigned long long now = now_ns();
+
+	if (!deadline)
+		return -1;
+	if (now >= deadline)
+		return 0;
+	if ((deadline - now) / 1000000 > INT_MAX - 1)
+		return INT_MAX;
+	return (int)((deadline - now + 999999) / 1000000);
+}

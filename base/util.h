@@ -4,9 +4,11 @@
 #define NSBOX_UTIL_H
 
 #include <errno.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
@@ -33,6 +35,29 @@ static inline int take_fd(int *fd)
 	*fd = -1;
 	return r;
 }
+/* A child process owned by a variable: SIGKILLed and reaped when it goes
+ * out of scope (crun's cleanup_pid, bubblewrap's utils.h), or now by
+ * calling kill_reap() on it; *pid is 0 afterwards.  Only for a child that
+ * nothing else reaps: once it is waited for, its pid may be reused.
+ * take_pid() moves ownership out (then nothing is killed).  errno is kept. */
+static inline void kill_reap(pid_t *pid)
+{
+	if (*pid > 0) {
+		int saved = errno;
+		kill(*pid, SIGKILL);
+		while (waitpid(*pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		errno = saved;
+	}
+	*pid = 0;
+}
+#define _cleanup_pid_ __attribute__((cleanup(kill_reap)))
+static inline pid_t take_pid(pid_t *pid)
+{
+	pid_t r = *pid;
+	*pid = 0;
+	return r;
+}
 #define TAKE_PTR(p)                        \
 	({                                 \
 		__typeof__(p) _tp_ = (p);  \
@@ -49,6 +74,9 @@ int write_file(const char *path, const char *data);
 /* Same, relative to dirfd. */
 int write_file_at(int dirfd, const char *path, const char *data);
 /* Read up to size-1 bytes of a file into buf, NUL-terminated; returns length or -1. */
+/* poll()'s timeout for an absolute deadline on now_ns()'s clock (-1 for
+ * deadline 0, none), rounded up: a poll that wakes early only polls again. */
+int deadline_ms(unsigned long long deadline);
 ssize_t read_file(const char *path, char *buf, size_t size);
 ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
 /* Monotonic clock in nanoseconds. */
@@ -70,7 +98,7 @@ int parse_ulong(const char *s, unsigned long max, unsigned long *out);
 /* sendmsg() of iov[0..niov) with fds[0..nfds) attached as SCM_RIGHTS
  * (unix(7)), MSG_NOSIGNAL, retried on EINTR.  At most SEND_FDS_MAX fds.
  * Returns the bytes sent, or -1 with errno. */
-#define SEND_FDS_MAX 4
+#define SEND_FDS_MAX 16	/* nsboxd's OPEN: a workspace and binds (SVC_MAX_FDS) */
 struct iovec;
 ssize_t send_with_fds(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t nfds);
 /* Close every fd >= lowfd except those listed in keep[] (close_range with a

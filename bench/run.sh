@@ -7,7 +7,8 @@
 # info`, "cgroup migration").  The first table is always the host as found.
 # As root on such a host without favordynmods, a second block is measured
 # with favordynmods switched on for its duration only (with its own bwrap
-# baseline); the original mount options are put back on any exit.
+# baseline); the original mount options are put back on any exit.  Then a
+# block with one CPU kept busy by a spinner (NSBOX_BENCH_BUSY=0: not).
 set -eu
 B=${NSBOX_BUILD:-$(pwd)/build}
 RUNS=${RUNS:-60}
@@ -67,7 +68,16 @@ restore_fdm() {
 	echo "bench: WARNING: could not restore $FDM_MNT to '$FDM_SAVED'; now: $(grep " $FDM_MNT " /proc/self/mounts)" >&2
 	return 1
 }
+# The spinner of the busy-CPU block, killed on any exit.
+SPIN=""
+spin_stop() {
+	[ -n "$SPIN" ] || return 0
+	kill "$SPIN" 2>/dev/null || true
+	wait "$SPIN" 2>/dev/null || true
+	SPIN=""
+}
 cleanup() {
+	spin_stop
 	restore_fdm || true
 	rm -rf "$out"
 }
@@ -89,6 +99,24 @@ block() {
 	printf '%sbare python3.11 -S -c pass\t' "$pre"; sed -n 1p "$out/b"
 	printf '*%sbwrap ... python3.11 -S -c pass\t' "$pre"; sed -n 2p "$out/b"
 	printf '%snsbox run -- python3.11 -S -c pass\t' "$pre"; sed -n 3p "$out/b"
+	echo
+}
+
+# With one CPU kept busy by a spinning process at normal priority (as on
+# a host running other work): a start must not lean on a second idle CPU
+# (pid 1's network thread, spinning waits).  The same comparisons, with
+# bwrap measured beside them under the same load, interleaved.
+busy_block() {
+	sh -c 'while :; do :; done' &
+	SPIN=$!
+	"$B/spawn-times" "$RUNS" $PY -S -c 'print(1)' :: $BWRAP $PY -S -c 'print(1)' :: \
+		"$B/nsbox" run -- $PY -S -c 'print(1)' :: "$B/nsbox" python -c 'print(1)' > "$out/busy"
+	spin_stop
+	echo "# with one CPU kept busy by a spinning process for this block only (sh -c 'while :; do :; done')"
+	printf '[busy CPU] bare python3.11 -S -c print(1)\t'; sed -n 1p "$out/busy"
+	printf '*[busy CPU] bwrap ... python3.11 -S -c print(1)\t'; sed -n 2p "$out/busy"
+	printf '[busy CPU] nsbox run -- python3.11 -S -c print(1)\t'; sed -n 3p "$out/busy"
+	printf '[busy CPU] nsbox python -c print(1) (whole process)\t'; sed -n 4p "$out/busy"
 	echo
 }
 
@@ -114,6 +142,13 @@ if [ "$migration" = slow ] && [ "$(id -u)" = 0 ] && [ -n "$FDM_MNT" ] && [ "${NS
 	} >> "$out/table"
 	restore_fdm || exit 1
 fi
+if [ "${NSBOX_BENCH_BUSY:-1}" != 0 ] && [ -x "$B/nsbox-runner" ]; then
+	if [ "$(nproc)" -ge 2 ]; then
+		busy_block >> "$out/table"
+	else
+		echo "# busy-CPU block skipped: one CPU available (nproc)" >> "$out/table"
+	fi
+fi
 if [ "${NSBOX_BENCH_RUNNER:-1}" != 0 ] && [ -x "$B/nsbox-runner" ] && [ -x bench/runner.sh ]; then
 	bench/runner.sh "$B" "$RUNS" >> "$out/table"
 fi
@@ -126,4 +161,25 @@ if [ "${NSBOX_BENCH_PRINT:-1}" != 0 ]; then
 	echo "# 2M prints to a file: nsbox python $(echo "$t1 - $t0" | bc) s, nsbox run -- python3.11 $(echo "$t2 - $t1" | bc) s" >> "$out/table"
 	rm -f "$out/print.a" "$out/print.b"
 fi
+if [ "${NSBOX_BENCH_NSBOXD:-1}" != 0 ] && [ -x "$B/nsboxd" ]; then
+	/usr/bin/python3.11 bench/nsboxd.py "$B" "$RUNS" > "$out/nsboxd" || exit 1
+fi
 bench/report.py < "$out/table"
+[ -f "$out/nsboxd" ] && cat "$out/nsboxd"
+# nsbox mcp through the official TypeScript SDK client: a run_python of 1+1
+# round trip (p50/p90 of NSBOX_MCP_BENCH_N calls on a warm default session),
+# and a new server's first call (process start to the first result).
+if [ "${NSBOX_BENCH_MCP:-1}" != 0 ] && command -v node >/dev/null 2>&1 &&
+	[ -d tests/mcp/node_modules/@modelcontextprotocol/sdk ]; then
+	node tests/mcp/client.mjs "$B/nsbox" bench | node -e '
+		let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
+			const o = JSON.parse(s);
+			console.log(`nsbox mcp: run_python 1+1 round trip p50 ${o.p50_ms.toFixed(2)} ms, p90 ${o.p90_ms.toFixed(2)} ms (${o.n} calls); ` +
+				`first call of a new server ${o.first_call_ms.toFixed(0)} ms, process start to first result ${o.start_to_first_result_ms.toFixed(0)} ms`);
+		});'
+fi
+
+# Session files: write_file/read_file of 1 and 100 MiB beside cp (bench/files.py).
+if [ "${NSBOX_BENCH_FILES:-1}" != 0 ]; then
+	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/files.py
+fi

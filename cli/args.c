@@ -6,12 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct jail_opt {
 	const char *name; /* without the leading "--" */
 	const char *section, *key;
 	const char *fixed; /* value for flags without an argument */
-	int path;	   /* 1: make the value absolute; 2: SRC:DST, make SRC absolute */
+	int path;	   /* 1: make the value absolute; 2: SRC:DST, make SRC absolute;
+			      3: absolute against the cwd (the file may not exist yet) */
 };
 
 static const struct jail_opt opts[] = {
@@ -27,6 +29,11 @@ static const struct jail_opt opts[] = {
 	{ "gid", "Sandbox", "Gid", NULL, 0 },
 	{ "hostname", "Sandbox", "Hostname", NULL, 0 },
 	{ "share-net", "Sandbox", "Network", "host", 0 },
+	{ "allow-net", "Network", "Allow", NULL, 0 },
+	{ "net-log", "Network", "Log", NULL, 3 },
+	{ "net-max-bytes-out", "Network", "MaxBytesOut", NULL, 0 },
+	{ "net-max-bytes-in", "Network", "MaxBytesIn", NULL, 0 },
+	{ "net-max-connections", "Network", "MaxConnections", NULL, 0 },
 	{ "bind", "Filesystem", "Bind", NULL, 2 },
 	{ "ro-bind", "Filesystem", "ReadOnlyBind", NULL, 2 },
 	{ "workspace", "Filesystem", "Workspace", NULL, 1 },
@@ -51,6 +58,10 @@ const char args_jail_help[] =
 	"  --uid N, --gid N       ids inside the sandbox (default 1000)\n"
 	"  --hostname NAME        (default nsbox)\n"
 	"  --share-net            share the host's network (opt-out of isolation)\n"
+	"  --allow-net HOST[:PORT]  reach HOST (NAME, *.NAME, IP or CIDR; ports 443\n"
+	"                         and 80 by default) through nsbox's egress proxy\n"
+	"  --net-log FILE         audit every proxied connection and DNS query (JSON lines)\n"
+	"  --net-max-bytes-out SIZE, --net-max-bytes-in SIZE, --net-max-connections N\n"
 	"  --bind SRC[:DST]       read-write bind mount\n"
 	"  --ro-bind SRC[:DST]    read-only bind mount\n"
 	"  --workspace DIR        read-write at /workspace, the working directory\n"
@@ -176,7 +187,19 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 				return cli_err_set(err, 0, "--%s needs a value", o->name);
 			val = argv[++*i];
 		}
-		if (o->path == 1) {
+		if (o->path == 3 && val[0] != '/') {
+			char cwd[PATH_MAX];
+			size_t need;
+
+			if (!getcwd(cwd, sizeof(cwd)))
+				return cli_err_set(err, errno, "--%s", o->name);
+			need = strlen(cwd) + 1 + strlen(val) + 1;
+			owned = malloc(need);
+			if (!owned)
+				return cli_err_set(err, ENOMEM, "--%s", o->name);
+			snprintf(owned, need, "%s/%s", cwd, val);
+			val = owned;
+		} else if (o->path == 1) {
 			owned = absolute(val, err);
 			if (!owned)
 				return cli_err_wrap(err, "--%s", o->name);

@@ -12,6 +12,16 @@ int cmd_info(int argc, char **argv);
 int cmd_doctor(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_python(int argc, char **argv);
+int cmd_mcp(int argc, char **argv);
+
+/* A host tool given as --tool NAME=COMMAND (cli/python.c). */
+struct cli_tool {
+	char *name;
+	const char *command;
+};
+/* An nsbox_tool_fn running a cli_tool (ud) on the host: the call's JSON on
+ * the command's stdin, a JSON value expected on its stdout. */
+int cli_tool_run(void *ud, const char *name, const char *args_json, char **result_json, char **error);
 
 /* Shared by the front ends: print "nsbox: warning: MSG". */
 void cli_warn(void *ctx, const char *msg);

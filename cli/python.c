@@ -21,11 +21,6 @@
 #define OUTPUT_LIMIT_MAX (64u << 20)
 #define TOOL_OUTPUT_MAX (32u << 20) /* beyond the frame cap: the session refuses it clearly */
 
-struct cli_tool {
-	char *name;
-	const char *command;
-};
-
 static nsbox_session_t *active;
 /* Output is shown only for the user's code, not for our own set-up execs. */
 static bool show_output;
@@ -42,6 +37,7 @@ static void py_usage(FILE *f)
 		"  --output-limit SIZE   --json: cap on the stdout and stderr kept, each (default 1M;\n"
 		"                        16 to 64M, or 0 / unlimited: 64M); a cut is flagged and warned\n"
 		"                        about.  Output shown as produced is never cut.\n"
+		"  --connect SOCKET      get the sandbox from nsboxd(8) at SOCKET (also $NSBOX_CONNECT)\n"
 		"With no code and a terminal on stdin: an interactive session.\n%s",
 		args_jail_help);
 }
@@ -73,7 +69,7 @@ static void on_output(void *ud, int stream, const char *data, size_t len)
 /* A host tool implemented by a command: the call's JSON on its stdin, a
  * JSON value on its stdout.  The command runs on the host, unsandboxed: it
  * is the user's own program. */
-static int run_tool(void *ud, const char *name, const char *args_json, char **result_json, char **error)
+int cli_tool_run(void *ud, const char *name, const char *args_json, char **result_json, char **error)
 {
 	const struct cli_tool *t = ud;
 	const char *in = args_json;
@@ -695,6 +691,17 @@ int cmd_python(int argc, char **argv)
 			json_mode = true;
 			continue;
 		}
+		if (!strcmp(a, "--connect") || !strncmp(a, "--connect=", 10)) {
+			const char *v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
+
+			if (!v || !*v) {
+				fprintf(stderr, "nsbox python: --connect needs nsboxd's socket path\n");
+				goto usage;
+			}
+			/* libnsbox reads it at nsbox_session_new (nsbox_session_opts.connect). */
+			setenv("NSBOX_CONNECT", v, 1);
+			continue;
+		}
 		if (!strcmp(a, "--output-limit") || !strncmp(a, "--output-limit=", 15)) {
 			const char *v = a[14] == '=' ? a + 15 : (i + 1 < argc ? argv[++i] : NULL);
 
@@ -839,7 +846,7 @@ int cmd_python(int argc, char **argv)
 		goto out;
 	}
 	for (size_t k = 0; k < n_tools; k++)
-		if (nsbox_session_add_tool(s, ctools[k].name, NULL, "A host tool (nsbox python --tool).", run_tool,
+		if (nsbox_session_add_tool(s, ctools[k].name, NULL, "A host tool (nsbox python --tool).", cli_tool_run,
 					   &ctools[k], &e) < 0) {
 			fprintf(stderr, "nsbox python: --tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
 			rc = nsbox_error_code(e) == -EINVAL ? NSBOX_EXIT_USAGE : NSBOX_EXIT_PROTOCOL;

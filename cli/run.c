@@ -52,6 +52,15 @@ int cmd_run(int argc, char **argv)
 			json_status = argv[i] + 14;
 			continue;
 		}
+		if (strcmp(argv[i], "--connect") == 0 || strncmp(argv[i], "--connect=", 10) == 0) {
+			/* nsboxd serves Python sessions; a one-off command keeps its
+			 * stdio and signals, which a service would have to relay. */
+			fprintf(stderr,
+				"nsbox run: --connect: nsboxd runs Python sessions (nsbox python --connect), "
+				"not one-off commands; run them without --connect\n");
+			code = NSBOX_EXIT_USAGE;
+			goto out;
+		}
 		r = args_parse_jail_option(p, argc, argv, &i, &err);
 		if (r < 0) {
 			fprintf(stderr, "nsbox run: %s\n", err.msg);

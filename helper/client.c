@@ -72,18 +72,13 @@ static void drop_helper(void)
 	if (H.fd >= 0)
 		close(H.fd);
 	H.fd = -1;
-	/* Not reaped yet (below), so the pid is still the helper's. */
-	if (H.pid > 0)
-		kill(H.pid, SIGKILL);
 	if (H.pidfd >= 0) {
 		close(H.pidfd);
 		H.pidfd = -1;
 	}
-	/* The host may reap children itself (or ignore SIGCHLD): ECHILD is fine. */
-	if (H.pid > 0)
-		while (waitpid(H.pid, NULL, 0) < 0 && errno == EINTR)
-			;
-	H.pid = 0;
+	/* Not reaped before, so the pid is still the helper's.  The host may
+	 * reap children itself (or ignore SIGCHLD): ECHILD is fine. */
+	kill_reap(&H.pid);
 }
 
 static int start_helper(struct nsbox_err *err)
@@ -97,7 +92,8 @@ static int start_helper(struct nsbox_err *err)
 	const char *sp = getenv("NSBOX_SPARE");
 	char *argv[] = { "nsbox-runner", "--helper", sp && !strcmp(sp, "1") ? "--spare" : NULL, NULL };
 	char *envp[] = { NULL };
-	pid_t pid;
+	/* Ours until it is the helper (H.pid), below. */
+	_cleanup_pid_ pid_t pid = 0;
 	int r;
 
 	if (runner_locate(path, sizeof(path), err) < 0)
@@ -160,8 +156,8 @@ static int start_helper(struct nsbox_err *err)
 	posix_spawnattr_destroy(&at);
 	if (r)
 		return err_set(err, r, "start the helper (%s)", path);
-	H.pid = pid;
 	H.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	H.pid = take_pid(&pid);
 	H.fd = take_fd(&ctl);
 	H.gen++;
 	return 0;
@@ -258,8 +254,8 @@ static int transact(const struct helper_req *req, const void *payload, const int
 			return err_set(err, ECONNRESET, "the nsbox helper %s",
 				       n == 0 ? "exited" : "sent a malformed answer");
 		}
-		rep->msg[sizeof(rep->msg) - 1] = '\0';
-		rep->step[sizeof(rep->step) - 1] = '\0';
+		err_copy(&rep->err, &rep->err);
+		rep->warnings[sizeof(rep->warnings) - 1] = '\0';
 		rep->cgroup[sizeof(rep->cgroup) - 1] = '\0';
 		if (fd_out)
 			*fd_out = got;
@@ -289,10 +285,10 @@ static int policy_text(const struct nsbox_policy *p, char **text, size_t *len, s
 	return 0;
 }
 
-/* Pass the helper's warnings (one per line in rep->msg) on. */
+/* Pass the helper's warnings (one per line in rep->warnings) on. */
 static void pass_warnings(struct helper_rep *rep, void (*warn)(void *ctx, const char *msg), void *ctx)
 {
-	char *line = rep->msg, *nl;
+	char *line = rep->warnings, *nl;
 
 	if (!warn)
 		return;
@@ -337,10 +333,8 @@ static int request(struct helper_req *req, const char *payload, const int *fds, 
 		if (r == 0 || err->code != ECONNRESET)
 			break;
 	}
-	if (r == 0 && rep->code) {
-		err_set(err, 0, "%s", rep->msg);
-		err->code = rep->code > 0 ? rep->code : 0;
-		snprintf(err->step, sizeof(err->step), "%s", rep->step);
+	if (r == 0 && rep->failed) {
+		err_copy(err, &rep->err);
 		r = -1;
 	}
 	if (r < 0) {
@@ -498,8 +492,10 @@ static int simple(const struct helper_sandbox *sb, uint32_t op, struct helper_re
 	}
 	r = transact(&req, NULL, NULL, 0, rep, NULL, NULL, err);
 	pthread_mutex_unlock(&H.lock);
-	if (r == 0 && rep->code)
-		r = err_set(err, rep->code > 0 ? rep->code : 0, "%s", rep->msg);
+	if (r == 0 && rep->failed) {
+		err_copy(err, &rep->err);
+		r = -1;
+	}
 	return r;
 }
 

@@ -72,7 +72,7 @@ static char *warn_to;
 
 static void collect_warning(void *ctx, const char *msg)
 {
-	size_t have = strlen(warn_to), room = NSBOX_ERR_MSG_MAX - have;
+	size_t have = strlen(warn_to), room = sizeof(((struct helper_rep *)0)->warnings) - have;
 
 	(void)ctx;
 	if (room > 1)
@@ -170,9 +170,8 @@ static void rep_sandbox(struct helper_rep *rep, const struct slot *sl)
 
 static void rep_err(struct helper_rep *rep, const struct nsbox_err *err)
 {
-	rep->code = err->code ? err->code : -1;
-	snprintf(rep->step, sizeof(rep->step), "%s", err->step);
-	snprintf(rep->msg, sizeof(rep->msg), "%s", err->msg);
+	rep->failed = 1;
+	err_copy(&rep->err, err);
 }
 
 static void wipe_policy(struct nsbox_policy *p)
@@ -265,7 +264,7 @@ static int take_spare(const char *text, size_t len, bool refill, struct helper_r
 	}
 	rep_sandbox(rep, sl);
 	rep->has_sock = 1;
-	snprintf(rep->msg, sizeof(rep->msg), "%s", spare.warnings);
+	snprintf(rep->warnings, sizeof(rep->warnings), "%s", spare.warnings);
 	*sock_out = spare.sock;
 	spare.sock = -1;
 	spare.id = 0;
@@ -289,8 +288,7 @@ static void make_spare(void)
 		return;
 	if (pread(spare.text_fd, text, spare.text_len, 0) != (ssize_t)spare.text_len)
 		goto out;
-	if (policy_init_builtin(&p, "default", &err) < 0 ||
-	    policy_parse(&p, text, spare.text_len, "<libnsbox policy>", &err) < 0)
+	if (policy_from_text(&p, text, spare.text_len, "<libnsbox policy>", &err) < 0)
 		goto out;
 	sl = new_slot();
 	if (!sl || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
@@ -363,9 +361,8 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 		if (pidfd >= 0)
 			return pidfd;
 	}
-	warn_to = rep->msg;
-	if (policy_init_builtin(&p, "default", &err) < 0 ||
-	    policy_parse(&p, text, req->len, "<libnsbox policy>", &err) < 0)
+	warn_to = rep->warnings;
+	if (policy_from_text(&p, text, req->len, "<libnsbox policy>", &err) < 0)
 		goto fail;
 	sl = new_slot();
 	if (!sl) {
@@ -466,8 +463,7 @@ static int do_run(const struct helper_req *req, char *data, const int fds[3], st
 		err_set(&err, EPROTO, "malformed RUN request: argv");
 		goto fail;
 	}
-	if (policy_init_builtin(&p, "default", &err) < 0 ||
-	    policy_parse(&p, data, req->text_len, "<libnsbox policy>", &err) < 0 || policy_validate(&p, &err) < 0)
+	if (policy_from_text(&p, data, req->text_len, "<libnsbox policy>", &err) < 0 || policy_validate(&p, &err) < 0)
 		goto fail;
 	sl = new_slot();
 	if (!sl) {
@@ -476,7 +472,7 @@ static int do_run(const struct helper_req *req, char *data, const int fds[3], st
 	}
 	spec.policy = &p;
 	spec.argv = argv;
-	warn_to = rep->msg;
+	warn_to = rep->warnings;
 	if (put_stdio(fds[0], 0) < 0 || put_stdio(fds[1], 1) < 0 || put_stdio(fds[2], 2) < 0) {
 		err_sys(&err, "stdio");
 		if (null_stdio() < 0)
@@ -531,8 +527,8 @@ static void handle(const struct helper_req *req, char *text, const int fds_in[3]
 	if (req->op != HELPER_SPAWN && req->op != HELPER_RUN) {
 		sl = find_slot(req->id);
 		if (!sl) {
-			rep->code = ESRCH;
-			snprintf(rep->msg, sizeof(rep->msg), "no sandbox %llu", (unsigned long long)req->id);
+			rep->failed = 1;
+			err_set(&rep->err, ESRCH, "no sandbox %llu", (unsigned long long)req->id);
 			return;
 		}
 	}
@@ -561,8 +557,8 @@ static void handle(const struct helper_req *req, char *text, const int fds_in[3]
 		break;
 	}
 	default:
-		rep->code = EINVAL;
-		snprintf(rep->msg, sizeof(rep->msg), "unknown helper request %u", req->op);
+		rep->failed = 1;
+		err_set(&rep->err, EINVAL, "unknown helper request %u", req->op);
 	}
 }
 
@@ -681,8 +677,8 @@ int runner_helper_main(bool use_spare)
 		if (n < (ssize_t)sizeof(req) || req.magic != HELPER_MAGIC || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
 		    req.len != (size_t)n - sizeof(req) || req.text_len > req.len ||
 		    req.text_len > HELPER_MAX_POLICY) {
-			rep.code = EPROTO;
-			snprintf(rep.msg, sizeof(rep.msg), "malformed helper request");
+			rep.failed = 1;
+			err_set(&rep.err, EPROTO, "malformed helper request");
 		} else {
 			handle(&req, buf + sizeof(req), fds_in, &rep, &fd_out, &sock_out);
 		}

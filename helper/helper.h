@@ -44,7 +44,7 @@
 #include "jail.h"
 #include "policy.h"
 
-#define HELPER_MAGIC 0x4e534833u	/* "NSH3"; bump when a struct below changes */
+#define HELPER_MAGIC 0x4e534834u	/* "NSH4"; bump when a struct below changes */
 #define HELPER_MAX_POLICY (128u << 10)
 #define HELPER_MAX_ARGV (128u << 10)	/* RUN: bytes of argv strings */
 #define HELPER_MAX_RUN (192u << 10)	/* RUN: request, policy and argv together */
@@ -74,7 +74,7 @@ struct helper_req {
 
 struct helper_rep {
 	uint32_t magic;
-	int32_t code;		/* 0, or a positive errno (or -1: failed, no errno) */
+	int32_t failed;		/* the request failed: err says why */
 	uint64_t id;
 	int32_t pid;		/* SPAWN: host pid of the sandbox's pid 1 */
 	int32_t has_sock;	/* SPAWN: a spare was used; its session socket follows the pidfd */
@@ -85,8 +85,8 @@ struct helper_rep {
 	uint64_t mem_current;	/* INFO */
 	uint64_t mem_peak;
 	char cgroup[256];	/* SPAWN, INFO: the sandbox's memory cgroup, "" if none */
-	char step[48];		/* failure: setup step */
-	char msg[NSBOX_ERR_MSG_MAX];	/* failure: what went wrong; SPAWN, RUN success: warnings, one per line */
+	char warnings[NSBOX_ERR_MSG_MAX];	/* SPAWN, RUN success: the jail's warnings, one per line */
+	struct nsbox_err err;	/* failed: errno, setup step and message, complete */
 };
 
 /* ---- library side (helper/helper.c) ---- */

@@ -32,43 +32,80 @@ int process_threads(void)
 	return field == 20 ? atoi(p) : -1;
 }
 
-/* ---- signal forwarding: one run at a time per process ---- */
+/* ---- signal forwarding: one run at a time per process ----
+ *
+ * The handlers go in at the claim, before the sandbox is built: a Ctrl-C
+ * while it is being made (tens of ms, more on a busy host) must stop the
+ * command, not wait for it to run to its end.  Until the sandbox's pid is
+ * known the handler only records the signal in fwd_pending; forward_start
+ * publishes the pid, then takes what was recorded and sends it.  The two
+ * sides pair up without a lock (the handler may run on any thread of the
+ * caller): the handler records, then reads the pid; forward_start writes
+ * the pid, then takes the record.  Both sequentially consistent, so at
+ * least one of them sees the other's write, and the exchange hands each
+ * recorded signal to exactly one of them.  A signal recorded and never
+ * sent (no sandbox came of it) is raised again once the caller's own
+ * handlers are back. */
 
 static const int fwd_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
 static atomic_bool fwd_busy;
-static volatile sig_atomic_t fwd_pidfd = -1;
-static volatile sig_atomic_t fwd_pid;
-static struct sigaction fwd_old[4];
+static atomic_int fwd_pidfd = -1;
+static atomic_int fwd_pid;
+static atomic_uint fwd_pending;	/* 1u << sig for each signal not sent yet */
+static struct sigaction fwd_old[ARRAY_SIZE(fwd_sigs)];
+static bool fwd_installed[ARRAY_SIZE(fwd_sigs)];
+
+/* The handler uses these: they must not take a lock. */
+_Static_assert(ATOMIC_INT_LOCK_FREE == 2, "lock-free atomic int");
+
+static void fwd_send(int sig)
+{
+	int pidfd = atomic_load(&fwd_pidfd);
+	pid_t pid = atomic_load(&fwd_pid);
+
+	if (pidfd < 0 || syscall(SYS_pidfd_send_signal, pidfd, sig, NULL, 0) < 0)
+		if (pid > 0)
+			kill(pid, sig);
+}
+
+static void fwd_send_pending(void)
+{
+	unsigned int pend = atomic_exchange(&fwd_pending, 0);
+
+	for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++)
+		if (pend & (1u << fwd_sigs[i]))
+			fwd_send(fwd_sigs[i]);
+}
 
 static void on_forward(int sig)
 {
 	int saved = errno;
 
-	if (fwd_pidfd < 0 || syscall(SYS_pidfd_send_signal, (int)fwd_pidfd, sig, NULL, 0) < 0)
-		if (fwd_pid > 0)
-			kill((pid_t)fwd_pid, sig);
+	if (atomic_load(&fwd_pid) > 0) {
+		fwd_send(sig);
+	} else {
+		atomic_fetch_or(&fwd_pending, 1u << sig);
+		if (atomic_load(&fwd_pid) > 0)
+			fwd_send_pending();
+	}
 	errno = saved;
 }
 
-static bool fwd_installed[4];
-
-/* Claim forwarding before anything is built (EBUSY then costs nothing). */
+/* Claim forwarding before anything is built (EBUSY then costs nothing) and
+ * catch the signals from here on. */
 static int forward_claim(struct nsbox_err *err)
 {
+	struct sigaction sa = { .sa_handler = on_forward, .sa_flags = SA_RESTART };
+
 	if (atomic_exchange(&fwd_busy, true))
 		return err_set(err, EBUSY, "another run in this process is already forwarding signals");
-	return 0;
-}
-
-static void forward_start(pid_t pid, int pidfd)
-{
-	struct sigaction sa = { .sa_handler = on_forward };
-
-	fwd_pid = pid;
-	fwd_pidfd = pidfd;
-	/* No SA_RESTART: the wait loops see EINTR and go on waiting.  A signal
-	 * the caller ignores (nohup, a shell's background job) stays ignored:
-	 * it was not meant for anyone. */
+	atomic_store(&fwd_pid, 0);
+	atomic_store(&fwd_pidfd, -1);
+	atomic_store(&fwd_pending, 0);
+	/* SA_RESTART: the setup's own reads and writes go on; the wait loops
+	 * need no EINTR, the handler sends the signal itself.  A signal the
+	 * caller ignores (nohup, a shell's background job) stays ignored: it
+	 * was not meant for anyone. */
 	sigemptyset(&sa.sa_mask);
 	for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++) {
 		fwd_installed[i] = false;
@@ -76,16 +113,34 @@ static void forward_start(pid_t pid, int pidfd)
 			continue;
 		fwd_installed[i] = sigaction(fwd_sigs[i], &sa, NULL) == 0;
 	}
+	return 0;
 }
 
-static void forward_stop(bool started)
+/* The command's sandbox exists: send what came meanwhile, and what comes
+ * from now on. */
+static void forward_start(pid_t pid, int pidfd)
 {
-	if (started)
-		for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++)
-			if (fwd_installed[i])
-				(void)sigaction(fwd_sigs[i], &fwd_old[i], NULL);
-	fwd_pid = 0;
-	fwd_pidfd = -1;
+	atomic_store(&fwd_pidfd, pidfd);
+	atomic_store(&fwd_pid, pid);
+	fwd_send_pending();
+}
+
+static void forward_stop(void)
+{
+	unsigned int pend;
+
+	for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++)
+		if (fwd_installed[i])
+			(void)sigaction(fwd_sigs[i], &fwd_old[i], NULL);
+	atomic_store(&fwd_pid, 0);
+	atomic_store(&fwd_pidfd, -1);
+	/* Caught while there was no command to send it to: the caller's own
+	 * disposition has it now (a Ctrl-C during a failed setup still
+	 * interrupts the caller). */
+	pend = atomic_exchange(&fwd_pending, 0);
+	for (size_t i = 0; i < ARRAY_SIZE(fwd_sigs); i++)
+		if (pend & (1u << fwd_sigs[i]))
+			kill(getpid(), fwd_sigs[i]);
 	atomic_store(&fwd_busy, false);
 }
 
@@ -140,7 +195,7 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 	}
 	if (r == -1) {
 		if (o->forward_signals)
-			forward_stop(false);
+			forward_stop();
 		return -1;
 	}
 	if (r == 0) {
@@ -149,10 +204,10 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 		if (jail_wait(&j, NULL, err) < 0 && o->warn)
 			o->warn(o->warn_ctx, err->msg);
 		if (o->forward_signals)
-			forward_stop(true);
+			forward_stop();
 		jail_destroy(&j);
 	} else if (o->forward_signals) {
-		forward_stop(false);
+		forward_stop();
 	}
 	res->st = j.status;
 	res->cg_mode = j.cg_mode;
@@ -189,7 +244,7 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 	if (devnull >= 0)
 		close(devnull);
 	if (r <= 0 && o->forward_signals)
-		forward_stop(false);
+		forward_stop();
 	if (r < 0)
 		return -1;
 	res->cg_mode = sb.cg_mode;
@@ -228,7 +283,7 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 		}
 	}
 	if (o->forward_signals)
-		forward_stop(true);
+		forward_stop();
 	if (helper_destroy(&sb, &res->st, &e2) < 0 && o->warn)
 		o->warn(o->warn_ctx, e2.msg);
 	if (timed_out)

@@ -3,28 +3,34 @@
  * (proto_reader), parsed and schema-checked (proto_msg_parse), matched
  * against what we are waiting for, and counted against per-exec caps.  Every
  * wait has a deadline and watches the sandbox's pidfd, so a runner that
- * stops answering, floods, or dies never hangs the host. */
+ * stops answering, floods, or dies never hangs the host.
+ *
+ * An exec is a state machine (struct exec_state): session_exec_start()
+ * sends it, session_exec_step() advances it one event at a time, blocking
+ * (session_exec, which spins briefly before sleeping) or not (an event
+ * loop polling session_fd()).  Where the sandbox comes from is the
+ * backend's business (session-backend.h). */
 #include "session.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/prctl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
-#include "cgroup.h"
-#include "helper.h"
+#include "frame.h"
 #include "locate.h"
 #include "proto.h"
+#include "session-backend.h"
 #include "util.h"
 
 #define DEF_OUTPUT (1u << 20)
@@ -32,85 +38,46 @@
 #define DEF_MAX_BYTES (256ull << 20)
 #define DEF_CONTROL 30.0
 #define REAP_WAIT_NS 2000000000ull
+/* The marker between a truncated stream's head and tail ("\n[... N bytes
+ * truncated ...]\n"), in code points, with room to spare. */
+#define TRUNC_MARKER_SLACK 64
+/* A frame this big leaves glibc's heap fragmented: trim after freeing. */
+#define TRIM_FRAME (1u << 20)
+
+/* What one exec keeps between steps. */
+struct exec_state {
+	bool active;		/* started, result not yet taken */
+	bool done;		/* ended: res is final */
+	uint32_t id;
+	double timeout, grace;
+	unsigned long long t0, soft, hard;	/* ns; 0: none */
+	bool soft_sent, cancelled;
+	uint64_t out_bytes;
+	uint32_t *pending;	/* CALLs not yet answered */
+	size_t n_pending, cap_pending;
+	struct proto_frame cur_frame;	/* the last event's frame and message, */
+	json_t *cur_msg;		/* which its borrowed pointers point into */
+	struct session_result res;
+};
 
 struct nsbox_session {
 	struct session_opts o;
 	struct session_tool *tools;
-	int sock;
-	int cancel_pipe[2];
+	struct frame_io io;
+	int cancel_fd;		/* eventfd: session_cancel() */
 	atomic_bool cancel_req;
-	struct proto_reader *rd;
-	bool jailed;
-	struct jail j;
-	bool remote;		/* made by libnsbox's helper process (helper/helper.h) */
-	struct helper_sandbox hs;
-	pid_t pid;		/* unjailed child */
-	int pidfd;		/* unjailed child's pidfd; jailed: j.pidfd */
-	bool reaped;
-	struct jail_status st;
+	int epoll_fd, timer_fd;	/* session_fd(), made on first use */
+	unsigned long long timer_armed;	/* the deadline timer_fd is armed to (0: disarmed) */
+	struct sandbox sb;
 	bool dead;
+	bool trim;		/* a big frame was freed since the last malloc_trim */
+	bool big;		/* a big frame came during the session */
 	uint32_t next_id;
 	json_t *hello;
-	unsigned spin_skip, spin_backoff;	/* spin_poll() */
+	struct exec_state x;
 };
 
 /* ---- process control ---- */
-
-static void proc_kill(struct nsbox_session *s)
-{
-	if (s->remote) {
-		if (!s->reaped)
-			helper_kill(&s->hs);
-	} else if (s->jailed) {
-		jail_kill(&s->j);
-	} else if (s->pid > 0 && !s->reaped) {
-		if (s->pidfd < 0 || syscall(SYS_pidfd_send_signal, s->pidfd, SIGKILL, NULL, 0) < 0)
-			kill(s->pid, SIGKILL);
-	}
-}
-
-static void fill_unjailed_status(struct nsbox_session *s, int wst)
-{
-	memset(&s->st, 0, sizeof(s->st));
-	s->st.exited = WIFEXITED(wst);
-	s->st.exit_code = WIFEXITED(wst) ? WEXITSTATUS(wst) : 0;
-	s->st.term_signal = WIFSIGNALED(wst) ? WTERMSIG(wst) : 0;
-}
-
-/* Reap without blocking: 1 reaped (s->st filled), 0 still running. */
-static int proc_try_reap(struct nsbox_session *s)
-{
-	if (s->reaped)
-		return 1;
-	if (s->remote) {
-		struct pollfd p = { s->hs.pidfd, POLLIN, 0 };
-		struct nsbox_err e;
-
-		/* pid 1 ended: the helper reaps it and reads the accounting. */
-		if (s->hs.pidfd < 0 || poll(&p, 1, 0) == 1) {
-			(void)helper_destroy(&s->hs, &s->st, &e);
-			s->pidfd = -1;
-			s->reaped = true;
-		}
-	} else if (s->jailed) {
-		struct nsbox_err e;
-
-		if (jail_try_reap(&s->j, &e) != 0) {
-			s->st = s->j.status;
-			s->reaped = true;
-		}
-	} else {
-		int wst;
-		pid_t r = waitpid(s->pid, &wst, WNOHANG);
-
-		if (r == s->pid || (r < 0 && errno == ECHILD)) {
-			if (r == s->pid)
-				fill_unjailed_status(s, wst);
-			s->reaped = true;
-		}
-	}
-	return s->reaped;
-}
 
 /* Wait up to REAP_WAIT_NS for the process to end by itself (the OOM
  * killer's status must be read, not replaced by ours), then kill and reap. */
@@ -118,288 +85,22 @@ static void proc_finish(struct nsbox_session *s, bool kill_now)
 {
 	unsigned long long end = now_ns() + (kill_now ? 0 : REAP_WAIT_NS);
 
-	while (!proc_try_reap(s)) {
+	if (!s->sb.priv) {
+		s->sb.reaped = true;
+		return;
+	}
+	while (!s->sb.ops->try_reap(&s->sb)) {
+		struct pollfd p = { s->sb.pidfd, POLLIN, 0 };
+
 		if (now_ns() >= end) {
-			proc_kill(s);
-			if (s->remote) {
-				struct nsbox_err e;
-
-				(void)helper_destroy(&s->hs, &s->st, &e);
-				s->pidfd = -1;
-				s->reaped = true;
-			} else if (s->jailed) {
-				jail_destroy(&s->j);
-				s->st = s->j.status;
-				s->reaped = true;
-				s->pidfd = -1;
-			} else {
-				int wst;
-
-				if (waitpid(s->pid, &wst, 0) == s->pid)
-					fill_unjailed_status(s, wst);
-				s->reaped = true;
-			}
+			s->sb.ops->destroy(&s->sb);
 			break;
 		}
-		{
-			struct pollfd p = { s->pidfd, POLLIN, 0 };
-
-			poll(&p, s->pidfd >= 0 ? 1 : 0, 20);
-		}
+		poll(&p, s->sb.pidfd >= 0 ? 1 : 0, 20);
 	}
-}
-
-static void set_dead(struct nsbox_session *s)
-{
-	s->dead = true;
-}
-
-/* ---- frames ---- */
-
-static int remaining_ms(unsigned long long deadline)
-{
-	unsigned long long now = now_ns();
-
-	if (!deadline)
-		return -1;
-	if (now >= deadline)
-		return 0;
-	if ((deadline - now) / 1000000 > INT_MAX - 1)
-		return INT_MAX;
-	return (int)((deadline - now + 999999) / 1000000);
-}
-
-/* Send one whole frame (header and payload in buf: one send() when the
- * socket has room), polling so that a runner that stops reading cannot
- * block us past the deadline. */
-static int send_buf(struct nsbox_session *s, uint16_t type, const char *buf, size_t len, unsigned long long deadline,
-		    struct nsbox_err *err)
-{
-	size_t done = 0;
-
-	while (done < len) {
-		ssize_t n = send(s->sock, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
-
-		if (n >= 0) {
-			done += (size_t)n;
-			continue;
-		}
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return err_sys(err, "send %s", proto_type_name(type));
-		{
-			struct pollfd p = { s->sock, POLLOUT, 0 };
-			int k = poll(&p, 1, remaining_ms(deadline));
-
-			if (k == 0)
-				return err_set(err, ETIMEDOUT, "the runner stopped reading (sending %s)",
-					       proto_type_name(type));
-			if (k < 0 && errno != EINTR)
-				return err_sys(err, "poll");
-		}
-	}
-	return 0;
-}
-
-static int send_msg(struct nsbox_session *s, uint16_t type, uint32_t id, const json_t *msg,
-		    unsigned long long deadline, struct nsbox_err *err)
-{
-	_cleanup_free_ char *buf = NULL;
-	size_t len;
-
-	if (proto_encode(type, id, msg, s->o.max_frame, &buf, &len, err) < 0)
-		return -1;
-	return send_buf(s, type, buf, len, deadline, err);
-}
-
-/* ---- the EXEC frame, written directly ----
- * The one message sent per exec, built with proto_buf instead of a
- * jansson tree and dump (a few microseconds of the round trip).  What it
- * writes is what proto_encode() of the same object would, less key order
- * and escape spelling. */
-
-/* The EXEC frame for req (header included) in a malloc'd *out. */
-static int exec_frame(const struct session_exec_req *req, uint32_t id, double timeout, uint32_t max_frame, char **out,
-		      size_t *out_len, struct nsbox_err *err)
-{
-	const char *filename = req->filename ? req->filename : "<exec>";
-	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = PROTO_EXEC, .id = id };
-	struct proto_buf b = { 0 };
-	char num[40];
-
-	if (!proto_utf8_valid(req->code, strlen(req->code)) || !proto_utf8_valid(filename, strlen(filename)))
-		return err_set(err, EINVAL, "code is not valid UTF-8");
-	proto_buf_put(&b, (const char[NSBOX_PROTO_HDR_SIZE]){ 0 }, NSBOX_PROTO_HDR_SIZE);
-	proto_buf_puts(&b, "{\"code\":");
-	proto_buf_json_str(&b, req->code, strlen(req->code));
-	proto_buf_puts(&b, ",\"filename\":");
-	proto_buf_json_str(&b, filename, strlen(filename));
-	proto_buf_puts(&b, req->want_value ? ",\"want_value\":true" : ",\"want_value\":false");
-	proto_buf_puts(&b, req->stream ? ",\"stream\":true" : ",\"stream\":false");
-	proto_buf_puts(&b, req->display ? ",\"display\":true" : ",\"display\":false");
-	proto_buf_puts(&b, req->check_complete ? ",\"check_complete\":true" : ",\"check_complete\":false");
-	/* A finite timeout only, as json_real() would take. */
-	if (timeout > 0 && timeout <= 1e300) {
-		format_double_c(num, sizeof(num), "%.17g", 0, timeout);
-		proto_buf_puts(&b, ",\"timeout\":");
-		proto_buf_puts(&b, num);
-		if (!strpbrk(num, ".e"))
-			proto_buf_puts(&b, ".0");
-	}
-	proto_buf_put(&b, "}", 1);
-	if (b.bad) {
-		free(b.p);
-		return err_set(err, ENOMEM, "EXEC frame");
-	}
-	if (b.len - NSBOX_PROTO_HDR_SIZE > max_frame) {
-		free(b.p);
-		return err_set(err, EMSGSIZE, "EXEC message of %zu bytes exceeds the frame limit of %u bytes",
-			       b.len - NSBOX_PROTO_HDR_SIZE, max_frame);
-	}
-	h.len = (uint32_t)(b.len - NSBOX_PROTO_HDR_SIZE);
-	proto_hdr_encode((uint8_t *)b.p, &h);
-	*out = b.p;
-	*out_len = b.len;
-	return 0;
-}
-
-enum wait_res {
-	W_FRAME = 1,
-	W_TIMEOUT = 0,
-	W_ERROR = -1,	/* protocol error or I/O error: err set */
-	W_DEAD = -2,	/* the runner ended (EOF or process exit) */
-	W_CANCEL = -3,	/* session_cancel() was called */
-};
-
-/* Poll without sleeping for up to SPIN_US microseconds (with more than one
- * CPU): a reply often comes within tens of microseconds, and a cross-CPU
- * wake-up costs about as much.  Only while spinning pays: when the runner
- * shares our CPU (the scheduler puts the two ends of a socket together), a
- * spin keeps it from running and every round trip pays the whole spin;
- * when it is slow to answer, the spin is wasted.  After a spin that found
- * nothing, sleep at once for the next 1, 2, 4 ... 256 waits. */
-#define SPIN_US 60
-#define SPIN_BACKOFF_MAX 256
-static int spin_poll(struct nsbox_session *s, struct pollfd *p, nfds_t n)
-{
-	static int ncpu;
-	unsigned long long t0;
-	int k;
-
-	if (!ncpu)
-		ncpu = (int)sysconf(_SC_NPROCESSORS_ONLN);
-	if (ncpu < 2 || s->spin_skip) {
-		s->spin_skip -= s->spin_skip > 0;
-		return 0;
-	}
-	t0 = now_ns();
-	do {
-		k = poll(p, n, 0);
-		if (k != 0) {
-			s->spin_backoff = 0;
-			return k;
-		}
-	} while (now_ns() - t0 < SPIN_US * 1000ULL);
-	s->spin_backoff = s->spin_backoff ? (s->spin_backoff < SPIN_BACKOFF_MAX ? 2 * s->spin_backoff
-										: s->spin_backoff)
-					  : 1;
-	s->spin_skip = s->spin_backoff;
-	return 0;
-}
-
-static int wait_frame(struct nsbox_session *s, unsigned long long deadline, bool watch_cancel,
-		      struct proto_frame *f, struct nsbox_err *err)
-{
-	/* An answer is never there the moment we ask: poll first (one
-	 * read() less per frame), unless bytes are already buffered. */
-	bool try_read = s->rd->buf_start < s->rd->buf_end;
-
-	for (;;) {
-		struct pollfd p[3] = {
-			{ s->sock, POLLIN, 0 },
-			{ s->pidfd, POLLIN, 0 },
-			{ watch_cancel ? s->cancel_pipe[0] : -1, POLLIN, 0 },
-		};
-		int k = try_read ? proto_reader_read(s->rd, s->sock, f, err) : 0;
-
-		try_read = true;
-		if (k == 1)
-			return W_FRAME;
-		if (k < 0) {
-			/* ECONNRESET: the runner died with our frame unread. */
-			if ((s->rd->eof && err->code == EPIPE) || err->code == ECONNRESET)
-				return W_DEAD;
-			return W_ERROR;
-		}
-		if (watch_cancel && atomic_exchange(&s->cancel_req, false)) {
-			char c[64];
-
-			while (read(s->cancel_pipe[0], c, sizeof(c)) > 0)
-				;
-			return W_CANCEL;
-		}
-		/* Spin briefly before sleeping: a reply often comes within tens
-		 * of microseconds, and a cross-CPU wake-up costs about as much. */
-		k = spin_poll(s, p, 3);
-		if (k == 0)
-			k = poll(p, 3, remaining_ms(deadline));
-		if (k < 0) {
-			if (errno == EINTR)
-				continue;
-			return err_sys(err, "poll"), W_ERROR;
-		}
-		if (k == 0)
-			return W_TIMEOUT;
-		if (p[1].revents && !(p[0].revents & POLLIN)) {
-			/* The sandbox's process ended; its socket may live on in a
-			 * forked child, so do not wait for EOF. */
-			return W_DEAD;
-		}
-	}
-}
-
-static json_t *parse_frame(struct proto_frame *f, struct nsbox_err *err)
-{
-	json_t *m = NULL;
-
-	if (proto_msg_parse(f, PROTO_TO_HOST, &m, err) < 0)
-		return NULL;
-	return m;
 }
 
 /* ---- start ---- */
-
-static int start_unjailed(struct nsbox_session *s, int mfd, int csock, char *const argv[], struct nsbox_err *err)
-{
-	pid_t pid = fork();
-
-	if (pid < 0)
-		return err_sys(err, "fork");
-	if (pid == 0) {
-		char *envp[] = { NULL };
-		int keep[1];
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		mfd = fcntl(mfd, F_DUPFD_CLOEXEC, 10);
-		if (mfd < 0 || dup2(csock, 3) < 0)
-			_exit(125);
-		keep[0] = mfd;
-		close_fds_except(4, keep, 1);
-		syscall(SYS_execveat, mfd, "", argv, envp, AT_EMPTY_PATH);
-		_exit(127);
-	}
-	s->pid = pid;
-	s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (s->pidfd < 0) {
-		err_sys(err, "pidfd_open");
-		kill(pid, SIGKILL);
-		waitpid(pid, NULL, 0);
-		s->reaped = true;
-		return -1;
-	}
-	return 0;
-}
 
 static json_t *tools_json(const struct nsbox_session *s)
 {
@@ -463,11 +164,6 @@ static json_t *hello_msg(const struct nsbox_session *s)
 	m = json_pack("{s:i,s:[sss],s:o,s:{s:I,s:I}}", "version", NSBOX_PROTO_VERSION, "capabilities", "exec", "tools",
 		      "cancel", "tools", tools, "limits", "output", (json_int_t)s->o.output_limit, "max_frame",
 		      (json_int_t)s->o.max_frame);
-	if (m && s->o.stream_all &&
-	    json_object_set_new(json_object_get(m, "limits"), "stream_all", json_true()) < 0) {
-		json_decref(m);
-		return NULL;
-	}
 	if (m && s->o.argv && json_object_set_new(m, "argv", argv_json(s->o.argv)) < 0) {
 		json_decref(m);
 		return NULL;
@@ -480,57 +176,228 @@ static bool valid_identifier(const char *n)
 	return proto_is_identifier(n) && strlen(n) <= PROTO_TOOL_NAME_MAX;
 }
 
+/* ---- the EXEC frame, written directly ----
+ * The one message sent per exec, built with proto_buf instead of a
+ * jansson tree and dump (a few microseconds of the round trip).  What it
+ * writes is what proto_encode() of the same object would, less key order
+ * and escape spelling. */
+
+/* The EXEC frame for req (header included) in a malloc'd *out. */
+static int exec_frame(const struct session_exec_req *req, uint32_t id, double timeout, uint32_t max_frame,
+		      bool stream_all, char **out, size_t *out_len, struct nsbox_err *err)
+{
+	const char *filename = req->filename ? req->filename : "<exec>";
+	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = PROTO_EXEC, .id = id };
+	struct proto_buf b = { 0 };
+	char num[40];
+
+	if (!proto_utf8_valid(req->code, strlen(req->code)) || !proto_utf8_valid(filename, strlen(filename)))
+		return err_set(err, EINVAL, "code is not valid UTF-8");
+	proto_buf_put(&b, (const char[NSBOX_PROTO_HDR_SIZE]){ 0 }, NSBOX_PROTO_HDR_SIZE);
+	proto_buf_puts(&b, "{\"code\":");
+	proto_buf_json_str(&b, req->code, strlen(req->code));
+	proto_buf_puts(&b, ",\"filename\":");
+	proto_buf_json_str(&b, filename, strlen(filename));
+	proto_buf_puts(&b, req->want_value ? ",\"want_value\":true" : ",\"want_value\":false");
+	proto_buf_puts(&b, req->stream ? ",\"stream\":true" : ",\"stream\":false");
+	if (req->stream && stream_all)
+		proto_buf_puts(&b, ",\"stream_all\":true");
+	proto_buf_puts(&b, req->display ? ",\"display\":true" : ",\"display\":false");
+	proto_buf_puts(&b, req->check_complete ? ",\"check_complete\":true" : ",\"check_complete\":false");
+	/* A finite timeout only, as json_real() would take. */
+	if (timeout > 0 && timeout <= 1e300) {
+		format_double_c(num, sizeof(num), "%.17g", 0, timeout);
+		proto_buf_puts(&b, ",\"timeout\":");
+		proto_buf_puts(&b, num);
+		if (!strpbrk(num, ".e"))
+			proto_buf_puts(&b, ".0");
+	}
+	proto_buf_put(&b, "}", 1);
+	if (b.bad) {
+		free(b.p);
+		return err_set(err, ENOMEM, "EXEC frame");
+	}
+	if (b.len - NSBOX_PROTO_HDR_SIZE > max_frame) {
+		free(b.p);
+		return err_set(err, EMSGSIZE, "EXEC message of %zu bytes exceeds the frame limit of %u bytes",
+			       b.len - NSBOX_PROTO_HDR_SIZE, max_frame);
+	}
+	h.len = (uint32_t)(b.len - NSBOX_PROTO_HDR_SIZE);
+	proto_hdr_encode((uint8_t *)b.p, &h);
+	*out = b.p;
+	*out_len = b.len;
+	return 0;
+}
+
+/* Free the current frame and its message.  After a big one, give the
+ * memory back: its parse is millions of small blocks that glibc keeps
+ * (fragmented, under live ones) instead of returning to the system. */
+static void release_frame(struct nsbox_session *s)
+{
+	struct exec_state *x = &s->x;
+
+	if (x->cur_frame.payload && x->cur_frame.hdr.len >= TRIM_FRAME)
+		s->trim = s->big = true;
+	proto_frame_free(&x->cur_frame);
+	json_decref(x->cur_msg);
+	x->cur_msg = NULL;
+	if (s->trim) {
+		s->trim = false;
+		malloc_trim(0);
+	}
+}
+
+static void exec_clear(struct exec_state *x)
+{
+	proto_frame_free(&x->cur_frame);
+	json_decref(x->cur_msg);
+	x->cur_msg = NULL;
+	free(x->pending);
+	session_result_free(&x->res);
+	memset(x, 0, sizeof(*x));
+}
+
 static void session_free(struct nsbox_session *s)
 {
 	if (!s)
 		return;
-	if (s->sock >= 0)
-		close(s->sock);
-	if (s->cancel_pipe[0] >= 0)
-		close(s->cancel_pipe[0]);
-	if (s->cancel_pipe[1] >= 0)
-		close(s->cancel_pipe[1]);
-	if (s->remote && !s->reaped) {
-		struct nsbox_err e;
-
-		(void)helper_destroy(&s->hs, NULL, &e);
-	} else if (s->remote && s->hs.pidfd >= 0) {
-		close(s->hs.pidfd);
-	} else if (!s->remote && !s->jailed && s->pidfd >= 0) {
-		close(s->pidfd);
-	}
-	if (s->rd) {
-		proto_reader_free(s->rd);
-		free(s->rd);
+	exec_clear(&s->x);
+	if (s->io.sock >= 0)
+		close(s->io.sock);
+	if (s->cancel_fd >= 0)
+		close(s->cancel_fd);
+	if (s->epoll_fd >= 0)
+		close(s->epoll_fd);
+	if (s->timer_fd >= 0)
+		close(s->timer_fd);
+	if (s->sb.priv)
+		s->sb.ops->destroy(&s->sb);
+	free(s->sb.priv);
+	if (s->io.rd) {
+		proto_reader_free(s->io.rd);
+		free(s->io.rd);
 	}
 	json_decref(s->hello);
 	free(s->tools);
 	free(s);
 }
 
+static const struct session_backend_ops *backend_of(const struct session_opts *o)
+{
+	if (o->connect)
+		return &session_backend_service;
+	if (o->use_helper)
+		return &session_backend_helper;
+	return o->unjailed ? &session_backend_unjailed : &session_backend_local;
+}
+
+/* Our HELLO (tools, limits), then the runner's. */
+static int handshake(struct nsbox_session *s, struct nsbox_err *err)
+{
+	unsigned long long deadline = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
+	_cleanup_frame_ struct proto_frame f = { 0 };
+	json_auto_t *m = hello_msg(s);
+	json_t *h;
+	int k;
+
+	s->o.argv = NULL;	/* borrowed for the HELLO only */
+	if (!m)
+		return err_set(err, ENOMEM, "HELLO");
+	if (frame_send_msg(&s->io, PROTO_HELLO, 0, m, deadline, err) < 0)
+		return -1;
+	k = frame_wait(&s->io, s->sb.pidfd, -1, deadline, &f, err);
+	if (k == W_TIMEOUT)
+		return err_set(err, ETIMEDOUT, "the runner did not answer the handshake within %.0f s",
+			       s->o.control_timeout);
+	if (k == W_DEAD) {
+		proc_finish(s, false);
+		if (s->sb.st.exited)
+			return err_set(err, 0, "the runner exited with status %d before the handshake%s",
+				       s->sb.st.exit_code, s->sb.st.exit_code == 127 ? " (could not execute it)" : "");
+		return err_set(err, 0, "the runner was killed by signal %d before the handshake", s->sb.st.term_signal);
+	}
+	if (k != W_FRAME)
+		return -1;
+	h = frame_parse(&f, err);
+	if (!h)
+		return -1;
+	if (f.hdr.type == PROTO_ERROR) {
+		err_set(err, 0, "the runner failed to start: %s", json_string_value(json_object_get(h, "message")));
+		json_decref(h);
+		return -1;
+	}
+	if (f.hdr.type != PROTO_HELLO || json_integer_value(json_object_get(h, "version")) != NSBOX_PROTO_VERSION) {
+		err_set(err, EPROTO, "the runner answered %s (protocol version %lld), expected HELLO version %d",
+			proto_type_name(f.hdr.type), (long long)json_integer_value(json_object_get(h, "version")),
+			NSBOX_PROTO_VERSION);
+		json_decref(h);
+		return -1;
+	}
+	s->hello = h;
+	return 0;
+}
+
+static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t want, json_t **answer,
+		   struct nsbox_err *err);
+
+/* A sandbox whose HELLO went long before (nsboxd's pool): what our HELLO
+ * would have carried, sent now.  Tools travel in TOOLS; sys.argv is set by
+ * a SET_VAR of a private name and one line of code, run as an exec. */
+static int adopted_setup(struct nsbox_session *s, struct nsbox_err *err)
+{
+	json_t *a = NULL;
+
+	s->next_id = 1;
+	if (s->o.n_tools) {
+		json_t *list = tools_json(s);
+
+		if (!list || control(s, PROTO_TOOLS, json_pack("{s:o}", "tools", list), PROTO_VALUE, &a, err) < 0)
+			return -1;
+		json_decref(a);
+	}
+	if (s->o.argv) {
+		json_t *av = argv_json(s->o.argv);
+		struct session_exec_req req = { .code = "import sys as _s; _s.argv = list(__nsbox_argv); del _s, __nsbox_argv" };
+		struct session_result res;
+
+		if (!av || control(s, PROTO_SET_VAR, json_pack("{s:s,s:o}", "name", "__nsbox_argv", "value", av),
+				   PROTO_VALUE, &a, err) < 0)
+			return -1;
+		json_decref(a);
+		if (session_exec(s, &req, &res, err) < 0)
+			return -1;
+		if (res.outcome != SESSION_OK) {
+			err_set(err, EPROTO, "setting sys.argv: %s", res.message);
+			session_result_free(&res);
+			return -1;
+		}
+		session_result_free(&res);
+	}
+	s->o.argv = NULL;
+	return 0;
+}
+
 int session_start(struct nsbox_session **out, const struct session_opts *opts, struct nsbox_err *err)
 {
 	struct nsbox_session *s;
 	char path[PATH_MAX] = "nsbox-runner";
-	_cleanup_close_ int mfd = -1;
-	int sv[2];
+	int sv[2], spare_sock = -1;
 	char *argv[5] = { "nsbox-runner", NULL, NULL, NULL, NULL };
 	int argc = 1;
-	struct proto_frame f = { 0 };
-	unsigned long long deadline;
-	json_t *m;
+	struct sandbox_spec spec;
 	int k;
 
 	if (!opts || !opts->policy)
 		return err_set(err, EINVAL, "session: no policy");
 	for (size_t i = 0; i < opts->n_tools; i++)
-		if (!valid_identifier(opts->tools[i].name) || !opts->tools[i].fn)
+		if (!valid_identifier(opts->tools[i].name))
 			return err_set(err, EINVAL, "tool name '%s' is not a Python identifier",
 				       opts->tools[i].name ? opts->tools[i].name : "");
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return err_set(err, ENOMEM, "session");
-	s->sock = s->cancel_pipe[0] = s->cancel_pipe[1] = s->pidfd = s->hs.pidfd = -1;
+	s->io.sock = s->cancel_fd = s->epoll_fd = s->timer_fd = s->sb.pidfd = -1;
+	s->sb.ops = backend_of(opts);
 	s->o = *opts;
 	if (!s->o.output_limit)
 		s->o.output_limit = DEF_OUTPUT;
@@ -542,19 +409,21 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		s->o.max_bytes = DEF_MAX_BYTES;
 	if (s->o.control_timeout <= 0)
 		s->o.control_timeout = DEF_CONTROL;
+	s->io.max_frame = s->o.max_frame;
 	s->tools = calloc(opts->n_tools ? opts->n_tools : 1, sizeof(*s->tools));
-	s->rd = malloc(sizeof(*s->rd));
-	if (!s->tools || !s->rd) {
+	s->io.rd = malloc(sizeof(*s->io.rd));
+	if (!s->tools || !s->io.rd) {
 		session_free(s);
 		return err_set(err, ENOMEM, "session");
 	}
 	if (opts->n_tools)
 		memcpy(s->tools, opts->tools, opts->n_tools * sizeof(*s->tools));
 	s->o.tools = s->tools;
-	proto_reader_init(s->rd, s->o.max_frame);
+	proto_reader_init(s->io.rd, s->o.max_frame);
 
-	if (pipe2(s->cancel_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-		err_sys(err, "pipe2");
+	s->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->cancel_fd < 0) {
+		err_sys(err, "eventfd");
 		session_free(s);
 		return -1;
 	}
@@ -575,108 +444,42 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		session_free(s);
 		return -1;
 	}
-	if (opts->use_helper) {
-		int spare_sock = -1;
-
-		struct helper_spawn_opts ho = { .cold = opts->cold, .spare = opts->spare, .warn = opts->warn,
-						.warn_ctx = opts->warn_ctx };
-
-		k = helper_spawn(opts->policy, sv[1], &ho, &s->hs, &spare_sock, err);
-		if (k == 0) {
-			s->remote = true;
-			s->pidfd = s->hs.pidfd;
-			/* A spare sandbox, made before we asked: its socket is ours. */
-			if (spare_sock >= 0) {
-				close(sv[0]);
-				sv[0] = spare_sock;
-			}
-		}
-	} else if (opts->unjailed) {
-		mfd = runner_sealed_copy(path, err);
-		k = mfd < 0 ? -1 : start_unjailed(s, mfd, sv[1], argv, err);
-	} else {
-		/* Bound read-only into the sandbox and run from there. */
-		struct jail_spec spec = {
-			.policy = opts->policy,
-			.argv = argv,
-			.exec_fd = -1,
-			.exec_file = path,
-			.pass_fds = &sv[1],
-			.n_pass_fds = 1,
-			.warn = opts->warn,
-			.warn_ctx = opts->warn_ctx,
-		};
-
-		k = jail_start(&s->j, &spec, err);
-		if (k == 0) {
-			s->jailed = true;
-			s->pidfd = s->j.pidfd;
-		}
-	}
+	spec = (struct sandbox_spec){ .policy = opts->policy, .sock = sv[1], .path = path, .argv = argv,
+				      .cold = opts->cold, .spare = opts->spare, .warn = opts->warn,
+				      .warn_ctx = opts->warn_ctx, .connect = opts->connect,
+				      .output_limit = opts->output_limit };
+	k = s->sb.ops->start(&s->sb, &spec, &spare_sock, err);
 	close(sv[1]);
-	s->sock = sv[0];
+	s->io.sock = sv[0];
 	if (k < 0) {
+		/* Nothing runs: the backend cleaned up after itself. */
+		s->sb.reaped = true;
 		session_free(s);
 		return -1;
 	}
-	if (fcntl(s->sock, F_SETFL, O_NONBLOCK) < 0) {
+	/* A spare sandbox, made before we asked: its socket is ours. */
+	if (spare_sock >= 0) {
+		close(s->io.sock);
+		s->io.sock = spare_sock;
+	}
+	if (fcntl(s->io.sock, F_SETFL, O_NONBLOCK) < 0) {
 		err_sys(err, "fcntl");
 		goto fail;
 	}
-
-	/* Handshake: our HELLO (tools, limits), then the runner's. */
-	deadline = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
-	m = hello_msg(s);
-	s->o.argv = NULL;	/* borrowed for the HELLO only */
-	if (!m) {
-		err_set(err, ENOMEM, "HELLO");
+	if (s->sb.hello) {
+		/* The service made the sandbox and did the handshake. */
+		s->hello = s->sb.hello;
+		s->sb.hello = NULL;
+		if (adopted_setup(s, err) < 0)
+			goto fail;
+	} else if (handshake(s, err) < 0) {
 		goto fail;
 	}
-	k = send_msg(s, PROTO_HELLO, 0, m, deadline, err);
-	json_decref(m);
-	if (k < 0)
-		goto fail;
-	k = wait_frame(s, deadline, false, &f, err);
-	if (k == W_TIMEOUT) {
-		err_set(err, ETIMEDOUT, "the runner did not answer the handshake within %.0f s", s->o.control_timeout);
-		goto fail;
-	}
-	if (k == W_DEAD) {
-		proc_finish(s, false);
-		if (s->st.exited)
-			err_set(err, 0, "the runner exited with status %d before the handshake%s", s->st.exit_code,
-				s->st.exit_code == 127 ? " (could not execute it)" : "");
-		else
-			err_set(err, 0, "the runner was killed by signal %d before the handshake", s->st.term_signal);
-		goto fail;
-	}
-	if (k != W_FRAME)
-		goto fail;
-	m = parse_frame(&f, err);
-	if (m && f.hdr.type == PROTO_ERROR) {
-		err_set(err, 0, "the runner failed to start: %s", json_string_value(json_object_get(m, "message")));
-		json_decref(m);
-		m = NULL;
-	} else if (m && (f.hdr.type != PROTO_HELLO ||
-			 json_integer_value(json_object_get(m, "version")) != NSBOX_PROTO_VERSION)) {
-		err_set(err, EPROTO, "the runner answered %s (protocol version %lld), expected HELLO version %d",
-			proto_type_name(f.hdr.type), (long long)json_integer_value(json_object_get(m, "version")),
-			NSBOX_PROTO_VERSION);
-		json_decref(m);
-		m = NULL;
-	}
-	proto_frame_free(&f);
-	if (!m)
-		goto fail;
-	s->hello = m;
-	s->next_id = 1;
+	s->next_id = s->next_id ? s->next_id : 1;
 	*out = s;
 	return 0;
 fail:
-	proto_frame_free(&f);
 	proc_finish(s, true);
-	if (s->jailed)
-		jail_destroy(&s->j);
 	session_free(s);
 	return err_step(err, "runner");
 }
@@ -699,32 +502,31 @@ static void result_msg(struct session_result *res, enum session_outcome o, int c
 /* The runner is gone or must go: kill, reap, and say why. */
 static void end_session(struct nsbox_session *s, struct session_result *res, bool kill_now)
 {
-	set_dead(s);
+	s->dead = true;
 	proc_finish(s, kill_now);
 	res->dead = true;
-	res->peak_memory = s->st.peak_memory;
+	res->peak_memory = s->sb.st.peak_memory;
 	if (res->outcome == SESSION_TIMEOUT || res->outcome == SESSION_PROTOCOL)
 		return;
-	if (s->st.oom_killed) {
+	if (s->sb.st.oom_killed) {
 		result_msg(res, SESSION_MEMORY, NSBOX_EXIT_MEMORY, "memory limit exceeded (peak %.1f MiB)",
-			   (double)s->st.peak_memory / (1 << 20));
-	} else if (!s->st.exited) {
-		result_msg(res, SESSION_CRASHED, 128 + s->st.term_signal, "the runner was killed by signal %d",
-			   s->st.term_signal);
+			   (double)s->sb.st.peak_memory / (1 << 20));
+	} else if (!s->sb.st.exited) {
+		result_msg(res, SESSION_CRASHED, 128 + s->sb.st.term_signal, "the runner was killed by signal %d",
+			   s->sb.st.term_signal);
 	} else {
-		result_msg(res, SESSION_CRASHED, s->st.exit_code ? s->st.exit_code : 1,
-			   "the runner exited with status %d", s->st.exit_code);
+		result_msg(res, SESSION_CRASHED, s->sb.st.exit_code ? s->sb.st.exit_code : 1,
+			   "the runner exited with status %d", s->sb.st.exit_code);
 	}
 }
 
 static void protocol_error(struct nsbox_session *s, struct session_result *res, const char *what)
 {
-	json_t *m = json_pack("{s:s}", "message", what);
+	json_auto_t *m = json_pack("{s:s}", "message", what);
 
 	/* Best effort: tell the runner why, then kill it. */
 	if (m)
-		send_msg(s, PROTO_ERROR, 0, m, now_ns() + 100000000ull, NULL);
-	json_decref(m);
+		frame_send_msg(&s->io, PROTO_ERROR, 0, m, now_ns() + 100000000ull, NULL);
 	result_msg(res, SESSION_PROTOCOL, NSBOX_EXIT_PROTOCOL, "protocol error: %s", what);
 	end_session(s, res, true);
 }
@@ -735,49 +537,6 @@ static const struct session_tool *find_tool(const struct nsbox_session *s, const
 		if (!strcmp(s->tools[i].name, name))
 			return &s->tools[i];
 	return NULL;
-}
-
-/* Answer one CALL.  Returns 0, or -1 if the session must end (err). */
-static int handle_call(struct nsbox_session *s, uint32_t id, json_t *m, struct session_result *res,
-		       unsigned long long deadline, struct nsbox_err *err)
-{
-	const char *name = json_string_value(json_object_get(m, "name"));
-	const struct session_tool *t = find_tool(s, name);
-	json_t *value = NULL, *ans;
-	char *emsg = NULL;
-	char buf[256];
-	uint16_t type = PROTO_RAISE;
-	int r;
-
-	res->tool_calls++;
-	if (res->tool_calls > s->o.max_tool_calls) {
-		snprintf(buf, sizeof(buf), "tool call limit exceeded (%u per exec)", s->o.max_tool_calls);
-		ans = json_pack("{s:s}", "message", buf);
-	} else if (!t) {
-		snprintf(buf, sizeof(buf), "unknown tool '%.64s'", name);
-		ans = json_pack("{s:s}", "message", buf);
-	} else if (t->fn(t->ctx, name, json_object_get(m, "args"), json_object_get(m, "kwargs"), &value, &emsg) < 0) {
-		ans = json_pack("{s:s}", "message", emsg ? emsg : "the tool failed");
-	} else {
-		type = PROTO_RETURN;
-		ans = json_pack("{s:O?}", "value", value);
-	}
-	free(emsg);
-	json_decref(value);
-	if (!ans)
-		return err_set(err, ENOMEM, "tool answer");
-	r = send_msg(s, type, id, ans, deadline, err);
-	if (r < 0 && err->code == EMSGSIZE) {
-		/* The host's answer is too big for a frame: the caller inside
-		 * gets a clear ToolError instead. */
-		json_decref(ans);
-		snprintf(buf, sizeof(buf), "the answer of tool '%.64s' is too large (over %u bytes)", name,
-			 s->o.max_frame);
-		ans = json_pack("{s:s}", "message", buf);
-		r = send_msg(s, PROTO_RAISE, id, ans, deadline, err);
-	}
-	json_decref(ans);
-	return r;
 }
 
 static double dmax(double a, double b)
@@ -792,169 +551,529 @@ static double exec_timeout(const struct nsbox_session *s, const struct session_e
 	return s->o.policy->time_limit > 0 ? s->o.policy->time_limit : 0;
 }
 
-int session_exec(struct nsbox_session *s, const struct session_exec_req *req, struct session_result *res,
-		 struct nsbox_err *err)
+/* The exec has ended: its wall time, and a wake-up for an event loop
+ * when that happened outside a step (an answer that could not be sent). */
+static void exec_done(struct nsbox_session *s)
 {
-	json_t *m;
-	uint32_t id;
-	double timeout = exec_timeout(s, req);
-	double grace = s->o.grace > 0 ? s->o.grace : dmax(0.5, timeout * 0.1);
-	unsigned long long t0 = now_ns();
-	unsigned long long soft = timeout > 0 ? t0 + (unsigned long long)(timeout * 1e9) : 0;
-	unsigned long long hard = 0;
-	bool soft_sent = false, cancelled = false;
-	uint64_t out_bytes = 0;
+	s->x.done = true;
+	s->x.n_pending = 0;
+	s->x.res.wall = (double)(now_ns() - s->x.t0) / 1e9;
+}
 
-	memset(res, 0, sizeof(*res));
+static void wake(struct nsbox_session *s)
+{
+	uint64_t one = 1;
+
+	if (write(s->cancel_fd, &one, sizeof(one)) < 0) {
+		/* Counter full: a wake-up is pending anyway. */
+	}
+}
+
+static void arm_timer(struct nsbox_session *s, unsigned long long deadline);
+
+int session_exec_start(struct nsbox_session *s, const struct session_exec_req *req, struct nsbox_err *err)
+{
+	struct exec_state *x = &s->x;
+	/* Sending is bounded by the control timeout. */
+	unsigned long long d = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
+	_cleanup_free_ char *frame = NULL;
+	double timeout;
+	size_t flen = 0;
+	uint64_t drain;
+
+	if (x->active)
+		return err_set(err, EBUSY, "an exec is in progress");
 	if (s->dead)
 		return err_set(err, EPIPE, "the session has ended");
 	if (!req->code)
 		return err_set(err, EINVAL, "no code");
-	/* Sending is bounded by the exec's own hard deadline (or the control
-	 * timeout when there is none). */
-	{
-		unsigned long long d = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
-		_cleanup_free_ char *frame = NULL;
-		size_t flen = 0;
-		int k;
+	timeout = exec_timeout(s, req);
+	if (exec_frame(req, s->next_id, timeout, s->o.max_frame, s->o.stream_all, &frame, &flen, err) < 0)
+		return -1;
+	exec_clear(x);
+	x->active = true;
+	x->timeout = timeout;
+	x->grace = s->o.grace > 0 ? s->o.grace : dmax(0.5, timeout * 0.1);
+	x->t0 = now_ns();
+	x->soft = timeout > 0 ? x->t0 + (unsigned long long)(timeout * 1e9) : 0;
+	x->id = s->next_id++;
+	if (frame_send_buf(&s->io, PROTO_EXEC, frame, flen, d, err) < 0) {
+		/* A runner that died is reported as such (signal, OOM). */
+		if (err->code == EPIPE || err->code == ECONNRESET) {
+			end_session(s, &x->res, false);
+		} else {
+			result_msg(&x->res, SESSION_PROTOCOL, NSBOX_EXIT_PROTOCOL, "sending EXEC: %s", err->msg);
+			end_session(s, &x->res, true);
+		}
+		exec_done(s);
+		wake(s);
+		return 0;
+	}
+	/* An event-loop caller polls the session fd before its first
+	 * advance: the time limit must be able to wake it (no timerfd, and
+	 * nothing to do, on the blocking path). */
+	if (x->soft)
+		arm_timer(s, x->soft);
+	/* A cancel before this exec is not for it (no read() when there was
+	 * none: this is on every exec's round trip). */
+	if (atomic_exchange(&s->cancel_req, false))
+		while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
+			;
+	return 0;
+}
 
-		if (exec_frame(req, s->next_id, timeout, s->o.max_frame, &frame, &flen, err) < 0)
-			return -1;
-		id = s->next_id++;
-		k = send_buf(s, PROTO_EXEC, frame, flen, d, err);
-		if (k < 0) {
-			if (err->code == EMSGSIZE || err->code == EINVAL)
-				return -1;
-			/* A runner that died is reported as such (signal, OOM). */
-			if (err->code == EPIPE || err->code == ECONNRESET) {
-				end_session(s, res, false);
-				goto done;
-			}
-			result_msg(res, SESSION_PROTOCOL, NSBOX_EXIT_PROTOCOL, "sending EXEC: %s", err->msg);
-			end_session(s, res, true);
+/* Send the answer to CALL id (the caller's deadline).  -1 with err when
+ * the session must end. */
+static int send_answer(struct nsbox_session *s, uint32_t id, const char *name, uint16_t type, json_t *ans,
+		       struct nsbox_err *err)
+{
+	struct exec_state *x = &s->x;
+	unsigned long long deadline = x->hard ? x->hard
+				      : x->soft ? x->soft + 1000000000ull
+						: now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
+	char buf[256];
+	int r;
+
+	if (!ans)
+		return err_set(err, ENOMEM, "tool answer");
+	r = frame_send_msg(&s->io, type, id, ans, deadline, err);
+	if (r < 0 && err->code == EMSGSIZE) {
+		/* The host's answer is too big for a frame: the caller inside
+		 * gets a clear ToolError instead. */
+		json_auto_t *small = NULL;
+
+		snprintf(buf, sizeof(buf), "the answer of tool '%.64s' is too large (over %u bytes)", name,
+			 s->o.max_frame);
+		small = json_pack("{s:s}", "message", buf);
+		if (!small)
+			return err_set(err, ENOMEM, "tool answer");
+		r = frame_send_msg(&s->io, PROTO_RAISE, id, small, deadline, err);
+	}
+	return r;
+}
+
+static int raise_in(struct nsbox_session *s, uint32_t id, const char *name, const char *msg,
+		    struct nsbox_err *err)
+{
+	json_auto_t *ans = json_pack("{s:s}", "message", msg);
+
+	return send_answer(s, id, name, PROTO_RAISE, ans, err);
+}
+
+/* A CALL that can only fail (unknown tool, over the cap), answered with
+ * RAISE.  0, or -1 with err when the session must end. */
+static int refuse_call(struct nsbox_session *s, uint32_t id, const char *name, struct nsbox_err *err)
+{
+	struct exec_state *x = &s->x;
+	char buf[256];
+
+	x->res.tool_calls++;
+	if (x->res.tool_calls > s->o.max_tool_calls) {
+		snprintf(buf, sizeof(buf), "tool call limit exceeded (%u per exec)", s->o.max_tool_calls);
+		return raise_in(s, id, name, buf, err);
+	}
+	snprintf(buf, sizeof(buf), "unknown tool '%.64s'", name);
+	return raise_in(s, id, name, buf, err);
+}
+
+/* One CALL: answered at once when it can only fail (over the cap, unknown
+ * tool: returns 0), else pending and reported (returns 1).  -1 with err
+ * when the session must end. */
+static int on_call(struct nsbox_session *s, uint32_t id, json_t *m, struct session_event *ev,
+		   struct nsbox_err *err)
+{
+	struct exec_state *x = &s->x;
+	const char *name = json_string_value(json_object_get(m, "name"));
+	const struct session_tool *t = find_tool(s, name);
+
+	if (!t || x->res.tool_calls >= s->o.max_tool_calls)
+		return refuse_call(s, id, name, err);
+	x->res.tool_calls++;
+	for (size_t i = 0; i < x->n_pending; i++)
+		if (x->pending[i] == id)
+			return err_set(err, EPROTO, "CALL %u while call %u is unanswered", id, id);
+	if (x->n_pending == x->cap_pending) {
+		size_t cap = x->cap_pending ? 2 * x->cap_pending : 4;
+		uint32_t *p = realloc(x->pending, cap * sizeof(*p));
+
+		if (!p)
+			return err_set(err, ENOMEM, "tool call");
+		x->pending = p;
+		x->cap_pending = cap;
+	}
+	x->pending[x->n_pending++] = id;
+	ev->kind = SESSION_EV_CALL;
+	ev->call_id = id;
+	ev->tool = t;
+	ev->args = json_object_get(m, "args");
+	ev->kwargs = json_object_get(m, "kwargs");
+	return 1;
+}
+
+/* The time limit, or a cancel's grace, fell due. */
+static void on_deadline(struct nsbox_session *s)
+{
+	struct exec_state *x = &s->x;
+
+	if (!x->soft_sent) {
+		json_auto_t *c = json_pack("{s:s}", "reason", "timeout");
+
+		x->soft_sent = true;
+		x->hard = now_ns() + (unsigned long long)(x->grace * 1e9);
+		if (c)
+			frame_send_msg(&s->io, PROTO_CANCEL, x->id, c, x->hard, NULL);
+		return;
+	}
+	if (x->cancelled && !(x->soft && now_ns() >= x->soft))
+		result_msg(&x->res, SESSION_CANCELLED, 130, "cancelled; the code did not stop, the session was killed");
+	else
+		result_msg(&x->res, SESSION_TIMEOUT, NSBOX_EXIT_TIMEOUT,
+			   "time limit exceeded (%.3g s); the session was killed", x->timeout);
+	end_session(s, &x->res, true);
+	exec_done(s);
+}
+
+static void on_cancel(struct nsbox_session *s)
+{
+	struct exec_state *x = &s->x;
+	json_auto_t *c = json_pack("{s:s}", "reason", "cancel");
+
+	x->cancelled = true;
+	if (c)
+		frame_send_msg(&s->io, PROTO_CANCEL, x->id, c, now_ns() + 1000000000ull, NULL);
+	if (!x->soft_sent) {
+		/* Same grace as a time limit: then the sandbox goes. */
+		x->soft_sent = true;
+		x->hard = now_ns() + (unsigned long long)(dmax(x->grace, 0.5) * 1e9);
+	}
+}
+
+/* One frame of the exec (owned by the state from here).  1 with an event,
+ * 0 when handled inside. */
+static int on_frame(struct nsbox_session *s, struct session_event *ev)
+{
+	struct exec_state *x = &s->x;
+	struct proto_frame *f = &x->cur_frame;
+	struct nsbox_err e = { 0 };
+	char what[600];
+	json_t *m;
+	int k;
+
+	x->res.bytes_in += NSBOX_PROTO_HDR_SIZE + f->hdr.len;
+	if (x->res.bytes_in > s->o.max_bytes) {
+		snprintf(what, sizeof(what), "more than %llu bytes received during one exec",
+			 (unsigned long long)s->o.max_bytes);
+		protocol_error(s, &x->res, what);
+		goto done;
+	}
+	if (f->hdr.type == PROTO_CALL) {
+		char name[PROTO_TOOL_NAME_MAX + 1];
+
+		/* A call that can only fail is answered from its name alone:
+		 * its arguments are never parsed (nor kept). */
+		if (proto_call_name(f->payload, f->hdr.len, name) == 0 &&
+		    (!find_tool(s, name) || x->res.tool_calls >= s->o.max_tool_calls)) {
+			k = refuse_call(s, f->hdr.id, name, &e);
+			if (k >= 0)
+				return 0;
+			snprintf(what, sizeof(what), "answering a tool call: %s", e.msg);
+			protocol_error(s, &x->res, what);
 			goto done;
 		}
 	}
-	atomic_store(&s->cancel_req, false);
+	m = x->cur_msg = frame_parse(f, &e);
+	if (!m) {
+		protocol_error(s, &x->res, e.msg);
+		goto done;
+	}
+	if (f->hdr.type == PROTO_OUTPUT && f->hdr.id == x->id) {
+		json_t *d = json_object_get(m, "data");
+
+		/* An honest runner streams at most half the output limit per
+		 * stream (the head); the rest comes in RESULT.  Code points:
+		 * each undecodable byte inside is one U+FFFD (3 bytes). */
+		x->out_bytes += proto_utf8_chars(json_string_value(d), json_string_length(d));
+		if (!s->o.stream_all && x->out_bytes > 2 * s->o.output_limit + 8) {
+			protocol_error(s, &x->res, "more OUTPUT than the output limit allows");
+			goto done;
+		}
+		ev->kind = SESSION_EV_OUTPUT;
+		ev->stream = !strcmp(json_string_value(json_object_get(m, "stream")), "stdout") ? 1 : 2;
+		ev->data = json_string_value(d);
+		ev->len = json_string_length(d);
+		return 1;
+	}
+	if (f->hdr.type == PROTO_CALL) {
+		k = on_call(s, f->hdr.id, m, ev, &e);
+		if (k >= 0)
+			return k;
+		snprintf(what, sizeof(what), "answering a tool call: %s", e.msg);
+		protocol_error(s, &x->res, what);
+		goto done;
+	}
+	if (f->hdr.type == PROTO_RESULT && f->hdr.id == x->id) {
+		struct session_result *res = &x->res;
+		json_t *error = json_object_get(m, "error");
+		static const char *const streams[] = { "stdout", "stderr", "stdout_tail", "stderr_tail" };
+
+		/* The runner keeps at most output_limit bytes per stream (head,
+		 * marker, tail; each undecodable byte one U+FFFD): a RESULT
+		 * claiming more is not from an honest runner. */
+		for (size_t i = 0; i < 4; i++) {
+			json_t *o = json_object_get(m, streams[i]);
+			size_t n = json_is_string(o) ? proto_utf8_chars(json_string_value(o), json_string_length(o))
+						     : 0;
+
+			if (o && !json_is_string(o)) {
+				snprintf(what, sizeof(what), "RESULT: field %s has the wrong type", streams[i]);
+				protocol_error(s, &x->res, what);
+				goto done;
+			}
+			if (n > s->o.output_limit + TRUNC_MARKER_SLACK) {
+				snprintf(what, sizeof(what), "RESULT carries %zu characters of %s, over the output limit of %llu bytes",
+					 n, streams[i], (unsigned long long)s->o.output_limit);
+				protocol_error(s, &x->res, what);
+				goto done;
+			}
+		}
+		res->result = TAKE_PTR(x->cur_msg);
+		if (json_is_object(error)) {
+			const char *type = json_string_value(json_object_get(error, "type"));
+
+			if (type && !strcmp(type, "nsbox.TimeLimitExceeded"))
+				result_msg(res, SESSION_TIMEOUT, NSBOX_EXIT_TIMEOUT, "time limit exceeded (%.3g s)",
+					   x->timeout);
+			else if (type && !strcmp(type, "nsbox.Cancelled"))
+				result_msg(res, SESSION_CANCELLED, 130, "cancelled");
+			else if (type && !strcmp(type, "SystemExit"))
+				res->outcome = SESSION_OK,
+				res->exit_code = (int)json_integer_value(json_object_get(res->result, "exit_code"));
+			else
+				result_msg(res, SESSION_EXCEPTION, 1, "%s", type ? type : "exception");
+		}
+		goto done;
+	}
+	snprintf(what, sizeof(what), "unexpected %s frame (id %u) during EXEC %u", proto_type_name(f->hdr.type),
+		 f->hdr.id, x->id);
+	protocol_error(s, &x->res, what);
+done:
+	exec_done(s);
+	ev->kind = SESSION_EV_DONE;
+	return 1;
+}
+
+/* Arm the session fd's timer to the exec's next deadline. */
+static void arm_timer(struct nsbox_session *s, unsigned long long deadline)
+{
+	struct itimerspec it = { 0 };
+
+	if (s->timer_fd < 0 || s->timer_armed == deadline)
+		return;
+	it.it_value.tv_sec = (time_t)(deadline / 1000000000ull);
+	it.it_value.tv_nsec = (long)(deadline % 1000000000ull);
+	if (timerfd_settime(s->timer_fd, TFD_TIMER_ABSTIME, &it, NULL) == 0)
+		s->timer_armed = deadline;
+}
+
+int session_exec_step(struct nsbox_session *s, bool block, struct session_event *ev, struct nsbox_err *err)
+{
+	struct exec_state *x = &s->x;
+	bool try_read;
+
+	memset(ev, 0, sizeof(*ev));
+	if (!x->active)
+		return err_set(err, EINVAL, "no exec in progress");
+	release_frame(s);
+	if (x->done) {
+		ev->kind = SESSION_EV_DONE;
+		return 1;
+	}
+	if (!block) {
+		uint64_t drain;
+
+		/* Level-triggered fds: take what made the session fd readable. */
+		if (s->timer_fd >= 0 && s->timer_armed && read(s->timer_fd, &drain, sizeof(drain)) > 0)
+			s->timer_armed = 0;
+		while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
+			;
+	}
+	/* Blocking: an answer is never there the moment we ask, so poll first
+	 * (one read() less per frame), unless bytes are already buffered. */
+	try_read = !block || s->io.rd->buf_start < s->io.rd->buf_end;
 	for (;;) {
-		struct proto_frame f = { 0 };
+		unsigned long long deadline = x->soft_sent ? x->hard : x->soft;
 		struct nsbox_err e = { 0 };
-		unsigned long long deadline = soft_sent ? hard : soft;
-		int k = wait_frame(s, deadline, !cancelled, &f, &e);
-		char what[600];
+		struct pollfd p[3];
+		int k;
 
-		if (k == W_CANCEL) {
-			json_t *c = json_pack("{s:s}", "reason", "cancel");
-
-			cancelled = true;
-			send_msg(s, PROTO_CANCEL, id, c, now_ns() + 1000000000ull, NULL);
-			json_decref(c);
-			if (!soft_sent) {
-				/* Same grace as a time limit: then the sandbox goes. */
-				soft_sent = true;
-				hard = now_ns() + (unsigned long long)(dmax(grace, 0.5) * 1e9);
+		if (!x->cancelled && atomic_exchange(&s->cancel_req, false)) {
+			on_cancel(s);
+			continue;
+		}
+		if (deadline && now_ns() >= deadline) {
+			on_deadline(s);
+			if (x->done) {
+				ev->kind = SESSION_EV_DONE;
+				return 1;
 			}
 			continue;
 		}
-		if (k == W_TIMEOUT) {
-			if (!soft_sent) {
-				json_t *c = json_pack("{s:s}", "reason", "timeout");
-
-				soft_sent = true;
-				hard = now_ns() + (unsigned long long)(grace * 1e9);
-				send_msg(s, PROTO_CANCEL, id, c, hard, NULL);
-				json_decref(c);
-				continue;
-			}
-			if (cancelled && !(soft && now_ns() >= soft))
-				result_msg(res, SESSION_CANCELLED, 130, "cancelled; the code did not stop, the session was killed");
+		k = try_read ? proto_reader_read(s->io.rd, s->io.sock, &x->cur_frame, &e) : 0;
+		try_read = true;
+		if (k == 1) {
+			if (on_frame(s, ev))
+				return 1;
+			release_frame(s);
+			continue;
+		}
+		if (k < 0) {
+			if (frame_peer_gone(&s->io, &e))
+				end_session(s, &x->res, false);
 			else
-				result_msg(res, SESSION_TIMEOUT, NSBOX_EXIT_TIMEOUT,
-					   "time limit exceeded (%.3g s); the session was killed", timeout);
-			end_session(s, res, true);
-			break;
+				protocol_error(s, &x->res, e.msg);
+			exec_done(s);
+			ev->kind = SESSION_EV_DONE;
+			return 1;
 		}
-		if (k == W_DEAD) {
-			end_session(s, res, false);
-			break;
-		}
-		if (k == W_ERROR) {
-			protocol_error(s, res, e.msg);
-			break;
-		}
-		res->bytes_in += NSBOX_PROTO_HDR_SIZE + f.hdr.len;
-		if (res->bytes_in > s->o.max_bytes) {
-			proto_frame_free(&f);
-			snprintf(what, sizeof(what), "more than %llu bytes received during one exec",
-				 (unsigned long long)s->o.max_bytes);
-			protocol_error(s, res, what);
-			break;
-		}
-		m = parse_frame(&f, &e);
-		if (!m) {
-			proto_frame_free(&f);
-			protocol_error(s, res, e.msg);
-			break;
-		}
-		if (f.hdr.type == PROTO_OUTPUT && f.hdr.id == id) {
-			const char *st = json_string_value(json_object_get(m, "stream"));
-			json_t *d = json_object_get(m, "data");
-
-			/* An honest runner streams at most half the output limit per
-			 * stream (the head); the rest comes in RESULT. */
-			out_bytes += json_string_length(d);
-			if (!s->o.stream_all && out_bytes > 2 * s->o.output_limit + 8) {
-				json_decref(m);
-				proto_frame_free(&f);
-				protocol_error(s, res, "more OUTPUT than the output limit allows");
-				break;
-			}
-			if (s->o.output && req->stream)
-				s->o.output(s->o.output_ctx, !strcmp(st, "stdout") ? 1 : 2, json_string_value(d),
-					    json_string_length(d));
-		} else if (f.hdr.type == PROTO_CALL) {
-			if (handle_call(s, f.hdr.id, m, res, hard ? hard : (soft ? soft + 1000000000ull : now_ns() + (unsigned long long)(s->o.control_timeout * 1e9)), &e) < 0) {
-				json_decref(m);
-				proto_frame_free(&f);
-				snprintf(what, sizeof(what), "answering a tool call: %s", e.msg);
-				protocol_error(s, res, what);
-				break;
-			}
-		} else if (f.hdr.type == PROTO_RESULT && f.hdr.id == id) {
-			json_t *error = json_object_get(m, "error");
-
-			res->result = m;
-			m = NULL;
-			proto_frame_free(&f);
-			if (json_is_object(error)) {
-				const char *type = json_string_value(json_object_get(error, "type"));
-
-				if (type && !strcmp(type, "nsbox.TimeLimitExceeded"))
-					result_msg(res, SESSION_TIMEOUT, NSBOX_EXIT_TIMEOUT,
-						   "time limit exceeded (%.3g s)", timeout);
-				else if (type && !strcmp(type, "nsbox.Cancelled"))
-					result_msg(res, SESSION_CANCELLED, 130, "cancelled");
-				else if (type && !strcmp(type, "SystemExit"))
-					res->outcome = SESSION_OK, res->exit_code =
-						(int)json_integer_value(json_object_get(res->result, "exit_code"));
-				else
-					result_msg(res, SESSION_EXCEPTION, 1, "%s", type ? type : "exception");
-			}
-			break;
+		p[0] = (struct pollfd){ s->io.sock, POLLIN, 0 };
+		p[1] = (struct pollfd){ s->sb.pidfd, POLLIN, 0 };
+		p[2] = (struct pollfd){ x->cancelled ? -1 : s->cancel_fd, POLLIN, 0 };
+		if (block) {
+			/* Spin briefly before sleeping: a reply often comes within
+			 * tens of microseconds, and a cross-CPU wake-up costs about
+			 * as much. */
+			k = spinwait_poll(&s->io.spin, p, 3, deadline);
 		} else {
-			snprintf(what, sizeof(what), "unexpected %s frame (id %u) during EXEC %u",
-				 proto_type_name(f.hdr.type), f.hdr.id, id);
-			json_decref(m);
-			proto_frame_free(&f);
-			protocol_error(s, res, what);
+			k = poll(p, 2, 0);
+		}
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			err_sys(&e, "poll");
+			protocol_error(s, &x->res, e.msg);
+			exec_done(s);
+			ev->kind = SESSION_EV_DONE;
+			return 1;
+		}
+		if (p[1].revents && !(p[0].revents & POLLIN)) {
+			/* The sandbox's process ended; its socket may live on in a
+			 * forked child, so do not wait for EOF. */
+			end_session(s, &x->res, false);
+			exec_done(s);
+			ev->kind = SESSION_EV_DONE;
+			return 1;
+		}
+		if (block && p[2].revents) {
+			uint64_t drain;
+
+			while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
+				;
+		}
+		if (!block && !(p[0].revents & POLLIN)) {
+			arm_timer(s, deadline);
+			return 0;
+		}
+	}
+}
+
+int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value, const char *error,
+			struct nsbox_err *err)
+{
+	struct exec_state *x = &s->x;
+	const char *name = "?";
+	json_auto_t *ans = NULL;
+	size_t i;
+
+	if (!x->active || x->done)
+		return err_set(err, EINVAL, "no exec in progress");
+	for (i = 0; i < x->n_pending && x->pending[i] != call_id; i++)
+		;
+	if (i == x->n_pending)
+		return err_set(err, EINVAL, "no tool call %u is waiting for an answer", call_id);
+	x->pending[i] = x->pending[--x->n_pending];
+	ans = error ? json_pack("{s:s}", "message", error) : json_pack("{s:O?}", "value", value);
+	if (send_answer(s, call_id, name, error ? PROTO_RAISE : PROTO_RETURN, ans, err) < 0) {
+		char what[600];
+
+		if (err->code == ENOMEM && !ans)
+			return -1;
+		if (err->code == EPIPE || err->code == ECONNRESET) {
+			end_session(s, &x->res, false);
+		} else {
+			snprintf(what, sizeof(what), "answering a tool call: %s", err->msg);
+			protocol_error(s, &x->res, what);
+		}
+		exec_done(s);
+		wake(s);
+		return err_set(err, EPIPE, "the session has ended (%s)", x->res.message);
+	}
+	return 0;
+}
+
+int session_exec_finish(struct nsbox_session *s, struct session_result *res, struct nsbox_err *err)
+{
+	struct exec_state *x = &s->x;
+
+	if (!x->active)
+		return err_set(err, EINVAL, "no exec has ended");
+	if (!x->done)
+		return err_set(err, EAGAIN, "the exec is still running");
+	*res = x->res;
+	memset(&x->res, 0, sizeof(x->res));
+	exec_clear(x);
+	return 0;
+}
+
+bool session_exec_active(const struct nsbox_session *s)
+{
+	return s->x.active;
+}
+
+/* A call to a tool without a callback, from a blocking exec. */
+static int call_tool(struct nsbox_session *s, const struct session_event *ev, struct nsbox_err *err)
+{
+	const struct session_tool *t = ev->tool;
+	json_t *value = NULL;
+	char *emsg = NULL;
+	int r;
+
+	if (!t->fn)
+		return session_exec_answer(s, ev->call_id, NULL,
+					   "this tool is answered through the event API (nsbox_exec_advance)", err);
+	if (t->fn(t->ctx, t->name, ev->args, ev->kwargs, &value, &emsg) < 0)
+		r = session_exec_answer(s, ev->call_id, NULL, emsg ? emsg : "the tool failed", err);
+	else
+		r = session_exec_answer(s, ev->call_id, value, NULL, err);
+	free(emsg);
+	json_decref(value);
+	return r;
+}
+
+int session_exec(struct nsbox_session *s, const struct session_exec_req *req, struct session_result *res,
+		 struct nsbox_err *err)
+{
+	struct session_event ev;
+
+	memset(res, 0, sizeof(*res));
+	if (session_exec_start(s, req, err) < 0)
+		return -1;
+	for (;;) {
+		struct nsbox_err e = { 0 };
+
+		if (session_exec_step(s, true, &ev, &e) < 0) {
+			/* Cannot happen with an exec started; end it cleanly anyway. */
+			protocol_error(s, &s->x.res, e.msg);
+			exec_done(s);
 			break;
 		}
-		json_decref(m);
-		proto_frame_free(&f);
+		if (ev.kind == SESSION_EV_DONE)
+			break;
+		if (ev.kind == SESSION_EV_OUTPUT && s->o.output && req->stream)
+			s->o.output(s->o.output_ctx, ev.stream, ev.data, ev.len);
+		else if (ev.kind == SESSION_EV_CALL)
+			call_tool(s, &ev, &e);	/* a failed answer ended the exec: the next step says how */
 	}
-done:
-	res->wall = (double)(now_ns() - t0) / 1e9;
-	return 0;
+	return session_exec_finish(s, res, err);
 }
 
 void session_result_free(struct session_result *res)
@@ -965,66 +1084,93 @@ void session_result_free(struct session_result *res)
 	res->result = NULL;
 }
 
+int session_fd(struct nsbox_session *s, struct nsbox_err *err)
+{
+	int fds[3];
+
+	if (s->epoll_fd >= 0)
+		return s->epoll_fd;
+	s->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (s->timer_fd < 0)
+		return err_sys(err, "timerfd_create");
+	s->timer_armed = 0;
+	s->epoll_fd = epoll_create1(EPOLL_CLOEXEC);
+	if (s->epoll_fd < 0)
+		return err_sys(err, "epoll_create1");
+	fds[0] = s->io.sock;
+	fds[1] = s->cancel_fd;
+	fds[2] = s->timer_fd;
+	for (size_t i = 0; i < 4; i++) {
+		int fd = i < 3 ? fds[i] : s->sb.pidfd;
+		struct epoll_event e = { .events = EPOLLIN, .data.fd = fd };
+
+		if (fd >= 0 && epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &e) < 0) {
+			err_sys(err, "epoll_ctl");
+			close(s->epoll_fd);
+			s->epoll_fd = -1;
+			return -1;
+		}
+	}
+	/* An exec already running: its deadline counts from now on. */
+	if (s->x.active && !s->x.done)
+		arm_timer(s, s->x.soft_sent ? s->x.hard : s->x.soft);
+	return s->epoll_fd;
+}
+
 /* ---- control requests: one request, one answer ---- */
 
 static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t want, json_t **answer,
 		   struct nsbox_err *err)
 {
 	unsigned long long deadline = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
-	uint32_t id;
+	json_auto_t *owned = msg;
 	struct session_result res = { 0 };
+	_cleanup_frame_ struct proto_frame f = { 0 };
+	uint32_t id;
+	json_t *m;
 	int k;
 
-	if (s->dead) {
-		json_decref(msg);
+	if (s->x.active)
+		return err_set(err, EBUSY, "an exec is in progress");
+	if (s->dead)
 		return err_set(err, EPIPE, "the session has ended");
-	}
 	if (!msg)
 		return err_set(err, ENOMEM, "%s message", proto_type_name(type));
 	id = s->next_id++;
-	k = send_msg(s, type, id, msg, deadline, err);
-	json_decref(msg);
-	if (k < 0) {
+	if (frame_send_msg(&s->io, type, id, msg, deadline, err) < 0) {
 		if (err->code == EMSGSIZE)
 			return -1;
 		end_session(s, &res, true);
 		return err_wrap(err, "session ended");
 	}
-	for (;;) {
-		struct proto_frame f = { 0 };
-		json_t *m;
-
-		k = wait_frame(s, deadline, false, &f, err);
-		if (k == W_TIMEOUT) {
-			end_session(s, &res, true);
-			return err_set(err, 0, "the runner did not answer %s within %.0f s; session ended",
-				       proto_type_name(type), s->o.control_timeout);
-		}
-		if (k == W_DEAD) {
-			end_session(s, &res, false);
-			return err_set(err, 0, "%s", res.message);
-		}
-		if (k != W_FRAME) {
-			protocol_error(s, &res, err->msg);
-			return err_set(err, 0, "%s", res.message);
-		}
-		m = parse_frame(&f, err);
-		if (!m || f.hdr.id != id || f.hdr.type != want) {
-			char what[600];
-
-			snprintf(what, sizeof(what), "%s", m ? "unexpected answer" : err->msg);
-			if (m)
-				snprintf(what, sizeof(what), "unexpected %s frame (id %u) in answer to %s %u",
-					 proto_type_name(f.hdr.type), f.hdr.id, proto_type_name(type), id);
-			json_decref(m);
-			proto_frame_free(&f);
-			protocol_error(s, &res, what);
-			return err_set(err, 0, "%s", res.message);
-		}
-		proto_frame_free(&f);
-		*answer = m;
-		return 0;
+	k = frame_wait(&s->io, s->sb.pidfd, -1, deadline, &f, err);
+	if (k == W_TIMEOUT) {
+		end_session(s, &res, true);
+		return err_set(err, 0, "the runner did not answer %s within %.0f s; session ended",
+			       proto_type_name(type), s->o.control_timeout);
 	}
+	if (k == W_DEAD) {
+		end_session(s, &res, false);
+		return err_set(err, 0, "%s", res.message);
+	}
+	if (k != W_FRAME) {
+		protocol_error(s, &res, err->msg);
+		return err_set(err, 0, "%s", res.message);
+	}
+	m = frame_parse(&f, err);
+	if (!m || f.hdr.id != id || f.hdr.type != want) {
+		char what[600];
+
+		snprintf(what, sizeof(what), "%s", m ? "unexpected answer" : err->msg);
+		if (m)
+			snprintf(what, sizeof(what), "unexpected %s frame (id %u) in answer to %s %u",
+				 proto_type_name(f.hdr.type), f.hdr.id, proto_type_name(type), id);
+		json_decref(m);
+		protocol_error(s, &res, what);
+		return err_set(err, 0, "%s", res.message);
+	}
+	*answer = m;
+	return 0;
 }
 
 int session_set_var(struct nsbox_session *s, const char *name, json_t *value, struct nsbox_err *err)
@@ -1088,11 +1234,12 @@ int session_ping(struct nsbox_session *s, double *rtt, struct nsbox_err *err)
 void session_cancel(struct nsbox_session *s)
 {
 	int saved = errno;
+	uint64_t one = 1;
 
-	/* Async-signal-safe: an atomic flag and a write to a pipe. */
+	/* Async-signal-safe: an atomic flag and a write to an eventfd. */
 	atomic_store(&s->cancel_req, true);
-	if (write(s->cancel_pipe[1], "c", 1) < 0) {
-		/* Full pipe: a wake-up is already pending. */
+	if (write(s->cancel_fd, &one, sizeof(one)) < 0) {
+		/* Counter full: a wake-up is already pending. */
 	}
 	errno = saved;
 }
@@ -1109,37 +1256,43 @@ const json_t *session_hello(const struct nsbox_session *s)
 
 void session_close(struct nsbox_session *s, struct jail_status *st)
 {
+	bool big;
+
 	if (!s)
 		return;
+	if (!s->dead && s->x.active && !s->x.done) {
+		/* An exec still running: the runner would not read a BYE. */
+		s->dead = true;
+		proc_finish(s, true);
+	}
 	if (!s->dead) {
 		unsigned long long deadline = now_ns() + 1000000000ull;
-		json_t *m = json_object();
-		struct proto_frame f = { 0 };
+		json_auto_t *m = json_object();
 		struct nsbox_err e;
 
 		/* Orderly BYE; whatever the runner does, it is killed below. */
-		if (m && send_msg(s, PROTO_BYE, s->next_id++, m, deadline, &e) == 0) {
-			while (wait_frame(s, deadline, false, &f, &e) == W_FRAME) {
-				uint16_t t = f.hdr.type;
+		if (m && frame_send_msg(&s->io, PROTO_BYE, s->next_id++, m, deadline, &e) == 0) {
+			for (;;) {
+				_cleanup_frame_ struct proto_frame f = { 0 };
 
-				proto_frame_free(&f);
-				if (t == PROTO_BYE)
+				if (frame_wait(&s->io, s->sb.pidfd, -1, deadline, &f, &e) != W_FRAME ||
+				    f.hdr.type == PROTO_BYE)
 					break;
 			}
 		}
-		json_decref(m);
 		s->dead = true;
 		proc_finish(s, false);
 	}
-	if (!s->reaped)
+	if (!s->sb.reaped)
 		proc_finish(s, true);
-	if (s->jailed) {
-		jail_destroy(&s->j);
-		s->st = s->j.status;
-	}
+	if (s->sb.priv)
+		s->sb.ops->destroy(&s->sb);
 	if (st)
-		*st = s->st;
+		*st = s->sb.st;
+	big = s->big;
 	session_free(s);
+	if (big)
+		malloc_trim(0);
 }
 
 int session_add_tool(struct nsbox_session *s, const struct session_tool *t, struct nsbox_err *err)
@@ -1148,7 +1301,7 @@ int session_add_tool(struct nsbox_session *s, const struct session_tool *t, stru
 	json_t *a = NULL, *list;
 	int r;
 
-	if (!t || !valid_identifier(t->name) || !t->fn)
+	if (!t || !valid_identifier(t->name))
 		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier",
 			       t && t->name ? t->name : "");
 	if (t->schema && !json_is_object(t->schema))
@@ -1157,6 +1310,8 @@ int session_add_tool(struct nsbox_session *s, const struct session_tool *t, stru
 		return err_set(err, EEXIST, "tool %s is already registered", t->name);
 	if (s->dead)
 		return err_set(err, EPIPE, "the session has ended");
+	if (s->x.active)
+		return err_set(err, EBUSY, "an exec is in progress");
 	n = realloc(s->tools, (s->o.n_tools + 1) * sizeof(*n));
 	if (!n)
 		return err_set(err, ENOMEM, "tool %s", t->name);
@@ -1183,25 +1338,11 @@ void session_abandon(struct nsbox_session *s)
 	if (!s)
 		return;
 	/* Another process's sandbox: close our copies, talk to nobody. */
-	if (s->remote) {
-		if (s->hs.pidfd >= 0)
-			close(s->hs.pidfd);
-	} else if (s->jailed) {
-		if (s->j.pidfd >= 0)
-			close(s->j.pidfd);
-		if (s->j.sync_fd >= 0)
-			close(s->j.sync_fd);
-		if (s->j.cg) {
-			if (s->j.cg->v2_fd >= 0)
-				close(s->j.cg->v2_fd);
-			free(s->j.cg);
-		}
-	} else if (s->pidfd >= 0) {
-		close(s->pidfd);
-	}
-	s->hs.pidfd = s->pidfd = -1;
-	s->dead = s->reaped = true;
-	s->remote = s->jailed = false;
+	if (s->sb.priv)
+		s->sb.ops->abandon(&s->sb);
+	free(s->sb.priv);
+	s->sb.priv = NULL;
+	s->dead = s->sb.reaped = true;
 	session_free(s);
 }
 
@@ -1209,20 +1350,69 @@ int session_sandbox(const struct nsbox_session *s, struct session_sandbox_info *
 {
 	memset(info, 0, sizeof(*info));
 	info->alive = !s->dead;
-	if (s->remote) {
-		info->pid = s->hs.pid;
-		snprintf(info->cgroup, sizeof(info->cgroup), "%s", s->hs.cgroup);
-		if (!s->reaped && helper_info(&s->hs, &info->memory_current, &info->memory_peak, err) < 0)
-			return -1;
-	} else if (s->jailed) {
-		info->pid = s->j.pid;
-		if (s->j.cg)
-			snprintf(info->cgroup, sizeof(info->cgroup), "%s",
-				 s->j.cg->v1_dir[0][0] ? s->j.cg->v1_dir[0] : s->j.cg->v2_dir);
-	} else {
-		info->pid = s->pid;
-	}
-	if (s->reaped)
-		info->memory_peak = s->st.peak_memory;
+	if (s->sb.priv && s->sb.ops->info(&s->sb, info, err) < 0)
+		return -1;
+	if (s->sb.reaped)
+		info->memory_peak = s->sb.st.peak_memory;
 	return 0;
+}
+
+/* ---- handoff: the runner socket leaves, the lifecycle stays (nsboxd) ---- */
+
+int session_handoff(struct nsbox_session *s, int *sock, int *pidfd, struct nsbox_err *err)
+{
+	int fd, pfd;
+
+	if (s->dead || s->io.sock < 0)
+		return err_set(err, EPIPE, "the session has ended");
+	if (s->x.active)
+		return err_set(err, EBUSY, "an exec is in progress");
+	if (s->io.rd->buf_start < s->io.rd->buf_end || s->io.rd->hdr_have)
+		return err_set(err, EBUSY, "the runner socket has unread bytes");
+	pfd = s->sb.pidfd >= 0 ? fcntl(s->sb.pidfd, F_DUPFD_CLOEXEC, 3) : -1;
+	if (pfd < 0)
+		return err_sys(err, "dup the sandbox's pidfd");
+	/* Blocking again, as a fresh socketpair end would be. */
+	fd = s->io.sock;
+	if (fcntl(fd, F_SETFL, 0) < 0) {
+		close(pfd);
+		return err_sys(err, "fcntl");
+	}
+	s->io.sock = -1;
+	/* No more requests from here: session_close() kills without a BYE. */
+	s->dead = true;
+	*sock = fd;
+	*pidfd = pfd;
+	return 0;
+}
+
+void session_kill(struct nsbox_session *s)
+{
+	if (s && s->sb.priv && !s->sb.reaped)
+		s->sb.ops->kill(&s->sb);
+}
+
+void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *st)
+{
+	s->dead = true;
+	if (!s->sb.reaped)
+		proc_finish(s, kill_now);
+	if (s->sb.priv)
+		s->sb.ops->destroy(&s->sb);
+	if (st)
+		*st = s->sb.st;
+}
+
+/* ---- for host/files.c (FILE_* requests): additive, see host/files.h ---- */
+
+#include "files.h"
+
+int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t **answer, struct nsbox_err *err)
+{
+	return control(s, type, msg, PROTO_VALUE, answer, err);
+}
+
+uint32_t session_max_frame(const struct nsbox_session *s)
+{
+	return s->o.max_frame;
 }

@@ -36,7 +36,7 @@ struct session_tool {
 	const char *name;		/* a Python identifier */
 	const char *description;	/* may be NULL */
 	json_t *schema;			/* JSON Schema of the arguments, may be NULL; borrowed */
-	session_tool_fn fn;
+	session_tool_fn fn;		/* NULL: answered only through session_exec_answer() */
 	void *ctx;
 };
 
@@ -64,6 +64,9 @@ struct session_opts {
 	bool use_helper;
 	bool cold;
 	bool spare;		/* use_helper: keep a spare sandbox for the next session */
+	/* Get the sandbox from nsboxd listening at this path (a socket; the
+	 * service backend, host/session-service.c) instead of making it. */
+	const char *connect;
 	/* sys.argv inside, NULL-terminated (NULL: Python's [""]); read by
 	 * session_start only, sent in the HELLO. */
 	const char *const *argv;
@@ -116,10 +119,65 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 /* Run code.  Returns 0 with *res filled for every outcome, including
  * limit kills and protocol errors (then res->dead is set).  Returns -1
  * with err only if nothing was run (the session was already dead, or a bad
- * request).  Free *res with session_result_free(). */
+ * request).  Free *res with session_result_free().  Tool calls run their
+ * tool's fn on this thread (a tool without one answers a ToolError);
+ * output goes to opts.output when req->stream.  Built on the exec state
+ * machine below. */
 int session_exec(struct nsbox_session *s, const struct session_exec_req *req, struct session_result *res,
 		 struct nsbox_err *err);
 void session_result_free(struct session_result *res);
+
+/* ---- the exec state machine, for event loops ----
+ * session_exec_start() sends the code; session_exec_step() does what is
+ * ready and reports one event; tool calls are answered with
+ * session_exec_answer() (any time before DONE, in any order);
+ * session_exec_finish() takes the result after DONE.  Every deadline of
+ * the exec (time limit, its grace, a cancel's grace) is kept here; with
+ * session_fd() made, the fd is readable whenever a step has work. */
+enum session_event_kind {
+	SESSION_EV_OUTPUT = 1,	/* stream, data, len */
+	SESSION_EV_CALL,	/* call_id, tool, args, kwargs */
+	SESSION_EV_DONE,	/* the exec ended: session_exec_finish() */
+};
+
+struct session_event {
+	enum session_event_kind kind;
+	int stream;				/* OUTPUT: 1 stdout, 2 stderr */
+	const char *data;			/* OUTPUT: borrowed until the next step */
+	size_t len;
+	uint32_t call_id;			/* CALL */
+	const struct session_tool *tool;	/* CALL: borrowed (its fn may be NULL) */
+	json_t *args, *kwargs;			/* CALL: borrowed until the next step */
+};
+
+/* Send code.  -1 with err when nothing ran: EPIPE dead session, EINVAL bad
+ * request, EBUSY an exec is in progress (or its result not yet taken).
+ * When sending fails because the runner died, the exec is started and
+ * ends at once (the first step reports DONE). */
+int session_exec_start(struct nsbox_session *s, const struct session_exec_req *req, struct nsbox_err *err);
+/* One step.  block: wait (spinning briefly first, spinwait_poll) until
+ * there is an event; else return 0 at once when there is none.  Returns 1
+ * with *ev filled, 0 (only without block), or -1 with err (EINVAL: no exec
+ * in progress).  After DONE, further steps report DONE again. */
+int session_exec_step(struct nsbox_session *s, bool block, struct session_event *ev, struct nsbox_err *err);
+/* Answer CALL call_id: value (borrowed, NULL: None) or, when error is not
+ * NULL, an nsbox.ToolError(error) inside.  Errors: EINVAL no such call
+ * pending; EPIPE the session died (the exec has ended: the next step
+ * reports DONE). */
+int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value, const char *error,
+			struct nsbox_err *err);
+/* After DONE: move the result into *res (session_result_free) and make
+ * the session ready for the next exec.  Errors: EINVAL no exec, EAGAIN
+ * the exec has not ended. */
+int session_exec_finish(struct nsbox_session *s, struct session_result *res, struct nsbox_err *err);
+/* An exec was started and its result not yet taken. */
+bool session_exec_active(const struct nsbox_session *s);
+
+/* An epoll fd (owned by the session, made on first call) readable whenever
+ * session_exec_step() has work: the runner's socket, the sandbox's pidfd,
+ * a timerfd armed to the exec's next deadline, and session_cancel().  -1
+ * with err when it can't be made. */
+int session_fd(struct nsbox_session *s, struct nsbox_err *err);
 
 /* Bind or read a global.  Values use the JSON encoding of
  * nsbox-protocol(7).  session_get_var: *value is a new reference; a missing
@@ -159,5 +217,20 @@ struct session_sandbox_info {
 	uint64_t memory_peak;
 };
 int session_sandbox(const struct nsbox_session *s, struct session_sandbox_info *info, struct nsbox_err *err);
+
+/* Hand the runner socket over (nsboxd passes it to its client, who speaks
+ * nsbox-protocol(7) to the runner directly).  On success *sock is the
+ * blocking socket and *pidfd a new pidfd of the sandbox's pid 1, both owned
+ * by the caller; the session then only controls the sandbox's lifecycle
+ * (session_kill, session_finish, session_sandbox, session_close): exec and
+ * the other requests fail with EPIPE.  Errors: EPIPE dead, EBUSY bytes
+ * from the runner are buffered here. */
+int session_handoff(struct nsbox_session *s, int *sock, int *pidfd, struct nsbox_err *err);
+/* SIGKILL the sandbox; returns at once.  Accepts NULL. */
+void session_kill(struct nsbox_session *s);
+/* Wait for the sandbox to end (kill_now: kill it first), reap it, remove
+ * its cgroups and fill *st (may be NULL).  The session stays allocated:
+ * session_close() frees it. */
+void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *st);
 
 #endif

@@ -60,10 +60,14 @@ typedef struct nsbox_error nsbox_error_t;
 NSBOX_API int nsbox_error_code(const nsbox_error_t *err);
 /* What failed and where.  Borrowed from err; never NULL. */
 NSBOX_API const char *nsbox_error_message(const nsbox_error_t *err);
+/* Since 0.4.0: the sandbox setup step that failed ("userns", "cgroup",
+ * "mount", "landlock", "seccomp", "runner", ...; libnsbox(3)), or NULL when
+ * the error is not a setup step's.  Borrowed from err. */
+NSBOX_API const char *nsbox_error_step(const nsbox_error_t *err);
 NSBOX_API void nsbox_error_free(nsbox_error_t *err);
 /* Free a string returned by libnsbox. */
 NSBOX_API void nsbox_free(void *p);
-/* Library version, e.g. "0.3.0".  Static. */
+/* Library version, e.g. "0.4.0".  Static. */
 NSBOX_API const char *nsbox_version(void);
 
 /* ---- policies --------------------------------------------------------- */
@@ -140,7 +144,16 @@ struct nsbox_session_opts {
 	 * nsbox_session_new only.  Bytes that are not UTF-8 arrive as CPython
 	 * decodes its own argv (surrogateescape). */
 	const char *const *argv;
-	/* Fields below: since 0.4.0. */
+	/* Fields below: since 0.4.0.  Get the sandbox from nsboxd(8) listening
+	 * at this socket path instead of making it (NULL: $NSBOX_CONNECT when
+	 * set and not empty, else make it here).  The policy must then be a
+	 * built-in profile with limits, network, workspace, binds and
+	 * environment (-EINVAL otherwise); the workspace and binds are opened
+	 * by this process and passed as descriptors.  Execs and tool calls
+	 * travel straight between this process and its sandbox.  Errors from
+	 * the service keep its errno: -EACCES not allowed (nsboxd.conf(5)),
+	 * -EDQUOT over this user's quota, -EAGAIN the service is full. */
+	const char *connect;
 	/* output gets all of each exec's output as produced, not only the
 	 * first half of output_limit; the result's stdout and stderr are
 	 * capped by output_limit all the same (and say so: stdout_truncated
@@ -175,8 +188,11 @@ typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_
  * NULL) is a JSON Schema of the arguments ({"type": "object",
  * "properties": ...}), used to generate the Python signature and
  * docstring; description may be NULL.  Tools may be added at any time;
- * they are visible from the next exec.  Errors: -EINVAL bad name or
- * schema, -EEXIST name taken, -ENOTCONN the session died. */
+ * they are visible from the next exec.  Since 0.4.0 fn may be NULL: the
+ * tool is answered only through the event API (nsbox_exec_answer); a
+ * blocking nsbox_exec() answers a call to it with a ToolError.  Errors:
+ * -EINVAL bad name or schema, -EEXIST name taken, -ENOTCONN the session
+ * died, -EBUSY an exec is in progress. */
 NSBOX_API int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const char *schema_json,
 				     const char *description, nsbox_tool_fn fn, void *userdata,
 				     nsbox_error_t **err);
@@ -256,7 +272,7 @@ NSBOX_API void nsbox_result_free(nsbox_result_t *r);
  *			if (ev.kind == NSBOX_EVENT_TOOL_CALL) ...answer now or later:
  *				nsbox_exec_answer(s, ev.call_id, "42", NULL, &err);
  *			if (ev.kind == NSBOX_EVENT_DONE)
- *				nsbox_exec_result(s, &r, &err); ...done
+ *				nsbox_exec_result(s, &r, &err); ...done, stop advancing
  *		}
  *		k == 0: nothing more now, poll again; k < 0: error
  *	}
@@ -302,7 +318,11 @@ struct nsbox_event {
  * there is nothing to do until the fd is readable again, or a negative
  * errno: -EINVAL no exec in progress (or after DONE), -ENOMEM.  Limit
  * kills, crashes and protocol errors are not errors here: they end the
- * exec with DONE and a result saying what happened. */
+ * exec with DONE and a result saying what happened.  A tool call over the
+ * session's max_tool_calls, or to a name that is not registered, is
+ * answered with a ToolError inside and not reported.  The sandbox waits
+ * for each tool call's answer (its time limit runs meanwhile); output and
+ * other calls (from other threads inside) may come first. */
 NSBOX_API int nsbox_exec_advance(nsbox_session_t *s, struct nsbox_event *ev, nsbox_error_t **err);
 
 /* Answer tool call call_id of the exec in progress: result_json (NULL
@@ -338,8 +358,44 @@ struct nsbox_session_info {
 	uint64_t memory_peak;
 	char python[32];		/* since 0.2.0: the sandbox's Python version, "3.11.2" */
 };
-/* Fill *info (set info->struct_size first).  Errors: -EINVAL. */
+/* Fill *info (set info->struct_size first).  Also from the thread driving
+ * an event-driven exec on s (nsbox_exec_start).  Errors: -EINVAL, -EBUSY. */
 NSBOX_API int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbox_error_t **err);
+
+/* ---- session files (since 0.5.0) ----------------------------------------
+ *
+ * Files inside a session's sandbox, with or without a workspace.  The
+ * runner does the work inside the sandbox, as the sandbox's user and in its
+ * mount namespace (nsbox-protocol(7), FILES): the host never opens a path
+ * the sandbox controls, so a symlink, fifo or renamed entry planted inside
+ * only changes what the sandbox itself sees.  Relative paths are relative
+ * to the runner's working directory.  Data travels in chunks of 4 MiB; a
+ * file changed by sandboxed code meanwhile may read back mixed.  Errors
+ * (besides -EINVAL bad arguments, -EBUSY, -ENOTCONN the session ended):
+ * the errno seen inside, negated: -ENOENT no such file or directory,
+ * -EISDIR a directory, -EINVAL not a regular file (fifo, device, socket),
+ * -EFBIG over the cap, -ENOSPC/-EDQUOT the sandbox's space is full,
+ * -EACCES, -ENOTDIR, -ELOOP, -ENOTSUP the runner is too old. */
+
+/* Write data[0..len) to path, creating it with mode (-1: 0644) or
+ * truncating it.  At most 64 MiB per call (-EFBIG), or NSBOX_FILE_MAX
+ * bytes when that is set in the environment. */
+NSBOX_API int nsbox_write_file(nsbox_session_t *s, const char *path, const void *data, size_t len, int mode,
+			       nsbox_error_t **err);
+/* Read path: at most max bytes (0: 64 MiB or NSBOX_FILE_MAX), -EFBIG past it.  On success
+ * *data is malloc'd (nsbox_free), NUL-terminated after *len bytes. */
+NSBOX_API int nsbox_read_file(nsbox_session_t *s, const char *path, char **data, size_t *len, uint64_t max,
+			      nsbox_error_t **err);
+/* List directory path as JSON (nsbox_free):
+ * {"entries": [{"name": "a.txt", "type": "file", "size": 12}, ...],
+ *  "truncated": false}; type is "file", "dir", "symlink", "fifo",
+ * "socket", "char", "block" or "other" (of the entry itself, not what a
+ * symlink points to); a name that is not UTF-8 comes with "name_hex" (its
+ * bytes) and a lossy "name".  At most 100000 entries. */
+NSBOX_API int nsbox_list_files(nsbox_session_t *s, const char *path, char **json, nsbox_error_t **err);
+/* Make directory path and missing parents (mode -1: 0755); an existing
+ * directory is not an error. */
+NSBOX_API int nsbox_make_dir(nsbox_session_t *s, const char *path, int mode, nsbox_error_t **err);
 
 /* ---- commands ----------------------------------------------------------- */
 
@@ -350,10 +406,14 @@ struct nsbox_run_opts {
 	const int *stdio;
 	nsbox_warn_fn warn;		/* may be NULL */
 	void *warn_userdata;
-	/* While the command runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to
-	 * the caller are passed on to it (handlers are installed and the old
-	 * ones restored before returning).  One such call at a time per
-	 * process: -EBUSY otherwise. */
+	/* From the call on, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to the
+	 * caller are passed on to the command; one that comes while the
+	 * sandbox is being built reaches it as soon as it exists.  Handlers
+	 * are installed at the start and the old ones restored before
+	 * returning; a signal the caller ignores stays ignored, and one
+	 * caught when no command came of it is raised again for the caller's
+	 * own handler.  One such call at a time per process: -EBUSY
+	 * otherwise. */
 	bool forward_signals;
 	/* Launch from this process instead of the helper (see
 	 * nsbox_session_opts.in_process): single-threaded callers only. */
@@ -464,6 +524,36 @@ NSBOX_API int nsbox_parse_size(const char *s, uint64_t *bytes, nsbox_error_t **e
 /* 0 when name is acceptable to nsbox_session_add_tool() (a Python
  * identifier of at most 64 bytes, nsbox-protocol(7)); -EINVAL otherwise. */
 NSBOX_API int nsbox_check_tool_name(const char *name, nsbox_error_t **err);
+
+/* ---- handing a sandbox over (since 0.4.0; nsboxd(8)) -------------------
+ *
+ * A service that makes sandboxes for other processes keeps each sandbox's
+ * lifecycle but gives its client the runner socket, so that execs and tool
+ * calls travel straight between the client and its sandbox
+ * (nsbox-protocol(7)). */
+
+/* Give away the runner socket of session s.  On success *runner_fd is the
+ * session's end of the runner socket (blocking, CLOEXEC), *pidfd a pidfd of
+ * the sandbox's pid 1 (readable when it ends) and *hello_json the runner's
+ * HELLO as JSON text (nsbox_free() it); all three are the caller's.  From
+ * then on s only controls the sandbox: nsbox_session_kill(),
+ * nsbox_session_end(), nsbox_session_info() and nsbox_session_free();
+ * nsbox_exec() and the other requests fail with -ENOTCONN.  Outputs are
+ * untouched on failure.  Errors: -EINVAL, -ENOTCONN the session has ended,
+ * -EBUSY the session is in use, or the runner sent bytes not yet read. */
+NSBOX_API int nsbox_session_handoff(nsbox_session_t *s, int *runner_fd, int *pidfd, char **hello_json,
+				    nsbox_error_t **err);
+/* SIGKILL the sandbox of s and return at once (nsbox_session_end() reaps
+ * it).  Any thread; accepts NULL. */
+NSBOX_API void nsbox_session_kill(nsbox_session_t *s);
+/* Wait for the sandbox to end (with kill, SIGKILL it first), reap it,
+ * remove its cgroups and fill *st (st->struct_size set by the caller):
+ * exited, exit_status, term_signal, oom_killed, peak_memory, cpu_* and wall
+ * are meaningful, exit_code is what nsbox(1) would exit with.  s stays
+ * valid for nsbox_session_info() (alive false) and nsbox_session_free().
+ * Without kill, blocks until the sandbox ends by itself (poll the pidfd
+ * from nsbox_session_handoff() first).  Errors: -EINVAL. */
+NSBOX_API int nsbox_session_end(nsbox_session_t *s, bool kill, struct nsbox_run_status *st, nsbox_error_t **err);
 
 #ifdef __cplusplus
 }

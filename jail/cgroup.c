@@ -282,6 +282,18 @@ static int write_limit(struct cgroup_handle *h, enum cgroup_ctrl c, const struct
 			 * limit means no swap. */
 			cg_write_opt(dir, "memory.memsw.limit_in_bytes", val);
 			cg_write_opt(dir, "memory.swappiness", "0");
+			/* v1 charges socket buffers only to a counter of their own,
+			 * and only once its limit has been written, before the
+			 * sockets exist (memcg1 tcpmem_active): unset, a sandbox
+			 * under --memory 128M queued 1.1 GiB on its loopback.  A
+			 * quarter of the limit, so the sandbox as a whole holds
+			 * at most 1.25 times it (v2 charges sockets to
+			 * memory.max itself).  Kernel objects (slab) are charged to
+			 * memory.limit_in_bytes. */
+			snprintf(val, sizeof(val), "%llu", (unsigned long long)(p->memory / 4));
+			if (file_writable(dir, "memory.kmem.tcp.limit_in_bytes") &&
+			    cg_write(dir, "memory.kmem.tcp.limit_in_bytes", val, err) < 0)
+				return -1;
 		} else {
 			if (cg_write(dir, "memory.max", val, err) < 0)
 				return -1;

@@ -82,6 +82,7 @@ struct jail {
 	bool cg_enforced[3];		/* memory, pids, cpu enforced by a cgroup */
 	bool reaped;
 	struct jail_status status;
+	pid_t egress_pid;	/* the egress proxy ([Network] Allow=), 0 = none */
 };
 
 /* Start the sandbox.  On success returns 0 and fills *j; the sandbox is

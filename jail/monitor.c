@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "cgroup.h"
+#include "egress.h"
 #include "jail.h"
 #include "sync.h"
 #include "util.h"
@@ -23,7 +24,7 @@ static void read_sync(struct jail *j)
 
 	if (n == (ssize_t)sizeof(m) && m.type == SYNC_STATUS) {
 		j->have_payload_status = true;
-		j->payload_status = m.code;
+		j->payload_status = m.arg;
 	} else if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
 		close(j->sync_fd);
 		j->sync_fd = -1;
@@ -142,6 +143,9 @@ void jail_destroy(struct jail *j)
 	j->pidfd = j->sync_fd = -1;
 	cgroup_destroy(j->cg);
 	j->cg = NULL;
+	/* The proxy ends with its sandbox (egress.h). */
+	egress_stop(j->egress_pid);
+	j->egress_pid = 0;
 }
 
 int jail_exit_code(const struct jail_status *st)

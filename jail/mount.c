@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "jail.h"
+#include "rootfs-table.h"
 #include "steps.h"
 #include "util.h"
 
@@ -116,6 +117,19 @@ static int bind_fd(int srcfd, const char *dst, bool rw, bool nodev, struct nsbox
 	return set_attr(dst, attr, true, err);
 }
 
+/* The same for a detached tree the launcher cloned (open_tree), attached
+ * here with move_mount: the way into our mount namespace from the host's. */
+static int attach_tree(int treefd, const char *dst, bool rw, struct nsbox_err *err)
+{
+	unsigned long long attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | (rw ? 0 : MOUNT_ATTR_RDONLY);
+
+	if (make_mountpoint(treefd, dst, err) < 0)
+		return -1;
+	if (syscall(SYS_move_mount, treefd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		return err_sys(err, "attach the launcher's tree onto %s", dst + strlen(NEWROOT));
+	return set_attr(dst, attr, true, err);
+}
+
 static int open_src(const char *path, struct nsbox_err *err)
 {
 	int fd = open(path, O_PATH | O_CLOEXEC);
@@ -142,46 +156,29 @@ static int write_etc(const char *name, const char *content, struct nsbox_err *er
 	return 0;
 }
 
-static int make_etc(const struct nsbox_policy *p, const char *home, struct nsbox_err *err)
+static int make_etc(const struct nsbox_policy *p, struct nsbox_err *err)
 {
-	char buf[1024];
+	struct rootfs_etc_file files[ROOTFS_ETC_FILES];
 
 	if (mkdir(NEWROOT "/etc", 0755) < 0)
 		return err_sys(err, "mkdir /etc");
-	if (p->uid == 0)
-		snprintf(buf, sizeof(buf), "root:x:0:0:root:%s:/bin/sh\n"
-					   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n", home);
-	else
-		snprintf(buf, sizeof(buf), "root:x:0:0:root:/root:/bin/sh\nsandbox:x:%u:%u:nsbox sandbox:%s:/bin/sh\n"
-					   "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
-			 (unsigned)p->uid, (unsigned)p->gid, home);
-	if (write_etc("passwd", buf, err) < 0)
-		return -1;
-	if (p->gid == 0)
-		snprintf(buf, sizeof(buf), "root:x:0:\nnogroup:x:65534:\n");
-	else
-		snprintf(buf, sizeof(buf), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n", (unsigned)p->gid);
-	if (write_etc("group", buf, err) < 0)
-		return -1;
-	snprintf(buf, sizeof(buf), "127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n",
-		 p->hostname ? p->hostname : "nsbox");
-	if (write_etc("hosts", buf, err) < 0)
-		return -1;
-	return write_etc("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n", err);
+	rootfs_etc(p, files);
+	for (size_t i = 0; i < ARRAY_SIZE(files); i++)
+		if (write_etc(files[i].name, files[i].text, err) < 0)
+			return -1;
+	return 0;
 }
 
 static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 {
-	static const char *const nodes[] = { "null", "zero", "full", "random", "urandom" };
-	static const char *const links[][2] = {
-		{ "/proc/self/fd", "fd" }, { "/proc/self/fd/0", "stdin" },
-		{ "/proc/self/fd/1", "stdout" }, { "/proc/self/fd/2", "stderr" },
-	};
+	const char *const *nodes;
+	const struct rootfs_link *links;
+	size_t n_nodes = rootfs_dev_nodes(&nodes), n_links = rootfs_dev_links(&links);
 	char path[128], opts[64];
 
 	if (mount("tmpfs", NEWROOT "/dev", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64") < 0)
 		return err_sys(err, "mount tmpfs on /dev");
-	for (size_t i = 0; i < ARRAY_SIZE(nodes); i++) {
+	for (size_t i = 0; i < n_nodes; i++) {
 		_cleanup_close_ int fd = -1;
 		snprintf(path, sizeof(path), "/dev/%s", nodes[i]);
 		fd = open_src(path, err);
@@ -195,20 +192,19 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 		if (bind_fd(fd, path, false, false, err) < 0)
 			return -1;
 	}
-	for (size_t i = 0; i < ARRAY_SIZE(links); i++) {
-		snprintf(path, sizeof(path), NEWROOT "/dev/%s", links[i][1]);
-		if (symlink(links[i][0], path) < 0)
-			return err_sys(err, "symlink /dev/%s", links[i][1]);
+	for (size_t i = 0; i < n_links; i++) {
+		snprintf(path, sizeof(path), NEWROOT "/dev/%s", links[i].name);
+		if (symlink(links[i].target, path) < 0)
+			return err_sys(err, "symlink /dev/%s", links[i].name);
 	}
 	/* A private devpts instance, as bubblewrap's --dev: os.openpty() and
-	 * pty users work, and no pty of the host's is reachable. */
+	 * pty users work, and no pty of the host's is reachable (/dev/ptmx is
+	 * a link into it, rootfs-table.c). */
 	if (mkdir(NEWROOT "/dev/pts", 0755) < 0)
 		return err_sys(err, "mkdir /dev/pts");
-	if (mount("devpts", NEWROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
-		  "newinstance,ptmxmode=0666,mode=620") < 0)
+	if (mount("devpts", NEWROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") <
+	    0)
 		return err_sys(err, "mount devpts");
-	if (symlink("pts/ptmx", NEWROOT "/dev/ptmx") < 0)
-		return err_sys(err, "symlink /dev/ptmx");
 	if (mkdir(NEWROOT "/dev/shm", 01777) < 0)
 		return err_sys(err, "mkdir /dev/shm");
 	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
@@ -221,9 +217,8 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 /* Host /usr with the merged-usr links, or the top level of another root. */
 static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_err *err)
 {
-	static const char *const merged[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
-	static const char *const skip[] = { ".", "..", "proc", "dev", "sys", "tmp", "etc", "run", "workspace",
-					    "home", "root", "var", "boot", "mnt", "media", "srv", "lost+found" };
+	const char *const *merged;
+	size_t n_merged = rootfs_merged_usr(&merged);
 	char path[4096], target[256];
 
 	if (!p->rootfs) {
@@ -232,7 +227,7 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
 			return -1;
 		if (bind_fd(usr, NEWROOT "/usr", false, true, err) < 0)
 			return -1;
-		for (size_t i = 0; i < ARRAY_SIZE(merged); i++) {
+		for (size_t i = 0; i < n_merged; i++) {
 			char hostp[64];
 			ssize_t n;
 			snprintf(hostp, sizeof(hostp), "/%s", merged[i]);
@@ -262,10 +257,7 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
 		return err_sys(err, "read --rootfs %s", p->rootfs);
 	}
 	while ((de = readdir(d))) {
-		bool skipped = false;
-		for (size_t i = 0; i < ARRAY_SIZE(skip); i++)
-			skipped |= strcmp(de->d_name, skip[i]) == 0;
-		if (skipped)
+		if (rootfs_skip_top(de->d_name))
 			continue;
 		snprintf(path, sizeof(path), NEWROOT "/%s", de->d_name);
 		ssize_t n = readlinkat(rootfd, de->d_name, target, sizeof(target) - 1);
@@ -294,28 +286,49 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
 	return 0;
 }
 
-/* /proc entries hidden under /dev/null, as runc masks them: keyrings of the
- * invoking user, and kernel layout that helps exploits.  The mode-0400 ones
- * matter when the sandbox user maps to host root (nsbox run as root). */
-static const char *const proc_masked[] = { "keys", "key-users", "timer_list", "sched_debug", "latency_stats",
-					   "timer_stats", "kcore", "sysrq-trigger" };
-static const char *const proc_masked_root[] = { "kpagecount", "kpageflags", "kpagecgroup", "slabinfo",
-						"pagetypeinfo", "vmallocinfo", "iomem", "mtrr" };
+/* /proc/sys/kernel/random/boot_id names the host's boot (it is the same
+ * in every namespace): a fresh random one per sandbox.  From a file of the
+ * new root's tmpfs, unlinked once bound, so mountinfo shows nothing of the
+ * host for it (a memfd can't be bound: it is not on a mount of ours). */
+static int fake_boot_id(struct nsbox_err *err)
+{
+	static const char tmp[] = NEWROOT "/.boot_id";
+	_cleanup_close_ int fd = -1;
+	unsigned char u[16];
+	char text[40];
+	int r;
 
+	if (syscall(SYS_getrandom, u, sizeof(u), 0) != (long)sizeof(u))
+		return err_sys(err, "getrandom for boot_id");
+	u[6] = (u[6] & 0x0f) | 0x40;	/* version 4, RFC 4122 variant, as the kernel's */
+	u[8] = (u[8] & 0x3f) | 0x80;
+	snprintf(text, sizeof(text), "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n", u[0],
+		 u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14], u[15]);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0444);
+	if (fd < 0 || write_full(fd, text, strlen(text)) < 0)
+		return err_sys(err, "write a boot_id");
+	r = mount(tmp, NEWROOT "/proc/sys/kernel/random/boot_id", NULL, MS_BIND, NULL);
+	(void)unlink(tmp);
+	if (r < 0)
+		return err_sys(err, "bind over /proc/sys/kernel/random/boot_id");
+	return set_attr(NEWROOT "/proc/sys/kernel/random/boot_id",
+			MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false, err);
+}
+
+/* /proc entries hidden under /dev/null (rootfs-table.c says which). */
 static int mask_proc(bool host_root, struct nsbox_err *err)
 {
 	_cleanup_close_ int null = open_src("/dev/null", err);
+	const char *masked[32];
+	size_t n = rootfs_proc_masked(host_root, masked, ARRAY_SIZE(masked));
 	char path[128];
 
 	if (null < 0)
 		return -1;
-	for (size_t i = 0; i < ARRAY_SIZE(proc_masked) + ARRAY_SIZE(proc_masked_root); i++) {
-		bool rootonly = i >= ARRAY_SIZE(proc_masked);
-		const char *name = rootonly ? proc_masked_root[i - ARRAY_SIZE(proc_masked)] : proc_masked[i];
+	for (size_t i = 0; i < n; i++) {
+		const char *name = masked[i];
 		char src[64];
 
-		if (rootonly && !host_root)
-			continue;
 		snprintf(path, sizeof(path), NEWROOT "/proc/%s", name);
 		if (access(path, F_OK) < 0)
 			continue;
@@ -328,24 +341,6 @@ static int mask_proc(bool host_root, struct nsbox_err *err)
 			return -1;
 	}
 	return 0;
-}
-
-size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max)
-{
-	size_t n = 0;
-
-	if (n < max)
-		out[n++] = "/tmp";
-	if (n < max)
-		out[n++] = "/dev/shm";
-	if (n < max)
-		out[n++] = "/dev/pts"; /* the private devpts: open ptmx, a pty's ioctls */
-	if (p->workspace && n < max)
-		out[n++] = "/workspace";
-	for (size_t i = 0; i < p->n_mounts && n < max; i++)
-		if (p->mounts[i].rw)
-			out[n++] = p->mounts[i].dst;
-	return n;
 }
 
 /* exec_file opened by path in our mount namespace, as the sandbox's user
@@ -374,28 +369,80 @@ static int open_in_root(int dirfd, const char *path, int flags)
 	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 }
 
-int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_file, int exec_src, int *exec_fd,
-		struct nsbox_err *err)
+void mount_srcs_close(struct mount_srcs *s)
 {
-	int srcfd[POLICY_MAX_MOUNTS];
-	_cleanup_close_ int wsfd = -1, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
+	for (size_t i = 0; i < s->n_bind && i < ARRAY_SIZE(s->bind); i++)
+		if (s->bind[i] >= 0)
+			close(s->bind[i]);
+	if (s->workspace >= 0)
+		close(s->workspace);
+	s->n_bind = 0;
+	s->workspace = -1;
+	s->detached = false;
+}
+
+static int clone_tree(const char *path, struct nsbox_err *err)
+{
+	int fd = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+
+	if (fd < 0)
+		err_sys(err, "open %s", path);
+	return fd;
+}
+
+int mount_open_sources(const struct nsbox_policy *p, struct mount_srcs *s, struct nsbox_err *err)
+{
+	mount_srcs_close(s);
+	/* OPEN_TREE_CLONE needs CAP_SYS_ADMIN over the host's mount
+	 * namespace: an unprivileged launcher leaves it to pid 1, which
+	 * opens the paths in its own copy of that namespace with the
+	 * sandbox's uid (the launcher's). */
+	if (geteuid() != 0)
+		return 0;
+	s->detached = true;
+	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
+		s->bind[i] = clone_tree(p->mounts[i].src, err);
+		s->n_bind = i + 1;
+		if (s->bind[i] < 0)
+			goto fail;
+	}
+	if (p->workspace && (s->workspace = clone_tree(p->workspace, err)) < 0)
+		goto fail;
+	return 0;
+fail:
+	mount_srcs_close(s);
+	return err_step(err, "mount");
+}
+
+int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, const char *exec_file,
+		int exec_src, int *exec_fd, struct nsbox_err *err)
+{
+	int *srcfd = srcs->bind;
+	_cleanup_close_ int wsfd = srcs->workspace, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
 	_cleanup_close_ int servfd = -1, protofd = -1;
 	char path[4096], opts[64];
-	const char *home = p->workspace ? "/workspace" : "/tmp";
+	const char *home = rootfs_home(p);
 	int r = -1;
 
 	err_step(err, "mount");
-	for (size_t i = 0; i < ARRAY_SIZE(srcfd); i++)
-		srcfd[i] = -1;
+	srcs->workspace = -1;	/* wsfd's now */
 	/* Nothing we mount may propagate back to the host. */
-	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
-		return err_sys(err, "make / private");
-	/* Open every source before the new root's tmpfs hides host /tmp. */
-	for (size_t i = 0; i < p->n_mounts; i++)
-		if ((srcfd[i] = open_src(p->mounts[i].src, err)) < 0)
-			goto out;
-	if (p->workspace && (wsfd = open_src(p->workspace, err)) < 0)
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+		err_sys(err, "make / private");
 		goto out;
+	}
+	/* Open every source before the new root's tmpfs hides host /tmp
+	 * (unless the launcher did, mount_open_sources). */
+	if (!srcs->detached) {
+		for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
+			srcfd[i] = open_src(p->mounts[i].src, err);
+			srcs->n_bind = i + 1;
+			if (srcfd[i] < 0)
+				goto out;
+		}
+		if (p->workspace && (wsfd = open_src(p->workspace, err)) < 0)
+			goto out;
+	}
 	if (p->rootfs && (rootfd = open(p->rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		err_sys(err, "open --rootfs %s", p->rootfs);
 		goto out;
@@ -441,7 +488,7 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 		err_sys(err, "mount proc");
 		goto out;
 	}
-	if (mask_proc(host_root, err) < 0)
+	if (mask_proc(host_root, err) < 0 || fake_boot_id(err) < 0)
 		goto out;
 	if (make_dev(p, err) < 0)
 		goto out;
@@ -451,7 +498,7 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 		err_sys(err, "mount tmpfs on /tmp");
 		goto out;
 	}
-	if (make_etc(p, home, err) < 0)
+	if (make_etc(p, err) < 0)
 		goto out;
 	if (cachefd >= 0 && bind_fd(cachefd, NEWROOT "/etc/ld.so.cache", false, true, err) < 0)
 		goto out;
@@ -461,7 +508,12 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 		goto out;
 	if (protofd >= 0 && bind_fd(protofd, NEWROOT "/etc/protocols", false, true, err) < 0)
 		goto out;
-	if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
+	/* With an egress allowlist the only resolver is the stub on the
+	 * sandbox's loopback (egress.h). */
+	if (p->n_net_allow && !p->share_net) {
+		if (write_etc("resolv.conf", "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n", err) < 0)
+			goto out;
+	} else if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
 		goto out;
 	/* Before the policy's binds, and opened at once: a bind of the
 	 * policy's over /run may hide the path but not the descriptor the
@@ -476,11 +528,13 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 		}
 	}
 
-	if (wsfd >= 0 && bind_fd(wsfd, NEWROOT "/workspace", true, true, err) < 0)
+	if (wsfd >= 0 && (srcs->detached ? attach_tree(wsfd, NEWROOT "/workspace", true, err)
+					  : bind_fd(wsfd, NEWROOT "/workspace", true, true, err)) < 0)
 		goto out;
 	for (size_t i = 0; i < p->n_mounts; i++) {
 		snprintf(path, sizeof(path), NEWROOT "%s", p->mounts[i].dst);
-		if (bind_fd(srcfd[i], path, p->mounts[i].rw, true, err) < 0) {
+		if ((srcs->detached ? attach_tree(srcfd[i], path, p->mounts[i].rw, err)
+				    : bind_fd(srcfd[i], path, p->mounts[i].rw, true, err)) < 0) {
 			err_wrap(err, "--%s %s:%s", p->mounts[i].rw ? "bind" : "ro-bind", p->mounts[i].src,
 				 p->mounts[i].dst);
 			goto out;
@@ -510,8 +564,6 @@ int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_f
 	}
 	r = 0;
 out:
-	for (size_t i = 0; i < ARRAY_SIZE(srcfd); i++)
-		if (srcfd[i] >= 0)
-			close(srcfd[i]);
+	mount_srcs_close(srcs);
 	return r;
 }

@@ -10,23 +10,45 @@
 #include "error.h"
 #include "policy.h"
 
-/* mount.c: build the minimal root on a tmpfs and pivot_root into it.
- * Leaves the cwd at /workspace (if any) or /.  host_root: the sandbox's
- * user is host uid 0, so root-only /proc files are masked too.  exec_src
+/* mount.c: a root launcher clones the policy's bind and workspace sources
+ * before the clone (open_tree, OPEN_TREE_CLONE: detached trees, attached by
+ * pid 1 with move_mount), with its rights, as it opens exec_file.  Opened
+ * by pid 1 they fail for nsboxd's /proc/PID/fd/N of a client's descriptor:
+ * a process in another user namespace may not look into a root process's
+ * fds (commoncap's ptrace check wants the same user namespace), nor, with a
+ * HostUid= of its own, into another uid's; and a bind of it would name a
+ * mount of the host's namespace (EINVAL).  An unprivileged launcher opens
+ * nothing here (pid 1 opens the paths as before).  s starts as
+ * { .workspace = -1 } (nothing open); on failure nothing is left open. */
+struct mount_srcs {
+	int bind[POLICY_MAX_MOUNTS];
+	size_t n_bind;		/* bind[0..n_bind) are set (-1 or open) */
+	int workspace;
+	bool detached;		/* open_tree clones (else O_PATH fds of pid 1's) */
+};
+int mount_open_sources(const struct nsbox_policy *p, struct mount_srcs *s, struct nsbox_err *err);
+/* Closes what is open and empties s.  For __attribute__((cleanup)). */
+void mount_srcs_close(struct mount_srcs *s);
+
+/* Build the minimal root on a tmpfs and pivot_root into it; takes
+ * ownership of srcs (closed, success or not).  Leaves the cwd at
+ * /workspace (if any) or /.  host_root: the launcher is host root (the
+ * sandbox's user is host uid 0 unless HostUid= says otherwise), so
+ * root-only /proc files are masked too.  exec_src
  * (-1: none): the launcher's fd of the host file exec_file, to be bound
  * read-only at JAIL_EXEC_PATH; *exec_fd gets what to execute: an O_PATH
  * fd of it there, or a sealed memfd copy where that same file can't be
  * bound (jail.h, exec_file). */
-int mount_setup(const struct nsbox_policy *p, bool host_root, const char *exec_file, int exec_src, int *exec_fd,
-		struct nsbox_err *err);
-/* The writable paths inside the sandbox, for Landlock (static storage). */
-size_t mount_rw_paths(const struct nsbox_policy *p, const char **out, size_t max);
+int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, const char *exec_file,
+		int exec_src, int *exec_fd, struct nsbox_err *err);
+/* (What it mounts, as data: rootfs-table.h.) */
 
 /* net.c: a new network namespace with lo up (one rtnetlink request;
  * CAP_NET_ADMIN there is pid 1's from the clone on), made on a thread of its own while
  * the caller goes on: netns_start() begins it (or, with no thread to be
  * had, makes it at once for the caller); netns_join() waits for it and
- * moves the calling thread in.  Nothing may be forked, and no filter that
+ * moves the calling thread in.  The caller sets egress_fd (-1: none)
+ * before netns_start.  Nothing may be forked, and no filter that
  * denies setns loaded, between the two. */
 struct netns_job {
 	pthread_t tid;
@@ -34,6 +56,7 @@ struct netns_job {
 	bool failed;
 	int procfd;		/* the host's /proc, O_PATH */
 	int nsfd;		/* the new namespace, from the thread */
+	int egress_fd;		/* >= 0: make the egress sockets there and send them (egress.h) */
 	struct nsbox_err err;	/* the thread's error */
 };
 int netns_start(struct netns_job *job, struct nsbox_err *err);
@@ -52,6 +75,6 @@ int caps_clear(struct nsbox_err *err);
 int ids_switch(uid_t uid, gid_t gid, bool may_setgroups, struct nsbox_err *err);
 
 /* userns.c (parent side): write uid_map, setgroups, gid_map of pid. */
-int userns_write_maps(pid_t pid, uid_t in_uid, gid_t in_gid, bool deny_setgroups, struct nsbox_err *err);
+int userns_write_maps(pid_t pid, const struct nsbox_policy *p, bool deny_setgroups, struct nsbox_err *err);
 
 #endif

@@ -1,13 +1,14 @@
-/* Messages between the launcher and pid 1 over their SOCK_SEQPACKET pair. */
+/* Messages between the launcher and pid 1 over their SOCK_SEQPACKET pair
+ * (and from the payload to pid 1 over a pipe, for a failed setup or exec). */
 #ifndef NSBOX_SYNC_H
 #define NSBOX_SYNC_H
 
 #include "error.h"
 
 /* In order: the launcher sends GO (id maps written), then ATTACHED (pid 1
- * is in every cgroup; code = SYNC_CG_* bits of
- * the limits a cgroup enforces); pid 1 answers READY, ERROR or EXEC_ERROR,
- * and STATUS when the payload ends. */
+ * is in every cgroup; arg = SYNC_CG_* bits of the limits a cgroup
+ * enforces); pid 1 answers READY, ERROR or EXEC_ERROR, and STATUS when the
+ * payload ends. */
 enum sync_type { SYNC_GO = 1, SYNC_READY, SYNC_ERROR, SYNC_EXEC_ERROR, SYNC_STATUS, SYNC_ATTACHED };
 
 #define SYNC_CG_MEMORY 1
@@ -15,9 +16,17 @@ enum sync_type { SYNC_GO = 1, SYNC_READY, SYNC_ERROR, SYNC_EXEC_ERROR, SYNC_STAT
 
 struct sync_msg {
 	int type;
-	int code;	/* errno, or the payload's wait status for SYNC_STATUS */
-	char step[48];
-	char msg[NSBOX_ERR_MSG_MAX];
+	int arg;		/* SYNC_STATUS: the payload's wait status; SYNC_ATTACHED: SYNC_CG_* */
+	struct nsbox_err err;	/* SYNC_ERROR, SYNC_EXEC_ERROR: errno, step and message */
 };
+
+/* Fill *m; e (NULL: none) is copied with err_copy. */
+void sync_msg_init(struct sync_msg *m, int type, int arg, const struct nsbox_err *e);
+/* Send one message (MSG_NOSIGNAL).  Returns 0 or -1 with errno. */
+int sync_send(int fd, int type, int arg, const struct nsbox_err *e);
+/* Receive one message (flags: for recv(2), e.g. MSG_DONTWAIT), its error
+ * record bounded.  Returns 1, 0 at EOF, or -1 with errno (EPROTO: a
+ * message of the wrong size). */
+int sync_recv(int fd, struct sync_msg *m, int flags);
 
 #endif

@@ -4,12 +4,12 @@
 
 #include "nsbox.h"
 
-/* The error object behind nsbox_error_t: api.c defines it with this very
- * layout and frees it (nsbox_error_free); hostinfo.c makes them too.
- * api.c should include this header instead of repeating the definition. */
+/* The error object behind nsbox_error_t: made by api.c and hostinfo.c,
+ * freed by nsbox_error_free. */
 struct nsbox_error {
-	int code;	/* negative errno */
+	int code;	/* negative errno, one of libnsbox(3)'s ERRORS */
 	char *msg;
+	char step[48];	/* the setup step that failed, "" if none */
 };
 
 #endif

@@ -8,6 +8,7 @@
 #include "nsbox.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -25,14 +26,11 @@
 #include "proto.h"
 #include "run.h"
 #include "session.h"
+#include "files.h"
 #include "util.h"
+#include "api-internal.h"
 
-#define NSBOX_VERSION "0.3.0"
-
-struct nsbox_error {
-	int code;	/* negative errno */
-	char *msg;
-};
+#include "api-private.h"
 
 struct nsbox_policy_handle {
 	struct nsbox_policy p;
@@ -51,7 +49,11 @@ struct nsbox_sess {
 	struct nsbox_session *s;
 	struct nsbox_policy policy;	/* the session's own copy */
 	struct api_tool *tools;
-	atomic_bool busy;		/* one call at a time: -EBUSY otherwise */
+	atomic_bool busy;		/* one call at a time: -EBUSY otherwise; held by an event-driven exec
+					 * from nsbox_exec_start() to nsbox_exec_result() */
+	bool ev_exec;			/* an event-driven exec holds busy */
+	bool ev_done;			/* ... and has reported DONE */
+	char *ev_args;			/* the last TOOL_CALL event's args_json */
 	pid_t owner;			/* the process that made it (fork check) */
 };
 
@@ -72,15 +74,41 @@ struct nsbox_result {
 /* ---- errors ---- */
 
 /* When even the error object cannot be allocated. */
-static struct nsbox_error oom_error = { -ENOMEM, "out of memory" };
+static struct nsbox_error oom_error = { -ENOMEM, "out of memory", "" };
 
-static int fail_msg(nsbox_error_t **err, int code, const char *msg)
+/* Only the errno values libnsbox(3) documents leave the library (as
+ * libseccomp's _rc_filter): what the core or the kernel says otherwise is
+ * mapped to the documented value nearest in meaning, EIO when none is. */
+static int rc_filter(int code)
 {
+	switch (-code) {
+	case EINVAL: case ENOENT: case EEXIST: case EBUSY: case ENOTCONN: case EPERM: case ENOSPC: case ENOSYS:
+	case ECONNRESET: case ETIMEDOUT: case EIO: case ENOMEM: case EBADF: case EAGAIN: case E2BIG:
+		return code;
+	case EACCES: case EROFS:
+		return -EPERM;
+	case EMSGSIZE: case EFBIG: case ENAMETOOLONG: case EILSEQ: case ERANGE: case ENOTDIR:
+		return -EINVAL;
+	case EPIPE:
+		return -ENOTCONN;
+	case EUSERS: case EMFILE: case ENFILE: case EDQUOT:
+		return -ENOSPC;
+	case EOPNOTSUPP:
+		return -ENOSYS;
+	default:
+		return -EIO;
+	}
+}
+
+static int fail_step(nsbox_error_t **err, int code, const char *msg, const char *step)
+{
+	code = rc_filter(code);
 	if (err) {
-		struct nsbox_error *e = malloc(sizeof(*e));
+		struct nsbox_error *e = calloc(1, sizeof(*e));
 
 		if (e && (e->msg = strdup(msg ? msg : "")) != NULL) {
 			e->code = code;
+			snprintf(e->step, sizeof(e->step), "%s", step ? step : "");
 			*err = e;
 		} else {
 			free(e);
@@ -88,6 +116,11 @@ static int fail_msg(nsbox_error_t **err, int code, const char *msg)
 		}
 	}
 	return code;
+}
+
+static int fail_msg(nsbox_error_t **err, int code, const char *msg)
+{
+	return fail_step(err, code, msg, NULL);
 }
 
 static int fail(nsbox_error_t **err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -109,11 +142,13 @@ static int fail_core(nsbox_error_t **err, const struct nsbox_err *e, int dflt)
 {
 	int code = e->code ? -e->code : dflt;
 
-	if (code == -EPIPE)
-		code = -ENOTCONN;
 	/* A bad policy is not a setup step that failed: its message says it all. */
-	if (e->step[0] && strcmp(e->step, "policy") != 0)
-		return fail(err, code, "setup step '%s' failed: %s", e->step, e->msg);
+	if (e->step[0] && strcmp(e->step, "policy") != 0) {
+		char buf[NSBOX_ERR_MSG_MAX + 96];
+
+		snprintf(buf, sizeof(buf), "setup step '%s' failed: %s", e->step, e->msg);
+		return fail_step(err, code, buf, e->step);
+	}
 	return fail_msg(err, code, e->msg);
 }
 
@@ -125,6 +160,11 @@ int nsbox_error_code(const nsbox_error_t *err)
 const char *nsbox_error_message(const nsbox_error_t *err)
 {
 	return err && err->msg ? err->msg : "";
+}
+
+const char *nsbox_error_step(const nsbox_error_t *err)
+{
+	return err && err->step[0] ? err->step : NULL;
 }
 
 void nsbox_error_free(nsbox_error_t *err)
@@ -177,24 +217,6 @@ static char *policy_text(const struct nsbox_policy *p)
 		return NULL;
 	}
 	return text;
-}
-
-/* A deep copy through the file format, which parses back to the same
- * policy (policy_print). */
-static int policy_dup(struct nsbox_policy *dst, const struct nsbox_policy *src, struct nsbox_err *err)
-{
-	_cleanup_free_ char *text = policy_text(src);
-
-	memset(dst, 0, sizeof(*dst));
-	if (!text)
-		return err_set(err, ENOMEM, "policy");
-	if (policy_init_builtin(dst, "default", err) < 0)
-		return -1;
-	if (policy_parse(dst, text, strlen(text), "<policy copy>", err) < 0) {
-		policy_free(dst);
-		return -1;
-	}
-	return 0;
 }
 
 int nsbox_policy_new(const char *name_or_file, nsbox_policy_t **out, nsbox_error_t **err)
@@ -419,7 +441,7 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	if (!s)
 		return fail(err, -ENOMEM, "nsbox_session_new: out of memory");
 	s->owner = getpid();
-	if (policy_dup(&s->policy, &p->p, &e) < 0) {
+	if (policy_copy(&s->policy, &p->p, &e) < 0) {
 		free(s);
 		return fail_core(err, &e, -ENOMEM);
 	}
@@ -452,6 +474,15 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.warn = o.warn;
 	so.warn_ctx = o.warn_userdata;
 	so.argv = o.argv;
+	/* Through nsboxd: the caller's field, else the environment's. */
+	{
+		size_t need = offsetof(struct nsbox_session_opts, connect) + sizeof(o.connect);
+		const char *env = getenv("NSBOX_CONNECT");
+
+		so.connect = opts && opts->struct_size >= need ? o.connect : NULL;
+		if (!so.connect && env && *env)
+			so.connect = env;
+	}
 	/* Handshake and variable requests: generous for a cold start, but
 	 * never much longer than a time limit the policy sets. */
 	so.control_timeout = s->policy.time_limit > 0 && s->policy.time_limit + 5 < 30 ? s->policy.time_limit + 5 : 30;
@@ -486,6 +517,7 @@ void nsbox_session_free(nsbox_session_t *s)
 		json_decref(t->schema);
 		free(t);
 	}
+	free(s->ev_args);
 	policy_free(&s->policy);
 	free(s);
 }
@@ -535,8 +567,8 @@ int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const char *sch
 	json_error_t jerr;
 	int r;
 
-	if (!s || !name || !fn)
-		return fail(err, -EINVAL, "nsbox_session_add_tool: %s is NULL", !s ? "the session" : !name ? "name" : "fn");
+	if (!s || !name)
+		return fail(err, -EINVAL, "nsbox_session_add_tool: %s is NULL", !s ? "the session" : "name");
 	t = calloc(1, sizeof(*t));
 	if (!t)
 		return fail(err, -ENOMEM, "nsbox_session_add_tool: out of memory");
@@ -569,7 +601,7 @@ int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const char *sch
 		goto out;
 	}
 	st = (struct session_tool){ .name = t->name, .description = t->description, .schema = t->schema,
-				    .fn = call_tool, .ctx = t };
+				    .fn = fn ? call_tool : NULL, .ctx = t };
 	r = session_add_tool(s->s, &st, &e);
 	leave(s);
 	if (r < 0) {
@@ -671,6 +703,17 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	return r;
 }
 
+static void exec_req(struct session_exec_req *req, const char *code, const struct nsbox_exec_opts *o)
+{
+	req->code = code;
+	req->filename = o->filename;
+	req->want_value = o->repl;
+	req->display = o->interactive;
+	req->check_complete = o->interactive;
+	req->timeout = o->timeout;
+	req->stream = true;	/* nsbox_exec: to opts.output as produced, when set; else as events */
+}
+
 int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts, nsbox_result_t **out,
 	       nsbox_error_t **err)
 {
@@ -691,13 +734,7 @@ int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opt
 		return fail(err, -EINVAL, "nsbox_exec: timeout %g is negative", o.timeout);
 	if (!enter(s))
 		return busy(err, "nsbox_exec");
-	req.code = code;
-	req.filename = o.filename;
-	req.want_value = o.repl;
-	req.display = o.interactive;
-	req.check_complete = o.interactive;
-	req.timeout = o.timeout;
-	req.stream = true;	/* output goes to opts.output as produced, when set */
+	exec_req(&req, code, &o);
 	k = session_exec(s->s, &req, &res, &e);
 	leave(s);
 	if (k < 0)
@@ -714,6 +751,166 @@ void nsbox_cancel(nsbox_session_t *s)
 {
 	if (s && s->s)
 		session_cancel(s->s);
+}
+
+/* ---- exec for event loops ---- */
+
+int nsbox_session_fd(nsbox_session_t *s)
+{
+	struct nsbox_err e = { 0 };
+	int fd;
+
+	if (!s || s->owner != getpid()) {
+		errno = s ? ENOTCONN : EINVAL;
+		return -1;
+	}
+	fd = session_fd(s->s, &e);
+	if (fd < 0)
+		errno = e.code ? e.code : EIO;
+	return fd;
+}
+
+int nsbox_exec_start(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts, nsbox_error_t **err)
+{
+	struct nsbox_exec_opts o;
+	struct session_exec_req req = { 0 };
+	struct nsbox_err e = { 0 };
+	int k;
+
+	if (!code)
+		return fail(err, -EINVAL, "nsbox_exec_start: code is NULL");
+	if ((k = check_session(s, err, "nsbox_exec_start")) < 0)
+		return k;
+	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_exec_opts") < 0)
+		return -EINVAL;
+	if (!(o.timeout >= 0))
+		return fail(err, -EINVAL, "nsbox_exec_start: timeout %g is negative", o.timeout);
+	if (!enter(s))
+		return busy(err, "nsbox_exec_start");
+	exec_req(&req, code, &o);
+	if (session_exec_start(s->s, &req, &e) < 0) {
+		leave(s);
+		return fail_core(err, &e, -EINVAL);
+	}
+	s->ev_exec = true;
+	return 0;
+}
+
+/* The exec started by nsbox_exec_start(), or -EINVAL. */
+static int check_event_exec(nsbox_session_t *s, nsbox_error_t **err, const char *what)
+{
+	if (!s)
+		return fail(err, -EINVAL, "%s: NULL session", what);
+	if (s->owner != getpid())
+		return fail(err, -ENOTCONN, "%s: the session belongs to the parent process (fork)", what);
+	if (!s->ev_exec)
+		return fail(err, -EINVAL, "%s: no exec started with nsbox_exec_start", what);
+	return 0;
+}
+
+int nsbox_exec_advance(nsbox_session_t *s, struct nsbox_event *ev, nsbox_error_t **err)
+{
+	struct nsbox_event out = { 0 };
+	struct session_event se;
+	struct nsbox_err e = { 0 };
+	size_t n;
+	int k;
+
+	if ((k = check_event_exec(s, err, "nsbox_exec_advance")) < 0)
+		return k;
+	if (!ev || ev->struct_size < offsetof(struct nsbox_event, kind) + sizeof(ev->kind))
+		return fail(err, -EINVAL, "nsbox_exec_advance: %s", ev ? "ev->struct_size is too small" : "ev is NULL");
+	if (s->ev_done)
+		return fail(err, -EINVAL, "nsbox_exec_advance: the exec has ended (DONE): take its result");
+	n = ev->struct_size;
+	free(s->ev_args);
+	s->ev_args = NULL;
+	k = session_exec_step(s->s, false, &se, &e);
+	if (k < 0)
+		return fail_core(err, &e, -EINVAL);
+	if (k == 0)
+		return 0;
+	out.struct_size = n < sizeof(out) ? n : sizeof(out);
+	switch (se.kind) {
+	case SESSION_EV_OUTPUT:
+		out.kind = NSBOX_EVENT_OUTPUT;
+		out.stream = se.stream;
+		out.data = se.data;
+		out.len = se.len;
+		break;
+	case SESSION_EV_CALL: {
+		json_auto_t *call = json_pack("{s:O,s:O}", "args", se.args, "kwargs", se.kwargs);
+
+		s->ev_args = call ? json_dumps(call, JSON_COMPACT) : NULL;
+		if (!s->ev_args) {
+			/* The call stays pending; the sandbox sees a ToolError. */
+			session_exec_answer(s->s, se.call_id, NULL, "out of memory encoding the tool call", NULL);
+			return fail(err, -ENOMEM, "nsbox_exec_advance: out of memory");
+		}
+		out.kind = NSBOX_EVENT_TOOL_CALL;
+		out.call_id = se.call_id;
+		out.tool = se.tool->name;
+		out.args_json = s->ev_args;
+		break;
+	}
+	case SESSION_EV_DONE:
+		out.kind = NSBOX_EVENT_DONE;
+		s->ev_done = true;
+		break;
+	}
+	memcpy(ev, &out, out.struct_size);
+	return 1;
+}
+
+int nsbox_exec_answer(nsbox_session_t *s, uint64_t call_id, const char *result_json, const char *error_message,
+		      nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	json_auto_t *v = NULL;
+	_cleanup_free_ char *bad = NULL;
+	json_error_t jerr;
+	int k;
+
+	if ((k = check_event_exec(s, err, "nsbox_exec_answer")) < 0)
+		return k;
+	if (call_id > UINT32_MAX)
+		return fail(err, -EINVAL, "nsbox_exec_answer: no tool call %llu is waiting for an answer",
+			    (unsigned long long)call_id);
+	if (!error_message && result_json) {
+		v = json_loads(result_json, JSON_DECODE_ANY, &jerr);
+		/* As nsbox_exec() treats a callback's invalid JSON: a ToolError inside. */
+		if (!v && asprintf(&bad, "the tool's answer is not valid JSON: %s (line %d, column %d)", jerr.text,
+				   jerr.line, jerr.column) < 0)
+			return fail(err, -ENOMEM, "nsbox_exec_answer: out of memory");
+	}
+	if (session_exec_answer(s->s, (uint32_t)call_id, v, error_message ? error_message : bad, &e) < 0)
+		return fail_core(err, &e, -EINVAL);
+	return 0;
+}
+
+int nsbox_exec_result(nsbox_session_t *s, nsbox_result_t **out, nsbox_error_t **err)
+{
+	struct session_result res;
+	struct nsbox_err e = { 0 };
+	nsbox_result_t *r;
+	int k;
+
+	if (!out)
+		return fail(err, -EINVAL, "nsbox_exec_result: out is NULL");
+	if ((k = check_event_exec(s, err, "nsbox_exec_result")) < 0)
+		return k;
+	if (session_exec_finish(s->s, &res, &e) < 0)
+		return fail_core(err, &e, -EINVAL);
+	free(s->ev_args);
+	s->ev_args = NULL;
+	s->ev_exec = s->ev_done = false;
+	leave(s);
+	r = make_result(&res);
+	session_result_free(&res);
+	if (!r)
+		return fail(err, -ENOMEM, "nsbox_exec_result: out of memory for the result");
+	*out = r;
+	return 0;
 }
 
 enum nsbox_status nsbox_result_status(const nsbox_result_t *r)
@@ -794,8 +991,13 @@ const char *nsbox_result_json(const nsbox_result_t *cr)
 
 void nsbox_result_free(nsbox_result_t *r)
 {
+	bool big;
+
 	if (!r)
 		return;
+	/* A big RESULT's tree is many small blocks: see session.c's
+	 * release_frame. */
+	big = (r->value ? strlen(r->value) : 0) + r->out_len + r->err_len >= (1u << 20);
 	free(atomic_load(&r->json));
 	json_decref(r->msg);
 	free(r->value);
@@ -805,6 +1007,8 @@ void nsbox_result_free(nsbox_result_t *r)
 	free(r->emsg);
 	free(r->tb);
 	free(r);
+	if (big)
+		malloc_trim(0);
 }
 
 int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_error_t **err)
@@ -880,7 +1084,9 @@ int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbo
 	struct nsbox_session_info o;
 	struct session_sandbox_info si;
 	struct nsbox_err e = { 0 };
+	bool held;
 	size_t n;
+	int k;
 
 	if (!s || !info)
 		return fail(err, -EINVAL, "nsbox_session_info: %s is NULL", !s ? "the session" : "info");
@@ -889,13 +1095,15 @@ int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbo
 		return fail(err, -EINVAL, "nsbox_session_info: struct_size is %zu", n);
 	if (s->owner != getpid())
 		return fail(err, -ENOTCONN, "nsbox_session_info: the session belongs to the parent process (fork)");
-	if (!enter(s))
+	/* An event-driven exec holds the session: its driving thread may ask. */
+	held = enter(s);
+	if (!held && !s->ev_exec)
 		return busy(err, "nsbox_session_info");
-	if (session_sandbox(s->s, &si, &e) < 0) {
+	k = session_sandbox(s->s, &si, &e);
+	if (held)
 		leave(s);
+	if (k < 0)
 		return fail_core(err, &e, -EIO);
-	}
-	leave(s);
 	memset(&o, 0, sizeof(o));
 	o.struct_size = n < sizeof(o) ? n : sizeof(o);
 	o.pid = si.pid;
@@ -967,4 +1175,164 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 	out.cpu_enforced = res.cg_enforced[CTRL_CPU];
 	memcpy(st, &out, out.struct_size);
 	return 0;
+}
+
+/* ---- for the library's other files (lib/api-internal.h) ---- */
+
+struct nsbox_session *api_core_session(nsbox_session_t *s)
+{
+	return s ? s->s : NULL;
+}
+
+int api_fail(nsbox_error_t **err, int code, const char *msg)
+{
+	return fail_msg(err, code, msg);
+}
+
+pid_t api_session_owner(const nsbox_session_t *s)
+{
+	return s->owner;
+}
+
+/* ---- session file operations (since 0.5.0; host/files.c) ---- */
+
+/* The default cap per file per call: 64 MiB, or NSBOX_FILE_MAX (bytes). */
+static uint64_t file_max(void)
+{
+	const char *v = getenv("NSBOX_FILE_MAX");
+	char *end;
+	unsigned long long n;
+
+	if (!v || !*v)
+		return SESSION_FILE_MAX_DEFAULT;
+	errno = 0;
+	n = strtoull(v, &end, 10);
+	return errno || *end || !n ? SESSION_FILE_MAX_DEFAULT : n;
+}
+
+static int file_call_begin(nsbox_session_t *s, const char *path, nsbox_error_t **err, const char *what)
+{
+	int r;
+
+	if (!path || !*path)
+		return fail(err, -EINVAL, "%s: %s", what, !path ? "path is NULL" : "path is empty");
+	if (!proto_utf8_valid(path, strlen(path)))
+		return fail(err, -EINVAL, "%s: path is not UTF-8", what);
+	if ((r = check_session(s, err, what)) < 0)
+		return r;
+	if (!enter(s))
+		return busy(err, what);
+	return 0;
+}
+
+/* The file calls document the errno seen inside (nsbox.h, session files):
+ * these pass untouched, rc_filter maps the rest. */
+static int file_fail(nsbox_error_t **err, const struct nsbox_err *e)
+{
+	switch (e->code) {
+	case EISDIR: case ENOTDIR: case EFBIG: case ELOOP: case EACCES: case EDQUOT: case ENOTSUP: case EROFS:
+	case ENAMETOOLONG: case EEXIST: case ENOSPC: case ENOENT: case EINVAL: case EPERM:
+		break;
+	default:
+		return fail_core(err, e, -EIO);
+	}
+	if (err) {
+		struct nsbox_error *o = calloc(1, sizeof(*o));
+
+		if (o && (o->msg = strdup(e->msg)) != NULL) {
+			o->code = -e->code;
+			*err = o;
+		} else {
+			free(o);
+			*err = &oom_error;
+		}
+	}
+	return -e->code;
+}
+
+static int file_call_end(nsbox_session_t *s, int r, const struct nsbox_err *e, nsbox_error_t **err)
+{
+	leave(s);
+	if (r >= 0)
+		return 0;
+	/* A request that ended the session (timeout, protocol error) says so. */
+	if (!session_alive(s->s))
+		return fail_msg(err, -ENOTCONN, e->msg);
+	return file_fail(err, e);
+}
+
+int nsbox_write_file(nsbox_session_t *s, const char *path, const void *data, size_t len, int mode,
+		     nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	int r;
+
+	if (!data && len)
+		return fail(err, -EINVAL, "nsbox_write_file: data is NULL");
+	if (mode > 07777)
+		return fail(err, -EINVAL, "nsbox_write_file: mode %o has bits beyond 07777", (unsigned)mode);
+	if (len > file_max()) {
+		err_set(&e, EFBIG, "nsbox_write_file: %zu bytes is more than the cap of %llu bytes", len,
+			(unsigned long long)file_max());
+		return file_fail(err, &e);
+	}
+	if ((r = file_call_begin(s, path, err, "nsbox_write_file")) < 0)
+		return r;
+	r = session_file_write(s->s, path, data ? data : "", len, mode, &e);
+	return file_call_end(s, r, &e, err);
+}
+
+int nsbox_read_file(nsbox_session_t *s, const char *path, char **data, size_t *len, uint64_t max,
+		    nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	char *buf = NULL;
+	size_t n = 0;
+	int r;
+
+	if (!data || !len)
+		return fail(err, -EINVAL, "nsbox_read_file: %s is NULL", !data ? "data" : "len");
+	if ((r = file_call_begin(s, path, err, "nsbox_read_file")) < 0)
+		return r;
+	r = session_file_read(s->s, path, max ? max : file_max(), &buf, &n, &e);
+	if ((r = file_call_end(s, r, &e, err)) < 0)
+		return r;
+	*data = buf;
+	*len = n;
+	return 0;
+}
+
+int nsbox_list_files(nsbox_session_t *s, const char *path, char **json, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	json_t *v = NULL;
+	char *text;
+	int r;
+
+	if (!json)
+		return fail(err, -EINVAL, "nsbox_list_files: json is NULL");
+	if ((r = file_call_begin(s, path, err, "nsbox_list_files")) < 0)
+		return r;
+	r = session_file_list(s->s, path, &v, &e);
+	if ((r = file_call_end(s, r, &e, err)) < 0)
+		return r;
+	text = json_dumps(v, JSON_COMPACT);
+	json_decref(v);
+	if (!text)
+		return fail(err, -ENOMEM, "nsbox_list_files: out of memory");
+	*json = text;
+	return 0;
+}
+
+int nsbox_make_dir(nsbox_session_t *s, const char *path, int mode, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	int r;
+
+	if (mode > 07777)
+		return fail(err, -EINVAL, "nsbox_make_dir: mode %o has bits beyond 07777", (unsigned)mode);
+	if ((r = file_call_begin(s, path, err, "nsbox_make_dir")) < 0)
+		return r;
+	r = session_file_mkdir(s->s, path, mode, &e);
+	return file_call_end(s, r, &e, err);
 }

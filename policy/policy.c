@@ -2,15 +2,18 @@
  * command line uses.  Every path into a struct nsbox_policy (file line, flag,
  * Base=) goes through set_key(), so a value is checked the same way whatever
  * its source.  Pure code: no privileges and no kernel state; the only I/O is
- * policy_load() reading a file and policy_print() writing one. */
+ * policy_load() reading a file and policy_print() writing one.  Errors are
+ * err_fail(..., "policy", ...): messages that say it all (no strerror()),
+ * with an errno-style code all the same, in step "policy", which the
+ * library does not report as a failed setup step. */
 #include "policy.h"
+#include "netrule.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -55,37 +58,6 @@ static void wipe_buf(char (*b)[POLICY_LINE_MAX + 1])
 }
 
 static const char *const builtin_names[] = { "default", "strict", "permissive" };
-
-/* Set err to a message without an strerror() suffix but with an errno-style
- * code, so callers can still tell EINVAL from ENOMEM. */
-__attribute__((format(printf, 3, 4))) static int fail(struct nsbox_err *err, int code,
-						       const char *fmt, ...)
-{
-	va_list ap;
-
-	if (!err)
-		return -1;
-	va_start(ap, fmt);
-	vsnprintf(err->msg, sizeof(err->msg), fmt, ap);
-	va_end(ap);
-	err->code = code;
-	snprintf(err->step, sizeof(err->step), "policy");
-	return -1;
-}
-
-/* Put context in front of err's message, keeping as much of both as fits. */
-static void msg_prefix(struct nsbox_err *err, const char *pre)
-{
-	size_t pl = strlen(pre), ml = strlen(err->msg);
-
-	if (pl > sizeof(err->msg) - 1)
-		pl = sizeof(err->msg) - 1;
-	if (pl + ml > sizeof(err->msg) - 1)
-		ml = sizeof(err->msg) - 1 - pl;
-	memmove(err->msg + pl, err->msg, ml);
-	memcpy(err->msg, pre, pl);
-	err->msg[pl + ml] = '\0';
-}
 
 /* A value as shown in a message: bounded and with bytes that could move a
  * terminal's cursor escaped, since values come from untrusted files. */
@@ -177,12 +149,12 @@ static int value_size(const char *v, bool allow_inf, uint64_t min, uint64_t *out
 	}
 	r = parse_size(v, &n);
 	if (r == -ERANGE || (r == 0 && n > SIZE_MAX_BYTES))
-		return fail(err, ERANGE, "too large (at most %lluT)", SIZE_MAX_BYTES >> 40);
+		return err_fail(err, "policy", ERANGE, "too large (at most %lluT)", SIZE_MAX_BYTES >> 40);
 	if (r < 0)
-		return fail(err, EINVAL, allow_inf ? "not a size (" SIZE_HINT ")"
+		return err_fail(err, "policy", EINVAL, allow_inf ? "not a size (" SIZE_HINT ")"
 						   : "not a size (use a number with optional K, M, G, T suffix)");
 	if (n != 0 && n < min)
-		return fail(err, ERANGE, "too small (at least %lluM%s)", (unsigned long long)min >> 20,
+		return err_fail(err, "policy", ERANGE, "too small (at least %lluM%s)", (unsigned long long)min >> 20,
 			    allow_inf ? ", or infinity" : "");
 	*out = n;
 	return 0;
@@ -199,9 +171,9 @@ static int value_count(const char *v, unsigned long max, uint64_t *out, struct n
 	}
 	r = parse_ulong(v, max, &n);
 	if (r == -ERANGE)
-		return fail(err, ERANGE, "too large (at most %lu, or infinity)", max);
+		return err_fail(err, "policy", ERANGE, "too large (at most %lu, or infinity)", max);
 	if (r < 0)
-		return fail(err, EINVAL, "not a number (use a whole number, 0 or infinity for no limit)");
+		return err_fail(err, "policy", EINVAL, "not a number (use a whole number, 0 or infinity for no limit)");
 	*out = n;
 	return 0;
 }
@@ -216,12 +188,12 @@ static int value_decimal(const char *v, double min, double max, const char *what
 		return 0;
 	}
 	if (parse_double(v, &d) < 0)
-		return fail(err, EINVAL, "not a decimal number (use e.g. %s, 0 or infinity for no limit)",
+		return err_fail(err, "policy", EINVAL, "not a decimal number (use e.g. %s, 0 or infinity for no limit)",
 			    what);
 	if (d > max)
-		return fail(err, ERANGE, "too large (at most %.15g, or infinity)", max);
+		return err_fail(err, "policy", ERANGE, "too large (at most %.15g, or infinity)", max);
 	if (d != 0 && d < min)
-		return fail(err, ERANGE, "too small (at least %.15g, or 0 for no limit)", min);
+		return err_fail(err, "policy", ERANGE, "too small (at least %.15g, or 0 for no limit)", min);
 	*out = d;
 	return 0;
 }
@@ -231,7 +203,7 @@ static int value_id(const char *v, uint32_t *out, struct nsbox_err *err)
 	unsigned long n;
 
 	if (parse_ulong(v, ID_MAX, &n) < 0)
-		return fail(err, EINVAL, "not an id (use a number from 0 to %lu)", ID_MAX);
+		return err_fail(err, "policy", EINVAL, "not an id (use a number from 0 to %lu)", ID_MAX);
 	*out = (uint32_t)n;
 	return 0;
 }
@@ -247,12 +219,12 @@ static int norm_path(const char *in, char **out, struct nsbox_err *err)
 	size_t o = 0;
 
 	if (in[0] != '/')
-		return fail(err, EINVAL, "not an absolute path (paths must start with /)");
+		return err_fail(err, "policy", EINVAL, "not an absolute path (paths must start with /)");
 	if (strlen(in) >= PATH_MAX)
-		return fail(err, ENAMETOOLONG, "path too long (at most %d bytes)", PATH_MAX - 1);
+		return err_fail(err, "policy", ENAMETOOLONG, "path too long (at most %d bytes)", PATH_MAX - 1);
 	buf = malloc(strlen(in) + 2);
 	if (!buf)
-		return fail(err, ENOMEM, "out of memory");
+		return err_fail(err, "policy", ENOMEM, "out of memory");
 	while (*s) {
 		size_t n;
 
@@ -262,7 +234,7 @@ static int norm_path(const char *in, char **out, struct nsbox_err *err)
 		if (n == 0)
 			break;
 		if (n == 2 && s[0] == '.' && s[1] == '.')
-			return fail(err, EINVAL, "'..' path components are not allowed");
+			return err_fail(err, "policy", EINVAL, "'..' path components are not allowed");
 		if (!(n == 1 && s[0] == '.')) {
 			buf[o++] = '/';
 			memcpy(buf + o, s, n);
@@ -273,7 +245,7 @@ static int norm_path(const char *in, char **out, struct nsbox_err *err)
 	/* A file line loses trailing blanks, so such a path could not be
 	 * written back by policy_print(). */
 	if (o > 0 && is_blank(buf[o - 1]))
-		return fail(err, EINVAL, "path ends in a blank");
+		return err_fail(err, "policy", EINVAL, "path ends in a blank");
 	if (o == 0)
 		buf[o++] = '/';
 	buf[o] = '\0';
@@ -349,7 +321,7 @@ static int replace_str(char **slot, const char *v, struct nsbox_err *err)
 	char *s = strdup(v);
 
 	if (!s)
-		return fail(err, ENOMEM, "out of memory");
+		return err_fail(err, "policy", ENOMEM, "out of memory");
 	free(*slot);
 	*slot = s;
 	return 0;
@@ -375,6 +347,26 @@ static int set_gid(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 	return 0;
 }
 
+static int set_host_uid(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	uint32_t id = 0;
+
+	if (value_id(v, &id, err) < 0)
+		return -1;
+	p->host_uid = (uid_t)id;
+	return 0;
+}
+
+static int set_host_gid(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	uint32_t id = 0;
+
+	if (value_id(v, &id, err) < 0)
+		return -1;
+	p->host_gid = (gid_t)id;
+	return 0;
+}
+
 static int set_network(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
 	if (strcmp(v, "none") == 0)
@@ -382,14 +374,14 @@ static int set_network(struct nsbox_policy *p, const char *v, struct nsbox_err *
 	else if (strcmp(v, "host") == 0)
 		p->share_net = true;
 	else
-		return fail(err, EINVAL, "unknown network mode (use none or host)");
+		return err_fail(err, "policy", EINVAL, "unknown network mode (use none or host)");
 	return 0;
 }
 
 static int set_hostname(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
 	if (!hostname_ok(v))
-		return fail(err, EINVAL,
+		return err_fail(err, "policy", EINVAL,
 			    "not a host name (use 1-64 letters, digits, '-' and '.', per RFC 1123)");
 	return replace_str(&p->hostname, v, err);
 }
@@ -435,7 +427,7 @@ static int set_nofile(struct nsbox_policy *p, const char *v, struct nsbox_err *e
 static int set_cgroups(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
 	if (parse_want(v, &p->cgroups) < 0)
-		return fail(err, EINVAL, "unknown mode (use auto, require or off)");
+		return err_fail(err, "policy", EINVAL, "unknown mode (use auto, require or off)");
 	return 0;
 }
 
@@ -473,25 +465,25 @@ static int add_mount(struct nsbox_policy *p, const char *v, bool rw, struct nsbo
 	const char *colon = strchr(v, ':'), *why;
 
 	if (p->n_mounts >= POLICY_MAX_MOUNTS)
-		return fail(err, E2BIG, "too many mounts (at most %d Bind= and ReadOnlyBind= in all)",
+		return err_fail(err, "policy", E2BIG, "too many mounts (at most %d Bind= and ReadOnlyBind= in all)",
 			    POLICY_MAX_MOUNTS);
 	src_raw = colon ? strndup(v, (size_t)(colon - v)) : strdup(v);
 	if (!src_raw)
-		return fail(err, ENOMEM, "out of memory");
+		return err_fail(err, "policy", ENOMEM, "out of memory");
 	if (!*src_raw)
-		return fail(err, EINVAL, "empty source (use SOURCE[:DESTINATION], absolute paths)");
+		return err_fail(err, "policy", EINVAL, "empty source (use SOURCE[:DESTINATION], absolute paths)");
 	if (norm_path(src_raw, &src, err) < 0)
 		return err_wrap(err, "source");
 	if (colon && !colon[1])
-		return fail(err, EINVAL, "empty destination (use SOURCE[:DESTINATION], absolute paths)");
+		return err_fail(err, "policy", EINVAL, "empty destination (use SOURCE[:DESTINATION], absolute paths)");
 	if (norm_path(colon ? colon + 1 : src_raw, &dst, err) < 0)
 		return err_wrap(err, "destination");
 	why = forbidden_dst(dst);
 	if (why)
-		return fail(err, EPERM, "destination %s is not allowed (%s)", dst, why);
+		return err_fail(err, "policy", EPERM, "destination %s is not allowed (%s)", dst, why);
 	for (size_t i = 0; i < p->n_mounts; i++)
 		if (p->mounts[i].dst && strcmp(p->mounts[i].dst, dst) == 0)
-			return fail(err, EEXIST, "destination %s is already used by another mount", dst);
+			return err_fail(err, "policy", EEXIST, "destination %s is already used by another mount", dst);
 	p->mounts[p->n_mounts].src = TAKE_PTR(src);
 	p->mounts[p->n_mounts].dst = TAKE_PTR(dst);
 	p->mounts[p->n_mounts].rw = rw;
@@ -518,14 +510,14 @@ static int set_env(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 	char *s;
 
 	if (!eq)
-		return fail(err, EINVAL, "not an assignment (use NAME=VALUE)");
+		return err_fail(err, "policy", EINVAL, "not an assignment (use NAME=VALUE)");
 	n = (size_t)(eq - v);
 	if (!env_name_ok(v, n))
-		return fail(err, EINVAL,
+		return err_fail(err, "policy", EINVAL,
 			    "not a variable name (use letters, digits and _, not starting with a digit)");
 	s = strdup(v);
 	if (!s)
-		return fail(err, ENOMEM, "out of memory");
+		return err_fail(err, "policy", ENOMEM, "out of memory");
 	for (size_t i = 0; i < p->n_env; i++) {
 		if (p->env[i] && strncmp(p->env[i], v, n + 1) == 0) {
 			free_wiped(p->env[i]);
@@ -535,7 +527,7 @@ static int set_env(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 	}
 	if (p->n_env >= POLICY_MAX_ENV) {
 		free_wiped(s);
-		return fail(err, E2BIG, "too many variables (at most %d Set=)", POLICY_MAX_ENV);
+		return err_fail(err, "policy", E2BIG, "too many variables (at most %d Set=)", POLICY_MAX_ENV);
 	}
 	p->env[p->n_env++] = s;
 	return 0;
@@ -548,22 +540,62 @@ static int set_seccomp(struct nsbox_policy *p, const char *v, struct nsbox_err *
 	else if (strcmp(v, "log") == 0)
 		p->seccomp = SECCOMP_LOG;
 	else
-		return fail(err, EINVAL, "unknown mode (use enforce or log)");
+		return err_fail(err, "policy", EINVAL, "unknown mode (use enforce or log)");
 	return 0;
 }
 
 static int set_landlock(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
 	if (parse_want(v, &p->landlock) < 0)
-		return fail(err, EINVAL, "unknown mode (use auto, require or off)");
+		return err_fail(err, "policy", EINVAL, "unknown mode (use auto, require or off)");
 	return 0;
 }
 
 static int set_dist_packages(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
 	if (parse_bool(v, &p->dist_packages) < 0)
-		return fail(err, EINVAL, "not a boolean (use yes, no, true, false, on, off, 1 or 0)");
+		return err_fail(err, "policy", EINVAL, "not a boolean (use yes, no, true, false, on, off, 1 or 0)");
 	return 0;
+}
+
+/* [Network] Allow=: checked here, kept as written (egress/ parses it again). */
+static int set_net_allow(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	struct net_rule r;
+	char *s;
+
+	if (net_rule_parse(v, &r, err) < 0)
+		return -1;
+	for (size_t i = 0; i < p->n_net_allow; i++)
+		if (strcmp(p->net_allow[i], v) == 0)
+			return 0;
+	if (p->n_net_allow >= POLICY_MAX_NET_RULES)
+		return err_fail(err, "policy", E2BIG, "too many rules (at most %d Allow=)", POLICY_MAX_NET_RULES);
+	s = strdup(v);
+	if (!s)
+		return err_fail(err, "policy", ENOMEM, "out of memory");
+	p->net_allow[p->n_net_allow++] = s;
+	return 0;
+}
+
+static int set_net_log(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return set_path_opt(&p->net_log, v, err);
+}
+
+static int set_net_max_out(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_size(v, true, 0, &p->net_max_out, err);
+}
+
+static int set_net_max_in(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_size(v, true, 0, &p->net_max_in, err);
+}
+
+static int set_net_max_conns(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_count(v, 1UL << 30, &p->net_max_conns, err);
 }
 
 /* Base= is handled by the parser: it needs to know whether it came first. */
@@ -571,7 +603,7 @@ static int set_base_refused(struct nsbox_policy *p, const char *v, struct nsbox_
 {
 	(void)p;
 	(void)v;
-	return fail(err, EINVAL, "only allowed as the first setting of a policy file");
+	return err_fail(err, "policy", EINVAL, "only allowed as the first setting of a policy file");
 }
 
 enum { KEY_EMPTY_OK = 1 };
@@ -587,6 +619,8 @@ static const struct policy_key keys[] = {
 	{ "Policy", "Base", set_base_refused, 0 },
 	{ "Sandbox", "Uid", set_uid, 0 },
 	{ "Sandbox", "Gid", set_gid, 0 },
+	{ "Sandbox", "HostUid", set_host_uid, 0 },
+	{ "Sandbox", "HostGid", set_host_gid, 0 },
 	{ "Sandbox", "Network", set_network, 0 },
 	{ "Sandbox", "Hostname", set_hostname, 0 },
 	{ "Limits", "Memory", set_memory, 0 },
@@ -605,10 +639,15 @@ static const struct policy_key keys[] = {
 	{ "Security", "Seccomp", set_seccomp, 0 },
 	{ "Security", "Landlock", set_landlock, 0 },
 	{ "Python", "DistPackages", set_dist_packages, 0 },
+	{ "Network", "Allow", set_net_allow, 0 },
+	{ "Network", "Log", set_net_log, KEY_EMPTY_OK },
+	{ "Network", "MaxBytesOut", set_net_max_out, 0 },
+	{ "Network", "MaxBytesIn", set_net_max_in, 0 },
+	{ "Network", "MaxConnections", set_net_max_conns, 0 },
 };
 
 static const char *const sections[] = { "Policy", "Sandbox", "Limits", "Filesystem",
-					"Environment", "Security", "Python" };
+					"Environment", "Security", "Python", "Network" };
 
 static bool section_known(const char *s)
 {
@@ -648,10 +687,10 @@ int policy_set(struct nsbox_policy *p, const char *section, const char *key, con
 	size_t start, end;
 
 	if (!p || !section || !key || !value)
-		return fail(err, EINVAL, "policy_set: missing argument");
+		return err_fail(err, "policy", EINVAL, "policy_set: missing argument");
 	if (!section_known(section)) {
 		list_sections(list, sizeof(list));
-		return fail(err, EINVAL, "unknown section [%s] (accepted: %s)",
+		return err_fail(err, "policy", EINVAL, "unknown section [%s] (accepted: %s)",
 			    shown(section, sb, sizeof(sb)), list);
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(keys); i++)
@@ -659,7 +698,7 @@ int policy_set(struct nsbox_policy *p, const char *section, const char *key, con
 			k = &keys[i];
 	if (!k) {
 		list_keys(section, list, sizeof(list));
-		return fail(err, EINVAL, "[%s] %s=: unknown key (accepted in [%s]: %s)", section,
+		return err_fail(err, "policy", EINVAL, "[%s] %s=: unknown key (accepted in [%s]: %s)", section,
 			    shown(key, kb, sizeof(kb)), section, list);
 	}
 
@@ -672,23 +711,23 @@ int policy_set(struct nsbox_policy *p, const char *section, const char *key, con
 		end--;
 	v = strndup(value + start, end - start);
 	if (!v)
-		return fail(err, ENOMEM, "out of memory");
+		return err_fail(err, "policy", ENOMEM, "out of memory");
 
 	if (strlen(v) > POLICY_VALUE_MAX) {
-		fail(err, E2BIG, "value too long (at most %d bytes)", POLICY_VALUE_MAX);
+		err_fail(err, "policy", E2BIG, "value too long (at most %d bytes)", POLICY_VALUE_MAX);
 	} else if (!*v && !(k->flags & KEY_EMPTY_OK)) {
-		fail(err, EINVAL, "empty value");
+		err_fail(err, "policy", EINVAL, "empty value");
 	} else {
 		for (const char *c = v; *c; c++)
 			if ((unsigned char)*c < 0x20 || *c == 0x7f)
-				return fail(err, EINVAL, "[%s] %s=%s: control characters are not allowed",
+				return err_fail(err, "policy", EINVAL, "[%s] %s=%s: control characters are not allowed",
 					    section, key, shown(v, vb, sizeof(vb)));
 		if (k->set(p, v, err) == 0)
 			return 0;
 	}
 	if (err) {
 		snprintf(pre, sizeof(pre), "[%s] %s=%s: ", section, key, shown(v, vb, sizeof(vb)));
-		msg_prefix(err, pre);
+		err_prefix(err, pre);
 	}
 	return -1;
 }
@@ -709,6 +748,9 @@ void policy_free(struct nsbox_policy *p)
 	}
 	for (size_t i = 0; i < p->n_env && i < POLICY_MAX_ENV; i++)
 		free_wiped(p->env[i]);
+	for (size_t i = 0; i < p->n_net_allow && i < POLICY_MAX_NET_RULES; i++)
+		free(p->net_allow[i]);
+	free(p->net_log);
 	memset(p, 0, sizeof(*p));
 }
 
@@ -729,13 +771,16 @@ int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_e
 		.seccomp = SECCOMP_ENFORCE,
 		.landlock = WANT_AUTO,
 		.dist_packages = false,
+		.net_max_out = 1ULL << 30,
+		.net_max_in = 4ULL << 30,
+		.net_max_conns = 1024,
 	};
 
 	if (!p)
-		return fail(err, EINVAL, "policy_init_builtin: no policy");
+		return err_fail(err, "policy", EINVAL, "policy_init_builtin: no policy");
 	memset(p, 0, sizeof(*p));
 	if (!name)
-		return fail(err, EINVAL, "no policy name");
+		return err_fail(err, "policy", EINVAL, "no policy name");
 	if (strcmp(name, "strict") == 0) {
 		q.memory = 256ULL << 20;
 		q.pids = 32;
@@ -756,14 +801,14 @@ int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_e
 		q.share_net = true;
 		q.dist_packages = true;
 	} else if (strcmp(name, "default") != 0) {
-		return fail(err, ENOENT, "no such built-in policy '%s' (use default, strict or permissive)",
+		return err_fail(err, "policy", ENOENT, "no such built-in policy '%s' (use default, strict or permissive)",
 			    name);
 	}
 	q.name = strdup(name);
 	q.hostname = strdup("nsbox");
 	if (!q.name || !q.hostname) {
 		policy_free(&q);
-		return fail(err, ENOMEM, "out of memory");
+		return err_fail(err, "policy", ENOMEM, "out of memory");
 	}
 	*p = q;
 	return 0;
@@ -780,8 +825,7 @@ static int dup_opt(char **dst, const char *src)
 
 /* Deep copy, so that a parse that fails half-way leaves the caller's policy
  * as it was. */
-static int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src,
-		       struct nsbox_err *err)
+int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct nsbox_err *err)
 {
 	struct nsbox_policy q = *src;
 	size_t nm = src->n_mounts < POLICY_MAX_MOUNTS ? src->n_mounts : POLICY_MAX_MOUNTS;
@@ -800,9 +844,13 @@ static int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src,
 	}
 	for (size_t i = 0; i < ne; i++)
 		r |= dup_opt(&q.env[i], src->env[i]);
+	q.n_net_allow = src->n_net_allow < POLICY_MAX_NET_RULES ? src->n_net_allow : POLICY_MAX_NET_RULES;
+	for (size_t i = 0; i < q.n_net_allow; i++)
+		r |= dup_opt(&q.net_allow[i], src->net_allow[i]);
+	r |= dup_opt(&q.net_log, src->net_log);
 	if (r) {
 		policy_free(&q);
-		return fail(err, ENOMEM, "out of memory");
+		return err_fail(err, "policy", ENOMEM, "out of memory");
 	}
 	*dst = q;
 	return 0;
@@ -830,9 +878,9 @@ static int parse_into(struct nsbox_policy *p, const char *text, size_t len, stru
 
 		++*lineno;
 		if (n > POLICY_LINE_MAX)
-			return fail(err, E2BIG, "line too long (at most %d bytes)", POLICY_LINE_MAX);
+			return err_fail(err, "policy", E2BIG, "line too long (at most %d bytes)", POLICY_LINE_MAX);
 		if (memchr(text + pos, '\0', n))
-			return fail(err, EINVAL, "NUL byte in line (policy files are text)");
+			return err_fail(err, "policy", EINVAL, "NUL byte in line (policy files are text)");
 		memcpy(line, text + pos, n);
 		line[n] = '\0';
 		pos += n + (nl ? 1 : 0);
@@ -848,12 +896,12 @@ static int parse_into(struct nsbox_policy *p, const char *text, size_t len, stru
 
 		if (*s == '[') {
 			if (e[-1] != ']' || e - s < 3)
-				return fail(err, EINVAL, "bad section header %s (use [Name])",
+				return err_fail(err, "policy", EINVAL, "bad section header %s (use [Name])",
 					    shown(s, buf, sizeof(buf)));
 			e[-1] = '\0';
 			if (!section_known(s + 1)) {
 				list_sections(list, sizeof(list));
-				return fail(err, EINVAL, "unknown section [%s] (accepted: %s)",
+				return err_fail(err, "policy", EINVAL, "unknown section [%s] (accepted: %s)",
 					    shown(s + 1, buf, sizeof(buf)), list);
 			}
 			strcpy(section, s + 1);
@@ -863,17 +911,17 @@ static int parse_into(struct nsbox_policy *p, const char *text, size_t len, stru
 
 		eq = strchr(s, '=');
 		if (!eq)
-			return fail(err, EINVAL, "%s: not a setting (use Key=Value, a [Section] or a # comment)",
+			return err_fail(err, "policy", EINVAL, "%s: not a setting (use Key=Value, a [Section] or a # comment)",
 				    shown(s, buf, sizeof(buf)));
 		if (!have_section)
-			return fail(err, EINVAL, "%s: setting outside a section (put it under a [Section] header)",
+			return err_fail(err, "policy", EINVAL, "%s: setting outside a section (put it under a [Section] header)",
 				    shown(s, buf, sizeof(buf)));
 		e = eq;
 		while (e > s && is_blank(e[-1]))
 			e--;
 		*e = '\0';
 		if (!*s)
-			return fail(err, EINVAL, "missing key before '='");
+			return err_fail(err, "policy", EINVAL, "missing key before '='");
 
 		if (strcmp(section, "Policy") == 0 && strcmp(s, "Base") == 0) {
 			struct nsbox_policy b;
@@ -882,7 +930,7 @@ static int parse_into(struct nsbox_policy *p, const char *text, size_t len, stru
 			while (is_blank(*v))
 				v++;
 			if (seen_setting)
-				return fail(err, EINVAL,
+				return err_fail(err, "policy", EINVAL,
 					    "[Policy] Base=%s: must be the first setting of the file",
 					    shown(v, buf, sizeof(buf)));
 			seen_setting = true;
@@ -911,14 +959,14 @@ int policy_parse(struct nsbox_policy *p, const char *text, size_t len, const cha
 	if (!origin)
 		origin = "<policy>";
 	if (!p || (!text && len))
-		return fail(err, EINVAL, "%s: policy_parse: missing argument", origin);
+		return err_fail(err, "policy", EINVAL, "%s: policy_parse: missing argument", origin);
 	if (policy_copy(&q, p, err) < 0)
 		return err_wrap(err, "%s", origin);
 	if (parse_into(&q, text ? text : "", len, err, &lineno) < 0) {
 		policy_free(&q);
 		if (err) {
 			snprintf(pre, sizeof(pre), "%.512s:%u: ", origin, lineno);
-			msg_prefix(err, pre);
+			err_prefix(err, pre);
 		}
 		return -1;
 	}
@@ -944,10 +992,10 @@ int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_e
 	ssize_t n;
 
 	if (!p)
-		return fail(err, EINVAL, "policy_load: no policy");
+		return err_fail(err, "policy", EINVAL, "policy_load: no policy");
 	memset(p, 0, sizeof(*p));
 	if (!name_or_file || !*name_or_file)
-		return fail(err, EINVAL, "empty policy name");
+		return err_fail(err, "policy", EINVAL, "empty policy name");
 	if (is_builtin(name_or_file))
 		return policy_init_builtin(p, name_or_file, err);
 
@@ -955,7 +1003,7 @@ int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_e
 	fd = open(name_or_file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
 	if (fd < 0) {
 		if (errno == ENOENT)
-			return fail(err, ENOENT,
+			return err_fail(err, "policy", ENOENT,
 				    "policy '%s': no such built-in policy (default, strict, permissive) and no such file",
 				    name_or_file);
 		return err_sys(err, "policy '%s': open", name_or_file);
@@ -963,21 +1011,35 @@ int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_e
 	if (fstat(fd, &st) < 0)
 		return err_sys(err, "policy '%s': fstat", name_or_file);
 	if (!S_ISREG(st.st_mode))
-		return fail(err, EINVAL, "policy '%s': not a regular file", name_or_file);
+		return err_fail(err, "policy", EINVAL, "policy '%s': not a regular file", name_or_file);
 	text = malloc(POLICY_FILE_MAX + 1);
 	if (!text)
-		return fail(err, ENOMEM, "out of memory");
+		return err_fail(err, "policy", ENOMEM, "out of memory");
 	n = read_full(fd, text, POLICY_FILE_MAX + 1);
 	if (n < 0)
 		return err_sys(err, "policy '%s': read", name_or_file);
 	if (n > POLICY_FILE_MAX)
-		return fail(err, EFBIG, "policy '%s': file too large (at most %d bytes)", name_or_file,
+		return err_fail(err, "policy", EFBIG, "policy '%s': file too large (at most %d bytes)", name_or_file,
 			    POLICY_FILE_MAX);
+
+	if (policy_from_text(&q, text, (size_t)n, name_or_file, err) < 0)
+		return -1;
+	if (replace_str(&q.name, name_or_file, err) < 0) {
+		policy_free(&q);
+		return -1;
+	}
+	*p = q;
+	return 0;
+}
+
+int policy_from_text(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
+		     struct nsbox_err *err)
+{
+	struct nsbox_policy q;
 
 	if (policy_init_builtin(&q, "default", err) < 0)
 		return -1;
-	if (replace_str(&q.name, name_or_file, err) < 0 ||
-	    policy_parse(&q, text, (size_t)n, name_or_file, err) < 0) {
+	if (policy_parse(&q, text, len, origin, err) < 0) {
 		policy_free(&q);
 		return -1;
 	}
@@ -993,11 +1055,11 @@ static int check_path(const char *what, const char *path, bool is_dst, struct ns
 	const char *why;
 
 	if (!path)
-		return fail(err, EINVAL, "%s: missing path", what);
+		return err_fail(err, "policy", EINVAL, "%s: missing path", what);
 	if (norm_path(path, &n, err) < 0)
 		return err_wrap(err, "%s %s", what, path);
 	if (is_dst && (why = forbidden_dst(n)))
-		return fail(err, EPERM, "%s %s: not allowed (%s)", what, path, why);
+		return err_fail(err, "policy", EPERM, "%s %s: not allowed (%s)", what, path, why);
 	return 0;
 }
 
@@ -1014,26 +1076,46 @@ static bool path_under(const char *a, const char *b)
 int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 {
 	if (!p)
-		return fail(err, EINVAL, "no policy");
+		return err_fail(err, "policy", EINVAL, "no policy");
 	if (p->uid == (uid_t)-1)
-		return fail(err, EINVAL, "[Sandbox] Uid=%u: not a valid id (use 0 to %lu)",
+		return err_fail(err, "policy", EINVAL, "[Sandbox] Uid=%u: not a valid id (use 0 to %lu)",
 			    (unsigned)p->uid, ID_MAX);
 	if (p->gid == (gid_t)-1)
-		return fail(err, EINVAL, "[Sandbox] Gid=%u: not a valid id (use 0 to %lu)",
+		return err_fail(err, "policy", EINVAL, "[Sandbox] Gid=%u: not a valid id (use 0 to %lu)",
 			    (unsigned)p->gid, ID_MAX);
+	if (p->host_uid == (uid_t)-1 || p->host_gid == (gid_t)-1)
+		return err_fail(err, "policy", EINVAL, "[Sandbox] HostUid=, HostGid=: not a valid id (use 0 to %lu)", ID_MAX);
+	/* A picked uid with the launcher's gid (root's) would share a group
+	 * with it: both or neither. */
+	if (!p->host_uid != !p->host_gid)
+		return err_fail(err, "policy", EINVAL, "[Sandbox] HostUid=%u, HostGid=%u: set both or neither",
+			    (unsigned)p->host_uid, (unsigned)p->host_gid);
 	if (!p->hostname || !hostname_ok(p->hostname))
-		return fail(err, EINVAL, "[Sandbox] Hostname=: missing or not a valid host name");
+		return err_fail(err, "policy", EINVAL, "[Sandbox] Hostname=: missing or not a valid host name");
 	if (!isfinite(p->cpus) || p->cpus < 0 || !isfinite(p->time_limit) || p->time_limit < 0)
-		return fail(err, EINVAL, "[Limits] CPUs= and TimeLimit= must be finite and not negative");
+		return err_fail(err, "policy", EINVAL, "[Limits] CPUs= and TimeLimit= must be finite and not negative");
 	if ((unsigned)p->cgroups > WANT_REQUIRE || (unsigned)p->landlock > WANT_REQUIRE ||
 	    (unsigned)p->seccomp > SECCOMP_LOG)
-		return fail(err, EINVAL, "[Limits] Cgroups=, [Security] Landlock= or Seccomp=: bad mode");
+		return err_fail(err, "policy", EINVAL, "[Limits] Cgroups=, [Security] Landlock= or Seccomp=: bad mode");
 	if (p->rootfs && check_path("[Filesystem] RootFS=", p->rootfs, false, err) < 0)
+		return -1;
+	/* Network=host would make the allowlist a lie: every address reachable. */
+	if (p->n_net_allow && p->share_net)
+		return err_fail(err, "policy", EINVAL, "[Network] Allow= needs [Sandbox] Network=none (not --share-net)");
+	if (p->n_net_allow > POLICY_MAX_NET_RULES)
+		return err_fail(err, "policy", E2BIG, "[Network]: %zu rules (at most %d)", p->n_net_allow, POLICY_MAX_NET_RULES);
+	for (size_t i = 0; i < p->n_net_allow; i++) {
+		struct net_rule r;
+
+		if (net_rule_parse(p->net_allow[i], &r, err) < 0)
+			return err_wrap(err, "[Network] Allow=%s", p->net_allow[i]);
+	}
+	if (p->net_log && check_path("[Network] Log=", p->net_log, false, err) < 0)
 		return -1;
 	if (p->workspace && check_path("[Filesystem] Workspace=", p->workspace, false, err) < 0)
 		return -1;
 	if (p->n_mounts > POLICY_MAX_MOUNTS)
-		return fail(err, E2BIG, "[Filesystem]: %zu mounts (at most %d)", p->n_mounts,
+		return err_fail(err, "policy", E2BIG, "[Filesystem]: %zu mounts (at most %d)", p->n_mounts,
 			    POLICY_MAX_MOUNTS);
 	for (size_t i = 0; i < p->n_mounts; i++) {
 		const struct policy_mount *m = &p->mounts[i];
@@ -1048,13 +1130,13 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 		if (norm_path(m->dst, &di, err) < 0)
 			return -1;
 		if (p->workspace && strcmp(di, "/workspace") == 0)
-			return fail(err, EEXIST,
+			return err_fail(err, "policy", EEXIST,
 				    "%s %s: conflicts with Workspace=, which is mounted there", key, m->dst);
 		/* The launcher resolves destinations on the host before
 		 * pivot_root: one inside a writable mount would follow symlinks
 		 * that an earlier sandbox left there. */
 		if (p->workspace && path_under(di, "/workspace"))
-			return fail(err, EINVAL, "%s %s: inside Workspace= (a writable mount): not allowed", key,
+			return err_fail(err, "policy", EINVAL, "%s %s: inside Workspace= (a writable mount): not allowed", key,
 				    m->dst);
 		for (size_t j = 0; j < p->n_mounts; j++) {
 			_cleanup_free_ char *dj = NULL;
@@ -1064,23 +1146,23 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 			if (norm_path(p->mounts[j].dst, &dj, err) < 0)
 				return -1;
 			if (j < i && strcmp(di, dj) == 0)
-				return fail(err, EEXIST, "%s %s: used by two mounts", key, m->dst);
+				return err_fail(err, "policy", EEXIST, "%s %s: used by two mounts", key, m->dst);
 			if (p->mounts[j].rw && path_under(di, dj))
-				return fail(err, EINVAL, "%s %s: inside the writable Bind= %s: not allowed", key,
+				return err_fail(err, "policy", EINVAL, "%s %s: inside the writable Bind= %s: not allowed", key,
 					    m->dst, p->mounts[j].dst);
 		}
 	}
 	if (p->n_env > POLICY_MAX_ENV)
-		return fail(err, E2BIG, "[Environment]: %zu variables (at most %d)", p->n_env,
+		return err_fail(err, "policy", E2BIG, "[Environment]: %zu variables (at most %d)", p->n_env,
 			    POLICY_MAX_ENV);
 	for (size_t i = 0; i < p->n_env; i++) {
 		const char *eq = p->env[i] ? strchr(p->env[i], '=') : NULL;
 
 		if (!eq || !env_name_ok(p->env[i], (size_t)(eq - p->env[i])))
-			return fail(err, EINVAL, "[Environment] Set=: entry %zu is not NAME=VALUE", i + 1);
+			return err_fail(err, "policy", EINVAL, "[Environment] Set=: entry %zu is not NAME=VALUE", i + 1);
 		for (size_t j = 0; j < i; j++)
 			if (p->env[j] && strncmp(p->env[j], p->env[i], (size_t)(eq - p->env[i]) + 1) == 0)
-				return fail(err, EEXIST, "[Environment] Set=: %.*s is set twice",
+				return err_fail(err, "policy", EEXIST, "[Environment] Set=: %.*s is set twice",
 					    (int)(eq - p->env[i]), p->env[i]);
 	}
 	return 0;
@@ -1152,6 +1234,9 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 		p->share_net ? "host" : "none");
 	if (p->hostname)
 		fprintf(out, "Hostname=%s\n", p->hostname);
+	/* Only when set: the base has none, and most policies never do. */
+	if (p->host_uid || p->host_gid)
+		fprintf(out, "HostUid=%u\nHostGid=%u\n", (unsigned)p->host_uid, (unsigned)p->host_gid);
 
 	fprintf(out, "\n[Limits]\n");
 	print_size(out, "Memory", p->memory, "infinity");
@@ -1181,4 +1266,13 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 	fprintf(out, "\n[Security]\nSeccomp=%s\nLandlock=%s\n",
 		p->seccomp == SECCOMP_LOG ? "log" : "enforce", want_name(p->landlock));
 	fprintf(out, "\n[Python]\nDistPackages=%s\n", p->dist_packages ? "yes" : "no");
+
+	fprintf(out, "\n[Network]\n");
+	for (size_t i = 0; i < p->n_net_allow && i < POLICY_MAX_NET_RULES; i++)
+		fprintf(out, "Allow=%s\n", p->net_allow[i]);
+	if (p->net_log)
+		fprintf(out, "Log=%s\n", p->net_log);
+	print_size(out, "MaxBytesOut", p->net_max_out, "infinity");
+	print_size(out, "MaxBytesIn", p->net_max_in, "infinity");
+	print_count(out, "MaxConnections", p->net_max_conns);
 }

@@ -32,6 +32,7 @@ struct policy_mount {
 
 #define POLICY_MAX_MOUNTS 64
 #define POLICY_MAX_ENV 64
+#define POLICY_MAX_NET_RULES 64
 
 struct nsbox_policy {
 	char *name;		/* "default", "strict", "permissive" or the file path */
@@ -39,6 +40,13 @@ struct nsbox_policy {
 	/* [Sandbox] */
 	uid_t uid;		/* Uid= ids inside the sandbox (default 1000) */
 	gid_t gid;		/* Gid= */
+	/* HostUid=, HostGid=: the host ids uid and gid map to; 0 (the
+	 * default) means the launcher's own euid and egid.  Only a root
+	 * launcher can map other ids (jail/userns.c refuses them otherwise,
+	 * as the kernel would); nsboxd sets them per session from
+	 * HostUidRange (nsboxd.conf(5)). */
+	uid_t host_uid;
+	gid_t host_gid;
 	bool share_net;		/* Network=none|host; host shares the host's net ns */
 	char *hostname;		/* Hostname= (default "nsbox") */
 
@@ -68,6 +76,16 @@ struct nsbox_policy {
 
 	/* [Python] */
 	bool dist_packages;	/* DistPackages=yes adds /usr/lib/python3/dist-packages */
+
+	/* [Network]  egress allowlist (policy/netrule.h, egress/): with any
+	 * Allow= the sandbox keeps its own network namespace (lo only) and
+	 * reaches the rules' destinations through the host-side proxy. */
+	char *net_allow[POLICY_MAX_NET_RULES];	/* Allow= rules, as written */
+	size_t n_net_allow;
+	char *net_log;		/* Log= JSON-lines audit file (host path), NULL = none */
+	uint64_t net_max_out;	/* MaxBytesOut= bytes sent, whole sandbox, 0 = no limit */
+	uint64_t net_max_in;	/* MaxBytesIn= bytes received */
+	uint64_t net_max_conns;	/* MaxConnections= proxied connections and DNS answers */
 };
 
 /* Initialise *p from a built-in policy: "default", "strict" or "permissive".
@@ -84,6 +102,17 @@ int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_e
  * source in messages: errors read "origin:LINE: what is wrong". */
 int policy_parse(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
 		 struct nsbox_err *err);
+
+/* A new policy from text in the file format, on top of the built-in
+ * "default" (as a policy file is read, and as policy_print() output parses
+ * back).  *p is overwritten (not freed first); on failure it is left
+ * untouched.  Errors as policy_parse. */
+int policy_from_text(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
+		     struct nsbox_err *err);
+
+/* A deep copy of src in *dst (overwritten, not freed first; owned by the
+ * caller, policy_free).  On failure (-1, ENOMEM) *dst is untouched. */
+int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct nsbox_err *err);
 
 /* Set one key of one section ("Limits", "Memory", "256M").  Section and key
  * are matched case-sensitively as documented in nsbox-policy(5).  Repeatable

@@ -3,8 +3,9 @@
  * Shape of the policy (issue 2):
  *   - native architecture only: i386 and x32 calls kill the process;
  *   - syscalls not in the table fail with ENOSYS so libc falls back;
- *   - clone3 and io_uring_* fail with ENOSYS (clone3's flags live in memory
- *     the filter cannot read; io_uring bypasses the filter entirely);
+ *   - clone3, io_uring_* and legacy AIO fail with ENOSYS (clone3's flags live
+ *     in memory the filter cannot read; io_uring bypasses the filter
+ *     entirely; AIO events are one host-wide budget, fs.aio-max-nr);
  *   - namespace creation, the mount family, tracing, kernel attack surface
  *     and host-wide settings fail with EPERM;
  *   - everything CPython, its common C extensions and the shell tools need
@@ -70,7 +71,14 @@ const struct seccomp_rule seccomp_rules[] = {
 	ALLOW("statfs"), ALLOW("fstatfs"),
 	ALLOW("lseek"), ALLOW("access"), ALLOW("faccessat"), ALLOW("faccessat2"),
 	ALLOW("pipe"), ALLOW("pipe2"), ALLOW("dup"), ALLOW("dup2"), ALLOW("dup3"),
-	ALLOW("fcntl"), ALLOW("flock"),
+	/* F_SETPIPE_SZ grows a pipe to pipe-max-size (1 MiB, 256 pages),
+	 * charged to the host user's pipe-user-pages-soft (16384 pages): 64
+	 * grown pipes and every new pipe of the host user gets 2 pages
+	 * (fs/pipe.c, too_many_pipe_buffers_soft).  A pipe keeps the default
+	 * 16 pages here; shrinking it is not asked for by anything we run. */
+	WHEN("fcntl", SRULE_EPERM, 1, LOW32, F_SETPIPE_SZ),
+	OTHERWISE("fcntl", SRULE_ALLOW),
+	ALLOW("flock"),
 	ALLOW("fsync"), ALLOW("fdatasync"), ALLOW("syncfs"), ALLOW("sync"), ALLOW("sync_file_range"),
 	ALLOW("truncate"), ALLOW("ftruncate"), ALLOW("fallocate"),
 	ALLOW("getdents"), ALLOW("getdents64"), ALLOW("getcwd"), ALLOW("chdir"), ALLOW("fchdir"),
@@ -199,15 +207,18 @@ const struct seccomp_rule seccomp_rules[] = {
 	ALLOW("msgget"), ALLOW("msgsnd"), ALLOW("msgrcv"), ALLOW("msgctl"),
 	ALLOW("mq_open"), ALLOW("mq_unlink"), ALLOW("mq_timedsend"), ALLOW("mq_timedreceive"),
 	ALLOW("mq_notify"), ALLOW("mq_getsetattr"),
-	/* Legacy AIO (libaio users). */
-	ALLOW("io_setup"), ALLOW("io_destroy"), ALLOW("io_submit"), ALLOW("io_cancel"),
-	ALLOW("io_getevents"), ALLOW("io_pgetevents"),
 
 	/* ENOSYS so libc and Python fall back: glibc retries clone3 with
 	 * clone, and io_uring users fall back to threads.  io_uring ops are not
 	 * seen by seccomp at all. */
 	ENOSYS_("clone3"),
 	ENOSYS_("io_uring_setup"), ENOSYS_("io_uring_enter"), ENOSYS_("io_uring_register"),
+	/* Legacy AIO: io_setup reserves events from fs.aio-max-nr (65536),
+	 * one budget for the whole host with no per-user split: one sandbox
+	 * took it all and io_setup failed for every uid, root included.
+	 * CPython does not use it; libaio users fall back to threads. */
+	ENOSYS_("io_setup"), ENOSYS_("io_destroy"), ENOSYS_("io_submit"), ENOSYS_("io_cancel"),
+	ENOSYS_("io_getevents"), ENOSYS_("io_pgetevents"),
 
 	/* Namespaces and mounts. */
 	EPERM_("unshare"), EPERM_("setns"),
@@ -224,7 +235,7 @@ const struct seccomp_rule seccomp_rules[] = {
 	EPERM_("bpf"), EPERM_("perf_event_open"), EPERM_("userfaultfd"),
 	EPERM_("keyctl"), EPERM_("add_key"), EPERM_("request_key"),
 	EPERM_("modify_ldt"), EPERM_("iopl"), EPERM_("ioperm"), EPERM_("lookup_dcookie"),
-	EPERM_("fanotify_init"), EPERM_("uselib"), EPERM_("nfsservctl"), EPERM_("_sysctl"),
+	EPERM_("fanotify_init"), EPERM_("fanotify_mark"), EPERM_("uselib"), EPERM_("nfsservctl"), EPERM_("_sysctl"),
 	/* Host-wide state. */
 	EPERM_("init_module"), EPERM_("finit_module"), EPERM_("delete_module"),
 	EPERM_("kexec_load"), EPERM_("kexec_file_load"), EPERM_("reboot"),

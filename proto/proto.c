@@ -13,6 +13,7 @@ static const char *const type_names[] = {
 	[PROTO_VALUE] = "VALUE",   [PROTO_RESET] = "RESET",	  [PROTO_CANCEL] = "CANCEL",
 	[PROTO_PING] = "PING",	   [PROTO_PONG] = "PONG",	  [PROTO_BYE] = "BYE",
 	[PROTO_ERROR] = "ERROR",   [PROTO_TOOLS] = "TOOLS",
+	[PROTO_FILE_WRITE] = "FILE_WRITE", [PROTO_FILE_READ] = "FILE_READ", [PROTO_FILE_LIST] = "FILE_LIST",
 };
 
 const char *proto_type_name(unsigned type)
@@ -340,6 +341,13 @@ static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
 	[PROTO_BYE] = { BOTH, { { NULL } } },
 	[PROTO_ERROR] = { BOTH, { { "message", F_STR, true } } },
 	[PROTO_TOOLS] = { PROTO_TO_RUNNER, { { "tools", F_TOOLS, true } } },
+	[PROTO_FILE_WRITE] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "data", F_STR, false },
+						  { "offset", F_INT, false }, { "mode", F_INT, false },
+						  { "truncate", F_BOOL, false }, { "parents", F_BOOL, false },
+						  { "kind", F_STR, false } } },
+	[PROTO_FILE_READ] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "offset", F_INT, false },
+						 { "length", F_INT, false } } },
+	[PROTO_FILE_LIST] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "max", F_INT, false } } },
 };
 
 bool proto_is_identifier(const char *s)
@@ -467,11 +475,16 @@ int proto_msg_check(uint16_t type, enum proto_dir dir, const json_t *msg, struct
 	return 0;
 }
 
-static bool json_too_many(const char *p, size_t len)
+void proto_json_scan(const char *p, size_t len, struct proto_json_scan *st)
 {
-	size_t objects = 0, elements = 0;
-	bool in_str = false;
+	/* jansson's sizes, measured (glibc malloc, 64-bit), each rounded up:
+	 * an object ~235 bytes and ~110 per member, an array ~140, a string
+	 * ~90, a number or literal ~42 with its slot in the array. */
+	enum { C_OBJECT = 256, C_ARRAY = 160, C_STRING = 96, C_SCALAR = 40, C_SLOT = 4 };
+	size_t depth = 0;
+	bool in_str = false, want_value = true;
 
+	memset(st, 0, sizeof(*st));
 	for (size_t i = 0; i < len; i++) {
 		char c = p[i];
 
@@ -482,30 +495,74 @@ static bool json_too_many(const char *p, size_t len)
 				in_str = false;
 			continue;
 		}
-		if (c == '"')
+		switch (c) {
+		case '"':
 			in_str = true;
-		else if (c == '{')
-			objects++;
-		else if (c == ',' || c == '[')
-			elements++;
+			st->cost += C_STRING;
+			want_value = false;
+			break;
+		case '{':
+		case '[':
+			if (c == '{')
+				st->objects++, st->cost += C_OBJECT;
+			else
+				st->elements++, st->cost += C_ARRAY;
+			if (++depth > st->depth)
+				st->depth = depth;
+			want_value = true;
+			break;
+		case '}':
+		case ']':
+			if (depth)
+				depth--;
+			want_value = false;
+			break;
+		case ',':
+		case ':':
+			st->elements++;
+			st->cost += C_SLOT;
+			want_value = true;
+			break;
+		case ' ':
+		case '\t':
+		case '\n':
+		case '\r':
+			break;
+		default:
+			/* The first byte of a number or literal. */
+			if (want_value)
+				st->cost += C_SCALAR;
+			want_value = false;
+		}
 	}
-	return objects > NSBOX_PROTO_MAX_OBJECTS || elements + objects > NSBOX_PROTO_MAX_ELEMENTS;
+	st->cost += len;
 }
 
 int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **out, struct nsbox_err *err)
 {
+	struct proto_json_scan st;
 	json_error_t jerr;
 	json_t *msg;
 
 	if (!f->payload)
 		return err_set(err, EPROTO, "%s frame without payload", proto_type_name(f->hdr.type));
 	/* A parsed JSON value costs up to ~100 times its text ("{}," is
-	 * three bytes, a jansson object with its table some 250): bound the
-	 * number of containers and elements before parsing what the sandbox
-	 * sent.  Outside strings only. */
-	if (json_too_many(f->payload, f->hdr.len))
+	 * three bytes, a jansson object with its table some 250), and the
+	 * parsers recurse per level: bound the count, the cost and the depth
+	 * of what the sandbox sent before parsing it. */
+	proto_json_scan(f->payload, f->hdr.len, &st);
+	if (st.objects > NSBOX_PROTO_MAX_OBJECTS || st.elements + st.objects > NSBOX_PROTO_MAX_ELEMENTS)
 		return err_set(err, EPROTO, "%s payload has more than %u JSON objects or %u elements",
 			       proto_type_name(f->hdr.type), NSBOX_PROTO_MAX_OBJECTS, NSBOX_PROTO_MAX_ELEMENTS);
+	if (st.depth > NSBOX_PROTO_MAX_DEPTH)
+		return err_set(err, EPROTO, "%s payload nests deeper than %u levels", proto_type_name(f->hdr.type),
+			       NSBOX_PROTO_MAX_DEPTH);
+	if (st.cost > (uint64_t)NSBOX_PROTO_COST_FACTOR * f->hdr.len + NSBOX_PROTO_COST_SLACK)
+		return err_set(err, EPROTO,
+			       "%s payload of %u bytes would cost about %llu MiB to parse (over %u times its size "
+			       "plus %u MiB): too many small values",
+			       proto_type_name(f->hdr.type), f->hdr.len, (unsigned long long)(st.cost >> 20),
+			       NSBOX_PROTO_COST_FACTOR, NSBOX_PROTO_COST_SLACK >> 20);
 	/* Duplicate keys could make the two sides see different messages. */
 	msg = json_loadb(f->payload, f->hdr.len, JSON_REJECT_DUPLICATES, &jerr);
 	if (!msg)
@@ -574,6 +631,87 @@ bool proto_utf8_valid(const char *s, size_t n)
 		i += (size_t)k;
 	}
 	return true;
+}
+
+size_t proto_utf8_chars(const char *s, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += ((unsigned char)s[i] & 0xc0) != 0x80;
+	return k;
+}
+
+static size_t skip_ws(const char *p, size_t len, size_t i)
+{
+	while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
+		i++;
+	return i;
+}
+
+int proto_call_name(const char *p, size_t len, char name[PROTO_TOOL_NAME_MAX + 1])
+{
+	size_t depth = 0, key_start = 0;
+	bool in_str = false, is_key = false, want_key = false;
+
+	for (size_t i = 0; i < len; i++) {
+		char c = p[i];
+
+		if (in_str) {
+			if (c == '\\') {
+				if (is_key)
+					return -1;
+				i++;
+			} else if (c == '"') {
+				in_str = false;
+				if (is_key && i - key_start == 4 && !memcmp(p + key_start, "name", 4)) {
+					size_t j = skip_ws(p, len, i + 1), v;
+
+					if (j >= len || p[j] != ':')
+						return -1;
+					j = skip_ws(p, len, j + 1);
+					if (j >= len || p[j] != '"')
+						return -1;
+					for (v = ++j; j < len && p[j] != '"' && p[j] != '\\'; j++)
+						if (j - v > PROTO_TOOL_NAME_MAX)
+							return -1;
+					if (j >= len || p[j] != '"' || j - v > PROTO_TOOL_NAME_MAX)
+						return -1;
+					memcpy(name, p + v, j - v);
+					name[j - v] = '\0';
+					return 0;
+				}
+			}
+			continue;
+		}
+		switch (c) {
+		case '"':
+			in_str = true;
+			is_key = depth == 1 && want_key;
+			key_start = i + 1;
+			want_key = false;
+			break;
+		case '{':
+		case '[':
+			depth++;
+			want_key = depth == 1;
+			break;
+		case '}':
+		case ']':
+			if (!depth)
+				return -1;
+			depth--;
+			break;
+		case ',':
+			want_key = depth == 1;
+			break;
+		default:
+			break;
+		}
+		if (depth == 0 && i > 0 && c != ' ')
+			return -1;
+	}
+	return -1;
 }
 
 void proto_buf_put(struct proto_buf *b, const char *s, size_t n)

@@ -29,6 +29,16 @@
 /* Per frame: JSON objects, and objects + array elements + members. */
 #define NSBOX_PROTO_MAX_OBJECTS (1u << 18)
 #define NSBOX_PROTO_MAX_ELEMENTS (1u << 22)
+/* Per frame: nesting of arrays and objects.  A Python value crosses at
+ * most 100 levels deep (nsbox-protocol(7), VALUES), two JSON levels per
+ * level with the $tuple/$dict tags, plus the message around it.  Checked
+ * before parsing: jansson and the SDK's decoder recurse per level. */
+#define NSBOX_PROTO_MAX_DEPTH 256
+/* Per frame: what its parse may cost the receiver, estimated from the text
+ * before parsing (a jansson value is 40 to 250 bytes, "0," is two): at
+ * most FACTOR times the payload plus SLACK bytes. */
+#define NSBOX_PROTO_COST_FACTOR 16u
+#define NSBOX_PROTO_COST_SLACK (16u << 20)
 
 enum proto_type {
 	PROTO_HELLO = 1,	/* both ways: version, capabilities (host also: tools, limits) */
@@ -48,7 +58,12 @@ enum proto_type {
 	PROTO_BYE,		/* both ways: orderly end of the session */
 	PROTO_ERROR,		/* both ways: the sender saw a protocol error and is ending */
 	PROTO_TOOLS,		/* host -> runner: the full tool list after HELLO (answered by VALUE) */
-	PROTO_TYPE_MAX = PROTO_TOOLS,
+	/* Session file operations (capability "files"), done by the runner
+	 * inside the sandbox; each answered by VALUE.  Data is base64. */
+	PROTO_FILE_WRITE,	/* host -> runner: path, data, offset, mode, truncate, parents, kind */
+	PROTO_FILE_READ,	/* host -> runner: path, offset, length */
+	PROTO_FILE_LIST,	/* host -> runner: path, max */
+	PROTO_TYPE_MAX = PROTO_FILE_LIST,
 };
 
 /* Which way a frame travels; each type is only valid in some directions. */
@@ -149,6 +164,24 @@ bool proto_is_identifier(const char *s);
  * surrogates or code points past U+10FFFF), as jansson requires. */
 bool proto_utf8_valid(const char *s, size_t n);
 
+/* The number of code points in s[0..n) (valid UTF-8). */
+size_t proto_utf8_chars(const char *s, size_t n);
+
+/* What a payload would cost to parse, from one pass over its text: the
+ * nesting depth and an estimate in bytes of the parsed tree (jansson's
+ * sizes).  proto_msg_parse() refuses payloads past the caps above. */
+struct proto_json_scan {
+	size_t objects, elements, depth;
+	uint64_t cost;
+};
+void proto_json_scan(const char *p, size_t len, struct proto_json_scan *st);
+
+/* The "name" member of a CALL payload, found without parsing the rest:
+ * copied to name (size PROTO_TOOL_NAME_MAX + 1) when it is a plain string
+ * at the top level (no escapes).  Returns 0, or -1 when it can't be told
+ * this way (then parse the frame). */
+int proto_call_name(const char *p, size_t len, char name[PROTO_TOOL_NAME_MAX + 1]);
+
 /* A growing buffer for frames written by hand, without a jansson tree and
  * dump, on the exec round trip (the host's EXEC, the runner's RESULT).
  * After a failed allocation it stays bad and ignores writes; otherwise it
@@ -170,5 +203,14 @@ void proto_buf_json_str(struct proto_buf *b, const char *s, size_t n);
  * stream can carry it to the next chunk; pass pending == NULL to replace it
  * too.  Returns 0 or -1 (ENOMEM). */
 int proto_utf8_sanitize(const char *buf, size_t len, char **out, size_t *out_len, size_t *pending);
+
+/* Base64 (RFC 4648, standard alphabet, padded), for file data in FILE_*
+ * messages.  proto_b64_encode: out has room for proto_b64_len(n) + 1 bytes
+ * (NUL-terminated).  proto_b64_decode: out has room for n / 4 * 3 bytes;
+ * returns the decoded length, or -1 when s[0..n) is not canonical padded
+ * base64 (no whitespace). */
+size_t proto_b64_len(size_t n);
+void proto_b64_encode(const void *data, size_t n, char *out);
+long long proto_b64_decode(const char *s, size_t n, void *out);
 
 #endif

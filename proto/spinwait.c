@@ -2,6 +2,7 @@
 #include "spinwait.h"
 
 #include <limits.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -9,16 +10,21 @@
 #include "util.h"
 
 /* A spin can only pay when the other end can run meanwhile: not with one
- * CPU.  Cached (the host may call this from many threads: an atomic; a
- * race stores the same value twice). */
+ * CPU to run on (sched_getaffinity: a taskset or cpuset counts, where
+ * _SC_NPROCESSORS_ONLN would not).  A busy host is left to the backoff: a
+ * spin that finds nothing makes the next waits sleep at once.  Cached (the
+ * host may call this from many threads: an atomic; a race stores the same
+ * value twice). */
 static bool spin_pays_here(void)
 {
 	static atomic_long ncpu;
 	long n = atomic_load_explicit(&ncpu, memory_order_relaxed);
 
 	if (!n) {
-		n = sysconf(_SC_NPROCESSORS_ONLN);
-		atomic_store_explicit(&ncpu, n, memory_order_relaxed);
+		cpu_set_t set;
+
+		n = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : sysconf(_SC_NPROCESSORS_ONLN);
+		atomic_store_explicit(&ncpu, n > 0 ? n : 1, memory_order_relaxed);
 	}
 	return n >= 2;
 }
@@ -57,25 +63,10 @@ static int poll_now(void *ctx)
 	return poll(a->p, a->n, 0);
 }
 
-/* poll()'s timeout for deadline: -1 for none, rounded up (a poll that
- * wakes a little early would only poll again). */
-static int timeout_ms(unsigned long long deadline)
-{
-	unsigned long long now = now_ns();
-
-	if (!deadline)
-		return -1;
-	if (now >= deadline)
-		return 0;
-	if ((deadline - now) / 1000000 > INT_MAX - 1)
-		return INT_MAX;
-	return (int)((deadline - now + 999999) / 1000000);
-}
-
 int spinwait_poll(struct spinwait *w, struct pollfd *p, nfds_t n, unsigned long long deadline)
 {
 	struct poll_args a = { p, n };
 	int k = spinwait_spin(w, poll_now, &a);
 
-	return k != 0 ? k : poll(p, n, timeout_ms(deadline));
+	return k != 0 ? k : poll(p, n, deadline_ms(deadline));
 }

@@ -33,10 +33,9 @@ static struct {
 	struct capture cap[2];
 	size_t limit;
 	bool streaming;
-	/* Stream all of the output, not only the head (HELLO's
-	 * limits.stream_all: the host's caller shows it as produced, e.g.
-	 * nsbox python writing to a file).  The capture kept for RESULT is
-	 * capped all the same. */
+	/* Stream all of the output, not only the head (EXEC's stream_all:
+	 * the host's caller shows it as produced, e.g. nsbox python writing
+	 * to a file).  The capture kept for RESULT is capped all the same. */
 	bool stream_all;
 	uint32_t exec_id;
 } C = {
@@ -185,13 +184,6 @@ static void drain_ready(void)
 				;
 }
 
-void capture_stream_all(bool on)
-{
-	pthread_mutex_lock(&C.lock);
-	C.stream_all = on;
-	pthread_mutex_unlock(&C.lock);
-}
-
 bool runner_keep_stdin;
 
 int capture_start(struct nsbox_err *err)
@@ -243,7 +235,7 @@ void capture_ready(int s, short revents)
 	pthread_mutex_unlock(&C.lock);
 }
 
-int capture_begin(uint32_t id, bool stream, size_t limit)
+int capture_begin(uint32_t id, bool stream, bool stream_all, size_t limit)
 {
 	if (limit < 2)
 		limit = 2;
@@ -255,6 +247,7 @@ int capture_begin(uint32_t id, bool stream, size_t limit)
 	cap_reset(&C.cap[0], C.limit);
 	cap_reset(&C.cap[1], C.limit);
 	C.streaming = stream;
+	C.stream_all = stream && stream_all;
 	C.exec_id = id;
 	atomic_store(&runner_exec.cancel_reason, 0);
 	atomic_store(&runner_exec.active, true);

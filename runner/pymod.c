@@ -125,33 +125,22 @@ static PyObject *py_call(PyObject *self, PyObject *args)
 	}
 }
 
-/* exec_begin(id, stream: bool, limit: int): start capturing for an exec. */
+/* exec_begin(id, stream: bool, limit: int, stream_all: bool = False):
+ * start capturing for an exec. */
 static PyObject *py_exec_begin(PyObject *self, PyObject *args)
 {
 	unsigned int id;
-	int stream, r;
+	int stream, all = 0, r;
 	Py_ssize_t limit;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "Ipn", &id, &stream, &limit))
+	if (!PyArg_ParseTuple(args, "Ipn|p", &id, &stream, &limit, &all))
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
-	r = capture_begin(id, stream, limit < 2 ? 2 : (size_t)limit);
+	r = capture_begin(id, stream, all, limit < 2 ? 2 : (size_t)limit);
 	Py_END_ALLOW_THREADS
 	if (r < 0)
 		return PyErr_Format(PyExc_OSError, "cannot start the output thread");
-	Py_RETURN_NONE;
-}
-
-/* stream_all(flag): stream all output of each exec, not only its head. */
-static PyObject *py_stream_all(PyObject *self, PyObject *arg)
-{
-	int on = PyObject_IsTrue(arg);
-
-	(void)self;
-	if (on < 0)
-		return NULL;
-	capture_stream_all(on);
 	Py_RETURN_NONE;
 }
 
@@ -245,8 +234,7 @@ static PyMethodDef methods[] = {
 	{ "loads", py_loads, METH_O, "loads(bytes or str) -> obj (pyjson.c)" },
 	{ "send", py_send, METH_VARARGS, "send(type, id, payload)" },
 	{ "call", py_call, METH_VARARGS, "call(payload) -> (type, payload): one tool call round trip" },
-	{ "exec_begin", py_exec_begin, METH_VARARGS, "exec_begin(id, stream, limit)" },
-	{ "stream_all", py_stream_all, METH_O, "stream_all(flag): stream all output, not only its head" },
+	{ "exec_begin", py_exec_begin, METH_VARARGS, "exec_begin(id, stream, limit, stream_all=False)" },
 	{ "exec_end", py_exec_end, METH_NOARGS, "exec_end() -> ((head, tail, total), (head, tail, total))" },
 	{ "compile", py_compile, METH_VARARGS, "compile(source, filename, mode) -> code" },
 	{ "usage", py_usage, METH_NOARGS, "usage() -> (cpu seconds, peak RSS in bytes)" },

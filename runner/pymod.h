@@ -73,14 +73,14 @@ void io_call_abandon(struct io_call *c);
 /* Point fds 0, 1 and 2 at an empty pipe and the two capture pipes
  * (runner_io_start).  0 or -1 with err. */
 int capture_start(struct nsbox_err *err);
-/* Stream all output, not only each exec's head (HELLO limits.stream_all). */
-void capture_stream_all(bool on);
 /* For the io thread: the capture pipes' read ends to poll (-1: no longer). */
 void capture_fds(int fds[2]);
 /* For the io thread: stream s (0 stdout, 1 stderr) polled as revents. */
 void capture_ready(int s, short revents);
-/* Start capturing for exec id; then io_exec_watch().  -1: no io thread. */
-int capture_begin(uint32_t id, bool stream, size_t limit);
+/* Start capturing for exec id; then io_exec_watch().  stream_all: stream
+ * all of the output, not only the head (EXEC's stream_all).  -1: no io
+ * thread. */
+int capture_begin(uint32_t id, bool stream, bool stream_all, size_t limit);
 /* End the exec's capture: ((head, tail, total) for stdout, the same for
  * stderr), as bytes.  GIL held (released while waiting for the lock). */
 PyObject *capture_end(void);

@@ -23,14 +23,15 @@ import _nsbox
 _ModuleType = type(sys)
 
 (HELLO, EXEC, RESULT, OUTPUT, CALL, RETURN, RAISE, SET_VAR, GET_VAR, VALUE,
- RESET, CANCEL, PING, PONG, BYE, ERROR, TOOLS) = range(1, 18)
+ RESET, CANCEL, PING, PONG, BYE, ERROR, TOOLS,
+ FILE_WRITE, FILE_READ, FILE_LIST) = range(1, 21)
 
 RUNNER_FILE = "<nsbox-runner>"
 DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 MAX_DEPTH = 100
 MAX_TEXT = 65536          # cap on an error message or traceback
 INT_EXACT = 2 ** 53       # beyond this, ints travel as {"$int": "..."}
-CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl", "tools-update"]
+CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl", "tools-update", "files"]
 
 
 class ToolError(Exception):
@@ -495,7 +496,7 @@ def do_exec(mid, msg):
         if not complete:
             return {"error": None, "stdout": "", "stderr": "", "incomplete": True}
     limit = _limits["output"]
-    _nsbox.exec_begin(mid, bool(msg.get("stream")), limit)
+    _nsbox.exec_begin(mid, bool(msg.get("stream")), limit, msg.get("stream_all") is True)
     t0 = time.perf_counter()
     c0 = _nsbox.usage()[0]
     value, has_value, error, exit_code = None, False, None, None
@@ -589,6 +590,155 @@ def do_var(typ, msg):
     except Exception as e:
         err = format_error(e)
         err["traceback"] = None
+        return {"error": err}
+
+
+# ---- session files (nsbox-protocol(7), FILES) ----
+#
+# Done here, inside the sandbox, as its user and in its mount namespace, so
+# that whatever the sandbox planted (symlinks, fifos, swapped names) only
+# changes its own view: the host never opens these paths.
+
+FILE_CHUNK_MAX = 8 << 20
+_FTYPES = ((0o100000, "file"), (0o040000, "dir"), (0o120000, "symlink"), (0o010000, "fifo"),
+           (0o140000, "socket"), (0o020000, "char"), (0o060000, "block"))
+
+
+def _ftype(mode):
+    fmt = mode & 0o170000
+    for m, name in _FTYPES:
+        if fmt == m:
+            return name
+    return "other"
+
+
+def _open_regular(path, flags, mode=0o644):
+    """Open path without blocking on a fifo or device (O_NONBLOCK) and
+    insist on a regular file."""
+    import os
+    try:
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY, mode)
+    except OSError as e:
+        if e.errno == 6:  # ENXIO: a fifo with no reader, a device with no driver
+            raise OSError(22, "not a regular file") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if (st.st_mode & 0o170000) == 0o040000:
+            raise IsADirectoryError(21, "is a directory")
+        if (st.st_mode & 0o170000) != 0o100000:
+            raise OSError(22, "not a regular file (%s)" % _ftype(st.st_mode))
+        os.set_blocking(fd, True)
+        return fd, st
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _file_write(msg):
+    import os
+    import binascii
+    path = msg["path"]
+    mode = msg.get("mode", 0o644) & 0o7777
+    if msg.get("kind") == "dir":
+        if msg.get("parents"):
+            os.makedirs(path, mode, exist_ok=True)
+        else:
+            os.mkdir(path, mode)
+        return None
+    data = binascii.a2b_base64(msg.get("data") or "")
+    off = msg.get("offset", 0)
+    if not isinstance(off, int) or off < 0:
+        raise OSError(22, "bad offset")
+    if msg.get("truncate"):
+        fd, st = _open_regular(path, os.O_WRONLY | os.O_CREAT, mode)
+    else:
+        fd, st = _open_regular(path, os.O_WRONLY)
+    try:
+        if msg.get("truncate"):
+            os.ftruncate(fd, 0)
+            os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fd, view, off)
+            view = view[n:]
+            off += n
+    finally:
+        os.close(fd)
+    return {"size": off}
+
+
+def _file_read(msg):
+    import os
+    import binascii
+    off = msg.get("offset", 0)
+    length = msg.get("length", FILE_CHUNK_MAX)
+    if not isinstance(off, int) or off < 0 or not isinstance(length, int) or length < 0:
+        raise OSError(22, "bad offset or length")
+    length = min(length, FILE_CHUNK_MAX)
+    fd, st = _open_regular(msg["path"], os.O_RDONLY)
+    try:
+        parts = []
+        got = 0
+        while got < length:
+            b = os.pread(fd, length - got, off + got)
+            if not b:
+                break
+            parts.append(b)
+            got += len(b)
+    finally:
+        os.close(fd)
+    data = b"".join(parts)
+    return {"data": binascii.b2a_base64(data, newline=False).decode("ascii"), "size": st.st_size,
+            "eof": got < length}
+
+
+def _file_list(msg):
+    import os
+    limit = msg.get("max", 100000)
+    out = []
+    truncated = False
+    with os.scandir(os.fsencode(msg["path"])) as it:
+        for e in it:
+            if len(out) >= limit:
+                truncated = True
+                break
+            try:
+                st = e.stat(follow_symlinks=False)
+                ent = {"type": _ftype(st.st_mode), "size": st.st_size}
+            except OSError:
+                ent = {"type": "other", "size": 0}
+            raw = e.name
+            try:
+                ent["name"] = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                ent["name"] = raw.decode("utf-8", "replace")
+                ent["name_hex"] = raw.hex()
+            out.append(ent)
+    out.sort(key=lambda x: x["name"])
+    return {"entries": out, "truncated": truncated}
+
+
+def do_file(typ, msg):
+    try:
+        if not isinstance(msg.get("path"), str) or not msg["path"]:
+            raise OSError(22, "path must be a non-empty string")
+        if "\0" in msg["path"]:
+            raise OSError(22, "path contains NUL")
+        if typ == FILE_WRITE:
+            return {"value": _file_write(msg)}
+        if typ == FILE_READ:
+            return {"value": _file_read(msg)}
+        return {"value": _file_list(msg)}
+    except Exception as e:
+        err = format_error(e)
+        err["traceback"] = None
+        no = getattr(e, "errno", None)
+        if isinstance(e, ValueError) and not isinstance(no, int):
+            no = 22
+        err["errno"] = no if isinstance(no, int) and no > 0 else 5
+        if isinstance(e, OSError) and e.strerror:
+            err["message"] = e.strerror
         return {"error": err}
 
 
@@ -750,8 +900,6 @@ def hello():
         send(ERROR, mid, {"message": "expected HELLO version %d" % _nsbox.PROTO_VERSION})
         return False
     lim = msg.get("limits") or {}
-    if lim.get("stream_all") is True:
-        _nsbox.stream_all(True)
     if isinstance(lim.get("output"), int) and lim["output"] > 0:
         _limits["output"] = lim["output"]
     if isinstance(lim.get("max_frame"), int) and 0 < lim["max_frame"] <= _nsbox.MAX_FRAME:
@@ -820,6 +968,8 @@ def serve():
                     raise ValueError("TOOLS without a tools list")
                 install_tools(tl)
                 send(VALUE, mid, {"value": None})
+            elif typ in (FILE_WRITE, FILE_READ, FILE_LIST):
+                send(VALUE, mid, do_file(typ, msg))
             elif typ == BYE:
                 send(BYE, mid, {})
                 return 0

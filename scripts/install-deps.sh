@@ -2,8 +2,9 @@
 # Debian 12 build and test packages for nsbox (make deps).
 set -e
 export DEBIAN_FRONTEND=noninteractive
-PKGS="build-essential pkg-config clang libclang-rt-14-dev libseccomp-dev libcap-dev \
-libjansson-dev libedit-dev tmux libpython3.11-dev python3.11 python3-pytest libpython3.11-testsuite python3-setuptools python3-pip \
+PKGS="build-essential pkg-config clang clang-format libclang-rt-14-dev libseccomp-dev libcap-dev \
+libjansson-dev libsystemd-dev libedit-dev tmux libpython3.11-dev python3.11 python3-pytest libpython3.11-testsuite python3-setuptools python3-pip \
+python3-wheel python3-mypy \
 python3.11-venv bubblewrap hyperfine \
 systemd util-linux procps iproute2 locales valgrind qemu-system-x86 linux-image-cloud-amd64 busybox-static cpio"
 missing=""
@@ -11,4 +12,13 @@ for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends $missing
+fi
+# The MCP tests' client: the official TypeScript SDK, pinned by
+# tests/mcp/package-lock.json (node >= 18; Debian 12's nodejs is 18).
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+if [ ! -d "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
+	(cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund)
 fi

@@ -25,25 +25,39 @@ library is found through $NSBOX_LIB, then build/libnsbox.so.0 of a source
 checkout, then the system's library path.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from ._values import ReprValue
 from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError, SandboxCrashed,
                      SandboxedException, SandboxedMemoryError, SandboxedToolError, SandboxError,
-                     SandboxWarning, TimeLimitExceeded, ToolError, UndefinedVariable)
+                     SandboxWarning, TimeLimitExceeded, ToolError, UndecodableValue, UndefinedVariable)
 from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
+from ._files import SandboxFileError
+
+if TYPE_CHECKING:
+    from ._async import AsyncSandbox
 
 from ._version import __version__  # noqa: F401  (one place: make sync-version)
 
 __all__ = [
-    "Sandbox", "ExecResult", "run", "RunResult", "SandboxWarning", "ReprValue", "SandboxError",
+    "Sandbox", "AsyncSandbox", "ExecResult", "run", "RunResult", "SandboxWarning", "ReprValue", "SandboxError",
     "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled", "SandboxCrashed",
     "ProtocolError", "ToolError",
     "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
-    "library_version",
+    "UndecodableValue", "library_version", "SandboxFileError",
 ]
 
 
-def library_version():
+def __getattr__(name: str) -> Any:
+    # AsyncSandbox on first use: asyncio takes longer to import than the rest.
+    if name == "AsyncSandbox":
+        from ._async import AsyncSandbox
+        return AsyncSandbox
+    raise AttributeError("module 'nsbox' has no attribute %r" % (name,))
+
+
+def library_version() -> str:
     """The version of the loaded libnsbox ("0.3.0")."""
     from . import _lib
     return _lib.load().nsbox_version().decode()

@@ -15,7 +15,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_bool, c_char, c_char
 from .errors import PolicyError, SandboxCrashed, SandboxError
 
 __all__ = ["lib", "libc", "load", "check", "TOOL_FN", "OUTPUT_FN", "WARN_FN", "SessionOpts", "ExecOpts",
-           "SessionInfo", "RunOpts", "RunStatus", "take_string", "library_path"]
+           "SessionInfo", "RunOpts", "RunStatus", "Event", "take_string", "library_path", "has_event_api"]
 
 # enum nsbox_status
 OK, EXCEPTION, TIME_LIMIT, CANCELLED, MEMORY_LIMIT, CRASHED, PROTOCOL_ERROR, INCOMPLETE = range(8)
@@ -46,6 +46,8 @@ class SessionOpts(Structure):
         # since 0.3.0
         ("no_spare", c_bool),
         ("argv", POINTER(c_char_p)),
+        # since 0.4.0: nsboxd's socket (NULL: $NSBOX_CONNECT)
+        ("connect", c_char_p),
     ]
 
 
@@ -106,6 +108,24 @@ class RunStatus(Structure):
     ]
 
 
+# enum nsbox_event_kind (0.4.0)
+EVENT_OUTPUT, EVENT_TOOL_CALL, EVENT_DONE = 1, 2, 3
+
+
+class Event(Structure):
+    """struct nsbox_event (0.4.0)."""
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("kind", c_int),
+        ("stream", c_int),
+        ("data", c_void_p),         # not NUL-terminated: read with string_at(data, len)
+        ("len", c_size_t),
+        ("call_id", c_uint64),
+        ("tool", c_char_p),
+        ("args_json", c_char_p),
+    ]
+
+
 _ERR = POINTER(c_void_p)   # nsbox_error_t **
 
 # name: (restype, argtypes)
@@ -157,8 +177,19 @@ _PROTOS = {
     "nsbox_run": (c_int, [c_void_p, POINTER(c_char_p), POINTER(RunOpts), POINTER(RunStatus), _ERR]),
 }
 
+# The event-loop exec API (0.4.0): optional, so that the rest of the SDK
+# still works with an older library; AsyncSandbox checks has_event_api().
+_PROTOS_0_4 = {
+    "nsbox_session_fd": (c_int, [c_void_p]),
+    "nsbox_exec_start": (c_int, [c_void_p, c_char_p, POINTER(ExecOpts), _ERR]),
+    "nsbox_exec_advance": (c_int, [c_void_p, POINTER(Event), _ERR]),
+    "nsbox_exec_answer": (c_int, [c_void_p, c_uint64, c_char_p, c_char_p, _ERR]),
+    "nsbox_exec_result": (c_int, [c_void_p, POINTER(c_void_p), _ERR]),
+}
+
 lib = None
 library_path = None
+_event_api = False
 
 # strdup gives the malloc'ed strings a tool callback hands to libnsbox,
 # which releases them with free().
@@ -217,8 +248,23 @@ def load():
                                % (library_path, name), _errno.ENOSYS) from None
         fn.restype = restype
         fn.argtypes = argtypes
+    global _event_api
+    _event_api = True
+    for name, (restype, argtypes) in _PROTOS_0_4.items():
+        fn = getattr(handle, name, None)
+        if fn is None:
+            _event_api = False
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
     lib = handle
     return lib
+
+
+def has_event_api():
+    """Whether the loaded library has the event-loop exec API (0.4.0)."""
+    load()
+    return _event_api
 
 
 def error_from(rc, err, what=None, cls=None):

@@ -115,17 +115,21 @@ class WarnSink:
     The owner keeps the WARN_FN made from this object alive as long as
     libnsbox may call it; the sink holds no reference back to its owner."""
 
-    def __init__(self, on_warning=None):
+    def __init__(self, on_warning=None, defer=False):
         if on_warning is not None and not callable(on_warning):
             raise TypeError("on_warning must be callable, not %r" % (on_warning,))
         self.on_warning = on_warning
+        # defer: queue for on_warning too, called by flush() (AsyncSandbox
+        # makes its sandboxes in a worker thread; on_warning runs on the
+        # loop's thread).
+        self.defer = defer
         self.queued = []
         self.pending = None
 
     def __call__(self, userdata, message):
         try:
             text = message.decode("utf-8", "replace") if message else ""
-            if self.on_warning is None:
+            if self.on_warning is None or self.defer:
                 self.queued.append(text)
             else:
                 self.on_warning(text)
@@ -137,7 +141,14 @@ class WarnSink:
         """Issue the queued warnings, then raise what on_warning raised."""
         q, self.queued = self.queued, []
         e, self.pending = self.pending, None
-        if q:
+        if q and self.on_warning is not None:
+            for m in q:
+                try:
+                    self.on_warning(m)
+                except BaseException as x:  # noqa: B036
+                    if e is None:
+                        e = x
+        elif q:
             level = _caller_stacklevel()
             for m in q:
                 warnings.warn(m, SandboxWarning, stacklevel=level)

@@ -1,7 +1,10 @@
 """nsbox.run(): one command in a new sandbox, like `nsbox run`."""
 
+from __future__ import annotations
+
 import collections
 import os
+from typing import IO, Any, Callable, Dict, Optional, Sequence, Union
 from ctypes import POINTER, byref, c_char_p, c_int, c_void_p, cast, sizeof
 
 from . import _lib
@@ -32,8 +35,22 @@ class RunResult(collections.namedtuple("RunResult", [
 
     __slots__ = ()
 
+    exit_code: int
+    exited: bool
+    exit_status: Optional[int]
+    signal: Optional[int]
+    time_limit: bool
+    oom_killed: bool
+    exec_errno: int
+    peak_memory: int
+    cpu_user: float
+    cpu_system: float
+    wall: float
+    cgroup_mode: str
+    enforced: Dict[str, bool]
+
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return self.exit_code == 0
 
 
@@ -59,8 +76,15 @@ def _fd(f, default, what):
     return fd
 
 
-def run(argv, policy="default", memory=None, timeout=None, pids=None, cpus=None, workspace=None,
-        share_net=False, stdin=None, stdout=None, stderr=None, forward_signals=False, on_warning=None):
+_Arg = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
+_Stream = Union[None, int, IO[Any]]
+
+
+def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] = "default",
+        memory: Optional[Union[int, str]] = None, timeout: Optional[float] = None, pids: Optional[int] = None,
+        cpus: Optional[float] = None, workspace: Optional[Union[str, "os.PathLike[str]"]] = None,
+        share_net: bool = False, stdin: _Stream = None, stdout: _Stream = None, stderr: _Stream = None,
+        forward_signals: bool = False, on_warning: Optional[Callable[[str], Any]] = None) -> RunResult:
     """Run a command in a new sandbox, wait for it and return a RunResult.
 
     argv:        the command, a list of str/bytes/paths; argv[0] is searched

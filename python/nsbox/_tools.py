@@ -18,7 +18,7 @@ from .errors import ToolError
 try:  # 3.10+: int | None
     from types import UnionType as _UnionType
 except ImportError:  # pragma: no cover (3.9)
-    _UnionType = None
+    _UnionType = None  # type: ignore[misc,assignment]
 
 __all__ = ["Tool", "schema_from_function", "parse_docstring", "describe"]
 

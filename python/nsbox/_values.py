@@ -15,6 +15,8 @@ nsbox-protocol(7), VALUES.
 import json
 import math
 
+from .errors import UndecodableValue
+
 __all__ = ["ReprValue", "encode", "decode", "dumps", "loads"]
 
 INT_EXACT = 2 ** 53
@@ -28,22 +30,26 @@ class ReprValue:
 
     __slots__ = ("repr", "type_name", "why")
 
-    def __init__(self, repr_text, type_name, why=None):
+    repr: str
+    type_name: str
+    why: "str | None"
+
+    def __init__(self, repr_text: str, type_name: str, why: "str | None" = None) -> None:
         self.repr = repr_text
         self.type_name = type_name
         self.why = why
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return self.repr
 
     __str__ = __repr__
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         if not isinstance(other, ReprValue):
             return NotImplemented
         return (self.repr, self.type_name, self.why) == (other.repr, other.type_name, other.why)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash((self.repr, self.type_name, self.why))
 
 
@@ -137,7 +143,7 @@ def dumps(v):
 _decoder = json.JSONDecoder().decode
 
 
-_scan = json.JSONDecoder().scan_once
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def parse(b):
@@ -159,7 +165,17 @@ _scalar = {b"null": None, b"true": True, b"false": False}
 
 
 def loads(b):
-    """JSON text (bytes) from libnsbox -> a Python value."""
+    """JSON text (bytes) from libnsbox -> a Python value.  The text is chosen
+    by the sandboxed code: whatever decoding it makes fail is an
+    UndecodableValue (a SandboxError), never a bare RecursionError."""
+    try:
+        return _loads(b)
+    except (RecursionError, MemoryError, ValueError, UnicodeError, KeyError, TypeError) as e:
+        raise UndecodableValue("the sandbox sent a value the host cannot decode (%s: %s)"
+                               % (type(e).__name__, str(e)[:200])) from e
+
+
+def _loads(b):
     if b in _scalar:
         return _scalar[b]
     if len(b) < 16 and b.isdigit():

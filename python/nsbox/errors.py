@@ -7,10 +7,12 @@ classes so that an agent loop can tell "the model's code failed" from "the
 sandbox went away".
 """
 
+from typing import Optional, Union
+
 __all__ = [
     "SandboxError", "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled",
     "SandboxCrashed", "ProtocolError", "ToolError", "SandboxedException",
-    "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable", "SandboxWarning",
+    "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable", "UndecodableValue", "SandboxWarning",
 ]
 
 
@@ -21,7 +23,7 @@ class SandboxError(Exception):
     or None when the error did not come from a failing call.
     """
 
-    def __init__(self, message, errno=None):
+    def __init__(self, message: str, errno: Optional[int] = None) -> None:
         super().__init__(message)
         self.message = message
         self.errno = errno
@@ -72,6 +74,13 @@ class ProtocolError(SandboxCrashed):
     """The sandbox broke the wire protocol; the host killed it."""
 
 
+class UndecodableValue(SandboxError, ValueError):
+    """A value from inside that the host could not turn into Python objects
+    (nested too deep for the host's stack, too big for its memory, or a
+    malformed $-tag such as {"$int": "xyz"}).  The sandbox, which chose the
+    value, is still alive; __cause__ is the decoder's exception."""
+
+
 class ToolError(SandboxError):
     """A host tool failed.
 
@@ -92,7 +101,8 @@ class SandboxedException(SandboxError):
     exit_code:  for SystemExit, its code; else None.
     """
 
-    def __init__(self, type_name, message, traceback="", stdout="", stderr="", exit_code=None):
+    def __init__(self, type_name: str, message: str, traceback: str = "", stdout: str = "", stderr: str = "",
+                 exit_code: Union[int, str, None] = None) -> None:
         text = "%s: %s" % (type_name, message) if message else type_name
         super().__init__(text)
         self.type_name = type_name
@@ -116,7 +126,7 @@ class SandboxedMemoryError(SandboxedException, MemoryLimitExceeded):
 class UndefinedVariable(SandboxError, KeyError):
     """get_variable() of a name the sandbox's globals do not hold."""
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.message
 
 

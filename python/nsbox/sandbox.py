@@ -4,18 +4,29 @@ Threading: a Sandbox may be shared between threads (calls are serialised by
 a lock); different Sandboxes run in parallel, since ctypes releases the GIL
 around every libnsbox call.  Tool functions run on the thread that called
 execute().  cancel() may be called from any thread.
+
+_SandboxBase holds what Sandbox and AsyncSandbox (_async.py) share: the
+options, the policy, starting and dropping the session, tools, limits, and
+turning a result into a value or an exception.  Only the way an exec is
+driven differs (blocking nsbox_exec here, the event-loop API there).
 """
+
+from __future__ import annotations
 
 import atexit
 import ctypes
 import errno as _errno
+import inspect
 import os
 import threading
 import weakref
 from ctypes import byref, c_double, c_size_t, c_uint, c_uint64, c_void_p, sizeof
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
 
+from . import _files
 from . import _lib
 from . import _policy
+from . import _sigint
 from . import _tools
 from . import _values
 from .errors import (Cancelled, MemoryLimitExceeded, ProtocolError, SandboxCrashed, SandboxedException,
@@ -24,7 +35,13 @@ from .errors import (Cancelled, MemoryLimitExceeded, ProtocolError, SandboxCrash
 
 __all__ = ["Sandbox", "ExecResult"]
 
-_live = weakref.WeakSet()
+_F = TypeVar("_F", bound=Callable[..., Any])
+OutputFn = Callable[[str, str], Any]
+WarningFn = Callable[[str], Any]
+PathLike = Union[str, "os.PathLike[str]"]
+Size = Union[int, str]
+
+_live: "weakref.WeakSet[_SandboxBase]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -45,8 +62,18 @@ class ExecResult:
 
     __slots__ = ("value", "stdout", "stderr", "error", "wall", "cpu", "peak_memory", "tool_calls")
 
-    def __init__(self, value=None, stdout="", stderr="", error=None, wall=0.0, cpu=0.0, peak_memory=0,
-                 tool_calls=0):
+    value: Any
+    stdout: str
+    stderr: str
+    error: Optional[SandboxError]
+    wall: float
+    cpu: float
+    peak_memory: int
+    tool_calls: int
+
+    def __init__(self, value: Any = None, stdout: str = "", stderr: str = "",
+                 error: Optional[SandboxError] = None, wall: float = 0.0, cpu: float = 0.0,
+                 peak_memory: int = 0, tool_calls: int = 0) -> None:
         self.value = value
         self.stdout = stdout
         self.stderr = stderr
@@ -57,19 +84,19 @@ class ExecResult:
         self.tool_calls = tool_calls
 
     @property
-    def ok(self):
+    def ok(self) -> bool:
         return self.error is None
 
     @property
-    def lines(self):
+    def lines(self) -> List[str]:
         return self.stdout.splitlines()
 
-    def raise_for_error(self):
+    def raise_for_error(self) -> "ExecResult":
         if self.error is not None:
             raise self.error
         return self
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "ExecResult(value=%r, stdout=%r, stderr=%r, error=%r)" % (
             self.value, self.stdout, self.stderr, self.error)
 
@@ -81,6 +108,36 @@ def _cstr(s):
     """A NUL-free malloc'ed copy of s for libnsbox to free()."""
     b = s.encode("utf-8", "backslashreplace").replace(b"\0", b"\\0")
     return _lib.libc.strdup(b)
+
+
+def run_awaitable(aw: Any) -> Any:
+    """The result of an awaitable (an async tool's coroutine) for a caller
+    with no event loop to await it on: asyncio.run() in this thread, or in
+    a new thread when an event loop is already running in this one (a
+    synchronous Sandbox used from inside a coroutine)."""
+    import asyncio
+
+    async def main() -> Any:
+        return await aw
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    box: Dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = asyncio.run(main())
+        except BaseException as e:  # noqa: B036 (re-raised on the calling thread)
+            box["error"] = e
+
+    t = threading.Thread(target=target, name="nsbox-async-tool", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 class _Dispatch:
@@ -97,6 +154,35 @@ class _Dispatch:
         self.handle = None       # the live session, to cancel it on KeyboardInterrupt
         self.on_output = None
 
+    # The steps of a tool call, shared with AsyncSandbox: invoke() decodes
+    # the call and calls the function (whose result may be an awaitable);
+    # failed() records a host exception and gives the message sent inside;
+    # encode() gives (json bytes or None, error message or None).
+
+    def invoke(self, t, args_json):
+        call = _values.parse(args_json)
+        args = _values.decode(call.get("args") or [])
+        # kwargs' keys are names, never $-tags: decode the values only.
+        kwargs = call.get("kwargs") or {}
+        for k, x in kwargs.items():
+            if type(x) in _values.NESTED:
+                kwargs[k] = _values.decode(x)
+        return t.call(args, kwargs)
+
+    def failed(self, e):
+        msg = _tools.error_message(e)
+        if len(self.failures) >= self.MAX_FAILURES:
+            self.failures.clear()
+        self.failures[msg] = e
+        return msg
+
+    @staticmethod
+    def encode(tname, value):
+        try:
+            return _values.dumps(value), None
+        except (TypeError, ValueError, RecursionError) as e:
+            return None, ("tool %s returned a value that cannot cross into the sandbox: %s" % (tname, e))
+
     def tool(self, userdata, name, args_json, result_out, error_out):
         try:
             tname = name.decode("utf-8", "replace")
@@ -105,26 +191,15 @@ class _Dispatch:
                 error_out[0] = _cstr("no tool named %r on the host" % tname)
                 return 1
             try:
-                call = _values.parse(args_json)
-                args = _values.decode(call.get("args") or [])
-                # kwargs' keys are names, never $-tags: decode the values only.
-                kwargs = call.get("kwargs") or {}
-                for k, x in kwargs.items():
-                    if type(x) in _values.NESTED:
-                        kwargs[k] = _values.decode(x)
-                value = t.call(args, kwargs)
+                value = self.invoke(t, args_json)
+                if inspect.isawaitable(value):
+                    value = run_awaitable(value)
             except Exception as e:
-                msg = _tools.error_message(e)
-                if len(self.failures) >= self.MAX_FAILURES:
-                    self.failures.clear()
-                self.failures[msg] = e
-                error_out[0] = _cstr(msg)
+                error_out[0] = _cstr(self.failed(e))
                 return 1
-            try:
-                data = _values.dumps(value)
-            except (TypeError, ValueError, RecursionError) as e:
-                error_out[0] = _cstr("tool %s returned a value that cannot cross into the sandbox: %s"
-                                     % (tname, e))
+            data, msg = self.encode(tname, value)
+            if msg is not None:
+                error_out[0] = _cstr(msg)
                 return 1
             if data != b"null":
                 p = _lib.libc.strdup(data)
@@ -159,9 +234,7 @@ class _Dispatch:
 _MISSING = object()
 
 
-class Sandbox:
-    """A Python session in a kernel-isolated sandbox.
-
+_DOC_OPTIONS = """
     policy:      "default", "strict", "permissive", a policy file path, or None
                  (the default policy); see nsbox-policy(5).
     memory:      memory limit of the whole sandbox: bytes (int) or a size string
@@ -186,13 +259,24 @@ class Sandbox:
     on_warning:  fn(message) called with the jail's warnings when a sandbox is
                  made (e.g. a limit this host can't enforce with a cgroup, and
                  the fallback used); None issues them as nsbox.SandboxWarning.
+    connect:     the path of an nsboxd socket (nsboxd(8)): the sandbox comes
+                 from the service instead of this process's helper; None
+                 uses $NSBOX_CONNECT when set.
+"""
 
-    The sandbox starts at once; close() it or use it as a context manager.
-    """
 
-    def __init__(self, policy="default", memory=None, timeout=None, pids=None, cpus=None, workspace=None,
-                 share_net=False, cold=False, auto_restart=True, max_tool_calls=None, on_output=None,
-                 spare=None, on_warning=None):
+class _SandboxBase:
+    """What Sandbox and AsyncSandbox share: options, policy, the session's
+    life cycle, tools, limits and the reading of results."""
+
+    _kind = "Sandbox"
+
+    def __init__(self, policy: Optional[PathLike] = "default", memory: Optional[Size] = None,
+                 timeout: Optional[float] = None, pids: Optional[int] = None, cpus: Optional[float] = None,
+                 workspace: Optional[PathLike] = None, share_net: bool = False, cold: bool = False,
+                 auto_restart: bool = True, max_tool_calls: Optional[int] = None,
+                 on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
+                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None) -> None:
         # Attributes close() relies on come first: __init__ may fail half way.
         self._closed = False
         self._owner_pid = os.getpid()
@@ -206,30 +290,43 @@ class Sandbox:
         self._auto_restart = bool(auto_restart)
         self._dispatch = d = _Dispatch()
         self._lib = lib = _lib.load()
-        # Kept for the life of the Sandbox: libnsbox holds these pointers.
-        self._tool_cb = _lib.TOOL_FN(d.tool)
-        self._output_cb = _lib.OUTPUT_FN(d.output) if on_output is not None else _lib.OUTPUT_FN()
+        self._check_library()
+        # Kept for the life of the object: libnsbox holds these pointers.
+        self._tool_cb = self._make_tool_cb()
+        self._output_cb = self._make_output_cb(on_output)
         d.on_output = on_output
         # The sink holds no reference to the Sandbox (see _Dispatch).
-        self._warn = _policy.WarnSink(on_warning)
+        self._warn = _policy.WarnSink(on_warning, defer=self._defer_warnings)
         self._warn_cb = _lib.WARN_FN(self._warn)
         self._sess_opts = _lib.SessionOpts(struct_size=sizeof(_lib.SessionOpts), cold=bool(cold),
                                            max_tool_calls=int(max_tool_calls or 0), output=self._output_cb,
                                            warn=self._warn_cb, spare=spare is True, no_spare=spare is False,
                                            # ctypes may run Python threads: always the helper
                                            in_process=False)
+        # nsboxd(8): kept alive with the options, which point at it.
+        self._connect = os.fsencode(connect) if connect is not None else None
+        self._sess_opts.connect = self._connect
         self._timeout = None
         self._exec_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True)
         self._set_timeout(timeout)
-        self._res = c_void_p()
-        self._err = c_void_p()
-        self._res_ref = byref(self._res)
-        self._err_ref = byref(self._err)
-
         self._policy = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus,
                                           workspace=workspace, share_net=share_net)
-        self._start()
-        _live.add(self)
+
+    # Hooks for the subclasses.
+    _defer_warnings = False
+
+    def _check_library(self):
+        pass
+
+    def _make_tool_cb(self):
+        return _lib.TOOL_FN(self._dispatch.tool)
+
+    def _make_output_cb(self, on_output):
+        return _lib.OUTPUT_FN(self._dispatch.output) if on_output is not None else _lib.OUTPUT_FN()
+
+    def _busy_in_tool(self):
+        """True when called from a tool of this sandbox's running exec."""
+        return self._in_exec > 0
 
     # ---- life cycle ----
 
@@ -238,20 +335,39 @@ class Sandbox:
         self._timeout = timeout
         self._exec_opts.timeout = timeout or 0.0
 
-    def _start(self):
+    def _exec_opts_for(self, timeout):
+        if timeout is None:
+            return self._exec_opts
+        timeout = float(timeout)
+        if not timeout > 0:
+            raise ValueError("timeout must be a positive number of seconds, not %r" % (timeout,))
+        return _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=timeout, repl=True)
+
+    @staticmethod
+    def _code_bytes(code):
+        b = code.encode("utf-8") if type(code) is str else _bytes(code, "code")
+        if b"\0" in b:
+            raise ValueError("code contains a NUL character")
+        return b
+
+    def _new_session(self):
+        """nsbox_session_new: the blocking part of a start (1-20 ms); may run
+        in a worker thread.  Returns the handle, or raises with the queued
+        warnings flushed first."""
         lib = self._lib
         err = c_void_p()
         out = c_void_p()
-        rc = lib.nsbox_session_new(self._policy, byref(self._sess_opts), byref(out), byref(err))
+        policy = self._policy
+        if policy is None:
+            raise SandboxError("the sandbox is closed", _errno.EBADF)
+        rc = lib.nsbox_session_new(policy, byref(self._sess_opts), byref(out), byref(err))
         if rc < 0:
-            e = _lib.error_from(rc, err.value, "starting the sandbox")
-            try:
-                # The warnings may say why (a fallback that failed).
-                self._warn.flush()
-            except BaseException as w:
-                e.__context__ = w
-            raise e
-        h = out.value
+            raise _lib.error_from(rc, err.value, "starting the sandbox")
+        return out.value
+
+    def _install(self, h):
+        """Adopt a new session handle: warnings, tools.  Frees h on failure."""
+        lib = self._lib
         try:
             self._warn.flush()
             for t in self._dispatch.tools.values():
@@ -264,6 +380,18 @@ class Sandbox:
             self._dispatch.handle = h
         self._restart_pending = False
         self._dead = None
+
+    def _start(self):
+        try:
+            h = self._new_session()
+        except SandboxError as e:
+            try:
+                # The warnings may say why (a fallback that failed).
+                self._warn.flush()
+            except BaseException as w:
+                e.__context__ = w
+            raise
+        self._install(h)
 
     def _add_tool(self, h, t):
         err = c_void_p()
@@ -281,41 +409,45 @@ class Sandbox:
         if why is not None:
             self._dead = why
 
-    def _session(self):
-        """The live session, started afresh when a restart is due."""
+    def _needs_start(self):
+        """Whether the next call must start a sandbox (raising when it may
+        not); a pending restart drops the old one first."""
         h = self._sess
         if h is not None and not self._restart_pending:
-            return h
+            return False
         if self._closed:
             raise SandboxError("the sandbox is closed", _errno.EBADF)
-        if self._in_exec:
+        if self._busy_in_tool():
             raise SandboxError("a tool cannot restart the sandbox that is calling it", _errno.EBUSY)
         if h is None and self._dead is not None and not self._auto_restart:
             raise SandboxCrashed("the sandbox died (%s); call restart() for a fresh one" % self._dead,
                                  _errno.ENOTCONN)
         self._drop()
-        self._start()
+        return True
+
+    def _session(self):
+        """The live session, started afresh when a restart is due."""
+        h = self._sess
+        if h is not None and not self._restart_pending:
+            return h
+        if self._needs_start():
+            self._start()
         return self._sess
 
-    def restart(self):
-        """Start a fresh sandbox now (variables are lost; tools and limits
-        carry over)."""
-        with self._lock:
-            if self._closed:
-                raise SandboxError("the sandbox is closed", _errno.EBADF)
-            if self._in_exec:
-                raise SandboxError("a tool cannot restart the sandbox that is calling it", _errno.EBUSY)
-            self._drop()
-            self._start()
+    def _check_restart(self):
+        if self._closed:
+            raise SandboxError("the sandbox is closed", _errno.EBADF)
+        if self._busy_in_tool():
+            raise SandboxError("a tool cannot restart the sandbox that is calling it", _errno.EBUSY)
 
-    def close(self):
+    def close(self) -> None:
         """Kill the sandbox and free everything.  Idempotent."""
         if self._closed:
             return
         with self._lock:
             if self._closed:
                 return
-            if self._in_exec:
+            if self._busy_in_tool():
                 raise SandboxError("a tool cannot close the sandbox that is calling it", _errno.EBUSY)
             self._closed = True
             _live.discard(self)
@@ -324,10 +456,14 @@ class Sandbox:
                 # parent still owns the session and the helper.
                 self._sess = self._policy = None
                 return
+            self._before_close()
             self._drop()
             p, self._policy = self._policy, None
             if p:
                 self._lib.nsbox_policy_free(p)
+
+    def _before_close(self):
+        pass
 
     def __del__(self):
         try:
@@ -335,62 +471,11 @@ class Sandbox:
         except Exception:
             pass
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._closed
 
-    # ---- running code ----
-
-    def _exec(self, code, timeout, mode):
-        """Run code; returns the value (mode 0), (value, stdout) (mode 1),
-        both raising on failure, or an ExecResult with the error in .error
-        (mode 2)."""
-        lib = self._lib
-        b = code.encode("utf-8") if type(code) is str else _bytes(code, "code")
-        if b"\0" in b:
-            raise ValueError("code contains a NUL character")
-        if timeout is None:
-            opts = self._exec_opts
-        else:
-            timeout = float(timeout)
-            if not timeout > 0:
-                raise ValueError("timeout must be a positive number of seconds, not %r" % (timeout,))
-            opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=timeout, repl=True)
-        with self._lock:
-            h = self._session()
-            d = self._dispatch
-            d.pending = None
-            if d.failures:
-                d.failures.clear()
-            # Preallocated out-params: this path is the per-exec overhead.
-            res = self._res
-            self._in_exec += 1
-            try:
-                rc = lib.nsbox_exec(h, b, opts, self._res_ref, self._err_ref)
-            finally:
-                self._in_exec -= 1
-            if rc < 0:
-                err, self._err.value = self._err.value, None
-                e = _lib.error_from(rc, err, "execute")
-                if e.errno == _errno.ENOTCONN:
-                    self._drop(str(e))
-                    e.session_lost = True
-                raise e
-            r = res.value
-            try:
-                status = lib.nsbox_result_status(r)
-                if status == _lib.OK and mode == 0 and d.pending is None:
-                    return _values.loads(lib.nsbox_result_value(r))
-                return self._outcome(r, status, mode)
-            finally:
-                lib.nsbox_result_free(r)
+    # ---- results ----
 
     def _text(self, fn, r):
         n = c_size_t()
@@ -400,6 +485,8 @@ class Sandbox:
         return ctypes.string_at(p, n.value).decode("utf-8", "replace")
 
     def _outcome(self, r, status, mode):
+        """A result as the value (mode 0), (value, stdout) (mode 1), both
+        raising its error, or an ExecResult (mode 2)."""
         lib = self._lib
         d = self._dispatch
         if d.pending is not None:
@@ -486,73 +573,57 @@ class Sandbox:
             e.session_lost = False
         return e
 
-    def execute(self, code, timeout=None):
-        """Run code in the session's globals and return the value of its last
-        expression (None when it ends with a statement).  Raises
-        SandboxedException for the code's own uncaught exception, or
-        TimeLimitExceeded, MemoryLimitExceeded, SandboxCrashed..."""
-        return self._exec(code, timeout, 0)
+    def _exec_failed(self, rc, err):
+        """The exception for a failed nsbox_exec/nsbox_exec_start (nothing ran)."""
+        e = _lib.error_from(rc, err, "execute")
+        if e.errno == _errno.ENOTCONN:
+            self._drop(str(e))
+            e.session_lost = True
+        return e
 
-    def execute_with_output(self, code, timeout=None):
-        """Like execute(), and also what the code printed: (value, lines)."""
-        value, out = self._exec(code, timeout, 1)
-        return value, out.splitlines()
+    # ---- state (on a live handle; the callers lock) ----
 
-    def run(self, code, timeout=None):
-        """Like execute() but returns an ExecResult and does not raise for
-        what the code did (its exception or a limit is in .error), only for
-        misuse (a closed sandbox...)."""
-        return self._exec(code, timeout, 2)
+    def _set_var(self, h, name, data):
+        err = c_void_p()
+        rc = self._lib.nsbox_set_var(h, name.encode(), data, byref(err))
+        self._check_state(rc, err, "set_variable %s" % name)
 
-    def cancel(self):
-        """Interrupt the code running now (Cancelled is raised in the thread
-        that called execute()).  Any thread."""
-        with self._hlock:
-            if self._sess:
-                self._lib.nsbox_cancel(self._sess)
+    def _get_var(self, h, name, default):
+        err = c_void_p()
+        out = c_void_p()
+        rc = self._lib.nsbox_get_var(h, name.encode(), byref(out), byref(err))
+        if rc == -_errno.ENOENT:
+            if err.value:
+                self._lib.nsbox_error_free(err.value)
+            if default is not _MISSING:
+                return default
+            raise UndefinedVariable("the sandbox has no global named %r" % name, _errno.ENOENT)
+        self._check_state(rc, err, "get_variable %s" % name)
+        p = out.value
+        try:
+            return _values.loads(ctypes.string_at(p)) if p else None
+        finally:
+            if p:
+                self._lib.nsbox_free(p)
 
-    # ---- state ----
+    def _reset(self, h):
+        err = c_void_p()
+        self._check_state(self._lib.nsbox_reset(h, byref(err)), err, "reset")
 
-    def set_variable(self, name, value):
-        """Bind a global inside to value (None, bool, int, float, str, and
-        lists, tuples and str-keyed dicts of them)."""
-        _tools.check_name(name)
-        data = _values.dumps(value)
-        with self._lock:
-            h = self._session()
-            err = c_void_p()
-            rc = self._lib.nsbox_set_var(h, name.encode(), data, byref(err))
-            self._check_state(rc, err, "set_variable %s" % name)
-
-    def get_variable(self, name, default=_MISSING):
-        """A global's value (a ReprValue when it has no JSON form).  Raises
-        UndefinedVariable (a KeyError) unless default is given."""
-        _tools.check_name(name)
-        with self._lock:
-            h = self._session()
-            err = c_void_p()
-            out = c_void_p()
-            rc = self._lib.nsbox_get_var(h, name.encode(), byref(out), byref(err))
-            if rc == -_errno.ENOENT:
-                if err.value:
-                    self._lib.nsbox_error_free(err.value)
-                if default is not _MISSING:
-                    return default
-                raise UndefinedVariable("the sandbox has no global named %r" % name, _errno.ENOENT)
-            self._check_state(rc, err, "get_variable %s" % name)
-            p = out.value
-            try:
-                return _values.loads(ctypes.string_at(p)) if p else None
-            finally:
-                if p:
-                    self._lib.nsbox_free(p)
-
-    def reset(self):
-        """Clear the session's globals (tools stay)."""
-        with self._lock:
-            h = self._session()
-            err = c_void_p()
-            self._check_state(self._lib.nsbox_reset(h, byref(err)), err, "reset")
+    def _info(self, h):
+        info = _lib.SessionInfo(struct_size=sizeof(_lib.SessionInfo))
+        err = c_void_p()
+        _lib.check(self._lib.nsbox_session_info(h, byref(info), byref(err)), err, "info")
+        return {
+            "pid": info.pid, "alive": bool(info.alive),
+            "cgroup": info.cgroup.decode("utf-8", "replace"),
+            "memory_limit": info.memory_limit, "pids_limit": info.pids_limit,
+            "cpus_limit": info.cpus_limit, "memory_current": info.memory_current,
+            "memory_peak": info.memory_peak,
+            # The version number only ("3.11.2"), should the runner
+            # report the whole of sys.version.
+            "python": (info.python.decode("utf-8", "replace").split() or [""])[0],
+        }
 
     def _check_state(self, rc, err, what):
         if rc < 0:
@@ -564,11 +635,12 @@ class Sandbox:
 
     # ---- limits ----
 
-    def set_limits(self, memory=None, timeout=None, pids=None, cpus=None):
+    def set_limits(self, memory: Optional[Size] = None, timeout: Optional[float] = None,
+                   pids: Optional[int] = None, cpus: Optional[float] = None) -> None:
         """Change limits; None leaves one as it is, 0 removes it where the
         policy allows.  timeout applies from the next execute().  memory,
         pids and cpus are the sandbox's cgroup limits and take effect when
-        the next sandbox starts: the Sandbox restarts lazily, on its next
+        the next sandbox starts: the sandbox restarts lazily, on its next
         call, so its variables are lost then (tools carry over)."""
         with self._lock:
             if self._closed:
@@ -580,10 +652,10 @@ class Sandbox:
                 self._restart_pending = True
 
     @property
-    def timeout(self):
+    def timeout(self) -> Optional[float]:
         return self._timeout
 
-    def policy_text(self):
+    def policy_text(self) -> str:
         """The effective policy in the nsbox-policy(5) file format."""
         with self._lock:
             if self._policy is None:
@@ -593,38 +665,14 @@ class Sandbox:
                 raise MemoryError("nsbox_policy_to_string")
             return _lib.take_string(p)
 
-    def info(self):
-        """The sandbox's pid, cgroup, limits, memory use and Python version
-        ("3.11.2"), as a dict."""
-        with self._lock:
-            h = self._session()
-            info = _lib.SessionInfo(struct_size=sizeof(_lib.SessionInfo))
-            err = c_void_p()
-            _lib.check(self._lib.nsbox_session_info(h, byref(info), byref(err)), err, "info")
-            return {
-                "pid": info.pid, "alive": bool(info.alive),
-                "cgroup": info.cgroup.decode("utf-8", "replace"),
-                "memory_limit": info.memory_limit, "pids_limit": info.pids_limit,
-                "cpus_limit": info.cpus_limit, "memory_current": info.memory_current,
-                "memory_peak": info.memory_peak,
-                # The version number only ("3.11.2"), should the runner
-                # report the whole of sys.version.
-                "python": (info.python.decode("utf-8", "replace").split() or [""])[0],
-            }
-
-    @property
-    def pid(self):
-        """Host pid of the sandbox's init, or None when no sandbox runs."""
-        if self._sess is None:
-            return None
-        return self.info()["pid"]
-
     # ---- tools ----
 
-    def register_function(self, name, fn, schema=None, description=None):
+    def register_function(self, name: str, fn: _F, schema: Optional[Dict[str, Any]] = None,
+                          description: Optional[str] = None) -> _F:
         """Make fn callable inside as name(...).  schema (a JSON Schema of the
         arguments) and description default to what fn's type hints and
-        docstring say.  Returns fn."""
+        docstring say.  fn may be an async def function (see the class's
+        documentation for where it runs).  Returns fn."""
         t = _tools.Tool(name, fn, schema, description)
         with self._lock:
             if self._closed:
@@ -636,6 +684,13 @@ class Sandbox:
             self._dispatch.tools[name] = t
         return fn
 
+    @overload
+    def tool(self, fn: _F) -> _F: ...
+
+    @overload
+    def tool(self, fn: None = None, *, name: Optional[str] = None, description: Optional[str] = None,
+             schema: Optional[Dict[str, Any]] = None) -> Callable[[_F], _F]: ...
+
     def tool(self, fn=None, *, name=None, description=None, schema=None):
         """Decorator registering a tool: @sandbox.tool or
         @sandbox.tool(name="search", description="...")."""
@@ -646,10 +701,159 @@ class Sandbox:
             return deco(fn)
         return deco
 
-    def describe_tools(self):
+    def describe_tools(self) -> str:
         """The tools as Python stubs (signature and docstring), for a prompt."""
         return _tools.describe(list(self._dispatch.tools.values()))
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self._closed else ("running" if self._sess else "stopped")
-        return "<nsbox.Sandbox %s>" % state
+        return "<nsbox.%s %s>" % (self._kind, state)
+
+
+class Sandbox(_files.FilesMixin, _SandboxBase):
+    __doc__ = """A Python session in a kernel-isolated sandbox.
+""" + _DOC_OPTIONS + """
+    The sandbox starts at once; close() it or use it as a context manager.
+
+    Tools run on the thread that called execute().  An async def tool is run
+    to completion there with asyncio.run(), or, when an event loop is
+    already running in that thread, with asyncio.run() in a new thread (use
+    AsyncSandbox to await tools on your own loop).
+
+    Ctrl-C: a SIGINT while execute() runs in the main thread (with Python's
+    default SIGINT handler) cancels the code and raises KeyboardInterrupt
+    once the sandbox has stopped it; the sandbox stays usable.
+    """
+
+    def __init__(self, policy: Optional[PathLike] = "default", memory: Optional[Size] = None,
+                 timeout: Optional[float] = None, pids: Optional[int] = None, cpus: Optional[float] = None,
+                 workspace: Optional[PathLike] = None, share_net: bool = False, cold: bool = False,
+                 auto_restart: bool = True, max_tool_calls: Optional[int] = None,
+                 on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
+                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None) -> None:
+        super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
+                         max_tool_calls, on_output, spare, on_warning, connect)
+        self._res = c_void_p()
+        self._err = c_void_p()
+        self._res_ref = byref(self._res)
+        self._err_ref = byref(self._err)
+        self._start()
+        _live.add(self)
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def restart(self) -> None:
+        """Start a fresh sandbox now (variables are lost; tools and limits
+        carry over)."""
+        with self._lock:
+            self._check_restart()
+            self._drop()
+            self._start()
+
+    # ---- running code ----
+
+    def _exec(self, code, timeout, mode):
+        """Run code; returns the value (mode 0), (value, stdout) (mode 1),
+        both raising on failure, or an ExecResult with the error in .error
+        (mode 2)."""
+        lib = self._lib
+        b = self._code_bytes(code)
+        opts = self._exec_opts if timeout is None else self._exec_opts_for(timeout)
+        with self._lock:
+            h = self._session()
+            d = self._dispatch
+            d.pending = None
+            if d.failures:
+                d.failures.clear()
+            # Preallocated out-params: this path is the per-exec overhead.
+            res = self._res
+            # In the main thread a Ctrl-C cancels the exec (_sigint); the
+            # KeyboardInterrupt is raised as the call returns, and the
+            # finally below frees the result wherever it lands.
+            main = _sigint.arm(self)
+            self._in_exec += 1
+            try:
+                try:
+                    rc = lib.nsbox_exec(h, b, opts, self._res_ref, self._err_ref)
+                finally:
+                    self._in_exec -= 1
+                    if main:
+                        _sigint.target = None
+                if rc < 0:
+                    err, self._err.value = self._err.value, None
+                    raise self._exec_failed(rc, err)
+                r = res.value
+                status = lib.nsbox_result_status(r)
+                if status == _lib.OK and mode == 0 and d.pending is None:
+                    return _values.loads(lib.nsbox_result_value(r))
+                return self._outcome(r, status, mode)
+            finally:
+                r = res.value
+                if r:
+                    res.value = None
+                    lib.nsbox_result_free(r)
+
+    def execute(self, code: Union[str, bytes], timeout: Optional[float] = None) -> Any:
+        """Run code in the session's globals and return the value of its last
+        expression (None when it ends with a statement).  Raises
+        SandboxedException for the code's own uncaught exception, or
+        TimeLimitExceeded, MemoryLimitExceeded, SandboxCrashed..."""
+        return self._exec(code, timeout, 0)
+
+    def execute_with_output(self, code: Union[str, bytes],
+                            timeout: Optional[float] = None) -> Tuple[Any, List[str]]:
+        """Like execute(), and also what the code printed: (value, lines)."""
+        value, out = self._exec(code, timeout, 1)
+        return value, out.splitlines()
+
+    def run(self, code: Union[str, bytes], timeout: Optional[float] = None) -> ExecResult:
+        """Like execute() but returns an ExecResult and does not raise for
+        what the code did (its exception or a limit is in .error), only for
+        misuse (a closed sandbox...)."""
+        return self._exec(code, timeout, 2)
+
+    def cancel(self) -> None:
+        """Interrupt the code running now (Cancelled is raised in the thread
+        that called execute()).  Any thread."""
+        with self._hlock:
+            if self._sess:
+                self._lib.nsbox_cancel(self._sess)
+
+    # ---- state ----
+
+    def set_variable(self, name: str, value: Any) -> None:
+        """Bind a global inside to value (None, bool, int, float, str, and
+        lists, tuples and str-keyed dicts of them)."""
+        _tools.check_name(name)
+        data = _values.dumps(value)
+        with self._lock:
+            self._set_var(self._session(), name, data)
+
+    def get_variable(self, name: str, default: Any = _MISSING) -> Any:
+        """A global's value (a ReprValue when it has no JSON form).  Raises
+        UndefinedVariable (a KeyError) unless default is given."""
+        _tools.check_name(name)
+        with self._lock:
+            return self._get_var(self._session(), name, default)
+
+    def reset(self) -> None:
+        """Clear the session's globals (tools stay)."""
+        with self._lock:
+            self._reset(self._session())
+
+    def info(self) -> Dict[str, Any]:
+        """The sandbox's pid, cgroup, limits, memory use and Python version
+        ("3.11.2"), as a dict."""
+        with self._lock:
+            return self._info(self._session())
+
+    @property
+    def pid(self) -> Optional[int]:
+        """Host pid of the sandbox's init, or None when no sandbox runs."""
+        if self._sess is None:
+            return None
+        return self.info()["pid"]

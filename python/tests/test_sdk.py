@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from typing import Dict, List, Literal, Optional, Tuple, Union
@@ -810,6 +811,8 @@ def _readme_blocks():
 def test_readme_quick_start_runs(libnsbox, tmp_path):
     blocks = _readme_blocks()
     assert blocks, "README.md has no python block"
+    # The AsyncSandbox example is run by test_readme_async_example.
+    blocks = [b for b in blocks if "AsyncSandbox" not in b]
     script = tmp_path / "quickstart.py"
     script.write_text("\n".join(blocks))
     env = dict(os.environ, PYTHONPATH=PYDIR)
@@ -827,11 +830,27 @@ def test_readme_quick_start_runs(libnsbox, tmp_path):
     assert "124 True" in lines
 
 
+def test_readme_async_example(libnsbox, tmp_path):
+    from nsbox import _lib
+    if not _lib.has_event_api():
+        pytest.skip("%s lacks the event-loop exec API (libnsbox 0.4.0)" % _lib.library_path)
+    blocks = [b for b in _readme_blocks() if "AsyncSandbox" in b]
+    assert len(blocks) == 1
+    script = tmp_path / "async_example.py"
+    script.write_text(blocks[0])
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [str([["A", "B", i] for i in range(5)]), "cancelled; x is still 1"]
+
+
 # ---- packaging -----------------------------------------------------------
 
 def test_pip_install_offline(tmp_path):
-    """pip install ./python works with no network and no build isolation
-    (Debian's setuptools), into a venv; the installed package imports."""
+    """The README's install: a fresh venv of Debian's python3.11 made with
+    --system-site-packages (Debian's setuptools and wheel: no network, no
+    build isolation), pip install ./python; the installed package imports
+    with the tree's version and carries py.typed."""
     import shutil
     src = tmp_path / "src"
     shutil.copytree(PYDIR, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__", ".pytest_cache"))
@@ -844,10 +863,16 @@ def test_pip_install_offline(tmp_path):
     out = subprocess.run([py, "-m", "pip", "install", "--no-index", "--no-build-isolation", str(src)],
                          capture_output=True, text=True, timeout=300, env=env, cwd=str(tmp_path))
     assert out.returncode == 0, out.stdout + out.stderr
-    out = subprocess.run([py, "-c", "import nsbox, sys; print(nsbox.__file__); print(nsbox.Sandbox.__name__)"],
+    out = subprocess.run([py, "-c", "import importlib.metadata as m, os, nsbox; print(nsbox.__file__); "
+                          "print(nsbox.Sandbox.__name__, nsbox.AsyncSandbox.__name__); print(nsbox.__version__); "
+                          "print(m.version('nsbox')); "
+                          "print(os.path.exists(os.path.join(os.path.dirname(nsbox.__file__), 'py.typed')))"],
                          capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
-    assert str(venv) in out.stdout and "Sandbox" in out.stdout
+    path, names, version, dist_version, typed = out.stdout.splitlines()
+    assert path.startswith(str(venv)) and names == "Sandbox AsyncSandbox"
+    assert version == dist_version == nsbox.__version__
+    assert typed == "True"
     from nsbox import _lib
     try:
         _lib.load()
@@ -858,6 +883,93 @@ def test_pip_install_offline(tmp_path):
     out = subprocess.run([py, "-c", "import nsbox\nwith nsbox.Sandbox() as s: print(s.execute('6 * 7'))"],
                          capture_output=True, text=True, timeout=60, env=env, cwd=str(tmp_path))
     assert out.returncode == 0 and out.stdout == "42\n", out.stderr
+
+
+def test_type_hints_check_with_mypy(tmp_path):
+    """The package's hints are consistent (mypy nsbox) and a typed client
+    using the public API passes mypy --strict (every public call is
+    annotated).  Needs Debian's python3-mypy (scripts/install-deps.sh)."""
+    probe = subprocess.run(["/usr/bin/python3.11", "-m", "mypy", "--version"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        if os.environ.get("NSBOX_MUST_WORK") == "1":
+            pytest.fail("NSBOX_MUST_WORK=1 and mypy is missing (apt-get install python3-mypy)")
+        pytest.skip("mypy is not installed (python3-mypy)")
+    client = tmp_path / "client.py"
+    client.write_text(textwrap.dedent("""\
+        import asyncio
+        from typing import Any, List, Optional, Tuple
+
+        import nsbox
+
+
+        def sync_part() -> Tuple[Any, List[str], nsbox.ExecResult, nsbox.RunResult, str]:
+            with nsbox.Sandbox(memory="256M", timeout=10, on_output=lambda s, t: None) as sb:
+                @sb.tool
+                def add(a: int, b: int) -> int:
+                    return a + b
+
+                @sb.tool(name="mul", description="multiply")
+                def mul(a: int, b: int) -> int:
+                    return a * b
+
+                sb.register_function("neg", lambda x: -x)
+                v = sb.execute("add(1, 2)")
+                value, lines = sb.execute_with_output("print(1)")
+                r: nsbox.ExecResult = sb.run("1")
+                ok: bool = r.ok
+                err: Optional[nsbox.SandboxError] = r.error
+                sb.set_variable("x", [1, 2])
+                x = sb.get_variable("x", None)
+                sb.set_limits(memory="512M", timeout=5.0)
+                t: Optional[float] = sb.timeout
+                info = sb.info()
+                pid: Optional[int] = sb.pid
+                sb.reset()
+                sb.cancel()
+                sb.restart()
+                text: str = sb.describe_tools() + sb.policy_text() + nsbox.library_version()
+            res = nsbox.run(["true"], timeout=5)
+            code: int = res.exit_code
+            return v, lines, r, res, text
+
+
+        async def async_part() -> int:
+            async with nsbox.AsyncSandbox(timeout=10) as sb:
+                @sb.tool
+                async def fetch(url: str) -> str:
+                    return url
+
+                v = await sb.execute("1")
+                value, lines = await sb.execute_with_output("1")
+                r: nsbox.ExecResult = await sb.run("1")
+                await sb.set_variable("x", 1)
+                x = await sb.get_variable("x")
+                await sb.reset()
+                await sb.restart()
+                info = await sb.info()
+                sb.cancel()
+                try:
+                    await sb.execute("1 / 0")
+                except nsbox.SandboxedException as e:
+                    name: str = e.type_name
+                    tb: str = e.traceback
+                except nsbox.TimeLimitExceeded as e:
+                    lost: bool = e.session_lost
+            return 1
+
+
+        asyncio.run(async_part())
+        """))
+    # --strict for the client only: the package's own internals are checked
+    # by the first run, with mypy's defaults.
+    cfg = tmp_path / "mypy.ini"
+    cfg.write_text("[mypy]\nstrict = True\n[mypy-nsbox.*]\nignore_errors = True\n")
+    env = dict(os.environ, MYPYPATH=PYDIR)
+    for args in (["-p", "nsbox"], ["--config-file", str(cfg), str(client)]):
+        out = subprocess.run(["/usr/bin/python3.11", "-m", "mypy", "--no-incremental",
+                              "--cache-dir", str(tmp_path / "cache")] + args,
+                             capture_output=True, text=True, timeout=600, env=env, cwd=PYDIR)
+        assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_sources_parse_as_python_3_9():
@@ -935,7 +1047,7 @@ def test_struct_layouts_match_the_header(tmp_path):
     if cc is None or not os.path.exists(header):
         pytest.skip("needs a C compiler and include/nsbox.h of the source tree")
     structs = {"session_opts": _lib.SessionOpts, "exec_opts": _lib.ExecOpts, "session_info": _lib.SessionInfo,
-               "run_opts": _lib.RunOpts, "run_status": _lib.RunStatus}
+               "run_opts": _lib.RunOpts, "run_status": _lib.RunStatus, "event": _lib.Event}
     lines = ["#include <stdio.h>", "#include <stddef.h>", '#include "nsbox.h"', "int main(void) {"]
     want = []
     for cname, cls in structs.items():
@@ -1009,19 +1121,81 @@ def test_run_killed_by_a_signal(libnsbox):
     assert not res.exited and not res.time_limit
 
 
-def test_run_forward_signals(libnsbox):
+# A fresh process runs nsbox.run(..., forward_signals=True) from dispositions
+# it sets itself, whatever the test's own are (a shell starts a background
+# job with SIGINT and SIGQUIT ignored), and sends itself a signal DELAY s
+# after the run has started the helper (its first child, made inside the
+# call, cold in a fresh process): 0 and 5 ms land while the sandbox is being
+# built, 50 ms about when the command starts, 1 s while it runs.  Prints how
+# the run ended, as JSON.
+_FORWARD_CHILD = r"""
+import json, os, signal, sys, threading, time
+import nsbox
+
+sigint, sig, delay, argv = sys.argv[1], getattr(signal, sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+    signal.signal(s, signal.SIG_DFL)
+mine = signal.default_int_handler if sigint == "handled" else signal.SIG_IGN
+signal.signal(signal.SIGINT, mine)
+
+
+def helper_started():
+    with open("/proc/self/task/%d/children" % os.getpid()) as f:
+        return f.read().strip()
+
+
+def send():
+    while not helper_started():
+        time.sleep(0.0002)
+    time.sleep(delay)
+    os.kill(os.getpid(), sig)
+
+
+t = threading.Thread(target=send, daemon=True)
+t.start()
+t0 = time.monotonic()
+out = {}
+try:
+    r = nsbox.run(argv, timeout=60, forward_signals=True)
+    out.update(exit_code=r.exit_code, signal=r.signal)
+except KeyboardInterrupt:
+    out["keyboard_interrupt"] = True
+out["took"] = time.monotonic() - t0
+t.join(10)
+out["restored"] = signal.getsignal(signal.SIGINT) is mine and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+print(json.dumps(out))
+"""
+
+
+def _forward_child(sigint, sig, delay, argv):
+    import json
+    env = dict(os.environ, PYTHONPATH=PYDIR)
+    out = subprocess.run([sys.executable, "-c", _FORWARD_CHILD, sigint, sig, str(delay)] + argv, env=env,
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("delay", [0, 0.005, 0.05, 1.0])
+def test_run_forward_signals(libnsbox, delay):
     import signal
-    before = signal.getsignal(signal.SIGINT)
-    # If forwarding failed the SIGINT would reach Python instead, raising
-    # KeyboardInterrupt once the (20 s) command ends: no risk of a killed test run.
-    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        res = nsbox.run(["sleep", "30"], timeout=20, forward_signals=True)
-    finally:
-        timer.cancel()
-    assert res.signal == signal.SIGINT and res.exit_code == 130, res
-    assert signal.getsignal(signal.SIGINT) is before           # put back
+    # A SIGINT that came before the command existed used to reach Python
+    # instead: KeyboardInterrupt once the command had run to its end.
+    got = _forward_child("handled", "SIGINT", delay, ["sleep", "30"])
+    assert got.get("signal") == signal.SIGINT and got.get("exit_code") == 130, got
+    assert "keyboard_interrupt" not in got and got["took"] < 20, got
+    assert got["restored"], got                                     # handlers put back
+
+
+def test_run_forward_signals_keeps_an_ignored_sigint_ignored(libnsbox):
+    # As a program started in the background with SIGINT ignored (POSIX
+    # shells do that) must: nobody meant that SIGINT for the command.
+    got = _forward_child("ignored", "SIGINT", 0, ["sh", "-c", "sleep 1; exit 3"])
+    assert got.get("exit_code") == 3 and "keyboard_interrupt" not in got, got
+    assert got["restored"], got
+    # The other signals are still forwarded.
+    got = _forward_child("ignored", "SIGTERM", 0.005, ["sleep", "30"])
+    assert got.get("exit_code") == 143 and got["took"] < 20, got
 
 
 def test_run_arguments_are_checked(libnsbox):

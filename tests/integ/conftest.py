@@ -128,3 +128,13 @@ def host_intact():
     assert after[1] == before[1], "host mounts changed"
     assert after[2] == before[2], "file descriptors leaked"
     assert after[3] == before[3], f"temp files left: {set(after[3]) - set(before[3])}"
+
+
+def sdk_env(**extra):
+    """The environment for a child Python that loads libnsbox: under
+    `make check SANITIZE=...` the ASan runtime must be preloaded into it
+    (scripts/run-integ.sh), and never into pytest itself."""
+    env = dict(os.environ, **extra)
+    if os.environ.get("NSBOX_ASAN_PRELOAD"):
+        env.update(LD_PRELOAD=os.environ["NSBOX_ASAN_PRELOAD"], ASAN_OPTIONS="detect_leaks=0")
+    return env

@@ -9,7 +9,7 @@ import re
 import subprocess
 import sys
 
-from conftest import BUILD, NSBOX
+from conftest import BUILD, NSBOX, sdk_env
 
 TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SEMVER = r"[0-9]+\.[0-9]+\.[0-9]+"
@@ -32,9 +32,13 @@ def test_cli_version():
 
 
 def test_library_version():
-    lib = ctypes.CDLL(os.path.join(BUILD, "libnsbox.so.0"))
-    lib.nsbox_version.restype = ctypes.c_char_p
-    assert lib.nsbox_version().decode() == VERSION
+    # In a child: a sanitized libnsbox can't be loaded into pytest itself.
+    code = ("import ctypes, sys; lib = ctypes.CDLL(sys.argv[1]); lib.nsbox_version.restype = ctypes.c_char_p; "
+            "print(lib.nsbox_version().decode())")
+    p = subprocess.run([sys.executable, "-c", code, os.path.join(BUILD, "libnsbox.so.0")], capture_output=True,
+                       text=True, env=sdk_env(), timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == VERSION
 
 
 def test_pkgconfig_version():

@@ -6,10 +6,12 @@
  * Run under valgrind by `make check-valgrind` (no leaks allowed).
  *
  * `test-api --run CODE [--cold]` runs CODE in one session and prints its
- * stdout, then "value: JSON" (tests/integ/test_runner_exe.py uses it). */
+ * stdout, then "value: JSON" (tests/integ/test_runner_exe.py uses it);
+ * `test-api --forward MODE DELAY_US` is one case of test_run's (forward_one). */
 #include <errno.h>
 #include <fcntl.h>
 #include <locale.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -163,7 +165,7 @@ static void on_output(void *ud, int stream, const char *data, size_t len)
 
 static void test_errors_and_version(void)
 {
-	CHECK(!strcmp(nsbox_version(), "0.3.0"), "nsbox_version is 0.3.0");
+	CHECK(!strcmp(nsbox_version(), "0.4.0"), "nsbox_version is 0.4.0");
 	CHECK(nsbox_error_code(NULL) == 0 && !strcmp(nsbox_error_message(NULL), ""), "error accessors accept NULL");
 	nsbox_error_free(NULL);
 	nsbox_free(NULL);
@@ -423,9 +425,9 @@ static void test_tools(nsbox_policy_t *p)
 	CHECK(nsbox_session_add_tool(s, "t3", "{oops", NULL, calc, NULL, &e) == -EINVAL,
 	      "add_tool with a schema that is not JSON: -EINVAL (%s)", emsg(e));
 	clear(&e);
-	CHECK(nsbox_session_add_tool(s, "t4", NULL, NULL, NULL, NULL, &e) == -EINVAL &&
+	CHECK(nsbox_session_add_tool(s, NULL, NULL, NULL, noop, NULL, &e) == -EINVAL &&
 		      nsbox_session_add_tool(NULL, "t4", NULL, NULL, noop, NULL, NULL) == -EINVAL,
-	      "add_tool with NULL fn or session: -EINVAL");
+	      "add_tool with NULL name or session: -EINVAL");
 	clear(&e);
 	CHECK(!strcmp(value_of(s, "calc(6, 7, '*')"), "42"), "calc(6, 7, '*') is 42 (positional -> kwargs)");
 	CHECK(!strcmp(value_of(s, "from nsbox import tools\ntools.calc(a=1, b=2, op='+')"), "3"),
@@ -516,6 +518,367 @@ static void test_cancel_and_busy(nsbox_policy_t *p)
 	pthread_join(t, &ret);
 	CHECK(ret == s, "the running exec was not disturbed");
 	nsbox_session_free(s);
+}
+
+/* ---- exec for event loops ---- */
+
+/* Advance s until an event of kind want (answering nothing), polling its
+ * fd; false when the fd stays quiet for 10 s or an error comes. */
+static bool next_event(nsbox_session_t *s, struct nsbox_event *ev, enum nsbox_event_kind want)
+{
+	nsbox_error_t *e = NULL;
+
+	for (;;) {
+		struct pollfd pfd = { nsbox_session_fd(s), POLLIN, 0 };
+		int k;
+
+		ev->struct_size = sizeof(*ev);
+		k = nsbox_exec_advance(s, ev, &e);
+		if (k < 0) {
+			printf("# advance: %s\n", emsg(e));
+			clear(&e);
+			return false;
+		}
+		if (k > 0 && ev->kind == want)
+			return true;
+		if (k > 0 && ev->kind == NSBOX_EVENT_DONE)
+			return false;
+		if (k == 0 && poll(&pfd, 1, 10000) != 1) {
+			printf("# the session fd stayed quiet for 10 s\n");
+			return false;
+		}
+	}
+}
+
+static nsbox_result_t *take_result(nsbox_session_t *s)
+{
+	nsbox_result_t *r = NULL;
+	nsbox_error_t *e = NULL;
+
+	if (nsbox_exec_result(s, &r, &e) < 0) {
+		printf("# exec_result: %s\n", emsg(e));
+		clear(&e);
+	}
+	return r;
+}
+
+static nsbox_session_t *event_session(nsbox_policy_t *p, const char *what)
+{
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+
+	if (nsbox_session_new(p, NULL, &s, &e) < 0 ||
+	    nsbox_session_add_tool(s, "ask", NULL, "answered through the event API", NULL, NULL, &e) < 0 ||
+	    nsbox_session_add_tool(s, "calc", calc_schema, NULL, calc, NULL, &e) < 0) {
+		ok(0, "%s: session_new (%s)", what, emsg(e));
+		clear(&e);
+		nsbox_session_free(s);
+		return NULL;
+	}
+	return s;
+}
+
+static void test_events_single(nsbox_policy_t *p)
+{
+	struct nsbox_exec_opts o = { .struct_size = sizeof(o), .repl = true };
+	struct nsbox_event ev = { .struct_size = sizeof(ev) };
+	nsbox_session_t *s = event_session(p, "events");
+	nsbox_error_t *e = NULL;
+	nsbox_result_t *r = NULL;
+	uint64_t ask_id;
+	int calls0 = atomic_load(&calc_calls);
+
+	if (!s)
+		return;
+	CHECK(nsbox_session_fd(s) >= 0 && nsbox_session_fd(s) == nsbox_session_fd(s), "nsbox_session_fd: one fd");
+	CHECK(nsbox_exec_advance(s, &ev, &e) == -EINVAL, "advance with no exec: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_exec_result(s, &r, &e) == -EINVAL && !r, "exec_result with no exec: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_exec_answer(s, 1, "1", NULL, &e) == -EINVAL, "answer with no exec: -EINVAL (%s)", emsg(e));
+	clear(&e);
+
+	CHECK(nsbox_exec_start(s, "ask(1, k='v') + calc(2, 3, '*')", &o, &e) == 0, "exec_start (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_exec_start(s, "1", &o, &e) == -EBUSY, "a second exec_start: -EBUSY (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_exec(s, "1", &o, &r, &e) == -EBUSY && !r, "nsbox_exec during an event exec: -EBUSY (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_exec_result(s, &r, &e) == -EAGAIN && !r, "exec_result before DONE: -EAGAIN (%s)", emsg(e));
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_TOOL_CALL) && !strcmp(ev.tool, "ask") &&
+		      !strcmp(ev.args_json, "{\"args\":[1],\"kwargs\":{\"k\":\"v\"}}"),
+	      "TOOL_CALL event for a tool without a callback (%s)", ev.args_json ? ev.args_json : "");
+	ask_id = ev.call_id;
+	CHECK(nsbox_exec_answer(s, ask_id + 1000, "1", NULL, &e) == -EINVAL, "answer with a bogus id: -EINVAL (%s)",
+	      emsg(e));
+	clear(&e);
+	CHECK(nsbox_exec_result(s, &r, &e) == -EAGAIN && !r, "exec_result with a call pending: -EAGAIN");
+	clear(&e);
+	CHECK(nsbox_exec_answer(s, ask_id, "36", NULL, &e) == 0, "answer the call (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_exec_answer(s, ask_id, "36", NULL, &e) == -EINVAL, "answer it twice: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_TOOL_CALL) && !strcmp(ev.tool, "calc") && ev.call_id != ask_id,
+	      "a tool with a callback is an event too");
+	CHECK(nsbox_exec_answer(s, ev.call_id, "6", NULL, &e) == 0, "answer calc (%s)", emsg(e));
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE");
+	CHECK(nsbox_exec_advance(s, &ev, &e) == -EINVAL, "advance after DONE: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	r = take_result(s);
+	CHECK(r && nsbox_result_status(r) == NSBOX_OK && !strcmp(nsbox_result_value(r), "42"),
+	      "the answers make the value: %s", r ? nsbox_result_value(r) : "none");
+	CHECK(atomic_load(&calc_calls) == calls0, "the callback did not run in an event exec");
+	nsbox_result_free(r);
+	CHECK(nsbox_exec_result(s, &r, &e) == -EINVAL, "exec_result twice: -EINVAL (%s)", emsg(e));
+	clear(&e);
+
+	/* Error answers and invalid JSON become ToolError inside. */
+	CHECK(nsbox_exec_start(s,
+			       "def f(x):\n    try:\n        return ask(x)\n    except Exception as e:\n"
+			       "        return type(e).__name__ + ': ' + str(e)\n[f(0), f(1), f(2)]",
+			       &o, &e) == 0,
+	      "exec_start with three calls (%s)", emsg(e));
+	clear(&e);
+	for (int i = 0; i < 3; i++) {
+		bool got = next_event(s, &ev, NSBOX_EVENT_TOOL_CALL);
+
+		CHECK(got && nsbox_exec_answer(s, ev.call_id, i == 1 ? "{bad" : "null", i == 0 ? "no such thing" : NULL,
+					       &e) == 0,
+		      "answer %d (%s)", i, emsg(e));
+		clear(&e);
+	}
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE");
+	r = take_result(s);
+	CHECK(r && strstr(nsbox_result_value(r), "\"ToolError: no such thing\"") &&
+		      strstr(nsbox_result_value(r), "not valid JSON") && strstr(nsbox_result_value(r), ",null]"),
+	      "error answer, invalid JSON and None: %s", r ? nsbox_result_value(r) : "none");
+	nsbox_result_free(r);
+
+	/* The blocking nsbox_exec on the same session: a tool without a
+	 * callback answers a ToolError, the others run. */
+	CHECK(!strcmp(value_of(s, "try:\n    ask(1)\nexcept Exception as e:\n    r = type(e).__name__\nr"),
+		      "\"ToolError\""),
+	      "nsbox_exec: a call to a tool without a callback is a ToolError");
+	CHECK(!strcmp(value_of(s, "calc(20, 22, '+')"), "42"), "nsbox_exec after event execs: %s",
+	      value_of(s, "calc(20, 22, '+')"));
+
+	/* A time limit during an event exec: the fd wakes at the deadline. */
+	o.timeout = 0.4;
+	CHECK(nsbox_exec_start(s, "while True:\n    pass", &o, &e) == 0, "exec_start with a 0.4 s limit");
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE at the time limit, no timer of ours");
+	r = take_result(s);
+	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT, "NSBOX_TIME_LIMIT (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+	CHECK(!strcmp(value_of(s, "'alive'"), "\"alive\""), "the session survives the soft limit");
+
+	/* The same, polling the fd before any advance (as the header's example
+	 * does): the limit must wake the poll by itself. */
+	o.timeout = 0.4;
+	CHECK(nsbox_exec_start(s, "import time\ntime.sleep(30)", &o, &e) == 0, "exec_start, then poll first");
+	clear(&e);
+	{
+		struct pollfd pfd = { nsbox_session_fd(s), POLLIN, 0 };
+
+		CHECK(poll(&pfd, 1, 20000) == 1, "the fd wakes at the time limit before any advance");
+	}
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE at the time limit (poll first)");
+	r = take_result(s);
+	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT, "NSBOX_TIME_LIMIT, poll first (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+
+	/* nsbox_cancel during an event exec. */
+	o.timeout = 0;
+	CHECK(nsbox_exec_start(s, "import time\nfor i in range(100):\n    time.sleep(0.1)", &o, &e) == 0,
+	      "exec_start a slow loop");
+	clear(&e);
+	{
+		struct pollfd pfd = { nsbox_session_fd(s), POLLIN, 0 };
+
+		CHECK(poll(&pfd, 1, 300) == 0, "the fd is quiet while the code runs");
+	}
+	nsbox_cancel(s);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE after nsbox_cancel");
+	r = take_result(s);
+	CHECK(r && nsbox_result_status(r) == NSBOX_CANCELLED, "NSBOX_CANCELLED (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+
+	/* A limit the code swallows: the grace's deadline kills the sandbox. */
+	o.timeout = 0.3;
+	CHECK(nsbox_exec_start(s, "while True:\n    try:\n        while True:\n            pass\n"
+			       "    except BaseException:\n        pass", &o, &e) == 0, "exec_start a limit-swallowing loop");
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE at the hard deadline");
+	r = take_result(s);
+	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT, "NSBOX_TIME_LIMIT, killed (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+	CHECK(nsbox_exec_start(s, "1", &o, &e) == -ENOTCONN, "exec_start on the dead session: -ENOTCONN (%s)",
+	      emsg(e));
+	clear(&e);
+	nsbox_session_free(s);
+
+	/* The sandbox killed mid-exec, with a call pending. */
+	s = event_session(p, "events, killed");
+	if (!s)
+		return;
+	o.timeout = 0;
+	CHECK(nsbox_exec_start(s, "print('before', flush=True)\nask()", &o, &e) == 0, "exec_start (%s)", emsg(e));
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_TOOL_CALL), "the call");
+	{
+		struct nsbox_session_info info = { .struct_size = sizeof(info) };
+
+		CHECK(nsbox_session_info(s, &info, &e) == 0 && info.pid > 0 && kill(info.pid, SIGKILL) == 0,
+		      "nsbox_session_info during an event exec, and SIGKILL its sandbox (%s)", emsg(e));
+		clear(&e);
+	}
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE after the sandbox was killed");
+	r = take_result(s);
+	CHECK(r && nsbox_result_status(r) == NSBOX_CRASHED, "NSBOX_CRASHED (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+	CHECK(nsbox_exec_answer(s, ev.call_id, "1", NULL, &e) == -EINVAL, "answer after the end: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	nsbox_session_free(s);
+
+	/* Freeing a session with an event exec running. */
+	s = event_session(p, "events, freed");
+	if (!s)
+		return;
+	CHECK(nsbox_exec_start(s, "ask()", &o, &e) == 0, "exec_start, then free with the call pending");
+	clear(&e);
+	nsbox_session_free(s);
+}
+
+#define N_EV 8
+#define N_CALLS 4
+
+struct ev_sess {
+	nsbox_session_t *s;
+	char out[256];
+	size_t out_len;
+	nsbox_result_t *r;
+	int calls;
+};
+
+struct late_call {
+	int sess;
+	uint64_t id;
+	long long arg;
+	int round;
+};
+
+/* One thread, N_EV sessions, poll() over their fds.  Each exec makes
+ * N_CALLS tool calls with output between them; every call is answered a
+ * round late, newest first, after the other sessions have progressed. */
+static void test_events_many(nsbox_policy_t *p)
+{
+	struct nsbox_exec_opts o = { .struct_size = sizeof(o), .repl = true };
+	struct ev_sess ss[N_EV] = { 0 };
+	struct late_call late[N_EV];
+	int n_late = 0, done = 0, round = 0, max_late = 0;
+	bool ok_all = true;
+	nsbox_error_t *e = NULL;
+
+	for (int i = 0; i < N_EV; i++) {
+		char code[512];
+
+		ss[i].s = event_session(p, "many");
+		if (!ss[i].s) {
+			ok_all = false;
+			continue;
+		}
+		snprintf(code, sizeof(code),
+			 "t = 0\nfor k in range(%d):\n    print('s%d', k, flush=True)\n    t += ask(%d * 100 + k)\nt",
+			 N_CALLS, i, i);
+		if (nsbox_exec_start(ss[i].s, code, &o, &e) < 0) {
+			printf("# start %d: %s\n", i, emsg(e));
+			clear(&e);
+			ok_all = false;
+			nsbox_session_free(ss[i].s);
+			ss[i].s = NULL;
+		}
+	}
+	CHECK(ok_all, "%d sessions, %d event execs started", N_EV, N_EV);
+	for (int i = 0; i < N_EV; i++)
+		done += !ss[i].s;
+	while (done < N_EV && round < 2000) {
+		struct pollfd pfd[N_EV];
+		int k;
+
+		round++;
+		for (int i = 0; i < N_EV; i++)
+			pfd[i] = (struct pollfd){ ss[i].s && !ss[i].r ? nsbox_session_fd(ss[i].s) : -1, POLLIN, 0 };
+		k = poll(pfd, N_EV, n_late ? 20 : 10000);
+		if (k == 0 && !n_late) {
+			printf("# no session fd became readable in 10 s\n");
+			break;
+		}
+		for (int i = 0; i < N_EV; i++) {
+			struct nsbox_event ev = { .struct_size = sizeof(ev) };
+
+			if (!(pfd[i].revents & POLLIN))
+				continue;
+			while ((k = nsbox_exec_advance(ss[i].s, &ev, &e)) > 0) {
+				if (ev.kind == NSBOX_EVENT_OUTPUT && ss[i].out_len + ev.len < sizeof(ss[i].out)) {
+					memcpy(ss[i].out + ss[i].out_len, ev.data, ev.len);
+					ss[i].out_len += ev.len;
+				} else if (ev.kind == NSBOX_EVENT_TOOL_CALL && n_late < N_EV) {
+					late[n_late++] = (struct late_call){ i, ev.call_id, atoll(ev.args_json + 9), round };
+					ss[i].calls++;
+				} else if (ev.kind == NSBOX_EVENT_DONE) {
+					ss[i].r = take_result(ss[i].s);
+					done++;
+					break;
+				}
+			}
+			if (k < 0) {
+				printf("# advance %d: %s\n", i, emsg(e));
+				clear(&e);
+				ok_all = false;
+				ss[i].r = NULL;
+				done++;
+			}
+		}
+		/* Answer the calls of earlier rounds, newest first. */
+		for (int j = n_late - 1; j >= 0; j--) {
+			char ans[32];
+
+			if (late[j].round == round)
+				continue;
+			if (n_late > max_late)
+				max_late = n_late;
+			snprintf(ans, sizeof(ans), "%lld", late[j].arg);
+			if (nsbox_exec_answer(ss[late[j].sess].s, late[j].id, ans, NULL, &e) < 0) {
+				printf("# answer: %s\n", emsg(e));
+				clear(&e);
+				ok_all = false;
+			}
+			late[j] = late[--n_late];
+		}
+	}
+	CHECK(ok_all && done == N_EV, "all %d execs ended (%d rounds, up to %d calls waiting at once)", N_EV, round,
+	      max_late);
+	for (int i = 0; i < N_EV; i++) {
+		char want_out[128] = "", want_val[32];
+		size_t n = 0;
+
+		for (int k = 0; k < N_CALLS; k++)
+			n += (size_t)snprintf(want_out + n, sizeof(want_out) - n, "s%d %d\n", i, k);
+		snprintf(want_val, sizeof(want_val), "%d", N_CALLS * 100 * i + N_CALLS * (N_CALLS - 1) / 2);
+		CHECK(ss[i].r && nsbox_result_status(ss[i].r) == NSBOX_OK && !strcmp(nsbox_result_value(ss[i].r), want_val) &&
+			      ss[i].calls == N_CALLS && ss[i].out_len == n && !memcmp(ss[i].out, want_out, n),
+		      "session %d: value %s (want %s), %d calls, output as events", i,
+		      ss[i].r ? nsbox_result_value(ss[i].r) : "none", want_val, ss[i].calls);
+		nsbox_result_free(ss[i].r);
+		nsbox_session_free(ss[i].s);
+	}
 }
 
 /* ---- a multithreaded host ---- */
@@ -790,6 +1153,29 @@ static void test_run(nsbox_policy_t *p, bool in_process)
 		}
 	}
 
+	/* ... also when they come while the sandbox is being built, each run
+	 * in a fresh process (forward_one).  Our own path from readlink:
+	 * under valgrind an exec of /proc/self/exe would start valgrind's. */
+	for (int k = 0; k < 3; k++) {
+		static const char *const delays[] = { "0", "5000", "50000" };
+		char self[4096];
+		ssize_t sn = readlink("/proc/self/exe", self, sizeof(self) - 1);
+		int ws = -1;
+		pid_t c = sn > 0 ? fork() : -1;
+
+		if (c == 0) {
+			self[sn] = '\0';
+			execl(self, "test-api", "--forward", in_process ? "in-process" : "helper", delays[k], (char *)NULL);
+			_exit(127);
+		}
+		if (c > 0)
+			while (waitpid(c, &ws, 0) < 0 && errno == EINTR)
+				;
+		CHECK(c > 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 128 + SIGHUP,
+		      "%s: SIGHUP %s us after the run's first child appears is forwarded: 129 (wait status 0x%x)", tag,
+		      delays[k], ws);
+	}
+
 	/* A policy that can't work is refused before anything starts. */
 	if (nsbox_policy_new(NULL, &q, &e) == 0 && nsbox_policy_set_workspace(q, "/tmp", &e) == 0 &&
 	    nsbox_policy_add_bind(q, "/usr/share", "/workspace/share", false, &e) == 0) {
@@ -1031,6 +1417,117 @@ static int run_one(const char *code, bool cold)
 	return rc;
 }
 
+/* `test-api --forward in-process|helper DELAY_US`: a fresh process (no
+ * helper yet; SIGHUP at its default, whatever ours was) runs sleep 30 with
+ * forward_signals while a forked watcher sends it SIGHUP DELAY_US after the
+ * run's first child appears (the helper, or the sandbox's pid 1 for an
+ * in-process run): at 0 and 5 ms the sandbox is still being built.  Exits
+ * with the run's exit code (129: the forwarded SIGHUP ended sleep), 1 when
+ * nsbox_run failed; killed by SIGHUP if it reached this process. */
+static int forward_one(const char *mode, const char *delay)
+{
+	struct nsbox_run_opts o = { .struct_size = sizeof(o), .in_process = !strcmp(mode, "in-process"),
+				    .forward_signals = true };
+	struct nsbox_run_status st = { .struct_size = sizeof(st) };
+	char *sleeper[] = { "/bin/sleep", "30", NULL };
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
+	pid_t me = getpid(), w;
+	int r = -1;
+
+	signal(SIGHUP, SIG_DFL);
+	w = fork();
+	if (w == 0) {
+		char path[64], buf[512], *q, *end;
+
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)me, (int)me);
+		for (;;) {
+			int fd = open(path, O_RDONLY | O_CLOEXEC);
+			ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+			if (fd >= 0)
+				close(fd);
+			if (n < 0 || getppid() != me)
+				_exit(1);
+			buf[n] = '\0';
+			for (q = buf;; q = end) {
+				long c = strtol(q, &end, 10);
+
+				if (end == q)
+					break;
+				if (c != (long)getpid())
+					goto found;
+			}
+			usleep(200);
+		}
+found:
+		usleep((useconds_t)atol(delay));
+		kill(me, SIGHUP);
+		_exit(0);
+	}
+	if (w > 0 && nsbox_policy_new(NULL, &p, &e) == 0)
+		r = nsbox_run(p, sleeper, &o, &st, &e);
+	if (w > 0)
+		waitpid(w, NULL, 0);
+	printf("# --forward %s %s: %d, exit code %d, signal %d, %.3f s (%s)\n", mode, delay, r, st.exit_code,
+	       st.term_signal, st.wall, emsg(e));
+	nsbox_error_free(e);
+	nsbox_policy_free(p);
+	return r == 0 && st.wall < 20 ? st.exit_code : 1;
+}
+
+/* Session files (since 0.5.0): the C calls, their errno set, the cap. */
+static void test_files(nsbox_policy_t *p)
+{
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+	char *data = NULL, *json = NULL;
+	size_t n = 0;
+	int k;
+
+	if (nsbox_session_new(p, NULL, &s, &e) < 0) {
+		ok(0, "files: session_new (%s)", emsg(e));
+		clear(&e);
+		return;
+	}
+	k = nsbox_write_file(s, "/tmp/f.bin", "a\0b", 3, 0600, &e);
+	CHECK(k == 0, "files: write_file (%s)", emsg(e));
+	clear(&e);
+	k = nsbox_read_file(s, "/tmp/f.bin", &data, &n, 0, &e);
+	CHECK(k == 0 && n == 3 && !memcmp(data, "a\0b", 4), "files: read_file gives the bytes back, NUL-terminated");
+	nsbox_free(data);
+	data = NULL;
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "import os; oct(os.stat('/tmp/f.bin').st_mode & 0o777)"), "\"0o600\""),
+	      "files: the mode is applied");
+	k = nsbox_list_files(s, "/tmp", &json, &e);
+	CHECK(k == 0 && json && strstr(json, "{\"type\":\"file\",\"size\":3,\"name\":\"f.bin\"}"),
+	      "files: list_files (%s)", json ? json : emsg(e));
+	nsbox_free(json);
+	clear(&e);
+	CHECK(nsbox_read_file(s, "/nope", &data, &n, 0, &e) == -ENOENT && e && nsbox_error_code(e) == -ENOENT,
+	      "files: a missing file is -ENOENT (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_read_file(s, "/tmp", &data, &n, 0, &e) == -EISDIR, "files: a directory is -EISDIR (%s)",
+	      emsg(e));
+	clear(&e);
+	CHECK(nsbox_read_file(s, "/tmp/f.bin", &data, &n, 2, &e) == -EFBIG, "files: over max is -EFBIG (%s)",
+	      emsg(e));
+	clear(&e);
+	value_of(s, "os.mkfifo('/tmp/ff')");
+	CHECK(nsbox_read_file(s, "/tmp/ff", &data, &n, 0, &e) == -EINVAL, "files: a fifo is -EINVAL, no hang (%s)",
+	      emsg(e));
+	clear(&e);
+	CHECK(nsbox_make_dir(s, "/tmp/a/b", -1, &e) == 0 && nsbox_write_file(s, "/tmp/a/b/c", "", 0, -1, &e) == 0,
+	      "files: make_dir with parents, an empty file (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_write_file(s, NULL, "", 0, -1, &e) == -EINVAL && nsbox_read_file(s, "x", NULL, &n, 0, NULL) == -EINVAL,
+	      "files: bad arguments are -EINVAL");
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "1+1"), "2"), "files: the session still works");
+	nsbox_session_free(s);
+}
+
 int main(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
@@ -1038,6 +1535,8 @@ int main(int argc, char **argv)
 
 	if (argc >= 3 && !strcmp(argv[1], "--run"))
 		return run_one(argv[2], argc > 3 && !strcmp(argv[3], "--cold"));
+	if (argc == 4 && !strcmp(argv[1], "--forward"))
+		return forward_one(argv[2], argv[3]);
 	test_errors_and_version();
 	test_policy();
 	if (nsbox_policy_new(NULL, &p, &e) < 0) {
@@ -1065,9 +1564,12 @@ int main(int argc, char **argv)
 	test_session_basics(p, true, "cold");
 	test_tools(p);
 	test_cancel_and_busy(p);
+	test_events_single(p);
+	test_events_many(p);
 	test_misuse(p);
 	test_threads(p);
 	test_fork(p);
+	test_files(p);
 	nsbox_policy_free(p);
 	tap_done();
 }

@@ -700,8 +700,44 @@ static void test_validate(void)
 	check(1, "policy_free accepts a zeroed policy and NULL");
 }
 
+/* HostUid=, HostGid=: both or neither; printed only when set, and parsed
+ * back (the helper gets the policy as text). */
+static void test_host_ids(void)
+{
+	struct nsbox_policy p = { 0 }, q = { 0 };
+	struct nsbox_err err = { 0 };
+	char *out = NULL;
+	size_t len = 0;
+	FILE *f;
+
+	policy_init_builtin(&p, "default", &err);
+	check(p.host_uid == 0 && p.host_gid == 0 && policy_validate(&p, &err) == 0, "no host ids by default");
+	f = open_memstream(&out, &len);
+	policy_print(&p, f);
+	fclose(f);
+	check(!strstr(out, "HostUid"), "not printed when unset");
+	free(out);
+	check(policy_set(&p, "Sandbox", "HostUid", "524288", &err) == 0 && p.host_uid == 524288, "HostUid=524288");
+	check(policy_validate(&p, &err) < 0 && strstr(err.msg, "both or neither"), "HostUid without HostGid refused");
+	check(policy_set(&p, "Sandbox", "HostGid", "524289", &err) == 0 && policy_validate(&p, &err) == 0,
+	      "with HostGid valid");
+	check(policy_set(&p, "Sandbox", "HostUid", "-1", &err) < 0 &&
+		      policy_set(&p, "Sandbox", "HostUid", "4294967295", &err) < 0,
+	      "HostUid: not an id refused");
+	out = NULL;
+	f = open_memstream(&out, &len);
+	policy_print(&p, f);
+	fclose(f);
+	check(policy_from_text(&q, out, len, "printed", &err) == 0 && q.host_uid == 524288 && q.host_gid == 524289,
+	      "printed and parsed back");
+	free(out);
+	policy_free(&p);
+	policy_free(&q);
+}
+
 int main(void)
 {
+	test_host_ids();
 	test_builtins();
 	test_keys();
 	test_good_effects();

@@ -266,13 +266,113 @@ static void test_amplification(void)
 	free(buf);
 }
 
+/* FILE_* data: RFC 4648 vectors, round trips of every length mod 3, and
+ * strictness (bad characters, misplaced padding, non-zero spare bits). */
+static void test_b64(void)
+{
+	static const char *const vec[][2] = { { "", "" },	  { "f", "Zg==" },	   { "fo", "Zm8=" },
+					      { "foo", "Zm9v" }, { "foob", "Zm9vYg==" }, { "fooba", "Zm9vYmE=" },
+					      { "foobar", "Zm9vYmFy" } };
+	static const char *const bad[] = { "Zg=", "Zg=a", "Z===", "Zh==", "Zm9=", "Zm8=Zm8=", "Zm 9", "Zm9v\n",
+					   "====", "Zm-v" };
+	unsigned char raw[256], dec[300];
+	char enc[400];
+
+	for (size_t i = 0; i < sizeof(vec) / sizeof(vec[0]); i++) {
+		proto_b64_encode(vec[i][0], strlen(vec[i][0]), enc);
+		CHECK(!strcmp(enc, vec[i][1]), "b64 encode \"%s\"", vec[i][0]);
+		CHECK(proto_b64_decode(vec[i][1], strlen(vec[i][1]), dec) == (long long)strlen(vec[i][0]) &&
+			      !memcmp(dec, vec[i][0], strlen(vec[i][0])),
+		      "b64 decode \"%s\"", vec[i][1]);
+	}
+	for (size_t i = 0; i < sizeof(raw); i++)
+		raw[i] = (unsigned char)(i * 7 + 3);
+	for (size_t n = 0; n < sizeof(raw); n++) {
+		proto_b64_encode(raw, n, enc);
+		if (strlen(enc) != proto_b64_len(n) || proto_b64_decode(enc, strlen(enc), dec) != (long long)n ||
+		    memcmp(dec, raw, n)) {
+			ok(0, "b64 round trip of %zu bytes", n);
+			return;
+		}
+	}
+	ok(1, "b64 round trips of 0..255 bytes");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK(proto_b64_decode(bad[i], strlen(bad[i]), dec) == -1, "b64 rejects \"%s\"", bad[i]);
+}
+
+static int parse_text(const char *text, size_t len, struct nsbox_err *err)
+{
+	struct proto_frame f = { .hdr = { .type = PROTO_RESULT, .len = (uint32_t)len }, .payload = (char *)text };
+	json_t *m = NULL;
+	int r;
+
+	err_clear(err);
+	r = proto_msg_parse(&f, PROTO_TO_HOST, &m, err);
+	json_decref(m);
+	return r;
+}
+
+static void test_depth_and_cost(void)
+{
+	size_t n = 4000000, len = 0;
+	char *buf = malloc(2 * n + 64);
+	char name[PROTO_TOOL_NAME_MAX + 1];
+	struct nsbox_err err = { 0 };
+
+	/* 300 levels: refused before jansson (and the SDK) recurse into them. */
+	len = (size_t)sprintf(buf, "{\"error\":null,\"stdout\":\"\",\"stderr\":\"\",\"value\":");
+	memset(buf + len, '[', 300);
+	memset(buf + len + 300, ']', 300);
+	len += 600;
+	buf[len++] = '}';
+	CHECK(parse_text(buf, len, &err) < 0 && strstr(err.msg, "deeper"), "300 levels refused (%s)", err.msg);
+	/* 200 levels (a 100-deep tuple) pass. */
+	len = (size_t)sprintf(buf, "{\"error\":null,\"stdout\":\"\",\"stderr\":\"\",\"value\":");
+	memset(buf + len, '[', 200);
+	memset(buf + len + 200, ']', 200);
+	len += 400;
+	buf[len++] = '}';
+	CHECK(parse_text(buf, len, &err) == 0, "200 levels pass (%s)", err.msg);
+	/* 4 million zeros (8 MB, ~170 MB parsed): over 16x + 16 MiB. */
+	len = (size_t)sprintf(buf, "{\"error\":null,\"stdout\":\"\",\"stderr\":\"\",\"value\":[0");
+	for (size_t i = 1; i < n; i++)
+		buf[len++] = ',', buf[len++] = '0';
+	len += (size_t)sprintf(buf + len, "]}");
+	CHECK(parse_text(buf, len, &err) < 0 && strstr(err.msg, "cost"), "4M zeros refused (%s)", err.msg);
+	/* A million of them (2 MB) pass. */
+	len = (size_t)sprintf(buf, "{\"error\":null,\"stdout\":\"\",\"stderr\":\"\",\"value\":[0");
+	for (size_t i = 1; i < n / 4; i++)
+		buf[len++] = ',', buf[len++] = '0';
+	len += (size_t)sprintf(buf + len, "]}");
+	CHECK(parse_text(buf, len, &err) == 0, "1M zeros pass (%s)", err.msg);
+	free(buf);
+
+	{
+		const char *t = "{\"name\":\"nope\",\"args\":[1,{\"name\":\"x\"}],\"kwargs\":{}}";
+
+		CHECK(proto_call_name(t, strlen(t), name) == 0 && !strcmp(name, "nope"), "CALL name found without parsing");
+		t = "{\"args\":[{\"name\":\"inner\"}], \"kwargs\":{\"name\":1}, \"name\" : \"outer\"}";
+
+		CHECK(proto_call_name(t, strlen(t), name) == 0 && !strcmp(name, "outer"), "only the top-level name");
+		t = "{\"args\":[\"a\\\"]\"],\"name\":\"ok\"}";
+		CHECK(proto_call_name(t, strlen(t), name) == 0 && !strcmp(name, "ok"), "escapes inside values skipped");
+		t = "{\"na\\u006de\":\"x\"}";
+		CHECK(proto_call_name(t, strlen(t), name) < 0, "an escaped key: parse instead");
+		t = "{\"name\":\"n\\u0041\"}";
+		CHECK(proto_call_name(t, strlen(t), name) < 0, "an escaped name: parse instead");
+	}
+	CHECK(proto_utf8_chars("a\xef\xbf\xbd\xc3\xa9", 6) == 3, "code points counted");
+}
+
 int main(void)
 {
+	test_b64();
 	test_header();
 	test_reader();
 	test_fd_reader();
 	test_schemas();
 	test_utf8();
 	test_amplification();
+	test_depth_and_cost();
 	tap_done();
 }

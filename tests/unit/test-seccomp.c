@@ -2,6 +2,7 @@
  * the BPF evaluator, for every row of the table and the cases of issue 2;
  * then live: a forked child loads the filter and checks the errnos. */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/audit.h>
 #include <sched.h>
 #include <signal.h>
@@ -130,7 +131,7 @@ static void test_cases(void)
 		"name_to_handle_at", "setns", "unshare", "quotactl", "lookup_dcookie", "iopl", "ioperm",
 		"syslog", "vhangup", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
 		"sethostname", "setdomainname", "kcmp", "process_madvise", "nfsservctl", "uselib",
-		"_sysctl", "fanotify_init", "setgroups",
+		"_sysctl", "fanotify_init", "fanotify_mark", "setgroups",
 	};
 	static const char *const allow[] = {
 		"read", "write", "openat", "close", "newfstatat", "statx", "mmap", "mprotect",
@@ -162,6 +163,16 @@ static void test_cases(void)
 	ok(ev(&prog, "socket", 1, 1) == SECCOMP_RET_ALLOW && ev(&prog, "socket", 2, 1) == SECCOMP_RET_ALLOW &&
 		   ev(&prog, "socket", 10, 2) == SECCOMP_RET_ALLOW && ev(&prog, "socket", 16, 3) == SECCOMP_RET_ALLOW,
 	   "socket(AF_UNIX, AF_INET, AF_INET6, AF_NETLINK): ALLOW");
+	/* Host-wide and per-user budgets (README, the budget table). */
+	ok(ev(&prog, "io_setup", 1, 0) == RET_ENOSYS && ev(&prog, "io_submit", 0, 1) == RET_ENOSYS &&
+		   ev(&prog, "io_getevents", 0, 1) == RET_ENOSYS && ev(&prog, "io_destroy", 0, 0) == RET_ENOSYS &&
+		   ev(&prog, "io_cancel", 0, 0) == RET_ENOSYS && ev(&prog, "io_pgetevents", 0, 0) == RET_ENOSYS,
+	   "legacy AIO (fs.aio-max-nr, host-wide): ENOSYS");
+	ok(ev(&prog, "fcntl", 3, F_SETPIPE_SZ) == RET_EPERM &&
+		   ev(&prog, "fcntl", 3, F_SETPIPE_SZ | (1ULL << 32)) == RET_EPERM &&
+		   ev(&prog, "fcntl", 3, F_GETPIPE_SZ) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETFL) == SECCOMP_RET_ALLOW &&
+		   ev(&prog, "fcntl", 3, F_DUPFD_CLOEXEC) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETLK) == SECCOMP_RET_ALLOW,
+	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user) EPERM, the rest ALLOW");
 	ok(ev(&prog, "socket", 40, 1) == RET_EPERM && ev(&prog, "socket", 17, 3) == RET_EPERM &&
 		   ev(&prog, "socket", 0x100000028ULL, 1) == RET_EPERM,
 	   "socket(AF_VSOCK, AF_PACKET, AF_VSOCK with high bits): EPERM");

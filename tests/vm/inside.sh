@@ -516,6 +516,52 @@ t_runner_time_limit() {
 	expect_rc 124
 }
 
+# Per-user budgets (README, the budget table): a sandbox holding every
+# inotify instance it can get leaves the host user theirs; AIO is denied.
+t_budget_inotify() {
+	have_nsbox || return
+	[ -x /usr/local/lib/nsbox/tests/probe/budget_hog ] || { why="no budget_hog in the image"; return 77; }
+	mkfifo "$T/hold"
+	timeout 60 "$NSBOX" run --ro-bind /usr/local/lib/nsbox/tests/probe:/probe -- /probe/budget_hog inotify \
+		<"$T/hold" >"$T/out" 2>"$T/err" &
+	bg=$!
+	exec 9>"$T/hold"
+	i=0
+	while [ $i -lt 100 ] && ! grep -q HOLD "$T/out"; do sleep 0.1; i=$((i + 1)); done
+	host=$($PY -c 'import ctypes, os; l = ctypes.CDLL(None, use_errno=True); fd = l.inotify_init1(0)
+print("ok" if fd >= 0 else os.strerror(ctypes.get_errno()))' 2>&1)
+	exec 9>&-
+	wait $bg
+	rc=$?
+	set -- $(cat "$T/out")
+	echo "# sandbox: $*; host inotify_init1: $host"
+	[ "$host" = ok ] || { why="host inotify_init1 failed while a sandbox held ${3:-?} instances: $host"; return 1; }
+	max=$(cat /proc/sys/user/max_inotify_instances)
+	[ "${4:-}" = EMFILE ] && [ "${3:-0}" -le $((max / 8)) ] || { why="sandbox took ${3:-?} of $max (${4:-?})"; return 1; }
+	expect_rc 0
+}
+
+t_budget_aio_tcp() {
+	have_nsbox || return
+	[ -x /usr/local/lib/nsbox/tests/probe/budget_hog ] || { why="no budget_hog in the image"; return 77; }
+	nsbox_run --ro-bind /usr/local/lib/nsbox/tests/probe:/probe -- /probe/budget_hog aio </dev/null
+	grep -q "HOLD aio 0 ENOSYS" "$T/out" || { why="AIO: $(cat "$T/out")"; return 1; }
+	[ "$role" = nodeleg ] && return 0
+	# v2 charges socket buffers to memory.max: limited, or OOM-killed.
+	nsbox_run --memory 64M --ro-bind /usr/local/lib/nsbox/tests/probe:/probe -- /probe/budget_hog tcp 256 </dev/null
+	echo "# tcp under --memory 64M: $(cat "$T/out") exit $rc"
+	[ $rc -eq 123 ] && return 0
+	set -- $(cat "$T/out")
+	[ "${3:-0}" -le $((96 << 20)) ] || { why="queued ${3:-?} bytes under --memory 64M"; return 1; }
+}
+
+t_boot_id() {
+	have_nsbox || return
+	nsbox_run -- cat /proc/sys/kernel/random/boot_id
+	expect_rc 0 || return 1
+	[ "$(cat "$T/out")" != "$(cat /proc/sys/kernel/random/boot_id)" ] || { why="the host's boot_id"; return 1; }
+}
+
 t_nodeleg_warns() {
 	have_nsbox || return
 	nsbox_run --memory 64M -- /bin/true
@@ -623,6 +669,9 @@ root|deleg)
 	check "sandbox cgroup created with limits, removed after" t_cgroup_lifecycle
 	;;
 esac
+check "a sandbox holding inotify instances leaves the host user theirs" t_budget_inotify
+check "AIO denied; TCP buffers charged to --memory" t_budget_aio_tcp
+check "boot_id is the sandbox's own" t_boot_id
 case $role in
 root|deleg) check "--policy strict runs where cgroups work" t_strict_runs ;;
 esac

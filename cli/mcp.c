@@ -1,0 +1,1501 @@
+/* nsbox mcp [OPTIONS]: a Model Context Protocol server on stdin/stdout
+ * (newline-delimited JSON-RPC 2.0, the MCP stdio transport).  Tools run
+ * Python in libnsbox sessions; stdout carries only protocol, diagnostics go
+ * to stderr.  One thread, one exec at a time: while an exec runs, the loop
+ * polls stdin and the session's fd together (nsbox_exec_start/advance), so
+ * ping and notifications/cancelled are answered and other requests queue. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "args.h"
+#include "commands.h"
+
+#define MCP_MAX_TOOLS 64
+#define MCP_MAX_SESSIONS_CAP 256
+#define MCP_MAX_LINE (8u << 20)	 /* a request line; code is capped well below */
+#define MCP_MAX_CODE (1u << 20)	 /* bytes of code per run_python */
+#define MCP_FILE_CAP (1u << 20)	 /* bytes per read_file / write_file */
+#define MCP_LIST_CAP 1000	 /* entries per list_files */
+#define MCP_TAIL 512		 /* bytes of output carried by a progress notification */
+#define MCP_PROGRESS_EVERY 2.0	 /* seconds */
+
+static const char *const versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
+
+struct msess {
+	char handle[33]; /* "" for the implicit session */
+	nsbox_session_t *s;
+	double last_used;
+	double call_timeout; /* new_session's timeout_s; 0: the server's */
+};
+
+/* A parsed message waiting its turn. */
+struct queued {
+	json_t *msg;
+	struct queued *next;
+};
+
+struct server {
+	int argc; /* the command line, parsed again for each session's policy */
+	char **argv;
+	struct cli_tool tools[MCP_MAX_TOOLS];
+	size_t n_tools;
+	double idle_timeout, call_timeout, max_call_timeout, policy_time_limit;
+	unsigned max_sessions;
+	uint64_t output_limit, max_memory;
+	bool share_net, host_writes;
+	struct msess implicit;
+	struct msess sess[MCP_MAX_SESSIONS_CAP];
+	/* stdin */
+	char *buf;
+	size_t len, cap;
+	bool skipping, eof;
+	struct queued *qhead, *qtail;
+	/* the exec in flight */
+	json_t *cur_id;
+	nsbox_session_t *cur_s;
+	bool cur_cancelled;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void mcp_warn(void *ud, const char *msg)
+{
+	(void)ud;
+	fprintf(stderr, "nsbox mcp: warning: %s\n", msg);
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+static void send_msg(json_t *m) /* consumes m */
+{
+	char *s = json_dumps(m, JSON_COMPACT | JSON_ENSURE_ASCII);
+
+	json_decref(m);
+	if (!s) {
+		fprintf(stderr, "nsbox mcp: cannot encode a message (out of memory?)\n");
+		return;
+	}
+	/* Only protocol on stdout; one message per line (JSON_COMPACT escapes
+	 * newlines inside strings). */
+	fputs(s, stdout);
+	fputc('\n', stdout);
+	fflush(stdout);
+	free(s);
+}
+
+static void send_result(json_t *id, json_t *result)
+{
+	send_msg(json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+}
+
+static void send_error(json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void send_error(json_t *id, int code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	send_msg(json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", "code",
+			   code, "message", msg));
+}
+
+/* A string for JSON from bytes that may end inside a UTF-8 sequence. */
+static json_t *text_json(const char *p, size_t n)
+{
+	json_t *j;
+	char *copy;
+
+	while (n && ((unsigned char)*p & 0xC0) == 0x80) { /* a cut at the start */
+		p++;
+		n--;
+	}
+	for (size_t back = 0; back < 4 && back < n; back++) { /* ... and at the end */
+		unsigned char c = (unsigned char)p[n - 1 - back];
+
+		if ((c & 0xC0) == 0xC0) {
+			size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+
+			if (back + 1 < need)
+				n -= back + 1;
+			break;
+		}
+		if (c < 0x80)
+			break;
+	}
+	j = json_stringn(p, n);
+	if (j)
+		return j;
+	copy = strndup(p, n);
+	for (size_t i = 0; copy && i < n; i++)
+		if ((unsigned char)copy[i] >= 0x80 || copy[i] == '\0')
+			copy[i] = '?';
+	j = json_string(copy ? copy : "");
+	free(copy);
+	return j;
+}
+
+static json_t *tool_result(const char *text, bool is_error)
+{
+	return json_pack("{s:[{s:s,s:o}],s:b}", "content", "type", "text", "text",
+			 text_json(text, strlen(text)) ?: json_string(""), "isError", is_error);
+}
+
+static json_t *tool_errorf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static json_t *tool_errorf(const char *fmt, ...)
+{
+	char msg[2048];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return tool_result(msg, true);
+}
+
+/* ---- sessions ------------------------------------------------------------ */
+
+/* The policy of the command line, parsed afresh (the library copies a
+ * policy into each session; there is no policy copy call). */
+static int make_policy(struct server *srv, nsbox_policy_t **out, char *msg, size_t msz)
+{
+	struct cli_err err = { 0 };
+	nsbox_policy_t *p = NULL;
+
+	if (args_load_policy(&p, srv->argc, srv->argv, &err) < 0)
+		goto fail;
+	for (int i = 1; i < srv->argc; i++)
+		if (args_parse_jail_option(p, srv->argc, srv->argv, &i, &err) < 0)
+			goto fail;
+	*out = p;
+	return 0;
+fail:
+	snprintf(msg, msz, "%s", err.msg);
+	nsbox_policy_free(p);
+	return -1;
+}
+
+static int start_session(struct server *srv, uint64_t memory, nsbox_session_t **out, char *msg, size_t msz)
+{
+	struct nsbox_session_opts so = { .struct_size = sizeof(so), .warn = mcp_warn };
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
+	nsbox_session_t *s = NULL;
+
+	so.output_limit = srv->output_limit;
+	if (make_policy(srv, &p, msg, msz) < 0)
+		return -1;
+	if (memory && nsbox_policy_set_memory(p, memory, &e) < 0)
+		goto fail;
+	if (nsbox_session_new(p, &so, &s, &e) < 0)
+		goto fail;
+	nsbox_policy_free(p);
+	for (size_t k = 0; k < srv->n_tools; k++)
+		if (nsbox_session_add_tool(s, srv->tools[k].name, NULL, "A host tool (nsbox mcp --tool).",
+					   cli_tool_run, &srv->tools[k], &e) < 0) {
+			snprintf(msg, msz, "tool %s: %s", srv->tools[k].name, nsbox_error_message(e));
+			nsbox_error_free(e);
+			nsbox_session_free(s);
+			return -1;
+		}
+	*out = s;
+	return 0;
+fail:
+	snprintf(msg, msz, "cannot start a sandbox: %s", nsbox_error_message(e));
+	nsbox_error_free(e);
+	nsbox_policy_free(p);
+	return -1;
+}
+
+static void close_msess(struct msess *m)
+{
+	nsbox_session_free(m->s);
+	m->s = NULL;
+	m->handle[0] = '\0';
+}
+
+static struct msess *find_handle(struct server *srv, const char *h)
+{
+	for (unsigned i = 0; i < srv->max_sessions; i++)
+		if (srv->sess[i].s && !strcmp(srv->sess[i].handle, h))
+			return &srv->sess[i];
+	return NULL;
+}
+
+static bool alive(nsbox_session_t *s)
+{
+	struct nsbox_session_info info = { .struct_size = sizeof(info) };
+
+	return nsbox_session_info(s, &info, NULL) == 0 && info.alive;
+}
+
+/* Close sessions idle for longer than the idle timeout; return the seconds
+ * until the next one falls due (-1: none). */
+static double expire_idle(struct server *srv)
+{
+	double t = now(), next = -1;
+
+	for (unsigned i = 0; i <= srv->max_sessions; i++) {
+		struct msess *m = i < srv->max_sessions ? &srv->sess[i] : &srv->implicit;
+		double left;
+
+		if (!m->s)
+			continue;
+		left = m->last_used + srv->idle_timeout - t;
+		if (left <= 0) {
+			fprintf(stderr, "nsbox mcp: closing idle session %s\n", m->handle[0] ? m->handle : "(implicit)");
+			close_msess(m);
+		} else if (next < 0 || left < next) {
+			next = left;
+		}
+	}
+	return next;
+}
+
+/* ---- stdin ---------------------------------------------------------------- */
+
+static void enqueue(struct server *srv, json_t *msg)
+{
+	struct queued *q = calloc(1, sizeof(*q));
+
+	if (!q) {
+		json_decref(msg);
+		return;
+	}
+	q->msg = msg;
+	if (srv->qtail)
+		srv->qtail->next = q;
+	else
+		srv->qhead = q;
+	srv->qtail = q;
+}
+
+static json_t *dequeue(struct server *srv)
+{
+	struct queued *q = srv->qhead;
+	json_t *m;
+
+	if (!q)
+		return NULL;
+	srv->qhead = q->next;
+	if (!srv->qhead)
+		srv->qtail = NULL;
+	m = q->msg;
+	free(q);
+	return m;
+}
+
+static const char *method_of(const json_t *m)
+{
+	return json_string_value(json_object_get(m, "method"));
+}
+
+/* notifications/cancelled: stop the exec in flight, or drop a queued
+ * request (no response to either, as the spec asks). */
+static void on_cancelled(struct server *srv, const json_t *m)
+{
+	const json_t *rid = json_object_get(json_object_get(m, "params"), "requestId");
+
+	if (!rid)
+		return;
+	if (srv->cur_id && json_equal(srv->cur_id, rid)) {
+		srv->cur_cancelled = true;
+		nsbox_cancel(srv->cur_s);
+		return;
+	}
+	for (struct queued **pq = &srv->qhead, *prev = NULL; *pq; prev = *pq, pq = &(*pq)->next) {
+		struct queued *q = *pq;
+
+		if (json_equal(json_object_get(q->msg, "id"), rid) && method_of(q->msg)) {
+			*pq = q->next;
+			if (srv->qtail == q)
+				srv->qtail = prev;
+			json_decref(q->msg);
+			free(q);
+			return;
+		}
+	}
+}
+
+/* One complete line.  While an exec runs (busy), ping and cancellation are
+ * handled at once; everything else waits in the queue. */
+static void take_line(struct server *srv, const char *line, size_t n, bool busy)
+{
+	json_error_t jerr;
+	json_t *m;
+	const char *method;
+
+	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
+		n--;
+	if (!n)
+		return;
+	m = json_loadb(line, n, 0, &jerr);
+	if (!m) {
+		char msg[512];
+
+		/* Answered in turn, after the requests before it. */
+		snprintf(msg, sizeof(msg), "parse error: %s (column %d)", jerr.text, jerr.column);
+		m = json_pack("{s:s}", "_nsbox_parse_error", msg);
+		if (m)
+			enqueue(srv, m);
+		return;
+	}
+	method = method_of(m);
+	if (method && !strcmp(method, "notifications/cancelled")) {
+		on_cancelled(srv, m);
+		json_decref(m);
+		return;
+	}
+	if (busy && method && !strcmp(method, "ping") && json_object_get(m, "id")) {
+		send_result(json_object_get(m, "id"), json_object());
+		json_decref(m);
+		return;
+	}
+	enqueue(srv, m);
+}
+
+/* Read what stdin has and split it into lines.  Returns -1 at EOF. */
+static int read_input(struct server *srv, bool busy)
+{
+	char chunk[65536];
+	ssize_t n = read(0, chunk, sizeof(chunk));
+	size_t start = 0;
+
+	if (n < 0)
+		return errno == EINTR || errno == EAGAIN ? 0 : (srv->eof = true, -1);
+	if (n == 0) {
+		srv->eof = true;
+		return -1;
+	}
+	for (ssize_t i = 0; i < n; i++) {
+		if (chunk[i] != '\n')
+			continue;
+		if (srv->skipping) {
+			srv->skipping = false;
+			send_error(NULL, -32600, "message too large (over %u bytes)", MCP_MAX_LINE);
+		} else if (srv->len) {
+			size_t add = (size_t)i - start;
+
+			if (srv->len + add <= MCP_MAX_LINE) {
+				char *nb = realloc(srv->buf, srv->len + add + 1);
+
+				if (nb) {
+					srv->buf = nb;
+					memcpy(srv->buf + srv->len, chunk + start, add);
+					take_line(srv, srv->buf, srv->len + add, busy);
+				}
+			} else {
+				send_error(NULL, -32600, "message too large (over %u bytes)", MCP_MAX_LINE);
+			}
+			srv->len = 0;
+		} else {
+			take_line(srv, chunk + start, (size_t)i - start, busy);
+		}
+		start = (size_t)i + 1;
+	}
+	if (start < (size_t)n && !srv->skipping) {
+		size_t add = (size_t)n - start;
+
+		if (srv->len + add > MCP_MAX_LINE) {
+			srv->skipping = true;
+			srv->len = 0;
+		} else {
+			if (srv->len + add > srv->cap) {
+				size_t nc = (srv->len + add) * 2;
+				char *nb = realloc(srv->buf, nc);
+
+				if (!nb) {
+					srv->skipping = true;
+					srv->len = 0;
+					return 0;
+				}
+				srv->buf = nb;
+				srv->cap = nc;
+			}
+			memcpy(srv->buf + srv->len, chunk + start, add);
+			srv->len += add;
+		}
+	}
+	return 0;
+}
+
+/* ---- running code ------------------------------------------------------- */
+
+struct tail {
+	char b[MCP_TAIL];
+	size_t n;
+};
+
+static void tail_add(struct tail *t, const char *d, size_t n)
+{
+	if (n >= sizeof(t->b)) {
+		memcpy(t->b, d + n - sizeof(t->b), sizeof(t->b));
+		t->n = sizeof(t->b);
+		return;
+	}
+	if (t->n + n > sizeof(t->b)) {
+		size_t drop = t->n + n - sizeof(t->b);
+
+		memmove(t->b, t->b + drop, t->n - drop);
+		t->n -= drop;
+	}
+	memcpy(t->b + t->n, d, n);
+	t->n += n;
+}
+
+static void answer_tool_call(struct server *srv, nsbox_session_t *s, const struct nsbox_event *ev)
+{
+	char *result = NULL, *error = NULL;
+	nsbox_error_t *e = NULL;
+	const struct cli_tool *t = NULL;
+
+	for (size_t k = 0; k < srv->n_tools; k++)
+		if (!strcmp(srv->tools[k].name, ev->tool))
+			t = &srv->tools[k];
+	/* The command blocks the loop while it runs: host tools are the
+	 * user's own, short programs. */
+	if (!t)
+		error = strdup("no such tool");
+	else if (cli_tool_run((void *)t, ev->tool, ev->args_json, &result, &error) != 0 && !error)
+		error = strdup("the tool failed");
+	if (nsbox_exec_answer(s, ev->call_id, error ? NULL : result, error ? error : NULL, &e) < 0) {
+		fprintf(stderr, "nsbox mcp: answering tool %s: %s\n", ev->tool, nsbox_error_message(e));
+		nsbox_error_free(e);
+	}
+	free(result);
+	free(error);
+}
+
+/* Run code on s through the event API, serving stdin meanwhile.  With a
+ * progress token, notifications/progress every MCP_PROGRESS_EVERY seconds.
+ * Returns 0 with *out, or -1 with msg (nothing ran). */
+static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bool repl, double timeout,
+		    json_t *id, json_t *token, nsbox_result_t **out, char *msg, size_t msz)
+{
+	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo), .repl = repl, .timeout = timeout,
+				      .filename = "<mcp>" };
+	struct nsbox_event ev = { .struct_size = sizeof(ev) };
+	nsbox_error_t *e = NULL;
+	struct tail tail = { .n = 0 };
+	double start = now(), next_progress = start + MCP_PROGRESS_EVERY;
+	int fd = nsbox_session_fd(s), k;
+
+	if (fd < 0) {
+		snprintf(msg, msz, "session fd: %s", strerror(errno));
+		return -1;
+	}
+	if (nsbox_exec_start(s, code, &eo, &e) < 0) {
+		snprintf(msg, msz, "%s", nsbox_error_message(e));
+		k = nsbox_error_code(e);
+		nsbox_error_free(e);
+		return k == -ENOTCONN ? -2 : -1;
+	}
+	srv->cur_id = id;
+	srv->cur_s = s;
+	srv->cur_cancelled = false;
+	/* Advance before the first poll: deadlines are armed by advancing. */
+	for (;;) {
+		struct pollfd p[2] = { { fd, POLLIN, 0 }, { 0, POLLIN, 0 } };
+		int wait = -1;
+
+		while ((k = nsbox_exec_advance(s, &ev, &e)) > 0) {
+			if (ev.kind == NSBOX_EVENT_OUTPUT)
+				tail_add(&tail, ev.data, ev.len);
+			else if (ev.kind == NSBOX_EVENT_TOOL_CALL)
+				answer_tool_call(srv, s, &ev);
+			else if (ev.kind == NSBOX_EVENT_DONE)
+				break;
+		}
+		if (k < 0) {
+			snprintf(msg, msz, "exec: %s", nsbox_error_message(e));
+			nsbox_error_free(e);
+			srv->cur_id = NULL;
+			srv->cur_s = NULL;
+			return -1;
+		}
+		if (k > 0) /* DONE */
+			break;
+		if (token && now() >= next_progress) {
+			double t = now() - start;
+
+			send_msg(json_pack("{s:s,s:s,s:{s:O,s:f,s:o}}", "jsonrpc", "2.0", "method",
+					   "notifications/progress", "params", "progressToken", token, "progress",
+					   floor(t), "message", text_json(tail.b, tail.n) ?: json_string("")));
+			next_progress = now() + MCP_PROGRESS_EVERY;
+		}
+		if (token) {
+			double left = next_progress - now();
+
+			wait = left <= 0 ? 0 : (int)(left * 1000) + 1;
+		}
+		if (poll(p, srv->eof ? 1 : 2, wait) < 0 && errno != EINTR)
+			break;
+		/* At EOF the exec runs on to its end (a piped batch of
+		 * requests still gets its answers); a client that stops
+		 * waiting sends SIGTERM, as the stdio transport says. */
+		if (!srv->eof && (p[1].revents & (POLLIN | POLLHUP | POLLERR)))
+			read_input(srv, true);
+	}
+	srv->cur_id = NULL;
+	srv->cur_s = NULL;
+	if (nsbox_exec_result(s, out, &e) < 0) {
+		snprintf(msg, msz, "exec result: %s", nsbox_error_message(e));
+		nsbox_error_free(e);
+		return -1;
+	}
+	return 0;
+}
+
+static void put_stream(json_t *r, const char *name, const char *fallback, size_t flen, FILE *f)
+{
+	char key[32];
+	const char *text = json_string_value(json_object_get(r, name));
+	size_t n = text ? strlen(text) : flen;
+
+	if (!text)
+		text = fallback;
+	if (!n)
+		return;
+	fprintf(f, "[%s]\n%.*s", name, (int)n, text);
+	if (text[n - 1] != '\n')
+		fputc('\n', f);
+	snprintf(key, sizeof(key), "%s_truncated", name);
+	if (json_is_true(json_object_get(r, key))) {
+		snprintf(key, sizeof(key), "%s_bytes", name);
+		fprintf(f, "[%s truncated: %lld bytes in all]\n", name,
+			(long long)json_integer_value(json_object_get(r, key)));
+	}
+}
+
+/* A protocol-encoded value (nsbox-protocol(7), VALUES) as Python's repr
+ * would show it, near enough: $repr as is, containers rebuilt. */
+static void put_repr(const json_t *v, FILE *f, int depth)
+{
+	const json_t *x;
+	const char *k;
+	size_t i;
+
+	if (depth > 100) {
+		fputs("...", f);
+	} else if (json_is_null(v)) {
+		fputs("None", f);
+	} else if (json_is_true(v) || json_is_false(v)) {
+		fputs(json_is_true(v) ? "True" : "False", f);
+	} else if (json_is_integer(v)) {
+		fprintf(f, "%lld", (long long)json_integer_value(v));
+	} else if (json_is_real(v)) {
+		double d = json_real_value(v);
+
+		fprintf(f, d == floor(d) && fabs(d) < 1e16 ? "%.1f" : "%.17g", d);
+	} else if (json_is_string(v)) {
+		const char *s = json_string_value(v);
+		char q = strchr(s, '\'') && !strchr(s, '"') ? '"' : '\'';
+
+		fputc(q, f);
+		for (; *s; s++) {
+			if (*s == q || *s == '\\')
+				fprintf(f, "\\%c", *s);
+			else if (*s == '\n')
+				fputs("\\n", f);
+			else if (*s == '\t')
+				fputs("\\t", f);
+			else if ((unsigned char)*s < 0x20)
+				fprintf(f, "\\x%02x", (unsigned char)*s);
+			else
+				fputc(*s, f);
+		}
+		fputc(q, f);
+	} else if (json_is_array(v)) {
+		fputc('[', f);
+		json_array_foreach(v, i, x)
+		{
+			fputs(i ? ", " : "", f);
+			put_repr(x, f, depth + 1);
+		}
+		fputc(']', f);
+	} else if ((x = json_object_get(v, "$repr")) && json_is_string(x)) {
+		fputs(json_string_value(x), f);
+	} else if ((x = json_object_get(v, "$int")) && json_is_string(x)) {
+		fputs(json_string_value(x), f);
+	} else if ((x = json_object_get(v, "$float")) && json_is_string(x)) {
+		fprintf(f, "float('%s')", json_string_value(x));
+	} else if ((x = json_object_get(v, "$tuple")) && json_is_array(x)) {
+		const json_t *y;
+
+		fputc('(', f);
+		json_array_foreach(x, i, y)
+		{
+			fputs(i ? ", " : "", f);
+			put_repr(y, f, depth + 1);
+		}
+		fputs(json_array_size(x) == 1 ? ",)" : ")", f);
+	} else {
+		const json_t *d = json_object_get(v, "$dict") ?: v;
+		bool first = true;
+
+		fputc('{', f);
+		json_object_foreach((json_t *)d, k, x)
+		{
+			json_t *key = json_string(k);
+
+			fputs(first ? "" : ", ", f);
+			first = false;
+			put_repr(key, f, depth + 1);
+			fputs(": ", f);
+			put_repr(x, f, depth + 1);
+			json_decref(key);
+		}
+		fputc('}', f);
+	}
+}
+
+static void put_value(const nsbox_result_t *res, FILE *f)
+{
+	json_t *v = json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL);
+
+	if (v && !json_is_null(v)) {
+		put_repr(v, f, 0);
+		fputc('\n', f);
+	}
+	json_decref(v);
+}
+
+static const char *limit_name(enum nsbox_status st)
+{
+	switch (st) {
+	case NSBOX_TIME_LIMIT:
+		return "time limit";
+	case NSBOX_MEMORY_LIMIT:
+		return "memory limit";
+	case NSBOX_CRASHED:
+		return "crash";
+	case NSBOX_PROTOCOL_ERROR:
+		return "protocol error";
+	default:
+		return NULL;
+	}
+}
+
+/* One text block: stdout, stderr, the last expression's value or the
+ * exception; a dead session is said so (and forgotten by the caller). */
+static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit)
+{
+	enum nsbox_status st = nsbox_result_status(res);
+	json_t *r = json_loads(nsbox_result_json(res), 0, NULL);
+	char *text = NULL;
+	size_t tlen = 0, olen, elen;
+	const char *o = nsbox_result_stdout(res, &olen), *er = nsbox_result_stderr(res, &elen);
+	FILE *f = open_memstream(&text, &tlen);
+	bool is_error = st != NSBOX_OK;
+	json_t *out;
+
+	if (!f) {
+		json_decref(r);
+		return tool_errorf("out of memory");
+	}
+	put_stream(r, "stdout", o ? o : "", o ? olen : 0, f);
+	put_stream(r, "stderr", er ? er : "", er ? elen : 0, f);
+	if (st == NSBOX_OK) {
+		put_value(res, f);
+	} else if (st == NSBOX_EXCEPTION) {
+		const char *tb = nsbox_result_traceback(res);
+
+		if (tb && *tb)
+			fputs(tb, f);
+		else
+			fprintf(f, "%s: %s\n", nsbox_result_error_type(res) ?: "Exception",
+				nsbox_result_error_message(res) ?: "");
+	} else if (st == NSBOX_CANCELLED) {
+		fputs("cancelled\n", f);
+	} else {
+		fprintf(f, "nsbox: stopped by the %s: %s\n", limit_name(st) ?: "sandbox",
+			nsbox_result_error_message(res) ?: "");
+	}
+	if (dead)
+		fprintf(f, "nsbox: the session ended and its state is lost; %s\n",
+			implicit ? "the next call starts a fresh session"
+				 : "its handle is closed (make another with new_session)");
+	if (ftell(f) == 0)
+		fputs("(no output)\n", f);
+	fclose(f);
+	json_decref(r);
+	if (tlen && text[tlen - 1] == '\n')
+		text[--tlen] = '\0';
+	out = json_pack("{s:[{s:s,s:o}],s:b}", "content", "type", "text", "text",
+			text_json(text, tlen) ?: json_string(""), "isError", is_error);
+	free(text);
+	return out;
+}
+
+/* ---- tools ----------------------------------------------------------------- */
+
+/* Arguments: -1 sets msg for a -32602 error. */
+static int arg_string(json_t *args, const char *name, bool required, const char **out, char *msg, size_t msz)
+{
+	json_t *v = json_object_get(args, name);
+
+	*out = NULL;
+	if (!v || json_is_null(v)) {
+		if (required) {
+			snprintf(msg, msz, "missing argument '%s' (a string)", name);
+			return -1;
+		}
+		return 0;
+	}
+	if (!json_is_string(v)) {
+		snprintf(msg, msz, "argument '%s' must be a string", name);
+		return -1;
+	}
+	*out = json_string_value(v);
+	return 0;
+}
+
+static int arg_number(json_t *args, const char *name, double min, double max, double *out, char *msg, size_t msz)
+{
+	json_t *v = json_object_get(args, name);
+
+	*out = 0;
+	if (!v || json_is_null(v))
+		return 0;
+	if (!json_is_number(v) || json_number_value(v) < min || json_number_value(v) > max) {
+		snprintf(msg, msz, "argument '%s' must be a number from %g to %g", name, min, max);
+		return -1;
+	}
+	*out = json_number_value(v);
+	return 0;
+}
+
+/* The session a call names (NULL: the implicit one, started on first use).
+ * Returns NULL with *err set to a tool result when there is none. */
+static struct msess *pick_session(struct server *srv, const char *handle, json_t **err)
+{
+	char msg[1024];
+
+	if (handle) {
+		struct msess *m = find_handle(srv, handle);
+
+		if (!m)
+			*err = tool_errorf("unknown or expired session '%.64s' (sessions close after %g s idle, "
+					   "or when a limit kills them): make one with new_session, or omit "
+					   "'session' to use the default session",
+					   handle, srv->idle_timeout);
+		return m;
+	}
+	if (!srv->implicit.s && start_session(srv, 0, &srv->implicit.s, msg, sizeof(msg)) < 0) {
+		*err = tool_errorf("%s", msg);
+		return NULL;
+	}
+	srv->implicit.last_used = now();
+	return &srv->implicit;
+}
+
+static double call_timeout(struct server *srv, const struct msess *m, double asked)
+{
+	double t = asked > 0 ? asked : m->call_timeout > 0 ? m->call_timeout : srv->call_timeout;
+
+	if (t > srv->max_call_timeout)
+		t = srv->max_call_timeout;
+	/* The policy's own TimeLimit always holds. */
+	if (srv->policy_time_limit > 0 && t > srv->policy_time_limit)
+		t = srv->policy_time_limit;
+	return t;
+}
+
+/* Run code on m and make the tool result; *suppress when the request was
+ * cancelled (no response then).  Forgets m when its sandbox died. */
+static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bool repl, double timeout,
+		       json_t *id, json_t *token, bool *suppress, nsbox_result_t **keep)
+{
+	nsbox_result_t *res = NULL;
+	char msg[1024];
+	bool dead;
+	json_t *out;
+	int r;
+
+	r = run_exec(srv, m->s, code, repl, timeout, id, token, &res, msg, sizeof(msg));
+	if (r == -2 && !m->handle[0]) { /* the implicit sandbox died idle: once more, afresh */
+		close_msess(m);
+		if (start_session(srv, 0, &m->s, msg, sizeof(msg)) < 0)
+			return tool_errorf("%s", msg);
+		r = run_exec(srv, m->s, code, repl, timeout, id, token, &res, msg, sizeof(msg));
+	}
+	m->last_used = now();
+	if (r < 0) {
+		if (!alive(m->s))
+			close_msess(m);
+		return tool_errorf("%s", msg);
+	}
+	*suppress = srv->cur_cancelled;
+	dead = !alive(m->s);
+	out = format_result(res, dead, !m->handle[0]);
+	if (dead)
+		close_msess(m);
+	if (keep)
+		*keep = res;
+	else
+		nsbox_result_free(res);
+	return out;
+}
+
+static json_t *tool_run_python(struct server *srv, json_t *args, json_t *id, json_t *token, bool *suppress,
+			       char *msg, size_t msz)
+{
+	const char *code, *handle;
+	double timeout;
+	struct msess *m;
+	json_t *err = NULL;
+
+	if (arg_string(args, "code", true, &code, msg, msz) < 0 ||
+	    arg_string(args, "session", false, &handle, msg, msz) < 0 ||
+	    arg_number(args, "timeout_s", 0.001, 1e6, &timeout, msg, msz) < 0)
+		return NULL;
+	if (strlen(code) > MCP_MAX_CODE) {
+		snprintf(msg, msz, "argument 'code' is too long (%zu bytes; at most %u)", strlen(code), MCP_MAX_CODE);
+		return NULL;
+	}
+	m = pick_session(srv, handle, &err);
+	if (!m)
+		return err;
+	return exec_on(srv, m, code, true, call_timeout(srv, m, timeout), id, token, suppress, NULL);
+}
+
+static json_t *tool_new_session(struct server *srv, json_t *args, char *msg, size_t msz)
+{
+	double mem, timeout;
+	unsigned char rnd[16];
+	struct msess *m = NULL;
+	char emsg[1024];
+
+	if (arg_number(args, "memory_mb", 16, (double)(srv->max_memory >> 20), &mem, msg, msz) < 0 ||
+	    arg_number(args, "timeout_s", 0.001, srv->max_call_timeout, &timeout, msg, msz) < 0)
+		return NULL;
+	for (unsigned i = 0; i < srv->max_sessions && !m; i++)
+		if (!srv->sess[i].s)
+			m = &srv->sess[i];
+	if (!m)
+		return tool_errorf("too many sessions (at most %u): close one with close_session", srv->max_sessions);
+	/* Unguessable: a handle is the only key to a session's state. */
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+		return tool_errorf("getrandom: %s", strerror(errno));
+	if (start_session(srv, (uint64_t)mem << 20, &m->s, emsg, sizeof(emsg)) < 0)
+		return tool_errorf("%s", emsg);
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		snprintf(m->handle + 2 * i, 3, "%02x", rnd[i]);
+	m->last_used = now();
+	m->call_timeout = timeout;
+	snprintf(emsg, sizeof(emsg),
+		 "{\"session\": \"%s\", \"idle_timeout_s\": %g}\nPass this session to run_python and the file "
+		 "tools; it closes after %g s without a call, or with close_session.",
+		 m->handle, srv->idle_timeout, srv->idle_timeout);
+	return tool_result(emsg, false);
+}
+
+static json_t *tool_close_session(struct server *srv, json_t *args, char *msg, size_t msz)
+{
+	const char *handle;
+	struct msess *m;
+
+	if (arg_string(args, "session", true, &handle, msg, msz) < 0)
+		return NULL;
+	m = find_handle(srv, handle);
+	if (!m)
+		return tool_errorf("unknown or expired session '%.64s'", handle);
+	close_msess(m);
+	return tool_result("closed", false);
+}
+
+/* File operations as fixed snippets; arguments arrive in a global set with
+ * nsbox_set_var (never formatted into code), and the last expression pops
+ * both names so the user's globals are left as they were.  (Until libnsbox
+ * has nsbox_read_file & co.) */
+static const char read_snippet[] =
+	"def _nsbox_mcp_op(a):\n"
+	"    import base64\n"
+	"    with open(a['path'], 'rb') as f:\n"
+	"        data = f.read(a['cap'] + 1)\n"
+	"    if len(data) > a['cap']:\n"
+	"        raise ValueError('file too large (over %d bytes)' % a['cap'])\n"
+	"    try:\n"
+	"        return {'text': data.decode('utf-8'), 'size': len(data)}\n"
+	"    except UnicodeDecodeError:\n"
+	"        return {'base64': base64.b64encode(data).decode('ascii'), 'size': len(data)}\n"
+	"globals().pop('_nsbox_mcp_op')(globals().pop('_nsbox_mcp_args'))\n";
+static const char write_snippet[] =
+	"def _nsbox_mcp_op(a):\n"
+	"    import base64, os\n"
+	"    data = base64.b64decode(a['data'], validate=True) if a['b64'] else a['data'].encode('utf-8')\n"
+	"    d = os.path.dirname(a['path'])\n"
+	"    if d:\n"
+	"        os.makedirs(d, exist_ok=True)\n"
+	"    with open(a['path'], 'wb') as f:\n"
+	"        f.write(data)\n"
+	"    return {'size': len(data), 'path': os.path.abspath(a['path'])}\n"
+	"globals().pop('_nsbox_mcp_op')(globals().pop('_nsbox_mcp_args'))\n";
+static const char list_snippet[] =
+	"def _nsbox_mcp_op(a):\n"
+	"    import os\n"
+	"    out = []\n"
+	"    with os.scandir(a['path']) as it:\n"
+	"        for e in it:\n"
+	"            if len(out) >= a['cap']:\n"
+	"                break\n"
+	"            st = e.stat(follow_symlinks=False)\n"
+	"            kind = 'dir' if e.is_dir(follow_symlinks=False) else 'link' if e.is_symlink() else 'file'\n"
+	"            out.append([e.name, kind, st.st_size])\n"
+	"    return {'path': os.path.abspath(a['path']), 'entries': sorted(out)}\n"
+	"globals().pop('_nsbox_mcp_op')(globals().pop('_nsbox_mcp_args'))\n";
+
+static json_t *file_op(struct server *srv, const char *handle, const char *snippet, json_t *fargs, json_t *id,
+		       json_t **value)
+{
+	struct msess *m;
+	json_t *err = NULL, *out;
+	nsbox_error_t *e = NULL;
+	nsbox_result_t *res = NULL;
+	bool suppress = false;
+	char *text;
+
+	m = pick_session(srv, handle, &err);
+	if (!m) {
+		json_decref(fargs);
+		return err;
+	}
+	text = json_dumps(fargs, JSON_COMPACT);
+	json_decref(fargs);
+	if (!text || nsbox_set_var(m->s, "_nsbox_mcp_args", text, &e) < 0) {
+		free(text);
+		out = tool_errorf("%s", e ? nsbox_error_message(e) : "out of memory");
+		nsbox_error_free(e);
+		if (!alive(m->s))
+			close_msess(m);
+		return out;
+	}
+	free(text);
+	out = exec_on(srv, m, snippet, true, call_timeout(srv, m, 30), id, NULL, &suppress, &res);
+	if (res && nsbox_result_status(res) == NSBOX_OK) {
+		*value = json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL);
+		if (*value) {
+			json_decref(out);
+			out = NULL;
+		}
+	}
+	nsbox_result_free(res);
+	return out;
+}
+
+static json_t *tool_read_file(struct server *srv, json_t *args, json_t *id, char *msg, size_t msz)
+{
+	const char *handle, *path;
+	json_t *v = NULL, *out;
+
+	if (arg_string(args, "session", false, &handle, msg, msz) < 0 ||
+	    arg_string(args, "path", true, &path, msg, msz) < 0)
+		return NULL;
+	out = file_op(srv, handle, read_snippet, json_pack("{s:s,s:i}", "path", path, "cap", MCP_FILE_CAP), id, &v);
+	if (out)
+		return out;
+	if (json_is_string(json_object_get(v, "text"))) {
+		out = tool_result(json_string_value(json_object_get(v, "text")), false);
+	} else {
+		out = json_pack("{s:[{s:s,s:s},{s:s,s:O}],s:b}", "content", "type", "text", "text",
+				"not UTF-8 text: the content follows in base64", "type", "text", "text",
+				json_object_get(v, "base64"), "isError", 0);
+	}
+	json_decref(v);
+	return out;
+}
+
+static json_t *tool_write_file(struct server *srv, json_t *args, json_t *id, char *msg, size_t msz)
+{
+	const char *handle, *path, *text, *b64;
+	json_t *v = NULL, *out;
+	char buf[4200];
+
+	if (arg_string(args, "session", false, &handle, msg, msz) < 0 ||
+	    arg_string(args, "path", true, &path, msg, msz) < 0 || arg_string(args, "text", false, &text, msg, msz) < 0 ||
+	    arg_string(args, "base64", false, &b64, msg, msz) < 0)
+		return NULL;
+	if (!text == !b64) {
+		snprintf(msg, msz, "give exactly one of the arguments 'text' and 'base64'");
+		return NULL;
+	}
+	if (strlen(text ? text : b64) > (text ? MCP_FILE_CAP : MCP_FILE_CAP / 3 * 4 + 4)) {
+		snprintf(msg, msz, "argument '%s' is too long (at most %u bytes of content)", text ? "text" : "base64",
+			 MCP_FILE_CAP);
+		return NULL;
+	}
+	out = file_op(srv, handle, write_snippet,
+		      json_pack("{s:s,s:s,s:b}", "path", path, "data", text ? text : b64, "b64", !text), id, &v);
+	if (out)
+		return out;
+	snprintf(buf, sizeof(buf), "wrote %lld bytes to %.4000s", (long long)json_integer_value(json_object_get(v, "size")),
+		 json_string_value(json_object_get(v, "path")) ?: path);
+	json_decref(v);
+	return tool_result(buf, false);
+}
+
+static json_t *tool_list_files(struct server *srv, json_t *args, json_t *id, char *msg, size_t msz)
+{
+	const char *handle, *path;
+	json_t *v = NULL, *out, *ent;
+	char *text = NULL;
+	size_t tlen = 0, i;
+	FILE *f;
+
+	if (arg_string(args, "session", false, &handle, msg, msz) < 0 ||
+	    arg_string(args, "path", false, &path, msg, msz) < 0)
+		return NULL;
+	out = file_op(srv, handle, list_snippet, json_pack("{s:s,s:i}", "path", path ? path : ".", "cap", MCP_LIST_CAP),
+		      id, &v);
+	if (out)
+		return out;
+	f = open_memstream(&text, &tlen);
+	if (!f) {
+		json_decref(v);
+		return tool_errorf("out of memory");
+	}
+	fprintf(f, "%s:\n", json_string_value(json_object_get(v, "path")) ?: "");
+	json_array_foreach(json_object_get(v, "entries"), i, ent)
+	{
+		const char *kind = json_string_value(json_array_get(ent, 1)) ?: "";
+
+		fprintf(f, "%s%s", json_string_value(json_array_get(ent, 0)) ?: "",
+			!strcmp(kind, "dir") ? "/" : !strcmp(kind, "link") ? "@" : "");
+		if (!strcmp(kind, "file"))
+			fprintf(f, "\t%lld bytes", (long long)json_integer_value(json_array_get(ent, 2)));
+		fputc('\n', f);
+	}
+	if (i >= MCP_LIST_CAP)
+		fprintf(f, "(the first %u entries)\n", MCP_LIST_CAP);
+	fclose(f);
+	json_decref(v);
+	out = tool_result(text ? text : "", false);
+	free(text);
+	return out;
+}
+
+static json_t *tools_list(const struct server *srv)
+{
+	char desc[4096];
+	size_t off;
+	json_t *session = json_pack("{s:s,s:s}", "type", "string", "description",
+				    "a handle from new_session; omit it for the server's default session");
+
+	off = (size_t)snprintf(desc, sizeof(desc),
+			       "Run Python code in a kernel-isolated sandbox (nsbox). Globals persist between calls "
+			       "on the same session. Returns stdout, stderr and the value of the last expression, "
+			       "or the exception with its traceback. Network: %s.",
+			       srv->share_net ? "the host's" : "none");
+	if (srv->n_tools) {
+		off += (size_t)snprintf(desc + off, sizeof(desc) - off, " Host functions callable inside:");
+		for (size_t k = 0; k < srv->n_tools && off < sizeof(desc) - 80; k++)
+			off += (size_t)snprintf(desc + off, sizeof(desc) - off, " %s(...)", srv->tools[k].name);
+		snprintf(desc + off, sizeof(desc) - off, " (JSON-serialisable arguments and results).");
+	}
+	json_t *list;
+
+	list = json_pack(
+		"{s:[{s:s,s:s,s:s,s:{s:s,s:{s:{s:s,s:s},s:O,s:{s:s,s:s,s:f}},s:[s],s:b},s:{s:s,s:b,s:b,s:b,s:b}},"
+		"{s:s,s:s,s:s,s:{s:s,s:{s:{s:s,s:s,s:i},s:{s:s,s:s,s:f}},s:b},s:{s:s,s:b,s:b,s:b,s:b}},"
+		"{s:s,s:s,s:s,s:{s:s,s:{s:{s:s,s:s}},s:[s],s:b},s:{s:s,s:b,s:b,s:b,s:b}},"
+		"{s:s,s:s,s:s,s:{s:s,s:{s:O,s:{s:s,s:s}},s:[s],s:b},s:{s:s,s:b,s:b,s:b,s:b}},"
+		"{s:s,s:s,s:s,s:{s:s,s:{s:O,s:{s:s,s:s},s:{s:s,s:s},s:{s:s,s:s}},s:[s],s:b},"
+		"s:{s:s,s:b,s:b,s:b,s:b}},"
+		"{s:s,s:s,s:s,s:{s:s,s:{s:O,s:{s:s,s:s}},s:b},s:{s:s,s:b,s:b,s:b,s:b}}]}",
+		"tools",
+		/* run_python */
+		"name", "run_python", "title", "Run Python", "description", desc, "inputSchema", "type", "object",
+		"properties", "code", "type", "string", "description", "Python source; at most 1 MiB", "session",
+		session, "timeout_s", "type", "number", "description", "wall-clock limit for this call, seconds",
+		"exclusiveMinimum", 0.0, "required", "code", "additionalProperties", 0, "annotations", "title",
+		"Run Python", "readOnlyHint", 0, "destructiveHint", srv->host_writes, "idempotentHint", 0,
+		"openWorldHint", srv->share_net,
+		/* new_session */
+		"name", "new_session", "title", "New session", "description",
+		"Start a new sandboxed Python session and return its handle. It closes when idle for the "
+		"server's idle timeout (stated in the result) or with close_session.",
+		"inputSchema", "type", "object", "properties", "memory_mb", "type", "integer", "description",
+		"memory limit in MiB", "minimum", 16, "timeout_s", "type", "number", "description",
+		"default wall-clock limit per call, seconds", "exclusiveMinimum", 0.0, "additionalProperties", 0,
+		"annotations", "title", "New session", "readOnlyHint", 0, "destructiveHint", 0, "idempotentHint", 0,
+		"openWorldHint", 0,
+		/* close_session */
+		"name", "close_session", "title", "Close session", "description",
+		"Close a session made by new_session; its state is lost.", "inputSchema", "type", "object",
+		"properties", "session", "type", "string", "description", "the handle", "required", "session",
+		"additionalProperties", 0, "annotations", "title", "Close session", "readOnlyHint", 0,
+		"destructiveHint", 1, "idempotentHint", 1, "openWorldHint", 0,
+		/* read_file */
+		"name", "read_file", "title", "Read file", "description",
+		"Read a file inside the session's sandbox (at most 1 MiB): UTF-8 text as is, else base64.",
+		"inputSchema", "type", "object", "properties", "session", session, "path", "type", "string",
+		"description", "a path inside the sandbox", "required", "path", "additionalProperties", 0,
+		"annotations", "title", "Read file", "readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1,
+		"openWorldHint", 0,
+		/* write_file */
+		"name", "write_file", "title", "Write file", "description",
+		"Write a file inside the session's sandbox (at most 1 MiB), making its directories; give text or "
+		"base64.",
+		"inputSchema", "type", "object", "properties", "session", session, "path", "type", "string",
+		"description", "a path inside the sandbox", "text", "type", "string", "description",
+		"the content as UTF-8 text", "base64", "type", "string", "description",
+		"the content in base64, for bytes", "required", "path", "additionalProperties", 0, "annotations",
+		"title", "Write file", "readOnlyHint", 0, "destructiveHint", srv->host_writes, "idempotentHint", 1,
+		"openWorldHint", 0,
+		/* list_files */
+		"name", "list_files", "title", "List files", "description",
+		"List a directory inside the session's sandbox (default: the working directory).", "inputSchema",
+		"type", "object", "properties", "session", session, "path", "type", "string", "description",
+		"a directory inside the sandbox", "additionalProperties", 0, "annotations", "title", "List files",
+		"readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
+	/* Each use took a reference of its own (O). */
+	json_decref(session);
+	return list;
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+static void handle_call(struct server *srv, json_t *id, json_t *params)
+{
+	const char *name = json_string_value(json_object_get(params, "name"));
+	json_t *args = json_object_get(params, "arguments");
+	json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
+	char msg[1024] = "";
+	bool suppress = false;
+	json_t *res;
+
+	if (!name) {
+		send_error(id, -32602, "tools/call: missing 'name'");
+		return;
+	}
+	if (args && !json_is_object(args)) {
+		send_error(id, -32602, "tools/call %s: 'arguments' must be an object", name);
+		return;
+	}
+	if (!args)
+		args = json_object_get(params, "arguments"); /* NULL: json_object_get(NULL, ...) is NULL */
+	if (token && !json_is_string(token) && !json_is_integer(token))
+		token = NULL;
+	if (!strcmp(name, "run_python"))
+		res = tool_run_python(srv, args, id, token, &suppress, msg, sizeof(msg));
+	else if (!strcmp(name, "new_session"))
+		res = tool_new_session(srv, args, msg, sizeof(msg));
+	else if (!strcmp(name, "close_session"))
+		res = tool_close_session(srv, args, msg, sizeof(msg));
+	else if (!strcmp(name, "read_file"))
+		res = tool_read_file(srv, args, id, msg, sizeof(msg));
+	else if (!strcmp(name, "write_file"))
+		res = tool_write_file(srv, args, id, msg, sizeof(msg));
+	else if (!strcmp(name, "list_files"))
+		res = tool_list_files(srv, args, id, msg, sizeof(msg));
+	else {
+		send_error(id, -32602, "unknown tool '%.200s'", name);
+		return;
+	}
+	if (!res) {
+		send_error(id, -32602, "tools/call %s: %s", name, msg);
+		return;
+	}
+	if (suppress) { /* cancelled: the spec asks for no response */
+		json_decref(res);
+		return;
+	}
+	send_result(id, res);
+}
+
+static void handle(struct server *srv, json_t *m)
+{
+	const char *method = method_of(m);
+	json_t *id = json_object_get(m, "id");
+	json_t *params = json_object_get(m, "params");
+
+	if (json_is_string(json_object_get(m, "_nsbox_parse_error"))) {
+		send_error(NULL, -32700, "%s", json_string_value(json_object_get(m, "_nsbox_parse_error")));
+		return;
+	}
+	if (!json_is_object(m)) {
+		send_error(NULL, -32600, "invalid request: %s", json_is_array(m) ? "batches are not supported" : "not an object");
+		return;
+	}
+	if (!method) {
+		if (!json_object_get(m, "result") && !json_object_get(m, "error"))
+			send_error(id, -32600, "invalid request: no method");
+		return; /* a response: this server sends no requests */
+	}
+	if (id && !json_is_string(id) && !json_is_integer(id)) {
+		send_error(NULL, -32600, "invalid request: id must be a string or an integer");
+		return;
+	}
+	if (!id) /* a notification: initialized, cancelled (handled on arrival), others ignored */
+		return;
+	if (!strcmp(method, "initialize")) {
+		const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
+		const char *v = versions[0];
+
+		for (size_t i = 0; asked && i < ARRAY_SIZE(versions); i++)
+			if (!strcmp(asked, versions[i]))
+				v = versions[i];
+		send_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:s}", "protocolVersion", v, "capabilities",
+					  "tools", "listChanged", 0, "serverInfo", "name", "nsbox", "title", "nsbox",
+					  "version", nsbox_version(), "instructions",
+					  "Runs Python in kernel-isolated sandboxes (nsbox). run_python keeps globals between "
+					  "calls in a default session; new_session makes more, each with its own state. "
+					  "Sessions close when idle; a limit kill ends a session. Use the file tools to move "
+					  "files in and out of a session."));
+	} else if (!strcmp(method, "ping")) {
+		send_result(id, json_object());
+	} else if (!strcmp(method, "tools/list")) {
+		send_result(id, tools_list(srv));
+	} else if (!strcmp(method, "tools/call")) {
+		if (params && !json_is_object(params))
+			send_error(id, -32602, "tools/call: 'params' must be an object");
+		else
+			handle_call(srv, id, params);
+	} else {
+		send_error(id, -32601, "method not found: %.200s", method);
+	}
+}
+
+/* ---- main ------------------------------------------------------------------ */
+
+static void mcp_usage(FILE *f)
+{
+	fprintf(f,
+		"usage: nsbox mcp [OPTIONS]\n"
+		"A Model Context Protocol server on stdin/stdout (stdio transport).\n"
+		"  --tool NAME=COMMAND     a host tool callable inside as NAME(...) (see nsbox python)\n"
+		"  --idle-timeout SECONDS  close sessions idle this long (default 600)\n"
+		"  --max-sessions N        sessions made with new_session, at most (default 8)\n"
+		"  --call-timeout SECONDS  a call's wall-clock limit unless it asks (default 60)\n"
+		"  --max-call-timeout SECONDS  what a call may ask for, at most (default 600)\n"
+		"  --max-memory SIZE       what new_session may ask for, at most (default 4G)\n"
+		"  --output-limit SIZE     stdout and stderr kept per call, each (default 64K)\n%s",
+		args_jail_help);
+}
+
+static int opt_value(int argc, char **argv, int *i, const char *name, const char **v)
+{
+	size_t n = strlen(name);
+	const char *a = argv[*i];
+
+	if (strncmp(a, name, n) || (a[n] && a[n] != '='))
+		return 0;
+	*v = a[n] == '=' ? a + n + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
+	return 1;
+}
+
+static int parse_seconds(const char *v, double *out)
+{
+	char *end;
+	double d;
+
+	if (!v)
+		return -1;
+	d = strtod(v, &end);
+	if (*end || !(d > 0) || d > 1e7)
+		return -1;
+	*out = d;
+	return 0;
+}
+
+/* The bits of the effective policy the tool annotations state. */
+static void read_policy_facts(struct server *srv, const nsbox_policy_t *p)
+{
+	char *text = nsbox_policy_to_string(p);
+	char *line, *save = NULL;
+
+	for (line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
+		if (!strncmp(line, "Network=", 8))
+			srv->share_net = strcmp(line + 8, "none") != 0;
+		else if (!strncmp(line, "TimeLimit=", 10))
+			srv->policy_time_limit = strtod(line + 10, NULL);
+		else if (!strncmp(line, "Bind=", 5) || !strncmp(line, "Workspace=", 10))
+			srv->host_writes = true;
+	}
+	nsbox_free(text);
+}
+
+int cmd_mcp(int argc, char **argv)
+{
+	static struct server srv;
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
+	struct cli_err err = { 0 };
+	int rc = NSBOX_EXIT_USAGE;
+
+	srv.argc = argc;
+	srv.argv = argv;
+	srv.idle_timeout = 600;
+	srv.call_timeout = 60;
+	srv.max_call_timeout = 600;
+	srv.max_sessions = 8;
+	srv.max_memory = 4ULL << 30;
+	srv.output_limit = 64 << 10;
+	if (args_load_policy(&p, argc, argv, &err) < 0) {
+		fprintf(stderr, "nsbox mcp: %s\n", err.msg);
+		return NSBOX_EXIT_USAGE;
+	}
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = NULL;
+		int r;
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			mcp_usage(stdout);
+			rc = 0;
+			goto out;
+		}
+		if (opt_value(argc, argv, &i, "--idle-timeout", &v)) {
+			if (parse_seconds(v, &srv.idle_timeout) < 0)
+				goto bad_value;
+			continue;
+		}
+		if (opt_value(argc, argv, &i, "--call-timeout", &v)) {
+			if (parse_seconds(v, &srv.call_timeout) < 0)
+				goto bad_value;
+			continue;
+		}
+		if (opt_value(argc, argv, &i, "--max-call-timeout", &v)) {
+			if (parse_seconds(v, &srv.max_call_timeout) < 0)
+				goto bad_value;
+			continue;
+		}
+		if (opt_value(argc, argv, &i, "--max-sessions", &v)) {
+			char *end;
+			unsigned long n = v ? strtoul(v, &end, 10) : 0;
+
+			if (!v || *end || n < 1 || n > MCP_MAX_SESSIONS_CAP)
+				goto bad_value;
+			srv.max_sessions = (unsigned)n;
+			continue;
+		}
+		if (opt_value(argc, argv, &i, "--max-memory", &v)) {
+			if (!v || nsbox_parse_size(v, &srv.max_memory, NULL) < 0 || srv.max_memory < (16u << 20))
+				goto bad_value;
+			continue;
+		}
+		if (opt_value(argc, argv, &i, "--output-limit", &v)) {
+			if (!v || nsbox_parse_size(v, &srv.output_limit, NULL) < 0 || srv.output_limit < 16 ||
+			    srv.output_limit > (16u << 20))
+				goto bad_value;
+			continue;
+		}
+		if (opt_value(argc, argv, &i, "--tool", &v)) {
+			const char *eq = v ? strchr(v, '=') : NULL;
+			char *name;
+
+			if (!eq || eq == v || !eq[1] || srv.n_tools >= MCP_MAX_TOOLS) {
+				fprintf(stderr, "nsbox mcp: --tool: expected NAME=COMMAND (at most %d)\n", MCP_MAX_TOOLS);
+				goto out;
+			}
+			name = strndup(v, (size_t)(eq - v));
+			if (!name || nsbox_check_tool_name(name, &e) < 0) {
+				fprintf(stderr, "nsbox mcp: --tool %s\n", e ? nsbox_error_message(e) : "out of memory");
+				nsbox_error_free(e);
+				free(name);
+				goto out;
+			}
+			srv.tools[srv.n_tools++] = (struct cli_tool){ name, eq + 1 };
+			continue;
+		}
+		r = args_parse_jail_option(p, argc, argv, &i, &err);
+		if (r < 0) {
+			fprintf(stderr, "nsbox mcp: %s\n", err.msg);
+			goto out;
+		}
+		if (r == 0) {
+			fprintf(stderr, "nsbox mcp: unknown option '%s'\n", a);
+			mcp_usage(stderr);
+			goto out;
+		}
+		continue;
+bad_value:
+		fprintf(stderr, "nsbox mcp: %s: bad value '%s'\n", a, v ? v : "");
+		goto out;
+	}
+	if (nsbox_policy_check(p, &e) < 0) {
+		fprintf(stderr, "nsbox mcp: %s\n", nsbox_error_message(e));
+		nsbox_error_free(e);
+		goto out;
+	}
+	read_policy_facts(&srv, p);
+	/* A session's policy is parsed again from the same argv: skip our own
+	 * options there (they are not jail options). */
+	{
+		char **jail = calloc((size_t)argc + 1, sizeof(*jail));
+		int n = 0;
+
+		if (!jail)
+			goto out;
+		jail[n++] = argv[0];
+		for (int i = 1; i < argc; i++) {
+			const char *v;
+			int j = i;
+
+			if (opt_value(argc, argv, &j, "--idle-timeout", &v) ||
+			    opt_value(argc, argv, &j, "--call-timeout", &v) ||
+			    opt_value(argc, argv, &j, "--max-call-timeout", &v) ||
+			    opt_value(argc, argv, &j, "--max-sessions", &v) ||
+			    opt_value(argc, argv, &j, "--max-memory", &v) ||
+			    opt_value(argc, argv, &j, "--output-limit", &v) || opt_value(argc, argv, &j, "--tool", &v)) {
+				i = j;
+				continue;
+			}
+			jail[n++] = argv[i];
+		}
+		srv.argv = jail;
+		srv.argc = n;
+	}
+	fprintf(stderr, "nsbox mcp %s: serving MCP on stdin/stdout\n", nsbox_version());
+	for (;;) {
+		json_t *m;
+		double next;
+		struct pollfd pf = { 0, POLLIN, 0 };
+
+		while ((m = dequeue(&srv))) {
+			handle(&srv, m);
+			json_decref(m);
+		}
+		if (srv.eof)
+			break;
+		next = expire_idle(&srv);
+		if (poll(&pf, 1, next < 0 ? -1 : (int)(next * 1000) + 1) < 0 && errno != EINTR)
+			break;
+		if (pf.revents)
+			read_input(&srv, false);
+	}
+	if (srv.len && !srv.skipping) /* a last line without its newline */
+		take_line(&srv, srv.buf, srv.len, false);
+	while (srv.qhead) {
+		json_t *m = dequeue(&srv);
+
+		handle(&srv, m);
+		json_decref(m);
+	}
+	rc = 0;
+	for (unsigned i = 0; i < srv.max_sessions; i++)
+		close_msess(&srv.sess[i]);
+	close_msess(&srv.implicit);
+	free(srv.argv);
+	free(srv.buf);
+out:
+	for (size_t k = 0; k < srv.n_tools; k++)
+		free(srv.tools[k].name);
+	nsbox_policy_free(p);
+	return rc;
+}

@@ -1,0 +1,121 @@
+/* Starting and stopping the proxy process; the sockets inside.  See egress.h. */
+#include "egress.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "util.h"
+
+#define PROXY_URL "http://127.0.0.1:3128"
+
+const char *const egress_env[] = {
+	"HTTP_PROXY=" PROXY_URL,  "HTTPS_PROXY=" PROXY_URL, "ALL_PROXY=" PROXY_URL,
+	"http_proxy=" PROXY_URL,  "https_proxy=" PROXY_URL, "all_proxy=" PROXY_URL,
+	"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
+	"PIP_PROXY=" PROXY_URL,   NULL,
+};
+
+int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct nsbox_err *err)
+{
+	_cleanup_close_ int log_fd = -1;
+	int sv[2];
+	pid_t parent = getpid(), c;
+
+	err_step(err, "egress");
+	if (p->net_log) {
+		log_fd = open(p->net_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+		if (log_fd < 0)
+			return err_sys(err, "open the network log %s", p->net_log);
+	}
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return err_sys(err, "socketpair");
+	c = fork();
+	if (c < 0) {
+		err_sys(err, "fork the egress proxy");
+		close(sv[0]);
+		close(sv[1]);
+		return -1;
+	}
+	if (c == 0) {
+		int keep[2] = { sv[0], log_fd };
+
+		/* Dies with the launcher; the launcher kills it with the sandbox. */
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+			_exit(1);
+		close(sv[1]);
+		if (close_fds_except(3, keep, log_fd >= 0 ? 2 : 1) < 0)
+			_exit(1);
+		egress_proxy_main(p, sv[0], log_fd);
+	}
+	close(sv[0]);
+	*pid = c;
+	*ns_fd = sv[1];
+	return 0;
+}
+
+void egress_stop(pid_t pid)
+{
+	if (pid <= 0)
+		return;
+	kill(pid, SIGKILL);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+}
+
+static int listen_on(int type, int port, struct nsbox_err *err)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr = { htonl(INADDR_LOOPBACK) } };
+	int one = 1, fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return err_sys(err, "egress: socket");
+	(void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || (type == SOCK_STREAM && listen(fd, 128) < 0)) {
+		err_sys(err, "egress: bind 127.0.0.1:%d in the sandbox", port);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int egress_ns_listen(int ns_fd, struct nsbox_err *err)
+{
+	int fds[2];
+	char c = 'L';
+	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
+	union {
+		char buf[CMSG_SPACE(sizeof(fds))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	int r = 0;
+
+	err_step(err, "egress");
+	fds[0] = listen_on(SOCK_STREAM, EGRESS_PROXY_PORT, err);
+	if (fds[0] < 0)
+		return -1;
+	fds[1] = listen_on(SOCK_DGRAM, EGRESS_DNS_PORT, err);
+	if (fds[1] < 0) {
+		close(fds[0]);
+		return -1;
+	}
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(fds));
+	memcpy(CMSG_DATA(cm), fds, sizeof(fds));
+	if (sendmsg(ns_fd, &mh, MSG_NOSIGNAL) != 1)
+		r = err_sys(err, "egress: pass the sandbox's sockets to the proxy");
+	close(fds[0]);
+	close(fds[1]);
+	return r;
+}

@@ -1,0 +1,48 @@
+/* The egress allowlist's host side ([Network] Allow=, nsbox-policy(5)).
+ *
+ * With any Allow= rule the sandbox keeps its own network namespace with
+ * only lo, and two sockets on that loopback are served from outside:
+ *   127.0.0.1:3128/tcp  an HTTP proxy (CONNECT for TLS, absolute-URI
+ *                       requests for plain HTTP), named by HTTP_PROXY &c.
+ *   127.0.0.1:53/udp    a DNS stub that answers allowlisted names only and
+ *                       forwards nothing (/etc/resolv.conf names it).
+ * pid 1's network thread makes both sockets in the new namespace before
+ * anything of the sandbox runs there (egress_ns_listen) and sends them
+ * with SCM_RIGHTS to a proxy process the launcher forked before the clone
+ * (egress_start): that process lives in the host's network namespace and
+ * the launcher's cgroup, not the sandbox's, so the sandbox can neither
+ * reach the host's network except through it nor starve it.  It resolves
+ * names itself, checks every resolved address (policy/netrule.h), connects
+ * to the address it checked, and checks a CONNECT's TLS server name. */
+#ifndef NSBOX_EGRESS_H
+#define NSBOX_EGRESS_H
+
+#include <sys/types.h>
+
+#include "error.h"
+#include "policy.h"
+
+#define EGRESS_PROXY_PORT 3128
+#define EGRESS_DNS_PORT 53
+
+/* The proxy variables for the payload's environment (NULL-terminated). */
+extern const char *const egress_env[];
+
+/* Fork the proxy process for policy p (p->n_net_allow > 0).  On success
+ * *pid is the proxy (egress_stop it) and *ns_fd the socket pid 1 sends the
+ * sandbox's listening sockets over (the caller owns it, CLOEXEC).  Opens
+ * the audit log (p->net_log) with the caller's rights.  The caller must
+ * be single-threaded. */
+int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct nsbox_err *err);
+
+/* In the sandbox's new network namespace, with lo up: make the proxy's
+ * and the DNS stub's sockets on 127.0.0.1 and send them over ns_fd. */
+int egress_ns_listen(int ns_fd, struct nsbox_err *err);
+
+/* Kill and reap the proxy.  Accepts 0. */
+void egress_stop(pid_t pid);
+
+/* The proxy's body (proxy.c); never returns. */
+__attribute__((noreturn)) void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int log_fd);
+
+#endif

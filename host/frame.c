@@ -1,0 +1,104 @@
+/* Frame I/O with the runner: see frame.h. */
+#include "frame.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "util.h"
+
+/* One send() when the socket has room. */
+int frame_send_buf(struct frame_io *io, uint16_t type, const char *buf, size_t len, unsigned long long deadline,
+		   struct nsbox_err *err)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		ssize_t n = send(io->sock, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (n >= 0) {
+			done += (size_t)n;
+			continue;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return err_sys(err, "send %s", proto_type_name(type));
+		{
+			struct pollfd p = { io->sock, POLLOUT, 0 };
+			int k = poll(&p, 1, deadline_ms(deadline));
+
+			if (k == 0)
+				return err_set(err, ETIMEDOUT, "the runner stopped reading (sending %s)",
+					       proto_type_name(type));
+			if (k < 0 && errno != EINTR)
+				return err_sys(err, "poll");
+		}
+	}
+	return 0;
+}
+
+int frame_send_msg(struct frame_io *io, uint16_t type, uint32_t id, const json_t *msg,
+		   unsigned long long deadline, struct nsbox_err *err)
+{
+	_cleanup_free_ char *buf = NULL;
+	size_t len;
+
+	if (proto_encode(type, id, msg, io->max_frame, &buf, &len, err) < 0)
+		return -1;
+	return frame_send_buf(io, type, buf, len, deadline, err);
+}
+
+bool frame_peer_gone(const struct frame_io *io, const struct nsbox_err *err)
+{
+	/* ECONNRESET: the runner died with our frame unread. */
+	return (io->rd->eof && err->code == EPIPE) || err->code == ECONNRESET;
+}
+
+int frame_wait(struct frame_io *io, int pidfd, int cancel_fd, unsigned long long deadline, struct proto_frame *f,
+	       struct nsbox_err *err)
+{
+	/* An answer is never there the moment we ask: poll first (one
+	 * read() less per frame), unless bytes are already buffered. */
+	bool try_read = io->rd->buf_start < io->rd->buf_end;
+
+	for (;;) {
+		struct pollfd p[3] = {
+			{ io->sock, POLLIN, 0 },
+			{ pidfd, POLLIN, 0 },
+			{ cancel_fd, POLLIN, 0 },
+		};
+		int k = try_read ? proto_reader_read(io->rd, io->sock, f, err) : 0;
+
+		try_read = true;
+		if (k == 1)
+			return W_FRAME;
+		if (k < 0)
+			return frame_peer_gone(io, err) ? W_DEAD : W_ERROR;
+		k = spinwait_poll(&io->spin, p, 3, deadline);
+		if (k < 0) {
+			if (errno == EINTR)
+				continue;
+			return err_sys(err, "poll"), W_ERROR;
+		}
+		if (k == 0)
+			return W_TIMEOUT;
+		if (p[2].revents)
+			return W_CANCEL;
+		if (p[1].revents && !(p[0].revents & POLLIN)) {
+			/* The sandbox's process ended; its socket may live on in a
+			 * forked child, so do not wait for EOF. */
+			return W_DEAD;
+		}
+	}
+}
+
+json_t *frame_parse(struct proto_frame *f, struct nsbox_err *err)
+{
+	json_t *m = NULL;
+
+	if (proto_msg_parse(f, PROTO_TO_HOST, &m, err) < 0)
+		return NULL;
+	return m;
+}

@@ -1,0 +1,100 @@
+/* Session backend: the sandbox is made from this process by jail_start()
+ * (a clone: single-threaded callers only, as nsbox(1)). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cgroup.h"
+#include "session-backend.h"
+
+static int local_start(struct sandbox *sb, const struct sandbox_spec *spec, int *sock_out, struct nsbox_err *err)
+{
+	/* The runner is bound read-only into the sandbox and run from there. */
+	struct jail_spec js = {
+		.policy = spec->policy,
+		.argv = spec->argv,
+		.exec_fd = -1,
+		.exec_file = spec->path,
+		.pass_fds = &spec->sock,
+		.n_pass_fds = 1,
+		.warn = spec->warn,
+		.warn_ctx = spec->warn_ctx,
+	};
+	struct jail *j = calloc(1, sizeof(*j));
+
+	*sock_out = -1;
+	if (!j)
+		return err_set(err, ENOMEM, "session");
+	j->pidfd = j->sync_fd = -1;
+	sb->priv = j;
+	if (jail_start(j, &js, err) != 0)
+		return -1;
+	sb->pidfd = j->pidfd;
+	return 0;
+}
+
+static void local_kill(struct sandbox *sb)
+{
+	jail_kill(sb->priv);
+}
+
+static int local_try_reap(struct sandbox *sb)
+{
+	struct jail *j = sb->priv;
+	struct nsbox_err e;
+
+	if (!sb->reaped && jail_try_reap(j, &e) != 0) {
+		sb->st = j->status;
+		sb->reaped = true;
+	}
+	return sb->reaped;
+}
+
+static void local_destroy(struct sandbox *sb)
+{
+	struct jail *j = sb->priv;
+
+	jail_destroy(j);
+	sb->st = j->status;
+	sb->reaped = true;
+	sb->pidfd = -1;
+}
+
+static void local_abandon(struct sandbox *sb)
+{
+	struct jail *j = sb->priv;
+
+	if (j->pidfd >= 0)
+		close(j->pidfd);
+	if (j->sync_fd >= 0)
+		close(j->sync_fd);
+	if (j->cg) {
+		if (j->cg->v2_fd >= 0)
+			close(j->cg->v2_fd);
+		free(j->cg);
+	}
+	j->pidfd = j->sync_fd = sb->pidfd = -1;
+	j->cg = NULL;
+}
+
+static int local_info(const struct sandbox *sb, struct session_sandbox_info *info, struct nsbox_err *err)
+{
+	const struct jail *j = sb->priv;
+
+	(void)err;
+	info->pid = j->pid;
+	if (j->cg)
+		snprintf(info->cgroup, sizeof(info->cgroup), "%s", j->cg->v1_dir[0][0] ? j->cg->v1_dir[0] : j->cg->v2_dir);
+	return 0;
+}
+
+const struct session_backend_ops session_backend_local = {
+	.name = "local",
+	.start = local_start,
+	.kill = local_kill,
+	.try_reap = local_try_reap,
+	.destroy = local_destroy,
+	.abandon = local_abandon,
+	.info = local_info,
+};

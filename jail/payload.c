@@ -1,0 +1,331 @@
+/* The payload: the process pid 1 starts to run the command (or child_fn),
+ * and what it sees: its hostname, rlimits, environment and fds, then its
+ * own capabilities dropped, no_new_privs, Landlock, and exec.  The seccomp
+ * filter and the bounding set come from pid 1 with the fork.  A failing
+ * step sends its error record to pid 1 over a pipe, and pid 1 passes it on
+ * to the launcher. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "egress.h"
+#include "landlock.h"
+#include "pid1.h"
+#include "rootfs-table.h"
+#include "steps.h"
+#include "sync.h"
+#include "util.h"
+
+extern char **environ;
+
+int uts_setup(const struct nsbox_policy *p, struct nsbox_err *err)
+{
+	const char *hn = p->hostname ? p->hostname : "nsbox";
+
+	if (sethostname(hn, strlen(hn)) < 0 || setdomainname("", 0) < 0) {
+		err_sys(err, "sethostname");
+		return err_step(err, "uts");
+	}
+	return 0;
+}
+
+/* The payload's state while its steps run. */
+struct payload {
+	const struct child_ctx *c;
+	int exec_fd;		/* what to execveat, or -1: a PATH search */
+	int err_fd;		/* the pipe to pid 1 */
+	char **envp;
+};
+
+/* Set soft and hard limit to v (clamped to the hard limit we have).  A
+ * limit that silently failed to apply would be a sandbox without it. */
+static int set_rlimit(int res, const char *name, rlim_t v, struct nsbox_err *err)
+{
+	struct rlimit rl;
+
+	if (getrlimit(res, &rl) == 0 && rl.rlim_max != RLIM_INFINITY && v > rl.rlim_max)
+		v = rl.rlim_max;
+	rl.rlim_cur = rl.rlim_max = v;
+	if (setrlimit(res, &rl) < 0)
+		return err_sys(err, "setrlimit(%s, %llu)", name, (unsigned long long)v);
+	return 0;
+}
+
+static int payload_rlimits(struct payload *pl, struct nsbox_err *err)
+{
+	const struct nsbox_policy *p = pl->c->p;
+	bool mem = pl->c->cg_mem, pids = pl->c->cg_pids;
+
+	if (set_rlimit(RLIMIT_CORE, "RLIMIT_CORE", 0, err) < 0)
+		return -1;
+	if (p->file_size && set_rlimit(RLIMIT_FSIZE, "RLIMIT_FSIZE", p->file_size, err) < 0)
+		return -1;
+	if (p->nofile && set_rlimit(RLIMIT_NOFILE, "RLIMIT_NOFILE", p->nofile, err) < 0)
+		return -1;
+	/* Fallbacks where no cgroup enforces the limit (the parent warned). */
+	if (p->memory && !mem && set_rlimit(RLIMIT_AS, "RLIMIT_AS", p->memory, err) < 0)
+		return -1;
+	/* RLIMIT_NPROC counts per user per user namespace (ucounts, 5.14+). */
+	if (p->pids && !pids && set_rlimit(RLIMIT_NPROC, "RLIMIT_NPROC", p->pids, err) < 0)
+		return -1;
+	return 0;
+}
+
+static char **build_env(const struct nsbox_policy *p)
+{
+	static char *envp[POLICY_MAX_ENV + 24];
+	static char term[256], home[64];
+	const char *t = getenv("TERM");
+	size_t n = 0;
+
+	envp[n++] = "PATH=/usr/local/bin:/usr/bin:/bin";
+	snprintf(home, sizeof(home), "HOME=%s", rootfs_home(p));
+	envp[n++] = home;
+	envp[n++] = "LANG=C.UTF-8";
+	if (t) {
+		snprintf(term, sizeof(term), "TERM=%s", t);
+		envp[n++] = term;
+	}
+	/* Through the egress proxy (egress.h); Set= may override. */
+	for (size_t i = 0; p->n_net_allow && egress_env[i]; i++)
+		envp[n++] = (char *)egress_env[i];
+	for (size_t i = 0; i < p->n_env; i++) {
+		size_t klen = strcspn(p->env[i], "=");
+		/* Later settings override earlier ones. */
+		for (size_t j = 0; j < n; j++)
+			if (strncmp(envp[j], p->env[i], klen + 1) == 0) {
+				envp[j] = envp[--n];
+				break;
+			}
+		envp[n++] = p->env[i];
+	}
+	envp[n] = NULL;
+	return envp;
+}
+
+static int payload_env(struct payload *pl, struct nsbox_err *err)
+{
+	(void)err;
+	pl->envp = build_env(pl->c->p);
+	return 0;
+}
+
+/* No controlling terminal (TIOCSTI injection, CVE-2017-5226), pid 1's
+ * blocked signals and handlers undone, and death with pid 1. */
+static int payload_session(struct payload *pl, struct nsbox_err *err)
+{
+	sigset_t none;
+
+	if (setsid() < 0)
+		return err_sys(err, "setsid");
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			signal(sig, SIG_DFL);
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+		return err_sys(err, "prctl(PR_SET_PDEATHSIG)");
+	/* pid 1 is not dumpable; the payload is: its exec resets the flag for
+	 * its new mm, and a template session (which does not exec) has an mm
+	 * of its own, forked.  Not before an exec: a vfork child shares pid
+	 * 1's mm, and with it the flag. */
+	if (pl->c->spec->child_fn && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+		return err_sys(err, "prctl(PR_SET_DUMPABLE)");
+	return 0;
+}
+
+/* Renumber spec->pass_fds to 3.., keep exec_fd and the error pipe above
+ * them, close everything else (fd leaks: nsjail contain.cc). */
+static int payload_fds(struct payload *pl, struct nsbox_err *err)
+{
+	const struct jail_spec *s = pl->c->spec;
+	int hi[64];
+	size_t n = s->n_pass_fds;
+
+	if (n > 32)
+		return err_set(err, EINVAL, "too many fds to pass (%zu)", n);
+	for (size_t i = 0; i < n; i++)
+		if ((hi[i] = fcntl(s->pass_fds[i], F_DUPFD_CLOEXEC, 100)) < 0)
+			return err_sys(err, "dup fd %d", s->pass_fds[i]);
+	if (pl->exec_fd >= 0 && (pl->exec_fd = fcntl(pl->exec_fd, F_DUPFD_CLOEXEC, 100)) < 0)
+		return err_sys(err, "dup exec fd");
+	if ((pl->err_fd = fcntl(pl->err_fd, F_DUPFD_CLOEXEC, 100)) < 0)
+		return err_sys(err, "dup error pipe");
+	for (size_t i = 0; i < n; i++)
+		if (dup2(hi[i], 3 + (int)i) < 0)
+			return err_sys(err, "dup2 to fd %zu", 3 + i);
+	int keep[2] = { pl->err_fd, pl->exec_fd };
+	if (close_fds_except(3 + (int)n, keep, pl->exec_fd >= 0 ? 2 : 1) < 0)
+		return err_sys(err, "close inherited fds");
+	/* Re-create the sequence after closing, so higher fds are gone. */
+	if (pl->exec_fd >= 0) {
+		int fd = fcntl(pl->exec_fd, F_DUPFD_CLOEXEC, 3 + (int)n);
+		if (fd < 0)
+			return err_sys(err, "dup exec fd");
+		close(pl->exec_fd);
+		pl->exec_fd = fd;
+	}
+	int fd = fcntl(pl->err_fd, F_DUPFD_CLOEXEC, 3 + (int)n);
+	if (fd < 0)
+		return err_sys(err, "dup error pipe");
+	close(pl->err_fd);
+	pl->err_fd = fd;
+	return 0;
+}
+
+/* Securebits and the empty bounding set came with the fork. */
+static int payload_caps(struct payload *pl, struct nsbox_err *err)
+{
+	(void)pl;
+	return caps_clear(err);
+}
+
+static int payload_no_new_privs(struct payload *pl, struct nsbox_err *err)
+{
+	(void)pl;
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+		return err_sys(err, "prctl(PR_SET_NO_NEW_PRIVS)");
+	return 0;
+}
+
+static int payload_landlock(struct payload *pl, struct nsbox_err *err)
+{
+	const char *rw[POLICY_MAX_MOUNTS + 4];
+	size_t nrw = rootfs_rw_paths(pl->c->p, rw, ARRAY_SIZE(rw));
+	int abi = 0;
+
+	return landlock_apply(rw, nrw, pl->c->p->landlock, &abi, err);
+}
+
+/* The payload's setup, in order; a failing step's error carries its name
+ * (the first has none: its failures never named one). */
+struct payload_step {
+	const char *name;
+	int (*run)(struct payload *pl, struct nsbox_err *err);
+};
+
+static const struct payload_step payload_steps[] = {
+	{ "", payload_session },
+	{ "fds", payload_fds },
+	{ "rlimits", payload_rlimits },
+	{ "env", payload_env },
+	{ "capabilities", payload_caps },
+	{ "no_new_privs", payload_no_new_privs },
+	{ "landlock", payload_landlock },
+};
+
+static __attribute__((noreturn)) void payload_fail(const struct payload *pl, int type, const struct nsbox_err *e,
+						     int status)
+{
+	struct sync_msg m;
+
+	sync_msg_init(&m, type, 0, e);
+	/* A pipe to pid 1, not a socket: write(), and one write is atomic
+	 * only up to PIPE_BUF, so pid 1 reads until it has it all. */
+	(void)write_full(pl->err_fd, &m, sizeof(m));
+	_exit(status);
+}
+
+static __attribute__((noreturn)) void payload_main(const struct child_ctx *c, int err_fd)
+{
+	const struct jail_spec *s = c->spec;
+	struct payload pl = { .c = c, .exec_fd = s->exec_fd >= 0 ? s->exec_fd : c->bound_exec_fd, .err_fd = err_fd };
+	struct nsbox_err e = { 0 };
+
+	for (size_t i = 0; i < ARRAY_SIZE(payload_steps); i++) {
+		err_step(&e, payload_steps[i].name);
+		if (payload_steps[i].run(&pl, &e) < 0)
+			payload_fail(&pl, SYNC_ERROR, &e, NSBOX_EXIT_SETUP);
+	}
+	if (s->child_fn) {
+		close(pl.err_fd);
+		environ = pl.envp;
+		_exit(s->child_fn(s->child_arg));
+	}
+	if (pl.exec_fd >= 0)
+		syscall(SYS_execveat, pl.exec_fd, "", s->argv, pl.envp, AT_EMPTY_PATH);
+	else
+		execvpe(s->argv[0], s->argv, pl.envp);
+	int code = errno;
+	err_set(&e, code, "exec %s", s->argv[0]);
+	err_step(&e, "exec");
+	payload_fail(&pl, SYNC_EXEC_ERROR, &e, code == ENOENT || code == ENOTDIR ? NSBOX_EXIT_NOTFOUND : NSBOX_EXIT_NOEXEC);
+}
+
+struct payload_arg {
+	const struct child_ctx *c;
+	const int *pipefd;
+};
+
+static int payload_entry(void *arg)
+{
+	const struct payload_arg *a = arg;
+
+	close(a->pipefd[0]);
+	close(a->c->sync_fd);
+	payload_main(a->c, a->pipefd[1]);
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+#define NSBOX_VFORK_PAYLOAD 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NSBOX_VFORK_PAYLOAD 0
+#endif
+#endif
+#ifndef NSBOX_VFORK_PAYLOAD
+#define NSBOX_VFORK_PAYLOAD 1
+#endif
+
+/* A command to exec shares pid 1's memory until its execve (CLONE_VM |
+ * CLONE_VFORK, as posix_spawn does): copying pid 1's page tables for a
+ * fork, then dropping the copy at the exec, cost ~0.15 ms of every start.
+ * pid 1 is suspended meanwhile and has one thread, so nothing else touches
+ * the memory the two share; the child runs on a stack of its own and has
+ * its own file table, signal handlers and credentials (no CLONE_FILES,
+ * CLONE_SIGHAND or CLONE_THREAD), so what it closes, resets and drops
+ * stays its own.  child_fn (a template session: Python goes on running
+ * there) gets a real fork, and so does a sanitizer build (ASan does not
+ * follow a stack switch). */
+pid_t payload_start(const struct child_ctx *c, const int pipefd[2])
+{
+	struct payload_arg a = { .c = c, .pipefd = pipefd };
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), argc = 0, stack_size;
+	char *stack;
+	pid_t pid;
+
+	if (!NSBOX_VFORK_PAYLOAD || c->spec->child_fn) {
+		pid = fork();
+		if (pid == 0)
+			payload_entry(&a);
+		return pid;
+	}
+	/* execvpe runs a script without #! through /bin/sh with a copy of
+	 * argv on the stack (glibc's maybe_script_execute): room for that
+	 * (as posix_spawn sizes it) on top of 256 KiB, and a guard page
+	 * below, since an overflow here would land in pid 1's memory. */
+	while (c->spec->argv[argc])
+		argc++;
+	stack_size = 256 * 1024 + (argc + 2) * sizeof(char *);
+	stack_size = (stack_size + page - 1) / page * page + page;
+	stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED)
+		return -1;
+	if (mprotect(stack, page, PROT_NONE) < 0) {
+		munmap(stack, stack_size);
+		return -1;
+	}
+	pid = clone(payload_entry, stack + stack_size, CLONE_VM | CLONE_VFORK | SIGCHLD, &a);
+	/* Back here once the payload has exec'd or died: its stack is free
+	 * (a failed munmap only leaves it mapped). */
+	(void)munmap(stack, stack_size);
+	return pid;
+}

@@ -1,0 +1,291 @@
+/* pid 1 of the sandbox's pid namespace: the clone's child.  Its setup is an
+ * ordered list of named steps (pid1_setup below: a new step is one line
+ * there), run in the new user, mount, ipc, uts and cgroup namespaces while
+ * the launcher writes the id maps and attaches the cgroups; then it starts
+ * the payload (payload.c), drops what it no longer needs, and reaps and
+ * forwards signals until the payload exits.  A failing step's error record
+ * goes back to the launcher over the sync socket (crun's sync socket). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "pid1.h"
+#include "seccomp-load.h"
+#include "steps.h"
+#include "sync.h"
+#include "util.h"
+
+/* A step's return value when the launcher is gone: nobody to report to. */
+#define PID1_LAUNCHER_GONE (-2)
+
+struct pid1 {
+	struct child_ctx *c;
+	struct netns_job nj;
+};
+
+/* Die with the launcher.  If it is already gone the "go" read below sees
+ * EOF. */
+static int pid1_deathsig(struct pid1 *s, struct nsbox_err *err)
+{
+	(void)s;
+	(void)err;
+	return prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 ? PID1_LAUNCHER_GONE : 0;
+}
+
+/* The network namespace is made on a thread of its own while the launcher
+ * writes our id maps and we build the root (net.c); the capabilities the
+ * clone gave us in the new user namespace are enough. */
+static int pid1_netns_start(struct pid1 *s, struct nsbox_err *err)
+{
+	s->nj.egress_fd = s->c->egress_fd;
+	return s->c->p->share_net ? 0 : netns_start(&s->nj, err);
+}
+
+static int pid1_wait_go(struct pid1 *s, struct nsbox_err *err)
+{
+	struct sync_msg m;
+
+	(void)err;
+	if (sync_recv(s->c->sync_fd, &m, 0) != 1 || m.type != SYNC_GO)
+		return PID1_LAUNCHER_GONE;
+	return 0;
+}
+
+/* Our id maps are written.  From now on the payload can't reach us through
+ * /proc/1: our exe and stdio are the host's files, on the host's mounts,
+ * where Landlock is not there to stop a write (runc keeps its init
+ * non-dumpable the same way, CVE-2016-9962). */
+static int pid1_not_dumpable(struct pid1 *s, struct nsbox_err *err)
+{
+	(void)s;
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+		return err_sys(err, "prctl(PR_SET_DUMPABLE)");
+	return 0;
+}
+
+/* The user namespace's own budgets, lowered while pid 1 still holds its
+ * capabilities there (budget.c). */
+static int pid1_budget(struct pid1 *s, struct nsbox_err *err)
+{
+	return budget_apply(s->c->p, &s->c->budget, err);
+}
+
+static int pid1_ids(struct pid1 *s, struct nsbox_err *err)
+{
+	return ids_switch(s->c->p->uid, s->c->p->gid, s->c->host_root, err);
+}
+
+static int pid1_mount(struct pid1 *s, struct nsbox_err *err)
+{
+	struct child_ctx *c = s->c;
+
+	if (mount_setup(c->p, c->srcs, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd, err) < 0)
+		return -1;
+	if (c->exec_src_fd >= 0) {
+		close(c->exec_src_fd);
+		c->exec_src_fd = -1;
+	}
+	return 0;
+}
+
+static int pid1_uts(struct pid1 *s, struct nsbox_err *err)
+{
+	return uts_setup(s->c->p, err);
+}
+
+/* Into the new network namespace before anything of the sandbox runs and
+ * before the filter (it denies setns). */
+static int pid1_netns_join(struct pid1 *s, struct nsbox_err *err)
+{
+	if (!s->c->p->share_net && netns_join(&s->nj, err) < 0)
+		return -1;
+	/* The egress sockets went to the proxy from the network thread. */
+	if (s->c->egress_fd >= 0) {
+		close(s->c->egress_fd);
+		s->c->egress_fd = -1;
+	}
+	return 0;
+}
+
+static void pid1_noop(int sig)
+{
+	(void)sig;
+}
+
+/* Block everything in pid 1 before the fork so no signal is lost; the
+ * payload unblocks.  The forwarded signals need a handler: the kernel
+ * drops SIG_DFL signals sent to a namespace's init (sig_task_ignored,
+ * SIGNAL_UNKILLABLE), even from the host. */
+static int pid1_signals(struct pid1 *s, struct nsbox_err *err)
+{
+	static const int fwd[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+	struct sigaction sa = { .sa_handler = pid1_noop };
+	sigset_t all;
+
+	(void)s;
+	(void)err;
+	sigemptyset(&sa.sa_mask);
+	for (size_t k = 0; k < ARRAY_SIZE(fwd); k++)
+		sigaction(fwd[k], &sa, NULL);
+	sigfillset(&all);
+	sigprocmask(SIG_BLOCK, &all, NULL);
+	return 0;
+}
+
+/* Securebits and the bounding set, once, for pid 1 and the payload
+ * (inherited across fork). */
+static int pid1_lock_caps(struct pid1 *s, struct nsbox_err *err)
+{
+	(void)s;
+	return caps_lock_bounding(err);
+}
+
+/* The allowlist goes on here, once, and the payload inherits it with the
+ * fork: loading (and JIT-compiling) it costs ~0.3 ms a time, spent while
+ * the launcher still attaches the cgroups and brings lo up.  Nothing pid 1
+ * and the payload still do before exec (recv, fork, setsid, fds, rlimits,
+ * capabilities, Landlock) is outside the allowlist, and the mounts are
+ * done. */
+static int pid1_seccomp(struct pid1 *s, struct nsbox_err *err)
+{
+	return seccomp_apply(s->c->prog, err);
+}
+
+/* The payload is forked only once the launcher has moved pid 1 into every
+ * cgroup, so it starts inside them. */
+static int pid1_wait_attached(struct pid1 *s, struct nsbox_err *err)
+{
+	struct sync_msg m;
+
+	(void)err;
+	if (sync_recv(s->c->sync_fd, &m, 0) != 1 || m.type != SYNC_ATTACHED)
+		return PID1_LAUNCHER_GONE;
+	s->c->cg_mem = m.arg & SYNC_CG_MEMORY;
+	s->c->cg_pids = m.arg & SYNC_CG_PIDS;
+	return 0;
+}
+
+/* pid 1's setup, in order (STYLE.md 4; the diagram in launch.c).  A
+ * failing step's error carries its name unless the step names a finer one;
+ * the launcher reports it verbatim. */
+struct pid1_step {
+	const char *name;
+	int (*run)(struct pid1 *s, struct nsbox_err *err);
+};
+
+static const struct pid1_step pid1_setup[] = {
+	{ "pid1", pid1_deathsig },
+	{ "network", pid1_netns_start },
+	{ "pid1", pid1_wait_go },
+	{ "pid1", pid1_not_dumpable },
+	{ "budget", pid1_budget },
+	{ "ids", pid1_ids },
+	{ "mount", pid1_mount },
+	{ "uts", pid1_uts },
+	{ "network", pid1_netns_join },
+	{ "pid1", pid1_signals },
+	{ "capabilities", pid1_lock_caps },
+	{ "seccomp", pid1_seccomp },
+	{ "pid1", pid1_wait_attached },
+};
+
+/* Reap everything, forward the signals the host sends, report the
+ * payload's wait status, and exit when it exits (the kernel then kills
+ * whatever is left; pid_namespaces(7)). */
+static __attribute__((noreturn)) void pid1_loop(int sync_fd, pid_t payload)
+{
+	sigset_t set;
+
+	sigfillset(&set);
+	for (;;) {
+		siginfo_t si;
+		int sig = sigwaitinfo(&set, &si);
+		if (sig < 0)
+			continue;
+		if (sig != SIGCHLD) {
+			kill(payload, sig);
+			continue;
+		}
+		for (;;) {
+			int st;
+			pid_t w = waitpid(-1, &st, WNOHANG);
+			if (w <= 0)
+				break;
+			if (w == payload) {
+				(void)sync_send(sync_fd, SYNC_STATUS, st, NULL);
+				_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+			}
+		}
+	}
+}
+
+/* Start the payload and wait for its setup: an error record on the pipe
+ * means it failed (then it is reaped and we exit as it did); EOF means it
+ * exec'd (or child_fn runs).  Returns its pid, or -1 with err. */
+static pid_t pid1_start_payload(struct child_ctx *c, struct nsbox_err *err)
+{
+	struct sync_msg m;
+	int pipefd[2];
+	pid_t payload;
+
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return err_sys(err, "pipe");
+	payload = payload_start(c, pipefd);
+	if (payload < 0) {
+		err_sys(err, "fork the payload");
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return -1;
+	}
+	close(pipefd[1]);
+	ssize_t n = read_full(pipefd[0], &m, sizeof(m));
+	close(pipefd[0]);
+	if (n == (ssize_t)sizeof(m)) {
+		int st;
+
+		err_copy(&m.err, &m.err);
+		(void)send(c->sync_fd, &m, sizeof(m), MSG_NOSIGNAL);
+		waitpid(payload, &st, 0);
+		_exit(WIFEXITED(st) ? WEXITSTATUS(st) : NSBOX_EXIT_SETUP);
+	}
+	return payload;
+}
+
+void pid1_main(struct child_ctx *c)
+{
+	struct pid1 s = { .c = c };
+	struct nsbox_err e = { 0 };
+	pid_t payload;
+
+	for (size_t i = 0; i < ARRAY_SIZE(pid1_setup); i++) {
+		int r;
+
+		err_step(&e, pid1_setup[i].name);
+		r = pid1_setup[i].run(&s, &e);
+		if (r == PID1_LAUNCHER_GONE)
+			_exit(NSBOX_EXIT_SETUP);
+		if (r < 0)
+			goto fail;
+	}
+	err_step(&e, "pid1");
+	payload = pid1_start_payload(c, &e);
+	if (payload < 0)
+		goto fail;
+	/* The payload runs: tell the host first, then pid 1 keeps nothing it
+	 * does not need either (no inherited fds, no capabilities, the
+	 * filter).  The payload can't reach pid 1 meanwhile: it has no
+	 * ptrace, and signals to pid 1 are only forwarded back to it. */
+	(void)sync_send(c->sync_fd, SYNC_READY, 0, NULL);
+	if (close_fds_except(3, &c->sync_fd, 1) < 0 || caps_clear(&e) < 0 || seccomp_apply_pid1(&e) < 0) {
+		kill_reap(&payload);
+		_exit(NSBOX_EXIT_SETUP);
+	}
+	pid1_loop(c->sync_fd, payload);
+fail:
+	(void)sync_send(c->sync_fd, SYNC_ERROR, 0, &e);
+	_exit(NSBOX_EXIT_SETUP);
+}

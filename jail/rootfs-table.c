@@ -1,0 +1,121 @@
+/* The sandbox's root as data (rootfs-table.h).  No system calls here. */
+#include "rootfs-table.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "util.h"
+
+static const char *const dev_nodes[] = { "null", "zero", "full", "random", "urandom" };
+
+static const struct rootfs_link dev_links[] = {
+	{ "/proc/self/fd", "fd" },
+	{ "/proc/self/fd/0", "stdin" },
+	{ "/proc/self/fd/1", "stdout" },
+	{ "/proc/self/fd/2", "stderr" },
+	{ "pts/ptmx", "ptmx" }, /* the private devpts instance's (mount.c, make_dev) */
+};
+
+static const char *const merged_usr[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
+
+static const char *const skip_top[] = { ".",         "..",   "proc", "dev",  "sys",  "tmp",
+					"etc",       "run",  "workspace", "home", "root", "var",
+					"boot",      "mnt",  "media", "srv", "lost+found" };
+
+/* Keyrings of the invoking user, and kernel layout that helps exploits.
+ * The mode-0400 ones matter when the sandbox user maps to host root
+ * (nsbox run as root). */
+static const char *const proc_masked[] = { "keys", "key-users", "timer_list", "sched_debug", "latency_stats",
+					   "timer_stats", "kcore", "sysrq-trigger",
+					   /* the host's boot command line: root=UUID=, host names */
+					   "cmdline" };
+static const char *const proc_masked_root[] = { "kpagecount", "kpageflags", "kpagecgroup", "slabinfo",
+						"pagetypeinfo", "vmallocinfo", "iomem", "mtrr" };
+
+size_t rootfs_dev_nodes(const char *const **out)
+{
+	*out = dev_nodes;
+	return ARRAY_SIZE(dev_nodes);
+}
+
+size_t rootfs_dev_links(const struct rootfs_link **out)
+{
+	*out = dev_links;
+	return ARRAY_SIZE(dev_links);
+}
+
+size_t rootfs_merged_usr(const char *const **out)
+{
+	*out = merged_usr;
+	return ARRAY_SIZE(merged_usr);
+}
+
+bool rootfs_skip_top(const char *name)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(skip_top); i++)
+		if (strcmp(name, skip_top[i]) == 0)
+			return true;
+	return false;
+}
+
+size_t rootfs_proc_masked(bool host_root, const char **out, size_t max)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < ARRAY_SIZE(proc_masked) && n < max; i++)
+		out[n++] = proc_masked[i];
+	for (size_t i = 0; host_root && i < ARRAY_SIZE(proc_masked_root) && n < max; i++)
+		out[n++] = proc_masked_root[i];
+	return n;
+}
+
+size_t rootfs_rw_paths(const struct nsbox_policy *p, const char **out, size_t max)
+{
+	size_t n = 0;
+
+	if (n < max)
+		out[n++] = "/tmp";
+	if (n < max)
+		out[n++] = "/dev/shm";
+	if (n < max)
+		out[n++] = "/dev/pts"; /* the private devpts: open ptmx, a pty's ioctls */
+	if (p->workspace && n < max)
+		out[n++] = "/workspace";
+	for (size_t i = 0; i < p->n_mounts && n < max; i++)
+		if (p->mounts[i].rw)
+			out[n++] = p->mounts[i].dst;
+	return n;
+}
+
+const char *rootfs_home(const struct nsbox_policy *p)
+{
+	return p->workspace ? "/workspace" : "/tmp";
+}
+
+void rootfs_etc(const struct nsbox_policy *p, struct rootfs_etc_file out[ROOTFS_ETC_FILES])
+{
+	const char *home = rootfs_home(p);
+
+	out[0].name = "passwd";
+	if (p->uid == 0)
+		snprintf(out[0].text, sizeof(out[0].text),
+			 "root:x:0:0:root:%s:/bin/sh\n"
+			 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			 home);
+	else
+		snprintf(out[0].text, sizeof(out[0].text),
+			 "root:x:0:0:root:/root:/bin/sh\nsandbox:x:%u:%u:nsbox sandbox:%s:/bin/sh\n"
+			 "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+			 (unsigned)p->uid, (unsigned)p->gid, home);
+	out[1].name = "group";
+	if (p->gid == 0)
+		snprintf(out[1].text, sizeof(out[1].text), "root:x:0:\nnogroup:x:65534:\n");
+	else
+		snprintf(out[1].text, sizeof(out[1].text), "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n",
+			 (unsigned)p->gid);
+	out[2].name = "hosts";
+	snprintf(out[2].text, sizeof(out[2].text), "127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost\n",
+		 p->hostname ? p->hostname : "nsbox");
+	out[3].name = "nsswitch.conf";
+	snprintf(out[3].text, sizeof(out[3].text), "passwd: files\ngroup: files\nhosts: files dns\n");
+}

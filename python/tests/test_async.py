@@ -1,0 +1,485 @@
+"""AsyncSandbox (the event-loop exec API), async tools in the sync Sandbox,
+and Ctrl-C during a blocking execute().  asyncio tests are plain functions
+driving asyncio.run (no pytest-asyncio)."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import nsbox
+from nsbox import _lib
+
+PYDIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def aio(libnsbox):
+    if not _lib.has_event_api():
+        pytest.skip("%s lacks the event-loop exec API (libnsbox 0.4.0)" % _lib.library_path)
+
+
+def arun(coro, limit=120):
+    """asyncio.run with an overall time limit, so a hang fails the test."""
+    async def main():
+        return await asyncio.wait_for(coro, limit)
+    return asyncio.run(main())
+
+
+# ---- AsyncSandbox --------------------------------------------------------
+
+def test_async_execute_run_and_state(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            assert await sb.execute("x = 20\nx + 1") == 21
+            assert await sb.execute("x * 2") == 40
+            assert await sb.execute("(1, [2.5, None], {'a': 'b'})") == (1, [2.5, None], {"a": "b"})
+            value, lines = await sb.execute_with_output("for i in range(3): print(i)\n'done'")
+            assert (value, lines) == ("done", ["0", "1", "2"])
+            r = await sb.run("print('out'); 1 / 0")
+            assert isinstance(r, nsbox.ExecResult) and not r.ok
+            assert isinstance(r.error, nsbox.SandboxedException) and r.stdout == "out\n"
+            assert r.error.type_name == "ZeroDivisionError"
+            with pytest.raises(nsbox.SandboxedException) as ei:
+                await sb.execute("raise KeyError('k')")
+            assert ei.value.type_name == "KeyError" and "raise KeyError" in ei.value.traceback
+            await sb.set_variable("data", {"xs": [1, 2, 3]})
+            assert await sb.execute("sum(data['xs'])") == 6
+            assert await sb.get_variable("data") == {"xs": [1, 2, 3]}
+            with pytest.raises(nsbox.UndefinedVariable):
+                await sb.get_variable("nope")
+            assert await sb.get_variable("nope", 5) == 5
+            await sb.reset()
+            assert await sb.execute("'x' in globals()") is False
+            info = await sb.info()
+            assert info["alive"] and info["pid"] > 0
+            assert "running" in repr(sb)
+        assert sb.closed and "closed" in repr(sb)
+    arun(main())
+
+
+def test_async_start_runs_in_the_executor(aio):
+    """nsbox_session_new runs off the loop's thread; the constructor starts
+    nothing."""
+    async def main():
+        sb = nsbox.AsyncSandbox()
+        assert sb._sess is None
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        t = asyncio.ensure_future(ticker())
+        try:
+            # A cold start takes long enough for the ticker to run meanwhile.
+            sb2 = nsbox.AsyncSandbox(cold=True, spare=False)
+            await sb2.start()
+            assert ticks > 1
+            assert await sb2.execute("1 + 1") == 2
+            await sb2.aclose()
+        finally:
+            t.cancel()
+        assert await sb.execute("3") == 3                    # the first call starts it
+        await sb.aclose()
+    arun(main())
+
+
+def test_many_sandboxes_with_tools_on_one_loop(aio):
+    """Six sandboxes whose code calls an async tool (which sleeps on the
+    loop) and a sync tool progress concurrently on one thread."""
+    N, DELAY = 6, 0.4
+    loop_thread = []
+
+    async def main():
+        sbs = [nsbox.AsyncSandbox(timeout=60) for _ in range(N)]
+        await asyncio.gather(*(sb.start() for sb in sbs))
+        try:
+            for i, sb in enumerate(sbs):
+                def make(i):
+                    async def slow_double(x: int) -> int:
+                        "Double x, slowly."
+                        loop_thread.append(threading.get_ident())
+                        await asyncio.sleep(DELAY)
+                        return 2 * x
+
+                    def tag(s: str) -> str:
+                        loop_thread.append(threading.get_ident())
+                        return "%s-%d" % (s, i)
+                    return slow_double, tag
+                a, b = make(i)
+                sb.register_function("slow_double", a)
+                sb.register_function("tag", b)
+            code = "[slow_double(k) for k in range(2)] + [tag('sb')]"
+            t0 = time.monotonic()
+            results = await asyncio.gather(*(sb.execute(code) for sb in sbs))
+            wall = time.monotonic() - t0
+            assert results == [[0, 2, "sb-%d" % i] for i in range(N)]
+            # Sequentially it would take N * 2 * DELAY = 4.8 s.
+            assert wall < N * 2 * DELAY / 2, wall
+            r = await sbs[0].run("slow_double(21)")
+            assert r.value == 42 and r.tool_calls == 1
+        finally:
+            for sb in sbs:
+                await sb.aclose()
+        return threading.get_ident()
+
+    me = arun(main())
+    assert loop_thread and set(loop_thread) == {me}
+
+
+def test_tools_that_raise_and_tool_errors(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            @sb.tool
+            def bad_sync(x: int) -> int:
+                raise ValueError("sync %d" % x)
+
+            @sb.tool
+            async def bad_async(x: int) -> int:
+                await asyncio.sleep(0.01)
+                raise nsbox.ToolError("exact text %d" % x)
+
+            @sb.tool
+            async def unsendable() -> object:
+                return object()
+
+            assert await sb.execute(textwrap.dedent("""\
+                import nsbox
+                out = []
+                for f in (bad_sync, bad_async):
+                    try:
+                        f(3)
+                    except nsbox.ToolError as e:
+                        out.append(str(e))
+                out""")) == ["ValueError: sync 3", "exact text 3"]
+            with pytest.raises(nsbox.SandboxedToolError) as ei:
+                await sb.execute("bad_sync(1)")
+            assert isinstance(ei.value.__cause__, ValueError)
+            with pytest.raises(nsbox.SandboxedToolError) as ei:
+                await sb.execute("bad_async(2)")
+            assert ei.value.message == "exact text 2"
+            with pytest.raises(nsbox.SandboxedToolError) as ei:
+                await sb.execute("unsendable()")
+            assert "cannot cross" in ei.value.message
+            with pytest.raises(nsbox.SandboxedException) as ei:      # argument checking inside
+                await sb.execute("bad_sync('x')")
+            assert await sb.execute("1 + 1") == 2
+    arun(main())
+
+
+def test_tool_cannot_reenter_its_own_sandbox(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            @sb.tool
+            async def again() -> int:
+                return await sb.execute("1")
+
+            @sb.tool
+            def close_it() -> None:
+                sb.close()
+
+            for name in ("again", "close_it"):
+                with pytest.raises(nsbox.SandboxedToolError) as ei:
+                    await sb.execute("%s()" % name)
+                assert "SandboxError" in ei.value.message, ei.value.message
+            assert await sb.execute("2") == 2 and not sb.closed
+    arun(main())
+
+
+def test_cancellation_leaves_the_session_usable(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=60) as sb:
+            await sb.execute("x = 'kept'")
+            task = asyncio.ensure_future(sb.execute("while True: pass"))
+            await asyncio.sleep(0.3)
+            assert not task.done()
+            t0 = time.monotonic()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert time.monotonic() - t0 < 10
+            assert await sb.execute("x") == "kept"            # same sandbox, variables kept
+            # asyncio.wait_for cancels the same way.
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(sb.execute("import time\nwhile True: time.sleep(0.01)"), 0.3)
+            assert await sb.execute("x + '!'") == "kept!"
+
+            # Cancelled while an async tool is pending: the tool's task is
+            # cancelled too.
+            state = []
+
+            @sb.tool
+            async def wait_forever() -> None:
+                try:
+                    await asyncio.sleep(60)
+                except asyncio.CancelledError:
+                    state.append("tool cancelled")
+                    raise
+            task = asyncio.ensure_future(sb.execute("wait_forever()"))
+            await asyncio.sleep(0.3)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0)
+            assert state == ["tool cancelled"]
+            assert await sb.execute("x") == "kept"
+            # sb.cancel() gives Cancelled, like Sandbox.cancel().
+            asyncio.get_running_loop().call_later(0.3, sb.cancel)
+            with pytest.raises(nsbox.Cancelled):
+                await sb.execute("while True: pass")
+            assert await sb.execute("x") == "kept"
+    arun(main())
+
+
+def test_async_time_limit(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=0.5) as sb:
+            await sb.execute("x = 1")
+            t0 = time.monotonic()
+            with pytest.raises(nsbox.TimeLimitExceeded) as ei:
+                await sb.execute("while True: pass")
+            assert time.monotonic() - t0 < 15
+            assert not ei.value.session_lost
+            assert await sb.execute("x") == 1
+            with pytest.raises(nsbox.TimeLimitExceeded):
+                await sb.execute("import time; time.sleep(5)", timeout=0.3)
+            r = await sb.run("while True: pass")
+            assert isinstance(r.error, nsbox.TimeLimitExceeded)
+            # Code that ignores the interruption is killed; the next call
+            # starts a fresh sandbox.
+            with pytest.raises(nsbox.TimeLimitExceeded) as ei:
+                await sb.execute(textwrap.dedent("""\
+                    import time
+                    while True:
+                        try:
+                            time.sleep(0.01)
+                        except BaseException:
+                            pass"""))
+            assert ei.value.session_lost
+            assert await sb.execute("'x' in globals()") is False
+    arun(main())
+
+
+def test_async_errors_on_closed_sandbox(aio):
+    async def main():
+        sb = nsbox.AsyncSandbox()
+        await sb.start()
+        await sb.aclose()
+        await sb.aclose()                                     # idempotent
+        with pytest.raises(nsbox.SandboxError) as ei:
+            await sb.execute("1")
+        assert ei.value.errno == 9                            # EBADF
+        with pytest.raises(nsbox.SandboxError):
+            await sb.set_variable("x", 1)
+        with pytest.raises(nsbox.SandboxError):
+            sb.register_function("f", len)
+        # close() from another task while an exec runs ends that exec.
+        sb = nsbox.AsyncSandbox()
+        task = asyncio.ensure_future(sb.execute("while True: pass"))
+        await asyncio.sleep(0.5)
+        sb.close()
+        with pytest.raises(nsbox.SandboxError) as ei:
+            await task
+        assert ei.value.errno == 9
+        with pytest.raises(nsbox.PolicyError):
+            nsbox.AsyncSandbox(policy="no-such-policy")
+    arun(main())
+
+
+def test_async_output_streaming(aio):
+    async def main():
+        got = []
+        threads = set()
+
+        def on_output(stream, text):
+            got.append((stream, text, time.monotonic()))
+            threads.add(threading.get_ident())
+
+        async with nsbox.AsyncSandbox(timeout=30, on_output=on_output) as sb:
+            code = textwrap.dedent("""\
+                import sys, time
+                print('first', flush=True)
+                print('err', file=sys.stderr, flush=True)
+                time.sleep(0.5)
+                print('\u00e9t\u00e9' * 1000)
+                'end'""")
+            t_end = None
+            value = await sb.execute(code)
+            t_end = time.monotonic()
+        assert value == "end"
+        out = "".join(t for s, t, _ in got if s == "stdout")
+        err = "".join(t for s, t, _ in got if s == "stderr")
+        assert out == "first\n" + "\u00e9t\u00e9" * 1000 + "\n"
+        assert err == "err\n"
+        first = [ts for s, t, ts in got if t.startswith("first")][0]
+        assert t_end - first > 0.3                            # streamed, not at the end
+        return threads
+
+    threads = arun(main())
+    assert len(threads) == 1
+
+
+def test_async_serialises_calls_on_one_sandbox(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            await sb.execute("n = 0")
+            code = "import time\nm = n\ntime.sleep(0.05)\nn = m + 1\nn"
+            await asyncio.gather(*(sb.execute(code) for _ in range(5)))
+            assert await sb.get_variable("n") == 5
+    arun(main())
+
+
+def test_async_restart_and_limits(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            @sb.tool
+            def one() -> int:
+                return 1
+            await sb.execute("x = 1")
+            pid = (await sb.info())["pid"]
+            await sb.restart()
+            assert (await sb.info())["pid"] != pid
+            assert await sb.execute("'x' in globals(), one()") == (False, 1)
+            sb.set_limits(timeout=0.3)
+            with pytest.raises(nsbox.TimeLimitExceeded):
+                await sb.execute("while True: pass")
+            sb.set_limits(memory="300M", timeout=30)
+            assert await sb.execute("one() + 1") == 2          # restarted lazily, tools kept
+    arun(main())
+
+
+def test_tool_registered_while_an_exec_runs(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            task = asyncio.ensure_future(sb.execute("import time; time.sleep(0.5); 1"))
+            await asyncio.sleep(0.2)
+            sb.register_function("late", lambda: "here")
+            assert await task == 1
+            assert await sb.execute("late()") == "here"
+    arun(main())
+
+
+def test_async_keyboard_interrupt_in_a_tool(aio):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            @sb.tool
+            def interrupt() -> None:
+                raise KeyboardInterrupt
+            with pytest.raises(KeyboardInterrupt):
+                await sb.execute("interrupt()")
+            assert await sb.execute("1") == 1
+    arun(main())
+
+
+def test_async_on_warning_runs_on_the_loop(aio, tmp_path):
+    pol = tmp_path / "nocg.policy"
+    pol.write_text("[Limits]\nCgroups=off\nPids=50\nMemory=infinity\n")
+    seen = []
+
+    async def main():
+        async with nsbox.AsyncSandbox(policy=str(pol), on_warning=lambda m: seen.append(
+                (m, threading.get_ident()))) as sb:
+            assert await sb.execute("1") == 1
+        return threading.get_ident()
+    me = arun(main())
+    assert seen and all(t == me for _, t in seen)
+
+
+def test_sigint_cancels_an_async_exec(aio, tmp_path):
+    """Ctrl-C under asyncio.run cancels the main task, hence the exec."""
+    script = tmp_path / "aint.py"
+    script.write_text(textwrap.dedent("""\
+        import asyncio, os, signal, sys, time
+        import nsbox
+
+        async def main():
+            async with nsbox.AsyncSandbox(timeout=60) as sb:
+                await sb.execute("x = 1")
+                asyncio.get_running_loop().call_later(0.5, os.kill, os.getpid(), signal.SIGINT)
+                await sb.execute("while True: pass")
+
+        t = time.monotonic()
+        try:
+            asyncio.run(main())
+        except KeyboardInterrupt:
+            print("KeyboardInterrupt", round(time.monotonic() - t) < 20)
+        """))
+    out = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=PYDIR),
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout == "KeyboardInterrupt True\n", out.stderr
+
+
+# ---- the sync Sandbox: async tools, Ctrl-C -------------------------------
+
+def test_sync_sandbox_runs_async_tools(sb):
+    calls = []
+
+    @sb.tool
+    async def add(a: int, b: int) -> int:
+        "Add, asynchronously."
+        await asyncio.sleep(0.01)
+        calls.append(threading.get_ident())
+        return a + b
+
+    @sb.tool
+    async def fail() -> None:
+        raise ValueError("nope")
+
+    assert "def add(a: int, b: int) -> int:" in sb.describe_tools()
+    assert sb.execute("add(2, 3)") == 5
+    assert calls == [threading.get_ident()]                   # asyncio.run on this thread
+    with pytest.raises(nsbox.SandboxedToolError) as ei:
+        sb.execute("fail()")
+    assert ei.value.message == "ValueError: nope"
+
+    # From inside a running event loop: asyncio.run in a worker thread.
+    async def inside():
+        return sb.execute("add(4, 5)")
+    assert asyncio.run(inside()) == 9
+    assert len(calls) == 2 and calls[1] != threading.get_ident()
+
+
+_SIGINT_SCRIPT = """\
+import os, signal, sys, threading, time
+import nsbox
+
+with nsbox.Sandbox(timeout=60) as sb:
+    sb.execute("x = 41")
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t = time.monotonic()
+    try:
+        print("value", sb.execute(%r), flush=True)
+    except KeyboardInterrupt:
+        print("KeyboardInterrupt", time.monotonic() - t < 20, flush=True)
+    print("after", sb.execute("x + 1"), flush=True)
+"""
+
+
+def _run_script(tmp_path, code, **kw):
+    script = tmp_path / "sigint.py"
+    script.write_text(_SIGINT_SCRIPT % code)
+    return subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=PYDIR),
+                          capture_output=True, text=True, timeout=60, **kw)
+
+
+def test_ctrl_c_interrupts_a_blocking_execute(libnsbox, tmp_path):
+    out = _run_script(tmp_path, "while True: pass")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "KeyboardInterrupt True\nafter 42\n", out.stderr
+
+
+def test_ctrl_c_ignored_does_not_hang(libnsbox, tmp_path):
+    """Started with SIGINT ignored: the exec runs to its end, undisturbed."""
+    out = _run_script(tmp_path, "import time\ntime.sleep(1.5)\n'slept'",
+                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "value slept\nafter 42\n", out.stderr

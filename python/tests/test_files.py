@@ -1,0 +1,203 @@
+"""Session file operations: write_file, read_file, list_files, make_dir,
+upload_dir, download_dir (nsbox-protocol(7), FILES).
+
+The security claim under test: the file work is done inside the sandbox, so
+whatever the sandbox plants (symlinks, fifos, names swapped under the
+call) changes only its own view, and download_dir writes on the host only
+beneath the directory it was given."""
+
+import errno
+import hashlib
+import os
+import time
+
+import pytest
+
+import nsbox
+from nsbox._files import SandboxFileError
+
+
+def test_write_read_list_round_trip(sb):
+    sb.write_file("/tmp/a.txt", "héllo")
+    assert sb.read_file("/tmp/a.txt") == "héllo".encode()
+    assert sb.execute("open('/tmp/a.txt', encoding='utf-8').read()") == "héllo"
+    sb.write_file("/tmp/e", b"")
+    assert sb.read_file("/tmp/e") == b""
+    sb.make_dir("/tmp/d/e/f")
+    sb.execute("import os; os.symlink('/etc/passwd', '/tmp/link'); os.mkfifo('/tmp/fifo')")
+    ents = {e["name"]: e for e in sb.list_files("/tmp")}
+    assert ents["a.txt"] == {"name": "a.txt", "type": "file", "size": 6}
+    assert ents["d"]["type"] == "dir"
+    assert ents["link"]["type"] == "symlink"
+    assert ents["fifo"]["type"] == "fifo"
+
+
+def test_large_file_crosses_chunks(sb):
+    data = os.urandom(9 << 20)
+    sb.write_file("/tmp/big", data, mode=0o600)
+    assert sb.execute("import os; oct(os.stat('/tmp/big').st_mode & 0o777)") == "0o600"
+    assert hashlib.sha256(sb.read_file("/tmp/big")).digest() == hashlib.sha256(data).digest()
+
+
+@pytest.mark.parametrize("path,code", [("/nope", errno.ENOENT), ("/tmp", errno.EISDIR),
+                                       ("/tmp/fifo", errno.EINVAL), ("/dev/null", errno.EINVAL)])
+def test_read_errors(sb, path, code):
+    sb.execute("import os; os.mkfifo('/tmp/fifo')")
+    t0 = time.monotonic()
+    with pytest.raises(SandboxFileError) as ei:
+        sb.read_file(path)
+    assert ei.value.errno == code, ei.value
+    assert isinstance(ei.value, OSError)
+    assert time.monotonic() - t0 < 10  # a fifo does not hang the runner
+    assert sb.execute("1 + 1") == 2
+
+
+def test_write_errors_and_caps(sb):
+    sb.execute("import os; os.mkfifo('/tmp/fifo')")
+    with pytest.raises(SandboxFileError) as ei:
+        sb.write_file("/tmp/fifo", b"x")
+    assert ei.value.errno == errno.EINVAL
+    with pytest.raises(SandboxFileError) as ei:
+        sb.write_file("/tmp", b"x")
+    assert ei.value.errno == errno.EISDIR
+    with pytest.raises(SandboxFileError) as ei:
+        sb.write_file("/nodir/x", b"x")
+    assert ei.value.errno == errno.ENOENT
+    sb.write_file("/tmp/f", b"x" * 5000)
+    with pytest.raises(SandboxFileError) as ei:
+        sb.read_file("/tmp/f", max_bytes=4999)
+    assert ei.value.errno == errno.EFBIG
+    assert len(sb.read_file("/tmp/f", max_bytes=5000)) == 5000
+    with pytest.raises(SandboxFileError) as ei:
+        sb.write_file("/tmp/huge", bytes((64 << 20) + 1))
+    assert ei.value.errno == errno.EFBIG
+    with pytest.raises(SandboxFileError) as ei:
+        sb.list_files("/tmp/f")
+    assert ei.value.errno == errno.ENOTDIR
+
+
+def test_works_without_workspace_and_with_one(libnsbox, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with nsbox.Sandbox(workspace=str(ws), timeout=30) as sb:
+        sb.write_file("/workspace/w.txt", "from host")
+        assert (ws / "w.txt").read_text() == "from host"
+        (ws / "h.txt").write_text("host file")
+        assert sb.read_file("/workspace/h.txt") == b"host file"
+
+
+SWAPPER = r"""
+import os, threading
+stop = False
+def swap(name, targets):
+    i = 0
+    while not stop:
+        t = targets[i % len(targets)]
+        tmp = name + ".new"
+        try:
+            if t is None:
+                with open(tmp, 'w') as f:
+                    f.write('inside')
+            else:
+                os.symlink(t, tmp)
+            os.rename(tmp, name)
+        except OSError:
+            pass
+        i += 1
+th = threading.Thread(target=swap, args=(NAME, TARGETS), daemon=True)
+th.start()
+"""
+
+
+def test_racing_symlink_swaps_stay_inside(libnsbox, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    canary = tmp_path / "canary"
+    canary.write_text("host secret")
+    before = canary.stat()
+    host_passwd = open("/etc/passwd", "rb").read()
+    targets = [None, "/etc/passwd", str(canary), "../canary", "/proc/self/fd/3"]
+    with nsbox.Sandbox(workspace=str(ws), timeout=60) as sb:
+        sb.execute(SWAPPER.replace("NAME", repr("/workspace/x")).replace("TARGETS", repr(targets)))
+        seen = set()
+        deadline = time.monotonic() + 4
+        n = 0
+        while time.monotonic() < deadline:
+            n += 1
+            try:
+                data = sb.read_file("/workspace/x")
+                seen.add(data[:20])
+                assert b"host secret" not in data
+            except SandboxFileError as e:
+                seen.add(e.errno)
+            try:
+                sb.write_file("/workspace/x", b"written by host call %d" % n)
+            except SandboxFileError as e:
+                seen.add(e.errno)
+        sb.execute("stop = True; th.join()")
+        assert sb.execute("1 + 1") == 2  # the protocol socket was never written to
+        # download_dir while names keep changing.
+        sb.execute("stop = False; th = threading.Thread(target=swap, args=('/workspace/x', %r), daemon=True); "
+                   "th.start()" % (targets,))
+        out = tmp_path / "out"
+        for _ in range(20):
+            if out.exists():
+                for p in sorted(out.rglob("*"), reverse=True):
+                    p.unlink() if not p.is_dir() else p.rmdir()
+            sb.download_dir("/workspace", out)
+            for p in out.rglob("*"):
+                assert not p.is_symlink()
+                assert os.path.realpath(p).startswith(str(out) + "/")
+        sb.execute("stop = True; th.join()")
+    assert canary.read_text() == "host secret"
+    assert canary.stat().st_mtime_ns == before.st_mtime_ns
+    assert open("/etc/passwd", "rb").read() == host_passwd
+    assert sorted(os.listdir(tmp_path)) == ["canary", "out", "ws"]
+    assert n > 20, "too few round trips to have raced: %d" % n
+
+
+def test_upload_and_download_dir(sb, tmp_path):
+    src = tmp_path / "src"
+    (src / "sub" / "deep").mkdir(parents=True)
+    (src / "a.csv").write_text("x,y\n1,2\n")
+    (src / "sub" / "b.bin").write_bytes(os.urandom(70000))
+    (src / "sub" / "deep" / "c").write_text("c")
+    os.symlink("/etc/passwd", src / "link")  # not followed, not copied
+    assert sb.upload_dir(src, "/tmp/up") == 3
+    assert sb.execute("import os; sorted(os.listdir('/tmp/up'))") == ["a.csv", "sub"]
+    sb.execute("import os; os.symlink('/etc/shadow', '/tmp/up/evil'); os.mkfifo('/tmp/up/sub/ff')")
+    dst = tmp_path / "dst"
+    assert sb.download_dir("/tmp/up", dst) == 3
+    assert (dst / "a.csv").read_text() == "x,y\n1,2\n"
+    assert (dst / "sub" / "b.bin").read_bytes() == (src / "sub" / "b.bin").read_bytes()
+    assert (dst / "sub" / "deep" / "c").read_text() == "c"
+    assert not os.path.lexists(dst / "evil") and not os.path.lexists(dst / "sub" / "ff")
+    with pytest.raises(FileExistsError):  # never overwrites on the host
+        sb.download_dir("/tmp/up", dst)
+
+
+def test_download_rejects_hostile_names(sb, tmp_path, monkeypatch):
+    """A runner that lies in its listing (names with '/', '..', NUL) gets
+    nothing written outside the target."""
+    sb.make_dir("/tmp/h")
+    sb.write_file("/tmp/h/ok", b"ok")
+    real = sb.list_files
+
+    def lying(path):
+        ents = real(path)
+        return ents + [{"name": n, "type": "file", "size": 2} for n in
+                       ("../escape", "a/../../escape", "/tmp/abs", "..", ".", "", "x\0y")] + \
+            [{"name": "..", "type": "dir", "size": 0}, {"name": "bad", "name_hex": "ff", "type": "file",
+                                                         "size": 1}]
+    monkeypatch.setattr(sb, "list_files", lying)
+    dst = tmp_path / "t" / "dst"
+    assert sb.download_dir("/tmp/h", dst) == 1
+    assert os.listdir(dst) == ["ok"]
+    assert sorted(os.listdir(tmp_path)) == ["t"] and os.listdir(tmp_path / "t") == ["dst"]
+
+
+def test_bad_arguments(sb):
+    with pytest.raises(ValueError):
+        sb.write_file("", b"x")
+    with pytest.raises(ValueError):
+        sb.read_file("a\0b")

@@ -1,0 +1,1331 @@
+/* nsboxd's event loop.  One thread multiplexes the listening socket, every
+ * client connection, every sandbox's pidfd and a signalfd with epoll
+ * (STYLE 6c).  Clients speak the service protocol (proto/svc.h,
+ * nsbox-protocol(7)) over SOCK_SEQPACKET: each read is one bounded packet,
+ * each reply one packet; a reply that would block is queued on its
+ * connection (bounded), and a connection with queued replies is not read
+ * until they are gone, so a client that stops reading only stops itself.
+ *
+ * Sandboxes come from libnsbox (include/nsbox.h) and are handed over
+ * (nsbox_session_handoff): the client gets the runner socket and speaks to
+ * its sandbox directly; the service keeps the lifecycle.  A warm pool of
+ * ready sandboxes per profile is refilled when the loop is idle. */
+#include "daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <dirent.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <systemd/sd-daemon.h>
+
+#include "cleanup.h"
+#include "deputy.h"
+#include "nsbox.h"
+#include "svc.h"
+
+#define MAX_OUT 64		/* queued replies per connection before it is dropped */
+#define MAX_BATCH 16		/* requests read from one connection per wake-up */
+#define MAX_GROUPS 64
+
+enum ev_kind { EV_LISTEN = 1, EV_SIGNAL, EV_CONN, EV_SESS };
+
+struct conn;
+
+struct sess {
+	enum ev_kind kind;	/* EV_SESS: epoll data points here */
+	struct sess *next;	/* in its connection's list */
+	struct conn *conn;
+	char handle[SVC_HANDLE_LEN + 1];
+	nsbox_session_t *s;
+	int pidfd;		/* -1 once ended */
+	unsigned host_uid;	/* what the sandbox's user maps to on the host */
+	bool uid_owned;		/* host_uid came from uid_alloc: free it on reap */
+	uint64_t memory;	/* limits charged to the owner's uid */
+	double cpus;
+	bool ended;
+	struct svc_status st;
+};
+
+struct pooled {
+	struct pooled *next;
+	nsbox_session_t *s;
+	unsigned host_uid;
+	int profile;
+};
+
+struct outmsg {
+	struct outmsg *next;
+	char *buf;
+	size_t len;
+	int fds[2];
+	int n_fds;
+};
+
+struct conn {
+	enum ev_kind kind;	/* EV_CONN */
+	struct conn *next, *prev;
+	int fd;
+	uid_t uid;
+	gid_t gid;
+	pid_t pid;
+	gid_t groups[MAX_GROUPS];
+	size_t n_groups;
+	bool hello;
+	bool reading;		/* EPOLLIN armed */
+	struct sess *sessions;
+	struct outmsg *out, *out_tail;
+	unsigned n_out;
+};
+
+static struct {
+	const struct daemon_opts *o;
+	struct conf conf;
+	int ep;
+	struct { enum ev_kind kind; int fd; } listen, sig;
+	bool activated;		/* sd_listen_fds */
+	bool stopping;
+	struct conn *conns;
+	unsigned n_conns;
+	unsigned n_sessions;
+	struct pooled *pool;
+	unsigned pool_n[CONF_MAX_PROFILES];
+	unsigned char *uid_used;	/* bitmap over conf.uid_count: a live session's */
+	unsigned char *uid_foreign;	/* same: owned by a process or named in passwd/group at start */
+	bool host_uids;		/* per-session host uids in use */
+	unsigned long long idle_since;
+	unsigned long long opened, pool_hits;
+	unsigned long long freed;	/* sessions and connections freed: events after one may be stale */
+} D;
+
+static unsigned long long mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logmsg(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	fputs("nsboxd: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
+static void notify_status(void)
+{
+	unsigned pooled = 0;
+
+	for (int i = 0; i < CONF_MAX_PROFILES; i++)
+		pooled += D.pool_n[i];
+	sd_notifyf(0, "STATUS=%u connections, %u sessions, %u ready in the pool", D.n_conns, D.n_sessions, pooled);
+}
+
+/* ---- host uids ---- */
+
+static bool bit(const unsigned char *map, unsigned k)
+{
+	return map[k / 8] & (1u << (k % 8));
+}
+
+static void mark_foreign(unsigned long id)
+{
+	if (id >= D.conf.uid_first && id - D.conf.uid_first < D.conf.uid_count) {
+		unsigned k = (unsigned)(id - D.conf.uid_first);
+
+		D.uid_foreign[k / 8] |= (unsigned char)(1u << (k % 8));
+	}
+}
+
+/* What HostUidRange must not hand out: uids and gids that name a user or
+ * group, and uids that still own a process (a previous nsboxd killed with
+ * its sandboxes' stragglers, or someone else's use of the range).  Read
+ * once, when the range is applied.  Returns how many were found. */
+static unsigned scan_foreign(void)
+{
+	DIR *d = opendir("/proc");
+	struct dirent *de;
+	struct passwd *pw;
+	struct group *gr;
+	unsigned n = 0;
+
+	setpwent();
+	while ((pw = getpwent()))
+		mark_foreign(pw->pw_uid);
+	endpwent();
+	setgrent();
+	while ((gr = getgrent()))
+		mark_foreign(gr->gr_gid);
+	endgrent();
+	while (d && (de = readdir(d))) {
+		char path[64], line[256];
+		FILE *f;
+
+		if (de->d_name[0] < '0' || de->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%s/status", de->d_name);
+		f = fopen(path, "re");
+		if (!f)
+			continue;
+		/* Real, effective, saved and fs uid; then the gids. */
+		while (fgets(line, sizeof(line), f)) {
+			unsigned long id[4];
+
+			if ((!strncmp(line, "Uid:", 4) || !strncmp(line, "Gid:", 4)) &&
+			    sscanf(line + 4, "%lu %lu %lu %lu", &id[0], &id[1], &id[2], &id[3]) == 4)
+				for (int i = 0; i < 4; i++)
+					mark_foreign(id[i]);
+		}
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	for (unsigned k = 0; k < D.conf.uid_count; k++)
+		n += bit(D.uid_foreign, k);
+	return n;
+}
+
+/* A host uid (and the gid of the same number) of HostUidRange that no live
+ * session holds, or 0: the sandbox's user then maps to ours. */
+static unsigned uid_alloc(void)
+{
+	if (!D.host_uids)
+		return 0;
+	for (unsigned i = 0; i < D.conf.uid_count; i++) {
+		/* Round robin from after the last one handed out: a uid freed
+		 * is the last to be reused. */
+		static unsigned next;
+		unsigned k = (next + i) % D.conf.uid_count;
+
+		if (!bit(D.uid_used, k) && !bit(D.uid_foreign, k)) {
+			D.uid_used[k / 8] |= (unsigned char)(1u << (k % 8));
+			next = k + 1;
+			return D.conf.uid_first + k;
+		}
+	}
+	return 0;
+}
+
+static void uid_free(unsigned uid)
+{
+	unsigned k;
+
+	if (!uid || !D.host_uids || uid < D.conf.uid_first || uid - D.conf.uid_first >= D.conf.uid_count)
+		return;
+	k = uid - D.conf.uid_first;
+	D.uid_used[k / 8] &= (unsigned char)~(1u << (k % 8));
+}
+
+/* ---- sandboxes ---- */
+
+static void drop_error(nsbox_error_t *e)
+{
+	nsbox_error_free(e);
+}
+
+/* A policy for profile with the service's own settings: the host ids its
+ * user maps to (0: ours).  A root-only policy key, and one that OPEN can't
+ * reach: apply_open sets only what the client may choose. */
+static int make_policy(const char *profile, unsigned host_uid, unsigned host_gid, nsbox_policy_t **out, char *errbuf,
+		       size_t errlen)
+{
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
+	char v[32];
+
+	if (nsbox_policy_new(profile, &p, &e) < 0) {
+		snprintf(errbuf, errlen, "policy %s: %s", profile, nsbox_error_message(e));
+		drop_error(e);
+		return -1;
+	}
+	if (host_uid) {
+		snprintf(v, sizeof(v), "%u", host_uid);
+		if (nsbox_policy_set(p, "Sandbox", "HostUid", v, &e) < 0 ||
+		    (snprintf(v, sizeof(v), "%u", host_gid), nsbox_policy_set(p, "Sandbox", "HostGid", v, &e) < 0)) {
+			snprintf(errbuf, errlen, "HostUid, HostGid: %s", nsbox_error_message(e));
+			drop_error(e);
+			nsbox_policy_free(p);
+			return -1;
+		}
+	}
+	*out = p;
+	return 0;
+}
+
+static int new_session(nsbox_policy_t *p, bool cold, uint64_t output_limit, nsbox_session_t **out, char *errbuf,
+		       size_t errlen)
+{
+	struct nsbox_session_opts so = { .struct_size = sizeof(so), .no_spare = true, .cold = cold,
+					 .output_limit = output_limit };
+	nsbox_error_t *e = NULL;
+	int r = nsbox_session_new(p, &so, out, &e);
+
+	if (r < 0) {
+		snprintf(errbuf, errlen, "%s", nsbox_error_message(e));
+		drop_error(e);
+	}
+	return r;
+}
+
+static void pool_drop_all(void)
+{
+	while (D.pool) {
+		struct pooled *p = D.pool;
+
+		D.pool = p->next;
+		D.pool_n[p->profile]--;
+		nsbox_session_free(p->s);
+		uid_free(p->host_uid);
+		free(p);
+	}
+}
+
+/* Make one pooled sandbox if a profile is short.  Returns true if it did
+ * (or tried): the caller comes back when idle again. */
+static bool pool_refill_one(void)
+{
+	for (int i = 0; i < CONF_MAX_PROFILES; i++) {
+		struct pooled *p;
+		nsbox_policy_t *pol;
+		char eb[512];
+
+		if (!D.conf.pool_profile[i] || D.pool_n[i] >= D.conf.pool_size || D.stopping)
+			continue;
+		if (D.n_sessions + D.pool_n[i] >= D.conf.max_sessions)
+			return false;
+		p = calloc(1, sizeof(*p));
+		if (!p)
+			return false;
+		p->profile = i;
+		p->host_uid = uid_alloc();
+		if (D.host_uids && !p->host_uid) {
+			free(p);
+			return false;
+		}
+		if (make_policy(conf_profiles[i], p->host_uid, p->host_uid, &pol, eb, sizeof(eb)) < 0 ||
+		    (new_session(pol, false, 0, &p->s, eb, sizeof(eb)) < 0 && (nsbox_policy_free(pol), pol = NULL, 1))) {
+			static unsigned long long last;
+
+			/* Said once a minute at most: the host may be unable to
+			 * make sandboxes at all (then every OPEN says why). */
+			if (mono_ns() - last > 60000000000ull || !last)
+				logmsg("pool (%s): %s", conf_profiles[i], eb);
+			last = mono_ns();
+			uid_free(p->host_uid);
+			free(p);
+			D.conf.pool_profile[i] = false;	/* until the next reload */
+			return true;
+		}
+		nsbox_policy_free(pol);
+		p->next = D.pool;
+		D.pool = p;
+		D.pool_n[i]++;
+		return true;
+	}
+	return false;
+}
+
+static struct pooled *pool_take(int profile)
+{
+	for (struct pooled **pp = &D.pool; *pp; pp = &(*pp)->next) {
+		struct pooled *p = *pp;
+		struct nsbox_session_info info = { .struct_size = sizeof(info) };
+
+		if (p->profile != profile)
+			continue;
+		*pp = p->next;
+		D.pool_n[profile]--;
+		/* A pooled sandbox that died meanwhile is not handed out. */
+		if (nsbox_session_info(p->s, &info, NULL) < 0 || !info.alive) {
+			nsbox_session_free(p->s);
+			uid_free(p->host_uid);
+			free(p);
+			return pool_take(profile);
+		}
+		return p;
+	}
+	return NULL;
+}
+
+/* ---- replies ---- */
+
+static void conn_close(struct conn *c);
+
+static void out_free(struct outmsg *m)
+{
+	for (int i = 0; i < m->n_fds; i++)
+		close(m->fds[i]);
+	free(m->buf);
+	free(m);
+}
+
+static void conn_rearm(struct conn *c)
+{
+	struct epoll_event ev = { .data.ptr = c };
+	bool read = c->n_out == 0;
+
+	ev.events = (read ? EPOLLIN : 0) | (c->n_out ? EPOLLOUT : 0);
+	c->reading = read;
+	epoll_ctl(D.ep, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* Send what is queued; 0 when all went or the socket is full, -1 when
+ * the connection is dead. */
+static int conn_flush(struct conn *c)
+{
+	while (c->out) {
+		struct outmsg *m = c->out;
+		struct iovec iov = { m->buf, m->len };
+		union {
+			char buf[CMSG_SPACE(2 * sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+		ssize_t n;
+
+		if (m->n_fds) {
+			struct cmsghdr *cm;
+
+			memset(&u, 0, sizeof(u));
+			mh.msg_control = u.buf;
+			mh.msg_controllen = CMSG_SPACE((size_t)m->n_fds * sizeof(int));
+			cm = CMSG_FIRSTHDR(&mh);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN((size_t)m->n_fds * sizeof(int));
+			memcpy(CMSG_DATA(cm), m->fds, (size_t)m->n_fds * sizeof(int));
+		}
+		n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return 0;
+			return -1;
+		}
+		c->out = m->next;
+		if (!c->out)
+			c->out_tail = NULL;
+		c->n_out--;
+		out_free(m);
+	}
+	return 0;
+}
+
+/* Queue a reply (fds are the caller's, owned by the queue from here: closed
+ * once sent) and try to send it.  Returns -1 when the connection had to be
+ * closed (too many replies queued, or dead): c is then freed. */
+static int reply_fds(struct conn *c, uint16_t type, uint32_t id, json_t *msg, const int *fds, int n_fds)
+{
+	struct outmsg *m = calloc(1, sizeof(*m));
+	struct nsbox_err e = { 0 };
+	bool was_empty = c->n_out == 0;
+
+	if (m)
+		for (int i = 0; i < n_fds; i++)
+			m->fds[m->n_fds++] = fds[i];
+	if (!m || !msg || svc_encode(type, id, msg, &m->buf, &m->len, &e) < 0) {
+		if (m)
+			out_free(m);
+		else
+			for (int i = 0; i < n_fds; i++)
+				close(fds[i]);
+		json_decref(msg);
+		logmsg("uid %u: cannot encode %s: %s", (unsigned)c->uid, svc_type_name(type), e.msg);
+		conn_close(c);
+		return -1;
+	}
+	json_decref(msg);
+	if (c->n_out >= MAX_OUT) {
+		out_free(m);
+		logmsg("uid %u pid %d: does not read its replies; closing", (unsigned)c->uid, (int)c->pid);
+		conn_close(c);
+		return -1;
+	}
+	if (c->out_tail)
+		c->out_tail->next = m;
+	else
+		c->out = m;
+	c->out_tail = m;
+	c->n_out++;
+	if (conn_flush(c) < 0) {
+		conn_close(c);
+		return -1;
+	}
+	if (was_empty != (c->n_out == 0) || (c->n_out && c->reading))
+		conn_rearm(c);
+	return 0;
+}
+
+static int reply(struct conn *c, uint16_t type, uint32_t id, json_t *msg)
+{
+	return reply_fds(c, type, id, msg, NULL, 0);
+}
+
+static const char *errno_name(int e)
+{
+	switch (e) {
+	case EACCES: return "EACCES";
+	case EPERM: return "EPERM";
+	case EINVAL: return "EINVAL";
+	case ENOENT: return "ENOENT";
+	case EDQUOT: return "EDQUOT";
+	case EAGAIN: return "EAGAIN";
+	case EPROTO: return "EPROTO";
+	case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
+	case ENOMEM: return "ENOMEM";
+	case EIO: return "EIO";
+	case EBUSY: return "EBUSY";
+	case ESHUTDOWN: return "ESHUTDOWN";
+	default: return "EIO";
+	}
+}
+
+static int reply_error(struct conn *c, uint32_t id, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static int reply_error(struct conn *c, uint32_t id, int code, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	return reply(c, SVC_ERROR, id, json_pack("{s:i,s:s,s:s}", "errno", code, "error", errno_name(code), "message", buf));
+}
+
+/* ---- sessions ---- */
+
+static void sess_end(struct sess *x, bool kill)
+{
+	struct nsbox_run_status rs = { .struct_size = sizeof(rs) };
+
+	if (x->ended)
+		return;
+	if (x->pidfd >= 0) {
+		epoll_ctl(D.ep, EPOLL_CTL_DEL, x->pidfd, NULL);
+		close(x->pidfd);
+		x->pidfd = -1;
+	}
+	nsbox_session_end(x->s, kill, &rs, NULL);
+	x->ended = true;
+	x->st.exited = rs.exited;
+	x->st.exit_code = rs.exit_status;
+	x->st.term_signal = rs.term_signal;
+	x->st.oom_killed = rs.oom_killed;
+	x->st.peak_memory = rs.peak_memory;
+	x->st.killed = kill;
+	if (x->uid_owned)
+		uid_free(x->host_uid);
+	x->uid_owned = false;
+}
+
+static void sess_free(struct sess *x)
+{
+	sess_end(x, true);
+	nsbox_session_free(x->s);
+	D.n_sessions--;
+	D.freed++;
+	free(x);
+}
+
+/* The host uid the sandbox's user maps to (HostUid=0 is ours). */
+static json_int_t sess_host_uid(const struct sess *x)
+{
+	return (json_int_t)(x->host_uid ? x->host_uid : (unsigned)geteuid());
+}
+
+static struct sess *sess_find(struct conn *c, const json_t *m, struct sess ***link)
+{
+	const char *h = json_string_value(json_object_get(m, "handle"));
+
+	if (!svc_handle_valid(h))
+		return NULL;
+	for (struct sess **pp = &c->sessions; *pp; pp = &(*pp)->next)
+		if (!strcmp((*pp)->handle, h)) {
+			if (link)
+				*link = pp;
+			return *pp;
+		}
+	return NULL;
+}
+
+/* What uid has in use across all its connections. */
+static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus)
+{
+	*n = 0;
+	*mem = 0;
+	*cpus = 0;
+	for (struct conn *c = D.conns; c; c = c->next) {
+		if (c->uid != uid)
+			continue;
+		for (struct sess *x = c->sessions; x; x = x->next) {
+			if (x->ended)
+				continue;
+			(*n)++;
+			*mem += x->memory;
+			*cpus += x->cpus;
+		}
+	}
+}
+
+static int apply_open(nsbox_policy_t *p, const struct svc_open *o, const int *fds, char *eb, size_t el)
+{
+	nsbox_error_t *e = NULL;
+	int r = 0;
+	char path[64];
+
+	if (o->memory)
+		r = nsbox_policy_set_memory(p, o->memory, &e);
+	if (!r && o->pids)
+		r = nsbox_policy_set_pids(p, o->pids, &e);
+	if (!r && o->cpus > 0)
+		r = nsbox_policy_set_cpus(p, o->cpus, &e);
+	if (!r && o->tmp_size)
+		r = nsbox_policy_set_tmp_size(p, o->tmp_size, &e);
+	if (!r && o->file_size)
+		r = nsbox_policy_set_file_size(p, o->file_size, &e);
+	if (!r && o->open_files)
+		r = nsbox_policy_set_open_files(p, o->open_files, &e);
+	if (!r && o->share_net)
+		r = nsbox_policy_set_share_net(p, true, &e);
+	if (!r && o->dist_packages)
+		r = nsbox_policy_set(p, "Python", "DistPackages", "yes", &e);
+	/* The sandbox's pid 1 opens these before it leaves the host's mount
+	 * namespace: the very objects the client opened, whatever their
+	 * paths have become since. */
+	if (!r && o->workspace_fd >= 0) {
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)getpid(), fds[o->workspace_fd]);
+		r = nsbox_policy_set_workspace(p, path, &e);
+	}
+	for (size_t i = 0; !r && i < o->n_binds; i++) {
+		snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)getpid(), fds[o->binds[i].fd]);
+		r = nsbox_policy_add_bind(p, path, o->binds[i].dst, o->binds[i].writable, &e);
+	}
+	for (size_t i = 0; !r && i < o->n_env; i++) {
+		char name[256];
+		const char *eq = strchr(o->env[i], '=');
+
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - o->env[i]), o->env[i]);
+		r = nsbox_policy_setenv(p, name, eq + 1, &e);
+	}
+	if (r < 0)
+		snprintf(eb, el, "%s", nsbox_error_message(e));
+	drop_error(e);
+	return r;
+}
+
+static bool poolable(const struct svc_open *o)
+{
+	return !o->memory && !o->pids && !o->tmp_size && !o->file_size && !o->open_files && !(o->cpus > 0) &&
+	       !o->share_net && !o->dist_packages && o->workspace_fd < 0 && !o->n_binds && !o->n_env &&
+	       !o->output_limit && !o->cold;
+}
+
+static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, size_t n_fds)
+{
+	const struct conf_rule *rule = conf_rule_for(&D.conf, c->uid, c->gid, c->groups, c->n_groups);
+	struct svc_open o;
+	struct nsbox_err e = { 0 };
+	struct sess *x = NULL;
+	struct pooled *pooled = NULL;
+	struct nsbox_session_info info = { .struct_size = sizeof(info) };
+	nsbox_error_t *ne = NULL;
+	nsbox_policy_t *pol = NULL;
+	unsigned n_live;
+	uint64_t mem;
+	double cpus;
+	int profile, code = 0;
+	char eb[1024] = "";
+	int out_fds[2] = { -1, -1 };
+	char *hello = NULL;
+	json_t *hj;
+	unsigned char rnd[SVC_HANDLE_LEN / 2];
+
+	if (svc_open_parse(m, n_fds, &o, &e) < 0) {
+		reply_error(c, id, EINVAL, "%s", e.msg);
+		return;
+	}
+	profile = conf_profile_index(o.profile);
+	if (profile < 0) {
+		reply_error(c, id, EINVAL, "OPEN: unknown profile '%.64s' (default, strict, permissive)", o.profile);
+		return;
+	}
+	/* Who may do what: nsboxd.conf(5). */
+	if (!rule->profiles[profile])
+		code = EACCES, snprintf(eb, sizeof(eb), "profile %s is not allowed for uid %u ([%s])", o.profile,
+					(unsigned)c->uid, rule->section);
+	else if (o.share_net && !rule->share_net)
+		code = EACCES, snprintf(eb, sizeof(eb), "share_net is not allowed for uid %u ([%s] AllowShareNet=no)",
+					(unsigned)c->uid, rule->section);
+	else if (o.n_binds && !rule->binds)
+		code = EACCES, snprintf(eb, sizeof(eb), "binds are not allowed for uid %u ([%s] AllowBinds=no)",
+					(unsigned)c->uid, rule->section);
+	else if (o.workspace_fd >= 0 && !rule->workspace)
+		code = EACCES, snprintf(eb, sizeof(eb), "a workspace is not allowed for uid %u ([%s] AllowWorkspace=no)",
+					(unsigned)c->uid, rule->section);
+	if (code) {
+		reply_error(c, id, code, "%s", eb);
+		return;
+	}
+	uid_usage(c->uid, &n_live, &mem, &cpus);
+	if (n_live >= rule->max_sessions) {
+		reply_error(c, id, EDQUOT, "uid %u has %u live sessions, the most [%s] MaxSessions allows",
+			    (unsigned)c->uid, n_live, rule->section);
+		return;
+	}
+	if (D.n_sessions >= D.conf.max_sessions) {
+		reply_error(c, id, EAGAIN, "the service has %u sessions, its MaxSessions", D.n_sessions);
+		return;
+	}
+	/* No confused deputy: every host object arrives as the client's own
+	 * descriptor and is checked with the client's credentials. */
+	if (o.workspace_fd >= 0 &&
+	    (code = deputy_check(fds[o.workspace_fd], true, c->uid, c->gid, c->groups, c->n_groups, eb, sizeof(eb)))) {
+		reply_error(c, id, code, "workspace refused: %s", eb);
+		return;
+	}
+	for (size_t i = 0; i < o.n_binds; i++)
+		if ((code = deputy_check(fds[o.binds[i].fd], o.binds[i].writable, c->uid, c->gid, c->groups,
+					 c->n_groups, eb, sizeof(eb)))) {
+			reply_error(c, id, code, "bind %s refused: %s", o.binds[i].dst, eb);
+			return;
+		}
+
+	x = calloc(1, sizeof(*x));
+	if (!x) {
+		reply_error(c, id, ENOMEM, "out of memory");
+		return;
+	}
+	x->kind = EV_SESS;
+	x->pidfd = -1;
+	x->conn = c;
+	if (poolable(&o) && (pooled = pool_take(profile))) {
+		x->s = pooled->s;
+		x->host_uid = pooled->host_uid;
+		x->uid_owned = pooled->host_uid != 0;
+		free(pooled);
+		D.pool_hits++;
+	} else {
+		unsigned host_gid;
+
+		/* Files the sandbox writes in a workspace or a writable bind
+		 * belong to whoever its user maps to, and a picked uid could
+		 * read none of the client's: such a session maps to the
+		 * client's own uid and primary gid (nsboxd(8), HOST UIDS). */
+		if (D.host_uids && (o.workspace_fd >= 0 || o.n_binds)) {
+			x->host_uid = (unsigned)c->uid;
+			host_gid = (unsigned)c->gid;
+		} else {
+			x->host_uid = uid_alloc();
+			x->uid_owned = x->host_uid != 0;
+			host_gid = x->host_uid;
+			if (D.host_uids && !x->host_uid) {
+				free(x);
+				reply_error(c, id, EAGAIN, "every host uid of HostUidRange is in use");
+				return;
+			}
+		}
+		if (make_policy(o.profile, x->host_uid, host_gid, &pol, eb, sizeof(eb)) < 0 ||
+		    apply_open(pol, &o, fds, eb, sizeof(eb)) < 0) {
+			nsbox_policy_free(pol);
+			if (x->uid_owned)
+				uid_free(x->host_uid);
+			free(x);
+			reply_error(c, id, EINVAL, "%s", eb);
+			return;
+		}
+		if (new_session(pol, o.cold, o.output_limit, &x->s, eb, sizeof(eb)) < 0) {
+			nsbox_policy_free(pol);
+			if (x->uid_owned)
+				uid_free(x->host_uid);
+			free(x);
+			reply_error(c, id, EIO, "%s", eb);
+			return;
+		}
+		nsbox_policy_free(pol);
+	}
+	D.n_sessions++;
+	if (nsbox_session_info(x->s, &info, NULL) == 0) {
+		x->memory = info.memory_limit;
+		x->cpus = info.cpus_limit;
+	}
+	code = 0;
+	if (rule->max_memory && (!x->memory || mem + x->memory > rule->max_memory))
+		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
+					x->memory ? "memory" : "no memory limit", (unsigned)c->uid,
+					(unsigned long long)(mem + x->memory), rule->section,
+					(unsigned long long)rule->max_memory);
+	else if (rule->max_cpus > 0 && (!(x->cpus > 0) || cpus + x->cpus > rule->max_cpus + 1e-9))
+		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %g CPUs, [%s] MaxCPUs is %g",
+					x->cpus > 0 ? "CPUs" : "no CPU limit", (unsigned)c->uid, cpus + x->cpus,
+					rule->section, rule->max_cpus);
+	if (!code && nsbox_session_handoff(x->s, &out_fds[0], &out_fds[1], &hello, &ne) < 0)
+		code = EIO, snprintf(eb, sizeof(eb), "%s", nsbox_error_message(ne));
+	drop_error(ne);
+	if (code) {
+		sess_free(x);
+		reply_error(c, id, code, "%s", eb);
+		return;
+	}
+	x->pidfd = fcntl(out_fds[1], F_DUPFD_CLOEXEC, 3);
+	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd) || x->pidfd < 0) {
+		close(out_fds[0]);
+		close(out_fds[1]);
+		free(hello);
+		sess_free(x);
+		reply_error(c, id, EIO, "getrandom or dup failed");
+		return;
+	}
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		snprintf(x->handle + 2 * i, 3, "%02x", rnd[i]);
+	{
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = x };
+
+		epoll_ctl(D.ep, EPOLL_CTL_ADD, x->pidfd, &ev);
+	}
+	x->next = c->sessions;
+	c->sessions = x;
+	D.opened++;
+	hj = json_loads(hello, 0, NULL);
+	free(hello);
+	reply_fds(c, SVC_OPENED, id,
+		  json_pack("{s:s,s:i,s:o,s:{s:I,s:I,s:f},s:I,s:b}", "handle", x->handle, "pid", (int)info.pid, "hello",
+			    hj ? hj : json_object(), "limits", "memory", (json_int_t)info.memory_limit, "pids",
+			    (json_int_t)info.pids_limit, "cpus", info.cpus_limit, "host_uid", sess_host_uid(x),
+			    "pooled", pooled != NULL),
+		  out_fds, 2);
+}
+
+static void handle_request(struct conn *c, uint16_t type, uint32_t id, const json_t *m, int *fds, size_t n_fds)
+{
+	struct sess *x, **link = NULL;
+
+	if (type != SVC_OPEN && n_fds) {
+		reply_error(c, id, EINVAL, "%s carries no descriptors", svc_type_name(type));
+		return;
+	}
+	if (!c->hello && type != SVC_HELLO) {
+		reply_error(c, id, EPROTO, "HELLO first");
+		return;
+	}
+	switch (type) {
+	case SVC_HELLO: {
+		const json_t *v = json_object_get(m, "version");
+		const struct conf_rule *r = conf_rule_for(&D.conf, c->uid, c->gid, c->groups, c->n_groups);
+
+		if (!json_is_integer(v) || json_integer_value(v) != SVC_VERSION) {
+			reply_error(c, id, EPROTONOSUPPORT, "protocol version %lld is not supported (this is version %d)",
+				    (long long)json_integer_value(v), SVC_VERSION);
+			return;
+		}
+		c->hello = true;
+		reply(c, SVC_HELLO, id,
+		      json_pack("{s:i,s:s,s:s,s:{s:i,s:I,s:f}}", "version", SVC_VERSION, "server", "nsboxd",
+				"library", nsbox_version(), "limits", "max_sessions", (int)r->max_sessions, "max_memory",
+				(json_int_t)r->max_memory, "max_cpus", r->max_cpus));
+		return;
+	}
+	case SVC_OPEN:
+		handle_open(c, id, m, fds, n_fds);
+		return;
+	case SVC_KILL:
+	case SVC_CLOSE:
+	case SVC_INFO:
+		x = sess_find(c, m, &link);
+		if (!x) {
+			/* Handles are per connection: another connection's handle is
+			 * as unknown here as a made-up one. */
+			reply_error(c, id, ENOENT, "no such session on this connection");
+			return;
+		}
+		if (type == SVC_KILL) {
+			if (!x->ended)
+				nsbox_session_kill(x->s);
+			reply(c, SVC_OK, id, json_object());
+		} else if (type == SVC_CLOSE) {
+			char h[SVC_HANDLE_LEN + 1];
+			json_t *st;
+
+			sess_end(x, true);
+			st = svc_status_json(&x->st);
+			memcpy(h, x->handle, sizeof(h));
+			*link = x->next;
+			sess_free(x);
+			reply(c, SVC_CLOSED, id, json_pack("{s:s,s:o}", "handle", h, "status", st));
+		} else {
+			struct nsbox_session_info info = { .struct_size = sizeof(info) };
+
+			nsbox_session_info(x->s, &info, NULL);
+			reply(c, SVC_INFO, id,
+			      json_pack("{s:s,s:b,s:i,s:I,s:I,s:I}", "handle", x->handle, "alive", !x->ended && info.alive,
+					"pid", (int)info.pid, "memory_current", (json_int_t)info.memory_current,
+					"memory_peak", (json_int_t)(x->ended ? x->st.peak_memory : info.memory_peak),
+					"host_uid", sess_host_uid(x)));
+		}
+		return;
+	default:
+		reply_error(c, id, EPROTO, "%s is not a request", svc_type_name(type));
+		return;
+	}
+}
+
+/* ---- connections ---- */
+
+static void conn_close(struct conn *c)
+{
+	/* Every session the connection opened goes with it. */
+	while (c->sessions) {
+		struct sess *x = c->sessions;
+
+		c->sessions = x->next;
+		sess_free(x);
+	}
+	while (c->out) {
+		struct outmsg *m = c->out;
+
+		c->out = m->next;
+		out_free(m);
+	}
+	epoll_ctl(D.ep, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		D.conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	D.n_conns--;
+	D.freed++;
+	if (!D.n_conns)
+		D.idle_since = mono_ns();
+	free(c);
+	notify_status();
+}
+
+/* Read up to MAX_BATCH requests.  Returns -1 when c was closed. */
+static int conn_read(struct conn *c)
+{
+	static char buf[SVC_MAX_MSG];
+
+	for (int k = 0; k < MAX_BATCH && c->reading; k++) {
+		union {
+			char b[CMSG_SPACE(SVC_MAX_FDS * sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct iovec iov = { buf, sizeof(buf) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+		int fds[SVC_MAX_FDS];
+		size_t n_fds = 0;
+		struct nsbox_err e = { 0 };
+		uint16_t type;
+		uint32_t id;
+		json_t *m;
+		ssize_t n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		if (n <= 0) {
+			conn_close(c);
+			return -1;
+		}
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+				size_t k2 = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+
+				for (size_t i = 0; i < k2; i++) {
+					int fd;
+
+					memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+					if (n_fds < SVC_MAX_FDS)
+						fds[n_fds++] = fd;
+					else
+						close(fd);
+				}
+			}
+		if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+			for (size_t i = 0; i < n_fds; i++)
+				close(fds[i]);
+			logmsg("uid %u pid %d: message over %u bytes or %d descriptors; closing", (unsigned)c->uid,
+			       (int)c->pid, SVC_MAX_MSG, SVC_MAX_FDS);
+			reply_error(c, 0, EPROTO, "message over %u bytes or %d descriptors", SVC_MAX_MSG, SVC_MAX_FDS);
+			conn_close(c);
+			return -1;
+		}
+		if (svc_decode(buf, (size_t)n, &type, &id, &m, &e) < 0) {
+			for (size_t i = 0; i < n_fds; i++)
+				close(fds[i]);
+			logmsg("uid %u pid %d: %s; closing", (unsigned)c->uid, (int)c->pid, e.msg);
+			if (reply_error(c, 0, EPROTO, "%s", e.msg) == 0)
+				conn_close(c);
+			return -1;
+		}
+		{
+			struct conn *alive = c;
+
+			handle_request(c, type, id, m, fds, n_fds);
+			json_decref(m);
+			for (size_t i = 0; i < n_fds; i++)
+				close(fds[i]);
+			/* A reply that could not be queued closed c. */
+			for (alive = D.conns; alive && alive != c; alive = alive->next)
+				;
+			if (!alive)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+static void accept_one(void)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+	struct conn *c;
+	int fd = accept4(D.listen.fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	struct epoll_event ev = { .events = EPOLLIN };
+	gid_t groups[MAX_GROUPS];
+	socklen_t glen = sizeof(groups);
+	size_t n_groups = 0;
+
+	if (fd < 0)
+		return;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
+		close(fd);
+		return;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0)
+		n_groups = glen / sizeof(gid_t);
+	if (!conf_allowed(&D.conf, cr.uid, cr.gid, groups, n_groups)) {
+		/* Said in one packet, then closed. */
+		char *b = NULL;
+		size_t bl;
+		json_t *m = json_pack("{s:i,s:s,s:s}", "errno", EACCES, "error", "EACCES", "message",
+				      "this user may not use nsboxd (nsboxd.conf(5) AllowUsers, AllowGroups)");
+
+		if (m && svc_encode(SVC_ERROR, 0, m, &b, &bl, NULL) == 0)
+			(void)send(fd, b, bl, MSG_NOSIGNAL | MSG_DONTWAIT);
+		free(b);
+		json_decref(m);
+		close(fd);
+		return;
+	}
+	if (D.n_conns >= D.conf.max_connections) {
+		close(fd);
+		return;
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->kind = EV_CONN;
+	c->fd = fd;
+	c->uid = cr.uid;
+	c->gid = cr.gid;
+	c->pid = cr.pid;
+	memcpy(c->groups, groups, n_groups * sizeof(gid_t));
+	c->n_groups = n_groups;
+	c->reading = true;
+	ev.data.ptr = c;
+	if (epoll_ctl(D.ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		close(fd);
+		free(c);
+		return;
+	}
+	c->next = D.conns;
+	if (D.conns)
+		D.conns->prev = c;
+	D.conns = c;
+	D.n_conns++;
+	notify_status();
+}
+
+/* A sandbox ended by itself (OOM, crash, exit): reap it and tell its owner. */
+static void sess_died(struct sess *x)
+{
+	struct conn *c = x->conn;
+
+	sess_end(x, false);
+	x->st.killed = false;
+	reply(c, SVC_EXITED, 0, json_pack("{s:s,s:o}", "handle", x->handle, "status", svc_status_json(&x->st)));
+}
+
+/* ---- setup ---- */
+
+static int load_config(struct conf *c)
+{
+	char eb[1024];
+
+	conf_defaults(c);
+	if (conf_load(c, D.o->config_path, D.o->config_may_be_missing, eb, sizeof(eb)) < 0) {
+		logmsg("%s", eb);
+		return -1;
+	}
+	return 0;
+}
+
+static void apply_config(void)
+{
+	unsigned n;
+
+	free(D.uid_used);
+	free(D.uid_foreign);
+	D.uid_used = D.uid_foreign = NULL;
+	D.host_uids = false;
+	if (!D.conf.uid_count) {
+		if (geteuid() == 0)
+			logmsg("no HostUidRange: every sandbox's user maps to root's uid (without capabilities)");
+		return;
+	}
+	/* Mapping another host uid needs CAP_SETUID over our user namespace
+	 * (user_namespaces(7)). */
+	if (geteuid() != 0) {
+		logmsg("HostUidRange needs a root nsboxd: every sandbox's user maps to uid %u, ours",
+		       (unsigned)geteuid());
+		return;
+	}
+	D.uid_used = calloc(D.conf.uid_count / 8 + 1, 1);
+	D.uid_foreign = calloc(D.conf.uid_count / 8 + 1, 1);
+	if (!D.uid_used || !D.uid_foreign) {
+		logmsg("HostUidRange: out of memory; every sandbox's user maps to root's uid");
+		return;
+	}
+	D.host_uids = true;
+	n = scan_foreign();
+	if (n)
+		logmsg("HostUidRange: %u of its ids name a user or group or own a process; skipped", n);
+	if (n == D.conf.uid_count)
+		logmsg("HostUidRange: no free uid: every OPEN will fail with EAGAIN");
+}
+
+static void handle_signals(void)
+{
+	struct signalfd_siginfo si;
+
+	while (read(D.sig.fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
+		if (si.ssi_signo == SIGHUP) {
+			struct conf nc;
+
+			sd_notify(0, "RELOADING=1");
+			if (load_config(&nc) == 0) {
+				/* Live sessions keep their host uids: the range only
+				 * changes when none is in use. */
+				bool keep_uids = D.n_sessions || D.pool;
+
+				if (keep_uids) {
+					nc.uid_first = D.conf.uid_first;
+					nc.uid_count = D.conf.uid_count;
+				}
+				D.conf = nc;
+				if (!keep_uids)
+					apply_config();
+				logmsg("configuration reloaded");
+			}
+			sd_notify(0, "READY=1");
+		} else {
+			D.stopping = true;
+		}
+	}
+}
+
+static int open_listener(void)
+{
+	int n = sd_listen_fds(1);
+
+	if (n < 0) {
+		logmsg("sd_listen_fds: %s", strerror(-n));
+		return -1;
+	}
+	if (n > 1) {
+		logmsg("socket activation passed %d sockets; nsboxd takes one (ListenSequentialPacket=)", n);
+		return -1;
+	}
+	if (n == 1) {
+		D.listen.fd = SD_LISTEN_FDS_START;
+		if (sd_is_socket_unix(D.listen.fd, SOCK_SEQPACKET, 1, NULL, 0) <= 0) {
+			logmsg("the activation socket is not a listening AF_UNIX SOCK_SEQPACKET socket");
+			return -1;
+		}
+		D.activated = true;
+		fcntl(D.listen.fd, F_SETFD, FD_CLOEXEC);
+		fcntl(D.listen.fd, F_SETFL, O_NONBLOCK);
+		return 0;
+	}
+	if (!D.o->listen_path) {
+		logmsg("no socket: use --listen PATH, or socket activation (nsboxd.socket)");
+		return -1;
+	}
+	{
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		int fd;
+
+		if (strlen(D.o->listen_path) >= sizeof(sa.sun_path)) {
+			logmsg("--listen %s: path too long", D.o->listen_path);
+			return -1;
+		}
+		strcpy(sa.sun_path, D.o->listen_path);
+		fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (fd < 0)
+			return logmsg("socket: %s", strerror(errno)), -1;
+		(void)unlink(D.o->listen_path);
+		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
+			logmsg("--listen %s: %s", D.o->listen_path, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		if (D.o->listen_group) {
+			struct group *g = getgrnam(D.o->listen_group);
+			char *end;
+			long gid = g ? (long)g->gr_gid : strtol(D.o->listen_group, &end, 10);
+
+			if ((!g && *end) || chown(D.o->listen_path, (uid_t)-1, (gid_t)gid) < 0) {
+				logmsg("--group %s: %s", D.o->listen_group, g || !*end ? strerror(errno) : "no such group");
+				close(fd);
+				return -1;
+			}
+		}
+		if (chmod(D.o->listen_path, (mode_t)D.o->listen_mode) < 0) {
+			logmsg("chmod %s: %s", D.o->listen_path, strerror(errno));
+			close(fd);
+			return -1;
+		}
+		D.listen.fd = fd;
+	}
+	return 0;
+}
+
+static void shutdown_all(void)
+{
+	sd_notify(0, "STOPPING=1");
+	D.stopping = true;
+	while (D.conns)
+		conn_close(D.conns);
+	pool_drop_all();
+}
+
+int daemon_run(const struct daemon_opts *o)
+{
+	sigset_t mask;
+	struct epoll_event ev;
+
+	memset(&D, 0, sizeof(D));
+	D.o = o;
+	D.listen.kind = EV_LISTEN;
+	D.sig.kind = EV_SIGNAL;
+	D.listen.fd = D.sig.fd = -1;
+	if (load_config(&D.conf) < 0)
+		return 2;
+	apply_config();
+	/* What a SIGKILLed previous instance left: cgroups whose launcher is
+	 * gone, with whatever still runs in them. */
+	cleanup_stale_cgroups(o->verbose);
+	if (open_listener() < 0)
+		return 1;
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGTERM);
+	sigaddset(&mask, SIGINT);
+	sigaddset(&mask, SIGHUP);
+	signal(SIGPIPE, SIG_IGN);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	D.sig.fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+	D.ep = epoll_create1(EPOLL_CLOEXEC);
+	if (D.sig.fd < 0 || D.ep < 0) {
+		logmsg("signalfd/epoll: %s", strerror(errno));
+		return 1;
+	}
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &D.listen };
+	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.listen.fd, &ev);
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &D.sig };
+	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.sig.fd, &ev);
+	D.idle_since = mono_ns();
+	sd_notify(0, "READY=1");
+	logmsg("ready (%s, pool %u per profile%s)", D.activated ? "socket-activated" : o->listen_path, D.conf.pool_size,
+	       D.host_uids ? ", per-session host uids" : "");
+	notify_status();
+
+	while (!D.stopping) {
+		struct epoll_event evs[64];
+		bool refill = false;
+		int timeout = -1, n;
+
+		for (int i = 0; i < CONF_MAX_PROFILES; i++)
+			if (D.conf.pool_profile[i] && D.pool_n[i] < D.conf.pool_size)
+				refill = true;
+		if (refill)
+			timeout = 0;
+		else if (D.activated && D.conf.idle_exit > 0 && !D.n_conns)
+			timeout = 1000;
+		n = epoll_wait(D.ep, evs, 64, timeout);
+		if (n < 0 && errno != EINTR) {
+			logmsg("epoll_wait: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n && !D.stopping; i++) {
+			enum ev_kind *k = evs[i].data.ptr;
+			unsigned long long freed = D.freed;
+
+			if (*k == EV_LISTEN) {
+				for (int j = 0; j < 16; j++)
+					accept_one();
+			} else if (*k == EV_SIGNAL) {
+				handle_signals();
+			} else if (*k == EV_CONN) {
+				struct conn *c = (struct conn *)k;
+
+				if (evs[i].events & EPOLLOUT) {
+					if (conn_flush(c) < 0)
+						conn_close(c);
+					else if (c->n_out == 0)
+						conn_rearm(c);
+				}
+				if (freed == D.freed && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->reading)
+					conn_read(c);
+			} else if (*k == EV_SESS) {
+				sess_died((struct sess *)k);
+			}
+			/* Later events of this batch may name what was freed; epoll
+			 * is level-triggered, so they come again. */
+			if (freed != D.freed)
+				break;
+		}
+		if (n == 0 && refill && pool_refill_one())
+			notify_status();
+		if (D.activated && D.conf.idle_exit > 0 && !D.n_conns &&
+		    mono_ns() - D.idle_since > (unsigned long long)(D.conf.idle_exit * 1e9)) {
+			logmsg("idle for %g s: exiting (socket activation starts it again)", D.conf.idle_exit);
+			break;
+		}
+	}
+	shutdown_all();
+	logmsg("stopped: %llu sessions served (%llu from the pool)", D.opened, D.pool_hits);
+	if (!D.activated && o->listen_path)
+		(void)unlink(o->listen_path);
+	close(D.ep);
+	close(D.sig.fd);
+	close(D.listen.fd);
+	free(D.uid_used);
+	free(D.uid_foreign);
+	return 0;
+}

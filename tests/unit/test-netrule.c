@@ -1,0 +1,72 @@
+/* Egress rules (policy/netrule.c): parsing, name and address matching,
+ * and the special ranges a name rule never unlocks. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "netrule.h"
+#include "tap.h"
+
+static const char *verdict(const char *const *rs, unsigned n, bool name_ok, const char *addr, unsigned port)
+{
+	struct net_rule rules[8];
+	uint8_t a[16];
+	int fam = strchr(addr, ':') ? AF_INET6 : AF_INET;
+
+	for (unsigned i = 0; i < n; i++)
+		if (net_rule_parse(rs[i], &rules[i], NULL) < 0)
+			return "BAD RULE";
+	inet_pton(fam, addr, a);
+	return net_addr_verdict(rules, n, name_ok, fam, a, (uint16_t)port);
+}
+
+int main(void)
+{
+	struct net_rule r;
+	static const char *const good[] = { "example.com", "*.example.com", "Example.COM:8443", "10.99.0.0/24",
+					    "127.0.0.1:8080", "[::1]:443", "[2001:db8::/32]", "a_b.example." };
+	static const char *const bad[] = { "*.com", "exa mple.com", "10.0.0.0/33", "example.com:0", "::1",
+					   "example.com:70000", "127.1", "*.*.example.com", "", "[::1", "a..b" };
+
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+		ok(net_rule_parse(good[i], &r, NULL) == 0, "accepted: %s", good[i]);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ok(net_rule_parse(bad[i], &r, NULL) < 0, "refused: '%s'", bad[i]);
+
+	net_rule_parse("*.example.com", &r, NULL);
+	ok(net_rule_match_name(&r, "a.example.com", 443) && net_rule_match_name(&r, "a.b.example.com", 80),
+	   "wildcard: names below, ports 443 and 80");
+	ok(!net_rule_match_name(&r, "example.com", 443) && !net_rule_match_name(&r, "aexample.com", 443) &&
+		   !net_rule_match_name(&r, "a.example.com", 8080),
+	   "wildcard: not the name itself, not a suffix without a dot, not another port");
+	net_rule_parse("Example.COM:8443", &r, NULL);
+	ok(net_rule_match_name(&r, "example.com", 8443) && !net_rule_match_name(&r, "example.com", 443),
+	   "exact name, lowercased, its own port only");
+	net_rule_parse("10.99.0.0/24", &r, NULL);
+	ok(r.prefix == 24 && r.addr[2] == 0, "CIDR: prefix and network");
+
+	{
+		static const char *const name_only[] = { "example.com" };
+		static const char *const net[] = { "10.99.0.0/24" };
+		static const char *const all[] = { "0.0.0.0/0" };
+		static const char *const lo[] = { "127.0.0.1:8080" };
+
+		ok(verdict(name_only, 1, true, "93.184.216.34", 443) == NULL, "a name rule: a public address");
+		ok(verdict(name_only, 1, true, "127.0.0.1", 443) != NULL, "a name rule: not loopback");
+		ok(verdict(name_only, 1, true, "10.1.2.3", 443) != NULL, "a name rule: not RFC 1918");
+		ok(verdict(name_only, 1, true, "169.254.169.254", 80) != NULL, "a name rule: not the metadata address");
+		ok(verdict(name_only, 1, true, "100.100.100.200", 80) != NULL, "a name rule: not CGNAT");
+		ok(verdict(name_only, 1, true, "::ffff:127.0.0.1", 80) != NULL, "a name rule: not v4-mapped");
+		ok(verdict(name_only, 1, true, "fd00:ec2::254", 80) != NULL, "a name rule: not fc00::/7");
+		ok(verdict(name_only, 1, true, "fe80::1", 80) != NULL, "a name rule: not fe80::/10");
+		ok(verdict(name_only, 1, false, "93.184.216.34", 443) != NULL, "no name matched: not any address");
+		ok(verdict(net, 1, false, "10.99.0.7", 443) == NULL, "10.99.0.0/24 unlocks 10.99.0.7");
+		ok(verdict(net, 1, false, "10.99.1.7", 443) != NULL, "... not 10.99.1.7");
+		ok(verdict(all, 1, false, "10.99.0.7", 443) != NULL, "0.0.0.0/0 unlocks nothing special");
+		ok(verdict(all, 1, false, "93.184.216.34", 80) == NULL, "0.0.0.0/0: public addresses");
+		ok(verdict(lo, 1, false, "127.0.0.1", 8080) == NULL && verdict(lo, 1, false, "127.0.0.1", 443) != NULL,
+		   "127.0.0.1:8080: that port only");
+	}
+	tap_done();
+}

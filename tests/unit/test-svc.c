@@ -1,0 +1,306 @@
+/* The service protocol (proto/svc.c) and nsboxd.conf(5) (service/config.c),
+ * offline: good and bad messages and configurations, as nsboxd reads them. */
+#include <string.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "svc.h"
+#include "tap.h"
+
+static char pkt[SVC_MAX_MSG + 64];
+
+/* A packet: header + payload as given (not necessarily JSON). */
+static size_t packet(uint32_t magic, uint16_t type, uint16_t flags, uint32_t id, const char *payload, long len_delta)
+{
+	uint32_t len = (uint32_t)strlen(payload);
+	uint32_t hlen = (uint32_t)((long)len + len_delta);
+
+	memcpy(pkt, &magic, 4);
+	memcpy(pkt + 4, &hlen, 4);
+	memcpy(pkt + 8, &type, 2);
+	memcpy(pkt + 10, &flags, 2);
+	memcpy(pkt + 12, &id, 4);
+	memcpy(pkt + 16, payload, len);
+	return 16 + len;
+}
+
+static int decode(size_t n, uint16_t *type, json_t **m)
+{
+	struct nsbox_err e = { 0 };
+	uint32_t id;
+
+	*m = NULL;
+	return svc_decode(pkt, n, type, &id, m, &e);
+}
+
+static void test_decode(void)
+{
+	uint16_t t;
+	json_t *m;
+	struct nsbox_err e = { 0 };
+	char *buf = NULL;
+	size_t len;
+	uint32_t id;
+	static const struct {
+		uint32_t magic;
+		uint16_t type, flags;
+		const char *payload;
+		long delta;
+		const char *what;
+	} bad[] = {
+		{ 0x4E534258, SVC_HELLO, 0, "{}", 0, "the runner protocol's magic" },
+		{ SVC_MAGIC, 0, 0, "{}", 0, "type 0" },
+		{ SVC_MAGIC, SVC_TYPE_MAX + 1, 0, "{}", 0, "an unknown type" },
+		{ SVC_MAGIC, SVC_HELLO, 1, "{}", 0, "flags set" },
+		{ SVC_MAGIC, SVC_HELLO, 0, "{}", 1, "len past the packet" },
+		{ SVC_MAGIC, SVC_HELLO, 0, "{}", -1, "len short of the packet" },
+		{ SVC_MAGIC, SVC_HELLO, 0, "[]", 0, "an array" },
+		{ SVC_MAGIC, SVC_HELLO, 0, "1", 0, "a number" },
+		{ SVC_MAGIC, SVC_HELLO, 0, "{\"a\":1,\"a\":2}", 0, "duplicate keys" },
+		{ SVC_MAGIC, SVC_HELLO, 0, "{\"a\":\"\\u0000\"}", 0, "a NUL in a string" },
+		{ SVC_MAGIC, SVC_HELLO, 0, "{\"a\":\"\xff\"}", 0, "bad UTF-8" },
+		{ SVC_MAGIC, SVC_HELLO, 0, "{", 0, "truncated JSON" },
+		{ SVC_MAGIC, SVC_HELLO, 0, "", 0, "no payload" },
+	};
+
+	ok(decode(packet(SVC_MAGIC, SVC_HELLO, 0, 7, "{\"version\":1}", 0), &t, &m) == 0 && t == SVC_HELLO &&
+		   json_integer_value(json_object_get(m, "version")) == 1,
+	   "HELLO decodes");
+	json_decref(m);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		ok(decode(packet(bad[i].magic, bad[i].type, bad[i].flags, 1, bad[i].payload, bad[i].delta), &t, &m) < 0 &&
+			   !m,
+		   "refused: %s", bad[i].what);
+		json_decref(m);
+	}
+	ok(decode(10, &t, &m) < 0, "refused: a packet shorter than the header");
+
+	/* encode -> decode round trip; and the size cap. */
+	m = json_pack("{s:s,s:i}", "handle", "0123456789abcdef0123456789abcdef", "n", 42);
+	ok(svc_encode(SVC_INFO, 99, m, &buf, &len, &e) == 0 && len > SVC_HDR_SIZE, "INFO encodes");
+	{
+		uint16_t t2;
+		json_t *m2 = NULL;
+
+		ok(svc_decode(buf, len, &t2, &id, &m2, &e) == 0 && t2 == SVC_INFO && id == 99 && json_equal(m, m2),
+		   "and decodes to the same");
+		json_decref(m2);
+	}
+	free(buf);
+	json_decref(m);
+	{
+		char *big = malloc(SVC_MAX_MSG);
+
+		memset(big, 'x', SVC_MAX_MSG - 1);
+		big[SVC_MAX_MSG - 1] = '\0';
+		m = json_pack("{s:s}", "x", big);
+		buf = NULL;
+		ok(svc_encode(SVC_ERROR, 1, m, &buf, &len, &e) < 0 && !buf, "a message over SVC_MAX_MSG is not encoded");
+		json_decref(m);
+		free(big);
+	}
+	ok(!strcmp(svc_type_name(SVC_OPEN), "OPEN") && !strcmp(svc_type_name(999), "?"), "type names");
+	ok(svc_handle_valid("0123456789abcdef0123456789abcdef") && !svc_handle_valid("0123456789ABCDEF0123456789abcdef") &&
+		   !svc_handle_valid("0123") && !svc_handle_valid(NULL) &&
+		   !svc_handle_valid("0123456789abcdef0123456789abcdef0"),
+	   "handles: 32 lowercase hex digits");
+}
+
+/* o's strings point into the message: it is kept until the next call. */
+static json_t *last_msg;
+
+static int open_parse(const char *json, size_t n_fds, struct svc_open *o, char *msg, size_t msglen)
+{
+	struct nsbox_err e = { 0 };
+	int r;
+
+	json_decref(last_msg);
+	last_msg = json_loads(json, JSON_REJECT_DUPLICATES, NULL);
+	if (!last_msg)
+		return -2;
+	r = svc_open_parse(last_msg, n_fds, o, &e);
+	snprintf(msg, msglen, "%s", e.msg);
+	return r;
+}
+
+static void test_open(void)
+{
+	struct svc_open o;
+	char msg[256];
+	json_t *m;
+	struct nsbox_err e = { 0 };
+	static const struct {
+		const char *json;
+		size_t n_fds;
+		const char *what;
+	} bad[] = {
+		{ "{\"root\":true}", 0, "an unknown key" },
+		{ "{\"HostUid\":4242}", 0, "HostUid (not the client's to choose)" },
+		{ "{\"host_uid\":4242}", 0, "host_uid" },
+		{ "{\"profile\":7}", 0, "a profile that is not a string" },
+		{ "{\"memory\":-1}", 0, "negative memory" },
+		{ "{\"memory\":\"1G\"}", 0, "memory as a string" },
+		{ "{\"cpus\":-0.5}", 0, "negative CPUs" },
+		{ "{\"share_net\":1}", 0, "share_net not a boolean" },
+		{ "{\"workspace\":{\"fd\":0}}", 0, "a workspace fd that did not come" },
+		{ "{\"workspace\":{\"fd\":-1}}", 1, "a negative fd index" },
+		{ "{\"workspace\":\"/home/alice\"}", 0, "a workspace path" },
+		{ "{\"binds\":[{\"fd\":0,\"dst\":\"relative\"}]}", 1, "a relative bind dst" },
+		{ "{\"binds\":[{\"fd\":0,\"dst\":\"/a:b\"}]}", 1, "a bind dst with ':'" },
+		{ "{\"binds\":[{\"fd\":1,\"dst\":\"/a\"}]}", 1, "a bind fd past the descriptors" },
+		{ "{\"binds\":[{\"src\":\"/etc\",\"dst\":\"/a\"}]}", 0, "a bind by path" },
+		{ "{\"binds\":{}}", 0, "binds not an array" },
+		{ "{\"env\":[\"NOEQUALS\"]}", 0, "env without '='" },
+		{ "{\"env\":[\"=x\"]}", 0, "env without a name" },
+		{ "{\"env\":[1]}", 0, "env not strings" },
+		{ "{\"cold\":\"yes\"}", 0, "cold not a boolean" },
+	};
+
+	ok(open_parse("{}", 0, &o, msg, sizeof(msg)) == 0 && !strcmp(o.profile, "default") && o.workspace_fd == -1 &&
+		   !o.n_binds && !o.n_env && !o.memory && !o.share_net,
+	   "OPEN {}: the default profile, nothing else");
+	ok(open_parse("{\"profile\":\"strict\",\"memory\":268435456,\"pids\":64,\"cpus\":0.5,\"share_net\":true,"
+		      "\"workspace\":{\"fd\":1},\"binds\":[{\"fd\":0,\"dst\":\"/data\",\"writable\":true}],"
+		      "\"env\":[\"A=1\",\"B=\"],\"output_limit\":4096,\"cold\":true}",
+		      2, &o, msg, sizeof(msg)) == 0 &&
+		   !strcmp(o.profile, "strict") && o.memory == 268435456 && o.pids == 64 && o.cpus == 0.5 && o.share_net &&
+		   o.workspace_fd == 1 && o.n_binds == 1 && o.binds[0].fd == 0 && !strcmp(o.binds[0].dst, "/data") &&
+		   o.binds[0].writable && o.n_env == 2 && !strcmp(o.env[1], "B=") && o.output_limit == 4096 && o.cold,
+	   "OPEN with every field (%s)", msg);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ok(open_parse(bad[i].json, bad[i].n_fds, &o, msg, sizeof(msg)) == -1 && strstr(msg, "OPEN"),
+		   "OPEN refused: %s (%s)", bad[i].what, msg);
+	{
+		/* More binds than SVC_MAX_BINDS. */
+		json_t *binds = json_array();
+
+		for (int i = 0; i <= SVC_MAX_BINDS; i++)
+			json_array_append_new(binds, json_pack("{s:i,s:s}", "fd", 0, "dst", "/x"));
+		m = json_pack("{s:o}", "binds", binds);
+		ok(svc_open_parse(m, 1, &o, &e) < 0, "OPEN refused: %d binds", SVC_MAX_BINDS + 1);
+		json_decref(m);
+	}
+	{
+		struct svc_status st = { .exited = true, .exit_code = 3, .oom_killed = true, .peak_memory = 1 << 20 }, back;
+		json_t *j = svc_status_json(&st);
+
+		memset(&back, 0xff, sizeof(back));
+		svc_status_from_json(j, &back);
+		ok(back.exited && back.exit_code == 3 && !back.term_signal && back.oom_killed && !back.killed &&
+			   back.peak_memory == 1 << 20,
+		   "status JSON round trip");
+		json_decref(j);
+		svc_status_from_json(NULL, &back);
+		ok(1, "status from NULL does not crash");
+	}
+}
+
+static int conf(const char *text, struct conf *c, char *eb, size_t el)
+{
+	conf_defaults(c);
+	eb[0] = '\0';
+	return conf_parse(c, text, strlen(text), "t.conf", eb, el);
+}
+
+static void test_conf(void)
+{
+	struct conf c;
+	char eb[512];
+	const struct conf_rule *r;
+	gid_t g4242 = 4242;
+	static const struct {
+		const char *text;
+		const char *msg;
+	} bad[] = {
+		{ "[Service]\nPoolSize=65\n", "t.conf:2: PoolSize" },
+		{ "[Service]\nPoolSize=-1\n", "t.conf:2: PoolSize" },
+		{ "[Service]\nPoolProfiles=default bogus\n", "unknown profile 'bogus'" },
+		{ "[Service]\nIdleExitSec=soon\n", "IdleExitSec" },
+		{ "[Service]\nMaxSessions=0\n", "not a positive count" },
+		{ "[Service]\nHostUidRange=5000\n", "HostUidRange: '5000' is not FIRST-LAST" },
+		{ "[Service]\nHostUidRange=6000-5000\n", "HostUidRange" },
+		{ "[Service]\nHostUidRange=0-65535\n", "1000 <= FIRST" },
+		{ "[Service]\nHostUidRange=1000-4294967295\n", "HostUidRange" },
+		{ "[Service]\nAllowUsers=no-such-user-xyzzy\n", "no such user 'no-such-user-xyzzy'" },
+		{ "[Service]\nAllowGroups=no-such-group-xyzzy\n", "no such group" },
+		{ "[Service]\nBogus=1\n", "unknown key 'Bogus' in [Service]" },
+		{ "[Default]\nMaxMemory=lots\n", "MaxMemory" },
+		{ "[Default]\nMaxCPUs=-1\n", "MaxCPUs" },
+		{ "[Default]\nAllowShareNet=maybe\n", "AllowShareNet" },
+		{ "[Default]\nAllowProfiles=root\n", "unknown profile" },
+		{ "[Default]\nHostUid=4242\n", "unknown key 'HostUid' in [Default]" },
+		{ "[User:no-such-user-xyzzy]\n", "no such user" },
+		{ "[Nope]\n", "unknown section [Nope]" },
+		{ "[Service\n", "bad section header" },
+		{ "[Service]\njust words\n", "expected KEY=VALUE" },
+	};
+
+	ok(conf("", &c, eb, sizeof(eb)) == 0 && c.pool_size == 2 && c.pool_profile[0] && !c.pool_profile[2] &&
+		   c.max_connections == 256 && c.max_sessions == 1024 && c.uid_count == 0 && c.dflt.max_sessions == 16 &&
+		   c.dflt.workspace && !c.dflt.binds && !c.dflt.share_net && c.dflt.profiles[0] && c.dflt.profiles[1] &&
+		   !c.dflt.profiles[2],
+	   "an empty file: the documented defaults");
+	ok(conf("# comment\n; another\n\n[Service]\n  PoolSize = 4 \nPoolProfiles=strict permissive\n"
+		"HostUidRange=524288-589823\nIdleExitSec=0.5\nAllowUsers=0 65534\nAllowGroups=4242\n"
+		"[Default]\nMaxSessions=8\nMaxMemory=4G\nMaxCPUs=2.5\nAllowBinds=yes\n"
+		"[Group:4242]\nMaxSessions=64\nAllowShareNet=yes\n[User:65534]\nAllowWorkspace=no\n",
+		&c, eb, sizeof(eb)) == 0,
+	   "a full file parses (%s)", eb);
+	ok(c.pool_size == 4 && !c.pool_profile[0] && c.pool_profile[1] && c.pool_profile[2] && c.idle_exit == 0.5,
+	   "[Service] pool and idle settings");
+	ok(c.uid_first == 524288 && c.uid_count == 65536, "HostUidRange=524288-589823: 65536 uids from 524288");
+	ok(c.dflt.max_memory == 4ull << 30 && c.dflt.max_cpus == 2.5 && c.dflt.binds, "[Default] limits");
+	r = conf_rule_for(&c, 1000, 1000, &g4242, 1);
+	ok(r && !strcmp(r->section, "Group:4242") && r->max_sessions == 64 && r->share_net && r->binds &&
+		   r->max_memory == 4ull << 30,
+	   "a supplementary group's section, on top of [Default] as read so far");
+	r = conf_rule_for(&c, 65534, 4242, NULL, 0);
+	ok(r && !strcmp(r->section, "User:65534") && !r->workspace, "[User:] before [Group:]");
+	r = conf_rule_for(&c, 1000, 1000, NULL, 0);
+	ok(r && !strcmp(r->section, "Default"), "else [Default]");
+	ok(conf_allowed(&c, 0, 0, NULL, 0) && conf_allowed(&c, 65534, 65534, NULL, 0) &&
+		   conf_allowed(&c, 1000, 1000, &g4242, 1) && !conf_allowed(&c, 1000, 1000, NULL, 0) &&
+		   conf_allowed(&c, geteuid(), 4, NULL, 0),
+	   "AllowUsers, AllowGroups, root and our own uid may connect; others not");
+	ok(conf("[Service]\nHostUidRange=524288-589823\nHostUidRange=\n", &c, eb, sizeof(eb)) == 0 && !c.uid_count,
+	   "HostUidRange= (empty) turns it off");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		ok(conf(bad[i].text, &c, eb, sizeof(eb)) < 0 && strstr(eb, bad[i].msg), "refused: %s -> %s",
+		   bad[i].msg, eb);
+	ok(conf_parse(&c, "[Service]\n\0PoolSize=1\n", 21, "t.conf", eb, sizeof(eb)) < 0 && strstr(eb, "NUL"),
+	   "a NUL byte in the file is refused");
+	{
+		char text[8192] = "";
+
+		for (int i = 0; i <= CONF_MAX_RULES; i++)
+			strcat(text, "[User:0]\n");
+		ok(conf(text, &c, eb, sizeof(eb)) < 0 && strstr(eb, "sections"), "more than %d sections refused",
+		   CONF_MAX_RULES);
+	}
+	{
+		/* What --check-config prints parses back to the same. */
+		struct conf c2;
+		char *out = NULL;
+		size_t len = 0;
+		FILE *f = open_memstream(&out, &len);
+
+		conf("[Service]\nPoolSize=3\nHostUidRange=600000-600009\n[Default]\nMaxMemory=1G\n[User:0]\nMaxCPUs=8\n",
+		     &c, eb, sizeof(eb));
+		conf_print(&c, f);
+		fclose(f);
+		ok(conf(out, &c2, eb, sizeof(eb)) == 0 && c2.pool_size == 3 && c2.uid_first == 600000 &&
+			   c2.uid_count == 10 && c2.dflt.max_memory == 1ull << 30 && c2.n_rules == 1 &&
+			   c2.rules[0].max_cpus == 8,
+		   "conf_print parses back (%s)", eb);
+		free(out);
+	}
+}
+
+int main(void)
+{
+	test_decode();
+	test_open();
+	json_decref(last_msg);
+	test_conf();
+	tap_done();
+}
