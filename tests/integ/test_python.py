@@ -629,8 +629,12 @@ def _tmux_repl(tmp_path, keys):
         wait(">>>")
         for k, until in keys:
             subprocess.run(t + ["send-keys"] + k, check=True)
-            if until:
-                wait(*until)
+            # (text, n), or a list of them: a Ctrl-C must only be sent once
+            # the REPL is where the test means it to be (a ^C typed ahead
+            # while the terminal is not in the line editor's mode flushes
+            # the input typed before it, as in python's REPL).
+            for u in (until if isinstance(until, list) else [until] if until else []):
+                wait(*u)
         return screen()
     finally:
         subprocess.run(t + ["kill-server"])
@@ -643,12 +647,18 @@ def test_repl_blocks_interrupt_history_completion_exit(tmp_path):
         (["    b = 2", "Enter"], ("...", 3)),
         (["Enter"], (">>>", 2)),
         (["print(a + b)", "Enter"], ("3\n",)),
-        (["for i in range(2):", "Enter"], None),
-        (["C-c"], ("KeyboardInterrupt", 1)),
-        (["import time; time.sleep(30)", "Enter"], None),
-        (["C-c"], ("KeyboardInterrupt", 2)),
-        (["Up", "Up", "Up", "Enter"], ("3\n3\n", 1)),  # history: print(a + b) again
-        (["zz_unique = 5", "Enter"], None),
+        (["for i in range(2):", "Enter"], ("...", 4)),
+        # Ctrl-C inside a half-typed block: the block is dropped, a new prompt
+        (["C-c"], [("KeyboardInterrupt", 1), (">>>", 4)]),
+        # Ctrl-C at an empty prompt: the same
+        (["C-c"], [("KeyboardInterrupt", 2), (">>>", 5)]),
+        # Ctrl-C in running code: KeyboardInterrupt with its traceback
+        (["import time; print('zz' + 'sleeping'); time.sleep(30)", "Enter"], ("zzsleeping\n",)),
+        (["C-c"], [("KeyboardInterrupt", 3), ("Traceback", 1), (">>>", 6)]),
+        # after both interrupts the session is alive and kept its state:
+        # history's third line back is print(a + b), run again
+        (["Up", "Up", "Up", "Enter"], [("\n3\n", 2), (">>>", 7)]),
+        (["zz_unique = 5", "Enter"], (">>>", 8)),
         (["zz_un", "Tab", "Enter"], ("\n5\n",)),
         (["exit(7)", "Enter"], ("STATUS=7",)),
     ])
