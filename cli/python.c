@@ -284,7 +284,8 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		snprintf(key, sizeof(key), "%s_truncated", name);
 		if (json_is_true(json_object_get(r, key))) {
 			snprintf(key, sizeof(key), "%s_bytes", name);
-			fprintf(stderr, "nsbox python: warning: %s cut to the output limit (%lld bytes written; see --output-limit)\n",
+			fprintf(stderr,
+				"nsbox python: warning: %s cut to the output limit (%lld bytes written; see --output-limit)\n",
 				name, (long long)json_integer_value(json_object_get(r, key)));
 		}
 	}
@@ -420,8 +421,9 @@ static nsbox_session_t *complete_session;
  * complete(), run as an exec whose output is not shown). */
 static json_t *complete_list(const char *text)
 {
-	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo), .repl = true, .filename = "<nsbox-runner>",
-				      .timeout = 5 };
+	struct nsbox_exec_opts eo = {
+		.struct_size = sizeof(eo), .repl = true, .filename = "<nsbox-runner>", .timeout = 5
+	};
 	static const char pre[] = "__import__('_nsbox_runner').complete(";
 	nsbox_result_t *res = NULL;
 	nsbox_error_t *e = NULL;
@@ -429,8 +431,8 @@ static json_t *complete_list(const char *text)
 	char *arg = t ? json_dumps(t, JSON_ENCODE_ANY) : NULL, *code = NULL;
 
 	json_decref(t);
-	if (arg && asprintf(&code, "%s%s)\n", pre, arg) >= 0 && nsbox_exec(complete_session, code, &eo, &res, &e) == 0 &&
-	    nsbox_result_status(res) == NSBOX_OK)
+	if (arg && asprintf(&code, "%s%s)\n", pre, arg) >= 0 &&
+	    nsbox_exec(complete_session, code, &eo, &res, &e) == 0 && nsbox_result_status(res) == NSBOX_OK)
 		v = json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL);
 	nsbox_error_free(e);
 	nsbox_result_free(res);
@@ -493,8 +495,9 @@ static int repl(nsbox_session_t *s)
 
 	if (nsbox_session_info(s, &info, NULL) < 0)
 		info.python[0] = '\0';
-	fprintf(stderr, "Python %s in an nsbox sandbox; state lives inside.\n"
-			"Type \"help\", \"copyright\", \"credits\" or \"license\" for more information.\n",
+	fprintf(stderr,
+		"Python %s in an nsbox sandbox; state lives inside.\n"
+		"Type \"help\", \"copyright\", \"credits\" or \"license\" for more information.\n",
 		info.python);
 	complete_session = s;
 	rl_readline_name = "python";
