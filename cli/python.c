@@ -830,7 +830,10 @@ int cmd_python(int argc, char **argv)
 		json_object_set_new(cli, "mode", json_string("repl"));
 	}
 
-	so.output_limit = out_limit;
+	/* Without --json all output is shown as produced and RESULT's copy
+	 * is never read: keep little of it (the runner copies each chunk into
+	 * it, and the host parses it whole). */
+	so.output_limit = json_mode ? out_limit : 4096;
 	so.output = json_mode ? NULL : on_output;
 	/* Shown as produced, so all of it, as python would write it (the
 	 * cap is for results kept in memory: --json). */

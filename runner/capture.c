@@ -111,6 +111,7 @@ static void cap_stream(int s, const char *data, size_t len, bool final)
 {
 	struct capture *c = &C.cap[s];
 	char *joined = NULL, *clean = NULL;
+	const char *in = data;
 	struct proto_buf pb = { 0 };
 	size_t n, clean_len, pend = 0;
 
@@ -120,16 +121,21 @@ static void cap_stream(int s, const char *data, size_t len, bool final)
 	if (!C.stream_all && n > c->head_cap - c->streamed)
 		n = (size_t)(c->head_cap - c->streamed);
 	c->streamed += n;
-	joined = malloc(c->npend + n + 1);
-	if (!joined)
-		return;
-	memcpy(joined, c->pend, c->npend);
-	memcpy(joined + c->npend, data, n);
-	n += c->npend;
-	c->npend = 0;
-	if (proto_utf8_sanitize(joined, n, &clean, &clean_len, final ? NULL : &pend) < 0)
+	/* A character cut at the last chunk's end goes first (no copy when
+	 * there is none, the usual case). */
+	if (c->npend) {
+		joined = malloc(c->npend + n + 1);
+		if (!joined)
+			return;
+		memcpy(joined, c->pend, c->npend);
+		memcpy(joined + c->npend, data, n);
+		n += c->npend;
+		c->npend = 0;
+		in = joined;
+	}
+	if (proto_utf8_sanitize(in, n, &clean, &clean_len, final ? NULL : &pend) < 0)
 		goto out;
-	memcpy(c->pend, joined + n - pend, pend);
+	memcpy(c->pend, in + n - pend, pend);
 	c->npend = pend;
 	if (!clean_len)
 		goto out;
