@@ -832,7 +832,17 @@ def cli_run(settings):
     sys.path[0:0] = ([first] if first is not None else []) + extra
     if mode == "m":
         import runpy
-        runpy.run_module(o["name"], run_name="__main__", alter_sys=True)
+
+        class NoModule(Exception):
+            pass
+        # As python -m (runpy._run_module_as_main): a module that can't be
+        # found is "python3.11: No module named x" and status 1, not a
+        # traceback through runpy; its own ImportErrors stay tracebacks.
+        try:
+            mod_name, spec, code = runpy._get_module_details(o["name"], NoModule)
+        except NoModule as e:
+            raise SystemExit("%s: %s" % (sys.executable, e)) from None
+        runpy._run_module_code(code, None, "__main__", spec)
     elif mode == "file":
         data = o["source"].encode("latin-1")
         fname = path or os.path.abspath(o["name"])

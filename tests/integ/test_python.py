@@ -546,6 +546,21 @@ def test_stdin_is_passed_through():
     assert json.loads(p.stdout) == {"a": 1}
 
 
+def test_m_of_a_missing_module_is_python_s_message(tmp_path):
+    # python3.11 -m nosuchmod: "python3.11: No module named nosuchmod",
+    # status 1, no traceback through runpy.
+    for name in ("nosuchmod", "json.nosuch"):
+        p = run("-m", name)
+        assert p.returncode == 1, p.stderr
+        assert p.stderr == "/usr/bin/python3.11: No module named %s\n" % name, p.stderr
+    # The module's own failing import is a traceback, as in python.
+    (tmp_path / "badimp.py").write_text("import nosuch_inner\n")
+    p = subprocess.run([NSBOX, "python", "--workspace", ".", "-m", "badimp"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" in p.stderr and "ModuleNotFoundError: No module named 'nosuch_inner'" in p.stderr, p.stderr
+
+
 def test_file_runs_as_python_runs_it(tmp_path):
     (tmp_path / "main.py").write_text("import sys, sib\nprint(__file__, sys.path[0], sys.argv)\n")
     (tmp_path / "sib.py").write_text("print('sib')\n")
