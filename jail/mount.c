@@ -199,11 +199,13 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 	}
 	/* A private devpts instance, as bubblewrap's --dev: os.openpty() and
 	 * pty users work, and no pty of the host's is reachable (/dev/ptmx is
-	 * a link into it, rootfs-table.c). */
+	 * a link into it, rootfs-table.c).  max=64: ptys come from the
+	 * host-wide kernel.pty.max, less kernel.pty.reserve for the host's own
+	 * instance; one sandbox must not take them all from the others. */
 	if (mkdir(NEWROOT "/dev/pts", 0755) < 0)
 		return err_sys(err, "mkdir /dev/pts");
-	if (mount("devpts", NEWROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620") <
-	    0)
+	if (mount("devpts", NEWROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+		  "newinstance,ptmxmode=0666,mode=620,max=64") < 0)
 		return err_sys(err, "mount devpts");
 	if (mkdir(NEWROOT "/dev/shm", 01777) < 0)
 		return err_sys(err, "mkdir /dev/shm");

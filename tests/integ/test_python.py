@@ -347,6 +347,13 @@ def test_memory_limit():
         # allocation fails inside instead of the OOM killer firing.
         assert p.returncode == 1 and r["error"]["type"] == "MemoryError", r
         assert "memory limit not enforced by a cgroup" in p.stderr
+        # Deliberately not relabelled as a limit kill (README, "Per-user
+        # and host-wide kernel budgets"): nothing was killed, the code can
+        # catch it and the session goes on.
+        caught = "try:\n" + "".join("    " + l + "\n" for l in code.splitlines()) + \
+                 "except MemoryError:\n    del x\n    print('caught')\nprint(sum(range(10)))\n"
+        p = run("--memory", "64M", "-c", caught, timeout=60)
+        assert p.returncode == 0 and p.stdout == "caught\n45\n", (p.stdout, p.stderr)
         return
     assert p.returncode == 123, r
     assert r["outcome"] == "memory"
@@ -623,6 +630,29 @@ def test_etc_services_and_openpty():
     p = run("-c", code)
     assert p.returncode == 0, p.stderr
     assert p.stdout == "80 6\nb'hi\\n' /dev/pts/0\npts/ptmx\n"
+
+
+def test_devpts_is_private_and_bounded():
+    # Inside: /dev/pts is a devpts instance of its own, nosuid and noexec,
+    # holding at most 64 ptys (the host-wide kernel.pty.max is shared).
+    code = ("import os, errno\n"
+            "mi = [l.split() for l in open('/proc/self/mountinfo')]\n"
+            "pts = [l for l in mi if l[4] == '/dev/pts'][0]\n"
+            "sep = pts.index('-')\n"
+            "print(pts[sep + 1], 'nosuid' in pts[5], 'noexec' in pts[5], 'max=64' in pts[sep + 3])\n"
+            "fds = []\n"
+            "try:\n"
+            "    while True:\n"
+            "        fds.append(os.openpty())\n"
+            "except OSError as e:\n"
+            "    print(len(fds), errno.errorcode[e.errno])\n"
+            "print(sorted(os.listdir('/dev/pts'))[:3])\n")
+    host_before = sorted(os.listdir("/dev/pts"))
+    p = run("--open-files", "1024", "-c", code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["devpts True True True", "64 ENOSPC", "['0', '1', '10']"], p.stdout
+    # From the host: none of those ptys appeared in (or stayed in) the host's instance.
+    assert sorted(os.listdir("/dev/pts")) == host_before
 
 
 def test_many_prints_stream_to_a_file(tmp_path):
