@@ -275,9 +275,24 @@ static unsigned long long cpu_us(unsigned long long *max_rss)
 static void remember_source(PyObject *code, PyObject *filename)
 {
 	PyObject *lines = PyUnicode_Splitlines(code, 1), *entry = NULL, *modules, *lc, *cache = NULL;
+	Py_ssize_t n;
 
 	if (!lines)
 		goto out;
+	/* Each line ends with a newline, as linecache keeps a file's (3.11's
+	 * traceback puts its carets one column right on a last line without). */
+	n = PyList_GET_SIZE(lines);
+	if (n > 0) {
+		PyObject *last = PyList_GET_ITEM(lines, n - 1);
+		Py_ssize_t k = PyUnicode_GET_LENGTH(last);
+
+		if (k == 0 || PyUnicode_READ_CHAR(last, k - 1) != '\n') {
+			PyObject *nl = PyUnicode_FromFormat("%U\n", last);
+
+			if (!nl || PyList_SetItem(lines, n - 1, nl) < 0)
+				goto out;
+		}
+	}
 	entry = Py_BuildValue("(nOOO)", PyUnicode_GET_LENGTH(code), Py_None, lines, filename);
 	if (!entry)
 		goto out;

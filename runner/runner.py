@@ -201,6 +201,16 @@ def _cut(s):
 _sources = {}   # filename -> linecache entry, until linecache is imported
 
 
+def _source_lines(code):
+    """code's lines as linecache keeps a file's: each ends with a newline
+    (3.11's traceback puts its carets one column right on a last line
+    without one, as code given without a final newline would be)."""
+    lines = code.splitlines(True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return lines
+
+
 def _linecache():
     """linecache, with the sources of the execs so far (for tracebacks)."""
     import linecache
@@ -500,7 +510,7 @@ def do_exec(mid, msg):
     t0 = time.perf_counter()
     c0 = _nsbox.usage()[0]
     value, has_value, error, exit_code = None, False, None, None
-    entry = (len(code), None, code.splitlines(True), filename)
+    entry = (len(code), None, _source_lines(code), filename)
     lc = sys.modules.get("linecache")
     if lc is not None:
         if _sources:

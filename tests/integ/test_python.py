@@ -568,6 +568,21 @@ def test_m_of_a_missing_module_is_python_s_message(tmp_path):
     assert "Traceback" in p.stderr and "ModuleNotFoundError: No module named 'nosuch_inner'" in p.stderr, p.stderr
 
 
+def test_traceback_carets_where_python_puts_them(tmp_path):
+    # Code without a final newline: the carets under the failing call, as
+    # python3.11 puts them for the same lines in a file (3.11's traceback
+    # shifted them one column right when the cached last line had no
+    # newline).
+    for code in ("import time; x = time.nope(3)", "x = (1 +\n undefined_name)"):
+        (tmp_path / "f.py").write_text(code)
+        want = subprocess.run(["/usr/bin/python3.11", str(tmp_path / "f.py")], capture_output=True, text=True,
+                              timeout=60).stderr
+        p = run("-c", code)
+        assert p.returncode == 1
+        carets = [l for l in p.stderr.splitlines() if l.strip().startswith("^")]
+        assert carets and carets == [l for l in want.splitlines() if l.strip().startswith("^")], (p.stderr, want)
+
+
 def test_file_runs_as_python_runs_it(tmp_path):
     (tmp_path / "main.py").write_text("import sys, sib\nprint(__file__, sys.path[0], sys.argv)\n")
     (tmp_path / "sib.py").write_text("print('sib')\n")
