@@ -935,7 +935,7 @@ def cli_run(settings):
     file's bytes as latin-1 text}.  Sets sys.path as python does: the
     script's directory for FILE, the working directory ('' for -c and the
     REPL, its full path for -m) otherwise, then PYTHONPATH's entries."""
-    global _cancel_interrupts
+    global _cancel_interrupts, _path_added
     o = _loads(settings)
     _cancel_interrupts = True
     mode = o.get("mode")
@@ -948,6 +948,9 @@ def cli_run(settings):
     else:
         first = ""
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # In place of the session's default ('' and PYTHONPATH, hello()).
+    del sys.path[:_path_added]
+    _path_added = 0
     sys.path[0:0] = ([first] if first is not None else []) + extra
     if mode == "m":
         import runpy
@@ -1019,6 +1022,22 @@ def install_tools(specs):
     tools.__all__ = sorted(_tool_funcs)
 
 
+_path_added = 0  # entries _default_path() put in front of sys.path
+
+
+def _default_path():
+    """sys.path as python -c and the interactive interpreter set it: ''
+    (the working directory: /workspace when there is one, so a session's
+    code imports the workspace's modules), then PYTHONPATH's entries.  The
+    interpreter itself starts with safe_path (runner/py.c): nothing of the
+    sandbox's files is on the path while the runner sets itself up."""
+    global _path_added
+    import os
+    entries = [""] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[0:0] = entries
+    _path_added = len(entries)
+
+
 def hello():
     m = _nsbox.recv()
     if m is None:
@@ -1042,6 +1061,7 @@ def hello():
                     bytes.fromhex(a["$bytes"]).decode("utf-8", "surrogateescape")
                     if isinstance(a, dict) and isinstance(a.get("$bytes"), str) else str(a)
                     for a in argv]
+    _default_path()
     G.clear()
     G.update(new_globals())
     send(HELLO, mid, {"version": _nsbox.PROTO_VERSION, "capabilities": CAPABILITIES,
