@@ -171,12 +171,12 @@ static json_t *hello_msg(const struct nsbox_session *s)
 	return m;
 }
 
-/* A tool's name: an identifier that replaces nothing of Python's. */
+/* A tool's name: an identifier, or NS.NAME, that replaces nothing of Python's. */
 static int check_tool_name(const char *n, struct nsbox_err *err)
 {
-	if (!proto_is_identifier(n) || strlen(n) > PROTO_TOOL_NAME_MAX)
-		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier", n ? n : "");
-	if (proto_is_reserved_name(n))
+	if (!proto_is_tool_name(n))
+		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier or NS.NAME", n ? n : "");
+	if (proto_tool_name_reserved(n))
 		return err_set(err, EINVAL,
 			       "tool name '%s' is a Python keyword, builtin or dunder: a tool by that name would "
 			       "replace it inside (choose another name)", n);
@@ -389,8 +389,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	struct nsbox_session *s;
 	char path[PATH_MAX] = "nsbox-runner";
 	int sv[2], spare_sock = -1;
-	char *argv[5] = { "nsbox-runner", NULL, NULL, NULL, NULL };
-	int argc = 1;
+	char *argv[7] = { "nsbox-runner", NULL, NULL, NULL, NULL, NULL, NULL };
+	int ac = 1;
 	struct sandbox_spec spec;
 	int k;
 
@@ -404,6 +404,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		return err_set(err, ENOMEM, "session");
 	s->io.sock = s->cancel_fd = s->epoll_fd = s->timer_fd = s->sb.pidfd = -1;
 	s->sb.ops = backend_of(opts);
+	s->sb.warn = opts->warn;
+	s->sb.warn_ctx = opts->warn_ctx;
 	s->o = *opts;
 	if (!s->o.output_limit)
 		s->o.output_limit = DEF_OUTPUT;
@@ -442,9 +444,13 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	/* argv[0] names the file (tests pick an evil runner's mode by it). */
 	argv[0] = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	if (opts->policy->dist_packages)
-		argv[argc++] = "--dist-packages";
+		argv[ac++] = "--dist-packages";
+	if (opts->policy->preload && *opts->policy->preload) {
+		argv[ac++] = "--preload";
+		argv[ac++] = opts->policy->preload;
+	}
 	if (opts->pass_stdin && !opts->use_helper && isatty(0) != 1)
-		argv[argc++] = "--stdin";
+		argv[ac++] = "--stdin";
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
 		err_sys(err, "socketpair");
 		session_free(s);
@@ -543,6 +549,22 @@ static const struct session_tool *find_tool(const struct nsbox_session *s, const
 		if (!strcmp(s->tools[i].name, name))
 			return &s->tools[i];
 	return NULL;
+}
+
+/* Whether name and a registered tool would need the same global: a plain
+ * tool NS beside a namespaced NS.NAME. */
+static bool clashes(const struct nsbox_session *s, const char *name)
+{
+	size_t n = strcspn(name, ".");
+
+	for (size_t i = 0; i < s->o.n_tools; i++) {
+		const char *o = s->tools[i].name;
+		size_t m = strcspn(o, ".");
+
+		if (n == m && !memcmp(o, name, n) && !name[n] != !o[m])
+			return true;
+	}
+	return false;
 }
 
 static double dmax(double a, double b)
@@ -1179,13 +1201,19 @@ int session_fd(struct nsbox_session *s, struct nsbox_err *err)
 
 /* ---- control requests: one request, one answer ---- */
 
-static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t want, json_t **answer,
-		   struct nsbox_err *err)
+/* One request and its answer.  sdata (NULL: none) goes as the request's
+ * raw data (PROTO_FLAG_DATA); rbuf (NULL: none may come) receives the
+ * answer's, at most rcap bytes (more is a protocol error), *rlen its size. */
+static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *sdata, size_t sdlen,
+			int pass_fd, uint16_t want, json_t **answer, void *rbuf, size_t rcap, size_t *rlen,
+			struct nsbox_err *err)
 {
 	unsigned long long deadline = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
 	json_auto_t *owned = msg;
 	struct session_result res = { 0 };
 	_cleanup_frame_ struct proto_frame f = { 0 };
+	const char *data = NULL;
+	size_t jlen, dlen = 0;
 	uint32_t id;
 	json_t *m;
 	int k;
@@ -1197,7 +1225,18 @@ static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t
 	if (!msg)
 		return err_set(err, ENOMEM, "%s message", proto_type_name(type));
 	id = s->next_id++;
-	if (frame_send_msg(&s->io, type, id, msg, deadline, err) < 0) {
+	if (sdata || pass_fd >= 0) {
+		_cleanup_free_ char *buf = NULL;
+		size_t len;
+
+		if ((sdata ? proto_encode_data(type, id, msg, sdata, sdlen, s->io.max_frame, &buf, &len, err)
+			   : proto_encode(type, id, msg, s->io.max_frame, &buf, &len, err)) < 0)
+			return -1;
+		k = frame_send_buf_fd(&s->io, type, buf, len, pass_fd, deadline, err);
+	} else {
+		k = frame_send_msg(&s->io, type, id, msg, deadline, err);
+	}
+	if (k < 0) {
 		if (err->code == EMSGSIZE)
 			return -1;
 		end_session(s, &res, true);
@@ -1218,19 +1257,36 @@ static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t
 		return err_set(err, 0, "%s", res.message);
 	}
 	m = frame_parse(&f, err);
-	if (!m || f.hdr.id != id || f.hdr.type != want) {
+	if (m && proto_frame_parts(&f, &jlen, &data, &dlen, err) < 0) {
+		json_decref(m);
+		m = NULL;
+	}
+	if (!m || f.hdr.id != id || f.hdr.type != want || (data && (!rbuf || dlen > rcap))) {
 		char what[600];
 
 		snprintf(what, sizeof(what), "%s", m ? "unexpected answer" : err->msg);
-		if (m)
+		if (m && data && f.hdr.id == id && f.hdr.type == want)
+			snprintf(what, sizeof(what), "%zu bytes of data in answer to %s %u, %s", dlen,
+				 proto_type_name(type), id, rbuf ? "more than asked for" : "which asked for none");
+		else if (m)
 			snprintf(what, sizeof(what), "unexpected %s frame (id %u) in answer to %s %u",
 				 proto_type_name(f.hdr.type), f.hdr.id, proto_type_name(type), id);
 		json_decref(m);
 		protocol_error(s, &res, what);
 		return err_set(err, 0, "%s", res.message);
 	}
+	if (rbuf && dlen)
+		memcpy(rbuf, data, dlen);
+	if (rlen)
+		*rlen = data ? dlen : 0;
 	*answer = m;
 	return 0;
+}
+
+static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t want, json_t **answer,
+		   struct nsbox_err *err)
+{
+	return control_data(s, type, msg, NULL, 0, -1, want, answer, NULL, 0, NULL, err);
 }
 
 int session_set_var(struct nsbox_session *s, const char *name, json_t *value, struct nsbox_err *err)
@@ -1367,6 +1423,9 @@ int session_add_tool(struct nsbox_session *s, const struct session_tool *t, stru
 		return err_set(err, EINVAL, "tool %s: the schema is not a JSON object", t->name);
 	if (find_tool(s, t->name))
 		return err_set(err, EEXIST, "tool %s is already registered", t->name);
+	if (clashes(s, t->name))
+		return err_set(err, EEXIST, "tool %s: its name and a registered tool's would share the global %.*s",
+			       t->name, (int)strcspn(t->name, "."), t->name);
 	if (s->dead)
 		return err_set(err, EPIPE, "the session has ended");
 	if (s->x.active)
@@ -1469,6 +1528,18 @@ void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *
 int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t **answer, struct nsbox_err *err)
 {
 	return control(s, type, msg, PROTO_VALUE, answer, err);
+}
+
+int session_request_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *data, size_t dlen,
+			 json_t **answer, void *rbuf, size_t rcap, size_t *rlen, struct nsbox_err *err)
+{
+	return control_data(s, type, msg, data, dlen, -1, PROTO_VALUE, answer, rbuf, rcap, rlen, err);
+}
+
+int session_request_fd(struct nsbox_session *s, uint16_t type, json_t *msg, int fd, json_t **answer,
+		       struct nsbox_err *err)
+{
+	return control_data(s, type, msg, NULL, 0, fd, PROTO_VALUE, answer, NULL, 0, NULL, err);
 }
 
 uint32_t session_max_frame(const struct nsbox_session *s)

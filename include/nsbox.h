@@ -99,8 +99,18 @@ NSBOX_API int nsbox_policy_set_workspace(nsbox_policy_t *p, const char *dir, nsb
 NSBOX_API int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const char *value, nsbox_error_t **err);
 /* Check the policy as a whole (what nsbox_run() and nsbox_session_new()
  * check before starting), e.g. a bind destination inside a writable mount.
- * Since 0.2.0.  Errors: -EINVAL with a message saying what is wrong. */
+ * Since 0.2.0.  Errors: -EINVAL with a message saying what is wrong;
+ * -ENOENT when RootFS=NAME names a root tree that is not built (since
+ * 0.5.0; `nsbox rootfs build NAME` builds it). */
 NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
+
+/* The Debian packages the policy's root tree provides (RootFS=NAME, a
+ * built tree; RootFS=DIR; or the host's, without RootFS=), read from the
+ * tree's dpkg status file on the host: a JSON array of {"name": ...,
+ * "version": ...} objects, in the file's order, in *json (free with
+ * nsbox_free).  Returns 0, or -ENOENT (the tree is not built, or has no
+ * dpkg status file), -EINVAL, -ENOMEM.  Since 0.5.0. */
+NSBOX_API int nsbox_policy_packages(const nsbox_policy_t *p, char **json, nsbox_error_t **err);
 /* The effective policy in the file format; nsbox_free() it.  NULL on ENOMEM. */
 NSBOX_API char *nsbox_policy_to_string(const nsbox_policy_t *p);
 
@@ -129,9 +139,10 @@ struct nsbox_session_opts {
 	 * (which then takes about a millisecond).  Costs one idle sandbox per
 	 * helper (the last policy's).  The default since 0.3.0 (no_spare, or
 	 * NSBOX_SPARE=0 in the environment, turns it off), except for a
-	 * policy naming host paths (workspace, binds, another root: a spare's
-	 * mounts are made in advance, and the directory behind them may be
-	 * replaced meanwhile); setting spare asks for one even then. */
+	 * policy naming host paths (workspace, binds, another root directory: a
+	 * spare's mounts are made in advance, and the directory behind them may
+	 * be replaced meanwhile; a built tree, RootFS=NAME, is never replaced in
+	 * place and keeps it); setting spare asks for one even then. */
 	bool spare;
 	/* Make the sandbox from this process instead of the helper: no helper
 	 * to start, so a one-off session is ready sooner, but CPython starts
@@ -186,7 +197,10 @@ typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_
 
 /* Register a tool: name must be a Python identifier that is not a keyword,
  * a builtin (len, print, open...) or a dunder (since 0.5.0: a tool is a
- * global inside and would replace it); schema_json (may be
+ * global inside and would replace it), or (since 0.5.0) two identifiers
+ * joined by a dot, "NS.NAME": a function NAME in a namespace object NS in
+ * the session's globals (NS as a plain name above; NAME not a keyword or a
+ * dunder; NS not also a plain tool's name: -EEXIST); schema_json (may be
  * NULL) is a JSON Schema of the arguments ({"type": "object",
  * "properties": ...}), used to generate the Python signature and
  * docstring; description may be NULL.  Tools may be added at any time;
@@ -382,8 +396,9 @@ NSBOX_API int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *
  * mount namespace (nsbox-protocol(7), FILES): the host never opens a path
  * the sandbox controls, so a symlink, fifo or renamed entry planted inside
  * only changes what the sandbox itself sees.  Relative paths are relative
- * to the runner's working directory.  Data travels in chunks of 4 MiB; a
- * file changed by sandboxed code meanwhile may read back mixed.  Errors
+ * to the runner's working directory.  Reads, and writes of 256 KiB or
+ * more, cross in a memfd the library makes (one request; the runner copies
+ * in the kernel); smaller writes as raw bytes after the request.  Errors
  * (besides -EINVAL bad arguments, -EBUSY, -ENOTCONN the session ended):
  * the errno seen inside, negated: -ENOENT no such file or directory,
  * -EISDIR a directory, -EINVAL not a regular file (fifo, device, socket),
@@ -409,6 +424,29 @@ NSBOX_API int nsbox_list_files(nsbox_session_t *s, const char *path, char **json
 /* Make directory path and missing parents (mode -1: 0755); an existing
  * directory is not an error. */
 NSBOX_API int nsbox_make_dir(nsbox_session_t *s, const char *path, int mode, nsbox_error_t **err);
+
+/* Whole trees.  nsbox_download_dir copies directory path inside into the
+ * host directory local (made if missing, not its parents): regular files
+ * and directories only (symlinks, fifos, devices and names that are not
+ * UTF-8 are skipped).  Each name the sandbox listed must be one path
+ * component (no '/', not "." or "..", no control characters), and each is
+ * made beneath its parent's descriptor with mkdirat or openat2
+ * (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) and
+ * O_CREAT | O_EXCL | O_NOFOLLOW: nothing on the host is followed or
+ * overwritten (-EEXIST).  Caps: max_bytes in all (0: 1 GiB), max_files
+ * entries (0: 100000), the per-file cap of nsbox_read_file, 64 levels
+ * (-ELOOP), else -EFBIG; what was copied before a failure stays.
+ * nsbox_upload_dir copies the host directory local to path inside (made
+ * with its parents): regular files (the nsbox_write_file cap each) and
+ * directories, each opened beneath its parent with O_NOFOLLOW; symlinks and
+ * special files are skipped, never followed.  Both return the number of
+ * files copied (>= 0), or a negative errno as above (-EINVAL for a host
+ * name that is not UTF-8). */
+#define NSBOX_DIR_MAX_BYTES (1ull << 30)
+#define NSBOX_DIR_MAX_FILES 100000
+NSBOX_API int nsbox_download_dir(nsbox_session_t *s, const char *path, const char *local, uint64_t max_bytes,
+				 uint64_t max_files, nsbox_error_t **err);
+NSBOX_API int nsbox_upload_dir(nsbox_session_t *s, const char *local, const char *path, nsbox_error_t **err);
 
 /* ---- commands ----------------------------------------------------------- */
 
@@ -536,8 +574,8 @@ NSBOX_API int nsbox_parse_size(const char *s, uint64_t *bytes, nsbox_error_t **e
 
 /* 0 when name is acceptable to nsbox_session_add_tool() (a Python
  * identifier of at most 64 bytes, nsbox-protocol(7), and since 0.5.0 not
- * a keyword, a builtin such as len or print, or a dunder); -EINVAL
- * otherwise. */
+ * a keyword, a builtin such as len or print, or a dunder; or NS.NAME as
+ * nsbox_session_add_tool() says); -EINVAL otherwise. */
 NSBOX_API int nsbox_check_tool_name(const char *name, nsbox_error_t **err);
 
 /* ---- handing a sandbox over (since 0.4.0; nsboxd(8)) -------------------

@@ -392,6 +392,58 @@ static int clone_tree(const char *path, struct nsbox_err *err)
 	return fd;
 }
 
+/* WorkspaceSize=: the host directory becomes the read-only lower layer of an
+ * overlay whose upper layer is a tmpfs of that size, so what the sandbox
+ * writes there is bounded by the tmpfs (ENOSPC inside; its pages are
+ * charged to the sandbox's memory cgroup) and never reaches the host's
+ * filesystem directly.  The launcher copies the upper layer back into the
+ * host directory once the sandbox is dead (wsync.c).  Project quotas would
+ * keep live writes but need root and a filesystem mounted with prjquota
+ * (ext4 here has neither); an overlay in a user namespace needs neither
+ * (Linux 5.11).  userxattr: overlay's trusted.* xattrs need CAP_SYS_ADMIN
+ * over the host; a tmpfs without user.* xattrs (before Linux 6.6) makes
+ * overlay run without xattrs (then a directory made where the host's
+ * directory had an entry the sandbox deleted fails, EIO: it can't be
+ * marked opaque).  *upper gets an fd of the upper layer. */
+static int mount_ws_overlay(int wsfd, bool detached, uint64_t size, int *upper, struct nsbox_err *err)
+{
+	const char *lower = NEWROOT "/.nsbox-wsl", *tmp = NEWROOT "/.nsbox-wsu";
+	unsigned long long inodes = size / 4096;
+	char opts[256];
+	struct stat st;
+
+	if (fstat(wsfd, &st) < 0)
+		return err_sys(err, "stat the workspace");
+	if ((detached ? attach_tree(wsfd, lower, false, err) : bind_fd(wsfd, lower, false, true, err)) < 0)
+		return err_wrap(err, "workspace");
+	if (mkdir(tmp, 0700) < 0)
+		return err_sys(err, "mkdir %s", tmp + strlen(NEWROOT));
+	snprintf(opts, sizeof(opts), "mode=0700,size=%llu,nr_inodes=%llu", (unsigned long long)size,
+		 inodes < 1024 ? 1024 : inodes > (1u << 20) ? 1u << 20 : inodes);
+	if (mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		return err_sys(err, "mount the workspace's tmpfs (%s)", opts);
+	if (mkdir(NEWROOT "/.nsbox-wsu/u", st.st_mode & 07777) < 0 || mkdir(NEWROOT "/.nsbox-wsu/w", 0700) < 0 ||
+	    mkdir_p(NEWROOT "/workspace", 0755) < 0)
+		return err_sys(err, "mkdir the workspace's layers");
+	snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/u,workdir=%s/w,userxattr", lower, tmp, tmp);
+	if (mount("overlay", NEWROOT "/workspace", "overlay", MS_NOSUID | MS_NODEV, opts) < 0) {
+		/* userxattr is Linux 5.11's, as is overlay in a user namespace */
+		opts[strlen(opts) - strlen(",userxattr")] = '\0';
+		if (errno != EINVAL || mount("overlay", NEWROOT "/workspace", "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+			return err_sys(err, "mount an overlay on /workspace (WorkspaceSize=%s; --workspace-size "
+				       "infinity binds the directory as it is, unbounded)",
+				       errno == ENODEV ? "; this kernel has no overlayfs: modprobe overlay" : "");
+	}
+	*upper = open(NEWROOT "/.nsbox-wsu/u", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (*upper < 0)
+		return err_sys(err, "open the workspace's upper layer");
+	/* The overlay holds private clones of both layers: the staging
+	 * mounts go, and nothing of them shows inside. */
+	if (umount2(lower, MNT_DETACH) < 0 || umount2(tmp, MNT_DETACH) < 0 || rmdir(lower) < 0 || rmdir(tmp) < 0)
+		return err_sys(err, "detach the workspace's staging mounts");
+	return 0;
+}
+
 int mount_open_sources(const struct nsbox_policy *p, struct mount_srcs *s, struct nsbox_err *err)
 {
 	mount_srcs_close(s);
@@ -417,13 +469,15 @@ fail:
 }
 
 int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, const char *exec_file,
-		int exec_src, int *exec_fd, struct nsbox_err *err)
+		int exec_src, int *exec_fd, int *ws_upper, struct nsbox_err *err)
 {
 	int *srcfd = srcs->bind;
 	_cleanup_close_ int wsfd = srcs->workspace, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
-	_cleanup_close_ int servfd = -1, protofd = -1;
 	char path[4096], opts[64];
 	const char *home = rootfs_home(p);
+	const char *const *shared;
+	size_t n_shared = rootfs_etc_shared(&shared);
+	int sharedfd[ROOTFS_ETC_SHARED_MAX] = { -1, -1, -1, -1 };
 	int r = -1;
 
 	err_step(err, "mount");
@@ -454,15 +508,21 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	 * there must not reach the host's files. */
 	if (p->rootfs) {
 		cachefd = open_in_root(rootfd, "etc/ld.so.cache", O_PATH | O_CLOEXEC);
-		servfd = open_in_root(rootfd, "etc/services", O_PATH | O_CLOEXEC);
-		protofd = open_in_root(rootfd, "etc/protocols", O_PATH | O_CLOEXEC);
 		altfd = open_in_root(rootfd, "etc/alternatives", O_PATH | O_CLOEXEC | O_DIRECTORY);
 	} else {
 		cachefd = open("/etc/ld.so.cache", O_PATH | O_CLOEXEC);
-		/* Public tables (getservbyname, getprotobyname). */
-		servfd = open("/etc/services", O_PATH | O_CLOEXEC);
-		protofd = open("/etc/protocols", O_PATH | O_CLOEXEC);
 		altfd = open("/etc/alternatives", O_PATH | O_CLOEXEC | O_DIRECTORY);
+	}
+	for (size_t i = 0; i < n_shared && i < ROOTFS_ETC_SHARED_MAX; i++) {
+		struct stat st;
+		/* "/etc/NAME" on the host, "etc/NAME" beneath another root */
+		snprintf(path, sizeof(path), "/etc/%s", shared[i]);
+		sharedfd[i] = p->rootfs ? open_in_root(rootfd, path + 1, O_PATH | O_CLOEXEC)
+					: open(path, O_PATH | O_CLOEXEC);
+		if (sharedfd[i] >= 0 && (fstat(sharedfd[i], &st) < 0 || !S_ISREG(st.st_mode))) {
+			close(sharedfd[i]);
+			sharedfd[i] = -1;
+		}
 	}
 	if (p->share_net)
 		resolvfd = open("/etc/resolv.conf", O_PATH | O_CLOEXEC);
@@ -506,10 +566,11 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		goto out;
 	if (altfd >= 0 && bind_fd(altfd, NEWROOT "/etc/alternatives", false, true, err) < 0)
 		goto out;
-	if (servfd >= 0 && bind_fd(servfd, NEWROOT "/etc/services", false, true, err) < 0)
-		goto out;
-	if (protofd >= 0 && bind_fd(protofd, NEWROOT "/etc/protocols", false, true, err) < 0)
-		goto out;
+	for (size_t i = 0; i < n_shared && i < ROOTFS_ETC_SHARED_MAX; i++) {
+		snprintf(path, sizeof(path), NEWROOT "/etc/%s", shared[i]);
+		if (sharedfd[i] >= 0 && bind_fd(sharedfd[i], path, false, true, err) < 0)
+			goto out;
+	}
 	/* With an egress allowlist the only resolver is the stub on the
 	 * sandbox's loopback (egress.h). */
 	if (p->n_net_allow && !p->share_net) {
@@ -530,8 +591,11 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		}
 	}
 
-	if (wsfd >= 0 && (srcs->detached ? attach_tree(wsfd, NEWROOT "/workspace", true, err)
-					  : bind_fd(wsfd, NEWROOT "/workspace", true, true, err)) < 0)
+	if (wsfd >= 0 && p->workspace_size) {
+		if (mount_ws_overlay(wsfd, srcs->detached, p->workspace_size, ws_upper, err) < 0)
+			goto out;
+	} else if (wsfd >= 0 && (srcs->detached ? attach_tree(wsfd, NEWROOT "/workspace", true, err)
+						: bind_fd(wsfd, NEWROOT "/workspace", true, true, err)) < 0)
 		goto out;
 	for (size_t i = 0; i < p->n_mounts; i++) {
 		snprintf(path, sizeof(path), NEWROOT "%s", p->mounts[i].dst);
@@ -566,6 +630,9 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	}
 	r = 0;
 out:
+	for (size_t i = 0; i < ROOTFS_ETC_SHARED_MAX; i++)
+		if (sharedfd[i] >= 0)
+			close(sharedfd[i]);
 	mount_srcs_close(srcs);
 	return r;
 }

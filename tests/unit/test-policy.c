@@ -170,6 +170,8 @@ static const struct good_case good[] = {
 	{ "Limits", "TimeLimit", "30" },     { "Limits", "TimeLimit", "0.1" },
 	{ "Limits", "TimeLimit", "infinity" }, { "Limits", "TmpSize", "16M" },
 	{ "Limits", "TmpSize", "0" },	     { "Limits", "FileSize", "1T" },
+	{ "Limits", "WorkspaceSize", "64M" }, { "Limits", "WorkspaceSize", "infinity" },
+	{ "Limits", "WorkspaceSize", "unlimited" },
 	{ "Limits", "FileSize", "123" },     { "Limits", "FileSize", "infinity" },
 	{ "Limits", "OpenFiles", "64" },     { "Limits", "OpenFiles", "1048576" },
 	{ "Limits", "Cgroups", "auto" },     { "Limits", "Cgroups", "require" },
@@ -184,6 +186,9 @@ static const struct good_case good[] = {
 	{ "Security", "Landlock", "off" },   { "Python", "DistPackages", "yes" },
 	{ "Python", "DistPackages", "no" },  { "Python", "DistPackages", "TRUE" },
 	{ "Python", "DistPackages", "0" },   { "Python", "DistPackages", "on" },
+	{ "Filesystem", "RootFS", "datascience" }, { "Filesystem", "RootFS", "my-tree_2" },
+	{ "Python", "Preload", "numpy pandas" }, { "Python", "Preload", "numpy,pandas" },
+	{ "Python", "Preload", "a.b_c.D9" },  { "Python", "Preload", "" },
 };
 
 struct bad_case {
@@ -224,6 +229,8 @@ static const struct bad_case bad[] = {
 	{ "Limits", "TimeLimit", "30s", "not a decimal number" },
 	{ "Limits", "TmpSize", "infinity", "not a size (use a number with optional K, M, G, T suffix)" },
 	{ "Limits", "TmpSize", "1K", "too small" },
+	{ "Limits", "WorkspaceSize", "0", "too small (at least 1M, or infinity)" },
+	{ "Limits", "WorkspaceSize", "512K", "too small" },
 	{ "Limits", "FileSize", "big", "not a size" },
 	{ "Limits", "OpenFiles", "1048577", "too large" },
 	{ "Limits", "Cgroups", "yes", "use auto, require or off" },
@@ -249,6 +256,14 @@ static const struct bad_case bad[] = {
 	{ "Environment", "Set", "A=\x1b[2J", "control characters are not allowed" },
 	{ "Security", "Seccomp", "off", "use enforce or log" },
 	{ "Security", "Landlock", "on", "use auto, require or off" },
+	{ "Filesystem", "RootFS", "Data", "not an absolute path nor a tree name" },
+	{ "Filesystem", "RootFS", "a:b", "not an absolute path nor a tree name" },
+	{ "Filesystem", "RootFS", "-x", "not an absolute path nor a tree name" },
+	{ "Filesystem", "RootFS", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "tree name" },
+	{ "Python", "Preload", "1abc", "'1abc' is not a module name" },
+	{ "Python", "Preload", "numpy a..b", "'a..b' is not a module name" },
+	{ "Python", "Preload", "a-b", "not a module name" },
+	{ "Python", "Preload", "os.", "not a module name" },
 	{ "Python", "DistPackages", "maybe", "not a boolean" },
 	{ "Python", "DistPackages", "", "empty value" },
 	{ "Policy", "Base", "strict", "only allowed as the first setting of a policy file" },
@@ -353,7 +368,7 @@ static void test_file_errors(void)
 		{ "[Limits]\nMemory=1G\n\n# c\n\n\nMemory=12Q\n",
 		  "t.policy:7: [Limits] Memory=12Q: not a size (use a number with optional K, M, G, T suffix, or infinity)" },
 		{ "Memory=1G\n", "t.policy:1: Memory=1G: setting outside a section" },
-		{ "# c\n[Limits]\nFoo=1\n", "t.policy:3: [Limits] Foo=: unknown key (accepted in [Limits]: Memory, Pids, CPUs, TimeLimit, TmpSize, FileSize, OpenFiles, Cgroups)" },
+		{ "# c\n[Limits]\nFoo=1\n", "t.policy:3: [Limits] Foo=: unknown key (accepted in [Limits]: Memory, Pids, CPUs, TimeLimit, TmpSize, WorkspaceSize, FileSize, OpenFiles, Cgroups)" },
 		{ "\n\n[Limitz]\n", "t.policy:3: unknown section [Limitz]" },
 		{ "[Limits\n", "t.policy:1: bad section header [Limits" },
 		{ "[]\n", "t.policy:1: bad section header" },
@@ -640,6 +655,13 @@ static void test_validate(void)
 	p.rootfs = strdup("relative/root");
 	check(policy_validate(&p, &err) < 0 && strstr(err.msg, "RootFS") && strstr(err.msg, "absolute"),
 	   "relative RootFS: %s", err.msg);
+	free(p.rootfs);
+	p.rootfs = strdup("Not_A_Name");
+	check(policy_validate(&p, &err) < 0 && strstr(err.msg, "RootFS=Not_A_Name") && strstr(err.msg, "tree name"),
+	      "bad tree name: %s", err.msg);
+	free(p.rootfs);
+	p.rootfs = strdup("datascience");
+	check(policy_validate(&p, &err) == 0, "RootFS=datascience (a tree name): %s", err.msg);
 	free(p.rootfs);
 	p.rootfs = NULL;
 	p.workspace = strdup("/w/../x");
