@@ -616,13 +616,6 @@ t_svc_start() {
 	[ "$sc" = "cpu memory pids" ] || { why="$SVC/cgroup.subtree_control: $sc"; return 1; }
 }
 
-t_svc_cli() {
-	[ -n "$svc_pid" ] || { why="nsboxd did not start"; return 1; }
-	nsbox_python --connect "$T/svc.sock" -c 'import os; print(os.getuid(), 6 * 7)'
-	expect_rc 0 || return 1
-	[ "$(cat "$T/out")" = "1000 42" ] || { why="unexpected output"; return 1; }
-}
-
 # A raw client (tests/integ/svcclient.py): a session with memory=64M, its
 # cgroup seen from the host beside nsboxd's leaf, then a hog in it: EXITED
 # says OOM, CLOSED follows, the cgroup is gone.
@@ -663,14 +656,16 @@ t_svc_oom() {
 	expect_rc 0
 }
 
+# The CLI through the service, then SIGTERM to nsboxd while that session
+# and the pool's sandbox are alive.
 t_svc_sigterm() {
 	[ -n "$svc_pid" ] || { why="nsboxd did not start"; return 1; }
-	timeout 60 "$NSBOX" python --connect "$T/svc.sock" -c 'import time; print("up", flush=True); time.sleep(50)' \
-		>"$T/out" 2>"$T/err" &
+	timeout 60 "$NSBOX" python --connect "$T/svc.sock" \
+		-c 'import os, time; print("up", os.getuid(), 6 * 7, flush=True); time.sleep(50)' >"$T/out" 2>"$T/err" &
 	cli=$!
 	i=0
 	while [ $i -lt 300 ] && ! grep -q up "$T/out"; do sleep 0.1; i=$((i + 1)); done
-	grep -q up "$T/out" || { why="the session never started"; kill $cli; return 1; }
+	[ "$(cat "$T/out")" = "up 1000 42" ] || { why="the CLI's session did not start as expected"; kill $cli; return 1; }
 	# Every process of the sessions and the pool, from the host.
 	pids=$(cat $SVC/nsbox-*/cgroup.procs 2>/dev/null)
 	[ -n "$pids" ] || { why="no process in $SVC/nsbox-*"; kill $cli; return 1; }
@@ -680,6 +675,7 @@ t_svc_sigterm() {
 	wait $svc_pid
 	src=$?
 	wait $cli
+	crc=$?
 	svc_pid=
 	cat "$T/nsboxd.log" >>"$T/err"
 	[ $src -eq 0 ] || { why="nsboxd exited $src after SIGTERM"; return 1; }
@@ -691,7 +687,7 @@ t_svc_sigterm() {
 	[ -z "$(cat $SVC/nsboxd/cgroup.procs)" ] || { why="processes left in nsboxd's leaf"; return 1; }
 	pgrep -x nsbox-runner >/dev/null && { why="an nsbox-runner is still running"; return 1; }
 	[ ! -e "$T/svc.sock" ] || { why="the socket was not removed"; return 1; }
-	echo "# after SIGTERM: $(echo $pids | wc -w) sandbox processes gone, only the empty leaf left"
+	echo "# after SIGTERM: $(echo $pids | wc -w) sandbox processes gone, only the empty leaf left; the CLI exited $crc"
 	rmdir $SVC/nsboxd $SVC
 }
 
@@ -794,9 +790,8 @@ root|deleg) check "--policy strict runs where cgroups work" t_strict_runs ;;
 esac
 if [ "$role" = root ]; then
 	check "nsboxd in a Delegate=yes cgroup moves into a favoured leaf" t_svc_start
-	check "nsbox python --connect through nsboxd" t_svc_cli
 	check "a service session's cgroup is beside nsboxd's; OOM in EXITED and CLOSED" t_svc_oom
-	check "SIGTERM to nsboxd leaves no process or cgroup" t_svc_sigterm
+	check "nsbox python --connect; then SIGTERM to nsboxd leaves no process or cgroup" t_svc_sigterm
 	[ -z "$svc_pid" ] || kill -KILL $svc_pid 2>/dev/null
 fi
 case $role in
