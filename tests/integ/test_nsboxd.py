@@ -418,22 +418,33 @@ with nsbox.Sandbox(connect={d.sock!r}, workspace={ws!r}) as sb:
         st = os.stat(os.path.join(ws, "out.txt"))
         assert (st.st_uid, st.st_gid) == ((UNPRIV, UNPRIV) if ROOT else (os.geteuid(), os.getegid()))
         # A descriptor no path leads to any more (its directory removed)
-        # can't be found again in the sandbox's namespace: refused, named.
+        # can't be found again in the sandbox's namespace; and where its
+        # path names another directory (here one made to look like the
+        # removed one's "... (deleted)"), device and inode tell them apart.
+        # Both refused (EIO: the sandbox could not be made), naming what.
         script = f"""
 import os, sys
 sys.path.insert(0, {os.path.dirname(__file__)!r})
 import svcclient
-os.mkdir({ws!r} + "/gone")
-fd = os.open({ws!r} + "/gone", os.O_RDONLY | os.O_DIRECTORY)
-os.rmdir({ws!r} + "/gone")
 c = svcclient.Client({d.sock!r})
-sb, m = c.open(fds=[fd], workspace={{"fd": 0}})
-print(sb is None, m.get("error"), m.get("message"))
+for name, decoy in (("gone", False), ("swapped", True)):
+    os.mkdir({ws!r} + "/" + name)
+    fd = os.open({ws!r} + "/" + name, os.O_RDONLY | os.O_DIRECTORY)
+    os.rmdir({ws!r} + "/" + name)
+    if decoy:
+        os.mkdir({ws!r} + "/" + name + " (deleted)")
+    sb, m = c.open(fds=[fd], workspace={{"fd": 0}})
+    print(sb is None, m.get("error"), repr(m.get("message")))
+    if decoy:
+        os.rmdir({ws!r} + "/" + name + " (deleted)")
 """
         p = subprocess.run(as_user(uid) + [sys.executable, "-c", script], capture_output=True, timeout=60,
                            env=dict(os.environ, HOME="/tmp"))
         assert p.returncode == 0, p.stderr
-        assert p.stdout.startswith(b"True ") and b"gone (deleted)" in p.stdout, p.stdout
+        gone, swapped = p.stdout.decode().splitlines()
+        assert gone.startswith("True EIO ") and "gone (deleted)): No such file" in gone, gone
+        assert swapped.startswith("True EIO ") and "swapped (deleted) is no longer what was opened" in swapped, \
+            swapped
     finally:
         assert d.stop() == 0, d.logtext()
         if pid is not None:
