@@ -10,6 +10,7 @@ static const char usage[] =
 	"usage: nsbox run [OPTIONS] -- COMMAND [ARG...]\n"
 	"       nsbox python [OPTIONS] [-c CODE | FILE | -]\n"
 	"       nsbox mcp [OPTIONS]\n"
+	"       nsbox rootfs build [--force] NAME | nsbox rootfs list\n"
 	"       nsbox info\n"
 	"       nsbox doctor\n"
 	"       nsbox policy check FILE | nsbox policy show [--policy NAME|FILE] [OPTIONS]\n"
@@ -31,6 +32,8 @@ int main(int argc, char **argv)
 		return cmd_python(argc - 1, argv + 1);
 	if (strcmp(argv[1], "mcp") == 0)
 		return cmd_mcp(argc - 1, argv + 1);
+	if (strcmp(argv[1], "rootfs") == 0)
+		return cmd_rootfs(argc - 1, argv + 1);
 	if (strcmp(argv[1], "info") == 0)
 		return cmd_info(argc - 1, argv + 1);
 	if (strcmp(argv[1], "doctor") == 0)
