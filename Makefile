@@ -48,6 +48,9 @@ CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c egress/*.c jail/*.c host/*
 CORE_OBJS := $(CORE_SRCS:%.c=$(B)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
+# The CLI alone links libedit (BSD licence; Debian's libedit-dev): line
+# editing, history and completion for nsbox python's REPL.
+CLI_LIBS := $(shell pkg-config --libs libedit)
 # Front ends see the public header and their own, nothing of the core
 # (scripts/check-layers.py says so too).
 FRONT_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS) -MMD -MP
@@ -126,7 +129,7 @@ $(B)/libnsbox-core.a: $(CORE_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 $(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(CLI_LIBS)
 $(B)/obj/service/%.o: ALL_CFLAGS += $(shell pkg-config --cflags libsystemd)
 $(B)/nsboxd: $(SVC_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(SVC_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(shell pkg-config --libs libsystemd) -lm
