@@ -245,7 +245,7 @@ check-unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 # memcheck of the API tests; the sandboxes themselves are not followed.
 check-valgrind: $(B)/tests/test-api
-	valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
+	NSBOX_UNDER_VALGRIND=1 valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
 		--error-exitcode=1 --trace-children=no $(B)/tests/test-api
 check-integ: all
 	NSBOX_BUILD=$(CURDIR)/$(B) NSBOX_SANITIZE=$(SANITIZE) scripts/run-integ.sh
