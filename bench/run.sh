@@ -215,6 +215,11 @@ if [ "${NSBOX_BENCH_FILES:-1}" != 0 ]; then
 	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/files.py
 fi
 
+# A matplotlib figure's round trip (plot 1,000 points, the PNG back) beside
+# savefig in plain python3.11 on the host (bench/figure.py).
+if [ "${NSBOX_BENCH_FIGURE:-1}" != 0 ] && $PY -c 'import matplotlib' 2>/dev/null; then
+	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/figure.py "$RUNS"
+fi
 # Root trees: the datascience tree's build (first, cached) and a session on
 # it from the warm spare with numpy and pandas preloaded, beside a cold
 # import and an empty session (bench/rootfs.py).  Builds the tree if missing.

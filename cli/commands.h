@@ -24,6 +24,16 @@ struct cli_tool {
  * the command's stdin, a JSON value expected on its stdout. */
 int cli_tool_run(void *ud, const char *name, const char *args_json, char **result_json, char **error);
 
+/* nsbox python --display-dir (cli/display.c): make and open DIR (-1,
+ * printed, on failure); save a result's displays and /out files in it
+ * (seq numbers the displays across execs).  -1 when any could not be
+ * written (each printed). */
+int cli_display_open(const char *dir);
+int cli_display_save(int dirfd, const char *dir, const nsbox_result_t *r, unsigned *seq);
+/* Whether a file name that came from the sandbox may be used on the host:
+ * 1..255 bytes, no '/', no control characters, not "." or "..". */
+bool cli_out_name_ok(const char *name);
+
 /* Shared by the front ends: print "nsbox: warning: MSG". */
 void cli_warn(void *ctx, const char *msg);
 /* Write how a run ended as JSON to path ("-" = stdout).  Returns 0 or -1. */

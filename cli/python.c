@@ -31,7 +31,9 @@ static void py_usage(FILE *f)
 		"usage: nsbox python [OPTIONS] [-c CODE | -m MODULE | FILE | -] [ARG...]\n"
 		"  -c CODE               run CODE\n"
 		"  -m MODULE             run a module as __main__ (e.g. -m unittest test.test_json)\n"
-		"  --json                print one JSON object: value, stdout, stderr, error, usage\n"
+		"  --json                print one JSON object: value, stdout, stderr, error, usage,\n"
+		"                        displays, files\n"
+		"  --display-dir DIR     write displays (display-001.png, ...) and /out files (DIR/out)\n"
 		"  --tool NAME=COMMAND   a host tool: COMMAND gets {\"args\":[...],\"kwargs\":{...}} on stdin\n"
 		"                        and prints a JSON result; callable inside as NAME(...)\n"
 		"  --output-limit SIZE   --json: cap on the stdout and stderr kept, each (default 1M;\n"
@@ -257,6 +259,11 @@ static bool is_exit(const nsbox_result_t *r)
 	return nsbox_result_status(r) == NSBOX_EXCEPTION && t && !strcmp(t, "SystemExit");
 }
 
+/* --display-dir: where each result's displays and /out files go. */
+static int display_fd = -1;
+static const char *display_dir;
+static unsigned display_seq;
+
 static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode, bool streamed)
 {
 	static const char *const names[] = {
@@ -299,8 +306,11 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		uint64_t peak;
 		unsigned calls;
 		json_t *usage;
-		const char *keys[] = { "stdout",       "stderr",       "stdout_truncated", "stderr_truncated",
-				       "stdout_bytes", "stderr_bytes", "exit_code" };
+		const char *keys[] = {
+			"stdout",	  "stderr",    "stdout_truncated", "stderr_truncated",	 "stdout_bytes",
+			"stderr_bytes",	  "exit_code", "displays",	   "displays_truncated", "files",
+			"files_truncated"
+		};
 
 		nsbox_result_usage(res, &wall, &cpu, &peak, &calls);
 		usage = json_pack("{s:f,s:I,s:I}", "wall", wall, "tool_calls", (json_int_t)calls, "peak_memory",
@@ -352,6 +362,8 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 	}
 	fflush(stdout);
 	json_decref(r);
+	if (display_fd >= 0 && cli_display_save(display_fd, display_dir, res, &display_seq) < 0 && rc == 0)
+		rc = 1;
 	return rc;
 }
 
@@ -725,6 +737,20 @@ int cmd_python(int argc, char **argv)
 		}
 		if (!strcmp(a, "--json")) {
 			json_mode = true;
+			continue;
+		}
+		if (!strcmp(a, "--display-dir") || !strncmp(a, "--display-dir=", 14)) {
+			const char *v = a[13] == '=' ? a + 14 : (i + 1 < argc ? argv[++i] : NULL);
+
+			if (!v || !*v) {
+				fprintf(stderr, "nsbox python: --display-dir needs a directory\n");
+				goto usage;
+			}
+			if (display_fd >= 0)
+				close(display_fd);
+			if ((display_fd = cli_display_open(v)) < 0)
+				goto usage_quiet;
+			display_dir = v;
 			continue;
 		}
 		if (!strcmp(a, "--list-packages")) {

@@ -285,6 +285,32 @@ NSBOX_API const char *nsbox_result_json(const nsbox_result_t *r);
 NSBOX_API bool nsbox_result_truncated(const nsbox_result_t *r, int stream, uint64_t *total);
 NSBOX_API void nsbox_result_free(nsbox_result_t *r);
 
+/* ---- rich results (since 0.6.0; libnsbox(3), RICH RESULTS) -------------
+ * What display(obj), matplotlib figures and a last expression with rich
+ * representations produced, in order, as MIME bundles; and the files the
+ * exec wrote to /out.  Indexes out of range give 0 or NULL.  Data is
+ * borrowed from r: decoded bytes for binary types (image/png...), UTF-8
+ * text for text types (text/html, image/svg+xml, application/json...),
+ * NUL-terminated either way, *len bytes long.  Thread-safe on a const r. */
+NSBOX_API size_t nsbox_result_display_count(const nsbox_result_t *r);
+/* The MIME types of bundle i: mime_count of them, mime(i, j) each. */
+NSBOX_API size_t nsbox_result_display_mime_count(const nsbox_result_t *r, size_t i);
+NSBOX_API const char *nsbox_result_display_mime(const nsbox_result_t *r, size_t i, size_t j);
+/* Bundle i's data for mime ("image/png"), or NULL if it has none. */
+NSBOX_API const void *nsbox_result_display_data(const nsbox_result_t *r, size_t i, const char *mime, size_t *len);
+/* Whether displays were left out or cut down to fit the caps (the count,
+ * the bytes per result, MIME types the wire does not allow). */
+NSBOX_API bool nsbox_result_displays_truncated(const nsbox_result_t *r);
+/* Files the exec created or changed in /out (top level, regular files):
+ * names (checked: no '/', no control characters, not "." or ".."), sizes,
+ * and the data, or NULL for one too large to come with the result (read
+ * it with nsbox_read_file()). */
+NSBOX_API size_t nsbox_result_file_count(const nsbox_result_t *r);
+NSBOX_API const char *nsbox_result_file_name(const nsbox_result_t *r, size_t i);
+NSBOX_API const void *nsbox_result_file_data(const nsbox_result_t *r, size_t i, size_t *len, uint64_t *size);
+/* Whether /out files were left out or came without their data. */
+NSBOX_API bool nsbox_result_files_truncated(const nsbox_result_t *r);
+
 /* ---- exec for event loops (since 0.4.0) --------------------------------
  *
  * nsbox_exec() blocks and runs tool callbacks on the calling thread.  An

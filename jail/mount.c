@@ -573,8 +573,9 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	}
 	if (make_system(p, rootfd, err) < 0)
 		goto out;
-	if (mkdir(NEWROOT "/proc", 0555) < 0 || mkdir(NEWROOT "/dev", 0755) < 0 || mkdir(NEWROOT "/tmp", 01777) < 0) {
-		err_sys(err, "mkdir /proc, /dev, /tmp");
+	if (mkdir(NEWROOT "/proc", 0555) < 0 || mkdir(NEWROOT "/dev", 0755) < 0 || mkdir(NEWROOT "/tmp", 01777) < 0 ||
+	    mkdir(NEWROOT "/out", 0755) < 0) {
+		err_sys(err, "mkdir /proc, /dev, /tmp, /out");
 		goto out;
 	}
 	/* A read-only proc: an inside uid mapped to host root must not write
@@ -591,6 +592,14 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
 	if (mount("tmpfs", NEWROOT "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
 		err_sys(err, "mount tmpfs on /tmp");
+		goto out;
+	}
+	/* /out: files an exec writes there come back with its result
+	 * (nsbox-protocol(7), RICH RESULTS); capped as /tmp is. */
+	snprintf(opts, sizeof(opts), "mode=1777,size=%llu,nr_inodes=4096",
+		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
+	if (mount("tmpfs", NEWROOT "/out", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
+		err_sys(err, "mount tmpfs on /out");
 		goto out;
 	}
 	if (make_etc(p, err) < 0)

@@ -211,7 +211,7 @@ static int payload_no_new_privs(struct payload *pl, struct nsbox_err *err)
 
 static int payload_landlock(struct payload *pl, struct nsbox_err *err)
 {
-	const char *rw[POLICY_MAX_MOUNTS + 4];
+	const char *rw[POLICY_MAX_MOUNTS + 5];
 	size_t nrw = rootfs_rw_paths(pl->c->p, rw, ARRAY_SIZE(rw));
 	int abi = 0;
 

@@ -26,7 +26,7 @@ static const char *const merged_usr[] = { "bin", "sbin", "lib", "lib64", "lib32"
 static const char *const etc_shared[] = { "matplotlibrc", "services", "protocols" };
 
 static const char *const skip_top[] = { ".",         "..",   "proc", "dev",  "sys",  "tmp",
-					"etc",       "run",  "workspace", "home", "root", "var",
+					"etc",       "run",  "workspace", "out", "home", "root", "var",
 					"boot",      "mnt",  "media", "srv", "lost+found" };
 
 /* Keyrings of the invoking user, and kernel layout that helps exploits.
@@ -92,6 +92,8 @@ size_t rootfs_rw_paths(const struct nsbox_policy *p, const char **out, size_t ma
 		out[n++] = "/dev/shm";
 	if (n < max)
 		out[n++] = "/dev/pts"; /* the private devpts: open ptmx, a pty's ioctls */
+	if (n < max)
+		out[n++] = "/out";
 	if (p->workspace && n < max)
 		out[n++] = "/workspace";
 	for (size_t i = 0; i < p->n_mounts && n < max; i++)

@@ -71,6 +71,30 @@ struct nsbox_result {
 	double wall, cpu;
 	uint64_t peak;
 	unsigned tool_calls;
+	/* Rich results, decoded from msg when it has any. */
+	struct rich_display *displays;
+	size_t n_displays;
+	struct rich_file *files;
+	size_t n_files;
+	bool displays_truncated, files_truncated;
+};
+
+struct rich_item {
+	const char *mime;	/* borrowed from msg */
+	char *data;		/* NUL-terminated */
+	size_t len;
+};
+
+struct rich_display {
+	struct rich_item *items;
+	size_t n;
+};
+
+struct rich_file {
+	const char *name;	/* borrowed from msg */
+	char *data;		/* NULL: not sent */
+	size_t len;
+	uint64_t size;
 };
 
 /* ---- errors ---- */
@@ -698,6 +722,67 @@ static const char *const limit_types[] = {
 	[NSBOX_PROTOCOL_ERROR] = "nsbox.ProtocolError",
 };
 
+/* A string as the data of a display or file: base64-decoded unless text,
+ * NUL-terminated.  The host checked it on receipt (proto_rich_check). */
+static char *rich_data(const json_t *v, bool text, size_t *len)
+{
+	const char *s = json_string_value(v);
+	size_t n = json_string_length(v);
+	long long k;
+	char *d = malloc((text ? n : n / 4 * 3) + 1);
+
+	if (!d)
+		return NULL;
+	if (text) {
+		memcpy(d, s, n);
+		*len = n;
+	} else if ((k = proto_b64_decode(s, n, d)) >= 0) {
+		*len = (size_t)k;
+	} else {
+		free(d);
+		return NULL;
+	}
+	d[*len] = '\0';
+	return d;
+}
+
+static int rich_result(nsbox_result_t *r, const json_t *m)
+{
+	const json_t *ds = json_object_get(m, "displays"), *fs = json_object_get(m, "files"), *b, *f, *v;
+	size_t i;
+
+	r->displays_truncated = json_is_true(json_object_get(m, "displays_truncated"));
+	r->files_truncated = json_is_true(json_object_get(m, "files_truncated"));
+	if (json_array_size(ds) && !(r->displays = calloc(json_array_size(ds), sizeof(*r->displays))))
+		return -1;
+	json_array_foreach(ds, i, b) {
+		struct rich_display *d = &r->displays[r->n_displays++];
+		const char *mime;
+
+		if (!(d->items = calloc(json_object_size(b) + 1, sizeof(*d->items))))
+			return -1;
+		json_object_foreach((json_t *)b, mime, v) {
+			struct rich_item *it = &d->items[d->n];
+
+			it->mime = mime;
+			if (!(it->data = rich_data(v, proto_mime_text(mime), &it->len)))
+				return -1;
+			d->n++;
+		}
+	}
+	if (json_array_size(fs) && !(r->files = calloc(json_array_size(fs), sizeof(*r->files))))
+		return -1;
+	json_array_foreach(fs, i, f) {
+		struct rich_file *rf = &r->files[r->n_files++];
+
+		rf->name = json_string_value(json_object_get(f, "name"));
+		rf->size = (uint64_t)json_integer_value(json_object_get(f, "size"));
+		if ((v = json_object_get(f, "data")) && !(rf->data = rich_data(v, false, &rf->len)))
+			return -1;
+	}
+	return 0;
+}
+
 static nsbox_result_t *make_result(const struct session_result *res)
 {
 	static const enum nsbox_status map[] = {
@@ -747,7 +832,7 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	r->cpu = json_number_value(json_object_get(usage, "cpu"));
 	r->peak = res->peak_memory ? res->peak_memory : (uint64_t)json_integer_value(json_object_get(usage, "max_rss"));
 	r->tool_calls = res->tool_calls;
-	if (!r->value || !r->out || !r->err || (r->status != NSBOX_OK && r->status != NSBOX_EXCEPTION &&
+	if (!r->value || !r->out || !r->err || rich_result(r, m) < 0 || (r->status != NSBOX_OK && r->status != NSBOX_EXCEPTION &&
 						 r->status != NSBOX_INCOMPLETE && (!r->emsg || !r->etype))) {
 		nsbox_result_free(r);
 		return NULL;
@@ -1085,6 +1170,15 @@ void nsbox_result_free(nsbox_result_t *r)
 	free(r->etype);
 	free(r->emsg);
 	free(r->tb);
+	for (size_t i = 0; i < r->n_displays; i++) {
+		for (size_t j = 0; j < r->displays[i].n; j++)
+			free(r->displays[i].items[j].data);
+		free(r->displays[i].items);
+	}
+	free(r->displays);
+	for (size_t i = 0; i < r->n_files; i++)
+		free(r->files[i].data);
+	free(r->files);
 	free(r);
 	if (big)
 		malloc_trim(0);
@@ -1464,4 +1558,70 @@ int nsbox_make_dir(nsbox_session_t *s, const char *path, int mode, nsbox_error_t
 		return r;
 	r = session_file_mkdir(s->s, path, mode, &e);
 	return file_call_end(s, r, &e, err);
+}
+
+/* ---- rich results ---- */
+
+size_t nsbox_result_display_count(const nsbox_result_t *r)
+{
+	return r ? r->n_displays : 0;
+}
+
+size_t nsbox_result_display_mime_count(const nsbox_result_t *r, size_t i)
+{
+	return r && i < r->n_displays ? r->displays[i].n : 0;
+}
+
+const char *nsbox_result_display_mime(const nsbox_result_t *r, size_t i, size_t j)
+{
+	return r && i < r->n_displays && j < r->displays[i].n ? r->displays[i].items[j].mime : NULL;
+}
+
+const void *nsbox_result_display_data(const nsbox_result_t *r, size_t i, const char *mime, size_t *len)
+{
+	if (len)
+		*len = 0;
+	if (!r || !mime || i >= r->n_displays)
+		return NULL;
+	for (size_t j = 0; j < r->displays[i].n; j++) {
+		const struct rich_item *it = &r->displays[i].items[j];
+
+		if (!strcmp(it->mime, mime)) {
+			if (len)
+				*len = it->len;
+			return it->data;
+		}
+	}
+	return NULL;
+}
+
+bool nsbox_result_displays_truncated(const nsbox_result_t *r)
+{
+	return r && r->displays_truncated;
+}
+
+size_t nsbox_result_file_count(const nsbox_result_t *r)
+{
+	return r ? r->n_files : 0;
+}
+
+const char *nsbox_result_file_name(const nsbox_result_t *r, size_t i)
+{
+	return r && i < r->n_files ? r->files[i].name : NULL;
+}
+
+const void *nsbox_result_file_data(const nsbox_result_t *r, size_t i, size_t *len, uint64_t *size)
+{
+	const struct rich_file *f = r && i < r->n_files ? &r->files[i] : NULL;
+
+	if (len)
+		*len = f && f->data ? f->len : 0;
+	if (size)
+		*size = f ? f->size : 0;
+	return f ? f->data : NULL;
+}
+
+bool nsbox_result_files_truncated(const nsbox_result_t *r)
+{
+	return r && r->files_truncated;
 }

@@ -54,9 +54,18 @@ static int b64_val(unsigned char c)
 	return -1;
 }
 
-long long proto_b64_decode(const char *s, size_t n, void *out)
+/* out == NULL: only check, and count. */
+#define PUT(x)                                 \
+	do {                                   \
+		if (o)                         \
+			*o++ = (unsigned char)(x); \
+		len++;                         \
+	} while (0)
+
+static long long b64_decode(const char *s, size_t n, unsigned char *out)
 {
 	unsigned char *o = out;
+	long long len = 0;
 	size_t i;
 
 	if (n % 4)
@@ -75,18 +84,29 @@ long long proto_b64_decode(const char *s, size_t n, void *out)
 			if (s[i + 2] == '=') {
 				if (b & 15)
 					return -1;
-				*o++ = (unsigned char)(a << 2 | b >> 4);
-				return o - (unsigned char *)out;
+				PUT(a << 2 | b >> 4);
+				return len;
 			}
 			if (c < 0 || (c & 3))
 				return -1;
-			*o++ = (unsigned char)(a << 2 | b >> 4);
-			*o++ = (unsigned char)((b & 15) << 4 | c >> 2);
-			return o - (unsigned char *)out;
+			PUT(a << 2 | b >> 4);
+			PUT((b & 15) << 4 | c >> 2);
+			return len;
 		}
-		*o++ = (unsigned char)(a << 2 | b >> 4);
-		*o++ = (unsigned char)((b & 15) << 4 | c >> 2);
-		*o++ = (unsigned char)((c & 3) << 6 | d);
+		PUT(a << 2 | b >> 4);
+		PUT((b & 15) << 4 | c >> 2);
+		PUT((c & 3) << 6 | d);
 	}
-	return o - (unsigned char *)out;
+	return len;
+}
+#undef PUT
+
+long long proto_b64_decode(const char *s, size_t n, void *out)
+{
+	return b64_decode(s, n, out);
+}
+
+long long proto_b64_check(const char *s, size_t n)
+{
+	return b64_decode(s, n, NULL);
 }

@@ -419,7 +419,7 @@ struct field {
 
 struct schema {
 	unsigned dirs;	/* PROTO_TO_RUNNER | PROTO_TO_HOST */
-	struct field fields[14];
+	struct field fields[18];
 };
 
 #define BOTH (PROTO_TO_RUNNER | PROTO_TO_HOST)
@@ -437,7 +437,9 @@ static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
 					    { "stdout_truncated", F_BOOL, false }, { "stderr_truncated", F_BOOL, false },
 					    { "stdout_bytes", F_INT, false }, { "stderr_bytes", F_INT, false },
 					    { "duration", F_NUM, false }, { "usage", F_OBJ, false },
-					    { "incomplete", F_BOOL, false }, { "exit_code", F_INT, false } } },
+					    { "incomplete", F_BOOL, false }, { "exit_code", F_INT, false },
+					    /* checked by proto_rich_check */
+					    { "displays", F_ARR, false }, { "files", F_ARR, false } } },
 	[PROTO_OUTPUT] = { PROTO_TO_HOST, { { "stream", F_STREAM, true }, { "data", F_STR, true } } },
 	[PROTO_CALL] = { PROTO_TO_HOST, { { "name", F_STR, true }, { "args", F_ARR, true },
 					  { "kwargs", F_OBJ, true } } },
@@ -668,6 +670,8 @@ int proto_msg_check(uint16_t type, enum proto_dir dir, const json_t *msg, struct
 		if (check_field(tname, fd, v, err) < 0)
 			return -1;
 	}
+	if (type == PROTO_RESULT)
+		return proto_rich_check(msg, err);
 	return 0;
 }
 

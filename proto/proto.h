@@ -268,5 +268,35 @@ int proto_utf8_sanitize(const char *buf, size_t len, char **out, size_t *out_len
 size_t proto_b64_len(size_t n);
 void proto_b64_encode(const void *data, size_t n, char *out);
 long long proto_b64_decode(const char *s, size_t n, void *out);
+/* The decoded length of s[0..n), or -1 as proto_b64_decode, writing nothing. */
+long long proto_b64_check(const char *s, size_t n);
+
+/* Rich results: the "displays" and "files" of a RESULT (nsbox-protocol(7),
+ * RICH RESULTS).  Caps per RESULT, which the runner keeps and the host
+ * checks: bundles, MIME types per bundle, /out files, and the bytes of
+ * their data as sent (base64 for binary types and files, the string's
+ * UTF-8 for text types), all of it together. */
+#define NSBOX_PROTO_DISPLAY_MAX 64
+#define NSBOX_PROTO_DISPLAY_MIMES 16
+#define NSBOX_PROTO_OUT_FILES_MAX 64
+#define NSBOX_PROTO_RICH_BYTES (8u << 20)
+#define PROTO_MIME_MAX 127
+#define PROTO_OUT_NAME_MAX 255
+
+/* A MIME type name as the wire allows it: "type/subtype", lower case, each
+ * part 1..63 of [a-z0-9!#$&^_.+-] starting with a letter or digit (RFC
+ * 6838's restricted names), at most PROTO_MIME_MAX bytes. */
+bool proto_mime_valid(const char *s);
+/* Whether a MIME type's data travels as text (a JSON string as is) rather
+ * than base64: text/..., image/svg+xml, application/json, application/
+ * javascript, application/xml and any ...+json or ...+xml. */
+bool proto_mime_text(const char *s);
+/* A file name in /out as the wire allows it: 1..PROTO_OUT_NAME_MAX bytes,
+ * no '/', not "." or "..", no control characters (C0, DEL, C1). */
+bool proto_out_name_valid(const char *s, size_t n);
+/* Check a RESULT's displays, displays_truncated, files and files_truncated
+ * against the rules and caps above (each optional).  0, or -1 with err
+ * (EPROTO) naming the first offence. */
+int proto_rich_check(const json_t *result, struct nsbox_err *err);
 
 #endif

@@ -13,6 +13,7 @@
 
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include "util.h"
 
@@ -22,6 +23,9 @@
  * Code whose compilation printed anything (a SyntaxWarning) is not kept,
  * so that the warning comes again with every exec, as before. */
 #define CODE_CACHE_N 16
+/* /out files a stat each can tell unchanged; with more, _rich_collect
+ * looks at every exec. */
+#define OUT_FILES_CHECKED 16
 #define CODE_CACHE_MAX_SRC 16384
 struct code_entry {
 	char *src, *filename;	/* NULL: a free slot */
@@ -42,6 +46,18 @@ static struct {
 	PyObject *k_stdout, *k_stderr, *k_modules;
 	struct code_entry cache[CODE_CACHE_N];
 	unsigned long long cache_clock;
+	/* Rich results (runner.py's _rich_collect and _fast_rich): asked
+	 * for only when there may be some, so that an ordinary exec pays one
+	 * stat() of /out for them. */
+	PyObject *displays, *rich_collect, *fast_rich, *k_pyplot, *k_helpers, *k_gcf, *k_figs;
+	bool out_known;		/* out_st and out_files hold what _rich_collect last saw */
+	struct stat out_st;	/* /out itself */
+	size_t n_out_files;	/* the regular files in it, each checked with a stat */
+	struct out_file {
+		char name[256];
+		unsigned long long ino, size;
+		long long mtime_ns;
+	} out_files[OUT_FILES_CHECKED];
 } F;
 
 /* RESULT frames are written with proto_buf (proto/proto.h); on
@@ -132,6 +148,153 @@ PyObject *fastexec_setup(PyObject *args)
 	F.fast_failed = Py_NewRef(fast_failed);
 	F.ready = true;
 	Py_RETURN_NONE;
+}
+
+/* rich_setup(displays, rich_collect, fast_rich) */
+PyObject *fastexec_rich_setup(PyObject *args)
+{
+	PyObject *displays, *collect, *fast_rich;
+
+	if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &displays, &collect, &fast_rich))
+		return NULL;
+	if (F.rich_collect)
+		Py_RETURN_NONE;
+	if (!(F.k_pyplot = PyUnicode_InternFromString("matplotlib.pyplot")) ||
+	    !(F.k_helpers = PyUnicode_InternFromString("matplotlib._pylab_helpers")) ||
+	    !(F.k_gcf = PyUnicode_InternFromString("Gcf")) || !(F.k_figs = PyUnicode_InternFromString("figs")))
+		return NULL;
+	F.displays = Py_NewRef(displays);
+	F.fast_rich = Py_NewRef(fast_rich);
+	F.rich_collect = Py_NewRef(collect);
+	Py_RETURN_NONE;
+}
+
+/* Values with no rich representation to look for (runner.py's _PLAIN). */
+static bool plain_value(PyObject *v)
+{
+	return v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
+	       PyUnicode_CheckExact(v) || PyBytes_CheckExact(v) || PyList_CheckExact(v) || PyTuple_CheckExact(v) ||
+	       PyDict_CheckExact(v);
+}
+
+/* Whether pyplot may have figures open: matplotlib._pylab_helpers.Gcf.figs
+ * is not an empty dict (anything unexpected: yes). */
+static bool figures_open(PyObject *modules)
+{
+	PyObject *h, *gcf, *figs;
+	bool open = true;
+
+	if (!PyDict_GetItemWithError(modules, F.k_pyplot)) {
+		PyErr_Clear();
+		return false;
+	}
+	h = PyDict_GetItemWithError(modules, F.k_helpers);
+	if (h && (gcf = PyObject_GetAttr(h, F.k_gcf))) {
+		figs = PyObject_GetAttr(gcf, F.k_figs);
+		open = !figs || !PyDict_Check(figs) || PyDict_GET_SIZE(figs) > 0;
+		Py_XDECREF(figs);
+		Py_DECREF(gcf);
+	}
+	PyErr_Clear();
+	return open;
+}
+
+static bool same_stat(const struct stat *a, const struct stat *b)
+{
+	return a->st_ino == b->st_ino && a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Whether /out may hold something new: it changed (an entry came or went),
+ * or a file seen last time changed in place, or it can't be told. */
+static bool out_changed(const struct stat *st, bool have_st)
+{
+	char path[300];
+	struct stat fs;
+
+	if (!F.out_known || !have_st || !same_stat(st, &F.out_st))
+		return true;
+	for (size_t i = 0; i < F.n_out_files; i++) {
+		const struct out_file *o = &F.out_files[i];
+
+		snprintf(path, sizeof(path), "/out/%s", o->name);
+		if (lstat(path, &fs) < 0 || (unsigned long long)fs.st_ino != o->ino ||
+		    (unsigned long long)fs.st_size != o->size ||
+		    (long long)fs.st_mtim.tv_sec * 1000000000LL + fs.st_mtim.tv_nsec != o->mtime_ns)
+			return true;
+	}
+	return false;
+}
+
+/* Whether this exec may have rich results: displays, open figures, a
+ * value that may have reprs, or /out changed. */
+static bool rich_needed(PyObject *value, struct stat *st, bool *have_st)
+{
+	PyObject *modules;
+
+	*have_st = stat("/out", st) == 0;
+	if (!F.rich_collect)
+		return false;
+	if (PyList_GET_SIZE(F.displays) || (value && !plain_value(value)))
+		return true;
+	modules = PyDict_GetItemWithError(F.sysdict, F.k_modules);
+	if (modules && PyDict_Check(modules) && figures_open(modules))
+		return true;
+	PyErr_Clear();
+	return out_changed(st, *have_st);
+}
+
+/* Remember what _rich_collect saw in /out: (name: bytes, ino, mtime_ns,
+ * size) for each regular file, or None (then look every time). */
+static void remember_out(PyObject *seen, const struct stat *st, bool have_st)
+{
+	Py_ssize_t n = seen && PyTuple_Check(seen) ? PyTuple_GET_SIZE(seen) : -1;
+
+	F.out_known = false;
+	F.n_out_files = 0;
+	if (!have_st || n < 0 || n > OUT_FILES_CHECKED)
+		return;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		struct out_file *o = &F.out_files[i];
+		const char *name;
+		Py_ssize_t len;
+		unsigned long long ino, size;
+		long long mtime;
+
+		if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seen, i), "y#KLK", &name, &len, &ino, &mtime, &size) ||
+		    len <= 0 || (size_t)len >= sizeof(o->name) || memchr(name, '/', (size_t)len) ||
+		    memchr(name, '\0', (size_t)len)) {
+			PyErr_Clear();
+			return;
+		}
+		memcpy(o->name, name, (size_t)len);
+		o->name[len] = '\0';
+		o->ino = ino;
+		o->size = size;
+		o->mtime_ns = mtime;
+	}
+	F.n_out_files = (size_t)n;
+	F.out_st = *st;
+	F.out_known = true;
+}
+
+/* _rich_collect(value, has_value): whether it found anything to send.
+ * Its failures are its own (it reports them as truncation). */
+static bool rich_collect(PyObject *value, const struct stat *st, bool have_st)
+{
+	PyObject *r = PyObject_CallFunctionObjArgs(F.rich_collect, value ? value : Py_None, value ? Py_True : Py_False,
+						   NULL);
+	bool any = false;
+
+	if (r && PyTuple_Check(r) && PyTuple_GET_SIZE(r) == 2) {
+		any = PyObject_IsTrue(PyTuple_GET_ITEM(r, 0)) == 1;
+		remember_out(PyTuple_GET_ITEM(r, 1), st, have_st);
+	} else {
+		F.out_known = false;
+	}
+	Py_XDECREF(r);
+	PyErr_Clear();
+	return any;
 }
 
 /* bool(msg.get(key)) for None, True, False or absent; false for
@@ -419,7 +582,7 @@ int fastexec_run(const struct proto_frame *f)
 	PyObject *m, *code, *filename, *fv;
 	const char *src, *fname = "<exec>";
 	Py_ssize_t clen, flen;
-	bool want, stream, all, flag;
+	bool want, stream, all, flag, rich = false;
 	size_t limit, max_frame;
 	PyObject *body = NULL, *lastc = NULL, *value = NULL, *err = NULL, *exit_code = NULL;
 	struct proto_buf res = { 0 }, val = { 0 }, tails[2] = { { 0 } };
@@ -526,6 +689,13 @@ int fastexec_run(const struct proto_frame *f)
 		if (!err)
 			r = -1;	/* formatting failed: the runner's failure */
 	}
+	if (r == 0 && !PyErr_Occurred()) {
+		struct stat st;
+		bool have_st;
+
+		if (rich_needed(value, &st, &have_st))
+			rich = rich_collect(value, &st, have_st);
+	}
 	/* do_exec's finally: flush, then collect the output. */
 	{
 		PyObject *et, *ev, *etb;
@@ -584,13 +754,31 @@ int fastexec_run(const struct proto_frame *f)
 	proto_buf_puts(&res, ",\"max_rss\":");
 	jb_ull(&res, max_rss);
 	proto_buf_puts(&res, "}");
-	if (value) {
-		size_t before = res.len;
+	if (value && value_json(value, &val) < 0) {
+		r = -1;
+		goto out;
+	}
+	if (rich) {
+		size_t used = res.len + val.len + 4096;
+		PyObject *frag = PyObject_CallFunction(F.fast_rich, "n",
+						       (Py_ssize_t)(used < max_frame ? max_frame - used : 0));
 
-		if (value_json(value, &val) < 0) {
+		if (!frag || !PyBytes_Check(frag)) {
+			Py_XDECREF(frag);
+			if (!PyErr_Occurred())
+				PyErr_SetString(PyExc_TypeError, "_fast_rich did not return bytes");
 			r = -1;
 			goto out;
 		}
+		if (PyBytes_GET_SIZE(frag)) {
+			proto_buf_puts(&res, ",");
+			proto_buf_put(&res, PyBytes_AS_STRING(frag), (size_t)PyBytes_GET_SIZE(frag));
+		}
+		Py_DECREF(frag);
+	}
+	if (value) {
+		size_t before = res.len;
+
 		proto_buf_puts(&res, ",\"value\":");
 		proto_buf_put(&res, val.p ? val.p : "", val.len);
 		proto_buf_puts(&res, "}");

@@ -220,6 +220,12 @@ static PyObject *py_fast_setup(PyObject *self, PyObject *args)
 	return fastexec_setup(args);
 }
 
+static PyObject *py_rich_setup(PyObject *self, PyObject *args)
+{
+	(void)self;
+	return fastexec_rich_setup(args);
+}
+
 static PyObject *py_dumps(PyObject *self, PyObject *o)
 {
 	(void)self;
@@ -259,6 +265,8 @@ static PyMethodDef methods[] = {
 	{ "take_cancel", py_take_cancel, METH_NOARGS, "take_cancel() -> 0, 1 (timeout) or 2 (cancel)" },
 	{ "fast_setup", py_fast_setup, METH_VARARGS, "fast_setup(globals, G, limits, sources, split_ast, fast_error, "
 						   "fast_value, fast_failed): run ordinary EXECs in C" },
+	{ "rich_setup", py_rich_setup, METH_VARARGS, "rich_setup(displays, rich_collect, fast_rich): rich results "
+						     "in the fast path" },
 	{ NULL, NULL, 0, NULL },
 };
 
@@ -275,7 +283,11 @@ PyObject *runner_pymod_init(void)
 		return NULL;
 	if (PyModule_AddIntConstant(m, "PROTO_VERSION", NSBOX_PROTO_VERSION) < 0 ||
 	    PyModule_AddIntConstant(m, "MAX_FRAME", NSBOX_PROTO_MAX_FRAME) < 0 ||
-	    PyModule_AddIntConstant(m, "CANCEL_SIGNAL", RUNNER_CANCEL_SIGNAL) < 0) {
+	    PyModule_AddIntConstant(m, "CANCEL_SIGNAL", RUNNER_CANCEL_SIGNAL) < 0 ||
+	    PyModule_AddIntConstant(m, "DISPLAY_MAX", NSBOX_PROTO_DISPLAY_MAX) < 0 ||
+	    PyModule_AddIntConstant(m, "DISPLAY_MIMES", NSBOX_PROTO_DISPLAY_MIMES) < 0 ||
+	    PyModule_AddIntConstant(m, "OUT_FILES_MAX", NSBOX_PROTO_OUT_FILES_MAX) < 0 ||
+	    PyModule_AddIntConstant(m, "RICH_BYTES", NSBOX_PROTO_RICH_BYTES) < 0) {
 		Py_DECREF(m);
 		return NULL;
 	}

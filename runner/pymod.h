@@ -113,6 +113,9 @@ int fastexec_run(const struct proto_frame *f);
 int fastexec_failed(uint32_t id);
 /* fast_setup(): runner.py's serve() turns the fast path on. */
 PyObject *fastexec_setup(PyObject *args);
+/* rich_setup(): runner.py's serve() hands the fast path its rich-result
+ * hooks (_displays, _rich_collect, _fast_rich). */
+PyObject *fastexec_rich_setup(PyObject *args);
 /* Compile as the builtin compile() of a str does (fastexec.c). */
 PyObject *fastexec_compile(const char *src, PyObject *filename, int start);
 

@@ -32,7 +32,7 @@ MAX_DEPTH = 100
 MAX_TEXT = 65536          # cap on an error message or traceback
 INT_EXACT = 2 ** 53       # beyond this, ints travel as {"$int": "..."}
 CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl", "tools-update", "files",
-                "values2", "files-binary", "files-fd"]
+                "values2", "files-binary", "files-fd", "displays"]
 
 
 class ToolError(Exception):
@@ -491,6 +491,409 @@ def make_tool(spec):
     return tool
 
 
+# ---- rich results (nsbox-protocol(7), RICH RESULTS) ----
+#
+# display(obj) and plt.show() add MIME bundles to _displays as they are
+# called; at the end of an exec the figures still open, the last
+# expression's own bundle (when it has rich representations) and the files
+# written to /out are added, and RESULT carries them within the caps of
+# proto.h: never silently cut (displays_truncated, files_truncated).
+
+OUT_DIR = "/out"
+DISPLAY_MAX = _nsbox.DISPLAY_MAX
+DISPLAY_MIMES = _nsbox.DISPLAY_MIMES
+OUT_FILES_MAX = _nsbox.OUT_FILES_MAX
+RICH_BYTES = _nsbox.RICH_BYTES
+MPL_BACKEND = "module://nsbox.mpl"
+
+_displays = []            # [(bundle, bytes)] since the last RESULT, in order
+_rich = {"dt": False, "files": None, "ft": False, "shown": set()}
+_out_seen = {}            # /out name -> (ino, mtime_ns, size) already returned
+_out_key = [None]         # /out's (ino, mtime_ns, size) at the last scan
+_REPRS = (("_repr_png_", "image/png"), ("_repr_jpeg_", "image/jpeg"), ("_repr_svg_", "image/svg+xml"),
+          ("_repr_html_", "text/html"), ("_repr_markdown_", "text/markdown"),
+          ("_repr_json_", "application/json"), ("_repr_latex_", "text/latex"))
+_MIME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_MIME_MORE = frozenset("!#$&^_.+-")
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
+
+
+def _mime_ok(m):
+    """proto_mime_valid (proto/rich.c)."""
+    if not isinstance(m, str) or len(m) > 127 or m.count("/") != 1:
+        return False
+    for part in m.split("/"):
+        if not 1 <= len(part) <= 63 or part[0] not in _MIME_CHARS:
+            return False
+        for c in part:
+            if c not in _MIME_CHARS and c not in _MIME_MORE:
+                return False
+    return True
+
+
+def _mime_text(m):
+    """proto_mime_text (proto/rich.c)."""
+    return (m.startswith("text/") or m in ("image/svg+xml", "application/json", "application/javascript",
+                                           "application/xml") or m.endswith("+json") or m.endswith("+xml"))
+
+
+def _warn(what, e):
+    try:
+        sys.stderr.write("display: %s failed: %s: %s\n" % (what, type(e).__name__, _cut(str(e))[:500]))
+    except BaseException:
+        pass
+
+
+def _put(b, mime, v):
+    """Add mime -> v to bundle b, encoded for the wire; False if left out."""
+    import binascii
+    if v is None or mime in b or len(b) >= DISPLAY_MIMES:
+        return v is None
+    if not _mime_ok(mime):
+        return False
+    if _mime_text(mime):
+        if mime == "application/json" and not isinstance(v, str):
+            try:
+                v = _dumps(encode(v)).decode("utf-8")
+            except BaseException:
+                return False
+        if isinstance(v, (bytes, bytearray)):
+            v = bytes(v).decode("utf-8", "replace")
+        if not isinstance(v, str):
+            return False
+        b[mime] = _clean(v).replace("\0", "\ufffd")
+        return True
+    if isinstance(v, str):
+        try:
+            v = binascii.a2b_base64(v.encode("ascii"), strict_mode=True)
+        except (ValueError, binascii.Error):
+            try:
+                v = binascii.a2b_base64(v.encode("ascii"))
+            except (ValueError, binascii.Error):
+                return False
+    if not isinstance(v, (bytes, bytearray, memoryview)):
+        return False
+    b[mime] = binascii.b2a_base64(bytes(v), newline=False).decode("ascii")
+    return True
+
+
+def _is_figure(obj):
+    t = type(obj)
+    return t.__module__.startswith("matplotlib.") and t.__name__ == "Figure" and hasattr(obj, "savefig")
+
+
+def _figure_png(fig):
+    buf = io.BytesIO()
+    # Not bbox_inches="tight": the image is the figure's own size at its dpi.
+    fig.savefig(buf, format="png")
+    return buf.getvalue()
+
+
+def _bundle(obj):
+    """obj's MIME bundle (IPython's formatters, in short), and whether
+    anything was left out; text/plain is always there."""
+    b = {}
+    lost = False
+    if isinstance(obj, type):
+        return {"text/plain": _repr(obj)["$repr"]}, False
+    if _is_figure(obj):
+        try:
+            _put(b, "image/png", _figure_png(obj))
+            _rich["shown"].add(id(obj))
+        except Exception as e:
+            _warn("rendering the figure", e)
+    try:
+        mb = getattr(obj, "_repr_mimebundle_", None)
+    except Exception:
+        mb = None
+    if callable(mb):
+        try:
+            r = mb(include=None, exclude=None)
+            if isinstance(r, tuple) and len(r) == 2:
+                r = r[0]
+            if isinstance(r, dict):
+                for k, v in r.items():
+                    lost |= not _put(b, k, v)
+        except Exception as e:
+            _warn("%s._repr_mimebundle_" % type(obj).__name__, e)
+    for meth, mime in _REPRS:
+        if mime in b:
+            continue
+        try:
+            f = getattr(obj, meth, None)
+        except Exception:
+            continue
+        if not callable(f):
+            continue
+        try:
+            v = f()
+        except Exception as e:
+            _warn("%s.%s" % (type(obj).__name__, meth), e)
+            continue
+        if isinstance(v, tuple) and len(v) == 2:
+            v = v[0]
+        lost |= not _put(b, mime, v)
+    if "text/plain" not in b:
+        b["text/plain"] = _repr(obj)["$repr"]
+    return b, lost
+
+
+def _bundle_bytes(b):
+    return sum(len(v) if not _mime_text(k) else len(v.encode("utf-8")) for k, v in b.items())
+
+
+def _add(b, lost=False):
+    """One bundle more for this exec, within the caps."""
+    if lost:
+        _rich["dt"] = True
+    if len(_displays) >= DISPLAY_MAX:
+        _rich["dt"] = True
+        return
+    _displays.append((b, _bundle_bytes(b)))
+
+
+def display(*objs, raw=False, **kwargs):
+    """Show objects as the exec's rich results (IPython's display()): each
+    becomes a MIME bundle in result.displays, in order.  raw=True: each
+    object is already a bundle, a dict of MIME type -> data."""
+    for obj in objs:
+        try:
+            if raw:
+                b = {}
+                lost = not isinstance(obj, dict)
+                if isinstance(obj, dict):
+                    for k, v in obj.items():
+                        lost |= not _put(b, k, v)
+                if not b:
+                    _rich["dt"] = True
+                    continue
+                _add(b, lost)
+            else:
+                _add(*_bundle(obj))
+        except Exception as e:
+            _warn("display()", e)
+            _rich["dt"] = True
+
+
+def _show_figures(skip=()):
+    """Each open matplotlib figure as a bundle (those in skip only closed),
+    then closed: Jupyter's inline backend."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return
+    try:
+        from matplotlib._pylab_helpers import Gcf
+        managers = Gcf.get_all_fig_managers()
+    except Exception as e:
+        _warn("listing the figures", e)
+        return
+    for m in managers:
+        fig = m.canvas.figure
+        try:
+            if id(fig) not in skip:
+                b = {}
+                _put(b, "image/png", _figure_png(fig))
+                b["text/plain"] = _repr(fig)["$repr"]
+                _add(b)
+        except Exception as e:
+            _warn("rendering figure %s" % getattr(m, "num", "?"), e)
+            _rich["dt"] = True
+        finally:
+            try:
+                pyplot.close(fig)
+            except Exception:
+                pass
+
+
+class _MplBackendLoader:
+    """matplotlib's backend "module://nsbox.mpl": Agg, whose show()
+    returns the figures as displays instead of warning that Agg can't."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "nsbox.mpl":
+            return None
+        import importlib.machinery
+        return importlib.machinery.ModuleSpec(name, _MplBackendLoader)
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(module):
+        from matplotlib.backends import backend_agg
+        from matplotlib.backend_bases import FigureManagerBase
+        module.FigureCanvas = backend_agg.FigureCanvasAgg
+        module.FigureManager = FigureManagerBase
+        module.backend_version = "nsbox (agg %s)" % backend_agg.backend_version
+
+        def show(*args, **kwargs):
+            _show_figures()
+        module.show = show
+
+
+sys.meta_path.append(_MplBackendLoader)
+nsbox.display = display
+display.__module__ = "nsbox"
+__import__("builtins").display = display
+
+
+def _mpl_env(environ):
+    """MPLBACKEND, unless the sandbox's environment sets one.  (Debian's
+    matplotlib reads its defaults from /etc/matplotlibrc, which the jail
+    shows from the root tree.)"""
+    if b"MPLBACKEND" not in environ:
+        environ[b"MPLBACKEND"] = MPL_BACKEND.encode()
+
+
+if "os" in sys.modules:
+    sys.modules["os"].environ.setdefault("MPLBACKEND", MPL_BACKEND)
+else:
+    _mpl_env(_posix.environ)
+
+
+def _scan_out(room):
+    """The regular files in /out that are new or changed since the last
+    scan (by inode, mtime and size): [{name, size, data?}], and whether
+    any was left out or without its data.  Read here, inside the sandbox:
+    the host never opens these paths."""
+    import os
+    import binascii
+    try:
+        st = os.stat(OUT_DIR)
+    except OSError:
+        return None, False, 0
+    key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    if not _out_seen and _out_key[0] == key:
+        return None, False, 0
+    _out_key[0] = key
+    files, trunc, seen, used = [], False, {}, 0
+    try:
+        with os.scandir(OUT_DIR) as it:
+            ents = []
+            for e in it:
+                ents.append(e)
+                if len(ents) > 4 * OUT_FILES_MAX + 16:
+                    trunc = True
+                    break
+    except OSError:
+        return None, True, 0
+    ents.sort(key=lambda e: e.name)
+    for e in ents:
+        try:
+            s = e.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if (s.st_mode & 0o170000) != 0o100000:
+            continue
+        sig = (s.st_ino, s.st_mtime_ns, s.st_size)
+        seen[e.name] = sig
+        if _out_seen.get(e.name) == sig:
+            continue
+        name = e.name
+        try:
+            ok = 0 < len(name.encode("utf-8")) <= 255 and all(
+                ord(c) >= 0x20 and not 0x7f <= ord(c) <= 0x9f for c in name)
+        except UnicodeEncodeError:
+            ok = False
+        if not ok or len(files) >= OUT_FILES_MAX:
+            trunc = True
+            continue
+        ent = {"name": name, "size": s.st_size}
+        if (s.st_size + 2) // 3 * 4 <= room - used:
+            try:
+                fd, _ = _open_regular(os.path.join(OUT_DIR, name), os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    data = os.read(fd, s.st_size + 1) if s.st_size else b""
+                finally:
+                    os.close(fd)
+                if len(data) > s.st_size:
+                    raise OSError(27, "grew while read")
+                enc = binascii.b2a_base64(data, newline=False).decode("ascii")
+                ent["size"] = len(data)
+                ent["data"] = enc
+                used += len(enc)
+            except OSError:
+                trunc = True
+        else:
+            trunc = True
+        files.append(ent)
+    _out_seen.clear()
+    _out_seen.update(seen)
+    return files, trunc, used
+
+
+def _rich_collect(value, has_value):
+    """After the code ran, before its output is collected (what this
+    prints is the exec's): its open figures, its value's bundle, /out.
+    Returns (anything to send, what /out holds: (name, ino, mtime_ns, size)
+    of each regular file, for the fast path to tell it unchanged)."""
+    try:
+        vb = None
+        if has_value and type(value) not in _PLAIN:
+            b, lost = _bundle(value)
+            if len(b) > 1:
+                vb = (b, lost)
+        _show_figures(_rich["shown"])
+        if vb is not None:
+            _add(*vb)
+        room = RICH_BYTES - sum(n for _, n in _displays)
+        files, ft, _ = _scan_out(room)
+        _rich["files"] = files
+        _rich["ft"] = ft
+    except BaseException as e:
+        _warn("collecting rich results", e)
+        _rich["dt"] = True
+    finally:
+        _rich["shown"] = set()
+    try:
+        seen = tuple((k.encode("utf-8", "surrogateescape"), v[0], v[1], v[2]) for k, v in _out_seen.items())
+    except BaseException:
+        seen = None
+    return bool(_displays or _rich["files"] or _rich["dt"] or _rich["ft"]), seen
+
+
+def _rich_fields(room):
+    """The RESULT fields of what _rich_collect gathered, within room bytes
+    of data (the frame's), and reset for the next exec."""
+    room = min(room, RICH_BYTES)
+    ds, files = _displays[:], _rich["files"] or []
+    dt, ft = _rich["dt"], _rich["ft"]
+    del _displays[:]
+    _rich["files"] = None
+    _rich["dt"] = _rich["ft"] = False
+    used = sum(n for _, n in ds) + sum(len(f.get("data", "")) for f in files)
+    for f in reversed(files):
+        if used <= room:
+            break
+        if "data" in f:
+            used -= len(f.pop("data"))
+            ft = True
+    while used > room and ds:
+        used -= ds.pop()[1]
+        dt = True
+    res = {}
+    if ds:
+        res["displays"] = [b for b, _ in ds]
+    if dt:
+        res["displays_truncated"] = True
+    if files:
+        res["files"] = files
+    if ft:
+        res["files_truncated"] = True
+    return res
+
+
+def _fast_rich(room):
+    """_rich_fields as the fast path appends them: the JSON members
+    without the braces, or b"" when there are none."""
+    try:
+        return _dumps(_rich_fields(room))[1:-1]
+    except BaseException:
+        return b'"displays_truncated":true'
+
+
 # ---- session state ----
 
 def new_globals():
@@ -620,6 +1023,7 @@ def do_exec(mid, msg):
     t0 = time.perf_counter()
     c0 = _nsbox.usage()[0]
     value, has_value, error, exit_code = None, False, None, None
+    rich = False
     entry = (len(code), None, _source_lines(code), filename)
     lc = sys.modules.get("linecache")
     if lc is not None:
@@ -664,6 +1068,7 @@ def do_exec(mid, msg):
                 print(repr(value))
             except BaseException as e:
                 error = format_error(e)
+        rich = _rich_collect(value, has_value)[0]
     finally:
         _in_user = False
         if display or single is not None:
@@ -693,6 +1098,8 @@ def do_exec(mid, msg):
     res["usage"] = {"cpu": cpu - c0, "max_rss": max_rss}
     if want and has_value:
         res["value"] = encode(value)
+    if rich:
+        res.update(_rich_fields(_limits["max_frame"] - len(_dumps(res)) - 4096))
     return res
 
 
@@ -1071,6 +1478,7 @@ def adopt(env, dist_packages):
             data[os.environ.encodekey(k)] = os.environ.encodevalue(v)
     if dist_packages and DIST_PACKAGES not in sys.path:
         sys.path.append(DIST_PACKAGES)
+    _mpl_env(data)
 
 
 def install_tools(specs):
@@ -1162,6 +1570,7 @@ def serve():
         return 2
     _nsbox.fast_setup(globals(), G, _limits, _sources, _split_ast, _fast_error, _fast_value,
                       _fast_failed)
+    _nsbox.rich_setup(_displays, _rich_collect, _fast_rich)
     while True:
         m = _nsbox.recv()
         if m is None:

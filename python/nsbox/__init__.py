@@ -34,6 +34,7 @@ from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError,
 from ._run import RunResult, run
 from .sandbox import ExecResult, Sandbox
 from ._files import SandboxFileError
+from ._rich import OutFile
 
 if TYPE_CHECKING:
     from ._async import AsyncSandbox
@@ -46,6 +47,7 @@ __all__ = [
     "ProtocolError", "ToolError",
     "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
     "UndecodableValue", "library_version", "SandboxFileError", "list_packages",
+    "OutFile",
 ]
 
 

@@ -26,6 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, o
 from . import _files
 from . import _lib
 from . import _policy
+from . import _rich
 from . import _sigint
 from . import _tools
 from . import _values
@@ -62,10 +63,12 @@ class ExecResult:
     stderr was cut to the output limit (stdout_truncated, stderr_truncated:
     the text then keeps the head and the tail with a "[... N bytes
     truncated ...]" line between; stdout_bytes, stderr_bytes: how much the
-    code wrote)."""
+    code wrote), and its rich results: displays (MIME bundles), files (/out)
+    and whether the caps left any out (displays_truncated, files_truncated)."""
 
     __slots__ = ("value", "stdout", "stderr", "error", "wall", "cpu", "peak_memory", "tool_calls",
-                 "stdout_truncated", "stderr_truncated", "stdout_bytes", "stderr_bytes")
+                 "stdout_truncated", "stderr_truncated", "stdout_bytes", "stderr_bytes",
+                 "displays", "files", "displays_truncated", "files_truncated")
 
     value: Any
     stdout: str
@@ -79,6 +82,12 @@ class ExecResult:
     stderr_truncated: bool
     stdout_bytes: int
     stderr_bytes: int
+    # Rich results (python/README.md): MIME bundles in order, each a dict of
+    # MIME type -> str (text types) or bytes (binary types); /out files.
+    displays: List[Dict[str, Union[str, bytes]]]
+    files: List[_rich.OutFile]
+    displays_truncated: bool
+    files_truncated: bool
 
     def __init__(self, value: Any = None, stdout: str = "", stderr: str = "",
                  error: Optional[SandboxError] = None, wall: float = 0.0, cpu: float = 0.0,
@@ -97,6 +106,10 @@ class ExecResult:
         self.stderr_truncated = stderr_truncated
         self.stdout_bytes = len(stdout.encode("utf-8", "replace")) if stdout_bytes is None else stdout_bytes
         self.stderr_bytes = len(stderr.encode("utf-8", "replace")) if stderr_bytes is None else stderr_bytes
+        self.displays = []
+        self.files = []
+        self.displays_truncated = False
+        self.files_truncated = False
 
     @property
     def ok(self) -> bool:
@@ -576,8 +589,10 @@ class _SandboxBase:
         wall, cpu, peak, calls = c_double(), c_double(), c_uint64(), c_uint()
         lib.nsbox_result_usage(r, byref(wall), byref(cpu), byref(peak), byref(calls))
         (otrunc, obytes), (etrunc, ebytes) = self._truncation(r)
-        return ExecResult(value, out, errtext, error, wall.value, cpu.value, peak.value, calls.value,
-                          otrunc, etrunc, obytes, ebytes)
+        res = ExecResult(value, out, errtext, error, wall.value, cpu.value, peak.value, calls.value,
+                         otrunc, etrunc, obytes, ebytes)
+        res.displays, res.files, res.displays_truncated, res.files_truncated = _rich.collect(lib, r)
+        return res
 
     def _truncation(self, r):
         """((stdout truncated, bytes written), (stderr ...)) of a result."""

@@ -105,13 +105,13 @@ def test_mounts(facts):
     # /etc/services and /etc/protocols: public tables, when the host has them.
     optional = {p for p in ("/etc/matplotlibrc", "/etc/services", "/etc/protocols") if os.path.exists(p)}
     assert set(mounts) == {"/", "/usr", "/proc", "/dev", "/dev/null", "/dev/zero", "/dev/full",
-                           "/dev/random", "/dev/urandom", "/dev/shm", "/dev/pts", "/tmp", "/etc/ld.so.cache",
+                           "/dev/random", "/dev/urandom", "/dev/shm", "/dev/pts", "/tmp", "/out", "/etc/ld.so.cache",
                            "/etc/alternatives", "/probe"} | optional
     for point, opts in mounts.items():
         assert "nosuid" in opts, point
         if not point.startswith("/dev/") or point == "/dev/shm":
             assert "nodev" in opts, point
-        if point not in ("/tmp", "/dev/shm") and not point.startswith("/dev/"):
+        if point not in ("/tmp", "/out", "/dev/shm") and not point.startswith("/dev/"):
             assert "ro" in opts, point
 
 

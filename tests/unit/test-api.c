@@ -1760,6 +1760,101 @@ static void test_files(nsbox_policy_t *p)
 	nsbox_session_free(s);
 }
 
+/* Rich results through the C accessors: display() bundles (binary data
+ * decoded, text as is), the last expression's bundle, /out files, the
+ * caps' truncation flags, and indexes out of range. */
+static void test_rich(nsbox_policy_t *p)
+{
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+	nsbox_result_t *r;
+	const char *d;
+	size_t n;
+	uint64_t size;
+
+	if (nsbox_session_new(p, NULL, &s, &e) < 0) {
+		ok(0, "rich: session_new (%s)", emsg(e));
+		nsbox_error_free(e);
+		return;
+	}
+	r = run(s,
+		"class R:\n"
+		"    def _repr_png_(self): return b'\\x89PNG\\r\\n\\x1a\\n\\x00binary'\n"
+		"    def _repr_html_(self): return '<b>R</b>'\n"
+		"    def _repr_markdown_(self): return '**R**'\n"
+		"    def _repr_json_(self): return {'r': [1, 2]}\n"
+		"    def __repr__(self): return 'R()'\n"
+		"display(R())\n"
+		"display({'text/html': '<i>raw</i>', 'image/x-thing': b'\\x00\\x01'}, raw=True)\n"
+		"open('/out/a.bin', 'wb').write(bytes(range(256)))\n"
+		"R()\n",
+		0);
+	CHECK(r && nsbox_result_status(r) == NSBOX_OK && nsbox_result_display_count(r) == 3,
+	      "rich: two display() calls and the value's bundle (%zu)", r ? nsbox_result_display_count(r) : 0);
+	d = nsbox_result_display_data(r, 0, "image/png", &n);
+	CHECK(d && n == 15 && !memcmp(d, "\x89PNG\r\n\x1a\n\0binary", 15), "rich: image/png decoded to its bytes");
+	d = nsbox_result_display_data(r, 0, "text/html", &n);
+	CHECK(d && n == 8 && !strcmp(d, "<b>R</b>"), "rich: text/html as text");
+	d = nsbox_result_display_data(r, 0, "application/json", &n);
+	CHECK(d && !strcmp(d, "{\"r\":[1,2]}"), "rich: application/json as JSON text (%s)", d ? d : "NULL");
+	CHECK(!strcmp(nsbox_result_display_data(r, 0, "text/markdown", NULL) ?: "", "**R**") &&
+		      !strcmp(nsbox_result_display_data(r, 0, "text/plain", NULL) ?: "", "R()"),
+	      "rich: markdown and text/plain");
+	CHECK(nsbox_result_display_mime_count(r, 0) == 5 && nsbox_result_display_mime(r, 0, 4) &&
+		      !nsbox_result_display_mime(r, 0, 5),
+	      "rich: five MIME types in the first bundle");
+	d = nsbox_result_display_data(r, 1, "image/x-thing", &n);
+	CHECK(d && n == 2 && d[0] == 0 && d[1] == 1 && nsbox_result_display_mime_count(r, 1) == 2,
+	      "rich: a raw bundle with an unknown binary type");
+	CHECK(!strcmp(nsbox_result_display_data(r, 2, "text/html", NULL) ?: "", "<b>R</b>"),
+	      "rich: the last expression's bundle comes last");
+	CHECK(!nsbox_result_display_data(r, 3, "text/plain", &n) && n == 0 && !nsbox_result_display_mime(r, 9, 0) &&
+		      !nsbox_result_display_data(r, 0, "image/gif", NULL) && !nsbox_result_displays_truncated(r),
+	      "rich: out of range and absent types are NULL; nothing truncated");
+	d = nsbox_result_file_data(r, 0, &n, &size);
+	CHECK(nsbox_result_file_count(r) == 1 && !strcmp(nsbox_result_file_name(r, 0) ?: "", "a.bin") && d &&
+		      n == 256 && size == 256 && (unsigned char)d[255] == 255 && !nsbox_result_files_truncated(r),
+	      "rich: the /out file with its data");
+	CHECK(!nsbox_result_file_name(r, 1) && !nsbox_result_file_data(r, 1, &n, &size) && n == 0 && size == 0,
+	      "rich: no second file");
+	nsbox_result_free(r);
+
+	r = run(s, "1 + 1", 0);
+	CHECK(r && nsbox_result_display_count(r) == 0 && nsbox_result_file_count(r) == 0,
+	      "rich: an unchanged /out is not sent again");
+	nsbox_result_free(r);
+
+	r = run(s,
+		"for i in range(70): display(i)\n"
+		"open('/out/big', 'wb').write(b'x' * (9 << 20))\n",
+		0);
+	d = r ? nsbox_result_file_data(r, 0, &n, &size) : NULL;
+	CHECK(r && nsbox_result_display_count(r) == 64 && nsbox_result_displays_truncated(r) &&
+		      nsbox_result_file_count(r) == 1 && !d && size == 9u << 20 && nsbox_result_files_truncated(r),
+	      "rich: 64 displays of 70 and a 9 MiB file without its data, both flagged");
+	nsbox_result_free(r);
+	/* An interactive line runs on runner.py's own path (do_exec). */
+	{
+		struct nsbox_exec_opts o = { .struct_size = sizeof(o), .interactive = true };
+
+		r = NULL;
+		if (nsbox_exec(s, "display('i'); open('/out/i.txt', 'w').write('i')", &o, &r, &e) < 0)
+			clear(&e);
+		CHECK(r && nsbox_result_display_count(r) == 1 &&
+			      !strcmp(nsbox_result_display_data(r, 0, "text/plain", NULL) ?: "", "'i'") &&
+			      nsbox_result_file_count(r) == 1 && !strcmp(nsbox_result_file_name(r, 0) ?: "", "i.txt"),
+		      "rich: an interactive exec (the Python path) returns displays and files");
+		nsbox_result_free(r);
+		r = run(s, "2", 0);
+		CHECK(r && nsbox_result_file_count(r) == 0, "rich: ... and the fast path does not send them again");
+		nsbox_result_free(r);
+	}
+	CHECK(nsbox_result_display_count(NULL) == 0 && !nsbox_result_displays_truncated(NULL) &&
+		      nsbox_result_file_count(NULL) == 0 && !nsbox_result_display_data(NULL, 0, "text/plain", NULL),
+	      "rich: NULL results are empty");
+	nsbox_session_free(s);
+}
+
 int main(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
@@ -1803,6 +1898,7 @@ int main(int argc, char **argv)
 	test_threads(p);
 	test_fork(p);
 	test_files(p);
+	test_rich(p);
 	nsbox_policy_free(p);
 	tap_done();
 }

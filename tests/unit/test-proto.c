@@ -479,6 +479,106 @@ static void test_depth_and_cost(void)
 	CHECK(proto_utf8_chars("a\xef\xbf\xbd\xc3\xa9", 6) == 3, "code points counted");
 }
 
+/* RESULT's displays and files (proto/rich.c): what the host accepts. */
+static void test_rich(void)
+{
+	struct nsbox_err err = { 0 };
+	const enum proto_dir H = PROTO_TO_HOST;
+	char buf[600];
+	static const struct {
+		const char *fields, *why;	/* NULL why: accepted */
+	} cases[] = {
+		{ "\"displays\":[{\"image/png\":\"iVBORw0=\",\"text/plain\":\"x\"}],\"displays_truncated\":false", NULL },
+		{ "\"displays\":[],\"files\":[],\"files_truncated\":true", NULL },
+		{ "\"files\":[{\"name\":\"a b.png\",\"size\":3,\"data\":\"AAEC\"},{\"name\":\"big\",\"size\":99}]", NULL },
+		{ "\"displays\":[{\"text/html\":\"<b>\",\"application/vnd.x+json\":\"{}\"}]", NULL },
+		{ "\"displays\":{}", "displays has the wrong type" },
+		{ "\"displays\":[{}]", "non-empty object" },
+		{ "\"displays\":[\"x\"]", "non-empty object" },
+		{ "\"displays\":[{\"Image/PNG\":\"AAAA\"}]", "invalid MIME" },
+		{ "\"displays\":[{\"image\":\"AAAA\"}]", "invalid MIME" },
+		{ "\"displays\":[{\"image/png/x\":\"AAAA\"}]", "invalid MIME" },
+		{ "\"displays\":[{\"text/ html\":\"x\"}]", "invalid MIME" },
+		{ "\"displays\":[{\"text/\\u0000html\":\"x\"}]", "NUL" },
+		{ "\"displays\":[{\"text/plain\":1}]", "not a string" },
+		{ "\"displays\":[{\"image/png\":\"AAA\"}]", "base64" },
+		{ "\"displays\":[{\"image/png\":\"AA\\nAA\"}]", "base64" },
+		{ "\"displays\":[{\"image/png\":\"AB==\"}]", "base64" },
+		{ "\"displays\":[{\"text/plain\":\"a\\u0000b\"}]", "NUL" },
+		{ "\"displays_truncated\":1", "boolean" },
+		{ "\"files\":[{\"name\":\"../x\",\"size\":0}]", "invalid name" },
+		{ "\"files\":[{\"name\":\"..\",\"size\":0}]", "invalid name" },
+		{ "\"files\":[{\"name\":\"\",\"size\":0}]", "invalid name" },
+		{ "\"files\":[{\"name\":\"a\\nb\",\"size\":0}]", "invalid name" },
+		{ "\"files\":[{\"name\":\"a\\u0085b\",\"size\":0}]", "invalid name" },
+		{ "\"files\":[{\"name\":\"a\\u0000b\",\"size\":0}]", "u0000" },
+		{ "\"files\":[{\"name\":\"a\",\"size\":-1}]", "size >= 0" },
+		{ "\"files\":[{\"name\":\"a\",\"size\":4,\"data\":\"AAEC\"}]", "its size says" },
+		{ "\"files\":[{\"name\":\"a\",\"size\":0},{\"name\":\"a\",\"size\":0}]", "repeats" },
+		{ "\"files\":[{\"name\":\"a\",\"size\":3,\"data\":\"A-EC\"}]", "base64" },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		int k;
+
+		snprintf(buf, sizeof(buf), "{\"error\":null,\"stdout\":\"\",\"stderr\":\"\",%s}", cases[i].fields);
+		k = parse_str(PROTO_RESULT, H, buf, &err);
+		if (!cases[i].why)
+			CHECK(k == 0, "rich: accepted: %s (%s)", cases[i].fields, k ? err.msg : "");
+		else
+			CHECK(k < 0 && strstr(err.msg, cases[i].why), "rich: %s: %s (%s)", cases[i].why, cases[i].fields,
+			      k < 0 ? err.msg : "accepted");
+	}
+	/* The caps: bundles, MIME types per bundle, files, bytes. */
+	{
+		json_t *m = json_pack("{s:n,s:s,s:s}", "error", "stdout", "", "stderr", "");
+		json_t *ds = json_array(), *fs = json_array(), *b = json_object();
+		char *big = malloc((8u << 20) + 8);
+
+		for (int i = 0; i < NSBOX_PROTO_DISPLAY_MAX; i++)
+			json_array_append_new(ds, json_pack("{s:s}", "text/plain", "x"));
+		json_object_set(m, "displays", ds);
+		CHECK(proto_msg_check(PROTO_RESULT, H, m, &err) == 0, "rich: %u displays pass", NSBOX_PROTO_DISPLAY_MAX);
+		json_array_append_new(ds, json_pack("{s:s}", "text/plain", "x"));
+		CHECK(proto_msg_check(PROTO_RESULT, H, m, &err) < 0 && strstr(err.msg, "over the cap"),
+		      "rich: one display more is refused");
+		json_array_clear(ds);
+		for (int i = 0; i <= NSBOX_PROTO_DISPLAY_MIMES; i++) {
+			char mime[32];
+
+			snprintf(mime, sizeof(mime), "text/x%d", i);
+			json_object_set_new(b, mime, json_string(""));
+		}
+		json_array_append(ds, b);
+		CHECK(proto_msg_check(PROTO_RESULT, H, m, &err) < 0 && strstr(err.msg, "MIME types, over"),
+		      "rich: %u MIME types in a bundle are refused", NSBOX_PROTO_DISPLAY_MIMES + 1);
+		json_array_clear(ds);
+		memset(big, 'a', (8u << 20) + 4);
+		big[(8u << 20) + 4] = '\0';
+		json_array_append_new(ds, json_pack("{s:s}", "text/plain", big));
+		CHECK(proto_msg_check(PROTO_RESULT, H, m, &err) < 0 && strstr(err.msg, "bytes of displays and files"),
+		      "rich: more than %u bytes are refused", NSBOX_PROTO_RICH_BYTES);
+		json_object_del(m, "displays");
+		for (int i = 0; i <= NSBOX_PROTO_OUT_FILES_MAX; i++) {
+			char name[32];
+
+			snprintf(name, sizeof(name), "f%d", i);
+			json_array_append_new(fs, json_pack("{s:s,s:i}", "name", name, "size", 0));
+		}
+		json_object_set(m, "files", fs);
+		CHECK(proto_msg_check(PROTO_RESULT, H, m, &err) < 0 && strstr(err.msg, "files, over the cap"),
+		      "rich: %u files are refused", NSBOX_PROTO_OUT_FILES_MAX + 1);
+		free(big);
+		json_decref(b);
+		json_decref(ds);
+		json_decref(fs);
+		json_decref(m);
+	}
+	CHECK(proto_mime_text("image/svg+xml") && proto_mime_text("text/csv") && proto_mime_text("application/geo+json") &&
+		      !proto_mime_text("image/png") && !proto_mime_text("application/pdf"),
+	      "rich: which MIME types are text");
+}
+
 /* proto_output_decode against the parser: what it decodes, the parser
  * reads the same; what it refuses, the parser refuses; what it leaves, it
  * leaves untouched.  0 when they agree. */
@@ -600,6 +700,7 @@ int main(void)
 	test_utf8();
 	test_amplification();
 	test_depth_and_cost();
+	test_rich();
 	test_output_decode();
 	tap_done();
 }

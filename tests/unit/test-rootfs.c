@@ -66,9 +66,9 @@ int main(void)
 	ok(!strcmp(rootfs_home(&p), "/workspace"), "home /workspace");
 
 	n = rootfs_rw_paths(&p, v, ARRAY_SIZE(v));
-	ok(n == 5 && !strcmp(v[0], "/tmp") && !strcmp(v[1], "/dev/shm") && !strcmp(v[2], "/dev/pts") &&
-		   !strcmp(v[3], "/workspace") && !strcmp(v[4], "/data"),
-	   "writable: /tmp, /dev/shm, /dev/pts, /workspace, the rw bind (%zu)", n);
+	ok(n == 6 && !strcmp(v[0], "/tmp") && !strcmp(v[1], "/dev/shm") && !strcmp(v[2], "/dev/pts") &&
+		   !strcmp(v[3], "/out") && !strcmp(v[4], "/workspace") && !strcmp(v[5], "/data"),
+	   "writable: /tmp, /dev/shm, /dev/pts, /out, /workspace, the rw bind (%zu)", n);
 	ok(rootfs_rw_paths(&p, v, 1) == 1, "writable paths bounded by max");
 
 	/* /proc masks: the mode-0400 ones only when the user is host root. */
