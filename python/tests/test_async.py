@@ -414,7 +414,7 @@ def test_sigint_cancels_an_async_exec(aio, tmp_path):
             print("KeyboardInterrupt", round(time.monotonic() - t) < 20)
         """))
     out = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=PYDIR),
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=60, preexec_fn=_sigint_default)
     assert out.stdout == "KeyboardInterrupt True\n", out.stderr
 
 
@@ -464,9 +464,17 @@ with nsbox.Sandbox(timeout=60) as sb:
 """
 
 
+def _sigint_default():
+    """A child that gets Ctrl-C as a terminal's foreground job would: the
+    suite itself may run with SIGINT ignored (started in the background by
+    a non-interactive shell), and python keeps an ignored SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run_script(tmp_path, code, **kw):
     script = tmp_path / "sigint.py"
     script.write_text(_SIGINT_SCRIPT % code)
+    kw.setdefault("preexec_fn", _sigint_default)
     return subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=PYDIR),
                           capture_output=True, text=True, timeout=60, **kw)
 
