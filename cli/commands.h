@@ -2,6 +2,7 @@
 #ifndef NSBOX_COMMANDS_H
 #define NSBOX_COMMANDS_H
 
+#include <jansson.h>
 #include <stdio.h>
 
 #include "cli.h"
@@ -25,6 +26,16 @@ int cli_tool_run(void *ud, const char *name, const char *args_json, char **resul
 
 /* Shared by the front ends: print "nsbox: warning: MSG". */
 void cli_warn(void *ctx, const char *msg);
+/* Create (or empty) path, to find before running that it cannot be
+ * written.  Returns 0, or -1 with err naming path. */
+int cli_open_status(const char *path, struct cli_err *err);
+/* Print v compactly as JSON, each real as the shortest text that reads
+ * back the same (jansson prints 17 digits).  Returns 0 or -1. */
+int cli_json_dump(const json_t *v, FILE *f);
+/* --json: a flag or setup error as the one JSON object on stdout:
+ * {"outcome": outcome, "exit_code": status, "error": {"type": "NsboxError",
+ * "message": msg}}. */
+void cli_json_error(const char *outcome, int status, const char *msg);
 /* Write how a run ended as JSON to path ("-" = stdout).  Returns 0 or -1. */
 int cli_write_status(const char *path, const struct nsbox_run_status *st);
 

@@ -28,9 +28,12 @@ int cmd_doctor(int argc, char **argv)
 	unsigned escapes = 0;
 	int problems = 0, r;
 
-	(void)argv;
+	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		printf("usage: nsbox doctor\n  is this host fit to run nsbox? (checks, then escape probes in a sandbox); see nsbox(1)\n");
+		return 0;
+	}
 	if (argc > 1) {
-		fprintf(stderr, "usage: nsbox doctor\n");
+		fprintf(stderr, "nsbox doctor: unexpected argument '%s' (see nsbox doctor --help)\n", argv[1]);
 		return NSBOX_EXIT_USAGE;
 	}
 	if (nsbox_host_info(&h, &e) < 0) {

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -34,8 +35,41 @@ static void py_usage(FILE *f)
 		"                        and prints a JSON result; callable inside as NAME(...)\n"
 		"  --output-limit SIZE   cap on captured stdout and stderr each (default 1M)\n"
 		"  --connect SOCKET      get the sandbox from nsboxd(8) at SOCKET (also $NSBOX_CONNECT)\n"
+		"  --quiet               no warnings about limits enforced by a fallback\n"
 		"With no code and a terminal on stdin: an interactive session.\n%s",
 		args_jail_help);
+}
+
+/* python's own options, for "did you mean". */
+static const char *const py_opts[] = { "json", "tool", "output-limit", "connect", "quiet", "help", NULL };
+
+/* With --json, an error before the code runs is the JSON object on stdout
+ * (printed once, at the end: cli_json_error); else a line on stderr. */
+static bool json_errors;
+static char py_errmsg[1024];
+
+static void __attribute__((format(printf, 1, 2))) py_err(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (json_errors) {
+		vsnprintf(py_errmsg, sizeof(py_errmsg), fmt, ap);
+		py_errmsg[strcspn(py_errmsg, "\n")] = '\0';
+	} else {
+		fputs("nsbox python: ", stderr);
+		vfprintf(stderr, fmt, ap);
+	}
+	va_end(ap);
+}
+
+static void py_err_json(int status)
+{
+	if (json_errors && py_errmsg[0])
+		cli_json_error(status == NSBOX_EXIT_USAGE   ? "usage_error"
+			       : status == NSBOX_EXIT_SETUP ? "setup_error"
+							    : "error",
+			       status, py_errmsg);
 }
 
 static void on_sigint(int sig)
@@ -290,8 +324,10 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 				       "stdout_bytes", "stderr_bytes", "exit_code" };
 
 		nsbox_result_usage(res, &wall, &cpu, &peak, &calls);
-		usage = json_pack("{s:f,s:I,s:I}", "wall", wall, "tool_calls", (json_int_t)calls, "peak_memory",
-				  (json_int_t)peak);
+		/* The same keys whatever the outcome: those only the runner
+		 * knows are null when it could not say (killed at a limit). */
+		usage = json_pack("{s:f,s:f,s:I,s:I,s:n,s:n}", "wall", wall, "cpu", cpu, "tool_calls",
+				  (json_int_t)calls, "peak_memory", (json_int_t)peak, "max_rss", "duration");
 		json_object_set_new(o, "value",
 				    json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL) ?: json_null());
 		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
@@ -301,8 +337,18 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 				json_object_set(o, keys[i], v);
 			else if (i < 2)
 				json_object_set_new(o, keys[i], json_string(""));
+			else if (i < 4)
+				json_object_set_new(o, keys[i], json_false());
+			else if (i < 6)
+				json_object_set_new(o, keys[i],
+						    json_integer((json_int_t)json_string_length(
+							    json_object_get(o, keys[i - 4]))));
+			else
+				json_object_set_new(o, keys[i], json_integer(nsbox_result_exit_code(res)));
 		}
-		if (r && json_is_object(json_object_get(r, "error")))
+		if (status == NSBOX_OK || (is_exit(res) && nsbox_result_exit_code(res) == 0))
+			json_object_set_new(o, "error", json_null()); /* sys.exit(0) is a success */
+		else if (r && json_is_object(json_object_get(r, "error")))
 			json_object_set(o, "error", json_object_get(r, "error"));
 		else if (status != NSBOX_OK)
 			json_object_set_new(o, "error",
@@ -315,13 +361,17 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		if (r && json_is_number(json_object_get(r, "duration")))
 			json_object_set(usage, "duration", json_object_get(r, "duration"));
 		json_object_set_new(o, "usage", usage);
-		json_object_set_new(o, "outcome", json_string(is_exit(res) ? "ok" : names[status]));
-		if (limit)
-			json_object_set_new(o, "message", json_string(nsbox_result_error_message(res) ?: ""));
+		/* sys.exit(N): "exit" with exit_code N, "ok" for 0. */
+		json_object_set_new(o, "outcome",
+				    json_string(!is_exit(res)			   ? names[status]
+						: nsbox_result_exit_code(res) == 0 ? "ok"
+										   : "exit"));
+		json_object_set_new(o, "message",
+				    limit ? json_string(nsbox_result_error_message(res) ?: "") : json_null());
 		if (nsbox_session_info(s, &info, NULL) < 0)
 			info.alive = false;
 		json_object_set_new(o, "session_dead", json_boolean(!info.alive));
-		json_dumpf(o, stdout, JSON_COMPACT);
+		cli_json_dump(o, stdout);
 		fputc('\n', stdout);
 		json_decref(o);
 	} else {
@@ -448,8 +498,11 @@ int cmd_python(int argc, char **argv)
 	const char **py_argv = NULL;
 	int i, r, rc;
 
+	for (i = 1; i < argc && strcmp(argv[i], "--") && strcmp(argv[i], "-c") && strcmp(argv[i], "-m"); i++)
+		json_errors |= !strcmp(argv[i], "--json");
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
-		fprintf(stderr, "nsbox python: %s\n", err.msg);
+		py_err("%s\n", err.msg);
+		py_err_json(NSBOX_EXIT_USAGE);
 		return NSBOX_EXIT_USAGE;
 	}
 	for (i = 1; i < argc; i++) {
@@ -468,7 +521,7 @@ int cmd_python(int argc, char **argv)
 		}
 		if (!strcmp(a, "-c") || !strcmp(a, "-m")) {
 			if (i + 1 >= argc) {
-				fprintf(stderr, "nsbox python: %s needs an argument\n", a);
+				py_err("%s needs an argument\n", a);
 				goto usage;
 			}
 			if (a[1] == 'c')
@@ -482,11 +535,15 @@ int cmd_python(int argc, char **argv)
 			json_mode = true;
 			continue;
 		}
+		if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+			so.warn = NULL;
+			continue;
+		}
 		if (!strcmp(a, "--connect") || !strncmp(a, "--connect=", 10)) {
 			const char *v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
 
 			if (!v || !*v) {
-				fprintf(stderr, "nsbox python: --connect needs nsboxd's socket path\n");
+				py_err("--connect needs nsboxd's socket path\n");
 				goto usage;
 			}
 			/* libnsbox reads it at nsbox_session_new (nsbox_session_opts.connect). */
@@ -498,7 +555,7 @@ int cmd_python(int argc, char **argv)
 
 			if (!v || nsbox_parse_size(v, &out_limit, NULL) < 0 || out_limit < 16 ||
 			    out_limit > (64u << 20)) {
-				fprintf(stderr, "nsbox python: --output-limit: expected a size from 16 to 64M\n");
+				py_err("--output-limit: expected a size from 16 to 64M\n");
 				goto usage;
 			}
 			continue;
@@ -509,21 +566,33 @@ int cmd_python(int argc, char **argv)
 			char *name;
 
 			if (!eq || eq == v || !eq[1] || n_tools >= MAX_TOOLS) {
-				fprintf(stderr, "nsbox python: --tool: expected NAME=COMMAND (at most %d)\n",
-					MAX_TOOLS);
+				py_err("--tool: expected NAME=COMMAND (at most %d)\n", MAX_TOOLS);
 				goto usage;
 			}
 			name = strndup(v, (size_t)(eq - v));
 			if (!name) {
-				fprintf(stderr, "nsbox python: out of memory\n");
+				py_err("out of memory\n");
 				goto usage_quiet;
 			}
 			/* The protocol's rule, checked before a sandbox is started
 			 * for nothing. */
 			if (nsbox_check_tool_name(name, &e) < 0) {
-				fprintf(stderr, "nsbox python: --tool %s\n", nsbox_error_message(e));
+				py_err("--tool %s\n", nsbox_error_message(e));
 				nsbox_error_free(e);
 				e = NULL;
+				free(name);
+				goto usage_quiet;
+			}
+			/* Both would be registered; the session would refuse the
+			 * second as a protocol error. */
+			for (size_t k = 0; k < n_tools; k++)
+				if (!strcmp(ctools[k].name, name)) {
+					py_err("--tool %s: given twice\n", name);
+					free(name);
+					goto usage_quiet;
+				}
+			if (args_check_command(eq + 1, &err) < 0) {
+				py_err("--tool %s: %s\n", name, err.msg);
 				free(name);
 				goto usage_quiet;
 			}
@@ -532,16 +601,17 @@ int cmd_python(int argc, char **argv)
 		}
 		r = args_parse_jail_option(p, argc, argv, &i, &err);
 		if (r < 0) {
-			fprintf(stderr, "nsbox python: %s\n", err.msg);
+			py_err("%s\n", err.msg);
 			goto usage_quiet;
 		}
 		if (r == 0) {
-			fprintf(stderr, "nsbox python: unknown option '%s'\n", a);
-			goto usage;
+			args_unknown_option("python", a, py_opts, &err);
+			py_err("%s\n", err.msg);
+			goto usage_quiet;
 		}
 	}
 	if (nsbox_policy_check(p, &e) < 0) {
-		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+		py_err("%s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
 		goto usage_quiet;
 	}
@@ -550,7 +620,7 @@ int cmd_python(int argc, char **argv)
 	/* sys.argv as Python would set it, sent with the handshake. */
 	py_argv = calloc((size_t)(argc - i) + 2, sizeof(*py_argv));
 	if (!py_argv) {
-		fprintf(stderr, "nsbox python: out of memory\n");
+		py_err("out of memory\n");
 		goto usage_quiet;
 	}
 	py_argv[0] = code ? "-c" : module ? module : file ? file : "";
@@ -562,7 +632,7 @@ int cmd_python(int argc, char **argv)
 		size_t len;
 
 		if (!f) {
-			fprintf(stderr, "nsbox python: cannot open %s: %s\n", file, strerror(errno));
+			py_err("cannot open %s: %s\n", file, strerror(errno));
 			free(py_argv);
 			goto usage_quiet;
 		}
@@ -570,7 +640,7 @@ int cmd_python(int argc, char **argv)
 		if (f != stdin)
 			fclose(f);
 		if (!owned_code || strlen(owned_code) != len) {
-			fprintf(stderr, "nsbox python: cannot read %s (or it holds a NUL byte)\n", file);
+			py_err("cannot read %s (or it holds a NUL byte)\n", file);
 			free(py_argv);
 			goto usage_quiet;
 		}
@@ -580,7 +650,7 @@ int cmd_python(int argc, char **argv)
 
 		owned_code = read_all(stdin, &len);
 		if (!owned_code) {
-			fprintf(stderr, "nsbox python: cannot read stdin\n");
+			py_err("cannot read stdin\n");
 			free(py_argv);
 			goto usage_quiet;
 		}
@@ -595,7 +665,7 @@ int cmd_python(int argc, char **argv)
 	free(py_argv);
 	py_argv = NULL;
 	if (r < 0) {
-		fprintf(stderr, "nsbox: python: %s\n", nsbox_error_message(e));
+		py_err("%s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
 		rc = NSBOX_EXIT_SETUP;
 		goto out;
@@ -603,7 +673,7 @@ int cmd_python(int argc, char **argv)
 	for (size_t k = 0; k < n_tools; k++)
 		if (nsbox_session_add_tool(s, ctools[k].name, NULL, "A host tool (nsbox python --tool).", cli_tool_run,
 					   &ctools[k], &e) < 0) {
-			fprintf(stderr, "nsbox python: --tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
+			py_err("--tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
 			rc = nsbox_error_code(e) == -EINVAL ? NSBOX_EXIT_USAGE : NSBOX_EXIT_PROTOCOL;
 			nsbox_error_free(e);
 			goto out;
@@ -633,13 +703,14 @@ int cmd_python(int argc, char **argv)
 	eo.filename = file ? file : "<string>";
 	eo.repl = json_mode;
 	if (nsbox_exec(s, code, &eo, &res, &e) < 0) {
-		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+		py_err("%s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
 		rc = NSBOX_EXIT_USAGE;
 		goto out;
 	}
 	rc = report(s, res, json_mode, !json_mode);
 out:
+	py_err_json(rc);
 	active = NULL;
 	nsbox_result_free(res);
 	nsbox_session_free(s);
@@ -647,8 +718,10 @@ out:
 	nsbox_policy_free(p);
 	return rc;
 usage:
-	py_usage(stderr);
+	if (!json_errors)
+		fputs("(see nsbox python --help)\n", stderr);
 usage_quiet:
+	py_err_json(NSBOX_EXIT_USAGE);
 	free_tools(ctools, n_tools);
 	nsbox_policy_free(p);
 	return NSBOX_EXIT_USAGE;

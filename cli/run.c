@@ -1,16 +1,21 @@
 /* nsbox run [OPTIONS] -- COMMAND [ARG...]: a thin front end over
  * nsbox_run() (include/nsbox.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "args.h"
 #include "commands.h"
 
+/* run's own options, for "did you mean". */
+static const char *const run_opts[] = { "json-status", "quiet", "help", "connect", NULL };
+
 static void run_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: nsbox run [OPTIONS] [--] COMMAND [ARG...]\n"
-		"  --json-status FILE|-   report how it ended as JSON\n%s",
+		"  --json-status FILE|-   report how it ended as JSON (FILE is created up front)\n"
+		"  --quiet                no warnings about limits enforced by a fallback\n%s",
 		args_jail_help);
 }
 
@@ -44,6 +49,10 @@ int cmd_run(int argc, char **argv)
 			code = 0;
 			goto out;
 		}
+		if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
+			o.warn = NULL;
+			continue;
+		}
 		if (strcmp(argv[i], "--json-status") == 0 && i + 1 < argc) {
 			json_status = argv[++i];
 			continue;
@@ -67,8 +76,8 @@ int cmd_run(int argc, char **argv)
 			goto out;
 		}
 		if (r == 0) {
-			fprintf(stderr, "nsbox run: unknown option '%s'\n", argv[i]);
-			run_usage(stderr);
+			args_unknown_option("run", argv[i], run_opts, &err);
+			fprintf(stderr, "nsbox run: %s\n", err.msg);
 			goto out;
 		}
 	}
@@ -77,8 +86,13 @@ int cmd_run(int argc, char **argv)
 		goto out;
 	}
 	if (i >= argc) {
-		fprintf(stderr, "nsbox run: no command given\n");
-		run_usage(stderr);
+		fprintf(stderr, "nsbox run: no command given (see nsbox run --help)\n");
+		goto out;
+	}
+	/* Before the command runs, not after: a status that cannot be
+	 * written is a usage error, found while nothing has happened yet. */
+	if (json_status && strcmp(json_status, "-") != 0 && cli_open_status(json_status, &err) < 0) {
+		fprintf(stderr, "nsbox run: --json-status %s\n", err.msg);
 		goto out;
 	}
 	if (nsbox_run(p, argv + i, &o, &st, &e) < 0) {
@@ -92,10 +106,10 @@ int cmd_run(int argc, char **argv)
 	else if (st.time_limit)
 		fprintf(stderr, "nsbox run: time limit exceeded\n");
 	else if (code == NSBOX_EXIT_MEMORY)
-		fprintf(stderr, "nsbox run: memory limit exceeded (peak %llu bytes)\n",
-			(unsigned long long)st.peak_memory);
+		fprintf(stderr, "nsbox run: memory limit exceeded (peak %.1f MiB)\n",
+			(double)st.peak_memory / (1 << 20));
 	if (json_status && cli_write_status(json_status, &st) < 0)
-		fprintf(stderr, "nsbox run: cannot write --json-status %s\n", json_status);
+		fprintf(stderr, "nsbox run: cannot write --json-status %s: %s\n", json_status, strerror(errno));
 out:
 	nsbox_error_free(e);
 	nsbox_policy_free(p);

@@ -858,116 +858,152 @@ int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct
 
 /* ---- the file format --------------------------------------------------- */
 
-static int parse_into(struct nsbox_policy *p, const char *text, size_t len, struct nsbox_err *err,
-		      unsigned *lineno)
+/* One line of a policy file (blanks trimmed in place) on top of *p.
+ * Returns 0, or -1 with err saying what is wrong with the line. */
+static int parse_line(struct nsbox_policy *p, char *line, char *section, bool *have_section, bool *seen_setting,
+		      struct nsbox_err *err)
+{
+	char buf[300], list[256];
+	char *s, *e, *eq;
+
+	s = line;
+	while (is_blank(*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && is_blank(e[-1]))
+		*--e = '\0';
+	if (!*s || *s == '#' || *s == ';')
+		return 0;
+
+	if (*s == '[') {
+		if (e[-1] != ']' || e - s < 3)
+			return err_fail(err, "policy", EINVAL, "bad section header %s (use [Name])",
+				    shown(s, buf, sizeof(buf)));
+		e[-1] = '\0';
+		/* Until the next header, its keys are not reported again. */
+		section[0] = '\0';
+		*have_section = true;
+		if (!section_known(s + 1)) {
+			list_sections(list, sizeof(list));
+			return err_fail(err, "policy", EINVAL, "unknown section [%s] (accepted: %s)",
+				    shown(s + 1, buf, sizeof(buf)), list);
+		}
+		strcpy(section, s + 1);
+		return 0;
+	}
+
+	eq = strchr(s, '=');
+	if (!eq)
+		return err_fail(err, "policy", EINVAL, "%s: not a setting (use Key=Value, a [Section] or a # comment)",
+			    shown(s, buf, sizeof(buf)));
+	if (!*have_section)
+		return err_fail(err, "policy", EINVAL, "%s: setting outside a section (put it under a [Section] header)",
+			    shown(s, buf, sizeof(buf)));
+	if (!section[0])
+		return 0; /* under an unknown section, already reported */
+	e = eq;
+	while (e > s && is_blank(e[-1]))
+		e--;
+	*e = '\0';
+	if (!*s)
+		return err_fail(err, "policy", EINVAL, "missing key before '='");
+
+	if (strcmp(section, "Policy") == 0 && strcmp(s, "Base") == 0) {
+		struct nsbox_policy b;
+		const char *v = eq + 1;
+
+		while (is_blank(*v))
+			v++;
+		if (*seen_setting)
+			return err_fail(err, "policy", EINVAL,
+				    "[Policy] Base=%s: must be the first setting of the file",
+				    shown(v, buf, sizeof(buf)));
+		*seen_setting = true;
+		if (policy_init_builtin(&b, v, err) < 0)
+			return err_wrap(err, "[Policy] Base=%s", shown(v, buf, sizeof(buf)));
+		free(b.name);
+		b.name = TAKE_PTR(p->name);
+		policy_free(p);
+		*p = b;
+		return 0;
+	}
+	*seen_setting = true;
+	return policy_set(p, section, s, eq + 1, err);
+}
+
+/* Every line of text on top of *p.  A line that is wrong is reported and
+ * parsing goes on, so that one run of `nsbox policy check` names every
+ * error: err's message then holds one "origin:LINE: what" per line, as
+ * many as fit.  Returns 0 or -1. */
+static int parse_into(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
+		      struct nsbox_err *err)
 {
 	__attribute__((cleanup(wipe_buf))) char line[POLICY_LINE_MAX + 1];
 	__attribute__((cleanup(wipe_buf))) char section[POLICY_LINE_MAX + 1] = "";
-	char buf[300], list[256];
 	bool have_section = false, seen_setting = false;
-	size_t pos = 0;
+	unsigned lineno = 0, n_errors = 0, n_shown = 0;
+	char all[NSBOX_ERR_MSG_MAX] = "";
+	size_t pos = 0, used = 0;
+	int code = 0;
 
 	/* A UTF-8 byte order mark, as some editors write. */
 	if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
 		pos = 3;
-	*lineno = 0;
 	while (pos < len) {
 		const char *nl = memchr(text + pos, '\n', len - pos);
 		size_t n = nl ? (size_t)(nl - (text + pos)) : len - pos;
-		char *s, *e, *eq;
+		struct nsbox_err one = { 0 };
+		int r;
 
-		++*lineno;
-		if (n > POLICY_LINE_MAX)
-			return err_fail(err, "policy", E2BIG, "line too long (at most %d bytes)", POLICY_LINE_MAX);
-		if (memchr(text + pos, '\0', n))
-			return err_fail(err, "policy", EINVAL, "NUL byte in line (policy files are text)");
-		memcpy(line, text + pos, n);
-		line[n] = '\0';
+		++lineno;
+		if (n > POLICY_LINE_MAX) {
+			r = err_fail(&one, "policy", E2BIG, "line too long (at most %d bytes)", POLICY_LINE_MAX);
+		} else if (memchr(text + pos, '\0', n)) {
+			r = err_fail(&one, "policy", EINVAL, "NUL byte in line (policy files are text)");
+		} else {
+			memcpy(line, text + pos, n);
+			line[n] = '\0';
+			r = parse_line(p, line, section, &have_section, &seen_setting, &one);
+		}
 		pos += n + (nl ? 1 : 0);
-
-		s = line;
-		while (is_blank(*s))
-			s++;
-		e = s + strlen(s);
-		while (e > s && is_blank(e[-1]))
-			*--e = '\0';
-		if (!*s || *s == '#' || *s == ';')
+		if (r == 0)
 			continue;
-
-		if (*s == '[') {
-			if (e[-1] != ']' || e - s < 3)
-				return err_fail(err, "policy", EINVAL, "bad section header %s (use [Name])",
-					    shown(s, buf, sizeof(buf)));
-			e[-1] = '\0';
-			if (!section_known(s + 1)) {
-				list_sections(list, sizeof(list));
-				return err_fail(err, "policy", EINVAL, "unknown section [%s] (accepted: %s)",
-					    shown(s + 1, buf, sizeof(buf)), list);
-			}
-			strcpy(section, s + 1);
-			have_section = true;
-			continue;
-		}
-
-		eq = strchr(s, '=');
-		if (!eq)
-			return err_fail(err, "policy", EINVAL, "%s: not a setting (use Key=Value, a [Section] or a # comment)",
-				    shown(s, buf, sizeof(buf)));
-		if (!have_section)
-			return err_fail(err, "policy", EINVAL, "%s: setting outside a section (put it under a [Section] header)",
-				    shown(s, buf, sizeof(buf)));
-		e = eq;
-		while (e > s && is_blank(e[-1]))
-			e--;
-		*e = '\0';
-		if (!*s)
-			return err_fail(err, "policy", EINVAL, "missing key before '='");
-
-		if (strcmp(section, "Policy") == 0 && strcmp(s, "Base") == 0) {
-			struct nsbox_policy b;
-			const char *v = eq + 1;
-
-			while (is_blank(*v))
-				v++;
-			if (seen_setting)
-				return err_fail(err, "policy", EINVAL,
-					    "[Policy] Base=%s: must be the first setting of the file",
-					    shown(v, buf, sizeof(buf)));
-			seen_setting = true;
-			if (policy_init_builtin(&b, v, err) < 0)
-				return err_wrap(err, "[Policy] Base=%s", shown(v, buf, sizeof(buf)));
-			free(b.name);
-			b.name = TAKE_PTR(p->name);
-			policy_free(p);
-			*p = b;
-			continue;
-		}
-		seen_setting = true;
-		if (policy_set(p, section, s, eq + 1, err) < 0)
+		if (one.code == ENOMEM) {
+			err_copy(err, &one);
 			return -1;
+		}
+		if (!n_errors++)
+			code = one.code;
+		/* What does not fit is counted below, not cut mid-message. */
+		int k = snprintf(all + used, sizeof(all) - used, "%s%.512s:%u: %s", used ? "\n" : "", origin, lineno,
+				 one.msg);
+		if (k > 0 && (size_t)k < sizeof(all) - used - 40) {
+			used += (size_t)k;
+			n_shown++;
+		} else {
+			all[used] = '\0';
+		}
 	}
-	return 0;
+	if (!n_errors)
+		return 0;
+	if (n_errors > n_shown)
+		snprintf(all + used, sizeof(all) - used, "\n%s: and %u more error%s", origin, n_errors - n_shown,
+			 n_errors - n_shown == 1 ? "" : "s");
+	return err_fail(err, "policy", code, "%s", all);
 }
 
 int policy_parse(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
 		 struct nsbox_err *err)
 {
 	struct nsbox_policy q;
-	unsigned lineno = 0;
-	char pre[600];
-
 	if (!origin)
 		origin = "<policy>";
 	if (!p || (!text && len))
 		return err_fail(err, "policy", EINVAL, "%s: policy_parse: missing argument", origin);
 	if (policy_copy(&q, p, err) < 0)
 		return err_wrap(err, "%s", origin);
-	if (parse_into(&q, text ? text : "", len, err, &lineno) < 0) {
+	if (parse_into(&q, text ? text : "", len, origin, err) < 0) {
 		policy_free(&q);
-		if (err) {
-			snprintf(pre, sizeof(pre), "%.512s:%u: ", origin, lineno);
-			err_prefix(err, pre);
-		}
 		return -1;
 	}
 	policy_free(p);
