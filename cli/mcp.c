@@ -1419,8 +1419,12 @@ int cmd_mcp(int argc, char **argv)
 			goto out;
 		}
 		if (r == 0) {
-			fprintf(stderr, "nsbox mcp: unknown option '%s'\n", a);
-			mcp_usage(stderr);
+			static const char *const own[] = { "tool",	   "idle-timeout", "max-sessions",
+							   "call-timeout", "max-call-timeout", "max-memory",
+							   "output-limit", "help",	   NULL };
+
+			args_unknown_option("mcp", a, own, &err);
+			fprintf(stderr, "nsbox mcp: %s\n", err.msg);
 			goto out;
 		}
 		continue;

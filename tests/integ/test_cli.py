@@ -1,0 +1,252 @@
+"""The command line's consistency: --help everywhere, one-line errors with a
+"did you mean", validation up front (exit 120, before anything runs), --json
+for every outcome, warnings only where they say something, doctor's
+verdicts.  nsbox(1) documents each."""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import MODE, NSBOX, run
+
+USAGE = 120
+
+
+def as_nobody(args, **kw):
+    """nsbox as uid 65534 (setpriv when we are root)."""
+    pre = [] if os.geteuid() else ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    p = subprocess.run(pre + [NSBOX] + args, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       timeout=kw.get("timeout", 60), cwd="/")
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.mark.parametrize("args", [["info", "--help"], ["doctor", "--help"], ["policy", "--help"],
+                                  ["policy", "show", "--help"], ["policy", "check", "--help"], ["help", "info"],
+                                  ["run", "-h"], ["python", "--help"], ["mcp", "--help"]])
+def test_help_exits_zero(args):
+    rc, out, err = run(args)
+    assert rc == 0 and err == "", (rc, err)
+    assert out.startswith("usage: nsbox " + (args[1] if args[0] == "help" else args[0]))
+
+
+def test_help_command_shows_that_commands_help():
+    assert run(["help", "run"]) == run(["run", "--help"])
+    assert run(["help", "python"])[1] == run(["python", "--help"])[1]
+    rc, out, err = run(["help", "nosuch"])
+    assert rc == USAGE and "unknown command 'nosuch'" in err
+
+
+def test_policy_show_help_lists_the_jail_options():
+    rc, out, _ = run(["policy", "show", "--help"])
+    assert rc == 0 and "--memory SIZE" in out
+
+
+def test_extra_arguments_are_named():
+    rc, out, err = run(["info", "bogus"])
+    assert rc == USAGE and err == "nsbox info: unexpected argument 'bogus' (see nsbox info --help)\n"
+
+
+@pytest.mark.parametrize("cmd,bad,want", [
+    (["run"], "--memroy", "--memory"),
+    (["run"], "--json-stauts=-", "--json-status"),
+    (["python"], "--jsno", "--json"),
+    (["python"], "--tol", "--tool"),
+    (["policy", "show"], "--hostnme", "--hostname"),
+])
+def test_unknown_option_is_one_line_with_a_suggestion(cmd, bad, want):
+    rc, out, err = run(cmd + [bad, "x", "--", "true"])
+    assert rc == USAGE
+    assert err.count("\n") == 1, err                   # one line, not the usage
+    assert f"unknown option '{bad}'" in err and f"did you mean {want}?" in err
+    assert "see nsbox %s --help" % " ".join(cmd) in err
+
+
+def test_unknown_option_without_a_near_name():
+    rc, out, err = run(["run", "--zzqqxxyy", "--", "true"])
+    assert rc == USAGE and err == "nsbox run: unknown option '--zzqqxxyy' (see nsbox run --help)\n"
+
+
+def test_policy_check_reports_every_error(tmp_path):
+    f = tmp_path / "bad.policy"
+    f.write_text("[Limits]\nMemory=lots\nPids=-1\n[Bogus]\nX=1\nY=2\n[Sandbox]\nnoequals\nUid=abc\n")
+    good = tmp_path / "good.policy"
+    good.write_text("[Limits]\nMemory=64M\n")
+    rc, out, err = run(["policy", "check", str(f), str(good)])
+    assert rc == USAGE
+    lines = err.splitlines()
+    # Four lines wrong (X= and Y= under the unknown section are not
+    # reported again), each as FILE:LINE: what.
+    assert [ln.split(": ")[0] for ln in lines] == [f"{f}:{n}" for n in (2, 3, 4, 8, 9)], err
+    assert "lots" in lines[0] and "[Bogus]" in lines[2] and "abc" in lines[4]
+    assert out == f"{good}: ok\n"                     # the next file is still checked
+
+
+def test_policy_check_many_errors_are_counted(tmp_path):
+    f = tmp_path / "many.policy"
+    f.write_text("[Limits]\n" + "".join("Memory=bad%d\n" % i for i in range(40)))
+    rc, out, err = run(["policy", "check", str(f)])
+    assert rc == USAGE
+    m = re.search(r"and (\d+) more errors", err)
+    assert m and int(m.group(1)) + err.count(": [Limits] Memory=") == 40, err
+
+
+def test_workspace_must_be_a_directory(tmp_path):
+    f = tmp_path / "README.md"
+    f.write_text("hi\n")
+    for cmd in (["run", "--workspace", str(f), "--", "true"], ["python", "--workspace", str(f), "-c", "1"]):
+        rc, out, err = run(cmd)
+        assert rc == USAGE and f"--workspace {f}: not a directory" in err, (rc, err)
+
+
+def test_workspace_must_be_accessible():
+    rc, out, err = as_nobody(["run", "--workspace", "/root", "--", "true"])
+    assert rc == USAGE, (rc, err)
+    assert "--workspace /root: not accessible to uid 65534" in err
+
+
+def test_json_status_unwritable_fails_before_running(tmp_path):
+    rc, out, err = run(["run", "--json-status", str(tmp_path / "no" / "such.json"), "--", "echo", "ran"])
+    assert rc == USAGE and out == "" and "--json-status" in err and "No such file" in err
+
+
+def test_tool_given_twice():
+    rc, out, err = run(["python", "--tool", "t=cat", "--tool", "t=cat", "-c", "1"])
+    assert rc == USAGE and "--tool t: given twice" in err
+
+
+@pytest.mark.parametrize("command,word,why", [
+    ("no-such-command-xyz --flag", "no-such-command-xyz", "command not found in PATH"),
+    ("/etc/passwd", "/etc/passwd", "not an executable file"),
+    ("/no/such/tool", "/no/such/tool", "No such file"),
+])
+def test_tool_command_is_resolved_up_front(command, word, why):
+    rc, out, err = run(["python", "--tool", "t=" + command, "-c", "print('ran')"])
+    assert rc == USAGE and "ran" not in out
+    assert f"--tool t: {word}: {why}" in err, err
+
+
+def test_tool_shell_words_are_accepted():
+    rc, out, err = run(["python", "--tool", "a=exec cat", "--tool", "b=(cat)", "--tool", "c=X=1 cat", "-c",
+                        "print(a(1)['args'], b(2)['args'], c(3)['args'])"])
+    assert rc == 0 and out == "[1] [2] [3]\n", err
+
+
+def _one_json(out):
+    lines = out.splitlines()
+    assert len(lines) == 1, out
+    return json.loads(lines[0])
+
+
+def test_json_flag_errors_are_json():
+    rc, out, err = run(["python", "--json", "--memroy", "1G", "-c", "1"])
+    o = _one_json(out)
+    assert rc == USAGE and err == ""
+    assert o["outcome"] == "usage_error" and o["exit_code"] == USAGE
+    assert "did you mean --memory?" in o["error"]["message"]
+    # --json after the bad flag counts too.
+    rc, out, err = run(["python", "--memory", "lots", "--json", "-c", "1"])
+    assert rc == USAGE and _one_json(out)["error"]["message"].startswith("--memory")
+
+
+def test_json_setup_errors_are_json():
+    p = subprocess.run([NSBOX, "python", "--json", "-c", "1"], capture_output=True, text=True,
+                       env=dict(os.environ, NSBOX_RUNNER="/nonexistent"), stdin=subprocess.DEVNULL, timeout=60)
+    o = _one_json(p.stdout)
+    assert p.returncode == 125 and o["outcome"] == "setup_error" and o["exit_code"] == 125
+    assert "NSBOX_RUNNER" in o["error"]["message"]
+
+
+def test_json_sys_exit_outcome():
+    rc, out, _ = run(["python", "--json", "-c", "import sys; sys.exit(5)"])
+    o = _one_json(out)
+    assert rc == 5 and o["outcome"] == "exit" and o["exit_code"] == 5 and o["error"]["type"] == "SystemExit"
+    rc, out, _ = run(["python", "--json", "-c", "import sys; sys.exit(0)"])
+    o = _one_json(out)
+    assert rc == 0 and o["outcome"] == "ok" and o["exit_code"] == 0 and o["error"] is None
+
+
+def test_json_objects_have_the_same_keys():
+    rc, out, _ = run(["python", "--json", "-c", "1 + 1"])
+    ok = _one_json(out)
+    rc, out, _ = run(["python", "--json", "-c", "raise ValueError(3)"])
+    exc = _one_json(out)
+    rc, out, _ = run(["python", "--json", "--time-limit", "1", "-c", "while True: pass"], timeout=60)
+    slow = _one_json(out)
+    assert ok["outcome"] == "ok" and exc["outcome"] == "exception" and slow["outcome"] == "timeout"
+    objs = [ok, exc, slow]
+    if MODE != "nodeleg":   # the RLIMIT_AS fallback makes it a MemoryError exception
+        rc, out, _ = run(["python", "--json", "--memory", "64M", "-c", "x = bytearray(1 << 30)"])
+        mem = _one_json(out)
+        assert rc == 123 and mem["outcome"] == "memory" and mem["exit_code"] == 123
+        assert mem["usage"]["max_rss"] is None          # the runner could not say
+        objs.append(mem)
+    for o in objs:
+        assert set(o) == set(ok), (o["outcome"], set(o) ^ set(ok))
+        assert set(o["usage"]) == set(ok["usage"]), (o["outcome"], set(o["usage"]) ^ set(ok["usage"]))
+
+
+FLOAT = re.compile(r"(?<![\w.\"])-?\d+\.\d+(?:e[-+]\d+)?|(?<![\w.\"])-?\d+e[-+]\d+")
+
+
+def test_json_floats_are_shortest():
+    rc, out, _ = run(["python", "--json", "-c", "[0.1, 1/3, 2.0, 1e300, 0.1 + 0.2, 1.5e-7, 123456789012345678.0]"])
+    o = _one_json(out)
+    assert rc == 0 and '"value":[0.1,0.3333333333333333,2.0,1e+300,0.30000000000000004,1.5e-07,' \
+        '1.2345678901234568e+17]' in out, out
+    # Every real printed, the host's timings too, is Python's repr of itself.
+    for tok in FLOAT.findall(out):
+        assert repr(float(tok)) == tok, tok
+    rc, out, _ = run(["run", "--json-status", "-", "--", "true"])
+    for tok in FLOAT.findall(out):
+        assert repr(float(tok)) == tok, tok
+    assert json.loads(out)["wall"] > 0
+
+
+def test_cgroups_off_is_silent():
+    rc, out, err = run(["run", "--cgroups", "off", "--", "true"])
+    assert rc == 0 and err == ""
+    rc, out, err = run(["python", "--cgroups", "off", "-c", "print(1)"])
+    assert rc == 0 and out == "1\n" and err == ""
+
+
+def test_quiet():
+    rc, out, err = run(["run", "--quiet", "--", "true"])
+    assert rc == 0 and err == ""
+    rc, out, err = run(["python", "-q", "-c", "print(1)"])
+    assert rc == 0 and out == "1\n" and err == ""
+    if MODE == "nodeleg":   # without --quiet: the fallbacks are warned about
+        rc, out, err = run(["run", "--", "true"])
+        assert rc == 0 and err.count("nsbox: warning: ") == 3, err
+
+
+def test_run_memory_message_in_mib():
+    if MODE == "nodeleg":
+        pytest.skip("no memory cgroup: RLIMIT_AS makes it a MemoryError, not a kill")
+    rc, out, err = run(["run", "--memory", "32M", "--", "python3.11", "-c", "x = bytearray(1 << 30)"])
+    assert rc == 123 and re.search(r"memory limit exceeded \(peak \d+\.\d MiB\)", err), err
+
+
+def test_doctor_verdicts():
+    rc, out, err = run(["doctor"], timeout=120)
+    verdict = out.rstrip("\n").splitlines()[-1]
+    assert rc == 0 and verdict.startswith("FIT"), out + err
+    assert "ok   the runner starts in a sandbox and runs Python" in out
+    assert "ok   library " in out
+    assert ("WARN" in out) == verdict.startswith("FIT, WITH ")
+    p = subprocess.run([NSBOX, "doctor"], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, NSBOX_RUNNER="/nonexistent"), stdin=subprocess.DEVNULL)
+    verdict = p.stdout.rstrip("\n").splitlines()[-1]
+    assert p.returncode == 2 and verdict.startswith("NOT FIT"), p.stdout
+    assert "FIX  no runner: NSBOX_RUNNER=/nonexistent" in p.stdout
+
+
+def test_doctor_runner_that_does_not_start(tmp_path):
+    fake = tmp_path / "nsbox-runner"
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    os.chmod(tmp_path, 0o755)
+    p = subprocess.run([NSBOX, "doctor"], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, NSBOX_RUNNER=str(fake)), stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "FIX  the runner does not start" in p.stdout, p.stdout
