@@ -1487,3 +1487,23 @@ def test_no_default_spare_with_a_workspace(libnsbox, tmp_path, monkeypatch):
     (ws / "b").write_text("2")
     with nsbox.Sandbox(workspace=str(ws), timeout=30) as s:
         assert s.execute("sorted(__import__('os').listdir('/workspace'))") == ["b"]
+
+
+def test_workspace_is_checked_before_starting(libnsbox, tmp_path):
+    """A workspace the sandbox could not mount is a PolicyError naming it,
+    raised before any sandbox starts (not a failure at the mount step)."""
+    f = tmp_path / "README.md"
+    f.write_text("hi\n")
+    for ws, why in (("/nonexistent", "No such file or directory"), (str(f), "not a directory")):
+        with pytest.raises(nsbox.PolicyError, match="workspace=%r: %s" % (ws, why)):
+            nsbox.Sandbox(workspace=ws, timeout=30)
+        with pytest.raises(nsbox.PolicyError, match="not a directory|No such file"):
+            nsbox.run(["true"], workspace=ws, timeout=30)
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0)
+        try:
+            with pytest.raises(nsbox.PolicyError, match="not accessible to uid %d" % os.getuid()):
+                nsbox.Sandbox(workspace=locked, timeout=30)
+        finally:
+            locked.chmod(0o700)
