@@ -15,7 +15,8 @@ struct jail_opt {
 	const char *section, *key;
 	const char *fixed; /* value for flags without an argument */
 	int path;	   /* 1: make the value absolute; 2: SRC:DST, make SRC absolute;
-			      3: absolute against the cwd (the file may not exist yet) */
+			      3: absolute against the cwd (the file may not exist yet);
+			      4: NAME[=VALUE], NAME alone taking the host's value */
 };
 
 static const struct jail_opt opts[] = {
@@ -30,6 +31,7 @@ static const struct jail_opt opts[] = {
 	{ "uid", "Sandbox", "Uid", NULL, 0 },
 	{ "gid", "Sandbox", "Gid", NULL, 0 },
 	{ "hostname", "Sandbox", "Hostname", NULL, 0 },
+	{ "chdir", "Sandbox", "WorkDir", NULL, 0 },
 	{ "share-net", "Sandbox", "Network", "host", 0 },
 	{ "allow-net", "Network", "Allow", NULL, 0 },
 	{ "net-log", "Network", "Log", NULL, 3 },
@@ -40,7 +42,10 @@ static const struct jail_opt opts[] = {
 	{ "ro-bind", "Filesystem", "ReadOnlyBind", NULL, 2 },
 	{ "workspace", "Filesystem", "Workspace", NULL, 1 },
 	{ "rootfs", "Filesystem", "RootFS", NULL, 1 },
+	{ "tmpfs", "Filesystem", "TmpFS", NULL, 0 },
 	{ "setenv", "Environment", "Set", NULL, 0 },
+	{ "env", "Environment", "Set", NULL, 4 },
+	{ "unsetenv", "Environment", "Unset", NULL, 0 },
 	{ "seccomp-log", "Security", "Seccomp", "log", 0 },
 	{ "landlock", "Security", "Landlock", NULL, 0 },
 	{ "dist-packages", "Python", "DistPackages", "yes", 0 },
@@ -68,7 +73,11 @@ const char args_jail_help[] =
 	"  --ro-bind SRC[:DST]    read-only bind mount\n"
 	"  --workspace DIR        read-write at /workspace, the working directory\n"
 	"  --rootfs DIR           use another root tree instead of the host's /usr\n"
+	"  --tmpfs PATH[:SIZE]    a private tmpfs at PATH (default size: --tmp-size's)\n"
+	"  --chdir DIR            working directory inside (default HOME: /workspace or /tmp)\n"
 	"  --setenv NAME=VALUE    set an environment variable\n"
+	"  --env NAME[=VALUE]     the same; NAME alone passes the host's value (if set)\n"
+	"  --unsetenv NAME        remove a variable (also PATH, HOME, LANG, TERM)\n"
 	"  --seccomp-log          log, don't deny, what the seccomp allowlist would deny\n"
 	"  --landlock auto|require|off\n"
 	"  --dist-packages        make Debian's dist-packages importable (nsbox python)\n";
@@ -205,7 +214,31 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 				return cli_err_set(err, 0, "--%s needs a value", o->name);
 			val = argv[++*i];
 		}
-		if (o->path == 3 && val[0] != '/') {
+		if (o->path == 4 && !strchr(val, '=')) {
+			/* As docker run -e NAME and nsjail --env NAME: the
+			 * caller's value, or nothing when the caller has none. */
+			const char *host = getenv(val);
+			size_t need;
+
+			if (!host) {
+				bool name_ok =
+					(val[0] == '_' || (unsigned)((val[0] | 32) - 'a') < 26u) &&
+					val[strspn(
+						val,
+						"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")] ==
+						'\0';
+
+				if (!name_ok)
+					return cli_err_set(err, 0, "--%s %s: not a variable name", o->name, val);
+				return 1;
+			}
+			need = strlen(val) + 1 + strlen(host) + 1;
+			owned = malloc(need);
+			if (!owned)
+				return cli_err_set(err, ENOMEM, "--%s", o->name);
+			snprintf(owned, need, "%s=%s", val, host);
+			val = owned;
+		} else if (o->path == 3 && val[0] != '/') {
 			char cwd[PATH_MAX];
 			size_t need;
 

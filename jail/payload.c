@@ -99,13 +99,15 @@ static char **build_env(const struct nsbox_policy *p)
 		envp[n++] = (char *)egress_env[i];
 	for (size_t i = 0; i < p->n_env; i++) {
 		size_t klen = strcspn(p->env[i], "=");
-		/* Later settings override earlier ones. */
+		/* Later settings override earlier ones; Unset= (NAME alone)
+		 * only removes. */
 		for (size_t j = 0; j < n; j++)
-			if (strncmp(envp[j], p->env[i], klen + 1) == 0) {
+			if (strncmp(envp[j], p->env[i], klen) == 0 && envp[j][klen] == '=') {
 				envp[j] = envp[--n];
 				break;
 			}
-		envp[n++] = p->env[i];
+		if (p->env[i][klen] == '=')
+			envp[n++] = p->env[i];
 	}
 	envp[n] = NULL;
 	return envp;

@@ -501,6 +501,74 @@ static int set_ro_bind(struct nsbox_policy *p, const char *v, struct nsbox_err *
 	return add_mount(p, v, false, err);
 }
 
+/* TmpFS=PATH[:SIZE]: a private tmpfs, writable, of SIZE (default TmpSize's),
+ * like /tmp; its pages count toward Memory= as /tmp's do. */
+static int set_tmpfs(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	_cleanup_free_ char *raw = NULL, *dst = NULL;
+	const char *colon = strrchr(v, ':'), *why;
+	uint64_t size = 0;
+
+	if (p->n_mounts >= POLICY_MAX_MOUNTS)
+		return err_fail(err, "policy", E2BIG, "too many mounts (at most %d Bind=, ReadOnlyBind= and TmpFS=)",
+			    POLICY_MAX_MOUNTS);
+	raw = colon ? strndup(v, (size_t)(colon - v)) : strdup(v);
+	if (!raw)
+		return err_fail(err, "policy", ENOMEM, "out of memory");
+	if (colon && value_size(colon + 1, false, 1ULL << 20, &size, err) < 0)
+		return err_wrap(err, "size");
+	if (norm_path(raw, &dst, err) < 0)
+		return err_wrap(err, "path (use PATH[:SIZE])");
+	why = forbidden_dst(dst);
+	if (!why && (!strcmp(dst, "/tmp") || !strcmp(dst, "/workspace")))
+		why = "nsbox mounts it itself (TmpSize=, Workspace=)";
+	if (why)
+		return err_fail(err, "policy", EPERM, "%s is not allowed (%s)", dst, why);
+	for (size_t i = 0; i < p->n_mounts; i++)
+		if (p->mounts[i].dst && strcmp(p->mounts[i].dst, dst) == 0)
+			return err_fail(err, "policy", EEXIST, "destination %s is already used by another mount", dst);
+	p->mounts[p->n_mounts] = (struct policy_mount){ .dst = TAKE_PTR(dst), .rw = true, .tmpfs = size };
+	p->n_mounts++;
+	return 0;
+}
+
+/* WorkDir=PATH: the working directory inside (default HOME). */
+static int set_workdir(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	_cleanup_free_ char *n = NULL;
+
+	if (!*v) {
+		free(p->workdir);
+		p->workdir = NULL;
+		return 0;
+	}
+	if (norm_path(v, &n, err) < 0)
+		return -1;
+	free(p->workdir);
+	p->workdir = TAKE_PTR(n);
+	return 0;
+}
+
+/* The entry s (owned) for the name of n bytes: it replaces the one for the
+ * same name in place, so the list never holds two for one name. */
+static int put_env(struct nsbox_policy *p, char *s, size_t n, struct nsbox_err *err)
+{
+	for (size_t i = 0; i < p->n_env; i++) {
+		if (p->env[i] && strncmp(p->env[i], s, n) == 0 && (p->env[i][n] == '=' || p->env[i][n] == '\0')) {
+			free_wiped(p->env[i]);
+			p->env[i] = s;
+			return 0;
+		}
+	}
+	if (p->n_env >= POLICY_MAX_ENV) {
+		free_wiped(s);
+		return err_fail(err, "policy", E2BIG, "too many variables (at most %d Set= and Unset=)",
+			    POLICY_MAX_ENV);
+	}
+	p->env[p->n_env++] = s;
+	return 0;
+}
+
 /* Set=NAME=VALUE: a later Set= of the same NAME replaces the earlier one in
  * place, so the list never holds two values for one name. */
 static int set_env(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
@@ -518,19 +586,22 @@ static int set_env(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 	s = strdup(v);
 	if (!s)
 		return err_fail(err, "policy", ENOMEM, "out of memory");
-	for (size_t i = 0; i < p->n_env; i++) {
-		if (p->env[i] && strncmp(p->env[i], v, n + 1) == 0) {
-			free_wiped(p->env[i]);
-			p->env[i] = s;
-			return 0;
-		}
-	}
-	if (p->n_env >= POLICY_MAX_ENV) {
-		free_wiped(s);
-		return err_fail(err, "policy", E2BIG, "too many variables (at most %d Set=)", POLICY_MAX_ENV);
-	}
-	p->env[p->n_env++] = s;
-	return 0;
+	return put_env(p, s, n, err);
+}
+
+/* Unset=NAME: NAME is not in the sandbox's environment, whether Set= or
+ * built in (PATH, HOME, LANG, TERM, the proxy's). */
+static int set_unset(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	char *s;
+
+	if (!env_name_ok(v, strlen(v)))
+		return err_fail(err, "policy", EINVAL,
+			    "not a variable name (use letters, digits and _, not starting with a digit)");
+	s = strdup(v);
+	if (!s)
+		return err_fail(err, "policy", ENOMEM, "out of memory");
+	return put_env(p, s, strlen(v), err);
 }
 
 static int set_seccomp(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
@@ -623,6 +694,7 @@ static const struct policy_key keys[] = {
 	{ "Sandbox", "HostGid", set_host_gid, 0 },
 	{ "Sandbox", "Network", set_network, 0 },
 	{ "Sandbox", "Hostname", set_hostname, 0 },
+	{ "Sandbox", "WorkDir", set_workdir, KEY_EMPTY_OK },
 	{ "Limits", "Memory", set_memory, 0 },
 	{ "Limits", "Pids", set_pids, 0 },
 	{ "Limits", "CPUs", set_cpus, 0 },
@@ -635,7 +707,9 @@ static const struct policy_key keys[] = {
 	{ "Filesystem", "Workspace", set_workspace, KEY_EMPTY_OK },
 	{ "Filesystem", "Bind", set_bind, 0 },
 	{ "Filesystem", "ReadOnlyBind", set_ro_bind, 0 },
+	{ "Filesystem", "TmpFS", set_tmpfs, 0 },
 	{ "Environment", "Set", set_env, 0 },
+	{ "Environment", "Unset", set_unset, 0 },
 	{ "Security", "Seccomp", set_seccomp, 0 },
 	{ "Security", "Landlock", set_landlock, 0 },
 	{ "Python", "DistPackages", set_dist_packages, 0 },
@@ -740,6 +814,7 @@ void policy_free(struct nsbox_policy *p)
 		return;
 	free(p->name);
 	free(p->hostname);
+	free(p->workdir);
 	free(p->rootfs);
 	free(p->workspace);
 	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
@@ -836,6 +911,7 @@ int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct
 	q.n_env = ne;
 	r |= dup_opt(&q.name, src->name);
 	r |= dup_opt(&q.hostname, src->hostname);
+	r |= dup_opt(&q.workdir, src->workdir);
 	r |= dup_opt(&q.rootfs, src->rootfs);
 	r |= dup_opt(&q.workspace, src->workspace);
 	for (size_t i = 0; i < nm; i++) {
@@ -1135,6 +1211,8 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 		return err_fail(err, "policy", EINVAL, "[Limits] Cgroups=, [Security] Landlock= or Seccomp=: bad mode");
 	if (p->rootfs && check_path("[Filesystem] RootFS=", p->rootfs, false, err) < 0)
 		return -1;
+	if (p->workdir && check_path("[Sandbox] WorkDir=", p->workdir, false, err) < 0)
+		return -1;
 	/* Network=host would make the allowlist a lie: every address reachable. */
 	if (p->n_net_allow && p->share_net)
 		return err_fail(err, "policy", EINVAL, "[Network] Allow= needs [Sandbox] Network=none (not --share-net)");
@@ -1158,9 +1236,14 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 		const char *key = m->rw ? "[Filesystem] Bind= source" : "[Filesystem] ReadOnlyBind= source";
 		_cleanup_free_ char *di = NULL;
 
-		if (check_path(key, m->src, false, err) < 0)
+		if (!m->src && (!m->rw || (m->tmpfs && m->tmpfs < (1ULL << 20))))
+			return err_fail(err, "policy", EINVAL, "[Filesystem] TmpFS= %s: read-only or under 1M",
+				    m->dst ? m->dst : "");
+		if (m->src && check_path(key, m->src, false, err) < 0)
 			return -1;
-		key = m->rw ? "[Filesystem] Bind= destination" : "[Filesystem] ReadOnlyBind= destination";
+		key = !m->src ? "[Filesystem] TmpFS="
+		      : m->rw ? "[Filesystem] Bind= destination"
+			      : "[Filesystem] ReadOnlyBind= destination";
 		if (check_path(key, m->dst, true, err) < 0)
 			return -1;
 		if (norm_path(m->dst, &di, err) < 0)
@@ -1192,14 +1275,15 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 		return err_fail(err, "policy", E2BIG, "[Environment]: %zu variables (at most %d)", p->n_env,
 			    POLICY_MAX_ENV);
 	for (size_t i = 0; i < p->n_env; i++) {
-		const char *eq = p->env[i] ? strchr(p->env[i], '=') : NULL;
+		size_t n = p->env[i] ? strcspn(p->env[i], "=") : 0;
 
-		if (!eq || !env_name_ok(p->env[i], (size_t)(eq - p->env[i])))
+		if (!env_name_ok(p->env[i] ? p->env[i] : "", n))
 			return err_fail(err, "policy", EINVAL, "[Environment] Set=: entry %zu is not NAME=VALUE", i + 1);
 		for (size_t j = 0; j < i; j++)
-			if (p->env[j] && strncmp(p->env[j], p->env[i], (size_t)(eq - p->env[i]) + 1) == 0)
-				return err_fail(err, "policy", EEXIST, "[Environment] Set=: %.*s is set twice",
-					    (int)(eq - p->env[i]), p->env[i]);
+			if (p->env[j] && strncmp(p->env[j], p->env[i], n) == 0 &&
+			    (p->env[j][n] == '=' || p->env[j][n] == '\0'))
+				return err_fail(err, "policy", EEXIST, "[Environment] Set=: %.*s is set twice", (int)n,
+					    p->env[i]);
 	}
 	return 0;
 }
@@ -1270,6 +1354,8 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 		p->share_net ? "host" : "none");
 	if (p->hostname)
 		fprintf(out, "Hostname=%s\n", p->hostname);
+	if (p->workdir)
+		fprintf(out, "WorkDir=%s\n", p->workdir);
 	/* Only when set: the base has none, and most policies never do. */
 	if (p->host_uid || p->host_gid)
 		fprintf(out, "HostUid=%u\nHostGid=%u\n", (unsigned)p->host_uid, (unsigned)p->host_gid);
@@ -1289,15 +1375,20 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 		fprintf(out, "RootFS=%s\n", p->rootfs);
 	if (p->workspace)
 		fprintf(out, "Workspace=%s\n", p->workspace);
-	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++)
+	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
 		if (p->mounts[i].src && p->mounts[i].dst)
 			fprintf(out, "%s=%s:%s\n", p->mounts[i].rw ? "Bind" : "ReadOnlyBind",
 				p->mounts[i].src, p->mounts[i].dst);
+		else if (p->mounts[i].dst && p->mounts[i].tmpfs)
+			fprintf(out, "TmpFS=%s:%llu\n", p->mounts[i].dst, (unsigned long long)p->mounts[i].tmpfs);
+		else if (p->mounts[i].dst)
+			fprintf(out, "TmpFS=%s\n", p->mounts[i].dst);
+	}
 
 	fprintf(out, "\n[Environment]\n");
 	for (size_t i = 0; i < p->n_env && i < POLICY_MAX_ENV; i++)
 		if (p->env[i])
-			fprintf(out, "Set=%s\n", p->env[i]);
+			fprintf(out, "%s=%s\n", strchr(p->env[i], '=') ? "Set" : "Unset", p->env[i]);
 
 	fprintf(out, "\n[Security]\nSeccomp=%s\nLandlock=%s\n",
 		p->seccomp == SECCOMP_LOG ? "log" : "enforce", want_name(p->landlock));
