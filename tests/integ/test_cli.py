@@ -250,3 +250,54 @@ def test_doctor_runner_that_does_not_start(tmp_path):
     p = subprocess.run([NSBOX, "doctor"], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, NSBOX_RUNNER=str(fake)), stdin=subprocess.DEVNULL)
     assert p.returncode == 2 and "FIX  the runner does not start" in p.stdout, p.stdout
+
+
+def test_chdir():
+    rc, out, err = run(["run", "--chdir", "/usr/bin", "--", "sh", "-c", "pwd; echo $PWD"])
+    assert rc == 0 and out == "/usr/bin\n/usr/bin\n", err
+    rc, out, err = run(["python", "--chdir", "/usr/lib", "-c", "import os; print(os.getcwd())"])
+    assert rc == 0 and out == "/usr/lib\n", err
+    rc, out, err = run(["run", "--chdir", "/no/such/dir", "--", "true"])
+    assert rc == 125 and "--chdir /no/such/dir" in err and "No such file" in err
+    rc, out, err = run(["run", "--chdir", "relative", "--", "true"])
+    assert rc == USAGE and "--chdir" in err
+
+
+def test_env_passes_and_unsets():
+    p = subprocess.run([NSBOX, "run", "--env", "NSBOX_T_PASS", "--env", "NSBOX_T_ABSENT", "--env", "B=2",
+                        "--unsetenv", "LANG", "--unsetenv", "TERM", "--setenv", "C=3", "--unsetenv", "C", "--",
+                        "env"], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+                       env=dict(os.environ, NSBOX_T_PASS="a b=c", TERM="xterm"))
+    env = dict(line.split("=", 1) for line in p.stdout.splitlines())
+    assert p.returncode == 0, p.stderr
+    assert env["NSBOX_T_PASS"] == "a b=c" and env["B"] == "2"
+    assert "NSBOX_T_ABSENT" not in env and "LANG" not in env and "TERM" not in env and "C" not in env
+    assert env["PATH"] and env["HOME"] == "/tmp"
+    rc, out, err = run(["run", "--unsetenv", "PATH", "--", "/usr/bin/env"])
+    assert rc == 0 and "PATH=" not in out
+
+
+def test_tmpfs(tmp_path):
+    script = ("set -e; id -u; df -k /scratch /opt/cache | tail -2 | awk '{print $2}';"
+              "echo hi > /scratch/f; cat /scratch/f; echo x > /opt/cache/y;"
+              "head -c 3M /dev/zero > /scratch/big 2>/dev/null && echo NOT-BOUNDED || echo bounded")
+    rc, out, err = run(["run", "--tmp-size", "16M", "--tmpfs", "/scratch:2M", "--tmpfs", "/opt/cache", "--", "sh",
+                        "-c", script])
+    lines = out.split()
+    assert rc == 0, err
+    assert lines[0] == "1000" and lines[1] == "2048" and lines[2] == str(16 * 1024)   # default: --tmp-size's
+    assert lines[3:] == ["hi", "bounded"]
+    assert not os.path.exists("/scratch")                 # the host never saw it
+    # The same from a policy file, with WorkDir= and Unset=.
+    pol = tmp_path / "t.policy"
+    pol.write_text("[Sandbox]\nWorkDir=/data\n[Filesystem]\nTmpFS=/data:4M\n[Environment]\nUnset=LANG\n")
+    rc, out, err = run(["run", "--policy", str(pol), "--", "sh", "-c", "pwd; echo \"L=$LANG\"; touch x && ls"])
+    assert rc == 0 and out == "/data\nL=\nx\n", err
+
+
+def test_tmpfs_counts_toward_memory():
+    if MODE == "nodeleg":
+        pytest.skip("no memory cgroup: nothing charges tmpfs pages")
+    rc, out, err = run(["run", "--memory", "48M", "--tmpfs", "/big:256M", "--", "sh", "-c",
+                        "head -c 128M /dev/zero > /big/f; echo wrote"])
+    assert rc == 123 and "wrote" not in out, (rc, out, err)

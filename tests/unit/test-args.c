@@ -241,6 +241,49 @@ static void test_stops(void)
 	free_parsed(&r);
 }
 
+static void test_bwrap_habits(void)
+{
+	struct parsed r;
+
+	setenv("NSBOX_TEST_PASS", "from host", 1);
+	unsetenv("NSBOX_TEST_UNSET");
+	r = parse("--chdir", "/usr/bin", "--tmpfs", "/scratch:8M", "--tmpfs=/cache", "--unsetenv", "LANG", "--env",
+		  "NSBOX_TEST_PASS", "--env", "NSBOX_TEST_UNSET", "--env=A=1", NULL);
+	ok(r.rc == 0 && r.policy, "--chdir, --tmpfs, --unsetenv, --env parse (%s)", r.err.msg);
+	if (r.policy) {
+		ok(has_line(r.policy, "WorkDir=/usr/bin"), "--chdir: WorkDir=");
+		ok(has_line(r.policy, "TmpFS=/scratch:8388608") && has_line(r.policy, "TmpFS=/cache"),
+		   "--tmpfs PATH[:SIZE]: TmpFS=");
+		ok(has_line(r.policy, "Unset=LANG"), "--unsetenv: Unset=");
+		ok(has_line(r.policy, "Set=NSBOX_TEST_PASS=from host"), "--env NAME takes the host's value");
+		ok(!strstr(r.policy, "NSBOX_TEST_UNSET"), "--env NAME not set on the host: nothing");
+		ok(has_line(r.policy, "Set=A=1"), "--env NAME=VALUE is --setenv");
+	}
+	free_parsed(&r);
+	r = parse("--unsetenv", "A", "--setenv", "A=2", NULL);
+	ok(r.rc == 0 && r.policy && has_line(r.policy, "Set=A=2") && !has_line(r.policy, "Unset=A"),
+	   "a later --setenv replaces an --unsetenv of the same name");
+	free_parsed(&r);
+	r = parse("--setenv", "A=2", "--unsetenv", "A", NULL);
+	ok(r.rc == 0 && r.policy && has_line(r.policy, "Unset=A") && !has_line(r.policy, "Set=A=2"),
+	   "a later --unsetenv replaces a --setenv");
+	free_parsed(&r);
+	r = parse("--env", "1BAD", NULL);
+	ok(r.rc == -1 && !strcmp(r.err.msg, "--env 1BAD: not a variable name"), "'%s'", r.err.msg);
+	r = parse("--chdir", "rel", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--chdir: ") && strstr(r.err.msg, "absolute"), "'%s'", r.err.msg);
+	r = parse("--tmpfs", "/proc/x", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--tmpfs: ") && strstr(r.err.msg, "not allowed"), "'%s'", r.err.msg);
+	r = parse("--tmpfs", "/tmp", NULL);
+	ok(r.rc == -1 && strstr(r.err.msg, "not allowed"), "--tmpfs /tmp: '%s'", r.err.msg);
+	r = parse("--tmpfs", "/x:1K", NULL);
+	ok(r.rc == -1 && strstr(r.err.msg, "at least 1M"), "'%s'", r.err.msg);
+	r = parse("--tmpfs", "/x", "--tmpfs", "/x/", NULL);
+	ok(r.rc == -1 && strstr(r.err.msg, "already used"), "'%s'", r.err.msg);
+	r = parse("--unsetenv", "A=B", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--unsetenv: "), "'%s'", r.err.msg);
+}
+
 static void test_dirs(void)
 {
 	char dir[] = "/tmp/nsbox-test-args-XXXXXX", file[64];
@@ -355,7 +398,8 @@ static void test_help(void)
 {
 	char flags[] =
 		"--policy --memory --pids --cpus --time-limit --tmp-size --file-size --open-files --cgroups "
-		"--uid --gid --hostname --share-net --bind --ro-bind --workspace --rootfs --setenv --seccomp-log "
+		"--uid --gid --hostname --share-net --bind --ro-bind --workspace --rootfs --setenv --seccomp-log --chdir "
+		"--tmpfs --env --unsetenv "
 		"--landlock --dist-packages";
 	char *save = NULL;
 	int missing = 0;
@@ -378,6 +422,7 @@ int main(void)
 	test_policy();
 	test_stops();
 	test_dirs();
+	test_bwrap_habits();
 	test_suggest();
 	test_commands();
 	test_help();
