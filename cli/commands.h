@@ -4,6 +4,8 @@
 
 #include <jansson.h>
 #include <stdio.h>
+#include <sys/types.h>
+#include <termios.h>
 
 #include "cli.h"
 #include "nsbox.h" /* NSBOX_EXIT_*: the exit statuses of nsbox(1) */
@@ -23,6 +25,21 @@ struct cli_tool {
 /* An nsbox_tool_fn running a cli_tool (ud) on the host: the call's JSON on
  * the command's stdin, a JSON value expected on its stdout. */
 int cli_tool_run(void *ud, const char *name, const char *args_json, char **result_json, char **error);
+
+/* nsbox run's terminal (cli/tty.c): a pty whose slave is the command's
+ * stdin and controlling terminal, with a relay process to the caller's
+ * terminal, which is raw until cli_tty_stop. */
+struct cli_tty {
+	int slave;	      /* for the command's stdio; closed by cli_tty_stop */
+	pid_t relay;	      /* the relay process */
+	bool raw;	      /* the caller's terminal was set raw */
+	struct termios saved; /* and is restored to this */
+};
+/* Returns 0, or -1 with err set (nothing left behind). */
+int cli_tty_start(struct cli_tty *t, struct cli_err *err);
+/* After the run: close the slave, wait for the relay, restore the
+ * terminal.  Safe to call more than once. */
+void cli_tty_stop(struct cli_tty *t);
 
 /* Shared by the front ends: print "nsbox: warning: MSG". */
 void cli_warn(void *ctx, const char *msg);

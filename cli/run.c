@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "commands.h"
@@ -30,14 +31,14 @@ int cmd_run(int argc, char **argv)
 		.struct_size = sizeof(o), .warn = cli_warn, .forward_signals = true, .in_process = true
 	};
 	struct nsbox_run_status st = { .struct_size = sizeof(st) };
-	int i, code = NSBOX_EXIT_USAGE;
+	struct cli_tty tty = { .slave = -1, .relay = -1 };
+	int i, r, stdio[3], code = NSBOX_EXIT_USAGE;
 
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
 		fprintf(stderr, "nsbox run: %s\n", err.msg);
 		return NSBOX_EXIT_USAGE;
 	}
 	for (i = 1; i < argc; i++) {
-		int r;
 		if (strcmp(argv[i], "--") == 0) {
 			i++;
 			break;
@@ -95,7 +96,23 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "nsbox run: --json-status %s\n", err.msg);
 		goto out;
 	}
-	if (nsbox_run(p, argv + i, &o, &st, &e) < 0) {
+	/* A terminal on stdin: the command gets a pty of its own as its
+	 * controlling terminal (cli/tty.c), never ours. */
+	if (isatty(0)) {
+		if (cli_tty_start(&tty, &err) < 0) {
+			fprintf(stderr, "nsbox run: %s\n", err.msg);
+			code = NSBOX_EXIT_SETUP;
+			goto out;
+		}
+		stdio[0] = tty.slave;
+		stdio[1] = isatty(1) ? tty.slave : 1;
+		stdio[2] = isatty(2) ? tty.slave : 2;
+		o.stdio = stdio;
+		o.controlling_tty = true;
+	}
+	r = nsbox_run(p, argv + i, &o, &st, &e);
+	cli_tty_stop(&tty);
+	if (r < 0) {
 		fprintf(stderr, "nsbox: run: %s\n", nsbox_error_message(e));
 		code = NSBOX_EXIT_SETUP;
 		goto out;

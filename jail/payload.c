@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -128,6 +129,11 @@ static int payload_session(struct payload *pl, struct nsbox_err *err)
 
 	if (setsid() < 0)
 		return err_sys(err, "setsid");
+	/* Only on a pty made for this run (nsbox_run_opts.controlling_tty):
+	 * TIOCSCTTY with 0 does not steal a terminal that controls another
+	 * session, and TIOCSTI stays denied by seccomp either way. */
+	if (pl->c->spec->controlling_tty && ioctl(0, TIOCSCTTY, 0) < 0)
+		return err_sys(err, "TIOCSCTTY on stdin");
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	for (int sig = 1; sig < NSIG; sig++)

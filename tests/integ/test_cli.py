@@ -301,3 +301,64 @@ def test_tmpfs_counts_toward_memory():
     rc, out, err = run(["run", "--memory", "48M", "--tmpfs", "/big:256M", "--", "sh", "-c",
                         "head -c 128M /dev/zero > /big/f; echo wrote"])
     assert rc == 123 and "wrote" not in out, (rc, out, err)
+
+
+def _pty_session(argv, steps, tmo=20):
+    """Run argv on a fresh pty (its controlling terminal, like a login
+    shell's), send each input of steps and collect what comes back."""
+    import pty
+    import select
+    import time
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(argv[0], argv)
+    outs = []
+
+    def read_for(t):
+        out, end = b"", time.monotonic() + t
+        while time.monotonic() < end:
+            r, _, _ = select.select([fd], [], [], 0.1)
+            if r:
+                try:
+                    d = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not d:
+                    break
+                out += d
+        return out.decode(errors="replace")
+    try:
+        outs.append(read_for(2))
+        for data, wait in steps:
+            os.write(fd, data)
+            outs.append(read_for(wait))
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    return os.waitstatus_to_exitcode(status), outs
+
+
+def test_run_shell_on_a_terminal_has_job_control():
+    rc, outs = _pty_session([NSBOX, "run", "--quiet", "--", "sh", "-i"], [
+        (b"python3.11 -c 'import os; print(\"FG\", os.tcgetpgrp(0) == os.getpgrp())'\n", 3),
+        (b"sleep 100\n", 1), (b"\x03", 1),          # ^C: SIGINT inside, through the pty's own line discipline
+        (b"echo status $?\n", 1),
+        (b"python3.11 -c 'import fcntl, termios\ntry: fcntl.ioctl(0, termios.TIOCSTI, b\"x\")\n"
+         b"except OSError as e: print(\"TIOCSTI\", e.errno)'\n", 3),
+        (b"exit 7\n", 2)])
+    text = "".join(outs)
+    assert rc == 7, text
+    assert "can't access tty" not in text and "job control turned off" not in text, text
+    assert "FG True" in text and "status 130" in text
+    assert "TIOCSTI 1" in text                          # EPERM: seccomp, whatever the terminal
+
+
+def test_run_restores_the_terminal(tmp_path):
+    script = (f"stty -g > {tmp_path}/before; {NSBOX} run --quiet -- sh -c 'stty -g; exit 3'; echo rc=$?;"
+              f"stty -g > {tmp_path}/after")
+    rc, outs = _pty_session(["/bin/sh", "-c", script], [], tmo=20)
+    text = "".join(outs)
+    assert rc == 0 and "rc=3" in text, text
+    before = (tmp_path / "before").read_text()
+    assert before == (tmp_path / "after").read_text()
+    assert before.strip() in text                      # the command saw the caller's settings

@@ -1229,6 +1229,23 @@ static void test_run_bad_requests(nsbox_policy_t *p)
 		clear(&e);
 		return;
 	}
+	/* controlling_tty: a pty made for the run, never anything else. */
+	{
+		int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+		struct nsbox_run_opts o = { .struct_size = sizeof(o), .stdio = (const int[3]){ nul, nul, nul },
+					    .controlling_tty = true };
+
+		r = nsbox_run(p, truecmd, &o, &st, &e);
+		CHECK(r == -EINVAL && strstr(emsg(e), "needs in_process"), "controlling_tty with the helper: %d (%s)",
+		      r, emsg(e));
+		clear(&e);
+		o.in_process = true;
+		r = nsbox_run(p, truecmd, &o, &st, &e);
+		CHECK(r == -EINVAL && strstr(emsg(e), "not a terminal"), "controlling_tty on /dev/null: %d (%s)", r,
+		      emsg(e));
+		clear(&e);
+		close(nul);
+	}
 	for (int in_process = 0; in_process < 2; in_process++) {
 		struct nsbox_run_opts o = { .struct_size = sizeof(o), .stdio = (const int[3]){ 0, 1, 987 },
 					    .in_process = in_process };
