@@ -1410,6 +1410,18 @@ int cmd_mcp(int argc, char **argv)
 				free(name);
 				goto out;
 			}
+			/* As nsbox python: refused up front, not when called. */
+			for (size_t k = 0; k < srv.n_tools && name; k++)
+				if (!strcmp(srv.tools[k].name, name)) {
+					fprintf(stderr, "nsbox mcp: --tool %s: given twice\n", name);
+					free(name);
+					goto out;
+				}
+			if (args_check_command(eq + 1, &err) < 0) {
+				fprintf(stderr, "nsbox mcp: --tool %s: %s\n", name, err.msg);
+				free(name);
+				goto out;
+			}
 			srv.tools[srv.n_tools++] = (struct cli_tool){ name, eq + 1 };
 			continue;
 		}

@@ -127,6 +127,13 @@ def test_tool_command_is_resolved_up_front(command, word, why):
     assert f"--tool t: {word}: {why}" in err, err
 
 
+def test_mcp_tools_are_checked_alike():
+    rc, out, err = run(["mcp", "--tool", "t=no-such-command-xyz"])
+    assert rc == USAGE and "--tool t: no-such-command-xyz: command not found in PATH" in err
+    rc, out, err = run(["mcp", "--tool", "t=cat", "--tool", "t=cat"])
+    assert rc == USAGE and "--tool t: given twice" in err
+
+
 def test_tool_shell_words_are_accepted():
     rc, out, err = run(["python", "--tool", "a=exec cat", "--tool", "b=(cat)", "--tool", "c=X=1 cat", "-c",
                         "print(a(1)['args'], b(2)['args'], c(3)['args'])"])
