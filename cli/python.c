@@ -54,8 +54,12 @@ static void __attribute__((format(printf, 1, 2))) py_err(const char *fmt, ...)
 
 	va_start(ap, fmt);
 	if (json_errors) {
+		size_t n;
+
 		vsnprintf(py_errmsg, sizeof(py_errmsg), fmt, ap);
-		py_errmsg[strcspn(py_errmsg, "\n")] = '\0';
+		n = strlen(py_errmsg);
+		if (n && py_errmsg[n - 1] == '\n')
+			py_errmsg[n - 1] = '\0';
 	} else {
 		fputs("nsbox python: ", stderr);
 		vfprintf(stderr, fmt, ap);
