@@ -77,6 +77,59 @@ try:
     [t.join() for t in ts]
     el = time.perf_counter() - t0
     print(f"nsboxd: sessions opened+exec+closed per second, {nthreads} clients\t{sum(done) / el:.0f}/s\t")
+    # Exec round trips with 1, 10 and 100 clients at once (each on its own
+    # session and thread): the service is not in the exec path, so what
+    # grows is the machine's contention, not a queue in nsboxd.
+    for nclients in (1, 10, 100):
+        cl = svcclient.Client(sock)
+        sbs = [cl.open()[0] for _ in range(nclients)]
+        lat = []
+        lock = threading.Lock()
+
+        def execer(sb2, k):
+            xs2 = []
+            for _ in range(max(5, RUNS // 2)):
+                t1 = time.perf_counter()
+                assert sb2.exec(f"{k} + 1")["value"] == k + 1
+                xs2.append(time.perf_counter() - t1)
+            with lock:
+                lat.extend(xs2)
+        th = [threading.Thread(target=execer, args=(sb2, k)) for k, sb2 in enumerate(sbs)]
+        [t.start() for t in th]
+        [t.join() for t in th]
+        [sb2.close() for sb2 in sbs]
+        cl.close()
+        line(f"nsboxd: exec round trip (raw client), {nclients} concurrent clients", lat, "us", 1e6)
+    # The control path while 10 sessions burn CPU and memory at their
+    # limits: OPEN from the pool and one client's exec round trip.
+    cl = svcclient.Client(sock)
+    hogs = []
+    for _ in range(10):
+        h, m = cl.open(memory=64 << 20, cpus=0.5)
+        assert h, m
+        h.sock.settimeout(None)
+        h._send(2, 1, {"code": "b = bytearray(40 << 20)\nwhile True: pass", "want_value": False,
+                       "stream": False})
+        hogs.append(h)
+    time.sleep(0.5)
+    with nsbox.Sandbox(connect=sock) as s:
+        ts = []
+        for _ in range(RUNS * 5):
+            t0 = time.perf_counter()
+            s.execute("1+1")
+            ts.append(time.perf_counter() - t0)
+        line("exec round trip of 1+1, SDK through nsboxd, 10 other sessions burning CPU+memory", ts, "us", 1e6)
+    opens2 = []
+    for _ in range(RUNS):
+        time.sleep(0.05)
+        t0 = time.perf_counter()
+        sb, m = c.open()
+        opens2.append(time.perf_counter() - t0)
+        sb.close()
+    line("nsboxd: session open, 10 other sessions burning CPU+memory", opens2)
+    for h in hogs:
+        h.close()
+    cl.close()
     for label, cmd in (("nsbox python --connect SOCK -c 'print(1)'", [os.path.join(B, "nsbox"), "python", "--connect",
                                                                      sock, "-c", "print(1)"]),
                        ("python3.11 -c 'print(1)' (no sandbox)", ["/usr/bin/python3.11", "-c", "print(1)"])):

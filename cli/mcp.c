@@ -9,6 +9,7 @@
 #include <math.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
@@ -583,6 +584,73 @@ static void put_stream(json_t *r, const char *name, const char *fallback, size_t
 	}
 }
 
+/* The value of one base64 digit, -1 for anything else. */
+static int b64_digit(char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* {"$bytes": base64} as Python shows bytes: b'...' ("bytearray(b'...')"
+ * for $bytearray), in double quotes when they hold ' and no ". */
+static void put_bytes(const char *b64, bool array, FILE *f)
+{
+	size_t n = strlen(b64), len = 0;
+	unsigned char *buf = malloc(n / 4 * 3 + 3);
+	unsigned acc = 0;
+	int bits = 0, d;
+	char q;
+
+	if (!buf) {
+		fputs("b'...'", f);
+		return;
+	}
+	for (; *b64 && (d = b64_digit(*b64)) >= 0; b64++) {
+		acc = ((acc << 6) | (unsigned)d) & 0xffffu;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			buf[len++] = (unsigned char)(acc >> bits);
+		}
+	}
+	q = memchr(buf, '\'', len) && !memchr(buf, '"', len) ? '"' : '\'';
+	fprintf(f, "%sb%c", array ? "bytearray(" : "", q);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = buf[i];
+
+		if (c == '\\' || c == (unsigned char)q)
+			fprintf(f, "\\%c", c);
+		else if (c == '\n' || c == '\r' || c == '\t')
+			fprintf(f, "\\%c", c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
+		else if (c >= 0x20 && c < 0x7f)
+			fputc(c, f);
+		else
+			fprintf(f, "\\x%02x", c);
+	}
+	fprintf(f, "%c%s", q, array ? ")" : "");
+	free(buf);
+}
+
+static void put_repr(const json_t *v, FILE *f, int depth);
+
+/* The items of a $tuple, $set or $frozenset list, comma-separated. */
+static void put_items(const json_t *a, FILE *f, int depth)
+{
+	const json_t *y;
+	size_t i;
+
+	json_array_foreach(a, i, y)
+	{
+		fputs(i ? ", " : "", f);
+		put_repr(y, f, depth + 1);
+	}
+}
+
 /* A protocol-encoded value (nsbox-protocol(7), VALUES) as Python's repr
  * would show it, near enough: $repr as is, containers rebuilt. */
 static void put_repr(const json_t *v, FILE *f, int depth)
@@ -636,15 +704,45 @@ static void put_repr(const json_t *v, FILE *f, int depth)
 	} else if ((x = json_object_get(v, "$float")) && json_is_string(x)) {
 		fprintf(f, "float('%s')", json_string_value(x));
 	} else if ((x = json_object_get(v, "$tuple")) && json_is_array(x)) {
-		const json_t *y;
-
 		fputc('(', f);
-		json_array_foreach(x, i, y)
+		put_items(x, f, depth);
+		fputs(json_array_size(x) == 1 ? ",)" : ")", f);
+	} else if ((x = json_object_get(v, "$set")) && json_is_array(x)) {
+		if (json_array_size(x)) {
+			fputc('{', f);
+			put_items(x, f, depth);
+			fputc('}', f);
+		} else {
+			fputs("set()", f);
+		}
+	} else if ((x = json_object_get(v, "$frozenset")) && json_is_array(x)) {
+		fputs("frozenset(", f);
+		if (json_array_size(x)) {
+			fputc('{', f);
+			put_items(x, f, depth);
+			fputc('}', f);
+		}
+		fputc(')', f);
+	} else if ((x = json_object_get(v, "$bytes")) && json_is_string(x)) {
+		put_bytes(json_string_value(x), false, f);
+	} else if ((x = json_object_get(v, "$bytearray")) && json_is_string(x)) {
+		put_bytes(json_string_value(x), true, f);
+	} else if ((x = json_object_get(v, "$complex")) && json_is_array(x) && json_array_size(x) == 2) {
+		fputs("complex(", f);
+		put_items(x, f, depth);
+		fputc(')', f);
+	} else if ((x = json_object_get(v, "$dict")) && json_is_array(x)) {
+		const json_t *pair;
+
+		fputc('{', f);
+		json_array_foreach(x, i, pair)
 		{
 			fputs(i ? ", " : "", f);
-			put_repr(y, f, depth + 1);
+			put_repr(json_array_get(pair, 0), f, depth + 1);
+			fputs(": ", f);
+			put_repr(json_array_get(pair, 1), f, depth + 1);
 		}
-		fputs(json_array_size(x) == 1 ? ",)" : ")", f);
+		fputc('}', f);
 	} else {
 		const json_t *d = json_object_get(v, "$dict") ?: v;
 		bool first = true;

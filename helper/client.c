@@ -1,5 +1,9 @@
-/* The library's end of the helper process (helper/helper.h): start it, talk
- * to it under one mutex, restart it after it died or after a fork. */
+/* The library's end of the helper processes (helper/helper.h): start them,
+ * talk to each under its own mutex, restart one after it died or after a
+ * fork.  A helper makes one sandbox at a time; a host that makes sandboxes
+ * from several threads at once (nsboxd's workers) may run up to
+ * HELPER_MAX of them (helper_set_count): each request goes to one that is
+ * free, and a sandbox's later requests to the one that made it. */
 #include "helper.h"
 
 #include <errno.h>
@@ -23,13 +27,20 @@
  * killed, and the next session starts a new one. */
 #define HELPER_TIMEOUT_MS 60000
 
-static struct {
+struct helper {
 	pthread_mutex_t lock;
 	int fd;			/* control socket, -1 when no helper */
 	pid_t pid;
 	int pidfd;
-	uint64_t gen;		/* bumped for every helper started */
-} H = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .pidfd = -1 };
+	uint64_t gen;		/* unique to each helper started (gen_last) */
+};
+
+#define HELPER_INIT { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1, .pidfd = -1 }
+static struct helper HS[HELPER_MAX] = { HELPER_INIT, HELPER_INIT, HELPER_INIT, HELPER_INIT };
+_Static_assert(HELPER_MAX == 4, "HS's initialisers");
+static unsigned n_helpers = 1;	/* how many may run: helper_set_count */
+static uint64_t gen_last;	/* atomic */
+static unsigned rr;		/* atomic: where a request that finds every helper busy waits */
 
 static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
 
@@ -39,24 +50,30 @@ static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
  * with the parent's), so it forgets it and starts its own on first use. */
 static void atfork_prepare(void)
 {
-	pthread_mutex_lock(&H.lock);
+	for (int i = 0; i < HELPER_MAX; i++)
+		pthread_mutex_lock(&HS[i].lock);
 }
 
 static void atfork_parent(void)
 {
-	pthread_mutex_unlock(&H.lock);
+	for (int i = HELPER_MAX - 1; i >= 0; i--)
+		pthread_mutex_unlock(&HS[i].lock);
 }
 
 static void atfork_child(void)
 {
-	if (H.fd >= 0)
-		close(H.fd);
-	if (H.pidfd >= 0)
-		close(H.pidfd);
-	H.fd = H.pidfd = -1;
-	H.pid = 0;
-	H.gen++;
-	pthread_mutex_unlock(&H.lock);
+	for (int i = HELPER_MAX - 1; i >= 0; i--) {
+		struct helper *h = &HS[i];
+
+		if (h->fd >= 0)
+			close(h->fd);
+		if (h->pidfd >= 0)
+			close(h->pidfd);
+		h->fd = h->pidfd = -1;
+		h->pid = 0;
+		h->gen = 0;	/* no sandbox of the parent's names it */
+		pthread_mutex_unlock(&h->lock);
+	}
 }
 
 static void register_atfork(void)
@@ -67,21 +84,21 @@ static void register_atfork(void)
 /* Forget a helper that died or got stuck: kill it and reap it.  Its
  * sandboxes die with it (their pid 1 has PR_SET_PDEATHSIG from the
  * single-threaded helper). */
-static void drop_helper(void)
+static void drop_helper(struct helper *h)
 {
-	if (H.fd >= 0)
-		close(H.fd);
-	H.fd = -1;
-	if (H.pidfd >= 0) {
-		close(H.pidfd);
-		H.pidfd = -1;
+	if (h->fd >= 0)
+		close(h->fd);
+	h->fd = -1;
+	if (h->pidfd >= 0) {
+		close(h->pidfd);
+		h->pidfd = -1;
 	}
 	/* Not reaped before, so the pid is still the helper's.  The host may
 	 * reap children itself (or ignore SIGCHLD): ECHILD is fine. */
-	kill_reap(&H.pid);
+	kill_reap(&h->pid);
 }
 
-static int start_helper(struct nsbox_err *err)
+static int start_helper(struct helper *h, struct nsbox_err *err)
 {
 	char path[PATH_MAX], exe[64];
 	_cleanup_close_ int mfd = -1, ctl = -1, peer = -1;
@@ -92,7 +109,7 @@ static int start_helper(struct nsbox_err *err)
 	const char *sp = getenv("NSBOX_SPARE");
 	char *argv[] = { "nsbox-runner", "--helper", sp && !strcmp(sp, "1") ? "--spare" : NULL, NULL };
 	char *envp[] = { NULL };
-	/* Ours until it is the helper (H.pid), below. */
+	/* Ours until it is the helper (h->pid), below. */
 	_cleanup_pid_ pid_t pid = 0;
 	int r;
 
@@ -156,22 +173,22 @@ static int start_helper(struct nsbox_err *err)
 	posix_spawnattr_destroy(&at);
 	if (r)
 		return err_set(err, r, "start the helper (%s)", path);
-	H.pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	H.pid = take_pid(&pid);
-	H.fd = take_fd(&ctl);
-	H.gen++;
+	h->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	h->pid = take_pid(&pid);
+	h->fd = take_fd(&ctl);
+	h->gen = __atomic_add_fetch(&gen_last, 1, __ATOMIC_RELAXED);
 	return 0;
 }
 
-static bool helper_usable(void)
+static bool helper_usable(struct helper *h)
 {
-	if (H.fd < 0)
+	if (h->fd < 0)
 		return false;
-	if (H.pidfd >= 0) {
-		struct pollfd p = { H.pidfd, POLLIN, 0 };
+	if (h->pidfd >= 0) {
+		struct pollfd p = { h->pidfd, POLLIN, 0 };
 
 		if (poll(&p, 1, 0) == 1) {
-			drop_helper();
+			drop_helper(h);
 			return false;
 		}
 	}
@@ -181,7 +198,7 @@ static bool helper_usable(void)
 /* One request, one answer, with the lock held.  fds_in[0..n_in) are sent
  * along (SCM_RIGHTS); *fd_out and *fd_out2 receive passed fds when not
  * NULL.  On a broken connection the helper is dropped (errno ECONNRESET). */
-static int transact(const struct helper_req *req, const void *payload, const int *fds_in, size_t n_in,
+static int transact(struct helper *h, const struct helper_req *req, const void *payload, const int *fds_in, size_t n_in,
 		    struct helper_rep *rep, int *fd_out, int *fd_out2, struct nsbox_err *err)
 {
 	struct iovec iov[2] = { { (void *)req, sizeof(*req) }, { (void *)payload, req->len } };
@@ -196,7 +213,7 @@ static int transact(const struct helper_req *req, const void *payload, const int
 
 	if (n_in > 3)
 		return err_set(err, EINVAL, "too many fds for the nsbox helper");
-	n = send_with_fds(H.fd, iov, req->len ? 2 : 1, fds_in, n_in);
+	n = send_with_fds(h->fd, iov, req->len ? 2 : 1, fds_in, n_in);
 	if (n < 0) {
 		int e = errno;
 
@@ -204,19 +221,19 @@ static int transact(const struct helper_req *req, const void *payload, const int
 		 * or an oversize message is the request's fault, and the
 		 * helper's other sandboxes must live on. */
 		if (e == EPIPE || e == ECONNRESET || e == ENOTCONN) {
-			drop_helper();
+			drop_helper(h);
 			return err_set(err, ECONNRESET, "send to the nsbox helper");
 		}
 		return err_set(err, e, "send to the nsbox helper");
 	}
 	for (;;) {
-		p[0] = (struct pollfd){ H.fd, POLLIN, 0 };
-		p[1] = (struct pollfd){ H.pidfd, POLLIN, 0 };
+		p[0] = (struct pollfd){ h->fd, POLLIN, 0 };
+		p[1] = (struct pollfd){ h->pidfd, POLLIN, 0 };
 		k = poll(p, 2, HELPER_TIMEOUT_MS);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k == 0) {
-			drop_helper();
+			drop_helper(h);
 			return err_set(err, ETIMEDOUT, "the nsbox helper did not answer within %d s; restarted",
 				       HELPER_TIMEOUT_MS / 1000);
 		}
@@ -225,7 +242,7 @@ static int transact(const struct helper_req *req, const void *payload, const int
 		if (p[0].revents)
 			break;
 		if (p[1].revents) {
-			drop_helper();
+			drop_helper(h);
 			return err_set(err, ECONNRESET, "the nsbox helper died");
 		}
 	}
@@ -233,7 +250,7 @@ static int transact(const struct helper_req *req, const void *payload, const int
 	mh = (struct msghdr){ .msg_iov = iov, .msg_iovlen = 1, .msg_control = cm.buf,
 			      .msg_controllen = sizeof(cm.buf) };
 	do
-		n = recvmsg(H.fd, &mh, MSG_CMSG_CLOEXEC);
+		n = recvmsg(h->fd, &mh, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
 	{
 		struct cmsghdr *c = n > 0 ? CMSG_FIRSTHDR(&mh) : NULL;
@@ -250,7 +267,7 @@ static int transact(const struct helper_req *req, const void *payload, const int
 				close(got);
 			if (got2 >= 0)
 				close(got2);
-			drop_helper();
+			drop_helper(h);
 			return err_set(err, ECONNRESET, "the nsbox helper %s",
 				       n == 0 ? "exited" : "sent a malformed answer");
 		}
@@ -304,10 +321,10 @@ static void pass_warnings(struct helper_rep *rep, void (*warn)(void *ctx, const 
 	}
 }
 
-static void fill_sandbox(struct helper_sandbox *sb, const struct helper_rep *rep, int pidfd)
+static void fill_sandbox(struct helper *h, struct helper_sandbox *sb, const struct helper_rep *rep, int pidfd)
 {
 	sb->id = rep->id;
-	sb->gen = H.gen;
+	sb->gen = h->gen;
 	sb->pid = rep->pid;
 	sb->pidfd = pidfd;
 	snprintf(sb->cgroup, sizeof(sb->cgroup), "%s", rep->cgroup);
@@ -320,16 +337,16 @@ static void fill_sandbox(struct helper_sandbox *sb, const struct helper_rep *rep
  * held, restarting a helper that died since the last request, once.  On
  * success rep holds the answer; a failure the helper reported becomes -1
  * with err. */
-static int request(struct helper_req *req, const char *payload, const int *fds, size_t n_fds,
+static int request(struct helper *h, struct helper_req *req, const char *payload, const int *fds, size_t n_fds,
 		   struct helper_rep *rep, int *pidfd, int *psock, struct nsbox_err *err)
 {
 	int r = -1;
 
 	pthread_once(&atfork_once, register_atfork);
 	for (int attempt = 0; attempt < 2; attempt++) {
-		if (!helper_usable() && start_helper(err) < 0)
+		if (!helper_usable(h) && start_helper(h, err) < 0)
 			break;
-		r = transact(req, payload, fds, n_fds, rep, pidfd, psock, err);
+		r = transact(h, req, payload, fds, n_fds, rep, pidfd, psock, err);
 		if (r == 0 || err->code != ECONNRESET)
 			break;
 	}
@@ -349,6 +366,47 @@ static int request(struct helper_req *req, const char *payload, const int *fds, 
 	return r;
 }
 
+/* A helper for a new sandbox, locked: the first free one, else wait for
+ * one in turn. */
+static struct helper *helper_pick(void)
+{
+	unsigned n = __atomic_load_n(&n_helpers, __ATOMIC_RELAXED);
+	struct helper *h;
+
+	for (unsigned i = 0; i < n; i++)
+		if (pthread_mutex_trylock(&HS[i].lock) == 0)
+			return &HS[i];
+	h = &HS[__atomic_fetch_add(&rr, 1, __ATOMIC_RELAXED) % n];
+	pthread_mutex_lock(&h->lock);
+	return h;
+}
+
+/* The helper that made sb, locked, or NULL when it is gone. */
+static struct helper *helper_of(const struct helper_sandbox *sb)
+{
+	for (int i = 0; i < HELPER_MAX; i++) {
+		struct helper *h = &HS[i];
+
+		pthread_mutex_lock(&h->lock);
+		if (sb->gen && h->gen == sb->gen) {
+			if (helper_usable(h))
+				return h;
+			pthread_mutex_unlock(&h->lock);
+			return NULL;
+		}
+		pthread_mutex_unlock(&h->lock);
+	}
+	return NULL;
+}
+
+int helper_set_count(unsigned n)
+{
+	if (n < 1 || n > HELPER_MAX)
+		return -EINVAL;
+	__atomic_store_n(&n_helpers, n, __ATOMIC_RELAXED);
+	return 0;
+}
+
 int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spawn_opts *o,
 		 struct helper_sandbox *sb, int *sock_out, struct nsbox_err *err)
 {
@@ -357,6 +415,7 @@ int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spa
 	struct helper_rep *rep;
 	char *text = NULL;
 	size_t len = 0;
+	struct helper *h;
 	int pidfd = -1, psock = -1, r;
 
 	*sock_out = -1;
@@ -370,8 +429,8 @@ int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spa
 	}
 	req.len = (uint32_t)len;
 	req.text_len = (uint32_t)len;
-	pthread_mutex_lock(&H.lock);
-	r = request(&req, text, &sock, 1, rep, &pidfd, &psock, err);
+	h = helper_pick();
+	r = request(h, &req, text, &sock, 1, rep, &pidfd, &psock, err);
 	if (r == 0 && (pidfd < 0 || (rep->has_sock != 0) != (psock >= 0))) {
 		err_set(err, EPROTO, "the nsbox helper sent no pidfd or a stray socket");
 		r = -1;
@@ -379,10 +438,10 @@ int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spa
 	if (r == 0) {
 		*sock_out = psock;
 		psock = -1;
-		fill_sandbox(sb, rep, pidfd);
+		fill_sandbox(h, sb, rep, pidfd);
 		pidfd = -1;
 	}
-	pthread_mutex_unlock(&H.lock);
+	pthread_mutex_unlock(&h->lock);
 	if (pidfd >= 0)
 		close(pidfd);
 	if (psock >= 0)
@@ -404,6 +463,7 @@ int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio
 	struct helper_rep *rep = NULL;
 	char *text = NULL, *buf = NULL;
 	size_t len = 0, alen = 0;
+	struct helper *h;
 	int pidfd = -1, r;
 
 	for (size_t i = 0; argv[i]; i++) {
@@ -439,11 +499,11 @@ int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio
 	}
 	req.len = (uint32_t)(len + alen);
 	req.text_len = (uint32_t)len;
-	pthread_mutex_lock(&H.lock);
-	r = request(&req, buf, stdio, 3, rep, &pidfd, NULL, err);
+	h = helper_pick();
+	r = request(h, &req, buf, stdio, 3, rep, &pidfd, NULL, err);
 	if (r == 0 && rep->exec_failed) {
 		*st = rep->st;
-		fill_sandbox(sb, rep, -1);	/* not running: only the cgroup facts */
+		fill_sandbox(h, sb, rep, -1);	/* not running: only the cgroup facts */
 		if (pidfd >= 0)
 			close(pidfd);
 		pidfd = -1;
@@ -451,11 +511,11 @@ int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio
 		err_set(err, EPROTO, "the nsbox helper sent no pidfd");
 		r = -1;
 	} else if (r == 0) {
-		fill_sandbox(sb, rep, pidfd);
+		fill_sandbox(h, sb, rep, pidfd);
 		pidfd = -1;
 		r = 1;
 	}
-	pthread_mutex_unlock(&H.lock);
+	pthread_mutex_unlock(&h->lock);
 	if (pidfd >= 0)
 		close(pidfd);
 	if (r >= 0)
@@ -483,15 +543,13 @@ void helper_kill(const struct helper_sandbox *sb)
 static int simple(const struct helper_sandbox *sb, uint32_t op, struct helper_rep *rep, struct nsbox_err *err)
 {
 	struct helper_req req = { .magic = HELPER_MAGIC, .op = op, .id = sb->id };
+	struct helper *h = helper_of(sb);
 	int r;
 
-	pthread_mutex_lock(&H.lock);
-	if (H.gen != sb->gen || !helper_usable()) {
-		pthread_mutex_unlock(&H.lock);
+	if (!h)
 		return err_set(err, ESRCH, "the nsbox helper that made this sandbox is gone");
-	}
-	r = transact(&req, NULL, NULL, 0, rep, NULL, NULL, err);
-	pthread_mutex_unlock(&H.lock);
+	r = transact(h, &req, NULL, NULL, 0, rep, NULL, NULL, err);
+	pthread_mutex_unlock(&h->lock);
 	if (r == 0 && rep->failed) {
 		err_copy(err, &rep->err);
 		r = -1;
@@ -544,8 +602,8 @@ pid_t helper_pid(void)
 {
 	pid_t p;
 
-	pthread_mutex_lock(&H.lock);
-	p = H.fd >= 0 ? H.pid : 0;
-	pthread_mutex_unlock(&H.lock);
+	pthread_mutex_lock(&HS[0].lock);
+	p = HS[0].fd >= 0 ? HS[0].pid : 0;
+	pthread_mutex_unlock(&HS[0].lock);
 	return p;
 }

@@ -132,7 +132,11 @@ void helper_kill(const struct helper_sandbox *sb);
 int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsbox_err *err);
 /* Memory use of the sandbox now.  Thread-safe. */
 int helper_info(const struct helper_sandbox *sb, uint64_t *current, uint64_t *peak, struct nsbox_err *err);
-/* The helper's pid (0 if none is running).  For tests and benchmarks. */
+/* The (first) helper's pid (0 if none is running).  For tests and benchmarks. */
 pid_t helper_pid(void);
+/* How many helpers may run at once, 1 (the default) to HELPER_MAX; each
+ * makes one sandbox at a time.  Returns 0 or -EINVAL. */
+#define HELPER_MAX 4
+int helper_set_count(unsigned n);
 
 #endif

@@ -171,9 +171,16 @@ static json_t *hello_msg(const struct nsbox_session *s)
 	return m;
 }
 
-static bool valid_identifier(const char *n)
+/* A tool's name: an identifier that replaces nothing of Python's. */
+static int check_tool_name(const char *n, struct nsbox_err *err)
 {
-	return proto_is_identifier(n) && strlen(n) <= PROTO_TOOL_NAME_MAX;
+	if (!proto_is_identifier(n) || strlen(n) > PROTO_TOOL_NAME_MAX)
+		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier", n ? n : "");
+	if (proto_is_reserved_name(n))
+		return err_set(err, EINVAL,
+			       "tool name '%s' is a Python keyword, builtin or dunder: a tool by that name would "
+			       "replace it inside (choose another name)", n);
+	return 0;
 }
 
 /* ---- the EXEC frame, written directly ----
@@ -387,9 +394,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	if (!opts || !opts->policy)
 		return err_set(err, EINVAL, "session: no policy");
 	for (size_t i = 0; i < opts->n_tools; i++)
-		if (!valid_identifier(opts->tools[i].name))
-			return err_set(err, EINVAL, "tool name '%s' is not a Python identifier",
-				       opts->tools[i].name ? opts->tools[i].name : "");
+		if (check_tool_name(opts->tools[i].name, err) < 0)
+			return -1;
 	s = calloc(1, sizeof(*s));
 	if (!s)
 		return err_set(err, ENOMEM, "session");
@@ -832,6 +838,15 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 			}
 		}
 		res->result = TAKE_PTR(x->cur_msg);
+		/* A wall-clock limit, tool time included: a RESULT read after the
+		 * deadline (the CANCEL already sent, so the step saw it due) is
+		 * over it, even if the code finished (a tool that returned late
+		 * and the code after it, a swallowed TimeLimitExceeded).  The
+		 * session lives: the runner answered. */
+		if (x->soft_sent && !x->cancelled && x->soft) {
+			result_msg(res, SESSION_TIMEOUT, NSBOX_EXIT_TIMEOUT, "time limit exceeded (%.3g s)", x->timeout);
+			goto done;
+		}
 		if (json_is_object(error)) {
 			const char *type = json_string_value(json_object_get(error, "type"));
 
@@ -986,6 +1001,15 @@ int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value
 	if (i == x->n_pending)
 		return err_set(err, EINVAL, "no tool call %u is waiting for an answer", call_id);
 	x->pending[i] = x->pending[--x->n_pending];
+	if (x->soft && now_ns() >= x->soft) {
+		/* Past the time limit (a tool that returned late, or an event
+		 * loop answering after the deadline): the code is cancelled
+		 * first and never sees the late value. */
+		if (!x->soft_sent)
+			on_deadline(s);
+		value = NULL;
+		error = "time limit exceeded while the tool ran";
+	}
 	ans = error ? json_pack("{s:s}", "message", error) : json_pack("{s:O?}", "value", value);
 	if (send_answer(s, call_id, name, error ? PROTO_RAISE : PROTO_RETURN, ans, err) < 0) {
 		char what[600];
@@ -1022,6 +1046,17 @@ int session_exec_finish(struct nsbox_session *s, struct session_result *res, str
 bool session_exec_active(const struct nsbox_session *s)
 {
 	return s->x.active;
+}
+
+double session_time_left(const struct nsbox_session *s)
+{
+	const struct exec_state *x = &s->x;
+	unsigned long long now;
+
+	if (!x->active || x->done || !x->soft)
+		return -1;
+	now = now_ns();
+	return now >= x->soft ? 0 : (double)(x->soft - now) / 1e9;
 }
 
 /* A call to a tool without a callback, from a blocking exec. */
@@ -1296,9 +1331,8 @@ int session_add_tool(struct nsbox_session *s, const struct session_tool *t, stru
 	json_t *a = NULL, *list;
 	int r;
 
-	if (!t || !valid_identifier(t->name))
-		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier",
-			       t && t->name ? t->name : "");
+	if (check_tool_name(t ? t->name : NULL, err) < 0)
+		return -1;
 	if (t->schema && !json_is_object(t->schema))
 		return err_set(err, EINVAL, "tool %s: the schema is not a JSON object", t->name);
 	if (find_tool(s, t->name))

@@ -166,6 +166,9 @@ int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value
 int session_exec_finish(struct nsbox_session *s, struct session_result *res, struct nsbox_err *err);
 /* An exec was started and its result not yet taken. */
 bool session_exec_active(const struct nsbox_session *s);
+/* Seconds until the running exec's time limit (0 when past it), or -1
+ * when no exec runs or it has no limit. */
+double session_time_left(const struct nsbox_session *s);
 
 /* An epoll fd (owned by the session, made on first call) readable whenever
  * session_exec_step() has work: the runner's socket, the sandbox's pidfd,

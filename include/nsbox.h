@@ -175,7 +175,9 @@ NSBOX_API void nsbox_session_free(nsbox_session_t *s);
 typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_json, char **result_json,
 			     char **error_message);
 
-/* Register a tool: name must be a Python identifier; schema_json (may be
+/* Register a tool: name must be a Python identifier that is not a keyword,
+ * a builtin (len, print, open...) or a dunder (since 0.5.0: a tool is a
+ * global inside and would replace it); schema_json (may be
  * NULL) is a JSON Schema of the arguments ({"type": "object",
  * "properties": ...}), used to generate the Python signature and
  * docstring; description may be NULL.  Tools may be added at any time;
@@ -221,6 +223,12 @@ NSBOX_API int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbo
 /* Interrupt the exec running on s (nsbox.Cancelled inside).  Any thread;
  * async-signal-safe (a SIGINT handler may call it). */
 NSBOX_API void nsbox_cancel(nsbox_session_t *s);
+/* Since 0.5.0.  Seconds left before the time limit of the exec running on
+ * s (0 once it has passed), or -1 when none runs or it has no limit.  For
+ * a tool callback that can bound its own work: the limit is a wall-clock
+ * limit of the whole exec, tool time included (libnsbox(3), TIME LIMITS).
+ * From the thread driving the session. */
+NSBOX_API double nsbox_exec_time_left(const nsbox_session_t *s);
 
 NSBOX_API enum nsbox_status nsbox_result_status(const nsbox_result_t *r);
 /* The value as JSON (nsbox-protocol(7) encoding), "null" when none. */
@@ -247,6 +255,11 @@ NSBOX_API int nsbox_result_exit_code(const nsbox_result_t *r);
  * the first call (safe from several threads), NULL only when out of
  * memory. */
 NSBOX_API const char *nsbox_result_json(const nsbox_result_t *r);
+/* Since 0.5.0.  Whether stream (1 stdout, 2 stderr) was cut to the
+ * session's output limit (head and tail kept, a "[... N bytes truncated
+ * ...]" line between them); *total (may be NULL) gets how many bytes the
+ * code wrote to it.  false for a bad stream or a result without output. */
+NSBOX_API bool nsbox_result_truncated(const nsbox_result_t *r, int stream, uint64_t *total);
 NSBOX_API void nsbox_result_free(nsbox_result_t *r);
 
 /* ---- exec for event loops (since 0.4.0) --------------------------------
@@ -521,7 +534,9 @@ NSBOX_API int nsbox_selftest(const struct nsbox_selftest_opts *opts, unsigned *e
 NSBOX_API int nsbox_parse_size(const char *s, uint64_t *bytes, nsbox_error_t **err);
 
 /* 0 when name is acceptable to nsbox_session_add_tool() (a Python
- * identifier of at most 64 bytes, nsbox-protocol(7)); -EINVAL otherwise. */
+ * identifier of at most 64 bytes, nsbox-protocol(7), and since 0.5.0 not
+ * a keyword, a builtin such as len or print, or a dunder); -EINVAL
+ * otherwise. */
 NSBOX_API int nsbox_check_tool_name(const char *name, nsbox_error_t **err);
 
 /* ---- handing a sandbox over (since 0.4.0; nsboxd(8)) -------------------
@@ -553,6 +568,14 @@ NSBOX_API void nsbox_session_kill(nsbox_session_t *s);
  * Without kill, blocks until the sandbox ends by itself (poll the pidfd
  * from nsbox_session_handoff() first).  Errors: -EINVAL. */
 NSBOX_API int nsbox_session_end(nsbox_session_t *s, bool kill, struct nsbox_run_status *st, nsbox_error_t **err);
+
+/* How many helper processes this process may run to make sandboxes, 1 (the
+ * default) to 4.  A helper makes one sandbox at a time; a host that makes
+ * sandboxes from several threads at once (nsboxd's workers) makes them in
+ * parallel with more.  Each helper is started when first needed; lowering
+ * the count stops none (their sandboxes stay theirs).  Any thread.
+ * Errors: -EINVAL n is out of range. */
+NSBOX_API int nsbox_set_helpers(unsigned n);
 
 #ifdef __cplusplus
 }

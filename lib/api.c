@@ -27,6 +27,7 @@
 #include "run.h"
 #include "session.h"
 #include "files.h"
+#include "helper.h"
 #include "util.h"
 #include "api-internal.h"
 
@@ -183,6 +184,11 @@ void nsbox_free(void *p)
 const char *nsbox_version(void)
 {
 	return NSBOX_VERSION;
+}
+
+int nsbox_set_helpers(unsigned n)
+{
+	return helper_set_count(n);
 }
 
 /* Options structs may come from an older or newer caller: copy what both
@@ -751,6 +757,13 @@ void nsbox_cancel(nsbox_session_t *s)
 		session_cancel(s->s);
 }
 
+double nsbox_exec_time_left(const nsbox_session_t *s)
+{
+	if (!s || !s->s || s->owner != getpid())
+		return -1;
+	return session_time_left(s->s);
+}
+
 /* ---- exec for event loops ---- */
 
 int nsbox_session_fd(nsbox_session_t *s)
@@ -960,6 +973,26 @@ void nsbox_result_usage(const nsbox_result_t *r, double *wall, double *cpu, uint
 		*peak_memory = r ? r->peak : 0;
 	if (tool_calls)
 		*tool_calls = r ? r->tool_calls : 0;
+}
+
+bool nsbox_result_truncated(const nsbox_result_t *r, int stream, uint64_t *total)
+{
+	const char *key = stream == 2 ? "stderr" : "stdout";
+	char k[32];
+	json_int_t n;
+	bool t;
+
+	if (total)
+		*total = 0;
+	if (!r || !r->msg || (stream != 1 && stream != 2))
+		return false;
+	snprintf(k, sizeof(k), "%s_truncated", key);
+	t = json_is_true(json_object_get(r->msg, k));
+	snprintf(k, sizeof(k), "%s_bytes", key);
+	n = json_integer_value(json_object_get(r->msg, k));
+	if (total)
+		*total = n > 0 ? (uint64_t)n : (stream == 2 ? r->err_len : r->out_len);
+	return t;
 }
 
 int nsbox_result_exit_code(const nsbox_result_t *r)

@@ -363,6 +363,48 @@ bool proto_is_identifier(const char *s)
 	return true;
 }
 
+/* CPython 3.11's keywords, soft keywords and builtins (python3.11 -S:
+ * without site's exit, quit, help...), sorted for bsearch(). */
+static const char *const reserved_names[] = {
+	"ArithmeticError", "AssertionError", "AttributeError", "BaseException", "BaseExceptionGroup",
+	"BlockingIOError", "BrokenPipeError", "BufferError", "BytesWarning", "ChildProcessError",
+	"ConnectionAbortedError", "ConnectionError", "ConnectionRefusedError", "ConnectionResetError",
+	"DeprecationWarning", "EOFError", "Ellipsis", "EncodingWarning", "EnvironmentError", "Exception",
+	"ExceptionGroup", "False", "FileExistsError", "FileNotFoundError", "FloatingPointError", "FutureWarning",
+	"GeneratorExit", "IOError", "ImportError", "ImportWarning", "IndentationError", "IndexError",
+	"InterruptedError", "IsADirectoryError", "KeyError", "KeyboardInterrupt", "LookupError", "MemoryError",
+	"ModuleNotFoundError", "NameError", "None", "NotADirectoryError", "NotImplemented", "NotImplementedError",
+	"OSError", "OverflowError", "PendingDeprecationWarning", "PermissionError", "ProcessLookupError",
+	"RecursionError", "ReferenceError", "ResourceWarning", "RuntimeError", "RuntimeWarning",
+	"StopAsyncIteration", "StopIteration", "SyntaxError", "SyntaxWarning", "SystemError", "SystemExit",
+	"TabError", "TimeoutError", "True", "TypeError", "UnboundLocalError", "UnicodeDecodeError",
+	"UnicodeEncodeError", "UnicodeError", "UnicodeTranslateError", "UnicodeWarning", "UserWarning", "ValueError",
+	"Warning", "ZeroDivisionError", "_", "abs", "aiter", "all", "and", "anext", "any", "as", "ascii", "assert",
+	"async", "await", "bin", "bool", "break", "breakpoint", "bytearray", "bytes", "callable", "case", "chr",
+	"class", "classmethod", "compile", "complex", "continue", "def", "del", "delattr", "dict", "dir", "divmod",
+	"elif", "else", "enumerate", "eval", "except", "exec", "filter", "finally", "float", "for", "format", "from",
+	"frozenset", "getattr", "global", "globals", "hasattr", "hash", "hex", "id", "if", "import", "in", "input",
+	"int", "is", "isinstance", "issubclass", "iter", "lambda", "len", "list", "locals", "map", "match", "max",
+	"memoryview", "min", "next", "nonlocal", "not", "object", "oct", "open", "or", "ord", "pass", "pow", "print",
+	"property", "raise", "range", "repr", "return", "reversed", "round", "set", "setattr", "slice", "sorted",
+	"staticmethod", "str", "sum", "super", "try", "tuple", "type", "vars", "while", "with", "yield", "zip",
+};
+
+static int cmp_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+bool proto_is_reserved_name(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+
+	if (n > 4 && !strncmp(s, "__", 2) && !strcmp(s + n - 2, "__"))
+		return true;
+	return s && bsearch(&s, reserved_names, sizeof(reserved_names) / sizeof(reserved_names[0]),
+			    sizeof(reserved_names[0]), cmp_name) != NULL;
+}
+
 /* Tool names: identifiers of at most PROTO_TOOL_NAME_MAX bytes. */
 static bool is_tool_name(const char *s)
 {

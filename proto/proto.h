@@ -159,6 +159,10 @@ int proto_msg_check(uint16_t type, enum proto_dir dir, const json_t *msg, struct
  * variables.  Tool names are at most PROTO_TOOL_NAME_MAX bytes. */
 #define PROTO_TOOL_NAME_MAX 64
 bool proto_is_identifier(const char *s);
+/* Whether s is a name a tool must not take: a keyword or soft keyword of
+ * Python 3.11, a name of its builtins module (a tool is a global inside:
+ * it would replace len, print, open...), or a dunder. */
+bool proto_is_reserved_name(const char *s);
 
 /* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms,
  * surrogates or code points past U+10FFFF), as jansson requires. */

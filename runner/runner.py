@@ -31,7 +31,8 @@ DIST_PACKAGES = "/usr/lib/python3/dist-packages"
 MAX_DEPTH = 100
 MAX_TEXT = 65536          # cap on an error message or traceback
 INT_EXACT = 2 ** 53       # beyond this, ints travel as {"$int": "..."}
-CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl", "tools-update", "files"]
+CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl", "tools-update", "files",
+                "values2"]
 
 
 class ToolError(Exception):
@@ -93,12 +94,17 @@ def _clean(s):
         return s.encode("utf-8", "replace").decode("utf-8")
 
 
-def encode(v, depth=0):
-    """Python value -> JSON-able value (nsbox-protocol(7), VALUES)."""
+def _b64(b):
+    import binascii
+    return binascii.b2a_base64(b, newline=False).decode("ascii")
+
+
+def encode(v, depth=0, seen=None):
+    """Python value -> JSON-able value (nsbox-protocol(7), VALUES).  What
+    cannot cross becomes $repr where it stands (a cycle, nesting past
+    MAX_DEPTH, an object); its container still crosses."""
     if v is None or v is True or v is False:
         return v
-    if depth > MAX_DEPTH:
-        return _repr(v, "nested too deeply")
     t = type(v)
     if t is str:
         try:
@@ -119,22 +125,67 @@ def encode(v, depth=0):
         if v != v or v in (float("inf"), float("-inf")):
             return {"$float": repr(v)}
         return v
-    if t is list:
-        return [encode(x, depth + 1) for x in v]
-    if t is tuple:
-        return {"$tuple": [encode(x, depth + 1) for x in v]}
-    if t is dict:
-        if all(type(k) is str for k in v):
-            d = {}
-            for k, x in v.items():
-                if not isinstance(encode(k), str):
-                    return _repr(v, "key is not valid Unicode")
-                d[k] = encode(x, depth + 1)
-            if any(k.startswith("$") for k in d):
-                return {"$dict": d}
-            return d
-        return _repr(v, "dict keys are not all str")
-    return _repr(v)
+    if depth > MAX_DEPTH:
+        return _repr(v, "nested too deeply")
+    if t is bytes:
+        return {"$bytes": _b64(v)}
+    if t is bytearray:
+        return {"$bytearray": _b64(v)}
+    if t is complex:
+        return {"$complex": [encode(v.real), encode(v.imag)]}
+    if t not in _CONTAINERS:
+        return _repr(v)
+    if seen is None:
+        seen = set()
+    i = id(v)
+    if i in seen:
+        return _repr(v, "cycle")
+    seen.add(i)
+    try:
+        d1 = depth + 1
+        if t is list:
+            return [encode(x, d1, seen) for x in v]
+        if t is tuple:
+            return {"$tuple": [encode(x, d1, seen) for x in v]}
+        if t is dict:
+            if all(type(k) is str for k in v):
+                d = {}
+                dollar = False
+                for k, x in v.items():
+                    if not isinstance(encode(k), str):
+                        break
+                    dollar = dollar or k.startswith("$")
+                    d[k] = encode(x, d1, seen)
+                else:
+                    return {"$dict": d} if dollar else d
+            # Keys that are not all str: a list of [key, value] pairs.
+            return {"$dict": [[encode(k, d1, seen), encode(x, d1, seen)] for k, x in v.items()]}
+        return {_SET_TAGS[t]: [encode(x, d1, seen) for x in v]}
+    finally:
+        seen.discard(i)
+
+
+_CONTAINERS = frozenset((list, tuple, dict, set, frozenset))
+_SET_TAGS = {set: "$set", frozenset: "$frozenset"}
+
+
+def _unb64(x):
+    import binascii
+    return binascii.a2b_base64(x.encode("ascii"))
+
+
+def _float(x):
+    if type(x) is dict:
+        x = decode(x)
+    if type(x) not in (int, float):
+        raise ValueError("$complex parts must be numbers")
+    return float(x)
+
+
+def _pair(p):
+    if type(p) is not list or len(p) != 2:
+        raise ValueError("$dict pairs must be [key, value]")
+    return decode(p[0]), decode(p[1])
 
 
 def decode(v):
@@ -144,14 +195,27 @@ def decode(v):
     if isinstance(v, dict):
         if len(v) == 1:
             (k, x), = v.items()
-            if k == "$int" and isinstance(x, str):
+            tx = type(x)
+            if k == "$int" and tx is str:
                 return int(x, 0)
-            if k == "$float" and isinstance(x, str):
+            if k == "$float" and tx is str:
                 return float(x)
-            if k == "$tuple" and isinstance(x, list):
+            if k == "$tuple" and tx is list:
                 return tuple(decode(y) for y in x)
-            if k == "$dict" and isinstance(x, dict):
+            if k == "$dict" and tx is dict:
                 return {a: decode(b) for a, b in x.items()}
+            if k == "$dict" and tx is list:
+                return dict(_pair(p) for p in x)
+            if k == "$set" and tx is list:
+                return set(decode(y) for y in x)
+            if k == "$frozenset" and tx is list:
+                return frozenset(decode(y) for y in x)
+            if k == "$bytes" and tx is str:
+                return _unb64(x)
+            if k == "$bytearray" and tx is str:
+                return bytearray(_unb64(x))
+            if k == "$complex" and tx is list and len(x) == 2:
+                return complex(_float(x[0]), _float(x[1]))
         return {a: decode(b) for a, b in v.items()}
     return v
 
@@ -269,7 +333,7 @@ def format_error(e):
 
 _JSON_TYPES = {
     "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
-    "array": (list, tuple), "object": (dict,), "null": (type(None),),
+    "array": (list, tuple, set, frozenset), "object": (dict,), "null": (type(None),),
 }
 
 
@@ -284,6 +348,52 @@ def _type_ok(value, jtype):
         if isinstance(value, py):
             return True
     return False
+
+
+def _jname(jt):
+    return "|".join(jt) if isinstance(jt, list) else str(jt)
+
+
+def _check(v, sch, where, depth=0):
+    """None when v fits JSON Schema sch (the parts a tool's schema from type
+    hints uses: type, enum, items, prefixItems, additionalProperties,
+    anyOf), else what is wrong.  The host checks again: this is for a clear
+    TypeError before the call."""
+    if not isinstance(sch, dict) or depth > MAX_DEPTH:
+        return None
+    jt = sch.get("type")
+    if jt is not None and not _type_ok(v, jt):
+        return "%s must be %s, not %s" % (where, _jname(jt), type(v).__name__)
+    enum = sch.get("enum")
+    if isinstance(enum, list) and not any(type(v) is type(e) and v == e for e in enum):
+        return "%s must be one of %s, not %r" % (where, ", ".join(repr(e) for e in enum), v)
+    any_of = sch.get("anyOf")
+    if isinstance(any_of, list) and any_of:
+        if all(_check(v, a, where, depth + 1) for a in any_of):
+            return "%s does not match any of its allowed types (got %s)" % (where, type(v).__name__)
+    if isinstance(v, (list, tuple, set, frozenset)):
+        pre = sch.get("prefixItems")
+        if isinstance(pre, list):
+            if len(v) != len(pre) and not isinstance(v, (set, frozenset)):
+                return "%s must have %d items, not %d" % (where, len(pre), len(v))
+            for i, (x, s) in enumerate(zip(v, pre)):
+                e = _check(x, s, "%s[%d]" % (where, i), depth + 1)
+                if e:
+                    return e
+        items = sch.get("items")
+        if isinstance(items, dict):
+            for i, x in enumerate(v):
+                e = _check(x, items, "%s[%d]" % (where, i), depth + 1)
+                if e:
+                    return e
+    elif isinstance(v, dict):
+        add = sch.get("additionalProperties")
+        if isinstance(add, dict):
+            for k, x in v.items():
+                e = _check(x, add, "%s[%r]" % (where, k), depth + 1)
+                if e:
+                    return e
+    return None
 
 
 def make_tool(spec):
@@ -323,10 +433,9 @@ def make_tool(spec):
                 else:
                     kw[k] = v
             for k, v in kw.items():
-                jt = props.get(k, {}).get("type") if isinstance(props.get(k), dict) else None
-                if jt is not None and not _type_ok(v, jt):
-                    raise TypeError("%s(): argument %r must be %s, not %s"
-                                    % (name, k, jt, type(v).__name__))
+                e = _check(v, props.get(k), "argument %r" % k)
+                if e:
+                    raise TypeError("%s(): %s" % (name, e))
             call_args = []
         else:
             call_args, kw = list(args), kwargs

@@ -39,6 +39,11 @@ void conf_defaults(struct conf *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->pool_size = 2;
+	{
+		long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+		c->workers = n < 1 ? 1 : n > 4 ? 4 : (unsigned)n;
+	}
 	c->pool_profile[0] = true;
 	c->idle_exit = 60;
 	c->max_connections = 256;
@@ -208,6 +213,10 @@ static int service_key(struct conf *c, const char *k, char *v, char *errbuf, siz
 		if (!parse_uint(v, 64, &n))
 			return bad(errbuf, errlen, origin, line, "PoolSize: '%s' is not a count from 0 to 64", v);
 		c->pool_size = (unsigned)n;
+	} else if (!strcmp(k, "Workers")) {
+		if (!parse_uint(v, 4, &n) || n < 1)
+			return bad(errbuf, errlen, origin, line, "Workers: '%s' is not a count from 1 to 4", v);
+		c->workers = (unsigned)n;
 	} else if (!strcmp(k, "PoolProfiles")) {
 		return parse_profiles(v, c->pool_profile, errbuf, errlen, origin, line);
 	} else if (!strcmp(k, "IdleExitSec")) {
@@ -428,7 +437,7 @@ static void print_rule(FILE *f, const struct conf_rule *r)
 
 void conf_print(const struct conf *c, FILE *f)
 {
-	fprintf(f, "[Service]\nPoolSize=%u\nPoolProfiles=", c->pool_size);
+	fprintf(f, "[Service]\nPoolSize=%u\nWorkers=%u\nPoolProfiles=", c->pool_size, c->workers);
 	print_profiles(f, c->pool_profile);
 	fprintf(f, "IdleExitSec=%g\nMaxConnections=%u\nMaxSessions=%u\n", c->idle_exit, c->max_connections,
 		c->max_sessions);

@@ -27,6 +27,7 @@ struct conf_rule {
 
 struct conf {
 	unsigned pool_size;		/* ready sandboxes per pooled profile */
+	unsigned workers;		/* threads (and helpers) making sandboxes: 1 to 4 */
 	bool pool_profile[CONF_MAX_PROFILES];
 	double idle_exit;		/* seconds without clients before exiting (socket-activated); 0 never */
 	unsigned max_connections;

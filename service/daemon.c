@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <dirent.h>
 #include <grp.h>
 #include <pwd.h>
@@ -37,19 +38,32 @@
 #include "deputy.h"
 #include "nsbox.h"
 #include "svc.h"
+#include "worker.h"
 
 #define MAX_OUT 64		/* queued replies per connection before it is dropped */
 #define MAX_BATCH 16		/* requests read from one connection per wake-up */
 #define MAX_GROUPS 64
 
-enum ev_kind { EV_LISTEN = 1, EV_SIGNAL, EV_CONN, EV_SESS };
+enum ev_kind { EV_LISTEN = 1, EV_SIGNAL, EV_CONN, EV_SESS, EV_WORKER, EV_POOLED };
+
+/* A session's life: made by the worker (PENDING), handed over (LIVE), ended
+ * and reaped by the worker (ENDING), its status kept for CLOSE (ENDED).  The
+ * worker owns the libnsbox session while PENDING or ENDING: the loop does
+ * not touch it then. */
+enum sess_state { S_PENDING, S_LIVE, S_ENDING, S_ENDED };
 
 struct conn;
 
 struct sess {
 	enum ev_kind kind;	/* EV_SESS: epoll data points here */
 	struct sess *next;	/* in its connection's list */
-	struct conn *conn;
+	struct conn *conn;	/* NULL once the connection is gone */
+	enum sess_state state;
+	uint32_t open_id;	/* PENDING: the OPEN to answer */
+	uint64_t reply_serial;	/* ENDING after CLOSE: the connection to answer (conn->serial) */
+	uint32_t close_id;
+	bool close_wanted;	/* CLOSE arrived: answer CLOSED and free once ended */
+	bool pooled;		/* came from the pool */
 	char handle[SVC_HANDLE_LEN + 1];
 	nsbox_session_t *s;
 	int pidfd;		/* -1 once ended */
@@ -59,13 +73,18 @@ struct sess {
 	double cpus;
 	bool ended;
 	struct svc_status st;
+	struct nsbox_session_info info;	/* from the worker, at creation */
 };
 
 struct pooled {
+	enum ev_kind kind;	/* EV_POOLED: a job's owner */
 	struct pooled *next;
 	nsbox_session_t *s;
+	int ready_fd;		/* the session's nsbox_session_fd: readable once it died */
+	struct nsbox_session_info info;
 	unsigned host_uid;
 	int profile;
+	struct sess *waiter;	/* being made: an OPEN that found the pool empty takes it */
 };
 
 struct outmsg {
@@ -80,6 +99,7 @@ struct conn {
 	enum ev_kind kind;	/* EV_CONN */
 	struct conn *next, *prev;
 	int fd;
+	uint64_t serial;	/* unique for the service's life: completions find their connection by it */
 	uid_t uid;
 	gid_t gid;
 	pid_t pid;
@@ -96,7 +116,7 @@ static struct {
 	const struct daemon_opts *o;
 	struct conf conf;
 	int ep;
-	struct { enum ev_kind kind; int fd; } listen, sig;
+	struct { enum ev_kind kind; int fd; } listen, sig, worker;
 	bool activated;		/* sd_listen_fds */
 	bool stopping;
 	struct conn *conns;
@@ -104,6 +124,10 @@ static struct {
 	unsigned n_sessions;
 	struct pooled *pool;
 	unsigned pool_n[CONF_MAX_PROFILES];
+	unsigned refilling;	/* pool creations with the workers (fewer than the workers: OPENs that miss get one) */
+	struct pooled *making[WORKER_MAX];	/* those */
+	unsigned workers;	/* started with (Workers= is read at start only) */
+	uint64_t next_serial;
 	unsigned char *uid_used;	/* bitmap over conf.uid_count: a live session's */
 	unsigned char *uid_foreign;	/* same: owned by a process or named in passwd/group at start */
 	bool host_uids;		/* per-session host uids in use */
@@ -272,19 +296,45 @@ static int make_policy(const char *profile, unsigned host_uid, unsigned host_gid
 	return 0;
 }
 
-static int new_session(nsbox_policy_t *p, bool cold, uint64_t output_limit, nsbox_session_t **out, char *errbuf,
-		       size_t errlen)
+/* Hand the worker a job for owner. */
+static struct job *job_new(enum job_kind kind, void *owner)
 {
-	struct nsbox_session_opts so = { .struct_size = sizeof(so), .no_spare = true, .cold = cold,
-					 .output_limit = output_limit };
-	nsbox_error_t *e = NULL;
-	int r = nsbox_session_new(p, &so, out, &e);
+	struct job *j = calloc(1, sizeof(*j));
 
-	if (r < 0) {
-		snprintf(errbuf, errlen, "%s", nsbox_error_message(e));
-		drop_error(e);
+	if (j) {
+		j->kind = kind;
+		j->owner = owner;
+		j->ready_fd = -1;
 	}
-	return r;
+	return j;
+}
+
+/* End and free a session on the worker; nothing waits for the answer.  Only
+ * when even that allocation fails does the loop do it itself. */
+static void end_detached(nsbox_session_t *s, unsigned host_uid)
+{
+	struct job *j = job_new(JOB_END, NULL);
+
+	if (!j) {
+		struct nsbox_run_status st = { .struct_size = sizeof(st) };
+
+		nsbox_session_end(s, true, &st, NULL);
+		nsbox_session_free(s);
+		uid_free(host_uid);
+		return;
+	}
+	nsbox_session_kill(s);
+	j->s = s;
+	j->kill = true;
+	/* Its host uid is free once the sandbox is reaped (worker_collect). */
+	j->free_uid = host_uid;
+	worker_submit(j);
+}
+
+static void pooled_drop(struct pooled *p)
+{
+	end_detached(p->s, p->host_uid);
+	free(p);
 }
 
 static void pool_drop_all(void)
@@ -294,75 +344,137 @@ static void pool_drop_all(void)
 
 		D.pool = p->next;
 		D.pool_n[p->profile]--;
-		nsbox_session_free(p->s);
-		uid_free(p->host_uid);
-		free(p);
+		pooled_drop(p);
 	}
 }
 
-/* Make one pooled sandbox if a profile is short.  Returns true if it did
- * (or tried): the caller comes back when idle again. */
-static bool pool_refill_one(void)
+/* Ask the worker for one pooled sandbox if a profile is short and none is
+ * being made. */
+static void pool_refill(void)
 {
-	for (int i = 0; i < CONF_MAX_PROFILES; i++) {
+	/* One worker stays free for OPENs the pool can't serve and for ends. */
+	unsigned most = D.workers > 1 ? D.workers - 1 : 1;
+
+	for (int i = 0; i < CONF_MAX_PROFILES && D.refilling < most && !D.stopping; i++) {
 		struct pooled *p;
-		nsbox_policy_t *pol;
+		struct job *j;
 		char eb[512];
 
-		if (!D.conf.pool_profile[i] || D.pool_n[i] >= D.conf.pool_size || D.stopping)
+		unsigned coming = 0;
+
+		for (unsigned k = 0; k < WORKER_MAX; k++)
+			coming += D.making[k] && D.making[k]->profile == i;
+		if (!D.conf.pool_profile[i] || D.pool_n[i] + coming >= D.conf.pool_size)
 			continue;
 		if (D.n_sessions + D.pool_n[i] >= D.conf.max_sessions)
-			return false;
+			return;
 		p = calloc(1, sizeof(*p));
-		if (!p)
-			return false;
+		j = job_new(JOB_CREATE, p);
+		if (!p || !j) {
+			free(p);
+			free(j);
+			return;
+		}
+		p->kind = EV_POOLED;
 		p->profile = i;
+		p->ready_fd = -1;
 		p->host_uid = uid_alloc();
 		if (D.host_uids && !p->host_uid) {
+			/* Every uid is a live session's: the pool waits for one. */
 			free(p);
-			return false;
+			free(j);
+			return;
 		}
-		if (make_policy(conf_profiles[i], p->host_uid, p->host_uid, &pol, eb, sizeof(eb)) < 0 ||
-		    (new_session(pol, false, 0, &p->s, eb, sizeof(eb)) < 0 && (nsbox_policy_free(pol), pol = NULL, 1))) {
-			static unsigned long long last;
-
-			/* Said once a minute at most: the host may be unable to
-			 * make sandboxes at all (then every OPEN says why). */
-			if (mono_ns() - last > 60000000000ull || !last)
-				logmsg("pool (%s): %s", conf_profiles[i], eb);
-			last = mono_ns();
+		if (make_policy(conf_profiles[i], p->host_uid, p->host_uid, &j->pol, eb, sizeof(eb)) < 0) {
+			logmsg("pool (%s): %s", conf_profiles[i], eb);
 			uid_free(p->host_uid);
 			free(p);
+			free(j);
 			D.conf.pool_profile[i] = false;	/* until the next reload */
-			return true;
+			return;
 		}
-		nsbox_policy_free(pol);
-		p->next = D.pool;
-		D.pool = p;
-		D.pool_n[i]++;
-		return true;
+		D.refilling++;
+		for (unsigned k = 0; k < WORKER_MAX; k++)
+			if (!D.making[k]) {
+				D.making[k] = p;
+				break;
+			}
+		i--;	/* this profile may want more */
+		worker_submit(j);
 	}
-	return false;
+}
+
+static void open_made(struct sess *x, struct job *j);
+
+/* The worker made (or failed to make) a pooled sandbox. */
+static void pool_made(struct pooled *p, struct job *j)
+{
+	D.refilling--;
+	for (unsigned k = 0; k < WORKER_MAX; k++)
+		if (D.making[k] == p)
+			D.making[k] = NULL;
+	if (p->waiter) {
+		/* An OPEN waited for this one: it is the OPEN's now. */
+		struct sess *x = p->waiter;
+
+		x->host_uid = p->host_uid;
+		x->uid_owned = p->host_uid != 0;
+		x->pooled = j->rc == 0;
+		if (j->rc == 0)
+			D.pool_hits++;
+		free(p);
+		open_made(x, j);
+		return;
+	}
+	if (j->rc < 0) {
+		static unsigned long long last;
+
+		/* Said once a minute at most: the host may be unable to make
+		 * sandboxes at all (then every OPEN says why). */
+		if (mono_ns() - last > 60000000000ull || !last)
+			logmsg("pool (%s): %s", conf_profiles[p->profile], j->err);
+		last = mono_ns();
+		D.conf.pool_profile[p->profile] = false;	/* until the next reload */
+		uid_free(p->host_uid);
+		free(p);
+		return;
+	}
+	p->s = j->s;
+	p->info = j->info;
+	p->ready_fd = j->ready_fd;
+	if (D.stopping || !D.conf.pool_profile[p->profile] || D.pool_n[p->profile] >= D.conf.pool_size) {
+		pooled_drop(p);
+		return;
+	}
+	p->next = D.pool;
+	D.pool = p;
+	D.pool_n[p->profile]++;
+	notify_status();
+}
+
+/* A pooled sandbox that died meanwhile (or wrote without being asked) is
+ * not handed out: its session fd is readable then. */
+static bool pooled_usable(const struct pooled *p)
+{
+	struct pollfd pf = { .fd = p->ready_fd, .events = POLLIN };
+
+	return p->ready_fd >= 0 && p->info.alive && poll(&pf, 1, 0) == 0;
 }
 
 static struct pooled *pool_take(int profile)
 {
-	for (struct pooled **pp = &D.pool; *pp; pp = &(*pp)->next) {
+	for (struct pooled **pp = &D.pool; *pp;) {
 		struct pooled *p = *pp;
-		struct nsbox_session_info info = { .struct_size = sizeof(info) };
 
-		if (p->profile != profile)
+		if (p->profile != profile) {
+			pp = &p->next;
 			continue;
+		}
 		*pp = p->next;
 		D.pool_n[profile]--;
-		/* A pooled sandbox that died meanwhile is not handed out. */
-		if (nsbox_session_info(p->s, &info, NULL) < 0 || !info.alive) {
-			nsbox_session_free(p->s);
-			uid_free(p->host_uid);
-			free(p);
-			return pool_take(profile);
-		}
-		return p;
+		if (pooled_usable(p))
+			return p;
+		pooled_drop(p);
 	}
 	return NULL;
 }
@@ -515,37 +627,104 @@ static int reply_error(struct conn *c, uint32_t id, int code, const char *fmt, .
 
 /* ---- sessions ---- */
 
-static void sess_end(struct sess *x, bool kill)
+static struct conn *conn_by_serial(uint64_t serial)
 {
-	struct nsbox_run_status rs = { .struct_size = sizeof(rs) };
+	for (struct conn *c = D.conns; c; c = c->next)
+		if (c->serial == serial)
+			return c;
+	return NULL;
+}
 
-	if (x->ended)
+static void sess_unlink(struct conn *c, struct sess *x)
+{
+	for (struct sess **pp = &c->sessions; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			*pp = x->next;
+			break;
+		}
+	x->next = NULL;
+	x->conn = NULL;
+}
+
+/* x is not in any list, and the worker is done with it. */
+static void sess_free(struct sess *x)
+{
+	D.n_sessions--;
+	D.freed++;
+	free(x);
+}
+
+/* The worker reaped x's sandbox (or the loop did, out of memory): keep its
+ * status, and answer what waits for it.  x may be freed on return. */
+static void sess_ended(struct sess *x, const struct nsbox_run_status *rs)
+{
+	x->state = S_ENDED;
+	x->ended = true;
+	x->st.exited = rs->exited;
+	x->st.exit_code = rs->exit_status;
+	x->st.term_signal = rs->term_signal;
+	x->st.oom_killed = rs->oom_killed;
+	x->st.peak_memory = rs->peak_memory;
+	/* Only now, with nothing of the sandbox left, may its uid be reused. */
+	if (x->uid_owned)
+		uid_free(x->host_uid);
+	x->uid_owned = false;
+	if (x->close_wanted) {
+		struct conn *c = conn_by_serial(x->reply_serial);
+		json_t *st = svc_status_json(&x->st);
+		char h[SVC_HANDLE_LEN + 1];
+		uint32_t id = x->close_id;
+
+		memcpy(h, x->handle, sizeof(h));
+		sess_free(x);
+		if (c)
+			reply(c, SVC_CLOSED, id, json_pack("{s:s,s:o}", "handle", h, "status", st));
+		else
+			json_decref(st);
+		return;
+	}
+	if (!x->conn) {
+		sess_free(x);
+		return;
+	}
+	/* It ended by itself (OOM, crash, exit): its owner hears now and may
+	 * CLOSE it for the status again. */
+	if (!x->st.killed)
+		reply(x->conn, SVC_EXITED, 0, json_pack("{s:s,s:o}", "handle", x->handle, "status", svc_status_json(&x->st)));
+}
+
+/* LIVE -> ENDING: the worker ends (kill: SIGKILLs first) and reaps the
+ * sandbox; sess_ended follows.  x may be freed on return. */
+static void sess_end_start(struct sess *x, bool kill)
+{
+	struct job *j;
+
+	if (x->state != S_LIVE)
 		return;
 	if (x->pidfd >= 0) {
 		epoll_ctl(D.ep, EPOLL_CTL_DEL, x->pidfd, NULL);
 		close(x->pidfd);
 		x->pidfd = -1;
 	}
-	nsbox_session_end(x->s, kill, &rs, NULL);
-	x->ended = true;
-	x->st.exited = rs.exited;
-	x->st.exit_code = rs.exit_status;
-	x->st.term_signal = rs.term_signal;
-	x->st.oom_killed = rs.oom_killed;
-	x->st.peak_memory = rs.peak_memory;
 	x->st.killed = kill;
-	if (x->uid_owned)
-		uid_free(x->host_uid);
-	x->uid_owned = false;
-}
+	x->state = S_ENDING;
+	/* Killed now: it stops using the host before the worker gets to it. */
+	if (kill)
+		nsbox_session_kill(x->s);
+	j = job_new(JOB_END, x);
+	if (!j) {
+		struct nsbox_run_status rs = { .struct_size = sizeof(rs) };
 
-static void sess_free(struct sess *x)
-{
-	sess_end(x, true);
-	nsbox_session_free(x->s);
-	D.n_sessions--;
-	D.freed++;
-	free(x);
+		nsbox_session_end(x->s, kill, &rs, NULL);
+		nsbox_session_free(x->s);
+		x->s = NULL;
+		sess_ended(x, &rs);
+		return;
+	}
+	j->s = x->s;
+	j->kill = kill;
+	x->s = NULL;
+	worker_submit(j);
 }
 
 /* The host uid the sandbox's user maps to (HostUid=0 is ours). */
@@ -641,6 +820,104 @@ static bool poolable(const struct svc_open *o)
 	       !o->output_limit && !o->cold;
 }
 
+static void sess_link(struct conn *c, struct sess *x)
+{
+	x->conn = c;
+	x->next = c->sessions;
+	c->sessions = x;
+}
+
+/* x's sandbox exists (from the pool, or just made): check what the client's
+ * uid may have, hand it over, answer OPENED. */
+static void finish_open(struct conn *c, struct sess *x)
+{
+	const struct conf_rule *rule = conf_rule_for(&D.conf, c->uid, c->gid, c->groups, c->n_groups);
+	nsbox_error_t *ne = NULL;
+	char eb[1024] = "", *hello = NULL;
+	int out_fds[2] = { -1, -1 }, code = 0;
+	unsigned char rnd[SVC_HANDLE_LEN / 2];
+	unsigned n_live;
+	uint64_t mem;
+	double cpus;
+	json_t *hj;
+
+	x->state = S_LIVE;
+	x->memory = x->info.memory_limit;
+	x->cpus = x->info.cpus_limit;
+	/* What the uid has besides this one. */
+	sess_unlink(c, x);
+	uid_usage(c->uid, &n_live, &mem, &cpus);
+	if (rule->max_memory && (!x->memory || mem + x->memory > rule->max_memory))
+		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
+					x->memory ? "memory" : "no memory limit", (unsigned)c->uid,
+					(unsigned long long)(mem + x->memory), rule->section,
+					(unsigned long long)rule->max_memory);
+	else if (rule->max_cpus > 0 && (!(x->cpus > 0) || cpus + x->cpus > rule->max_cpus + 1e-9))
+		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %g CPUs, [%s] MaxCPUs is %g",
+					x->cpus > 0 ? "CPUs" : "no CPU limit", (unsigned)c->uid, cpus + x->cpus,
+					rule->section, rule->max_cpus);
+	if (!code && nsbox_session_handoff(x->s, &out_fds[0], &out_fds[1], &hello, &ne) < 0)
+		code = EIO, snprintf(eb, sizeof(eb), "%s", nsbox_error_message(ne));
+	drop_error(ne);
+	if (!code && (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd) ||
+		      (x->pidfd = fcntl(out_fds[1], F_DUPFD_CLOEXEC, 3)) < 0))
+		code = EIO, snprintf(eb, sizeof(eb), "getrandom or dup failed");
+	if (code) {
+		uint32_t id = x->open_id;
+
+		for (int i = 0; i < 2; i++)
+			if (out_fds[i] >= 0)
+				close(out_fds[i]);
+		free(hello);
+		sess_end_start(x, true);	/* not linked: freed once reaped */
+		reply_error(c, id, code, "%s", eb);
+		return;
+	}
+	for (size_t i = 0; i < sizeof(rnd); i++)
+		snprintf(x->handle + 2 * i, 3, "%02x", rnd[i]);
+	{
+		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = x };
+
+		epoll_ctl(D.ep, EPOLL_CTL_ADD, x->pidfd, &ev);
+	}
+	sess_link(c, x);
+	D.opened++;
+	hj = json_loads(hello, 0, NULL);
+	free(hello);
+	reply_fds(c, SVC_OPENED, x->open_id,
+		  json_pack("{s:s,s:i,s:o,s:{s:I,s:I,s:f},s:I,s:b}", "handle", x->handle, "pid", (int)x->info.pid, "hello",
+			    hj ? hj : json_object(), "limits", "memory", (json_int_t)x->info.memory_limit, "pids",
+			    (json_int_t)x->info.pids_limit, "cpus", x->info.cpus_limit, "host_uid", sess_host_uid(x),
+			    "pooled", x->pooled),
+		  out_fds, 2);
+}
+
+/* The worker made (or failed to make) x's sandbox. */
+static void open_made(struct sess *x, struct job *j)
+{
+	struct conn *c = x->conn;
+
+	if (j->rc < 0) {
+		if (c)
+			sess_unlink(c, x);
+		if (x->uid_owned)
+			uid_free(x->host_uid);
+		if (c)
+			reply_error(c, x->open_id, EIO, "%s", j->err);
+		sess_free(x);
+		return;
+	}
+	x->s = j->s;
+	x->info = j->info;
+	x->state = S_LIVE;
+	if (!c) {
+		/* Its connection went meanwhile. */
+		sess_end_start(x, true);
+		return;
+	}
+	finish_open(c, x);
+}
+
 static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, size_t n_fds)
 {
 	const struct conf_rule *rule = conf_rule_for(&D.conf, c->uid, c->gid, c->groups, c->n_groups);
@@ -648,18 +925,16 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	struct nsbox_err e = { 0 };
 	struct sess *x = NULL;
 	struct pooled *pooled = NULL;
-	struct nsbox_session_info info = { .struct_size = sizeof(info) };
-	nsbox_error_t *ne = NULL;
-	nsbox_policy_t *pol = NULL;
+	struct job *j = NULL;
+	unsigned host_gid;
+	int dup_fds[SVC_MAX_FDS];
+
+	_Static_assert(SVC_MAX_FDS <= sizeof(j->fds) / sizeof(j->fds[0]), "a job holds an OPEN's descriptors");
 	unsigned n_live;
 	uint64_t mem;
 	double cpus;
 	int profile, code = 0;
 	char eb[1024] = "";
-	int out_fds[2] = { -1, -1 };
-	char *hello = NULL;
-	json_t *hj;
-	unsigned char rnd[SVC_HANDLE_LEN / 2];
 
 	if (svc_open_parse(m, n_fds, &o, &e) < 0) {
 		reply_error(c, id, EINVAL, "%s", e.msg);
@@ -718,102 +993,83 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	}
 	x->kind = EV_SESS;
 	x->pidfd = -1;
-	x->conn = c;
+	x->open_id = id;
 	if (poolable(&o) && (pooled = pool_take(profile))) {
 		x->s = pooled->s;
+		x->info = pooled->info;
 		x->host_uid = pooled->host_uid;
 		x->uid_owned = pooled->host_uid != 0;
+		x->pooled = true;
 		free(pooled);
 		D.pool_hits++;
+		sess_link(c, x);
+		D.n_sessions++;
+		finish_open(c, x);
+		return;
+	}
+	/* The pool is empty but its next sandbox is being made: that one,
+	 * rather than another made after it. */
+	for (unsigned k = 0; poolable(&o) && !pooled && k < WORKER_MAX; k++)
+		if (D.making[k] && D.making[k]->profile == profile && !D.making[k]->waiter)
+			pooled = D.making[k];
+	if (pooled) {
+		pooled->waiter = x;
+		x->state = S_PENDING;
+		sess_link(c, x);
+		D.n_sessions++;
+		return;
+	}
+	/* Made by the worker: the loop serves everyone else meanwhile.  Files
+	 * the sandbox writes in a workspace or a writable bind belong to
+	 * whoever its user maps to, and a picked uid could read none of the
+	 * client's: such a session maps to the client's own uid and primary
+	 * gid (nsboxd(8), HOST UIDS). */
+	if (D.host_uids && (o.workspace_fd >= 0 || o.n_binds)) {
+		x->host_uid = (unsigned)c->uid;
+		host_gid = (unsigned)c->gid;
 	} else {
-		unsigned host_gid;
-
-		/* Files the sandbox writes in a workspace or a writable bind
-		 * belong to whoever its user maps to, and a picked uid could
-		 * read none of the client's: such a session maps to the
-		 * client's own uid and primary gid (nsboxd(8), HOST UIDS). */
-		if (D.host_uids && (o.workspace_fd >= 0 || o.n_binds)) {
-			x->host_uid = (unsigned)c->uid;
-			host_gid = (unsigned)c->gid;
-		} else {
-			x->host_uid = uid_alloc();
-			x->uid_owned = x->host_uid != 0;
-			host_gid = x->host_uid;
-			if (D.host_uids && !x->host_uid) {
-				free(x);
-				reply_error(c, id, EAGAIN, "every host uid of HostUidRange is in use");
-				return;
-			}
-		}
-		if (make_policy(o.profile, x->host_uid, host_gid, &pol, eb, sizeof(eb)) < 0 ||
-		    apply_open(pol, &o, fds, eb, sizeof(eb)) < 0) {
-			nsbox_policy_free(pol);
-			if (x->uid_owned)
-				uid_free(x->host_uid);
+		x->host_uid = uid_alloc();
+		x->uid_owned = x->host_uid != 0;
+		host_gid = x->host_uid;
+		if (D.host_uids && !x->host_uid) {
 			free(x);
-			reply_error(c, id, EINVAL, "%s", eb);
+			reply_error(c, id, EAGAIN, "every host uid of HostUidRange is in use");
 			return;
 		}
-		if (new_session(pol, o.cold, o.output_limit, &x->s, eb, sizeof(eb)) < 0) {
-			nsbox_policy_free(pol);
-			if (x->uid_owned)
-				uid_free(x->host_uid);
-			free(x);
-			reply_error(c, id, EIO, "%s", eb);
-			return;
-		}
-		nsbox_policy_free(pol);
 	}
+	j = job_new(JOB_CREATE, x);
+	/* The policy names the client's descriptors by /proc/self/fd path, and
+	 * the worker opens them after this request's own are closed: it gets
+	 * copies, closed when it is done. */
+	for (size_t i = 0; i < n_fds; i++)
+		dup_fds[i] = j ? fcntl(fds[i], F_DUPFD_CLOEXEC, 3) : -1;
+	if (j)
+		for (size_t i = 0; i < n_fds; i++)
+			j->fds[j->n_fds++] = dup_fds[i];
+	if (!j || (n_fds && dup_fds[n_fds - 1] < 0) ||
+	    make_policy(o.profile, x->host_uid, host_gid, &j->pol, eb, sizeof(eb)) < 0 ||
+	    apply_open(j->pol, &o, dup_fds, eb, sizeof(eb)) < 0) {
+		if (!j || (n_fds && dup_fds[n_fds - 1] < 0))
+			snprintf(eb, sizeof(eb), "out of memory or descriptors");
+		if (j) {
+			nsbox_policy_free(j->pol);
+			for (int i = 0; i < j->n_fds; i++)
+				if (j->fds[i] >= 0)
+					close(j->fds[i]);
+			free(j);
+		}
+		if (x->uid_owned)
+			uid_free(x->host_uid);
+		free(x);
+		reply_error(c, id, EINVAL, "%s", eb);
+		return;
+	}
+	j->cold = o.cold;
+	j->output_limit = o.output_limit;
+	x->state = S_PENDING;
+	sess_link(c, x);
 	D.n_sessions++;
-	if (nsbox_session_info(x->s, &info, NULL) == 0) {
-		x->memory = info.memory_limit;
-		x->cpus = info.cpus_limit;
-	}
-	code = 0;
-	if (rule->max_memory && (!x->memory || mem + x->memory > rule->max_memory))
-		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
-					x->memory ? "memory" : "no memory limit", (unsigned)c->uid,
-					(unsigned long long)(mem + x->memory), rule->section,
-					(unsigned long long)rule->max_memory);
-	else if (rule->max_cpus > 0 && (!(x->cpus > 0) || cpus + x->cpus > rule->max_cpus + 1e-9))
-		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %g CPUs, [%s] MaxCPUs is %g",
-					x->cpus > 0 ? "CPUs" : "no CPU limit", (unsigned)c->uid, cpus + x->cpus,
-					rule->section, rule->max_cpus);
-	if (!code && nsbox_session_handoff(x->s, &out_fds[0], &out_fds[1], &hello, &ne) < 0)
-		code = EIO, snprintf(eb, sizeof(eb), "%s", nsbox_error_message(ne));
-	drop_error(ne);
-	if (code) {
-		sess_free(x);
-		reply_error(c, id, code, "%s", eb);
-		return;
-	}
-	x->pidfd = fcntl(out_fds[1], F_DUPFD_CLOEXEC, 3);
-	if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd) || x->pidfd < 0) {
-		close(out_fds[0]);
-		close(out_fds[1]);
-		free(hello);
-		sess_free(x);
-		reply_error(c, id, EIO, "getrandom or dup failed");
-		return;
-	}
-	for (size_t i = 0; i < sizeof(rnd); i++)
-		snprintf(x->handle + 2 * i, 3, "%02x", rnd[i]);
-	{
-		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = x };
-
-		epoll_ctl(D.ep, EPOLL_CTL_ADD, x->pidfd, &ev);
-	}
-	x->next = c->sessions;
-	c->sessions = x;
-	D.opened++;
-	hj = json_loads(hello, 0, NULL);
-	free(hello);
-	reply_fds(c, SVC_OPENED, id,
-		  json_pack("{s:s,s:i,s:o,s:{s:I,s:I,s:f},s:I,s:b}", "handle", x->handle, "pid", (int)info.pid, "hello",
-			    hj ? hj : json_object(), "limits", "memory", (json_int_t)info.memory_limit, "pids",
-			    (json_int_t)info.pids_limit, "cpus", info.cpus_limit, "host_uid", sess_host_uid(x),
-			    "pooled", pooled != NULL),
-		  out_fds, 2);
+	worker_submit(j);
 }
 
 static void handle_request(struct conn *c, uint16_t type, uint32_t id, const json_t *m, int *fds, size_t n_fds)
@@ -859,23 +1115,37 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 			return;
 		}
 		if (type == SVC_KILL) {
-			if (!x->ended)
+			if (x->state == S_LIVE)
 				nsbox_session_kill(x->s);
 			reply(c, SVC_OK, id, json_object());
 		} else if (type == SVC_CLOSE) {
-			char h[SVC_HANDLE_LEN + 1];
-			json_t *st;
-
-			sess_end(x, true);
-			st = svc_status_json(&x->st);
-			memcpy(h, x->handle, sizeof(h));
+			/* Answered once the worker has reaped it (sess_ended):
+			 * the loop serves the others meanwhile. */
 			*link = x->next;
-			sess_free(x);
-			reply(c, SVC_CLOSED, id, json_pack("{s:s,s:o}", "handle", h, "status", st));
+			x->next = NULL;
+			x->conn = NULL;
+			x->close_wanted = true;
+			x->close_id = id;
+			x->reply_serial = c->serial;
+			if (x->state == S_LIVE) {
+				sess_end_start(x, true);
+			} else if (x->state == S_ENDED) {
+				struct nsbox_run_status rs = { .exited = x->st.exited, .exit_status = x->st.exit_code,
+							       .term_signal = x->st.term_signal,
+							       .oom_killed = x->st.oom_killed,
+							       .peak_memory = x->st.peak_memory };
+
+				sess_ended(x, &rs);
+			}
 		} else {
 			struct nsbox_session_info info = { .struct_size = sizeof(info) };
 
-			nsbox_session_info(x->s, &info, NULL);
+			/* Only a live session's may be asked (the worker holds an
+			 * ending one's). */
+			if (x->state == S_LIVE)
+				nsbox_session_info(x->s, &info, NULL);
+			else
+				info.pid = x->info.pid;
 			reply(c, SVC_INFO, id,
 			      json_pack("{s:s,s:b,s:i,s:I,s:I,s:I}", "handle", x->handle, "alive", !x->ended && info.alive,
 					"pid", (int)info.pid, "memory_current", (json_int_t)info.memory_current,
@@ -893,12 +1163,18 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 
 static void conn_close(struct conn *c)
 {
-	/* Every session the connection opened goes with it. */
+	/* Every session the connection opened goes with it: a pending or
+	 * ending one when the worker is done with it. */
 	while (c->sessions) {
 		struct sess *x = c->sessions;
 
 		c->sessions = x->next;
-		sess_free(x);
+		x->next = NULL;
+		x->conn = NULL;
+		if (x->state == S_LIVE)
+			sess_end_start(x, true);
+		else if (x->state == S_ENDED)
+			sess_free(x);
 	}
 	while (c->out) {
 		struct outmsg *m = c->out;
@@ -1042,6 +1318,7 @@ static void accept_one(void)
 	}
 	c->kind = EV_CONN;
 	c->fd = fd;
+	c->serial = ++D.next_serial;
 	c->uid = cr.uid;
 	c->gid = cr.gid;
 	c->pid = cr.pid;
@@ -1062,14 +1339,33 @@ static void accept_one(void)
 	notify_status();
 }
 
-/* A sandbox ended by itself (OOM, crash, exit): reap it and tell its owner. */
+/* A sandbox ended by itself (OOM, crash, exit): the worker reaps it, and
+ * its owner hears (sess_ended). */
 static void sess_died(struct sess *x)
 {
-	struct conn *c = x->conn;
+	sess_end_start(x, false);
+}
 
-	sess_end(x, false);
-	x->st.killed = false;
-	reply(c, SVC_EXITED, 0, json_pack("{s:s,s:o}", "handle", x->handle, "status", svc_status_json(&x->st)));
+/* Jobs the worker finished, in the order they were given. */
+static void worker_collect(void)
+{
+	struct job *j = worker_done();
+
+	while (j) {
+		struct job *next = j->next;
+		enum ev_kind *k = j->owner;
+
+		if (j->kind == JOB_CREATE && k && *k == EV_POOLED)
+			pool_made(j->owner, j);
+		else if (j->kind == JOB_CREATE && k)
+			open_made(j->owner, j);
+		else if (j->kind == JOB_END && k)
+			sess_ended(j->owner, &j->st);
+		if (j->kind == JOB_END)
+			uid_free(j->free_uid);
+		free(j);
+		j = next;
+	}
 }
 
 /* ---- setup ---- */
@@ -1132,7 +1428,7 @@ static void handle_signals(void)
 			if (load_config(&nc) == 0) {
 				/* Live sessions keep their host uids: the range only
 				 * changes when none is in use. */
-				bool keep_uids = D.n_sessions || D.pool;
+				bool keep_uids = D.n_sessions || D.pool || D.refilling;
 
 				if (keep_uids) {
 					nc.uid_first = D.conf.uid_first;
@@ -1223,6 +1519,24 @@ static void shutdown_all(void)
 	while (D.conns)
 		conn_close(D.conns);
 	pool_drop_all();
+	/* The worker ends what it was given (and makes what it was asked to:
+	 * those are ended here, the worker gone). */
+	worker_stop();
+	D.refilling = 0;
+	for (struct job *j = worker_done(); j;) {
+		struct job *next = j->next;
+
+		if (j->kind == JOB_CREATE && j->rc == 0) {
+			struct nsbox_run_status st = { .struct_size = sizeof(st) };
+
+			nsbox_session_end(j->s, true, &st, NULL);
+			nsbox_session_free(j->s);
+		}
+		/* Owners are in no list any more: every connection is gone. */
+		free(j->owner);
+		free(j);
+		j = next;
+	}
 }
 
 int daemon_run(const struct daemon_opts *o)
@@ -1259,23 +1573,35 @@ int daemon_run(const struct daemon_opts *o)
 	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.listen.fd, &ev);
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &D.sig };
 	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.sig.fd, &ev);
+	/* After the signals are blocked: the worker thread inherits that. */
+	{
+		int r = worker_start(D.conf.workers);
+
+		D.workers = D.conf.workers;
+
+		if (r < 0) {
+			logmsg("cannot start %u worker threads: %s", D.conf.workers, strerror(-r));
+			return 1;
+		}
+	}
+	D.worker.kind = EV_WORKER;
+	D.worker.fd = worker_fd();
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &D.worker };
+	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.worker.fd, &ev);
 	D.idle_since = mono_ns();
 	sd_notify(0, "READY=1");
-	logmsg("ready (%s, pool %u per profile%s)", D.activated ? "socket-activated" : o->listen_path, D.conf.pool_size,
-	       D.host_uids ? ", per-session host uids" : "");
+	logmsg("ready (%s, pool %u per profile, %u workers%s)", D.activated ? "socket-activated" : o->listen_path,
+	       D.conf.pool_size, D.conf.workers, D.host_uids ? ", per-session host uids" : "");
 	notify_status();
 
 	while (!D.stopping) {
 		struct epoll_event evs[64];
-		bool refill = false;
 		int timeout = -1, n;
 
-		for (int i = 0; i < CONF_MAX_PROFILES; i++)
-			if (D.conf.pool_profile[i] && D.pool_n[i] < D.conf.pool_size)
-				refill = true;
-		if (refill)
-			timeout = 0;
-		else if (D.activated && D.conf.idle_exit > 0 && !D.n_conns)
+		/* The worker refills the pool one sandbox at a time; its
+		 * completion wakes the loop for the next. */
+		pool_refill();
+		if (D.activated && D.conf.idle_exit > 0 && !D.n_conns)
 			timeout = 1000;
 		n = epoll_wait(D.ep, evs, 64, timeout);
 		if (n < 0 && errno != EINTR) {
@@ -1304,14 +1630,14 @@ int daemon_run(const struct daemon_opts *o)
 					conn_read(c);
 			} else if (*k == EV_SESS) {
 				sess_died((struct sess *)k);
+			} else if (*k == EV_WORKER) {
+				worker_collect();
 			}
 			/* Later events of this batch may name what was freed; epoll
 			 * is level-triggered, so they come again. */
 			if (freed != D.freed)
 				break;
 		}
-		if (n == 0 && refill && pool_refill_one())
-			notify_status();
 		if (D.activated && D.conf.idle_exit > 0 && !D.n_conns &&
 		    mono_ns() - D.idle_since > (unsigned long long)(D.conf.idle_exit * 1e9)) {
 			logmsg("idle for %g s: exiting (socket activation starts it again)", D.conf.idle_exit);

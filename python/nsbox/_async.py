@@ -101,7 +101,8 @@ class AsyncSandbox(_SandboxBase):
                  workspace: Optional[PathLike] = None, share_net: bool = False, cold: bool = False,
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
-                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None) -> None:
+                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
+                 output_limit: Optional[Size] = None) -> None:
         self._alock: Optional[asyncio.Lock] = None
         self._alock_loop: Optional[asyncio.AbstractEventLoop] = None
         self._cur: Optional[_Exec] = None
@@ -110,7 +111,7 @@ class AsyncSandbox(_SandboxBase):
         self._fd = -1
         self._late_tools: List[Any] = []
         super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
-                         max_tool_calls, on_output, spare, on_warning, connect)
+                         max_tool_calls, on_output, spare, on_warning, connect, output_limit)
         _live.add(self)
 
     # ---- hooks of _SandboxBase ----
@@ -463,7 +464,7 @@ class AsyncSandbox(_SandboxBase):
     # ---- state: short blocking round trips on the loop's thread ----
 
     async def set_variable(self, name: str, value: Any) -> None:
-        """Bind a global inside to value (JSON-able values, as for Sandbox)."""
+        """Bind a global inside to value (the built-in types, as for Sandbox)."""
         _tools.check_name(name)
         data = _values.dumps(value)
         async with self._lock_for_loop():

@@ -188,9 +188,16 @@ _PROTOS_0_4 = {
     "nsbox_exec_result": (c_int, [c_void_p, POINTER(c_void_p), _ERR]),
 }
 
+# 0.5.0: optional as well (the SDK falls back when they are missing).
+_PROTOS_0_5 = {
+    "nsbox_exec_time_left": (c_double, [c_void_p]),
+    "nsbox_result_truncated": (c_bool, [c_void_p, c_int, POINTER(c_uint64)]),
+}
+
 lib = None
 library_path = None
 _event_api = False
+has_0_5 = False
 
 # strdup gives the malloc'ed strings a tool callback hands to libnsbox,
 # which releases them with free().
@@ -258,6 +265,15 @@ def load():
             continue
         fn.restype = restype
         fn.argtypes = argtypes
+    global has_0_5
+    has_0_5 = True
+    for name, (restype, argtypes) in _PROTOS_0_5.items():
+        fn = getattr(handle, name, None)
+        if fn is None:
+            has_0_5 = False
+            continue
+        fn.restype = restype
+        fn.argtypes = argtypes
     lib = handle
     return lib
 
@@ -285,6 +301,10 @@ def error_from(rc, err, what=None, cls=None):
             lib.nsbox_error_free(err)
     if not msg:
         msg = os.strerror(code)
+    elif cls is PolicyError:
+        # libnsbox's policy messages name what they refuse ("policy 'x':",
+        # "[Limits] Memory=12Q:", "file:3:"): a prefix would repeat it.
+        what = None
     if what:
         msg = "%s: %s" % (what, msg)
     if cls is None:

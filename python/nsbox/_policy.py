@@ -39,6 +39,38 @@ def check_timeout(timeout):
     return t
 
 
+OUTPUT_LIMIT_MIN = 16
+# Both streams and the value share one RESULT frame (16 MiB), and each
+# undecodable byte of output travels as U+FFFD (3 bytes).
+OUTPUT_LIMIT_MAX = 2 << 20
+
+
+_UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+
+
+def check_output_limit(limit):
+    """0 (the library's default, 1 MiB) for None, else limit in bytes
+    (an int or a size string such as "64K"), within 16 bytes to 2 MiB."""
+    if limit is None:
+        return 0
+    if isinstance(limit, str):
+        text = limit.strip().upper()
+        mult = 1
+        if text[-1:] in _UNITS:
+            mult = _UNITS[text[-1]]
+            text = text[:-1]
+        if not text.isdigit():
+            raise PolicyError("output_limit %r: expected a size (e.g. 4096, 64K, 2M)" % (limit,), _errno.EINVAL)
+        limit = int(text) * mult
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise PolicyError("output_limit must be a number of bytes or a size such as '64K', not %r" % (limit,),
+                          _errno.EINVAL)
+    if not OUTPUT_LIMIT_MIN <= limit <= OUTPUT_LIMIT_MAX:
+        raise PolicyError("output_limit must be between %d bytes and %d MiB, not %d"
+                          % (OUTPUT_LIMIT_MIN, OUTPUT_LIMIT_MAX >> 20, limit), _errno.EINVAL)
+    return limit
+
+
 def apply_limits(lib, p, memory=None, pids=None, cpus=None):
     """Set the cgroup limits given (None leaves one as the policy has it)."""
     err = c_void_p()

@@ -7,6 +7,8 @@ and sent only when given, nsbox-protocol(7), TOOLS), so calls arrive as
 keyword arguments and the host function's own defaults apply.
 """
 
+import builtins
+import collections.abc
 import inspect
 import keyword
 import re
@@ -31,6 +33,18 @@ _PY_NAMES = {"integer": "int", "number": "float", "string": "str", "boolean": "b
 def check_name(name):
     if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
         raise ValueError("tool name must be a Python identifier, not %r" % (name,))
+
+
+def check_tool_name(name):
+    """A tool becomes a global inside: refuse names that would replace a
+    builtin (len, print, open...), a soft keyword (match, case, _: the
+    REPL's last value), or a dunder of the module (__name__...)."""
+    check_name(name)
+    if hasattr(builtins, name):
+        raise ValueError("tool name %r is a Python builtin: a tool by that name would replace it in the "
+                         "sandbox (choose another name, e.g. %r)" % (name, name + "_tool"))
+    if keyword.issoftkeyword(name) or (name.startswith("__") and name.endswith("__")):
+        raise ValueError("tool name %r is reserved in Python; choose another name" % (name,))
 
 
 def type_schema(hint):
@@ -71,6 +85,8 @@ def type_schema(hint):
         out = {"type": "array"}
         if args and type_schema(args[0]):
             out["items"] = type_schema(args[0])
+        if origin in (set, frozenset):
+            out["uniqueItems"] = True
         return out
     if origin in (tuple, typing.Tuple):
         out = {"type": "array"}
@@ -88,7 +104,111 @@ def type_schema(hint):
         return out
     if origin is not None and origin in _SIMPLE:
         return {"type": _SIMPLE[origin]}
+    if hint in (set, frozenset):
+        return {"type": "array", "uniqueItems": True}
     return {}
+
+
+# ---- checking arguments against the type hints, on the host ----
+#
+# The runner checks a call against the schema before sending it, for a
+# clear TypeError inside; but the sandbox is not trusted, so the host checks
+# the decoded arguments again, against the hints themselves.
+
+class _Mismatch(Exception):
+    pass
+
+
+def _tname(v):
+    return type(v).__name__
+
+
+def _hint_text(hint):
+    if isinstance(hint, type):
+        return hint.__qualname__
+    return re.sub(r"\btyping\.", "", repr(hint)).replace("NoneType", "None")
+
+
+_ABSTRACT = {collections.abc.Sequence: (list, tuple), collections.abc.MutableSequence: (list,),
+             collections.abc.Set: (set, frozenset), collections.abc.MutableSet: (set,),
+             collections.abc.Mapping: (dict,), collections.abc.MutableMapping: (dict,),
+             collections.abc.Iterable: (list, tuple, set, frozenset, dict, str, bytes, bytearray),
+             collections.abc.Collection: (list, tuple, set, frozenset, dict, str, bytes, bytearray)}
+
+
+_VALUE_TYPES = frozenset((str, bytes, bytearray, bool, list, tuple, dict, set, frozenset))
+
+
+def check_value(v, hint, where, depth=0):
+    """Raise _Mismatch(message) unless v (a decoded argument) fits hint.
+    Hints it does not understand (a TypeVar, a Protocol, a forward
+    reference it could not resolve, a class other than the built-in value
+    types) accept anything."""
+    if hint is inspect.Parameter.empty or hint is typing.Any or hint is object or depth > 100:
+        return
+    if hint is None or hint is type(None):
+        if v is not None:
+            raise _Mismatch("%s must be None, not %s" % (where, _tname(v)))
+        return
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is typing.Annotated:
+        return check_value(v, args[0], where, depth)
+    if origin is typing.Union or (_UnionType is not None and origin is _UnionType):
+        for a in args:
+            try:
+                check_value(v, a, where, depth)
+                return
+            except _Mismatch:
+                pass
+        raise _Mismatch("%s must be %s, not %s" % (where, _hint_text(hint), _tname(v)))
+    if origin is typing.Literal:
+        # Literal[1] accepts 1, not True (1 == True, but not the same type).
+        if not any(type(v) is type(a) and v == a for a in args):
+            raise _Mismatch("%s must be one of %s, not %r" % (where, ", ".join(repr(a) for a in args), v))
+        return
+    cls = origin if origin is not None else hint
+    if not isinstance(cls, type):
+        return
+    if cls is float:
+        ok = type(v) in (int, float)
+    elif cls is int:
+        ok = isinstance(v, int) and not isinstance(v, bool)
+    elif cls is complex:
+        ok = type(v) in (int, float, complex)
+    elif cls in _ABSTRACT:
+        ok = isinstance(v, _ABSTRACT[cls])
+    elif cls in _VALUE_TYPES:
+        ok = isinstance(v, cls)
+    else:
+        # Another class (a dataclass, a TypedDict, a model taking a dict):
+        # no value from inside is one, and the function may build it from
+        # what it gets.
+        return
+    if not ok:
+        raise _Mismatch("%s must be %s, not %s" % (where, _hint_text(hint), _tname(v)))
+    if not args:
+        return
+    if isinstance(v, dict) and len(args) == 2:
+        for k, x in v.items():
+            check_value(k, args[0], "a key of %s" % where, depth + 1)
+            check_value(x, args[1], "%s[%r]" % (where, k), depth + 1)
+    elif isinstance(v, tuple) and cls is tuple:
+        if len(args) == 2 and args[1] is Ellipsis:
+            for i, x in enumerate(v):
+                check_value(x, args[0], "%s[%d]" % (where, i), depth + 1)
+        elif args == ((),):
+            if v:
+                raise _Mismatch("%s must be an empty tuple" % where)
+        else:
+            if len(v) != len(args):
+                raise _Mismatch("%s must be a tuple of %d items, not %d" % (where, len(args), len(v)))
+            for i, (x, a) in enumerate(zip(v, args)):
+                check_value(x, a, "%s[%d]" % (where, i), depth + 1)
+    elif isinstance(v, (list, tuple, set, frozenset)) and len(args) == 1:
+        for i, x in enumerate(v):
+            check_value(x, args[0], "an item of %s" % where if isinstance(v, (set, frozenset))
+                        else "%s[%d]" % (where, i), depth + 1)
 
 
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Params|Keyword Args|Keyword Arguments)\s*:\s*$")
@@ -184,6 +304,21 @@ def schema_from_function(fn):
     return schema
 
 
+def _param_hints(fn, sig):
+    """{parameter: hint} of fn, a **kwargs parameter's under its own name."""
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = {}
+    out = {}
+    for p in sig.parameters.values():
+        h = hints.get(p.name, p.annotation if not isinstance(p.annotation, str) else inspect.Parameter.empty)
+        if p.kind is p.VAR_POSITIONAL:
+            return {}
+        out[p.name] = h
+    return out
+
+
 def _py_type(s):
     """A Python annotation string for a JSON Schema."""
     if not isinstance(s, dict) or not s:
@@ -228,16 +363,19 @@ def _annotation_text(hint):
 class Tool:
     """One registered host tool."""
 
-    __slots__ = ("name", "fn", "schema", "schema_json", "description", "positional", "returns")
+    __slots__ = ("name", "fn", "schema", "schema_json", "description", "positional", "returns", "hints",
+                 "var_kw")
 
     def __init__(self, name, fn, schema=None, description=None):
-        check_name(name)
+        check_tool_name(name)
         if not callable(fn):
             raise TypeError("tool %s: %r is not callable" % (name, fn))
         self.name = name
         self.fn = fn
         self.positional = ()
         self.returns = None
+        self.hints = {}
+        self.var_kw = None
         try:
             sig = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -253,6 +391,11 @@ class Tool:
             self.returns = _annotation_text(ret)
         if schema is None and sig is not None:
             schema = schema_from_function(fn)
+            # The host checks the arguments against the hints the schema
+            # was made from (an explicit schema is the caller's to check).
+            if schema is not None:
+                self.hints = _param_hints(fn, sig)
+                self.var_kw = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
         if schema is not None and not isinstance(schema, dict):
             raise TypeError("tool %s: schema must be a dict (a JSON Schema), not %s" % (name, type(schema).__name__))
         self.schema = schema
@@ -261,7 +404,20 @@ class Tool:
             description = parse_docstring(inspect.getdoc(fn))[0]
         self.description = description or ""
 
+    def check(self, args, kwargs):
+        """TypeError unless the arguments fit the function's type hints."""
+        hints = self.hints
+        if not hints:
+            return
+        for k, v in kwargs.items():
+            h = hints.get(k if k in hints else self.var_kw, inspect.Parameter.empty)
+            try:
+                check_value(v, h, "argument %r" % k)
+            except _Mismatch as e:
+                raise TypeError("%s(): %s" % (self.name, e)) from None
+
     def call(self, args, kwargs):
+        self.check(args, kwargs)
         if self.positional:
             args = list(args) + [kwargs.pop(n) for n in self.positional if n in kwargs]
         return self.fn(*args, **kwargs)

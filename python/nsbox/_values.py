@@ -6,12 +6,24 @@ nsbox-protocol(7), VALUES.
     int, |n| <= 2**53   number
     other int           {"$int": "digits"} (or "0x..." past the str digit limit)
     float               number; nan/inf/-inf as {"$float": ...}
+    complex             {"$complex": [real, imag]} (each a float as above)
+    bytes, bytearray    {"$bytes": base64}, {"$bytearray": base64}
     list                array
     tuple               {"$tuple": [...]}
+    set, frozenset      {"$set": [...]}, {"$frozenset": [...]}
     dict, str keys      object; {"$dict": {...}} if a key starts with "$"
+    dict, other keys    {"$dict": [[key, value], ...]}
     anything else       {"$repr": ..., "$type": ...[, "$why": ...]}  (only from inside)
+
+Decoding what the sandbox sent never evaluates anything: each tag builds
+its value with int(), float(), base64 and the container's constructor, and
+a malformed tag, an unhashable set member or key, or nesting deeper than
+the runner produces is an UndecodableValue.  The text itself is bounded by
+libnsbox's frame limit before it gets here.
 """
 
+import base64
+import binascii
 import json
 import math
 
@@ -21,11 +33,16 @@ __all__ = ["ReprValue", "encode", "decode", "dumps", "loads"]
 
 INT_EXACT = 2 ** 53
 MAX_DEPTH = 100
+# The runner turns what lies deeper than MAX_DEPTH into $repr: a value from
+# inside nests at most MAX_DEPTH + 1 levels (plus slack).
+DECODE_DEPTH = MAX_DEPTH + 4
 
 
 class ReprValue:
-    """A value from inside that has no JSON form (a module, a class instance,
-    a set...): its repr() and its type's qualified name.  repr() of a
+    """A value from inside that cannot cross as itself (a module, a class
+    instance, a cycle, nesting past 100 levels, a value over the frame
+    limit): its repr(), its type's qualified name and, when the runner says,
+    why (.why: "cycle", "nested too deeply", "too large"...).  repr() of a
     ReprValue is the original repr, so printing it reads naturally."""
 
     __slots__ = ("repr", "type_name", "why")
@@ -53,14 +70,21 @@ class ReprValue:
         return hash((self.repr, self.type_name, self.why))
 
 
-def encode(v, depth=0):
+def _b64(b):
+    return binascii.b2a_base64(b, newline=False).decode("ascii")
+
+
+_SENDABLE = ("only None, bool, int, float, complex, str, bytes, bytearray, list, tuple, set, frozenset "
+             "and dict can")
+
+
+def encode(v, depth=0, seen=None):
     """A Python value -> a JSON-able value.  TypeError for what has no JSON
-    form (sets, bytes, objects), ValueError for nesting past 100 levels."""
+    form (objects, functions...), ValueError for a cycle or nesting past
+    100 levels."""
     t = type(v)
     if v is None or t is bool or t is str:
         return v
-    if depth > MAX_DEPTH:
-        raise ValueError("value nested more than %d levels deep" % MAX_DEPTH)
     if isinstance(v, bool):
         return bool(v)
     if isinstance(v, int):
@@ -78,48 +102,125 @@ def encode(v, depth=0):
         return {"$float": repr(v)}
     if isinstance(v, str):
         return str(v)
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested more than %d levels deep" % MAX_DEPTH)
+    if t is bytes:
+        return {"$bytes": _b64(v)}
+    if t is bytearray:
+        return {"$bytearray": _b64(v)}
+    if t is complex:
+        return {"$complex": [encode(v.real), encode(v.imag)]}
+    if isinstance(v, (list, tuple, dict, set, frozenset)):
+        if seen is None:
+            seen = set()
+        i = id(v)
+        if i in seen:
+            raise ValueError("a cyclic %s cannot cross into the sandbox" % t.__name__)
+        seen.add(i)
+        try:
+            return _encode_container(v, depth + 1, seen)
+        finally:
+            seen.discard(i)
+    raise TypeError("a %s.%s cannot cross into the sandbox (%s)" % (t.__module__, t.__qualname__, _SENDABLE))
+
+
+def _encode_container(v, d1, seen):
     if isinstance(v, list):
-        return [encode(x, depth + 1) for x in v]
+        return [encode(x, d1, seen) for x in v]
     if isinstance(v, tuple):
-        return {"$tuple": [encode(x, depth + 1) for x in v]}
+        return {"$tuple": [encode(x, d1, seen) for x in v]}
     if isinstance(v, dict):
-        d = {}
-        dollar = False
-        for k, x in v.items():
-            if not isinstance(k, str):
-                raise TypeError("dict keys must be str to cross into the sandbox, not %s" % type(k).__name__)
-            k = str(k)
-            dollar = dollar or k.startswith("$")
-            d[k] = encode(x, depth + 1)
-        return {"$dict": d} if dollar else d
-    raise TypeError("a %s.%s cannot cross into the sandbox (only None, bool, int, float, str, list, "
-                    "tuple and dict with str keys can)" % (t.__module__, t.__qualname__))
+        if all(isinstance(k, str) for k in v):
+            d = {}
+            dollar = False
+            for k, x in v.items():
+                k = str(k)
+                dollar = dollar or k.startswith("$")
+                d[k] = encode(x, d1, seen)
+            return {"$dict": d} if dollar else d
+        return {"$dict": [[encode(k, d1, seen), encode(x, d1, seen)] for k, x in v.items()]}
+    tag = "$frozenset" if isinstance(v, frozenset) else "$set"
+    return {tag: [encode(x, d1, seen) for x in v]}
 
 
-def decode(v):
-    """A JSON value from inside -> a Python value (ReprValue for $repr)."""
+def _unb64(x):
+    return base64.b64decode(x.encode("ascii"), validate=True)
+
+
+def _part(x, depth):
+    x = decode(x, depth) if type(x) is dict else x
+    if type(x) not in (int, float):
+        raise ValueError("$complex parts must be numbers, not %s" % type(x).__name__)
+    return float(x)
+
+
+def _pair(p, depth):
+    if type(p) is not list or len(p) != 2:
+        raise ValueError("$dict pairs must be [key, value] lists")
+    k, x = p
+    return (decode(k, depth) if type(k) in NESTED else k), (decode(x, depth) if type(x) in NESTED else x)
+
+
+def _tag(k, x, depth):
+    """The value of the tag {k: x}; _NOT_A_TAG when k is no tag of ours."""
+    tx = type(x)
+    if k == "$int":
+        if tx is str:
+            return int(x, 0)
+    elif k == "$float":
+        if tx is str:
+            return float(x)
+    elif k == "$tuple":
+        if tx is list:
+            return tuple(decode(y, depth) if type(y) in NESTED else y for y in x)
+    elif k == "$dict":
+        if tx is dict:
+            return {a: decode(b, depth) if type(b) in NESTED else b for a, b in x.items()}
+        if tx is list:
+            return dict(_pair(p, depth) for p in x)
+    elif k == "$set" or k == "$frozenset":
+        if tx is list:
+            items = (decode(y, depth) if type(y) in NESTED else y for y in x)
+            return set(items) if k == "$set" else frozenset(items)
+    elif k == "$bytes" or k == "$bytearray":
+        if tx is str:
+            b = _unb64(x)
+            return b if k == "$bytes" else bytearray(b)
+    elif k == "$complex":
+        if tx is list and len(x) == 2:
+            return complex(_part(x[0], depth), _part(x[1], depth))
+    else:
+        return _NOT_A_TAG
+    raise ValueError("malformed %s tag (a %s)" % (k, tx.__name__))
+
+
+_NOT_A_TAG = object()
+
+
+def decode(v, depth=0):
+    """A JSON value from inside -> a Python value (ReprValue for $repr).
+    ValueError or TypeError for a malformed tag, an unhashable member
+    of a set or key of a dict, or nesting deeper than the runner sends."""
     t = type(v)
-    if t is list:
-        return [decode(x) if type(x) in NESTED else x for x in v]
-    if t is dict:
-        n = len(v)
-        if n == 1:
-            (k, x), = v.items()
-            if k == "$int" and type(x) is str:
-                return int(x, 0)
-            if k == "$float" and type(x) is str:
-                return float(x)
-            if k == "$tuple" and type(x) is list:
-                return tuple(decode(y) for y in x)
-            if k == "$dict" and type(x) is dict:
-                return {a: decode(b) for a, b in x.items()}
-        elif n in (2, 3) and type(v.get("$repr")) is str and type(v.get("$type")) is str:
-            if n == 2 or type(v.get("$why")) is str:
-                return ReprValue(v["$repr"], v["$type"], v.get("$why"))
-        for x in v.values():
-            if type(x) in NESTED:
-                return {a: decode(b) for a, b in v.items()}
+    if t is not list and t is not dict:
         return v
+    depth += 1
+    if depth > DECODE_DEPTH:
+        raise ValueError("value nested more than %d levels deep" % DECODE_DEPTH)
+    if t is list:
+        return [decode(x, depth) if type(x) in NESTED else x for x in v]
+    n = len(v)
+    if n == 1:
+        (k, x), = v.items()
+        r = _tag(k, x, depth)
+        if r is not _NOT_A_TAG:
+            return r
+    elif n in (2, 3) and type(v.get("$repr")) is str and type(v.get("$type")) is str:
+        if n == 2 or type(v.get("$why")) is str:
+            return ReprValue(v["$repr"], v["$type"], v.get("$why"))
+    for x in v.values():
+        if type(x) in NESTED:
+            return {a: decode(b, depth) for a, b in v.items()}
     return v
 
 

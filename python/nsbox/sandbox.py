@@ -31,7 +31,7 @@ from . import _tools
 from . import _values
 from .errors import (Cancelled, MemoryLimitExceeded, ProtocolError, SandboxCrashed, SandboxedException,
                      SandboxedMemoryError, SandboxedToolError, SandboxError, TimeLimitExceeded,
-                     UndefinedVariable)
+                     UndecodableValue, UndefinedVariable)
 
 __all__ = ["Sandbox", "ExecResult"]
 
@@ -57,10 +57,15 @@ def _close_all():
 
 class ExecResult:
     """Everything about one run: value, stdout, stderr (str), error (the
-    exception execute() would raise, or None) and resource use (wall and
-    cpu seconds, peak_memory bytes, tool_calls)."""
+    exception execute() would raise, or None), resource use (wall and
+    cpu seconds, peak_memory bytes, tool_calls), and whether stdout or
+    stderr was cut to the output limit (stdout_truncated, stderr_truncated:
+    the text then keeps the head and the tail with a "[... N bytes
+    truncated ...]" line between; stdout_bytes, stderr_bytes: how much the
+    code wrote)."""
 
-    __slots__ = ("value", "stdout", "stderr", "error", "wall", "cpu", "peak_memory", "tool_calls")
+    __slots__ = ("value", "stdout", "stderr", "error", "wall", "cpu", "peak_memory", "tool_calls",
+                 "stdout_truncated", "stderr_truncated", "stdout_bytes", "stderr_bytes")
 
     value: Any
     stdout: str
@@ -70,10 +75,16 @@ class ExecResult:
     cpu: float
     peak_memory: int
     tool_calls: int
+    stdout_truncated: bool
+    stderr_truncated: bool
+    stdout_bytes: int
+    stderr_bytes: int
 
     def __init__(self, value: Any = None, stdout: str = "", stderr: str = "",
                  error: Optional[SandboxError] = None, wall: float = 0.0, cpu: float = 0.0,
-                 peak_memory: int = 0, tool_calls: int = 0) -> None:
+                 peak_memory: int = 0, tool_calls: int = 0, stdout_truncated: bool = False,
+                 stderr_truncated: bool = False, stdout_bytes: Optional[int] = None,
+                 stderr_bytes: Optional[int] = None) -> None:
         self.value = value
         self.stdout = stdout
         self.stderr = stderr
@@ -82,10 +93,19 @@ class ExecResult:
         self.cpu = cpu
         self.peak_memory = peak_memory
         self.tool_calls = tool_calls
+        self.stdout_truncated = stdout_truncated
+        self.stderr_truncated = stderr_truncated
+        self.stdout_bytes = len(stdout.encode("utf-8", "replace")) if stdout_bytes is None else stdout_bytes
+        self.stderr_bytes = len(stderr.encode("utf-8", "replace")) if stderr_bytes is None else stderr_bytes
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether either stream was cut to the output limit."""
+        return self.stdout_truncated or self.stderr_truncated
 
     @property
     def lines(self) -> List[str]:
@@ -110,15 +130,18 @@ def _cstr(s):
     return _lib.libc.strdup(b)
 
 
-def run_awaitable(aw: Any) -> Any:
+def run_awaitable(aw: Any, timeout: Optional[float] = None) -> Any:
     """The result of an awaitable (an async tool's coroutine) for a caller
     with no event loop to await it on: asyncio.run() in this thread, or in
     a new thread when an event loop is already running in this one (a
-    synchronous Sandbox used from inside a coroutine)."""
+    synchronous Sandbox used from inside a coroutine).  With a timeout, the
+    awaitable is cancelled when it runs out (asyncio.TimeoutError)."""
     import asyncio
 
     async def main() -> Any:
-        return await aw
+        if timeout is None:
+            return await aw
+        return await asyncio.wait_for(aw, timeout)
 
     try:
         asyncio.get_running_loop()
@@ -161,12 +184,18 @@ class _Dispatch:
 
     def invoke(self, t, args_json):
         call = _values.parse(args_json)
-        args = _values.decode(call.get("args") or [])
-        # kwargs' keys are names, never $-tags: decode the values only.
-        kwargs = call.get("kwargs") or {}
-        for k, x in kwargs.items():
-            if type(x) in _values.NESTED:
-                kwargs[k] = _values.decode(x)
+        try:
+            args = _values.decode(call.get("args") or [])
+            # kwargs' keys are names, never $-tags: decode the values only.
+            kwargs = call.get("kwargs") or {}
+            for k, x in kwargs.items():
+                if type(x) in _values.NESTED:
+                    kwargs[k] = _values.decode(x)
+        except (RecursionError, MemoryError, ValueError, UnicodeError, KeyError, TypeError) as e:
+            # Chosen by the sandbox: the call fails (a ToolError inside),
+            # the function is not called.
+            raise UndecodableValue("the sandbox sent tool %s arguments the host cannot decode (%s: %s)"
+                                   % (t.name, type(e).__name__, str(e)[:200])) from e
         return t.call(args, kwargs)
 
     def failed(self, e):
@@ -193,7 +222,7 @@ class _Dispatch:
             try:
                 value = self.invoke(t, args_json)
                 if inspect.isawaitable(value):
-                    value = run_awaitable(value)
+                    value = run_awaitable(value, self.time_left())
             except Exception as e:
                 error_out[0] = _cstr(self.failed(e))
                 return 1
@@ -220,6 +249,16 @@ class _Dispatch:
                 pass
             return 1
 
+    def time_left(self):
+        """Seconds to the running exec's time limit (a little past it, so
+        that an async tool cancelled at the deadline answers after it), or
+        None when it has none."""
+        h = self.handle
+        if h is None or not _lib.has_0_5:
+            return None
+        left = _lib.lib.nsbox_exec_time_left(h)
+        return None if left < 0 else left + 0.02
+
     def output(self, userdata, stream, data, length):
         try:
             fn = self.on_output
@@ -239,7 +278,11 @@ _DOC_OPTIONS = """
                  (the default policy); see nsbox-policy(5).
     memory:      memory limit of the whole sandbox: bytes (int) or a size string
                  ("256M", "1G"); 0 for none.  None keeps the policy's.
-    timeout:     seconds per execute() call (None: the policy's TimeLimit).
+    timeout:     seconds per execute() call (None: the policy's TimeLimit): a
+                 wall-clock limit of the whole call, time in host tools
+                 included.  Past it the call raises TimeLimitExceeded; an
+                 async tool still running then is cancelled, a sync one
+                 can't be interrupted, so the call fails when it returns.
     pids, cpus:  process/thread cap and CPU share (0.5 = half a CPU).
     workspace:   a host directory mounted writable at /workspace.
     share_net:   share the host's network namespace.
@@ -255,6 +298,11 @@ _DOC_OPTIONS = """
                  next call starts a fresh one (True), or raises SandboxCrashed
                  until restart() is called (False).
     max_tool_calls: tool calls allowed per execute() (None: 1000).
+    output_limit: bytes of stdout and of stderr kept per execute(): bytes or a
+                 size string, 16 bytes to 2 MiB (None: 1 MiB).  Past it the
+                 head and the tail are kept with a "[... N bytes truncated
+                 ...]" line between, and run()'s ExecResult says so
+                 (stdout_truncated, stderr_truncated).
     on_output:   fn(stream, text) called as the code prints ("stdout"/"stderr").
     on_warning:  fn(message) called with the jail's warnings when a sandbox is
                  made (e.g. a limit this host can't enforce with a cgroup, and
@@ -276,7 +324,8 @@ class _SandboxBase:
                  workspace: Optional[PathLike] = None, share_net: bool = False, cold: bool = False,
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
-                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None) -> None:
+                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
+                 output_limit: Optional[Size] = None) -> None:
         # Attributes close() relies on come first: __init__ may fail half way.
         self._closed = False
         self._owner_pid = os.getpid()
@@ -299,6 +348,7 @@ class _SandboxBase:
         self._warn = _policy.WarnSink(on_warning, defer=self._defer_warnings)
         self._warn_cb = _lib.WARN_FN(self._warn)
         self._sess_opts = _lib.SessionOpts(struct_size=sizeof(_lib.SessionOpts), cold=bool(cold),
+                                           output_limit=_policy.check_output_limit(output_limit),
                                            max_tool_calls=int(max_tool_calls or 0), output=self._output_cb,
                                            warn=self._warn_cb, spare=spare is True, no_spare=spare is False,
                                            # ctypes may run Python threads: always the helper
@@ -506,7 +556,23 @@ class _SandboxBase:
             return value if mode == 0 else (value, out)
         wall, cpu, peak, calls = c_double(), c_double(), c_uint64(), c_uint()
         lib.nsbox_result_usage(r, byref(wall), byref(cpu), byref(peak), byref(calls))
-        return ExecResult(value, out, errtext, error, wall.value, cpu.value, peak.value, calls.value)
+        (otrunc, obytes), (etrunc, ebytes) = self._truncation(r)
+        return ExecResult(value, out, errtext, error, wall.value, cpu.value, peak.value, calls.value,
+                          otrunc, etrunc, obytes, ebytes)
+
+    def _truncation(self, r):
+        """((stdout truncated, bytes written), (stderr ...)) of a result."""
+        lib = self._lib
+        if _lib.has_0_5:
+            out = []
+            for stream in (1, 2):
+                n = c_uint64()
+                t = lib.nsbox_result_truncated(r, stream, byref(n))
+                out.append((bool(t), n.value))
+            return tuple(out)
+        # An older library: the RESULT message has the flags.
+        msg = _values.parse(lib.nsbox_result_json(r) or b"{}")
+        return tuple((msg.get(s + "_truncated") is True, msg.get(s + "_bytes") or 0) for s in ("stdout", "stderr"))
 
     def _alive(self):
         info = _lib.SessionInfo(struct_size=sizeof(_lib.SessionInfo))
@@ -730,9 +796,10 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
                  workspace: Optional[PathLike] = None, share_net: bool = False, cold: bool = False,
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
-                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None) -> None:
+                 on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
+                 output_limit: Optional[Size] = None) -> None:
         super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
-                         max_tool_calls, on_output, spare, on_warning, connect)
+                         max_tool_calls, on_output, spare, on_warning, connect, output_limit)
         self._res = c_void_p()
         self._err = c_void_p()
         self._res_ref = byref(self._res)
@@ -826,8 +893,10 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
     # ---- state ----
 
     def set_variable(self, name: str, value: Any) -> None:
-        """Bind a global inside to value (None, bool, int, float, str, and
-        lists, tuples and str-keyed dicts of them)."""
+        """Bind a global inside to value: Python's built-in types (None,
+        bool, int, float, complex, str, bytes, bytearray, list, tuple, set,
+        frozenset, dict) nested in any way up to 100 levels.  TypeError for
+        another type, ValueError for a cycle or deeper nesting."""
         _tools.check_name(name)
         data = _values.dumps(value)
         with self._lock:

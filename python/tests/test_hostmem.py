@@ -150,3 +150,16 @@ def test_undecodable_values_are_sandbox_errors(text):
     with pytest.raises(nsbox.SandboxError) as ei:
         _values.loads(text)
     assert isinstance(ei.value, nsbox.UndecodableValue)
+
+
+@pytest.mark.parametrize("value", ['{"$set":[[1]]}', '{"$dict":[[{"$set":[]},1]]}', '{"$bytes":"%%%"}',
+                                   '{"$complex":["x",1]}', '{"$frozenset":[{"$bytearray":"AA=="}]}'])
+def test_forged_result_with_malformed_tags_is_a_sandbox_error(libnsbox, value):
+    # The RESULT of the running exec (id 2: the host's first exec after the
+    # handshake is 1), written by hand with a value no runner would send.
+    m = host(r'''
+frame(3, 2, '{"error":null,"stdout":"","stderr":"","value":%s}')
+time.sleep(5)
+''' % value)
+    assert m.get("error") == "UndecodableValue" or "UndecodableValue" in m.get("mro", []), m
+    assert "SandboxError" in m["mro"], m

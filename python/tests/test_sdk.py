@@ -55,7 +55,35 @@ def test_value_encoding_matches_protocol():
     assert _values.loads(b'{"$repr":1,"$type":"x"}') == {"$repr": 1, "$type": "x"}
 
 
-@pytest.mark.parametrize("bad", [{1, 2}, b"bytes", object(), {1: "int key"}, [lambda: 0]])
+# Python's built-in types, each alone and nested in the others.
+BUILTIN_VALUES = [
+    {1: 2}, {None: True, 1.5: (1,), (1, "t"): "tuple key", frozenset({1}): 0}, b"", b"\x00\xffbytes",
+    bytearray(b"ba"), bytearray(), set(), {1, 2, -3}, frozenset(), frozenset({(1, b"x")}), 1 + 2j, -0.5j,
+    complex(1e300, -1e-300), 2 ** 200, -(2 ** 64), None, True, False, "",
+    {"$bytes": "not a tag"}, {"$dict": [[1, 2]]}, {"$set": [1]},
+    [{1: {b"k": {frozenset({2}): [bytearray(b"v"), {3 + 0j}]}}}], ({"a": ({1: (b"",)},)},),
+]
+
+
+@pytest.mark.parametrize("v", BUILTIN_VALUES)
+def test_builtin_values_round_trip(v):
+    back = _values.loads(_values.dumps(v))
+    assert back == v and type(back) is type(v)
+
+
+def test_new_value_tags():
+    assert _values.encode(b"\x00\xff") == {"$bytes": "AP8="}
+    assert _values.encode(bytearray(b"x")) == {"$bytearray": "eA=="}
+    assert _values.encode({1, 2}) == {"$set": [1, 2]}
+    assert _values.encode(frozenset()) == {"$frozenset": []}
+    assert _values.encode(1 + 2j) == {"$complex": [1.0, 2.0]}
+    assert _values.encode(complex(float("nan"), float("-inf"))) == {"$complex": [{"$float": "nan"}, {"$float": "-inf"}]}
+    assert _values.encode({1: "a", "b": 2}) == {"$dict": [[1, "a"], ["b", 2]]}
+    c = _values.loads(b'{"$complex":[{"$float":"nan"},1]}')
+    assert math.isnan(c.real) and c.imag == 1.0
+
+
+@pytest.mark.parametrize("bad", [object(), [lambda: 0], {1: object()}, {frozenset([object()])}])
 def test_unsendable_values_raise_type_error(bad):
     with pytest.raises(TypeError):
         _values.dumps(bad)
@@ -255,8 +283,8 @@ def test_execute_values(sb):
     assert sb.execute("'h\u00e9\\u2603'") == "h\u00e9\u2603"
     r = sb.execute("import os\nos")
     assert isinstance(r, nsbox.ReprValue) and r.type_name == "builtins.module" and "os" in r.repr
-    r = sb.execute("{1, 2}")
-    assert isinstance(r, nsbox.ReprValue) and r.type_name == "builtins.set" and repr(r) == "{1, 2}"
+    assert sb.execute("{1, 2}") == {1, 2}
+    assert sb.execute("{1: 2}")[1] == 2
     with pytest.raises(ValueError):
         sb.execute("1\0")
 
@@ -325,7 +353,7 @@ def test_variables(sb):
     with pytest.raises(ValueError):
         sb.set_variable("not a name", 1)
     with pytest.raises(TypeError):
-        sb.set_variable("s", {1, 2})
+        sb.set_variable("s", object())
 
 
 def test_reset(sb):
@@ -414,7 +442,7 @@ def test_tools_that_raise(sb):
         if kind == "tool":
             raise nsbox.ToolError("exactly this message")
         if kind == "return":
-            return {1, 2}
+            return object()
         return 1
     assert sb.execute("import nsbox\ntry:\n    fail('value')\nexcept nsbox.ToolError as e:\n    r = str(e)\nr") == \
         "ValueError: bad input value"
@@ -1507,3 +1535,312 @@ def test_workspace_is_checked_before_starting(libnsbox, tmp_path):
                 nsbox.Sandbox(workspace=locked, timeout=30)
         finally:
             locked.chmod(0o700)
+
+
+# ---- values, both ways, through a sandbox ---------------------------------
+
+def test_builtin_values_cross_both_ways(sb):
+    for v in BUILTIN_VALUES:
+        sb.set_variable("v", v)
+        # Inside, the value is the real thing: same type, same repr (str and
+        # bytes hashes differ between processes: sets of them are left out).
+        assert sb.execute("type(v).__name__") == type(v).__name__, v
+        assert sb.execute("repr(v)") == repr(v), v
+        back = sb.get_variable("v")
+        assert back == v and type(back) is type(v), v
+        got = sb.execute("v")
+        assert got == v and type(got) is type(v), v
+    v = sb.execute("{1: 2}")
+    assert v == {1: 2} and v[1] == 2
+    assert math.isnan(sb.execute("float('nan')"))
+    c = sb.execute("complex(float('nan'), float('inf'))")
+    assert math.isnan(c.real) and c.imag == float("inf")
+
+
+def test_values_that_cannot_cross_fall_back_to_repr_value(sb):
+    # A cycle: the container crosses, the back-reference is a ReprValue.
+    a = sb.execute("a = [1]; a.append(a); a")
+    assert a[0] == 1 and isinstance(a[1], nsbox.ReprValue) and a[1].why == "cycle" and a[1].repr == "[1, [...]]"
+    d = sb.execute("d = {}; d['self'] = d; d")
+    assert isinstance(d["self"], nsbox.ReprValue) and d["self"].why == "cycle"
+    # Objects, as themselves or as keys and members.
+    r = sb.execute("import os\n{1: os, os: 2}")
+    (k1, v1), (k2, v2) = r.items()
+    assert k1 == 1 and isinstance(v1, nsbox.ReprValue) and v1.type_name == "builtins.module"
+    assert isinstance(k2, nsbox.ReprValue) and v2 == 2
+    # Too deep: past 100 levels the rest is one ReprValue.
+    v = sb.execute("v = 0\nfor _ in range(150): v = [v]\nv")
+    depth = 0
+    while isinstance(v, list):
+        v, = v
+        depth += 1
+    assert isinstance(v, nsbox.ReprValue) and v.why == "nested too deeply" and depth == 101
+    # Too large for a frame: the value is a ReprValue saying so.
+    r = sb.execute("b'x' * (13 << 20)")
+    assert isinstance(r, nsbox.ReprValue) and r.why == "too large"
+    # Subclasses are not the built-in type: they fall back, with their type.
+    r = sb.execute("import collections\ncollections.Counter('aab')")
+    assert isinstance(r, nsbox.ReprValue) and r.type_name == "collections.Counter"
+
+
+def test_host_refuses_what_cannot_cross(sb):
+    cyc = []
+    cyc.append(cyc)
+    with pytest.raises(ValueError):
+        sb.set_variable("c", cyc)
+    with pytest.raises(TypeError):
+        sb.set_variable("o", {1: object()})
+    assert sb.execute("1 + 1") == 2
+
+
+def test_tool_arguments_and_results_keep_their_types(sb):
+    seen = []
+
+    @sb.tool
+    def echo(*args, **kwargs):
+        seen.append((args, kwargs))
+        return args, kwargs
+
+    for v in BUILTIN_VALUES:
+        sb.set_variable("v", v)
+        sb.execute("r = echo(v, k=v)\nassert r == ((v,), {'k': v}), r\nassert type(r[0][0]) is type(v)")
+        a, kw = seen[-1]
+        assert a == (v,) and type(a[0]) is type(v) and kw == {"k": v} and type(kw["k"]) is type(v)
+
+    @sb.tool
+    def typed(b: bytes, s: set, t: tuple, c: complex, fs: frozenset, ba: bytearray) -> tuple:
+        return b, s, t, c, fs, ba
+
+    out = sb.execute("r = typed(b'\\x01', {1}, (2, 3), 1j, frozenset('a'), bytearray(b'z'))\n"
+                     "assert [type(x).__name__ for x in r] == ['bytes', 'set', 'tuple', 'complex', "
+                     "'frozenset', 'bytearray'], r\nr")
+    assert out == (b"\x01", {1}, (2, 3), 1j, frozenset("a"), bytearray(b"z"))
+
+
+# A sandbox writing raw CALL frames with malformed tags: the host refuses
+# them with an error (a ToolError inside, nothing called), and lives on.
+@pytest.mark.parametrize("arg", [
+    '{"$set": [[1]]}', '{"$dict": [[[1], 2]]}', '{"$dict": [[1]]}', '{"$dict": [1]}', '{"$bytes": "@@"}',
+    '{"$bytes": 5}', '{"$bytearray": "a"}', '{"$complex": [1]}', '{"$complex": ["1", 2]}',
+    '{"$complex": [{"$tuple": []}, 1]}', '{"$frozenset": {}}', '{"$int": "1e5"}', '{"$float": "1j"}',
+    '{"$tuple": 3}', '{"$set": [{"$set": []}]}',
+    # Deeper than the runner ever nests (100 levels), under the frame
+    # parser's own cap (256, a protocol error).
+    '[' * 200 + ']' * 200,
+])
+def test_malformed_tags_from_inside_are_errors(sb, arg):
+    calls = []
+
+    @sb.tool
+    def take(*args, **kwargs):
+        calls.append(args)
+        return 1
+
+    code = ("import _nsbox, json\n"
+            "t, _, a = _nsbox.call(('{\"name\":\"take\",\"args\":[%s],\"kwargs\":{}}' % ARG).encode())\n"
+            "(t, json.loads(a))").replace("ARG", repr(arg))
+    t, answer = sb.execute(code)
+    assert t == 7 and "cannot decode" in answer["message"], answer       # RAISE
+    assert calls == []
+    assert sb.execute("take(1)") == 1 and calls == [(1,)]
+
+
+@pytest.mark.parametrize("text", [b'{"$set":[[1]]}', b'{"$dict":[[1]]}', b'{"$bytes":"@"}', b'{"$complex":[1]}',
+                                  b'{"$complex":[true,1]}', b'{"$bytearray":1}', b'{"$dict":[[{"$set":[]},1]]}',
+                                  b'[' * 120 + b']' * 120])
+def test_malformed_tags_are_undecodable(text):
+    with pytest.raises(nsbox.UndecodableValue):
+        _values.loads(text)
+
+
+# ---- tool argument checking and names --------------------------------------
+
+def test_tool_hints_are_enforced(sb):
+    got = []
+
+    @sb.tool
+    def pick(mode: Literal["a", "b"], n: Optional[int] = None, xs: Optional[List[int]] = None,
+             d: Optional[Dict[str, int]] = None, t: Optional[Tuple[int, str]] = None,
+             u: Union[int, str, None] = None, lit: Literal[1, 2] = 1, f: float = 0.0) -> str:
+        got.append(mode)
+        return mode
+
+    assert sb.execute("pick('a')") == "a"
+    assert sb.execute("pick('b', n=None, xs=[1], d={'k': 1}, t=(1, 'x'), u='s', lit=2, f=1)") == "b"
+    for call, what in [("pick('c')", "one of 'a', 'b'"), ("pick(1)", "'mode'"),
+                       ("pick('a', n='1')", "'n'"), ("pick('a', xs=[1, 'x'])", "'xs'[1]"),
+                       ("pick('a', d={'k': 'v'})", "'d'['k']"), ("pick('a', t=(1, 2))", "'t'[1]"),
+                       ("pick('a', t=(1, 'x', 3))", "'t'"), ("pick('a', u=1.5)", "'u'"),
+                       ("pick('a', lit=True)", "'lit'"), ("pick('a', f='x')", "'f'")]:
+        with pytest.raises(nsbox.SandboxedException) as ei:
+            sb.execute(call)
+        assert ei.value.type_name == "TypeError" and what in ei.value.message, (call, ei.value.message)
+    # The host checks again: a sandbox that skips the runner's check gets a
+    # ToolError, and the function is not called.
+    n = len(got)
+    t, answer = sb.execute("import _nsbox, json\nt, _, a = _nsbox.call(json.dumps({'name': 'pick', 'args': [], "
+                           "'kwargs': {'mode': 'zz'}}).encode())\n(t, json.loads(a))")
+    assert t == 7 and "one of 'a', 'b'" in answer["message"] and len(got) == n
+    t, answer = sb.execute("import _nsbox, json\nt, _, a = _nsbox.call(json.dumps({'name': 'pick', 'args': [], "
+                           "'kwargs': {'mode': 'a', 'xs': [1, [2]]}}).encode())\n(t, json.loads(a))")
+    assert t == 7 and "xs" in answer["message"] and len(got) == n
+
+
+def test_check_value_directly():
+    from typing import Any, FrozenSet, Sequence, Set
+    from nsbox._tools import _Mismatch, check_value
+    good = [(1, int), (1, float), (True, bool), (None, Optional[int]), ("a", Literal["a"]),
+            ([1, 2], List[int]), ((1, "x"), Tuple[int, str]), ((1, 2, 3), Tuple[int, ...]),
+            ({"a": 1}, Dict[str, int]), ({1, 2}, Set[int]), (frozenset({1}), FrozenSet[int]),
+            ([1], Sequence[int]), ((1,), Sequence[int]), (object(), Any), (b"x", bytes), (1j, complex),
+            ({1: [b""]}, Dict[int, List[bytes]]), (1, int | None), ([1], list[int])]
+    for v, h in good:
+        check_value(v, h, "x")
+    bad = [(True, int), ("1", int), (1, Literal["1"]), (True, Literal[1]), ([1], Tuple[int]),
+           ((1,), List[int]), ({"a": "b"}, Dict[str, int]), ({1: 1}, Dict[str, int]), ({"x"}, Set[int]),
+           ((1, 2), Tuple[int]), (1.5, int), (None, int), ("x", bytes), ("x", int | None)]
+    for v, h in bad:
+        with pytest.raises(_Mismatch):
+            check_value(v, h, "x")
+
+
+@pytest.mark.parametrize("name", ["len", "print", "open", "input", "exec", "Exception", "_", "match", "case",
+                                  "__name__", "__import__"])
+def test_tool_names_that_shadow_builtins_are_refused(sb, name):
+    with pytest.raises(ValueError) as ei:
+        sb.register_function(name, lambda: 0)
+    assert repr(name) in str(ei.value)
+    assert sb.execute("len('abc')") == 3
+
+
+@pytest.mark.parametrize("name", ["class", "def", "1x", "a-b", ""])
+def test_tool_names_that_are_not_identifiers_are_refused(sb, name):
+    with pytest.raises(ValueError):
+        sb.register_function(name, lambda: 0)
+
+
+# ---- output truncation ------------------------------------------------------
+
+def test_output_truncation_is_flagged(libnsbox):
+    with nsbox.Sandbox(timeout=30, output_limit="1K") as sb:
+        r = sb.run("import sys\nprint('x' * 5000)\nprint('e', file=sys.stderr)")
+        assert r.stdout_truncated and not r.stderr_truncated and r.truncated
+        assert r.stdout_bytes == 5001 and r.stderr_bytes == 2
+        assert len(r.stdout) < 1100 and "bytes truncated" in r.stdout
+        r = sb.run("print('short')")
+        assert not r.truncated and r.stdout == "short\n" and r.stdout_bytes == 6
+    with nsbox.Sandbox(timeout=30, output_limit=64) as sb:
+        r = sb.run("import sys\nsys.stderr.write('y' * 100)")
+        assert r.stderr_truncated and not r.stdout_truncated and r.stderr_bytes == 100
+    with nsbox.Sandbox(timeout=30) as sb:
+        r = sb.run("print('z' * (1 << 20))")
+        assert r.stdout_truncated and r.stdout_bytes == (1 << 20) + 1
+
+
+@pytest.mark.parametrize("bad", [0, 15, (2 << 20) + 1, "3M", "lots", -1, 1.5, True])
+def test_output_limit_is_checked(libnsbox, bad):
+    with pytest.raises(nsbox.PolicyError) as ei:
+        nsbox.Sandbox(output_limit=bad)
+    assert "output_limit" in str(ei.value)
+
+
+def test_policy_error_names_its_subject_once(libnsbox):
+    with pytest.raises(nsbox.PolicyError) as ei:
+        nsbox.Sandbox(policy="nosuch-policy")
+    msg = str(ei.value)
+    assert msg.count("nosuch-policy") == 1 and not msg.startswith("policy nosuch-policy: policy"), msg
+    with pytest.raises(nsbox.PolicyError) as ei:
+        nsbox.Sandbox(memory="12Q")
+    assert str(ei.value).count("12Q") == 1 and not str(ei.value).startswith("policy memory:"), str(ei.value)
+
+
+# ---- the time limit includes tool time --------------------------------------
+
+def test_slow_sync_tool_fails_the_exec_when_it_returns(libnsbox):
+    with nsbox.Sandbox(timeout=0.5) as sb:
+        @sb.tool
+        def slow() -> int:
+            time.sleep(1.5)
+            return 5
+
+        t0 = time.monotonic()
+        with pytest.raises(nsbox.TimeLimitExceeded) as ei:
+            sb.execute("got = slow()\ngot")
+        assert time.monotonic() - t0 >= 1.5          # a sync tool can't be interrupted
+        assert not ei.value.session_lost
+        assert sb.execute("'got' in globals()") is False
+        r = sb.run("try:\n    slow()\nexcept BaseException:\n    pass\n'finished'")
+        assert isinstance(r.error, nsbox.TimeLimitExceeded)
+        assert sb.execute("1 + 1") == 2
+
+
+def test_slow_async_tool_is_cancelled_at_the_deadline(libnsbox):
+    import asyncio
+    state = {}
+    with nsbox.Sandbox(timeout=0.5) as sb:
+        @sb.tool
+        async def aslow() -> int:
+            try:
+                await asyncio.sleep(5)
+            except asyncio.CancelledError:
+                state["cancelled"] = time.monotonic()
+                raise
+            return 5
+
+        t0 = time.monotonic()
+        with pytest.raises(nsbox.TimeLimitExceeded):
+            sb.execute("aslow()")
+        took = time.monotonic() - t0
+        assert "cancelled" in state and took < 4, took
+        assert sb.execute("1 + 1") == 2
+
+
+def test_async_sandbox_tools_count_toward_the_limit(libnsbox):
+    import asyncio
+    state = {}
+
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=0.5) as sb:
+            @sb.tool
+            async def aslow() -> int:
+                try:
+                    await asyncio.sleep(5)
+                except asyncio.CancelledError:
+                    state["cancelled"] = True
+                    raise
+                return 5
+
+            @sb.tool
+            def slow() -> int:
+                time.sleep(1.2)
+                return 5
+
+            t0 = time.monotonic()
+            with pytest.raises(nsbox.TimeLimitExceeded):
+                await sb.execute("aslow()")
+            state["took"] = time.monotonic() - t0
+            with pytest.raises(nsbox.TimeLimitExceeded):
+                await sb.execute("got = slow()")
+            assert await sb.execute("'got' in globals()") is False
+            assert await sb.execute("2 + 2") == 4
+
+    asyncio.run(main())
+    assert state.get("cancelled") and state["took"] < 4, state
+
+
+def test_hints_of_other_classes_accept_what_comes(sb):
+    import dataclasses
+    from typing import TypedDict
+
+    @dataclasses.dataclass
+    class Point:
+        x: int
+
+    class Movie(TypedDict):
+        title: str
+
+    @sb.tool
+    def take(p: Point, m: Movie, ps: List[Point]) -> str:
+        return repr((p, m, ps))
+
+    assert sb.execute("take({'x': 1}, {'title': 't'}, [{'x': 2}])") == "({'x': 1}, {'title': 't'}, [{'x': 2}])"

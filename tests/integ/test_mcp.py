@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -222,3 +223,19 @@ def test_bad_option():
     p = subprocess.run([NSBOX, "mcp", "--max-sessions", "0"], capture_output=True, text=True,
                        stdin=subprocess.DEVNULL, timeout=30)
     assert p.returncode == 120 and "--max-sessions" in p.stderr and p.stdout == ""
+
+
+@pytest.mark.parametrize("code", ["{1: 2}", "{1, 2}", "set()", "frozenset({3})", "frozenset()",
+                                  r"b'a\x00\'\\\n\t'", "b'\\x00\\xff\"'", "bytearray(b'xy')",
+                                  "(1, {(2,): [b'']})", "{'$k': {1}}"])
+def test_values_show_as_python_shows_them(code):
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": code}})])
+    assert rc == 0, err
+    want = subprocess.run([sys.executable, "-c", "print(repr(%s))" % code], capture_output=True, text=True).stdout
+    assert out[0]["result"]["content"][0]["text"] == want.strip(), (code, out)
+
+
+def test_complex_values_show_readably():
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": "1+2j"}})])
+    assert rc == 0, err
+    assert out[0]["result"]["content"][0]["text"] == "complex(1.0, 2.0)"

@@ -83,14 +83,25 @@ def test_value_types(expr, want):
 
 
 def test_unserialisable_values_come_back_as_repr():
-    p, r = run_json("-c", "print('kept'); ({1: 2}, object, '\\ud800', {1, 2})")
+    p, r = run_json("-c", "print('kept'); (object, '\\ud800', {object: 1})")
     assert p.returncode == 0
     assert r["stdout"] == "kept\n"
-    d, cls, bad, st = r["value"]["$tuple"]
-    assert d["$type"] == "builtins.dict" and d["$repr"] == "{1: 2}"
+    cls, bad, d = r["value"]["$tuple"]
     assert cls["$type"] == "builtins.type" and "object" in cls["$repr"]
     assert bad["$type"] == "builtins.str"
-    assert st == {"$repr": "{1, 2}", "$type": "builtins.set"}
+    (k, v), = d["$dict"]
+    assert k["$type"] == "builtins.type" and v == 1
+
+
+@pytest.mark.parametrize("expr,want", [
+    ("{1: 2}", {"$dict": [[1, 2]]}), ("{1, 2}", {"$set": [1, 2]}), ("frozenset()", {"$frozenset": []}),
+    ("b'\\x00\\xff'", {"$bytes": "AP8="}), ("bytearray(b'x')", {"$bytearray": "eA=="}),
+    ("1+2j", {"$complex": [1.0, 2.0]}), ("{(1,): {b''}}", {"$dict": [[{"$tuple": [1]}, {"$set": [{"$bytes": ""}]}]]}),
+])
+def test_builtin_value_tags(expr, want):
+    p, r = run_json("-c", expr)
+    assert p.returncode == 0, p.stderr
+    assert r["value"] == want
 
 
 def test_deep_and_cyclic_values():
@@ -491,3 +502,20 @@ def test_every_lib_dynload_extension_imports():
     if os.path.exists("/usr/lib/python3/dist-packages/yaml/_yaml.cpython-311-x86_64-linux-gnu.so"):
         p = run("--dist-packages", "-c", "import yaml._yaml as y; print(y.__name__)")
         assert p.returncode == 0 and p.stdout == "yaml._yaml\n", p.stderr
+
+
+def test_tool_time_counts_toward_the_time_limit():
+    # The command can't be interrupted: the exec fails when it returns late,
+    # and its result never reaches the code.
+    t0 = time.time()
+    p = run("--time-limit", "0.5", "--tool", "slow=sleep 1.5; echo 1", "-c", "x = slow(); print('got', x)")
+    assert p.returncode == 124, p.stderr
+    assert "got" not in p.stdout and "time limit exceeded" in p.stderr
+    assert 1.5 <= time.time() - t0 < 10
+
+
+@pytest.mark.parametrize("name", ["len", "print", "class", "__name__"])
+def test_tool_names_that_replace_python_names_are_refused(name):
+    p = run("--tool", name + "=cat", "-c", "1")
+    assert p.returncode == 120, (p.returncode, p.stderr)
+    assert repr(name) in p.stderr or name in p.stderr

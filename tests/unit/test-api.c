@@ -419,6 +419,11 @@ static void test_tools(nsbox_policy_t *p)
 	CHECK(nsbox_session_add_tool(s, "not-a-name", NULL, NULL, calc, NULL, &e) == -EINVAL,
 	      "add_tool bad name: -EINVAL (%s)", emsg(e));
 	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "print", NULL, NULL, calc, NULL, &e) == -EINVAL && strstr(emsg(e), "builtin"),
+	      "add_tool named like a builtin: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "import builtins\nprint is builtins.print"), "true"),
+	      "print is still the builtin");
 	CHECK(nsbox_session_add_tool(s, "t2", "[1,2]", NULL, calc, NULL, &e) == -EINVAL,
 	      "add_tool with a schema that is not an object: -EINVAL (%s)", emsg(e));
 	clear(&e);
@@ -753,6 +758,112 @@ static void test_events_single(nsbox_policy_t *p)
 		return;
 	CHECK(nsbox_exec_start(s, "ask()", &o, &e) == 0, "exec_start, then free with the call pending");
 	clear(&e);
+	nsbox_session_free(s);
+}
+
+/* ---- the time limit counts tool time (nsbox_exec_time_left) ---- */
+
+static nsbox_session_t *slow_sess;
+static double slow_left = -2;
+
+/* A tool that takes 1.2 s: longer than the 0.5 s limits below. */
+static int slow_tool(void *ud, const char *name, const char *args, char **result, char **error)
+{
+	(void)ud, (void)name, (void)args, (void)error;
+	slow_left = nsbox_exec_time_left(slow_sess);
+	usleep(1200000);
+	*result = strdup("7");
+	return 0;
+}
+
+static void test_tool_time_limit(nsbox_policy_t *p)
+{
+	struct nsbox_session_opts so = { .struct_size = sizeof(so), .output_limit = 64 };
+	struct nsbox_exec_opts o = { .struct_size = sizeof(o), .repl = true, .timeout = 0.5 };
+	struct nsbox_event ev = { .struct_size = sizeof(ev) };
+	nsbox_session_t *s = NULL;
+	nsbox_error_t *e = NULL;
+	nsbox_result_t *r = NULL;
+	uint64_t total = 0;
+	double left;
+
+	if (nsbox_session_new(p, &so, &s, &e) < 0 ||
+	    nsbox_session_add_tool(s, "slow", NULL, NULL, slow_tool, NULL, &e) < 0 ||
+	    nsbox_session_add_tool(s, "ask", NULL, NULL, NULL, NULL, &e) < 0) {
+		ok(0, "tool time: session_new (%s)", emsg(e));
+		clear(&e);
+		nsbox_session_free(s);
+		return;
+	}
+	slow_sess = s;
+	CHECK(nsbox_exec_time_left(s) == -1 && nsbox_exec_time_left(NULL) == -1, "time_left with no exec: -1");
+
+	/* Blocking: a sync callback can't be interrupted; the exec fails when
+	 * it returns, and the late value never reaches the code. */
+	CHECK(nsbox_exec(s, "got = slow()\ngot", &o, &r, &e) == 0, "nsbox_exec with a slow tool (%s)", emsg(e));
+	clear(&e);
+	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT, "a tool past the limit: NSBOX_TIME_LIMIT (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	CHECK(slow_left > 0.3 && slow_left <= 0.5, "nsbox_exec_time_left in the callback: %.3f", slow_left);
+	nsbox_result_free(r);
+	r = NULL;
+	CHECK(!strcmp(value_of(s, "'got' in globals()"), "false"), "the late value did not reach the code");
+	CHECK(!strcmp(value_of(s, "'alive'"), "\"alive\""), "the session survives a tool past the limit");
+	/* Code that swallows the failure still ends past its limit. */
+	r = run(s, "try:\n    slow()\nexcept BaseException:\n    pass\n'finished'", 0.5);
+	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT, "a swallowed late tool: NSBOX_TIME_LIMIT (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+	r = NULL;
+
+	/* Event API: the deadline passes with the call outstanding. */
+	CHECK(nsbox_exec_start(s, "got = ask()\ngot", &o, &e) == 0, "exec_start (%s)", emsg(e));
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_TOOL_CALL), "the call");
+	left = nsbox_exec_time_left(s);
+	CHECK(left > 0 && left <= 0.5, "nsbox_exec_time_left during an event exec: %.3f", left);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE at the deadline with the call unanswered");
+	r = take_result(s);
+	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT, "NSBOX_TIME_LIMIT with a call outstanding (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+	r = NULL;
+	CHECK(nsbox_exec_answer(s, ev.call_id, "1", NULL, &e) == -EINVAL, "a late answer: -EINVAL (%s)", emsg(e));
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "'got' in globals()"), "false"), "no value reached the code");
+
+	/* Event API: the host answers after the deadline, before advancing. */
+	CHECK(nsbox_exec_start(s, "got = ask()\ngot", &o, &e) == 0, "exec_start (%s)", emsg(e));
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_TOOL_CALL), "the call");
+	usleep(700000);
+	CHECK(nsbox_exec_time_left(s) == 0, "time_left past the deadline: 0");
+	CHECK(nsbox_exec_answer(s, ev.call_id, "1", NULL, &e) == 0, "answer past the deadline (%s)", emsg(e));
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE");
+	r = take_result(s);
+	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT, "an answer past the deadline: NSBOX_TIME_LIMIT (%s)",
+	      r ? nsbox_result_error_message(r) : "none");
+	nsbox_result_free(r);
+	r = NULL;
+	CHECK(!strcmp(value_of(s, "'got' in globals()"), "false"), "the late answer did not reach the code");
+	o.timeout = 0;
+	CHECK(nsbox_exec_start(s, "1", &o, &e) == 0 && nsbox_exec_time_left(s) == -1,
+	      "time_left with no limit: -1");
+	clear(&e);
+	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE");
+	nsbox_result_free(take_result(s));
+
+	/* nsbox_result_truncated, with a 64-byte output limit. */
+	r = run(s, "import sys\nprint('x' * 1000)\nprint('e', file=sys.stderr)", 0);
+	CHECK(r && nsbox_result_truncated(r, 1, &total) && total == 1001, "stdout truncated, 1001 bytes written (%llu)",
+	      (unsigned long long)total);
+	CHECK(r && !nsbox_result_truncated(r, 2, &total) && total == 2, "stderr not truncated (%llu)",
+	      (unsigned long long)total);
+	CHECK(!nsbox_result_truncated(r, 3, NULL) && !nsbox_result_truncated(NULL, 1, &total) && total == 0,
+	      "nsbox_result_truncated: a bad stream or NULL is false");
+	nsbox_result_free(r);
+	slow_sess = NULL;
 	nsbox_session_free(s);
 }
 
@@ -1602,6 +1713,7 @@ int main(int argc, char **argv)
 	test_cancel_and_busy(p);
 	test_events_single(p);
 	test_events_many(p);
+	test_tool_time_limit(p);
 	test_misuse(p);
 	test_threads(p);
 	test_fork(p);

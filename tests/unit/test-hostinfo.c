@@ -76,6 +76,17 @@ static void test_checks(void)
 	long_name[64] = 'a';
 	long_name[65] = '\0';
 	ok(nsbox_check_tool_name(long_name, NULL) == -EINVAL, "65 bytes is too long");
+	ok(nsbox_check_tool_name("len", &e) == -EINVAL && strstr(nsbox_error_message(e), "builtin"),
+	   "len would replace a builtin: refused (%s)", nsbox_error_message(e));
+	nsbox_error_free(e);
+	e = NULL;
+	ok(nsbox_check_tool_name("class", NULL) == -EINVAL && nsbox_check_tool_name("match", NULL) == -EINVAL &&
+		   nsbox_check_tool_name("__name__", NULL) == -EINVAL &&
+		   nsbox_check_tool_name("print", NULL) == -EINVAL,
+	   "a keyword, a soft keyword, a dunder, print: refused");
+	ok(nsbox_check_tool_name("lens", NULL) == 0 && nsbox_check_tool_name("quit", NULL) == 0 &&
+		   nsbox_check_tool_name("_x", NULL) == 0,
+	   "lens, quit (site's, not a builtin) and _x are tool names");
 }
 
 struct seen {

@@ -364,8 +364,24 @@ static void test_depth_and_cost(void)
 	CHECK(proto_utf8_chars("a\xef\xbf\xbd\xc3\xa9", 6) == 3, "code points counted");
 }
 
+static void test_reserved_names(void)
+{
+	static const char *const reserved[] = { "len", "print", "open", "ArithmeticError", "zip", "_", "match",
+						"case", "class", "False", "None", "__import__", "__name__", "__x__",
+						"abs", "yield" };
+	static const char *const fine[] = { "lens", "Len", "zip2", "a", "__x", "x__", "quit", "exit", "help",
+					    "ArithmeticErrors", "aaa", "zzz" };
+
+	for (size_t i = 0; i < sizeof(reserved) / sizeof(reserved[0]); i++)
+		CHECK(proto_is_reserved_name(reserved[i]), "%s is reserved", reserved[i]);
+	for (size_t i = 0; i < sizeof(fine) / sizeof(fine[0]); i++)
+		CHECK(!proto_is_reserved_name(fine[i]), "%s is not reserved", fine[i]);
+	CHECK(!proto_is_reserved_name(NULL), "NULL is not reserved");
+}
+
 int main(void)
 {
+	test_reserved_names();
 	test_b64();
 	test_header();
 	test_reader();
