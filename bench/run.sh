@@ -170,6 +170,12 @@ if [ "${NSBOX_BENCH_MCP:-1}" != 0 ] && command -v node >/dev/null 2>&1 &&
 		});'
 fi
 
+# The egress allowlist against --share-net (bench/egress.py): HTTPS
+# throughput ratio, added connect latency, added start time.
+if [ "${NSBOX_BENCH_EGRESS:-1}" != 0 ] && command -v openssl >/dev/null 2>&1; then
+	$PY bench/egress.py "$B" "$RUNS"
+fi
+
 # Session files: write_file/read_file of 1 and 100 MiB beside cp (bench/files.py).
 if [ "${NSBOX_BENCH_FILES:-1}" != 0 ]; then
 	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/files.py

@@ -5,20 +5,25 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "util.h"
 
 #define PROXY_URL "http://127.0.0.1:3128"
+#define SOCKS_URL "socks5h://127.0.0.1:1080"
 
+/* ALL_PROXY is for what has no scheme-specific variable (curl, git:
+ * socks5h: the proxy resolves names, so the sandbox needs no DNS). */
 const char *const egress_env[] = {
-	"HTTP_PROXY=" PROXY_URL,  "HTTPS_PROXY=" PROXY_URL, "ALL_PROXY=" PROXY_URL,
-	"http_proxy=" PROXY_URL,  "https_proxy=" PROXY_URL, "all_proxy=" PROXY_URL,
+	"HTTP_PROXY=" PROXY_URL,  "HTTPS_PROXY=" PROXY_URL, "ALL_PROXY=" SOCKS_URL,
+	"http_proxy=" PROXY_URL,  "https_proxy=" PROXY_URL, "all_proxy=" SOCKS_URL,
 	"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1",
 	"PIP_PROXY=" PROXY_URL,   NULL,
 };
@@ -63,8 +68,22 @@ int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct ns
 
 void egress_stop(pid_t pid)
 {
+	int pidfd;
+
 	if (pid <= 0)
 		return;
+	/* SIGTERM first: the proxy ends the tunnels still open and writes
+	 * their audit lines, which SIGKILL would lose; SIGKILL after
+	 * EGRESS_STOP_MS whatever it does. */
+	pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (pidfd >= 0) {
+		struct pollfd pf = { .fd = pidfd, .events = POLLIN };
+
+		if (kill(pid, SIGTERM) == 0)
+			while (poll(&pf, 1, EGRESS_STOP_MS) < 0 && errno == EINTR)
+				;
+		close(pidfd);
+	}
 	kill(pid, SIGKILL);
 	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;
@@ -74,7 +93,8 @@ static int listen_on(int type, int port, struct nsbox_err *err)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
 				  .sin_addr = { htonl(INADDR_LOOPBACK) } };
-	int one = 1, fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
+	/* The proxy polls its listeners: accept never blocks. */
+	int one = 1, fd = socket(AF_INET, type | SOCK_CLOEXEC | (type == SOCK_STREAM ? SOCK_NONBLOCK : 0), 0);
 
 	if (fd < 0)
 		return err_sys(err, "egress: socket");
@@ -89,7 +109,7 @@ static int listen_on(int type, int port, struct nsbox_err *err)
 
 int egress_ns_listen(int ns_fd, struct nsbox_err *err)
 {
-	int fds[2];
+	int fds[EGRESS_NS_SOCKETS];
 	char c = 'L';
 	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
 	union {
@@ -101,13 +121,15 @@ int egress_ns_listen(int ns_fd, struct nsbox_err *err)
 	int r = 0;
 
 	err_step(err, "egress");
-	fds[0] = listen_on(SOCK_STREAM, EGRESS_PROXY_PORT, err);
-	if (fds[0] < 0)
-		return -1;
-	fds[1] = listen_on(SOCK_DGRAM, EGRESS_DNS_PORT, err);
-	if (fds[1] < 0) {
-		close(fds[0]);
-		return -1;
+	for (int i = 0; i < EGRESS_NS_SOCKETS; i++) {
+		fds[i] = i == EGRESS_NS_DNS    ? listen_on(SOCK_DGRAM, EGRESS_DNS_PORT, err)
+			 : i == EGRESS_NS_HTTP ? listen_on(SOCK_STREAM, EGRESS_PROXY_PORT, err)
+					       : listen_on(SOCK_STREAM, EGRESS_SOCKS_PORT, err);
+		if (fds[i] < 0) {
+			while (i-- > 0)
+				close(fds[i]);
+			return -1;
+		}
 	}
 	cm->cmsg_level = SOL_SOCKET;
 	cm->cmsg_type = SCM_RIGHTS;
@@ -115,7 +137,7 @@ int egress_ns_listen(int ns_fd, struct nsbox_err *err)
 	memcpy(CMSG_DATA(cm), fds, sizeof(fds));
 	if (sendmsg(ns_fd, &mh, MSG_NOSIGNAL) != 1)
 		r = err_sys(err, "egress: pass the sandbox's sockets to the proxy");
-	close(fds[0]);
-	close(fds[1]);
+	for (int i = 0; i < EGRESS_NS_SOCKETS; i++)
+		close(fds[i]);
 	return r;
 }

@@ -4,6 +4,9 @@
  * only lo, and two sockets on that loopback are served from outside:
  *   127.0.0.1:3128/tcp  an HTTP proxy (CONNECT for TLS, absolute-URI
  *                       requests for plain HTTP), named by HTTP_PROXY &c.
+ *   127.0.0.1:1080/tcp  a SOCKS5 proxy (RFC 1928: no authentication,
+ *                       CONNECT with remote name resolution), named by
+ *                       ALL_PROXY=socks5h://...
  *   127.0.0.1:53/udp    a DNS stub that answers allowlisted names only and
  *                       forwards nothing (/etc/resolv.conf names it).
  * pid 1's network thread makes both sockets in the new namespace before
@@ -23,7 +26,11 @@
 #include "policy.h"
 
 #define EGRESS_PROXY_PORT 3128
+#define EGRESS_SOCKS_PORT 1080
 #define EGRESS_DNS_PORT 53
+
+/* The sockets pid 1 makes and sends, in this order. */
+enum { EGRESS_NS_HTTP, EGRESS_NS_SOCKS, EGRESS_NS_DNS, EGRESS_NS_SOCKETS };
 
 /* The proxy variables for the payload's environment (NULL-terminated). */
 extern const char *const egress_env[];
@@ -35,11 +42,16 @@ extern const char *const egress_env[];
  * be single-threaded. */
 int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct nsbox_err *err);
 
-/* In the sandbox's new network namespace, with lo up: make the proxy's
+/* In the sandbox's new network namespace, with lo up: make the proxies'
  * and the DNS stub's sockets on 127.0.0.1 and send them over ns_fd. */
 int egress_ns_listen(int ns_fd, struct nsbox_err *err);
 
-/* Kill and reap the proxy.  Accepts 0. */
+/* How long the proxy gets after SIGTERM to end its tunnels and write
+ * their audit lines before SIGKILL. */
+#define EGRESS_STOP_MS 200
+
+/* Stop and reap the proxy: SIGTERM, at most EGRESS_STOP_MS, SIGKILL.
+ * Accepts 0. */
 void egress_stop(pid_t pid);
 
 /* The proxy's body (proxy.c); never returns. */

@@ -1,11 +1,20 @@
-/* The proxy process: an HTTP proxy and a DNS stub serving sockets that
- * live on the sandbox's loopback (egress.h).  Everything from inside is
- * hostile: request heads are bounded, every wait has a timeout, the
- * number of connection threads is capped, and each destination is checked
- * after resolution and then connected to by address (no second lookup, so
- * no DNS rebinding between check and use). */
+/* The proxy process: an HTTP proxy, a SOCKS5 proxy and a DNS stub serving
+ * sockets that live on the sandbox's loopback (egress.h).  Everything from
+ * inside is hostile: it is parsed by parse.c (fuzzed), request heads are
+ * bounded, every wait has a timeout, and each destination is checked after
+ * resolution and then connected to by address (no second lookup, so no
+ * DNS rebinding between check and use).
+ *
+ * Threads: the main one accepts; a new connection gets a setup thread
+ * (at most THREADS_MAX) for its blocking part (request, getaddrinfo,
+ * connect, the ClientHello); an established tunnel is then handed to the
+ * relay thread, one epoll loop over all tunnels (at most open_max, from
+ * RLIMIT_NOFILE), which moves bytes with splice(2) and ends them; a DNS
+ * thread serves the stub.  SIGTERM (egress_stop) is read by the relay
+ * loop, which ends the open tunnels with their audit lines and exits. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,20 +25,26 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "egress.h"
 #include "netrule.h"
+#include "parse.h"
 #include "util.h"
 
 #define HEAD_MAX 8192
 #define TLS_HELLO_MAX (16384 + 5)
 #define THREADS_MAX 64
 #define IO_TIMEOUT_MS 30000
+#define IDLE_TIMEOUT_MS 300000
 #define CONNECT_TIMEOUT_MS 10000
+#define PIPE_SIZE (256 * 1024)
 
 static struct net_rule rules[POLICY_MAX_NET_RULES];
 static unsigned n_rules;
@@ -41,14 +56,24 @@ static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t slot_free = PTHREAD_COND_INITIALIZER;
 static unsigned active;
 
+/* Why a destination was refused, for the reply: HTTP status or SOCKS code. */
+enum refusal {
+	R_POLICY = 1,
+	R_LIMIT,
+	R_RESOLVE,
+	R_CONNECT
+};
+
 struct req {
 	int fd, up;
-	char kind[8];			/* "connect", "http", "dns" */
-	char host[NET_NAME_MAX + 1];
-	uint16_t port;
+	bool socks;
+	char kind[8]; /* "connect", "http", "socks", "dns" */
+	struct egress_target t;
 	char addr[INET6_ADDRSTRLEN];
 	char sni[NET_NAME_MAX + 1];
 	const char *decision, *reason;
+	enum refusal refusal;
+	int connect_errno;
 	uint64_t out, in;
 };
 
@@ -81,15 +106,14 @@ static void audit(const struct req *r)
 	if (log_fd < 0)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	json_str(host, sizeof(host), r->host);
+	json_str(host, sizeof(host), r->t.host);
 	json_str(sni, sizeof(sni), r->sni);
 	json_str(reason, sizeof(reason), r->reason ? r->reason : "");
 	n = snprintf(line, sizeof(line),
 		     "{\"time\":%lld.%03ld,\"kind\":\"%s\",\"host\":\"%s\",\"port\":%u,\"addr\":\"%s\",\"sni\":\"%s\","
 		     "\"decision\":\"%s\",\"reason\":\"%s\",\"bytes_out\":%llu,\"bytes_in\":%llu}\n",
-		     (long long)ts.tv_sec, ts.tv_nsec / 1000000, r->kind, host, (unsigned)r->port, r->addr, sni,
-		     r->decision ? r->decision : "deny", reason, (unsigned long long)r->out,
-		     (unsigned long long)r->in);
+		     (long long)ts.tv_sec, ts.tv_nsec / 1000000, r->kind, host, (unsigned)r->t.port, r->addr, sni,
+		     r->decision ? r->decision : "deny", reason, (unsigned long long)r->out, (unsigned long long)r->in);
 	if (n <= 0 || (size_t)n >= sizeof(line))
 		return;
 	pthread_mutex_lock(&log_lock);
@@ -97,7 +121,7 @@ static void audit(const struct req *r)
 	pthread_mutex_unlock(&log_lock);
 }
 
-/* ---- io ---- */
+/* ---- io (every socket here is non-blocking) ---- */
 
 static int wait_fd(int fd, short ev, int ms)
 {
@@ -110,22 +134,24 @@ static int wait_fd(int fd, short ev, int ms)
 	return r > 0 ? 0 : -1;
 }
 
-static ssize_t recv_some(int fd, char *buf, size_t len)
+static ssize_t recv_some(int fd, void *buf, size_t len)
 {
-	ssize_t n;
+	for (;;) {
+		ssize_t n = recv(fd, buf, len, 0);
 
-	if (wait_fd(fd, POLLIN, IO_TIMEOUT_MS) < 0)
-		return -1;
-	do
-		n = recv(fd, buf, len, 0);
-	while (n < 0 && errno == EINTR);
-	return n;
+		if (n >= 0 || (errno != EINTR && errno != EAGAIN))
+			return n;
+		if (errno == EAGAIN && wait_fd(fd, POLLIN, IO_TIMEOUT_MS) < 0)
+			return -1;
+	}
 }
 
-static int send_all(int fd, const char *buf, size_t len)
+static int send_all(int fd, const void *buf, size_t len)
 {
+	const char *p = buf;
+
 	while (len) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -133,13 +159,20 @@ static int send_all(int fd, const char *buf, size_t len)
 			continue;
 		if (n <= 0)
 			return -1;
-		buf += n;
+		p += n;
 		len -= (size_t)n;
 	}
 	return 0;
 }
 
-static void deny(struct req *r, int status, const char *reason)
+static void refuse(struct req *r, enum refusal why, const char *reason)
+{
+	r->decision = "deny";
+	r->reason = reason;
+	r->refusal = why;
+}
+
+static int deny_http(struct req *r, int status, const char *reason)
 {
 	char buf[512];
 	const char *text = status == 403 ? "Forbidden" : status == 400 ? "Bad Request" : "Bad Gateway";
@@ -153,6 +186,15 @@ static void deny(struct req *r, int status, const char *reason)
 		     status, text, reason, strlen("nsbox: egress denied: \n") + strlen(reason), reason);
 	if (n > 0 && (size_t)n < sizeof(buf))
 		(void)send_all(r->fd, buf, (size_t)n);
+	return -1;
+}
+
+/* Returns -1 unless the reply is a success, for the callers' ease. */
+static int socks_reply(struct req *r, int code)
+{
+	uint8_t rep[10] = { 5, (uint8_t)code, 0, 1 }; /* BND.ADDR 0.0.0.0:0 */
+
+	return send_all(r->fd, rep, sizeof(rep)) == 0 && code == SOCKS_OK ? 0 : -1;
 }
 
 /* ---- the decision ---- */
@@ -172,28 +214,31 @@ static void sa_bytes(const struct sockaddr *sa, int *family, const uint8_t **a)
 				      : (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
 }
 
-/* Pick the first resolved address the rules allow into *out.  Returns
- * NULL, or why not (static strings). */
-static const char *resolve_checked(struct req *r, struct sockaddr_storage *out, socklen_t *outlen)
+/* Pick the first resolved address the rules allow into *out.  Returns 0,
+ * or -1 with the refusal in r. */
+static int resolve_checked(struct req *r, struct sockaddr_storage *out, socklen_t *outlen)
 {
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
 	struct addrinfo *res = NULL;
-	uint8_t lit[16];
 	char port[8];
 	const char *why = NULL;
-	bool literal = false, name_ok = false;
+	bool name_ok = false;
 
-	if (inet_pton(AF_INET, r->host, lit) == 1 || inet_pton(AF_INET6, r->host, lit) == 1) {
-		literal = true;
+	if (r->t.literal) {
+		/* An address literal is held to the address rules alone. */
 		hints.ai_flags |= AI_NUMERICHOST;
 	} else {
-		name_ok = name_allowed(r->host, r->port);
-		if (!name_ok)
-			return "name not on the allowlist";
+		name_ok = name_allowed(r->t.host, r->t.port);
+		if (!name_ok) {
+			refuse(r, R_POLICY, "name not on the allowlist");
+			return -1;
+		}
 	}
-	snprintf(port, sizeof(port), "%u", (unsigned)r->port);
-	if (getaddrinfo(r->host, port, &hints, &res) != 0 || !res)
-		return "cannot resolve the name on the host";
+	snprintf(port, sizeof(port), "%u", (unsigned)r->t.port);
+	if (getaddrinfo(r->t.host, port, &hints, &res) != 0 || !res) {
+		refuse(r, R_RESOLVE, "cannot resolve the name on the host");
+		return -1;
+	}
 	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
 		int family;
 		const uint8_t *a;
@@ -202,13 +247,13 @@ static const char *resolve_checked(struct req *r, struct sockaddr_storage *out, 
 		if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
 			continue;
 		sa_bytes(ai->ai_addr, &family, &a);
-		v = net_addr_verdict(rules, n_rules, name_ok, family, a, r->port);
+		v = net_addr_verdict(rules, n_rules, name_ok, family, a, r->t.port);
 		if (!v) {
 			memcpy(out, ai->ai_addr, ai->ai_addrlen);
 			*outlen = ai->ai_addrlen;
 			inet_ntop(family, a, r->addr, sizeof(r->addr));
 			freeaddrinfo(res);
-			return NULL;
+			return 0;
 		}
 		if (!why) {
 			why = v;
@@ -216,393 +261,577 @@ static const char *resolve_checked(struct req *r, struct sockaddr_storage *out, 
 		}
 	}
 	freeaddrinfo(res);
-	(void)literal;
-	return why ? why : "no usable address";
+	refuse(r, R_POLICY, why ? why : "no usable address");
+	return -1;
 }
 
-static int connect_to(const struct sockaddr_storage *sa, socklen_t len)
+static int connect_to(const struct sockaddr_storage *sa, socklen_t len, int *err)
 {
 	int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0), e = 0;
 	socklen_t el = sizeof(e);
 
-	if (fd < 0)
+	if (fd < 0) {
+		*err = errno;
 		return -1;
-	if (connect(fd, (const struct sockaddr *)sa, len) < 0 &&
-	    (errno != EINPROGRESS || wait_fd(fd, POLLOUT, CONNECT_TIMEOUT_MS) < 0 ||
-	     getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0 || e != 0)) {
-		close(fd);
-		return -1;
+	}
+	if (connect(fd, (const struct sockaddr *)sa, len) < 0) {
+		if (errno != EINPROGRESS)
+			e = errno;
+		else if (wait_fd(fd, POLLOUT, CONNECT_TIMEOUT_MS) < 0)
+			e = ETIMEDOUT;
+		else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0)
+			e = errno;
+		if (e) {
+			*err = e;
+			close(fd);
+			return -1;
+		}
 	}
 	return fd;
 }
-
-/* ---- TLS: the server_name of a ClientHello (RFC 8446 4.1.2, RFC 6066 3) ---- */
-
-static int tls_sni(const uint8_t *b, size_t n, char *out, size_t outsize)
-{
-	size_t p, end, l;
-
-	if (n < 5 || b[0] != 0x16)
-		return -1;	/* not a TLS handshake record */
-	end = 5 + ((size_t)b[3] << 8 | b[4]);
-	if (end > n)
-		return -1;
-	p = 5;
-	if (p + 4 > end || b[p] != 1)
-		return -1;	/* not a ClientHello */
-	p += 4 + 2 + 32;	/* handshake header, legacy_version, random */
-	if (p + 1 > end)
-		return -1;
-	p += 1 + b[p];		/* session id */
-	if (p + 2 > end)
-		return -1;
-	p += 2 + ((size_t)b[p] << 8 | b[p + 1]);	/* cipher suites */
-	if (p + 1 > end)
-		return -1;
-	p += 1 + b[p];		/* compression methods */
-	if (p + 2 > end)
-		return 0;	/* no extensions: no name */
-	l = (size_t)b[p] << 8 | b[p + 1];
-	p += 2;
-	if (p + l < end)
-		end = p + l;
-	while (p + 4 <= end) {
-		size_t type = (size_t)b[p] << 8 | b[p + 1], len = (size_t)b[p + 2] << 8 | b[p + 3];
-
-		p += 4;
-		if (p + len > end)
-			return -1;
-		if (type == 0) {	/* server_name: list length, then type 0 host_name */
-			size_t q = p + 2;
-
-			if (len < 5 || b[q] != 0)
-				return -1;
-			l = (size_t)b[q + 1] << 8 | b[q + 2];
-			if (q + 3 + l > p + len || l == 0 || l >= outsize)
-				return -1;
-			memcpy(out, b + q + 3, l);
-			out[l] = '\0';
-			if (memchr(out, '\0', l))
-				return -1;
-			return 1;
-		}
-		p += len;
-	}
-	return 0;
-}
-
-/* ---- relaying ---- */
 
 static bool over_limit(void)
 {
 	return (max_out && atomic_load(&total_out) >= max_out) || (max_in && atomic_load(&total_in) >= max_in);
 }
 
-static void relay(struct req *r)
+/* Limits, then the checked address, then a connection to it in r->up.
+ * Returns 0, or -1 with the refusal in r. */
+static int open_upstream(struct req *r)
 {
-	struct pollfd p[2] = { { .fd = r->fd, .events = POLLIN }, { .fd = r->up, .events = POLLIN } };
-	char buf[65536];
-	bool open_[2] = { true, true };
+	struct sockaddr_storage sa;
+	socklen_t salen = 0;
 
-	while (open_[0] || open_[1]) {
-		int n = poll(p, 2, 300000);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r->reason = "idle timeout";
-			return;
-		}
-		for (int i = 0; i < 2; i++) {
-			ssize_t got;
-			uint64_t room;
-
-			if (!open_[i] || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
-				continue;
-			/* Never past the sandbox's budget: read no more than is left. */
-			{
-				uint64_t lim = i == 0 ? max_out : max_in;
-				uint64_t used = atomic_load(i == 0 ? &total_out : &total_in);
-
-				room = !lim ? sizeof(buf) : used >= lim ? 0 : lim - used;
-			}
-			if (over_limit() || room == 0) {
-				r->reason = i == 0 ? "byte limit (MaxBytesOut)" : "byte limit (MaxBytesIn)";
-				return;
-			}
-			got = recv(p[i].fd, buf, room < sizeof(buf) ? (size_t)room : sizeof(buf), 0);
-			if (got < 0 && (errno == EINTR || errno == EAGAIN))
-				continue;
-			if (got <= 0) {
-				open_[i] = false;
-				p[i].fd = -1;
-				(void)shutdown(i == 0 ? r->up : r->fd, SHUT_WR);
-				continue;
-			}
-			if (i == 0) {
-				atomic_fetch_add(&total_out, (uint64_t)got);
-				r->out += (uint64_t)got;
-			} else {
-				atomic_fetch_add(&total_in, (uint64_t)got);
-				r->in += (uint64_t)got;
-			}
-			if (send_all(i == 0 ? r->up : r->fd, buf, (size_t)got) < 0)
-				return;
-		}
-	}
-}
-
-/* "host:port" or "[v6]:port" into r; default_port when none. */
-static int split_hostport(const char *s, size_t len, uint16_t default_port, struct req *r)
-{
-	char tmp[NET_NAME_MAX + 8];
-	const char *port = NULL;
-	char *h = tmp;
-	unsigned long v;
-
-	if (len == 0 || len >= sizeof(tmp))
+	if (atomic_fetch_add(&total_conns, 1) >= max_conns && max_conns) {
+		refuse(r, R_LIMIT, "connection limit (MaxConnections)");
 		return -1;
-	memcpy(tmp, s, len);
-	tmp[len] = '\0';
-	if (tmp[0] == '[') {
-		char *e = strchr(tmp, ']');
-
-		if (!e || (e[1] && e[1] != ':'))
-			return -1;
-		*e = '\0';
-		h = tmp + 1;
-		if (e[1] == ':')
-			port = e + 2;
-		if (strlen(h) >= sizeof(r->host))
-			return -1;
-		strcpy(r->host, h);
-	} else {
-		char *c = strchr(tmp, ':');
-
-		if (c) {
-			*c = '\0';
-			port = c + 1;
-		}
-		if (!net_name_normalize(h, r->host))
-			return -1;
 	}
-	if (port) {
-		if (parse_ulong(port, 65535, &v) < 0 || v == 0)
-			return -1;
-		r->port = (uint16_t)v;
-	} else {
-		if (!default_port)
-			return -1;
-		r->port = default_port;
+	if (over_limit()) {
+		refuse(r, R_LIMIT, "byte limit");
+		return -1;
+	}
+	if (resolve_checked(r, &sa, &salen) < 0)
+		return -1;
+	r->up = connect_to(&sa, salen, &r->connect_errno);
+	if (r->up < 0) {
+		refuse(r, R_CONNECT, "cannot connect to the destination");
+		return -1;
 	}
 	return 0;
 }
 
-/* The header lines of a plain HTTP request, for the origin server: no
- * Proxy-* or hop-by-hop ones, Connection: close (one request per proxied
- * connection: the Host header checked below is the one sent).  Returns
- * the new length or -1. */
-static int rewrite_head(struct req *r, const char *method, const char *path, const char *version,
-			const char *headers, char *out, size_t size, const char **why)
+static void count_out(struct req *r, size_t n)
 {
-	size_t o = (size_t)snprintf(out, size, "%s %s %s\r\n", method, path, version);
-	const char *line = headers;
-	bool host_seen = false;
-
-	while (*line && !(line[0] == '\r' && line[1] == '\n')) {
-		const char *eol = strstr(line, "\r\n");
-		size_t ll;
-
-		if (!eol)
-			return -1;
-		ll = (size_t)(eol - line);
-		if (strncasecmp(line, "Host:", 5) == 0) {
-			struct req h = { 0 };
-			const char *v = line + 5;
-
-			while (*v == ' ' || *v == '\t')
-				v++;
-			if (host_seen || split_hostport(v, (size_t)(eol - v), r->port, &h) < 0 ||
-			    strcmp(h.host, r->host) != 0 || h.port != r->port) {
-				*why = "Host header names another host";
-				return -1;
-			}
-			host_seen = true;
-		}
-		if (strncasecmp(line, "Proxy-", 6) != 0 && strncasecmp(line, "Connection:", 11) != 0 &&
-		    strncasecmp(line, "Keep-Alive:", 11) != 0) {
-			if (o + ll + 2 >= size)
-				return -1;
-			memcpy(out + o, line, ll + 2);
-			o += ll + 2;
-		}
-		line = eol + 2;
-	}
-	o += (size_t)snprintf(out + o, size - o, "%sConnection: close\r\n\r\n", "");
-	if (!host_seen) {
-		int n = snprintf(out + o - 2, size - o + 2, "Host: %s:%u\r\n\r\n", r->host, (unsigned)r->port);
-
-		o += (size_t)n - 2;
-	}
-	return o < size ? (int)o : -1;
+	atomic_fetch_add(&total_out, n);
+	r->out += n;
 }
 
-static void serve(struct req *r)
+/* A tunnel to a name (CONNECT or SOCKS) must open with a TLS ClientHello
+ * naming that host, or it could carry anything to that address (another
+ * name on a shared CDN address, say).  have bytes of it are in buf
+ * already.  Forwards the hello; returns 0, or -1 (refused: r says why, and
+ * the sandbox got a TLS access_denied alert). */
+static int check_tunnel(struct req *r, const uint8_t *buf, size_t have)
 {
-	char head[HEAD_MAX + 1], method[16], version[16];
+	static const uint8_t alert[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31 }; /* fatal access_denied */
+	_cleanup_free_ uint8_t *hello = malloc(TLS_HELLO_MAX);
+	char norm[NET_NAME_MAX + 1];
+	size_t hl = have;
+	int s;
+
+	if (!hello || have > TLS_HELLO_MAX)
+		return -1;
+	memcpy(hello, buf, have);
+	while (hl < 5 || hl < egress_tls_record_len(hello, hl)) {
+		ssize_t n;
+
+		if (hl >= 1 && hello[0] != 0x16)
+			break;
+		n = recv_some(r->fd, hello + hl, TLS_HELLO_MAX - hl);
+		if (n <= 0)
+			break;
+		hl += (size_t)n;
+	}
+	s = egress_tls_sni(hello, hl, r->sni, sizeof(r->sni));
+	if (s < 0)
+		refuse(r, R_POLICY, "not a TLS ClientHello");
+	else if (s == 0)
+		refuse(r, R_POLICY, "no server name (SNI) in the ClientHello");
+	else if (!net_name_normalize(r->sni, norm) || strcmp(norm, r->t.host) != 0)
+		refuse(r, R_POLICY, "TLS server name (SNI) is not the CONNECT host");
+	else {
+		count_out(r, hl);
+		return send_all(r->up, hello, hl);
+	}
+	(void)send_all(r->fd, alert, sizeof(alert));
+	return -1;
+}
+
+/* ---- relaying: one thread, an epoll loop over the established tunnels;
+ * splice(2) through a pipe each way, no copies ---- */
+
+struct dir {
+	int from, to, pipe[2];
+	size_t inpipe;
+	bool eof;
+	uint64_t *count, max;
+	atomic_uint_fast64_t *total;
+	const char *limit;
+};
+
+struct tunnel {
+	struct req *r;
+	struct dir d[2];
+	uint64_t last_ms;
+	bool dead, listed;
+	struct tunnel *prev, *next; /* the loop's list of tunnels */
+	struct tunnel *next_dead;   /* to free; also the queue of new ones */
+};
+
+/* Setup threads queue a tunnel under new_lock and wake the loop through
+ * an eventfd; from then on only the loop's thread touches it. */
+static int relay_ep = -1, relay_wake = -1;
+static struct tunnel relay_stop; /* the epoll tag of the SIGTERM signalfd */
+static pthread_mutex_t new_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct tunnel *new_tunnels, *tunnels;
+/* Connections open (in a setup thread or a tunnel), under slot_lock:
+ * each tunnel holds six fds, so the cap follows RLIMIT_NOFILE. */
+static unsigned open_conns, open_max = 512;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void conn_closed(void)
+{
+	pthread_mutex_lock(&slot_lock);
+	open_conns--;
+	pthread_cond_signal(&slot_free);
+	pthread_mutex_unlock(&slot_lock);
+}
+
+/* Move what can be moved from d->from into d->to, until either side would
+ * block (the loop is edge-triggered).  Returns 0, 1 on a limit, -1 when
+ * the connection is to end; sets *moved if anything moved. */
+static int pump(struct dir *d, bool *moved)
+{
+	for (;;) {
+		bool progress = false;
+
+		if (!d->eof && d->inpipe == 0) {
+			uint64_t used = atomic_load(d->total),
+				 room = d->max ? (used >= d->max ? 0 : d->max - used) : PIPE_SIZE;
+			ssize_t n;
+			char c;
+
+			/* The budget is spent: a limit only if bytes wait to go
+			 * that way (the other way may still be busy). */
+			if (room == 0)
+				n = recv(d->from, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+			else
+				n = splice(d->from, NULL, d->pipe[1], NULL, room < PIPE_SIZE ? (size_t)room : PIPE_SIZE,
+					   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			if (room == 0 && n > 0)
+				return 1;
+			if (n < 0 && errno != EAGAIN && errno != EINTR)
+				n = 0; /* reset: the same as an end */
+			if (n == 0) {
+				d->eof = true;
+				(void)shutdown(d->to, SHUT_WR);
+				progress = true;
+			} else if (n > 0) {
+				/* ACK now: the sender's Nagle holds its sub-MSS tail
+				 * (on loopback, MSS is 64 KiB: most writes) until this
+				 * ACK, which the kernel would delay by 40 ms.  Quick-ack
+				 * mode does not stick: re-armed after every read. */
+				(void)setsockopt(d->from, IPPROTO_TCP, TCP_QUICKACK, &(int){ 1 }, sizeof(int));
+				atomic_fetch_add(d->total, (uint64_t)n);
+				*d->count += (uint64_t)n;
+				d->inpipe = (size_t)n;
+				progress = true;
+			}
+		}
+		if (d->inpipe) {
+			ssize_t n = splice(d->pipe[0], NULL, d->to, NULL, d->inpipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+
+			if (n < 0 && errno != EAGAIN && errno != EINTR)
+				return -1;
+			if (n > 0) {
+				d->inpipe -= (size_t)n;
+				progress = true;
+			}
+		}
+		if (!progress)
+			return 0;
+		*moved = true;
+	}
+}
+
+static void tunnel_free(struct tunnel *t)
+{
+	struct req *r = t->r;
+
+	for (int i = 0; i < 2; i++) {
+		if (t->d[i].pipe[0] >= 0)
+			close(t->d[i].pipe[0]);
+		if (t->d[i].pipe[1] >= 0)
+			close(t->d[i].pipe[1]);
+	}
+	audit(r);
+	close(r->up);
+	close(r->fd);
+	free(r);
+	free(t);
+	conn_closed();
+}
+
+/* Out of the loop and its list; freed after the batch of events, which
+ * may name it again. */
+static void tunnel_kill(struct tunnel *t, struct tunnel **dead)
+{
+	if (t->dead)
+		return;
+	t->dead = true;
+	(void)epoll_ctl(relay_ep, EPOLL_CTL_DEL, t->r->fd, NULL);
+	(void)epoll_ctl(relay_ep, EPOLL_CTL_DEL, t->r->up, NULL);
+	if (t->listed) {
+		if (t->prev)
+			t->prev->next = t->next;
+		else
+			tunnels = t->next;
+		if (t->next)
+			t->next->prev = t->prev;
+	}
+	t->next_dead = *dead;
+	*dead = t;
+}
+
+static void tunnel_run(struct tunnel *t, uint64_t now, struct tunnel **dead)
+{
+	bool moved = false;
+
+	for (int i = 0; i < 2; i++) {
+		int s = pump(&t->d[i], &moved);
+
+		if (s > 0)
+			t->r->reason = t->d[i].limit;
+		if (s != 0)
+			return tunnel_kill(t, dead);
+	}
+	if (t->d[0].eof && !t->d[0].inpipe && t->d[1].eof && !t->d[1].inpipe)
+		return tunnel_kill(t, dead);
+	if (moved)
+		t->last_ms = now;
+}
+
+/* Take the queued tunnels into the loop and run each once. */
+static void tunnels_add(uint64_t now, struct tunnel **dead)
+{
+	struct tunnel *q;
+	uint64_t v;
+
+	(void)!read(relay_wake, &v, sizeof(v));
+	pthread_mutex_lock(&new_lock);
+	q = new_tunnels;
+	new_tunnels = NULL;
+	pthread_mutex_unlock(&new_lock);
+	while (q) {
+		struct tunnel *t = q;
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = t };
+
+		q = t->next_dead;
+		t->next_dead = NULL;
+		t->next = tunnels;
+		t->prev = NULL;
+		if (tunnels)
+			tunnels->prev = t;
+		tunnels = t;
+		t->listed = true;
+		if (epoll_ctl(relay_ep, EPOLL_CTL_ADD, t->r->fd, &ev) < 0 ||
+		    epoll_ctl(relay_ep, EPOLL_CTL_ADD, t->r->up, &ev) < 0) {
+			t->r->reason = "out of memory for the relay";
+			tunnel_kill(t, dead);
+			continue;
+		}
+		tunnel_run(t, now, dead);
+	}
+}
+
+/* SIGTERM (egress_stop): the sandbox has ended.  Take in the queued
+ * tunnels, move what is still there, end every tunnel (dead: those this
+ * batch of events already ended) with its audit line, and exit.
+ * Connections still in a setup thread end unaudited. */
+static __attribute__((noreturn)) void stop(uint64_t now, struct tunnel *dead)
+{
+	tunnels_add(now, &dead);
+	for (struct tunnel *t = tunnels, *next; t; t = next) {
+		next = t->next;
+		tunnel_run(t, now, &dead);
+		if (!t->dead) {
+			if (!t->r->reason)
+				t->r->reason = "the sandbox ended";
+			tunnel_kill(t, &dead);
+		}
+	}
+	while (dead) {
+		struct tunnel *t = dead;
+
+		dead = t->next_dead;
+		tunnel_free(t);
+	}
+	_exit(0);
+}
+
+static void *relay_thread(void *arg)
+{
+	struct epoll_event ev[64];
+	uint64_t swept = now_ms();
+
+	(void)arg;
+	for (;;) {
+		int n = epoll_wait(relay_ep, ev, 64, 1000);
+		uint64_t now = now_ms();
+		struct tunnel *dead = NULL;
+
+		for (int i = 0; i < n; i++) {
+			struct tunnel *t = ev[i].data.ptr;
+
+			if (t == &relay_stop)
+				stop(now, dead);
+			else if (!t)
+				tunnels_add(now, &dead);
+			else if (!t->dead)
+				tunnel_run(t, now, &dead);
+		}
+		if (now - swept >= 1000) {
+			swept = now;
+			for (struct tunnel *t = tunnels, *next; t; t = next) {
+				next = t->next;
+				if (now - t->last_ms >= IDLE_TIMEOUT_MS) {
+					t->r->reason = "idle timeout";
+					tunnel_kill(t, &dead);
+				}
+			}
+		}
+		while (dead) {
+			struct tunnel *t = dead;
+
+			dead = t->next_dead;
+			tunnel_free(t);
+		}
+	}
+	return NULL;
+}
+
+/* Hand r's connection, its destination connected and its first bytes
+ * sent, to the relay loop.  Returns 0 (the loop owns r now) or -1 (the
+ * caller still does). */
+static int relay(struct req *r)
+{
+	struct tunnel *t = calloc(1, sizeof(*t));
+	uint64_t one = 1;
+
+	if (!t) {
+		r->reason = "out of memory";
+		return -1;
+	}
+	t->r = r;
+	t->d[0] = (struct dir){ .from = r->fd,
+				.to = r->up,
+				.pipe = { -1, -1 },
+				.count = &r->out,
+				.max = max_out,
+				.total = &total_out,
+				.limit = "byte limit (MaxBytesOut)" };
+	t->d[1] = (struct dir){ .from = r->up,
+				.to = r->fd,
+				.pipe = { -1, -1 },
+				.count = &r->in,
+				.max = max_in,
+				.total = &total_in,
+				.limit = "byte limit (MaxBytesIn)" };
+	t->last_ms = now_ms();
+	for (int i = 0; i < 2; i++) {
+		if (pipe2(t->d[i].pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+			r->reason = "out of file descriptors";
+			for (int j = 0; j <= i; j++) {
+				if (t->d[j].pipe[0] >= 0)
+					close(t->d[j].pipe[0]);
+				if (t->d[j].pipe[1] >= 0)
+					close(t->d[j].pipe[1]);
+			}
+			free(t);
+			return -1;
+		}
+		(void)fcntl(t->d[i].pipe[1], F_SETPIPE_SZ, PIPE_SIZE);
+	}
+	/* A relay forwards what it got at once: Nagle would hold a short
+	 * tail (the end of a TLS record) until the peer's delayed ACK. */
+	(void)setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
+	(void)setsockopt(r->up, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
+	pthread_mutex_lock(&new_lock);
+	t->next_dead = new_tunnels;
+	new_tunnels = t;
+	pthread_mutex_unlock(&new_lock);
+	(void)!write(relay_wake, &one, sizeof(one));
+	return 0;
+}
+
+/* ---- the HTTP proxy ---- */
+
+/* Returns 0 when the relay loop took r over. */
+static int serve_http(struct req *r)
+{
+	char head[HEAD_MAX + 1];
 	static __thread char out[HEAD_MAX + 512];
-	uint8_t *hello = NULL;
-	size_t have = 0, body_at;
-	struct sockaddr_storage sa;
-	socklen_t salen = 0;
-	const char *why, *target, *sp1, *sp2, *eoh;
+	struct egress_http_req h;
+	size_t have = 0;
+	const char *why, *eoh = NULL;
+	int status;
 
 	snprintf(r->kind, sizeof(r->kind), "http");
 	for (;;) {
 		ssize_t n = recv_some(r->fd, head + have, HEAD_MAX - have);
 
 		if (n <= 0)
-			return;
+			return -1;
 		have += (size_t)n;
 		head[have] = '\0';
 		if (memchr(head, '\0', have))
-			return deny(r, 400, "NUL in the request head");
+			return deny_http(r, 400, "NUL in the request head");
 		if ((eoh = strstr(head, "\r\n\r\n")))
 			break;
 		if (have >= HEAD_MAX)
-			return deny(r, 400, "request head too long");
+			return deny_http(r, 400, "request head too long");
 	}
-	body_at = (size_t)(eoh - head) + 4;
-	sp1 = strchr(head, ' ');
-	sp2 = sp1 ? strchr(sp1 + 1, ' ') : NULL;
-	if (!sp1 || !sp2 || sp1 - head >= (long)sizeof(method) || strstr(head, "\r\n") < sp2)
-		return deny(r, 400, "not an HTTP request line");
-	memcpy(method, head, (size_t)(sp1 - head));
-	method[sp1 - head] = '\0';
-	{
-		const char *eol = strstr(sp2, "\r\n");
-		size_t vl = (size_t)(eol - sp2 - 1);
-
-		if (vl >= sizeof(version) || strncmp(sp2 + 1, "HTTP/1.", 7) != 0)
-			return deny(r, 400, "not HTTP/1.x");
-		memcpy(version, sp2 + 1, vl);
-		version[vl] = '\0';
-	}
-	target = sp1 + 1;
-	const char *path = "/";
-	size_t pathlen = 1;
-	if (strcmp(method, "CONNECT") == 0) {
+	/* What follows the head is the body, or the tunnel's first bytes. */
+	why = egress_http_parse(head, (size_t)(eoh - head) + 4, &h);
+	if (h.kind == EGRESS_HTTP_CONNECT)
 		snprintf(r->kind, sizeof(r->kind), "connect");
-		if (split_hostport(target, (size_t)(sp2 - target), 0, r) < 0)
-			return deny(r, 400, "CONNECT needs HOST:PORT");
-	} else {
-		const char *hs, *he;
-
-		if (strncasecmp(target, "http://", 7) != 0)
-			return deny(r, 400, "only absolute http:// URIs and CONNECT are proxied");
-		hs = target + 7;
-		he = hs + strcspn(hs, "/? ");
-		if (he > sp2)
-			he = sp2;
-		if (split_hostport(hs, (size_t)(he - hs), 80, r) < 0)
-			return deny(r, 400, "bad host in the URI");
-		if (memchr(hs, '@', (size_t)(he - hs)))
-			return deny(r, 400, "userinfo in the URI");
-		if (*he == '/' || *he == '?') {
-			path = he;
-			pathlen = (size_t)(sp2 - he);
-		}
-	}
-	if (atomic_fetch_add(&total_conns, 1) >= max_conns && max_conns)
-		return deny(r, 403, "connection limit (MaxConnections)");
-	if (over_limit())
-		return deny(r, 403, "byte limit");
-	why = resolve_checked(r, &sa, &salen);
+	r->t = h.t;
 	if (why)
-		return deny(r, 403, why);
-	r->up = connect_to(&sa, salen);
-	if (r->up < 0)
-		return deny(r, 502, "cannot connect to the destination");
-
-	if (strcmp(r->kind, "connect") == 0) {
-		uint8_t alert[] = { 0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31 };	/* fatal access_denied */
-		uint8_t lit[16];
-		bool is_name = inet_pton(AF_INET, r->host, lit) != 1 && inet_pton(AF_INET6, r->host, lit) != 1;
-		size_t hl = have - body_at;
-		int s;
-
+		return deny_http(r, 400, why);
+	if (open_upstream(r) < 0) {
+		status = r->refusal == R_CONNECT ? 502 : 403;
+		return deny_http(r, status, r->reason);
+	}
+	if (h.kind == EGRESS_HTTP_CONNECT) {
 		if (send_all(r->fd, "HTTP/1.1 200 Connection established\r\n\r\n", 39) < 0)
-			return;
+			return -1;
 		r->decision = "allow";
-		if (is_name) {
-			/* A name was allowed: the TLS handshake must name it too,
-			 * or the tunnel could carry anything to this address. */
-			hello = malloc(TLS_HELLO_MAX);
-			if (!hello)
-				return;
-			memcpy(hello, head + body_at, hl);
-			while (hl < 5 || hl < 5 + ((size_t)hello[3] << 8 | hello[4])) {
-				ssize_t n;
-
-				if (hl >= 5 && hello[0] != 0x16)
-					break;
-				n = recv_some(r->fd, (char *)hello + hl, TLS_HELLO_MAX - hl);
-				if (n <= 0)
-					break;
-				hl += (size_t)n;
-			}
-			s = tls_sni(hello, hl, r->sni, sizeof(r->sni));
-			if (s < 0) {
-				r->decision = "deny";
-				r->reason = "not a TLS ClientHello";
-			} else if (s == 0) {
-				r->decision = "deny";
-				r->reason = "no server name (SNI) in the ClientHello";
-			} else {
-				char norm[NET_NAME_MAX + 1];
-
-				if (!net_name_normalize(r->sni, norm) || strcmp(norm, r->host) != 0) {
-					r->decision = "deny";
-					r->reason = "TLS server name (SNI) is not the CONNECT host";
-				}
-			}
-			if (strcmp(r->decision, "deny") == 0) {
-				(void)send_all(r->fd, (const char *)alert, sizeof(alert));
-				free(hello);
-				return;
-			}
-			atomic_fetch_add(&total_out, hl);
-			r->out += hl;
-			if (send_all(r->up, (const char *)hello, hl) < 0) {
-				free(hello);
-				return;
-			}
-			free(hello);
-		} else if (hl) {
-			atomic_fetch_add(&total_out, hl);
-			r->out += hl;
-			if (send_all(r->up, head + body_at, hl) < 0)
-				return;
+		if (!r->t.literal) {
+			if (check_tunnel(r, (const uint8_t *)head + h.body_at, have - h.body_at) < 0)
+				return -1;
+		} else if (have > h.body_at) {
+			count_out(r, have - h.body_at);
+			if (send_all(r->up, head + h.body_at, have - h.body_at) < 0)
+				return -1;
 		}
 	} else {
-		char p[HEAD_MAX];
-		int n;
+		int n = egress_http_rewrite(&h, out, sizeof(out), &why);
 
-		memcpy(p, path, pathlen);
-		p[pathlen] = '\0';
-		n = rewrite_head(r, method, p, version, strstr(head, "\r\n") + 2, out, sizeof(out), &why);
 		if (n < 0) {
 			close(r->up);
 			r->up = -1;
-			return deny(r, 403, why ? why : "request head too long");
+			return deny_http(r, 403, why);
 		}
 		r->decision = "allow";
-		r->out += (uint64_t)n + (have - body_at);
-		atomic_fetch_add(&total_out, (uint64_t)n + (have - body_at));
-		if (send_all(r->up, out, (size_t)n) < 0 || send_all(r->up, head + body_at, have - body_at) < 0)
-			return;
+		count_out(r, (size_t)n + (have - h.body_at));
+		if (send_all(r->up, out, (size_t)n) < 0 || send_all(r->up, head + h.body_at, have - h.body_at) < 0)
+			return -1;
 	}
-	relay(r);
+	return relay(r);
+}
+
+/* ---- the SOCKS5 proxy (RFC 1928; no authentication, CONNECT only) ---- */
+
+static int socks_code(const struct req *r)
+{
+	if (r->refusal != R_CONNECT)
+		return r->refusal == R_RESOLVE ? SOCKS_HOST_UNREACH : SOCKS_NOT_ALLOWED;
+	switch (r->connect_errno) {
+	case ECONNREFUSED:
+		return SOCKS_REFUSED;
+	case ENETUNREACH:
+		return SOCKS_NET_UNREACH;
+	case EHOSTUNREACH:
+	case ETIMEDOUT:
+		return SOCKS_HOST_UNREACH;
+	default:
+		return SOCKS_FAIL;
+	}
+}
+
+/* Returns 0 when the relay loop took r over. */
+static int serve_socks(struct req *r)
+{
+	uint8_t buf[600];
+	struct egress_socks_req s;
+	size_t have = 0;
+	bool noauth = false;
+	int n;
+
+	snprintf(r->kind, sizeof(r->kind), "socks");
+	while ((n = egress_socks_greeting(buf, have, &noauth)) == 0) {
+		ssize_t got = recv_some(r->fd, buf + have, sizeof(buf) - have);
+
+		if (got <= 0)
+			return -1;
+		have += (size_t)got;
+	}
+	if (n < 0) {
+		r->reason = "not SOCKS5";
+		return -1;
+	}
+	if (!noauth) {
+		r->reason = "SOCKS5 without the no-authentication method";
+		(void)send_all(r->fd, "\x05\xff", 2);
+		return -1;
+	}
+	if (send_all(r->fd, "\x05\x00", 2) < 0)
+		return -1;
+	/* The client may have sent its request with the greeting. */
+	have -= (size_t)n;
+	memmove(buf, buf + n, have);
+	while ((n = egress_socks_request(buf, have, &s)) == 0) {
+		ssize_t got = recv_some(r->fd, buf + have, sizeof(buf) - have);
+
+		if (got <= 0)
+			return -1;
+		have += (size_t)got;
+	}
+	r->t = s.t;
+	if (n < 0) {
+		r->reason = -n == SOCKS_BAD_ATYP       ? "SOCKS address type not supported"
+			    : -n == SOCKS_HOST_UNREACH ? "not a host name"
+						       : "not a SOCKS5 request";
+		return socks_reply(r, -n);
+	}
+	if (s.cmd != 1) {
+		r->reason = s.cmd == 2	 ? "SOCKS BIND is not supported"
+			    : s.cmd == 3 ? "SOCKS UDP ASSOCIATE is not supported"
+					 : "unknown SOCKS command";
+		return socks_reply(r, SOCKS_BAD_COMMAND);
+	}
+	if (open_upstream(r) < 0)
+		return socks_reply(r, socks_code(r));
+	if (socks_reply(r, SOCKS_OK) < 0)
+		return -1;
+	r->decision = "allow";
+	have -= (size_t)n;
+	if (!r->t.literal) {
+		if (check_tunnel(r, buf + n, have) < 0)
+			return -1;
+	} else if (have) {
+		count_out(r, have);
+		if (send_all(r->up, buf + n, have) < 0)
+			return -1;
+	}
+	return relay(r);
 }
 
 static void *conn_thread(void *arg)
@@ -610,12 +839,14 @@ static void *conn_thread(void *arg)
 	struct req *r = arg;
 
 	r->up = -1;
-	serve(r);
-	audit(r);
-	if (r->up >= 0)
-		close(r->up);
-	close(r->fd);
-	free(r);
+	if ((r->socks ? serve_socks(r) : serve_http(r)) < 0) {
+		audit(r);
+		if (r->up >= 0)
+			close(r->up);
+		close(r->fd);
+		free(r);
+		conn_closed();
+	}
 	pthread_mutex_lock(&slot_lock);
 	active--;
 	pthread_cond_signal(&slot_free);
@@ -623,97 +854,69 @@ static void *conn_thread(void *arg)
 	return NULL;
 }
 
-/* ---- DNS stub (RFC 1035 4.1): answers allowlisted names, forwards nothing ---- */
+/* ---- DNS stub: answers allowlisted names, forwards nothing ---- */
+
+static bool dns_name_allowed(const char *name)
+{
+	for (unsigned i = 0; i < n_rules; i++)
+		if (net_rule_match_name(&rules[i], name, rules[i].port ? rules[i].port : 443) ||
+		    net_rule_match_name(&rules[i], name, 80))
+			return true;
+	return false;
+}
 
 static void *dns_thread(void *arg)
 {
 	int fd = *(int *)arg;
-	uint8_t q[512], a[512];
+	uint8_t q[EGRESS_DNS_MAX], a[EGRESS_DNS_MAX];
 
 	for (;;) {
 		struct sockaddr_storage from;
 		socklen_t fl = sizeof(from);
 		ssize_t n = recvfrom(fd, q, sizeof(q), 0, (struct sockaddr *)&from, &fl);
-		struct req r = { .port = 443 };
-		size_t p = 12, o = 0, qend;
-		uint16_t qtype, ancount = 0;
+		struct egress_dns_query d;
+		struct req r = { .t.port = 53 };
+		unsigned ancount = 0;
 		int rcode = 0;
+		size_t o;
 
-		if (n < 12 || (q[2] & 0x80) || q[4] != 0 || q[5] != 1)
-			continue;	/* not a query with one question */
-		snprintf(r.kind, sizeof(r.kind), "dns");
-		while (p < (size_t)n && q[p] && o < NET_NAME_MAX) {
-			size_t l = q[p];
-
-			if (l > 63 || p + 1 + l > (size_t)n || o + l + 1 > NET_NAME_MAX)
-				break;
-			if (o)
-				r.host[o++] = '.';
-			memcpy(r.host + o, q + p + 1, l);
-			o += l;
-			p += 1 + l;
-		}
-		r.host[o] = '\0';
-		if (p + 5 > (size_t)n || q[p] != 0)
+		if (n < 0 || egress_dns_parse(q, (size_t)n, &d) < 0)
 			continue;
-		qend = p + 5;
-		qtype = (uint16_t)(q[p + 1] << 8 | q[p + 2]);
-		memcpy(a, q, qend);
-		a[2] = (uint8_t)(0x80 | (q[2] & 0x79));	/* QR, opcode, RD */
-		a[4] = 0, a[5] = 1;
-		memset(a + 6, 0, 6);
-		o = qend;
-		{
-			char norm[NET_NAME_MAX + 1];
-			bool ok = false;
+		snprintf(r.kind, sizeof(r.kind), "dns");
+		snprintf(r.t.host, sizeof(r.t.host), "%s", d.name);
+		o = egress_dns_answer_start(q, &d, a);
+		if (!d.name[0] || !dns_name_allowed(d.name)) {
+			rcode = 3; /* NXDOMAIN, here: the query goes nowhere */
+			r.decision = "deny";
+			r.reason = d.name[0] ? "name not on the allowlist" : "not a host name";
+		} else if (d.qtype == 1 || d.qtype == 28) {
+			struct addrinfo hints = { .ai_family = d.qtype == 1 ? AF_INET : AF_INET6,
+						  .ai_socktype = SOCK_STREAM };
+			struct addrinfo *res = NULL;
 
-			if (net_name_normalize(r.host, norm)) {
-				strcpy(r.host, norm);
-				for (unsigned i = 0; i < n_rules && !ok; i++)
-					ok = net_rule_match_name(&rules[i], norm, rules[i].port ? rules[i].port : 443) ||
-					     net_rule_match_name(&rules[i], norm, 80);
-			}
-			if (!ok) {
-				rcode = 3;	/* NXDOMAIN, here: the query goes nowhere */
-				r.decision = "deny";
-				r.reason = "name not on the allowlist";
-			} else if (qtype == 1 || qtype == 28) {
-				struct addrinfo hints = { .ai_family = qtype == 1 ? AF_INET : AF_INET6,
-							  .ai_socktype = SOCK_STREAM };
-				struct addrinfo *res = NULL;
+			r.decision = "allow";
+			if (getaddrinfo(d.name, NULL, &hints, &res) == 0) {
+				for (struct addrinfo *ai = res; ai && ancount < 8; ai = ai->ai_next) {
+					int family;
+					const uint8_t *ad;
 
-				r.decision = "allow";
-				if (getaddrinfo(norm, NULL, &hints, &res) == 0) {
-					for (struct addrinfo *ai = res; ai && ancount < 8; ai = ai->ai_next) {
-						int family;
-						const uint8_t *ad;
-						size_t al = qtype == 1 ? 4 : 16;
-
-						sa_bytes(ai->ai_addr, &family, &ad);
-						/* Only what the proxy would connect to. */
-						if (net_addr_verdict(rules, n_rules, true, family, ad, 443) &&
-						    net_addr_verdict(rules, n_rules, true, family, ad, 80))
-							continue;
-						if (o + 12 + al > sizeof(a))
-							break;
-						uint8_t rr[12] = { 0xc0, 12, 0, (uint8_t)qtype, 0, 1, 0, 0, 0, 60, 0,
-								   (uint8_t)al };
-						memcpy(a + o, rr, 12);
-						memcpy(a + o + 12, ad, al);
-						o += 12 + al;
-						ancount++;
-						if (!r.addr[0])
-							inet_ntop(family, ad, r.addr, sizeof(r.addr));
-					}
-					freeaddrinfo(res);
+					sa_bytes(ai->ai_addr, &family, &ad);
+					/* Only what the proxy would connect to. */
+					if (net_addr_verdict(rules, n_rules, true, family, ad, 443) &&
+					    net_addr_verdict(rules, n_rules, true, family, ad, 80))
+						continue;
+					if (egress_dns_answer_add(a, &o, d.qtype, ad, d.qtype == 1 ? 4 : 16) < 0)
+						break;
+					ancount++;
+					if (!r.addr[0])
+						inet_ntop(family, ad, r.addr, sizeof(r.addr));
 				}
-			} else {
-				r.decision = "allow";
+				freeaddrinfo(res);
 			}
+		} else {
+			r.decision = "allow";
 		}
-		a[3] = (uint8_t)(0x80 | rcode);	/* RA */
-		a[6] = (uint8_t)(ancount >> 8);
-		a[7] = (uint8_t)ancount;
+		egress_dns_answer_finish(a, rcode, ancount);
 		(void)sendto(fd, a, o, MSG_NOSIGNAL, (struct sockaddr *)&from, fl);
 		audit(&r);
 	}
@@ -722,12 +925,12 @@ static void *dns_thread(void *arg)
 
 /* ---- main ---- */
 
-static int recv_fds(int sock, int fds[2])
+static int recv_fds(int sock, int fds[EGRESS_NS_SOCKETS])
 {
 	char c;
 	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(EGRESS_NS_SOCKETS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
@@ -736,9 +939,9 @@ static int recv_fds(int sock, int fds[2])
 	if (recvmsg(sock, &mh, MSG_CMSG_CLOEXEC) != 1)
 		return -1;
 	cm = CMSG_FIRSTHDR(&mh);
-	if (!cm || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(2 * sizeof(int)))
+	if (!cm || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(EGRESS_NS_SOCKETS * sizeof(int)))
 		return -1;
-	memcpy(fds, CMSG_DATA(cm), 2 * sizeof(int));
+	memcpy(fds, CMSG_DATA(cm), EGRESS_NS_SOCKETS * sizeof(int));
 	return 0;
 }
 
@@ -746,12 +949,13 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int logfd)
 {
 	pthread_attr_t attr;
 	pthread_t t;
-	sigset_t none;
-	int fds[2];
+	sigset_t term;
+	struct rlimit nofile;
+	int fds[EGRESS_NS_SOCKETS], term_fd;
 
 	signal(SIGPIPE, SIG_IGN);
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
+	sigemptyset(&term);
+	sigprocmask(SIG_SETMASK, &term, NULL);
 	for (size_t i = 0; i < p->n_net_allow && n_rules < POLICY_MAX_NET_RULES; i++)
 		if (net_rule_parse(p->net_allow[i], &rules[n_rules], NULL) == 0)
 			n_rules++;
@@ -763,36 +967,72 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int logfd)
 	if (recv_fds(ns_fd, fds) < 0)
 		_exit(0);
 	close(ns_fd);
+	/* From here SIGTERM is read by the relay loop (stop), and every
+	 * thread blocks it; until here it ends the process at once. */
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_SETMASK, &term, NULL);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, 256 * 1024);
-	if (pthread_create(&t, &attr, dns_thread, &fds[1]) != 0)
+	/* Six fds a tunnel (two sockets, two pipes); a few for the rest. */
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+		nofile.rlim_cur = nofile.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &nofile);
+		if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY &&
+		    (nofile.rlim_cur - 32) / 6 < open_max)
+			open_max = nofile.rlim_cur > 6 * 8 + 32 ? (unsigned)((nofile.rlim_cur - 32) / 6) : 8;
+	}
+	relay_ep = epoll_create1(EPOLL_CLOEXEC);
+	relay_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	term_fd = signalfd(-1, &term, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (relay_ep < 0 || relay_wake < 0 || term_fd < 0 ||
+	    epoll_ctl(relay_ep, EPOLL_CTL_ADD, relay_wake, &(struct epoll_event){ .events = EPOLLIN }) < 0 ||
+	    epoll_ctl(relay_ep, EPOLL_CTL_ADD, term_fd,
+		      &(struct epoll_event){ .events = EPOLLIN, .data.ptr = &relay_stop }) < 0 ||
+	    pthread_create(&t, &attr, dns_thread, &fds[EGRESS_NS_DNS]) != 0 ||
+	    pthread_create(&t, &attr, relay_thread, NULL) != 0)
 		_exit(1);
 	for (;;) {
-		struct req *r;
-		int c = accept4(fds[0], NULL, NULL, SOCK_CLOEXEC);
+		struct pollfd l[2] = { { .fd = fds[EGRESS_NS_HTTP], .events = POLLIN },
+				       { .fd = fds[EGRESS_NS_SOCKS], .events = POLLIN } };
 
-		if (c < 0) {
-			if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE ||
-			    errno == ENOBUFS || errno == ENOMEM)
+		if (poll(l, 2, -1) < 0) {
+			if (errno == EINTR)
 				continue;
 			_exit(1);
 		}
-		pthread_mutex_lock(&slot_lock);
-		while (active >= THREADS_MAX)
-			pthread_cond_wait(&slot_free, &slot_lock);
-		active++;
-		pthread_mutex_unlock(&slot_lock);
-		r = calloc(1, sizeof(*r));
-		if (r)
-			r->fd = c;
-		if (!r || pthread_create(&t, &attr, conn_thread, r) != 0) {
-			free(r);
-			close(c);
+		for (int i = 0; i < 2; i++) {
+			struct req *r;
+			int c;
+
+			if (!(l[i].revents & POLLIN))
+				continue;
+			c = accept4(l[i].fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+			if (c < 0) {
+				if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED || errno == EMFILE ||
+				    errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+					continue;
+				_exit(1);
+			}
 			pthread_mutex_lock(&slot_lock);
-			active--;
+			while (active >= THREADS_MAX || open_conns >= open_max)
+				pthread_cond_wait(&slot_free, &slot_lock);
+			active++;
+			open_conns++;
 			pthread_mutex_unlock(&slot_lock);
-			continue;
+			r = calloc(1, sizeof(*r));
+			if (r) {
+				r->fd = c;
+				r->socks = i == 1;
+			}
+			if (!r || pthread_create(&t, &attr, conn_thread, r) != 0) {
+				free(r);
+				close(c);
+				pthread_mutex_lock(&slot_lock);
+				active--;
+				open_conns--;
+				pthread_mutex_unlock(&slot_lock);
+			}
 		}
 	}
 }

@@ -18,7 +18,8 @@ bool net_name_normalize(const char *in, char *out)
 
 	if (n > 0 && in[n - 1] == '.')	/* the root label */
 		n--;
-	if (n == 0 || n > NET_NAME_MAX)
+	/* "example.com.." has an empty label: no name (found by fuzz-egress). */
+	if (n == 0 || n > NET_NAME_MAX || in[n - 1] == '.')
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)in[i];

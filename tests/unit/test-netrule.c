@@ -27,7 +27,7 @@ int main(void)
 	static const char *const good[] = { "example.com", "*.example.com", "Example.COM:8443", "10.99.0.0/24",
 					    "127.0.0.1:8080", "[::1]:443", "[2001:db8::/32]", "a_b.example." };
 	static const char *const bad[] = { "*.com", "exa mple.com", "10.0.0.0/33", "example.com:0", "::1",
-					   "example.com:70000", "127.1", "*.*.example.com", "", "[::1", "a..b" };
+					   "example.com:70000", "127.1", "*.*.example.com", "", "[::1", "a..b", "a.example.." };
 
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
 		ok(net_rule_parse(good[i], &r, NULL) == 0, "accepted: %s", good[i]);
