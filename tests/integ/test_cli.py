@@ -305,9 +305,11 @@ def test_tmpfs(tmp_path):
 def test_tmpfs_counts_toward_memory():
     if MODE == "nodeleg":
         pytest.skip("no memory cgroup: nothing charges tmpfs pages")
+    # Which process the OOM killer picks varies (the pages belong to none):
+    # what holds is that the run ends as a memory kill.
     rc, out, err = run(["run", "--memory", "48M", "--tmpfs", "/big:256M", "--", "sh", "-c",
-                        "head -c 128M /dev/zero > /big/f; echo wrote"])
-    assert rc == 123 and "wrote" not in out, (rc, out, err)
+                        "head -c 128M /dev/zero > /big/f"])
+    assert rc == 123 and "memory limit exceeded" in err, (rc, out, err)
 
 
 def _pty_session(argv, steps, tmo=20):
