@@ -41,6 +41,7 @@ static const struct jail_opt opts[] = {
 	{ "bind", "Filesystem", "Bind", NULL, 2 },
 	{ "ro-bind", "Filesystem", "ReadOnlyBind", NULL, 2 },
 	{ "workspace", "Filesystem", "Workspace", NULL, 1 },
+	{ "workspace-size", "Limits", "WorkspaceSize", NULL, 0 },
 	{ "rootfs", "Filesystem", "RootFS", NULL, 1 },
 	{ "tmpfs", "Filesystem", "TmpFS", NULL, 0 },
 	{ "setenv", "Environment", "Set", NULL, 0 },
@@ -72,6 +73,8 @@ const char args_jail_help[] =
 	"  --bind SRC[:DST]       read-write bind mount\n"
 	"  --ro-bind SRC[:DST]    read-only bind mount\n"
 	"  --workspace DIR        read-write at /workspace, the working directory\n"
+	"  --workspace-size SIZE  what the sandbox may write there (default 256M;\n"
+	"                         infinity: a plain bind); copied back at its end\n"
 	"  --rootfs DIR           use another root tree instead of the host's /usr\n"
 	"  --tmpfs PATH[:SIZE]    a private tmpfs at PATH (default size: --tmp-size's)\n"
 	"  --chdir DIR            working directory inside (default HOME: /workspace or /tmp)\n"

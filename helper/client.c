@@ -575,6 +575,8 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 			st->term_signal = SIGKILL;
 		}
 	}
+	if (r == 0 && rep->warnings[0])
+		r = err_set(err, 0, "%.*s", (int)sizeof(rep->warnings) - 1, rep->warnings);
 	free(rep);
 	if (sb->pidfd >= 0)
 		close(sb->pidfd);

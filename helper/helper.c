@@ -542,11 +542,18 @@ static void handle(const struct helper_req *req, char *text, const int fds_in[3]
 	case HELPER_KILL:
 		jail_kill(&sl->j);
 		break;
-	case HELPER_DESTROY:
+	case HELPER_DESTROY: {
+		struct nsbox_err we = { 0 };
+
+		/* A bounded workspace's write-back fails without failing the
+		 * request: the status is still wanted (helper_destroy). */
+		if (jail_sync_workspace(&sl->j, &we) < 0)
+			snprintf(rep->warnings, sizeof(rep->warnings), "%s", we.msg);
 		jail_destroy(&sl->j);
 		rep->st = sl->j.status;
 		memset(sl, 0, sizeof(*sl));
 		break;
+	}
 	case HELPER_INFO: {
 		const char *d = mem_cgroup(&sl->j);
 		bool v1 = sl->j.cg && sl->j.cg->v1_dir[CTRL_MEMORY][0];

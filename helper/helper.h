@@ -128,7 +128,9 @@ int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio
 void helper_kill(const struct helper_sandbox *sb);
 /* Kill, reap and clean up; fills *st (may be NULL) with the final status.
  * Closes sb->pidfd.  Thread-safe.  Returns 0 or -1 with err (then *st says
- * "killed by SIGKILL", which is what happened: the helper is gone). */
+ * "killed by SIGKILL", which is what happened: the helper is gone).  A
+ * bounded workspace's write-back that failed is -1 with err's code 0 and
+ * *st still the real status (jail_sync_workspace). */
 int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsbox_err *err);
 /* Memory use of the sandbox now.  Thread-safe. */
 int helper_info(const struct helper_sandbox *sb, uint64_t *current, uint64_t *peak, struct nsbox_err *err);

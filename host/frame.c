@@ -12,10 +12,19 @@
 int frame_send_buf(struct frame_io *io, uint16_t type, const char *buf, size_t len, unsigned long long deadline,
 		   struct nsbox_err *err)
 {
+	return frame_send_buf_fd(io, type, buf, len, -1, deadline, err);
+}
+
+int frame_send_buf_fd(struct frame_io *io, uint16_t type, const char *buf, size_t len, int fd,
+		      unsigned long long deadline, struct nsbox_err *err)
+{
 	size_t done = 0;
 
 	while (done < len) {
-		ssize_t n = send(io->sock, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
+		struct iovec iov = { (void *)(buf + done), len - done };
+		/* The fd travels with the frame's first bytes. */
+		ssize_t n = done == 0 && fd >= 0 ? send_with_fds(io->sock, &iov, 1, &fd, 1)
+						 : send(io->sock, buf + done, len - done, MSG_NOSIGNAL | MSG_DONTWAIT);
 
 		if (n >= 0) {
 			done += (size_t)n;

@@ -28,6 +28,10 @@ struct frame_io {
  * runner that stops reading cannot block us past the deadline (ETIMEDOUT). */
 int frame_send_buf(struct frame_io *io, uint16_t type, const char *buf, size_t len, unsigned long long deadline,
 		   struct nsbox_err *err);
+/* The same with fd (-1: none) passed along with its first bytes
+ * (SCM_RIGHTS): the memfd of a FILE_* request (files.c). */
+int frame_send_buf_fd(struct frame_io *io, uint16_t type, const char *buf, size_t len, int fd,
+		      unsigned long long deadline, struct nsbox_err *err);
 /* Encode msg (borrowed) as a frame of type and id, and send it. */
 int frame_send_msg(struct frame_io *io, uint16_t type, uint32_t id, const json_t *msg,
 		   unsigned long long deadline, struct nsbox_err *err);

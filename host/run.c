@@ -206,10 +206,14 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 	if (r == 0) {
 		if (o->forward_signals)
 			forward_start(j.pid, j.pidfd);
+		struct nsbox_err we = { 0 };
+
 		if (jail_wait(&j, NULL, err) < 0 && o->warn)
 			o->warn(o->warn_ctx, err->msg);
 		if (o->forward_signals)
 			forward_stop();
+		if (jail_sync_workspace(&j, &we) < 0 && o->warn)
+			o->warn(o->warn_ctx, we.msg);
 		jail_destroy(&j);
 	} else if (o->forward_signals) {
 		forward_stop();

@@ -26,6 +26,10 @@ struct sandbox {
 	/* Set by a backend whose sandbox arrives with the handshake already
 	 * done (the service): the runner's HELLO, owned by the session. */
 	json_t *hello;
+	/* The session's warning callback (NULL: none), for what goes wrong
+	 * after the start: a bounded workspace's write-back (jail/wsync.h). */
+	void (*warn)(void *ctx, const char *msg);
+	void *warn_ctx;
 };
 
 struct sandbox_spec {

@@ -33,9 +33,11 @@ static void helper_kill_(struct sandbox *sb)
 
 static void helper_reap(struct sandbox *sb)
 {
-	struct nsbox_err e;
+	struct nsbox_err e = { 0 };
 
-	(void)helper_destroy(sb->priv, &sb->st, &e);
+	/* A failure with no errno: its workspace's write-back (helper.h). */
+	if (helper_destroy(sb->priv, &sb->st, &e) < 0 && sb->warn && e.code == 0 && e.msg[0])
+		sb->warn(sb->warn_ctx, e.msg);
 	sb->pidfd = -1;
 	sb->reaped = true;
 }

@@ -54,7 +54,10 @@ static int local_try_reap(struct sandbox *sb)
 static void local_destroy(struct sandbox *sb)
 {
 	struct jail *j = sb->priv;
+	struct nsbox_err e = { 0 };
 
+	if (jail_sync_workspace(j, &e) < 0 && sb->warn)
+		sb->warn(sb->warn_ctx, e.msg);
 	jail_destroy(j);
 	sb->st = j->status;
 	sb->reaped = true;

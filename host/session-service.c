@@ -179,12 +179,13 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 		return err_set(err, EINVAL, "through nsboxd a policy can't have WorkDir= (%s)", p->workdir), NULL;
 	}
 	if (p->rootfs || p->uid != b.uid || p->gid != b.gid || p->seccomp != b.seccomp || p->landlock != b.landlock ||
-	    p->cgroups != b.cgroups || (p->hostname && b.hostname && strcmp(p->hostname, b.hostname))) {
+	    p->cgroups != b.cgroups || (p->hostname && b.hostname && strcmp(p->hostname, b.hostname)) ||
+	    p->workspace_size != b.workspace_size) {
 		policy_free(&b);
 		return err_set(err, EINVAL,
 			       "through nsboxd a policy is a profile (default, strict, permissive) with limits, network, "
-			       "workspace, binds and environment; RootFS, Uid, Gid, Hostname, Seccomp, Landlock and "
-			       "Cgroups can't be changed"),
+			       "workspace, binds and environment; RootFS, Uid, Gid, Hostname, Seccomp, Landlock, "
+			       "Cgroups and WorkspaceSize (the profile's bounds the workspace) can't be changed"),
 		       NULL;
 	}
 	m = json_pack("{s:s}", "profile", profile);

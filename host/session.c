@@ -401,6 +401,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		return err_set(err, ENOMEM, "session");
 	s->io.sock = s->cancel_fd = s->epoll_fd = s->timer_fd = s->sb.pidfd = -1;
 	s->sb.ops = backend_of(opts);
+	s->sb.warn = opts->warn;
+	s->sb.warn_ctx = opts->warn_ctx;
 	s->o = *opts;
 	if (!s->o.output_limit)
 		s->o.output_limit = DEF_OUTPUT;
@@ -1149,13 +1151,19 @@ int session_fd(struct nsbox_session *s, struct nsbox_err *err)
 
 /* ---- control requests: one request, one answer ---- */
 
-static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t want, json_t **answer,
-		   struct nsbox_err *err)
+/* One request and its answer.  sdata (NULL: none) goes as the request's
+ * raw data (PROTO_FLAG_DATA); rbuf (NULL: none may come) receives the
+ * answer's, at most rcap bytes (more is a protocol error), *rlen its size. */
+static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *sdata, size_t sdlen,
+			int pass_fd, uint16_t want, json_t **answer, void *rbuf, size_t rcap, size_t *rlen,
+			struct nsbox_err *err)
 {
 	unsigned long long deadline = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
 	json_auto_t *owned = msg;
 	struct session_result res = { 0 };
 	_cleanup_frame_ struct proto_frame f = { 0 };
+	const char *data = NULL;
+	size_t jlen, dlen = 0;
 	uint32_t id;
 	json_t *m;
 	int k;
@@ -1167,7 +1175,18 @@ static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t
 	if (!msg)
 		return err_set(err, ENOMEM, "%s message", proto_type_name(type));
 	id = s->next_id++;
-	if (frame_send_msg(&s->io, type, id, msg, deadline, err) < 0) {
+	if (sdata || pass_fd >= 0) {
+		_cleanup_free_ char *buf = NULL;
+		size_t len;
+
+		if ((sdata ? proto_encode_data(type, id, msg, sdata, sdlen, s->io.max_frame, &buf, &len, err)
+			   : proto_encode(type, id, msg, s->io.max_frame, &buf, &len, err)) < 0)
+			return -1;
+		k = frame_send_buf_fd(&s->io, type, buf, len, pass_fd, deadline, err);
+	} else {
+		k = frame_send_msg(&s->io, type, id, msg, deadline, err);
+	}
+	if (k < 0) {
 		if (err->code == EMSGSIZE)
 			return -1;
 		end_session(s, &res, true);
@@ -1188,19 +1207,36 @@ static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t
 		return err_set(err, 0, "%s", res.message);
 	}
 	m = frame_parse(&f, err);
-	if (!m || f.hdr.id != id || f.hdr.type != want) {
+	if (m && proto_frame_parts(&f, &jlen, &data, &dlen, err) < 0) {
+		json_decref(m);
+		m = NULL;
+	}
+	if (!m || f.hdr.id != id || f.hdr.type != want || (data && (!rbuf || dlen > rcap))) {
 		char what[600];
 
 		snprintf(what, sizeof(what), "%s", m ? "unexpected answer" : err->msg);
-		if (m)
+		if (m && data && f.hdr.id == id && f.hdr.type == want)
+			snprintf(what, sizeof(what), "%zu bytes of data in answer to %s %u, %s", dlen,
+				 proto_type_name(type), id, rbuf ? "more than asked for" : "which asked for none");
+		else if (m)
 			snprintf(what, sizeof(what), "unexpected %s frame (id %u) in answer to %s %u",
 				 proto_type_name(f.hdr.type), f.hdr.id, proto_type_name(type), id);
 		json_decref(m);
 		protocol_error(s, &res, what);
 		return err_set(err, 0, "%s", res.message);
 	}
+	if (rbuf && dlen)
+		memcpy(rbuf, data, dlen);
+	if (rlen)
+		*rlen = data ? dlen : 0;
 	*answer = m;
 	return 0;
+}
+
+static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t want, json_t **answer,
+		   struct nsbox_err *err)
+{
+	return control_data(s, type, msg, NULL, 0, -1, want, answer, NULL, 0, NULL, err);
 }
 
 int session_set_var(struct nsbox_session *s, const char *name, json_t *value, struct nsbox_err *err)
@@ -1439,6 +1475,18 @@ void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *
 int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t **answer, struct nsbox_err *err)
 {
 	return control(s, type, msg, PROTO_VALUE, answer, err);
+}
+
+int session_request_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *data, size_t dlen,
+			 json_t **answer, void *rbuf, size_t rcap, size_t *rlen, struct nsbox_err *err)
+{
+	return control_data(s, type, msg, data, dlen, -1, PROTO_VALUE, answer, rbuf, rcap, rlen, err);
+}
+
+int session_request_fd(struct nsbox_session *s, uint16_t type, json_t *msg, int fd, json_t **answer,
+		       struct nsbox_err *err)
+{
+	return control_data(s, type, msg, NULL, 0, fd, PROTO_VALUE, answer, NULL, 0, NULL, err);
 }
 
 uint32_t session_max_frame(const struct nsbox_session *s)

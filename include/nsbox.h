@@ -373,8 +373,9 @@ NSBOX_API int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *
  * mount namespace (nsbox-protocol(7), FILES): the host never opens a path
  * the sandbox controls, so a symlink, fifo or renamed entry planted inside
  * only changes what the sandbox itself sees.  Relative paths are relative
- * to the runner's working directory.  Data travels in chunks of 4 MiB; a
- * file changed by sandboxed code meanwhile may read back mixed.  Errors
+ * to the runner's working directory.  Reads, and writes of 256 KiB or
+ * more, cross in a memfd the library makes (one request; the runner copies
+ * in the kernel); smaller writes as raw bytes after the request.  Errors
  * (besides -EINVAL bad arguments, -EBUSY, -ENOTCONN the session ended):
  * the errno seen inside, negated: -ENOENT no such file or directory,
  * -EISDIR a directory, -EINVAL not a regular file (fifo, device, socket),
@@ -400,6 +401,29 @@ NSBOX_API int nsbox_list_files(nsbox_session_t *s, const char *path, char **json
 /* Make directory path and missing parents (mode -1: 0755); an existing
  * directory is not an error. */
 NSBOX_API int nsbox_make_dir(nsbox_session_t *s, const char *path, int mode, nsbox_error_t **err);
+
+/* Whole trees.  nsbox_download_dir copies directory path inside into the
+ * host directory local (made if missing, not its parents): regular files
+ * and directories only (symlinks, fifos, devices and names that are not
+ * UTF-8 are skipped).  Each name the sandbox listed must be one path
+ * component (no '/', not "." or "..", no control characters), and each is
+ * made beneath its parent's descriptor with mkdirat or openat2
+ * (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) and
+ * O_CREAT | O_EXCL | O_NOFOLLOW: nothing on the host is followed or
+ * overwritten (-EEXIST).  Caps: max_bytes in all (0: 1 GiB), max_files
+ * entries (0: 100000), the per-file cap of nsbox_read_file, 64 levels
+ * (-ELOOP), else -EFBIG; what was copied before a failure stays.
+ * nsbox_upload_dir copies the host directory local to path inside (made
+ * with its parents): regular files (the nsbox_write_file cap each) and
+ * directories, each opened beneath its parent with O_NOFOLLOW; symlinks and
+ * special files are skipped, never followed.  Both return the number of
+ * files copied (>= 0), or a negative errno as above (-EINVAL for a host
+ * name that is not UTF-8). */
+#define NSBOX_DIR_MAX_BYTES (1ull << 30)
+#define NSBOX_DIR_MAX_FILES 100000
+NSBOX_API int nsbox_download_dir(nsbox_session_t *s, const char *path, const char *local, uint64_t max_bytes,
+				 uint64_t max_files, nsbox_error_t **err);
+NSBOX_API int nsbox_upload_dir(nsbox_session_t *s, const char *local, const char *path, nsbox_error_t **err);
 
 /* ---- commands ----------------------------------------------------------- */
 

@@ -85,6 +85,12 @@ struct jail {
 	bool reaped;
 	struct jail_status status;
 	pid_t egress_pid;	/* the egress proxy ([Network] Allow=), 0 = none */
+	/* WorkspaceSize=: the overlay's upper layer (from pid 1) and the host
+	 * directory, copied back by jail_sync_workspace (wsync.h); -1 none. */
+	int ws_upper_fd, ws_host_fd;
+	uid_t ws_uid;		/* the host ids the sandbox's user maps to */
+	gid_t ws_gid;
+	bool ws_synced;
 };
 
 /* Start the sandbox.  On success returns 0 and fills *j; the sandbox is
@@ -109,8 +115,18 @@ int jail_try_reap(struct jail *j, struct nsbox_err *err);
 void jail_kill(struct jail *j);
 
 /* Kill, reap, collect final accounting into j->status, remove cgroups and
- * close fds.  Safe on a zeroed or already destroyed jail. */
+ * close fds.  Safe on a zeroed or already destroyed jail.  Copies a
+ * bounded workspace back (jail_sync_workspace) if nobody did; an error
+ * there is lost: call that first to see it. */
 void jail_destroy(struct jail *j);
+
+/* WorkspaceSize=: once the sandbox is dead (killed and reaped here if it
+ * is not), copy what it changed in /workspace (the overlay's upper layer)
+ * into the host directory, in a child process with the sandbox's host ids
+ * and no capabilities that opens nothing through a symlink (wsync.h).
+ * Once per jail; 0 when there is nothing to do.  -1 with err otherwise
+ * (what was copied before the failure stays). */
+int jail_sync_workspace(struct jail *j, struct nsbox_err *err);
 
 /* Map a status to nsbox(1)'s exit status. */
 int jail_exit_code(const struct jail_status *st);

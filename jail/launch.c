@@ -64,7 +64,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	struct seccomp_prog prog = { 0 };
 	struct cgroup_handle *cg = NULL;
 	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .exec_src_fd = -1, .bound_exec_fd = -1,
-			       .egress_fd = -1 };
+			       .egress_fd = -1, .ws_upper_fd = -1 };
 	_cleanup_close_ int egress_fd = -1;
 	/* No CLONE_NEWNET: pid 1 makes its network namespace itself, beside
 	 * its other setup (net.c, netns_start). */
@@ -80,6 +80,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	memset(j, 0, sizeof(*j));
 	j->pidfd = -1;
 	j->sync_fd = -1;
+	j->ws_upper_fd = j->ws_host_fd = -1;
 	j->time_limit = p->time_limit;
 	err_clear(err);
 	if ((!spec->argv) == (!spec->child_fn))
@@ -121,6 +122,18 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	}
 	if (mount_open_sources(p, &srcs, err) < 0)
 		goto fail;
+	/* Where a bounded workspace is copied back to: the directory the
+	 * caller named, opened now, with the launcher's rights. */
+	if (p->workspace && p->workspace_size) {
+		j->ws_host_fd = open(p->workspace, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (j->ws_host_fd < 0) {
+			err_sys(err, "open the workspace %s", p->workspace);
+			err_step(err, "mount");
+			goto fail;
+		}
+		j->ws_uid = p->host_uid ? p->host_uid : geteuid();
+		j->ws_gid = p->host_gid ? p->host_gid : getegid();
+	}
 	c.srcs = &srcs;
 
 	budget_probe(&c.budget);
@@ -190,8 +203,13 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	(void)sync_send(sv[0], SYNC_ATTACHED,
 		       (j->cg_enforced[CTRL_MEMORY] ? SYNC_CG_MEMORY : 0) | (j->cg_enforced[CTRL_PIDS] ? SYNC_CG_PIDS : 0),
 		       NULL);
-	r = sync_recv(sv[0], &m, 0);
+	r = sync_recv_fd(sv[0], &m, 0, &j->ws_upper_fd);
 	if (r == 1 && m.type == SYNC_READY) {
+		if (j->ws_host_fd >= 0 && j->ws_upper_fd < 0) {
+			err_set(err, EPROTO, "the sandbox's pid 1 sent no workspace layer");
+			err_step(err, "launch");
+			goto fail_child;
+		}
 		/* prog is static */
 		j->sync_fd = sv[0];
 		return 0;
@@ -228,5 +246,10 @@ fail:
 	j->egress_pid = 0;
 	/* prog is static */
 	j->pidfd = -1;
+	if (j->ws_host_fd >= 0)
+		close(j->ws_host_fd);
+	if (j->ws_upper_fd >= 0)
+		close(j->ws_upper_fd);
+	j->ws_host_fd = j->ws_upper_fd = -1;
 	return -1;
 }

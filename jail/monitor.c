@@ -15,6 +15,7 @@
 #include "jail.h"
 #include "sync.h"
 #include "util.h"
+#include "wsync.h"
 
 
 static void read_sync(struct jail *j)
@@ -130,12 +131,38 @@ void jail_kill(struct jail *j)
 	cgroup_kill(j->cg);
 }
 
+int jail_sync_workspace(struct jail *j, struct nsbox_err *err)
+{
+	int r = 0;
+
+	if (j->ws_synced || j->ws_host_fd < 0 || j->ws_upper_fd < 0)
+		return 0;
+	/* Only a dead sandbox: nothing inside may change the upper layer
+	 * while it is copied. */
+	if (j->pid > 0 && !j->reaped) {
+		jail_kill(j);
+		(void)reap(j, 0);
+	}
+	j->ws_synced = true;
+	if (j->reaped || j->pid <= 0)
+		r = wsync_apply(j->ws_upper_fd, j->ws_host_fd, j->ws_uid, j->ws_gid, err);
+	close(j->ws_upper_fd);
+	j->ws_upper_fd = -1;
+	return r;
+}
+
 void jail_destroy(struct jail *j)
 {
 	if (j->pid > 0 && !j->reaped) {
 		jail_kill(j);
 		(void)reap(j, 0);
 	}
+	(void)jail_sync_workspace(j, NULL);
+	if (j->ws_upper_fd >= 0)
+		close(j->ws_upper_fd);
+	if (j->ws_host_fd >= 0)
+		close(j->ws_host_fd);
+	j->ws_upper_fd = j->ws_host_fd = -1;
 	if (j->pidfd >= 0)
 		close(j->pidfd);
 	if (j->sync_fd >= 0)

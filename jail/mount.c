@@ -382,6 +382,58 @@ static int clone_tree(const char *path, struct nsbox_err *err)
 	return fd;
 }
 
+/* WorkspaceSize=: the host directory becomes the read-only lower layer of an
+ * overlay whose upper layer is a tmpfs of that size, so what the sandbox
+ * writes there is bounded by the tmpfs (ENOSPC inside; its pages are
+ * charged to the sandbox's memory cgroup) and never reaches the host's
+ * filesystem directly.  The launcher copies the upper layer back into the
+ * host directory once the sandbox is dead (wsync.c).  Project quotas would
+ * keep live writes but need root and a filesystem mounted with prjquota
+ * (ext4 here has neither); an overlay in a user namespace needs neither
+ * (Linux 5.11).  userxattr: overlay's trusted.* xattrs need CAP_SYS_ADMIN
+ * over the host; a tmpfs without user.* xattrs (before Linux 6.6) makes
+ * overlay run without xattrs (then a directory made where the host's
+ * directory had an entry the sandbox deleted fails, EIO: it can't be
+ * marked opaque).  *upper gets an fd of the upper layer. */
+static int mount_ws_overlay(int wsfd, bool detached, uint64_t size, int *upper, struct nsbox_err *err)
+{
+	const char *lower = NEWROOT "/.nsbox-wsl", *tmp = NEWROOT "/.nsbox-wsu";
+	unsigned long long inodes = size / 4096;
+	char opts[256];
+	struct stat st;
+
+	if (fstat(wsfd, &st) < 0)
+		return err_sys(err, "stat the workspace");
+	if ((detached ? attach_tree(wsfd, lower, false, err) : bind_fd(wsfd, lower, false, true, err)) < 0)
+		return err_wrap(err, "workspace");
+	if (mkdir(tmp, 0700) < 0)
+		return err_sys(err, "mkdir %s", tmp + strlen(NEWROOT));
+	snprintf(opts, sizeof(opts), "mode=0700,size=%llu,nr_inodes=%llu", (unsigned long long)size,
+		 inodes < 1024 ? 1024 : inodes > (1u << 20) ? 1u << 20 : inodes);
+	if (mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		return err_sys(err, "mount the workspace's tmpfs (%s)", opts);
+	if (mkdir(NEWROOT "/.nsbox-wsu/u", st.st_mode & 07777) < 0 || mkdir(NEWROOT "/.nsbox-wsu/w", 0700) < 0 ||
+	    mkdir_p(NEWROOT "/workspace", 0755) < 0)
+		return err_sys(err, "mkdir the workspace's layers");
+	snprintf(opts, sizeof(opts), "lowerdir=%s,upperdir=%s/u,workdir=%s/w,userxattr", lower, tmp, tmp);
+	if (mount("overlay", NEWROOT "/workspace", "overlay", MS_NOSUID | MS_NODEV, opts) < 0) {
+		/* userxattr is Linux 5.11's, as is overlay in a user namespace */
+		opts[strlen(opts) - strlen(",userxattr")] = '\0';
+		if (errno != EINVAL || mount("overlay", NEWROOT "/workspace", "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+			return err_sys(err, "mount an overlay on /workspace (WorkspaceSize=%s; --workspace-size "
+				       "infinity binds the directory as it is, unbounded)",
+				       errno == ENODEV ? "; this kernel has no overlayfs: modprobe overlay" : "");
+	}
+	*upper = open(NEWROOT "/.nsbox-wsu/u", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	if (*upper < 0)
+		return err_sys(err, "open the workspace's upper layer");
+	/* The overlay holds private clones of both layers: the staging
+	 * mounts go, and nothing of them shows inside. */
+	if (umount2(lower, MNT_DETACH) < 0 || umount2(tmp, MNT_DETACH) < 0 || rmdir(lower) < 0 || rmdir(tmp) < 0)
+		return err_sys(err, "detach the workspace's staging mounts");
+	return 0;
+}
+
 int mount_open_sources(const struct nsbox_policy *p, struct mount_srcs *s, struct nsbox_err *err)
 {
 	mount_srcs_close(s);
@@ -407,7 +459,7 @@ fail:
 }
 
 int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, const char *exec_file,
-		int exec_src, int *exec_fd, struct nsbox_err *err)
+		int exec_src, int *exec_fd, int *ws_upper, struct nsbox_err *err)
 {
 	int *srcfd = srcs->bind;
 	_cleanup_close_ int wsfd = srcs->workspace, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
@@ -510,8 +562,11 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		}
 	}
 
-	if (wsfd >= 0 && (srcs->detached ? attach_tree(wsfd, NEWROOT "/workspace", true, err)
-					  : bind_fd(wsfd, NEWROOT "/workspace", true, true, err)) < 0)
+	if (wsfd >= 0 && p->workspace_size) {
+		if (mount_ws_overlay(wsfd, srcs->detached, p->workspace_size, ws_upper, err) < 0)
+			goto out;
+	} else if (wsfd >= 0 && (srcs->detached ? attach_tree(wsfd, NEWROOT "/workspace", true, err)
+						: bind_fd(wsfd, NEWROOT "/workspace", true, true, err)) < 0)
 		goto out;
 	for (size_t i = 0; i < p->n_mounts; i++) {
 		snprintf(path, sizeof(path), NEWROOT "%s", p->mounts[i].dst);

@@ -83,7 +83,8 @@ static int pid1_mount(struct pid1 *s, struct nsbox_err *err)
 {
 	struct child_ctx *c = s->c;
 
-	if (mount_setup(c->p, c->srcs, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd, err) < 0)
+	if (mount_setup(c->p, c->srcs, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd,
+			&c->ws_upper_fd, err) < 0)
 		return -1;
 	if (c->exec_src_fd >= 0) {
 		close(c->exec_src_fd);
@@ -279,7 +280,7 @@ void pid1_main(struct child_ctx *c)
 	 * does not need either (no inherited fds, no capabilities, the
 	 * filter).  The payload can't reach pid 1 meanwhile: it has no
 	 * ptrace, and signals to pid 1 are only forwarded back to it. */
-	(void)sync_send(c->sync_fd, SYNC_READY, 0, NULL);
+	(void)sync_send_fd(c->sync_fd, SYNC_READY, 0, NULL, c->ws_upper_fd);
 	if (close_fds_except(3, &c->sync_fd, 1) < 0 || caps_clear(&e) < 0 || seccomp_apply_pid1(&e) < 0) {
 		kill_reap(&payload);
 		_exit(NSBOX_EXIT_SETUP);

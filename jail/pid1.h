@@ -22,6 +22,7 @@ struct child_ctx {
 	int sync_fd;
 	int exec_src_fd;	/* spec->exec_file, opened by the launcher, or -1 */
 	int bound_exec_fd;	/* in pid 1: the file to execute, or -1 */
+	int ws_upper_fd;	/* in pid 1: the workspace's upper layer (WorkspaceSize=), or -1 */
 	struct mount_srcs *srcs;	/* binds and workspace, opened by the launcher */
 	int egress_fd;		/* to the egress proxy ([Network] Allow=), or -1 */
 	struct budget_host budget;	/* the launcher's per-user limits (budget.h) */

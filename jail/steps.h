@@ -38,9 +38,11 @@ void mount_srcs_close(struct mount_srcs *s);
  * (-1: none): the launcher's fd of the host file exec_file, to be bound
  * read-only at JAIL_EXEC_PATH; *exec_fd gets what to execute: an O_PATH
  * fd of it there, or a sealed memfd copy where that same file can't be
- * bound (jail.h, exec_file). */
+ * bound (jail.h, exec_file).  With a WorkspaceSize= the workspace is an
+ * overlay over a tmpfs of that size, and *ws_upper gets an fd of its upper
+ * layer (for the launcher: wsync.h); otherwise it is left alone. */
 int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, const char *exec_file,
-		int exec_src, int *exec_fd, struct nsbox_err *err);
+		int exec_src, int *exec_fd, int *ws_upper, struct nsbox_err *err);
 /* (What it mounts, as data: rootfs-table.h.) */
 
 /* net.c: a new network namespace with lo up (one rtnetlink request;

@@ -28,5 +28,11 @@ int sync_send(int fd, int type, int arg, const struct nsbox_err *e);
  * record bounded.  Returns 1, 0 at EOF, or -1 with errno (EPROTO: a
  * message of the wrong size). */
 int sync_recv(int fd, struct sync_msg *m, int flags);
+/* The same with an fd passed along (SCM_RIGHTS): pid 1's READY carries the
+ * workspace's upper layer (wsync.h).  sync_send_fd with passfd < 0 is
+ * sync_send; sync_recv_fd stores a received fd in *passed (close-on-exec;
+ * left alone when none came) and closes any other. */
+int sync_send_fd(int fd, int type, int arg, const struct nsbox_err *e, int passfd);
+int sync_recv_fd(int fd, struct sync_msg *m, int flags, int *passed);
 
 #endif

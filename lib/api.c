@@ -8,6 +8,7 @@
 #include "nsbox.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -1336,6 +1337,42 @@ int nsbox_read_file(nsbox_session_t *s, const char *path, char **data, size_t *l
 	*data = buf;
 	*len = n;
 	return 0;
+}
+
+int nsbox_download_dir(nsbox_session_t *s, const char *path, const char *local, uint64_t max_bytes,
+		       uint64_t max_files, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	uint64_t n = 0;
+	int r;
+
+	if (!local || !*local)
+		return fail(err, -EINVAL, "nsbox_download_dir: local is %s", local ? "empty" : "NULL");
+	if (max_files > INT_MAX)
+		return fail(err, -EINVAL, "nsbox_download_dir: max_files over %d", INT_MAX);
+	if ((r = file_call_begin(s, path, err, "nsbox_download_dir")) < 0)
+		return r;
+	r = session_download_dir(s->s, path, local, max_bytes ? max_bytes : NSBOX_DIR_MAX_BYTES,
+				 max_files ? max_files : NSBOX_DIR_MAX_FILES, file_max(), &n, &e);
+	if ((r = file_call_end(s, r, &e, err)) < 0)
+		return r;
+	return (int)n;
+}
+
+int nsbox_upload_dir(nsbox_session_t *s, const char *local, const char *path, nsbox_error_t **err)
+{
+	struct nsbox_err e = { 0 };
+	uint64_t n = 0;
+	int r;
+
+	if (!local || !*local)
+		return fail(err, -EINVAL, "nsbox_upload_dir: local is %s", local ? "empty" : "NULL");
+	if ((r = file_call_begin(s, path, err, "nsbox_upload_dir")) < 0)
+		return r;
+	r = session_upload_dir(s->s, local, path, file_max(), &n, &e);
+	if ((r = file_call_end(s, r, &e, err)) < 0)
+		return r;
+	return n > INT_MAX ? INT_MAX : (int)n;
 }
 
 int nsbox_list_files(nsbox_session_t *s, const char *path, char **json, nsbox_error_t **err)

@@ -414,6 +414,16 @@ static int set_tmp_size(struct nsbox_policy *p, const char *v, struct nsbox_err 
 	return value_size(v, false, 1ULL << 20, &p->tmp_size, err);
 }
 
+static int set_workspace_size(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	/* 0 would read as "no limit": unlimited is spelled out (infinity). */
+	if (!strcmp(v, "0"))
+		return err_fail(err, "policy", ERANGE, "too small (at least 1M, or infinity)");
+	if (!strcmp(v, "unlimited"))
+		v = "infinity";
+	return value_size(v, true, 1ULL << 20, &p->workspace_size, err);
+}
+
 static int set_file_size(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
 	return value_size(v, true, 0, &p->file_size, err);
@@ -700,6 +710,7 @@ static const struct policy_key keys[] = {
 	{ "Limits", "CPUs", set_cpus, 0 },
 	{ "Limits", "TimeLimit", set_time_limit, 0 },
 	{ "Limits", "TmpSize", set_tmp_size, 0 },
+	{ "Limits", "WorkspaceSize", set_workspace_size, 0 },
 	{ "Limits", "FileSize", set_file_size, 0 },
 	{ "Limits", "OpenFiles", set_nofile, 0 },
 	{ "Limits", "Cgroups", set_cgroups, 0 },
@@ -840,6 +851,7 @@ int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_e
 		.cpus = 1,
 		.time_limit = 0,	/* none: the CLI may set one */
 		.tmp_size = 64ULL << 20,
+		.workspace_size = 256ULL << 20,
 		.file_size = 1ULL << 30,
 		.nofile = 1024,
 		.cgroups = WANT_AUTO,
@@ -862,6 +874,7 @@ int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_e
 		q.cpus = 0.5;
 		q.time_limit = 30;
 		q.tmp_size = 16ULL << 20;
+		q.workspace_size = 64ULL << 20;
 		q.file_size = 64ULL << 20;
 		q.nofile = 256;
 		q.cgroups = WANT_REQUIRE;
@@ -871,6 +884,7 @@ int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_e
 		q.pids = 1024;
 		q.cpus = 2;
 		q.tmp_size = 512ULL << 20;
+		q.workspace_size = 1ULL << 30;
 		q.file_size = 4ULL << 30;
 		q.nofile = 4096;
 		q.share_net = true;
@@ -1366,6 +1380,7 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 	print_decimal(out, "CPUs", p->cpus);
 	print_decimal(out, "TimeLimit", p->time_limit);
 	print_size(out, "TmpSize", p->tmp_size, "0");
+	print_size(out, "WorkspaceSize", p->workspace_size, "infinity");
 	print_size(out, "FileSize", p->file_size, "infinity");
 	print_count(out, "OpenFiles", p->nofile);
 	fprintf(out, "Cgroups=%s\n", want_name(p->cgroups));

@@ -58,6 +58,11 @@ struct nsbox_policy {
 	double cpus;		/* CPUs= e.g. 0.5, 2 */
 	double time_limit;	/* TimeLimit= seconds of wall clock */
 	uint64_t tmp_size;	/* TmpSize= bytes of the /tmp tmpfs (0: 64M default applies) */
+	/* WorkspaceSize= bytes the sandbox may add to Workspace= (an overlay
+	 * whose upper layer is a tmpfs of this size, written back into the
+	 * host directory when the sandbox ends: jail/wsync.c); 0 = infinity,
+	 * a plain read-write bind. */
+	uint64_t workspace_size;
 	uint64_t file_size;	/* FileSize= RLIMIT_FSIZE bytes */
 	uint64_t nofile;	/* OpenFiles= RLIMIT_NOFILE */
 	enum policy_want cgroups;	/* Cgroups=auto|require|off */

@@ -56,6 +56,31 @@ void proto_hdr_encode(uint8_t out[NSBOX_PROTO_HDR_SIZE], const struct proto_hdr 
 	put32(out + 12, h->id);
 }
 
+bool proto_type_takes_data(unsigned type)
+{
+	return type == PROTO_FILE_WRITE || type == PROTO_VALUE;
+}
+
+int proto_frame_parts(const struct proto_frame *f, size_t *json_len, const char **data, size_t *dlen,
+		      struct nsbox_err *err)
+{
+	const char *nul;
+
+	if (!(f->hdr.flags & PROTO_FLAG_DATA)) {
+		*json_len = f->hdr.len;
+		*data = NULL;
+		*dlen = 0;
+		return 0;
+	}
+	nul = f->payload ? memchr(f->payload, '\0', f->hdr.len) : NULL;
+	if (!nul)
+		return err_set(err, EPROTO, "%s data frame without the NUL after its JSON", proto_type_name(f->hdr.type));
+	*json_len = (size_t)(nul - f->payload);
+	*data = nul + 1;
+	*dlen = f->hdr.len - *json_len - 1;
+	return 0;
+}
+
 int proto_hdr_decode(const uint8_t in[NSBOX_PROTO_HDR_SIZE], uint32_t max_len, struct proto_hdr *h,
 		     struct nsbox_err *err)
 {
@@ -73,7 +98,7 @@ int proto_hdr_decode(const uint8_t in[NSBOX_PROTO_HDR_SIZE], uint32_t max_len, s
 		return err_set(err, EPROTO, "bad frame magic 0x%08x", t.magic);
 	if (t.type < 1 || t.type > PROTO_TYPE_MAX)
 		return err_set(err, EPROTO, "unknown frame type %u", t.type);
-	if (t.flags != 0)
+	if (t.flags != 0 && (t.flags != PROTO_FLAG_DATA || !proto_type_takes_data(t.type)))
 		return err_set(err, EPROTO, "%s frame with unknown flags 0x%x", proto_type_name(t.type), t.flags);
 	if (t.len > max_len)
 		return err_set(err, EPROTO, "%s frame of %u bytes exceeds the limit of %u bytes",
@@ -124,35 +149,63 @@ int proto_encode(uint16_t type, uint32_t id, const json_t *msg, uint32_t max_len
 	return r;
 }
 
-int proto_write_frame(int fd, uint16_t type, uint32_t id, const char *payload, size_t len,
-		      struct nsbox_err *err)
+int proto_encode_data(uint16_t type, uint32_t id, const json_t *msg, const void *data, size_t dlen,
+		      uint32_t max_len, char **out, size_t *out_len, struct nsbox_err *err)
 {
-	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = type, .id = id };
-	uint8_t hdr[NSBOX_PROTO_HDR_SIZE];
-	struct iovec iov[2];
-	size_t total, done = 0;
+	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = type, .id = id, .flags = PROTO_FLAG_DATA };
+	char *payload, *buf;
+	size_t len;
 
-	if (len > NSBOX_PROTO_MAX_FRAME)
-		return err_set(err, EMSGSIZE, "%s message of %zu bytes exceeds the frame limit",
-			       proto_type_name(type), len);
-	h.len = (uint32_t)len;
-	proto_hdr_encode(hdr, &h);
-	total = sizeof(hdr) + len;
-	/* One writev for small frames keeps header and payload in one segment. */
+	if (max_len == 0 || max_len > NSBOX_PROTO_MAX_FRAME)
+		max_len = NSBOX_PROTO_MAX_FRAME;
+	if (!proto_type_takes_data(type) || !json_is_object(msg))
+		return err_set(err, EINVAL, "cannot encode a %s data frame", proto_type_name(type));
+	payload = json_dumps(msg, JSON_COMPACT);
+	if (!payload)
+		return err_set(err, ENOMEM, "cannot serialise %s message", proto_type_name(type));
+	len = strlen(payload);
+	if (dlen > max_len || len + 1 > max_len - dlen) {
+		free(payload);
+		return err_set(err, EMSGSIZE, "%s message of %zu bytes exceeds the frame limit of %u bytes",
+			       proto_type_name(type), len + 1 + dlen, max_len);
+	}
+	h.len = (uint32_t)(len + 1 + dlen);
+	buf = malloc(NSBOX_PROTO_HDR_SIZE + h.len);
+	if (!buf) {
+		free(payload);
+		return err_set(err, ENOMEM, "frame of %u bytes", h.len);
+	}
+	proto_hdr_encode((uint8_t *)buf, &h);
+	memcpy(buf + NSBOX_PROTO_HDR_SIZE, payload, len + 1);
+	free(payload);
+	if (dlen)
+		memcpy(buf + NSBOX_PROTO_HDR_SIZE + len + 1, data, dlen);
+	*out = buf;
+	*out_len = NSBOX_PROTO_HDR_SIZE + h.len;
+	return 0;
+}
+
+/* Write the segments seg[0..n) as one frame, resuming after short writes. */
+static int write_segments(int fd, uint16_t type, struct iovec *seg, int n_seg, struct nsbox_err *err)
+{
+	size_t total = 0, done = 0;
+
+	for (int i = 0; i < n_seg; i++)
+		total += seg[i].iov_len;
 	while (done < total) {
+		struct iovec iov[4];
+		size_t skip = done;
 		int n_iov = 0;
 		ssize_t n;
 
-		if (done < sizeof(hdr)) {
-			iov[n_iov].iov_base = hdr + done;
-			iov[n_iov++].iov_len = sizeof(hdr) - done;
-			if (len) {
-				iov[n_iov].iov_base = (void *)payload;
-				iov[n_iov++].iov_len = len;
+		for (int i = 0; i < n_seg; i++) {
+			if (skip >= seg[i].iov_len) {
+				skip -= seg[i].iov_len;
+				continue;
 			}
-		} else {
-			iov[n_iov].iov_base = (void *)(payload + (done - sizeof(hdr)));
-			iov[n_iov++].iov_len = total - done;
+			iov[n_iov].iov_base = (char *)seg[i].iov_base + skip;
+			iov[n_iov++].iov_len = seg[i].iov_len - skip;
+			skip = 0;
 		}
 		n = writev(fd, iov, n_iov);
 		if (n < 0) {
@@ -163,6 +216,40 @@ int proto_write_frame(int fd, uint16_t type, uint32_t id, const char *payload, s
 		done += (size_t)n;
 	}
 	return 0;
+}
+
+int proto_write_frame(int fd, uint16_t type, uint32_t id, const char *payload, size_t len,
+		      struct nsbox_err *err)
+{
+	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = type, .id = id };
+	uint8_t hdr[NSBOX_PROTO_HDR_SIZE];
+	/* One writev keeps header and payload in one segment. */
+	struct iovec seg[2] = { { hdr, sizeof(hdr) }, { (void *)payload, len } };
+
+	if (len > NSBOX_PROTO_MAX_FRAME)
+		return err_set(err, EMSGSIZE, "%s message of %zu bytes exceeds the frame limit",
+			       proto_type_name(type), len);
+	h.len = (uint32_t)len;
+	proto_hdr_encode(hdr, &h);
+	return write_segments(fd, type, seg, 2, err);
+}
+
+int proto_write_frame_data(int fd, uint16_t type, uint32_t id, const char *payload, size_t len, const void *data,
+			   size_t dlen, struct nsbox_err *err)
+{
+	struct proto_hdr h = { .magic = NSBOX_PROTO_MAGIC, .type = type, .id = id, .flags = PROTO_FLAG_DATA };
+	uint8_t hdr[NSBOX_PROTO_HDR_SIZE];
+	struct iovec seg[4] = { { hdr, sizeof(hdr) }, { (void *)payload, len }, { (void *)"", 1 },
+				{ (void *)data, dlen } };
+
+	if (!proto_type_takes_data(type) || memchr(payload, '\0', len))
+		return err_set(err, EINVAL, "cannot write a %s data frame", proto_type_name(type));
+	if (dlen > NSBOX_PROTO_MAX_FRAME || len + 1 > NSBOX_PROTO_MAX_FRAME - dlen)
+		return err_set(err, EMSGSIZE, "%s message of %zu bytes exceeds the frame limit",
+			       proto_type_name(type), len + 1 + dlen);
+	h.len = (uint32_t)(len + 1 + dlen);
+	proto_hdr_encode(hdr, &h);
+	return write_segments(fd, type, seg, 4, err);
 }
 
 void proto_reader_init(struct proto_reader *r, uint32_t max_len)
@@ -247,12 +334,33 @@ int proto_reader_feed(struct proto_reader *r, const void *data, size_t len, size
 	return 0;
 }
 
+char *proto_reader_direct(struct proto_reader *r, size_t *room)
+{
+	if (r->buf_start < r->buf_end || r->hdr_have < NSBOX_PROTO_HDR_SIZE || !r->payload ||
+	    r->h.len - r->pay_have < sizeof(r->buf))
+		return NULL;
+	*room = r->h.len - r->pay_have;
+	return r->payload + r->pay_have;
+}
+
+void proto_reader_got(struct proto_reader *r, size_t n)
+{
+	r->pay_have += n;
+}
+
+bool proto_reader_pending(const struct proto_reader *r)
+{
+	return r->hdr_have == NSBOX_PROTO_HDR_SIZE && r->payload && r->pay_have == r->h.len;
+}
+
 int proto_reader_read(struct proto_reader *r, int fd, struct proto_frame *out, struct nsbox_err *err)
 {
 	for (;;) {
+		size_t room;
+		char *direct;
 		ssize_t n;
 
-		if (r->buf_start < r->buf_end) {
+		if (r->buf_start < r->buf_end || proto_reader_pending(r)) {
 			size_t used;
 			int k = proto_reader_feed(r, r->buf + r->buf_start, r->buf_end - r->buf_start, &used,
 						  out, err);
@@ -264,7 +372,8 @@ int proto_reader_read(struct proto_reader *r, int fd, struct proto_frame *out, s
 		r->buf_start = r->buf_end = 0;
 		if (r->eof)
 			return err_set(err, EPIPE, "connection closed");
-		n = read(fd, r->buf, sizeof(r->buf));
+		direct = proto_reader_direct(r, &room);
+		n = direct ? read(fd, direct, room) : read(fd, r->buf, sizeof(r->buf));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -278,7 +387,10 @@ int proto_reader_read(struct proto_reader *r, int fd, struct proto_frame *out, s
 				return err_set(err, EPROTO, "connection closed in the middle of a frame");
 			return err_set(err, EPIPE, "connection closed");
 		}
-		r->buf_end = (size_t)n;
+		if (direct)
+			proto_reader_got(r, (size_t)n);
+		else
+			r->buf_end = (size_t)n;
 	}
 }
 
@@ -344,9 +456,11 @@ static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
 	[PROTO_FILE_WRITE] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "data", F_STR, false },
 						  { "offset", F_INT, false }, { "mode", F_INT, false },
 						  { "truncate", F_BOOL, false }, { "parents", F_BOOL, false },
-						  { "kind", F_STR, false } } },
+						  { "kind", F_STR, false }, { "fd", F_BOOL, false },
+						  { "length", F_INT, false } } },
 	[PROTO_FILE_READ] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "offset", F_INT, false },
-						 { "length", F_INT, false } } },
+						 { "length", F_INT, false }, { "binary", F_BOOL, false },
+						 { "fd", F_BOOL, false } } },
 	[PROTO_FILE_LIST] = { PROTO_TO_RUNNER, { { "path", F_STR, true }, { "max", F_INT, false } } },
 };
 
@@ -586,27 +700,34 @@ int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **ou
 	json_error_t jerr;
 	json_t *msg;
 
+	size_t jlen, dlen;
+	const char *data;
+
 	if (!f->payload)
 		return err_set(err, EPROTO, "%s frame without payload", proto_type_name(f->hdr.type));
+	/* A data frame's JSON is what comes before its NUL; the data is
+	 * the caller's to check (proto_frame_parts). */
+	if (proto_frame_parts(f, &jlen, &data, &dlen, err) < 0)
+		return -1;
 	/* A parsed JSON value costs up to ~100 times its text ("{}," is
 	 * three bytes, a jansson object with its table some 250), and the
 	 * parsers recurse per level: bound the count, the cost and the depth
 	 * of what the sandbox sent before parsing it. */
-	proto_json_scan(f->payload, f->hdr.len, &st);
+	proto_json_scan(f->payload, jlen, &st);
 	if (st.objects > NSBOX_PROTO_MAX_OBJECTS || st.elements + st.objects > NSBOX_PROTO_MAX_ELEMENTS)
 		return err_set(err, EPROTO, "%s payload has more than %u JSON objects or %u elements",
 			       proto_type_name(f->hdr.type), NSBOX_PROTO_MAX_OBJECTS, NSBOX_PROTO_MAX_ELEMENTS);
 	if (st.depth > NSBOX_PROTO_MAX_DEPTH)
 		return err_set(err, EPROTO, "%s payload nests deeper than %u levels", proto_type_name(f->hdr.type),
 			       NSBOX_PROTO_MAX_DEPTH);
-	if (st.cost > (uint64_t)NSBOX_PROTO_COST_FACTOR * f->hdr.len + NSBOX_PROTO_COST_SLACK)
+	if (st.cost > (uint64_t)NSBOX_PROTO_COST_FACTOR * jlen + NSBOX_PROTO_COST_SLACK)
 		return err_set(err, EPROTO,
 			       "%s payload of %u bytes would cost about %llu MiB to parse (over %u times its size "
 			       "plus %u MiB): too many small values",
 			       proto_type_name(f->hdr.type), f->hdr.len, (unsigned long long)(st.cost >> 20),
 			       NSBOX_PROTO_COST_FACTOR, NSBOX_PROTO_COST_SLACK >> 20);
 	/* Duplicate keys could make the two sides see different messages. */
-	msg = json_loadb(f->payload, f->hdr.len, JSON_REJECT_DUPLICATES, &jerr);
+	msg = json_loadb(f->payload, jlen, JSON_REJECT_DUPLICATES, &jerr);
 	if (!msg)
 		return err_set(err, EPROTO, "%s payload is not valid JSON: %s at byte %d",
 			       proto_type_name(f->hdr.type), jerr.text, jerr.position);

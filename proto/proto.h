@@ -59,9 +59,10 @@ enum proto_type {
 	PROTO_ERROR,		/* both ways: the sender saw a protocol error and is ending */
 	PROTO_TOOLS,		/* host -> runner: the full tool list after HELLO (answered by VALUE) */
 	/* Session file operations (capability "files"), done by the runner
-	 * inside the sandbox; each answered by VALUE.  Data is base64. */
+	 * inside the sandbox; each answered by VALUE.  Data is raw bytes after
+	 * the JSON (PROTO_FLAG_DATA, capability "files-binary"), else base64. */
 	PROTO_FILE_WRITE,	/* host -> runner: path, data, offset, mode, truncate, parents, kind */
-	PROTO_FILE_READ,	/* host -> runner: path, offset, length */
+	PROTO_FILE_READ,	/* host -> runner: path, offset, length, binary */
 	PROTO_FILE_LIST,	/* host -> runner: path, max */
 	PROTO_TYPE_MAX = PROTO_FILE_LIST,
 };
@@ -76,9 +77,19 @@ struct proto_hdr {
 	uint32_t magic;
 	uint32_t len;
 	uint16_t type;
-	uint16_t flags;		/* must be 0 in version 1 */
+	uint16_t flags;		/* 0, or PROTO_FLAG_DATA where allowed */
 	uint32_t id;
 };
+
+/* A frame with raw data (capability "files-binary", nsbox-protocol(7)):
+ * the payload is the JSON object, one NUL byte, then the data, the rest of
+ * len.  Allowed on FILE_WRITE (the data to write) and VALUE (the answer to
+ * a FILE_READ that asked for it with "binary": true) only: file data
+ * crosses without base64 or JSON string parsing. */
+#define PROTO_FLAG_DATA 0x1u
+
+/* Whether a frame of type may carry PROTO_FLAG_DATA. */
+bool proto_type_takes_data(unsigned type);
 
 /* A received frame.  payload is NUL-terminated (len + 1 bytes allocated) and
  * owned by the frame: proto_frame_free() it. */
@@ -111,6 +122,18 @@ int proto_encode_raw(uint16_t type, uint32_t id, const char *payload, size_t len
 /* Blocking: write header + payload to fd (retrying short writes and EINTR). */
 int proto_write_frame(int fd, uint16_t type, uint32_t id, const char *payload, size_t len,
 		      struct nsbox_err *err);
+/* The same for a PROTO_FLAG_DATA frame: payload (JSON, no NUL in it), a
+ * NUL byte, data[0..dlen), in one writev per try, nothing copied. */
+int proto_write_frame_data(int fd, uint16_t type, uint32_t id, const char *payload, size_t len, const void *data,
+			   size_t dlen, struct nsbox_err *err);
+/* A whole PROTO_FLAG_DATA frame of msg and data in one malloc'd buffer
+ * (as proto_encode).  EMSGSIZE past max_len. */
+int proto_encode_data(uint16_t type, uint32_t id, const json_t *msg, const void *data, size_t dlen,
+		      uint32_t max_len, char **out, size_t *out_len, struct nsbox_err *err);
+/* A received frame's parts: the JSON text's length, and its data (NULL, 0
+ * without PROTO_FLAG_DATA).  -1 (EPROTO) when a data frame has no NUL. */
+int proto_frame_parts(const struct proto_frame *f, size_t *json_len, const char **data, size_t *dlen,
+		      struct nsbox_err *err);
 
 /* Incremental frame decoder.  Owns a read buffer and the frame being
  * assembled.  Initialise with proto_reader_init(), release with
@@ -136,6 +159,16 @@ void proto_reader_free(struct proto_reader *r);
  * oversize header; the reader is then unusable. */
 int proto_reader_feed(struct proto_reader *r, const void *data, size_t len, size_t *used,
 		      struct proto_frame *out, struct nsbox_err *err);
+
+/* A large payload is read straight into place rather than through buf:
+ * when buf is empty and at least sizeof(buf) bytes of the frame being
+ * assembled are missing, proto_reader_direct() returns where they go (and
+ * *room, how many); NULL otherwise.  After n bytes were read there,
+ * proto_reader_got(r, n); proto_reader_pending(r) then says a complete
+ * frame waits for proto_reader_feed() (with no new bytes) to hand it out. */
+char *proto_reader_direct(struct proto_reader *r, size_t *room);
+void proto_reader_got(struct proto_reader *r, size_t n);
+bool proto_reader_pending(const struct proto_reader *r);
 
 /* Read from fd (blocking or not) and return the next frame: 1 = *out
  * filled, 0 = the fd would block (EAGAIN) with no complete frame yet, -1 =

@@ -68,8 +68,13 @@ static struct {
 	int tfd;		/* timerfd: wakes it WATCH_DELAY into an exec */
 	unsigned long long timer_until;	/* when tfd fires, if armed (main thread) */
 	bool io_started;
+	/* The descriptor that came with the last FILE_* request (the host's
+	 * memfd, capability "files-fd"), until io_take_fd(); -1 none.
+	 * Only the reader sets it (one at a time), under lock. */
+	int passed_fd;
 } S = {
 	.fd = -1,
+	.passed_fd = -1,
 	.send_lock = PTHREAD_MUTEX_INITIALIZER,
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
@@ -102,6 +107,21 @@ int io_send_frame(uint16_t type, uint32_t id, const char *payload, size_t len)
 	pthread_mutex_unlock(&S.send_lock);
 	if (r < 0)
 		mark_dead();
+	return r;
+}
+
+int io_send_frame_data(uint16_t type, uint32_t id, const char *payload, size_t len, const void *data, size_t dlen)
+{
+	struct nsbox_err err;
+	int r;
+
+	pthread_mutex_lock(&S.send_lock);
+	r = proto_write_frame_data(S.fd, type, id, payload, len, data, dlen, &err);
+	pthread_mutex_unlock(&S.send_lock);
+	if (r < 0 && err.code != EINVAL && err.code != EMSGSIZE)
+		mark_dead();
+	if (r < 0)
+		errno = err.code;
 	return r;
 }
 
@@ -152,11 +172,56 @@ struct recv_try {
 	ssize_t n;
 };
 
+/* recv() that keeps a descriptor the host passed (SCM_RIGHTS) for
+ * io_take_fd(): the host sends one only with a FILE_* request that asks
+ * for it, and nothing else sends on this socket; a newer one replaces an
+ * older one not taken. */
+static ssize_t sock_recv(int fd, void *buf, size_t len, int flags)
+{
+	union {
+		char b[CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { buf, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+	ssize_t n = recvmsg(fd, &mh, flags | MSG_CMSG_CLOEXEC);
+
+	if (n < 0 || !mh.msg_controllen)
+		return n;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			int got, old;
+
+			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			pthread_mutex_lock(&S.lock);
+			old = S.passed_fd;
+			S.passed_fd = got;
+			pthread_mutex_unlock(&S.lock);
+			if (old >= 0)
+				close(old);
+		}
+	}
+	return n;
+}
+
+int io_take_fd(void)
+{
+	int fd;
+
+	pthread_mutex_lock(&S.lock);
+	fd = S.passed_fd;
+	S.passed_fd = -1;
+	pthread_mutex_unlock(&S.lock);
+	return fd;
+}
+
 static int recv_now(void *ctx)
 {
 	struct recv_try *t = ctx;
 
-	t->n = recv(t->fd, t->buf, t->len, MSG_DONTWAIT);
+	t->n = sock_recv(t->fd, t->buf, t->len, MSG_DONTWAIT);
 	return t->n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
@@ -168,9 +233,11 @@ static int read_frame(struct proto_frame *f, bool block)
 	struct nsbox_err err;
 
 	for (;;) {
+		size_t room;
+		char *direct;
 		ssize_t n;
 
-		if (r->buf_start < r->buf_end) {
+		if (r->buf_start < r->buf_end || proto_reader_pending(r)) {
 			size_t used;
 			int k = proto_reader_feed(r, r->buf + r->buf_start, r->buf_end - r->buf_start, &used, f, &err);
 
@@ -179,14 +246,21 @@ static int read_frame(struct proto_frame *f, bool block)
 				return k;
 		}
 		r->buf_start = r->buf_end = 0;
-		/* The socket is blocking: a reader that may wait just recv()s. */
-		if (block && S.spin_next) {
+		/* A large frame's payload (file data) straight into place. */
+		direct = proto_reader_direct(r, &room);
+		if (direct) {
+			n = sock_recv(S.fd, direct, room, block ? 0 : MSG_DONTWAIT);
+			if (n > 0) {
+				proto_reader_got(r, (size_t)n);
+				continue;
+			}
+		} else if (block && S.spin_next) {
 			struct recv_try t = { S.fd, r->buf, sizeof(r->buf), -1 };
 
 			S.spin_next = false;
-			n = spinwait_spin(&S.spin, recv_now, &t) ? t.n : recv(S.fd, r->buf, sizeof(r->buf), 0);
+			n = spinwait_spin(&S.spin, recv_now, &t) ? t.n : sock_recv(S.fd, r->buf, sizeof(r->buf), 0);
 		} else {
-			n = recv(S.fd, r->buf, sizeof(r->buf), block ? 0 : MSG_DONTWAIT);
+			n = sock_recv(S.fd, r->buf, sizeof(r->buf), block ? 0 : MSG_DONTWAIT);
 		}
 		if (n > 0) {
 			r->buf_end = (size_t)n;

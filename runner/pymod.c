@@ -56,24 +56,41 @@ static PyObject *py_send(PyObject *self, PyObject *args)
 {
 	int type;
 	unsigned int id;
-	Py_buffer b;
+	Py_buffer b, d = { .buf = NULL };
 	int r;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "iIy*", &type, &id, &b))
+	if (!PyArg_ParseTuple(args, "iIy*|y*", &type, &id, &b, &d))
 		return NULL;
-	if (type < 1 || type > PROTO_TYPE_MAX || (size_t)b.len > NSBOX_PROTO_MAX_FRAME) {
+	if (type < 1 || type > PROTO_TYPE_MAX || (size_t)b.len > NSBOX_PROTO_MAX_FRAME ||
+	    (d.buf && (!proto_type_takes_data((unsigned)type) || (size_t)d.len > NSBOX_PROTO_MAX_FRAME - (size_t)b.len - 1))) {
 		PyBuffer_Release(&b);
+		if (d.buf)
+			PyBuffer_Release(&d);
 		PyErr_SetString(PyExc_ValueError, "bad frame type or size");
 		return NULL;
 	}
 	Py_BEGIN_ALLOW_THREADS
-	r = io_send_frame((uint16_t)type, id, b.buf, (size_t)b.len);
+	if (d.buf)
+		r = io_send_frame_data((uint16_t)type, id, b.buf, (size_t)b.len, d.buf, (size_t)d.len);
+	else
+		r = io_send_frame((uint16_t)type, id, b.buf, (size_t)b.len);
 	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&b);
+	if (d.buf)
+		PyBuffer_Release(&d);
 	if (r < 0)
 		return PyErr_SetFromErrno(PyExc_OSError);
 	Py_RETURN_NONE;
+}
+
+/* take_fd() -> the descriptor that came with the last FILE_* request, or
+ * -1; the caller closes it. */
+static PyObject *py_take_fd(PyObject *self, PyObject *args)
+{
+	(void)self;
+	(void)args;
+	return PyLong_FromLong(io_take_fd());
 }
 
 /* call(payload: bytes) -> (type, payload: bytes): send a CALL and block,
@@ -231,7 +248,8 @@ static PyMethodDef methods[] = {
 	{ "recv", py_recv, METH_NOARGS, "recv() -> (type, id, payload) or None when the host is gone" },
 	{ "dumps", py_dumps, METH_O, "dumps(obj) -> bytes: compact JSON, UTF-8 (pyjson.c)" },
 	{ "loads", py_loads, METH_O, "loads(bytes or str) -> obj (pyjson.c)" },
-	{ "send", py_send, METH_VARARGS, "send(type, id, payload)" },
+	{ "send", py_send, METH_VARARGS, "send(type, id, payload[, data]): data makes a PROTO_FLAG_DATA frame" },
+	{ "take_fd", py_take_fd, METH_NOARGS, "take_fd() -> the fd passed with the last FILE_* request, or -1" },
 	{ "call", py_call, METH_VARARGS, "call(payload) -> (type, payload): one tool call round trip" },
 	{ "exec_begin", py_exec_begin, METH_VARARGS, "exec_begin(id, stream, limit)" },
 	{ "exec_end", py_exec_end, METH_NOARGS, "exec_end() -> ((head, tail, total), (head, tail, total))" },

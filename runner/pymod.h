@@ -37,6 +37,13 @@ extern struct runner_exec runner_exec;
 /* Blocking write of one frame (serialised; a failure marks the
  * connection dead).  0 or -1 with errno. */
 int io_send_frame(uint16_t type, uint32_t id, const char *payload, size_t len);
+/* A PROTO_FLAG_DATA frame: payload, a NUL, data (proto_write_frame_data).
+ * -1 with errno: EINVAL or EMSGSIZE for a frame that cannot be made, else
+ * the socket failed and the session is dead. */
+/* The descriptor passed with the last FILE_* request (-1: none); the
+ * caller owns it. */
+int io_take_fd(void);
+int io_send_frame_data(uint16_t type, uint32_t id, const char *payload, size_t len, const void *data, size_t dlen);
 /* The serve loop's next frame, queued or read (reading the socket itself
  * when nobody else does, after a brief spin).  1 with *f filled (the
  * caller frees it), 0 once the host has gone.  Blocks: GIL released. */

@@ -32,7 +32,7 @@ MAX_DEPTH = 100
 MAX_TEXT = 65536          # cap on an error message or traceback
 INT_EXACT = 2 ** 53       # beyond this, ints travel as {"$int": "..."}
 CAPABILITIES = ["exec", "value", "stream", "tools", "vars", "reset", "cancel", "repl", "tools-update", "files",
-                "values2"]
+                "values2", "files-binary", "files-fd"]
 
 
 class ToolError(Exception):
@@ -715,7 +715,39 @@ def _open_regular(path, flags, mode=0o644):
         raise
 
 
-def _file_write(msg):
+def _passed_fd(msg):
+    """The host's memfd that came with this request ("fd": true), checked
+    to be a regular file; the caller closes it."""
+    import os
+    fd = _nsbox.take_fd()
+    if fd < 0:
+        raise OSError(9, "no descriptor came with the request")
+    try:
+        if (os.fstat(fd).st_mode & 0o170000) != 0o100000:
+            raise OSError(22, "the descriptor that came is not a regular file")
+        length = msg.get("length")
+        if not isinstance(length, int) or length < 0:
+            raise OSError(22, "bad length")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, length
+
+
+def _copy_fd(out, src, off, length):
+    """Copy length bytes of src from offset off to out's position, in the
+    kernel (sendfile); fewer at the end of src."""
+    import os
+    got = 0
+    while got < length:
+        n = os.sendfile(out, src, off + got, min(length - got, 1 << 30))
+        if not n:
+            break
+        got += n
+    return got
+
+
+def _file_write(msg, raw=None):
     import os
     import binascii
     path = msg["path"]
@@ -726,7 +758,22 @@ def _file_write(msg):
         else:
             os.mkdir(path, mode)
         return None
-    data = binascii.a2b_base64(msg.get("data") or "")
+    if msg.get("fd"):
+        src, length = _passed_fd(msg)
+        try:
+            fd, st = _open_regular(path, os.O_WRONLY | os.O_CREAT, mode)
+            try:
+                os.ftruncate(fd, 0)
+                os.fchmod(fd, mode)
+                got = _copy_fd(fd, src, 0, length)
+            finally:
+                os.close(fd)
+        finally:
+            os.close(src)
+        if got != length:
+            raise OSError(5, "the host's data ended after %d of %d bytes" % (got, length))
+        return {"size": got}
+    data = raw if raw is not None else binascii.a2b_base64(msg.get("data") or "")
     off = msg.get("offset", 0)
     if not isinstance(off, int) or off < 0:
         raise OSError(22, "bad offset")
@@ -755,6 +802,17 @@ def _file_read(msg):
     length = msg.get("length", FILE_CHUNK_MAX)
     if not isinstance(off, int) or off < 0 or not isinstance(length, int) or length < 0:
         raise OSError(22, "bad offset or length")
+    if msg.get("fd"):
+        dst, length = _passed_fd(msg)
+        try:
+            fd, st = _open_regular(msg["path"], os.O_RDONLY)
+            try:
+                got = _copy_fd(dst, fd, off, length)
+            finally:
+                os.close(fd)
+        finally:
+            os.close(dst)
+        return {"length": got, "size": st.st_size, "eof": got < length}
     length = min(length, FILE_CHUNK_MAX)
     fd, st = _open_regular(msg["path"], os.O_RDONLY)
     try:
@@ -768,7 +826,10 @@ def _file_read(msg):
             got += len(b)
     finally:
         os.close(fd)
-    data = b"".join(parts)
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    if msg.get("binary"):
+        # sent raw after the JSON (a data frame); "$data" never crosses
+        return {"$data": data, "length": got, "size": st.st_size, "eof": got < length}
     return {"data": binascii.b2a_base64(data, newline=False).decode("ascii"), "size": st.st_size,
             "eof": got < length}
 
@@ -799,14 +860,14 @@ def _file_list(msg):
     return {"entries": out, "truncated": truncated}
 
 
-def do_file(typ, msg):
+def do_file(typ, msg, data=None):
     try:
         if not isinstance(msg.get("path"), str) or not msg["path"]:
             raise OSError(22, "path must be a non-empty string")
         if "\0" in msg["path"]:
             raise OSError(22, "path contains NUL")
         if typ == FILE_WRITE:
-            return {"value": _file_write(msg)}
+            return {"value": _file_write(msg, data)}
         if typ == FILE_READ:
             return {"value": _file_read(msg)}
         return {"value": _file_list(msg)}
@@ -908,6 +969,14 @@ def serve():
         if m is None:
             return 0
         typ, mid, payload = m
+        data = None
+        if typ == FILE_WRITE:
+            # A data frame (PROTO_FLAG_DATA): JSON, NUL, the file's bytes.
+            # JSON text never holds a raw NUL, so the first one splits.
+            cut = payload.find(b"\0")
+            if cut >= 0:
+                data = memoryview(payload)[cut + 1:]
+                payload = payload[:cut]
         try:
             msg = _loads(payload)
             if not isinstance(msg, dict):
@@ -935,7 +1004,17 @@ def serve():
                 install_tools(tl)
                 send(VALUE, mid, {"value": None})
             elif typ in (FILE_WRITE, FILE_READ, FILE_LIST):
-                send(VALUE, mid, do_file(typ, msg))
+                res = do_file(typ, msg, data)
+                if msg.get("fd"):
+                    left = _nsbox.take_fd()  # not taken when the request failed early
+                    if left >= 0:
+                        import os
+                        os.close(left)
+                raw = res.get("value", {}).pop("$data", None) if isinstance(res.get("value"), dict) else None
+                if raw is not None:
+                    _nsbox.send(VALUE, mid, _dumps(res), raw)
+                else:
+                    send(VALUE, mid, res)
             elif typ == BYE:
                 send(BYE, mid, {})
                 return 0

@@ -115,7 +115,7 @@ def check_workspace(path):
 
 
 def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspace=None, share_net=False,
-               time_limit=None):
+               time_limit=None, workspace_size=None):
     """A new nsbox_policy_t* (the caller frees it with nsbox_policy_free):
     the named or file policy with the given settings applied and checked.
     Raises PolicyError for anything refused, with nothing leaked."""
@@ -133,6 +133,10 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
             check_workspace(os.fspath(workspace))
             _lib.check(lib.nsbox_policy_set_workspace(p, to_bytes(os.fspath(workspace), "workspace"),
                                                       byref(err)), err, "policy workspace", PolicyError)
+        if workspace_size is not None:
+            v = str(workspace_size) if not isinstance(workspace_size, int) or workspace_size else "0"
+            _lib.check(lib.nsbox_policy_set(p, b"Limits", b"WorkspaceSize", to_bytes(v, "workspace_size"),
+                                            byref(err)), err, "policy workspace_size", PolicyError)
         if share_net:
             _lib.check(lib.nsbox_policy_set_share_net(p, True, byref(err)), err, "policy share_net",
                        PolicyError)

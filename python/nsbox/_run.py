@@ -84,12 +84,15 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
         memory: Optional[Union[int, str]] = None, timeout: Optional[float] = None, pids: Optional[int] = None,
         cpus: Optional[float] = None, workspace: Optional[Union[str, "os.PathLike[str]"]] = None,
         share_net: bool = False, stdin: _Stream = None, stdout: _Stream = None, stderr: _Stream = None,
-        forward_signals: bool = False, on_warning: Optional[Callable[[str], Any]] = None) -> RunResult:
+        forward_signals: bool = False, on_warning: Optional[Callable[[str], Any]] = None,
+        workspace_size: Optional[Union[int, str]] = None) -> RunResult:
     """Run a command in a new sandbox, wait for it and return a RunResult.
 
     argv:        the command, a list of str/bytes/paths; argv[0] is searched
                  in the sandbox's PATH.
-    policy, memory, pids, cpus, workspace, share_net: as for Sandbox.
+    policy, memory, pids, cpus, workspace, share_net, workspace_size: as for
+                 Sandbox (a bounded workspace is copied back when the command
+                 has ended).
     timeout:     seconds for the whole command (the policy's TimeLimit):
                  then it is killed and exit_code is 124.
     stdin, stdout, stderr: None (this process's fd 0, 1, 2), a file
@@ -119,7 +122,7 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
         fds = (c_int * 3)(_fd(stdin, 0, "stdin"), _fd(stdout, 1, "stdout"), _fd(stderr, 2, "stderr"))
     lib = _lib.load()
     p = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus, workspace=workspace,
-                           share_net=share_net, time_limit=timeout)
+                           share_net=share_net, time_limit=timeout, workspace_size=workspace_size)
     try:
         cargv = (c_char_p * (len(args) + 1))(*args)
         warn_cb = _lib.WARN_FN(sink)

@@ -285,6 +285,12 @@ _DOC_OPTIONS = """
                  can't be interrupted, so the call fails when it returns.
     pids, cpus:  process/thread cap and CPU share (0.5 = half a CPU).
     workspace:   a host directory mounted writable at /workspace.
+    workspace_size: what the sandbox may write there: bytes or a size string
+                 ("64M"); "infinity" binds the directory as it is (live writes,
+                 unbounded).  None keeps the policy's (256M by default).  A
+                 bounded workspace is an overlay: the host directory sees the
+                 sandbox's changes when the sandbox ends (close(), restart(),
+                 a kill), not while it runs (nsbox(1), --workspace-size).
     share_net:   share the host's network namespace.
     cold:        start CPython afresh instead of forking the helper's template.
     spare:       have the helper keep one idle sandbox with this policy ready, so
@@ -325,7 +331,7 @@ class _SandboxBase:
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
                  on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
-                 output_limit: Optional[Size] = None) -> None:
+                 output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None) -> None:
         # Attributes close() relies on come first: __init__ may fail half way.
         self._closed = False
         self._owner_pid = os.getpid()
@@ -360,7 +366,8 @@ class _SandboxBase:
         self._exec_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True)
         self._set_timeout(timeout)
         self._policy = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus,
-                                          workspace=workspace, share_net=share_net)
+                                          workspace=workspace, share_net=share_net,
+                                          workspace_size=workspace_size)
 
     # Hooks for the subclasses.
     _defer_warnings = False
@@ -797,9 +804,9 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
                  on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
-                 output_limit: Optional[Size] = None) -> None:
+                 output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None) -> None:
         super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
-                         max_tool_calls, on_output, spare, on_warning, connect, output_limit)
+                         max_tool_calls, on_output, spare, on_warning, connect, output_limit, workspace_size)
         self._res = c_void_p()
         self._err = c_void_p()
         self._res_ref = byref(self._res)

@@ -79,11 +79,29 @@ def test_write_errors_and_caps(sb):
 def test_works_without_workspace_and_with_one(libnsbox, tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
-    with nsbox.Sandbox(workspace=str(ws), timeout=30) as sb:
+    # A plain bind (WorkspaceSize=infinity): writes are live both ways.
+    with nsbox.Sandbox(workspace=str(ws), timeout=30, workspace_size="infinity") as sb:
         sb.write_file("/workspace/w.txt", "from host")
         assert (ws / "w.txt").read_text() == "from host"
         (ws / "h.txt").write_text("host file")
         assert sb.read_file("/workspace/h.txt") == b"host file"
+    # Bounded (the default): the host directory is the overlay's lower
+    # layer; the sandbox's changes reach it when the sandbox ends.
+    with nsbox.Sandbox(workspace=str(ws), timeout=30, workspace_size="8M") as sb:
+        sb.write_file("/workspace/w.txt", "changed")
+        assert sb.read_file("/workspace/h.txt") == b"host file"
+        assert (ws / "w.txt").read_text() == "from host"
+        sb.execute("import os; os.unlink('/workspace/h.txt')")
+        with pytest.raises(SandboxFileError) as ei:
+            sb.write_file("/workspace/big", bytes(9 << 20))
+        assert ei.value.errno == errno.ENOSPC
+        sb.restart()  # the old sandbox's changes are written back first
+        assert sb.read_file("/workspace/w.txt") == b"changed"
+        sb.write_file("/workspace/after", "restart")
+    assert (ws / "w.txt").read_text() == "changed"
+    assert (ws / "after").read_text() == "restart"
+    assert not (ws / "h.txt").exists()
+    assert (ws / "big").stat().st_size <= 8 << 20
 
 
 SWAPPER = r"""
@@ -201,3 +219,72 @@ def test_bad_arguments(sb):
         sb.write_file("", b"x")
     with pytest.raises(ValueError):
         sb.read_file("a\0b")
+
+
+# Code in the sandbox runs in the runner's own interpreter, so it can
+# replace the runner's file functions and answer the host anything: the
+# host must hold its caps whatever comes back (nsbox-protocol(7), FILES).
+LIAR = r"""
+import sys, os
+R = sys.modules["_nsbox_runner"]
+def lying_read(msg):
+    fd = R._nsbox.take_fd()
+    os.write(fd, b"x" * SIZE)  # into the host's memfd, whatever was asked
+    os.close(fd)
+    return {"length": CLAIM, "size": SIZE, "eof": True}
+R._file_read = lying_read
+"""
+
+
+@pytest.mark.parametrize("size,claim,code", [(10 << 20, 10, errno.EFBIG), (100, 10, errno.EIO),
+                                             (100, 5000, errno.EFBIG)])
+def test_lying_runner_read_is_bounded(sb, size, claim, code):
+    sb.write_file("/tmp/f", b"ok")
+    sb.execute(LIAR.replace("SIZE", str(size)).replace("CLAIM", str(claim)))
+    with pytest.raises(SandboxFileError) as ei:
+        sb.read_file("/tmp/f", max_bytes=1000)
+    assert ei.value.errno == code, ei.value
+    assert sb.execute("1 + 1") == 2
+
+
+def test_unasked_data_is_a_protocol_error(sb):
+    sb.execute("import sys; R = sys.modules['_nsbox_runner']; "
+               "R._file_write = lambda msg, raw=None: {'$data': b'z' * 100}")
+    with pytest.raises(nsbox.SandboxError) as ei:
+        sb.write_file("/tmp/f", b"small")  # a data frame; its VALUE may carry none
+    assert "protocol error" in str(ei.value) and "asked for none" in str(ei.value), ei.value
+
+
+def test_memfd_is_sealed_against_the_sandbox(sb):
+    """The host's memfd for a large write comes sealed: the runner copies
+    exactly what the host wrote and can't change or grow it."""
+    sb.execute("import sys, os, errno; R = sys.modules['_nsbox_runner']; seen = []\n"
+               "orig = R._passed_fd\n"
+               "def spy(msg):\n"
+               "    fd, n = orig(msg)\n"
+               "    for f in () if 'truncate' not in msg else (lambda: os.pwrite(fd, b'evil', 0), lambda: os.ftruncate(fd, 1 << 30)):\n"
+               "        try:\n"
+               "            f(); seen.append('changed')\n"
+               "        except OSError as e:\n"
+               "            seen.append(errno.errorcode[e.errno])\n"
+               "    return fd, n\n"
+               "R._passed_fd = spy")
+    data = os.urandom(1 << 20)
+    sb.write_file("/tmp/big", data)
+    assert sb.execute("seen") == ["EPERM", "EPERM"]
+    assert sb.read_file("/tmp/big") == data
+
+
+def test_failed_write_back_is_a_warning(libnsbox, tmp_path):
+    """The write-back runs with the sandbox's own rights: what the host
+    directory does not let that user write is not written, and the session's
+    on_warning hears which entry (the rest is still copied)."""
+    ws = tmp_path / "ws"
+    (ws / "ro").mkdir(parents=True)
+    (ws / "ro").chmod(0o555)
+    warnings = []
+    with nsbox.Sandbox(workspace=str(ws), timeout=30, on_warning=warnings.append) as sb:
+        sb.execute("import os; os.chmod('ro', 0o755); open('ro/new', 'w').write('z'); open('top', 'w').write('t')")
+    assert (ws / "top").read_text() == "t"
+    assert not (ws / "ro" / "new").exists()
+    assert any("/workspace/ro/new" in w and "Permission denied" in w for w in warnings), warnings

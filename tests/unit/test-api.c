@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -1623,6 +1624,85 @@ found:
 	return r == 0 && st.wall < 20 ? st.exit_code : 1;
 }
 
+static bool file_is(const char *path, const char *want)
+{
+	char buf[256] = { 0 };
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+
+	if (fd >= 0)
+		close(fd);
+	return n >= 0 && !strcmp(buf, want);
+}
+
+/* nsbox_upload_dir / nsbox_download_dir: a tree both ways; the host's
+ * symlinks are not followed up, the sandbox's not down, nothing on the
+ * host is overwritten, the caps hold. */
+static void test_dirs(nsbox_session_t *s)
+{
+	char top[] = "/tmp/nsbox-test-dirs.XXXXXX", path[256], cmd[600];
+	nsbox_error_t *e = NULL;
+	struct stat st;
+	int k;
+
+	if (!mkdtemp(top)) {
+		ok(0, "dirs: mkdtemp");
+		return;
+	}
+	snprintf(cmd, sizeof(cmd),
+		 "set -e; cd %s; mkdir -p up/sub/deep; printf 1 > up/a; printf 2 > up/sub/b; printf 3 > up/sub/deep/c; "
+		 "ln -s /etc/passwd up/link; mkfifo up/fifo; mkdir down; ln -s /etc down/planted",
+		 top);
+	CHECK(system(cmd) == 0, "dirs: a host tree");
+	snprintf(path, sizeof(path), "%s/up", top);
+	k = nsbox_upload_dir(s, path, "/tmp/up", &e);
+	CHECK(k == 3, "dirs: upload_dir copies 3 files, not the symlink or fifo (%d, %s)", k, emsg(e));
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "import os; sorted(os.listdir('/tmp/up')) + sorted(os.listdir('/tmp/up/sub'))"),
+		      "[\"a\",\"sub\",\"b\",\"deep\"]"),
+	      "dirs: the tree inside (%s)", value_of(s, "sorted(os.listdir('/tmp/up'))"));
+	value_of(s, "os.symlink('/etc/shadow', '/tmp/up/evil'); os.mkfifo('/tmp/up/sub/ff'); "
+		    "os.symlink('/etc', '/tmp/up/planted'); open('/tmp/up/x\\ny', 'w').write('ctl')");
+	snprintf(path, sizeof(path), "%s/down", top);
+	k = nsbox_download_dir(s, "/tmp/up", path, 0, 0, &e);
+	CHECK(k == 3, "dirs: download_dir copies the 3 files back (%d, %s)", k, emsg(e));
+	clear(&e);
+	snprintf(path, sizeof(path), "%s/down/sub/deep/c", top);
+	CHECK(file_is(path, "3"), "dirs: a file 3 levels down came back");
+	snprintf(path, sizeof(path), "%s/down/evil", top);
+	CHECK(lstat(path, &st) < 0, "dirs: the sandbox's symlink is not made on the host");
+	snprintf(path, sizeof(path), "%s/down/x\ny", top);
+	CHECK(lstat(path, &st) < 0, "dirs: a name with a control character is skipped");
+	snprintf(path, sizeof(path), "%s/down/planted", top);
+	CHECK(lstat(path, &st) == 0 && S_ISLNK(st.st_mode), "dirs: the host's own symlink is still there, untouched");
+	snprintf(path, sizeof(path), "%s/down", top);
+	k = nsbox_download_dir(s, "/tmp/up", path, 0, 0, &e);
+	CHECK(k == -EEXIST, "dirs: a second download overwrites nothing: -EEXIST (%s)", emsg(e));
+	clear(&e);
+	snprintf(path, sizeof(path), "%s/down2", top);
+	k = nsbox_download_dir(s, "/tmp/up", path, 2, 0, &e);
+	CHECK(k == -EFBIG, "dirs: max_bytes holds: -EFBIG (%s)", emsg(e));
+	clear(&e);
+	snprintf(path, sizeof(path), "%s/down3", top);
+	k = nsbox_download_dir(s, "/tmp/up", path, 0, 2, &e);
+	CHECK(k == -EFBIG, "dirs: max_files holds: -EFBIG (%s)", emsg(e));
+	clear(&e);
+	/* The sandbox makes a directory a symlink to the host's /etc (a path
+	 * there): the host makes a directory of its own, beneath. */
+	value_of(s, "import shutil; shutil.rmtree('/tmp/up/sub'); os.symlink('/etc', '/tmp/up/sub')");
+	snprintf(path, sizeof(path), "%s/down4", top);
+	k = nsbox_download_dir(s, "/tmp/up", path, 0, 0, &e);
+	CHECK(k == 1 && file_is(strcat(path, "/a"), "1"), "dirs: a symlinked directory inside is skipped (%d, %s)", k,
+	      emsg(e));
+	clear(&e);
+	CHECK(nsbox_download_dir(s, "/tmp/up", NULL, 0, 0, &e) == -EINVAL &&
+		      nsbox_upload_dir(s, "/nonexistent-nsbox", "/tmp/x", NULL) == -ENOENT,
+	      "dirs: bad arguments");
+	clear(&e);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
+	CHECK(system(cmd) == 0, "dirs: clean up");
+}
+
 /* Session files (since 0.5.0): the C calls, their errno set, the cap. */
 static void test_files(nsbox_policy_t *p)
 {
@@ -1672,6 +1752,7 @@ static void test_files(nsbox_policy_t *p)
 	      "files: bad arguments are -EINVAL");
 	clear(&e);
 	CHECK(!strcmp(value_of(s, "1+1"), "2"), "files: the session still works");
+	test_dirs(s);
 	nsbox_session_free(s);
 }
 

@@ -3,7 +3,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "proto.h"
@@ -154,6 +156,116 @@ static void test_fd_reader(void)
 	CHECK(proto_reader_read(&r, sv[1], &f, &err) < 0 && r.eof && err.code == EPIPE, "clean EOF: %s", err.msg);
 	proto_reader_free(&r);
 	close(sv[1]);
+}
+
+/* PROTO_FLAG_DATA frames: only on FILE_WRITE and VALUE; the JSON ends at
+ * the first NUL and only it is parsed; a large payload is read straight
+ * into place (proto_reader_direct) and arrives whole. */
+static void test_data_frames(void)
+{
+	struct proto_hdr h = { NSBOX_PROTO_MAGIC, 8, PROTO_VALUE, PROTO_FLAG_DATA, 1 }, g;
+	size_t big = (1u << 20) + 17, jlen, dlen;
+	struct nsbox_err err = { 0 };
+	struct proto_frame f = { 0 };
+	struct proto_reader r;
+	const char *data;
+	json_t *m = NULL;
+	char *frame = NULL, *raw;
+	size_t flen;
+	uint8_t b[16];
+	int sv[2];
+
+	proto_hdr_encode(b, &h);
+	CHECK(proto_hdr_decode(b, 0, &g, &err) == 0 && g.flags == PROTO_FLAG_DATA, "VALUE may carry data");
+	h.type = PROTO_FILE_WRITE;
+	proto_hdr_encode(b, &h);
+	CHECK(proto_hdr_decode(b, 0, &g, &err) == 0, "FILE_WRITE may carry data");
+	h.type = PROTO_RESULT;
+	proto_hdr_encode(b, &h);
+	CHECK(proto_hdr_decode(b, 0, &g, &err) < 0 && strstr(err.msg, "flags"), "RESULT may not: %s", err.msg);
+	h.type = PROTO_VALUE;
+	h.flags = 2;
+	proto_hdr_encode(b, &h);
+	CHECK(proto_hdr_decode(b, 0, &g, &err) < 0, "other flags rejected");
+
+	/* the JSON part alone is parsed; the data may hold anything, NULs and
+	 * braces included */
+	f.hdr = (struct proto_hdr){ NSBOX_PROTO_MAGIC, 22, PROTO_VALUE, PROTO_FLAG_DATA, 1 };
+	f.payload = (char *)"{\"value\":1}\0\0{\"x\":}\xff\0";
+	CHECK(proto_msg_parse(&f, PROTO_TO_HOST, &m, &err) == 0 && json_integer_value(json_object_get(m, "value")) == 1,
+	      "JSON before the NUL parsed: %s", err.msg);
+	json_decref(m);
+	CHECK(proto_frame_parts(&f, &jlen, &data, &dlen, &err) == 0 && jlen == 11 && dlen == 10 && data[0] == '\0' &&
+		      data[1] == '{',
+	      "parts: 11 bytes of JSON, 10 of data");
+	f.hdr.len = 11;
+	CHECK(proto_msg_parse(&f, PROTO_TO_HOST, &m, &err) < 0 && err.code == EPROTO && strstr(err.msg, "NUL"),
+	      "a data frame without its NUL: %s", err.msg);
+	f.hdr.flags = 0;
+	f.hdr.len = 22;
+	CHECK(proto_msg_parse(&f, PROTO_TO_HOST, &m, &err) < 0, "a NUL in a plain frame is not JSON");
+
+	raw = malloc(big);
+	for (size_t i = 0; i < big; i++)
+		raw[i] = (char)(i * 7);
+	m = json_pack("{s:s}", "path", "/tmp/x");
+	CHECK(proto_encode_data(PROTO_FILE_WRITE, 9, m, raw, big, 0, &frame, &flen, &err) == 0 &&
+		      flen == 16 + strlen("{\"path\":\"/tmp/x\"}") + 1 + big,
+	      "encode a data frame");
+	CHECK(proto_encode_data(PROTO_FILE_WRITE, 9, m, raw, big, 1 << 20, &frame, &flen, &err) < 0 &&
+		      err.code == EMSGSIZE,
+	      "past the frame cap: EMSGSIZE");
+	CHECK(proto_encode_data(PROTO_EXEC, 9, m, raw, 1, 0, &frame, &flen, &err) < 0, "EXEC can't carry data");
+	json_decref(m);
+	free(frame);
+
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+	fcntl(sv[0], F_SETFL, O_NONBLOCK);
+	proto_reader_init(&r, 0);
+	/* writer and reader take turns: the socket holds less than the frame */
+	{
+		size_t plen = strlen("{\"value\":null}");
+		struct iovec seg[3];
+		char hdrb[16];
+		size_t total = 16 + plen + 1 + big, sent = 0;
+		int got = 0;
+
+		h = (struct proto_hdr){ NSBOX_PROTO_MAGIC, (uint32_t)(plen + 1 + big), PROTO_VALUE, PROTO_FLAG_DATA, 4 };
+		proto_hdr_encode((uint8_t *)hdrb, &h);
+		while (!got) {
+			if (sent < total) {
+				size_t skip = sent, n_iov = 0;
+				const struct iovec all[3] = { { hdrb, 16 }, { (void *)"{\"value\":null}", plen + 1 },
+							      { raw, big } };
+				ssize_t n;
+
+				for (int i = 0; i < 3; i++) {
+					if (skip >= all[i].iov_len) {
+						skip -= all[i].iov_len;
+						continue;
+					}
+					seg[n_iov].iov_base = (char *)all[i].iov_base + skip;
+					seg[n_iov++].iov_len = all[i].iov_len - skip;
+					skip = 0;
+				}
+				n = writev(sv[0], seg, (int)n_iov);
+				if (n > 0)
+					sent += (size_t)n;
+			}
+			fcntl(sv[1], F_SETFL, O_NONBLOCK);
+			got = proto_reader_read(&r, sv[1], &f, &err);
+			if (got < 0)
+				break;
+		}
+		CHECK(got == 1 && f.hdr.len == plen + 1 + big && proto_frame_parts(&f, &jlen, &data, &dlen, &err) == 0 &&
+			      dlen == big && !memcmp(data, raw, big),
+		      "a 1 MiB data frame read whole, in place");
+		proto_frame_free(&f);
+	}
+	proto_reader_free(&r);
+	close(sv[0]);
+	close(sv[1]);
+	free(raw);
 }
 
 static int parse_str(uint16_t type, enum proto_dir dir, const char *s, struct nsbox_err *err)
@@ -386,6 +498,7 @@ int main(void)
 	test_header();
 	test_reader();
 	test_fd_reader();
+	test_data_frames();
 	test_schemas();
 	test_utf8();
 	test_amplification();

@@ -57,6 +57,13 @@ chmod 0755 "$stage"
 mkdir -p "$stage"/usr/{bin,sbin,lib,lib64,local/bin,local/lib/nsbox,local/libexec/nsbox} \
 	"$stage"/{dev,proc,sys,tmp,run,root,etc,home/deleg,home/nodeleg,var/tmp,mnt,newroot}
 ln -s usr/bin "$stage/bin"
+# overlayfs is a module of Debian's kernel (CONFIG_OVERLAY_FS=m), autoloaded
+# on a real host; /init loads it (a bounded --workspace is an overlay).
+ko=/lib/modules/${NSBOX_VM_KVER:-none}/kernel/fs/overlayfs/overlay.ko
+if [ -r "$ko" ]; then
+	mkdir -p "$stage/usr/lib/nsbox-vm"
+	cp "$ko" "$stage/usr/lib/nsbox-vm/overlay.ko"
+fi
 ln -s usr/sbin "$stage/sbin"
 ln -s usr/lib "$stage/lib"
 ln -s usr/lib64 "$stage/lib64"

@@ -24,7 +24,7 @@
 #                          comma-separated root,deleg,nodeleg, "all" or "none"
 #                          (default deleg)
 #   NSBOX_VM_INTEG_TESTS   which files of tests/integ (space-separated; default
-#                          "test_limits.py"; empty: the whole suite)
+#                          "test_limits.py test_workspace.py"; empty: the whole suite)
 #   NSBOX_VM_KEEP=1        keep the temp dir (initramfs, staging) for debugging
 # The serial log of the last run is kept in <build>/vm/serial.log.
 set -uo pipefail
@@ -36,7 +36,7 @@ timeout=${NSBOX_VM_TIMEOUT:-170}
 compress=${NSBOX_VM_COMPRESS:-none}
 unit=${NSBOX_VM_UNIT-test-landlock test-seccomp}
 integ=${NSBOX_VM_INTEG-deleg}
-integ_tests=${NSBOX_VM_INTEG_TESTS-test_limits.py}
+integ_tests=${NSBOX_VM_INTEG_TESTS-test_limits.py test_workspace.py}
 
 fatal() { echo "run-vm: $*" >&2; exit 2; }
 now() { date +%s.%N; }
@@ -82,7 +82,8 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-NSBOX_BUILD=$build NSBOX_VM_COMPRESS=$compress "$here/mkinitramfs.sh" "$work/$img" ||
+kver=${kernel##*/vmlinuz-}
+NSBOX_BUILD=$build NSBOX_VM_COMPRESS=$compress NSBOX_VM_KVER=$kver "$here/mkinitramfs.sh" "$work/$img" ||
 	fatal "building the initramfs failed"
 t_image=$(now)
 

@@ -1,0 +1,31 @@
+/* A bounded workspace's write-back (WorkspaceSize=, mount.c): what the
+ * sandbox changed in /workspace lives in the overlay's upper layer, a
+ * tmpfs; once the sandbox is dead it is copied into the host directory.
+ *
+ * Done in a child process of the launcher with the sandbox's own host ids,
+ * no capabilities and no_new_privs, so it can write nothing the sandbox's
+ * user could not.  Nothing is opened through a symlink on either side:
+ * host entries are reached one name at a time with openat2
+ * (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |
+ * RESOLVE_NO_XDEV) and O_NOFOLLOW, files are written to a new O_EXCL name
+ * and renamed over the old one, and a symlink the sandbox made is
+ * recreated as a symlink (symlinkat), never followed.  The upper layer is
+ * read after the sandbox's last process has died, so nothing races it. */
+#ifndef NSBOX_WSYNC_H
+#define NSBOX_WSYNC_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+#include "error.h"
+
+/* Apply the overlay upper layer open on upper (directory fd) to the host
+ * directory open on host: files and symlinks replace what is there, new
+ * directories are made, whiteouts (0/0 character devices) and opaque
+ * directories remove the host's entries.  Runs the copy in a child with
+ * host ids uid/gid (a root caller switches to them and drops every
+ * capability).  Returns 0, or -1 with err naming the first entry that
+ * failed (the others are still copied). */
+int wsync_apply(int upper, int host, uid_t uid, gid_t gid, struct nsbox_err *err);
+
+#endif

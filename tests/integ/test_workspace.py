@@ -1,0 +1,192 @@
+"""A bounded workspace (--workspace-size, [Limits] WorkspaceSize=): an
+overlay over the host directory with a tmpfs upper layer of that size,
+copied back into the host directory when the sandbox ends (nsbox(1),
+--workspace-size; jail/wsync.c).
+
+Checked from inside (the write that crosses the limit fails with ENOSPC,
+df shows the limit) and from the host (statvfs of the host's filesystem:
+the sandbox's writes cost at most the limit; the write-back follows no
+symlink the sandbox planted or the host directory holds)."""
+import os
+
+import pytest
+
+from conftest import run
+
+FILL = r"""
+import errno, os
+os.write(1, b"before\n")
+n = 0
+try:
+    with open("/workspace/big", "wb", buffering=0) as f:
+        while n < (256 << 20):
+            n += f.write(b"\0" * (1 << 20))
+    print("no error after", n)
+except OSError as e:
+    print("stopped", errno.errorcode[e.errno], n >> 20)
+st = os.statvfs("/workspace")
+print("size", st.f_blocks * st.f_frsize >> 20)
+"""
+
+
+def kernel():
+    return tuple(int(x) for x in os.uname().release.split("-")[0].split(".")[:2])
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def test_fill_stops_at_the_limit_and_host_space_is_bounded(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "old").write_bytes(b"x" * (1 << 20))
+    free0 = free_bytes(ws)
+    rc, out, err = run(["run", "--workspace", str(ws), "--workspace-size", "16M", "--", "/usr/bin/python3.11",
+                        "-S", "-c", FILL])
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "before"
+    what, code, mib = lines[1].split()
+    assert (what, code) == ("stopped", "ENOSPC"), out
+    assert 12 <= int(mib) <= 16, out
+    assert lines[2] == "size 16", out
+    # The host: what the sandbox wrote arrived when it ended, and cost at
+    # most the limit (plus a little metadata) of the host's filesystem.
+    assert (ws / "big").stat().st_size <= 16 << 20
+    assert (ws / "old").read_bytes() == b"x" * (1 << 20)
+    # The sandbox tried 256 MiB; 4 MiB of slack for metadata and whatever
+    # else writes to a shared /tmp meanwhile (a private tmpfs here).
+    used = free0 - free_bytes(ws)
+    assert used <= (16 << 20) + (4 << 20), used
+
+
+def test_write_back_changes_deletions_and_new_dirs(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "sub").mkdir(parents=True)
+    (ws / "keep").write_text("a\n")
+    (ws / "gone").write_text("x")
+    (ws / "sub" / "old").write_text("o")
+    script = ("echo b >> keep; rm gone; rm -r sub; mkdir sub; echo n > sub/new; mkdir -p d/e; echo f > d/e/f; "
+              "chmod 600 d/e/f; ln -s /etc/passwd link; ls /workspace")
+    rc, out, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c", script])
+    assert rc == 0, err
+    assert (ws / "keep").read_text() == "a\nb\n"
+    assert not (ws / "gone").exists()
+    assert sorted(os.listdir(ws / "sub")) == ["new"]
+    assert (ws / "d" / "e" / "f").read_text() == "f\n"
+    assert (ws / "d" / "e" / "f").stat().st_mode & 0o777 == 0o600
+    assert os.readlink(ws / "link") == "/etc/passwd"  # recreated, not followed
+    assert not [n for n in os.listdir(ws) if n.startswith(".nsbox")]
+
+
+def test_write_back_follows_no_symlink(tmp_path):
+    """The host directory holds symlinks out of it (a host user's, or one a
+    sandbox left before): replacing them from inside replaces the link on
+    the host, and nothing is written where they point."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_text("host")
+    os.symlink(outside, ws / "dirlink")
+    os.symlink(outside / "f", ws / "filelink")
+    script = ("rm dirlink; if mkdir dirlink; then echo evil > dirlink/f; echo MKDIR=ok; else echo MKDIR=failed; fi; "
+              "rm filelink; echo evil > filelink; echo evil > filelink2 && ln -sf /workspace/filelink2 /workspace/x")
+    rc, out, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c", script])
+    assert rc == 0, err
+    assert (outside / "f").read_text() == "host"
+    assert sorted(os.listdir(outside)) == ["f"]
+    if "MKDIR=failed" in out:
+        # nsbox(1): before Linux 6.6 tmpfs has no user xattrs, so the
+        # overlay can't mark a directory opaque and a new directory where
+        # the host directory had an entry fails with EIO.
+        assert "Input/output error" in err and kernel() < (6, 6), (out, err)
+        assert not os.path.lexists(ws / "dirlink")  # the removal was still written back
+    else:
+        assert "MKDIR=ok" in out, (out, err)
+        assert not (ws / "dirlink").is_symlink() and (ws / "dirlink" / "f").read_text() == "evil\n"
+    assert not (ws / "filelink").is_symlink() and (ws / "filelink").read_text() == "evil\n"
+    assert os.readlink(ws / "x") == "/workspace/filelink2"
+
+
+def test_written_back_after_a_time_limit_kill(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rc, out, err = run(["run", "--workspace", str(ws), "--time-limit", "1", "--", "/bin/sh", "-c",
+                        "echo done > f; exec sleep 30"])
+    assert rc == 124, err
+    assert (ws / "f").read_text() == "done\n"
+
+
+def test_infinity_binds_the_directory_live(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rc, out, err = run(["run", "--workspace", str(ws), "--workspace-size", "infinity", "--", "/bin/sh", "-c",
+                        "grep -c ' /workspace .* - overlay ' /proc/self/mountinfo; echo x > f"])
+    assert out.strip() == "0" and (ws / "f").read_text() == "x\n"
+    rc, out, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c",
+                        "grep -c ' /workspace .* - overlay ' /proc/self/mountinfo"])
+    assert out.strip() == "1", err
+
+
+@pytest.mark.parametrize("value,msg", [("0", "too small"), ("12", "too small"), ("lots", "not a size")])
+def test_bad_sizes_are_refused(tmp_path, value, msg):
+    rc, out, err = run(["run", "--workspace", str(tmp_path), "--workspace-size", value, "--", "true"])
+    assert rc == 120 and "WorkspaceSize" in err and msg in err, (rc, err)
+
+
+RACER = r"""
+import os, sys
+out = sys.argv[1]
+os.makedirs("real/sub", exist_ok=True)
+i = 0
+while True:
+    i += 1
+    for name, targets in (("x", [None, out, out + "/f", "/etc/passwd"]), ("d", ["DIR", out])):
+        t = targets[i % len(targets)]
+        tmp = name + ".new"
+        try:
+            if t is None:
+                with open(tmp, "w") as f:
+                    f.write("inside %d" % i)
+            elif t == "DIR":
+                os.mkdir(tmp)
+                with open(tmp + "/f", "w") as f:
+                    f.write("evil")
+            else:
+                os.symlink(t, tmp)
+            try:
+                os.rename(tmp, name)
+            except OSError:  # a dir over a non-empty dir, a file over a dir
+                os.system("rm -rf %s; mv %s %s" % (name, tmp, name))
+        except OSError:
+            pass
+"""
+
+
+@pytest.mark.parametrize("attempt", range(4))
+def test_write_back_of_a_sandbox_killed_mid_swap(tmp_path, attempt):
+    """A sandbox swapping names between files, directories and symlinks out
+    of the workspace (to a host directory, a host file) is killed at a
+    moment it does not choose: the write-back copies whatever the upper
+    layer holds then and follows none of it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "f").write_text("host")
+    before = sorted(os.listdir(outside)), (outside / "f").stat().st_mtime_ns
+    rc, out, err = run(["run", "--workspace", str(ws), "--time-limit", str(0.3 + 0.15 * attempt), "--",
+                        "/usr/bin/python3.11", "-S", "-c", RACER, str(outside)])
+    assert rc == 124, err
+    assert (sorted(os.listdir(outside)), (outside / "f").stat().st_mtime_ns) == before
+    assert (outside / "f").read_text() == "host"
+    assert not [n for n in os.listdir(ws) if n.startswith(".nsbox")]
+    for name in ("x", "d"):
+        p = ws / name
+        if os.path.islink(p):
+            assert os.readlink(p) in (str(outside), str(outside / "f"), "/etc/passwd")
+    if (ws / "d").is_dir() and not (ws / "d").is_symlink():
+        assert os.listdir(ws / "d") in ([], ["f"])
