@@ -8,6 +8,7 @@ LIBEXECDIR ?= $(PREFIX)/libexec/nsbox
 INCLUDEDIR ?= $(PREFIX)/include
 MANDIR ?= $(PREFIX)/share/man
 SBINDIR ?= $(PREFIX)/sbin
+DATADIR ?= $(PREFIX)/share
 UNITDIR ?= $(PREFIX)/lib/systemd/system
 PYTHON ?= /usr/bin/python3.11
 
@@ -65,7 +66,9 @@ PROBE_BINS := $(PROBE_SRCS:tests/%.c=$(B)/tests/%)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz-*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/fuzz/%)
 
-TARGETS := $(B)/libnsbox-core.a $(B)/nsbox $(B)/nsboxd
+TARGETS := $(B)/libnsbox-core.a $(B)/nsbox $(B)/nsboxd $(B)/nsbox-rootfs $(B)/rootfs/python.version \
+	$(B)/rootfs/runner.packages \
+	$(patsubst rootfs/%,$(B)/rootfs/%,$(wildcard rootfs/*.tree))
 ifneq ($(RUNNER_SRCS),)
 TARGETS += $(B)/nsbox-runner
 endif
@@ -142,11 +145,16 @@ endif
 # libnsbox.so: only nsbox_* is exported (hidden visibility in the API
 # object, and the version script for the core objects linked in with it).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -fvisibility=hidden
-$(B)/obj/lib/hostinfo.o $(B)/obj/lib/handoff.o: ALL_CFLAGS += -fvisibility=hidden
+$(B)/obj/lib/hostinfo.o $(B)/obj/lib/handoff.o $(B)/obj/lib/rootfs.o: ALL_CFLAGS += -fvisibility=hidden
 # A `#define NSBOX_VERSION` left in api.c that disagrees is a build error
 # (macro redefined, -Werror).
 $(B)/obj/lib/api.o: ALL_CFLAGS += -DNSBOX_VERSION='"$(NSBOX_VERSION)"'
 $(B)/obj/lib/api.o: Makefile
+# The Debian version of the libpython3.11 the runner links: a built tree
+# must carry the same (lib/rootfs.c checks its info file).
+PY_DEBVERSION := $(shell dpkg-query -W -f='$${Version}' libpython3.11-dev 2>/dev/null)
+$(B)/obj/lib/rootfs.o: ALL_CFLAGS += -DNSBOX_PY_DEBVERSION='"$(PY_DEBVERSION)"'
+$(B)/obj/lib/rootfs.o: Makefile
 $(B)/libnsbox.so.0: $(CORE_OBJS) lib/libnsbox.sym
 	$(CC) $(LDFLAGS) -shared -Wl,-soname,libnsbox.so.0 -Wl,--version-script=lib/libnsbox.sym -Wl,-z,defs \
 		-o $@ $(CORE_OBJS) $(PKG_LIBS)
@@ -261,6 +269,11 @@ install: all
 	if [ -f $(B)/nsbox-runner ]; then install -m 0755 $(B)/nsbox-runner $(DESTDIR)$(LIBEXECDIR)/nsbox-runner; fi
 	if [ -f $(B)/nsbox-runner.debug ]; then install -m 0644 $(B)/nsbox-runner.debug $(DESTDIR)$(LIBEXECDIR)/nsbox-runner.debug; fi
 	for m in $(MAN_GEN); do s=$${m##*.}; install -m 0644 $$m $(DESTDIR)$(MANDIR)/man$$s/; done
+	install -d $(DESTDIR)$(DATADIR)/nsbox/rootfs
+	sed 's|@DATADIR@|$(DATADIR)|' rootfs/nsbox-rootfs > $(DESTDIR)$(LIBEXECDIR)/nsbox-rootfs
+	chmod 0755 $(DESTDIR)$(LIBEXECDIR)/nsbox-rootfs
+	install -m 0644 rootfs/*.tree $(B)/rootfs/python.version $(B)/rootfs/runner.packages \
+		$(DESTDIR)$(DATADIR)/nsbox/rootfs/
 
 install: install-lib
 install-lib: $(LIB_TARGETS) $(B)/man/libnsbox.3
@@ -280,7 +293,38 @@ uninstall:
 		$(DESTDIR)$(LIBDIR)/libnsbox.so.0 $(DESTDIR)$(LIBDIR)/libnsbox.so $(DESTDIR)$(LIBDIR)/libnsbox.a \
 		$(DESTDIR)$(INCLUDEDIR)/nsbox.h $(DESTDIR)$(LIBDIR)/pkgconfig/nsbox.pc $(DESTDIR)$(MANDIR)/man3/libnsbox.3
 	for m in man/*.[1-8]; do s=$${m##*.}; rm -f $(DESTDIR)$(MANDIR)/man$$s/$${m##*/}; done
+	rm -f $(DESTDIR)$(LIBEXECDIR)/nsbox-rootfs
+	rm -rf $(DESTDIR)$(DATADIR)/nsbox/rootfs
 	-rmdir $(DESTDIR)$(LIBEXECDIR)
+
+# Root trees (rootfs/, nsbox rootfs): the builder beside nsbox, the
+# definitions and the Debian version of the libpython3.11 the runner links
+# in $(B)/rootfs (a built tree must carry the same one).
+$(B)/nsbox-rootfs: rootfs/nsbox-rootfs
+	@mkdir -p $(B)
+	cp $< $@ && chmod 0755 $@
+$(B)/rootfs/%.tree: rootfs/%.tree
+	@mkdir -p $(B)/rootfs
+	cp $< $@
+$(B)/rootfs/python.version: $(B)/nsbox-runner
+	@mkdir -p $(B)/rootfs
+	printf '%s' '$(PY_DEBVERSION)' >$@.tmp && mv $@.tmp $@
+# The Debian packages of the libraries the runner links (NEEDED; apt brings
+# their own dependencies), with libpython3.11's whether the runner links it
+# statically or not, which a tree must carry too: libc6 is essential,
+# libpython3.11 pinned by python.version, the sanitizers' runtimes left out
+# (a sanitized runner does not run on a tree), so that a sanitizer build
+# finds the same tree.
+PY_SHARED := $(shell $(PYTHON) -c 'import sysconfig as s; print(s.get_config_var("LIBDIR") + "/" + s.get_config_var("INSTSONAME"))' 2>/dev/null)
+$(B)/rootfs/runner.packages: $(B)/nsbox-runner
+	@mkdir -p $(B)/rootfs
+	for f in $< $(PY_SHARED); do \
+		ldd $$f | awk -v need="$$(readelf -d $$f | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')" \
+			'BEGIN { n = split(need, a, " "); for (i = 1; i <= n; i++) want[a[i]] = 1 } \
+			 $$1 in want && /=> \// { print $$3 }'; done | while read -r l; do \
+		dpkg -S "$$l" 2>/dev/null || dpkg -S "$$(realpath "$$l")"; done | cut -d: -f1 | tr ',' '\n' | \
+		tr -d ' ' | grep -Ev '^(libc6|libpython3\.11|libasan[0-9]*|libubsan[0-9]*|liblsan[0-9]*)$$' | \
+		sort -u | tr '\n' ' ' >$@.tmp && mv $@.tmp $@
 
 deps:
 	scripts/install-deps.sh

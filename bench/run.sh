@@ -180,3 +180,10 @@ fi
 if [ "${NSBOX_BENCH_FILES:-1}" != 0 ]; then
 	NSBOX_LIB="$B/libnsbox.so.0" $PY bench/files.py
 fi
+
+# Root trees: the datascience tree's build (first, cached) and a session on
+# it from the warm spare with numpy and pandas preloaded, beside a cold
+# import and an empty session (bench/rootfs.py).  Builds the tree if missing.
+if [ "${NSBOX_BENCH_ROOTFS:-1}" != 0 ] && [ -x "$B/nsbox-runner" ]; then
+	$PY bench/rootfs.py "$B"
+fi

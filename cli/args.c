@@ -16,7 +16,8 @@ struct jail_opt {
 	const char *fixed; /* value for flags without an argument */
 	int path;	   /* 1: make the value absolute; 2: SRC:DST, make SRC absolute;
 			      3: absolute against the cwd (the file may not exist yet);
-			      4: NAME[=VALUE], NAME alone taking the host's value */
+			      4: a name, or (with a '/') a path made absolute;
+			      5: NAME[=VALUE], NAME alone taking the host's value */
 };
 
 static const struct jail_opt opts[] = {
@@ -42,14 +43,15 @@ static const struct jail_opt opts[] = {
 	{ "ro-bind", "Filesystem", "ReadOnlyBind", NULL, 2 },
 	{ "workspace", "Filesystem", "Workspace", NULL, 1 },
 	{ "workspace-size", "Limits", "WorkspaceSize", NULL, 0 },
-	{ "rootfs", "Filesystem", "RootFS", NULL, 1 },
+	{ "rootfs", "Filesystem", "RootFS", NULL, 4 },
 	{ "tmpfs", "Filesystem", "TmpFS", NULL, 0 },
 	{ "setenv", "Environment", "Set", NULL, 0 },
-	{ "env", "Environment", "Set", NULL, 4 },
+	{ "env", "Environment", "Set", NULL, 5 },
 	{ "unsetenv", "Environment", "Unset", NULL, 0 },
 	{ "seccomp-log", "Security", "Seccomp", "log", 0 },
 	{ "landlock", "Security", "Landlock", NULL, 0 },
 	{ "dist-packages", "Python", "DistPackages", "yes", 0 },
+	{ "preload", "Python", "Preload", NULL, 0 },
 };
 
 const char args_jail_help[] =
@@ -75,7 +77,8 @@ const char args_jail_help[] =
 	"  --workspace DIR        read-write at /workspace, the working directory\n"
 	"  --workspace-size SIZE  what the sandbox may write there (default 256M;\n"
 	"                         infinity: a plain bind); copied back at its end\n"
-	"  --rootfs DIR           use another root tree instead of the host's /usr\n"
+	"  --rootfs NAME|DIR      a built root tree (nsbox rootfs list) or a root directory\n"
+	"                         instead of the host's /usr\n"
 	"  --tmpfs PATH[:SIZE]    a private tmpfs at PATH (default size: --tmp-size's)\n"
 	"  --chdir DIR            working directory inside (default HOME: /workspace or /tmp)\n"
 	"  --setenv NAME=VALUE    set an environment variable\n"
@@ -83,7 +86,9 @@ const char args_jail_help[] =
 	"  --unsetenv NAME        remove a variable (also PATH, HOME, LANG, TERM)\n"
 	"  --seccomp-log          log, don't deny, what the seccomp allowlist would deny\n"
 	"  --landlock auto|require|off\n"
-	"  --dist-packages        make Debian's dist-packages importable (nsbox python)\n";
+	"  --dist-packages        make Debian's dist-packages importable (nsbox python)\n"
+	"  --preload \"MOD ...\"    modules imported before the session starts (default: the root\n"
+	"                         tree's Preload=)\n";
 
 int cli_err_set(struct cli_err *err, int code, const char *fmt, ...)
 {
@@ -217,7 +222,7 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 				return cli_err_set(err, 0, "--%s needs a value", o->name);
 			val = argv[++*i];
 		}
-		if (o->path == 4 && !strchr(val, '=')) {
+		if (o->path == 5 && !strchr(val, '=')) {
 			/* As docker run -e NAME and nsjail --env NAME: the
 			 * caller's value, or nothing when the caller has none. */
 			const char *host = getenv(val);
@@ -253,7 +258,8 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 				return cli_err_set(err, ENOMEM, "--%s", o->name);
 			snprintf(owned, need, "%s/%s", cwd, val);
 			val = owned;
-		} else if (o->path == 1) {
+		} else if (o->path == 1 || (o->path == 4 && strchr(val, '/'))) {
+			/* --rootfs NAME is a built tree's name; a directory has a '/'. */
 			owned = absolute(val, err);
 			if (!owned)
 				return cli_err_wrap(err, "--%s", o->name);

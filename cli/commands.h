@@ -16,6 +16,7 @@ int cmd_doctor(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_python(int argc, char **argv);
 int cmd_mcp(int argc, char **argv);
+int cmd_rootfs(int argc, char **argv);
 
 /* A host tool given as --tool NAME=COMMAND (cli/python.c). */
 struct cli_tool {

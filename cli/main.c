@@ -10,6 +10,7 @@ static const char usage[] =
 	"usage: nsbox run [OPTIONS] -- COMMAND [ARG...]\n"
 	"       nsbox python [OPTIONS] [-c CODE | FILE | -]\n"
 	"       nsbox mcp [OPTIONS]\n"
+	"       nsbox rootfs build [--force] NAME | nsbox rootfs list\n"
 	"       nsbox info\n"
 	"       nsbox doctor\n"
 	"       nsbox policy check FILE | nsbox policy show [--policy NAME|FILE] [OPTIONS]\n"
@@ -20,8 +21,8 @@ static const struct {
 	const char *name;
 	int (*fn)(int argc, char **argv);
 } commands[] = {
-	{ "run", cmd_run },   { "python", cmd_python }, { "mcp", cmd_mcp },
-	{ "info", cmd_info }, { "doctor", cmd_doctor }, { "policy", cmd_policy },
+	{ "run", cmd_run },	  { "python", cmd_python }, { "mcp", cmd_mcp },	      { "info", cmd_info },
+	{ "doctor", cmd_doctor }, { "policy", cmd_policy }, { "rootfs", cmd_rootfs },
 };
 
 static int (*find_command(const char *name))(int, char **)

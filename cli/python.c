@@ -36,12 +36,16 @@ static void py_usage(FILE *f)
 		"  --output-limit SIZE   cap on captured stdout and stderr each (default 1M)\n"
 		"  --connect SOCKET      get the sandbox from nsboxd(8) at SOCKET (also $NSBOX_CONNECT)\n"
 		"  --quiet               no warnings about limits enforced by a fallback\n"
+		"  --list-packages       print the Debian packages the root tree provides (NAME VERSION,\n"
+		"                        or a JSON array with --json) and exit\n"
 		"With no code and a terminal on stdin: an interactive session.\n%s",
 		args_jail_help);
 }
 
 /* python's own options, for "did you mean". */
-static const char *const py_opts[] = { "json", "tool", "output-limit", "connect", "quiet", "help", NULL };
+static const char *const py_opts[] = {
+	"json", "tool", "output-limit", "connect", "quiet", "list-packages", "help", NULL
+};
 
 /* With --json, an error before the code runs is the JSON object on stdout
  * (printed once, at the end: cli_json_error); else a line on stderr. */
@@ -482,6 +486,37 @@ static void free_tools(struct cli_tool *t, size_t n)
 		free(t[k].name);
 }
 
+/* --list-packages: what the policy's root tree provides (its dpkg status
+ * file, read on the host by the library). */
+static int print_packages(const nsbox_policy_t *p, bool json_mode)
+{
+	nsbox_error_t *e = NULL;
+	char *json = NULL;
+	json_t *arr, *pkg;
+	size_t k;
+
+	if (nsbox_policy_packages(p, &json, &e) < 0) {
+		fprintf(stderr, "nsbox python: --list-packages: %s\n", nsbox_error_message(e));
+		nsbox_error_free(e);
+		return NSBOX_EXIT_USAGE;
+	}
+	if (json_mode) {
+		printf("%s\n", json);
+		nsbox_free(json);
+		return 0;
+	}
+	arr = json_loads(json, 0, NULL);
+	nsbox_free(json);
+	if (!arr) {
+		fprintf(stderr, "nsbox python: --list-packages: out of memory\n");
+		return NSBOX_EXIT_SETUP;
+	}
+	json_array_foreach(arr, k, pkg) printf("%s %s\n", json_string_value(json_object_get(pkg, "name")),
+					       json_string_value(json_object_get(pkg, "version")));
+	json_decref(arr);
+	return 0;
+}
+
 int cmd_python(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
@@ -491,7 +526,7 @@ int cmd_python(int argc, char **argv)
 	size_t n_tools = 0;
 	const char *code = NULL, *module = NULL, *file = NULL;
 	_cleanup_free_ char *owned_code = NULL;
-	bool json_mode = false;
+	bool json_mode = false, list_packages = false;
 	uint64_t out_limit = 0;
 	/* The CLI is single-threaded: the sandbox is made here (no helper to
 	 * start), and CPython starts cold in it. */
@@ -541,6 +576,10 @@ int cmd_python(int argc, char **argv)
 		}
 		if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
 			so.warn = NULL;
+			continue;
+		}
+		if (!strcmp(a, "--list-packages")) {
+			list_packages = true;
 			continue;
 		}
 		if (!strcmp(a, "--connect") || !strncmp(a, "--connect=", 10)) {
@@ -618,6 +657,12 @@ int cmd_python(int argc, char **argv)
 		py_err("%s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
 		goto usage_quiet;
+	}
+	if (list_packages) {
+		rc = print_packages(p, json_mode);
+		free_tools(ctools, n_tools);
+		nsbox_policy_free(p);
+		return rc;
 	}
 	if (!code && !module && i < argc)
 		file = argv[i++];

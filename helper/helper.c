@@ -92,7 +92,23 @@ static const char *const template_preload[] = {
 
 struct template_arg {
 	bool dist_packages;
+	const char *preload;	/* Preload=, in the child's copy of the policy */
 };
+
+/* The runner's argv for a cold start (an exec of the memfd on fd 4). */
+static void cold_argv(const struct nsbox_policy *p, char *argv[6])
+{
+	int ac = 1;
+
+	argv[0] = "nsbox-runner";
+	if (p->dist_packages)
+		argv[ac++] = "--dist-packages";
+	if (p->preload && *p->preload) {
+		argv[ac++] = "--preload";
+		argv[ac++] = p->preload;
+	}
+	argv[ac] = NULL;
+}
 
 /* Inside the new sandbox, after every setup step (seccomp included):
  * become a fresh session of the initialised interpreter. */
@@ -108,7 +124,8 @@ static int template_child(void *arg)
 	/* User code's subprocesses must not inherit the protocol socket. */
 	if (fcntl(3, F_SETFD, FD_CLOEXEC) < 0)
 		return NSBOX_EXIT_SETUP;
-	if (runner_py_adopt(a->dist_packages, environ, &err) < 0 || runner_py_session(3, &err) < 0) {
+	if (runner_py_adopt(a->dist_packages, environ, &err) < 0 || runner_py_preload_list(a->preload, &err) < 0 ||
+	    (a->preload && *a->preload && runner_py_freeze(&err) < 0) || runner_py_session(3, &err) < 0) {
 		json_t *m = json_pack("{s:s}", "message", err.msg);
 		char *s = m ? json_dumps(m, JSON_COMPACT) : NULL;
 
@@ -280,6 +297,7 @@ static void make_spare(void)
 	struct nsbox_err err = { 0 };
 	struct template_arg targ = { 0 };
 	struct jail_spec spec = { .exec_fd = -1, .n_pass_fds = 1 };
+	char *argv[6];
 	struct slot *sl;
 	int sv[2], r;
 
@@ -294,9 +312,17 @@ static void make_spare(void)
 	if (!sl || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		goto out;
 	targ.dist_packages = p.dist_packages;
+	targ.preload = p.preload;
 	spec.policy = &p;
-	spec.child_fn = template_child;
-	spec.child_arg = &targ;
+	if (p.rootfs) {
+		/* Another root tree brings its own stdlib: a fresh runner on it. */
+		cold_argv(&p, argv);
+		spec.argv = argv;
+		spec.exec_fd = HELPER_EXEC_FD;
+	} else {
+		spec.child_fn = template_child;
+		spec.child_arg = &targ;
+	}
 	spec.pass_fds = &sv[1];
 	spec.warn = collect_warning;
 	spare.warnings[0] = '\0';
@@ -342,7 +368,7 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 	struct nsbox_policy p = { 0 };
 	struct nsbox_err err = { 0 };
 	struct template_arg targ = { 0 };
-	char *argv[3] = { "nsbox-runner", NULL, NULL };
+	char *argv[6];
 	struct jail_spec spec = { .exec_fd = -1, .pass_fds = &sock, .n_pass_fds = 1, .warn = collect_warning };
 	bool want_spare = (spare.enabled || (req->flags & HELPER_SPARE)) && !(req->flags & HELPER_COLD);
 	struct slot *sl;
@@ -370,14 +396,16 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 		goto fail;
 	}
 	spec.policy = &p;
-	if (req->flags & HELPER_COLD) {
-		if (p.dist_packages)
-			argv[1] = "--dist-packages";
+	/* Another root tree (RootFS=) brings its own stdlib, which the
+	 * template's interpreter has not imported from: a fresh runner on it. */
+	if ((req->flags & HELPER_COLD) || p.rootfs) {
+		cold_argv(&p, argv);
 		spec.argv = argv;
 		spec.exec_fd = HELPER_EXEC_FD;
 		r = jail_start(&sl->j, &spec, &err);
 	} else {
 		targ.dist_packages = p.dist_packages;
+		targ.preload = p.preload;
 		spec.child_fn = template_child;
 		spec.child_arg = &targ;
 		/* The interpreter's locks must be in a known state in the copy. */

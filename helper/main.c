@@ -2,6 +2,7 @@
  * runner protocol (nsbox-protocol(7)) on the socket it inherits (fd 3 by
  * default).  It never touches the host's terminal: setup errors go back as
  * an ERROR frame.  Usage: nsbox-runner [--fd N] [--dist-packages]
+ * [--preload "MOD ..."] (the policy's Preload=: imported before HELLO)
  * `nsbox-runner --helper [--spare]` is libnsbox's helper process instead
  * (helper.c). */
 #include <errno.h>
@@ -45,6 +46,7 @@ int main(int argc, char **argv)
 {
 	struct nsbox_err err = { 0 };
 	bool dist = false;
+	const char *preload = NULL;
 	unsigned long fd = 3;
 	int keep[1];
 
@@ -54,6 +56,8 @@ int main(int argc, char **argv)
 				return 2;
 		} else if (!strcmp(argv[i], "--dist-packages")) {
 			dist = true;
+		} else if (!strcmp(argv[i], "--preload") && i + 1 < argc) {
+			preload = argv[++i];
 		} else if (!strcmp(argv[i], "--helper") && i == 1 &&
 			   (argc == 2 || (argc == 3 && !strcmp(argv[2], "--spare")))) {
 			/* libnsbox's helper (helper/helper.h): outside any sandbox. */
@@ -74,6 +78,10 @@ int main(int argc, char **argv)
 	runner_rlimit_tune();
 
 	if (runner_py_init(dist, &err) < 0 || (as_limited() && runner_py_preload(under_rlimit, 1, &err) < 0) ||
+	    runner_py_preload_list(preload, &err) < 0 ||
+	    /* What a preload imported goes to the permanent generation, as the
+	     * template's does: the session's collections never walk it. */
+	    (preload && *preload && runner_py_freeze(&err) < 0) ||
 	    runner_py_session((int)fd, &err) < 0) {
 		report((int)fd, &err);
 		_exit(125);	/* NSBOX_EXIT_SETUP */

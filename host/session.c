@@ -387,7 +387,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	struct nsbox_session *s;
 	char path[PATH_MAX] = "nsbox-runner";
 	int sv[2], spare_sock = -1;
-	char *argv[4] = { "nsbox-runner", NULL, NULL, NULL };
+	char *argv[6] = { "nsbox-runner", NULL, NULL, NULL, NULL, NULL };
+	int ac = 1;
 	struct sandbox_spec spec;
 	int k;
 
@@ -441,7 +442,11 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	/* argv[0] names the file (tests pick an evil runner's mode by it). */
 	argv[0] = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
 	if (opts->policy->dist_packages)
-		argv[1] = "--dist-packages";
+		argv[ac++] = "--dist-packages";
+	if (opts->policy->preload && *opts->policy->preload) {
+		argv[ac++] = "--preload";
+		argv[ac++] = opts->policy->preload;
+	}
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
 		err_sys(err, "socketpair");
 		session_free(s);

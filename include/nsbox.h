@@ -99,8 +99,18 @@ NSBOX_API int nsbox_policy_set_workspace(nsbox_policy_t *p, const char *dir, nsb
 NSBOX_API int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const char *value, nsbox_error_t **err);
 /* Check the policy as a whole (what nsbox_run() and nsbox_session_new()
  * check before starting), e.g. a bind destination inside a writable mount.
- * Since 0.2.0.  Errors: -EINVAL with a message saying what is wrong. */
+ * Since 0.2.0.  Errors: -EINVAL with a message saying what is wrong;
+ * -ENOENT when RootFS=NAME names a root tree that is not built (since
+ * 0.5.0; `nsbox rootfs build NAME` builds it). */
 NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
+
+/* The Debian packages the policy's root tree provides (RootFS=NAME, a
+ * built tree; RootFS=DIR; or the host's, without RootFS=), read from the
+ * tree's dpkg status file on the host: a JSON array of {"name": ...,
+ * "version": ...} objects, in the file's order, in *json (free with
+ * nsbox_free).  Returns 0, or -ENOENT (the tree is not built, or has no
+ * dpkg status file), -EINVAL, -ENOMEM.  Since 0.5.0. */
+NSBOX_API int nsbox_policy_packages(const nsbox_policy_t *p, char **json, nsbox_error_t **err);
 /* The effective policy in the file format; nsbox_free() it.  NULL on ENOMEM. */
 NSBOX_API char *nsbox_policy_to_string(const nsbox_policy_t *p);
 
@@ -129,9 +139,10 @@ struct nsbox_session_opts {
 	 * (which then takes about a millisecond).  Costs one idle sandbox per
 	 * helper (the last policy's).  The default since 0.3.0 (no_spare, or
 	 * NSBOX_SPARE=0 in the environment, turns it off), except for a
-	 * policy naming host paths (workspace, binds, another root: a spare's
-	 * mounts are made in advance, and the directory behind them may be
-	 * replaced meanwhile); setting spare asks for one even then. */
+	 * policy naming host paths (workspace, binds, another root directory: a
+	 * spare's mounts are made in advance, and the directory behind them may
+	 * be replaced meanwhile; a built tree, RootFS=NAME, is never replaced in
+	 * place and keeps it); setting spare asks for one even then. */
 	bool spare;
 	/* Make the sandbox from this process instead of the helper: no helper
 	 * to start, so a one-off session is ready sooner, but CPython starts

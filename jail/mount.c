@@ -465,6 +465,9 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	_cleanup_close_ int wsfd = srcs->workspace, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
 	char path[4096], opts[64];
 	const char *home = rootfs_home(p);
+	const char *const *shared;
+	size_t n_shared = rootfs_etc_shared(&shared);
+	int sharedfd[ROOTFS_ETC_SHARED_MAX] = { -1, -1, -1, -1 };
 	int r = -1;
 
 	err_step(err, "mount");
@@ -499,6 +502,17 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	} else {
 		cachefd = open("/etc/ld.so.cache", O_PATH | O_CLOEXEC);
 		altfd = open("/etc/alternatives", O_PATH | O_CLOEXEC | O_DIRECTORY);
+	}
+	for (size_t i = 0; i < n_shared && i < ROOTFS_ETC_SHARED_MAX; i++) {
+		struct stat st;
+		/* "/etc/NAME" on the host, "etc/NAME" beneath another root */
+		snprintf(path, sizeof(path), "/etc/%s", shared[i]);
+		sharedfd[i] = p->rootfs ? open_in_root(rootfd, path + 1, O_PATH | O_CLOEXEC)
+					: open(path, O_PATH | O_CLOEXEC);
+		if (sharedfd[i] >= 0 && (fstat(sharedfd[i], &st) < 0 || !S_ISREG(st.st_mode))) {
+			close(sharedfd[i]);
+			sharedfd[i] = -1;
+		}
 	}
 	if (p->share_net)
 		resolvfd = open("/etc/resolv.conf", O_PATH | O_CLOEXEC);
@@ -542,6 +556,11 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		goto out;
 	if (altfd >= 0 && bind_fd(altfd, NEWROOT "/etc/alternatives", false, true, err) < 0)
 		goto out;
+	for (size_t i = 0; i < n_shared && i < ROOTFS_ETC_SHARED_MAX; i++) {
+		snprintf(path, sizeof(path), NEWROOT "/etc/%s", shared[i]);
+		if (sharedfd[i] >= 0 && bind_fd(sharedfd[i], path, false, true, err) < 0)
+			goto out;
+	}
 	/* With an egress allowlist the only resolver is the stub on the
 	 * sandbox's loopback (egress.h). */
 	if (p->n_net_allow && !p->share_net) {
@@ -612,6 +631,9 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	}
 	r = 0;
 out:
+	for (size_t i = 0; i < ROOTFS_ETC_SHARED_MAX; i++)
+		if (sharedfd[i] >= 0)
+			close(sharedfd[i]);
 	mount_srcs_close(srcs);
 	return r;
 }

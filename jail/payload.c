@@ -83,7 +83,8 @@ static int payload_rlimits(struct payload *pl, struct nsbox_err *err)
 static char **build_env(const struct nsbox_policy *p)
 {
 	static char *envp[POLICY_MAX_ENV + 24];
-	static char term[256], home[64];
+	static char term[256], home[64], threads[3][48];
+	static const char *const thread_vars[3] = { "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS" };
 	const char *t = getenv("TERM");
 	size_t n = 0;
 
@@ -94,6 +95,18 @@ static char **build_env(const struct nsbox_policy *p)
 	if (t) {
 		snprintf(term, sizeof(term), "TERM=%s", t);
 		envp[n++] = term;
+	}
+	/* numpy's BLAS starts a thread per CPU it sees, each with its own
+	 * buffers: as many as the CPU limit allows (its ceiling); Set= may
+	 * override. */
+	if (p->cpus > 0) {
+		unsigned long c = (unsigned long)p->cpus;
+		if ((double)c < p->cpus)
+			c++;
+		for (size_t i = 0; i < 3; i++) {
+			snprintf(threads[i], sizeof(threads[i]), "%s=%lu", thread_vars[i], c ? c : 1);
+			envp[n++] = threads[i];
+		}
 	}
 	/* Through the egress proxy (egress.h); Set= may override. */
 	for (size_t i = 0; p->n_net_allow && egress_env[i]; i++)

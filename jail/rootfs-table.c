@@ -17,6 +17,12 @@ static const struct rootfs_link dev_links[] = {
 
 static const char *const merged_usr[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
 
+/* Configuration files of the root's own packages that they can't work
+ * without, shown read-only in /etc from the root in use (the host's or
+ * another tree's): Debian's matplotlib reads only /etc/matplotlibrc.
+ * Nothing here may name the host (no hostname, users, addresses). */
+static const char *const etc_shared[] = { "matplotlibrc" };
+
 static const char *const skip_top[] = { ".",         "..",   "proc", "dev",  "sys",  "tmp",
 					"etc",       "run",  "workspace", "home", "root", "var",
 					"boot",      "mnt",  "media", "srv", "lost+found" };
@@ -47,6 +53,12 @@ size_t rootfs_merged_usr(const char *const **out)
 {
 	*out = merged_usr;
 	return ARRAY_SIZE(merged_usr);
+}
+
+size_t rootfs_etc_shared(const char *const **out)
+{
+	*out = etc_shared;
+	return ARRAY_SIZE(etc_shared);
 }
 
 bool rootfs_skip_top(const char *name)

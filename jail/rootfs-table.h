@@ -24,6 +24,10 @@ size_t rootfs_dev_links(const struct rootfs_link **out);
 /* The top-level names that are links into /usr on a merged-usr host (the
  * link is copied), else directories bound as they are.  Static storage. */
 size_t rootfs_merged_usr(const char *const **out);
+/* Files of the root's /etc shown read-only in the sandbox's /etc (regular
+ * files only, where the root has them). */
+#define ROOTFS_ETC_SHARED_MAX 4
+size_t rootfs_etc_shared(const char *const **out);
 /* Whether a top-level entry of another root tree (--rootfs) is left out:
  * the jail makes its own (/proc, /dev, /tmp, /etc, /run, /workspace) or it
  * holds the machine's state, not the system's. */

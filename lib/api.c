@@ -392,6 +392,44 @@ int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err)
 		return fail(err, -EINVAL, "nsbox_policy_check: NULL policy");
 	if (policy_validate(&p->p, &e) < 0)
 		return fail_core(err, &e, -EINVAL);
+	/* RootFS=NAME names a tree that must be built. */
+	if (p->p.rootfs && p->p.rootfs[0] != '/') {
+		struct nsbox_policy q = { 0 };
+		bool named;
+		int r;
+
+		if (policy_copy(&q, &p->p, &e) < 0)
+			return fail_core(err, &e, -ENOMEM);
+		r = rootfs_resolve(&q, &named, &e);
+		policy_free(&q);
+		if (r < 0)
+			return fail_core(err, &e, -ENOENT);
+	}
+	return 0;
+}
+
+int nsbox_policy_packages(const nsbox_policy_t *p, char **json, nsbox_error_t **err)
+{
+	struct nsbox_policy q = { 0 };
+	struct nsbox_err e = { 0 };
+	json_t *arr = NULL;
+	bool named;
+	char *s;
+
+	if (!p || !json)
+		return fail(err, -EINVAL, "nsbox_policy_packages: %s is NULL", p ? "json" : "the policy");
+	if (policy_copy(&q, &p->p, &e) < 0)
+		return fail_core(err, &e, -ENOMEM);
+	if (rootfs_resolve(&q, &named, &e) < 0 || rootfs_packages(q.rootfs, &arr, &e) < 0) {
+		policy_free(&q);
+		return fail_core(err, &e, -ENOENT);
+	}
+	policy_free(&q);
+	s = json_dumps(arr, JSON_COMPACT);
+	json_decref(arr);
+	if (!s)
+		return fail(err, -ENOMEM, "nsbox_policy_packages: out of memory");
+	*json = s;
 	return 0;
 }
 
@@ -434,6 +472,7 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	struct nsbox_session_opts o;
 	struct session_opts so = { 0 };
 	struct nsbox_err e = { 0 };
+	bool named_tree;
 	nsbox_session_t *s;
 
 	if (!p || !out)
@@ -457,6 +496,11 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 		free(s);
 		return fail_core(err, &e, -EINVAL);
 	}
+	if (rootfs_resolve(&s->policy, &named_tree, &e) < 0) {
+		policy_free(&s->policy);
+		free(s);
+		return fail_core(err, &e, -ENOENT);
+	}
 	so.policy = &s->policy;
 	so.output_limit = o.output_limit;
 	so.max_tool_calls = o.max_tool_calls;
@@ -469,10 +513,11 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	 * default not for a policy naming host paths (workspace, binds,
 	 * another root): a spare's mounts are made in advance, and the host
 	 * directory behind them may be replaced before it is taken; a caller
-	 * who sets spare knowingly still gets one. */
+	 * who sets spare knowingly still gets one.  A built tree (RootFS=NAME)
+	 * is not replaced in place: a build makes a new directory. */
 	{
 		const char *env = getenv("NSBOX_SPARE");
-		bool host_paths = s->policy.workspace || s->policy.n_mounts || s->policy.rootfs;
+		bool host_paths = s->policy.workspace || s->policy.n_mounts || (s->policy.rootfs && !named_tree);
 
 		so.spare = !o.no_spare && !(env && !strcmp(env, "0")) && (o.spare || !host_paths);
 	}
@@ -1191,8 +1236,22 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 		return fail(err, -EINVAL, "nsbox_run: controlling_tty needs in_process");
 	if (o.controlling_tty && (o.stdio ? !isatty(o.stdio[0]) : !isatty(0)))
 		return fail(err, -EINVAL, "nsbox_run: controlling_tty: stdin is not a terminal");
-	if (run_command(&p->p, argv, &ro, &res, &e) < 0)
-		return fail_core(err, &e, -EIO);
+	{
+		struct nsbox_policy q = { 0 };
+		bool named;
+		int r;
+
+		if (policy_copy(&q, &p->p, &e) < 0)
+			return fail_core(err, &e, -ENOMEM);
+		if (rootfs_resolve(&q, &named, &e) < 0) {
+			policy_free(&q);
+			return fail_core(err, &e, -ENOENT);
+		}
+		r = run_command(&q, argv, &ro, &res, &e);
+		policy_free(&q);
+		if (r < 0)
+			return fail_core(err, &e, -EIO);
+	}
 	memset(&out, 0, sizeof(out));
 	out.struct_size = n < sizeof(out) ? n : sizeof(out);
 	out.exit_code = res.exit_code;

@@ -459,9 +459,87 @@ static int set_path_opt(char **slot, const char *v, struct nsbox_err *err)
 	return 0;
 }
 
+/* A built root tree's name (rootfs/NAME.tree), as a tree file's Name=. */
+bool policy_tree_name_ok(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > POLICY_TREE_NAME_MAX || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= '0' && s[0] <= '9')))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '_'))
+			return false;
+	return true;
+}
+
+/* RootFS=DIR (an absolute path) or RootFS=NAME (a built tree, resolved by
+ * the library: lib/rootfs.c). */
 static int set_rootfs(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
-	return set_path_opt(&p->rootfs, v, err);
+	char *n;
+
+	if (!*v || strchr(v, '/'))
+		return set_path_opt(&p->rootfs, v, err);
+	if (!policy_tree_name_ok(v))
+		return err_fail(err, "policy", EINVAL,
+				"not an absolute path nor a tree name (lower-case letters, digits, - and _)");
+	if (!(n = strdup(v)))
+		return err_fail(err, "policy", ENOMEM, "out of memory");
+	free(p->rootfs);
+	p->rootfs = n;
+	return 0;
+}
+
+/* Preload=: module names, separated by spaces or commas; kept as one
+ * space-separated list.  An empty value means none (not the tree's). */
+static bool module_name_ok(const char *s, size_t n)
+{
+	bool start = true;
+
+	if (n == 0)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (c == '.') {
+			if (start)
+				return false;
+			start = true;
+			continue;
+		}
+		if (!(c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (!start && c >= '0' && c <= '9')))
+			return false;
+		start = false;
+	}
+	return !start;
+}
+
+static int set_preload(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	char buf[POLICY_PRELOAD_MAX + 1];
+	size_t len = 0;
+
+	for (const char *s = v; *s;) {
+		size_t n;
+		s += strspn(s, " \t,");
+		n = strcspn(s, " \t,");
+		if (!n)
+			break;
+		if (!module_name_ok(s, n))
+			return err_fail(err, "policy", EINVAL, "'%.*s' is not a module name", (int)(n > 64 ? 64 : n), s);
+		if (len + n + 1 > POLICY_PRELOAD_MAX)
+			return err_fail(err, "policy", E2BIG, "too long (at most %d characters)", POLICY_PRELOAD_MAX);
+		if (len)
+			buf[len++] = ' ';
+		memcpy(buf + len, s, n);
+		len += n;
+		s += n;
+	}
+	buf[len] = '\0';
+	free(p->preload);
+	/* Empty is kept: "none", where a root tree's own list would apply. */
+	if (!(p->preload = strdup(buf)))
+		return err_fail(err, "policy", ENOMEM, "out of memory");
+	return 0;
 }
 
 static int set_workspace(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
@@ -724,6 +802,7 @@ static const struct policy_key keys[] = {
 	{ "Security", "Seccomp", set_seccomp, 0 },
 	{ "Security", "Landlock", set_landlock, 0 },
 	{ "Python", "DistPackages", set_dist_packages, 0 },
+	{ "Python", "Preload", set_preload, KEY_EMPTY_OK },
 	{ "Network", "Allow", set_net_allow, 0 },
 	{ "Network", "Log", set_net_log, KEY_EMPTY_OK },
 	{ "Network", "MaxBytesOut", set_net_max_out, 0 },
@@ -827,6 +906,7 @@ void policy_free(struct nsbox_policy *p)
 	free(p->hostname);
 	free(p->workdir);
 	free(p->rootfs);
+	free(p->preload);
 	free(p->workspace);
 	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
 		free(p->mounts[i].src);
@@ -927,6 +1007,7 @@ int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct
 	r |= dup_opt(&q.hostname, src->hostname);
 	r |= dup_opt(&q.workdir, src->workdir);
 	r |= dup_opt(&q.rootfs, src->rootfs);
+	r |= dup_opt(&q.preload, src->preload);
 	r |= dup_opt(&q.workspace, src->workspace);
 	for (size_t i = 0; i < nm; i++) {
 		r |= dup_opt(&q.mounts[i].src, src->mounts[i].src);
@@ -1223,10 +1304,14 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 	if ((unsigned)p->cgroups > WANT_REQUIRE || (unsigned)p->landlock > WANT_REQUIRE ||
 	    (unsigned)p->seccomp > SECCOMP_LOG)
 		return err_fail(err, "policy", EINVAL, "[Limits] Cgroups=, [Security] Landlock= or Seccomp=: bad mode");
-	if (p->rootfs && check_path("[Filesystem] RootFS=", p->rootfs, false, err) < 0)
+	if (p->rootfs && strchr(p->rootfs, '/') && check_path("[Filesystem] RootFS=", p->rootfs, false, err) < 0)
 		return -1;
 	if (p->workdir && check_path("[Sandbox] WorkDir=", p->workdir, false, err) < 0)
 		return -1;
+	if (p->rootfs && !strchr(p->rootfs, '/') && !policy_tree_name_ok(p->rootfs))
+		return err_fail(err, "policy", EINVAL, "[Filesystem] RootFS=%s: not a path nor a tree name", p->rootfs);
+	if (p->preload && strlen(p->preload) > POLICY_PRELOAD_MAX)
+		return err_fail(err, "policy", E2BIG, "[Python] Preload=: too long");
 	/* Network=host would make the allowlist a lie: every address reachable. */
 	if (p->n_net_allow && p->share_net)
 		return err_fail(err, "policy", EINVAL, "[Network] Allow= needs [Sandbox] Network=none (not --share-net)");
@@ -1408,6 +1493,8 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 	fprintf(out, "\n[Security]\nSeccomp=%s\nLandlock=%s\n",
 		p->seccomp == SECCOMP_LOG ? "log" : "enforce", want_name(p->landlock));
 	fprintf(out, "\n[Python]\nDistPackages=%s\n", p->dist_packages ? "yes" : "no");
+	if (p->preload)
+		fprintf(out, "Preload=%s\n", p->preload);
 
 	fprintf(out, "\n[Network]\n");
 	for (size_t i = 0; i < p->n_net_allow && i < POLICY_MAX_NET_RULES; i++)

@@ -34,6 +34,8 @@ struct policy_mount {
 #define POLICY_MAX_MOUNTS 64
 #define POLICY_MAX_ENV 64
 #define POLICY_MAX_NET_RULES 64
+#define POLICY_TREE_NAME_MAX 64	/* RootFS=NAME */
+#define POLICY_PRELOAD_MAX 1024	/* Preload= */
 
 struct nsbox_policy {
 	char *name;		/* "default", "strict", "permissive" or the file path */
@@ -68,7 +70,7 @@ struct nsbox_policy {
 	enum policy_want cgroups;	/* Cgroups=auto|require|off */
 
 	/* [Filesystem] */
-	char *rootfs;		/* RootFS= another root tree, NULL = host /usr */
+	char *rootfs;		/* RootFS= another root tree (a path, or a built tree's name), NULL = host /usr */
 	char *workspace;	/* Workspace= host dir, rw at /workspace */
 	struct policy_mount mounts[POLICY_MAX_MOUNTS];	/* Bind= / ReadOnlyBind= / TmpFS= */
 	size_t n_mounts;
@@ -85,6 +87,7 @@ struct nsbox_policy {
 
 	/* [Python] */
 	bool dist_packages;	/* DistPackages=yes adds /usr/lib/python3/dist-packages */
+	char *preload;		/* Preload= modules the runner imports before the session, space-separated */
 
 	/* [Network]  egress allowlist (policy/netrule.h, egress/): with any
 	 * Allow= the sandbox keeps its own network namespace (lo only) and
@@ -96,6 +99,10 @@ struct nsbox_policy {
 	uint64_t net_max_in;	/* MaxBytesIn= bytes received */
 	uint64_t net_max_conns;	/* MaxConnections= proxied connections and DNS answers */
 };
+
+/* Is s a built root tree's name (RootFS=NAME): [a-z0-9][a-z0-9_-]*, at
+ * most POLICY_TREE_NAME_MAX characters? */
+bool policy_tree_name_ok(const char *s);
 
 /* Initialise *p from a built-in policy: "default", "strict" or "permissive".
  * Returns 0, or -1 with err set (unknown name).  *p must be zeroed or freed

@@ -6,6 +6,7 @@
  * and fork sessions from it. */
 #include "runner.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <marshal.h>
 #include <signal.h>
@@ -16,6 +17,7 @@
  * source) and nsbox_runner_pyc[] (its code object, marshalled by the same
  * Python at build time, with the magic number it was made for): loading
  * that takes ~0.2 ms, compiling the source ~6 ms. */
+#include "policy.h"
 #include "runner_py.h"
 #include "runner_pyc.h"
 
@@ -132,6 +134,27 @@ int runner_py_preload(const char *const *mods, size_t n, struct nsbox_err *err)
 		if (!m)
 			return py_err(mods[i], err);
 		Py_DECREF(m);
+	}
+	return 0;
+}
+
+int runner_py_preload_list(const char *list, struct nsbox_err *err)
+{
+	char name[POLICY_PRELOAD_MAX + 1];
+
+	for (const char *s = list; s && *s;) {
+		size_t n;
+		s += strspn(s, " ");
+		n = strcspn(s, " ");
+		if (!n)
+			break;
+		if (n >= sizeof(name))
+			return err_fail(err, "preload", E2BIG, "a module name is too long");
+		memcpy(name, s, n);
+		name[n] = '\0';
+		if (runner_py_preload((const char *const[]){ name }, 1, err) < 0)
+			return err_prefix(err, "Preload=");
+		s += n;
 	}
 	return 0;
 }

@@ -56,6 +56,8 @@ void runner_rlimit_tune(void);
 
 /* Import more modules (a template pays once, its sessions share them). */
 int runner_py_preload(const char *const *mods, size_t n, struct nsbox_err *err);
+/* The same for a space-separated list (the policy's Preload=). */
+int runner_py_preload_list(const char *list, struct nsbox_err *err);
 /* Collect, then gc.freeze(): a template's objects are never scanned (nor
  * their pages copied) by its sessions' collector.  Call last, before forking. */
 int runner_py_freeze(struct nsbox_err *err);

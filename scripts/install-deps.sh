@@ -2,7 +2,7 @@
 # Debian 12 build and test packages for nsbox (make deps).
 set -e
 export DEBIAN_FRONTEND=noninteractive
-PKGS="build-essential pkg-config clang clang-format libclang-rt-14-dev libseccomp-dev libcap-dev \
+PKGS="build-essential pkg-config mmdebstrap fakechroot fakeroot uidmap clang clang-format libclang-rt-14-dev libseccomp-dev libcap-dev \
 libjansson-dev libsystemd-dev libpython3.11-dev python3.11 python3-pytest libpython3.11-testsuite python3-setuptools python3-pip \
 python3-wheel python3-mypy curl openssl \
 python3.11-venv bubblewrap hyperfine \

@@ -25,7 +25,7 @@ library is found through $NSBOX_LIB, then build/libnsbox.so.0 of a source
 checkout, then the system's library path.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from ._values import ReprValue
 from .errors import (Cancelled, MemoryLimitExceeded, PolicyError, ProtocolError, SandboxCrashed,
@@ -45,7 +45,7 @@ __all__ = [
     "PolicyError", "TimeLimitExceeded", "MemoryLimitExceeded", "Cancelled", "SandboxCrashed",
     "ProtocolError", "ToolError",
     "SandboxedException", "SandboxedToolError", "SandboxedMemoryError", "UndefinedVariable",
-    "UndecodableValue", "library_version", "SandboxFileError",
+    "UndecodableValue", "library_version", "SandboxFileError", "list_packages",
 ]
 
 
@@ -55,6 +55,21 @@ def __getattr__(name: str) -> Any:
         from ._async import AsyncSandbox
         return AsyncSandbox
     raise AttributeError("module 'nsbox' has no attribute %r" % (name,))
+
+
+def list_packages(rootfs: Optional[Any] = None, policy: Optional[Any] = "default") -> List[Dict[str, str]]:
+    """The Debian packages a root tree provides (rootfs: a built tree's name
+    or a root directory; None: the host's), as a list of {"name": ...,
+    "version": ...}, read on the host from the tree's dpkg status file.
+    Raises PolicyError when the tree is not built."""
+    from . import _lib, _policy
+    lib = _lib.load()
+    p = _policy.new_policy(lib, policy, rootfs=rootfs)
+    try:
+        pkgs: List[Dict[str, str]] = _policy.packages(lib, p)
+        return pkgs
+    finally:
+        lib.nsbox_policy_free(p)
 
 
 def library_version() -> str:

@@ -102,7 +102,8 @@ class AsyncSandbox(_SandboxBase):
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
                  on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
-                 output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None) -> None:
+                 output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None,
+                 rootfs: Optional[PathLike] = None) -> None:
         self._alock: Optional[asyncio.Lock] = None
         self._alock_loop: Optional[asyncio.AbstractEventLoop] = None
         self._cur: Optional[_Exec] = None
@@ -111,7 +112,8 @@ class AsyncSandbox(_SandboxBase):
         self._fd = -1
         self._late_tools: List[Any] = []
         super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
-                         max_tool_calls, on_output, spare, on_warning, connect, output_limit, workspace_size)
+                         max_tool_calls, on_output, spare, on_warning, connect, output_limit, workspace_size,
+                         rootfs)
         _live.add(self)
 
     # ---- hooks of _SandboxBase ----

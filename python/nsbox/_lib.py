@@ -152,6 +152,7 @@ _PROTOS = {
     "nsbox_policy_set_workspace": (c_int, [c_void_p, c_char_p, _ERR]),
     "nsbox_policy_setenv": (c_int, [c_void_p, c_char_p, c_char_p, _ERR]),
     "nsbox_policy_check": (c_int, [c_void_p, _ERR]),
+    "nsbox_policy_packages": (c_int, [c_void_p, POINTER(c_void_p), _ERR]),
     "nsbox_policy_to_string": (c_void_p, [c_void_p]),
 
     "nsbox_session_new": (c_int, [c_void_p, POINTER(SessionOpts), POINTER(c_void_p), _ERR]),

@@ -13,7 +13,7 @@ from ctypes import byref, c_void_p
 from . import _lib
 from .errors import PolicyError, SandboxWarning
 
-__all__ = ["to_bytes", "new_policy", "apply_limits", "check_policy", "check_timeout", "WarnSink"]
+__all__ = ["to_bytes", "new_policy", "packages", "apply_limits", "check_policy", "check_timeout", "WarnSink"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -115,7 +115,7 @@ def check_workspace(path):
 
 
 def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspace=None, share_net=False,
-               time_limit=None, workspace_size=None):
+               time_limit=None, workspace_size=None, rootfs=None):
     """A new nsbox_policy_t* (the caller frees it with nsbox_policy_free):
     the named or file policy with the given settings applied and checked.
     Raises PolicyError for anything refused, with nothing leaked."""
@@ -140,11 +140,24 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
         if share_net:
             _lib.check(lib.nsbox_policy_set_share_net(p, True, byref(err)), err, "policy share_net",
                        PolicyError)
+        if rootfs is not None:
+            _lib.check(lib.nsbox_policy_set(p, b"Filesystem", b"RootFS", to_bytes(os.fspath(rootfs), "rootfs"),
+                                            byref(err)), err, "policy rootfs", PolicyError)
         check_policy(lib, p)
     except BaseException:
         lib.nsbox_policy_free(p)
         raise
     return p
+
+
+def packages(lib, p):
+    """The Debian packages the policy's root tree provides, as a list of
+    {"name": ..., "version": ...} dicts (nsbox_policy_packages)."""
+    import json
+    err = c_void_p()
+    out = c_void_p()
+    _lib.check(lib.nsbox_policy_packages(p, byref(out), byref(err)), err, "list_packages", PolicyError)
+    return json.loads(_lib.take_string(out.value))
 
 
 def _caller_stacklevel():

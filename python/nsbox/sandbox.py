@@ -297,7 +297,8 @@ _DOC_OPTIONS = """
                  that the next Sandbox with the same settings (or a restart)
                  starts in about a millisecond.  Costs one idle sandbox (the
                  last policy's).  None (the default): a spare unless the
-                 policy names host paths (workspace, binds, rootfs); True:
+                 policy names host paths (workspace, binds, a rootfs directory;
+                 not a built tree's name); True:
                  always; False: never.  NSBOX_SPARE=0 in the environment
                  turns it off for every Sandbox.
     auto_restart: after the sandbox dies (time or memory limit kill, crash) the
@@ -316,6 +317,10 @@ _DOC_OPTIONS = """
     connect:     the path of an nsboxd socket (nsboxd(8)): the sandbox comes
                  from the service instead of this process's helper; None
                  uses $NSBOX_CONNECT when set.
+    rootfs:      a built root tree's name ("datascience"; `nsbox rootfs
+                 build NAME`) or a root directory, instead of the host's
+                 /usr.  A tree's Preload= modules are imported before the
+                 session starts (by the warm spare, off the critical path).
 """
 
 
@@ -331,7 +336,8 @@ class _SandboxBase:
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
                  on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
-                 output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None) -> None:
+                 output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None,
+                 rootfs: Optional[PathLike] = None) -> None:
         # Attributes close() relies on come first: __init__ may fail half way.
         self._closed = False
         self._owner_pid = os.getpid()
@@ -367,7 +373,7 @@ class _SandboxBase:
         self._set_timeout(timeout)
         self._policy = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus,
                                           workspace=workspace, share_net=share_net,
-                                          workspace_size=workspace_size)
+                                          workspace_size=workspace_size, rootfs=rootfs)
 
     # Hooks for the subclasses.
     _defer_warnings = False
@@ -380,6 +386,12 @@ class _SandboxBase:
 
     def _make_output_cb(self, on_output):
         return _lib.OUTPUT_FN(self._dispatch.output) if on_output is not None else _lib.OUTPUT_FN()
+
+    def list_packages(self) -> List[Dict[str, str]]:
+        """The Debian packages this sandbox's root tree provides: a list of
+        {"name": ..., "version": ...}, read on the host from the tree's dpkg
+        status file."""
+        return _policy.packages(self._lib, self._policy)
 
     def _busy_in_tool(self):
         """True when called from a tool of this sandbox's running exec."""
@@ -804,9 +816,11 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
                  auto_restart: bool = True, max_tool_calls: Optional[int] = None,
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
                  on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
-                 output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None) -> None:
+                 output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None,
+                 rootfs: Optional[PathLike] = None) -> None:
         super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
-                         max_tool_calls, on_output, spare, on_warning, connect, output_limit, workspace_size)
+                         max_tool_calls, on_output, spare, on_warning, connect, output_limit, workspace_size,
+                         rootfs)
         self._res = c_void_p()
         self._err = c_void_p()
         self._res_ref = byref(self._res)

@@ -186,6 +186,9 @@ static const struct good_case good[] = {
 	{ "Security", "Landlock", "off" },   { "Python", "DistPackages", "yes" },
 	{ "Python", "DistPackages", "no" },  { "Python", "DistPackages", "TRUE" },
 	{ "Python", "DistPackages", "0" },   { "Python", "DistPackages", "on" },
+	{ "Filesystem", "RootFS", "datascience" }, { "Filesystem", "RootFS", "my-tree_2" },
+	{ "Python", "Preload", "numpy pandas" }, { "Python", "Preload", "numpy,pandas" },
+	{ "Python", "Preload", "a.b_c.D9" },  { "Python", "Preload", "" },
 };
 
 struct bad_case {
@@ -253,6 +256,14 @@ static const struct bad_case bad[] = {
 	{ "Environment", "Set", "A=\x1b[2J", "control characters are not allowed" },
 	{ "Security", "Seccomp", "off", "use enforce or log" },
 	{ "Security", "Landlock", "on", "use auto, require or off" },
+	{ "Filesystem", "RootFS", "Data", "not an absolute path nor a tree name" },
+	{ "Filesystem", "RootFS", "a:b", "not an absolute path nor a tree name" },
+	{ "Filesystem", "RootFS", "-x", "not an absolute path nor a tree name" },
+	{ "Filesystem", "RootFS", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", "tree name" },
+	{ "Python", "Preload", "1abc", "'1abc' is not a module name" },
+	{ "Python", "Preload", "numpy a..b", "'a..b' is not a module name" },
+	{ "Python", "Preload", "a-b", "not a module name" },
+	{ "Python", "Preload", "os.", "not a module name" },
 	{ "Python", "DistPackages", "maybe", "not a boolean" },
 	{ "Python", "DistPackages", "", "empty value" },
 	{ "Policy", "Base", "strict", "only allowed as the first setting of a policy file" },
@@ -663,6 +674,13 @@ static void test_validate(void)
 	p.rootfs = strdup("relative/root");
 	check(policy_validate(&p, &err) < 0 && strstr(err.msg, "RootFS") && strstr(err.msg, "absolute"),
 	   "relative RootFS: %s", err.msg);
+	free(p.rootfs);
+	p.rootfs = strdup("Not_A_Name");
+	check(policy_validate(&p, &err) < 0 && strstr(err.msg, "RootFS=Not_A_Name") && strstr(err.msg, "tree name"),
+	      "bad tree name: %s", err.msg);
+	free(p.rootfs);
+	p.rootfs = strdup("datascience");
+	check(policy_validate(&p, &err) == 0, "RootFS=datascience (a tree name): %s", err.msg);
 	free(p.rootfs);
 	p.rootfs = NULL;
 	p.workspace = strdup("/w/../x");

@@ -95,6 +95,21 @@ int main(void)
 	ok(rootfs_skip_top("proc") && rootfs_skip_top("etc") && rootfs_skip_top("home") && rootfs_skip_top("..") &&
 		   !rootfs_skip_top("usr") && !rootfs_skip_top("opt"),
 	   "--rootfs: the jail's own and the machine's state skipped, usr and opt kept");
+	{
+		const char *const *shared;
+		size_t ns = rootfs_etc_shared(&shared);
+		bool mpl = false, own = false;
+		for (size_t i = 0; i < ns; i++) {
+			mpl |= !strcmp(shared[i], "matplotlibrc");
+			/* nsbox's own /etc files are never the root's */
+			own |= !strcmp(shared[i], "passwd") || !strcmp(shared[i], "group") ||
+			       !strcmp(shared[i], "hosts") || !strcmp(shared[i], "hostname") ||
+			       !strcmp(shared[i], "resolv.conf") || !strcmp(shared[i], "nsswitch.conf") ||
+			       strchr(shared[i], '/');
+		}
+		ok(ns <= ROOTFS_ETC_SHARED_MAX && mpl && !own,
+		   "/etc from the root: %zu file(s), matplotlibrc among them, none of nsbox's own", ns);
+	}
 
 	policy_free(&p);
 	tap_done();

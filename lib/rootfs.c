@@ -1,0 +1,265 @@
+/* Built root trees (rootfs/, `nsbox rootfs`), the library's side: a policy's
+ * RootFS=NAME resolved to the tree's directory, and the packages a tree
+ * provides.  The trees are built by rootfs/nsbox-rootfs (mmdebstrap) into
+ * a cache directory:
+ *
+ *   CACHE/NAME            a symlink to NAME-HASH, replaced atomically by a build
+ *   CACHE/NAME-HASH/tree  the root tree, what the sandbox sees as /usr and the
+ *                         merged-usr links (jail/mount.c, make_system)
+ *   CACHE/NAME-HASH/info  key=value lines: name, hash, preload, python, built
+ *
+ * CACHE is /var/cache/nsbox/rootfs for root, else $XDG_CACHE_HOME/nsbox/rootfs
+ * (~/.cache/nsbox/rootfs); a user's lookup falls back to root's, which
+ * root built and owns.  NSBOX_ROOTFS_CACHE overrides the first. */
+#include "api-internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "util.h"
+
+#define SYSTEM_CACHE "/var/cache/nsbox/rootfs"
+#define INFO_MAX 8192
+#define STATUS_MAX (64u << 20) /* a dpkg status file; Debian's full archive is ~60 MB */
+
+/* The user's cache directory, in buf; false when there is none ($HOME unset). */
+static bool user_cache(char *buf, size_t size)
+{
+	const char *env = getenv("NSBOX_ROOTFS_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+
+	if (env && env[0] == '/')
+		return snprintf(buf, size, "%s", env) < (int)size;
+	if (geteuid() == 0)
+		return snprintf(buf, size, "%s", SYSTEM_CACHE) < (int)size;
+	if (xdg && xdg[0] == '/')
+		return snprintf(buf, size, "%s/nsbox/rootfs", xdg) < (int)size;
+	if (home && home[0] == '/')
+		return snprintf(buf, size, "%s/.cache/nsbox/rootfs", home) < (int)size;
+	return false;
+}
+
+/* A build directory we may trust: owned by us or root, writable by no one
+ * else (another user could otherwise swap the tree under our sandboxes). */
+static bool trusted(const struct stat *st)
+{
+	return S_ISDIR(st->st_mode) && (st->st_uid == geteuid() || st->st_uid == 0) && !(st->st_mode & 022);
+}
+
+/* Look NAME up in one cache: fills dir (CACHE/NAME-HASH, resolved) and
+ * returns 0, or -1 (not there). */
+static int find_in(const char *cache, const char *name, char *dir, size_t size)
+{
+	char link[PATH_MAX], *real;
+	struct stat st;
+
+	if (snprintf(link, sizeof(link), "%s/%s", cache, name) >= (int)sizeof(link))
+		return -1;
+	real = realpath(link, NULL);
+	if (!real)
+		return -1;
+	if (stat(real, &st) < 0 || !trusted(&st) || snprintf(dir, size, "%s", real) >= (int)size) {
+		free(real);
+		return -1;
+	}
+	free(real);
+	return 0;
+}
+
+/* The value of key in an info file's text, copied to out; false if absent. */
+static bool info_get(const char *text, const char *key, char *out, size_t size)
+{
+	size_t kl = strlen(key);
+
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		if (!strncmp(l, key, kl) && l[kl] == '=') {
+			size_t n = strcspn(l + kl + 1, "\n");
+			if (n >= size)
+				return false;
+			memcpy(out, l + kl + 1, n);
+			out[n] = '\0';
+			return true;
+		}
+	}
+	return false;
+}
+
+static int rootfs_find(const char *name, char *dir, size_t size, char *preload, size_t psize, struct nsbox_err *err)
+{
+	char cache[PATH_MAX], path[PATH_MAX + 8], text[INFO_MAX];
+	bool have = user_cache(cache, sizeof(cache));
+	_cleanup_close_ int fd = -1;
+	ssize_t n;
+
+	if (!(have && find_in(cache, name, dir, size) == 0) &&
+	    !(geteuid() != 0 && find_in(SYSTEM_CACHE, name, dir, size) == 0))
+		return err_fail(err, "rootfs", ENOENT,
+				"root tree '%s' is not built (run: nsbox rootfs build %s; looked in %s%s)", name, name,
+				have ? cache : "no cache directory: HOME is unset",
+				geteuid() != 0 ? " and " SYSTEM_CACHE : "");
+	snprintf(path, sizeof(path), "%s/info", dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return err_sys(err, "root tree '%s': open %s", name, path);
+	n = read(fd, text, sizeof(text) - 1);
+	if (n < 0)
+		return err_sys(err, "root tree '%s': read %s", name, path);
+	text[n] = '\0';
+	if (!info_get(text, "preload", preload, psize))
+		preload[0] = '\0';
+#ifdef NSBOX_PY_DEBVERSION
+	{
+		char py[128];
+		/* The runner links libpython3.11 and runs on the tree's stdlib
+		 * and extension modules: the same Debian build, or a clear no. */
+		if (NSBOX_PY_DEBVERSION[0] &&
+		    (!info_get(text, "python", py, sizeof(py)) || strcmp(py, NSBOX_PY_DEBVERSION)))
+			return err_fail(
+				err, "rootfs", ENOENT,
+				"root tree '%s' carries python3.11 %s, this nsbox's runner links %s: rebuild it "
+				"(nsbox rootfs build %s)",
+				name, info_get(text, "python", py, sizeof(py)) ? py : "(unknown)", NSBOX_PY_DEBVERSION,
+				name);
+	}
+#endif
+	if (strlen(dir) + sizeof("/tree") > size)
+		return err_fail(err, "rootfs", ENAMETOOLONG, "root tree '%s': %s: path too long", name, dir);
+	strcat(dir, "/tree");
+	return 0;
+}
+
+int rootfs_resolve(struct nsbox_policy *p, bool *named, struct nsbox_err *err)
+{
+	char dir[PATH_MAX], preload[POLICY_PRELOAD_MAX + 1], *d, *pl = NULL;
+
+	*named = false;
+	if (!p->rootfs || p->rootfs[0] == '/')
+		return 0;
+	*named = true;
+	/* minimal is what sandboxes see without RootFS=: the host's /usr (see
+	 * rootfs/minimal.tree for why it is not a built tree). */
+	if (!strcmp(p->rootfs, "minimal")) {
+		free(p->rootfs);
+		p->rootfs = NULL;
+		return 0;
+	}
+	if (rootfs_find(p->rootfs, dir, sizeof(dir), preload, sizeof(preload), err) < 0)
+		return -1;
+	/* The info file's list goes through the policy's own check. */
+	if (!p->preload && preload[0]) {
+		struct nsbox_policy q = { 0 };
+		if (policy_set(&q, "Python", "Preload", preload, err) < 0) {
+			policy_free(&q);
+			return err_wrap(err, "root tree '%s': its info file's preload", p->rootfs);
+		}
+		pl = q.preload;
+		q.preload = NULL;
+		policy_free(&q);
+	}
+	if (!(d = strdup(dir))) {
+		free(pl);
+		return err_fail(err, "rootfs", ENOMEM, "out of memory");
+	}
+	free(p->rootfs);
+	p->rootfs = d;
+	if (pl)
+		p->preload = pl;
+	/* The tree's own packages are in its dist-packages. */
+	p->dist_packages = true;
+	return 0;
+}
+
+/* ---- the packages a tree provides: its dpkg status file ---- */
+
+/* A dpkg status file is host-built (the tree is the host's, read-only to
+ * every sandbox), but parsed as untrusted text anyway: bounded, and
+ * anything that is not "Package:"/"Version:"/"Status:" is skipped. */
+static int add_pkg(json_t *arr, const char *name, const char *ver, const char *status)
+{
+	size_t n = strlen(status);
+
+	/* "install ok installed", not half-installed nor config-files. */
+	if (n < 10 || strcmp(status + n - 10, " installed") || !name[0])
+		return 0;
+	return json_array_append_new(arr, json_pack("{s:s,s:s}", "name", name, "version", ver));
+}
+
+static void field(const char *line, size_t len, const char *key, char *out, size_t size)
+{
+	size_t kl = strlen(key), n;
+
+	if (len <= kl || strncmp(line, key, kl))
+		return;
+	line += kl;
+	len -= kl;
+	while (len && (*line == ' ' || *line == '\t'))
+		line++, len--;
+	n = len < size - 1 ? len : size - 1;
+	memcpy(out, line, n);
+	out[n] = '\0';
+}
+
+int rootfs_packages(const char *root, json_t **out, struct nsbox_err *err)
+{
+	char path[PATH_MAX], name[256] = "", ver[256] = "", status[128] = "";
+	_cleanup_close_ int fd = -1;
+	_cleanup_free_ char *text = NULL;
+	struct stat st;
+	size_t len = 0;
+	json_t *arr;
+
+	if (snprintf(path, sizeof(path), "%s/var/lib/dpkg/status", root ? root : "") >= (int)sizeof(path))
+		return err_fail(err, "packages", ENAMETOOLONG, "%s: path too long", root);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return err_sys(err, "packages: open %s", path);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return err_fail(err, "packages", EINVAL, "%s: not a regular file", path);
+	if ((uint64_t)st.st_size > STATUS_MAX)
+		return err_fail(err, "packages", EFBIG, "%s: larger than %u bytes", path, STATUS_MAX);
+	text = malloc((size_t)st.st_size + 1);
+	if (!text)
+		return err_fail(err, "packages", ENOMEM, "out of memory");
+	while (len < (size_t)st.st_size) {
+		ssize_t n = read(fd, text + len, (size_t)st.st_size - len);
+		if (n < 0)
+			return err_sys(err, "packages: read %s", path);
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	text[len] = '\0';
+	arr = json_array();
+	if (!arr)
+		return err_fail(err, "packages", ENOMEM, "out of memory");
+	for (size_t i = 0; i <= len;) {
+		size_t e = i;
+		while (e < len && text[e] != '\n')
+			e++;
+		if (e == i) { /* a blank line ends a stanza */
+			if (add_pkg(arr, name, ver, status) < 0) {
+				json_decref(arr);
+				return err_fail(err, "packages", ENOMEM, "out of memory");
+			}
+			name[0] = ver[0] = status[0] = '\0';
+		} else {
+			field(text + i, e - i, "Package:", name, sizeof(name));
+			field(text + i, e - i, "Version:", ver, sizeof(ver));
+			field(text + i, e - i, "Status:", status, sizeof(status));
+		}
+		i = e + 1;
+	}
+	if (name[0] && add_pkg(arr, name, ver, status) < 0) {
+		json_decref(arr);
+		return err_fail(err, "packages", ENOMEM, "out of memory");
+	}
+	*out = arr;
+	return 0;
+}

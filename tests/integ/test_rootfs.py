@@ -1,0 +1,354 @@
+"""Built root trees (rootfs/, `nsbox rootfs`, --rootfs NAME).
+
+The `datascience` tree is built once per machine by scripts/run-integ.sh
+before the root pass (into /var/cache/nsbox/rootfs, which the unprivileged
+passes find as root's trees); a test here builds it when it is missing, and
+every build is cached by the hash of its definition, so a second run is a
+cache hit.  As an unprivileged user a small tree (tests/integ/rootfs/) is
+built in the user's own cache: mmdebstrap's fakechroot mode there.
+
+Run: NSBOX_BUILD=$PWD/build /usr/bin/python3.11 -m pytest tests/integ/test_rootfs.py
+"""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import sdk_env
+
+BUILD = os.path.abspath(os.environ.get("NSBOX_BUILD") or os.path.join(os.path.dirname(__file__), "..", "..", "build"))
+NSBOX = os.path.join(BUILD, "nsbox")
+HERE = os.path.dirname(os.path.abspath(__file__))
+TINY = os.path.join(HERE, "rootfs", "nsbox-test-tiny.tree")
+MODE = os.environ.get("NSBOX_TEST_MODE", "root" if os.geteuid() == 0 else "nodeleg")
+SYSTEM_CACHE = "/var/cache/nsbox/rootfs"
+BUILD_TIMEOUT = 1800
+
+# A sanitized runner needs the host's libasan, which a tree doesn't carry.
+no_sanitizer = pytest.mark.skipif(bool(os.environ.get("NSBOX_SANITIZE")),
+                                  reason="under SANITIZE the runner needs the host's libasan, which the tree "
+                                         "has not (the unsanitized make check runs these)")
+
+
+def nsbox(*args, timeout=120, env=None):
+    return subprocess.run([NSBOX, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env=env)
+
+
+def no_warnings(text):
+    return "".join(l for l in text.splitlines(True) if not l.startswith("nsbox: warning:"))
+
+
+def cache_dir():
+    if os.geteuid() == 0:
+        return SYSTEM_CACHE
+    if os.environ.get("XDG_CACHE_HOME"):
+        return os.path.join(os.environ["XDG_CACHE_HOME"], "nsbox", "rootfs")
+    return os.path.join(os.environ["HOME"], ".cache", "nsbox", "rootfs")
+
+
+def tree_dir(name):
+    """The built tree's directory, as the library resolves it."""
+    for c in [cache_dir()] + ([SYSTEM_CACHE] if os.geteuid() != 0 else []):
+        link = os.path.join(c, name)
+        if os.path.isfile(os.path.join(link, "info")):
+            return os.path.join(os.path.realpath(link), "tree")
+    return None
+
+
+@pytest.fixture(scope="module")
+def datascience():
+    """The datascience tree: built here if run-integ.sh did not."""
+    d = tree_dir("datascience")
+    if d is None:
+        p = nsbox("rootfs", "build", "datascience", timeout=BUILD_TIMEOUT)
+        assert p.returncode == 0, p.stderr
+        d = tree_dir("datascience")
+    assert d and os.path.isdir(d), "datascience was built but is not found"
+    return d
+
+
+def test_build_is_cached(datascience):
+    info = os.path.join(os.path.dirname(datascience), "info")
+    before = os.stat(os.path.dirname(datascience))
+    if tree_dir("datascience") and cache_dir() != os.path.dirname(os.path.dirname(datascience)):
+        # Root's tree, found by an unprivileged user: its own build is the
+        # small tree's (test_unprivileged_build).
+        p = nsbox("rootfs", "list")
+        assert p.returncode == 0, p.stderr
+        assert "datascience" in p.stdout and SYSTEM_CACHE in p.stdout
+        return
+    p = nsbox("rootfs", "build", "datascience", timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert "cached" in p.stdout, p.stdout
+    after = os.stat(os.path.dirname(datascience))
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "a cache hit rebuilt the tree"
+    text = open(info).read()
+    assert "name=datascience\n" in text and "preload=numpy pandas\n" in text
+    p = nsbox("rootfs", "list")
+    assert p.returncode == 0, p.stderr
+    h = [l for l in text.splitlines() if l.startswith("hash=")][0][5:]
+    assert any(l.split()[:2] == ["datascience", h] for l in p.stdout.splitlines()), p.stdout
+    assert "minimal" in p.stdout
+
+
+def test_unknown_tree_is_a_usage_error():
+    for args in (["python", "--rootfs", "nosuchtree", "-c", "1"], ["run", "--rootfs", "nosuchtree", "--", "true"]):
+        p = nsbox(*args)
+        assert p.returncode == 120, (args, p.returncode, p.stderr)
+        assert "nsbox rootfs build nosuchtree" in p.stderr, p.stderr
+    p = nsbox("python", "--rootfs", "Bad:Name", "-c", "1")
+    assert p.returncode == 120 and "tree name" in p.stderr, p.stderr
+    p = nsbox("rootfs", "build", "nosuchtree")
+    assert p.returncode == 120 and "no tree definition" in p.stderr, p.stderr
+    p = nsbox("rootfs", "frobnicate")
+    assert p.returncode == 120
+
+
+def test_minimal_is_the_hosts_usr():
+    p = nsbox("python", "--rootfs", "minimal", "-c",
+              "import os; s = os.stat('/usr/lib/python3.11/os.py'); print(s.st_dev, s.st_ino)")
+    assert p.returncode == 0, p.stderr
+    s = os.stat("/usr/lib/python3.11/os.py")
+    assert p.stdout.split() == [str(s.st_dev), str(s.st_ino)]
+
+
+@no_sanitizer
+def test_numpy_pandas_on_the_tree(datascience):
+    code = r"""
+import json, os, sys
+import numpy, pandas, scipy.linalg
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+df = pandas.DataFrame({"k": ["a", "b", "a"], "v": [1, 2, 3]})
+g = df.groupby("k")["v"].sum().to_dict()
+a = numpy.arange(9.0).reshape(3, 3)
+plt.plot([1, 2, 3]); plt.savefig("/tmp/f.png")
+st = {m: [os.stat(f).st_dev, os.stat(f).st_ino] for m, f in
+      (("os", "/usr/lib/python3.11/os.py"), ("json", json.__file__), ("numpy", numpy.__file__))}
+print(json.dumps({"g": g, "det": float(numpy.linalg.det(a + numpy.eye(3))), "prefix": sys.prefix,
+                  "png": open("/tmp/f.png", "rb").read(8).hex(), "stat": st, "json": json.__file__,
+                  "threads": os.environ.get("OPENBLAS_NUM_THREADS")}))
+"""
+    p = nsbox("python", "--rootfs", "datascience", "--cpus", "1", "-c", code)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["g"] == {"a": 4, "b": 2}
+    assert out["png"] == "89504e470d0a1a0a"
+    assert out["prefix"] == "/usr" and out["threads"] == "1"
+    # The runner's stdlib and numpy are the tree's files, not the host's.
+    for m, rel in (("os", "usr/lib/python3.11/os.py"), ("json", out["json"].lstrip("/"))):
+        s = os.stat(os.path.join(datascience, rel))
+        assert out["stat"][m] == [s.st_dev, s.st_ino], m
+        h = os.stat("/" + rel)
+        assert out["stat"][m] != [h.st_dev, h.st_ino], m
+    s = os.stat(os.path.join(datascience, "usr/lib/python3/dist-packages/numpy/__init__.py"))
+    assert out["stat"]["numpy"] == [s.st_dev, s.st_ino]
+
+
+@no_sanitizer
+def test_tree_is_read_only_inside(datascience):
+    target = "usr/lib/python3/dist-packages/numpy/__init__.py"
+    before = open(os.path.join(datascience, target), "rb").read()
+    code = r"""
+import errno, os
+res = []
+for path in ("/usr/lib/python3/dist-packages/numpy/__init__.py", "/usr/lib/python3/dist-packages/evil.py",
+             "/usr/bin/evil"):
+    try:
+        with open(path, "a") as f:
+            f.write("x")
+        res.append("wrote")
+    except OSError as e:
+        res.append(errno.errorcode[e.errno])
+print(" ".join(res))
+"""
+    for uid in ("1000", "0"):
+        p = nsbox("python", "--rootfs", "datascience", "--uid", uid, "--gid", uid, "-c", code)
+        assert p.returncode == 0, p.stderr
+        assert all(r in ("EROFS", "EACCES") for r in p.stdout.split()), p.stdout
+    assert open(os.path.join(datascience, target), "rb").read() == before
+    assert not os.path.exists(os.path.join(datascience, "usr/lib/python3/dist-packages/evil.py"))
+
+
+@no_sanitizer
+def test_preloaded_at_session_start(datascience):
+    # The CLI's cold start and the SDK's (helper, with a warm spare).
+    p = nsbox("python", "--rootfs", "datascience", "-c",
+              "import sys; print('numpy' in sys.modules, 'pandas' in sys.modules)")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["True", "True"]
+    p = nsbox("python", "--rootfs", "datascience", "--preload", "", "-c",
+              "import sys; print('pandas' in sys.modules)")
+    assert p.returncode == 0 and p.stdout.split() == ["False"], p.stderr
+    p = nsbox("python", "--rootfs", "datascience", "--preload", "no_such_module_x", "-c", "1")
+    assert p.returncode != 0 and "no_such_module_x" in p.stderr, p.stderr
+    sdk = r"""
+import sys, nsbox
+out = []
+for i in range(3):
+    with nsbox.Sandbox(rootfs="datascience", timeout=60) as sb:
+        out.append(sb.run("import sys; ('numpy' in sys.modules, 'pandas' in sys.modules, sys.prefix)").value)
+print(out)
+"""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"),
+                  PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+    env.pop("NSBOX_SPARE", None)
+    r = subprocess.run([sys.executable, "-c", sdk], capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str([(True, True, "/usr")] * 3), r.stdout
+
+
+def test_list_packages(datascience):
+    ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
+    p = nsbox("python", "--rootfs", "datascience", "--list-packages")
+    assert p.returncode == 0, p.stderr
+    pk = dict(l.split(" ", 1) for l in p.stdout.splitlines())
+    assert pk["libpython3.11-stdlib"] == ver and pk["python3.11"] == ver
+    for name in ("python3-numpy", "python3-pandas", "python3-matplotlib", "python3-scipy"):
+        assert name in pk
+    p = nsbox("python", "--rootfs", "datascience", "--list-packages", "--json")
+    assert p.returncode == 0, p.stderr
+    assert {"name": "python3-numpy", "version": pk["python3-numpy"]} in json.loads(p.stdout)
+    p = nsbox("python", "--rootfs", "nosuchtree", "--list-packages")
+    assert p.returncode == 120
+    sdk = ("import nsbox; p = nsbox.list_packages(rootfs='datascience'); print(len(p));"
+           "print([x['version'] for x in p if x['name'] == 'python3-pandas'][0])")
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"),
+                  PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+    r = subprocess.run([sys.executable, "-c", sdk], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [str(len(pk)), pk["python3-pandas"]]
+
+
+@no_sanitizer
+def test_numpy_under_limits(datascience):
+    """Thread counts follow the CPU limit; a memory bomb in numpy ends in a
+    MemoryError (RLIMIT_AS fallback) or the memory limit's kill, in time."""
+    code = r"""
+import os, numpy
+a = numpy.random.rand(400, 400)
+print(os.environ["OPENBLAS_NUM_THREADS"], os.environ["OMP_NUM_THREADS"], os.environ["MKL_NUM_THREADS"],
+      (a @ a).shape, flush=True)
+l = []
+try:
+    while True:
+        l.append(numpy.ones(32 << 20, dtype=numpy.uint8))
+except MemoryError:
+    print("MemoryError", len(l), flush=True)
+"""
+    p = nsbox("python", "--rootfs", "datascience", "--memory", "512M", "--cpus", "1.5", "-c", code, timeout=120)
+    first = p.stdout.splitlines()[0] if p.stdout else ""
+    assert first == "2 2 2 (400, 400)", (p.returncode, p.stdout, p.stderr)
+    if p.returncode == 0:
+        assert p.stdout.splitlines()[1].startswith("MemoryError"), p.stdout
+    else:
+        assert p.returncode == 123, (p.returncode, p.stderr)
+        assert MODE != "nodeleg", "no cgroup: RLIMIT_AS should have given a MemoryError"
+    if MODE == "nodeleg":
+        assert "RLIMIT_AS" in p.stderr
+    p = nsbox("python", "--rootfs", "datascience", "--cpus", "1", "--setenv", "OPENBLAS_NUM_THREADS=3", "-c",
+              "import os; print(os.environ['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])")
+    assert p.returncode == 0 and p.stdout.split() == ["3", "1"], p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root builds datascience (run-integ.sh, the fixture)")
+def test_unprivileged_build():
+    """A user without subordinate ids builds into their own cache
+    (mmdebstrap's fakechroot mode), and the runner runs on the result."""
+    p = nsbox("rootfs", "build", TINY, timeout=BUILD_TIMEOUT)
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = tree_dir("nsbox-test-tiny")
+    assert d and d.startswith(cache_dir()), d
+    assert os.stat(d).st_uid == os.geteuid()
+    # fakechroot's absolute links were made the tree's own again.
+    for dirpath, dirnames, files in os.walk(d):
+        for f in dirnames + files:
+            q = os.path.join(dirpath, f)
+            if os.path.islink(q):
+                assert not os.readlink(q).startswith(cache_dir()), q
+    p2 = nsbox("rootfs", "build", TINY)
+    assert p2.returncode == 0 and "cached" in p2.stdout, p2.stdout
+    if os.environ.get("NSBOX_SANITIZE"):
+        return
+    p = nsbox("python", "--rootfs", "nsbox-test-tiny", "-c",
+              "import sys, os, json; s = os.stat('/usr/lib/python3.11/os.py');"
+              "print('json' in sys.modules, s.st_dev, s.st_ino, os.path.exists('/usr/lib/python3/dist-packages/numpy'))")
+    assert p.returncode == 0, p.stderr
+    s = os.stat(os.path.join(d, "usr/lib/python3.11/os.py"))
+    assert p.stdout.split() == ["True", str(s.st_dev), str(s.st_ino), "False"]
+
+
+def _fake_cache(tmp_path, python, mode=0o755, preload=""):
+    cache = tmp_path / "cache"
+    d = cache / "fake-0123456789abcdef"
+    (d / "tree" / "usr").mkdir(parents=True)
+    (d / "info").write_text("name=fake\nhash=0123456789abcdef\npreload=%s\npython=%s\n" % (preload, python))
+    (cache / "fake").symlink_to("fake-0123456789abcdef")
+    os.chmod(d, mode)
+    return str(cache)
+
+
+def test_tree_for_another_python_is_refused(tmp_path):
+    env = dict(os.environ, NSBOX_ROOTFS_CACHE=_fake_cache(tmp_path, "0.0-not-this-one"))
+    p = nsbox("python", "--rootfs", "fake", "-c", "1", env=env)
+    assert p.returncode == 120, p.stderr
+    assert "carries python3.11 0.0-not-this-one" in p.stderr and "nsbox rootfs build fake" in p.stderr, p.stderr
+
+
+def test_tree_writable_by_others_is_not_trusted(tmp_path):
+    ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
+    env = dict(os.environ, NSBOX_ROOTFS_CACHE=_fake_cache(tmp_path, ver, 0o777))
+    p = nsbox("python", "--rootfs", "fake", "-c", "1", env=env)
+    assert p.returncode == 120 and "is not built" in p.stderr, p.stderr
+
+
+def test_preload_on_the_hosts_usr(tmp_path):
+    """Preload= without a tree: the helper's template (a fork), its spare,
+    a cold start and the CLI all import the modules before the session."""
+    pol = tmp_path / "p.policy"
+    pol.write_text("[Python]\nPreload=csv, wave\n")
+    sdk = r"""
+import sys, nsbox
+code = "import sys; ('csv' in sys.modules, 'wave' in sys.modules)"
+out = []
+for kw in ({}, {}, {"cold": True}):
+    with nsbox.Sandbox(policy=sys.argv[1], **kw) as sb:
+        out.append(sb.run(code).value)
+with nsbox.Sandbox() as sb:
+    out.append(sb.run(code).value)
+print(out)
+"""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"),
+                  PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+    r = subprocess.run([sys.executable, "-c", sdk, str(pol)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str([(True, True)] * 3 + [(False, False)]), r.stdout
+    p = nsbox("python", "--preload", "csv wave", "-c", "import sys; print('csv' in sys.modules, 'wave' in sys.modules)")
+    assert p.returncode == 0 and p.stdout.split() == ["True", "True"], p.stderr
+
+
+@pytest.mark.parametrize("text,want", [
+    ("Name=BAD\n", "not a tree name"),
+    ("Name=ok\nPackages=numpy;rm\n", "not a Debian package name"),
+    ("Name=ok\nPackages=--option\n", "not a Debian package name"),
+    ("Name=ok\nVariant=custom\n", "Variant=custom"),
+    ("Name=ok\nPreload=a-b\n", "not a module name"),
+])
+def test_bad_definition(tmp_path, text, want):
+    d = tmp_path / "bad.tree"
+    d.write_text(text)
+    env = dict(os.environ, NSBOX_ROOTFS_CACHE=str(tmp_path / "cache"))
+    p = nsbox("rootfs", "build", str(d), env=env)
+    assert p.returncode == 120 and want in p.stderr, (p.returncode, p.stderr)
+    assert not (tmp_path / "cache").exists() or not os.listdir(tmp_path / "cache")
+
+
+def test_bad_preload_in_info_is_refused(tmp_path):
+    ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
+    env = dict(os.environ, NSBOX_ROOTFS_CACHE=_fake_cache(tmp_path, ver, preload="os; import evil"))
+    p = nsbox("python", "--rootfs", "fake", "-c", "1", env=env)
+    assert p.returncode == 120 and "not a module name" in p.stderr and "info file" in p.stderr, p.stderr
