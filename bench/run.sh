@@ -158,15 +158,27 @@ fi
 bench/report.py < "$out/table"
 [ -f "$out/nsboxd" ] && cat "$out/nsboxd"
 # nsbox mcp through the official TypeScript SDK client: a run_python of 1+1
-# round trip (p50/p90 of NSBOX_MCP_BENCH_N calls on a warm default session),
-# and a new server's first call (process start to the first result).
+# round trip (p50/p90/p99 of NSBOX_MCP_BENCH_N calls on a warm default
+# session), a new server's first call (process start to the first result),
+# and code mode: run_python calling one tool of another MCP server
+# (tests/mcp/server.mjs) through the host, against 1+1 in the same run.
 if [ "${NSBOX_BENCH_MCP:-1}" != 0 ] && command -v node >/dev/null 2>&1 &&
 	[ -d tests/mcp/node_modules/@modelcontextprotocol/sdk ]; then
 	node tests/mcp/client.mjs "$B/nsbox" bench | node -e '
 		let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
 			const o = JSON.parse(s);
-			console.log(`nsbox mcp: run_python 1+1 round trip p50 ${o.p50_ms.toFixed(2)} ms, p90 ${o.p90_ms.toFixed(2)} ms (${o.n} calls); ` +
+			console.log(`nsbox mcp: run_python 1+1 round trip p50 ${o.p50_ms.toFixed(3)} ms, p90 ${o.p90_ms.toFixed(3)} ms, p99 ${o.p99_ms.toFixed(3)} ms (${o.n} calls); ` +
 				`first call of a new server ${o.first_call_ms.toFixed(0)} ms, process start to first result ${o.start_to_first_result_ms.toFixed(0)} ms`);
+		});'
+	NSBOX_MCP_BENCH_SERVER=$PWD/tests/mcp/server.mjs \
+	node tests/mcp/client.mjs "$B/nsbox" bench --mcp-server "t=exec node $PWD/tests/mcp/server.mjs" | node -e '
+		let s = ""; process.stdin.on("data", (d) => (s += d)).on("end", () => {
+			const o = JSON.parse(s);
+			console.log(`nsbox mcp code mode: run_python calling t.add() once p50 ${o.codemode_p50_ms.toFixed(3)} ms, p99 ${o.codemode_p99_ms.toFixed(3)} ms ` +
+				`(run_python 1+1 in the same run p50 ${o.p50_ms.toFixed(3)} ms: +${(o.codemode_p50_ms - o.p50_ms).toFixed(3)} ms per tool call); ` +
+				`100 calls in one run_python ${o.codemode_loop100_ms.toFixed(1)} ms (${(o.codemode_loop100_ms / 100).toFixed(3)} ms each; ` +
+				`the SDK client calling the same tool straight p50 ${o.direct_p50_ms.toFixed(3)} ms); ` +
+				`process start to first result with the server ${o.start_to_first_result_ms.toFixed(0)} ms`);
 		});'
 fi
 

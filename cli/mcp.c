@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 
 #include "args.h"
 #include "commands.h"
+#include "mcpup.h"
 
 #define MCP_MAX_TOOLS 64
 #define MCP_MAX_SESSIONS_CAP 256
@@ -28,6 +30,7 @@
 #define MCP_LIST_CAP 1000	 /* entries per list_files */
 #define MCP_TAIL 512		 /* bytes of output carried by a progress notification */
 #define MCP_PROGRESS_EVERY 2.0	 /* seconds */
+#define MCP_MAX_PENDING 16	 /* code-mode calls in flight per exec (threads inside) */
 
 static const char *const versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
 
@@ -53,6 +56,9 @@ struct server {
 	unsigned max_sessions;
 	uint64_t output_limit, max_memory;
 	bool share_net, host_writes;
+	bool structured; /* --structured: structuredContent and an outputSchema for run_python */
+	bool helper_started; /* a session came from libnsbox's helper: later ones do too */
+	bool want_warm;	     /* a client said hello: make the default session while it thinks */
 	struct msess implicit;
 	struct msess sess[MCP_MAX_SESSIONS_CAP];
 	/* stdin */
@@ -64,7 +70,31 @@ struct server {
 	json_t *cur_id;
 	nsbox_session_t *cur_s;
 	bool cur_cancelled;
+	/* code mode: the host's other MCP servers, and their calls in flight */
+	struct mcpup up[MCPUP_MAX_SERVERS];
+	size_t n_up;
+	double up_timeout;
+	struct pending {
+		struct mcpup *u;
+		long long rid;	  /* the request id at the server */
+		uint64_t call_id; /* the sandbox's */
+		double deadline;
+		char tool[80];
+	} pend[MCP_MAX_PENDING];
+	size_t n_pend;
+	json_t *up_responses;
 };
+
+/* SIGTERM (how a stdio client stops its server), SIGINT or SIGHUP: the
+ * loops end, every session is closed (the first one is this process's own
+ * sandbox: nobody else would remove its cgroup), the other MCP servers are
+ * stopped, and the signal is raised again. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+	stop_signal = sig;
+}
 
 static double now(void)
 {
@@ -99,9 +129,36 @@ static void send_msg(json_t *m) /* consumes m */
 	free(s);
 }
 
+/* The stateless revision: no handshake; each request names the revision
+ * and the client's capabilities in its _meta (the "envelope"). */
+#define MCP_MODERN "2026-07-28"
+#define META_VERSION "io.modelcontextprotocol/protocolVersion"
+#define META_CAPS "io.modelcontextprotocol/clientCapabilities"
+#define META_CLIENT "io.modelcontextprotocol/clientInfo"
+
+/* Whether the request being answered came with a 2026-07-28 envelope:
+ * its result then says resultType and who answered. */
+static bool reply_modern;
+
+static void send_result_as(json_t *id, json_t *result, bool modern)
+{
+	if (modern && json_is_object(result)) {
+		json_t *meta = json_object_get(result, "_meta");
+
+		if (!json_is_object(meta)) {
+			meta = json_object();
+			json_object_set_new(result, "_meta", meta);
+		}
+		json_object_set_new(result, "resultType", json_string("complete"));
+		json_object_set_new(meta, "io.modelcontextprotocol/serverInfo",
+				    json_pack("{s:s,s:s}", "name", "nsbox", "version", nsbox_version()));
+	}
+	send_msg(json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+}
+
 static void send_result(json_t *id, json_t *result)
 {
-	send_msg(json_pack("{s:s,s:O,s:o}", "jsonrpc", "2.0", "id", id, "result", result));
+	send_result_as(id, result, reply_modern);
 }
 
 static void send_error(json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -115,6 +172,47 @@ static void send_error(json_t *id, int code, const char *fmt, ...)
 	va_end(ap);
 	send_msg(json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", "code",
 			   code, "message", msg));
+}
+
+static int envelope_error(json_t *id, const char *key, const char *problem)
+{
+	char msg[512];
+
+	snprintf(msg, sizeof(msg), "Invalid _meta envelope for protocol revision " MCP_MODERN ": %s: %s", key, problem);
+	send_msg(json_pack("{s:s,s:O,s:{s:i,s:s,s:{s:{s:s,s:s}}}}", "jsonrpc", "2.0", "id", id, "error", "code", -32602,
+			   "message", msg, "data", "envelope", "key", key, "problem", problem));
+	return -1;
+}
+
+/* A request's era: 0 no envelope (the 2025 revisions), 1 a valid
+ * 2026-07-28 envelope, -1 a bad one or another revision (answered here
+ * with the errors of that revision: -32602, -32022 with the versions). */
+static int check_envelope(json_t *id, const json_t *params)
+{
+	const json_t *meta = json_object_get(params, "_meta");
+	const json_t *v = json_object_get(meta, META_VERSION), *caps, *info;
+
+	if (!v)
+		return 0;
+	if (!json_is_string(v))
+		return envelope_error(id, META_VERSION, "expected a string");
+	caps = json_object_get(meta, META_CAPS);
+	if (!caps)
+		return envelope_error(id, META_CAPS, "missing");
+	if (!json_is_object(caps))
+		return envelope_error(id, META_CAPS, "expected an object");
+	info = json_object_get(meta, META_CLIENT);
+	if (info && (!json_is_string(json_object_get(info, "name")) || !json_is_string(json_object_get(info, "version"))))
+		return envelope_error(id, META_CLIENT, "expected an object with string name and version");
+	if (strcmp(json_string_value(v), MCP_MODERN)) {
+		char msg[300];
+
+		snprintf(msg, sizeof(msg), "Unsupported protocol version: %.200s", json_string_value(v));
+		send_msg(json_pack("{s:s,s:O,s:{s:i,s:s,s:{s:[s],s:O}}}", "jsonrpc", "2.0", "id", id, "error", "code",
+				   -32022, "message", msg, "data", "supported", MCP_MODERN, "requested", v));
+		return -1;
+	}
+	return 1;
 }
 
 /* A string for JSON from bytes that may end inside a UTF-8 sequence. */
@@ -195,6 +293,13 @@ fail:
 static int start_session(struct server *srv, uint64_t memory, nsbox_session_t **out, char *msg, size_t msz)
 {
 	struct nsbox_session_opts so = { .struct_size = sizeof(so), .warn = mcp_warn };
+
+	/* The server's first session is made from this process (one thread):
+	 * no helper to start first, so a new server's first call is as quick
+	 * as `nsbox python`.  Later ones come from the helper, whose warm
+	 * template and spare make them in about a millisecond. */
+	so.in_process = !srv->helper_started && !getenv("NSBOX_CONNECT");
+	srv->helper_started = true;
 	nsbox_policy_t *p = NULL;
 	nsbox_error_t *e = NULL;
 	nsbox_session_t *s = NULL;
@@ -214,6 +319,23 @@ static int start_session(struct server *srv, uint64_t memory, nsbox_session_t **
 			nsbox_error_free(e);
 			nsbox_session_free(s);
 			return -1;
+		}
+	/* Code mode: NAME.tool inside, answered by forwarding (run_exec). */
+	for (size_t k = 0; k < srv->n_up; k++)
+		for (size_t j = 0; j < srv->up[k].n_tools; j++) {
+			const struct mcpup_tool *t = &srv->up[k].tools[j];
+			char name[80], *schema = t->schema ? json_dumps(t->schema, JSON_COMPACT) : NULL;
+			int r;
+
+			snprintf(name, sizeof(name), "%s.%s", srv->up[k].name, t->py);
+			r = nsbox_session_add_tool(s, name, schema, t->description, NULL, NULL, &e);
+			free(schema);
+			if (r < 0) {
+				snprintf(msg, msz, "tool %s: %s", name, nsbox_error_message(e));
+				nsbox_error_free(e);
+				nsbox_session_free(s);
+				return -1;
+			}
 		}
 	*out = s;
 	return 0;
@@ -364,7 +486,10 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 		return;
 	}
 	if (busy && method && !strcmp(method, "ping") && json_object_get(m, "id")) {
-		send_result(json_object_get(m, "id"), json_object());
+		int era = check_envelope(json_object_get(m, "id"), json_object_get(m, "params"));
+
+		if (era >= 0)
+			send_result_as(json_object_get(m, "id"), json_object(), era > 0);
 		json_decref(m);
 		return;
 	}
@@ -460,11 +585,175 @@ static void tail_add(struct tail *t, const char *d, size_t n)
 	t->n += n;
 }
 
+static void answer(nsbox_session_t *s, uint64_t call_id, const char *tool, const char *result, const char *error)
+{
+	nsbox_error_t *e = NULL;
+
+	if (nsbox_exec_answer(s, call_id, error ? NULL : result, error, &e) < 0) {
+		fprintf(stderr, "nsbox mcp: answering tool %s: %s\n", tool, nsbox_error_message(e));
+		nsbox_error_free(e);
+	}
+}
+
+/* A call to NAME.tool from inside: forwarded to that MCP server as a
+ * tools/call; the answer comes in run_exec's loop (settle_up). */
+static void forward_call(struct server *srv, nsbox_session_t *s, const struct nsbox_event *ev)
+{
+	const char *dot = strchr(ev->tool, '.');
+	struct mcpup *u = NULL;
+	const struct mcpup_tool *t = NULL;
+	json_t *call, *kwargs, *args;
+	char msg[1024];
+	long long rid;
+
+	for (size_t k = 0; k < srv->n_up && !u; k++)
+		if (strlen(srv->up[k].name) == (size_t)(dot - ev->tool) &&
+		    !strncmp(srv->up[k].name, ev->tool, (size_t)(dot - ev->tool)))
+			u = &srv->up[k];
+	for (size_t j = 0; u && j < u->n_tools && !t; j++)
+		if (!strcmp(u->tools[j].py, dot + 1))
+			t = &u->tools[j];
+	if (!t) {
+		answer(s, ev->call_id, ev->tool, NULL, "no such tool");
+		return;
+	}
+	if (srv->n_pend >= MCP_MAX_PENDING) {
+		snprintf(msg, sizeof(msg), "%s(): too many calls in flight (at most %d)", ev->tool, MCP_MAX_PENDING);
+		answer(s, ev->call_id, ev->tool, NULL, msg);
+		return;
+	}
+	call = json_loads(ev->args_json, 0, NULL);
+	kwargs = json_object_get(call, "kwargs");
+	if (json_array_size(json_object_get(call, "args"))) {
+		snprintf(msg, sizeof(msg), "%s(): pass the arguments by name (MCP tools take keyword arguments)",
+			 ev->tool);
+		answer(s, ev->call_id, ev->tool, NULL, msg);
+		json_decref(call);
+		return;
+	}
+	args = mcpup_plain(json_is_object(kwargs) ? kwargs : json_object(), ev->tool, msg, sizeof(msg), 0);
+	json_decref(call);
+	if (!args) {
+		answer(s, ev->call_id, ev->tool, NULL, msg);
+		return;
+	}
+	rid = mcpup_send_call(u, t, args, msg, sizeof(msg));
+	json_decref(args);
+	if (rid < 0) {
+		answer(s, ev->call_id, ev->tool, NULL, msg);
+		return;
+	}
+	srv->pend[srv->n_pend++] = (struct pending){ .u = u, .rid = rid, .call_id = ev->call_id,
+						     .deadline = now() + srv->up_timeout };
+	snprintf(srv->pend[srv->n_pend - 1].tool, sizeof(srv->pend[0].tool), "%s", ev->tool);
+}
+
+static void drop_pending(struct server *srv, size_t i)
+{
+	srv->pend[i] = srv->pend[--srv->n_pend];
+}
+
+/* Answer the calls in flight whose server answered, died or ran out of
+ * time; with why, all of them (the exec ended or was cancelled). */
+static void settle_up(struct server *srv, nsbox_session_t *s, const char *why)
+{
+	for (size_t i = 0; i < srv->n_pend;) {
+		struct pending *p = &srv->pend[i];
+		json_t *r, *resp = NULL, *v;
+		char msg[2048];
+		size_t k;
+
+		if (why) {
+			mcpup_send_cancel(p->u, p->rid, why);
+			if (s) {
+				snprintf(msg, sizeof(msg), "%s(): %s", p->tool, why);
+				answer(s, p->call_id, p->tool, NULL, msg);
+			}
+			drop_pending(srv, i);
+			continue;
+		}
+		json_array_foreach(srv->up_responses, k, r)
+		{
+			if (json_integer_value(json_object_get(r, "_up")) == (json_int_t)(p->u - srv->up) &&
+			    json_integer_value(json_object_get(r, "id")) == p->rid) {
+				resp = json_incref(r);
+				json_array_remove(srv->up_responses, k);
+				break;
+			}
+		}
+		if (resp) {
+			v = mcpup_result_value(resp, msg + 256, sizeof(msg) - 256);
+			if (v) {
+				char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+
+				if (text && strlen(text) <= MCPUP_MAX_RESULT) {
+					answer(s, p->call_id, p->tool, text, NULL);
+				} else {
+					snprintf(msg, sizeof(msg), "%s(): the result is too large (over %u bytes)", p->tool,
+						 MCPUP_MAX_RESULT);
+					answer(s, p->call_id, p->tool, NULL, msg);
+				}
+				free(text);
+				json_decref(v);
+			} else {
+				char e[2048];
+
+				snprintf(e, sizeof(e), "%s(): %s", p->tool, msg + 256);
+				answer(s, p->call_id, p->tool, NULL, e);
+			}
+			json_decref(resp);
+			drop_pending(srv, i);
+		} else if (p->u->fd < 0) {
+			snprintf(msg, sizeof(msg), "%s(): the MCP server %s stopped during the call: %s", p->tool,
+				 p->u->name, p->u->why);
+			answer(s, p->call_id, p->tool, NULL, msg);
+			drop_pending(srv, i);
+		} else if (now() >= p->deadline) {
+			snprintf(msg, sizeof(msg), "%s(): no answer from the MCP server %s in %g s", p->tool, p->u->name,
+				 srv->up_timeout);
+			mcpup_send_cancel(p->u, p->rid, "timed out");
+			answer(s, p->call_id, p->tool, NULL, msg);
+			drop_pending(srv, i);
+		} else {
+			i++;
+		}
+	}
+	json_array_clear(srv->up_responses);
+}
+
+/* Read the MCP servers that polled readable (p[0..n_up)), tagging each
+ * response with its server. */
+static void pump_up(struct server *srv, const struct pollfd *p)
+{
+	for (size_t k = 0; k < srv->n_up; k++) {
+		json_t *got;
+		size_t i;
+		json_t *r;
+
+		if (srv->up[k].fd < 0 || !p[k].revents)
+			continue;
+		got = json_array();
+		if (mcpup_pump(&srv->up[k], got) < 0)
+			fprintf(stderr, "nsbox mcp: the MCP server %s stopped: %s\n", srv->up[k].name, srv->up[k].why);
+		json_array_foreach(got, i, r)
+		{
+			json_object_set_new(r, "_up", json_integer((json_int_t)k));
+			json_array_append(srv->up_responses, r);
+		}
+		json_decref(got);
+	}
+}
+
 static void answer_tool_call(struct server *srv, nsbox_session_t *s, const struct nsbox_event *ev)
 {
 	char *result = NULL, *error = NULL;
 	nsbox_error_t *e = NULL;
 	const struct cli_tool *t = NULL;
+
+	if (strchr(ev->tool, '.')) {
+		forward_call(srv, s, ev);
+		return;
+	}
 
 	for (size_t k = 0; k < srv->n_tools; k++)
 		if (!strcmp(srv->tools[k].name, ev->tool))
@@ -512,7 +801,7 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	srv->cur_cancelled = false;
 	/* Advance before the first poll: deadlines are armed by advancing. */
 	for (;;) {
-		struct pollfd p[2] = { { fd, POLLIN, 0 }, { 0, POLLIN, 0 } };
+		struct pollfd p[2 + MCPUP_MAX_SERVERS] = { { fd, POLLIN, 0 }, { srv->eof ? -1 : 0, POLLIN, 0 } };
 		int wait = -1;
 
 		while ((k = nsbox_exec_advance(s, &ev, &e)) > 0) {
@@ -528,10 +817,15 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 			nsbox_error_free(e);
 			srv->cur_id = NULL;
 			srv->cur_s = NULL;
+			settle_up(srv, NULL, "the exec ended");
 			return -1;
 		}
 		if (k > 0) /* DONE */
 			break;
+		/* A cancelled exec waiting on a code-mode call gets its
+		 * answer now (nsbox.ToolError, then Cancelled). */
+		if (srv->cur_cancelled && srv->n_pend)
+			settle_up(srv, s, "cancelled");
 		if (token && now() >= next_progress) {
 			double t = now() - start;
 
@@ -545,8 +839,24 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 
 			wait = left <= 0 ? 0 : (int)(left * 1000) + 1;
 		}
-		if (poll(p, srv->eof ? 1 : 2, wait) < 0 && errno != EINTR)
+		for (size_t j = 0; j < srv->n_pend; j++) {
+			double left = srv->pend[j].deadline - now();
+			int w = left <= 0 ? 0 : (int)(left * 1000) + 1;
+
+			if (wait < 0 || w < wait)
+				wait = w;
+		}
+		for (size_t j = 0; j < srv->n_up; j++)
+			p[2 + j] = (struct pollfd){ srv->up[j].fd, POLLIN, 0 };
+		if (poll(p, 2 + srv->n_up, wait) < 0 && errno != EINTR)
 			break;
+		if (stop_signal && !srv->cur_cancelled) {
+			srv->cur_cancelled = true; /* no answer: the client is gone */
+			nsbox_cancel(s);
+		}
+		pump_up(srv, p + 2);
+		if (srv->n_pend)
+			settle_up(srv, s, NULL);
 		/* At EOF the exec runs on to its end (a piped batch of
 		 * requests still gets its answers); a client that stops
 		 * waiting sends SIGTERM, as the stdio transport says. */
@@ -555,6 +865,9 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	}
 	srv->cur_id = NULL;
 	srv->cur_s = NULL;
+	/* Calls the sandbox no longer waits for (a limit or a cancel ended
+	 * the exec): the servers are told, their late answers dropped. */
+	settle_up(srv, NULL, "the exec ended");
 	if (nsbox_exec_result(s, out, &e) < 0) {
 		snprintf(msg, msz, "exec result: %s", nsbox_error_message(e));
 		nsbox_error_free(e);
@@ -790,9 +1103,66 @@ static const char *limit_name(enum nsbox_status st)
 	}
 }
 
+static const char *status_name(enum nsbox_status st)
+{
+	switch (st) {
+	case NSBOX_OK:
+		return "ok";
+	case NSBOX_EXCEPTION:
+		return "exception";
+	case NSBOX_TIME_LIMIT:
+		return "time_limit";
+	case NSBOX_CANCELLED:
+		return "cancelled";
+	case NSBOX_MEMORY_LIMIT:
+		return "memory_limit";
+	case NSBOX_CRASHED:
+		return "crashed";
+	default:
+		return "protocol_error";
+	}
+}
+
+/* --structured: the same result as data (the outputSchema of tools_list). */
+static json_t *structured_result(const nsbox_result_t *res, bool dead)
+{
+	enum nsbox_status st = nsbox_result_status(res);
+	json_t *r = json_loads(nsbox_result_json(res), 0, NULL), *v, *out;
+	size_t olen = 0, elen = 0;
+	const char *o = nsbox_result_stdout(res, &olen), *er = nsbox_result_stderr(res, &elen);
+	char *repr = NULL;
+	size_t rlen = 0;
+
+	v = st == NSBOX_OK ? json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL) : NULL;
+	if (v && !json_is_null(v)) {
+		FILE *f = open_memstream(&repr, &rlen);
+
+		if (f) {
+			put_repr(v, f, 0);
+			fclose(f);
+		}
+	}
+	json_decref(v);
+	out = json_pack("{s:s,s:o,s:o,s:b,s:b,s:o,s:b}", "status", status_name(st), "stdout",
+			text_json(o ? o : "", o ? olen : 0) ?: json_string(""), "stderr",
+			text_json(er ? er : "", er ? elen : 0) ?: json_string(""), "stdout_truncated",
+			json_is_true(json_object_get(r, "stdout_truncated")), "stderr_truncated",
+			json_is_true(json_object_get(r, "stderr_truncated")), "value",
+			repr ? text_json(repr, rlen) ?: json_null() : json_null(), "session_ended", dead);
+	free(repr);
+	if (out && st != NSBOX_OK)
+		json_object_set_new(out, "error",
+				    json_pack("{s:s,s:s,s:s}", "type", nsbox_result_error_type(res) ?: status_name(st),
+					      "message", nsbox_result_error_message(res) ?: "", "traceback",
+					      nsbox_result_traceback(res) ?: ""));
+	json_decref(r);
+	return out;
+}
+
 /* One text block: stdout, stderr, the last expression's value or the
- * exception; a dead session is said so (and forgotten by the caller). */
-static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit)
+ * exception; a dead session is said so (and forgotten by the caller).
+ * With structured, the same as structuredContent too. */
+static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit, bool structured)
 {
 	enum nsbox_status st = nsbox_result_status(res);
 	json_t *r = json_loads(nsbox_result_json(res), 0, NULL);
@@ -838,6 +1208,8 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit
 	out = json_pack("{s:[{s:s,s:o}],s:b}", "content", "type", "text", "text",
 			text_json(text, tlen) ?: json_string(""), "isError", is_error);
 	free(text);
+	if (out && structured)
+		json_object_set_new(out, "structuredContent", structured_result(res, dead));
 	return out;
 }
 
@@ -941,7 +1313,9 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	}
 	*suppress = srv->cur_cancelled;
 	dead = !alive(m->s);
-	out = format_result(res, dead, !m->handle[0]);
+	/* Only run_python's results follow its outputSchema (keep != NULL:
+	 * a file tool's). */
+	out = format_result(res, dead, !m->handle[0], srv->structured && !keep);
 	if (dead)
 		close_msess(m);
 	if (keep)
@@ -1188,24 +1562,70 @@ static json_t *tool_list_files(struct server *srv, json_t *args, json_t *id, cha
 	return out;
 }
 
+/* run_python's description: what it does, and the functions callable
+ * inside (--tool, and code mode's NAME.tool with signature and the first
+ * line of the tool's description), within MCP_DESC_MAX bytes. */
+#define MCP_DESC_MAX (32u << 10)
+static char *run_python_description(const struct server *srv)
+{
+	char *text = NULL;
+	size_t tlen = 0;
+	FILE *f = open_memstream(&text, &tlen);
+
+	if (!f)
+		return NULL;
+	fprintf(f,
+		"Run Python code in a kernel-isolated sandbox (nsbox). Globals persist between calls on the same "
+		"session. Returns stdout, stderr and the value of the last expression, or the exception with its "
+		"traceback. Network: %s.",
+		srv->share_net ? "the host's" : "none");
+	if (srv->n_tools) {
+		fputs(" Host functions callable inside:", f);
+		for (size_t k = 0; k < srv->n_tools; k++)
+			fprintf(f, " %s(...)", srv->tools[k].name);
+		fputs(" (JSON-serialisable arguments and results).", f);
+	}
+	if (srv->n_up) {
+		fputs("\n\nTools of other MCP servers, callable inside as Python functions (keyword arguments; a "
+		      "result is a str for text, a dict for structured content; a failure raises nsbox.ToolError; "
+		      "NAME.tool.__doc__ is a tool's full description). Call them in loops and return only what "
+		      "matters:",
+		      f);
+		for (size_t k = 0; k < srv->n_up; k++)
+			for (size_t j = 0; j < srv->up[k].n_tools; j++) {
+				const struct mcpup_tool *t = &srv->up[k].tools[j];
+				char *sig = mcpup_signature(t->schema);
+				const char *d = t->description ? t->description : "";
+				size_t n = strcspn(d, "\n");
+
+				if (ftell(f) > (long)MCP_DESC_MAX - 512) {
+					fputs("\n(more: dir(NAME) inside lists them)", f);
+					free(sig);
+					goto done;
+				}
+				fprintf(f, "\n- %s.%s%s%s%.*s", srv->up[k].name, t->py, sig ? sig : "(**kwargs)",
+					n ? ": " : "", (int)(n > 200 ? 200 : n), d);
+				free(sig);
+			}
+	}
+done:
+	fclose(f);
+	return text;
+}
+
 static json_t *tools_list(const struct server *srv)
 {
-	char desc[4096];
-	size_t off;
+	char *desc = run_python_description(srv);
+	bool open_world = srv->share_net, destructive = srv->host_writes;
 	json_t *session = json_pack("{s:s,s:s}", "type", "string", "description",
 				    "a handle from new_session; omit it for the server's default session");
 
-	off = (size_t)snprintf(desc, sizeof(desc),
-			       "Run Python code in a kernel-isolated sandbox (nsbox). Globals persist between calls "
-			       "on the same session. Returns stdout, stderr and the value of the last expression, "
-			       "or the exception with its traceback. Network: %s.",
-			       srv->share_net ? "the host's" : "none");
-	if (srv->n_tools) {
-		off += (size_t)snprintf(desc + off, sizeof(desc) - off, " Host functions callable inside:");
-		for (size_t k = 0; k < srv->n_tools && off < sizeof(desc) - 80; k++)
-			off += (size_t)snprintf(desc + off, sizeof(desc) - off, " %s(...)", srv->tools[k].name);
-		snprintf(desc + off, sizeof(desc) - off, " (JSON-serialisable arguments and results).");
-	}
+	/* Code mode reaches what the other servers' tools reach. */
+	for (size_t k = 0; k < srv->n_up; k++)
+		for (size_t j = 0; j < srv->up[k].n_tools; j++) {
+			open_world |= srv->up[k].tools[j].open_world;
+			destructive |= srv->up[k].tools[j].destructive;
+		}
 	json_t *list;
 
 	list = json_pack(
@@ -1218,12 +1638,12 @@ static json_t *tools_list(const struct server *srv)
 		"{s:s,s:s,s:s,s:{s:s,s:{s:O,s:{s:s,s:s}},s:b},s:{s:s,s:b,s:b,s:b,s:b}}]}",
 		"tools",
 		/* run_python */
-		"name", "run_python", "title", "Run Python", "description", desc, "inputSchema", "type", "object",
+		"name", "run_python", "title", "Run Python", "description", desc ? desc : "Run Python code.", "inputSchema", "type", "object",
 		"properties", "code", "type", "string", "description", "Python source; at most 1 MiB", "session",
 		session, "timeout_s", "type", "number", "description", "wall-clock limit for this call, seconds",
 		"exclusiveMinimum", 0.0, "required", "code", "additionalProperties", 0, "annotations", "title",
-		"Run Python", "readOnlyHint", 0, "destructiveHint", srv->host_writes, "idempotentHint", 0,
-		"openWorldHint", srv->share_net,
+		"Run Python", "readOnlyHint", 0, "destructiveHint", destructive, "idempotentHint", 0,
+		"openWorldHint", open_world,
 		/* new_session */
 		"name", "new_session", "title", "New session", "description",
 		"Start a new sandboxed Python session and return its handle. It closes when idle for the "
@@ -1264,6 +1684,21 @@ static json_t *tools_list(const struct server *srv)
 		"readOnlyHint", 1, "destructiveHint", 0, "idempotentHint", 1, "openWorldHint", 0);
 	/* Each use took a reference of its own (O). */
 	json_decref(session);
+	free(desc);
+	/* Only when asked: several clients drop every other content block
+	 * when a result has structured content. */
+	if (srv->structured && list)
+		json_object_set_new(
+			json_array_get(json_object_get(list, "tools"), 0), "outputSchema",
+			json_pack("{s:s,s:{s:{s:s,s:[s,s,s,s,s,s,s]},s:{s:s},s:{s:s},s:{s:s},s:{s:s},s:{s:[s,s]},"
+				  "s:{s:s},s:{s:s,s:{s:{s:s},s:{s:s},s:{s:s}}}},s:[s,s,s,s]}",
+				  "type", "object", "properties", "status", "type", "string", "enum", "ok", "exception",
+				  "time_limit", "cancelled", "memory_limit", "crashed", "protocol_error", "stdout", "type",
+				  "string", "stderr", "type", "string", "stdout_truncated", "type", "boolean",
+				  "stderr_truncated", "type", "boolean", "value", "type", "string", "null", "session_ended",
+				  "type", "boolean", "error", "type", "object", "properties", "type", "type", "string",
+				  "message", "type", "string", "traceback", "type", "string", "required", "status", "stdout",
+				  "stderr", "session_ended"));
 	return list;
 }
 
@@ -1317,11 +1752,17 @@ static void handle_call(struct server *srv, json_t *id, json_t *params)
 	send_result(id, res);
 }
 
+static const char instructions[] =
+	"Runs Python in kernel-isolated sandboxes (nsbox). run_python keeps globals between calls in a default "
+	"session; new_session makes more, each with its own state. Sessions close when idle; a limit kill ends a "
+	"session. Use the file tools to move files in and out of a session.";
+
 static void handle(struct server *srv, json_t *m)
 {
 	const char *method = method_of(m);
 	json_t *id = json_object_get(m, "id");
 	json_t *params = json_object_get(m, "params");
+	int era;
 
 	if (json_is_string(json_object_get(m, "_nsbox_parse_error"))) {
 		send_error(NULL, -32700, "%s", json_string_value(json_object_get(m, "_nsbox_parse_error")));
@@ -1342,7 +1783,25 @@ static void handle(struct server *srv, json_t *m)
 	}
 	if (!id) /* a notification: initialized, cancelled (handled on arrival), others ignored */
 		return;
-	if (!strcmp(method, "initialize")) {
+	era = check_envelope(id, params);
+	if (era < 0)
+		return;
+	reply_modern = era > 0;
+	if (!strcmp(method, "initialize") || !strcmp(method, "server/discover") || !strcmp(method, "tools/list"))
+		srv->want_warm = true;
+	if (!strcmp(method, "initialize") && era) {
+		send_error(id, -32601, "method not found: initialize (protocol revision " MCP_MODERN
+				       " has no handshake: use server/discover)");
+	} else if (!strcmp(method, "server/discover")) {
+		if (!era)
+			send_error(id, -32602,
+				   "server/discover needs the _meta envelope of protocol revision " MCP_MODERN " (" META_VERSION
+				   ", " META_CAPS ")");
+		else
+			send_result(id, json_pack("{s:[s],s:{s:{s:b}},s:s,s:i,s:s}", "supportedVersions", MCP_MODERN,
+						  "capabilities", "tools", "listChanged", 0, "instructions", instructions,
+						  "ttlMs", 0, "cacheScope", "private"));
+	} else if (!strcmp(method, "initialize")) {
 		const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
 		const char *v = versions[0];
 
@@ -1351,15 +1810,19 @@ static void handle(struct server *srv, json_t *m)
 				v = versions[i];
 		send_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:s}", "protocolVersion", v, "capabilities",
 					  "tools", "listChanged", 0, "serverInfo", "name", "nsbox", "title", "nsbox",
-					  "version", nsbox_version(), "instructions",
-					  "Runs Python in kernel-isolated sandboxes (nsbox). run_python keeps globals between "
-					  "calls in a default session; new_session makes more, each with its own state. "
-					  "Sessions close when idle; a limit kill ends a session. Use the file tools to move "
-					  "files in and out of a session."));
+					  "version", nsbox_version(), "instructions", instructions));
 	} else if (!strcmp(method, "ping")) {
 		send_result(id, json_object());
 	} else if (!strcmp(method, "tools/list")) {
-		send_result(id, tools_list(srv));
+		json_t *list = tools_list(srv);
+
+		/* The revision's cache hints: the list is fixed for the
+		 * process, but a client must not keep it past a restart. */
+		if (era && list) {
+			json_object_set_new(list, "ttlMs", json_integer(0));
+			json_object_set_new(list, "cacheScope", json_string("private"));
+		}
+		send_result(id, list);
 	} else if (!strcmp(method, "tools/call")) {
 		if (params && !json_is_object(params))
 			send_error(id, -32602, "tools/call: 'params' must be an object");
@@ -1368,6 +1831,7 @@ static void handle(struct server *srv, json_t *m)
 	} else {
 		send_error(id, -32601, "method not found: %.200s", method);
 	}
+	reply_modern = false;
 }
 
 /* ---- main ------------------------------------------------------------------ */
@@ -1378,6 +1842,10 @@ static void mcp_usage(FILE *f)
 		"usage: nsbox mcp [OPTIONS]\n"
 		"A Model Context Protocol server on stdin/stdout (stdio transport).\n"
 		"  --tool NAME=COMMAND     a host tool callable inside as NAME(...) (see nsbox python)\n"
+		"  --mcp-server NAME=COMMAND  start another MCP server (stdio) on the host; its tools are\n"
+		"                          callable inside as NAME.tool(...) (code mode; repeatable)\n"
+		"  --mcp-timeout SECONDS   the most its start or one call may take (default 60)\n"
+		"  --structured            run_python results as structuredContent too, with an outputSchema\n"
 		"  --idle-timeout SECONDS  close sessions idle this long (default 600)\n"
 		"  --max-sessions N        sessions made with new_session, at most (default 8)\n"
 		"  --call-timeout SECONDS  a call's wall-clock limit unless it asks (default 60)\n"
@@ -1445,6 +1913,7 @@ int cmd_mcp(int argc, char **argv)
 	srv.max_sessions = 8;
 	srv.max_memory = 4ULL << 30;
 	srv.output_limit = 64 << 10;
+	srv.up_timeout = 60;
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
 		fprintf(stderr, "nsbox mcp: %s\n", err.msg);
 		return NSBOX_EXIT_USAGE;
@@ -1491,6 +1960,43 @@ int cmd_mcp(int argc, char **argv)
 			if (!v || nsbox_parse_size(v, &srv.output_limit, NULL) < 0 || srv.output_limit < 16 ||
 			    srv.output_limit > (16u << 20))
 				goto bad_value;
+			continue;
+		}
+		if (!strcmp(a, "--structured")) {
+			srv.structured = true;
+			continue;
+		}
+		if (opt_value(argc, argv, &i, "--mcp-timeout", &v)) {
+			if (parse_seconds(v, &srv.up_timeout) < 0)
+				goto bad_value;
+			continue;
+		}
+		if (opt_value(argc, argv, &i, "--mcp-server", &v)) {
+			const char *eq = v ? strchr(v, '=') : NULL;
+			struct mcpup *u = &srv.up[srv.n_up];
+
+			if (!eq || eq == v || !eq[1] || srv.n_up >= MCPUP_MAX_SERVERS) {
+				fprintf(stderr, "nsbox mcp: --mcp-server: expected NAME=COMMAND (at most %d)\n",
+					MCPUP_MAX_SERVERS);
+				goto out;
+			}
+			*u = (struct mcpup){ .name = strndup(v, (size_t)(eq - v)), .command = eq + 1, .fd = -1 };
+			srv.n_up++;
+			/* NAME becomes a global inside: a plain identifier of its own. */
+			if (!u->name || nsbox_check_tool_name(u->name, &e) < 0 || strchr(u->name, '.') ||
+			    strlen(u->name) > 32) {
+				fprintf(stderr,
+					"nsbox mcp: --mcp-server %.*s: NAME must be a Python identifier of at most 32 "
+					"characters, not a keyword, builtin or dunder (it is a global inside)%s%s\n",
+					(int)(eq - v), v, e ? ": " : "", e ? nsbox_error_message(e) : "");
+				nsbox_error_free(e);
+				goto out;
+			}
+			for (size_t k = 0; k + 1 < srv.n_up; k++)
+				if (!strcmp(srv.up[k].name, u->name)) {
+					fprintf(stderr, "nsbox mcp: --mcp-server %s: given twice\n", u->name);
+					goto out;
+				}
 			continue;
 		}
 		if (opt_value(argc, argv, &i, "--tool", &v)) {
@@ -1547,6 +2053,12 @@ bad_value:
 		nsbox_error_free(e);
 		goto out;
 	}
+	for (size_t k = 0; k < srv.n_up; k++)
+		for (size_t t = 0; t < srv.n_tools; t++)
+			if (!strcmp(srv.up[k].name, srv.tools[t].name)) {
+				fprintf(stderr, "nsbox mcp: --mcp-server %s: a --tool has that name\n", srv.up[k].name);
+				goto out;
+			}
 	read_policy_facts(&srv, p);
 	/* A session's policy is parsed again from the same argv: skip our own
 	 * options there (they are not jail options). */
@@ -1566,7 +2078,9 @@ bad_value:
 			    opt_value(argc, argv, &j, "--max-call-timeout", &v) ||
 			    opt_value(argc, argv, &j, "--max-sessions", &v) ||
 			    opt_value(argc, argv, &j, "--max-memory", &v) ||
-			    opt_value(argc, argv, &j, "--output-limit", &v) || opt_value(argc, argv, &j, "--tool", &v)) {
+			    opt_value(argc, argv, &j, "--output-limit", &v) || opt_value(argc, argv, &j, "--tool", &v) ||
+			    opt_value(argc, argv, &j, "--mcp-server", &v) || opt_value(argc, argv, &j, "--mcp-timeout", &v) ||
+			    !strcmp(argv[i], "--structured")) {
 				i = j;
 				continue;
 			}
@@ -1575,41 +2089,95 @@ bad_value:
 		srv.argv = jail;
 		srv.argc = n;
 	}
+	srv.up_responses = json_array();
+	if (!srv.up_responses)
+		goto out;
+	for (size_t k = 0; k < srv.n_up; k++) {
+		char msg[1024];
+
+		if (mcpup_start(&srv.up[k], srv.up_timeout, msg, sizeof(msg)) < 0) {
+			fprintf(stderr, "nsbox mcp: --mcp-server %s: cannot start it: %s\n", srv.up[k].name, msg);
+			rc = NSBOX_EXIT_SETUP;
+			goto out;
+		}
+		fprintf(stderr, "nsbox mcp: --mcp-server %s: %zu tools\n", srv.up[k].name, srv.up[k].n_tools);
+	}
+	{
+		struct sigaction sa = { .sa_handler = on_stop_signal, .sa_flags = SA_RESTART };
+
+		sigemptyset(&sa.sa_mask);
+		sigaction(SIGTERM, &sa, NULL);
+		sigaction(SIGINT, &sa, NULL);
+		sigaction(SIGHUP, &sa, NULL);
+	}
 	fprintf(stderr, "nsbox mcp %s: serving MCP on stdin/stdout\n", nsbox_version());
 	for (;;) {
 		json_t *m;
 		double next;
-		struct pollfd pf = { 0, POLLIN, 0 };
+		struct pollfd pf[1 + MCPUP_MAX_SERVERS] = { { 0, POLLIN, 0 } };
 
-		while ((m = dequeue(&srv))) {
+		while (!stop_signal && (m = dequeue(&srv))) {
 			handle(&srv, m);
 			json_decref(m);
 		}
-		if (srv.eof)
+		if (srv.eof || stop_signal)
 			break;
+		/* A client that has said hello will run code soon, after its
+		 * model has written some: make the default session now, when
+		 * nothing waits, so that the first run_python finds it. */
+		if (srv.want_warm && !srv.implicit.s) {
+			struct pollfd q = { 0, POLLIN, 0 };
+			char msg[1024];
+
+			srv.want_warm = false;
+			if (poll(&q, 1, 0) == 0) {
+				if (start_session(&srv, 0, &srv.implicit.s, msg, sizeof(msg)) < 0)
+					fprintf(stderr, "nsbox mcp: the default session: %s\n", msg);
+				else
+					srv.implicit.last_used = now();
+			}
+		}
 		next = expire_idle(&srv);
-		if (poll(&pf, 1, next < 0 ? -1 : (int)(next * 1000) + 1) < 0 && errno != EINTR)
+		/* The other servers are read between calls too: their
+		 * notifications must not fill the socket. */
+		for (size_t k = 0; k < srv.n_up; k++)
+			pf[1 + k] = (struct pollfd){ srv.up[k].fd, POLLIN, 0 };
+		if (poll(pf, 1 + srv.n_up, next < 0 ? -1 : (int)(next * 1000) + 1) < 0 && errno != EINTR)
 			break;
-		if (pf.revents)
+		pump_up(&srv, pf + 1);
+		json_array_clear(srv.up_responses); /* late answers to calls given up */
+		if (pf[0].revents)
 			read_input(&srv, false);
 	}
-	if (srv.len && !srv.skipping) /* a last line without its newline */
+	if (srv.len && !srv.skipping && !stop_signal) /* a last line without its newline */
 		take_line(&srv, srv.buf, srv.len, false);
-	while (srv.qhead) {
+	while (srv.qhead && !stop_signal) {
 		json_t *m = dequeue(&srv);
 
 		handle(&srv, m);
 		json_decref(m);
 	}
+	while (srv.qhead) /* left by a stop signal */
+		json_decref(dequeue(&srv));
 	rc = 0;
 	for (unsigned i = 0; i < srv.max_sessions; i++)
 		close_msess(&srv.sess[i]);
 	close_msess(&srv.implicit);
-	free(srv.argv);
 	free(srv.buf);
 out:
+	if (srv.argv != argv) /* the jail options' copy */
+		free(srv.argv);
+	for (size_t k = 0; k < srv.n_up; k++) {
+		mcpup_stop(&srv.up[k]);
+		free(srv.up[k].name);
+	}
+	json_decref(srv.up_responses);
 	for (size_t k = 0; k < srv.n_tools; k++)
 		free(srv.tools[k].name);
 	nsbox_policy_free(p);
+	if (stop_signal) {
+		signal(stop_signal, SIG_DFL);
+		raise(stop_signal);
+	}
 	return rc;
 }

@@ -171,12 +171,12 @@ static json_t *hello_msg(const struct nsbox_session *s)
 	return m;
 }
 
-/* A tool's name: an identifier that replaces nothing of Python's. */
+/* A tool's name: an identifier, or NS.NAME, that replaces nothing of Python's. */
 static int check_tool_name(const char *n, struct nsbox_err *err)
 {
-	if (!proto_is_identifier(n) || strlen(n) > PROTO_TOOL_NAME_MAX)
-		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier", n ? n : "");
-	if (proto_is_reserved_name(n))
+	if (!proto_is_tool_name(n))
+		return err_set(err, EINVAL, "tool name '%s' is not a Python identifier or NS.NAME", n ? n : "");
+	if (proto_tool_name_reserved(n))
 		return err_set(err, EINVAL,
 			       "tool name '%s' is a Python keyword, builtin or dunder: a tool by that name would "
 			       "replace it inside (choose another name)", n);
@@ -545,6 +545,22 @@ static const struct session_tool *find_tool(const struct nsbox_session *s, const
 		if (!strcmp(s->tools[i].name, name))
 			return &s->tools[i];
 	return NULL;
+}
+
+/* Whether name and a registered tool would need the same global: a plain
+ * tool NS beside a namespaced NS.NAME. */
+static bool clashes(const struct nsbox_session *s, const char *name)
+{
+	size_t n = strcspn(name, ".");
+
+	for (size_t i = 0; i < s->o.n_tools; i++) {
+		const char *o = s->tools[i].name;
+		size_t m = strcspn(o, ".");
+
+		if (n == m && !memcmp(o, name, n) && !name[n] != !o[m])
+			return true;
+	}
+	return false;
 }
 
 static double dmax(double a, double b)
@@ -1378,6 +1394,9 @@ int session_add_tool(struct nsbox_session *s, const struct session_tool *t, stru
 		return err_set(err, EINVAL, "tool %s: the schema is not a JSON object", t->name);
 	if (find_tool(s, t->name))
 		return err_set(err, EEXIST, "tool %s is already registered", t->name);
+	if (clashes(s, t->name))
+		return err_set(err, EEXIST, "tool %s: its name and a registered tool's would share the global %.*s",
+			       t->name, (int)strcspn(t->name, "."), t->name);
 	if (s->dead)
 		return err_set(err, EPIPE, "the session has ended");
 	if (s->x.active)

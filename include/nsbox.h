@@ -188,7 +188,10 @@ typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_
 
 /* Register a tool: name must be a Python identifier that is not a keyword,
  * a builtin (len, print, open...) or a dunder (since 0.5.0: a tool is a
- * global inside and would replace it); schema_json (may be
+ * global inside and would replace it), or (since 0.5.0) two identifiers
+ * joined by a dot, "NS.NAME": a function NAME in a namespace object NS in
+ * the session's globals (NS as a plain name above; NAME not a keyword or a
+ * dunder; NS not also a plain tool's name: -EEXIST); schema_json (may be
  * NULL) is a JSON Schema of the arguments ({"type": "object",
  * "properties": ...}), used to generate the Python signature and
  * docstring; description may be NULL.  Tools may be added at any time;
@@ -570,8 +573,8 @@ NSBOX_API int nsbox_parse_size(const char *s, uint64_t *bytes, nsbox_error_t **e
 
 /* 0 when name is acceptable to nsbox_session_add_tool() (a Python
  * identifier of at most 64 bytes, nsbox-protocol(7), and since 0.5.0 not
- * a keyword, a builtin such as len or print, or a dunder); -EINVAL
- * otherwise. */
+ * a keyword, a builtin such as len or print, or a dunder; or NS.NAME as
+ * nsbox_session_add_tool() says); -EINVAL otherwise. */
 NSBOX_API int nsbox_check_tool_name(const char *name, nsbox_error_t **err);
 
 /* ---- handing a sandbox over (since 0.4.0; nsboxd(8)) -------------------

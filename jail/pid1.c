@@ -8,6 +8,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -26,6 +30,76 @@ struct pid1 {
 	struct child_ctx *c;
 	struct netns_job nj;
 };
+
+/* A string of the caller's that lies in the argument area: its place in
+ * the copy. */
+static const char *rebase(const char *p, unsigned long start, unsigned long end, const char *copy)
+{
+	uintptr_t a = (uintptr_t)p;
+
+	return p && a >= start && a < end ? copy + (a - start) : p;
+}
+
+/* A pid 1 cloned from an in-process caller (nsbox run, nsbox python,
+ * nsbox mcp's first session) still holds the caller's argv, and
+ * /proc/1/cmdline is readable by the payload: the host's command line,
+ * with whatever it carries (an --mcp-server command's credentials,
+ * --setenv values).  Blank our copy of it (the clone has its own memory;
+ * the area is found in /proc/self/stat, fields 48 and 49, proc(5)), after
+ * moving what the payload's exec needs from it (a command's argv, which
+ * nsbox run borrows from its own) to the heap. */
+static int pid1_hide_cmdline(struct pid1 *s, struct nsbox_err *err)
+{
+	char buf[2048], *p, *save = NULL, *copy;
+	unsigned long start = 0, end = 0;
+	struct jail_spec *spec;
+	ssize_t n;
+	int fd, field = 3;
+
+	fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return err_sys(err, "open /proc/self/stat");
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return err_sys(err, "read /proc/self/stat");
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+	if (!p)
+		return err_set(err, EINVAL, "/proc/self/stat: no command name");
+	for (p = strtok_r(p + 1, " ", &save); p; p = strtok_r(NULL, " ", &save), field++) {
+		if (field == 48)
+			start = strtoul(p, NULL, 10);
+		else if (field == 49)
+			end = strtoul(p, NULL, 10);
+	}
+	if (!start || end <= start || end - start > (64ul << 20))
+		return err_set(err, EINVAL, "/proc/self/stat: no argument area (%lu-%lu)", start, end);
+	copy = malloc(end - start);
+	spec = malloc(sizeof(*spec));
+	if (!copy || !spec)
+		return err_set(err, ENOMEM, "pid 1");
+	memcpy(copy, (void *)start, end - start);
+	*spec = *s->c->spec;
+	spec->exec_file = rebase(spec->exec_file, start, end, copy);
+	if (spec->argv) {
+		size_t k = 0;
+		char **argv;
+
+		while (spec->argv[k])
+			k++;
+		argv = calloc(k + 1, sizeof(*argv));
+		if (!argv)
+			return err_set(err, ENOMEM, "pid 1");
+		for (size_t i = 0; i < k; i++)
+			argv[i] = (char *)rebase(spec->argv[i], start, end, copy);
+		spec->argv = argv;
+	}
+	s->c->spec = spec; /* pid 1's own memory: freed when it exits */
+	memset((void *)start, 0, end - start);
+	memcpy((void *)start, "nsbox-pid1", end - start > 10 ? 10 : end - start - 1);
+	return 0;
+}
 
 /* Die with the launcher.  If it is already gone the "go" read below sees
  * EOF. */
@@ -179,6 +253,7 @@ struct pid1_step {
 };
 
 static const struct pid1_step pid1_setup[] = {
+	{ "pid1", pid1_hide_cmdline },
 	{ "pid1", pid1_deathsig },
 	{ "network", pid1_netns_start },
 	{ "pid1", pid1_wait_go },

@@ -354,10 +354,11 @@ int nsbox_check_tool_name(const char *name, nsbox_error_t **err)
 {
 	if (!name)
 		return fail(err, -EINVAL, "nsbox_check_tool_name: name is NULL");
-	if (!proto_is_identifier(name) || strlen(name) > PROTO_TOOL_NAME_MAX)
-		return fail(err, -EINVAL, "'%s': not a Python identifier of at most %d characters", name,
+	if (!proto_is_tool_name(name))
+		return fail(err, -EINVAL,
+			    "'%s': not a Python identifier (or two joined by a dot) of at most %d characters", name,
 			    PROTO_TOOL_NAME_MAX);
-	if (proto_is_reserved_name(name))
+	if (proto_tool_name_reserved(name))
 		return fail(err, -EINVAL, "'%s': a Python keyword, builtin or dunder (a tool would replace it inside)",
 			    name);
 	return 0;

@@ -519,10 +519,50 @@ bool proto_is_reserved_name(const char *s)
 			    sizeof(reserved_names[0]), cmp_name) != NULL;
 }
 
-/* Tool names: identifiers of at most PROTO_TOOL_NAME_MAX bytes. */
-static bool is_tool_name(const char *s)
+static bool is_hard_keyword(const char *s)
 {
-	return proto_is_identifier(s) && strlen(s) <= PROTO_TOOL_NAME_MAX;
+	static const char *const kw[] = { "False", "None",   "True",	 "and",	     "as",     "assert", "async",
+					  "await", "break",  "class",	 "continue", "def",    "del",	 "elif",
+					  "else",  "except", "finally", "for",	     "from",   "global", "if",
+					  "import", "in",    "is",	 "lambda",   "nonlocal", "not",	 "or",
+					  "pass",  "raise",  "return",	 "try",	     "while",  "with",	 "yield" };
+
+	for (size_t i = 0; i < sizeof(kw) / sizeof(kw[0]); i++)
+		if (!strcmp(s, kw[i]))
+			return true;
+	return false;
+}
+
+bool proto_tool_name_reserved(const char *s)
+{
+	char ns[PROTO_TOOL_NAME_MAX + 1];
+	const char *dot = s ? strchr(s, '.') : NULL;
+	size_t n;
+
+	if (!dot)
+		return proto_is_reserved_name(s);
+	if ((size_t)(dot - s) > PROTO_TOOL_NAME_MAX)
+		return true;
+	memcpy(ns, s, (size_t)(dot - s));
+	ns[dot - s] = '\0';
+	n = strlen(dot + 1);
+	return proto_is_reserved_name(ns) || is_hard_keyword(dot + 1) ||
+	       (n > 4 && !strncmp(dot + 1, "__", 2) && !strcmp(dot + 1 + n - 2, "__"));
+}
+
+bool proto_is_tool_name(const char *s)
+{
+	char ns[PROTO_TOOL_NAME_MAX + 1];
+	const char *dot;
+
+	if (!s || strlen(s) > PROTO_TOOL_NAME_MAX)
+		return false;
+	dot = strchr(s, '.');
+	if (!dot)
+		return proto_is_identifier(s);
+	memcpy(ns, s, (size_t)(dot - s));
+	ns[dot - s] = '\0';
+	return proto_is_identifier(ns) && proto_is_identifier(dot + 1);
 }
 
 static int check_field(const char *tname, const struct field *fd, const json_t *v, struct nsbox_err *err)
@@ -590,8 +630,8 @@ static int check_field(const char *tname, const struct field *fd, const json_t *
 		json_array_foreach(v, i, e) {
 			json_t *x;
 
-			if (!json_is_object(e) || !is_tool_name(json_string_value(json_object_get(e, "name"))))
-				return err_set(err, EPROTO, "%s: tools[%zu] needs an identifier name", tname, i);
+			if (!json_is_object(e) || !proto_is_tool_name(json_string_value(json_object_get(e, "name"))))
+				return err_set(err, EPROTO, "%s: tools[%zu] needs a tool name (NAME or NS.NAME)", tname, i);
 			x = json_object_get(e, "description");
 			if (x && !json_is_string(x))
 				return err_set(err, EPROTO, "%s: tools[%zu].description is not a string", tname, i);

@@ -192,10 +192,18 @@ int proto_msg_check(uint16_t type, enum proto_dir dir, const json_t *msg, struct
  * variables.  Tool names are at most PROTO_TOOL_NAME_MAX bytes. */
 #define PROTO_TOOL_NAME_MAX 64
 bool proto_is_identifier(const char *s);
+/* A tool name: an identifier, or two joined by one dot ("NS.NAME", a
+ * function NAME in a namespace object NS inside), at most
+ * PROTO_TOOL_NAME_MAX bytes. */
+bool proto_is_tool_name(const char *s);
 /* Whether s is a name a tool must not take: a keyword or soft keyword of
  * Python 3.11, a name of its builtins module (a tool is a global inside:
  * it would replace len, print, open...), or a dunder. */
 bool proto_is_reserved_name(const char *s);
+/* Whether a tool name (NAME or NS.NAME) would take a name it must not:
+ * NAME, or NS, reserved as above; in NS.NAME, NAME a keyword (unreachable
+ * as an attribute) or a dunder (the namespace object's own). */
+bool proto_tool_name_reserved(const char *s);
 
 /* Whether s[0..n) is well-formed UTF-8 (RFC 3629: no overlong forms,
  * surrogates or code points past U+10FFFF), as jansson requires. */

@@ -468,7 +468,8 @@ def make_tool(spec):
             if p.get("description"):
                 line += ": " + str(p["description"])
             lines.append(line)
-    tool.__name__ = tool.__qualname__ = name
+    tool.__name__ = name.rpartition(".")[2]
+    tool.__qualname__ = name
     tool.__module__ = "nsbox.tools"
     tool.__doc__ = "\n".join(lines) or None
     tool.__signature__ = sig
@@ -915,9 +916,23 @@ def install_tools(specs):
     existing.  New ones also appear in the current globals."""
     for spec in specs:
         f = make_tool(spec)
-        _tool_funcs[f.__name__] = f
-        setattr(tools, f.__name__, f)
-        G[f.__name__] = f
+        ns, dot, short = spec["name"].partition(".")
+        if dot:
+            # NS.NAME: function NAME of a namespace object NS (the tools
+            # of one of the host's MCP servers, say).
+            space = _tool_funcs.get(ns)
+            if not isinstance(space, _ModuleType):
+                space = _ModuleType(ns, "Host tools in the namespace %s: %s(...) and so on; %s.NAME.__doc__ "
+                                        "describes one." % (ns, spec["name"], ns))
+                space.__all__ = []
+                _tool_funcs[ns] = space
+            setattr(space, short, f)
+            space.__all__ = sorted(set(space.__all__) | {short})
+            f = space
+        else:
+            _tool_funcs[ns] = f
+        setattr(tools, ns, f)
+        G[ns] = f
     tools.__all__ = sorted(_tool_funcs)
 
 

@@ -13,12 +13,17 @@ if [ -n "$missing" ]; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends $missing
 fi
-# The MCP tests' client: the official TypeScript SDK, pinned by
-# tests/mcp/package-lock.json (node >= 18; Debian 12's nodejs is 18).
+# The MCP tests' clients and test server: the official TypeScript SDK (v1,
+# and the v2 client package for the 2026-07-28 revision) and the MCP
+# Inspector, pinned by tests/mcp/package-lock.json (about 170 MB, 20 s).  The
+# v1 SDK runs on node >= 18 (Debian 12's nodejs); the v2 client and the
+# Inspector need node >= 20, and their tests skip on an older node, saying so.
+# No install scripts: none of these packages needs one.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends nodejs npm
 fi
-if [ ! -d "$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol/sdk" ]; then
-	(cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund)
+mcp_modules="$(dirname "$0")/../tests/mcp/node_modules/@modelcontextprotocol"
+if [ ! -d "$mcp_modules/sdk" ] || [ ! -d "$mcp_modules/client" ] || [ ! -d "$mcp_modules/inspector" ]; then
+	(cd "$(dirname "$0")/../tests/mcp" && npm ci --no-audit --no-fund --ignore-scripts)
 fi

@@ -390,3 +390,22 @@ def test_host_survives_whole_suite(hostenv):
     """After every hostile program the host can still run a sandbox."""
     assert run(["run", "--", "/bin/true"])[0] == 0
     assert not hostenv.check()
+
+
+@pytest.mark.parametrize("front", ["python", "run"])
+def test_host_command_line_hidden(front):
+    # pid 1 of an in-process sandbox is a clone of nsbox itself: its
+    # /proc/1/cmdline was nsbox's own command line, with what it carries
+    # (--setenv values; nsbox mcp's --mcp-server commands).  Read from
+    # inside, it names pid 1 only; the host's nsbox ran to its end.
+    secret = "nsbox-secret-%d" % os.getpid()
+    code = ("import os\nprint([open('/proc/%s/cmdline' % p, 'rb').read() for p in os.listdir('/proc') "
+            "if p.isdigit()])")
+    if front == "python":
+        cmd = [NSBOX, "python", "--setenv", "X=" + secret, "-c", code]
+    else:
+        cmd = [NSBOX, "run", "--setenv", "X=" + secret, "--", "/usr/bin/python3", "-c", code]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr
+    assert secret not in p.stdout and "nsbox-pid1" in p.stdout, p.stdout
+    assert "--setenv" not in p.stdout

@@ -1,6 +1,9 @@
 """Integration tests of `nsbox mcp`, driven by the official MCP TypeScript
-SDK (tests/mcp/client.mjs: Client + StdioClientTransport), plus raw lines
-written straight to the server's stdin for what an SDK never sends.
+SDK (tests/mcp/client.mjs: Client + StdioClientTransport; client2.mjs: the
+v2 client package, for the 2026-07-28 revision) and the MCP Inspector's CLI
+mode, plus raw lines written straight to the server's stdin for what an SDK
+never sends.  Code mode runs against tests/mcp/server.mjs, a small MCP
+server written with the SDK's server side.
 
 Needs node and tests/mcp/node_modules (`npm ci` there; done here when
 missing and the registry is reachable).  Without node the tests skip with
@@ -9,6 +12,7 @@ the reason, and fail under NSBOX_MUST_WORK=1.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -33,12 +37,13 @@ def node():
     exe = shutil.which("node")
     if not exe:
         _need("node is not installed: the MCP tests drive the server with the TypeScript SDK")
-    if not os.path.isdir(os.path.join(MCPDIR, "node_modules", "@modelcontextprotocol", "sdk")):
+    if not all(os.path.isdir(os.path.join(MCPDIR, "node_modules", "@modelcontextprotocol", d))
+               for d in ("sdk", "client", "inspector")):
         npm = shutil.which("npm")
         if not npm or not os.access(MCPDIR, os.W_OK):
             _need("tests/mcp/node_modules is missing and cannot be installed here (run scripts/install-deps.sh)")
-        p = subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=MCPDIR, capture_output=True, text=True,
-                           timeout=600)
+        p = subprocess.run([npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=MCPDIR,
+                           capture_output=True, text=True, timeout=600)
         if p.returncode != 0:
             _need("npm ci in tests/mcp failed: " + p.stderr[-2000:])
     return exe
@@ -100,6 +105,24 @@ def test_basic(node):
     assert o["unknown_tool"]["code"] == -32602 and "no_such_tool" in o["unknown_tool"]["message"]
     assert o["ping"] == {}
     assert o["healthy"] == {"text": "41", "isError": False}
+
+
+def test_structured(node):
+    o = client(node, "structured", "--structured")
+    schema = {t["name"]: t for t in o["tools"]}["run_python"]["outputSchema"]
+    assert schema["required"] == ["status", "stdout", "stderr", "session_ended"]
+    assert all("outputSchema" not in t for t in o["tools"] if t["name"] != "run_python")
+    assert o["ok"]["text"] == "[stdout]\nhi\n[1, (2, 3)]"  # the text block stays
+    assert o["ok"]["structured"] == {"status": "ok", "stdout": "hi\n", "stderr": "", "stdout_truncated": False,
+                                     "stderr_truncated": False, "value": "[1, (2, 3)]", "session_ended": False}
+    s = o["exc"]["structured"]
+    assert o["exc"]["isError"] and s["status"] == "exception" and s["error"]["type"] == "ZeroDivisionError"
+    assert "Traceback" in s["error"]["traceback"] and s["value"] is None
+    assert o["none"]["structured"]["value"] is None and o["none"]["text"] == "(no output)"
+    # Without --structured: no structured content, no outputSchema (clients
+    # that see it drop the other blocks).
+    b = client(node, "structured")
+    assert b["ok"]["structured"] is None and all("outputSchema" not in t for t in b["tools"])
 
 
 def test_time_limit(node):
@@ -239,3 +262,287 @@ def test_complex_values_show_readably():
     rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": "1+2j"}})])
     assert rc == 0, err
     assert out[0]["result"]["content"][0]["text"] == "complex(1.0, 2.0)"
+
+
+# ---- code mode: --mcp-server NAME=COMMAND -----------------------------------
+
+SERVER = os.path.join(MCPDIR, "server.mjs")
+
+
+def _procs_with(tag):
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if tag.encode() in f.read():
+                        found.append(int(pid))
+            except OSError:
+                pass
+    return found
+
+
+def _up(node, name="t"):
+    """--mcp-server NAME=COMMAND for the test server, tagged so that the
+    test can look for its processes afterwards."""
+    tag = "nsbox-up-%d-%s-%d" % (os.getpid(), name, time.monotonic_ns())
+    return ["--mcp-server", "%s=NSBOX_TEST_SECRET=hunter2 exec %s %s --tag=%s" % (name, node, SERVER, tag)], tag
+
+
+def test_code_mode(node):
+    args, tag = _up(node)
+    o = client(node, "codemode", "--mcp-timeout", "2", *args)
+    rp = [t for t in o["tools"] if t["name"] == "run_python"][0]
+    # The description lists the functions with their signatures.
+    assert "\n- t.add(a, b): Add two integers." in rp["description"]
+    assert "- t.get_user(id, verbose=None)" in rp["description"]
+    assert "- t.class_()" in rp["description"] and "second line" not in rp["description"]
+    # The test server's tools all say openWorldHint false and read-only.
+    assert rp["annotations"]["openWorldHint"] is False and rp["annotations"]["destructiveHint"] is False
+
+    assert o["loop"] == {"text": "9900", "isError": False}  # 100 calls from one run_python
+    assert o["structured"] == {"text": "('dict', {'id': '7', 'name': 'user 7', 'tags': ['a', 'b'], "
+                                       "'$ref': '#/users/7'})", "isError": False}
+    assert o["values"]["text"].startswith("('class ok', ['one', 'two', {'type': 'image', ")
+    assert '[1,[2.5,{\\"k\\":null,\\"$x\\":' in json.dumps(o["values"]["text"])  # tuple -> array, "$" key kept
+    assert o["values"]["text"].endswith(", '3', 'dunder ok')")  # positional arguments bound; __init__ renamed
+    assert "Arguments:\n    a (integer, required): the first" in o["doc"]["text"]
+    assert o["doc"]["text"].endswith("'(id, verbose=None)'")
+    assert o["missing"]["isError"] and "TypeError: t.add(): missing a required argument: 'b'" in o["missing"]["text"]
+    assert o["mistyped"]["isError"] and "argument 'a' must be integer, not str" in o["mistyped"]["text"]
+    assert o["unknown_kw"]["isError"] and "unexpected keyword argument 'c'" in o["unknown_kw"]["text"]
+    assert "nsbox.ToolError: t.echo(): an argument has no JSON form (a builtins.object)" in o["no_json"]["text"]
+    assert "t.echo(): an argument has no JSON form (a set)" in o["no_json_set"]["text"]
+    assert "(a dict whose keys are not all str)" in o["no_json_keys"]["text"]
+    assert "t.echo(): an argument has no JSON form (bytes)" in o["no_json_bytes"]["text"]
+    assert o["tool_error"] == {"text": "'caught: t.fail(): it failed on purpose'", "isError": False}
+    # The server's environment is its own (the command line gives it the
+    # secret); the sandbox sees neither the variable nor the server's process.
+    assert o["env"] == {"text": "(None, False, 'hunter2')", "isError": False}
+    assert o["calls"]["text"] == "'102'"  # executed by the server, on the host
+    assert "no answer from the MCP server t in 2 s" in o["hang"]["text"]
+    assert o["after_hang"] == {"text": "'5'", "isError": False}
+    assert "rejected" in o["cancelled"]
+    assert o["after_cancel"] == {"text": "'42'", "isError": False}
+    assert o["time_limit"]["isError"] and "time limit" in o["time_limit"]["text"]
+    assert o["after_time_limit"] == {"text": "'2'", "isError": False}
+    assert o["in_session"] == {"text": "'10'", "isError": False}  # sessions from new_session have them too
+    assert "t.die(): the MCP server t stopped during the call" in o["die"]["text"]
+    assert "exited with status 3" in o["die"]["text"]
+    assert o["after_die"] == {"text": "2", "isError": False}
+    assert "t.add(): the MCP server t is not running" in o["dead"]["text"]
+    assert _procs_with(tag) == []
+
+
+def test_code_mode_server_stopped_at_exit(node):
+    args, tag = _up(node, "calc")
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python",
+                                               "arguments": {"code": "calc.add(a=1, b=2)"}})], *args)
+    assert rc == 0, err
+    assert out[0]["result"]["content"][0]["text"] == "'3'"
+    assert "--mcp-server calc: 12 tools" in err
+    assert _procs_with(tag) == []
+
+
+def test_code_mode_start_failures(node):
+    # A server that exits at once, one that never answers initialize (its
+    # process group is killed: no sleep left behind), a bad NAME, a NAME
+    # that a --tool has too: clear errors naming it, exit statuses of
+    # nsbox(1), nothing on stdout.
+    p = subprocess.run([NSBOX, "mcp", "--mcp-server", "bad=exit 7"], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL, timeout=30)
+    assert p.returncode == 125 and p.stdout == ""
+    assert "--mcp-server bad: cannot start it: initialize:" in p.stderr and "status 7" in p.stderr, p.stderr
+    tag = "nsbox-up-sleep-%d" % os.getpid()
+    t = time.monotonic()
+    p = subprocess.run([NSBOX, "mcp", "--mcp-timeout", "1", "--mcp-server",
+                        "slow=sleep 30 # %s" % tag], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       timeout=30)
+    assert p.returncode == 125 and "--mcp-server slow: cannot start it: initialize: no answer in time" in p.stderr
+    assert time.monotonic() - t < 10
+    assert _procs_with(tag) == []
+    for bad, what in ((["--mcp-server", "1x=true"], "NAME must be a Python identifier"),
+                      (["--mcp-server", "len=true"], "builtin"),
+                      (["--mcp-server", "a.b=true"], "NAME must be a Python identifier"),
+                      (["--mcp-server", "noequals"], "expected NAME=COMMAND"),
+                      (["--mcp-server", "d=true", "--tool", "d=true"], "a --tool has that name"),
+                      (["--mcp-server", "d=true", "--mcp-server", "d=true"], "given twice"),
+                      (["--mcp-timeout", "0"], "--mcp-timeout")):
+        p = subprocess.run([NSBOX, "mcp", *bad], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                           timeout=30)
+        assert p.returncode == 120 and what in p.stderr and p.stdout == "", (bad, p.stderr)
+
+
+def test_code_mode_oversize_message(node):
+    # A message over 8 MiB from the other server ends it (its answer could
+    # never be read); the call is a ToolError and nsbox mcp carries on.
+    args, tag = _up(node)
+    rc, out, err = raw([
+        req(1, "tools/call", {"name": "run_python", "arguments": {"code": "len(t.big(n=100000))"}}),
+        req(2, "tools/call", {"name": "run_python", "arguments": {"code": "t.big(n=9000000)"}}),
+        req(3, "tools/call", {"name": "run_python", "arguments": {"code": "6*7"}}),
+    ], *args)
+    assert rc == 0, err
+    assert out[0]["result"]["content"][0]["text"] == "100000"
+    assert out[1]["result"]["isError"] and "over 8388608 bytes" in out[1]["result"]["content"][0]["text"]
+    assert out[2]["result"]["content"][0]["text"] == "42"
+    assert _procs_with(tag) == []
+
+
+# ---- the stateless 2026-07-28 revision ----------------------------------------
+
+CLIENT2 = os.path.join(MCPDIR, "client2.mjs")
+
+
+def _node_major(node):
+    return int(subprocess.run([node, "--version"], capture_output=True, text=True).stdout.lstrip("v").split(".")[0])
+
+
+@pytest.fixture(scope="module")
+def node20(node):
+    # The v2 SDK packages and the Inspector need node >= 20 (Debian 12's
+    # own nodejs is 18): said loudly, not a silent skip.
+    if _node_major(node) < 20:
+        pytest.skip("node %d: the SDK's v2 client and the MCP Inspector need node >= 20" % _node_major(node))
+    return node
+
+
+@pytest.mark.parametrize("mode", ["pin", "auto", "legacy"])
+def test_modern_revision_sdk_v2(node20, mode):
+    # The SDK's v2 client: pinned to 2026-07-28 (server/discover, then the
+    # envelope on each request), auto (probes with server/discover, picks
+    # the modern era), legacy (the 2025-11-25 initialize handshake).
+    p = subprocess.run([node20, CLIENT2, NSBOX, mode], capture_output=True, text=True, timeout=120,
+                       stdin=subprocess.DEVNULL)
+    o = json.loads(p.stdout)
+    assert "fatal" not in o, o.get("fatal")
+    assert p.returncode == 0, p.stderr
+    assert o["version"] == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+    assert o["server"]["name"] == "nsbox" and o["capabilities"]["tools"] is not None
+    assert o["tools"][0] == "run_python"
+    assert o["run"]["text"] == "42" and o["state"]["text"] == "43"  # the default session is kept
+    if mode != "legacy":
+        assert o["run"]["meta"] == {"io.modelcontextprotocol/serverInfo": {"name": "nsbox",
+                                                                          "version": o["server"]["version"]}}
+    else:
+        assert o["run"]["meta"] is None and o["ping"] is True
+    assert o["progress"]["n"] >= 1 and "tick 0" in o["progress"]["messages"][0]
+    assert "rejected" in o["cancelled"] and o["after_cancel"] == {"text": "'alive'", "isError": False}
+
+
+def test_modern_revision_raw():
+    env = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+           "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "0"},
+           "io.modelcontextprotocol/clientCapabilities": {}}
+
+    def with_meta(meta, **params):
+        return dict(params, _meta=meta)
+
+    rc, out, err = raw([
+        req(1, "server/discover", with_meta(env)),
+        req(2, "tools/list", with_meta(env)),
+        req(3, "tools/call", with_meta(env, name="run_python", arguments={"code": "6*7"})),
+        req(4, "tools/call", with_meta(dict(env, **{"io.modelcontextprotocol/protocolVersion": "2099-01-01"}),
+                                       name="run_python", arguments={"code": "1"})),
+        req(5, "tools/list", with_meta({"io.modelcontextprotocol/protocolVersion": "2026-07-28"})),
+        req(6, "tools/list", with_meta(dict(env, **{"io.modelcontextprotocol/clientCapabilities": []}))),
+        req(7, "initialize", with_meta(env, protocolVersion="2025-11-25", capabilities={},
+                                       clientInfo={"name": "raw", "version": "0"})),
+        req(8, "server/discover"),
+        req(9, "tools/list"),  # no envelope: 2025 traffic, served as before
+        req(10, "tools/call", with_meta(env, name="run_python", arguments={})),
+    ])
+    assert rc == 0, err
+    by_id = {m.get("id"): m for m in out}
+    d = by_id[1]["result"]
+    assert d["supportedVersions"] == ["2026-07-28"] and d["capabilities"] == {"tools": {"listChanged": False}}
+    assert d["resultType"] == "complete" and "sandbox" in d["instructions"]
+    assert d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "nsbox"
+    assert by_id[2]["result"]["resultType"] == "complete" and by_id[2]["result"]["ttlMs"] == 0
+    assert len(by_id[2]["result"]["tools"]) == 6
+    assert by_id[3]["result"]["content"][0]["text"] == "42" and by_id[3]["result"]["resultType"] == "complete"
+    e = by_id[4]["error"]
+    assert e["code"] == -32022 and e["data"] == {"supported": ["2026-07-28"], "requested": "2099-01-01"}
+    e = by_id[5]["error"]
+    assert e["code"] == -32602 and e["data"]["envelope"] == {"key": "io.modelcontextprotocol/clientCapabilities",
+                                                             "problem": "missing"}
+    assert by_id[6]["error"]["code"] == -32602 and "expected an object" in by_id[6]["error"]["message"]
+    assert by_id[7]["error"]["code"] == -32601 and "server/discover" in by_id[7]["error"]["message"]
+    assert by_id[8]["error"]["code"] == -32602 and "envelope" in by_id[8]["error"]["message"]
+    assert "resultType" not in by_id[9]["result"] and "_meta" not in by_id[9]["result"]
+    assert by_id[10]["error"]["code"] == -32602 and "'code'" in by_id[10]["error"]["message"]
+
+
+# ---- the MCP Inspector's CLI mode ---------------------------------------------
+
+def inspector(node, *args, era=None, rc=0, timeout=120):
+    """npx @modelcontextprotocol/inspector --cli, from tests/mcp's pinned
+    install (npx --no-install: never the registry)."""
+    npx = shutil.which("npx")
+    if not npx:
+        _need("npx is not installed")
+    if not os.path.isdir(os.path.join(MCPDIR, "node_modules", "@modelcontextprotocol", "inspector")):
+        _need("the MCP Inspector is not installed in tests/mcp (npm ci there)")
+    cmd = [npx, "--no-install", "@modelcontextprotocol/inspector", "--cli", NSBOX, "mcp"]
+    if era:
+        cmd += ["--protocol-era", era]
+    home = os.path.join("/tmp", "nsbox-test-inspector-%d" % os.getpid())
+    os.makedirs(home, exist_ok=True)
+    try:
+        p = subprocess.run(cmd + list(args), cwd=MCPDIR, capture_output=True, text=True, timeout=timeout,
+                           stdin=subprocess.DEVNULL,
+                           env=dict(os.environ, HOME=home, MCP_CATALOG_PATH=os.path.join(home, "mcp.json"),
+                                    npm_config_update_notifier="false", npm_config_offline="true"))
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert p.returncode == rc, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
+    return json.loads(p.stdout)
+
+
+@pytest.mark.parametrize("era", [None, "modern"])
+def test_inspector_cli(node20, era):
+    tools = inspector(node20, "--method", "tools/list", era=era)["tools"]
+    assert [t["name"] for t in tools] == ["run_python", "new_session", "close_session", "read_file", "write_file",
+                                          "list_files"]
+    r = inspector(node20, "--method", "tools/call", "--tool-name", "run_python", "--tool-arg", "code=print(6*7)",
+                  era=era)
+    assert r["content"][0]["text"] == "[stdout]\n42" and r["isError"] is False
+    if era == "modern":  # served as 2026-07-28: the result names its server
+        assert r["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "nsbox"
+    # A tool result with isError is the Inspector's exit status 5 (TOOL_ERROR).
+    r = inspector(node20, "--method", "tools/call", "--tool-name", "run_python", "--tool-arg", "code=1/0", era=era,
+                  rc=5)
+    assert r["isError"] is True and "ZeroDivisionError" in r["content"][0]["text"]
+
+
+def test_sigterm_closes_everything(node):
+    # SIGTERM is how a stdio client stops its server.  The default session
+    # is this process's own sandbox (made in process): nsbox mcp closes it,
+    # and its cgroup with it (host_intact checks), stops the code-mode
+    # server, and dies of the signal.
+    args, tag = _up(node)
+    p = subprocess.Popen([NSBOX, "mcp", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        p.stdin.write(req(1, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                            "clientInfo": {"name": "raw", "version": "0"}}) + "\n")
+        p.stdin.flush()
+        assert json.loads(p.stdout.readline())["id"] == 1
+        p.stdin.write(req(2, "tools/call", {"name": "run_python", "arguments": {
+            "code": "import time\nprint(t.add(a=1, b=2), flush=True)\ntime.sleep(60)"}}) + "\n")
+        p.stdin.flush()
+        time.sleep(1.5)
+        assert _procs_with(tag)
+        t = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == -signal.SIGTERM
+        assert time.monotonic() - t < 10
+        assert p.stdout.read() == ""  # no answer to the call cut short
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdin.close()
+        p.stdout.close()
+        p.stderr.close()
+    assert _procs_with(tag) == []

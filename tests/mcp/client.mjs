@@ -104,6 +104,63 @@ async function main() {
 		out.result = await p;
 		out.progress = progress;
 		out.ping_ms = pinged;
+	} else if (scenario === "codemode") {
+		// nsbox mcp --mcp-server t="node server.mjs" (tests/mcp/server.mjs)
+		out.tools = (await client.listTools()).tools;
+		out.loop = await call(client, "run_python", {
+			code: "total = 0\nfor i in range(100):\n    total += int(t.add(a=i, b=i))\ntotal",
+		});
+		out.structured = await call(client, "run_python", { code: "u = t.get_user(id='7')\n(type(u).__name__, u)" });
+		out.values = await call(client, "run_python", {
+			code: "(t.class_(), t.multi(), t.echo(value=(1, [2.5, {'k': None, '$x': 2**60}])), t.add(1, 2), t.x__init__())",
+		});
+		out.doc = await call(client, "run_python", { code: "print(t.add.__doc__)\nstr(t.get_user.__signature__)" });
+		out.missing = await call(client, "run_python", { code: "t.add(a=1)" });
+		out.mistyped = await call(client, "run_python", { code: "t.add(a='x', b=1)" });
+		out.unknown_kw = await call(client, "run_python", { code: "t.add(a=1, b=2, c=3)" });
+		out.no_json = await call(client, "run_python", { code: "t.echo(value=object())" });
+		out.no_json_set = await call(client, "run_python", { code: "t.echo(value={1, 2})" });
+		out.no_json_keys = await call(client, "run_python", { code: "t.echo(value={1: 2})" });
+		out.no_json_bytes = await call(client, "run_python", { code: "t.echo(value=b'x')" });
+		out.tool_error = await call(client, "run_python", {
+			code: "import nsbox\ntry:\n    t.fail()\nexcept nsbox.ToolError as e:\n    r = 'caught: ' + str(e)\nr",
+		});
+		out.env = await call(client, "run_python", {
+			code:
+				"import os\n" +
+				"procs = [open('/proc/' + p + '/cmdline', 'rb').read() for p in os.listdir('/proc') if p.isdigit()]\n" +
+				"(os.environ.get('NSBOX_TEST_SECRET'), any(b'server.mjs' in c for c in procs), t.secret())",
+		});
+		out.calls = await call(client, "run_python", { code: "t.calls()" });
+		const t0h = performance.now();
+		out.hang = await call(client, "run_python", { code: "t.hang()" });
+		out.hang_ms = performance.now() - t0h;
+		out.after_hang = await call(client, "run_python", { code: "t.add(a=2, b=3)" });
+		const ac = new AbortController();
+		const p = call(client, "run_python", { code: "t.hang()" }, { signal: ac.signal });
+		setTimeout(() => ac.abort("test"), 500);
+		try {
+			out.cancelled = await p;
+		} catch (e) {
+			out.cancelled = { rejected: String(e) };
+		}
+		out.after_cancel = await call(client, "run_python", { code: "t.add(a=20, b=22)" });
+		out.time_limit = await call(client, "run_python", { code: "t.hang()", timeout_s: 1 });
+		out.after_time_limit = await call(client, "run_python", { code: "t.add(a=1, b=1)" });
+		out.session = await call(client, "new_session", {});
+		const handle = JSON.parse(out.session.text.split("\n")[0]).session;
+		out.in_session = await call(client, "run_python", { session: handle, code: "t.add(a=5, b=5)" });
+		out.die = await call(client, "run_python", { code: "t.die()" });
+		out.after_die = await call(client, "run_python", { code: "1 + 1" });
+		out.dead = await call(client, "run_python", { code: "t.add(a=1, b=1)" });
+	} else if (scenario === "structured") {
+		// nsbox mcp --structured: the SDK checks structuredContent against
+		// run_python's outputSchema.
+		out.tools = (await client.listTools()).tools;
+		for (const [k, code] of [["ok", "print('hi')\n[1, (2, 3)]"], ["exc", "1/0"], ["none", "x = 1"]]) {
+			const r = await client.callTool({ name: "run_python", arguments: { code } });
+			out[k] = { text: text(r), isError: !!r.isError, structured: r.structuredContent ?? null };
+		}
 	} else if (scenario === "bench") {
 		const n = Number(process.env.NSBOX_MCP_BENCH_N || 200);
 		out.first_ms = null;
@@ -121,6 +178,41 @@ async function main() {
 		out.n = n;
 		out.p50_ms = times[Math.floor(n / 2)];
 		out.p90_ms = times[Math.floor(n * 0.9)];
+		out.p99_ms = times[Math.floor(n * 0.99)];
+		if (serverArgs.includes("--mcp-server")) {
+			// Code mode: one run_python making one tools/call through
+			// the host, against the same round trip without it.
+			const cm = [];
+			await call(client, "run_python", { code: "t.add(a=1, b=1)" });
+			for (let i = 0; i < n; i++) {
+				const s = performance.now();
+				await call(client, "run_python", { code: "t.add(a=1, b=1)" });
+				cm.push(performance.now() - s);
+			}
+			cm.sort((a, b) => a - b);
+			out.codemode_p50_ms = cm[Math.floor(n / 2)];
+			out.codemode_p99_ms = cm[Math.floor(n * 0.99)];
+			// 100 calls in one run_python: the per-call cost.
+			const s = performance.now();
+			await call(client, "run_python", { code: "for i in range(100): t.add(a=i, b=1)" });
+			out.codemode_loop100_ms = performance.now() - s;
+			// The baseline: the same tool called by this SDK client
+			// straight, no nsbox in between.
+			if (process.env.NSBOX_MCP_BENCH_SERVER) {
+				const direct = new Client({ name: "nsbox-bench-direct", version: "1" });
+				await direct.connect(new StdioClientTransport({ command: "node", args: [process.env.NSBOX_MCP_BENCH_SERVER] }));
+				const d = [];
+				await direct.callTool({ name: "add", arguments: { a: 1, b: 1 } });
+				for (let i = 0; i < n; i++) {
+					const s2 = performance.now();
+					await direct.callTool({ name: "add", arguments: { a: 1, b: 1 } });
+					d.push(performance.now() - s2);
+				}
+				d.sort((a, b) => a - b);
+				out.direct_p50_ms = d[Math.floor(n / 2)];
+				await direct.close();
+			}
+		}
 	}
 	await client.close();
 	out.stderr = stderr;

@@ -466,6 +466,32 @@ static void test_tools(nsbox_policy_t *p)
 	CHECK(!strcmp(value_of(s, "echo(1, 'x', k=[True])"), "{\"args\":[1,\"x\"],\"kwargs\":{\"k\":[true]}}"),
 	      "the callback gets {\"args\":[...],\"kwargs\":{...}}");
 	CHECK(!strcmp(value_of(s, "nothing() is None"), "true"), "a NULL result is None");
+	/* NS.NAME: a function in a namespace object NS (nsbox mcp's code mode). */
+	CHECK(nsbox_session_add_tool(s, "m.calc", calc_schema, "Arithmetic, namespaced.", calc, NULL, &e) == 0 &&
+		      nsbox_session_add_tool(s, "m.echo", NULL, NULL, echo, NULL, &e) == 0,
+	      "add_tool m.calc and m.echo (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "calc.x", NULL, NULL, calc, NULL, &e) == -EEXIST &&
+		      strstr(emsg(e), "share the global calc"),
+	      "add_tool calc.x beside a tool calc: -EEXIST (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "m", NULL, NULL, calc, NULL, &e) == -EEXIST,
+	      "add_tool m beside m.calc: -EEXIST (%s)", emsg(e));
+	clear(&e);
+	CHECK(nsbox_session_add_tool(s, "m.a.b", NULL, NULL, calc, NULL, &e) == -EINVAL, "add_tool m.a.b: -EINVAL (%s)",
+	      emsg(e));
+	clear(&e);
+	CHECK(!strcmp(value_of(s, "m.calc(6, 7, '*'), m.calc.__name__, m.calc.__qualname__, sorted(m.__all__)"),
+		      "{\"$tuple\":[42,\"calc\",\"m.calc\",[\"calc\",\"echo\"]]}"),
+	      "m.calc(6, 7, '*') is 42; names and the namespace's __all__ (%s)",
+	      value_of(s, "m.calc(6, 7, '*'), m.calc.__name__, m.calc.__qualname__, sorted(m.__all__)"));
+	CHECK(!strcmp(value_of(s, "m.echo(k=1)"), "{\"args\":[],\"kwargs\":{\"k\":1}}"),
+	      "the callback of m.echo gets its call");
+	CHECK(strstr(value_of(s, "try:\n    m.calc(1)\nexcept TypeError as e:\n    r = str(e)\nr"), "m.calc(): missing") !=
+		      NULL,
+	      "a missing argument names m.calc");
+	CHECK(!strcmp(value_of(s, "from nsbox import tools\ntools.m.calc(a=1, b=2, op='+')"), "3"),
+	      "the namespace is in nsbox.tools too");
 	r = run(s, "print('streamed')\ncalc(1, 1, '+')", 0);
 	nsbox_result_usage(r, NULL, NULL, NULL, &calls);
 	CHECK(r && calls == 1 && out.len == 9 && !memcmp(out.data, "streamed\n", 9),

@@ -70,8 +70,21 @@ static void test_checks(void)
 	ok(nsbox_check_tool_name("a-b", NULL) == -EINVAL && nsbox_check_tool_name("", NULL) == -EINVAL &&
 		   nsbox_check_tool_name(NULL, NULL) == -EINVAL,
 	   "a-b, \"\" and NULL are not");
+	ok(nsbox_check_tool_name("gh.create_issue", NULL) == 0 && nsbox_check_tool_name("_a._b2", NULL) == 0,
+	   "NS.NAME is a tool name");
+	ok(nsbox_check_tool_name("a.b.c", NULL) == -EINVAL && nsbox_check_tool_name(".a", NULL) == -EINVAL &&
+		   nsbox_check_tool_name("a.", NULL) == -EINVAL && nsbox_check_tool_name("a..b", NULL) == -EINVAL &&
+		   nsbox_check_tool_name("a.2b", NULL) == -EINVAL && nsbox_check_tool_name("1a.b", NULL) == -EINVAL,
+	   "a.b.c, .a, a., a..b, a.2b and 1a.b are not");
+	ok(nsbox_check_tool_name("len.x", NULL) == -EINVAL && nsbox_check_tool_name("m.class", NULL) == -EINVAL &&
+		   nsbox_check_tool_name("m.__doc__", NULL) == -EINVAL && nsbox_check_tool_name("m.open", NULL) == 0 &&
+		   nsbox_check_tool_name("m.match", NULL) == 0,
+	   "NS.NAME: NS not reserved, NAME not a keyword or dunder (a builtin's or soft keyword's name is fine)");
 	memset(long_name, 'a', 64);
 	long_name[64] = '\0';
+	long_name[10] = '.';
+	ok(nsbox_check_tool_name(long_name, NULL) == 0, "64 bytes with a dot is the most");
+	long_name[10] = 'a';
 	ok(nsbox_check_tool_name(long_name, NULL) == 0, "64 bytes is the most");
 	long_name[64] = 'a';
 	long_name[65] = '\0';
