@@ -2035,9 +2035,9 @@ int cmd_mcp(int argc, char **argv)
 			goto out;
 		}
 		if (r == 0) {
-			static const char *const own[] = { "tool",	   "idle-timeout", "max-sessions",
-							   "call-timeout", "max-call-timeout", "max-memory",
-							   "output-limit", "help",	   NULL };
+			static const char *const own[] = { "tool",	    "idle-timeout", "max-sessions", "call-timeout",
+							   "max-call-timeout", "max-memory",   "output-limit", "mcp-server",
+							   "mcp-timeout",	    "structured",   "help",	    NULL };
 
 			args_unknown_option("mcp", a, own, &err);
 			fprintf(stderr, "nsbox mcp: %s\n", err.msg);
