@@ -78,6 +78,12 @@ static int ctl_wait(struct svc_sandbox *v, uint32_t id, uint16_t *type, json_t *
 		n = recvmsg(v->ctl, &mh, MSG_CMSG_CLOEXEC);
 		if (n < 0 && errno == EINTR)
 			continue;
+		/* nsboxd refuses a user with one ERROR and closes at once, our
+		 * HELLO unread: the kernel then reports ECONNRESET before the
+		 * queued packet (sock_error first, unix_release_sock), and
+		 * clears it, so the ERROR is the next read. */
+		if (n < 0 && errno == ECONNRESET && (n = recvmsg(v->ctl, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0)
+			errno = ECONNRESET;
 		if (n <= 0)
 			return n < 0 ? err_sys(err, "nsboxd: receive") : err_set(err, ECONNRESET, "nsboxd closed the connection");
 		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
@@ -89,7 +95,9 @@ static int ctl_wait(struct svc_sandbox *v, uint32_t id, uint16_t *type, json_t *
 				close(got[i]);
 			return err_set(err, EPROTO, "nsboxd sent a malformed message");
 		}
-		if (rid != id || *type == SVC_EXITED) {
+		/* An ERROR with id 0 is about the connection (nsbox-protocol(7)):
+		 * the answer to whatever we asked. */
+		if ((rid != id && !(rid == 0 && *type == SVC_ERROR)) || *type == SVC_EXITED) {
 			for (size_t i = 0; i < n_got; i++)
 				close(got[i]);
 			json_decref(*msg);
@@ -114,8 +122,19 @@ static int ctl_call(struct svc_sandbox *v, uint16_t type, json_t *msg, const int
 	uint16_t t;
 	json_t *m = NULL;
 
-	if (ctl_send(v, type, msg, fds_out, n_out, &id, err) < 0 || ctl_wait(v, id, &t, &m, fds_in, n_in, err) < 0)
+	if (ctl_send(v, type, msg, fds_out, n_out, &id, err) < 0) {
+		struct nsbox_err e2 = { 0 };
+
+		/* nsboxd may have refused us and closed before we sent: its
+		 * ERROR (id 0) still waits in our queue, and says why. */
+		if (!err || (err->code != EPIPE && err->code != ECONNRESET) ||
+		    ctl_wait(v, 0, &t, &m, NULL, NULL, &e2) < 0 || t != SVC_ERROR) {
+			json_decref(m);
+			return -1;
+		}
+	} else if (ctl_wait(v, id, &t, &m, fds_in, n_in, err) < 0) {
 		return -1;
+	}
 	if (t == SVC_ERROR) {
 		json_int_t code = json_integer_value(json_object_get(m, "errno"));
 

@@ -382,6 +382,39 @@ static int clone_tree(const char *path, struct nsbox_err *err)
 	return fd;
 }
 
+/* *fd is the launcher's O_PATH descriptor of a source: a mount of the
+ * host's namespace, which a bind here would refuse (EINVAL: not in our
+ * namespace).  Replace it with the same object opened in our copy of that
+ * namespace by its path, refusing a path that names another object by now
+ * (a rename or a symlink swapped in since the launcher opened it). */
+static int reopen_here(int *fd, const char *what, struct nsbox_err *err)
+{
+	char link[64], path[4096];
+	struct stat was, is;
+	ssize_t n;
+	int nfd;
+
+	if (*fd < 0)
+		return err_set(err, EBADF, "%s: not opened by the launcher", what);
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", *fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	if (n < 0)
+		return err_sys(err, "%s: find its path", what);
+	path[n] = '\0';
+	if (path[0] != '/')
+		return err_set(err, ENOENT, "%s: no path names it (%s)", what, path);
+	nfd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (nfd < 0)
+		return err_sys(err, "open %s (%s)", what, path);
+	if (fstat(*fd, &was) < 0 || fstat(nfd, &is) < 0 || was.st_dev != is.st_dev || was.st_ino != is.st_ino) {
+		close(nfd);
+		return err_set(err, ESTALE, "%s: %s is no longer what was opened", what, path);
+	}
+	close(*fd);
+	*fd = nfd;
+	return 0;
+}
+
 /* WorkspaceSize=: the host directory becomes the read-only lower layer of an
  * overlay whose upper layer is a tmpfs of that size, so what the sandbox
  * writes there is bounded by the tmpfs (ENOSPC inside; its pages are
@@ -436,21 +469,23 @@ static int mount_ws_overlay(int wsfd, bool detached, uint64_t size, int *upper, 
 
 int mount_open_sources(const struct nsbox_policy *p, struct mount_srcs *s, struct nsbox_err *err)
 {
-	mount_srcs_close(s);
 	/* OPEN_TREE_CLONE needs CAP_SYS_ADMIN over the host's mount
-	 * namespace: an unprivileged launcher leaves it to pid 1, which
-	 * opens the paths in its own copy of that namespace with the
-	 * sandbox's uid (the launcher's). */
-	if (geteuid() != 0)
-		return 0;
-	s->detached = true;
+	 * namespace.  An unprivileged launcher opens the sources with O_PATH
+	 * instead, from the host's user namespace with the sandbox's uid (its
+	 * own): what pid 1 could not do for nsboxd's /proc/PID/fd/N.  Pid 1
+	 * finds each again in its copy of the mount namespace (reopen_here). */
+	bool detached = geteuid() == 0;
+	int (*open_one)(const char *, struct nsbox_err *) = detached ? clone_tree : open_src;
+
+	mount_srcs_close(s);
+	s->detached = detached;
 	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
-		s->bind[i] = p->mounts[i].src ? clone_tree(p->mounts[i].src, err) : -1; /* -1: a TmpFS= */
+		s->bind[i] = p->mounts[i].src ? open_one(p->mounts[i].src, err) : -1; /* -1: a TmpFS= */
 		s->n_bind = i + 1;
 		if (s->bind[i] < 0 && p->mounts[i].src)
 			goto fail;
 	}
-	if (p->workspace && (s->workspace = clone_tree(p->workspace, err)) < 0)
+	if (p->workspace && (s->workspace = open_one(p->workspace, err)) < 0)
 		goto fail;
 	return 0;
 fail:
@@ -477,16 +512,14 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		err_sys(err, "make / private");
 		goto out;
 	}
-	/* Open every source before the new root's tmpfs hides host /tmp
-	 * (unless the launcher did, mount_open_sources). */
+	/* Open every source here before the new root's tmpfs hides host
+	 * /tmp, from the launcher's descriptors (mount_open_sources). */
 	if (!srcs->detached) {
 		for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
-			srcfd[i] = p->mounts[i].src ? open_src(p->mounts[i].src, err) : -1;
-			srcs->n_bind = i + 1;
-			if (srcfd[i] < 0 && p->mounts[i].src)
+			if (p->mounts[i].src && reopen_here(&srcfd[i], p->mounts[i].src, err) < 0)
 				goto out;
 		}
-		if (p->workspace && (wsfd = open_src(p->workspace, err)) < 0)
+		if (p->workspace && reopen_here(&wsfd, p->workspace, err) < 0)
 			goto out;
 	}
 	if (p->rootfs && (rootfd = open(p->rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {

@@ -18,13 +18,15 @@
  * fds (commoncap's ptrace check wants the same user namespace), nor, with a
  * HostUid= of its own, into another uid's; and a bind of it would name a
  * mount of the host's namespace (EINVAL).  An unprivileged launcher opens
- * nothing here (pid 1 opens the paths as before).  s starts as
- * { .workspace = -1 } (nothing open); on failure nothing is left open. */
+ * O_PATH descriptors instead (its uid is the sandbox's), and pid 1 opens
+ * the same objects again by their paths in its copy of the mount namespace,
+ * checking device and inode.  s starts as { .workspace = -1 } (nothing
+ * open); on failure nothing is left open. */
 struct mount_srcs {
 	int bind[POLICY_MAX_MOUNTS];
 	size_t n_bind;		/* bind[0..n_bind) are set (-1 or open) */
 	int workspace;
-	bool detached;		/* open_tree clones (else O_PATH fds of pid 1's) */
+	bool detached;		/* open_tree clones (else the launcher's O_PATH fds) */
 };
 int mount_open_sources(const struct nsbox_policy *p, struct mount_srcs *s, struct nsbox_err *err);
 /* Closes what is open and empties s.  For __attribute__((cleanup)). */

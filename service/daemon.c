@@ -37,6 +37,7 @@
 #include "cleanup.h"
 #include "deputy.h"
 #include "nsbox.h"
+#include "owncg.h"
 #include "svc.h"
 #include "worker.h"
 
@@ -1552,6 +1553,15 @@ int daemon_run(const struct daemon_opts *o)
 	if (load_config(&D.conf) < 0)
 		return 2;
 	apply_config();
+	/* Before any thread or helper process exists: cgroup.procs moves the
+	 * whole process, and the helpers are forked into nsboxd's cgroup. */
+	{
+		char cgmsg[PATH_MAX + 256];
+		int r = owncg_enter_leaf(cgmsg, sizeof(cgmsg));
+
+		if (r != 0 || o->verbose)
+			logmsg("%s", cgmsg);
+	}
 	/* What a SIGKILLed previous instance left: cgroups whose launcher is
 	 * gone, with whatever still runs in them. */
 	cleanup_stale_cgroups(o->verbose);

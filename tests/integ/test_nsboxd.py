@@ -65,7 +65,9 @@ def cgroups_of(pid):
 
 
 class Daemon:
-    def __init__(self, conf="", activate=False, extra=()):
+    def __init__(self, conf="", activate=False, extra=(), user=None):
+        """user: a uid to run nsboxd as (root only, through setpriv); its
+        directory, with the socket, is then that user's."""
         self.dir = tempfile.mkdtemp(prefix="nsbxd-test-")
         os.chmod(self.dir, 0o755)
         self.sock = os.path.join(self.dir, "s.sock")
@@ -77,6 +79,9 @@ class Daemon:
             args = ["systemd-socket-activate", "--seqpacket", f"--listen={self.sock}", NSBOXD, "--config", self.conf]
         else:
             args = [NSBOXD, "--listen", self.sock, "--config", self.conf, *extra]
+        if user is not None:
+            os.chown(self.dir, user, user)
+            args = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *args]
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         end = time.time() + 10
         while not os.path.exists(self.sock) and time.time() < end:
@@ -374,6 +379,118 @@ print(out)
         assert p.returncode != 0 and b"AllowShareNet=no" in p.stderr, p.stderr
     finally:
         assert d.stop() == 0
+
+
+def as_user(uid, groups=None):
+    """The command prefix to run as uid (root), or nothing (already uid)."""
+    if os.geteuid() == uid:
+        return []
+    assert ROOT
+    return ["setpriv", f"--reuid={uid}", f"--regid={uid}",
+            f"--groups={groups}" if groups else "--clear-groups"]
+
+
+UNPRIV = 65534
+
+
+def test_unprivileged_nsboxd_workspace():
+    """nsboxd as an unprivileged user (uid 65534: the test's own uid in the
+    unprivileged passes) serves a session with a workspace the SDK opened
+    and passed as a descriptor, from a client of the same uid.  No open_tree
+    without privilege: the launcher opens the descriptor through nsboxd's
+    /proc/PID/fd, and the sandbox's pid 1 opens the same directory again
+    in its own mount namespace.  The sandbox reads and writes it."""
+    uid = os.geteuid() if not ROOT else UNPRIV
+    d = Daemon("[Service]\nPoolSize=1\nWorkers=1\n", user=UNPRIV if ROOT else None)
+    ws = tempfile.mkdtemp(prefix="nsbxd-ws-")
+    pid = None
+    try:
+        with open(os.path.join(ws, "in.txt"), "w") as f:
+            f.write("from the host")
+        if ROOT:
+            for x in (ws, os.path.join(ws, "in.txt")):
+                os.chown(x, UNPRIV, UNPRIV)
+        os.chmod(ws, 0o700)     # only uid 65534 may enter
+        code = f"""
+import nsbox
+with nsbox.Sandbox(connect={d.sock!r}, workspace={ws!r}) as sb:
+    got = sb.execute("import os; (os.getcwd(), open('in.txt').read())")
+    assert got == ["/workspace", "from the host"] or got == ("/workspace", "from the host"), got
+    sb.execute("open('/workspace/out.txt', 'w').write('from the sandbox')")
+    print(sb.info()["pid"])
+"""
+        p = subprocess.run(as_user(uid) + [sys.executable, "-c", code], capture_output=True, timeout=60,
+                           env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"),
+                                       HOME="/tmp"))
+        assert p.returncode == 0, (p.stderr.decode(), d.logtext())
+        pid = int(p.stdout)
+        with open(os.path.join(ws, "out.txt")) as f:
+            assert f.read() == "from the sandbox"
+        st = os.stat(os.path.join(ws, "out.txt"))
+        assert (st.st_uid, st.st_gid) == ((UNPRIV, UNPRIV) if ROOT else (os.geteuid(), os.getegid()))
+        # A descriptor no path leads to any more (its directory removed)
+        # can't be found again in the sandbox's namespace; and where its
+        # path names another directory (here one made to look like the
+        # removed one's "... (deleted)"), device and inode tell them apart.
+        # Both refused (EIO: the sandbox could not be made), naming what.
+        script = f"""
+import os, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import svcclient
+c = svcclient.Client({d.sock!r})
+for name, decoy in (("gone", False), ("swapped", True)):
+    os.mkdir({ws!r} + "/" + name)
+    fd = os.open({ws!r} + "/" + name, os.O_RDONLY | os.O_DIRECTORY)
+    os.rmdir({ws!r} + "/" + name)
+    if decoy:
+        os.mkdir({ws!r} + "/" + name + " (deleted)")
+    sb, m = c.open(fds=[fd], workspace={{"fd": 0}})
+    print(sb is None, m.get("error"), repr(m.get("message")))
+    if decoy:
+        os.rmdir({ws!r} + "/" + name + " (deleted)")
+"""
+        p = subprocess.run(as_user(uid) + [sys.executable, "-c", script], capture_output=True, timeout=60,
+                           env=dict(os.environ, HOME="/tmp"))
+        assert p.returncode == 0, p.stderr
+        gone, swapped = p.stdout.decode().splitlines()
+        assert gone.startswith("True EIO ") and "gone (deleted)): No such file" in gone, gone
+        assert swapped.startswith("True EIO ") and "swapped (deleted) is no longer what was opened" in swapped, \
+            swapped
+    finally:
+        assert d.stop() == 0, d.logtext()
+        if pid is not None:
+            assert wait_gone(pid)
+        for f in os.listdir(ws):
+            os.unlink(os.path.join(ws, f))
+        os.rmdir(ws)
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: clients of other uids than nsboxd's own")
+def test_unprivileged_nsboxd_other_uids():
+    """An unprivileged nsboxd (uid 65534) with a socket anyone may connect
+    to: a uid AllowUsers= does not name is refused; one it names gets a
+    session, but not with a workspace (an unprivileged service can't check
+    another user's rights to a descriptor)."""
+    d = Daemon("[Service]\nPoolSize=1\nWorkers=1\nAllowUsers=65532\n", user=UNPRIV, extra=("--mode", "0666"))
+    ws = tempfile.mkdtemp(prefix="nsbxd-ws-")
+    try:
+        os.chown(ws, 65532, 65532)
+        env = dict(os.environ, HOME="/tmp")
+        p = subprocess.run(as_user(65533) + [NSBOX, "python", "--connect", d.sock, "-c", "print(1)"],
+                           capture_output=True, timeout=60, env=env)
+        # the ERROR nsboxd sends before it closes, not a reset connection
+        assert p.returncode == 125 and b"Permission denied" in p.stderr, p.stderr
+        assert b"this user may not use nsboxd" in p.stderr, p.stderr
+        p = subprocess.run(as_user(65532) + [NSBOX, "python", "--connect", d.sock, "-c", "import os; print(os.getuid())"],
+                           capture_output=True, timeout=60, env=env)
+        assert p.returncode == 0 and p.stdout == b"1000\n", p.stderr
+        p = subprocess.run(as_user(65532) + [NSBOX, "python", "--connect", d.sock, "--workspace", ws, "-c", "1"],
+                           capture_output=True, timeout=60, env=env)
+        assert p.returncode == 125 and b"can't check another user's rights" in p.stderr, p.stderr
+        assert os.listdir(ws) == []
+    finally:
+        assert d.stop() == 0, d.logtext()
+        os.rmdir(ws)
 
 
 @pytest.fixture

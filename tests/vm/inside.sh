@@ -578,6 +578,119 @@ t_nodeleg_strict() {
 	echo "# refusal: $(head -n 3 "$T/err" | tr '\n' ' ')"
 }
 
+# ------------------------------------------------------- nsboxd, as root
+# nsboxd started as systemd starts nsboxd.service (Delegate=yes, on a pure
+# v2 host): alone in the unit's cgroup, system.slice/nsboxd.service, with
+# cpu, memory and pids enabled in system.slice so the unit has them.  It
+# must move into a leaf of its own, favour it, make the sessions' cgroups
+# beside it, and leave nothing but that (empty) leaf after SIGTERM.
+NSBOXD=/usr/local/sbin/nsboxd
+SVC=$CG/system.slice/nsboxd.service
+svc_pid=
+
+have_nsboxd() {
+	[ -x "$NSBOXD" ] && return 0
+	why="nsboxd not built (no $NSBOXD in the image)"
+	return 77
+}
+
+t_svc_start() {
+	have_nsboxd || return
+	mkdir -p $CG/system.slice && echo "+cpu +memory +pids" >$CG/system.slice/cgroup.subtree_control &&
+		mkdir $SVC || { why="cannot make $SVC"; return 1; }
+	printf '[Service]\nPoolSize=1\nWorkers=1\n' >"$T/nsboxd.conf"
+	sh -c 'echo $$ >"$0/cgroup.procs" && exec "$@"' $SVC \
+		$NSBOXD --listen "$T/svc.sock" --config "$T/nsboxd.conf" --verbose >"$T/nsboxd.log" 2>&1 &
+	svc_pid=$!
+	i=0
+	while [ $i -lt 300 ] && ! [ -S "$T/svc.sock" ] && kill -0 $svc_pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+	cp "$T/nsboxd.log" "$T/err"
+	[ -S "$T/svc.sock" ] || { why="nsboxd never listened"; return 1; }
+	sed 's/^/# nsboxd: /' "$T/nsboxd.log"
+	mine=$(cat /proc/$svc_pid/cgroup)
+	[ "$mine" = "0::/system.slice/nsboxd.service/nsboxd" ] || { why="nsboxd's cgroup: $mine"; return 1; }
+	[ -z "$(cat $SVC/cgroup.procs)" ] || { why="processes left in $SVC itself: $(cat $SVC/cgroup.procs)"; return 1; }
+	w=$(cat $SVC/nsboxd/cpu.weight)
+	[ "$w" = 1000 ] || { why="nsboxd's leaf cpu.weight $w, expected 1000"; return 1; }
+	sc=$(cat $SVC/cgroup.subtree_control)
+	[ "$sc" = "cpu memory pids" ] || { why="$SVC/cgroup.subtree_control: $sc"; return 1; }
+}
+
+# A raw client (tests/integ/svcclient.py): a session with memory=64M, its
+# cgroup seen from the host beside nsboxd's leaf, then a hog in it: EXITED
+# says OOM, CLOSED follows, the cgroup is gone.
+SVC_OOM='import json, os, sys, time
+sys.path.insert(0, "/usr/local/lib/nsbox/src/tests/integ")
+import svcclient
+c = svcclient.Client(sys.argv[1], timeout=60)
+sb, m = c.open(memory=64 << 20)
+assert sb, m
+cg = open("/proc/%d/cgroup" % sb.pid).read().strip()
+d = "/sys/fs/cgroup" + cg[3:]
+assert os.path.dirname(d) == sys.argv[2], (cg, sys.argv[2])
+lim = (open(d + "/memory.max").read().strip(), open(d + "/cpu.weight").read().strip())
+print("# session cgroup %s: memory.max %s, cpu.weight %s" % ((cg,) + lim))
+assert lim == ("67108864", "100"), lim
+try:
+    r = sb.exec("b = bytearray(200 << 20)")
+except EOFError:
+    pass
+t, m, _, _ = c.recv()
+print("#", t, json.dumps(m))
+assert t == "EXITED" and m["handle"] == sb.handle and m["status"]["oom_killed"], m
+t, m = sb.close()
+print("#", t, json.dumps(m))
+assert t == "CLOSED" and m["status"]["oom_killed"], m
+for i in range(100):
+    if not os.path.exists(d):
+        break
+    time.sleep(0.05)
+assert not os.path.exists(d), d + " left"
+'
+
+t_svc_oom() {
+	[ -n "$svc_pid" ] || { why="nsboxd did not start"; return 1; }
+	timeout 60 $PY -c "$SVC_OOM" "$T/svc.sock" $SVC >"$T/out" 2>"$T/err"
+	rc=$?
+	cat "$T/out"
+	expect_rc 0
+}
+
+# The CLI through the service, then SIGTERM to nsboxd while that session
+# and the pool's sandbox are alive.
+t_svc_sigterm() {
+	[ -n "$svc_pid" ] || { why="nsboxd did not start"; return 1; }
+	timeout 60 "$NSBOX" python --connect "$T/svc.sock" \
+		-c 'import os, time; print("up", os.getuid(), 6 * 7, flush=True); time.sleep(50)' >"$T/out" 2>"$T/err" &
+	cli=$!
+	i=0
+	while [ $i -lt 300 ] && ! grep -q up "$T/out"; do sleep 0.1; i=$((i + 1)); done
+	[ "$(cat "$T/out")" = "up 1000 42" ] || { why="the CLI's session did not start as expected"; kill $cli; return 1; }
+	# Every process of the sessions and the pool, from the host.
+	pids=$(cat $SVC/nsbox-*/cgroup.procs 2>/dev/null)
+	[ -n "$pids" ] || { why="no process in $SVC/nsbox-*"; kill $cli; return 1; }
+	kill -TERM $svc_pid
+	i=0
+	while [ $i -lt 200 ] && kill -0 $svc_pid 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+	wait $svc_pid
+	src=$?
+	wait $cli
+	crc=$?
+	svc_pid=
+	cat "$T/nsboxd.log" >>"$T/err"
+	[ $src -eq 0 ] || { why="nsboxd exited $src after SIGTERM"; return 1; }
+	for p in $pids; do
+		[ ! -d /proc/$p ] || { why="sandbox process $p survived"; return 1; }
+	done
+	left=$(cd $SVC && find . -mindepth 1 -type d)
+	[ "$left" = ./nsboxd ] || { why="left in $SVC: $(echo $left)"; return 1; }
+	[ -z "$(cat $SVC/nsboxd/cgroup.procs)" ] || { why="processes left in nsboxd's leaf"; return 1; }
+	pgrep -x nsbox-runner >/dev/null && { why="an nsbox-runner is still running"; return 1; }
+	[ ! -e "$T/svc.sock" ] || { why="the socket was not removed"; return 1; }
+	echo "# after SIGTERM: $(echo $pids | wc -w) sandbox processes gone, only the empty leaf left; the CLI exited $crc"
+	rmdir $SVC/nsboxd $SVC
+}
+
 # The project's integration suite (tests/integ, pytest) in this role, in
 # the time the VM has left (NSBOX_VM_DEADLINE, guest uptime): running out
 # of time is a failure, reported, not a silent cut.
@@ -675,6 +788,12 @@ check "boot_id is the sandbox's own" t_boot_id
 case $role in
 root|deleg) check "--policy strict runs where cgroups work" t_strict_runs ;;
 esac
+if [ "$role" = root ]; then
+	check "nsboxd in a Delegate=yes cgroup moves into a favoured leaf" t_svc_start
+	check "a service session's cgroup is beside nsboxd's; OOM in EXITED and CLOSED" t_svc_oom
+	check "nsbox python --connect; then SIGTERM to nsboxd leaves no process or cgroup" t_svc_sigterm
+	[ -z "$svc_pid" ] || kill -KILL $svc_pid 2>/dev/null
+fi
 case $role in
 deleg) check "no nsbox cgroups left under $DELEG" t_no_leftovers ;;
 root) check "no nsbox cgroups left anywhere" t_no_leftovers_root ;;

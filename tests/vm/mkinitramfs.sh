@@ -1,7 +1,8 @@
 #!/bin/bash
 # Build the initramfs for the nsbox VM test (tests/vm/run-vm.sh) from this
 # host's files: busybox-static, setpriv, Debian's python3.11 and its stdlib,
-# the built nsbox binaries, every shared library they need, and the test plan.
+# the built nsbox binaries (nsbox, nsboxd, the runner, the test programs),
+# every shared library they need, and the test plan.
 #
 #   tests/vm/mkinitramfs.sh OUT.cpio[.gz]
 #
@@ -183,6 +184,14 @@ if [ -x "$build/nsbox" ]; then
 	nsbox_present=yes
 	add_bin "$build/nsbox" /usr/local/lib/nsbox/nsbox
 	ln -s ../lib/nsbox/nsbox "$stage/usr/local/bin/nsbox"
+fi
+# nsboxd (and libsystemd, through ldd), run by the root role's service
+# checks; no systemd-socket-activate: socket activation is tested on the
+# host (tests/integ/test_nsboxd.py), and its libsystemd-shared is 3 MiB more.
+if [ -x "$build/nsboxd" ]; then
+	add_bin "$build/nsboxd" /usr/local/lib/nsbox/nsboxd
+	mkdir -p "$stage/usr/local/sbin"
+	ln -s ../lib/nsbox/nsboxd "$stage/usr/local/sbin/nsboxd"
 fi
 if [ -x "$build/nsbox-runner" ]; then
 	add_bin "$build/nsbox-runner" /usr/local/lib/nsbox/nsbox-runner

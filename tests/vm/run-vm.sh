@@ -2,8 +2,9 @@
 # Run nsbox's tests on a pure cgroup v2 host with Debian 12's own kernel:
 # build an initramfs (tests/vm/mkinitramfs.sh), boot the cloud kernel under
 # qemu with software emulation, let tests/vm/init run tests/vm/inside.sh as
-# root, as a user with a delegated cgroup subtree and as a user without one,
-# and read the results back from the serial console.  `make check-vm` runs
+# root (nsboxd too, in a cgroup delegated as systemd's Delegate=yes does), as
+# a user with a delegated cgroup subtree and as a user without one, and read
+# the results back from the serial console.  `make check-vm` runs
 # this.
 #
 # Exit status: 0 when every check passed; 1 when a check failed or was
