@@ -48,6 +48,9 @@ CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c egress/*.c jail/*.c host/*
 CORE_OBJS := $(CORE_SRCS:%.c=$(B)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
+# The CLI alone links libedit (BSD licence; Debian's libedit-dev): line
+# editing, history and completion for nsbox python's REPL.
+CLI_LIBS := $(shell pkg-config --libs libedit)
 # Front ends see the public header and their own, nothing of the core
 # (scripts/check-layers.py says so too).
 FRONT_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS) -MMD -MP
@@ -126,7 +129,7 @@ $(B)/libnsbox-core.a: $(CORE_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 $(B)/nsbox: $(CLI_OBJS) $(B)/libnsbox-core.a
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(CLI_LIBS)
 $(B)/obj/service/%.o: ALL_CFLAGS += $(shell pkg-config --cflags libsystemd)
 $(B)/nsboxd: $(SVC_OBJS) $(B)/libnsbox-core.a
 	$(CC) $(LDFLAGS) -o $@ $(SVC_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) $(shell pkg-config --libs libsystemd) -lm
@@ -242,7 +245,7 @@ check-unit: $(UNIT_BINS)
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 # memcheck of the API tests; the sandboxes themselves are not followed.
 check-valgrind: $(B)/tests/test-api
-	valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
+	NSBOX_UNDER_VALGRIND=1 valgrind -q --leak-check=full --show-leak-kinds=definite,indirect --errors-for-leak-kinds=definite,indirect \
 		--error-exitcode=1 --trace-children=no $(B)/tests/test-api
 check-integ: all
 	NSBOX_BUILD=$(CURDIR)/$(B) NSBOX_SANITIZE=$(SANITIZE) scripts/run-integ.sh

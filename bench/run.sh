@@ -152,6 +152,28 @@ fi
 if [ "${NSBOX_BENCH_RUNNER:-1}" != 0 ] && [ -x "$B/nsbox-runner" ] && [ -x bench/runner.sh ]; then
 	bench/runner.sh "$B" "$RUNS" >> "$out/table"
 fi
+# Printing: 2M prints to a file, nsbox python against python3.11 under
+# nsbox run (the reference, "*": x ref and pairs are the ratio; the bound
+# is 1.5), NSBOX_BENCH_PRINT_RUNS interleaved runs of each (default 5).
+if [ "${NSBOX_BENCH_PRINT:-1}" != 0 ]; then
+	pc='for i in range(2_000_000): print(i)'
+	ta="" tb=""
+	us() { $PY -c 'import sys; print("%.1f" % ((int(sys.argv[2]) - int(sys.argv[1])) / 1000))' "$@"; }
+	for _ in $(seq "${NSBOX_BENCH_PRINT_RUNS:-5}"); do
+		t0=$(date +%s%N); "$B/nsbox" run -- $PY -c "$pc" > "$out/print.b"
+		t1=$(date +%s%N); "$B/nsbox" python -c "$pc" > "$out/print.a"
+		t2=$(date +%s%N)
+		cmp -s "$out/print.a" "$out/print.b" || { echo "bench: nsbox python printed otherwise" >&2; exit 1; }
+		tb="$tb $(us "$t0" "$t1")" ta="$ta $(us "$t1" "$t2")"
+	done
+	{
+		echo "# 2M prints to a file (for i in range(2_000_000): print(i) > FILE), whole process"
+		printf '*nsbox run -- python3.11 -c <2M prints>\t%s\n' "${tb# }"
+		printf 'nsbox python -c <2M prints>\t%s\n' "${ta# }"
+		echo
+	} >> "$out/table"
+	rm -f "$out/print.a" "$out/print.b"
+fi
 if [ "${NSBOX_BENCH_NSBOXD:-1}" != 0 ] && [ -x "$B/nsboxd" ]; then
 	/usr/bin/python3.11 bench/nsboxd.py "$B" "$RUNS" > "$out/nsboxd" || exit 1
 fi

@@ -12,12 +12,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <editline/readline.h>
 #include <jansson.h>
 
 #include "args.h"
 #include "commands.h"
 
 #define MAX_TOOLS 64
+#define OUTPUT_LIMIT_MAX (64u << 20)
 #define TOOL_OUTPUT_MAX (32u << 20) /* beyond the frame cap: the session refuses it clearly */
 
 static nsbox_session_t *active;
@@ -33,7 +35,9 @@ static void py_usage(FILE *f)
 		"  --json                print one JSON object: value, stdout, stderr, error, usage\n"
 		"  --tool NAME=COMMAND   a host tool: COMMAND gets {\"args\":[...],\"kwargs\":{...}} on stdin\n"
 		"                        and prints a JSON result; callable inside as NAME(...)\n"
-		"  --output-limit SIZE   cap on captured stdout and stderr each (default 1M)\n"
+		"  --output-limit SIZE   --json: cap on the stdout and stderr kept, each (default 1M;\n"
+		"                        16 to 64M, or 0 / unlimited: 64M); a cut is flagged and warned\n"
+		"                        about.  Output shown as produced is never cut.\n"
 		"  --connect SOCKET      get the sandbox from nsboxd(8) at SOCKET (also $NSBOX_CONNECT)\n"
 		"  --quiet               no warnings about limits enforced by a fallback\n"
 		"  --list-packages       print the Debian packages the root tree provides (NAME VERSION,\n"
@@ -80,10 +84,16 @@ static void py_err_json(int status)
 			       status, py_errmsg);
 }
 
+static bool in_repl, in_exec;
+static volatile sig_atomic_t got_sigint;
+
+/* Ctrl-C: KeyboardInterrupt inside the running code (the runner raises it
+ * for a cancel, set up by cli_run), or at the REPL's prompt, a fresh one. */
 static void on_sigint(int sig)
 {
-	(void)sig;
-	if (active)
+	if (sig == SIGINT && in_repl && !in_exec)
+		got_sigint = 1;
+	else if (active)
 		nsbox_cancel(active); /* async-signal-safe */
 }
 
@@ -279,24 +289,6 @@ static void print_error(const json_t *result)
 			json_string_value(json_object_get(e, "message")));
 }
 
-/* After streaming the head of a truncated stream, show the tail. */
-static void print_tail(const json_t *result, const char *stream, FILE *f)
-{
-	char key[32];
-	const char *tail;
-	long long total;
-
-	snprintf(key, sizeof(key), "%s_truncated", stream);
-	if (!json_is_true(json_object_get(result, key)))
-		return;
-	snprintf(key, sizeof(key), "%s_tail", stream);
-	tail = json_string_value(json_object_get(result, key));
-	snprintf(key, sizeof(key), "%s_bytes", stream);
-	total = (long long)json_integer_value(json_object_get(result, key));
-	fprintf(f, "\n[nsbox: %s truncated, %lld bytes in all]\n%s", stream, total, tail ? tail : "");
-	fflush(f);
-}
-
 /* An uncaught SystemExit is the script's exit status, not an error to show. */
 static bool is_exit(const nsbox_result_t *r)
 {
@@ -320,6 +312,25 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 	enum nsbox_status status = nsbox_result_status(res);
 	bool limit = status != NSBOX_OK && status != NSBOX_EXCEPTION;
 	json_t *r = json_loads(nsbox_result_json(res), 0, NULL);
+	const char *etype = nsbox_result_error_type(res);
+	int rc = nsbox_result_exit_code(res);
+
+	/* python's status for a KeyboardInterrupt (it ends by SIGINT). */
+	if (status == NSBOX_EXCEPTION && etype && !strcmp(etype, "KeyboardInterrupt"))
+		rc = 130;
+	/* Never a silent cut: the JSON says stdout_truncated, and so does stderr. */
+	for (int k = 0; k < 2 && r && !streamed; k++) {
+		const char *name = k ? "stderr" : "stdout";
+		char key[32];
+
+		snprintf(key, sizeof(key), "%s_truncated", name);
+		if (json_is_true(json_object_get(r, key))) {
+			snprintf(key, sizeof(key), "%s_bytes", name);
+			fprintf(stderr,
+				"nsbox python: warning: %s cut to the output limit (%lld bytes written; see --output-limit)\n",
+				name, (long long)json_integer_value(json_object_get(r, key)));
+		}
+	}
 
 	if (json_mode) {
 		struct nsbox_session_info info = { .struct_size = sizeof(info) };
@@ -383,12 +394,10 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		fputc('\n', stdout);
 		json_decref(o);
 	} else {
+		/* Streamed: all of it went to on_output as produced (stream_all). */
 		if (r && !streamed) {
 			fputs(json_string_value(json_object_get(r, "stdout")) ?: "", stdout);
 			fputs(json_string_value(json_object_get(r, "stderr")) ?: "", stderr);
-		} else if (r) {
-			print_tail(r, "stdout", stdout);
-			print_tail(r, "stderr", stderr);
 		}
 		fflush(stdout);
 		if ((status == NSBOX_EXCEPTION && !is_exit(res)) || status == NSBOX_TIME_LIMIT ||
@@ -399,85 +408,285 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 	}
 	fflush(stdout);
 	json_decref(r);
-	return nsbox_result_exit_code(res);
+	return rc;
 }
 
+/* ---- the REPL: libedit for line editing, history and completion ---- */
+
+static char *repl_line;
+static bool repl_done;
+
+static void on_line(char *line)
+{
+	repl_line = line;
+	repl_done = true;
+	/* Until the next prompt: output of the exec must not be redrawn
+	 * around a half-installed line. */
+	rl_callback_handler_remove();
+}
+
+/* One line with a prompt, as python's readline module reads it: the
+ * callback interface under our own poll, so that Ctrl-C at the prompt
+ * comes back here (-2) instead of killing or being lost.  NULL at EOF. */
+static char *read_line(const char *prompt, int *why)
+{
+	repl_done = false;
+	repl_line = NULL;
+	got_sigint = 0;
+	rl_callback_handler_install(prompt, on_line);
+	while (!repl_done) {
+		struct pollfd pfd = { 0, POLLIN, 0 };
+		int k = poll(&pfd, 1, -1);
+
+		if (got_sigint) {
+			rl_free_line_state();
+			rl_cleanup_after_signal();
+			rl_callback_handler_remove();
+			*why = -2;
+			return NULL;
+		}
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0) {
+			rl_callback_handler_remove();
+			break;
+		}
+		rl_callback_read_char();
+		if (got_sigint) {
+			rl_free_line_state();
+			rl_callback_handler_remove();
+			*why = -2;
+			return NULL;
+		}
+	}
+	*why = repl_line ? 0 : -1;
+	return repl_line;
+}
+
+/* ^C as a key: libedit's line mode reads it as a character (no ISIG
+ * while editing), where python's readline gets SIGINT. */
+static int on_ctrl_c(int count, int key)
+{
+	(void)count;
+	(void)key;
+	got_sigint = 1;
+	return 0;
+}
+
+static nsbox_session_t *complete_session;
+
+/* Tab: the sandbox's names, from rlcompleter inside (the runner's
+ * complete(), run as an exec whose output is not shown). */
+static json_t *complete_list(const char *text)
+{
+	struct nsbox_exec_opts eo = {
+		.struct_size = sizeof(eo), .repl = true, .filename = "<nsbox-runner>", .timeout = 5
+	};
+	static const char pre[] = "__import__('_nsbox_runner').complete(";
+	nsbox_result_t *res = NULL;
+	nsbox_error_t *e = NULL;
+	json_t *t = json_string(text), *v = NULL;
+	char *arg = t ? json_dumps(t, JSON_ENCODE_ANY) : NULL, *code = NULL;
+
+	json_decref(t);
+	if (arg && asprintf(&code, "%s%s)\n", pre, arg) >= 0 &&
+	    nsbox_exec(complete_session, code, &eo, &res, &e) == 0 && nsbox_result_status(res) == NSBOX_OK)
+		v = json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL);
+	nsbox_error_free(e);
+	nsbox_result_free(res);
+	free(arg);
+	free(code);
+	if (v && !json_is_array(v)) {
+		json_decref(v);
+		v = NULL;
+	}
+	return v;
+}
+
+static char *complete_gen(const char *text, int state)
+{
+	static json_t *matches;
+	static size_t next;
+	const char *m;
+
+	if (state == 0) {
+		json_decref(matches);
+		matches = complete_list(text);
+		next = 0;
+	}
+	while (matches && next < json_array_size(matches)) {
+		m = json_string_value(json_array_get(matches, next++));
+		if (m)
+			return strdup(m);
+	}
+	return NULL;
+}
+
+static char **complete(const char *text, int start, int end)
+{
+	(void)start;
+	(void)end;
+	rl_completion_append_character = '\0';
+	return rl_completion_matches(text, complete_gen);
+}
+
+static char *history_path(void)
+{
+	const char *home = getenv("HOME");
+	char *p = NULL;
+
+	if (!home || !*home || asprintf(&p, "%s/.nsbox_history", home) < 0)
+		return NULL;
+	return p;
+}
+
+/* The REPL's status: 0 at EOF (Ctrl-D), exit()'s code, or -1 with the
+ * session lost. */
 static int repl(nsbox_session_t *s)
 {
-	char *line = NULL, *buf = NULL;
-	size_t cap = 0, len = 0;
+	char *buf = NULL;
+	size_t len = 0;
 	struct nsbox_session_info info = { .struct_size = sizeof(info) };
 	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo), .interactive = true, .filename = "<stdin>" };
+	_cleanup_free_ char *hist = history_path();
+	int rc = 0;
 
 	if (nsbox_session_info(s, &info, NULL) < 0)
 		info.python[0] = '\0';
-	fprintf(stderr, "Python %s in an nsbox sandbox; state lives inside. Ctrl-D to quit.\n", info.python);
+	fprintf(stderr,
+		"Python %s in an nsbox sandbox; state lives inside.\n"
+		"Type \"help\", \"copyright\", \"credits\" or \"license\" for more information.\n",
+		info.python);
+	complete_session = s;
+	rl_readline_name = "python";
+	rl_catch_signals = 0;
+	rl_bind_key(3, on_ctrl_c);
+	rl_attempted_completion_function = complete;
+	/* rlcompleter's delimiters: a dotted name is one word. */
+	rl_basic_word_break_characters = " \t\n`~!@#$%^&*()-=+[{]}\\|;:'\",<>/?";
+	using_history();
+	stifle_history(1000);
+	if (hist)
+		read_history(hist);
 	for (;;) {
 		nsbox_error_t *e = NULL;
 		nsbox_result_t *res = NULL;
-		ssize_t n;
-		char *nb;
+		char *line, *nb;
+		size_t n;
+		int why;
 		bool dead;
 
-		fputs(len ? "... " : ">>> ", stdout);
-		fflush(stdout);
-		n = getline(&line, &cap, stdin);
-		if (n < 0) {
+		line = read_line(len ? "... " : ">>> ", &why);
+		if (why == -2) {
+			/* python's REPL: the input so far is dropped, the session stays. */
+			fputs("\nKeyboardInterrupt\n", stderr);
+			len = 0;
+			continue;
+		}
+		if (!line) {
 			fputc('\n', stdout);
 			break;
 		}
-		nb = realloc(buf, len + (size_t)n + 1);
-		if (!nb)
+		if (*line)
+			add_history(line);
+		n = strlen(line);
+		nb = realloc(buf, len + n + 2);
+		if (!nb) {
+			free(line);
 			break;
+		}
 		buf = nb;
-		memcpy(buf + len, line, (size_t)n + 1);
-		len += (size_t)n;
+		memcpy(buf + len, line, n);
+		len += n;
+		buf[len++] = '\n';
+		buf[len] = '\0';
+		free(line);
+		in_exec = true;
+		got_sigint = 0;
 		if (nsbox_exec(s, buf, &eo, &res, &e) < 0) {
+			in_exec = false;
 			fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
 			dead = nsbox_error_code(e) == -ENOTCONN;
 			nsbox_error_free(e);
 			len = 0;
-			if (dead)
+			if (dead) {
+				rc = -1;
 				break;
+			}
 			continue;
 		}
+		in_exec = false;
 		if (nsbox_result_status(res) == NSBOX_INCOMPLETE) {
 			nsbox_result_free(res);
 			continue;
 		}
 		len = 0;
+		if (is_exit(res)) {
+			rc = nsbox_result_exit_code(res);
+			nsbox_result_free(res);
+			break;
+		}
 		report(s, res, false, true);
 		nsbox_result_free(res);
 		if (nsbox_session_info(s, &info, NULL) < 0 || !info.alive) {
 			fprintf(stderr, "nsbox python: the session has ended\n");
+			rc = -1;
 			break;
 		}
 	}
-	free(line);
+	if (hist)
+		write_history(hist);
 	free(buf);
-	return 0;
+	return rc;
 }
 
-/* Set a global from a JSON value (consumed).  Returns 0 or -1 (printed). */
-static int set_json_var(nsbox_session_t *s, const char *name, json_t *v)
+/* bytes as a JSON string of the code points 0-255 (latin-1). */
+static json_t *latin1_json(const char *b, size_t n)
 {
-	nsbox_error_t *e = NULL;
-	char *text = v ? json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
-	int r;
+	_cleanup_free_ char *u = malloc(2 * n + 1);
+	size_t k = 0;
 
-	json_decref(v);
-	if (!text) {
-		fprintf(stderr, "nsbox python: out of memory\n");
-		return -1;
+	if (!u)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)b[i];
+
+		if (c < 0x80) {
+			u[k++] = (char)c;
+		} else {
+			u[k++] = (char)(0xc0 | (c >> 6));
+			u[k++] = (char)(0x80 | (c & 0x3f));
+		}
 	}
-	r = nsbox_set_var(s, name, text, &e);
-	free(text);
-	if (r < 0) {
-		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
-		nsbox_error_free(e);
-		return -1;
-	}
-	return 0;
+	return json_stringn(u, k);
+}
+
+/* Where the file is inside the sandbox: under /workspace when it lies
+ * in the policy's workspace, else NULL (not visible inside). */
+static char *sandbox_path(const nsbox_policy_t *p, const char *file)
+{
+	_cleanup_free_ char *real = realpath(file, NULL);
+	_cleanup_free_ char *text = nsbox_policy_to_string(p);
+	_cleanup_free_ char *ws = NULL;
+	char *out = NULL, *w, *end;
+	size_t n;
+
+	/* The policy's text (nsbox-policy(5)) is the public view of it. */
+	w = text ? strstr(text, "\nWorkspace=") : NULL;
+	if (!real || !w)
+		return NULL;
+	w += strlen("\nWorkspace=");
+	end = strchr(w, '\n');
+	if (end)
+		*end = '\0';
+	if (!*w || !(ws = realpath(w, NULL)))
+		return NULL;
+	n = strlen(ws);
+	if (strncmp(real, ws, n) || (real[n] != '/' && real[n] != '\0'))
+		return NULL;
+	if (asprintf(&out, "/workspace%s", real + n) < 0)
+		return NULL;
+	return out;
 }
 
 static void free_tools(struct cli_tool *t, size_t n)
@@ -535,6 +744,9 @@ int cmd_python(int argc, char **argv)
 	nsbox_session_t *s = NULL;
 	nsbox_result_t *res = NULL;
 	const char **py_argv = NULL;
+	json_t *cli = NULL;
+	_cleanup_free_ char *launcher = NULL;
+	bool pass_stdin = false, launch;
 	int i, r, rc;
 
 	for (i = 1; i < argc && strcmp(argv[i], "--") && strcmp(argv[i], "-c") && strcmp(argv[i], "-m"); i++)
@@ -596,9 +808,11 @@ int cmd_python(int argc, char **argv)
 		if (!strcmp(a, "--output-limit") || !strncmp(a, "--output-limit=", 15)) {
 			const char *v = a[14] == '=' ? a + 15 : (i + 1 < argc ? argv[++i] : NULL);
 
-			if (!v || nsbox_parse_size(v, &out_limit, NULL) < 0 || out_limit < 16 ||
-			    out_limit > (64u << 20)) {
-				py_err("--output-limit: expected a size from 16 to 64M\n");
+			if (v && (!strcmp(v, "unlimited") || !strcmp(v, "0")))
+				out_limit = OUTPUT_LIMIT_MAX;
+			else if (!v || nsbox_parse_size(v, &out_limit, NULL) < 0 || out_limit < 16 ||
+				 out_limit > OUTPUT_LIMIT_MAX) {
+				py_err("--output-limit: expected a size from 16 to 64M, 0 or unlimited\n");
 				goto usage;
 			}
 			continue;
@@ -676,39 +890,76 @@ int cmd_python(int argc, char **argv)
 	for (int k = i; k < argc; k++)
 		py_argv[1 + k - i] = argv[k];
 
-	if (file) {
-		FILE *f = strcmp(file, "-") ? fopen(file, "re") : stdin;
+	cli = json_object();
+	if (!cli) {
+		free(py_argv);
+		goto usage_quiet;
+	}
+	if (file && strcmp(file, "-")) {
+		/* Bytes: the runner compiles them as such, so that CPython
+		 * decodes by PEP 263; they travel as latin-1 text (one code point
+		 * per byte) in a JSON string. */
+		FILE *f = fopen(file, "re");
 		size_t len;
+		_cleanup_free_ char *raw = NULL;
+		_cleanup_free_ char *inside = NULL;
 
 		if (!f) {
-			py_err("cannot open %s: %s\n", file, strerror(errno));
+			py_err("can't open file '%s': %s\n", file, strerror(errno));
+			py_err_json(2);
 			free(py_argv);
+			json_decref(cli);
+			return 2; /* python's status for a missing script */
+		}
+		raw = read_all(f, &len);
+		fclose(f);
+		if (!raw) {
+			py_err("cannot read %s\n", file);
+			free(py_argv);
+			json_decref(cli);
 			goto usage_quiet;
 		}
-		owned_code = read_all(f, &len);
-		if (f != stdin)
-			fclose(f);
-		if (!owned_code || strlen(owned_code) != len) {
-			py_err("cannot read %s (or it holds a NUL byte)\n", file);
-			free(py_argv);
-			goto usage_quiet;
-		}
-		code = owned_code;
-	} else if (!code && !module && !isatty(0)) {
+		inside = sandbox_path(p, file);
+		json_object_set_new(cli, "mode", json_string("file"));
+		json_object_set_new(cli, "name", json_string(file) ?: json_null());
+		json_object_set_new(cli, "path", inside ? json_string(inside) : json_null());
+		json_object_set_new(cli, "source", latin1_json(raw, len));
+		pass_stdin = true;
+	} else if (file || (!code && !module && !isatty(0))) {
 		size_t len;
 
 		owned_code = read_all(stdin, &len);
-		if (!owned_code) {
-			py_err("cannot read stdin\n");
+		if (!owned_code || strlen(owned_code) != len) {
+			py_err("cannot read the code from stdin (or it holds a NUL byte)\n");
 			free(py_argv);
+			json_decref(cli);
 			goto usage_quiet;
 		}
 		code = owned_code;
 		file = "<stdin>";
+		json_object_set_new(cli, "mode", json_string("c"));
+	} else if (module) {
+		json_object_set_new(cli, "mode", json_string("m"));
+		json_object_set_new(cli, "name", json_string(module));
+		pass_stdin = true;
+	} else if (code) {
+		json_object_set_new(cli, "mode", json_string("c"));
+		pass_stdin = true;
+	} else {
+		json_object_set_new(cli, "mode", json_string("repl"));
 	}
 
-	so.output_limit = out_limit;
+	/* Without --json all output is shown as produced and RESULT's copy
+	 * is never read: keep little of it (the runner copies each chunk into
+	 * it, and the host parses it whole). */
+	so.output_limit = json_mode ? out_limit : 4096;
 	so.output = json_mode ? NULL : on_output;
+	/* Shown as produced, so all of it, as python would write it (the
+	 * cap is for results kept in memory: --json). */
+	so.stream_all = !json_mode;
+	if (!json_mode)
+		so.max_bytes = UINT64_MAX;
+	so.pass_stdin = pass_stdin;
 	so.argv = py_argv;
 	r = nsbox_session_new(p, &so, &s, &e);
 	free(py_argv);
@@ -735,32 +986,68 @@ int cmd_python(int argc, char **argv)
 		sigaction(SIGINT, &sa, NULL);
 		sigaction(SIGTERM, &sa, NULL);
 	}
-	show_output = true;
-	if (!code && !module) {
-		rc = repl(s);
-		goto out;
-	}
-	if (module) {
-		if (set_json_var(s, "__nsbox_module__", json_string(module)) < 0) {
-			rc = NSBOX_EXIT_PROTOCOL;
+	/* sys.path, __file__, KeyboardInterrupt for Ctrl-C, and FILE or -m
+	 * itself: the runner's cli_run (runner/runner.py), in an exec whose
+	 * frames are hidden from tracebacks. */
+	{
+		/* The settings travel in the exec's code (one round trip, none
+		 * before the EXEC): a JSON text as a Python string literal, which
+		 * JSON's string escapes are. */
+		char *text = json_dumps(cli, JSON_COMPACT);
+		json_t *lit = text ? json_string(text) : NULL;
+		char *arg = lit ? json_dumps(lit, JSON_ENCODE_ANY) : NULL;
+
+		free(text);
+		json_decref(lit);
+		if (!arg || asprintf(&launcher, "__import__('_nsbox_runner').cli_run(%s)\n", arg) < 0) {
+			free(arg);
+			py_err("out of memory\n");
+			rc = NSBOX_EXIT_USAGE;
 			goto out;
 		}
-		code = "import runpy as __nsbox_runpy__\n"
-		       "__nsbox_runpy__.run_module(__nsbox_module__, run_name='__main__', alter_sys=True)\n";
-		file = "<nsbox -m>";
+		free(arg);
 	}
-	eo.filename = file ? file : "<string>";
-	eo.repl = json_mode;
-	if (nsbox_exec(s, code, &eo, &res, &e) < 0) {
+	launch = !code && (module || file); /* FILE and -m run in the launcher; -c, stdin and the REPL after it */
+	show_output = launch;
+	eo.filename = "<nsbox-runner>";
+	eo.repl = false;
+	if (nsbox_exec(s, launcher, &eo, &res, &e) < 0) {
 		py_err("%s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
-		rc = NSBOX_EXIT_USAGE;
+		rc = NSBOX_EXIT_PROTOCOL;
 		goto out;
+	}
+	show_output = true;
+	if (!launch) {
+		if (nsbox_result_status(res) != NSBOX_OK) {
+			rc = report(s, res, json_mode, !json_mode);
+			goto out;
+		}
+		nsbox_result_free(res);
+		res = NULL;
+	}
+	if (!code && !module && !file) {
+		in_repl = true;
+		rc = repl(s);
+		if (rc < 0)
+			rc = NSBOX_EXIT_PROTOCOL;
+		goto out;
+	}
+	if (!launch) {
+		eo.filename = file ? file : "<string>";
+		eo.repl = json_mode;
+		if (nsbox_exec(s, code, &eo, &res, &e) < 0) {
+			py_err("%s\n", nsbox_error_message(e));
+			nsbox_error_free(e);
+			rc = NSBOX_EXIT_USAGE;
+			goto out;
+		}
 	}
 	rc = report(s, res, json_mode, !json_mode);
 out:
 	py_err_json(rc);
 	active = NULL;
+	json_decref(cli);
 	nsbox_result_free(res);
 	nsbox_session_free(s);
 	free_tools(ctools, n_tools);

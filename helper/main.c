@@ -50,12 +50,19 @@ int main(int argc, char **argv)
 	unsigned long fd = 3;
 	int keep[1];
 
+	/* A write past RLIMIT_FSIZE is OSError(EFBIG), not a dead session:
+	 * CPython's own main ignores SIGXFSZ too (Python/pylifecycle.c,
+	 * signal_install_handlers); subprocess restores it for children.
+	 * Before --helper: the helper's template forks sessions too. */
+	signal(SIGXFSZ, SIG_IGN);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--fd") && i + 1 < argc) {
 			if (parse_ulong(argv[++i], 1024, &fd) < 0)
 				return 2;
 		} else if (!strcmp(argv[i], "--dist-packages")) {
 			dist = true;
+		} else if (!strcmp(argv[i], "--stdin")) {
+			runner_keep_stdin = true;
 		} else if (!strcmp(argv[i], "--preload") && i + 1 < argc) {
 			preload = argv[++i];
 		} else if (!strcmp(argv[i], "--helper") && i == 1 &&

@@ -70,6 +70,12 @@ struct session_opts {
 	/* sys.argv inside, NULL-terminated (NULL: Python's [""]); read by
 	 * session_start only, sent in the HELLO. */
 	const char *const *argv;
+	/* The runner streams each exec's whole output, not only the head
+	 * (output_limit still caps what RESULT keeps). */
+	bool stream_all;
+	/* In-process launches only: the caller's fd 0 (not a terminal) is the
+	 * sandbox's stdin (nsbox-runner --stdin). */
+	bool pass_stdin;
 };
 
 struct session_exec_req {

@@ -155,7 +155,7 @@ struct nsbox_session_opts {
 	 * nsbox_session_new only.  Bytes that are not UTF-8 arrive as CPython
 	 * decodes its own argv (surrogateescape). */
 	const char *const *argv;
-	/* Field below: since 0.4.0.  Get the sandbox from nsboxd(8) listening
+	/* Fields below: since 0.4.0.  Get the sandbox from nsboxd(8) listening
 	 * at this socket path instead of making it (NULL: $NSBOX_CONNECT when
 	 * set and not empty, else make it here).  The policy must then be a
 	 * built-in profile with limits, network, workspace, binds and
@@ -165,6 +165,15 @@ struct nsbox_session_opts {
 	 * the service keep its errno: -EACCES not allowed (nsboxd.conf(5)),
 	 * -EDQUOT over this user's quota, -EAGAIN the service is full. */
 	const char *connect;
+	/* output gets all of each exec's output as produced, not only the
+	 * first half of output_limit; the result's stdout and stderr are
+	 * capped by output_limit all the same (and say so: stdout_truncated
+	 * in nsbox_result_json).  Streamed bytes do count towards max_bytes. */
+	bool stream_all;
+	/* in_process only: the caller's stdin (fd 0) is the sandbox's, read
+	 * by the code directly, when it is a pipe or a file; never a terminal
+	 * (TIOCSTI, CVE-2017-5226): then, and otherwise, stdin inside is empty. */
+	bool pass_stdin;
 };
 
 /* Create a session under policy p (copied; p may be freed afterwards).

@@ -197,6 +197,16 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 		if (symlink(links[i].target, path) < 0)
 			return err_sys(err, "symlink /dev/%s", links[i].name);
 	}
+	/* A private devpts instance, as bubblewrap's --dev: os.openpty() and
+	 * pty users work, and no pty of the host's is reachable (/dev/ptmx is
+	 * a link into it, rootfs-table.c).  max=64: ptys come from the
+	 * host-wide kernel.pty.max, less kernel.pty.reserve for the host's own
+	 * instance; one sandbox must not take them all from the others. */
+	if (mkdir(NEWROOT "/dev/pts", 0755) < 0)
+		return err_sys(err, "mkdir /dev/pts");
+	if (mount("devpts", NEWROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+		  "newinstance,ptmxmode=0666,mode=620,max=64") < 0)
+		return err_sys(err, "mount devpts");
 	if (mkdir(NEWROOT "/dev/shm", 01777) < 0)
 		return err_sys(err, "mkdir /dev/shm");
 	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
@@ -598,7 +608,7 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	 * sandbox's loopback (egress.h). */
 	if (p->n_net_allow && !p->share_net) {
 		if (write_etc("resolv.conf", "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n", err) < 0)
-			return -1;
+			goto out;
 	} else if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
 		goto out;
 	/* Before the policy's binds, and opened at once: a bind of the

@@ -186,6 +186,19 @@ static int pid1_netns_join(struct pid1 *s, struct nsbox_err *err)
 	return 0;
 }
 
+/* A process group of its own, out of the caller's terminal's foreground
+ * group: Ctrl-C at a terminal is the host's to act on (nsbox python's
+ * KeyboardInterrupt by a CANCEL, nsbox run's forwarding), never a SIGINT
+ * the kernel sends pid 1 directly, which it would forward and which
+ * killed nsbox python's runner at its REPL prompt. */
+static int pid1_own_pgrp(struct pid1 *s, struct nsbox_err *err)
+{
+	(void)s;
+	if (setpgid(0, 0) < 0)
+		return err_sys(err, "setpgid");
+	return 0;
+}
+
 static void pid1_noop(int sig)
 {
 	(void)sig;
@@ -255,6 +268,7 @@ struct pid1_step {
 static const struct pid1_step pid1_setup[] = {
 	{ "pid1", pid1_hide_cmdline },
 	{ "pid1", pid1_deathsig },
+	{ "pid1", pid1_own_pgrp },
 	{ "network", pid1_netns_start },
 	{ "pid1", pid1_wait_go },
 	{ "pid1", pid1_not_dumpable },

@@ -13,6 +13,7 @@ static const struct rootfs_link dev_links[] = {
 	{ "/proc/self/fd/0", "stdin" },
 	{ "/proc/self/fd/1", "stdout" },
 	{ "/proc/self/fd/2", "stderr" },
+	{ "pts/ptmx", "ptmx" }, /* the private devpts instance's (mount.c, make_dev) */
 };
 
 static const char *const merged_usr[] = { "bin", "sbin", "lib", "lib64", "lib32", "libx32" };
@@ -21,7 +22,8 @@ static const char *const merged_usr[] = { "bin", "sbin", "lib", "lib64", "lib32"
  * without, shown read-only in /etc from the root in use (the host's or
  * another tree's): Debian's matplotlib reads only /etc/matplotlibrc.
  * Nothing here may name the host (no hostname, users, addresses). */
-static const char *const etc_shared[] = { "matplotlibrc" };
+/* services and protocols: public tables (getservbyname, getprotobyname). */
+static const char *const etc_shared[] = { "matplotlibrc", "services", "protocols" };
 
 static const char *const skip_top[] = { ".",         "..",   "proc", "dev",  "sys",  "tmp",
 					"etc",       "run",  "workspace", "home", "root", "var",
@@ -88,6 +90,8 @@ size_t rootfs_rw_paths(const struct nsbox_policy *p, const char **out, size_t ma
 		out[n++] = "/tmp";
 	if (n < max)
 		out[n++] = "/dev/shm";
+	if (n < max)
+		out[n++] = "/dev/pts"; /* the private devpts: open ptmx, a pty's ioctls */
 	if (p->workspace && n < max)
 		out[n++] = "/workspace";
 	for (size_t i = 0; i < p->n_mounts && n < max; i++)

@@ -507,6 +507,8 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.max_bytes = o.max_bytes;
 	so.output = o.output;
 	so.output_ctx = o.output_userdata;
+	so.stream_all = o.stream_all && o.output;
+	so.pass_stdin = o.pass_stdin && o.in_process;
 	so.use_helper = !o.in_process;
 	so.cold = o.cold || o.in_process;
 	/* A warm spare unless the caller or the environment says no.  By

@@ -845,6 +845,140 @@ size_t proto_utf8_chars(const char *s, size_t n)
 	return k;
 }
 
+static int hex4(const char *p, uint32_t *out)
+{
+	uint32_t v = 0;
+
+	for (int i = 0; i < 4; i++) {
+		char c = p[i];
+
+		v <<= 4;
+		if (c >= '0' && c <= '9')
+			v |= (uint32_t)(c - '0');
+		else if (c >= 'a' && c <= 'f')
+			v |= (uint32_t)(c - 'a' + 10);
+		else if (c >= 'A' && c <= 'F')
+			v |= (uint32_t)(c - 'A' + 10);
+		else
+			return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+static size_t put_utf8(char *w, uint32_t cp)
+{
+	if (cp < 0x80) {
+		w[0] = (char)cp;
+		return 1;
+	}
+	if (cp < 0x800) {
+		w[0] = (char)(0xc0 | (cp >> 6));
+		w[1] = (char)(0x80 | (cp & 0x3f));
+		return 2;
+	}
+	if (cp < 0x10000) {
+		w[0] = (char)(0xe0 | (cp >> 12));
+		w[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+		w[2] = (char)(0x80 | (cp & 0x3f));
+		return 3;
+	}
+	w[0] = (char)(0xf0 | (cp >> 18));
+	w[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+	w[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+	w[3] = (char)(0x80 | (cp & 0x3f));
+	return 4;
+}
+
+int proto_output_decode(char *p, size_t len, int *stream, const char **data, size_t *dlen)
+{
+	static const char pre_out[] = "{\"stream\":\"stdout\",\"data\":\"";
+	static const char pre_err[] = "{\"stream\":\"stderr\",\"data\":\"";
+	const size_t np = sizeof(pre_out) - 1;
+	size_t r, w, end;
+	bool esc = false;
+
+	if (len < np + 2 || p[len - 2] != '"' || p[len - 1] != '}')
+		return 0;
+	if (!memcmp(p, pre_out, np))
+		*stream = 1;
+	else if (!memcmp(p, pre_err, np))
+		*stream = 2;
+	else
+		return 0;
+	/* The string must end exactly at the closing quote before '}': an
+	 * unescaped quote earlier means another spelling (more members). */
+	end = len - 2;
+	for (const char *q = p + np; (q = memchr(q, '"', (size_t)(p + end - q))); q++) {
+		size_t bs = 0;
+
+		while (q - bs > p + np && q[-1 - (ptrdiff_t)bs] == '\\')
+			bs++;
+		if (!(bs & 1))
+			return 0;
+	}
+	for (r = end; r > np && p[r - 1] == '\\'; r--)
+		esc = !esc;
+	if (esc)
+		return 0;
+	/* Decode: what jansson's lexer accepts, no more (no raw control
+	 * characters, valid UTF-8, escapes of JSON, paired surrogates, no
+	 * \u0000). */
+	for (r = w = np; r < end;) {
+		unsigned char c = (unsigned char)p[r];
+		uint32_t cp, lo;
+
+		if (c >= 0x80) {
+			int k = utf8_seq((const unsigned char *)p + r, end - r);
+
+			if (k <= 0)
+				return -1;
+			memmove(p + w, p + r, (size_t)k);
+			r += (size_t)k;
+			w += (size_t)k;
+			continue;
+		}
+		if (c < 0x20)
+			return -1;
+		if (c != '\\') {
+			p[w++] = (char)c;
+			r++;
+			continue;
+		}
+		switch (p[r + 1]) {
+		case '"': p[w++] = '"'; r += 2; continue;
+		case '\\': p[w++] = '\\'; r += 2; continue;
+		case '/': p[w++] = '/'; r += 2; continue;
+		case 'b': p[w++] = '\b'; r += 2; continue;
+		case 'f': p[w++] = '\f'; r += 2; continue;
+		case 'n': p[w++] = '\n'; r += 2; continue;
+		case 'r': p[w++] = '\r'; r += 2; continue;
+		case 't': p[w++] = '\t'; r += 2; continue;
+		case 'u': break;
+		default: return -1;
+		}
+		if (end - r < 6 || hex4(p + r + 2, &cp) < 0)
+			return -1;
+		r += 6;
+		if (cp >= 0xdc00 && cp <= 0xdfff)
+			return -1;
+		if (cp >= 0xd800 && cp <= 0xdbff) {
+			if (end - r < 6 || p[r] != '\\' || p[r + 1] != 'u' || hex4(p + r + 2, &lo) < 0 || lo < 0xdc00 ||
+			    lo > 0xdfff)
+				return -1;
+			r += 6;
+			cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+		}
+		if (cp == 0)
+			return -1;
+		w += put_utf8(p + w, cp);
+	}
+	p[w] = '\0';
+	*data = p + np;
+	*dlen = w - np;
+	return 1;
+}
+
 static size_t skip_ws(const char *p, size_t len, size_t i)
 {
 	while (i < len && (p[i] == ' ' || p[i] == '\t' || p[i] == '\n' || p[i] == '\r'))
@@ -945,39 +1079,73 @@ void proto_buf_puts(struct proto_buf *b, const char *s)
 	proto_buf_put(b, s, strlen(s));
 }
 
+/* Room for n more bytes (and the NUL) in b: false once b is bad. */
+static bool buf_reserve(struct proto_buf *b, size_t n)
+{
+	size_t cap = b->cap ? b->cap : 512;
+	char *p;
+
+	if (b->bad)
+		return false;
+	if (b->len + n + 1 <= b->cap)
+		return true;
+	while (cap < b->len + n + 1)
+		cap *= 2;
+	p = realloc(b->p, cap);
+	if (!p) {
+		b->bad = true;
+		return false;
+	}
+	b->p = p;
+	b->cap = cap;
+	return true;
+}
+
 void proto_buf_json_str(struct proto_buf *b, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
-	size_t run = 0;
+	char *w;
 
-	proto_buf_put(b, "\"", 1);
+	/* Escaped in place, room made for the text plus a quarter (a short
+	 * line's newline) up front and more only when escapes need it: one
+	 * pass, no call per escape (nsbox python's output travels here). */
+	if (!buf_reserve(b, n + n / 4 + 16))
+		return;
+	w = b->p + b->len;
+	*w++ = '"';
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
-		char esc[7] = { '\\', 0 };
-		size_t el = 2;
 
-		if (c >= 0x20 && c != '"' && c != '\\')
-			continue;
-		proto_buf_put(b, s + run, i - run);
-		run = i + 1;
-		switch (c) {
-		case '"': esc[1] = '"'; break;
-		case '\\': esc[1] = '\\'; break;
-		case '\n': esc[1] = 'n'; break;
-		case '\r': esc[1] = 'r'; break;
-		case '\t': esc[1] = 't'; break;
-		case '\b': esc[1] = 'b'; break;
-		case '\f': esc[1] = 'f'; break;
-		default:
-			memcpy(esc + 1, "u00", 3);
-			esc[4] = hex[c >> 4];
-			esc[5] = hex[c & 15];
-			el = 6;
+		/* Worst case from here: 6 bytes per byte left, the quote. */
+		if ((size_t)(b->p + b->cap - w) < 8) {
+			b->len = (size_t)(w - b->p);
+			if (!buf_reserve(b, (n - i) * 6 + 8))
+				return;
+			w = b->p + b->len;
 		}
-		proto_buf_put(b, esc, el);
+		if (c >= 0x20 && c != '"' && c != '\\') {
+			*w++ = (char)c;
+			continue;
+		}
+		*w++ = '\\';
+		switch (c) {
+		case '"': *w++ = '"'; break;
+		case '\\': *w++ = '\\'; break;
+		case '\n': *w++ = 'n'; break;
+		case '\r': *w++ = 'r'; break;
+		case '\t': *w++ = 't'; break;
+		case '\b': *w++ = 'b'; break;
+		case '\f': *w++ = 'f'; break;
+		default:
+			memcpy(w, "u00", 3);
+			w[3] = hex[c >> 4];
+			w[4] = hex[c & 15];
+			w += 5;
+		}
 	}
-	proto_buf_put(b, s + run, n - run);
-	proto_buf_put(b, "\"", 1);
+	*w++ = '"';
+	*w = '\0';
+	b->len = (size_t)(w - b->p);
 }
 
 int proto_utf8_sanitize(const char *buf, size_t len, char **out, size_t *out_len, size_t *pending)
@@ -995,8 +1163,19 @@ int proto_utf8_sanitize(const char *buf, size_t len, char **out, size_t *out_len
 	if (pending)
 		*pending = 0;
 	while (i < len) {
-		int k = utf8_seq(s + i, len - i);
+		size_t run = i;
+		int k;
 
+		/* ASCII runs at once: most output is ASCII. */
+		while (run < len && s[run] < 0x80)
+			run++;
+		if (run > i) {
+			memcpy(res + o, s + i, run - i);
+			o += run - i;
+			i = run;
+			continue;
+		}
+		k = utf8_seq(s + i, len - i);
 		if (k > 0) {
 			memcpy(res + o, s + i, (size_t)k);
 			o += (size_t)k;

@@ -221,6 +221,17 @@ struct proto_json_scan {
 };
 void proto_json_scan(const char *p, size_t len, struct proto_json_scan *st);
 
+/* An OUTPUT payload in the runner's own spelling, exactly
+ * {"stream":"stdout","data":"..."} (or "stderr"), decoded in place without
+ * a jansson tree (nsbox python's printing speed): the data's escapes are
+ * undone into p itself (never longer than its text) and NUL-terminated.
+ * 1 with *stream (1 stdout, 2 stderr), *data (into p) and *len; 0 when the
+ * payload is spelt otherwise, p untouched (parse it with proto_msg_parse,
+ * which judges it); -1 when it is not valid JSON (or holds \u0000), the
+ * verdict proto_msg_parse would give: p is then garbage.  Never accepts
+ * what proto_msg_parse refuses, nor reads anything differently. */
+int proto_output_decode(char *p, size_t len, int *stream, const char **data, size_t *dlen);
+
 /* The "name" member of a CALL payload, found without parsing the rest:
  * copied to name (size PROTO_TOOL_NAME_MAX + 1) when it is a plain string
  * at the top level (no escapes).  Returns 0, or -1 when it can't be told

@@ -38,7 +38,7 @@ static struct {
 	PyObject *split_ast, *fast_error, *fast_value, *fast_failed;
 	PyObject *sysdict;
 	PyObject *k_in_user, *k_output, *k_max_frame, *k_builtins, *k_flush, *k_cache, *k_linecache, *k_update;
-	PyObject *k_code, *k_filename, *k_want_value, *k_stream, *k_display, *k_check_complete;
+	PyObject *k_code, *k_filename, *k_want_value, *k_stream, *k_stream_all, *k_display, *k_check_complete;
 	PyObject *k_stdout, *k_stderr, *k_modules;
 	struct code_entry cache[CODE_CACHE_N];
 	unsigned long long cache_clock;
@@ -115,6 +115,7 @@ PyObject *fastexec_setup(PyObject *args)
 	KEY(k_filename, "filename");
 	KEY(k_want_value, "want_value");
 	KEY(k_stream, "stream");
+	KEY(k_stream_all, "stream_all");
 	KEY(k_display, "display");
 	KEY(k_check_complete, "check_complete");
 	KEY(k_stdout, "stdout");
@@ -274,9 +275,24 @@ static unsigned long long cpu_us(unsigned long long *max_rss)
 static void remember_source(PyObject *code, PyObject *filename)
 {
 	PyObject *lines = PyUnicode_Splitlines(code, 1), *entry = NULL, *modules, *lc, *cache = NULL;
+	Py_ssize_t n;
 
 	if (!lines)
 		goto out;
+	/* Each line ends with a newline, as linecache keeps a file's (3.11's
+	 * traceback puts its carets one column right on a last line without). */
+	n = PyList_GET_SIZE(lines);
+	if (n > 0) {
+		PyObject *last = PyList_GET_ITEM(lines, n - 1);
+		Py_ssize_t k = PyUnicode_GET_LENGTH(last);
+
+		if (k == 0 || PyUnicode_READ_CHAR(last, k - 1) != '\n') {
+			PyObject *nl = PyUnicode_FromFormat("%U\n", last);
+
+			if (!nl || PyList_SetItem(lines, n - 1, nl) < 0)
+				goto out;
+		}
+	}
 	entry = Py_BuildValue("(nOOO)", PyUnicode_GET_LENGTH(code), Py_None, lines, filename);
 	if (!entry)
 		goto out;
@@ -403,7 +419,7 @@ int fastexec_run(const struct proto_frame *f)
 	PyObject *m, *code, *filename, *fv;
 	const char *src, *fname = "<exec>";
 	Py_ssize_t clen, flen;
-	bool want, stream, flag;
+	bool want, stream, all, flag;
 	size_t limit, max_frame;
 	PyObject *body = NULL, *lastc = NULL, *value = NULL, *err = NULL, *exit_code = NULL;
 	struct proto_buf res = { 0 }, val = { 0 }, tails[2] = { { 0 } };
@@ -416,7 +432,7 @@ int fastexec_run(const struct proto_frame *f)
 		return 0;
 	/* A NUL in the code: the builtin compile()'s error, from Python. */
 	if (!msg_flag(m, F.k_want_value, &want) || !msg_flag(m, F.k_stream, &stream) ||
-	    !msg_flag(m, F.k_display, &flag) || flag || !msg_flag(m, F.k_check_complete, &flag) || flag ||
+	    !msg_flag(m, F.k_stream_all, &all) || !msg_flag(m, F.k_display, &flag) || flag || !msg_flag(m, F.k_check_complete, &flag) || flag ||
 	    !(code = msg_str(m, F.k_code, &src, &clen)))
 		goto decline;
 	fv = PyDict_GetItemWithError(m, F.k_filename);
@@ -440,7 +456,7 @@ int fastexec_run(const struct proto_frame *f)
 	Py_INCREF(code);
 
 	Py_BEGIN_ALLOW_THREADS
-	k = capture_begin(f->hdr.id, stream, limit);
+	k = capture_begin(f->hdr.id, stream, all, limit);
 	Py_END_ALLOW_THREADS
 	t0 = now_ns();
 	c0 = cpu_us(NULL);

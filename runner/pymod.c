@@ -142,18 +142,19 @@ static PyObject *py_call(PyObject *self, PyObject *args)
 	}
 }
 
-/* exec_begin(id, stream: bool, limit: int): start capturing for an exec. */
+/* exec_begin(id, stream: bool, limit: int, stream_all: bool = False):
+ * start capturing for an exec. */
 static PyObject *py_exec_begin(PyObject *self, PyObject *args)
 {
 	unsigned int id;
-	int stream, r;
+	int stream, all = 0, r;
 	Py_ssize_t limit;
 
 	(void)self;
-	if (!PyArg_ParseTuple(args, "Ipn", &id, &stream, &limit))
+	if (!PyArg_ParseTuple(args, "Ipn|p", &id, &stream, &limit, &all))
 		return NULL;
 	Py_BEGIN_ALLOW_THREADS
-	r = capture_begin(id, stream, limit < 2 ? 2 : (size_t)limit);
+	r = capture_begin(id, stream, all, limit < 2 ? 2 : (size_t)limit);
 	Py_END_ALLOW_THREADS
 	if (r < 0)
 		return PyErr_Format(PyExc_OSError, "cannot start the output thread");
@@ -251,7 +252,7 @@ static PyMethodDef methods[] = {
 	{ "send", py_send, METH_VARARGS, "send(type, id, payload[, data]): data makes a PROTO_FLAG_DATA frame" },
 	{ "take_fd", py_take_fd, METH_NOARGS, "take_fd() -> the fd passed with the last FILE_* request, or -1" },
 	{ "call", py_call, METH_VARARGS, "call(payload) -> (type, payload): one tool call round trip" },
-	{ "exec_begin", py_exec_begin, METH_VARARGS, "exec_begin(id, stream, limit)" },
+	{ "exec_begin", py_exec_begin, METH_VARARGS, "exec_begin(id, stream, limit, stream_all=False)" },
 	{ "exec_end", py_exec_end, METH_NOARGS, "exec_end() -> ((head, tail, total), (head, tail, total))" },
 	{ "compile", py_compile, METH_VARARGS, "compile(source, filename, mode) -> code" },
 	{ "usage", py_usage, METH_NOARGS, "usage() -> (cpu seconds, peak RSS in bytes)" },

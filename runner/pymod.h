@@ -84,8 +84,10 @@ int capture_start(struct nsbox_err *err);
 void capture_fds(int fds[2]);
 /* For the io thread: stream s (0 stdout, 1 stderr) polled as revents. */
 void capture_ready(int s, short revents);
-/* Start capturing for exec id; then io_exec_watch().  -1: no io thread. */
-int capture_begin(uint32_t id, bool stream, size_t limit);
+/* Start capturing for exec id; then io_exec_watch().  stream_all: stream
+ * all of the output, not only the head (EXEC's stream_all).  -1: no io
+ * thread. */
+int capture_begin(uint32_t id, bool stream, bool stream_all, size_t limit);
 /* End the exec's capture: ((head, tail, total) for stdout, the same for
  * stderr), as bytes.  GIL held (released while waiting for the lock). */
 PyObject *capture_end(void);

@@ -33,6 +33,10 @@ PyObject *pyjson_loads(const char *s, size_t n);
  * Called after Python is initialised, in the process that will serve the
  * session (a template forks first).  Returns 0 or -1 with err. */
 int runner_io_start(int fd, struct nsbox_err *err);
+/* Set before runner_io_start (nsbox-runner --stdin): fd 0 is the host
+ * caller's own stdin, passed in by an in-process launch (a pipe or a
+ * file, never a terminal): keep it instead of the empty pipe. */
+extern bool runner_keep_stdin;
 
 /* py.c */
 /* Initialise CPython (isolated config, fixed sys.path) and load the

@@ -64,6 +64,9 @@ sys.modules["nsbox"] = nsbox
 sys.modules["nsbox.tools"] = tools
 
 _limits = {"output": 1 << 20, "max_frame": _nsbox.MAX_FRAME}
+# Set by cli_setup (nsbox-python(1)): a cancel is the user's Ctrl-C, and
+# raises KeyboardInterrupt as in python.
+_cancel_interrupts = False
 _tool_funcs = {}
 _main = None
 _in_user = False
@@ -260,6 +263,16 @@ def _cut(s):
 
 
 _sources = {}   # filename -> linecache entry, until linecache is imported
+
+
+def _source_lines(code):
+    """code's lines as linecache keeps a file's: each ends with a newline
+    (3.11's traceback puts its carets one column right on a last line
+    without one, as code given without a final newline would be)."""
+    lines = code.splitlines(True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return lines
 
 
 def _linecache():
@@ -499,6 +512,8 @@ def _on_cancel_signal(signum, frame):
         return
     if reason == 1:
         raise TimeLimitExceeded("time limit exceeded")
+    if _cancel_interrupts:
+        raise KeyboardInterrupt
     raise Cancelled("cancelled by the host")
 
 
@@ -585,20 +600,27 @@ def do_exec(mid, msg):
     filename = msg.get("filename") or "<exec>"
     want = bool(msg.get("want_value"))
     display = bool(msg.get("display"))
+    single = None
     if msg.get("check_complete"):
+        # code.InteractiveConsole's rule: the lines so far joined without
+        # the newline that ends the last one, so that a block stays open
+        # until an empty line ("if 1:\n    a\n" compiles; "if 1:\n    a"
+        # does not, yet).
+        source = code[:-1] if code.endswith("\n") else code
         try:
             import codeop
-            complete = codeop.compile_command(code, filename, "single") is not None
+            single = codeop.compile_command(source, filename, "single")
+            complete = single is not None
         except (SyntaxError, OverflowError, ValueError):
             complete = True  # let the exec report the error
         if not complete:
             return {"error": None, "stdout": "", "stderr": "", "incomplete": True}
     limit = _limits["output"]
-    _nsbox.exec_begin(mid, bool(msg.get("stream")), limit)
+    _nsbox.exec_begin(mid, bool(msg.get("stream")), limit, msg.get("stream_all") is True)
     t0 = time.perf_counter()
     c0 = _nsbox.usage()[0]
     value, has_value, error, exit_code = None, False, None, None
-    entry = (len(code), None, code.splitlines(True), filename)
+    entry = (len(code), None, _source_lines(code), filename)
     lc = sys.modules.get("linecache")
     if lc is not None:
         if _sources:
@@ -607,9 +629,21 @@ def do_exec(mid, msg):
         lc.cache[filename] = entry
     else:
         _sources[filename] = entry
+    so = sys.stdout
+    if display:
+        # An interactive line: python's stdout is a terminal then, line
+        # buffered.
+        try:
+            so.reconfigure(line_buffering=True)
+        except BaseException:
+            so = None
     try:
         try:
-            if want or display:
+            if single is not None and not want:
+                # As python's REPL: compiled in "single" mode, every
+                # expression statement's value goes to sys.displayhook.
+                body, lastc, display = single, None, False
+            elif want or display:
                 body, lastc = _split_repl(code, filename)
             else:
                 body, lastc = _compile(code, filename, "exec"), None
@@ -632,6 +666,11 @@ def do_exec(mid, msg):
                 error = format_error(e)
     finally:
         _in_user = False
+        if display or single is not None:
+            try:
+                so.reconfigure(line_buffering=False)
+            except BaseException:
+                pass
         for name in ("stdout", "stderr"):
             try:
                 getattr(sys, name).flush()
@@ -893,6 +932,129 @@ def send_result(mid, res):
     _nsbox.send(RESULT, mid, data)
 
 
+# ---- what site.py would add, and nsbox-python(1)'s launcher ----
+
+class _Quitter:
+    """exit() and quit(), as site.py makes them: SystemExit(code)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return "Use %s() or Ctrl-D (i.e. EOF) to exit" % self.name
+
+    def __call__(self, code=None):
+        raise SystemExit(code)
+
+
+class _Helper:
+    """help(), as site.py makes it: pydoc, imported when first called."""
+
+    def __repr__(self):
+        return ("Type help() for interactive help, or help(object) for help about object.")
+
+    def __call__(self, *args, **kwds):
+        import pydoc
+        if not args and not kwds and not sys.stdin.isatty():
+            # pydoc's interactive mode reads sys.stdin, which is not the
+            # terminal of nsbox python's REPL.
+            print("help(): the interactive help utility needs a terminal on stdin, and the sandbox "
+                  "has none; use help(object) or help('topic'), e.g. help('modules') or help(len)")
+            return None
+        return pydoc.help(*args, **kwds)
+
+
+def _add_site_builtins():
+    import builtins
+    for name in ("exit", "quit"):
+        if not hasattr(builtins, name):
+            setattr(builtins, name, _Quitter(name))
+    if not hasattr(builtins, "help"):
+        builtins.help = _Helper()
+
+
+_add_site_builtins()
+
+
+class _SourceLoader:
+    """__loader__ of a script run by nsbox python FILE whose file is not
+    visible inside: linecache gets its lines from here (decoded by PEP 263)
+    for tracebacks."""
+
+    def __init__(self, data):
+        self._data = data
+
+    def get_source(self, name):
+        import importlib.util
+        return importlib.util.decode_source(self._data)
+
+
+def cli_run(settings):
+    """nsbox-python(1)'s launcher, run as an exec with the filename
+    RUNNER_FILE (hidden from tracebacks).  settings is a JSON text:
+    {"mode": "repl"|"c"|"m"|"file", "path": sandbox path of the
+    file or null, "name": the file as given / the module, "source": the
+    file's bytes as latin-1 text}.  Sets sys.path as python does: the
+    script's directory for FILE, the working directory ('' for -c and the
+    REPL, its full path for -m) otherwise, then PYTHONPATH's entries."""
+    global _cancel_interrupts, _path_added
+    o = _loads(settings)
+    _cancel_interrupts = True
+    mode = o.get("mode")
+    import os
+    path = o.get("path")
+    if mode == "file":
+        first = os.path.dirname(path) if path else None
+    elif mode == "m":
+        first = os.getcwd()
+    else:
+        first = ""
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    # In place of the session's default ('' and PYTHONPATH, hello()).
+    del sys.path[:_path_added]
+    _path_added = 0
+    sys.path[0:0] = ([first] if first is not None else []) + extra
+    if mode == "m":
+        import runpy
+
+        class NoModule(Exception):
+            pass
+        # As python -m (runpy._run_module_as_main): a module that can't be
+        # found is "python3.11: No module named x" and status 1, not a
+        # traceback through runpy; its own ImportErrors stay tracebacks.
+        try:
+            mod_name, spec, code = runpy._get_module_details(o["name"], NoModule)
+        except NoModule as e:
+            raise SystemExit("%s: %s" % (sys.executable, e)) from None
+        runpy._run_module_code(code, None, "__main__", spec)
+    elif mode == "file":
+        data = o["source"].encode("latin-1")
+        fname = path or os.path.abspath(o["name"])
+        G["__file__"] = fname
+        G["__cached__"] = None
+        if not path:
+            G["__loader__"] = _SourceLoader(data)
+        # bytes, so that CPython decodes them by PEP 263 (a coding
+        # cookie, a BOM, else UTF-8) and names the file and line of
+        # what does not decode.
+        code = compile(data, fname, "exec", dont_inherit=True)
+        exec(code, G)
+
+
+def complete(text):
+    """nsbox python's Tab: rlcompleter's matches for text in the
+    session's globals."""
+    import rlcompleter
+    c = rlcompleter.Completer(G)
+    out = []
+    for i in range(1000):
+        m = c.complete(text, i)
+        if m is None:
+            break
+        out.append(m)
+    return out
+
+
 # ---- serve ----
 
 def adopt(env, dist_packages):
@@ -936,6 +1098,22 @@ def install_tools(specs):
     tools.__all__ = sorted(_tool_funcs)
 
 
+_path_added = 0  # entries _default_path() put in front of sys.path
+
+
+def _default_path():
+    """sys.path as python -c and the interactive interpreter set it: ''
+    (the working directory: /workspace when there is one, so a session's
+    code imports the workspace's modules), then PYTHONPATH's entries.  The
+    interpreter itself starts with safe_path (runner/py.c): nothing of the
+    sandbox's files is on the path while the runner sets itself up."""
+    global _path_added
+    import os
+    entries = [""] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[0:0] = entries
+    _path_added = len(entries)
+
+
 def hello():
     m = _nsbox.recv()
     if m is None:
@@ -959,6 +1137,7 @@ def hello():
                     bytes.fromhex(a["$bytes"]).decode("utf-8", "surrogateescape")
                     if isinstance(a, dict) and isinstance(a.get("$bytes"), str) else str(a)
                     for a in argv]
+    _default_path()
     G.clear()
     G.update(new_globals())
     send(HELLO, mid, {"version": _nsbox.PROTO_VERSION, "capabilities": CAPABILITIES,
@@ -968,9 +1147,13 @@ def hello():
 
 def serve():
     _signal.signal(_nsbox.CANCEL_SIGNAL, _on_cancel_signal)
+    # Block buffered, as python's stdout when it is not a terminal (it is
+    # a pipe to the io thread): a write, and an OUTPUT frame, per 64 KiB
+    # rather than per print.  Interactive lines switch to line buffering
+    # (do_exec); every exec ends with a flush.
     sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
-        write_through=True)
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False), 65536), encoding="utf-8",
+        errors="backslashreplace")
     sys.stderr = sys.__stderr__ = io.TextIOWrapper(
         io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
         write_through=True)

@@ -48,6 +48,9 @@ class SessionOpts(Structure):
         ("argv", POINTER(c_char_p)),
         # since 0.4.0: nsboxd's socket (NULL: $NSBOX_CONNECT)
         ("connect", c_char_p),
+        # since 0.4.0: nsbox(1) python's (all output streamed; the caller's stdin)
+        ("stream_all", c_bool),
+        ("pass_stdin", c_bool),
     ]
 
 

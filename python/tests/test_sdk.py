@@ -631,6 +631,28 @@ def test_policy_file_and_workspace(libnsbox, tmp_path):
     assert "bad.policy:2" in str(ei.value)
 
 
+def test_sys_path_as_python_sets_it(libnsbox, tmp_path):
+    """'' first (the working directory, /workspace), then PYTHONPATH, as for
+    python -c: the workspace's modules import; with the template (spare) and
+    cold alike."""
+    work = tmp_path / "work"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    (work / "sib.py").write_text("X = 5\n")
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "extra.py").write_text("Y = 6\n")
+    pol = tmp_path / "p.policy"
+    pol.write_text("[Environment]\nSet=PYTHONPATH=/opt/lib\n\n[Filesystem]\nReadOnlyBind=%s:/opt/lib\n" % (tmp_path / "lib"))
+    for cold in (False, True):
+        with nsbox.Sandbox(policy=pol, workspace=work, timeout=30, cold=cold) as s:
+            assert s.execute("import sys; sys.path[:2]") == ["", "/opt/lib"]
+            assert s.execute("import sib, extra; (sib.X, extra.Y)") == (5, 6)
+    # The path the runner starts with holds nothing of the sandbox's files.
+    with nsbox.Sandbox(timeout=30) as s:
+        assert s.execute("import sys; sys.path[0]") == ""
+        assert s.execute("import sys; sys.path[1]").startswith("/usr/lib/python3")
+
+
 def test_strict_policy(libnsbox):
     with nsbox.Sandbox() as d:
         have_cgroups = bool(d.info()["cgroup"])

@@ -1,6 +1,8 @@
 /* libFuzzer target for the runner protocol: the frame decoder fed in
  * irregular chunks, then every complete frame parsed as a message in both
- * directions (proto/proto.c).  Must never crash, leak or over-allocate. */
+ * directions (proto/proto.c), and OUTPUT frames through the host's hand
+ * decoder too, which must read them as the parser does.  Must never crash,
+ * leak or over-allocate. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +53,36 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				/* The host answers unknown CALLs from this alone. */
 				if (proto_call_name(f.payload, f.hdr.len, name) == 0 && strlen(name) > PROTO_TOOL_NAME_MAX)
 					abort();
+			}
+			if (f.hdr.type == PROTO_OUTPUT) {
+				/* The host's hand decoder of OUTPUT agrees with the
+				 * parser: same reading, same refusals, and what it
+				 * leaves to the parser is left untouched. */
+				char *copy = malloc((size_t)f.hdr.len + 1);
+				const char *d = NULL;
+				size_t dl = 0;
+				int st = 0, k;
+				json_t *ref = NULL;
+
+				if (!copy)
+					abort();
+				memcpy(copy, f.payload, f.hdr.len);
+				copy[f.hdr.len] = '\0';
+				k = proto_output_decode(copy, f.hdr.len, &st, &d, &dl);
+				if (proto_msg_parse(&f, PROTO_TO_HOST, &ref, &err) < 0)
+					ref = NULL;
+				if (k == 1) {
+					json_t *v = ref ? json_object_get(ref, "data") : NULL;
+					const char *sn = ref ? json_string_value(json_object_get(ref, "stream")) : NULL;
+
+					if (!v || json_string_length(v) != dl || memcmp(json_string_value(v), d, dl) ||
+					    st != (sn && !strcmp(sn, "stdout") ? 1 : 2))
+						abort();
+				} else if (k < 0 ? ref != NULL : memcmp(copy, f.payload, f.hdr.len) != 0) {
+					abort();
+				}
+				json_decref(ref);
+				free(copy);
 			}
 			{
 				char *o;

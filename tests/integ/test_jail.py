@@ -102,10 +102,11 @@ def test_mounts(facts):
     assert out.strip() == "0" and "Permission denied" in err
     # /etc/matplotlibrc: the one file of the root's /etc shown, when it has
     # one (Debian's matplotlib reads only that; jail/rootfs-table.c).
-    optional = {"/etc/matplotlibrc"} if os.path.exists("/etc/matplotlibrc") else set()
+    # /etc/services and /etc/protocols: public tables, when the host has them.
+    optional = {p for p in ("/etc/matplotlibrc", "/etc/services", "/etc/protocols") if os.path.exists(p)}
     assert set(mounts) == {"/", "/usr", "/proc", "/dev", "/dev/null", "/dev/zero", "/dev/full",
-                           "/dev/random", "/dev/urandom", "/dev/shm", "/tmp", "/etc/ld.so.cache", "/etc/alternatives",
-                           "/probe"} | optional
+                           "/dev/random", "/dev/urandom", "/dev/shm", "/dev/pts", "/tmp", "/etc/ld.so.cache",
+                           "/etc/alternatives", "/probe"} | optional
     for point, opts in mounts.items():
         assert "nosuid" in opts, point
         if not point.startswith("/dev/") or point == "/dev/shm":

@@ -118,7 +118,9 @@ def test_output_capture_python_and_fd_level():
             "subprocess.run(['/bin/sh', '-c', 'echo sub-out; echo sub-err >&2'])\n")
     p, r = run_json("-c", code)
     assert p.returncode == 0, r
-    assert r["stdout"] == "py-out\nfd-out\nsub-out\n"
+    # stdout is block buffered inside, as python's to a pipe: print's
+    # text comes at the flush (python3.11 gives the same order).
+    assert r["stdout"] == "fd-out\nsub-out\npy-out\n"
     assert r["stderr"] == "py-err\nfd-err\nsub-err\n"
     assert r["stdout_truncated"] is False
 
@@ -142,13 +144,22 @@ def test_output_cap_keeps_head_and_tail():
     assert r["stdout_bytes"] == 20000 * 11
 
 
-def test_output_cap_streaming_mode():
+def test_streamed_output_is_never_cut():
+    # Shown as produced (a file, a pipe): all of it, as python writes it;
+    # the limit is for --json's results.
     p = run("--output-limit", "4K", "-c", "for i in range(5000): print(i)")
     assert p.returncode == 0
-    assert p.stdout.startswith("0\n1\n")
-    assert p.stdout.endswith("4999\n")
-    assert "truncated" in p.stdout
-    assert len(p.stdout) < 6000
+    assert p.stdout == "".join("%d\n" % i for i in range(5000))
+    assert "truncated" not in p.stderr
+
+
+def test_json_cut_is_flagged_and_warned():
+    p, r = run_json("--output-limit", "4K", "-c", "for i in range(5000): print(i)")
+    assert r["stdout_truncated"] is True
+    assert "stdout cut to the output limit" in p.stderr
+    p, r = run_json("--output-limit", "unlimited", "-c", "for i in range(5000): print(i)")
+    assert r["stdout_truncated"] is False and len(r["stdout"]) == r["stdout_bytes"]
+    assert run("--output-limit", "8", "-c", "1").returncode == 120  # usage
 
 
 def test_output_flood_is_bounded_by_time_limit():
@@ -156,7 +167,6 @@ def test_output_flood_is_bounded_by_time_limit():
     p = run("--time-limit", "1", "-c", "while True: print('x' * 1000)")
     assert p.returncode == 124
     assert time.time() - t0 < 10
-    assert len(p.stdout) < 3 * (1 << 20)
     assert "time limit exceeded" in p.stderr
 
 
@@ -233,7 +243,9 @@ def test_isolated_interpreter():
     p = run("-c", code, env={"PYTHONPATH": "/evil", "PYTHONSTARTUP": "/evil.py"})
     assert p.returncode == 0, p.stderr
     lines = p.stdout.splitlines()
-    assert lines[0] == "['/usr/lib/python311.zip', '/usr/lib/python3.11', '/usr/lib/python3.11/lib-dynload']"
+    # '' first, as python -c (the working directory); the host's
+    # PYTHONPATH does not reach inside (--setenv's does).
+    assert lines[0] == "['', '/usr/lib/python311.zip', '/usr/lib/python3.11', '/usr/lib/python3.11/lib-dynload']"
     assert lines[1] == "1 1 True"
     assert lines[2] == "False []"
 
@@ -346,6 +358,13 @@ def test_memory_limit():
         # allocation fails inside instead of the OOM killer firing.
         assert p.returncode == 1 and r["error"]["type"] == "MemoryError", r
         assert "memory limit not enforced by a cgroup" in p.stderr
+        # Deliberately not relabelled as a limit kill (README, "Per-user
+        # and host-wide kernel budgets"): nothing was killed, the code can
+        # catch it and the session goes on.
+        caught = "try:\n" + "".join("    " + l + "\n" for l in code.splitlines()) + \
+                 "except MemoryError:\n    del x\n    print('caught')\nprint(sum(range(10)))\n"
+        p = run("--memory", "64M", "-c", caught, timeout=60)
+        assert p.returncode == 0 and p.stdout == "caught\n45\n", (p.stdout, p.stderr)
         return
     assert p.returncode == 123, r
     assert r["outcome"] == "memory"
@@ -381,7 +400,9 @@ def evil(tmp_path):
     ("wrongid", 121, "unexpected RESULT"),
     ("badjson", 121, "not valid JSON"),
     ("unexpected", 121, "not allowed towards the host"),
-    ("flood", 121, "more OUTPUT than the output limit"),
+    # nsbox python streams all output (stream_all): a flood is shown until
+    # the time limit, never held in memory.
+    ("flood", 124, "time limit exceeded"),
     ("crash", 139, "killed by signal 11"),
     # HELLO answered, then nothing: the first request is the EXEC, under
     # the 1 s limit, so the host kills the sandbox at the limit.
@@ -396,32 +417,60 @@ def test_hostile_runner(evil, mode, code, text):
     assert text in p.stderr, p.stderr
     assert time.time() - t0 < 15
     if mode == "flood":
-        # The EXEC's output streams as it comes; the host stops at twice
-        # the output limit (1 MiB per stream) and a frame (host/session.c).
-        assert set(p.stdout) <= {"x"} and len(p.stdout) <= 2 * (1 << 20) + 4096
+        assert set(p.stdout) <= {"x"}
     else:
         assert p.stdout == ""
 
 
-def test_hostile_runner_silent_on_a_control_request(evil):
-    # -m sends SET_VAR (the module name) before any EXEC: a runner silent
-    # after HELLO meets the control-request timeout (time limit + 5 s),
-    # not the EXEC time limit.
+def test_hostile_runner_silent_on_the_launcher(evil):
+    # -m's settings travel in its EXEC (no control request first): a
+    # runner silent after HELLO meets the EXEC's time limit.
     t0 = time.time()
     p = run("--time-limit", "1", "-m", "json.tool", env=evil("silent"), timeout=60)
-    assert p.returncode == 121, p.stderr
-    assert "did not answer" in p.stderr, p.stderr
+    assert p.returncode == 124, p.stderr
+    assert "time limit exceeded" in p.stderr, p.stderr
     assert time.time() - t0 < 15
     assert p.stdout == ""
 
 
 # ---- CPython's own tests, inside ----
 
+CPYTHON_TESTS = ["test_json", "test_re", "test_collections", "test_datetime", "test_decimal", "test_math",
+                 "test_io", "test_os", "test_pty", "test_socket", "test_subprocess", "test_signal",
+                 "test_tempfile", "test_shutil", "test_pathlib", "test_threading", "test_unicode",
+                 "test_codecs", "test_struct", "test_itertools", "test_functools", "test_dict", "test_list",
+                 "test_exceptions", "test_traceback", "test_file", "test_fileio", "test_select",
+                 "test_selectors", "test_fcntl", "test_resource", "test_posix"]
+# Known differences, each with its reason (also in README.md):
+CPYTHON_EXCLUDED = {
+    "test_os": "chown/setuid-family calls are forbidden by the seccomp policy",
+    "test_posix": "setuid/setgid/chown/mknod forbidden; no other users in /etc/passwd",
+    "test_socket": "no network namespace peers: AF_NETLINK, CAN, RDS, TIPC and IPv6 routes absent",
+    "test_resource": "RLIMIT changes above the policy's limits are refused",
+}
+CPYTHON_TESTS = [t for t in CPYTHON_TESTS if t not in CPYTHON_EXCLUDED]
+# Single test cases left out of modules that otherwise run (regrtest -i),
+# each for an intended difference (also in README.md):
+CPYTHON_IGNORED = {
+    "test_fcntl_f_pipesize": "F_SETPIPE_SZ is refused (seccomp, EPERM): pipe buffers count against the "
+                             "host user's pipe-user-pages budget",
+    "test_pipesizes": "the same: subprocess's pipesize= uses F_SETPIPE_SZ",
+    "test_user": "setuid-family calls are forbidden by the seccomp policy",
+    "test_group": "setgid-family calls are forbidden by the seccomp policy",
+}
+
+
 def test_cpython_regression_tests_inside():
     if not os.path.isdir("/usr/lib/python3.11/test/test_json"):
         pytest.fail("libpython3.11-testsuite is not installed (/usr/lib/python3.11/test)")
-    p = run("-m", "test", "test_json", "test_re", "test_collections", "test_datetime", "test_decimal",
-            "test_math", timeout=600)
+    # A broad list, run inside as the CI's standing check of fidelity.
+    # Left out, with the reason (README, "CPython's tests inside"):
+    # CPYTHON_EXCLUDED below.
+    # --file-size: test_io's large file test writes past 2 GiB (sparse, on
+    # /tmp), beyond the default RLIMIT_FSIZE of 1 GiB: a policy choice.
+    ign = [a for t in CPYTHON_IGNORED for a in ("-i", t)]
+    p = run("--memory", "2G", "--file-size", "4G", "--time-limit", "540", "-m", "test", *ign, *CPYTHON_TESTS,
+            timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "Tests result: SUCCESS" in p.stdout
 
@@ -502,6 +551,205 @@ def test_every_lib_dynload_extension_imports():
     if os.path.exists("/usr/lib/python3/dist-packages/yaml/_yaml.cpython-311-x86_64-linux-gnu.so"):
         p = run("--dist-packages", "-c", "import yaml._yaml as y; print(y.__name__)")
         assert p.returncode == 0 and p.stdout == "yaml._yaml\n", p.stderr
+
+
+# ---- `nsbox python` behaves like python ----
+
+def test_stdin_is_passed_through():
+    p = run("-c", "import sys; print(sys.stdin.read().upper(), end='')", stdin="hi\nthere\n")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "HI\nTHERE\n"
+    p = run("-m", "json.tool", stdin='{"a":1}')
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout) == {"a": 1}
+
+
+def test_m_of_a_missing_module_is_python_s_message(tmp_path):
+    # python3.11 -m nosuchmod: "python3.11: No module named nosuchmod",
+    # status 1, no traceback through runpy.
+    for name in ("nosuchmod", "json.nosuch"):
+        p = run("-m", name)
+        assert p.returncode == 1, p.stderr
+        # (unprivileged, nsbox's own warnings come first)
+        err = [l for l in p.stderr.splitlines() if not l.startswith("nsbox: warning:")]
+        assert err == ["/usr/bin/python3.11: No module named %s" % name], p.stderr
+    # The module's own failing import is a traceback, as in python.
+    (tmp_path / "badimp.py").write_text("import nosuch_inner\n")
+    p = subprocess.run([NSBOX, "python", "--workspace", ".", "-m", "badimp"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" in p.stderr and "ModuleNotFoundError: No module named 'nosuch_inner'" in p.stderr, p.stderr
+
+
+def test_traceback_carets_where_python_puts_them(tmp_path):
+    # Code without a final newline: the carets under the failing call, as
+    # python3.11 puts them for the same lines in a file (3.11's traceback
+    # shifted them one column right when the cached last line had no
+    # newline).
+    for code in ("import time; x = time.nope(3)", "x = (1 +\n undefined_name)"):
+        (tmp_path / "f.py").write_text(code)
+        want = subprocess.run(["/usr/bin/python3.11", str(tmp_path / "f.py")], capture_output=True, text=True,
+                              timeout=60).stderr
+        p = run("-c", code)
+        assert p.returncode == 1
+        carets = [l for l in p.stderr.splitlines() if l.strip().startswith("^")]
+        assert carets and carets == [l for l in want.splitlines() if l.strip().startswith("^")], (p.stderr, want)
+
+
+def test_file_runs_as_python_runs_it(tmp_path):
+    (tmp_path / "main.py").write_text("import sys, sib\nprint(__file__, sys.path[0], sys.argv)\n")
+    (tmp_path / "sib.py").write_text("print('sib')\n")
+    p = subprocess.run([NSBOX, "python", "--workspace", ".", "main.py", "x"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "sib\n/workspace/main.py /workspace ['main.py', 'x']\n"
+    p = subprocess.run([NSBOX, "python", "--workspace", ".", "-c", "import sib"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert p.stdout == "sib\n", p.stderr
+
+
+def test_source_encoding_pep263(tmp_path):
+    f = tmp_path / "l1.py"
+    f.write_bytes(b"# -*- coding: latin-1 -*-\nprint('caf\xe9')\n")
+    p = run(str(f))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "caf\u00e9\n"
+    bad = tmp_path / "bad.py"
+    bad.write_bytes(b"print(1)\nx = '\xff'\n")
+    p = run(str(bad))
+    assert p.returncode == 1 and p.stdout == ""
+    assert str(bad) in p.stderr and "line 2" in p.stderr and "SyntaxError" in p.stderr
+
+
+def test_pythonpath_from_setenv():
+    p = run("--setenv", "PYTHONPATH=/opt/a:/opt/b", "-c", "import sys; print(sys.path[:3])")
+    assert p.stdout == "['', '/opt/a', '/opt/b']\n", p.stderr
+
+
+def test_sigint_is_keyboardinterrupt_130():
+    proc = subprocess.Popen([NSBOX, "python", "-c", "import time\nprint('go', flush=True)\ntime.sleep(30)"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "go\n"
+    proc.send_signal(2)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 130, err
+    assert "KeyboardInterrupt" in err and "Traceback" in err
+
+
+def test_site_builtins():
+    p = run("-c", "print(repr(exit)); print(repr(help)); help(len); quit(3)")
+    assert p.returncode == 3
+    assert "Use exit() or Ctrl-D" in p.stdout and "len(obj, /)" in p.stdout
+
+
+def test_file_size_limit_is_efbig_not_death():
+    code = ("f = open('/tmp/big', 'wb'); f.seek(5 << 30)\n"
+            "try:\n    f.write(b'x'); f.flush()\nexcept OSError as e:\n    print('EFBIG', e.errno)\n")
+    p = run("--file-size", "1M", "-c", code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "EFBIG %d\n" % errno.EFBIG
+
+
+def test_etc_services_and_openpty():
+    code = ("import socket, os\n"
+            "print(socket.getservbyname('http'), socket.getprotobyname('tcp'))\n"
+            "m, s = os.openpty(); os.write(m, b'hi\\n'); print(os.read(s, 10), os.ttyname(s))\n"
+            "print(os.readlink('/dev/ptmx'))\n")
+    p = run("-c", code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == "80 6\nb'hi\\n' /dev/pts/0\npts/ptmx\n"
+
+
+def test_devpts_is_private_and_bounded():
+    # Inside: /dev/pts is a devpts instance of its own, nosuid and noexec,
+    # holding at most 64 ptys (the host-wide kernel.pty.max is shared).
+    code = ("import os, errno\n"
+            "mi = [l.split() for l in open('/proc/self/mountinfo')]\n"
+            "pts = [l for l in mi if l[4] == '/dev/pts'][0]\n"
+            "sep = pts.index('-')\n"
+            "print(pts[sep + 1], 'nosuid' in pts[5], 'noexec' in pts[5], 'max=64' in pts[sep + 3])\n"
+            "fds = []\n"
+            "try:\n"
+            "    while True:\n"
+            "        fds.append(os.openpty())\n"
+            "except OSError as e:\n"
+            "    print(len(fds), errno.errorcode[e.errno])\n"
+            "print(sorted(os.listdir('/dev/pts'))[:3])\n")
+    host_before = sorted(os.listdir("/dev/pts"))
+    p = run("--open-files", "1024", "-c", code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["devpts True True True", "64 ENOSPC", "['0', '1', '10']"], p.stdout
+    # From the host: none of those ptys appeared in (or stayed in) the host's instance.
+    assert sorted(os.listdir("/dev/pts")) == host_before
+
+
+def test_many_prints_stream_to_a_file(tmp_path):
+    out = tmp_path / "out"
+    with open(out, "w") as f:
+        p = subprocess.run([NSBOX, "python", "-c", "for i in range(300000): print(i)"], stdout=f,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert out.read_text() == "".join("%d\n" % i for i in range(300000))
+
+
+def _tmux_repl(tmp_path, keys):
+    """Drive the interactive REPL in a tmux pane; returns the screen."""
+    if not shutil.which("tmux"):
+        pytest.fail("tmux is not installed (scripts/install-deps.sh)")
+    sock = str(tmp_path / "tmux.sock")
+    env = dict(os.environ, HOME=str(tmp_path))
+    env.pop("NSBOX_RUNNER", None)
+    t = ["tmux", "-S", sock]
+    subprocess.run(t + ["new-session", "-d", "-x", "120", "-y", "50", "%s python; echo STATUS=$?; sleep 30" % NSBOX],
+                   check=True, env=env)
+    try:
+        def screen():
+            return subprocess.run(t + ["capture-pane", "-p"], capture_output=True, text=True).stdout
+
+        def wait(text, n=1):
+            for _ in range(200):
+                if screen().count(text) >= n:
+                    return
+                time.sleep(0.1)
+            raise AssertionError("no %r on the screen:\n%s" % (text, screen()))
+        wait(">>>")
+        for k, until in keys:
+            subprocess.run(t + ["send-keys"] + k, check=True)
+            # (text, n), or a list of them: a Ctrl-C must only be sent once
+            # the REPL is where the test means it to be (a ^C typed ahead
+            # while the terminal is not in the line editor's mode flushes
+            # the input typed before it, as in python's REPL).
+            for u in (until if isinstance(until, list) else [until] if until else []):
+                wait(*u)
+        return screen()
+    finally:
+        subprocess.run(t + ["kill-server"])
+
+
+def test_repl_blocks_interrupt_history_completion_exit(tmp_path):
+    s = _tmux_repl(tmp_path, [
+        (["if True:", "Enter"], ("...",)),
+        (["    a = 1", "Enter"], ("...", 2)),
+        (["    b = 2", "Enter"], ("...", 3)),
+        (["Enter"], (">>>", 2)),
+        (["print(a + b)", "Enter"], ("3\n",)),
+        (["for i in range(2):", "Enter"], ("...", 4)),
+        # Ctrl-C inside a half-typed block: the block is dropped, a new prompt
+        (["C-c"], [("KeyboardInterrupt", 1), (">>>", 4)]),
+        # Ctrl-C at an empty prompt: the same
+        (["C-c"], [("KeyboardInterrupt", 2), (">>>", 5)]),
+        # Ctrl-C in running code: KeyboardInterrupt with its traceback
+        (["import time; print('zz' + 'sleeping'); time.sleep(30)", "Enter"], ("zzsleeping\n",)),
+        (["C-c"], [("KeyboardInterrupt", 3), ("Traceback", 1), (">>>", 6)]),
+        # after both interrupts the session is alive and kept its state:
+        # history's third line back is print(a + b), run again
+        (["Up", "Up", "Up", "Enter"], [("\n3\n", 2), (">>>", 7)]),
+        (["zz_unique = 5", "Enter"], (">>>", 8)),
+        (["zz_un", "Tab", "Enter"], ("\n5\n",)),
+        (["exit(7)", "Enter"], ("STATUS=7",)),
+    ])
+    assert "IndentationError" not in s and "U+001B" not in s, s
+    assert (tmp_path / ".nsbox_history").exists()
 
 
 def test_tool_time_counts_toward_the_time_limit():

@@ -2,6 +2,8 @@
  * incremental reader, size caps, message schemas and UTF-8 cleaning. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <stdlib.h>
 #include <sys/socket.h>
@@ -10,6 +12,7 @@
 
 #include "proto.h"
 #include "tap.h"
+#include "util.h"
 
 /* tap.h's ok() evaluates its condition twice: evaluate once here. */
 #define CHECK(cond, ...)                 \
@@ -476,6 +479,100 @@ static void test_depth_and_cost(void)
 	CHECK(proto_utf8_chars("a\xef\xbf\xbd\xc3\xa9", 6) == 3, "code points counted");
 }
 
+/* proto_output_decode against the parser: what it decodes, the parser
+ * reads the same; what it refuses, the parser refuses; what it leaves, it
+ * leaves untouched.  0 when they agree. */
+static int output_vs_parser(const char *text, size_t len, int *fast_out)
+{
+	struct proto_frame f = { .hdr = { .magic = NSBOX_PROTO_MAGIC, .type = PROTO_OUTPUT, .len = (uint32_t)len } };
+	struct nsbox_err err = { 0 };
+	char *copy = malloc(len + 1);
+	const char *data = NULL;
+	size_t dlen = 0;
+	int stream = 0, fast, r = 0;
+	json_t *m = NULL;
+
+	if (!copy)
+		return -1;
+	memcpy(copy, text, len);
+	copy[len] = '\0';
+	f.payload = (char *)text;
+	fast = proto_output_decode(copy, len, &stream, &data, &dlen);
+	*fast_out = fast;
+	if (proto_msg_parse(&f, PROTO_TO_HOST, &m, &err) < 0)
+		m = NULL;
+	if (fast == 1) {
+		json_t *d = m ? json_object_get(m, "data") : NULL;
+		const char *st = m ? json_string_value(json_object_get(m, "stream")) : NULL;
+
+		if (!d || json_string_length(d) != dlen || memcmp(json_string_value(d), data, dlen) || data[dlen] ||
+		    stream != (!strcmp(st, "stdout") ? 1 : 2))
+			r = -1;
+	} else if (fast < 0) {
+		r = m ? -1 : 0;
+	} else if (memcmp(copy, text, len)) {
+		r = -1;
+	}
+	json_decref(m);
+	free(copy);
+	return r;
+}
+
+static void test_output_decode(void)
+{
+	static const struct {
+		const char *text;
+		int fast;
+	} cases[] = {
+		{ "{\"stream\":\"stdout\",\"data\":\"1\\n2\\n\"}", 1 },
+		{ "{\"stream\":\"stderr\",\"data\":\"\"}", 1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"\\\"q\\\\ \\/ \\b\\f\\r\\t\"}", 1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"\\u00e9\\u20ac\\ud83d\\ude00 \xc3\xa9\"}", 1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"a\\u0000b\"}", -1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"lone \\ud800 x\"}", -1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"lone \\udc00\"}", -1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"raw\ttab\"}", -1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"bad \xff byte\"}", -1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"bad \\x escape\"}", -1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"short \\u12\"}", -1 },
+		{ "{\"stream\":\"stdout\",\"data\":\"a\",\"x\":\"b\"}", 0 },
+		{ "{\"stream\":\"stdout\",\"data\":\"a\\\"}", 0 },
+		{ "{\"data\":\"a\",\"stream\":\"stdout\"}", 0 },
+		{ "{\"stream\": \"stdout\", \"data\": \"a\"}", 0 },
+		{ "{\"stream\":\"stdin\",\"data\":\"a\"}", 0 },
+	};
+	static const char *const bits[] = { "a", "\\n", "\\\"", "\\\\", "\\u", "d83d", "de00", "00e9", "0000",
+					    "\"", "\\", "\x01", "\xc3", "\xa9", "\xff", "\xe2\x82\xac", "u", "/" };
+	char buf[256];
+	unsigned seed = 12345;
+	int fast, bad = 0, seen[3] = { 0 };
+
+	for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+		int r = output_vs_parser(cases[i].text, strlen(cases[i].text), &fast);
+
+		CHECK(r == 0 && fast == cases[i].fast, "OUTPUT decoded by hand as the parser reads it: %s (%d)",
+		      cases[i].text, fast);
+	}
+	/* Random strings of the tricky pieces between the runner's prefix and
+	 * suffix: the two must agree on every one. */
+	for (int n = 0; n < 20000; n++) {
+		size_t len = (size_t)sprintf(buf, "{\"stream\":\"std%s\",\"data\":\"", n & 1 ? "err" : "out");
+		int pieces = (int)((seed = seed * 1103515245u + 12345u) >> 16) % 12;
+
+		for (int k = 0; k < pieces; k++) {
+			const char *b = bits[((seed = seed * 1103515245u + 12345u) >> 16) % ARRAY_SIZE(bits)];
+
+			len += (size_t)sprintf(buf + len, "%s", b);
+		}
+		len += (size_t)sprintf(buf + len, "\"}");
+		if (output_vs_parser(buf, len, &fast) != 0 && bad++ < 3)
+			fprintf(stderr, "# disagree on %s\n", buf);
+		seen[fast + 1]++;
+	}
+	CHECK(bad == 0, "20000 random OUTPUT payloads: the hand decoder and the parser agree (%d refused, %d left, %d decoded)",
+	      seen[0], seen[1], seen[2]);
+}
+
 static void test_reserved_names(void)
 {
 	static const char *const reserved[] = { "len", "print", "open", "ArithmeticError", "zip", "_", "match",
@@ -503,5 +600,6 @@ int main(void)
 	test_utf8();
 	test_amplification();
 	test_depth_and_cost();
+	test_output_decode();
 	tap_done();
 }

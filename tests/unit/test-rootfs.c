@@ -66,9 +66,9 @@ int main(void)
 	ok(!strcmp(rootfs_home(&p), "/workspace"), "home /workspace");
 
 	n = rootfs_rw_paths(&p, v, ARRAY_SIZE(v));
-	ok(n == 4 && !strcmp(v[0], "/tmp") && !strcmp(v[1], "/dev/shm") && !strcmp(v[2], "/workspace") &&
-		   !strcmp(v[3], "/data"),
-	   "writable: /tmp, /dev/shm, /workspace, the rw bind (%zu)", n);
+	ok(n == 5 && !strcmp(v[0], "/tmp") && !strcmp(v[1], "/dev/shm") && !strcmp(v[2], "/dev/pts") &&
+		   !strcmp(v[3], "/workspace") && !strcmp(v[4], "/data"),
+	   "writable: /tmp, /dev/shm, /dev/pts, /workspace, the rw bind (%zu)", n);
 	ok(rootfs_rw_paths(&p, v, 1) == 1, "writable paths bounded by max");
 
 	/* /proc masks: the mode-0400 ones only when the user is host root. */
@@ -86,9 +86,10 @@ int main(void)
 		   !has(names, n, "tty") && !has(names, n, "sda"),
 	   "dev nodes: null, zero, full, random, urandom");
 	n = rootfs_dev_links(&links);
-	ok(n == 4 && !strcmp(links[0].name, "fd") && !strcmp(links[0].target, "/proc/self/fd") &&
-		   !strcmp(links[3].name, "stderr") && !strcmp(links[3].target, "/proc/self/fd/2"),
-	   "dev links: fd, stdin, stdout, stderr");
+	ok(n == 5 && !strcmp(links[0].name, "fd") && !strcmp(links[0].target, "/proc/self/fd") &&
+		   !strcmp(links[3].name, "stderr") && !strcmp(links[3].target, "/proc/self/fd/2") &&
+		   !strcmp(links[4].name, "ptmx") && !strcmp(links[4].target, "pts/ptmx"),
+	   "dev links: fd, stdin, stdout, stderr, ptmx into the private devpts");
 
 	n = rootfs_merged_usr(&names);
 	ok(n == 6 && has(names, n, "bin") && has(names, n, "lib64"), "merged-usr names");
