@@ -1,11 +1,13 @@
 #include "args.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 struct jail_opt {
@@ -14,7 +16,8 @@ struct jail_opt {
 	const char *fixed; /* value for flags without an argument */
 	int path;	   /* 1: make the value absolute; 2: SRC:DST, make SRC absolute;
 			      3: absolute against the cwd (the file may not exist yet);
-			      4: a name, or (with a '/') a path made absolute */
+			      4: a name, or (with a '/') a path made absolute;
+			      5: NAME[=VALUE], NAME alone taking the host's value */
 };
 
 static const struct jail_opt opts[] = {
@@ -29,6 +32,7 @@ static const struct jail_opt opts[] = {
 	{ "uid", "Sandbox", "Uid", NULL, 0 },
 	{ "gid", "Sandbox", "Gid", NULL, 0 },
 	{ "hostname", "Sandbox", "Hostname", NULL, 0 },
+	{ "chdir", "Sandbox", "WorkDir", NULL, 0 },
 	{ "share-net", "Sandbox", "Network", "host", 0 },
 	{ "allow-net", "Network", "Allow", NULL, 0 },
 	{ "net-log", "Network", "Log", NULL, 3 },
@@ -40,7 +44,10 @@ static const struct jail_opt opts[] = {
 	{ "workspace", "Filesystem", "Workspace", NULL, 1 },
 	{ "workspace-size", "Limits", "WorkspaceSize", NULL, 0 },
 	{ "rootfs", "Filesystem", "RootFS", NULL, 4 },
+	{ "tmpfs", "Filesystem", "TmpFS", NULL, 0 },
 	{ "setenv", "Environment", "Set", NULL, 0 },
+	{ "env", "Environment", "Set", NULL, 5 },
+	{ "unsetenv", "Environment", "Unset", NULL, 0 },
 	{ "seccomp-log", "Security", "Seccomp", "log", 0 },
 	{ "landlock", "Security", "Landlock", NULL, 0 },
 	{ "dist-packages", "Python", "DistPackages", "yes", 0 },
@@ -72,7 +79,11 @@ const char args_jail_help[] =
 	"                         infinity: a plain bind); copied back at its end\n"
 	"  --rootfs NAME|DIR      a built root tree (nsbox rootfs list) or a root directory\n"
 	"                         instead of the host's /usr\n"
+	"  --tmpfs PATH[:SIZE]    a private tmpfs at PATH (default size: --tmp-size's)\n"
+	"  --chdir DIR            working directory inside (default HOME: /workspace or /tmp)\n"
 	"  --setenv NAME=VALUE    set an environment variable\n"
+	"  --env NAME[=VALUE]     the same; NAME alone passes the host's value (if set)\n"
+	"  --unsetenv NAME        remove a variable (also PATH, HOME, LANG, TERM)\n"
 	"  --seccomp-log          log, don't deny, what the seccomp allowlist would deny\n"
 	"  --landlock auto|require|off\n"
 	"  --dist-packages        make Debian's dist-packages importable (nsbox python)\n"
@@ -122,6 +133,22 @@ static char *absolute(const char *path, struct cli_err *err)
 		return NULL;
 	}
 	return strdup(buf);
+}
+
+/* A directory the caller can enter and list (mounting one it cannot would
+ * fail only at the mount step, as "setup failed").  Checked as the caller:
+ * access() uses the real ids, which the sandbox's are mapped to. */
+static int check_dir(const char *path, struct cli_err *err)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0)
+		return cli_err_set(err, errno, "%s", path);
+	if (!S_ISDIR(st.st_mode))
+		return cli_err_set(err, 0, "not a directory");
+	if (access(path, R_OK | X_OK) < 0)
+		return cli_err_set(err, errno, "not accessible to uid %u", (unsigned)getuid());
+	return 0;
 }
 
 /* An API error as a CLI error (and free it). */
@@ -195,7 +222,31 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 				return cli_err_set(err, 0, "--%s needs a value", o->name);
 			val = argv[++*i];
 		}
-		if (o->path == 3 && val[0] != '/') {
+		if (o->path == 5 && !strchr(val, '=')) {
+			/* As docker run -e NAME and nsjail --env NAME: the
+			 * caller's value, or nothing when the caller has none. */
+			const char *host = getenv(val);
+			size_t need;
+
+			if (!host) {
+				bool name_ok =
+					(val[0] == '_' || (unsigned)((val[0] | 32) - 'a') < 26u) &&
+					val[strspn(
+						val,
+						"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")] ==
+						'\0';
+
+				if (!name_ok)
+					return cli_err_set(err, 0, "--%s %s: not a variable name", o->name, val);
+				return 1;
+			}
+			need = strlen(val) + 1 + strlen(host) + 1;
+			owned = malloc(need);
+			if (!owned)
+				return cli_err_set(err, ENOMEM, "--%s", o->name);
+			snprintf(owned, need, "%s=%s", val, host);
+			val = owned;
+		} else if (o->path == 3 && val[0] != '/') {
 			char cwd[PATH_MAX];
 			size_t need;
 
@@ -212,6 +263,10 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 			owned = absolute(val, err);
 			if (!owned)
 				return cli_err_wrap(err, "--%s", o->name);
+			if (check_dir(owned, err) < 0) {
+				free(owned);
+				return cli_err_wrap(err, "--%s %s", o->name, val);
+			}
 			val = owned;
 		} else if (o->path == 2) {
 			const char *colon = strchr(val, ':');
@@ -242,4 +297,140 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 		return 1;
 	}
 	return 0;
+}
+
+static size_t edit_distance(const char *a, size_t la, const char *b, size_t lb)
+{
+	size_t row[64], prev, tmp;
+
+	if (lb >= ARRAY_SIZE(row) || la >= 64)
+		return SIZE_MAX;
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		prev = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t best = prev + (a[i - 1] != b[j - 1]);
+
+			tmp = row[j];
+			if (row[j] + 1 < best)
+				best = row[j] + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			prev = tmp;
+		}
+	}
+	return row[lb];
+}
+
+/* Distance from arg's name (up to any '=') to "--name"; a prefix of a
+ * longer name counts as close (--mem for --memory). */
+static size_t option_distance(const char *arg, size_t len, const char *name)
+{
+	size_t ln = strlen(name), d = edit_distance(arg, len, name, ln);
+
+	if (len >= 3 && len < ln && strncmp(arg, name, len) == 0 && d > 1)
+		d = 1;
+	return d;
+}
+
+const char *args_suggest(const char *arg, const char *const *extra)
+{
+	const char *best = NULL, *a = arg;
+	size_t len, best_d = SIZE_MAX;
+
+	while (*a == '-')
+		a++;
+	len = strcspn(a, "=");
+	if (len == 0)
+		return NULL;
+	for (size_t k = 0; k < ARRAY_SIZE(opts) + 1; k++) {
+		const char *name = k < ARRAY_SIZE(opts) ? opts[k].name : "policy";
+		size_t d = option_distance(a, len, name);
+
+		if (d < best_d) {
+			best_d = d;
+			best = name;
+		}
+	}
+	for (size_t k = 0; extra && extra[k]; k++) {
+		size_t d = option_distance(a, len, extra[k]);
+
+		if (d < best_d) {
+			best_d = d;
+			best = extra[k];
+		}
+	}
+	/* Close enough to be a typo: a third of the name, at least one edit. */
+	if (!best || best_d > (len > 6 ? len / 3 : 2) || best_d >= len)
+		return NULL;
+	return best;
+}
+
+int args_unknown_option(const char *cmd, const char *arg, const char *const *extra, struct cli_err *err)
+{
+	const char *s = args_suggest(arg, extra);
+
+	if (s)
+		return cli_err_set(err, 0, "unknown option '%s'; did you mean --%s? (see nsbox %s --help)", arg, s,
+				   cmd);
+	return cli_err_set(err, 0, "unknown option '%s' (see nsbox %s --help)", arg, cmd);
+}
+
+/* What sh(1) may run that PATH does not hold: its own words. */
+static const char *const shell_words[] = { ".",	    ":",     "break",  "cd",	"command",  "continue", "eval",
+					   "exec",  "exit",  "export", "read",	"readonly", "return",	"set",
+					   "shift", "times", "trap",   "type",	"ulimit",   "umask",	"unset",
+					   "wait",  "if",    "for",    "while", "until",    "case",	"{",
+					   "!",	    "test",  "[",      "echo",	"printf",   "true",	"false" };
+
+int args_check_command(const char *command, struct cli_err *err)
+{
+	char word[PATH_MAX], cand[PATH_MAX];
+	const char *s = command, *path;
+	size_t n;
+
+	while (*s == ' ' || *s == '\t')
+		s++;
+	n = strcspn(s, " \t\n;&|<>()`$\"'\\*?[]~=#");
+	if (n == 0 || n >= sizeof(word)) {
+		/* Not a plain command word (a subshell, a quote, an assignment):
+		 * only sh can tell, when the tool is called. */
+		if (*s == '\0')
+			return cli_err_set(err, 0, "empty command");
+		return 0;
+	}
+	memcpy(word, s, n);
+	word[n] = '\0';
+	if (s[n] == '=')
+		return 0; /* VAR=value cmd */
+	for (size_t k = 0; k < ARRAY_SIZE(shell_words); k++)
+		if (strcmp(word, shell_words[k]) == 0)
+			return 0;
+	if (strchr(word, '/')) {
+		struct stat st;
+
+		if (stat(word, &st) < 0)
+			return cli_err_set(err, errno, "%s", word);
+		if (!S_ISREG(st.st_mode) || access(word, X_OK) < 0)
+			return cli_err_set(err, 0, "%s: not an executable file", word);
+		return 0;
+	}
+	/* As execvp(3) searches: each PATH entry, an empty one meaning ".". */
+	path = getenv("PATH");
+	if (!path)
+		path = "/usr/local/bin:/bin:/usr/bin";
+	for (const char *p = path;; p += strcspn(p, ":") + 1) {
+		size_t dl = strcspn(p, ":");
+		struct stat st;
+
+		if (snprintf(cand, sizeof(cand), "%.*s%s%s", (int)dl, dl ? p : ".", "/", word) < (int)sizeof(cand) &&
+		    stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
+			return 0;
+		if (!p[dl])
+			break;
+	}
+	return cli_err_set(err, 0, "%s: command not found in PATH", word);
 }

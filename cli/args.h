@@ -18,6 +18,22 @@ int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct cli_err *
  * a bad value (err names the option). */
 int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, struct cli_err *err);
 
+/* The option nearest to arg ("--memroy=1G": "memory"), among the jail
+ * options and extra (NULL-terminated names without "--", may be NULL),
+ * when it is close enough to be a typo; else NULL. */
+const char *args_suggest(const char *arg, const char *const *extra);
+
+/* Set err to one line about an unknown option of `nsbox CMD`: its name, a
+ * "did you mean --X?" when args_suggest() has one, and a pointer to
+ * --help.  Returns -1. */
+int args_unknown_option(const char *cmd, const char *arg, const char *const *extra, struct cli_err *err);
+
+/* Check up front that a --tool COMMAND can run: its first word, when it
+ * is a plain word, must be a shell builtin or an executable file (searched
+ * through PATH as execvp(3) and sh do when it has no '/').  Returns 0, or
+ * -1 with err naming the word. */
+int args_check_command(const char *command, struct cli_err *err);
+
 /* Help text for the jail options. */
 extern const char args_jail_help[];
 

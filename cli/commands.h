@@ -2,7 +2,10 @@
 #ifndef NSBOX_COMMANDS_H
 #define NSBOX_COMMANDS_H
 
+#include <jansson.h>
 #include <stdio.h>
+#include <sys/types.h>
+#include <termios.h>
 
 #include "cli.h"
 #include "nsbox.h" /* NSBOX_EXIT_*: the exit statuses of nsbox(1) */
@@ -33,9 +36,33 @@ int cli_display_save(int dirfd, const char *dir, const nsbox_result_t *r, unsign
 /* Whether a file name that came from the sandbox may be used on the host:
  * 1..255 bytes, no '/', no control characters, not "." or "..". */
 bool cli_out_name_ok(const char *name);
+/* nsbox run's terminal (cli/tty.c): a pty whose slave is the command's
+ * stdin and controlling terminal, with a relay process to the caller's
+ * terminal, which is raw until cli_tty_stop. */
+struct cli_tty {
+	int slave;	      /* for the command's stdio; closed by cli_tty_stop */
+	pid_t relay;	      /* the relay process */
+	bool raw;	      /* the caller's terminal was set raw */
+	struct termios saved; /* and is restored to this */
+};
+/* Returns 0, or -1 with err set (nothing left behind). */
+int cli_tty_start(struct cli_tty *t, struct cli_err *err);
+/* After the run: close the slave, wait for the relay, restore the
+ * terminal.  Safe to call more than once. */
+void cli_tty_stop(struct cli_tty *t);
 
 /* Shared by the front ends: print "nsbox: warning: MSG". */
 void cli_warn(void *ctx, const char *msg);
+/* Create (or empty) path, to find before running that it cannot be
+ * written.  Returns 0, or -1 with err naming path. */
+int cli_open_status(const char *path, struct cli_err *err);
+/* Print v compactly as JSON, each real as the shortest text that reads
+ * back the same (jansson prints 17 digits).  Returns 0 or -1. */
+int cli_json_dump(const json_t *v, FILE *f);
+/* --json: a flag or setup error as the one JSON object on stdout:
+ * {"outcome": outcome, "exit_code": status, "error": {"type": "NsboxError",
+ * "message": msg}}. */
+void cli_json_error(const char *outcome, int status, const char *msg);
 /* Write how a run ended as JSON to path ("-" = stdout).  Returns 0 or -1. */
 int cli_write_status(const char *path, const struct nsbox_run_status *st);
 

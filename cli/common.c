@@ -1,7 +1,12 @@
+#include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "commands.h"
 
@@ -9,6 +14,98 @@ void cli_warn(void *ctx, const char *msg)
 {
 	(void)ctx;
 	fprintf(stderr, "nsbox: warning: %s\n", msg);
+}
+
+int cli_open_status(const char *path, struct cli_err *err)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
+
+	if (fd < 0)
+		return cli_err_set(err, errno, "%s", path);
+	close(fd);
+	return 0;
+}
+
+/* A double as the shortest text that reads back as the same double (what
+ * Python's repr does), where jansson prints %.17g: 0.1 stays 0.1, not
+ * 0.10000000000000001. */
+static void put_real(double v, FILE *f)
+{
+	char buf[40];
+
+	if (!isfinite(v)) {
+		fputs("null", f); /* as jansson refuses them: JSON has no NaN */
+		return;
+	}
+	for (int prec = 15; prec <= 17; prec++) {
+		snprintf(buf, sizeof(buf), "%.*g", prec, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	fputs(buf, f);
+	/* Still a real when read back: 2.0, not 2. */
+	if (!strpbrk(buf, ".eEn"))
+		fputs(".0", f);
+}
+
+int cli_json_dump(const json_t *v, FILE *f)
+{
+	const char *key;
+	json_t *item;
+	size_t i;
+	bool first = true;
+
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:
+		fputc('{', f);
+		json_object_foreach((json_t *)v, key, item)
+		{
+			json_t *k = json_string(key);
+
+			if (!first)
+				fputc(',', f);
+			first = false;
+			if (!k || json_dumpf(k, f, JSON_ENCODE_ANY) < 0) {
+				json_decref(k);
+				return -1;
+			}
+			json_decref(k);
+			fputc(':', f);
+			if (cli_json_dump(item, f) < 0)
+				return -1;
+		}
+		fputc('}', f);
+		return 0;
+	case JSON_ARRAY:
+		fputc('[', f);
+		json_array_foreach(v, i, item)
+		{
+			if (i)
+				fputc(',', f);
+			if (cli_json_dump(item, f) < 0)
+				return -1;
+		}
+		fputc(']', f);
+		return 0;
+	case JSON_REAL:
+		put_real(json_real_value(v), f);
+		return 0;
+	default:
+		return json_dumpf(v, f, JSON_ENCODE_ANY);
+	}
+}
+
+void cli_json_error(const char *outcome, int status, const char *msg)
+{
+	json_t *o = json_pack("{s:s, s:i, s:{s:s, s:s}}", "outcome", outcome, "exit_code", status, "error", "type",
+			      "NsboxError", "message", msg);
+
+	if (o) {
+		cli_json_dump(o, stdout);
+		fputc('\n', stdout);
+		fflush(stdout);
+	}
+	json_decref(o);
 }
 
 int cli_write_status(const char *path, const struct nsbox_run_status *st)
@@ -36,11 +133,17 @@ int cli_write_status(const char *path, const struct nsbox_run_status *st)
 	if (st->exec_errno)
 		json_object_set_new(o, "exec_error", json_string(strerror(st->exec_errno)));
 	if (strcmp(path, "-") == 0) {
-		r = json_dumpf(o, stdout, JSON_COMPACT);
+		r = cli_json_dump(o, stdout);
 		fputc('\n', stdout);
 		fflush(stdout);
 	} else {
-		r = json_dump_file(o, path, JSON_COMPACT);
+		FILE *f = fopen(path, "we");
+
+		r = f ? cli_json_dump(o, f) : -1;
+		if (f && fputc('\n', f) == EOF)
+			r = -1;
+		if (f && fclose(f) != 0)
+			r = -1;
 	}
 	json_decref(o);
 	return r;

@@ -29,9 +29,12 @@ int cmd_info(int argc, char **argv)
 	};
 	nsbox_error_t *e = NULL;
 
-	(void)argv;
+	if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+		printf("usage: nsbox info\n  what this host supports and what nsbox will do about it; see nsbox(1)\n");
+		return 0;
+	}
 	if (argc > 1) {
-		fprintf(stderr, "usage: nsbox info\n");
+		fprintf(stderr, "nsbox info: unexpected argument '%s' (see nsbox info --help)\n", argv[1]);
 		return NSBOX_EXIT_USAGE;
 	}
 	if (nsbox_host_info(&h, &e) < 0) {

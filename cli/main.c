@@ -14,11 +14,29 @@ static const char usage[] =
 	"       nsbox info\n"
 	"       nsbox doctor\n"
 	"       nsbox policy check FILE | nsbox policy show [--policy NAME|FILE] [OPTIONS]\n"
-	"       nsbox help | nsbox --version\n"
+	"       nsbox help [COMMAND] | nsbox --version\n"
 	"See nsbox(1).\n";
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+} commands[] = {
+	{ "run", cmd_run },	  { "python", cmd_python }, { "mcp", cmd_mcp },	      { "info", cmd_info },
+	{ "doctor", cmd_doctor }, { "policy", cmd_policy }, { "rootfs", cmd_rootfs },
+};
+
+static int (*find_command(const char *name))(int, char **)
+{
+	for (size_t k = 0; k < ARRAY_SIZE(commands); k++)
+		if (strcmp(commands[k].name, name) == 0)
+			return commands[k].fn;
+	return NULL;
+}
 
 int main(int argc, char **argv)
 {
+	int (*fn)(int, char **);
+
 	/* A parent that ignored SIGCHLD would break waiting (bubblewrap main). */
 	signal(SIGCHLD, SIG_DFL);
 	signal(SIGPIPE, SIG_DFL);
@@ -26,28 +44,28 @@ int main(int argc, char **argv)
 		fputs(usage, stderr);
 		return NSBOX_EXIT_USAGE;
 	}
-	if (strcmp(argv[1], "run") == 0)
-		return cmd_run(argc - 1, argv + 1);
-	if (strcmp(argv[1], "python") == 0)
-		return cmd_python(argc - 1, argv + 1);
-	if (strcmp(argv[1], "mcp") == 0)
-		return cmd_mcp(argc - 1, argv + 1);
-	if (strcmp(argv[1], "rootfs") == 0)
-		return cmd_rootfs(argc - 1, argv + 1);
-	if (strcmp(argv[1], "info") == 0)
-		return cmd_info(argc - 1, argv + 1);
-	if (strcmp(argv[1], "doctor") == 0)
-		return cmd_doctor(argc - 1, argv + 1);
-	if (strcmp(argv[1], "policy") == 0)
-		return cmd_policy(argc - 1, argv + 1);
+	fn = find_command(argv[1]);
+	if (fn)
+		return fn(argc - 1, argv + 1);
 	if (strcmp(argv[1], "--version") == 0) {
 		printf("nsbox %s\n", nsbox_version());
 		return 0;
+	}
+	if (strcmp(argv[1], "help") == 0 && argc > 2) {
+		/* `nsbox help run` is `nsbox run --help`. */
+		char *sub[] = { argv[2], "--help", NULL };
+
+		fn = find_command(argv[2]);
+		if (!fn) {
+			fprintf(stderr, "nsbox help: unknown command '%s' (see nsbox --help)\n", argv[2]);
+			return NSBOX_EXIT_USAGE;
+		}
+		return fn(2, sub);
 	}
 	if (strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
 		fputs(usage, stdout);
 		return 0;
 	}
-	fprintf(stderr, "nsbox: unknown command '%s'\n%s", argv[1], usage);
+	fprintf(stderr, "nsbox: unknown command '%s' (see nsbox --help)\n", argv[1]);
 	return NSBOX_EXIT_USAGE;
 }

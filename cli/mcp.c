@@ -2014,6 +2014,18 @@ int cmd_mcp(int argc, char **argv)
 				free(name);
 				goto out;
 			}
+			/* As nsbox python: refused up front, not when called. */
+			for (size_t k = 0; k < srv.n_tools && name; k++)
+				if (!strcmp(srv.tools[k].name, name)) {
+					fprintf(stderr, "nsbox mcp: --tool %s: given twice\n", name);
+					free(name);
+					goto out;
+				}
+			if (args_check_command(eq + 1, &err) < 0) {
+				fprintf(stderr, "nsbox mcp: --tool %s: %s\n", name, err.msg);
+				free(name);
+				goto out;
+			}
 			srv.tools[srv.n_tools++] = (struct cli_tool){ name, eq + 1 };
 			continue;
 		}
@@ -2023,8 +2035,12 @@ int cmd_mcp(int argc, char **argv)
 			goto out;
 		}
 		if (r == 0) {
-			fprintf(stderr, "nsbox mcp: unknown option '%s'\n", a);
-			mcp_usage(stderr);
+			static const char *const own[] = { "tool",	    "idle-timeout", "max-sessions", "call-timeout",
+							   "max-call-timeout", "max-memory",   "output-limit", "mcp-server",
+							   "mcp-timeout",	    "structured",   "help",	    NULL };
+
+			args_unknown_option("mcp", a, own, &err);
+			fprintf(stderr, "nsbox mcp: %s\n", err.msg);
 			goto out;
 		}
 		continue;

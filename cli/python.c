@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -40,10 +41,49 @@ static void py_usage(FILE *f)
 		"                        16 to 64M, or 0 / unlimited: 64M); a cut is flagged and warned\n"
 		"                        about.  Output shown as produced is never cut.\n"
 		"  --connect SOCKET      get the sandbox from nsboxd(8) at SOCKET (also $NSBOX_CONNECT)\n"
+		"  --quiet               no warnings about limits enforced by a fallback\n"
 		"  --list-packages       print the Debian packages the root tree provides (NAME VERSION,\n"
 		"                        or a JSON array with --json) and exit\n"
 		"With no code and a terminal on stdin: an interactive session.\n%s",
 		args_jail_help);
+}
+
+/* python's own options, for "did you mean". */
+static const char *const py_opts[] = {
+	"json", "tool", "output-limit", "connect", "quiet", "list-packages", "help", NULL
+};
+
+/* With --json, an error before the code runs is the JSON object on stdout
+ * (printed once, at the end: cli_json_error); else a line on stderr. */
+static bool json_errors;
+static char py_errmsg[1024];
+
+static void __attribute__((format(printf, 1, 2))) py_err(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (json_errors) {
+		size_t n;
+
+		vsnprintf(py_errmsg, sizeof(py_errmsg), fmt, ap);
+		n = strlen(py_errmsg);
+		if (n && py_errmsg[n - 1] == '\n')
+			py_errmsg[n - 1] = '\0';
+	} else {
+		fputs("nsbox python: ", stderr);
+		vfprintf(stderr, fmt, ap);
+	}
+	va_end(ap);
+}
+
+static void py_err_json(int status)
+{
+	if (json_errors && py_errmsg[0])
+		cli_json_error(status == NSBOX_EXIT_USAGE   ? "usage_error"
+			       : status == NSBOX_EXIT_SETUP ? "setup_error"
+							    : "error",
+			       status, py_errmsg);
 }
 
 static bool in_repl, in_exec;
@@ -313,8 +353,10 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		};
 
 		nsbox_result_usage(res, &wall, &cpu, &peak, &calls);
-		usage = json_pack("{s:f,s:I,s:I}", "wall", wall, "tool_calls", (json_int_t)calls, "peak_memory",
-				  (json_int_t)peak);
+		/* The same keys whatever the outcome: those only the runner
+		 * knows are null when it could not say (killed at a limit). */
+		usage = json_pack("{s:f,s:f,s:I,s:I,s:n,s:n}", "wall", wall, "cpu", cpu, "tool_calls",
+				  (json_int_t)calls, "peak_memory", (json_int_t)peak, "max_rss", "duration");
 		json_object_set_new(o, "value",
 				    json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL) ?: json_null());
 		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
@@ -324,8 +366,18 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 				json_object_set(o, keys[i], v);
 			else if (i < 2)
 				json_object_set_new(o, keys[i], json_string(""));
+			else if (i < 4)
+				json_object_set_new(o, keys[i], json_false());
+			else if (i < 6)
+				json_object_set_new(o, keys[i],
+						    json_integer((json_int_t)json_string_length(
+							    json_object_get(o, keys[i - 4]))));
+			else
+				json_object_set_new(o, keys[i], json_integer(nsbox_result_exit_code(res)));
 		}
-		if (r && json_is_object(json_object_get(r, "error")))
+		if (status == NSBOX_OK || (is_exit(res) && nsbox_result_exit_code(res) == 0))
+			json_object_set_new(o, "error", json_null()); /* sys.exit(0) is a success */
+		else if (r && json_is_object(json_object_get(r, "error")))
 			json_object_set(o, "error", json_object_get(r, "error"));
 		else if (status != NSBOX_OK)
 			json_object_set_new(o, "error",
@@ -338,13 +390,17 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		if (r && json_is_number(json_object_get(r, "duration")))
 			json_object_set(usage, "duration", json_object_get(r, "duration"));
 		json_object_set_new(o, "usage", usage);
-		json_object_set_new(o, "outcome", json_string(is_exit(res) ? "ok" : names[status]));
-		if (limit)
-			json_object_set_new(o, "message", json_string(nsbox_result_error_message(res) ?: ""));
+		/* sys.exit(N): "exit" with exit_code N, "ok" for 0. */
+		json_object_set_new(o, "outcome",
+				    json_string(!is_exit(res)			   ? names[status]
+						: nsbox_result_exit_code(res) == 0 ? "ok"
+										   : "exit"));
+		json_object_set_new(o, "message",
+				    limit ? json_string(nsbox_result_error_message(res) ?: "") : json_null());
 		if (nsbox_session_info(s, &info, NULL) < 0)
 			info.alive = false;
 		json_object_set_new(o, "session_dead", json_boolean(!info.alive));
-		json_dumpf(o, stdout, JSON_COMPACT);
+		cli_json_dump(o, stdout);
 		fputc('\n', stdout);
 		json_decref(o);
 	} else {
@@ -705,8 +761,11 @@ int cmd_python(int argc, char **argv)
 	bool pass_stdin = false, launch;
 	int i, r, rc;
 
+	for (i = 1; i < argc && strcmp(argv[i], "--") && strcmp(argv[i], "-c") && strcmp(argv[i], "-m"); i++)
+		json_errors |= !strcmp(argv[i], "--json");
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
-		fprintf(stderr, "nsbox python: %s\n", err.msg);
+		py_err("%s\n", err.msg);
+		py_err_json(NSBOX_EXIT_USAGE);
 		return NSBOX_EXIT_USAGE;
 	}
 	for (i = 1; i < argc; i++) {
@@ -725,7 +784,7 @@ int cmd_python(int argc, char **argv)
 		}
 		if (!strcmp(a, "-c") || !strcmp(a, "-m")) {
 			if (i + 1 >= argc) {
-				fprintf(stderr, "nsbox python: %s needs an argument\n", a);
+				py_err("%s needs an argument\n", a);
 				goto usage;
 			}
 			if (a[1] == 'c')
@@ -743,7 +802,7 @@ int cmd_python(int argc, char **argv)
 			const char *v = a[13] == '=' ? a + 14 : (i + 1 < argc ? argv[++i] : NULL);
 
 			if (!v || !*v) {
-				fprintf(stderr, "nsbox python: --display-dir needs a directory\n");
+				py_err("--display-dir needs a directory\n");
 				goto usage;
 			}
 			if (display_fd >= 0)
@@ -751,6 +810,10 @@ int cmd_python(int argc, char **argv)
 			if ((display_fd = cli_display_open(v)) < 0)
 				goto usage_quiet;
 			display_dir = v;
+			continue;
+		}
+		if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+			so.warn = NULL;
 			continue;
 		}
 		if (!strcmp(a, "--list-packages")) {
@@ -761,7 +824,7 @@ int cmd_python(int argc, char **argv)
 			const char *v = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
 
 			if (!v || !*v) {
-				fprintf(stderr, "nsbox python: --connect needs nsboxd's socket path\n");
+				py_err("--connect needs nsboxd's socket path\n");
 				goto usage;
 			}
 			/* libnsbox reads it at nsbox_session_new (nsbox_session_opts.connect). */
@@ -775,8 +838,7 @@ int cmd_python(int argc, char **argv)
 				out_limit = OUTPUT_LIMIT_MAX;
 			else if (!v || nsbox_parse_size(v, &out_limit, NULL) < 0 || out_limit < 16 ||
 				 out_limit > OUTPUT_LIMIT_MAX) {
-				fprintf(stderr,
-					"nsbox python: --output-limit: expected a size from 16 to 64M, 0 or unlimited\n");
+				py_err("--output-limit: expected a size from 16 to 64M, 0 or unlimited\n");
 				goto usage;
 			}
 			continue;
@@ -787,21 +849,33 @@ int cmd_python(int argc, char **argv)
 			char *name;
 
 			if (!eq || eq == v || !eq[1] || n_tools >= MAX_TOOLS) {
-				fprintf(stderr, "nsbox python: --tool: expected NAME=COMMAND (at most %d)\n",
-					MAX_TOOLS);
+				py_err("--tool: expected NAME=COMMAND (at most %d)\n", MAX_TOOLS);
 				goto usage;
 			}
 			name = strndup(v, (size_t)(eq - v));
 			if (!name) {
-				fprintf(stderr, "nsbox python: out of memory\n");
+				py_err("out of memory\n");
 				goto usage_quiet;
 			}
 			/* The protocol's rule, checked before a sandbox is started
 			 * for nothing. */
 			if (nsbox_check_tool_name(name, &e) < 0) {
-				fprintf(stderr, "nsbox python: --tool %s\n", nsbox_error_message(e));
+				py_err("--tool %s\n", nsbox_error_message(e));
 				nsbox_error_free(e);
 				e = NULL;
+				free(name);
+				goto usage_quiet;
+			}
+			/* Both would be registered; the session would refuse the
+			 * second as a protocol error. */
+			for (size_t k = 0; k < n_tools; k++)
+				if (!strcmp(ctools[k].name, name)) {
+					py_err("--tool %s: given twice\n", name);
+					free(name);
+					goto usage_quiet;
+				}
+			if (args_check_command(eq + 1, &err) < 0) {
+				py_err("--tool %s: %s\n", name, err.msg);
 				free(name);
 				goto usage_quiet;
 			}
@@ -810,16 +884,17 @@ int cmd_python(int argc, char **argv)
 		}
 		r = args_parse_jail_option(p, argc, argv, &i, &err);
 		if (r < 0) {
-			fprintf(stderr, "nsbox python: %s\n", err.msg);
+			py_err("%s\n", err.msg);
 			goto usage_quiet;
 		}
 		if (r == 0) {
-			fprintf(stderr, "nsbox python: unknown option '%s'\n", a);
-			goto usage;
+			args_unknown_option("python", a, py_opts, &err);
+			py_err("%s\n", err.msg);
+			goto usage_quiet;
 		}
 	}
 	if (nsbox_policy_check(p, &e) < 0) {
-		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+		py_err("%s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
 		goto usage_quiet;
 	}
@@ -834,7 +909,7 @@ int cmd_python(int argc, char **argv)
 	/* sys.argv as Python would set it, sent with the handshake. */
 	py_argv = calloc((size_t)(argc - i) + 2, sizeof(*py_argv));
 	if (!py_argv) {
-		fprintf(stderr, "nsbox python: out of memory\n");
+		py_err("out of memory\n");
 		goto usage_quiet;
 	}
 	py_argv[0] = code ? "-c" : module ? module : file ? file : "";
@@ -856,7 +931,8 @@ int cmd_python(int argc, char **argv)
 		_cleanup_free_ char *inside = NULL;
 
 		if (!f) {
-			fprintf(stderr, "nsbox python: can't open file '%s': %s\n", file, strerror(errno));
+			py_err("can't open file '%s': %s\n", file, strerror(errno));
+			py_err_json(2);
 			free(py_argv);
 			json_decref(cli);
 			return 2; /* python's status for a missing script */
@@ -864,7 +940,7 @@ int cmd_python(int argc, char **argv)
 		raw = read_all(f, &len);
 		fclose(f);
 		if (!raw) {
-			fprintf(stderr, "nsbox python: cannot read %s\n", file);
+			py_err("cannot read %s\n", file);
 			free(py_argv);
 			json_decref(cli);
 			goto usage_quiet;
@@ -880,7 +956,7 @@ int cmd_python(int argc, char **argv)
 
 		owned_code = read_all(stdin, &len);
 		if (!owned_code || strlen(owned_code) != len) {
-			fprintf(stderr, "nsbox python: cannot read the code from stdin (or it holds a NUL byte)\n");
+			py_err("cannot read the code from stdin (or it holds a NUL byte)\n");
 			free(py_argv);
 			json_decref(cli);
 			goto usage_quiet;
@@ -915,7 +991,7 @@ int cmd_python(int argc, char **argv)
 	free(py_argv);
 	py_argv = NULL;
 	if (r < 0) {
-		fprintf(stderr, "nsbox: python: %s\n", nsbox_error_message(e));
+		py_err("%s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
 		rc = NSBOX_EXIT_SETUP;
 		goto out;
@@ -923,7 +999,7 @@ int cmd_python(int argc, char **argv)
 	for (size_t k = 0; k < n_tools; k++)
 		if (nsbox_session_add_tool(s, ctools[k].name, NULL, "A host tool (nsbox python --tool).", cli_tool_run,
 					   &ctools[k], &e) < 0) {
-			fprintf(stderr, "nsbox python: --tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
+			py_err("--tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
 			rc = nsbox_error_code(e) == -EINVAL ? NSBOX_EXIT_USAGE : NSBOX_EXIT_PROTOCOL;
 			nsbox_error_free(e);
 			goto out;
@@ -951,7 +1027,7 @@ int cmd_python(int argc, char **argv)
 		json_decref(lit);
 		if (!arg || asprintf(&launcher, "__import__('_nsbox_runner').cli_run(%s)\n", arg) < 0) {
 			free(arg);
-			fprintf(stderr, "nsbox python: out of memory\n");
+			py_err("out of memory\n");
 			rc = NSBOX_EXIT_USAGE;
 			goto out;
 		}
@@ -962,7 +1038,7 @@ int cmd_python(int argc, char **argv)
 	eo.filename = "<nsbox-runner>";
 	eo.repl = false;
 	if (nsbox_exec(s, launcher, &eo, &res, &e) < 0) {
-		fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+		py_err("%s\n", nsbox_error_message(e));
 		nsbox_error_free(e);
 		rc = NSBOX_EXIT_PROTOCOL;
 		goto out;
@@ -987,7 +1063,7 @@ int cmd_python(int argc, char **argv)
 		eo.filename = file ? file : "<string>";
 		eo.repl = json_mode;
 		if (nsbox_exec(s, code, &eo, &res, &e) < 0) {
-			fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
+			py_err("%s\n", nsbox_error_message(e));
 			nsbox_error_free(e);
 			rc = NSBOX_EXIT_USAGE;
 			goto out;
@@ -995,6 +1071,7 @@ int cmd_python(int argc, char **argv)
 	}
 	rc = report(s, res, json_mode, !json_mode);
 out:
+	py_err_json(rc);
 	active = NULL;
 	json_decref(cli);
 	nsbox_result_free(res);
@@ -1003,8 +1080,10 @@ out:
 	nsbox_policy_free(p);
 	return rc;
 usage:
-	py_usage(stderr);
+	if (!json_errors)
+		fputs("(see nsbox python --help)\n", stderr);
 usage_quiet:
+	py_err_json(NSBOX_EXIT_USAGE);
 	free_tools(ctools, n_tools);
 	nsbox_policy_free(p);
 	return NSBOX_EXIT_USAGE;

@@ -1,16 +1,22 @@
 /* nsbox run [OPTIONS] -- COMMAND [ARG...]: a thin front end over
  * nsbox_run() (include/nsbox.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "commands.h"
+
+/* run's own options, for "did you mean". */
+static const char *const run_opts[] = { "json-status", "quiet", "help", "connect", NULL };
 
 static void run_usage(FILE *f)
 {
 	fprintf(f,
 		"usage: nsbox run [OPTIONS] [--] COMMAND [ARG...]\n"
-		"  --json-status FILE|-   report how it ended as JSON\n%s",
+		"  --json-status FILE|-   report how it ended as JSON (FILE is created up front)\n"
+		"  --quiet                no warnings about limits enforced by a fallback\n%s",
 		args_jail_help);
 }
 
@@ -25,14 +31,14 @@ int cmd_run(int argc, char **argv)
 		.struct_size = sizeof(o), .warn = cli_warn, .forward_signals = true, .in_process = true
 	};
 	struct nsbox_run_status st = { .struct_size = sizeof(st) };
-	int i, code = NSBOX_EXIT_USAGE;
+	struct cli_tty tty = { .slave = -1, .relay = -1 };
+	int i, r, stdio[3], code = NSBOX_EXIT_USAGE;
 
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
 		fprintf(stderr, "nsbox run: %s\n", err.msg);
 		return NSBOX_EXIT_USAGE;
 	}
 	for (i = 1; i < argc; i++) {
-		int r;
 		if (strcmp(argv[i], "--") == 0) {
 			i++;
 			break;
@@ -43,6 +49,10 @@ int cmd_run(int argc, char **argv)
 			run_usage(stdout);
 			code = 0;
 			goto out;
+		}
+		if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0) {
+			o.warn = NULL;
+			continue;
 		}
 		if (strcmp(argv[i], "--json-status") == 0 && i + 1 < argc) {
 			json_status = argv[++i];
@@ -67,8 +77,8 @@ int cmd_run(int argc, char **argv)
 			goto out;
 		}
 		if (r == 0) {
-			fprintf(stderr, "nsbox run: unknown option '%s'\n", argv[i]);
-			run_usage(stderr);
+			args_unknown_option("run", argv[i], run_opts, &err);
+			fprintf(stderr, "nsbox run: %s\n", err.msg);
 			goto out;
 		}
 	}
@@ -77,11 +87,32 @@ int cmd_run(int argc, char **argv)
 		goto out;
 	}
 	if (i >= argc) {
-		fprintf(stderr, "nsbox run: no command given\n");
-		run_usage(stderr);
+		fprintf(stderr, "nsbox run: no command given (see nsbox run --help)\n");
 		goto out;
 	}
-	if (nsbox_run(p, argv + i, &o, &st, &e) < 0) {
+	/* Before the command runs, not after: a status that cannot be
+	 * written is a usage error, found while nothing has happened yet. */
+	if (json_status && strcmp(json_status, "-") != 0 && cli_open_status(json_status, &err) < 0) {
+		fprintf(stderr, "nsbox run: --json-status %s\n", err.msg);
+		goto out;
+	}
+	/* A terminal on stdin: the command gets a pty of its own as its
+	 * controlling terminal (cli/tty.c), never ours. */
+	if (isatty(0)) {
+		if (cli_tty_start(&tty, &err) < 0) {
+			fprintf(stderr, "nsbox run: %s\n", err.msg);
+			code = NSBOX_EXIT_SETUP;
+			goto out;
+		}
+		stdio[0] = tty.slave;
+		stdio[1] = isatty(1) ? tty.slave : 1;
+		stdio[2] = isatty(2) ? tty.slave : 2;
+		o.stdio = stdio;
+		o.controlling_tty = true;
+	}
+	r = nsbox_run(p, argv + i, &o, &st, &e);
+	cli_tty_stop(&tty);
+	if (r < 0) {
 		fprintf(stderr, "nsbox: run: %s\n", nsbox_error_message(e));
 		code = NSBOX_EXIT_SETUP;
 		goto out;
@@ -92,10 +123,10 @@ int cmd_run(int argc, char **argv)
 	else if (st.time_limit)
 		fprintf(stderr, "nsbox run: time limit exceeded\n");
 	else if (code == NSBOX_EXIT_MEMORY)
-		fprintf(stderr, "nsbox run: memory limit exceeded (peak %llu bytes)\n",
-			(unsigned long long)st.peak_memory);
+		fprintf(stderr, "nsbox run: memory limit exceeded (peak %.1f MiB)\n",
+			(double)st.peak_memory / (1 << 20));
 	if (json_status && cli_write_status(json_status, &st) < 0)
-		fprintf(stderr, "nsbox run: cannot write --json-status %s\n", json_status);
+		fprintf(stderr, "nsbox run: cannot write --json-status %s: %s\n", json_status, strerror(errno));
 out:
 	nsbox_error_free(e);
 	nsbox_policy_free(p);

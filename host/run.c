@@ -150,7 +150,12 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 		    struct run_result *res, struct nsbox_err *err)
 {
 	struct jail j;
-	struct jail_spec spec = { .policy = p, .argv = argv, .exec_fd = -1, .warn = o->warn, .warn_ctx = o->warn_ctx };
+	struct jail_spec spec = { .policy = p,
+				  .argv = argv,
+				  .exec_fd = -1,
+				  .warn = o->warn,
+				  .warn_ctx = o->warn_ctx,
+				  .controlling_tty = o->controlling_tty };
 	/* saved[i]: our fd i, copied (>= 0), closed before (-1), or not
 	 * touched yet (-2: nothing to restore). */
 	int saved[3] = { -2, -2, -2 }, src[3] = { -1, -1, -1 };

@@ -17,6 +17,7 @@ struct run_opts {
 	void *warn_ctx;
 	bool forward_signals;	/* SIGINT, SIGTERM, SIGHUP, SIGQUIT go to the sandbox */
 	bool in_process;	/* jail_start here: the caller must be single-threaded */
+	bool controlling_tty;	/* stdin becomes the command's controlling tty (in_process) */
 };
 
 struct run_result {

@@ -182,6 +182,21 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 
 	if (policy_init_builtin(&b, profile, err) < 0)
 		return NULL;
+	for (size_t i = 0; i < p->n_mounts; i++)
+		if (!p->mounts[i].src) {
+			policy_free(&b);
+			return err_set(err, EINVAL, "through nsboxd a policy can't have TmpFS= (%s)", p->mounts[i].dst),
+			       NULL;
+		}
+	for (size_t i = 0; i < p->n_env; i++)
+		if (!strchr(p->env[i], '=')) {
+			policy_free(&b);
+			return err_set(err, EINVAL, "through nsboxd a policy can't have Unset= (%s)", p->env[i]), NULL;
+		}
+	if (p->workdir) {
+		policy_free(&b);
+		return err_set(err, EINVAL, "through nsboxd a policy can't have WorkDir= (%s)", p->workdir), NULL;
+	}
 	if (p->rootfs || p->uid != b.uid || p->gid != b.gid || p->seccomp != b.seccomp || p->landlock != b.landlock ||
 	    p->cgroups != b.cgroups || (p->hostname && b.hostname && strcmp(p->hostname, b.hostname)) ||
 	    p->workspace_size != b.workspace_size) {

@@ -495,6 +495,14 @@ struct nsbox_run_opts {
 	/* Launch from this process instead of the helper (see
 	 * nsbox_session_opts.in_process): single-threaded callers only. */
 	bool in_process;
+	/* (since 0.4.0) Make the command's stdin its controlling terminal
+	 * (TIOCSCTTY after setsid), so that a shell has job control.  For a
+	 * pseudo-terminal the caller made for this run and relays, as
+	 * nsbox(1) does when its stdin is a terminal; never the caller's
+	 * own terminal (the kernel refuses one that already controls a
+	 * session, and the run fails).  in_process only: -EINVAL with the
+	 * helper. */
+	bool controlling_tty;
 };
 
 struct nsbox_run_status {

@@ -402,15 +402,10 @@ int cgroup_create(const struct nsbox_policy *p, struct cgroup_handle **out,
 	bool want_v2 = false;
 
 	*out = NULL;
-	if (p->cgroups == WANT_OFF) {
-		for (int c = 0; c < CTRL__N; c++)
-			if (needed(p, c) && warn) {
-				snprintf(msg, sizeof(msg), "%s limit not enforced by a cgroup (the policy says Cgroups=off); %s",
-					 ctrl_names[c], fallback[c]);
-				warn(warn_ctx, msg);
-			}
+	/* Cgroups=off is the caller's explicit choice: the rlimit fallbacks
+	 * apply without a warning (nsbox-policy(5) says which). */
+	if (p->cgroups == WANT_OFF)
 		return 0;
-	}
 	h = calloc(1, sizeof(*h));
 	if (!h)
 		return err_set(err, ENOMEM, "cgroup");

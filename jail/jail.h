@@ -53,6 +53,8 @@ struct jail_spec {
 	 * NULL: dropped). */
 	void (*warn)(void *ctx, const char *msg);
 	void *warn_ctx;
+	/* argv mode: stdin becomes the payload's controlling terminal. */
+	bool controlling_tty;
 };
 
 struct jail_status {

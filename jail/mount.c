@@ -490,9 +490,9 @@ int mount_open_sources(const struct nsbox_policy *p, struct mount_srcs *s, struc
 	mount_srcs_close(s);
 	s->detached = detached;
 	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
-		s->bind[i] = open_one(p->mounts[i].src, err);
+		s->bind[i] = p->mounts[i].src ? open_one(p->mounts[i].src, err) : -1; /* -1: a TmpFS= */
 		s->n_bind = i + 1;
-		if (s->bind[i] < 0)
+		if (s->bind[i] < 0 && p->mounts[i].src)
 			goto fail;
 	}
 	if (p->workspace && (s->workspace = open_one(p->workspace, err)) < 0)
@@ -526,7 +526,7 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	 * /tmp, from the launcher's descriptors (mount_open_sources). */
 	if (!srcs->detached) {
 		for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
-			if (reopen_here(&srcfd[i], p->mounts[i].src, err) < 0)
+			if (p->mounts[i].src && reopen_here(&srcfd[i], p->mounts[i].src, err) < 0)
 				goto out;
 		}
 		if (p->workspace && reopen_here(&wsfd, p->workspace, err) < 0)
@@ -641,6 +641,17 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		goto out;
 	for (size_t i = 0; i < p->n_mounts; i++) {
 		snprintf(path, sizeof(path), NEWROOT "%s", p->mounts[i].dst);
+		if (!p->mounts[i].src) {
+			/* TmpFS=: sized like /tmp, and like /tmp charged to the
+			 * memory cgroup of whoever writes it. */
+			snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
+				 (unsigned long long)(p->mounts[i].tmpfs ?: p->tmp_size ?: DEFAULT_TMP_SIZE));
+			if (mkdir_p(path, 0755) < 0 || mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
+				err_sys(err, "--tmpfs %s", p->mounts[i].dst);
+				goto out;
+			}
+			continue;
+		}
 		if ((srcs->detached ? attach_tree(srcfd[i], path, p->mounts[i].rw, err)
 				    : bind_fd(srcfd[i], path, p->mounts[i].rw, true, err)) < 0) {
 			err_wrap(err, "--%s %s:%s", p->mounts[i].rw ? "bind" : "ro-bind", p->mounts[i].src,
@@ -666,8 +677,8 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	if (set_attr("/", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, false, err) < 0 ||
 	    set_attr("/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false, err) < 0)
 		goto out;
-	if (chdir(home) < 0) {
-		err_sys(err, "chdir %s", home);
+	if (chdir(p->workdir ? p->workdir : home) < 0) {
+		err_sys(err, "%s %s", p->workdir ? "--chdir" : "chdir", p->workdir ? p->workdir : home);
 		goto out;
 	}
 	r = 0;

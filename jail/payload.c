@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -112,13 +113,15 @@ static char **build_env(const struct nsbox_policy *p)
 		envp[n++] = (char *)egress_env[i];
 	for (size_t i = 0; i < p->n_env; i++) {
 		size_t klen = strcspn(p->env[i], "=");
-		/* Later settings override earlier ones. */
+		/* Later settings override earlier ones; Unset= (NAME alone)
+		 * only removes. */
 		for (size_t j = 0; j < n; j++)
-			if (strncmp(envp[j], p->env[i], klen + 1) == 0) {
+			if (strncmp(envp[j], p->env[i], klen) == 0 && envp[j][klen] == '=') {
 				envp[j] = envp[--n];
 				break;
 			}
-		envp[n++] = p->env[i];
+		if (p->env[i][klen] == '=')
+			envp[n++] = p->env[i];
 	}
 	envp[n] = NULL;
 	return envp;
@@ -139,6 +142,11 @@ static int payload_session(struct payload *pl, struct nsbox_err *err)
 
 	if (setsid() < 0)
 		return err_sys(err, "setsid");
+	/* Only on a pty made for this run (nsbox_run_opts.controlling_tty):
+	 * TIOCSCTTY with 0 does not steal a terminal that controls another
+	 * session, and TIOCSTI stays denied by seccomp either way. */
+	if (pl->c->spec->controlling_tty && ioctl(0, TIOCSCTTY, 0) < 0)
+		return err_sys(err, "TIOCSCTTY on stdin");
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	for (int sig = 1; sig < NSIG; sig++)

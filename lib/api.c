@@ -1327,6 +1327,11 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 	ro.warn_ctx = o.warn_userdata;
 	ro.forward_signals = o.forward_signals;
 	ro.in_process = o.in_process;
+	ro.controlling_tty = o.controlling_tty;
+	if (o.controlling_tty && !o.in_process)
+		return fail(err, -EINVAL, "nsbox_run: controlling_tty needs in_process");
+	if (o.controlling_tty && (o.stdio ? !isatty(o.stdio[0]) : !isatty(0)))
+		return fail(err, -EINVAL, "nsbox_run: controlling_tty: stdin is not a terminal");
 	{
 		struct nsbox_policy q = { 0 };
 		bool named;

@@ -589,6 +589,74 @@ static int set_ro_bind(struct nsbox_policy *p, const char *v, struct nsbox_err *
 	return add_mount(p, v, false, err);
 }
 
+/* TmpFS=PATH[:SIZE]: a private tmpfs, writable, of SIZE (default TmpSize's),
+ * like /tmp; its pages count toward Memory= as /tmp's do. */
+static int set_tmpfs(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	_cleanup_free_ char *raw = NULL, *dst = NULL;
+	const char *colon = strrchr(v, ':'), *why;
+	uint64_t size = 0;
+
+	if (p->n_mounts >= POLICY_MAX_MOUNTS)
+		return err_fail(err, "policy", E2BIG, "too many mounts (at most %d Bind=, ReadOnlyBind= and TmpFS=)",
+			    POLICY_MAX_MOUNTS);
+	raw = colon ? strndup(v, (size_t)(colon - v)) : strdup(v);
+	if (!raw)
+		return err_fail(err, "policy", ENOMEM, "out of memory");
+	if (colon && value_size(colon + 1, false, 1ULL << 20, &size, err) < 0)
+		return err_wrap(err, "size");
+	if (norm_path(raw, &dst, err) < 0)
+		return err_wrap(err, "path (use PATH[:SIZE])");
+	why = forbidden_dst(dst);
+	if (!why && (!strcmp(dst, "/tmp") || !strcmp(dst, "/workspace")))
+		why = "nsbox mounts it itself (TmpSize=, Workspace=)";
+	if (why)
+		return err_fail(err, "policy", EPERM, "%s is not allowed (%s)", dst, why);
+	for (size_t i = 0; i < p->n_mounts; i++)
+		if (p->mounts[i].dst && strcmp(p->mounts[i].dst, dst) == 0)
+			return err_fail(err, "policy", EEXIST, "destination %s is already used by another mount", dst);
+	p->mounts[p->n_mounts] = (struct policy_mount){ .dst = TAKE_PTR(dst), .rw = true, .tmpfs = size };
+	p->n_mounts++;
+	return 0;
+}
+
+/* WorkDir=PATH: the working directory inside (default HOME). */
+static int set_workdir(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	_cleanup_free_ char *n = NULL;
+
+	if (!*v) {
+		free(p->workdir);
+		p->workdir = NULL;
+		return 0;
+	}
+	if (norm_path(v, &n, err) < 0)
+		return -1;
+	free(p->workdir);
+	p->workdir = TAKE_PTR(n);
+	return 0;
+}
+
+/* The entry s (owned) for the name of n bytes: it replaces the one for the
+ * same name in place, so the list never holds two for one name. */
+static int put_env(struct nsbox_policy *p, char *s, size_t n, struct nsbox_err *err)
+{
+	for (size_t i = 0; i < p->n_env; i++) {
+		if (p->env[i] && strncmp(p->env[i], s, n) == 0 && (p->env[i][n] == '=' || p->env[i][n] == '\0')) {
+			free_wiped(p->env[i]);
+			p->env[i] = s;
+			return 0;
+		}
+	}
+	if (p->n_env >= POLICY_MAX_ENV) {
+		free_wiped(s);
+		return err_fail(err, "policy", E2BIG, "too many variables (at most %d Set= and Unset=)",
+			    POLICY_MAX_ENV);
+	}
+	p->env[p->n_env++] = s;
+	return 0;
+}
+
 /* Set=NAME=VALUE: a later Set= of the same NAME replaces the earlier one in
  * place, so the list never holds two values for one name. */
 static int set_env(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
@@ -606,19 +674,22 @@ static int set_env(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 	s = strdup(v);
 	if (!s)
 		return err_fail(err, "policy", ENOMEM, "out of memory");
-	for (size_t i = 0; i < p->n_env; i++) {
-		if (p->env[i] && strncmp(p->env[i], v, n + 1) == 0) {
-			free_wiped(p->env[i]);
-			p->env[i] = s;
-			return 0;
-		}
-	}
-	if (p->n_env >= POLICY_MAX_ENV) {
-		free_wiped(s);
-		return err_fail(err, "policy", E2BIG, "too many variables (at most %d Set=)", POLICY_MAX_ENV);
-	}
-	p->env[p->n_env++] = s;
-	return 0;
+	return put_env(p, s, n, err);
+}
+
+/* Unset=NAME: NAME is not in the sandbox's environment, whether Set= or
+ * built in (PATH, HOME, LANG, TERM, the proxy's). */
+static int set_unset(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	char *s;
+
+	if (!env_name_ok(v, strlen(v)))
+		return err_fail(err, "policy", EINVAL,
+			    "not a variable name (use letters, digits and _, not starting with a digit)");
+	s = strdup(v);
+	if (!s)
+		return err_fail(err, "policy", ENOMEM, "out of memory");
+	return put_env(p, s, strlen(v), err);
 }
 
 static int set_seccomp(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
@@ -711,6 +782,7 @@ static const struct policy_key keys[] = {
 	{ "Sandbox", "HostGid", set_host_gid, 0 },
 	{ "Sandbox", "Network", set_network, 0 },
 	{ "Sandbox", "Hostname", set_hostname, 0 },
+	{ "Sandbox", "WorkDir", set_workdir, KEY_EMPTY_OK },
 	{ "Limits", "Memory", set_memory, 0 },
 	{ "Limits", "Pids", set_pids, 0 },
 	{ "Limits", "CPUs", set_cpus, 0 },
@@ -724,7 +796,9 @@ static const struct policy_key keys[] = {
 	{ "Filesystem", "Workspace", set_workspace, KEY_EMPTY_OK },
 	{ "Filesystem", "Bind", set_bind, 0 },
 	{ "Filesystem", "ReadOnlyBind", set_ro_bind, 0 },
+	{ "Filesystem", "TmpFS", set_tmpfs, 0 },
 	{ "Environment", "Set", set_env, 0 },
+	{ "Environment", "Unset", set_unset, 0 },
 	{ "Security", "Seccomp", set_seccomp, 0 },
 	{ "Security", "Landlock", set_landlock, 0 },
 	{ "Python", "DistPackages", set_dist_packages, 0 },
@@ -830,6 +904,7 @@ void policy_free(struct nsbox_policy *p)
 		return;
 	free(p->name);
 	free(p->hostname);
+	free(p->workdir);
 	free(p->rootfs);
 	free(p->preload);
 	free(p->workspace);
@@ -930,6 +1005,7 @@ int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct
 	q.n_env = ne;
 	r |= dup_opt(&q.name, src->name);
 	r |= dup_opt(&q.hostname, src->hostname);
+	r |= dup_opt(&q.workdir, src->workdir);
 	r |= dup_opt(&q.rootfs, src->rootfs);
 	r |= dup_opt(&q.preload, src->preload);
 	r |= dup_opt(&q.workspace, src->workspace);
@@ -953,116 +1029,152 @@ int policy_copy(struct nsbox_policy *dst, const struct nsbox_policy *src, struct
 
 /* ---- the file format --------------------------------------------------- */
 
-static int parse_into(struct nsbox_policy *p, const char *text, size_t len, struct nsbox_err *err,
-		      unsigned *lineno)
+/* One line of a policy file (blanks trimmed in place) on top of *p.
+ * Returns 0, or -1 with err saying what is wrong with the line. */
+static int parse_line(struct nsbox_policy *p, char *line, char *section, bool *have_section, bool *seen_setting,
+		      struct nsbox_err *err)
+{
+	char buf[300], list[256];
+	char *s, *e, *eq;
+
+	s = line;
+	while (is_blank(*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && is_blank(e[-1]))
+		*--e = '\0';
+	if (!*s || *s == '#' || *s == ';')
+		return 0;
+
+	if (*s == '[') {
+		if (e[-1] != ']' || e - s < 3)
+			return err_fail(err, "policy", EINVAL, "bad section header %s (use [Name])",
+				    shown(s, buf, sizeof(buf)));
+		e[-1] = '\0';
+		/* Until the next header, its keys are not reported again. */
+		section[0] = '\0';
+		*have_section = true;
+		if (!section_known(s + 1)) {
+			list_sections(list, sizeof(list));
+			return err_fail(err, "policy", EINVAL, "unknown section [%s] (accepted: %s)",
+				    shown(s + 1, buf, sizeof(buf)), list);
+		}
+		strcpy(section, s + 1);
+		return 0;
+	}
+
+	eq = strchr(s, '=');
+	if (!eq)
+		return err_fail(err, "policy", EINVAL, "%s: not a setting (use Key=Value, a [Section] or a # comment)",
+			    shown(s, buf, sizeof(buf)));
+	if (!*have_section)
+		return err_fail(err, "policy", EINVAL, "%s: setting outside a section (put it under a [Section] header)",
+			    shown(s, buf, sizeof(buf)));
+	if (!section[0])
+		return 0; /* under an unknown section, already reported */
+	e = eq;
+	while (e > s && is_blank(e[-1]))
+		e--;
+	*e = '\0';
+	if (!*s)
+		return err_fail(err, "policy", EINVAL, "missing key before '='");
+
+	if (strcmp(section, "Policy") == 0 && strcmp(s, "Base") == 0) {
+		struct nsbox_policy b;
+		const char *v = eq + 1;
+
+		while (is_blank(*v))
+			v++;
+		if (*seen_setting)
+			return err_fail(err, "policy", EINVAL,
+				    "[Policy] Base=%s: must be the first setting of the file",
+				    shown(v, buf, sizeof(buf)));
+		*seen_setting = true;
+		if (policy_init_builtin(&b, v, err) < 0)
+			return err_wrap(err, "[Policy] Base=%s", shown(v, buf, sizeof(buf)));
+		free(b.name);
+		b.name = TAKE_PTR(p->name);
+		policy_free(p);
+		*p = b;
+		return 0;
+	}
+	*seen_setting = true;
+	return policy_set(p, section, s, eq + 1, err);
+}
+
+/* Every line of text on top of *p.  A line that is wrong is reported and
+ * parsing goes on, so that one run of `nsbox policy check` names every
+ * error: err's message then holds one "origin:LINE: what" per line, as
+ * many as fit.  Returns 0 or -1. */
+static int parse_into(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
+		      struct nsbox_err *err)
 {
 	__attribute__((cleanup(wipe_buf))) char line[POLICY_LINE_MAX + 1];
 	__attribute__((cleanup(wipe_buf))) char section[POLICY_LINE_MAX + 1] = "";
-	char buf[300], list[256];
 	bool have_section = false, seen_setting = false;
-	size_t pos = 0;
+	unsigned lineno = 0, n_errors = 0, n_shown = 0;
+	char all[NSBOX_ERR_MSG_MAX] = "";
+	size_t pos = 0, used = 0;
+	int code = 0;
 
 	/* A UTF-8 byte order mark, as some editors write. */
 	if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0)
 		pos = 3;
-	*lineno = 0;
 	while (pos < len) {
 		const char *nl = memchr(text + pos, '\n', len - pos);
 		size_t n = nl ? (size_t)(nl - (text + pos)) : len - pos;
-		char *s, *e, *eq;
+		struct nsbox_err one = { 0 };
+		int r;
 
-		++*lineno;
-		if (n > POLICY_LINE_MAX)
-			return err_fail(err, "policy", E2BIG, "line too long (at most %d bytes)", POLICY_LINE_MAX);
-		if (memchr(text + pos, '\0', n))
-			return err_fail(err, "policy", EINVAL, "NUL byte in line (policy files are text)");
-		memcpy(line, text + pos, n);
-		line[n] = '\0';
+		++lineno;
+		if (n > POLICY_LINE_MAX) {
+			r = err_fail(&one, "policy", E2BIG, "line too long (at most %d bytes)", POLICY_LINE_MAX);
+		} else if (memchr(text + pos, '\0', n)) {
+			r = err_fail(&one, "policy", EINVAL, "NUL byte in line (policy files are text)");
+		} else {
+			memcpy(line, text + pos, n);
+			line[n] = '\0';
+			r = parse_line(p, line, section, &have_section, &seen_setting, &one);
+		}
 		pos += n + (nl ? 1 : 0);
-
-		s = line;
-		while (is_blank(*s))
-			s++;
-		e = s + strlen(s);
-		while (e > s && is_blank(e[-1]))
-			*--e = '\0';
-		if (!*s || *s == '#' || *s == ';')
+		if (r == 0)
 			continue;
-
-		if (*s == '[') {
-			if (e[-1] != ']' || e - s < 3)
-				return err_fail(err, "policy", EINVAL, "bad section header %s (use [Name])",
-					    shown(s, buf, sizeof(buf)));
-			e[-1] = '\0';
-			if (!section_known(s + 1)) {
-				list_sections(list, sizeof(list));
-				return err_fail(err, "policy", EINVAL, "unknown section [%s] (accepted: %s)",
-					    shown(s + 1, buf, sizeof(buf)), list);
-			}
-			strcpy(section, s + 1);
-			have_section = true;
-			continue;
-		}
-
-		eq = strchr(s, '=');
-		if (!eq)
-			return err_fail(err, "policy", EINVAL, "%s: not a setting (use Key=Value, a [Section] or a # comment)",
-				    shown(s, buf, sizeof(buf)));
-		if (!have_section)
-			return err_fail(err, "policy", EINVAL, "%s: setting outside a section (put it under a [Section] header)",
-				    shown(s, buf, sizeof(buf)));
-		e = eq;
-		while (e > s && is_blank(e[-1]))
-			e--;
-		*e = '\0';
-		if (!*s)
-			return err_fail(err, "policy", EINVAL, "missing key before '='");
-
-		if (strcmp(section, "Policy") == 0 && strcmp(s, "Base") == 0) {
-			struct nsbox_policy b;
-			const char *v = eq + 1;
-
-			while (is_blank(*v))
-				v++;
-			if (seen_setting)
-				return err_fail(err, "policy", EINVAL,
-					    "[Policy] Base=%s: must be the first setting of the file",
-					    shown(v, buf, sizeof(buf)));
-			seen_setting = true;
-			if (policy_init_builtin(&b, v, err) < 0)
-				return err_wrap(err, "[Policy] Base=%s", shown(v, buf, sizeof(buf)));
-			free(b.name);
-			b.name = TAKE_PTR(p->name);
-			policy_free(p);
-			*p = b;
-			continue;
-		}
-		seen_setting = true;
-		if (policy_set(p, section, s, eq + 1, err) < 0)
+		if (one.code == ENOMEM) {
+			err_copy(err, &one);
 			return -1;
+		}
+		if (!n_errors++)
+			code = one.code;
+		/* What does not fit is counted below, not cut mid-message. */
+		int k = snprintf(all + used, sizeof(all) - used, "%s%.512s:%u: %s", used ? "\n" : "", origin, lineno,
+				 one.msg);
+		if (k > 0 && (size_t)k < sizeof(all) - used - 40) {
+			used += (size_t)k;
+			n_shown++;
+		} else {
+			all[used] = '\0';
+		}
 	}
-	return 0;
+	if (!n_errors)
+		return 0;
+	if (n_errors > n_shown)
+		snprintf(all + used, sizeof(all) - used, "\n%s: and %u more error%s", origin, n_errors - n_shown,
+			 n_errors - n_shown == 1 ? "" : "s");
+	return err_fail(err, "policy", code, "%s", all);
 }
 
 int policy_parse(struct nsbox_policy *p, const char *text, size_t len, const char *origin,
 		 struct nsbox_err *err)
 {
 	struct nsbox_policy q;
-	unsigned lineno = 0;
-	char pre[600];
-
 	if (!origin)
 		origin = "<policy>";
 	if (!p || (!text && len))
 		return err_fail(err, "policy", EINVAL, "%s: policy_parse: missing argument", origin);
 	if (policy_copy(&q, p, err) < 0)
 		return err_wrap(err, "%s", origin);
-	if (parse_into(&q, text ? text : "", len, err, &lineno) < 0) {
+	if (parse_into(&q, text ? text : "", len, origin, err) < 0) {
 		policy_free(&q);
-		if (err) {
-			snprintf(pre, sizeof(pre), "%.512s:%u: ", origin, lineno);
-			err_prefix(err, pre);
-		}
 		return -1;
 	}
 	policy_free(p);
@@ -1194,6 +1306,8 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 		return err_fail(err, "policy", EINVAL, "[Limits] Cgroups=, [Security] Landlock= or Seccomp=: bad mode");
 	if (p->rootfs && strchr(p->rootfs, '/') && check_path("[Filesystem] RootFS=", p->rootfs, false, err) < 0)
 		return -1;
+	if (p->workdir && check_path("[Sandbox] WorkDir=", p->workdir, false, err) < 0)
+		return -1;
 	if (p->rootfs && !strchr(p->rootfs, '/') && !policy_tree_name_ok(p->rootfs))
 		return err_fail(err, "policy", EINVAL, "[Filesystem] RootFS=%s: not a path nor a tree name", p->rootfs);
 	if (p->preload && strlen(p->preload) > POLICY_PRELOAD_MAX)
@@ -1221,9 +1335,14 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 		const char *key = m->rw ? "[Filesystem] Bind= source" : "[Filesystem] ReadOnlyBind= source";
 		_cleanup_free_ char *di = NULL;
 
-		if (check_path(key, m->src, false, err) < 0)
+		if (!m->src && (!m->rw || (m->tmpfs && m->tmpfs < (1ULL << 20))))
+			return err_fail(err, "policy", EINVAL, "[Filesystem] TmpFS= %s: read-only or under 1M",
+				    m->dst ? m->dst : "");
+		if (m->src && check_path(key, m->src, false, err) < 0)
 			return -1;
-		key = m->rw ? "[Filesystem] Bind= destination" : "[Filesystem] ReadOnlyBind= destination";
+		key = !m->src ? "[Filesystem] TmpFS="
+		      : m->rw ? "[Filesystem] Bind= destination"
+			      : "[Filesystem] ReadOnlyBind= destination";
 		if (check_path(key, m->dst, true, err) < 0)
 			return -1;
 		if (norm_path(m->dst, &di, err) < 0)
@@ -1255,14 +1374,15 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 		return err_fail(err, "policy", E2BIG, "[Environment]: %zu variables (at most %d)", p->n_env,
 			    POLICY_MAX_ENV);
 	for (size_t i = 0; i < p->n_env; i++) {
-		const char *eq = p->env[i] ? strchr(p->env[i], '=') : NULL;
+		size_t n = p->env[i] ? strcspn(p->env[i], "=") : 0;
 
-		if (!eq || !env_name_ok(p->env[i], (size_t)(eq - p->env[i])))
+		if (!env_name_ok(p->env[i] ? p->env[i] : "", n))
 			return err_fail(err, "policy", EINVAL, "[Environment] Set=: entry %zu is not NAME=VALUE", i + 1);
 		for (size_t j = 0; j < i; j++)
-			if (p->env[j] && strncmp(p->env[j], p->env[i], (size_t)(eq - p->env[i]) + 1) == 0)
-				return err_fail(err, "policy", EEXIST, "[Environment] Set=: %.*s is set twice",
-					    (int)(eq - p->env[i]), p->env[i]);
+			if (p->env[j] && strncmp(p->env[j], p->env[i], n) == 0 &&
+			    (p->env[j][n] == '=' || p->env[j][n] == '\0'))
+				return err_fail(err, "policy", EEXIST, "[Environment] Set=: %.*s is set twice", (int)n,
+					    p->env[i]);
 	}
 	return 0;
 }
@@ -1333,6 +1453,8 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 		p->share_net ? "host" : "none");
 	if (p->hostname)
 		fprintf(out, "Hostname=%s\n", p->hostname);
+	if (p->workdir)
+		fprintf(out, "WorkDir=%s\n", p->workdir);
 	/* Only when set: the base has none, and most policies never do. */
 	if (p->host_uid || p->host_gid)
 		fprintf(out, "HostUid=%u\nHostGid=%u\n", (unsigned)p->host_uid, (unsigned)p->host_gid);
@@ -1353,15 +1475,20 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 		fprintf(out, "RootFS=%s\n", p->rootfs);
 	if (p->workspace)
 		fprintf(out, "Workspace=%s\n", p->workspace);
-	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++)
+	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
 		if (p->mounts[i].src && p->mounts[i].dst)
 			fprintf(out, "%s=%s:%s\n", p->mounts[i].rw ? "Bind" : "ReadOnlyBind",
 				p->mounts[i].src, p->mounts[i].dst);
+		else if (p->mounts[i].dst && p->mounts[i].tmpfs)
+			fprintf(out, "TmpFS=%s:%llu\n", p->mounts[i].dst, (unsigned long long)p->mounts[i].tmpfs);
+		else if (p->mounts[i].dst)
+			fprintf(out, "TmpFS=%s\n", p->mounts[i].dst);
+	}
 
 	fprintf(out, "\n[Environment]\n");
 	for (size_t i = 0; i < p->n_env && i < POLICY_MAX_ENV; i++)
 		if (p->env[i])
-			fprintf(out, "Set=%s\n", p->env[i]);
+			fprintf(out, "%s=%s\n", strchr(p->env[i], '=') ? "Set" : "Unset", p->env[i]);
 
 	fprintf(out, "\n[Security]\nSeccomp=%s\nLandlock=%s\n",
 		p->seccomp == SECCOMP_LOG ? "log" : "enforce", want_name(p->landlock));

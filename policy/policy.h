@@ -25,9 +25,10 @@ enum policy_seccomp {
 };
 
 struct policy_mount {
-	char *src;	/* host path (absolute) */
+	char *src;	/* host path (absolute); NULL for a TmpFS= */
 	char *dst;	/* path inside the sandbox (absolute) */
-	bool rw;
+	bool rw;	/* always true for a TmpFS= */
+	uint64_t tmpfs;	/* TmpFS=DST:SIZE bytes; 0: TmpSize's (src NULL only) */
 };
 
 #define POLICY_MAX_MOUNTS 64
@@ -51,6 +52,7 @@ struct nsbox_policy {
 	gid_t host_gid;
 	bool share_net;		/* Network=none|host; host shares the host's net ns */
 	char *hostname;		/* Hostname= (default "nsbox") */
+	char *workdir;		/* WorkDir= inside the sandbox; NULL = HOME */
 
 	/* [Limits]  0 means "no limit" for every field */
 	uint64_t memory;	/* Memory= bytes, memory.max; swap is always 0 */
@@ -70,11 +72,13 @@ struct nsbox_policy {
 	/* [Filesystem] */
 	char *rootfs;		/* RootFS= another root tree (a path, or a built tree's name), NULL = host /usr */
 	char *workspace;	/* Workspace= host dir, rw at /workspace */
-	struct policy_mount mounts[POLICY_MAX_MOUNTS];	/* Bind= / ReadOnlyBind= */
+	struct policy_mount mounts[POLICY_MAX_MOUNTS];	/* Bind= / ReadOnlyBind= / TmpFS= */
 	size_t n_mounts;
 
 	/* [Environment] */
-	char *env[POLICY_MAX_ENV];	/* Set=NAME=VALUE, later ones override */
+	/* Set=NAME=VALUE, or NAME alone for Unset=NAME (removes it from the
+	 * built-in environment too); one entry per name, the later wins. */
+	char *env[POLICY_MAX_ENV];
 	size_t n_env;
 
 	/* [Security] */

@@ -87,6 +87,7 @@ class RunOpts(Structure):
         ("warn_userdata", c_void_p),
         ("forward_signals", c_bool),
         ("in_process", c_bool),
+        ("controlling_tty", c_bool),  # 0.4.0
     ]
 
 

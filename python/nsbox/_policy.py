@@ -5,6 +5,7 @@ reports while a sandbox is made."""
 
 import errno as _errno
 import os
+import stat
 import sys
 import warnings
 from ctypes import byref, c_void_p
@@ -97,6 +98,22 @@ def check_policy(lib, p):
     _lib.check(lib.nsbox_policy_check(p, byref(err)), err, "policy", PolicyError)
 
 
+def check_workspace(path):
+    """Refuse, before anything starts, a workspace the sandbox could not
+    mount: missing, not a directory, or one this process can't enter and
+    list (the sandbox's ids map to ours).  Raises PolicyError naming it."""
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise PolicyError("workspace=%r: %s" % (path, e.strerror)) from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise PolicyError("workspace=%r: not a directory" % (path,))
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise PolicyError("workspace=%r: not accessible to uid %d" % (path, os.getuid()))
+
+
 def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspace=None, share_net=False,
                time_limit=None, workspace_size=None, rootfs=None):
     """A new nsbox_policy_t* (the caller frees it with nsbox_policy_free):
@@ -113,6 +130,7 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
             _lib.check(lib.nsbox_policy_set_time_limit(p, float(time_limit), byref(err)), err,
                        "policy time limit", PolicyError)
         if workspace is not None:
+            check_workspace(os.fspath(workspace))
             _lib.check(lib.nsbox_policy_set_workspace(p, to_bytes(os.fspath(workspace), "workspace"),
                                                       byref(err)), err, "policy workspace", PolicyError)
         if workspace_size is not None:

@@ -1080,10 +1080,13 @@ def test_large_values_and_output(sb):
 
 # ---- libnsbox 0.2: nsbox.run, spare sandboxes, warnings ------------------
 
-# Cgroups=off makes the jail fall back to rlimits and warn about it.
-# Memory=infinity: the memory fallback, RLIMIT_AS, breaks AddressSanitizer
-# builds of the runner.
+# Cgroups=off makes the jail fall back to rlimits, silently (an explicit
+# choice).  Memory=infinity: the memory fallback, RLIMIT_AS, breaks
+# AddressSanitizer builds of the runner.
 NO_CGROUP_POLICY = "[Limits]\nCgroups=off\nPids=50\nMemory=infinity\n"
+# Cgroups=auto on a host that can't give nsbox a pids cgroup (no
+# delegation, as uid 65534 in the integration run) falls back with a warning.
+FALLBACK_POLICY = "[Limits]\nPids=50\nMemory=infinity\n"
 
 
 def test_struct_layouts_match_the_header(tmp_path):
@@ -1301,9 +1304,26 @@ def test_info_has_the_python_version(sb):
 
 
 def _no_cgroup_policy(tmp_path):
+    """A policy whose pids limit falls back to RLIMIT_NPROC with a warning,
+    or a skip where this host enforces it by a cgroup (as root: the
+    uid-65534 pass of scripts/run-integ.sh runs these)."""
+    pol = tmp_path / "fallback.policy"
+    pol.write_text(FALLBACK_POLICY)
+    if nsbox.run(["true"], policy=pol, on_warning=lambda m: None, timeout=30).enforced["pids"]:
+        pytest.skip("this host enforces Pids by a cgroup: no fallback warning to relay")
+    return pol
+
+
+def test_cgroups_off_is_silent(libnsbox, tmp_path):
+    """Cgroups=off is the caller's choice: its fallbacks are not warned about."""
     pol = tmp_path / "nocg.policy"
     pol.write_text(NO_CGROUP_POLICY)
-    return pol
+    got = []
+    with nsbox.Sandbox(policy=pol, on_warning=got.append, timeout=30) as s:
+        assert s.execute("1 + 1") == 2
+    res = nsbox.run(["true"], policy=pol, on_warning=got.append, timeout=30)
+    assert res.exit_code == 0 and not res.enforced["pids"]
+    assert got == []
 
 
 def test_on_warning_receives_the_jails_warnings(libnsbox, tmp_path):
@@ -1517,6 +1537,26 @@ def test_no_default_spare_with_a_workspace(libnsbox, tmp_path, monkeypatch):
     (ws / "b").write_text("2")
     with nsbox.Sandbox(workspace=str(ws), timeout=30) as s:
         assert s.execute("sorted(__import__('os').listdir('/workspace'))") == ["b"]
+
+
+def test_workspace_is_checked_before_starting(libnsbox, tmp_path):
+    """A workspace the sandbox could not mount is a PolicyError naming it,
+    raised before any sandbox starts (not a failure at the mount step)."""
+    f = tmp_path / "README.md"
+    f.write_text("hi\n")
+    for ws, why in (("/nonexistent", "No such file or directory"), (str(f), "not a directory")):
+        with pytest.raises(nsbox.PolicyError, match="workspace=%r: %s" % (ws, why)):
+            nsbox.Sandbox(workspace=ws, timeout=30)
+        with pytest.raises(nsbox.PolicyError, match="not a directory|No such file"):
+            nsbox.run(["true"], workspace=ws, timeout=30)
+    if os.geteuid() != 0:
+        locked = tmp_path / "locked"
+        locked.mkdir(mode=0)
+        try:
+            with pytest.raises(nsbox.PolicyError, match="not accessible to uid %d" % os.getuid()):
+                nsbox.Sandbox(workspace=locked, timeout=30)
+        finally:
+            locked.chmod(0o700)
 
 
 # ---- values, both ways, through a sandbox ---------------------------------

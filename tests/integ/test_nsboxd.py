@@ -138,6 +138,17 @@ def test_cli_through_service(daemon):
     assert p.returncode == 120 and b"one-off commands" in p.stderr
 
 
+@pytest.mark.parametrize("flag,key", [(["--tmpfs", "/scratch"], "TmpFS="), (["--chdir", "/usr"], "WorkDir="),
+                                      (["--unsetenv", "LANG"], "Unset=")])
+def test_service_refuses_what_it_cannot_say(daemon, flag, key):
+    """The OPEN message has no TmpFS=, WorkDir= or Unset=: refused by name
+    before anything is asked of the service, not dropped."""
+    p = subprocess.run([NSBOX, "python", "--connect", daemon.sock] + flag + ["-c", "print('ran')"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 125 and "ran" not in p.stdout
+    assert f"through nsboxd a policy can't have {key}" in p.stderr, p.stderr
+
+
 def test_sdk_through_service(daemon):
     code = f"""
 import nsbox

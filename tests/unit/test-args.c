@@ -241,11 +241,165 @@ static void test_stops(void)
 	free_parsed(&r);
 }
 
+static void test_bwrap_habits(void)
+{
+	struct parsed r;
+
+	setenv("NSBOX_TEST_PASS", "from host", 1);
+	unsetenv("NSBOX_TEST_UNSET");
+	r = parse("--chdir", "/usr/bin", "--tmpfs", "/scratch:8M", "--tmpfs=/cache", "--unsetenv", "LANG", "--env",
+		  "NSBOX_TEST_PASS", "--env", "NSBOX_TEST_UNSET", "--env=A=1", NULL);
+	ok(r.rc == 0 && r.policy, "--chdir, --tmpfs, --unsetenv, --env parse (%s)", r.err.msg);
+	if (r.policy) {
+		ok(has_line(r.policy, "WorkDir=/usr/bin"), "--chdir: WorkDir=");
+		ok(has_line(r.policy, "TmpFS=/scratch:8388608") && has_line(r.policy, "TmpFS=/cache"),
+		   "--tmpfs PATH[:SIZE]: TmpFS=");
+		ok(has_line(r.policy, "Unset=LANG"), "--unsetenv: Unset=");
+		ok(has_line(r.policy, "Set=NSBOX_TEST_PASS=from host"), "--env NAME takes the host's value");
+		ok(!strstr(r.policy, "NSBOX_TEST_UNSET"), "--env NAME not set on the host: nothing");
+		ok(has_line(r.policy, "Set=A=1"), "--env NAME=VALUE is --setenv");
+	}
+	free_parsed(&r);
+	r = parse("--unsetenv", "A", "--setenv", "A=2", NULL);
+	ok(r.rc == 0 && r.policy && has_line(r.policy, "Set=A=2") && !has_line(r.policy, "Unset=A"),
+	   "a later --setenv replaces an --unsetenv of the same name");
+	free_parsed(&r);
+	r = parse("--setenv", "A=2", "--unsetenv", "A", NULL);
+	ok(r.rc == 0 && r.policy && has_line(r.policy, "Unset=A") && !has_line(r.policy, "Set=A=2"),
+	   "a later --unsetenv replaces a --setenv");
+	free_parsed(&r);
+	r = parse("--env", "1BAD", NULL);
+	ok(r.rc == -1 && !strcmp(r.err.msg, "--env 1BAD: not a variable name"), "'%s'", r.err.msg);
+	r = parse("--chdir", "rel", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--chdir: ") && strstr(r.err.msg, "absolute"), "'%s'", r.err.msg);
+	r = parse("--tmpfs", "/proc/x", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--tmpfs: ") && strstr(r.err.msg, "not allowed"), "'%s'", r.err.msg);
+	r = parse("--tmpfs", "/tmp", NULL);
+	ok(r.rc == -1 && strstr(r.err.msg, "not allowed"), "--tmpfs /tmp: '%s'", r.err.msg);
+	r = parse("--tmpfs", "/x:1K", NULL);
+	ok(r.rc == -1 && strstr(r.err.msg, "at least 1M"), "'%s'", r.err.msg);
+	r = parse("--tmpfs", "/x", "--tmpfs", "/x/", NULL);
+	ok(r.rc == -1 && strstr(r.err.msg, "already used"), "'%s'", r.err.msg);
+	r = parse("--unsetenv", "A=B", NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--unsetenv: "), "'%s'", r.err.msg);
+}
+
+static void test_dirs(void)
+{
+	char dir[] = "/tmp/nsbox-test-args-XXXXXX", file[64];
+	struct parsed r;
+	FILE *f;
+
+	if (!mkdtemp(dir)) {
+		ok(0, "mkdtemp");
+		return;
+	}
+	snprintf(file, sizeof(file), "%s/README.md", dir);
+	f = fopen(file, "w");
+	if (f)
+		fclose(f);
+	r = parse("--workspace", file, NULL);
+	ok(r.rc == -1 && strstr(r.err.msg, "--workspace ") && strstr(r.err.msg, ": not a directory"),
+	   "--workspace FILE: not a directory, named: '%s'", r.err.msg);
+	r = parse("--rootfs", file, NULL);
+	ok(r.rc == -1 && starts(r.err.msg, "--rootfs ") && strstr(r.err.msg, "not a directory"),
+	   "--rootfs FILE: not a directory: '%s'", r.err.msg);
+	if (geteuid() != 0 && chmod(dir, 0) == 0) {
+		r = parse("--workspace", dir, NULL);
+		ok(r.rc == -1 && strstr(r.err.msg, "not accessible to uid"), "a directory we can't enter: '%s'",
+		   r.err.msg);
+		chmod(dir, 0700);
+	} else {
+		ok(1, "# SKIP as root every directory is accessible");
+	}
+	unlink(file);
+	rmdir(dir);
+}
+
+static void test_suggest(void)
+{
+	static const char *const extra[] = { "json", "tool", "output-limit", NULL };
+	struct cli_err err = { 0 };
+	const struct {
+		const char *arg, *want;
+	} cases[] = {
+		{ "--memroy", "memory" },
+		{ "--memory-limit=1G", NULL },
+		{ "--mem", "memory" },
+		{ "--workspce", "workspace" },
+		{ "--jsno", "json" },
+		{ "--tol", "tool" },
+		{ "--output-limt=5", "output-limit" },
+		{ "--polcy", "policy" },
+		{ "--zzqqxxyy", NULL },
+		{ "--x", NULL },
+		{ "--", NULL },
+		{ "--share_net", "share-net" },
+	};
+
+	for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
+		const char *got = args_suggest(cases[k].arg, extra);
+
+		ok(cases[k].want ? got && !strcmp(got, cases[k].want) : !got, "suggest %s: %s (want %s)", cases[k].arg,
+		   got ? got : "none", cases[k].want ? cases[k].want : "none");
+	}
+	ok(!args_suggest("--jsno", NULL) || strcmp(args_suggest("--jsno", NULL), "json") != 0,
+	   "a command's own option is suggested only when it is given");
+	args_unknown_option("run", "--memroy", NULL, &err);
+	ok(!strcmp(err.msg, "unknown option '--memroy'; did you mean --memory? (see nsbox run --help)"), "'%s'",
+	   err.msg);
+	args_unknown_option("run", "--zzqqxxyy", NULL, &err);
+	ok(!strcmp(err.msg, "unknown option '--zzqqxxyy' (see nsbox run --help)"), "'%s'", err.msg);
+}
+
+static void test_commands(void)
+{
+	struct cli_err err = { 0 };
+	const struct {
+		const char *cmd;
+		int rc;
+		const char *msg;
+	} cases[] = {
+		{ "cat", 0, NULL },
+		{ "  sh -c 'exit 0'", 0, NULL },
+		{ "/bin/cat --x", 0, NULL },
+		{ "exec cat", 0, NULL },
+		{ "(cat)", 0, NULL },
+		{ "A=1 cat", 0, NULL },
+		{ "\"quoted\" x", 0, NULL },
+		{ "no-such-command-xyz arg", -1, "no-such-command-xyz: command not found in PATH" },
+		{ "/etc/passwd", -1, "/etc/passwd: not an executable file" },
+		{ "/tmp", -1, "/tmp: not an executable file" },
+		{ "/no/such", -1, "/no/such: No such file or directory" },
+		{ "   ", -1, "empty command" },
+	};
+
+	for (size_t k = 0; k < ARRAY_SIZE(cases); k++) {
+		int rc = args_check_command(cases[k].cmd, &err);
+
+		ok(rc == cases[k].rc && (rc == 0 || !strcmp(err.msg, cases[k].msg)), "command '%s': %d %s",
+		   cases[k].cmd, rc, rc ? err.msg : "");
+	}
+	/* As execvp: a PATH without the command's directory does not find it. */
+	{
+		char *old = getenv("PATH") ? strdup(getenv("PATH")) : NULL;
+
+		setenv("PATH", "/nonexistent:/usr/sbin", 1);
+		ok(args_check_command("cat", &err) < 0, "cat is not found through PATH=/nonexistent:/usr/sbin");
+		setenv("PATH", "/nonexistent::/bin", 1);
+		ok(args_check_command("cat", &err) == 0, "an empty PATH entry is searched, /bin has cat");
+		if (old)
+			setenv("PATH", old, 1);
+		free(old);
+	}
+}
+
 static void test_help(void)
 {
 	char flags[] =
 		"--policy --memory --pids --cpus --time-limit --tmp-size --file-size --open-files --cgroups "
-		"--uid --gid --hostname --share-net --bind --ro-bind --workspace --rootfs --setenv --seccomp-log "
+		"--uid --gid --hostname --share-net --bind --ro-bind --workspace --rootfs --setenv --seccomp-log --chdir "
+		"--tmpfs --env --unsetenv "
 		"--landlock --dist-packages";
 	char *save = NULL;
 	int missing = 0;
@@ -267,6 +421,10 @@ int main(void)
 	test_paths();
 	test_policy();
 	test_stops();
+	test_dirs();
+	test_bwrap_habits();
+	test_suggest();
+	test_commands();
 	test_help();
 	tap_done();
 }

@@ -415,6 +415,25 @@ static void test_file_errors(void)
 		free(big);
 	}
 	check(p.pids == 128, "failed parses left the policy unchanged");
+
+	/* Every wrong line is reported, one per line, in order; the keys of
+	 * an unknown section are not reported again; the code is the first's. */
+	check(parse_str(&p, "[Limits]\nMemory=lots\nPids=-1\n[Bogus]\nX=1\n[Sandbox]\nnoequals\nUid=abc\n", &err) < 0 &&
+		      err.code == EINVAL && !strncmp(err.msg, "t.policy:2: [Limits] Memory=lots: ", 34) &&
+		      strstr(err.msg, "\nt.policy:3: [Limits] Pids=-1: ") &&
+		      strstr(err.msg, "\nt.policy:4: unknown section [Bogus]") && !strstr(err.msg, ":5:") &&
+		      strstr(err.msg, "\nt.policy:7: noequals: ") && strstr(err.msg, "\nt.policy:8: [Sandbox] Uid=abc: "),
+	      "every error of a file: %s", err.msg);
+	check(p.pids == 128 && p.memory == 512ull << 20, "a file with errors changes nothing, even its good lines");
+	{
+		char many[4000] = "[Limits]\n";
+
+		for (int i = 0; i < 60; i++)
+			strcat(many, "Pids=x\n");
+		check(parse_str(&p, many, &err) < 0 && strlen(err.msg) < sizeof(err.msg) - 1 &&
+			      strstr(err.msg, "more errors") && !strstr(err.msg, "t.policy:61:"),
+		      "more errors than fit are counted, none cut mid-line: ...%s", err.msg + strlen(err.msg) - 40);
+	}
 	policy_free(&p);
 }
 

@@ -1,0 +1,373 @@
+"""The command line's consistency: --help everywhere, one-line errors with a
+"did you mean", validation up front (exit 120, before anything runs), --json
+for every outcome, warnings only where they say something, doctor's
+verdicts.  nsbox(1) documents each."""
+import json
+import os
+import re
+import subprocess
+
+import pytest
+
+from conftest import MODE, NSBOX, run
+
+USAGE = 120
+
+
+def as_nobody(args, **kw):
+    """nsbox as uid 65534 (setpriv when we are root)."""
+    pre = [] if os.geteuid() else ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    p = subprocess.run(pre + [NSBOX] + args, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                       timeout=kw.get("timeout", 60), cwd="/")
+    return p.returncode, p.stdout, p.stderr
+
+
+@pytest.mark.parametrize("args", [["info", "--help"], ["doctor", "--help"], ["policy", "--help"],
+                                  ["policy", "show", "--help"], ["policy", "check", "--help"], ["help", "info"],
+                                  ["run", "-h"], ["python", "--help"], ["mcp", "--help"]])
+def test_help_exits_zero(args):
+    rc, out, err = run(args)
+    assert rc == 0 and err == "", (rc, err)
+    assert out.startswith("usage: nsbox " + (args[1] if args[0] == "help" else args[0]))
+
+
+def test_help_command_shows_that_commands_help():
+    assert run(["help", "run"]) == run(["run", "--help"])
+    assert run(["help", "python"])[1] == run(["python", "--help"])[1]
+    rc, out, err = run(["help", "nosuch"])
+    assert rc == USAGE and "unknown command 'nosuch'" in err
+
+
+def test_policy_show_help_lists_the_jail_options():
+    rc, out, _ = run(["policy", "show", "--help"])
+    assert rc == 0 and "--memory SIZE" in out
+
+
+def test_extra_arguments_are_named():
+    rc, out, err = run(["info", "bogus"])
+    assert rc == USAGE and err == "nsbox info: unexpected argument 'bogus' (see nsbox info --help)\n"
+
+
+@pytest.mark.parametrize("cmd,bad,want", [
+    (["run"], "--memroy", "--memory"),
+    (["run"], "--json-stauts=-", "--json-status"),
+    (["python"], "--jsno", "--json"),
+    (["python"], "--tol", "--tool"),
+    (["policy", "show"], "--hostnme", "--hostname"),
+])
+def test_unknown_option_is_one_line_with_a_suggestion(cmd, bad, want):
+    rc, out, err = run(cmd + [bad, "x", "--", "true"])
+    assert rc == USAGE
+    assert err.count("\n") == 1, err                   # one line, not the usage
+    assert f"unknown option '{bad}'" in err and f"did you mean {want}?" in err
+    assert "see nsbox %s --help" % " ".join(cmd) in err
+
+
+def test_unknown_option_without_a_near_name():
+    rc, out, err = run(["run", "--zzqqxxyy", "--", "true"])
+    assert rc == USAGE and err == "nsbox run: unknown option '--zzqqxxyy' (see nsbox run --help)\n"
+
+
+def test_policy_check_reports_every_error(tmp_path):
+    f = tmp_path / "bad.policy"
+    f.write_text("[Limits]\nMemory=lots\nPids=-1\n[Bogus]\nX=1\nY=2\n[Sandbox]\nnoequals\nUid=abc\n")
+    good = tmp_path / "good.policy"
+    good.write_text("[Limits]\nMemory=64M\n")
+    rc, out, err = run(["policy", "check", str(f), str(good)])
+    assert rc == USAGE
+    lines = err.splitlines()
+    # Four lines wrong (X= and Y= under the unknown section are not
+    # reported again), each as FILE:LINE: what.
+    assert [ln.split(": ")[0] for ln in lines] == [f"{f}:{n}" for n in (2, 3, 4, 8, 9)], err
+    assert "lots" in lines[0] and "[Bogus]" in lines[2] and "abc" in lines[4]
+    assert out == f"{good}: ok\n"                     # the next file is still checked
+
+
+def test_policy_check_many_errors_are_counted(tmp_path):
+    f = tmp_path / "many.policy"
+    f.write_text("[Limits]\n" + "".join("Memory=bad%d\n" % i for i in range(40)))
+    rc, out, err = run(["policy", "check", str(f)])
+    assert rc == USAGE
+    m = re.search(r"and (\d+) more errors", err)
+    assert m and int(m.group(1)) + err.count(": [Limits] Memory=") == 40, err
+
+
+def test_workspace_must_be_a_directory(tmp_path):
+    f = tmp_path / "README.md"
+    f.write_text("hi\n")
+    for cmd in (["run", "--workspace", str(f), "--", "true"], ["python", "--workspace", str(f), "-c", "1"]):
+        rc, out, err = run(cmd)
+        assert rc == USAGE and f"--workspace {f}: not a directory" in err, (rc, err)
+
+
+def test_workspace_must_be_accessible():
+    rc, out, err = as_nobody(["run", "--workspace", "/root", "--", "true"])
+    assert rc == USAGE, (rc, err)
+    assert "--workspace /root: not accessible to uid 65534" in err
+
+
+def test_json_status_unwritable_fails_before_running(tmp_path):
+    rc, out, err = run(["run", "--json-status", str(tmp_path / "no" / "such.json"), "--", "echo", "ran"])
+    assert rc == USAGE and out == "" and "--json-status" in err and "No such file" in err
+
+
+def test_tool_given_twice():
+    rc, out, err = run(["python", "--tool", "t=cat", "--tool", "t=cat", "-c", "1"])
+    assert rc == USAGE and "--tool t: given twice" in err
+
+
+@pytest.mark.parametrize("command,word,why", [
+    ("no-such-command-xyz --flag", "no-such-command-xyz", "command not found in PATH"),
+    ("/etc/passwd", "/etc/passwd", "not an executable file"),
+    ("/no/such/tool", "/no/such/tool", "No such file"),
+])
+def test_tool_command_is_resolved_up_front(command, word, why):
+    rc, out, err = run(["python", "--tool", "t=" + command, "-c", "print('ran')"])
+    assert rc == USAGE and "ran" not in out
+    assert f"--tool t: {word}: {why}" in err, err
+
+
+def test_mcp_tools_are_checked_alike():
+    rc, out, err = run(["mcp", "--tool", "t=no-such-command-xyz"])
+    assert rc == USAGE and "--tool t: no-such-command-xyz: command not found in PATH" in err
+    rc, out, err = run(["mcp", "--tool", "t=cat", "--tool", "t=cat"])
+    assert rc == USAGE and "--tool t: given twice" in err
+
+
+def test_tool_shell_words_are_accepted():
+    rc, out, err = run(["python", "--tool", "a=exec cat", "--tool", "b=(cat)", "--tool", "c=X=1 cat", "-c",
+                        "print(a(1)['args'], b(2)['args'], c(3)['args'])"])
+    assert rc == 0 and out == "[1] [2] [3]\n", err
+
+
+def _one_json(out):
+    lines = out.splitlines()
+    assert len(lines) == 1, out
+    return json.loads(lines[0])
+
+
+def test_json_flag_errors_are_json():
+    rc, out, err = run(["python", "--json", "--memroy", "1G", "-c", "1"])
+    o = _one_json(out)
+    assert rc == USAGE and err == ""
+    assert o["outcome"] == "usage_error" and o["exit_code"] == USAGE
+    assert "did you mean --memory?" in o["error"]["message"]
+    # --json after the bad flag counts too.
+    rc, out, err = run(["python", "--memory", "lots", "--json", "-c", "1"])
+    assert rc == USAGE and _one_json(out)["error"]["message"].startswith("--memory")
+
+
+def test_json_setup_errors_are_json():
+    p = subprocess.run([NSBOX, "python", "--json", "-c", "1"], capture_output=True, text=True,
+                       env=dict(os.environ, NSBOX_RUNNER="/nonexistent"), stdin=subprocess.DEVNULL, timeout=60)
+    o = _one_json(p.stdout)
+    assert p.returncode == 125 and o["outcome"] == "setup_error" and o["exit_code"] == 125
+    assert "NSBOX_RUNNER" in o["error"]["message"]
+
+
+def test_json_sys_exit_outcome():
+    rc, out, _ = run(["python", "--json", "-c", "import sys; sys.exit(5)"])
+    o = _one_json(out)
+    assert rc == 5 and o["outcome"] == "exit" and o["exit_code"] == 5 and o["error"]["type"] == "SystemExit"
+    rc, out, _ = run(["python", "--json", "-c", "import sys; sys.exit(0)"])
+    o = _one_json(out)
+    assert rc == 0 and o["outcome"] == "ok" and o["exit_code"] == 0 and o["error"] is None
+
+
+def test_json_objects_have_the_same_keys():
+    rc, out, _ = run(["python", "--json", "-c", "1 + 1"])
+    ok = _one_json(out)
+    rc, out, _ = run(["python", "--json", "-c", "raise ValueError(3)"])
+    exc = _one_json(out)
+    rc, out, _ = run(["python", "--json", "--time-limit", "1", "-c", "while True: pass"], timeout=60)
+    slow = _one_json(out)
+    assert ok["outcome"] == "ok" and exc["outcome"] == "exception" and slow["outcome"] == "timeout"
+    objs = [ok, exc, slow]
+    if MODE != "nodeleg":   # the RLIMIT_AS fallback makes it a MemoryError exception
+        rc, out, _ = run(["python", "--json", "--memory", "64M", "-c", "x = bytearray(1 << 30)"])
+        mem = _one_json(out)
+        assert rc == 123 and mem["outcome"] == "memory" and mem["exit_code"] == 123
+        assert mem["usage"]["max_rss"] is None          # the runner could not say
+        objs.append(mem)
+    for o in objs:
+        assert set(o) == set(ok), (o["outcome"], set(o) ^ set(ok))
+        assert set(o["usage"]) == set(ok["usage"]), (o["outcome"], set(o["usage"]) ^ set(ok["usage"]))
+
+
+FLOAT = re.compile(r"(?<![\w.\"])-?\d+\.\d+(?:e[-+]\d+)?|(?<![\w.\"])-?\d+e[-+]\d+")
+
+
+def test_json_floats_are_shortest():
+    rc, out, _ = run(["python", "--json", "-c", "[0.1, 1/3, 2.0, 1e300, 0.1 + 0.2, 1.5e-7, 123456789012345678.0]"])
+    o = _one_json(out)
+    assert rc == 0 and '"value":[0.1,0.3333333333333333,2.0,1e+300,0.30000000000000004,1.5e-07,' \
+        '1.2345678901234568e+17]' in out, out
+    # Every real printed, the host's timings too, is Python's repr of itself.
+    for tok in FLOAT.findall(out):
+        assert repr(float(tok)) == tok, tok
+    rc, out, _ = run(["run", "--json-status", "-", "--", "true"])
+    for tok in FLOAT.findall(out):
+        assert repr(float(tok)) == tok, tok
+    assert json.loads(out)["wall"] > 0
+
+
+def test_cgroups_off_is_silent():
+    rc, out, err = run(["run", "--cgroups", "off", "--", "true"])
+    assert rc == 0 and err == ""
+    rc, out, err = run(["python", "--cgroups", "off", "-c", "print(1)"])
+    assert rc == 0 and out == "1\n" and err == ""
+
+
+def test_quiet():
+    rc, out, err = run(["run", "--quiet", "--", "true"])
+    assert rc == 0 and err == ""
+    rc, out, err = run(["python", "-q", "-c", "print(1)"])
+    assert rc == 0 and out == "1\n" and err == ""
+    if MODE == "nodeleg":   # without --quiet: the fallbacks are warned about
+        rc, out, err = run(["run", "--", "true"])
+        assert rc == 0 and err.count("nsbox: warning: ") == 3, err
+
+
+def test_run_memory_message_in_mib():
+    if MODE == "nodeleg":
+        pytest.skip("no memory cgroup: RLIMIT_AS makes it a MemoryError, not a kill")
+    rc, out, err = run(["run", "--memory", "32M", "--", "python3.11", "-c", "x = bytearray(1 << 30)"])
+    assert rc == 123 and re.search(r"memory limit exceeded \(peak \d+\.\d MiB\)", err), err
+
+
+def test_doctor_verdicts():
+    rc, out, err = run(["doctor"], timeout=120)
+    verdict = out.rstrip("\n").splitlines()[-1]
+    assert rc == 0 and verdict.startswith("FIT"), out + err
+    assert "ok   the runner starts in a sandbox and runs Python" in out
+    assert "ok   library " in out
+    assert ("WARN" in out) == verdict.startswith("FIT, WITH ")
+    p = subprocess.run([NSBOX, "doctor"], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, NSBOX_RUNNER="/nonexistent"), stdin=subprocess.DEVNULL)
+    verdict = p.stdout.rstrip("\n").splitlines()[-1]
+    assert p.returncode == 2 and verdict.startswith("NOT FIT"), p.stdout
+    assert "FIX  no runner: NSBOX_RUNNER=/nonexistent" in p.stdout
+
+
+def test_doctor_runner_that_does_not_start(tmp_path):
+    fake = tmp_path / "nsbox-runner"
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    os.chmod(tmp_path, 0o755)
+    p = subprocess.run([NSBOX, "doctor"], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, NSBOX_RUNNER=str(fake)), stdin=subprocess.DEVNULL)
+    assert p.returncode == 2 and "FIX  the runner does not start" in p.stdout, p.stdout
+
+
+def test_chdir():
+    rc, out, err = run(["run", "--chdir", "/usr/bin", "--", "sh", "-c", "pwd; echo $PWD"])
+    assert rc == 0 and out == "/usr/bin\n/usr/bin\n", err
+    rc, out, err = run(["python", "--chdir", "/usr/lib", "-c", "import os; print(os.getcwd())"])
+    assert rc == 0 and out == "/usr/lib\n", err
+    rc, out, err = run(["run", "--chdir", "/no/such/dir", "--", "true"])
+    assert rc == 125 and "--chdir /no/such/dir" in err and "No such file" in err
+    rc, out, err = run(["run", "--chdir", "relative", "--", "true"])
+    assert rc == USAGE and "--chdir" in err
+
+
+def test_env_passes_and_unsets():
+    p = subprocess.run([NSBOX, "run", "--env", "NSBOX_T_PASS", "--env", "NSBOX_T_ABSENT", "--env", "B=2",
+                        "--unsetenv", "LANG", "--unsetenv", "TERM", "--setenv", "C=3", "--unsetenv", "C", "--",
+                        "env"], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+                       env=dict(os.environ, NSBOX_T_PASS="a b=c", TERM="xterm"))
+    env = dict(line.split("=", 1) for line in p.stdout.splitlines())
+    assert p.returncode == 0, p.stderr
+    assert env["NSBOX_T_PASS"] == "a b=c" and env["B"] == "2"
+    assert "NSBOX_T_ABSENT" not in env and "LANG" not in env and "TERM" not in env and "C" not in env
+    assert env["PATH"] and env["HOME"] == "/tmp"
+    rc, out, err = run(["run", "--unsetenv", "PATH", "--", "/usr/bin/env"])
+    assert rc == 0 and "PATH=" not in out
+
+
+def test_tmpfs(tmp_path):
+    script = ("set -e; id -u; df -k /scratch /opt/cache | tail -2 | awk '{print $2}';"
+              "echo hi > /scratch/f; cat /scratch/f; echo x > /opt/cache/y;"
+              "head -c 3M /dev/zero > /scratch/big 2>/dev/null && echo NOT-BOUNDED || echo bounded")
+    rc, out, err = run(["run", "--tmp-size", "16M", "--tmpfs", "/scratch:2M", "--tmpfs", "/opt/cache", "--", "sh",
+                        "-c", script])
+    lines = out.split()
+    assert rc == 0, err
+    assert lines[0] == "1000" and lines[1] == "2048" and lines[2] == str(16 * 1024)   # default: --tmp-size's
+    assert lines[3:] == ["hi", "bounded"]
+    assert not os.path.exists("/scratch")                 # the host never saw it
+    # The same from a policy file, with WorkDir= and Unset=.
+    pol = tmp_path / "t.policy"
+    pol.write_text("[Sandbox]\nWorkDir=/data\n[Filesystem]\nTmpFS=/data:4M\n[Environment]\nUnset=LANG\n")
+    rc, out, err = run(["run", "--policy", str(pol), "--", "sh", "-c", "pwd; echo \"L=$LANG\"; touch x && ls"])
+    assert rc == 0 and out == "/data\nL=\nx\n", err
+
+
+def test_tmpfs_counts_toward_memory():
+    if MODE == "nodeleg":
+        pytest.skip("no memory cgroup: nothing charges tmpfs pages")
+    # Which process the OOM killer picks varies (the pages belong to none):
+    # what holds is that the run ends as a memory kill.
+    rc, out, err = run(["run", "--memory", "48M", "--tmpfs", "/big:256M", "--", "sh", "-c",
+                        "head -c 128M /dev/zero > /big/f"])
+    assert rc == 123 and "memory limit exceeded" in err, (rc, out, err)
+
+
+def _pty_session(argv, steps, tmo=20):
+    """Run argv on a fresh pty (its controlling terminal, like a login
+    shell's), send each input of steps and collect what comes back."""
+    import pty
+    import select
+    import time
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(argv[0], argv)
+    outs = []
+
+    def read_for(t):
+        out, end = b"", time.monotonic() + t
+        while time.monotonic() < end:
+            r, _, _ = select.select([fd], [], [], 0.1)
+            if r:
+                try:
+                    d = os.read(fd, 4096)
+                except OSError:
+                    break
+                if not d:
+                    break
+                out += d
+        return out.decode(errors="replace")
+    try:
+        outs.append(read_for(2))
+        for data, wait in steps:
+            os.write(fd, data)
+            outs.append(read_for(wait))
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    return os.waitstatus_to_exitcode(status), outs
+
+
+def test_run_shell_on_a_terminal_has_job_control():
+    rc, outs = _pty_session([NSBOX, "run", "--quiet", "--", "sh", "-i"], [
+        (b"python3.11 -c 'import os; print(\"FG\", os.tcgetpgrp(0) == os.getpgrp())'\n", 3),
+        (b"sleep 100\n", 1), (b"\x03", 1),          # ^C: SIGINT inside, through the pty's own line discipline
+        (b"echo status $?\n", 1),
+        (b"python3.11 -c 'import fcntl, termios\ntry: fcntl.ioctl(0, termios.TIOCSTI, b\"x\")\n"
+         b"except OSError as e: print(\"TIOCSTI\", e.errno)'\n", 3),
+        (b"exit 7\n", 2)])
+    text = "".join(outs)
+    assert rc == 7, text
+    assert "can't access tty" not in text and "job control turned off" not in text, text
+    assert "FG True" in text and "status 130" in text
+    assert "TIOCSTI 1" in text                          # EPERM: seccomp, whatever the terminal
+
+
+def test_run_restores_the_terminal(tmp_path):
+    script = (f"stty -g > {tmp_path}/before; {NSBOX} run --quiet -- sh -c 'stty -g; exit 3'; echo rc=$?;"
+              f"stty -g > {tmp_path}/after")
+    rc, outs = _pty_session(["/bin/sh", "-c", script], [], tmo=20)
+    text = "".join(outs)
+    assert rc == 0 and "rc=3" in text, text
+    before = (tmp_path / "before").read_text()
+    assert before == (tmp_path / "after").read_text()
+    assert before.strip() in text                      # the command saw the caller's settings
