@@ -372,8 +372,12 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 				json_object_set_new(o, keys[i],
 						    json_integer((json_int_t)json_string_length(
 							    json_object_get(o, keys[i - 4]))));
-			else
+			else if (i == 6)
 				json_object_set_new(o, keys[i], json_integer(nsbox_result_exit_code(res)));
+			else if (i == 7 || i == 9)
+				json_object_set_new(o, keys[i], json_array()); /* displays, files: none */
+			else
+				json_object_set_new(o, keys[i], json_false()); /* their _truncated flags */
 		}
 		if (status == NSBOX_OK || (is_exit(res) && nsbox_result_exit_code(res) == 0))
 			json_object_set_new(o, "error", json_null()); /* sys.exit(0) is a success */
