@@ -1251,7 +1251,8 @@ static char *out_uri(const char *handle, const char *name)
 /* The blocks after the text block: an image block per display with an
  * image (a raster type first, else SVG), a text block for a display
  * without one (text/markdown, else text/plain), a resource_link per /out
- * file.  What was left out is said in f (the text block). */
+ * file (none when handle is NULL: the session died).  What was left out
+ * is said in f (the text block). */
 static json_t *rich_blocks(const nsbox_result_t *res, const char *handle, FILE *f)
 {
 	/* A last expression with rich representations comes as the last
@@ -1298,7 +1299,10 @@ static json_t *rich_blocks(const nsbox_result_t *res, const char *handle, FILE *
 	if (nsbox_result_displays_truncated(res))
 		fputs("nsbox: some displays were left out or cut down (the sandbox's caps: 64 per result, 8 MiB in all)\n",
 		      f);
-	for (size_t i = 0; blocks && i < nsbox_result_file_count(res); i++) {
+	if (!handle && nsbox_result_file_count(res)) /* the session died: no link would resolve */
+		fprintf(f, "nsbox: %zu file%s written to /out went with the session\n", nsbox_result_file_count(res),
+			nsbox_result_file_count(res) == 1 ? "" : "s");
+	for (size_t i = 0; handle && blocks && i < nsbox_result_file_count(res); i++) {
 		const char *name = nsbox_result_file_name(res, i);
 		uint64_t size = 0;
 		char *uri = name ? out_uri(handle, name) : NULL;
@@ -1328,7 +1332,7 @@ static void structured_rich(json_t *out, const nsbox_result_t *res, const char *
 			json_array_append_new(m, json_string(nsbox_result_display_mime(res, i, j)));
 		json_array_append_new(d, json_pack("{s:o}", "mimeTypes", m ?: json_array()));
 	}
-	for (size_t i = 0; fl && i < nsbox_result_file_count(res); i++) {
+	for (size_t i = 0; handle && fl && i < nsbox_result_file_count(res); i++) {
 		const char *name = nsbox_result_file_name(res, i);
 		uint64_t size = 0;
 		char *uri = name ? out_uri(handle, name) : NULL;
@@ -1383,7 +1387,7 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, const char *h
 			nsbox_result_error_message(res) ?: "");
 	}
 	if (rich)
-		blocks = rich_blocks(res, handle, f);
+		blocks = rich_blocks(res, dead ? NULL : handle, f);
 	if (dead)
 		fprintf(f, "nsbox: the session ended and its state is lost; %s\n",
 			implicit ? "the next call starts a fresh session"
@@ -1404,7 +1408,7 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, const char *h
 		json_t *sc = structured_result(res, dead);
 
 		if (sc)
-			structured_rich(sc, res, handle);
+			structured_rich(sc, res, dead ? NULL : handle);
 		json_object_set_new(out, "structuredContent", sc);
 	}
 	return out;

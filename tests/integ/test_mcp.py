@@ -243,7 +243,8 @@ def test_raw_protocol():
     assert rc == 0, err
     by_id = {m.get("id"): m for m in out}
     assert by_id[1]["result"]["protocolVersion"] == "2024-11-05"
-    assert by_id[1]["result"]["capabilities"] == {"tools": {"listChanged": False}}
+    caps = {"tools": {"listChanged": False}, "resources": {"listChanged": False}}
+    assert by_id[1]["result"]["capabilities"] == caps
     parse = [m for m in out if m.get("error", {}).get("code") == -32700]
     assert len(parse) == 1 and parse[0]["id"] is None
     assert by_id[2]["result"] == {}
@@ -513,7 +514,8 @@ def test_modern_revision_raw():
     assert rc == 0, err
     by_id = {m.get("id"): m for m in out}
     d = by_id[1]["result"]
-    assert d["supportedVersions"] == ["2026-07-28"] and d["capabilities"] == {"tools": {"listChanged": False}}
+    assert d["supportedVersions"] == ["2026-07-28"]
+    assert d["capabilities"] == {"tools": {"listChanged": False}, "resources": {"listChanged": False}}
     assert d["resultType"] == "complete" and "sandbox" in d["instructions"]
     assert d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "nsbox"
     assert by_id[2]["result"]["resultType"] == "complete" and by_id[2]["result"]["ttlMs"] == 0
