@@ -1255,14 +1255,22 @@ static char *out_uri(const char *handle, const char *name)
  * is said in f (the text block). */
 static json_t *rich_blocks(const nsbox_result_t *res, const char *handle, FILE *f)
 {
-	/* A last expression with rich representations comes as the last
-	 * bundle, and its repr is in the text block already. */
-	const char *value = nsbox_result_status(res) == NSBOX_OK ? nsbox_result_value(res) : NULL;
-	size_t n_text = nsbox_result_display_count(res) -
-			(value && strcmp(value, "null") && nsbox_result_display_count(res));
 	static const char *const images[] = { "image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml" };
 	json_t *blocks = json_array();
 	size_t budget = MCP_IMAGE_CAP, cut = 0;
+	/* A last expression with rich representations (a DataFrame) comes as
+	 * the last bundle too, and its repr is in the text block already: the
+	 * value is then a $repr, the bundle's text/plain the same repr. */
+	size_t n_text = nsbox_result_display_count(res);
+	json_t *v = nsbox_result_status(res) == NSBOX_OK ? json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL)
+							 : NULL;
+	const char *vrepr = json_string_value(json_object_get(v, "$repr")), *last;
+	size_t llen = 0;
+
+	if (n_text && vrepr && (last = nsbox_result_display_data(res, n_text - 1, "text/plain", &llen)) &&
+	    llen == strlen(vrepr) && !memcmp(last, vrepr, llen))
+		n_text--;
+	json_decref(v);
 
 	for (size_t i = 0; blocks && i < nsbox_result_display_count(res); i++) {
 		const char *mime = NULL, *data = NULL;

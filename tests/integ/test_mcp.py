@@ -164,6 +164,12 @@ def test_rich_results(node):
         assert base64.b64decode(b["blob"], validate=True) == bytes(range(256)) and "text" not in b
         # Only new or changed files: the next call links none.
         assert [c["type"] for c in o["unchanged"]["content"]] == ["text"]
+        # A display() before a plain value stays; a DataFrame's own bundle
+        # (text/html, text/plain) is not repeated after its repr.
+        assert o["display_then_value"]["content"] == [{"type": "text", "text": "5"},
+                                                      {"type": "text", "text": "'shown'"}]
+        (frame,) = o["frame"]["content"]
+        assert frame["type"] == "text" and "a" in frame["text"] and "2" in frame["text"], frame
         h = o["handle"]
         link = o["in_session"]["content"][-1]
         assert link["uri"] == "nsbox://session/%s/out/s.txt" % h and link["size"] == 3

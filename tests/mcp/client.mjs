@@ -190,6 +190,8 @@ async function main() {
 		for (const c of out.fig.content)
 			if (c.type === "resource_link") out["read_" + c.name] = await read(c.uri);
 		out.unchanged = await rich({ code: "1 + 1" });
+		out.display_then_value = await rich({ code: "display('shown')\n5" });
+		out.frame = await rich({ code: "import pandas as pd\npd.DataFrame({'a': [1, 2]})" });
 		const handle = JSON.parse((await call(client, "new_session", {})).text.split("\n")[0]).session;
 		out.handle = handle;
 		out.in_session = await rich({ session: handle, code: "open('/out/s.txt', 'w').write('own')" });
