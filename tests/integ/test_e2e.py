@@ -33,7 +33,6 @@ BUILD = os.path.abspath(os.environ.get("NSBOX_BUILD") or os.path.join(os.path.di
 NSBOX = os.path.join(BUILD, "nsbox")
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.path.abspath(os.path.join(HERE, "..", "..", "python"))
-MODE = os.environ.get("NSBOX_TEST_MODE", "root" if os.geteuid() == 0 else "nodeleg")
 SYSTEM_CACHE = "/var/cache/nsbox/rootfs"
 BUILD_CMD = "nsbox rootfs build datascience"
 
