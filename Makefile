@@ -81,7 +81,7 @@ endif
 # -DNSBOX_VERSION), `nsbox --version`, the man pages' .TH lines (generated
 # into $(B)/man), nsbox.pc; python/nsbox/_version.py is checked against it
 # (tests/integ/test_version.py; `make sync-version` rewrites it).
-NSBOX_VERSION := 0.4.0
+NSBOX_VERSION := 0.5.0
 MAN_SRCS := $(wildcard man/*.[1-8])
 MAN_GEN := $(MAN_SRCS:man/%=$(B)/man/%)
 LIB_TARGETS := $(B)/libnsbox.so.0 $(B)/libnsbox.so $(B)/libnsbox.a $(B)/nsbox.pc

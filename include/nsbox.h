@@ -165,7 +165,7 @@ struct nsbox_session_opts {
 	 * the service keep its errno: -EACCES not allowed (nsboxd.conf(5)),
 	 * -EDQUOT over this user's quota, -EAGAIN the service is full. */
 	const char *connect;
-	/* output gets all of each exec's output as produced, not only the
+	/* Since 0.5.0: output gets all of each exec's output as produced, not only the
 	 * first half of output_limit; the result's stdout and stderr are
 	 * capped by output_limit all the same (and say so: stdout_truncated
 	 * in nsbox_result_json).  Streamed bytes do count towards max_bytes. */
@@ -285,7 +285,7 @@ NSBOX_API const char *nsbox_result_json(const nsbox_result_t *r);
 NSBOX_API bool nsbox_result_truncated(const nsbox_result_t *r, int stream, uint64_t *total);
 NSBOX_API void nsbox_result_free(nsbox_result_t *r);
 
-/* ---- rich results (since 0.6.0; libnsbox(3), RICH RESULTS) -------------
+/* ---- rich results (since 0.5.0; libnsbox(3), RICH RESULTS) -------------
  * What display(obj), matplotlib figures and a last expression with rich
  * representations produced, in order, as MIME bundles; and the files the
  * exec wrote to /out.  Indexes out of range give 0 or NULL.  Data is
@@ -495,7 +495,7 @@ struct nsbox_run_opts {
 	/* Launch from this process instead of the helper (see
 	 * nsbox_session_opts.in_process): single-threaded callers only. */
 	bool in_process;
-	/* (since 0.4.0) Make the command's stdin its controlling terminal
+	/* (since 0.5.0) Make the command's stdin its controlling terminal
 	 * (TIOCSCTTY after setsid), so that a shell has job control.  For a
 	 * pseudo-terminal the caller made for this run and relays, as
 	 * nsbox(1) does when its stdin is a terminal; never the caller's

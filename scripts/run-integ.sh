@@ -19,9 +19,9 @@ if [ -n "${NSBOX_SANITIZE:-}" ]; then
 fi
 
 # The datascience root tree (rootfs/, nsbox rootfs), which test_rootfs.py
-# runs on: built once per machine and definition (a cache hit after that),
-# as root into /var/cache/nsbox/rootfs, where the unprivileged passes find
-# it too.  Its time goes in the log.
+# and test_e2e.py run on: built once per machine and definition (a cache hit
+# after that), as root into /var/cache/nsbox/rootfs, where the unprivileged
+# passes find it too.  Its time goes in the log.
 t0=$(date +%s)
 "$BUILD/nsbox" rootfs build datascience
 echo "== root tree datascience ready in $(( $(date +%s) - t0 )) s"

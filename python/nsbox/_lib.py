@@ -48,7 +48,7 @@ class SessionOpts(Structure):
         ("argv", POINTER(c_char_p)),
         # since 0.4.0: nsboxd's socket (NULL: $NSBOX_CONNECT)
         ("connect", c_char_p),
-        # since 0.4.0: nsbox(1) python's (all output streamed; the caller's stdin)
+        # since 0.5.0: nsbox(1) python's (all output streamed; the caller's stdin)
         ("stream_all", c_bool),
         ("pass_stdin", c_bool),
     ]
@@ -87,7 +87,7 @@ class RunOpts(Structure):
         ("warn_userdata", c_void_p),
         ("forward_signals", c_bool),
         ("in_process", c_bool),
-        ("controlling_tty", c_bool),  # 0.4.0
+        ("controlling_tty", c_bool),  # 0.5.0
     ]
 
 

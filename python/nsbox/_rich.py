@@ -43,7 +43,7 @@ def mime_is_text(mime: str) -> bool:
 
 
 def _fns(lib):
-    """The accessors, declared once; None with a library before 0.6.0."""
+    """The accessors, declared once; None with a library before 0.5.0."""
     ready = getattr(lib, "_nsbox_rich_ready", None)
     if ready is not None:
         return lib if ready else None

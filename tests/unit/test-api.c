@@ -169,7 +169,7 @@ static void on_output(void *ud, int stream, const char *data, size_t len)
 
 static void test_errors_and_version(void)
 {
-	CHECK(!strcmp(nsbox_version(), "0.4.0"), "nsbox_version is 0.4.0");
+	CHECK(!strcmp(nsbox_version(), "0.5.0"), "nsbox_version is 0.5.0");
 	CHECK(nsbox_error_code(NULL) == 0 && !strcmp(nsbox_error_message(NULL), ""), "error accessors accept NULL");
 	nsbox_error_free(NULL);
 	nsbox_free(NULL);
