@@ -26,13 +26,13 @@
 
 #define MCP_MAX_TOOLS 64
 #define MCP_MAX_SESSIONS_CAP 256
-#define MCP_MAX_LINE (8u << 20) /* a request line; code is capped well below */
-#define MCP_MAX_CODE (1u << 20) /* bytes of code per run_python */
-#define MCP_FILE_CAP (1u << 20) /* bytes per read_file / write_file */
-#define MCP_LIST_CAP 1000	/* entries per list_files */
-#define MCP_TAIL 512		/* bytes of output carried by a progress notification */
-#define MCP_PROGRESS_EVERY 2.0	/* seconds */
-#define MCP_MAX_PENDING 16	/* code-mode calls in flight per exec (threads inside) */
+#define MCP_MAX_LINE (8u << 20)	 /* a request line; code is capped well below */
+#define MCP_MAX_CODE (1u << 20)	 /* bytes of code per run_python */
+#define MCP_FILE_CAP (1u << 20)	 /* bytes per read_file / write_file */
+#define MCP_LIST_CAP 1000	 /* entries per list_files */
+#define MCP_TAIL 512		 /* bytes of output carried by a progress notification */
+#define MCP_PROGRESS_EVERY 2.0	 /* seconds */
+#define MCP_MAX_PENDING 16	 /* code-mode calls in flight per exec (threads inside) */
 
 static const char *const versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
 
@@ -58,7 +58,7 @@ struct server {
 	unsigned max_sessions;
 	uint64_t output_limit, max_memory;
 	bool share_net, host_writes;
-	bool structured;     /* --structured: structuredContent and an outputSchema for run_python */
+	bool structured; /* --structured: structuredContent and an outputSchema for run_python */
 	bool helper_started; /* a session came from libnsbox's helper: later ones do too */
 	bool want_warm;	     /* a client said hello: make the default session while it thinks */
 	struct msess implicit;
@@ -204,8 +204,7 @@ static int check_envelope(json_t *id, const json_t *params)
 	if (!json_is_object(caps))
 		return envelope_error(id, META_CAPS, "expected an object");
 	info = json_object_get(meta, META_CLIENT);
-	if (info &&
-	    (!json_is_string(json_object_get(info, "name")) || !json_is_string(json_object_get(info, "version"))))
+	if (info && (!json_is_string(json_object_get(info, "name")) || !json_is_string(json_object_get(info, "version"))))
 		return envelope_error(id, META_CLIENT, "expected an object with string name and version");
 	if (strcmp(json_string_value(v), MCP_MODERN)) {
 		char msg[300];
@@ -316,8 +315,8 @@ static int start_session(struct server *srv, uint64_t memory, nsbox_session_t **
 		goto fail;
 	nsbox_policy_free(p);
 	for (size_t k = 0; k < srv->n_tools; k++)
-		if (nsbox_session_add_tool(s, srv->tools[k].name, NULL, "A host tool (nsbox mcp --tool).", cli_tool_run,
-					   &srv->tools[k], &e) < 0) {
+		if (nsbox_session_add_tool(s, srv->tools[k].name, NULL, "A host tool (nsbox mcp --tool).",
+					   cli_tool_run, &srv->tools[k], &e) < 0) {
 			snprintf(msg, msz, "tool %s: %s", srv->tools[k].name, nsbox_error_message(e));
 			nsbox_error_free(e);
 			nsbox_session_free(s);
@@ -385,8 +384,7 @@ static double expire_idle(struct server *srv)
 			continue;
 		left = m->last_used + srv->idle_timeout - t;
 		if (left <= 0) {
-			fprintf(stderr, "nsbox mcp: closing idle session %s\n",
-				m->handle[0] ? m->handle : "(implicit)");
+			fprintf(stderr, "nsbox mcp: closing idle session %s\n", m->handle[0] ? m->handle : "(implicit)");
 			close_msess(m);
 		} else if (next < 0 || left < next) {
 			next = left;
@@ -647,9 +645,8 @@ static void forward_call(struct server *srv, nsbox_session_t *s, const struct ns
 		answer(s, ev->call_id, ev->tool, NULL, msg);
 		return;
 	}
-	srv->pend[srv->n_pend++] = (struct pending){
-		.u = u, .rid = rid, .call_id = ev->call_id, .deadline = now() + srv->up_timeout
-	};
+	srv->pend[srv->n_pend++] = (struct pending){ .u = u, .rid = rid, .call_id = ev->call_id,
+						     .deadline = now() + srv->up_timeout };
 	snprintf(srv->pend[srv->n_pend - 1].tool, sizeof(srv->pend[0].tool), "%s", ev->tool);
 }
 
@@ -694,8 +691,8 @@ static void settle_up(struct server *srv, nsbox_session_t *s, const char *why)
 				if (text && strlen(text) <= MCPUP_MAX_RESULT) {
 					answer(s, p->call_id, p->tool, text, NULL);
 				} else {
-					snprintf(msg, sizeof(msg), "%s(): the result is too large (over %u bytes)",
-						 p->tool, MCPUP_MAX_RESULT);
+					snprintf(msg, sizeof(msg), "%s(): the result is too large (over %u bytes)", p->tool,
+						 MCPUP_MAX_RESULT);
 					answer(s, p->call_id, p->tool, NULL, msg);
 				}
 				free(text);
@@ -714,8 +711,8 @@ static void settle_up(struct server *srv, nsbox_session_t *s, const char *why)
 			answer(s, p->call_id, p->tool, NULL, msg);
 			drop_pending(srv, i);
 		} else if (now() >= p->deadline) {
-			snprintf(msg, sizeof(msg), "%s(): no answer from the MCP server %s in %g s", p->tool,
-				 p->u->name, srv->up_timeout);
+			snprintf(msg, sizeof(msg), "%s(): no answer from the MCP server %s in %g s", p->tool, p->u->name,
+				 srv->up_timeout);
 			mcpup_send_cancel(p->u, p->rid, "timed out");
 			answer(s, p->call_id, p->tool, NULL, msg);
 			drop_pending(srv, i);
@@ -780,12 +777,11 @@ static void answer_tool_call(struct server *srv, nsbox_session_t *s, const struc
 /* Run code on s through the event API, serving stdin meanwhile.  With a
  * progress token, notifications/progress every MCP_PROGRESS_EVERY seconds.
  * Returns 0 with *out, or -1 with msg (nothing ran). */
-static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bool repl, double timeout, json_t *id,
-		    json_t *token, nsbox_result_t **out, char *msg, size_t msz)
+static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bool repl, double timeout,
+		    json_t *id, json_t *token, nsbox_result_t **out, char *msg, size_t msz)
 {
-	struct nsbox_exec_opts eo = {
-		.struct_size = sizeof(eo), .repl = repl, .timeout = timeout, .filename = "<mcp>"
-	};
+	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo), .repl = repl, .timeout = timeout,
+				      .filename = "<mcp>" };
 	struct nsbox_event ev = { .struct_size = sizeof(ev) };
 	nsbox_error_t *e = NULL;
 	struct tail tail = { .n = 0 };
@@ -1470,11 +1466,10 @@ static struct msess *pick_session(struct server *srv, const char *handle, json_t
 		struct msess *m = find_handle(srv, handle);
 
 		if (!m)
-			*err = tool_errorf(
-				"unknown or expired session '%.64s' (sessions close after %g s idle, "
-				"or when a limit kills them): make one with new_session, or omit "
-				"'session' to use the default session",
-				handle, srv->idle_timeout);
+			*err = tool_errorf("unknown or expired session '%.64s' (sessions close after %g s idle, "
+					   "or when a limit kills them): make one with new_session, or omit "
+					   "'session' to use the default session",
+					   handle, srv->idle_timeout);
 		return m;
 	}
 	if (!srv->implicit.s && start_session(srv, 0, &srv->implicit.s, msg, sizeof(msg)) < 0) {
@@ -1499,8 +1494,8 @@ static double call_timeout(struct server *srv, const struct msess *m, double ask
 
 /* Run code on m and make the tool result; *suppress when the request was
  * cancelled (no response then).  Forgets m when its sandbox died. */
-static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bool repl, double timeout, json_t *id,
-		       json_t *token, bool *suppress, nsbox_result_t **keep)
+static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bool repl, double timeout,
+		       json_t *id, json_t *token, bool *suppress, nsbox_result_t **keep)
 {
 	nsbox_result_t *res = NULL;
 	char msg[1024];
@@ -1535,8 +1530,8 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	return out;
 }
 
-static json_t *tool_run_python(struct server *srv, json_t *args, json_t *id, json_t *token, bool *suppress, char *msg,
-			       size_t msz)
+static json_t *tool_run_python(struct server *srv, json_t *args, json_t *id, json_t *token, bool *suppress,
+			       char *msg, size_t msz)
 {
 	const char *code, *handle;
 	double timeout;
@@ -1710,8 +1705,7 @@ static json_t *tool_write_file(struct server *srv, json_t *args, json_t *id, cha
 	char buf[4200];
 
 	if (arg_string(args, "session", false, &handle, msg, msz) < 0 ||
-	    arg_string(args, "path", true, &path, msg, msz) < 0 ||
-	    arg_string(args, "text", false, &text, msg, msz) < 0 ||
+	    arg_string(args, "path", true, &path, msg, msz) < 0 || arg_string(args, "text", false, &text, msg, msz) < 0 ||
 	    arg_string(args, "base64", false, &b64, msg, msz) < 0)
 		return NULL;
 	if (!text == !b64) {
@@ -1727,8 +1721,7 @@ static json_t *tool_write_file(struct server *srv, json_t *args, json_t *id, cha
 		      json_pack("{s:s,s:s,s:b}", "path", path, "data", text ? text : b64, "b64", !text), id, &v);
 	if (out)
 		return out;
-	snprintf(buf, sizeof(buf), "wrote %lld bytes to %.4000s",
-		 (long long)json_integer_value(json_object_get(v, "size")),
+	snprintf(buf, sizeof(buf), "wrote %lld bytes to %.4000s", (long long)json_integer_value(json_object_get(v, "size")),
 		 json_string_value(json_object_get(v, "path")) ?: path);
 	json_decref(v);
 	return tool_result(buf, false);
@@ -1760,9 +1753,7 @@ static json_t *tool_list_files(struct server *srv, json_t *args, json_t *id, cha
 		const char *kind = json_string_value(json_array_get(ent, 1)) ?: "";
 
 		fprintf(f, "%s%s", json_string_value(json_array_get(ent, 0)) ?: "",
-			!strcmp(kind, "dir")	? "/"
-			: !strcmp(kind, "link") ? "@"
-						: "");
+			!strcmp(kind, "dir") ? "/" : !strcmp(kind, "link") ? "@" : "");
 		if (!strcmp(kind, "file"))
 			fprintf(f, "\t%lld bytes", (long long)json_integer_value(json_array_get(ent, 2)));
 		fputc('\n', f);
@@ -1852,12 +1843,12 @@ static json_t *tools_list(const struct server *srv)
 		"{s:s,s:s,s:s,s:{s:s,s:{s:O,s:{s:s,s:s}},s:b},s:{s:s,s:b,s:b,s:b,s:b}}]}",
 		"tools",
 		/* run_python */
-		"name", "run_python", "title", "Run Python", "description", desc ? desc : "Run Python code.",
-		"inputSchema", "type", "object", "properties", "code", "type", "string", "description",
-		"Python source; at most 1 MiB", "session", session, "timeout_s", "type", "number", "description",
-		"wall-clock limit for this call, seconds", "exclusiveMinimum", 0.0, "required", "code",
-		"additionalProperties", 0, "annotations", "title", "Run Python", "readOnlyHint", 0, "destructiveHint",
-		destructive, "idempotentHint", 0, "openWorldHint", open_world,
+		"name", "run_python", "title", "Run Python", "description", desc ? desc : "Run Python code.", "inputSchema", "type", "object",
+		"properties", "code", "type", "string", "description", "Python source; at most 1 MiB", "session",
+		session, "timeout_s", "type", "number", "description", "wall-clock limit for this call, seconds",
+		"exclusiveMinimum", 0.0, "required", "code", "additionalProperties", 0, "annotations", "title",
+		"Run Python", "readOnlyHint", 0, "destructiveHint", destructive, "idempotentHint", 0,
+		"openWorldHint", open_world,
 		/* new_session */
 		"name", "new_session", "title", "New session", "description",
 		"Start a new sandboxed Python session and return its handle. It closes when idle for the "
@@ -1907,12 +1898,12 @@ static json_t *tools_list(const struct server *srv)
 			json_pack("{s:s,s:{s:{s:s,s:[s,s,s,s,s,s,s]},s:{s:s},s:{s:s},s:{s:s},s:{s:s},s:{s:[s,s]},"
 				  "s:{s:s},s:{s:s,s:{s:{s:s},s:{s:s},s:{s:s}}}},s:[s,s,s,s]}",
 				  "type", "object", "properties", "status", "type", "string", "enum", "ok", "exception",
-				  "time_limit", "cancelled", "memory_limit", "crashed", "protocol_error", "stdout",
-				  "type", "string", "stderr", "type", "string", "stdout_truncated", "type", "boolean",
-				  "stderr_truncated", "type", "boolean", "value", "type", "string", "null",
-				  "session_ended", "type", "boolean", "error", "type", "object", "properties", "type",
-				  "type", "string", "message", "type", "string", "traceback", "type", "string",
-				  "required", "status", "stdout", "stderr", "session_ended"));
+				  "time_limit", "cancelled", "memory_limit", "crashed", "protocol_error", "stdout", "type",
+				  "string", "stderr", "type", "string", "stdout_truncated", "type", "boolean",
+				  "stderr_truncated", "type", "boolean", "value", "type", "string", "null", "session_ended",
+				  "type", "boolean", "error", "type", "object", "properties", "type", "type", "string",
+				  "message", "type", "string", "traceback", "type", "string", "required", "status", "stdout",
+				  "stderr", "session_ended"));
 	if (srv->structured && list) {
 		json_t *props = json_object_get(json_object_get(json_array_get(json_object_get(list, "tools"), 0),
 								"outputSchema"),
@@ -1983,6 +1974,10 @@ static void handle_call(struct server *srv, json_t *id, json_t *params)
 	send_result(id, res);
 }
 
+static const char instructions[] =
+	"Runs Python in kernel-isolated sandboxes (nsbox). run_python keeps globals between calls in a default "
+	"session; new_session makes more, each with its own state. Sessions close when idle; a limit kill ends a "
+	"session. Use the file tools to move files in and out of a session.";
 /* resources/read of a resource_link run_python gave: the file read back
  * from the session, now.  The URI is parsed here, never trusted as a path:
  * one name, no '/', not "." or "..", no control characters. */
@@ -2076,10 +2071,6 @@ bad:
 		   uri);
 }
 
-static const char instructions[] =
-	"Runs Python in kernel-isolated sandboxes (nsbox). run_python keeps globals between calls in a default "
-	"session; new_session makes more, each with its own state. Sessions close when idle; a limit kill ends a "
-	"session. Use the file tools to move files in and out of a session.";
 
 static void handle(struct server *srv, json_t *m)
 {
@@ -2093,8 +2084,7 @@ static void handle(struct server *srv, json_t *m)
 		return;
 	}
 	if (!json_is_object(m)) {
-		send_error(NULL, -32600, "invalid request: %s",
-			   json_is_array(m) ? "batches are not supported" : "not an object");
+		send_error(NULL, -32600, "invalid request: %s", json_is_array(m) ? "batches are not supported" : "not an object");
 		return;
 	}
 	if (!method) {
@@ -2115,14 +2105,13 @@ static void handle(struct server *srv, json_t *m)
 	if (!strcmp(method, "initialize") || !strcmp(method, "server/discover") || !strcmp(method, "tools/list"))
 		srv->want_warm = true;
 	if (!strcmp(method, "initialize") && era) {
-		send_error(id, -32601,
-			   "method not found: initialize (protocol revision " MCP_MODERN
-			   " has no handshake: use server/discover)");
+		send_error(id, -32601, "method not found: initialize (protocol revision " MCP_MODERN
+				       " has no handshake: use server/discover)");
 	} else if (!strcmp(method, "server/discover")) {
 		if (!era)
 			send_error(id, -32602,
-				   "server/discover needs the _meta envelope of protocol revision " MCP_MODERN
-				   " (" META_VERSION ", " META_CAPS ")");
+				   "server/discover needs the _meta envelope of protocol revision " MCP_MODERN " (" META_VERSION
+				   ", " META_CAPS ")");
 		else
 			send_result(id, json_pack("{s:[s],s:{s:{s:b},s:{s:b}},s:s,s:i,s:s}", "supportedVersions",
 						  MCP_MODERN, "capabilities", "tools", "listChanged", 0, "resources",
@@ -2339,8 +2328,7 @@ int cmd_mcp(int argc, char **argv)
 			char *name;
 
 			if (!eq || eq == v || !eq[1] || srv.n_tools >= MCP_MAX_TOOLS) {
-				fprintf(stderr, "nsbox mcp: --tool: expected NAME=COMMAND (at most %d)\n",
-					MCP_MAX_TOOLS);
+				fprintf(stderr, "nsbox mcp: --tool: expected NAME=COMMAND (at most %d)\n", MCP_MAX_TOOLS);
 				goto out;
 			}
 			name = strndup(v, (size_t)(eq - v));
@@ -2371,18 +2359,9 @@ int cmd_mcp(int argc, char **argv)
 			goto out;
 		}
 		if (r == 0) {
-			static const char *const own[] = { "tool",
-							   "idle-timeout",
-							   "max-sessions",
-							   "call-timeout",
-							   "max-call-timeout",
-							   "max-memory",
-							   "output-limit",
-							   "mcp-server",
-							   "mcp-timeout",
-							   "structured",
-							   "help",
-							   NULL };
+			static const char *const own[] = { "tool",	    "idle-timeout", "max-sessions", "call-timeout",
+							   "max-call-timeout", "max-memory",   "output-limit", "mcp-server",
+							   "mcp-timeout",	    "structured",   "help",	    NULL };
 
 			args_unknown_option("mcp", a, own, &err);
 			fprintf(stderr, "nsbox mcp: %s\n", err.msg);
@@ -2423,9 +2402,9 @@ bad_value:
 			    opt_value(argc, argv, &j, "--max-call-timeout", &v) ||
 			    opt_value(argc, argv, &j, "--max-sessions", &v) ||
 			    opt_value(argc, argv, &j, "--max-memory", &v) ||
-			    opt_value(argc, argv, &j, "--output-limit", &v) ||
-			    opt_value(argc, argv, &j, "--tool", &v) || opt_value(argc, argv, &j, "--mcp-server", &v) ||
-			    opt_value(argc, argv, &j, "--mcp-timeout", &v) || !strcmp(argv[i], "--structured")) {
+			    opt_value(argc, argv, &j, "--output-limit", &v) || opt_value(argc, argv, &j, "--tool", &v) ||
+			    opt_value(argc, argv, &j, "--mcp-server", &v) || opt_value(argc, argv, &j, "--mcp-timeout", &v) ||
+			    !strcmp(argv[i], "--structured")) {
 				i = j;
 				continue;
 			}
