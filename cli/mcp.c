@@ -4,6 +4,7 @@
  * to stderr.  One thread, one exec at a time: while an exec runs, the loop
  * polls stdin and the session's fd together (nsbox_exec_start/advance), so
  * ping and notifications/cancelled are answered and other requests queue. */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -1159,10 +1161,203 @@ static json_t *structured_result(const nsbox_result_t *res, bool dead)
 	return out;
 }
 
-/* One text block: stdout, stderr, the last expression's value or the
+/* ---- rich results: figures and /out files -------------------------------- */
+
+#define MCP_IMAGE_CAP (8u << 20)    /* bytes of base64 in image blocks per result (the runner's cap) */
+#define MCP_RESOURCE_CAP (8u << 20) /* bytes per resources/read */
+#define MCP_URI_PREFIX "nsbox://session/"
+
+static char *b64_encode(const void *data, size_t n, size_t *olen)
+{
+	static const char dig[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const unsigned char *p = data;
+	char *out = malloc(n / 3 * 4 + 5), *o = out;
+
+	if (!out)
+		return NULL;
+	for (; n >= 3; n -= 3, p += 3) {
+		*o++ = dig[p[0] >> 2];
+		*o++ = dig[(p[0] & 3) << 4 | p[1] >> 4];
+		*o++ = dig[(p[1] & 15) << 2 | p[2] >> 6];
+		*o++ = dig[p[2] & 63];
+	}
+	if (n) {
+		*o++ = dig[p[0] >> 2];
+		*o++ = dig[(p[0] & 3) << 4 | (n > 1 ? p[1] >> 4 : 0)];
+		*o++ = n > 1 ? dig[(p[1] & 15) << 2] : '=';
+		*o++ = '=';
+	}
+	*o = '\0';
+	if (olen)
+		*olen = (size_t)(o - out);
+	return out;
+}
+
+/* A MIME type for an /out file, from its extension. */
+static const char *mime_of_name(const char *name)
+{
+	static const char *const map[][2] = {
+		{ "png", "image/png" },	      { "jpg", "image/jpeg" },
+		{ "jpeg", "image/jpeg" },     { "gif", "image/gif" },
+		{ "webp", "image/webp" },     { "svg", "image/svg+xml" },
+		{ "pdf", "application/pdf" }, { "json", "application/json" },
+		{ "csv", "text/csv" },	      { "tsv", "text/tab-separated-values" },
+		{ "txt", "text/plain" },      { "log", "text/plain" },
+		{ "md", "text/markdown" },    { "html", "text/html" },
+		{ "htm", "text/html" },	      { "xml", "application/xml" },
+		{ "py", "text/x-python" },    { "zip", "application/zip" },
+		{ "gz", "application/gzip" }, { "wav", "audio/wav" },
+		{ "mp3", "audio/mpeg" },
+	};
+	const char *dot = strrchr(name, '.');
+
+	if (dot && dot != name)
+		for (size_t i = 0; i < ARRAY_SIZE(map); i++)
+			if (!strcasecmp(dot + 1, map[i][0]))
+				return map[i][1];
+	return "application/octet-stream";
+}
+
+static bool text_mime(const char *mime)
+{
+	return !strncmp(mime, "text/", 5) || !strcmp(mime, "application/json") || !strcmp(mime, "application/xml") ||
+	       !strcmp(mime, "image/svg+xml");
+}
+
+/* nsbox://session/<handle, or "default">/out/<name, percent-encoded>. */
+static char *out_uri(const char *handle, const char *name)
+{
+	char *uri = NULL;
+	size_t n = 0;
+	FILE *f = open_memstream(&uri, &n);
+
+	if (!f)
+		return NULL;
+	fprintf(f, MCP_URI_PREFIX "%s/out/", *handle ? handle : "default");
+	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+		    strchr("-._~", *p))
+			fputc(*p, f);
+		else
+			fprintf(f, "%%%02X", *p);
+	fclose(f);
+	return uri;
+}
+
+/* The blocks after the text block: an image block per display with an
+ * image (a raster type first, else SVG), a text block for a display
+ * without one (text/markdown, else text/plain), a resource_link per /out
+ * file (none when handle is NULL: the session died).  What was left out
+ * is said in f (the text block). */
+static json_t *rich_blocks(const nsbox_result_t *res, const char *handle, FILE *f)
+{
+	static const char *const images[] = { "image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml" };
+	json_t *blocks = json_array();
+	size_t budget = MCP_IMAGE_CAP, cut = 0;
+	/* A last expression with rich representations (a DataFrame) comes as
+	 * the last bundle too, and its repr is in the text block already: the
+	 * value is then a $repr, the bundle's text/plain the same repr. */
+	size_t n_text = nsbox_result_display_count(res);
+	json_t *v = nsbox_result_status(res) == NSBOX_OK ? json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL)
+							 : NULL;
+	const char *vrepr = json_string_value(json_object_get(v, "$repr")), *last;
+	size_t llen = 0;
+
+	if (n_text && vrepr && (last = nsbox_result_display_data(res, n_text - 1, "text/plain", &llen)) &&
+	    llen == strlen(vrepr) && !memcmp(last, vrepr, llen))
+		n_text--;
+	json_decref(v);
+
+	for (size_t i = 0; blocks && i < nsbox_result_display_count(res); i++) {
+		const char *mime = NULL, *data = NULL;
+		size_t len = 0;
+
+		for (size_t k = 0; k < ARRAY_SIZE(images) && !data; k++)
+			if ((data = nsbox_result_display_data(res, i, images[k], &len)))
+				mime = images[k];
+		if (data) {
+			size_t blen = 0;
+			char *b = len / 3 * 4 + 4 <= budget ? b64_encode(data, len, &blen) : NULL;
+
+			if (!b) {
+				cut++;
+				continue;
+			}
+			budget -= blen;
+			json_array_append_new(blocks, json_pack("{s:s,s:s%,s:s}", "type", "image", "data", b, blen,
+								"mimeType", mime));
+			free(b);
+			continue;
+		}
+		if (i >= n_text)
+			continue;
+		if (!(data = nsbox_result_display_data(res, i, "text/markdown", &len)))
+			data = nsbox_result_display_data(res, i, "text/plain", &len);
+		if (data)
+			json_array_append_new(blocks, json_pack("{s:s,s:o}", "type", "text", "text",
+								text_json(data, len) ?: json_string("")));
+	}
+	if (cut)
+		fprintf(f, "nsbox: %zu image%s left out (over %u MiB of images per result)\n", cut, cut == 1 ? "" : "s",
+			MCP_IMAGE_CAP >> 20);
+	if (nsbox_result_displays_truncated(res))
+		fputs("nsbox: some displays were left out or cut down (the sandbox's caps: 64 per result, 8 MiB in all)\n",
+		      f);
+	if (!handle && nsbox_result_file_count(res)) /* the session died: no link would resolve */
+		fprintf(f, "nsbox: %zu file%s written to /out went with the session\n", nsbox_result_file_count(res),
+			nsbox_result_file_count(res) == 1 ? "" : "s");
+	for (size_t i = 0; handle && blocks && i < nsbox_result_file_count(res); i++) {
+		const char *name = nsbox_result_file_name(res, i);
+		uint64_t size = 0;
+		char *uri = name ? out_uri(handle, name) : NULL;
+
+		nsbox_result_file_data(res, i, NULL, &size);
+		if (uri)
+			json_array_append_new(blocks, json_pack("{s:s,s:s,s:s,s:s,s:I}", "type", "resource_link", "uri",
+								uri, "name", name, "mimeType", mime_of_name(name),
+								"size", (json_int_t)size));
+		free(uri);
+	}
+	if (nsbox_result_files_truncated(res))
+		fputs("nsbox: some files in /out were left out of this list (the sandbox's caps: 64 files per result)\n",
+		      f);
+	return blocks;
+}
+
+/* --structured: what the rich blocks are, without the data. */
+static void structured_rich(json_t *out, const nsbox_result_t *res, const char *handle)
+{
+	json_t *d = json_array(), *fl = json_array();
+
+	for (size_t i = 0; d && i < nsbox_result_display_count(res); i++) {
+		json_t *m = json_array();
+
+		for (size_t j = 0; m && j < nsbox_result_display_mime_count(res, i); j++)
+			json_array_append_new(m, json_string(nsbox_result_display_mime(res, i, j)));
+		json_array_append_new(d, json_pack("{s:o}", "mimeTypes", m ?: json_array()));
+	}
+	for (size_t i = 0; handle && fl && i < nsbox_result_file_count(res); i++) {
+		const char *name = nsbox_result_file_name(res, i);
+		uint64_t size = 0;
+		char *uri = name ? out_uri(handle, name) : NULL;
+
+		nsbox_result_file_data(res, i, NULL, &size);
+		if (uri)
+			json_array_append_new(fl, json_pack("{s:s,s:s,s:s,s:I}", "name", name, "uri", uri, "mimeType",
+							    mime_of_name(name), "size", (json_int_t)size));
+		free(uri);
+	}
+	json_object_set_new(out, "displays", d ?: json_array());
+	json_object_set_new(out, "displays_truncated", json_boolean(nsbox_result_displays_truncated(res)));
+	json_object_set_new(out, "files", fl ?: json_array());
+	json_object_set_new(out, "files_truncated", json_boolean(nsbox_result_files_truncated(res)));
+}
+
+/* A text block: stdout, stderr, the last expression's value or the
  * exception; a dead session is said so (and forgotten by the caller).
- * With structured, the same as structuredContent too. */
-static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit, bool structured)
+ * With rich (run_python), the blocks of rich_blocks follow it; with
+ * structured, the same as structuredContent too. */
+static json_t *format_result(const nsbox_result_t *res, bool dead, const char *handle, bool rich, bool structured)
 {
 	enum nsbox_status st = nsbox_result_status(res);
 	json_t *r = json_loads(nsbox_result_json(res), 0, NULL);
@@ -1170,8 +1365,8 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit
 	size_t tlen = 0, olen, elen;
 	const char *o = nsbox_result_stdout(res, &olen), *er = nsbox_result_stderr(res, &elen);
 	FILE *f = open_memstream(&text, &tlen);
-	bool is_error = st != NSBOX_OK;
-	json_t *out;
+	bool is_error = st != NSBOX_OK, implicit = !*handle;
+	json_t *out, *blocks = NULL;
 
 	if (!f) {
 		json_decref(r);
@@ -1195,12 +1390,14 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit
 		fprintf(f, "nsbox: stopped by the %s: %s\n", limit_name(st) ?: "sandbox",
 			nsbox_result_error_message(res) ?: "");
 	}
+	if (rich)
+		blocks = rich_blocks(res, dead ? NULL : handle, f);
 	if (dead)
 		fprintf(f, "nsbox: the session ended and its state is lost; %s\n",
 			implicit ? "the next call starts a fresh session"
 				 : "its handle is closed (make another with new_session)");
 	if (ftell(f) == 0)
-		fputs("(no output)\n", f);
+		fputs(json_array_size(blocks) ? "(no text output)\n" : "(no output)\n", f);
 	fclose(f);
 	json_decref(r);
 	if (tlen && text[tlen - 1] == '\n')
@@ -1208,8 +1405,16 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, bool implicit
 	out = json_pack("{s:[{s:s,s:o}],s:b}", "content", "type", "text", "text",
 			text_json(text, tlen) ?: json_string(""), "isError", is_error);
 	free(text);
-	if (out && structured)
-		json_object_set_new(out, "structuredContent", structured_result(res, dead));
+	if (out && blocks)
+		json_array_extend(json_object_get(out, "content"), blocks);
+	json_decref(blocks);
+	if (out && structured) {
+		json_t *sc = structured_result(res, dead);
+
+		if (sc)
+			structured_rich(sc, res, dead ? NULL : handle);
+		json_object_set_new(out, "structuredContent", sc);
+	}
 	return out;
 }
 
@@ -1315,7 +1520,7 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	dead = !alive(m->s);
 	/* Only run_python's results follow its outputSchema (keep != NULL:
 	 * a file tool's). */
-	out = format_result(res, dead, !m->handle[0], srv->structured && !keep);
+	out = format_result(res, dead, m->handle, !keep, srv->structured && !keep);
 	if (dead)
 		close_msess(m);
 	if (keep)
@@ -1699,6 +1904,23 @@ static json_t *tools_list(const struct server *srv)
 				  "type", "boolean", "error", "type", "object", "properties", "type", "type", "string",
 				  "message", "type", "string", "traceback", "type", "string", "required", "status", "stdout",
 				  "stderr", "session_ended"));
+	if (srv->structured && list) {
+		json_t *props = json_object_get(json_object_get(json_array_get(json_object_get(list, "tools"), 0),
+								"outputSchema"),
+						"properties");
+
+		json_object_set_new(props, "displays",
+				    json_pack("{s:s,s:{s:s,s:{s:{s:s,s:{s:s}}}}}", "type", "array", "items", "type",
+					      "object", "properties", "mimeTypes", "type", "array", "items", "type",
+					      "string"));
+		json_object_set_new(props, "files",
+				    json_pack("{s:s,s:{s:s,s:{s:{s:s},s:{s:s},s:{s:s},s:{s:s}}}}", "type", "array",
+					      "items", "type", "object", "properties", "name", "type", "string", "uri",
+					      "type", "string", "mimeType", "type", "string", "size", "type",
+					      "integer"));
+		json_object_set_new(props, "displays_truncated", json_pack("{s:s}", "type", "boolean"));
+		json_object_set_new(props, "files_truncated", json_pack("{s:s}", "type", "boolean"));
+	}
 	return list;
 }
 
@@ -1756,6 +1978,99 @@ static const char instructions[] =
 	"Runs Python in kernel-isolated sandboxes (nsbox). run_python keeps globals between calls in a default "
 	"session; new_session makes more, each with its own state. Sessions close when idle; a limit kill ends a "
 	"session. Use the file tools to move files in and out of a session.";
+/* resources/read of a resource_link run_python gave: the file read back
+ * from the session, now.  The URI is parsed here, never trusted as a path:
+ * one name, no '/', not "." or "..", no control characters. */
+static void handle_read(struct server *srv, json_t *id, const json_t *params)
+{
+	const char *uri = json_string_value(json_object_get(params, "uri"));
+	const char *h, *slash;
+	char handle[40], name[256], path[300], *data = NULL;
+	size_t n = 0, len = 0;
+	struct msess *m = NULL;
+	nsbox_error_t *e = NULL;
+	json_t *c;
+	int r;
+
+	if (!uri) {
+		send_error(id, -32602, "resources/read: missing 'uri' (a string)");
+		return;
+	}
+	if (strncmp(uri, MCP_URI_PREFIX, strlen(MCP_URI_PREFIX)) ||
+	    !(slash = strchr(h = uri + strlen(MCP_URI_PREFIX), '/')) || (size_t)(slash - h) >= sizeof(handle) ||
+	    strncmp(slash, "/out/", 5))
+		goto bad;
+	memcpy(handle, h, (size_t)(slash - h));
+	handle[slash - h] = '\0';
+	for (const char *p = slash + 5; *p; p++) {
+		unsigned v;
+
+		if (n + 1 >= sizeof(name))
+			goto bad;
+		if (*p == '%') {
+			if (sscanf(p + 1, "%2x", &v) != 1 || !isxdigit((unsigned char)p[1]) ||
+			    !isxdigit((unsigned char)p[2]))
+				goto bad;
+			p += 2;
+		} else {
+			v = (unsigned char)*p;
+		}
+		if (v < 0x20 || v == 0x7f || v == '/')
+			goto bad;
+		name[n++] = (char)v;
+	}
+	name[n] = '\0';
+	if (!n || !strcmp(name, ".") || !strcmp(name, ".."))
+		goto bad;
+	if (!strcmp(handle, "default"))
+		m = srv->implicit.s ? &srv->implicit : NULL;
+	else if (handle[0])
+		m = find_handle(srv, handle);
+	if (!m) {
+		send_error(id, -32002, "resource not found: %.300s (its session is closed or expired)", uri);
+		return;
+	}
+	snprintf(path, sizeof(path), "/out/%s", name);
+	r = nsbox_read_file(m->s, path, &data, &len, MCP_RESOURCE_CAP, &e);
+	m->last_used = now();
+	if (r == -EFBIG) {
+		send_error(id, -32603,
+			   "resources/read %.300s: the file is larger than %u MiB: read it in parts with "
+			   "run_python",
+			   uri, MCP_RESOURCE_CAP >> 20);
+	} else if (r < 0) {
+		send_error(id, r == -ENOENT ? -32002 : -32603, "resources/read %.300s: %s", uri,
+			   r == -ENOENT ? "resource not found (the file is gone)"
+			   : e		? nsbox_error_message(e)
+					: strerror(-r));
+		if (!alive(m->s))
+			close_msess(m);
+	} else {
+		const char *mime = mime_of_name(name);
+		json_t *t = text_mime(mime) && !memchr(data, '\0', len) ? json_stringn(data, len) : NULL;
+
+		if (t) {
+			c = json_pack("{s:s,s:s,s:o}", "uri", uri, "mimeType", mime, "text", t);
+		} else {
+			char *b = b64_encode(data, len, NULL);
+
+			c = b ? json_pack("{s:s,s:s,s:s}", "uri", uri, "mimeType", mime, "blob", b) : NULL;
+			free(b);
+		}
+		if (c)
+			send_result(id, json_pack("{s:[o]}", "contents", c));
+		else
+			send_error(id, -32603, "resources/read: out of memory");
+	}
+	nsbox_free(data);
+	nsbox_error_free(e);
+	return;
+bad:
+	send_error(id, -32602,
+		   "resources/read: not a URI this server gave: %.300s (expected " MCP_URI_PREFIX "SESSION/out/NAME)",
+		   uri);
+}
+
 
 static void handle(struct server *srv, json_t *m)
 {
@@ -1798,9 +2113,10 @@ static void handle(struct server *srv, json_t *m)
 				   "server/discover needs the _meta envelope of protocol revision " MCP_MODERN " (" META_VERSION
 				   ", " META_CAPS ")");
 		else
-			send_result(id, json_pack("{s:[s],s:{s:{s:b}},s:s,s:i,s:s}", "supportedVersions", MCP_MODERN,
-						  "capabilities", "tools", "listChanged", 0, "instructions", instructions,
-						  "ttlMs", 0, "cacheScope", "private"));
+			send_result(id, json_pack("{s:[s],s:{s:{s:b},s:{s:b}},s:s,s:i,s:s}", "supportedVersions",
+						  MCP_MODERN, "capabilities", "tools", "listChanged", 0, "resources",
+						  "listChanged", 0, "instructions", instructions, "ttlMs", 0,
+						  "cacheScope", "private"));
 	} else if (!strcmp(method, "initialize")) {
 		const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
 		const char *v = versions[0];
@@ -1808,9 +2124,10 @@ static void handle(struct server *srv, json_t *m)
 		for (size_t i = 0; asked && i < ARRAY_SIZE(versions); i++)
 			if (!strcmp(asked, versions[i]))
 				v = versions[i];
-		send_result(id, json_pack("{s:s,s:{s:{s:b}},s:{s:s,s:s,s:s},s:s}", "protocolVersion", v, "capabilities",
-					  "tools", "listChanged", 0, "serverInfo", "name", "nsbox", "title", "nsbox",
-					  "version", nsbox_version(), "instructions", instructions));
+		send_result(id, json_pack("{s:s,s:{s:{s:b},s:{s:b}},s:{s:s,s:s,s:s},s:s}", "protocolVersion", v,
+					  "capabilities", "tools", "listChanged", 0, "resources", "listChanged", 0,
+					  "serverInfo", "name", "nsbox", "title", "nsbox", "version", nsbox_version(),
+					  "instructions", instructions));
 	} else if (!strcmp(method, "ping")) {
 		send_result(id, json_object());
 	} else if (!strcmp(method, "tools/list")) {
@@ -1823,6 +2140,13 @@ static void handle(struct server *srv, json_t *m)
 			json_object_set_new(list, "cacheScope", json_string("private"));
 		}
 		send_result(id, list);
+	} else if (!strcmp(method, "resources/list") || !strcmp(method, "resources/templates/list")) {
+		/* Nothing to list: the only resources are the /out files a
+		 * run_python result links to. */
+		send_result(id,
+			    json_pack("{s:[]}", strcmp(method, "resources/list") ? "resourceTemplates" : "resources"));
+	} else if (!strcmp(method, "resources/read")) {
+		handle_read(srv, id, params);
 	} else if (!strcmp(method, "tools/call")) {
 		if (params && !json_is_object(params))
 			send_error(id, -32602, "tools/call: 'params' must be an object");

@@ -9,10 +9,12 @@ Needs node and tests/mcp/node_modules (`npm ci` there; done here when
 missing and the registry is reachable).  Without node the tests skip with
 the reason, and fail under NSBOX_MUST_WORK=1.
 """
+import base64
 import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -114,7 +116,9 @@ def test_structured(node):
     assert all("outputSchema" not in t for t in o["tools"] if t["name"] != "run_python")
     assert o["ok"]["text"] == "[stdout]\nhi\n[1, (2, 3)]"  # the text block stays
     assert o["ok"]["structured"] == {"status": "ok", "stdout": "hi\n", "stderr": "", "stdout_truncated": False,
-                                     "stderr_truncated": False, "value": "[1, (2, 3)]", "session_ended": False}
+                                     "stderr_truncated": False, "value": "[1, (2, 3)]", "session_ended": False,
+                                     "displays": [], "displays_truncated": False, "files": [],
+                                     "files_truncated": False}
     s = o["exc"]["structured"]
     assert o["exc"]["isError"] and s["status"] == "exception" and s["error"]["type"] == "ZeroDivisionError"
     assert "Traceback" in s["error"]["traceback"] and s["value"] is None
@@ -123,6 +127,66 @@ def test_structured(node):
     # that see it drop the other blocks).
     b = client(node, "structured")
     assert b["ok"]["structured"] is None and all("outputSchema" not in t for t in b["tools"])
+
+
+def _png_size(data):
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR", data[:16]
+    return struct.unpack(">II", data[16:24])
+
+
+def test_rich_results(node):
+    """A matplotlib figure comes back as an image block, display() without
+    an image as a text block, files written to /out as resource links that
+    resources/read resolves (reading the file back from the session)."""
+    if subprocess.run(["/usr/bin/python3.11", "-c", "import matplotlib"], capture_output=True).returncode:
+        pytest.fail("matplotlib is not installed on the host (scripts/install-deps.sh installs it)")
+    for structured in (False, True):
+        o = client(node, "rich", "--dist-packages", *(["--structured"] if structured else []))
+        assert o["capabilities"]["resources"] is not None
+        assert o["resources"] == {"resources": []}
+        f = o["fig"]
+        assert not f["isError"], f
+        kinds = [c["type"] for c in f["content"]]
+        # display() made its bundle at once, the open figure came at the end.
+        assert kinds == ["text", "text", "image", "resource_link", "resource_link"], f["content"]
+        assert f["content"][0]["text"].startswith("[stdout]\ndrawn\n")
+        assert f["content"][1]["text"] == "'a note'"
+        img = f["content"][2]
+        assert img["mimeType"] == "image/png"
+        assert _png_size(base64.b64decode(img["data"], validate=True)) == (200, 150)  # 4x3 in at 50 dpi
+        csv, raw = f["content"][3], f["content"][4]
+        assert csv == {"type": "resource_link", "uri": "nsbox://session/default/out/data.csv", "name": "data.csv",
+                       "mimeType": "text/csv", "size": 8}
+        assert raw == {"type": "resource_link", "uri": "nsbox://session/default/out/raw%20b%C3%A9.bin",
+                       "name": "raw bé.bin", "mimeType": "application/octet-stream", "size": 256}
+        assert o["read_data.csv"] == {"contents": [{"uri": csv["uri"], "mimeType": "text/csv", "text": "x,y\n1,2\n"}]}
+        (b,) = o["read_raw bé.bin"]["contents"]
+        assert base64.b64decode(b["blob"], validate=True) == bytes(range(256)) and "text" not in b
+        # Only new or changed files: the next call links none.
+        assert [c["type"] for c in o["unchanged"]["content"]] == ["text"]
+        # A display() before a plain value stays; a DataFrame's own bundle
+        # (text/html, text/plain) is not repeated after its repr.
+        assert o["display_then_value"]["content"] == [{"type": "text", "text": "5"},
+                                                      {"type": "text", "text": "'shown'"}]
+        (frame,) = o["frame"]["content"]
+        assert frame["type"] == "text" and "a" in frame["text"] and "2" in frame["text"], frame
+        h = o["handle"]
+        link = o["in_session"]["content"][-1]
+        assert link["uri"] == "nsbox://session/%s/out/s.txt" % h and link["size"] == 3
+        assert o["read_session"]["contents"][0]["text"] == "own"
+        assert o["read_gone"]["code"] == -32002, o["read_gone"]
+        for k in ("read_dotdot", "read_slash", "read_other"):
+            assert o[k]["code"] == -32602 and "not a URI this server gave" in o[k]["message"], (k, o[k])
+        assert o["read_unknown"]["code"] == -32002 and o["read_closed"]["code"] == -32002
+        assert o["healthy"] == {"text": "'ok'", "isError": False}
+        if structured:
+            s = f["structured"]
+            assert s["displays"] == [{"mimeTypes": ["text/plain"]}, {"mimeTypes": ["image/png", "text/plain"]}]
+            assert s["files"] == [{k: csv[k] for k in ("name", "uri", "mimeType", "size")},
+                                  {k: raw[k] for k in ("name", "uri", "mimeType", "size")}]
+            assert s["displays_truncated"] is False and s["files_truncated"] is False
+        else:
+            assert f["structured"] is None
 
 
 def test_time_limit(node):
@@ -185,7 +249,8 @@ def test_raw_protocol():
     assert rc == 0, err
     by_id = {m.get("id"): m for m in out}
     assert by_id[1]["result"]["protocolVersion"] == "2024-11-05"
-    assert by_id[1]["result"]["capabilities"] == {"tools": {"listChanged": False}}
+    caps = {"tools": {"listChanged": False}, "resources": {"listChanged": False}}
+    assert by_id[1]["result"]["capabilities"] == caps
     parse = [m for m in out if m.get("error", {}).get("code") == -32700]
     assert len(parse) == 1 and parse[0]["id"] is None
     assert by_id[2]["result"] == {}
@@ -455,7 +520,8 @@ def test_modern_revision_raw():
     assert rc == 0, err
     by_id = {m.get("id"): m for m in out}
     d = by_id[1]["result"]
-    assert d["supportedVersions"] == ["2026-07-28"] and d["capabilities"] == {"tools": {"listChanged": False}}
+    assert d["supportedVersions"] == ["2026-07-28"]
+    assert d["capabilities"] == {"tools": {"listChanged": False}, "resources": {"listChanged": False}}
     assert d["resultType"] == "complete" and "sandbox" in d["instructions"]
     assert d["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "nsbox"
     assert by_id[2]["result"]["resultType"] == "complete" and by_id[2]["result"]["ttlMs"] == 0

@@ -161,6 +161,50 @@ async function main() {
 			const r = await client.callTool({ name: "run_python", arguments: { code } });
 			out[k] = { text: text(r), isError: !!r.isError, structured: r.structuredContent ?? null };
 		}
+	} else if (scenario === "rich") {
+		// A matplotlib figure, a display() without an image and files in
+		// /out; resources/read of the links, in the default session and in
+		// one of new_session's.  The blocks are printed whole.
+		const rich = async (args) => {
+			const r = await client.callTool({ name: "run_python", arguments: args });
+			return { content: r.content, isError: !!r.isError, structured: r.structuredContent ?? null };
+		};
+		const read = async (uri) => {
+			try {
+				return await client.readResource({ uri });
+			} catch (e) {
+				return { code: e.code, message: e.message };
+			}
+		};
+		out.resources = await client.listResources();
+		out.fig = await rich({
+			code:
+				"import matplotlib.pyplot as plt\n" +
+				"fig, ax = plt.subplots(figsize=(4, 3), dpi=50)\n" +
+				"ax.bar(['a', 'b', 'c'], [3, 1, 2])\n" +
+				"display('a note')\n" +
+				"open('/out/data.csv', 'w').write('x,y\\n1,2\\n')\n" +
+				"open('/out/raw b\u00e9.bin', 'wb').write(bytes(range(256)))\n" +
+				"print('drawn')",
+		});
+		for (const c of out.fig.content)
+			if (c.type === "resource_link") out["read_" + c.name] = await read(c.uri);
+		out.unchanged = await rich({ code: "1 + 1" });
+		out.display_then_value = await rich({ code: "display('shown')\n5" });
+		out.frame = await rich({ code: "import pandas as pd\npd.DataFrame({'a': [1, 2]})" });
+		const handle = JSON.parse((await call(client, "new_session", {})).text.split("\n")[0]).session;
+		out.handle = handle;
+		out.in_session = await rich({ session: handle, code: "open('/out/s.txt', 'w').write('own')" });
+		const link = out.in_session.content.find((c) => c.type === "resource_link");
+		out.read_session = link ? await read(link.uri) : null;
+		out.read_gone = await read(`nsbox://session/default/out/nothere.txt`);
+		out.read_dotdot = await read(`nsbox://session/default/out/..%2Fetc%2Fpasswd`);
+		out.read_slash = await read(`nsbox://session/default/out/../../etc/passwd`);
+		out.read_other = await read("file:///etc/passwd");
+		out.read_unknown = await read(`nsbox://session/${"0".repeat(32)}/out/s.txt`);
+		await call(client, "close_session", { session: handle });
+		out.read_closed = link ? await read(link.uri) : null;
+		out.healthy = await call(client, "run_python", { code: "'ok'" });
 	} else if (scenario === "bench") {
 		const n = Number(process.env.NSBOX_MCP_BENCH_N || 200);
 		out.first_ms = null;
