@@ -7,6 +7,7 @@ cgroups, mounts, file descriptors and temp dirs.
 import json
 import os
 import subprocess
+import tempfile
 import time
 import pytest
 
@@ -108,8 +109,10 @@ def _pid_alive(pid):
 @pytest.fixture(autouse=True)
 def host_intact():
     before = (_nsbox_cgroups(), _mounts(), sorted(os.listdir("/proc/self/fd")), _tmp_entries())
-    canary = "/tmp/nsbox-canary-%d" % os.getpid()
-    with open(canary, "w") as f:
+    # A name of its own (O_EXCL): a canary another user left in /tmp under
+    # the same pid must not stop this run.
+    fd, canary = tempfile.mkstemp(prefix="nsbox-canary-", dir="/tmp")
+    with os.fdopen(fd, "w") as f:
         f.write("canary")
     yield
     assert open(canary).read() == "canary", "the host canary file changed"
