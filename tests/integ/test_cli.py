@@ -211,6 +211,11 @@ def test_json_floats_are_shortest():
     assert json.loads(out)["wall"] > 0
 
 
+# ASan's shadow reservation can't live under the RLIMIT_AS fallback that a
+# sandbox without a cgroup gets (scripts/run-integ.sh skips the nodeleg pass
+# under SANITIZE for the same reason).
+@pytest.mark.skipif(bool(os.environ.get("NSBOX_SANITIZE")), reason="Cgroups=off means the RLIMIT_AS fallback, where "
+                    "a sanitized runner can't start (run unsanitized in every make check)")
 def test_cgroups_off_is_silent():
     rc, out, err = run(["run", "--cgroups", "off", "--", "true"])
     assert rc == 0 and err == ""

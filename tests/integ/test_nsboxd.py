@@ -83,8 +83,12 @@ class Daemon:
             os.chown(self.dir, user, user)
             args = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *args]
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        end = time.time() + 10
-        while not os.path.exists(self.sock) and time.time() < end:
+        # Ready when it says so: the socket exists before its group and
+        # mode are set (--group, --mode), and a sanitized nsboxd is slow.
+        end = time.time() + 30
+        while time.time() < end and not (os.path.exists(self.sock) and (activate or "ready (" in self.logtext())):
+            if self.p.poll() is not None:
+                break
             time.sleep(0.01)
         assert os.path.exists(self.sock), self.logtext()
 
@@ -393,6 +397,11 @@ def as_user(uid, groups=None):
 UNPRIV = 65534
 
 
+# ASan's shadow reservation can't live under the RLIMIT_AS fallback that a
+# sandbox without a cgroup gets (scripts/run-integ.sh skips the nodeleg pass
+# under SANITIZE for the same reason).
+@pytest.mark.skipif(bool(os.environ.get("NSBOX_SANITIZE")), reason="an unprivileged nsboxd has no cgroup here: the "
+                    "RLIMIT_AS fallback, where a sanitized runner can't start (run unsanitized in every make check)")
 def test_unprivileged_nsboxd_workspace():
     """nsboxd as an unprivileged user (uid 65534: the test's own uid in the
     unprivileged passes) serves a session with a workspace the SDK opened
@@ -466,6 +475,8 @@ for name, decoy in (("gone", False), ("swapped", True)):
 
 
 @pytest.mark.skipif(not ROOT, reason="needs root: clients of other uids than nsboxd's own")
+@pytest.mark.skipif(bool(os.environ.get("NSBOX_SANITIZE")), reason="an unprivileged nsboxd has no cgroup here: the "
+                    "RLIMIT_AS fallback, where a sanitized runner can't start (run unsanitized in every make check)")
 def test_unprivileged_nsboxd_other_uids():
     """An unprivileged nsboxd (uid 65534) with a socket anyone may connect
     to: a uid AllowUsers= does not name is refused; one it names gets a
