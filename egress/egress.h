@@ -7,7 +7,7 @@
  *   127.0.0.1:1080/tcp  a SOCKS5 proxy (RFC 1928: no authentication,
  *                       CONNECT with remote name resolution), named by
  *                       ALL_PROXY=socks5h://...
- *   127.0.0.1:53/udp    a DNS stub that answers allowlisted names only and
+ *   127.0.0.1:53/udp    a DNS responder that answers allowlisted names only and
  *                       forwards nothing (/etc/resolv.conf names it).
  * pid 1's network thread makes both sockets in the new namespace before
  * anything of the sandbox runs there (egress_ns_listen) and sends them
@@ -43,7 +43,7 @@ extern const char *const egress_env[];
 int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct nsbox_err *err);
 
 /* In the sandbox's new network namespace, with lo up: make the proxies'
- * and the DNS stub's sockets on 127.0.0.1 and send them over ns_fd. */
+ * and the DNS responder's sockets on 127.0.0.1 and send them over ns_fd. */
 int egress_ns_listen(int ns_fd, struct nsbox_err *err);
 
 /* How long the proxy gets after SIGTERM to end its tunnels and write

@@ -1,4 +1,4 @@
-/* The proxy process: an HTTP proxy, a SOCKS5 proxy and a DNS stub serving
+/* The proxy process: an HTTP proxy, a SOCKS5 proxy and a DNS responder serving
  * sockets that live on the sandbox's loopback (egress.h).  Everything from
  * inside is hostile: it is parsed by parse.c (fuzzed), request heads are
  * bounded, every wait has a timeout, and each destination is checked after
@@ -10,7 +10,7 @@
  * connect, the ClientHello); an established tunnel is then handed to the
  * relay thread, one epoll loop over all tunnels (at most open_max, from
  * RLIMIT_NOFILE), which moves bytes with splice(2) and ends them; a DNS
- * thread serves the stub.  SIGTERM (egress_stop) is read by the relay
+ * thread serves the responder.  SIGTERM (egress_stop) is read by the relay
  * loop, which ends the open tunnels with their audit lines and exits. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -854,7 +854,7 @@ static void *conn_thread(void *arg)
 	return NULL;
 }
 
-/* ---- DNS stub: answers allowlisted names, forwards nothing ---- */
+/* ---- DNS responder: answers allowlisted names, forwards nothing ---- */
 
 static bool dns_name_allowed(const char *name)
 {

@@ -613,7 +613,7 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		if (sharedfd[i] >= 0 && bind_fd(sharedfd[i], path, false, true, err) < 0)
 			goto out;
 	}
-	/* With an egress allowlist the only resolver is the stub on the
+	/* With an egress allowlist the only resolver is the responder on the
 	 * sandbox's loopback (egress.h). */
 	if (p->n_net_allow && !p->share_net) {
 		if (write_etc("resolv.conf", "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n", err) < 0)

@@ -470,7 +470,7 @@ class Tool:
 
 
 def describe(tools):
-    """Text for an agent's prompt: each tool as a Python stub."""
+    """Text for an agent's prompt: each tool as a Python signature with its docstring."""
     if not tools:
         return ""
     head = ("The following functions are available in the sandbox's globals (and in the module "

@@ -1,7 +1,7 @@
 /* libFuzzer target for the egress proxy's parsers (egress/parse.h): what a
  * sandboxed program sends the host side.  The first byte picks the parser:
  *   0  a TLS ClientHello (the SNI check of CONNECT and SOCKS tunnels)
- *   1  a DNS query, and the stub's answer to it
+ *   1  a DNS query, and the responder's answer to it
  *   2  an HTTP proxy request head, and the head sent on for a plain one
  *   3  a SOCKS5 greeting followed by a request
  * Besides crashes and sanitizer reports, each checks what its callers

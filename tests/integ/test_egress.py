@@ -1,5 +1,5 @@
 """The egress allowlist ([Network] Allow=, --allow-net): a host-side proxy and
-DNS stub on the sandbox's loopback.  Upstream servers run on this machine's
+DNS responder on the sandbox's loopback.  Upstream servers run on this machine's
 own loopback only (127.0.0.2, so NO_PROXY's 127.0.0.1 doesn't bypass the
 proxy); loopback is refused unless a rule names it, which these rules do."""
 import http.server
@@ -253,7 +253,7 @@ print(json.dumps(R))
 
 def test_dns_answers_allowed_names_locally(upstream):
     # An allowed name that resolves to loopback gets no address (the proxy
-    # would refuse it); an unlisted one NXDOMAIN; both answered by the stub.
+    # would refuse it); an unlisted one NXDOMAIN; both answered by the responder.
     out, log = sandbox(["--allow-net", "localhost", "--allow-net", f"{UP}:{upstream}"], PRELUDE + '''
 def q(name):
     try:
