@@ -17,6 +17,11 @@ struct nsbox_session *api_core_session(nsbox_session_t *s);
 /* The process that made s (a forked child must not touch it). */
 pid_t api_session_owner(const nsbox_session_t *s);
 
+/* A public run status (struct_size n, the caller's) from the jail's: the
+ * one translation nsbox_run and nsbox_session_end share; exit_code is what
+ * nsbox(1) exits with (jail_exit_code). */
+void api_run_status(struct nsbox_run_status *out, size_t n, const struct jail_status *js);
+
 /* Fill *err (may be NULL) with code (a negative errno) and msg; returns
  * code. */
 int api_fail(nsbox_error_t **err, int code, const char *msg);

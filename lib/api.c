@@ -1348,19 +1348,7 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 		if (r < 0)
 			return fail_core(err, &e, -EIO);
 	}
-	memset(&out, 0, sizeof(out));
-	out.struct_size = n < sizeof(out) ? n : sizeof(out);
-	out.exit_code = res.exit_code;
-	out.exited = res.st.exited;
-	out.exit_status = res.st.exit_code;
-	out.term_signal = res.st.term_signal;
-	out.time_limit = res.st.time_limit;
-	out.oom_killed = res.st.oom_killed;
-	out.exec_errno = res.st.exec_errno;
-	out.peak_memory = res.st.peak_memory;
-	out.cpu_user = res.st.cpu_user;
-	out.cpu_system = res.st.cpu_system;
-	out.wall = res.st.wall;
+	api_run_status(&out, n, &res.st);
 	snprintf(out.cgroup_mode, sizeof(out.cgroup_mode), "%s", cgroup_mode_name(res.cg_mode));
 	out.memory_enforced = res.cg_enforced[CTRL_MEMORY];
 	out.pids_enforced = res.cg_enforced[CTRL_PIDS];
@@ -1370,6 +1358,23 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 }
 
 /* ---- for the library's other files (lib/api-internal.h) ---- */
+
+void api_run_status(struct nsbox_run_status *out, size_t n, const struct jail_status *js)
+{
+	memset(out, 0, sizeof(*out));
+	out->struct_size = n < sizeof(*out) ? n : sizeof(*out);
+	out->exit_code = jail_exit_code(js);
+	out->exited = js->exited;
+	out->exit_status = js->exit_code;
+	out->term_signal = js->term_signal;
+	out->time_limit = js->time_limit;
+	out->oom_killed = js->oom_killed;
+	out->exec_errno = js->exec_errno;
+	out->peak_memory = js->peak_memory;
+	out->cpu_user = js->cpu_user;
+	out->cpu_system = js->cpu_system;
+	out->wall = js->wall;
+}
 
 struct nsbox_session *api_core_session(nsbox_session_t *s)
 {

@@ -67,18 +67,7 @@ int nsbox_session_end(nsbox_session_t *s, bool kill, struct nsbox_run_status *st
 		return fail_h(err, -ENOTCONN, "nsbox_session_end", "the session belongs to the parent process");
 	n = st->struct_size;
 	session_finish(c, kill, &js);
-	memset(&out, 0, sizeof(out));
-	out.struct_size = n < sizeof(out) ? n : sizeof(out);
-	out.exited = js.exited;
-	out.exit_status = js.exit_code;
-	out.term_signal = js.term_signal;
-	out.oom_killed = js.oom_killed;
-	out.time_limit = js.time_limit;
-	out.peak_memory = js.peak_memory;
-	out.cpu_user = js.cpu_user;
-	out.cpu_system = js.cpu_system;
-	out.wall = js.wall;
-	out.exit_code = js.oom_killed ? NSBOX_EXIT_MEMORY : js.exited ? js.exit_code : 128 + js.term_signal;
+	api_run_status(&out, n, &js);
 	memcpy(st, &out, out.struct_size);
 	return 0;
 }
