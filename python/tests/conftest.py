@@ -12,6 +12,8 @@ PYDIR = os.path.dirname(HERE)
 ROOT = os.path.dirname(PYDIR)
 if PYDIR not in sys.path:
     sys.path.insert(0, PYDIR)
+# The integration tests' helpers shared with these (forge.py: hand-written frames).
+sys.path.insert(1, os.path.join(ROOT, "tests", "integ"))
 
 import nsbox  # noqa: E402
 from nsbox import _lib  # noqa: E402

@@ -13,27 +13,12 @@ import pytest
 
 import nsbox
 from nsbox import _values
+from forge import PRELUDE  # noqa: E402  (tests/integ/forge.py: frames written by hand inside)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PYDIR = os.path.dirname(HERE)
 MiB = 1 << 20
 
-# Inside: find the protocol socket (the runner inherits it) and write frames
-# on it by hand, as nsbox-protocol(7) lays them out.
-FORGE = r'''
-import os, struct, time
-def _sock():
-    for f in range(3, 256):
-        try:
-            if os.readlink("/proc/self/fd/%d" % f).startswith("socket:"):
-                return f
-        except OSError:
-            pass
-fd = _sock()
-def frame(t, i, payload):
-    b = payload.encode()
-    os.write(fd, struct.pack("<IIHHI", 0x4e534258, len(b), t, 0, i) + b)
-'''
 
 HOST = r'''
 import json, sys
@@ -72,7 +57,7 @@ print(json.dumps(out))
 
 def host(code, tool=None):
     """Run a host process whose sandbox runs code; its measurements."""
-    src = HOST % {"pydir": PYDIR, "code": FORGE + code, "tool": tool}
+    src = HOST % {"pydir": PYDIR, "code": PRELUDE + code, "tool": tool}
     p = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=240)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])

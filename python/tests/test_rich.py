@@ -9,6 +9,7 @@ import struct
 import pytest
 
 import nsbox
+from forge import PRELUDE  # tests/integ, on the path from conftest
 
 BAR = """
 import matplotlib.pyplot as plt
@@ -92,16 +93,6 @@ def test_async(libnsbox, policy):
     assert [d["text/plain"] for d in r.displays] == ["'after'", "<Figure size 300x200 with 1 Axes>"]
 
 
-FORGE = r'''
-import os, struct
-def _sock():
-    for f in range(3, 256):
-        try:
-            if os.readlink("/proc/self/fd/%d" % f).startswith("socket:"):
-                return f
-        except OSError:
-            pass
-'''
 
 
 @pytest.mark.parametrize("bad,text", [
@@ -113,7 +104,7 @@ def test_hostile_result_is_a_protocol_error(libnsbox, bad, text):
     with nsbox.Sandbox(timeout=30) as sb:
         sb.execute("1")
         payload = '{"error":null,"stdout":"","stderr":"",%s}' % bad
-        code = FORGE + ("b = %r.encode()\nos.write(_sock(), struct.pack('<IIHHI', 0x4e534258, len(b), 3, 0, 2) + b)\n"
+        code = PRELUDE + ("frame(3, 2, %r)\n"
                         "import time; time.sleep(5)\n" % payload)
         r = sb.run(code)
         assert isinstance(r.error, nsbox.ProtocolError), r

@@ -15,6 +15,8 @@ import subprocess
 
 import pytest
 
+from forge import PRELUDE
+
 BUILD = os.environ.get("NSBOX_BUILD") or os.path.join(os.path.dirname(__file__), "..", "..", "build")
 NSBOX = os.path.join(BUILD, "nsbox")
 
@@ -226,19 +228,9 @@ def test_display_dir_bad_argument(tmp_path):
 
 # Sandboxed code writes RESULT frames by hand on the runner's socket: the
 # host must refuse each with a protocol error naming the offence.
-FORGE = r'''
-import os, struct
-def _sock():
-    for f in range(3, 256):
-        try:
-            if os.readlink("/proc/self/fd/%%d" %% f).startswith("socket:"):
-                return f
-        except OSError:
-            pass
-b = %r.encode()
-os.write(_sock(), struct.pack("<IIHHI", 0x4e534258, len(b), 3, 0, 1) + b)
-import time; time.sleep(5)
-'''
+def forge(payload_expr):
+    """Code that sends a RESULT frame whose text is payload_expr's value."""
+    return PRELUDE + "frame(3, 1, %s)\ntime.sleep(5)\n" % payload_expr
 
 BASE = '"error":null,"stdout":"","stderr":""'
 
@@ -257,7 +249,7 @@ BASE = '"error":null,"stdout":"","stderr":""'
 ])
 def test_hostile_result_frames(tmp_path, fields, text):
     d = tmp_path / "disp"
-    p = run("--display-dir", str(d), "-c", FORGE % ("{" + BASE + "," + fields + "}"))
+    p = run("--display-dir", str(d), "-c", forge(repr("{" + BASE + "," + fields + "}")))
     assert p.returncode == 121, p.stderr
     assert "protocol error: RESULT: " in p.stderr and text in p.stderr, p.stderr
     assert os.listdir(d) == []
@@ -267,7 +259,7 @@ def test_hostile_bytes_over_the_cap():
     # Built inside: 8 MiB of valid base64 and one byte more of text.
     expr = ("'{%s,\"displays\":[{\"image/png\":\"' + 'A' * (8 << 20) + '\"},{\"text/plain\":\"x\"}]}'"
             % BASE.replace('"', '\\"'))
-    code = (FORGE % "").replace("b = ''.encode()", "b = (%s).encode()" % expr)
+    code = forge(expr)
     p = run("--json", "-c", code)
     assert p.returncode == 121, p.stderr
     r = json.loads(p.stdout)
