@@ -226,7 +226,6 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 			/* As docker run -e NAME and nsjail --env NAME: the
 			 * caller's value, or nothing when the caller has none. */
 			const char *host = getenv(val);
-			size_t need;
 
 			if (!host) {
 				bool name_ok =
@@ -240,23 +239,16 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 					return cli_err_set(err, 0, "--%s %s: not a variable name", o->name, val);
 				return 1;
 			}
-			need = strlen(val) + 1 + strlen(host) + 1;
-			owned = malloc(need);
-			if (!owned)
+			if (asprintf(&owned, "%s=%s", val, host) < 0)
 				return cli_err_set(err, ENOMEM, "--%s", o->name);
-			snprintf(owned, need, "%s=%s", val, host);
 			val = owned;
 		} else if (o->path == 3 && val[0] != '/') {
 			char cwd[PATH_MAX];
-			size_t need;
 
 			if (!getcwd(cwd, sizeof(cwd)))
 				return cli_err_set(err, errno, "--%s", o->name);
-			need = strlen(cwd) + 1 + strlen(val) + 1;
-			owned = malloc(need);
-			if (!owned)
+			if (asprintf(&owned, "%s/%s", cwd, val) < 0)
 				return cli_err_set(err, ENOMEM, "--%s", o->name);
-			snprintf(owned, need, "%s/%s", cwd, val);
 			val = owned;
 		} else if (o->path == 1 || (o->path == 4 && strchr(val, '/'))) {
 			/* --rootfs NAME is a built tree's name; a directory has a '/'. */
@@ -278,12 +270,9 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 			src[sl] = '\0';
 			if (!realpath(src, abs))
 				return cli_err_set(err, errno, "--%s %s", o->name, src);
-			size_t need = strlen(abs) + 1 + strlen(colon ? colon + 1 : abs) + 1;
-			owned = malloc(need);
-			if (!owned)
-				return cli_err_set(err, ENOMEM, "--%s", o->name);
 			/* A DST-less bind keeps the path as given, made absolute. */
-			snprintf(owned, need, "%s:%s", abs, colon ? colon + 1 : abs);
+			if (asprintf(&owned, "%s:%s", abs, colon ? colon + 1 : abs) < 0)
+				return cli_err_set(err, ENOMEM, "--%s", o->name);
 			val = owned;
 		}
 		nsbox_error_t *e = NULL;
