@@ -561,6 +561,17 @@ static void tunnels_add(uint64_t now, struct tunnel **dead)
 	}
 }
 
+/* Free the tunnels a pass of the loop ended (linked by next_dead). */
+static void free_dead(struct tunnel *dead)
+{
+	while (dead) {
+		struct tunnel *t = dead;
+
+		dead = t->next_dead;
+		tunnel_free(t);
+	}
+}
+
 /* SIGTERM (egress_stop): the sandbox has ended.  Take in the queued
  * tunnels, move what is still there, end every tunnel (dead: those this
  * batch of events already ended) with its audit line, and exit.
@@ -577,12 +588,7 @@ static __attribute__((noreturn)) void stop(uint64_t now, struct tunnel *dead)
 			tunnel_kill(t, &dead);
 		}
 	}
-	while (dead) {
-		struct tunnel *t = dead;
-
-		dead = t->next_dead;
-		tunnel_free(t);
-	}
+	free_dead(dead);
 	_exit(0);
 }
 
@@ -617,12 +623,7 @@ static void *relay_thread(void *arg)
 				}
 			}
 		}
-		while (dead) {
-			struct tunnel *t = dead;
-
-			dead = t->next_dead;
-			tunnel_free(t);
-		}
+		free_dead(dead);
 	}
 	return NULL;
 }
