@@ -492,14 +492,21 @@ static void out_free(struct outmsg *m)
 	free(m);
 }
 
-static void conn_rearm(struct conn *c)
+/* Returns -1 when c had to be closed (its events could not be set: it
+ * would stall unseen). */
+static int conn_rearm(struct conn *c)
 {
 	struct epoll_event ev = { .data.ptr = c };
 	bool read = c->n_out == 0;
 
 	ev.events = (read ? EPOLLIN : 0) | (c->n_out ? EPOLLOUT : 0);
 	c->reading = read;
-	epoll_ctl(D.ep, EPOLL_CTL_MOD, c->fd, &ev);
+	if (epoll_ctl(D.ep, EPOLL_CTL_MOD, c->fd, &ev) < 0) {
+		logmsg("uid %u pid %d: epoll_ctl: %s; closing", (unsigned)c->uid, (int)c->pid, strerror(errno));
+		conn_close(c);
+		return -1;
+	}
+	return 0;
 }
 
 /* Send what is queued; 0 when all went or the socket is full, -1 when
@@ -585,8 +592,8 @@ static int reply_fds(struct conn *c, uint16_t type, uint32_t id, json_t *msg, co
 		conn_close(c);
 		return -1;
 	}
-	if (was_empty != (c->n_out == 0) || (c->n_out && c->reading))
-		conn_rearm(c);
+	if ((was_empty != (c->n_out == 0) || (c->n_out && c->reading)) && conn_rearm(c) < 0)
+		return -1;
 	return 0;
 }
 
@@ -863,6 +870,9 @@ static void finish_open(struct conn *c, struct sess *x)
 	if (!code && (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd) ||
 		      (x->pidfd = fcntl(out_fds[1], F_DUPFD_CLOEXEC, 3)) < 0))
 		code = EIO, snprintf(eb, sizeof(eb), "getrandom or dup failed");
+	/* Its end must be seen (EXITED, its uid and quota back). */
+	if (!code && epoll_ctl(D.ep, EPOLL_CTL_ADD, x->pidfd, &(struct epoll_event){ .events = EPOLLIN, .data.ptr = x }) < 0)
+		code = EIO, snprintf(eb, sizeof(eb), "epoll_ctl: %s", strerror(errno));
 	if (code) {
 		uint32_t id = x->open_id;
 
@@ -876,11 +886,6 @@ static void finish_open(struct conn *c, struct sess *x)
 	}
 	for (size_t i = 0; i < sizeof(rnd); i++)
 		snprintf(x->handle + 2 * i, 3, "%02x", rnd[i]);
-	{
-		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = x };
-
-		epoll_ctl(D.ep, EPOLL_CTL_ADD, x->pidfd, &ev);
-	}
 	sess_link(c, x);
 	D.opened++;
 	hj = json_loads(hello, 0, NULL);
@@ -929,6 +934,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	struct job *j = NULL;
 	unsigned host_gid;
 	int dup_fds[SVC_MAX_FDS];
+	bool dup_failed = false;
 
 	_Static_assert(SVC_MAX_FDS <= sizeof(j->fds) / sizeof(j->fds[0]), "a job holds an OPEN's descriptors");
 	unsigned n_live;
@@ -939,6 +945,13 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 
 	if (svc_open_parse(m, n_fds, &o, &e) < 0) {
 		reply_error(c, id, EINVAL, "%s", e.msg);
+		return;
+	}
+	/* Asked again at each OPEN: a reload (SIGHUP) that took the user
+	 * out of AllowUsers/AllowGroups holds for connections already open. */
+	if (!conf_allowed(&D.conf, c->uid, c->gid, c->groups, c->n_groups)) {
+		reply_error(c, id, EACCES, "uid %u may no longer use nsboxd (nsboxd.conf(5) AllowUsers, AllowGroups)",
+			    (unsigned)c->uid);
 		return;
 	}
 	profile = conf_profile_index(o.profile);
@@ -1024,8 +1037,10 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	 * the sandbox writes in a workspace or a writable bind belong to
 	 * whoever its user maps to, and a picked uid could read none of the
 	 * client's: such a session maps to the client's own uid and primary
-	 * gid (nsboxd(8), HOST UIDS). */
-	if (D.host_uids && (o.workspace_fd >= 0 || o.n_binds)) {
+	 * gid (nsboxd(8), HOST UIDS).  So under any root nsboxd, with or
+	 * without HostUidRange: mapped to root's uid, the sandbox could read
+	 * the root-owned files of a directory the client can only list. */
+	if (geteuid() == 0 && (o.workspace_fd >= 0 || o.n_binds)) {
 		x->host_uid = (unsigned)c->uid;
 		host_gid = (unsigned)c->gid;
 	} else {
@@ -1042,15 +1057,17 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	/* The policy names the client's descriptors by /proc/self/fd path, and
 	 * the worker opens them after this request's own are closed: it gets
 	 * copies, closed when it is done. */
-	for (size_t i = 0; i < n_fds; i++)
+	for (size_t i = 0; i < n_fds; i++) {
 		dup_fds[i] = j ? fcntl(fds[i], F_DUPFD_CLOEXEC, 3) : -1;
-	if (j)
-		for (size_t i = 0; i < n_fds; i++)
+		if (dup_fds[i] < 0)
+			dup_failed = true;
+		if (j)
 			j->fds[j->n_fds++] = dup_fds[i];
-	if (!j || (n_fds && dup_fds[n_fds - 1] < 0) ||
+	}
+	if (!j || dup_failed ||
 	    make_policy(o.profile, x->host_uid, host_gid, &j->pol, eb, sizeof(eb)) < 0 ||
 	    apply_open(j->pol, &o, dup_fds, eb, sizeof(eb)) < 0) {
-		if (!j || (n_fds && dup_fds[n_fds - 1] < 0))
+		if (!j || dup_failed)
 			snprintf(eb, sizeof(eb), "out of memory or descriptors");
 		if (j) {
 			nsbox_policy_free(j->pol);
@@ -1246,8 +1263,10 @@ static int conn_read(struct conn *c)
 				close(fds[i]);
 			logmsg("uid %u pid %d: message over %u bytes or %d descriptors; closing", (unsigned)c->uid,
 			       (int)c->pid, SVC_MAX_MSG, SVC_MAX_FDS);
-			reply_error(c, 0, EPROTO, "message over %u bytes or %d descriptors", SVC_MAX_MSG, SVC_MAX_FDS);
-			conn_close(c);
+			/* A reply that could not be sent closed c already. */
+			if (reply_error(c, 0, EPROTO, "message over %u bytes or %d descriptors", SVC_MAX_MSG,
+					SVC_MAX_FDS) == 0)
+				conn_close(c);
 			return -1;
 		}
 		if (svc_decode(buf, (size_t)n, &type, &id, &m, &e) < 0) {
@@ -1292,8 +1311,15 @@ static void accept_one(void)
 		close(fd);
 		return;
 	}
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) == 0)
-		n_groups = glen / sizeof(gid_t);
+	/* Every group, or no connection: rules for a group the client is in
+	 * must not be skipped because it is in many (over MAX_GROUPS). */
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) < 0) {
+		logmsg("uid %u pid %d: its groups: %s (over %d?); refused", (unsigned)cr.uid, (int)cr.pid,
+		       strerror(errno), MAX_GROUPS);
+		close(fd);
+		return;
+	}
+	n_groups = glen / sizeof(gid_t);
 	if (!conf_allowed(&D.conf, cr.uid, cr.gid, groups, n_groups)) {
 		/* Said in one packet, then closed. */
 		char *b = NULL;
@@ -1429,7 +1455,7 @@ static void handle_signals(void)
 			if (load_config(&nc) == 0) {
 				/* Live sessions keep their host uids: the range only
 				 * changes when none is in use. */
-				bool keep_uids = D.n_sessions || D.pool || D.refilling;
+				bool keep_uids = D.n_sessions || D.pool || D.refilling || worker_pending();
 
 				if (keep_uids) {
 					nc.uid_first = D.conf.uid_first;

@@ -122,8 +122,11 @@ int worker_start(unsigned n)
 	while (W.n_threads < n && !(r = pthread_create(&W.threads[W.n_threads], NULL, worker_main, NULL)))
 		W.n_threads++;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (!W.n_threads) {
-		close(W.efd);
+	if (W.n_threads < n) {
+		/* All or none: the loop counts on n (one kept for misses). */
+		worker_stop();
+		if (W.efd >= 0)
+			close(W.efd);
 		W.efd = -1;
 		return -r;
 	}

@@ -3,6 +3,8 @@ the CLI, the SDK and a raw client (svcclient.py) that can also misbehave.
 Every test checks from the host that what the service made is gone."""
 import json
 import os
+import pathlib
+import shutil
 import signal
 import socket
 import struct
@@ -261,6 +263,68 @@ def test_malformed_closes_only_that_connection(daemon, bad):
     sb.close()
     good.close()
     evil.close()
+
+
+def test_oversize_then_gone_is_closed_once(daemon):
+    """An oversize message from a client that is gone before the answer:
+    the answer can't be sent, which closes the connection; nsboxd must not
+    close it a second time (it freed it twice before)."""
+    for _ in range(30):
+        evil = svcclient.Client(daemon.sock, hello=False)
+        try:
+            evil.s.send(b"x" * 66000)
+        except OSError:
+            pass
+        evil.s.shutdown(socket.SHUT_RDWR)
+        evil.close()
+    good = svcclient.Client(daemon.sock)
+    sb, m = good.open()
+    assert sb, m
+    assert sb.exec("2 + 2")["value"] == 4
+    sb.close()
+    good.close()
+    assert daemon.p.poll() is None, daemon.logtext()
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: a root nsboxd and a client of another uid")
+def test_workspace_maps_to_the_client_without_a_uid_range():
+    """A root nsboxd without HostUidRange maps its sandboxes to root's uid;
+    one with a workspace must map to the client's, or it could read the
+    root-owned files of a directory the client can only list."""
+    d = Daemon("[Service]\nAllowGroups=4242\n", extra=("--group", "4242", "--mode", "0660"))
+    top = tempfile.mkdtemp(prefix="nsbxd-ws-")     # pytest's tmp_path is root's alone
+    os.chmod(top, 0o755)
+    ws = pathlib.Path(top) / "ws"
+    ws.mkdir()
+    os.chown(ws, 65534, 65534)
+    secret = ws / "secret"
+    secret.write_text("root only")
+    os.chmod(secret, 0o600)
+    inner = ("try:\n    open('/workspace/secret').read()\n    v = 'read'\nexcept PermissionError:\n"
+             "    v = 'refused'\nopen('/workspace/mine', 'w').write('x')\nv")
+    script = f"""
+import os, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import svcclient
+c = svcclient.Client({d.sock!r})
+fd = os.open({str(ws)!r}, os.O_RDONLY | os.O_DIRECTORY)
+sb, m = c.open(fds=[fd], workspace={{"fd": 0}})
+assert sb, m
+r = sb.exec({inner!r})
+print(m["host_uid"], r.get("value"), r.get("error"))
+sb.close()
+"""
+    try:
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--groups=4242", sys.executable, "-c",
+                            script], capture_output=True, timeout=60, env=dict(os.environ, HOME="/tmp"))
+        assert p.returncode == 0, (p.stderr, d.logtext())
+        uid, verdict = p.stdout.decode().split()[:2]
+        assert (uid, verdict) == ("65534", "refused"), p.stdout
+        st = (ws / "mine").stat()
+        assert (st.st_uid, st.st_gid) == (65534, 65534)
+    finally:
+        shutil.rmtree(top)
+        assert d.stop() == 0, d.logtext()
 
 
 def test_silent_client_and_slow_reader_hold_nobody_up(daemon):
