@@ -697,7 +697,11 @@ def _tmux_repl(tmp_path, keys):
     if not shutil.which("tmux"):
         pytest.fail("tmux is not installed (scripts/install-deps.sh)")
     sock = str(tmp_path / "tmux.sock")
-    env = dict(os.environ, HOME=str(tmp_path))
+    # SHELL: tmux runs the pane's command with $SHELL, else the user's login
+    # shell, and uid 65534's is nologin (CI runs with no SHELL set).  bash,
+    # not dash: the pane's shell gets the test's ^Cs too, and dash exits on
+    # them once its child does, taking the pane with it before STATUS=.
+    env = dict(os.environ, HOME=str(tmp_path), SHELL="/bin/bash")
     env.pop("NSBOX_RUNNER", None)
     t = ["tmux", "-S", sock]
     subprocess.run(t + ["new-session", "-d", "-x", "120", "-y", "50", "%s python; echo STATUS=$?; sleep 30" % NSBOX],
