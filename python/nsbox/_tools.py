@@ -305,18 +305,14 @@ def schema_from_function(fn):
 
 
 def _param_hints(fn, sig):
-    """{parameter: hint} of fn, a **kwargs parameter's under its own name."""
+    """{parameter: hint} of fn; a *args or **kwargs parameter's hint is its
+    elements'."""
     try:
         hints = typing.get_type_hints(fn)
     except Exception:
         hints = {}
-    out = {}
-    for p in sig.parameters.values():
-        h = hints.get(p.name, p.annotation if not isinstance(p.annotation, str) else inspect.Parameter.empty)
-        if p.kind is p.VAR_POSITIONAL:
-            return {}
-        out[p.name] = h
-    return out
+    return {p.name: hints.get(p.name, p.annotation if not isinstance(p.annotation, str) else inspect.Parameter.empty)
+            for p in sig.parameters.values()}
 
 
 def _py_type(s):
@@ -364,7 +360,7 @@ class Tool:
     """One registered host tool."""
 
     __slots__ = ("name", "fn", "schema", "schema_json", "description", "positional", "returns", "hints",
-                 "var_kw")
+                 "sig")
 
     def __init__(self, name, fn, schema=None, description=None):
         check_tool_name(name)
@@ -375,7 +371,7 @@ class Tool:
         self.positional = ()
         self.returns = None
         self.hints = {}
-        self.var_kw = None
+        self.sig = None
         try:
             sig = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -391,11 +387,11 @@ class Tool:
             self.returns = _annotation_text(ret)
         if schema is None and sig is not None:
             schema = schema_from_function(fn)
-            # The host checks the arguments against the hints the schema
-            # was made from (an explicit schema is the caller's to check).
-            if schema is not None:
-                self.hints = _param_hints(fn, sig)
-                self.var_kw = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+            # The host checks every argument, however it is passed, against
+            # the function's hints (an explicit schema is the caller's to
+            # check).
+            self.sig = sig
+            self.hints = _param_hints(fn, sig)
         if schema is not None and not isinstance(schema, dict):
             raise TypeError("tool %s: schema must be a dict (a JSON Schema), not %s" % (name, type(schema).__name__))
         self.schema = schema
@@ -405,21 +401,37 @@ class Tool:
         self.description = description or ""
 
     def check(self, args, kwargs):
-        """TypeError unless the arguments fit the function's type hints."""
-        hints = self.hints
-        if not hints:
+        """TypeError unless the arguments bind to the function's parameters
+        and fit their type hints: positional ones, *args' elements and
+        **kwargs' values included."""
+        if self.sig is None:
             return
-        for k, v in kwargs.items():
-            h = hints.get(k if k in hints else self.var_kw, inspect.Parameter.empty)
-            try:
-                check_value(v, h, "argument %r" % k)
-            except _Mismatch as e:
-                raise TypeError("%s(): %s" % (self.name, e)) from None
+        try:
+            bound = self.sig.bind(*args, **kwargs)
+        except TypeError as e:
+            raise TypeError("%s(): %s" % (self.name, e)) from None
+        params = self.sig.parameters
+        for k, v in bound.arguments.items():
+            h = self.hints.get(k, inspect.Parameter.empty)
+            if h is inspect.Parameter.empty:
+                continue
+            kind = params[k].kind
+            if kind is inspect.Parameter.VAR_POSITIONAL:
+                items = [("argument %d of *%s" % (i, k), x) for i, x in enumerate(v)]
+            elif kind is inspect.Parameter.VAR_KEYWORD:
+                items = [("argument %r" % n, x) for n, x in v.items()]
+            else:
+                items = [("argument %r" % k, v)]
+            for where, x in items:
+                try:
+                    check_value(x, h, where)
+                except _Mismatch as e:
+                    raise TypeError("%s(): %s" % (self.name, e)) from None
 
     def call(self, args, kwargs):
-        self.check(args, kwargs)
         if self.positional:
             args = list(args) + [kwargs.pop(n) for n in self.positional if n in kwargs]
+        self.check(args, kwargs)
         return self.fn(*args, **kwargs)
 
     def signature_text(self):

@@ -1706,6 +1706,27 @@ def test_tool_hints_are_enforced(sb):
     t, answer = sb.execute("import _nsbox, json\nt, _, a = _nsbox.call(json.dumps({'name': 'pick', 'args': [], "
                            "'kwargs': {'mode': 'a', 'xs': [1, [2]]}}).encode())\n(t, json.loads(a))")
     assert t == 7 and "xs" in answer["message"] and len(got) == n
+    # ... however the arguments are passed: by position, too many, or none.
+    for args, kwargs, what in [(["zz"], {}, "one of 'a', 'b'"), (["a", "1"], {}, "'n'"),
+                               (["a"], {"mode": "a"}, "multiple values"), ([], {}, "missing"),
+                               (["a"] * 9, {}, "too many")]:
+        t, answer = sb.execute("import _nsbox, json\nt, _, a = _nsbox.call(json.dumps({'name': 'pick', 'args': %r, "
+                               "'kwargs': %r}).encode())\n(t, json.loads(a))" % (args, kwargs))
+        assert t == 7 and what in answer["message"] and len(got) == n, (args, kwargs, answer)
+
+    # A *args or **kwargs parameter's hint holds for each element, from the
+    # runner and from a forged call.
+    @sb.tool
+    def total(*xs: int, **named: int) -> int:
+        got.append(xs)
+        return sum(xs) + sum(named.values())
+
+    assert sb.execute("total(1, 2, c=3)") == 6
+    n = len(got)
+    for args, kwargs, what in [([1, "2"], {}, "argument 1 of *xs"), ([1], {"c": "3"}, "argument 'c'")]:
+        t, answer = sb.execute("import _nsbox, json\nt, _, a = _nsbox.call(json.dumps({'name': 'total', 'args': %r, "
+                               "'kwargs': %r}).encode())\n(t, json.loads(a))" % (args, kwargs))
+        assert t == 7 and what in answer["message"] and len(got) == n, (args, kwargs, answer)
 
 
 def test_check_value_directly():
