@@ -211,6 +211,8 @@ static int exec_frame(const struct session_exec_req *req, uint32_t id, double ti
 		proto_buf_puts(&b, ",\"stream_all\":true");
 	proto_buf_puts(&b, req->display ? ",\"display\":true" : ",\"display\":false");
 	proto_buf_puts(&b, req->check_complete ? ",\"check_complete\":true" : ",\"check_complete\":false");
+	if (req->plain)
+		proto_buf_puts(&b, ",\"rich\":false");
 	/* A finite timeout only, as json_real() would take. */
 	if (timeout > 0 && timeout <= 1e300) {
 		format_double_c(num, sizeof(num), "%.17g", 0, timeout);

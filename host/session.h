@@ -85,6 +85,7 @@ struct session_exec_req {
 	bool stream;		/* send output to opts.output as produced */
 	bool display;		/* REPL: print repr of the last expression's value */
 	bool check_complete;	/* REPL: answer incomplete=true instead of running unfinished code */
+	bool plain;		/* no rich results: the runner doesn't look for them */
 	double timeout;		/* seconds; 0: the policy's TimeLimit (0 there: none) */
 };
 

@@ -224,6 +224,11 @@ struct nsbox_exec_opts {
 	 * NSBOX_INCOMPLETE, so the caller reads another line and resends the
 	 * whole. */
 	bool interactive;
+	/* Since 0.5.0.  No rich results: the runner does not look for a
+	 * value's _repr_*_ methods, render open figures (they are closed) or
+	 * scan /out, and the result has no displays or files.  For callers
+	 * that would drop them. */
+	bool plain;
 };
 
 enum nsbox_status {

@@ -847,6 +847,7 @@ static void exec_req(struct session_exec_req *req, const char *code, const struc
 	req->want_value = o->repl;
 	req->display = o->interactive;
 	req->check_complete = o->interactive;
+	req->plain = o->plain;
 	req->timeout = o->timeout;
 	req->stream = true;	/* nsbox_exec: to opts.output as produced, when set; else as events */
 }

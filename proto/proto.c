@@ -431,6 +431,7 @@ static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
 	[PROTO_EXEC] = { PROTO_TO_RUNNER, { { "code", F_STR, true }, { "filename", F_STR, false },
 					    { "want_value", F_BOOL, false }, { "stream", F_BOOL, false },
 					    { "display", F_BOOL, false }, { "check_complete", F_BOOL, false },
+					    { "stream_all", F_BOOL, false }, { "rich", F_BOOL, false },
 					    { "timeout", F_NUM, false } } },
 	[PROTO_RESULT] = { PROTO_TO_HOST, { { "error", F_ERROR, true }, { "value", F_ANY, false },
 					    { "stdout", F_STR, true }, { "stderr", F_STR, true },

@@ -42,7 +42,7 @@ static struct {
 	PyObject *split_ast, *fast_error, *fast_value, *fast_failed;
 	PyObject *sysdict;
 	PyObject *k_in_user, *k_output, *k_max_frame, *k_builtins, *k_flush, *k_cache, *k_linecache, *k_update;
-	PyObject *k_code, *k_filename, *k_want_value, *k_stream, *k_stream_all, *k_display, *k_check_complete;
+	PyObject *k_code, *k_filename, *k_want_value, *k_stream, *k_stream_all, *k_display, *k_check_complete, *k_rich;
 	PyObject *k_stdout, *k_stderr, *k_modules;
 	struct code_entry cache[CODE_CACHE_N];
 	unsigned long long cache_clock;
@@ -134,6 +134,7 @@ PyObject *fastexec_setup(PyObject *args)
 	KEY(k_stream_all, "stream_all");
 	KEY(k_display, "display");
 	KEY(k_check_complete, "check_complete");
+	KEY(k_rich, "rich");
 	KEY(k_stdout, "stdout");
 	KEY(k_stderr, "stderr");
 	KEY(k_modules, "modules");
@@ -295,6 +296,23 @@ static bool rich_collect(PyObject *value, const struct stat *st, bool have_st)
 	Py_XDECREF(r);
 	PyErr_Clear();
 	return any;
+}
+
+/* EXEC rich=false: what display() gathered is dropped and open figures
+ * closed, unrendered (_rich_collect's own rule); the value and /out are
+ * not looked at, and what the fast path knows of /out stays as it was. */
+static void rich_drop(void)
+{
+	PyObject *modules = PyDict_GetItemWithError(F.sysdict, F.k_modules), *r;
+
+	if (!F.rich_collect || (!PyList_GET_SIZE(F.displays) && !(modules && PyDict_Check(modules) &&
+								 figures_open(modules)))) {
+		PyErr_Clear();
+		return;
+	}
+	r = PyObject_CallFunctionObjArgs(F.rich_collect, Py_None, Py_False, Py_False, NULL);
+	Py_XDECREF(r);
+	PyErr_Clear();
 }
 
 /* bool(msg.get(key)) for None, True, False or absent; false for
@@ -582,7 +600,7 @@ int fastexec_run(const struct proto_frame *f)
 	PyObject *m, *code, *filename, *fv;
 	const char *src, *fname = "<exec>";
 	Py_ssize_t clen, flen;
-	bool want, stream, all, flag, rich = false;
+	bool want, stream, all, flag, rich = false, plain;
 	size_t limit, max_frame;
 	PyObject *body = NULL, *lastc = NULL, *value = NULL, *err = NULL, *exit_code = NULL;
 	struct proto_buf res = { 0 }, val = { 0 }, tails[2] = { { 0 } };
@@ -596,8 +614,10 @@ int fastexec_run(const struct proto_frame *f)
 	/* A NUL in the code: the builtin compile()'s error, from Python. */
 	if (!msg_flag(m, F.k_want_value, &want) || !msg_flag(m, F.k_stream, &stream) ||
 	    !msg_flag(m, F.k_stream_all, &all) || !msg_flag(m, F.k_display, &flag) || flag || !msg_flag(m, F.k_check_complete, &flag) || flag ||
+	    !msg_flag(m, F.k_rich, &flag) ||
 	    !(code = msg_str(m, F.k_code, &src, &clen)))
 		goto decline;
+	plain = PyDict_GetItemWithError(m, F.k_rich) == Py_False;	/* absent: rich */
 	fv = PyDict_GetItemWithError(m, F.k_filename);
 	filename = fv ? msg_str(m, F.k_filename, &fname, &flen) : NULL;
 	if (fv && fv != Py_None && !filename)
@@ -693,7 +713,9 @@ int fastexec_run(const struct proto_frame *f)
 		struct stat st;
 		bool have_st;
 
-		if (rich_needed(value, &st, &have_st))
+		if (plain)
+			rich_drop();
+		else if (rich_needed(value, &st, &have_st))
 			rich = rich_collect(value, &st, have_st);
 	}
 	/* do_exec's finally: flush, then collect the output. */

@@ -675,9 +675,9 @@ def display(*objs, raw=False, **kwargs):
             _rich["dt"] = True
 
 
-def _show_figures(skip=()):
-    """Each open matplotlib figure as a bundle (those in skip only closed),
-    then closed: Jupyter's inline backend."""
+def _show_figures(skip=(), render=True):
+    """Each open matplotlib figure as a bundle (those in skip, or all
+    unless render, only closed), then closed: Jupyter's inline backend."""
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
         return
@@ -690,7 +690,7 @@ def _show_figures(skip=()):
     for m in managers:
         fig = m.canvas.figure
         try:
-            if id(fig) not in skip:
+            if render and id(fig) not in skip:
                 b = {}
                 _put(b, "image/png", _figure_png(fig))
                 b["text/plain"] = _repr(fig)["$repr"]
@@ -824,18 +824,40 @@ def _scan_out(room):
     return files, trunc, used
 
 
-def _rich_collect(value, has_value):
+def _rich_collect(value, has_value, rich=True):
     """After the code ran, before its output is collected (what this
     prints is the exec's): its open figures, its value's bundle, /out.
     Returns (anything to send, what /out holds: (name, ino, mtime_ns, size)
-    of each regular file, for the fast path to tell it unchanged)."""
+    of each regular file, for the fast path to tell it unchanged).  Not
+    rich (EXEC rich=false): what display() gathered is dropped, figures
+    are closed unrendered, the value and /out are not looked at."""
+    global _in_user
+    if not rich:
+        del _displays[:]
+        _rich["shown"] = set()
+        _in_user = True
+        try:
+            _show_figures(render=False)
+        except BaseException as e:
+            _warn("closing the figures", e)
+        finally:
+            _in_user = False
+        return False, None
     try:
         vb = None
-        if has_value and type(value) not in _PLAIN:
-            b, lost = _bundle(value)
-            if len(b) > 1:
-                vb = (b, lost)
-        _show_figures(_rich["shown"])
+        # _repr_*_ methods and figures' savefig are the user's code: the
+        # time limit and a cancel interrupt them as they do the exec's own
+        # (and what they leave is lost, flagged as truncated), not the
+        # session.
+        _in_user = True
+        try:
+            if has_value and type(value) not in _PLAIN:
+                b, lost = _bundle(value)
+                if len(b) > 1:
+                    vb = (b, lost)
+            _show_figures(_rich["shown"])
+        finally:
+            _in_user = False
         if vb is not None:
             _add(*vb)
         room = RICH_BYTES - sum(n for _, n in _displays)
@@ -1068,7 +1090,7 @@ def do_exec(mid, msg):
                 print(repr(value))
             except BaseException as e:
                 error = format_error(e)
-        rich = _rich_collect(value, has_value)[0]
+        rich = _rich_collect(value, has_value, msg.get("rich") is not False)[0]
     finally:
         _in_user = False
         if display or single is not None:

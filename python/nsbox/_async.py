@@ -257,7 +257,7 @@ class AsyncSandbox(_SandboxBase):
 
     async def _exec(self, code, timeout, mode):
         b = self._code_bytes(code)
-        opts = self._exec_opts if timeout is None else self._exec_opts_for(timeout)
+        opts = self._exec_opts_for(timeout, mode)
         async with self._lock_for_loop("execute code in"):
             h = await self._asession()
             lib = self._lib

@@ -61,6 +61,7 @@ class ExecOpts(Structure):
         ("repl", c_bool),
         ("filename", c_char_p),
         ("interactive", c_bool),    # since 0.2.0
+        ("plain", c_bool),          # since 0.5.0 (an older library ignores it)
     ]
 
 

@@ -382,7 +382,10 @@ class _SandboxBase:
         self._connect = os.fsencode(connect) if connect is not None else None
         self._sess_opts.connect = self._connect
         self._timeout = None
+        # execute() and execute_with_output() drop rich results: they ask
+        # for none (plain), run() for them.
         self._exec_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True)
+        self._plain_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True, plain=True)
         self._set_timeout(timeout)
         self._policy = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus,
                                           workspace=workspace, share_net=share_net,
@@ -415,15 +418,18 @@ class _SandboxBase:
     def _set_timeout(self, timeout):
         timeout = _policy.check_timeout(timeout)
         self._timeout = timeout
-        self._exec_opts.timeout = timeout or 0.0
+        self._exec_opts.timeout = self._plain_opts.timeout = timeout or 0.0
 
-    def _exec_opts_for(self, timeout):
+    def _exec_opts_for(self, timeout, mode):
+        """The options of an exec whose result is used as mode says
+        (_exec's)."""
+        plain = mode != 2
         if timeout is None:
-            return self._exec_opts
+            return self._plain_opts if plain else self._exec_opts
         timeout = float(timeout)
         if not timeout > 0:
             raise ValueError("timeout must be a positive number of seconds, not %r" % (timeout,))
-        return _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=timeout, repl=True)
+        return _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=timeout, repl=True, plain=plain)
 
     @staticmethod
     def _code_bytes(code):
@@ -865,7 +871,7 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
         (mode 2)."""
         lib = self._lib
         b = self._code_bytes(code)
-        opts = self._exec_opts if timeout is None else self._exec_opts_for(timeout)
+        opts = self._exec_opts_for(timeout, mode)
         with self._lock:
             h = self._session()
             d = self._dispatch

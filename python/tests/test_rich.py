@@ -110,3 +110,32 @@ def test_hostile_result_is_a_protocol_error(libnsbox, bad, text):
         assert isinstance(r.error, nsbox.ProtocolError), r
         assert text in str(r.error)
         assert r.displays == [] and r.files == []
+
+
+@pytest.mark.parametrize("run", [True, False])
+def test_time_limit_inside_a_repr_keeps_the_session(libnsbox, run):
+    # A value's _repr_html_ is the user's code: the time limit interrupts it
+    # as it does the exec, and the session (its state) lives on.
+    with nsbox.Sandbox(timeout=1) as s:
+        s.execute("kept = 41")
+        code = "class H:\n    def _repr_html_(self):\n        while True: pass\nH()"
+        if run:
+            r = s.run(code)
+            assert isinstance(r.error, nsbox.TimeLimitExceeded) and r.displays_truncated, r
+            assert "TimeLimitExceeded" in r.stderr
+        else:
+            s.execute(code)  # the value is sent, its reprs are not looked for
+        assert s.execute("kept + 1") == 42
+
+
+def test_execute_asks_for_no_rich_results(rsb):
+    # execute() drops rich results, so the runner doesn't make them: no
+    # _repr_*_ runs, display()s and figures of the exec are dropped, not
+    # carried into the next run().
+    rsb.execute("class R:\n    n = 0\n    def _repr_html_(self):\n        R.n += 1\n        return '<b>'\n")
+    rsb.execute("R()")
+    rsb.execute("display(R())\n" + BAR)
+    assert rsb.execute("R.n") == 1  # display()'s own call only
+    r = rsb.run("R()")
+    assert [d["text/html"] for d in r.displays] == ["<b>"] and rsb.execute("R.n") == 2
+    assert rsb.execute("import matplotlib.pyplot as plt\nlen(plt.get_fignums())") == 0
