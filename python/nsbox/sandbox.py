@@ -585,7 +585,12 @@ class _SandboxBase:
         value = None
         error = None
         if status == _lib.OK:
-            value = _values.loads(lib.nsbox_result_value(r))
+            try:
+                value = _values.loads(lib.nsbox_result_value(r))
+            except UndecodableValue as e:
+                if mode != 2:
+                    raise
+                error = e  # run() raises for misuse only
         else:
             error = self._error(r, status, out, errtext)
         if mode != 2:

@@ -1669,10 +1669,12 @@ def test_malformed_tags_from_inside_are_errors(sb, arg):
 
 @pytest.mark.parametrize("text", [b'{"$set":[[1]]}', b'{"$dict":[[1]]}', b'{"$bytes":"@"}', b'{"$complex":[1]}',
                                   b'{"$complex":[true,1]}', b'{"$bytearray":1}', b'{"$dict":[[{"$set":[]},1]]}',
-                                  b'[' * 120 + b']' * 120])
+                                  b'[' * 120 + b']' * 120, b"[" * 5000 + b"]" * 5000, b'{"$int":"12z"}',
+                                  b'{"$float":"nope"}', b'{"$tuple":[{"$int":"0xg"}]}'])
 def test_malformed_tags_are_undecodable(text):
-    with pytest.raises(nsbox.UndecodableValue):
+    with pytest.raises(nsbox.SandboxError) as ei:  # never a bare RecursionError or ValueError
         _values.loads(text)
+    assert isinstance(ei.value, nsbox.UndecodableValue)
 
 
 # ---- tool argument checking and names --------------------------------------

@@ -228,11 +228,6 @@ def test_display_dir_bad_argument(tmp_path):
 
 # Sandboxed code writes RESULT frames by hand on the runner's socket: the
 # host must refuse each with a protocol error naming the offence.
-def forge(payload_expr):
-    """Code that sends a RESULT frame whose text is payload_expr's value."""
-    return PRELUDE + "frame(3, 1, %s)\ntime.sleep(5)\n" % payload_expr
-
-BASE = '"error":null,"stdout":"","stderr":""'
 
 
 @pytest.mark.parametrize("fields,text", [
@@ -249,7 +244,7 @@ BASE = '"error":null,"stdout":"","stderr":""'
 ])
 def test_hostile_result_frames(tmp_path, fields, text):
     d = tmp_path / "disp"
-    p = run("--display-dir", str(d), "-c", forge(repr("{" + BASE + "," + fields + "}")))
+    p = run("--display-dir", str(d), "-c", PRELUDE + "result(1, %r)\n" % fields)
     assert p.returncode == 121, p.stderr
     assert "protocol error: RESULT: " in p.stderr and text in p.stderr, p.stderr
     assert os.listdir(d) == []
@@ -257,9 +252,7 @@ def test_hostile_result_frames(tmp_path, fields, text):
 
 def test_hostile_bytes_over_the_cap():
     # Built inside: 8 MiB of valid base64 and one byte more of text.
-    expr = ("'{%s,\"displays\":[{\"image/png\":\"' + 'A' * (8 << 20) + '\"},{\"text/plain\":\"x\"}]}'"
-            % BASE.replace('"', '\\"'))
-    code = forge(expr)
+    code = PRELUDE + "result(1, '\"displays\":[{\"image/png\":\"' + 'A' * (8 << 20) + '\"},{\"text/plain\":\"x\"}]')\n"
     p = run("--json", "-c", code)
     assert p.returncode == 121, p.stderr
     r = json.loads(p.stdout)
