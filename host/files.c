@@ -464,6 +464,11 @@ static int download(struct nsbox_session *s, const char *remote, int dirfd, int 
 		return err_set(err, ELOOP, "download %s: deeper than %d levels", remote, SESSION_DIR_MAX_DEPTH);
 	if (session_file_list(s, remote, &v, err) < 0)
 		return -1;
+	if (json_is_true(json_object_get(v, "truncated"))) {
+		json_decref(v);
+		return err_set(err, EFBIG, "download %s: more than %d entries in one directory", remote,
+			       SESSION_LIST_MAX);
+	}
 	json_array_foreach(json_object_get(v, "entries"), i, e) {
 		const char *name = json_string_value(json_object_get(e, "name"));
 		const char *type = json_string_value(json_object_get(e, "type"));

@@ -28,7 +28,10 @@ struct nsbox_session;
  * runner reads at most 8 MiB per FILE_READ. */
 #define SESSION_FILE_CHUNK_RAW (8u << 20)
 /* Entries per FILE_LIST answer. */
-#define SESSION_LIST_MAX 100000
+/* Entries one FILE_LIST asks for: what the host's parse budget
+ * (NSBOX_PROTO_COST_*) takes at the shortest names (about 840 bytes of
+ * parse per 37 bytes of text: ~67000), with room. */
+#define SESSION_LIST_MAX 50000
 
 /* One control request answered by VALUE (session.c).  msg is consumed. */
 int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t **answer, struct nsbox_err *err);

@@ -450,7 +450,8 @@ NSBOX_API int nsbox_read_file(nsbox_session_t *s, const char *path, char **data,
  *  "truncated": false}; type is "file", "dir", "symlink", "fifo",
  * "socket", "char", "block" or "other" (of the entry itself, not what a
  * symlink points to); a name that is not UTF-8 comes with "name_hex" (its
- * bytes) and a lossy "name".  At most 100000 entries. */
+ * bytes) and a lossy "name".  At most 50000 entries ("truncated": true
+ * when there were more; since 0.5.0, 100000 before). */
 NSBOX_API int nsbox_list_files(nsbox_session_t *s, const char *path, char **json, nsbox_error_t **err);
 /* Make directory path and missing parents (mode -1: 0755); an existing
  * directory is not an error. */
@@ -466,7 +467,8 @@ NSBOX_API int nsbox_make_dir(nsbox_session_t *s, const char *path, int mode, nsb
  * O_CREAT | O_EXCL | O_NOFOLLOW: nothing on the host is followed or
  * overwritten (-EEXIST).  Caps: max_bytes in all (0: 1 GiB), max_files
  * entries (0: 100000), the per-file cap of nsbox_read_file, 64 levels
- * (-ELOOP), else -EFBIG; what was copied before a failure stays.
+ * (-ELOOP), else -EFBIG (also for a directory of more entries than
+ * nsbox_list_files gives); what was copied before a failure stays.
  * nsbox_upload_dir copies the host directory local to path inside (made
  * with its parents): regular files (the nsbox_write_file cap each) and
  * directories, each opened beneath its parent with O_NOFOLLOW; symlinks and

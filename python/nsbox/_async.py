@@ -16,6 +16,7 @@ import inspect
 from ctypes import byref, c_void_p, sizeof
 from typing import Any, Dict, List, Optional, Tuple, Union
 
+from . import _files
 from . import _lib
 from . import _tools
 from . import _values
@@ -67,7 +68,7 @@ class _Exec:
             self.done.set_result(None)
 
 
-class AsyncSandbox(_SandboxBase):
+class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
     __doc__ = """A Python session in a kernel-isolated sandbox, for asyncio.
 
         async with nsbox.AsyncSandbox(memory="256M", timeout=10) as sb:

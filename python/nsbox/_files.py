@@ -4,24 +4,25 @@ upload_dir and download_dir (a mixin of Sandbox).
 The runner does the file work inside the sandbox, as its user and in its
 mount namespace (nsbox-protocol(7), FILES): a symlink, fifo or swapped name
 planted by sandboxed code only changes what the sandbox itself sees.
-download_dir writes on the host only beneath the directory it was given:
-every name that came from the sandbox is checked (no "/", ".", "..", NUL,
-nothing empty), and each file and directory is made with openat/mkdirat
-relative to its parent's fd with O_NOFOLLOW|O_EXCL, so nothing on the host
+download_dir and upload_dir are libnsbox's (nsbox_download_dir(3)): on the
+host, download_dir writes only beneath the directory it was given, every
+name that came from the sandbox checked (one path component, no control
+characters), each made beneath its parent's descriptor (mkdirat, openat2
+RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS, O_EXCL), so nothing on the host
 follows a path the sandbox controls.
 """
 
+import asyncio
 import ctypes
 import errno as _errno
 import json
 import os
-import stat as _stat
 from ctypes import POINTER, byref, c_char_p, c_int, c_size_t, c_uint64, c_void_p
 
 from . import _lib
 from .errors import SandboxError
 
-__all__ = ["SandboxFileError", "FilesMixin"]
+__all__ = ["SandboxFileError", "FilesMixin", "AsyncFilesMixin", "FileList"]
 
 _PROTOS = {
     "nsbox_write_file": (c_int, [c_void_p, c_char_p, c_char_p, c_size_t, c_int, POINTER(c_void_p)]),
@@ -29,12 +30,21 @@ _PROTOS = {
                                 POINTER(c_void_p)]),
     "nsbox_list_files": (c_int, [c_void_p, c_char_p, POINTER(c_void_p), POINTER(c_void_p)]),
     "nsbox_make_dir": (c_int, [c_void_p, c_char_p, c_int, POINTER(c_void_p)]),
+    "nsbox_download_dir": (c_int, [c_void_p, c_char_p, c_char_p, c_uint64, c_uint64, POINTER(c_void_p)]),
+    "nsbox_upload_dir": (c_int, [c_void_p, c_char_p, c_char_p, POINTER(c_void_p)]),
 }
 
-# download_dir's defaults: whole-tree caps, beside read_file's per-file one.
+# download_dir's defaults (nsbox.h's NSBOX_DIR_MAX_*): whole-tree caps,
+# beside read_file's per-file one.
 DOWNLOAD_MAX_BYTES = 1 << 30
 DOWNLOAD_MAX_FILES = 100000
-DOWNLOAD_MAX_DEPTH = 64
+
+
+class FileList(list):
+    """list_files' entries; truncated is True when the directory held more
+    than one listing gives (50000)."""
+
+    truncated = False
 
 
 class SandboxFileError(SandboxError, OSError):  # type: ignore[misc]  # both define errno (an int in each)
@@ -76,147 +86,174 @@ def _path(p):
     return p.encode("utf-8")
 
 
-def _valid_name(name):
-    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
+# Each file operation is written once, as a generator: it yields the one
+# libnsbox call it makes, (what, function, arguments), is sent that call's
+# return value (or thrown its SandboxFileError) and returns the method's
+# result.  Sandbox drives it on the calling thread, AsyncSandbox in the
+# loop's executor (a copy of 1 GiB must not hold the loop).
+
+def _finish(step, x):
+    try:
+        step(x)
+    except StopIteration as s:
+        return s.value
+    raise RuntimeError("a file operation made more than one call")
+
+
+def _op_write_file(lib, path, data, mode):
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    data = bytes(data)
+    yield "write_file", lib.nsbox_write_file, (_path(path), data, len(data), int(mode))
+
+
+def _op_read_file(lib, path, max_bytes):
+    if max_bytes is not None and not max_bytes >= 1:
+        raise ValueError("read_file: max_bytes must be at least 1, not %r" % (max_bytes,))
+    out = c_void_p()
+    n = c_size_t()
+    yield "read_file", lib.nsbox_read_file, (_path(path), byref(out), byref(n), int(max_bytes or 0))
+    try:
+        return ctypes.string_at(out.value, n.value) if n.value else b""
+    finally:
+        lib.nsbox_free(out.value)
+
+
+def _op_list_files(lib, path):
+    out = c_void_p()
+    yield "list_files", lib.nsbox_list_files, (_path(path), byref(out))
+    v = json.loads(_lib.take_string(out.value))
+    ents = FileList(v["entries"])
+    ents.truncated = v.get("truncated") is True
+    return ents
+
+
+def _op_make_dir(lib, path, mode):
+    yield "make_dir", lib.nsbox_make_dir, (_path(path), int(mode))
+
+
+def _op_upload_dir(lib, local, remote):
+    return (yield "upload_dir", lib.nsbox_upload_dir, (os.fsencode(local), _path(remote)))
+
+
+def _op_download_dir(lib, remote, local, max_bytes, max_files):
+    if not max_bytes > 0 or not max_files > 0:
+        raise ValueError("download_dir: max_bytes and max_files must be positive")
+    os.makedirs(local, exist_ok=True)
+    try:
+        return (yield "download_dir", lib.nsbox_download_dir,
+                (_path(remote), os.fsencode(local), int(max_bytes), int(max_files)))
+    except SandboxFileError as e:
+        if e.errno == _errno.EEXIST:  # on the host, where nothing is overwritten
+            raise FileExistsError(e.errno, e.message) from None
+        raise
+
+
+def _raise_file_error(sb, rc, err, what):
+    try:
+        sb._check_state(rc, err, what)
+    except SandboxError as e:
+        if e.errno == _errno.ENOTCONN:
+            raise
+        raise SandboxFileError(e.message, e.errno) from None
 
 
 class FilesMixin:
     """Methods of Sandbox; see the module's docstring."""
 
-    def _file_call(self, what, fn, *args):
+    def _file_op(self, gen):
+        what, fn, args = next(gen)
         with self._lock:
             h = self._session()
             err = c_void_p()
             rc = fn(h, *args, byref(err))
-            if rc < 0:
-                try:
-                    self._check_state(rc, err, what)
-                except SandboxError as e:
-                    if e.errno == _errno.ENOTCONN:
-                        raise
-                    raise SandboxFileError(e.message, e.errno) from None
-            return rc
+            try:
+                if rc < 0:
+                    _raise_file_error(self, rc, err, what)
+            except SandboxFileError as e:
+                return _finish(gen.throw, e)
+        return _finish(gen.send, rc)
 
     def write_file(self, path, data, mode=0o644):
         """Write data (bytes, or str as UTF-8) to path inside the sandbox,
         creating or truncating it.  At most 64 MiB (EFBIG)."""
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        data = bytes(data)
-        lib = _fns(self._lib)
-        self._file_call("write_file", lib.nsbox_write_file, _path(path), data, len(data),
-                        int(mode))
+        self._file_op(_op_write_file(_fns(self._lib), path, data, mode))
 
     def read_file(self, path, max_bytes=None):
         """The bytes of path inside the sandbox.  A file larger than
         max_bytes (default 64 MiB) raises SandboxFileError(EFBIG)."""
-        lib = _fns(self._lib)
-        out = c_void_p()
-        n = c_size_t()
-        self._file_call("read_file", lib.nsbox_read_file, _path(path), byref(out),
-                        byref(n), int(max_bytes or 0))
-        try:
-            return ctypes.string_at(out.value, n.value) if n.value else b""
-        finally:
-            lib.nsbox_free(out.value)
+        return self._file_op(_op_read_file(_fns(self._lib), path, max_bytes))
 
     def list_files(self, path="."):
         """Entries of directory path inside: a list of dicts {"name", "type",
         "size"}, sorted by name; type is "file", "dir", "symlink", "fifo",
         "socket", "char", "block" or "other" (the entry itself: symlinks are
-        not followed)."""
-        lib = _fns(self._lib)
-        out = c_void_p()
-        self._file_call("list_files", lib.nsbox_list_files, _path(path), byref(out))
-        return json.loads(_lib.take_string(out.value))["entries"]
+        not followed).  At most 50000: the list's truncated attribute says
+        when there were more."""
+        return self._file_op(_op_list_files(_fns(self._lib), path))
 
     def make_dir(self, path, mode=0o755):
         """Make directory path inside, with its parents (like mkdir -p)."""
-        lib = _fns(self._lib)
-        self._file_call("make_dir", lib.nsbox_make_dir, _path(path), int(mode))
+        self._file_op(_op_make_dir(_fns(self._lib), path, mode))
 
     def upload_dir(self, local, remote):
-        """Copy the host directory local to remote inside, recursively.
-        Regular files and directories only: symlinks and special files on
-        the host are skipped (not followed).  Returns the number of files."""
-        local = os.fspath(local)
-        remote = os.fspath(remote).rstrip("/") or "/"
-        count = 0
-        self.make_dir(remote)
-        for top, dirs, files, top_fd in os.fwalk(local, follow_symlinks=False):
-            rel = os.path.relpath(top, local)
-            base = remote if rel == "." else remote + "/" + rel
-            for d in dirs:
-                st = os.stat(d, dir_fd=top_fd, follow_symlinks=False)
-                if _stat.S_ISDIR(st.st_mode):
-                    self.make_dir(base + "/" + d, _stat.S_IMODE(st.st_mode) | 0o700)
-            for f in files:
-                try:
-                    fd = os.open(f, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=top_fd)
-                except OSError as e:
-                    if e.errno == _errno.ELOOP:
-                        continue  # a symlink
-                    raise
-                with os.fdopen(fd, "rb") as fh:
-                    st = os.fstat(fh.fileno())
-                    if not _stat.S_ISREG(st.st_mode):
-                        continue
-                    self.write_file(base + "/" + f, fh.read(), _stat.S_IMODE(st.st_mode))
-                count += 1
-        return count
+        """Copy the host directory local to remote inside (made with its
+        parents), recursively.  Regular files and directories only:
+        symlinks and special files on the host are skipped (not followed).
+        Returns the number of files (nsbox_upload_dir)."""
+        return self._file_op(_op_upload_dir(_fns(self._lib), local, remote))
 
     def download_dir(self, remote, local, max_bytes=DOWNLOAD_MAX_BYTES, max_files=DOWNLOAD_MAX_FILES):
-        """Copy directory remote inside to local on the host (made if
-        missing; files already there are not overwritten: FileExistsError).
-        Regular files and directories only; symlinks, fifos, devices and
-        names that are not UTF-8 inside are skipped.  Caps: max_bytes in
-        all, max_files entries, depth 64.  Returns the number of files."""
-        remote = os.fspath(remote).rstrip("/") or "/"
-        os.makedirs(local, exist_ok=True)
-        root = os.open(local, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        state = {"bytes": 0, "files": 0}
-        try:
-            self._download(remote, root, 0, state, max_bytes, max_files)
-        finally:
-            os.close(root)
-        return state["files"]
+        """Copy directory remote inside to local on the host (made with its
+        parents if missing; files already there are not overwritten:
+        FileExistsError).  Regular files and directories only; symlinks, fifos,
+        devices and names that are not UTF-8 inside are skipped, and a name
+        that is not one plain path component (a "/", ".", "..", a control
+        character) too.  Caps: max_bytes in all, max_files entries
+        (directories count), 50000 in one directory, depth 64: else
+        SandboxFileError(EFBIG or ELOOP), keeping what was copied.  Returns
+        the number of files (nsbox_download_dir)."""
+        return self._file_op(_op_download_dir(_fns(self._lib), remote, local, max_bytes, max_files))
 
-    def _download(self, remote, dir_fd, depth, state, max_bytes, max_files):
-        if depth > DOWNLOAD_MAX_DEPTH:
-            raise SandboxFileError("download_dir %s: deeper than %d levels" % (remote, DOWNLOAD_MAX_DEPTH),
-                                   _errno.ELOOP)
-        for ent in self.list_files(remote):
-            name = ent.get("name")
-            # Names come from the sandbox: one path component, nothing more.
-            if "name_hex" in ent or not isinstance(name, str) or not _valid_name(name):
-                continue
-            state["files"] += 1
-            if state["files"] > max_files:
-                raise SandboxFileError("download_dir: more than %d entries" % max_files, _errno.EFBIG)
-            src = remote + "/" + name if remote != "/" else "/" + name
-            if ent["type"] == "dir":
-                os.mkdir(name, 0o700, dir_fd=dir_fd)
-                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-                try:
-                    self._download(src, sub, depth + 1, state, max_bytes, max_files)
-                finally:
-                    os.close(sub)
-                state["files"] -= 1
-            elif ent["type"] == "file":
-                left = max_bytes - state["bytes"]
-                if left <= 0:
-                    raise SandboxFileError("download_dir: more than %d bytes" % max_bytes, _errno.EFBIG)
-                try:
-                    data = self.read_file(src, max_bytes=min(left, 64 << 20) if left < (64 << 20) else None)
-                except SandboxFileError as e:
-                    if e.errno in (_errno.EINVAL, _errno.EISDIR, _errno.ENOENT, _errno.ELOOP):
-                        state["files"] -= 1
-                        continue  # swapped for something else meanwhile
-                    raise
-                state["bytes"] += len(data)
-                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
-                             dir_fd=dir_fd)
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-            else:
-                state["files"] -= 1
+
+class AsyncFilesMixin:
+    """The same methods of AsyncSandbox, as coroutines: the library call runs
+    in the loop's default executor; calls on one AsyncSandbox are
+    serialised with its other calls."""
+
+    async def _file_op(self, gen):
+        what, fn, args = next(gen)
+        async with self._lock_for_loop("call %s on" % what):
+            h = await self._asession()
+            err = c_void_p()
+            rc = await asyncio.get_running_loop().run_in_executor(None, lambda: fn(h, *args, byref(err)))
+            try:
+                if rc < 0:
+                    _raise_file_error(self, rc, err, what)
+            except SandboxFileError as e:
+                return _finish(gen.throw, e)
+        return _finish(gen.send, rc)
+
+    async def write_file(self, path, data, mode=0o644):
+        """Sandbox.write_file."""
+        await self._file_op(_op_write_file(_fns(self._lib), path, data, mode))
+
+    async def read_file(self, path, max_bytes=None):
+        """Sandbox.read_file."""
+        return await self._file_op(_op_read_file(_fns(self._lib), path, max_bytes))
+
+    async def list_files(self, path="."):
+        """Sandbox.list_files."""
+        return await self._file_op(_op_list_files(_fns(self._lib), path))
+
+    async def make_dir(self, path, mode=0o755):
+        """Sandbox.make_dir."""
+        await self._file_op(_op_make_dir(_fns(self._lib), path, mode))
+
+    async def upload_dir(self, local, remote):
+        """Sandbox.upload_dir."""
+        return await self._file_op(_op_upload_dir(_fns(self._lib), local, remote))
+
+    async def download_dir(self, remote, local, max_bytes=DOWNLOAD_MAX_BYTES, max_files=DOWNLOAD_MAX_FILES):
+        """Sandbox.download_dir."""
+        return await self._file_op(_op_download_dir(_fns(self._lib), remote, local, max_bytes, max_files))

@@ -6,6 +6,7 @@ whatever the sandbox plants (symlinks, fifos, names swapped under the
 call) changes only its own view, and download_dir writes on the host only
 beneath the directory it was given."""
 
+import asyncio
 import errno
 import hashlib
 import os
@@ -194,27 +195,57 @@ def test_upload_and_download_dir(sb, tmp_path):
         sb.download_dir("/tmp/up", dst)
 
 
-def test_download_rejects_hostile_names(sb, tmp_path, monkeypatch):
-    """A runner that lies in its listing (names with '/', '..', NUL) gets
-    nothing written outside the target."""
+def test_download_rejects_hostile_names(sb, tmp_path):
+    """A runner that lies in its listing (names with '/', '..', control
+    characters) gets nothing written outside the target, nor any such name
+    made on the host."""
     sb.make_dir("/tmp/h")
     sb.write_file("/tmp/h/ok", b"ok")
-    real = sb.list_files
-
-    def lying(path):
-        ents = real(path)
-        return ents + [{"name": n, "type": "file", "size": 2} for n in
-                       ("../escape", "a/../../escape", "/tmp/abs", "..", ".", "", "x\0y")] + \
-            [{"name": "..", "type": "dir", "size": 0}, {"name": "bad", "name_hex": "ff", "type": "file",
-                                                         "size": 1}]
-    monkeypatch.setattr(sb, "list_files", lying)
+    sb.execute(r"""
+import sys
+R = sys.modules["_nsbox_runner"]
+real = R._file_list
+def lying(msg):
+    v = real(msg)
+    v["entries"] += [{"name": n, "type": t, "size": 2} for n, t in
+                     [("../escape", "file"), ("a/../../escape", "file"), ("/tmp/abs", "file"), ("..", "file"),
+                      (".", "file"), ("", "file"), ("x\x1b[2Jy", "file"), ("nl\nname", "file"), ("..", "dir"),
+                      ("del\x7f", "file")]]
+    v["entries"].append({"name": "bad", "name_hex": "ff", "type": "file", "size": 1})
+    return v
+R._file_list = lying
+""")
     dst = tmp_path / "t" / "dst"
     assert sb.download_dir("/tmp/h", dst) == 1
     assert os.listdir(dst) == ["ok"]
     assert sorted(os.listdir(tmp_path)) == ["t"] and os.listdir(tmp_path / "t") == ["dst"]
 
 
+def test_download_caps_count_directories_and_listings(sb, tmp_path):
+    # Empty directories are entries: 30 of them don't fit in max_files=10.
+    sb.execute("import os\nfor i in range(30): os.makedirs('/tmp/dirs/%d' % i)")
+    with pytest.raises(SandboxFileError) as ei:
+        sb.download_dir("/tmp/dirs", tmp_path / "d", max_files=10)
+    assert ei.value.errno == errno.EFBIG and "more than 10 entries" in str(ei.value)
+    assert len(os.listdir(tmp_path / "d")) == 10  # what was copied stays
+    # One directory of more entries than a listing holds: flagged, and
+    # download_dir refuses it rather than copy a part silently.
+    sb.execute("os.mkdir('/tmp/many')\nfor i in range(50001): open('/tmp/many/%x' % i, 'w').close()")
+    ents = sb.list_files("/tmp/many")
+    assert len(ents) == 50000 and ents.truncated
+    assert not sb.list_files("/tmp/dirs").truncated
+    with pytest.raises(SandboxFileError) as ei:
+        sb.download_dir("/tmp/many", tmp_path / "m")
+    assert ei.value.errno == errno.EFBIG and "in one directory" in str(ei.value)
+    assert os.listdir(tmp_path / "m") == []
+    assert sb.execute("1 + 1") == 2
+
+
 def test_bad_arguments(sb):
+    with pytest.raises(ValueError):
+        sb.read_file("/etc/hostname", max_bytes=0)
+    with pytest.raises(ValueError):
+        sb.download_dir("/tmp", "/nonexistent-nsbox", max_files=0)
     with pytest.raises(ValueError):
         sb.write_file("", b"x")
     with pytest.raises(ValueError):
@@ -288,3 +319,37 @@ def test_failed_write_back_is_a_warning(libnsbox, tmp_path):
     assert (ws / "top").read_text() == "t"
     assert not (ws / "ro" / "new").exists()
     assert any("/workspace/ro/new" in w and "Permission denied" in w for w in warnings), warnings
+
+
+def test_async_sandbox_files(libnsbox, tmp_path):
+    # The same operations, as coroutines; the loop runs other work meanwhile.
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "x.txt").write_text("x")
+
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            await sb.write_file("/tmp/a", "héllo")
+            assert await sb.read_file("/tmp/a") == "héllo".encode()
+            await sb.make_dir("/tmp/m/n")
+            ticks = []
+
+            async def ticker():
+                for _ in range(3):
+                    ticks.append(1)
+                    await asyncio.sleep(0)
+            t = asyncio.ensure_future(ticker())
+            assert await sb.upload_dir(src, "/tmp/up") == 1
+            await t
+            names = [e["name"] for e in await sb.list_files("/tmp")]
+            assert {"a", "m", "up"} <= set(names)
+            assert await sb.download_dir("/tmp/up", tmp_path / "dst") == 1
+            with pytest.raises(FileExistsError):
+                await sb.download_dir("/tmp/up", tmp_path / "dst")
+            with pytest.raises(SandboxFileError) as ei:
+                await sb.read_file("/nonexistent")
+            assert ei.value.errno == errno.ENOENT
+            assert await sb.execute("open('/tmp/up/d/x.txt').read()") == "x"
+            return ticks
+    assert asyncio.run(main()) == [1, 1, 1]
+    assert (tmp_path / "dst" / "d" / "x.txt").read_text() == "x"
