@@ -23,9 +23,9 @@
  * Code whose compilation printed anything (a SyntaxWarning) is not kept,
  * so that the warning comes again with every exec, as before. */
 #define CODE_CACHE_N 16
-/* /out files a stat each can tell unchanged; with more, _rich_collect
- * looks at every exec. */
-#define OUT_FILES_CHECKED 16
+/* /out files a stat each can tell unchanged (about 0.5 us each); with
+ * more, _rich_collect looks at every exec. */
+#define OUT_FILES_CHECKED 4096
 #define CODE_CACHE_MAX_SRC 16384
 struct code_entry {
 	char *src, *filename;	/* NULL: a free slot */
@@ -53,11 +53,12 @@ static struct {
 	bool out_known;		/* out_st and out_files hold what _rich_collect last saw */
 	struct stat out_st;	/* /out itself */
 	size_t n_out_files;	/* the regular files in it, each checked with a stat */
+	size_t cap_out_files;
 	struct out_file {
 		char name[256];
 		unsigned long long ino, size;
 		long long mtime_ns;
-	} out_files[OUT_FILES_CHECKED];
+	} *out_files;
 } F;
 
 /* RESULT frames are written with proto_buf (proto/proto.h); on
@@ -255,6 +256,15 @@ static void remember_out(PyObject *seen, const struct stat *st, bool have_st)
 	F.n_out_files = 0;
 	if (!have_st || n < 0 || n > OUT_FILES_CHECKED)
 		return;
+	if ((size_t)n > F.cap_out_files) {
+		size_t cap = (size_t)n < 16 ? 16 : (size_t)n;
+		struct out_file *p = realloc(F.out_files, cap * sizeof(*p));
+
+		if (!p)
+			return;
+		F.out_files = p;
+		F.cap_out_files = cap;
+	}
 	for (Py_ssize_t i = 0; i < n; i++) {
 		struct out_file *o = &F.out_files[i];
 		const char *name;
