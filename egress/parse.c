@@ -243,14 +243,36 @@ static bool header_is(const char *line, size_t namelen, const char *name)
 	return strlen(name) == namelen && strncasecmp(line, name, namelen) == 0;
 }
 
-int egress_http_rewrite(const struct egress_http_req *h, char *out, size_t size, const char **why)
+/* A Content-Length value: one decimal number (RFC 9110 8.6; a list of
+ * equal ones is refused too, as a smuggler's tool), at most 2^53. */
+static bool content_length(const char *v, const char *ve, uint64_t *len)
+{
+	uint64_t n = 0;
+
+	while (v < ve && (*v == ' ' || *v == '\t'))
+		v++;
+	while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+		ve--;
+	if (v == ve || ve - v > 16)
+		return false;
+	for (; v < ve; v++) {
+		if (*v < '0' || *v > '9')
+			return false;
+		n = n * 10 + (uint64_t)(*v - '0');
+	}
+	*len = n;
+	return n <= (1ull << 53);
+}
+
+int egress_http_rewrite(const struct egress_http_req *h, char *out, size_t size, uint64_t *body, const char **why)
 {
 	const char *line = h->headers;
-	bool host_seen = false;
+	bool host_seen = false, length_seen = false;
 	char hostline[NET_NAME_MAX + 32];
 	size_t o = 0;
 	int n;
 
+	*body = 0;
 	*why = "request head too long";
 	if (size == 0 || append(out, size, &o, h->method, strlen(h->method)) < 0 || append(out, size, &o, " ", 1) < 0 ||
 	    append(out, size, &o, h->path, h->pathlen) < 0 || append(out, size, &o, " ", 1) < 0 ||
@@ -298,6 +320,17 @@ int egress_http_rewrite(const struct egress_http_req *h, char *out, size_t size,
 				return -1;
 			}
 			host_seen = true;
+		}
+		if (header_is(line, nl, "Transfer-Encoding")) {
+			*why = "a Transfer-Encoding request body is not relayed (send Content-Length)";
+			return -1;
+		}
+		if (header_is(line, nl, "Content-Length")) {
+			if (length_seen || !content_length(colon + 1, eol, body)) {
+				*why = "bad Content-Length";
+				return -1;
+			}
+			length_seen = true;
 		}
 		if (!(nl > 6 && strncasecmp(line, "Proxy-", 6) == 0) && !header_is(line, nl, "Connection") &&
 		    !header_is(line, nl, "Keep-Alive") && !header_is(line, nl, "TE") &&

@@ -61,9 +61,13 @@ const char *egress_http_parse(const char *head, size_t len, struct egress_http_r
 
 /* The head to send to the origin server for a plain request h: origin-form
  * request line, no Proxy-* or hop-by-hop headers, Connection: close, and a
- * Host header that must name h's host and port (added if absent).  Returns
+ * Host header that must name h's host and port (added if absent).  *body
+ * gets the length of the request's body (Content-Length, 0 without it):
+ * the proxy relays that many bytes and no more, so a second, pipelined
+ * request never reaches the server unchecked.  A Transfer-Encoding body
+ * or a Content-Length that is not one decimal number is refused.  Returns
  * the length written into out (size bytes), or -1 with *why set. */
-int egress_http_rewrite(const struct egress_http_req *h, char *out, size_t size, const char **why);
+int egress_http_rewrite(const struct egress_http_req *h, char *out, size_t size, uint64_t *body, const char **why);
 
 /* ---- DNS (RFC 1035 4.1) ---- */
 

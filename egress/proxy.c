@@ -377,6 +377,11 @@ struct dir {
 	uint64_t *count, max;
 	atomic_uint_fast64_t *total;
 	const char *limit;
+	/* Plain HTTP, towards the server: the request body's bytes still to
+	 * go; past them nothing more is read from the sandbox (a pipelined
+	 * request would reach the server with no Host check).  Unbounded:
+	 * UINT64_MAX. */
+	uint64_t left;
 };
 
 struct tunnel {
@@ -422,12 +427,19 @@ static int pump(struct dir *d, bool *moved)
 	for (;;) {
 		bool progress = false;
 
-		if (!d->eof && d->inpipe == 0) {
+		if (!d->eof && d->inpipe == 0 && d->left == 0) {
+			/* The request was relayed whole: nothing more goes this
+			 * way; the server's answer still comes back. */
+			d->eof = true;
+			progress = true;
+		} else if (!d->eof && d->inpipe == 0) {
 			uint64_t used = atomic_load(d->total),
 				 room = d->max ? (used >= d->max ? 0 : d->max - used) : PIPE_SIZE;
 			ssize_t n;
 			char c;
 
+			if (room > d->left)
+				room = d->left;
 			/* The budget is spent: a limit only if bytes wait to go
 			 * that way (the other way may still be busy). */
 			if (room == 0)
@@ -451,6 +463,8 @@ static int pump(struct dir *d, bool *moved)
 				(void)setsockopt(d->from, IPPROTO_TCP, TCP_QUICKACK, &(int){ 1 }, sizeof(int));
 				atomic_fetch_add(d->total, (uint64_t)n);
 				*d->count += (uint64_t)n;
+				if (d->left != UINT64_MAX)
+					d->left -= (uint64_t)n;
 				d->inpipe = (size_t)n;
 				progress = true;
 			}
@@ -631,7 +645,7 @@ static void *relay_thread(void *arg)
 /* Hand r's connection, its destination connected and its first bytes
  * sent, to the relay loop.  Returns 0 (the loop owns r now) or -1 (the
  * caller still does). */
-static int relay(struct req *r)
+static int relay(struct req *r, uint64_t up_left)
 {
 	struct tunnel *t = calloc(1, sizeof(*t));
 	uint64_t one = 1;
@@ -647,14 +661,16 @@ static int relay(struct req *r)
 				.count = &r->out,
 				.max = max_out,
 				.total = &total_out,
-				.limit = "byte limit (MaxBytesOut)" };
+				.limit = "byte limit (MaxBytesOut)",
+				.left = up_left };
 	t->d[1] = (struct dir){ .from = r->up,
 				.to = r->fd,
 				.pipe = { -1, -1 },
 				.count = &r->in,
 				.max = max_in,
 				.total = &total_in,
-				.limit = "byte limit (MaxBytesIn)" };
+				.limit = "byte limit (MaxBytesIn)",
+				.left = UINT64_MAX };
 	t->last_ms = now_ms();
 	for (int i = 0; i < 2; i++) {
 		if (pipe2(t->d[i].pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
@@ -692,7 +708,8 @@ static int serve_http(struct req *r)
 	struct egress_http_req h;
 	size_t have = 0;
 	const char *why, *eoh = NULL;
-	int status;
+	uint64_t body = 0;
+	int status, outlen = 0;
 
 	snprintf(r->kind, sizeof(r->kind), "http");
 	for (;;) {
@@ -716,6 +733,9 @@ static int serve_http(struct req *r)
 	r->t = h.t;
 	if (why)
 		return deny_http(r, 400, why);
+	/* A plain request's head is judged whole before anything connects. */
+	if (h.kind != EGRESS_HTTP_CONNECT && (outlen = egress_http_rewrite(&h, out, sizeof(out), &body, &why)) < 0)
+		return deny_http(r, 403, why);
 	if (open_upstream(r) < 0) {
 		status = r->refusal == R_CONNECT ? 502 : 403;
 		return deny_http(r, status, r->reason);
@@ -733,19 +753,18 @@ static int serve_http(struct req *r)
 				return -1;
 		}
 	} else {
-		int n = egress_http_rewrite(&h, out, sizeof(out), &why);
+		size_t first;
 
-		if (n < 0) {
-			close(r->up);
-			r->up = -1;
-			return deny_http(r, 403, why);
-		}
+		/* The body's bytes that came with the head; what follows them
+		 * (a pipelined request) is not relayed. */
+		first = have - h.body_at < body ? have - h.body_at : (size_t)body;
 		r->decision = "allow";
-		count_out(r, (size_t)n + (have - h.body_at));
-		if (send_all(r->up, out, (size_t)n) < 0 || send_all(r->up, head + h.body_at, have - h.body_at) < 0)
+		count_out(r, (size_t)outlen + first);
+		if (send_all(r->up, out, (size_t)outlen) < 0 || send_all(r->up, head + h.body_at, first) < 0)
 			return -1;
+		return relay(r, body - first);
 	}
-	return relay(r);
+	return relay(r, UINT64_MAX);
 }
 
 /* ---- the SOCKS5 proxy (RFC 1928; no authentication, CONNECT only) ---- */
@@ -832,7 +851,7 @@ static int serve_socks(struct req *r)
 		if (send_all(r->up, buf + n, have) < 0)
 			return -1;
 	}
-	return relay(r);
+	return relay(r, UINT64_MAX);
 }
 
 static void *conn_thread(void *arg)

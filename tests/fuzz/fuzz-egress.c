@@ -71,6 +71,7 @@ static void fuzz_http(const uint8_t *b, size_t n)
 	static char head[8193], out[8192 + 512];
 	struct egress_http_req h;
 	const char *why, *eoh, *p;
+	uint64_t body;
 	int len, hosts = 0;
 
 	/* As serve_http hands it over: no NUL, up to the first blank line. */
@@ -88,7 +89,7 @@ static void fuzz_http(const uint8_t *b, size_t n)
 		return;
 	if (h.kind != EGRESS_HTTP_PLAIN || !h.pathlen || (h.path[0] != '/' && h.path[0] != '?'))
 		abort();
-	len = egress_http_rewrite(&h, out, sizeof(out), &why);
+	len = egress_http_rewrite(&h, out, sizeof(out), &body, &why);
 	if (len < 0) {
 		if (!why)
 			abort();

@@ -201,6 +201,83 @@ print(json.dumps(R))
     assert out["lit"][1] in (None, "cannot connect to the destination")
 
 
+@pytest.fixture
+def recorder():
+    """An HTTP server on the host's loopback that records every byte a
+    connection brings within half a second of its first request's head,
+    then answers 200 and closes."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(8)
+    s.settimeout(0.2)
+    seen = []
+    conns = _Conns()
+
+    def loop():
+        while True:
+            try:
+                c, _ = s.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            conns.add(1)
+            data = b""
+            try:
+                c.settimeout(10)
+                while b"\r\n\r\n" not in data:
+                    b = c.recv(65536)
+                    if not b:
+                        break
+                    data += b
+                c.settimeout(0.5)
+                while True:
+                    b = c.recv(65536)
+                    if not b:
+                        break
+                    data += b
+            except OSError:
+                pass
+            seen.append(data)
+            try:
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+            except OSError:
+                pass
+            c.close()
+            conns.add(-1)
+    threading.Thread(target=loop, daemon=True).start()
+    yield s.getsockname()[1], seen, conns
+    s.close()
+
+
+def test_plain_http_relays_one_request(recorder):
+    # A second request pipelined after the first (its body, if any) would
+    # reach the allowed address with a Host the proxy never checked (a
+    # virtual host on a shared front end): only the first request and its
+    # Content-Length bytes are relayed.
+    port, seen, conns = recorder
+    h = f"127.0.0.1:{port}"
+    out, log = sandbox(["--allow-net", h], PRELUDE + f'''
+second = "GET http://evil.example/secret HTTP/1.1\\r\\nHost: evil.example\\r\\n\\r\\n"
+R["get"] = raw("GET http://{h}/a HTTP/1.1\\r\\nHost: {h}\\r\\n\\r\\n" + second)
+R["post"] = raw("POST http://{h}/b HTTP/1.1\\r\\nHost: {h}\\r\\nContent-Length: 5\\r\\n\\r\\nhello" + second)
+R["te"] = raw("POST http://{h}/c HTTP/1.1\\r\\nHost: {h}\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\n")
+R["cl2"] = raw("POST http://{h}/d HTTP/1.1\\r\\nHost: {h}\\r\\nContent-Length: 1\\r\\nContent-Length: 1\\r\\n\\r\\nx")
+print(json.dumps(R))
+''')
+    conns.settle()
+    assert out["get"][0] == "HTTP/1.1 200 OK" and out["post"][0] == "HTTP/1.1 200 OK", out
+    assert out["te"][0].startswith("HTTP/1.1 403") and "Transfer-Encoding" in out["te"][1], out
+    assert out["cl2"][0].startswith("HTTP/1.1 403") and "Content-Length" in out["cl2"][1], out
+    # From the host: the server saw each allowed request alone, the POST's
+    # body whole, and nothing of the pipelined one.
+    assert len(seen) == 2, seen
+    get, post = sorted(seen)
+    assert get.startswith(b"GET /a HTTP/1.1\r\n") and get.endswith(b"\r\n\r\n") and get.count(b"HTTP/1.1") == 1
+    assert post.startswith(b"POST /b HTTP/1.1\r\n") and post.endswith(b"\r\n\r\nhello"), post
+    assert b"evil" not in get + post
+
+
 def test_connect_checks_sni(echo):
     port, seen, conns = echo
     rules = ["--allow-net", f"localhost:{port}", "--allow-net", f"127.0.0.1:{port}"]

@@ -31,6 +31,8 @@ static size_t hello(uint8_t *b, const char *name, bool with_sni)
 	return p;
 }
 
+static uint64_t body; /* of the last http() */
+
 static const char *http(const char *head, struct egress_http_req *h, char *out, size_t size, int *len)
 {
 	const char *why = egress_http_parse(head, strlen(head), h);
@@ -38,7 +40,7 @@ static const char *http(const char *head, struct egress_http_req *h, char *out, 
 	*len = -1;
 	if (why || h->kind != EGRESS_HTTP_PLAIN)
 		return why;
-	*len = egress_http_rewrite(h, out, size, &why);
+	*len = egress_http_rewrite(h, out, size, &body, &why);
 	return *len < 0 ? why : NULL;
 }
 
@@ -91,6 +93,26 @@ int main(void)
 	ok(http("GET https://example.com/ HTTP/1.1\r\n\r\n", &h, out, sizeof(out), &len) != NULL,
 	   "https:// without CONNECT: refused");
 	ok(http("GET http://example.com/ HTTP/2.0\r\n\r\n", &h, out, sizeof(out), &len) != NULL, "HTTP/2.0: refused");
+	/* The body the proxy relays, and no more (a pipelined request). */
+	ok(http("GET http://example.com/ HTTP/1.1\r\n\r\n", &h, out, sizeof(out), &len) == NULL && body == 0,
+	   "no Content-Length: no body");
+	ok(http("POST http://example.com/ HTTP/1.1\r\ncontent-length:  1234 \r\n\r\n", &h, out, sizeof(out), &len) ==
+			   NULL &&
+		   body == 1234,
+	   "Content-Length: the body's length");
+	ok(http("POST http://example.com/ HTTP/1.1\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", &h, out,
+		sizeof(out), &len) != NULL,
+	   "two Content-Lengths: refused");
+	ok(http("POST http://example.com/ HTTP/1.1\r\nContent-Length: 5, 5\r\n\r\n", &h, out, sizeof(out), &len) &&
+		   http("POST http://example.com/ HTTP/1.1\r\nContent-Length: -1\r\n\r\n", &h, out, sizeof(out),
+			&len) &&
+		   http("POST http://example.com/ HTTP/1.1\r\nContent-Length: 99999999999999999\r\n\r\n", &h, out,
+			sizeof(out), &len) &&
+		   http("POST http://example.com/ HTTP/1.1\r\nContent-Length:\r\n\r\n", &h, out, sizeof(out), &len),
+	   "a list, a sign, a huge or an empty Content-Length: refused");
+	ok(http("POST http://example.com/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", &h, out, sizeof(out),
+		&len) != NULL,
+	   "Transfer-Encoding: refused");
 	ok(egress_http_parse("CONNECT [::1]:443 HTTP/1.1\r\n\r\n", 31, &h) == NULL && h.t.literal &&
 		   strcmp(h.t.host, "::1") == 0 && h.t.port == 443,
 	   "CONNECT to a bracketed v6 literal");
