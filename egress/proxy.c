@@ -885,6 +885,19 @@ static bool dns_name_allowed(const char *name)
 	return false;
 }
 
+/* Whether the proxy would connect to the address on some port a rule
+ * names (443 and 80 for rules without one). */
+static bool dns_addr_allowed(int family, const uint8_t *ad)
+{
+	if (!net_addr_verdict(rules, n_rules, true, family, ad, 443) ||
+	    !net_addr_verdict(rules, n_rules, true, family, ad, 80))
+		return true;
+	for (unsigned i = 0; i < n_rules; i++)
+		if (rules[i].port && !net_addr_verdict(rules, n_rules, true, family, ad, rules[i].port))
+			return true;
+	return false;
+}
+
 static void *dns_thread(void *arg)
 {
 	int fd = *(int *)arg;
@@ -922,8 +935,7 @@ static void *dns_thread(void *arg)
 
 					sa_bytes(ai->ai_addr, &family, &ad);
 					/* Only what the proxy would connect to. */
-					if (net_addr_verdict(rules, n_rules, true, family, ad, 443) &&
-					    net_addr_verdict(rules, n_rules, true, family, ad, 80))
+					if (!dns_addr_allowed(family, ad))
 						continue;
 					if (egress_dns_answer_add(a, &o, d.qtype, ad, d.qtype == 1 ? 4 : 16) < 0)
 						break;

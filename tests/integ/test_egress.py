@@ -344,6 +344,12 @@ print(json.dumps(R))
     assert out["unlisted"] == socket.EAI_NONAME
     dns = {e["host"]: e["decision"] for e in log if e["kind"] == "dns"}
     assert dns.get("unlisted.example") == "deny"
+    # A rule's own port counts: loopback allowed on the upstream's port
+    # only, and localhost resolves to it there (not only for 443 and 80).
+    out, _ = sandbox(["--allow-net", f"localhost:{upstream}", "--allow-net", f"127.0.0.0/8:{upstream}"],
+                     PRELUDE + 'R["listed"] = sorted({a[4][0] for a in socket.getaddrinfo("localhost.", 80, '
+                     'socket.AF_INET)})\nprint(json.dumps(R))\n')
+    assert out["listed"] == ["127.0.0.1"], out
 
 
 def test_limits(upstream):
