@@ -809,11 +809,15 @@ static int apply_open(nsbox_policy_t *p, const struct svc_open *o, const int *fd
 		r = nsbox_policy_add_bind(p, path, o->binds[i].dst, o->binds[i].writable, &e);
 	}
 	for (size_t i = 0; !r && i < o->n_env; i++) {
-		char name[256];
 		const char *eq = strchr(o->env[i], '=');
+		char *name = eq ? strndup(o->env[i], (size_t)(eq - o->env[i])) : NULL;
 
-		snprintf(name, sizeof(name), "%.*s", (int)(eq - o->env[i]), o->env[i]);
+		if (!name) {
+			snprintf(eb, el, "env[%zu]: %s", i, eq ? "out of memory" : "not NAME=VALUE");
+			return -1;
+		}
 		r = nsbox_policy_setenv(p, name, eq + 1, &e);
+		free(name);
 	}
 	if (r < 0)
 		snprintf(eb, el, "%s", nsbox_error_message(e));

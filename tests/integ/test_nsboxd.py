@@ -803,3 +803,14 @@ sb.close()
         for f in os.listdir(ws):
             os.unlink(os.path.join(ws, f))
         os.rmdir(ws)
+
+
+def test_long_environment_names_cross_whole(daemon):
+    # A name past 255 bytes reaches the sandbox whole (it was cut short, so
+    # the sandbox saw another variable than the client set).
+    name = "N" * 300
+    p = subprocess.run([NSBOX, "python", "--connect", daemon.sock, "--setenv", f"{name}=v", "-c",
+                        f"import os; print(os.environ.get({name!r}), sum(1 for k in os.environ if k.startswith('NNN')))"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["v", "1"], p.stdout
