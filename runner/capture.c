@@ -210,10 +210,9 @@ int capture_start(struct nsbox_err *err)
 	close(p_in[0]);
 	close(p_out[1]);
 	close(p_err[1]);
-	/* Room for a few 64 KiB writes of block-buffered stdout while the io
-	 * thread frames the last: the writer rarely waits for it.  Best effort
-	 * (pipe-max-size may be lower). */
-	(void)fcntl(p_out[0], F_SETPIPE_SZ, 1 << 20);
+	/* The pipes keep the default 16 pages: the seccomp filter refuses
+	 * F_SETPIPE_SZ, whose pages are charged to the host user
+	 * (policy/seccomp-rules.c). */
 	C.pipe_rd[0] = p_out[0];
 	C.pipe_rd[1] = p_err[0];
 	if (fcntl(C.pipe_rd[0], F_SETFL, O_NONBLOCK) < 0 || fcntl(C.pipe_rd[1], F_SETFL, O_NONBLOCK) < 0)

@@ -171,12 +171,14 @@ PyObject *fastexec_rich_setup(PyObject *args)
 	Py_RETURN_NONE;
 }
 
-/* Values with no rich representation to look for (runner.py's _PLAIN). */
+/* Values with no rich representation to look for: runner.py's _PLAIN,
+ * type for type. */
 static bool plain_value(PyObject *v)
 {
 	return v == Py_None || PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v) ||
-	       PyUnicode_CheckExact(v) || PyBytes_CheckExact(v) || PyList_CheckExact(v) || PyTuple_CheckExact(v) ||
-	       PyDict_CheckExact(v);
+	       PyComplex_CheckExact(v) || PyUnicode_CheckExact(v) || PyBytes_CheckExact(v) ||
+	       PyByteArray_CheckExact(v) || PyList_CheckExact(v) || PyTuple_CheckExact(v) || PyDict_CheckExact(v) ||
+	       PyAnySet_CheckExact(v);
 }
 
 /* Whether pyplot may have figures open: matplotlib._pylab_helpers.Gcf.figs

@@ -134,8 +134,8 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
             _lib.check(lib.nsbox_policy_set_workspace(p, to_bytes(os.fspath(workspace), "workspace"),
                                                       byref(err)), err, "policy workspace", PolicyError)
         if workspace_size is not None:
-            v = str(workspace_size) if not isinstance(workspace_size, int) or workspace_size else "0"
-            _lib.check(lib.nsbox_policy_set(p, b"Limits", b"WorkspaceSize", to_bytes(v, "workspace_size"),
+            v = to_bytes(str(workspace_size), "workspace_size")
+            _lib.check(lib.nsbox_policy_set(p, b"Limits", b"WorkspaceSize", v,
                                             byref(err)), err, "policy workspace_size", PolicyError)
         if share_net:
             _lib.check(lib.nsbox_policy_set_share_net(p, True, byref(err)), err, "policy share_net",

@@ -85,8 +85,6 @@ def encode(v, depth=0, seen=None):
     t = type(v)
     if v is None or t is bool or t is str:
         return v
-    if isinstance(v, bool):
-        return bool(v)
     if isinstance(v, int):
         v = int(v)
         if -INT_EXACT <= v <= INT_EXACT:

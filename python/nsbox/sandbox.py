@@ -407,7 +407,10 @@ class _SandboxBase:
         """The Debian packages this sandbox's root tree provides: a list of
         {"name": ..., "version": ...}, read on the host from the tree's dpkg
         status file."""
-        return _policy.packages(self._lib, self._policy)
+        with self._lock:
+            if self._closed or not self._policy:
+                raise SandboxError("the sandbox is closed", _errno.EBADF)
+            return _policy.packages(self._lib, self._policy)
 
     def _busy_in_tool(self):
         """True when called from a tool of this sandbox's running exec."""

@@ -1889,3 +1889,13 @@ def test_hints_of_other_classes_accept_what_comes(sb):
         return repr((p, m, ps))
 
     assert sb.execute("take({'x': 1}, {'title': 't'}, [{'x': 2}])") == "({'x': 1}, {'title': 't'}, [{'x': 2}])"
+
+
+def test_calls_after_close_are_refused(libnsbox):
+    sb = nsbox.Sandbox()
+    assert any(p["name"] == "libc6" for p in sb.list_packages())
+    sb.close()
+    for call in (sb.list_packages, lambda: sb.execute("1"), lambda: sb.list_files("/")):
+        with pytest.raises(nsbox.SandboxError) as ei:
+            call()
+        assert "closed" in str(ei.value), ei.value
