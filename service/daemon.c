@@ -990,6 +990,19 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, EAGAIN, "the service has %u sessions, its MaxSessions", D.n_sessions);
 		return;
 	}
+	/* Limits the OPEN names are judged before a sandbox is made for them
+	 * (finish_open judges the sandbox's own, the profile's included). */
+	if (rule->max_memory && o.memory && mem + o.memory > rule->max_memory) {
+		reply_error(c, id, EDQUOT, "memory: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
+			    (unsigned)c->uid, (unsigned long long)(mem + o.memory), rule->section,
+			    (unsigned long long)rule->max_memory);
+		return;
+	}
+	if (rule->max_cpus > 0 && o.cpus > 0 && cpus + o.cpus > rule->max_cpus + 1e-9) {
+		reply_error(c, id, EDQUOT, "CPUs: uid %u would have %g CPUs, [%s] MaxCPUs is %g", (unsigned)c->uid,
+			    cpus + o.cpus, rule->section, rule->max_cpus);
+		return;
+	}
 	/* No confused deputy: every host object arrives as the client's own
 	 * descriptor and is checked with the client's credentials. */
 	if (o.workspace_fd >= 0 &&

@@ -814,3 +814,21 @@ def test_long_environment_names_cross_whole(daemon):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["v", "1"], p.stdout
+
+
+def test_memory_and_cpu_quotas_refuse_what_the_open_names():
+    # Limits an OPEN names are judged before a sandbox is made for them;
+    # the profile's own (no --memory) after, as the sandbox has them.
+    d = Daemon("[Default]\nMaxMemory=256M\nMaxCPUs=1\n[Service]\nPoolSize=0\n")
+    try:
+        for flags, text in [(["--memory", "512M"], "[Default] MaxMemory is 268435456"),
+                            (["--cpus", "2"], "[Default] MaxCPUs is 1")]:
+            p = subprocess.run([NSBOX, "python", "--connect", d.sock] + flags + ["-c", "print('ran')"],
+                               capture_output=True, text=True, timeout=60)
+            assert p.returncode != 0 and "ran" not in p.stdout and text in p.stderr, p.stderr
+        # Within the quota it runs.
+        p = subprocess.run([NSBOX, "python", "--connect", d.sock, "--memory", "128M", "--cpus", "0.5", "-c",
+                            "print('ran')"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0 and p.stdout == "ran\n", p.stderr
+    finally:
+        assert d.stop() == 0, d.logtext()
