@@ -1121,7 +1121,11 @@ def do_exec(mid, msg):
     if want and has_value:
         res["value"] = encode(value)
     if rich:
-        res.update(_rich_fields(_limits["max_frame"] - len(_dumps(res)) - 4096))
+        # The RESULT without its rich fields is dumped once: its size
+        # bounds theirs, and they are appended to it as it is.
+        data = _result_bytes(res)
+        fields = _fast_rich(_limits["max_frame"] - len(data) - 4096)
+        return data[:-1] + b"," + fields + b"}" if fields else data
     return res
 
 
@@ -1352,13 +1356,20 @@ def do_file(typ, msg, data=None):
         return {"error": err}
 
 
-def send_result(mid, res):
+def _result_bytes(res):
+    """A RESULT's JSON; a value too large for a frame is sent as a
+    ReprValue saying so."""
     data = _dumps(res)
     if len(data) > _limits["max_frame"] and "value" in res:
         res["value"] = {"$repr": "<value too large to send: %d bytes>" % len(data),
                         "$type": "builtins.object", "$why": "too large"}
         data = _dumps(res)
-    _nsbox.send(RESULT, mid, data)
+    return data
+
+
+def send_result(mid, res):
+    """res: a RESULT dict, or do_exec's bytes (already made whole)."""
+    _nsbox.send(RESULT, mid, res if isinstance(res, bytes) else _result_bytes(res))
 
 
 # ---- what site.py would add, and nsbox-python(1)'s launcher ----
