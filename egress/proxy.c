@@ -388,6 +388,7 @@ struct tunnel {
 	struct req *r;
 	struct dir d[2];
 	uint64_t last_ms;
+	uint64_t batch; /* the loop's batch of events that last ran it */
 	bool dead, listed;
 	struct tunnel *prev, *next; /* the loop's list of tunnels */
 	struct tunnel *next_dead;   /* to free; also the queue of new ones */
@@ -609,7 +610,7 @@ static __attribute__((noreturn)) void stop(uint64_t now, struct tunnel *dead)
 static void *relay_thread(void *arg)
 {
 	struct epoll_event ev[64];
-	uint64_t swept = now_ms();
+	uint64_t swept = now_ms(), batch = 0;
 
 	(void)arg;
 	for (;;) {
@@ -617,6 +618,7 @@ static void *relay_thread(void *arg)
 		uint64_t now = now_ms();
 		struct tunnel *dead = NULL;
 
+		batch++;
 		for (int i = 0; i < n; i++) {
 			struct tunnel *t = ev[i].data.ptr;
 
@@ -624,8 +626,12 @@ static void *relay_thread(void *arg)
 				stop(now, dead);
 			else if (!t)
 				tunnels_add(now, &dead);
-			else if (!t->dead)
+			else if (!t->dead && t->batch != batch) {
+				/* Both of its sockets may be in the batch: one run
+				 * moves all either way (until EAGAIN). */
+				t->batch = batch;
 				tunnel_run(t, now, &dead);
+			}
 		}
 		if (now - swept >= 1000) {
 			swept = now;
