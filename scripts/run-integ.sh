@@ -36,6 +36,15 @@ NSBOX_TEST_MODE=root $PYTEST "$TESTS"
 echo "== pass 1b: root, the Python SDK"
 env $SDKENV NSBOX_MUST_WORK=1 NSBOX_LIB="$BUILD/libnsbox.so.0" $PYTEST "$TOP/python/tests"
 
+if [ -n "${NSBOX_SANITIZE:-}" ] && [ -z "${NSBOX_SANITIZE_ALL_PASSES:-}" ]; then
+	# The sanitized build runs the root passes: the C code the uid 65534
+	# passes reach differs in the cgroup set-up alone, which the unsanitized
+	# passes and the VM check cover.  NSBOX_SANITIZE_ALL_PASSES=1 runs the
+	# delegated pass sanitized too (about 5 minutes).
+	echo "== passes 2 and 3 SKIPPED under SANITIZE=$NSBOX_SANITIZE (they ran unsanitized; NSBOX_SANITIZE_ALL_PASSES=1 runs pass 2)"
+	exit 0
+fi
+
 # An unprivileged user with a delegated cgroup, made the way systemd's
 # Delegate=yes does it: a cgroup owned by the user, the user's process in a
 # leaf inside it.  On a hybrid host the controllers are on v1.
