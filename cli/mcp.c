@@ -498,6 +498,26 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 	enqueue(srv, m);
 }
 
+/* Append to the line being read; false past MCP_MAX_LINE or out of
+ * memory (the buffer stays as it was). */
+static bool line_add(struct server *srv, const char *p, size_t add)
+{
+	if (srv->len + add > MCP_MAX_LINE)
+		return false;
+	if (srv->len + add > srv->cap) {
+		size_t nc = (srv->len + add) * 2;
+		char *nb = realloc(srv->buf, nc);
+
+		if (!nb)
+			return false;
+		srv->buf = nb;
+		srv->cap = nc;
+	}
+	memcpy(srv->buf + srv->len, p, add);
+	srv->len += add;
+	return true;
+}
+
 /* Read what stdin has and split it into lines.  Returns -1 at EOF. */
 static int read_input(struct server *srv, bool busy)
 {
@@ -518,47 +538,22 @@ static int read_input(struct server *srv, bool busy)
 			srv->skipping = false;
 			send_error(NULL, -32600, "message too large (over %u bytes)", MCP_MAX_LINE);
 		} else if (srv->len) {
-			size_t add = (size_t)i - start;
-
-			if (srv->len + add <= MCP_MAX_LINE) {
-				char *nb = realloc(srv->buf, srv->len + add + 1);
-
-				if (nb) {
-					srv->buf = nb;
-					memcpy(srv->buf + srv->len, chunk + start, add);
-					take_line(srv, srv->buf, srv->len + add, busy);
-				}
-			} else {
-				send_error(NULL, -32600, "message too large (over %u bytes)", MCP_MAX_LINE);
-			}
+			/* The end of a line begun in an earlier read. */
+			if (line_add(srv, chunk + start, (size_t)i - start))
+				take_line(srv, srv->buf, srv->len, busy);
+			else
+				send_error(NULL, -32600, "message too large (over %u bytes) or out of memory", MCP_MAX_LINE);
 			srv->len = 0;
 		} else {
 			take_line(srv, chunk + start, (size_t)i - start, busy);
 		}
 		start = (size_t)i + 1;
 	}
-	if (start < (size_t)n && !srv->skipping) {
-		size_t add = (size_t)n - start;
-
-		if (srv->len + add > MCP_MAX_LINE) {
-			srv->skipping = true;
-			srv->len = 0;
-		} else {
-			if (srv->len + add > srv->cap) {
-				size_t nc = (srv->len + add) * 2;
-				char *nb = realloc(srv->buf, nc);
-
-				if (!nb) {
-					srv->skipping = true;
-					srv->len = 0;
-					return 0;
-				}
-				srv->buf = nb;
-				srv->cap = nc;
-			}
-			memcpy(srv->buf + srv->len, chunk + start, add);
-			srv->len += add;
-		}
+	/* A line too large (or no memory for it) is skipped to its end and
+	 * answered with an error there. */
+	if (start < (size_t)n && !srv->skipping && !line_add(srv, chunk + start, (size_t)n - start)) {
+		srv->skipping = true;
+		srv->len = 0;
 	}
 	return 0;
 }

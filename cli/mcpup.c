@@ -158,6 +158,34 @@ static void take(struct mcpup *u, const char *line, size_t n, json_t *responses)
 	json_decref(m);
 }
 
+/* Append to the line being read, within MCPUP_MAX_LINE.  A message over
+ * the cap ends the server: its answer to a call could never be read, and
+ * waiting for it would hang. */
+static int line_add(struct mcpup *u, const char *p, size_t add)
+{
+	if (u->len + add > MCPUP_MAX_LINE) {
+		gone(u, "it sent a message over %u bytes", MCPUP_MAX_LINE);
+		return -1;
+	}
+	if (u->len + add > u->cap) {
+		size_t nc = u->len + add < 65536 ? 65536 : (u->len + add) * 2;
+		char *nb;
+
+		if (nc > MCPUP_MAX_LINE)
+			nc = MCPUP_MAX_LINE;
+		nb = realloc(u->buf, nc);
+		if (!nb) {
+			gone(u, "out of memory");
+			return -1;
+		}
+		u->buf = nb;
+		u->cap = nc;
+	}
+	memcpy(u->buf + u->len, p, add);
+	u->len += add;
+	return 0;
+}
+
 int mcpup_pump(struct mcpup *u, json_t *responses)
 {
 	char chunk[65536];
@@ -181,8 +209,10 @@ int mcpup_pump(struct mcpup *u, json_t *responses)
 		if (chunk[i] != '\n')
 			continue;
 		if (u->len) {
-			memcpy(u->buf + u->len, chunk + start, (size_t)i - start);
-			take(u, u->buf, u->len + (size_t)i - start, responses);
+			/* The end of a line begun in an earlier read. */
+			if (line_add(u, chunk + start, (size_t)i - start) < 0)
+				return -1;
+			take(u, u->buf, u->len, responses);
 			u->len = 0;
 		} else {
 			take(u, chunk + start, (size_t)i - start, responses);
@@ -191,32 +221,8 @@ int mcpup_pump(struct mcpup *u, json_t *responses)
 		if (u->fd < 0)
 			return -1;
 	}
-	if (start < (size_t)n) {
-		size_t add = (size_t)n - start;
-
-		/* A message over the cap ends the server: its answer to a
-		 * call could never be read, and waiting for it would hang. */
-		if (u->len + add > MCPUP_MAX_LINE) {
-			gone(u, "it sent a message over %u bytes", MCPUP_MAX_LINE);
-			return -1;
-		}
-		if (u->len + add > u->cap) {
-			size_t nc = u->len + add < 65536 ? 65536 : (u->len + add) * 2;
-			char *nb;
-
-			if (nc > MCPUP_MAX_LINE)
-				nc = MCPUP_MAX_LINE;
-			nb = realloc(u->buf, nc);
-			if (!nb) {
-				gone(u, "out of memory");
-				return -1;
-			}
-			u->buf = nb;
-			u->cap = nc;
-		}
-		memcpy(u->buf + u->len, chunk + start, add);
-		u->len += add;
-	}
+	if (start < (size_t)n && line_add(u, chunk + start, (size_t)n - start) < 0)
+		return -1;
 	return 0;
 }
 

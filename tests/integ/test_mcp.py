@@ -612,3 +612,33 @@ def test_sigterm_closes_everything(node):
         p.stdout.close()
         p.stderr.close()
     assert _procs_with(tag) == []
+
+
+def test_large_lines_in_pieces():
+    # Lines longer than one read, one after another, each arriving in
+    # pieces: the server's line buffer grows (and never shrinks under its
+    # own record of its size) and both are answered.
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    sizes = [200000, 300000, 700000, 1000000, 1400000, 100]
+    data = b"".join(json.dumps({"jsonrpc": "2.0", "id": i, "method": "ping", "params": {"pad": "A" * n}}).encode()
+                    + b"\n" for i, n in enumerate(sizes))
+    for k in range(0, len(data), 65536):
+        p.stdin.write(data[k:k + 65536])
+        p.stdin.flush()
+        time.sleep(0.001)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert [m["id"] for m in map(json.loads, out.splitlines())] == list(range(len(sizes)))
+
+
+def test_code_mode_large_answers(node):
+    # Answers from the other server of every size up to a few MiB, read in
+    # pieces by nsbox mcp, each whole (a line finished by a later read was
+    # copied past the buffer's end).
+    args, tag = _up(node)
+    sizes = [65536 * k + d for k in (1, 2, 4, 6, 7, 8, 16, 31) for d in (-200, 0, 30000)]
+    code = "[len(t.echo(value='A' * n)) - n for n in %r]" % sizes
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": code}})], *args)
+    assert rc == 0, err
+    assert out[0]["result"]["content"][0]["text"] == repr([2] * len(sizes)), out[0]
+    assert _procs_with(tag) == []
