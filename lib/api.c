@@ -622,7 +622,7 @@ static int call_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, 
 	free(emsg);
 	if (!res)
 		return 0;	/* None */
-	*value = json_loads(res, JSON_DECODE_ANY, &jerr);
+	*value = json_loads(res, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
 	if (!*value) {
 		if (asprintf(error, "tool %s returned invalid JSON: %s (line %d, column %d)", name, jerr.text,
 			     jerr.line, jerr.column) < 0)
@@ -1022,7 +1022,7 @@ int nsbox_exec_answer(nsbox_session_t *s, uint64_t call_id, const char *result_j
 		return fail(err, -EINVAL, "nsbox_exec_answer: no tool call %llu is waiting for an answer",
 			    (unsigned long long)call_id);
 	if (!error_message && result_json) {
-		v = json_loads(result_json, JSON_DECODE_ANY, &jerr);
+		v = json_loads(result_json, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
 		/* As nsbox_exec() treats a callback's invalid JSON: a ToolError inside. */
 		if (!v && asprintf(&bad, "the tool's answer is not valid JSON: %s (line %d, column %d)", jerr.text,
 				   jerr.line, jerr.column) < 0)
@@ -1198,7 +1198,7 @@ int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_
 		return fail(err, -EINVAL, "nsbox_set_var: '%s' is not a Python identifier", name);
 	if ((r = check_session(s, err, "nsbox_set_var")) < 0)
 		return r;
-	v = json_loads(json, JSON_DECODE_ANY, &jerr);
+	v = json_loads(json, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
 	if (!v)
 		return fail(err, -EINVAL, "nsbox_set_var %s: not JSON: %s (line %d, column %d)", name, jerr.text,
 			    jerr.line, jerr.column);

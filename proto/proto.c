@@ -396,8 +396,13 @@ int proto_reader_read(struct proto_reader *r, int fd, struct proto_frame *out, s
 
 /* ---- message schemas ---- */
 
+/* Payloads are parsed with JSON_ALLOW_NUL: what Python code prints, raises
+ * or returns may hold U+0000.  A name, path, type or other string the
+ * receiver uses as a C string is F_STR, which refuses one; F_TEXT is text
+ * carried with its length. */
 enum fkind {
-	F_STR = 1,
+	F_STR = 1,	/* a string without U+0000 */
+	F_TEXT,		/* any string */
 	F_INT,
 	F_NUM,
 	F_BOOL,
@@ -434,14 +439,14 @@ static const struct schema schemas[PROTO_TYPE_MAX + 1] = {
 					    { "stream_all", F_BOOL, false }, { "rich", F_BOOL, false },
 					    { "timeout", F_NUM, false } } },
 	[PROTO_RESULT] = { PROTO_TO_HOST, { { "error", F_ERROR, true }, { "value", F_ANY, false },
-					    { "stdout", F_STR, true }, { "stderr", F_STR, true },
+					    { "stdout", F_TEXT, true }, { "stderr", F_TEXT, true },
 					    { "stdout_truncated", F_BOOL, false }, { "stderr_truncated", F_BOOL, false },
 					    { "stdout_bytes", F_INT, false }, { "stderr_bytes", F_INT, false },
 					    { "duration", F_NUM, false }, { "usage", F_OBJ, false },
 					    { "incomplete", F_BOOL, false }, { "exit_code", F_INT, false },
 					    /* checked by proto_rich_check */
 					    { "displays", F_ARR, false }, { "files", F_ARR, false } } },
-	[PROTO_OUTPUT] = { PROTO_TO_HOST, { { "stream", F_STREAM, true }, { "data", F_STR, true } } },
+	[PROTO_OUTPUT] = { PROTO_TO_HOST, { { "stream", F_STREAM, true }, { "data", F_TEXT, true } } },
 	[PROTO_CALL] = { PROTO_TO_HOST, { { "name", F_STR, true }, { "args", F_ARR, true },
 					  { "kwargs", F_OBJ, true } } },
 	[PROTO_RETURN] = { PROTO_TO_RUNNER, { { "value", F_ANY, true } } },
@@ -575,6 +580,12 @@ static int check_field(const char *tname, const struct field *fd, const json_t *
 
 	switch (fd->kind) {
 	case F_STR:
+		if (json_is_string(v) && strlen(json_string_value(v)) != json_string_length(v))
+			return err_set(err, EPROTO, "%s: field %s holds U+0000", tname, fd->name);
+		if (json_is_string(v))
+			return 0;
+		break;
+	case F_TEXT:
 		if (json_is_string(v))
 			return 0;
 		break;
@@ -621,8 +632,11 @@ static int check_field(const char *tname, const struct field *fd, const json_t *
 			return 0;
 		if (!json_is_object(v))
 			break;
-		if (!json_is_string(json_object_get(v, "type")) || !json_is_string(json_object_get(v, "message")))
-			return err_set(err, EPROTO, "%s: %s needs string fields type and message", tname, fd->name);
+		e = json_object_get(v, "type");
+		if (!json_is_string(e) || strlen(json_string_value(e)) != json_string_length(e) ||
+		    !json_is_string(json_object_get(v, "message")))
+			return err_set(err, EPROTO, "%s: %s needs string fields type (without U+0000) and message", tname,
+				       fd->name);
 		e = json_object_get(v, "traceback");
 		if (e && !json_is_string(e) && !json_is_null(e))
 			return err_set(err, EPROTO, "%s: %s.traceback is not a string", tname, fd->name);
@@ -772,7 +786,7 @@ int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **ou
 			       proto_type_name(f->hdr.type), f->hdr.len, (unsigned long long)(st.cost >> 20),
 			       NSBOX_PROTO_COST_FACTOR, NSBOX_PROTO_COST_SLACK >> 20);
 	/* Duplicate keys could make the two sides see different messages. */
-	msg = json_loadb(f->payload, jlen, JSON_REJECT_DUPLICATES, &jerr);
+	msg = json_loadb(f->payload, jlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	if (!msg)
 		return err_set(err, EPROTO, "%s payload is not valid JSON: %s at byte %d",
 			       proto_type_name(f->hdr.type), jerr.text, jerr.position);
@@ -974,9 +988,7 @@ int proto_output_decode(char *p, size_t len, int *stream, const char **data, siz
 			r += 6;
 			cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
 		}
-		if (cp == 0)
-			return -1;
-		w += put_utf8(p + w, cp);
+		w += put_utf8(p + w, cp);	/* U+0000 too: the data has its length */
 	}
 	p[w] = '\0';
 	*data = p + np;

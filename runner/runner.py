@@ -155,7 +155,10 @@ def encode(v, depth=0, seen=None):
                 d = {}
                 dollar = False
                 for k, x in v.items():
-                    if not isinstance(encode(k), str):
+                    # A key the host can't take as an object key (a lone
+                    # surrogate; U+0000, which jansson refuses in keys):
+                    # pairs.
+                    if "\0" in k or not isinstance(encode(k), str):
                         break
                     dollar = dollar or k.startswith("$")
                     d[k] = encode(x, d1, seen)

@@ -128,7 +128,8 @@ def _encode_container(v, d1, seen):
     if isinstance(v, tuple):
         return {"$tuple": [encode(x, d1, seen) for x in v]}
     if isinstance(v, dict):
-        if all(isinstance(k, str) for k in v):
+        # U+0000 in a key: pairs (libnsbox's parser refuses it in keys)
+        if all(isinstance(k, str) and "\0" not in k for k in v):
             d = {}
             dollar = False
             for k, x in v.items():

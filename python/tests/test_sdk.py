@@ -1899,3 +1899,22 @@ def test_calls_after_close_are_refused(libnsbox):
         with pytest.raises(nsbox.SandboxError) as ei:
             call()
         assert "closed" in str(ei.value), ei.value
+
+
+def test_nul_characters_cross(sb):
+    # U+0000 is a character like another in what the code prints, returns,
+    # is given and calls tools with; it used to cost the session.
+    r = sb.run("import sys; sys.stdout.write('a\\0b'); sys.stderr.write('e\\0'); 5")
+    assert (r.stdout, r.stderr, r.value, r.error) == ("a\0b", "e\0", 5, None)
+    assert sb.execute("'x\\0y'") == "x\0y"
+    assert sb.execute("{'k\\0': ['\\0'], 'plain': 1}") == {"k\0": ["\0"], "plain": 1}
+    sb.set_variable("v", {"a\0": b"b\0", "c": "\0"})
+    assert sb.execute("v") == {"a\0": b"b\0", "c": "\0"}
+
+    @sb.tool
+    def nul(s: str) -> str:
+        return s + "\0"
+    assert sb.execute("nul('q\\0')") == "q\0\0"
+    with pytest.raises(nsbox.SandboxedException):
+        sb.execute("raise ValueError('m\\0n')")
+    assert sb.execute("1 + 1") == 2

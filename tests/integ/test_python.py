@@ -776,3 +776,12 @@ def test_tool_names_that_replace_python_names_are_refused(name):
     p = run("--tool", name + "=cat", "-c", "1")
     assert p.returncode == 120, (p.returncode, p.stderr)
     assert repr(name) in p.stderr or name in p.stderr
+
+
+def test_nul_in_output_is_output():
+    # As python prints it: U+0000 on stdout and stderr, the session alive
+    # (it was a protocol error, status 121).
+    p = subprocess.run([NSBOX, "python", "-c", "import sys; print('a\\0b'); sys.stderr.write('e\\0f\\n'); print(1)"],
+                       capture_output=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == b"a\0b\n1\n" and p.stderr == b"e\0f\n"
