@@ -90,6 +90,7 @@ struct jail {
 	int ws_upper_fd, ws_host_fd;
 	uid_t ws_uid;		/* the host ids the sandbox's user maps to */
 	gid_t ws_gid;
+	uint64_t ws_size;	/* WorkspaceSize=: the write-back's budget too */
 	bool ws_synced;
 };
 

@@ -133,6 +133,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		}
 		j->ws_uid = p->host_uid ? p->host_uid : geteuid();
 		j->ws_gid = p->host_gid ? p->host_gid : getegid();
+		j->ws_size = p->workspace_size;
 	}
 	c.srcs = &srcs;
 

@@ -145,7 +145,7 @@ int jail_sync_workspace(struct jail *j, struct nsbox_err *err)
 	}
 	j->ws_synced = true;
 	if (j->reaped || j->pid <= 0)
-		r = wsync_apply(j->ws_upper_fd, j->ws_host_fd, j->ws_uid, j->ws_gid, err);
+		r = wsync_apply(j->ws_upper_fd, j->ws_host_fd, j->ws_uid, j->ws_gid, j->ws_size, err);
 	close(j->ws_upper_fd);
 	j->ws_upper_fd = -1;
 	return r;

@@ -31,6 +31,7 @@ struct wsync {
 	unsigned tmp_seq;
 	char path[4096];	/* the entry at hand, for messages */
 	size_t path_len;
+	uint64_t left;		/* bytes of file data still allowed */
 };
 
 struct linux_dirent64 {
@@ -187,6 +188,12 @@ static int copy_file(struct wsync *w, int upper, int host, const char *name)
 		return fail(w, errno, "open in the upper layer");
 	if (!S_ISREG(st.st_mode))
 		return fail(w, EINVAL, "not a regular file any more");
+	/* Charged at its size: sparse holes and hard links cost the upper
+	 * layer nothing, but the copy writes them whole. */
+	if ((uint64_t)st.st_size > w->left)
+		return fail(w, EFBIG, "the write-back would exceed the workspace's limit (WorkspaceSize; a sparse "
+				      "file's holes and each name of a hard link count in full): not copied");
+	w->left -= (uint64_t)st.st_size;
 	out = create_tmp(w, host, tmp);
 	if (out < 0)
 		return fail(w, errno, "create a file in the host directory");
@@ -309,7 +316,7 @@ static int drop_rights(uid_t uid, gid_t gid)
 	return (int)syscall(SYS_capset, &hdr, data);
 }
 
-int wsync_apply(int upper, int host, uid_t uid, gid_t gid, struct nsbox_err *err)
+int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, struct nsbox_err *err)
 {
 	int pipefd[2], st;
 	struct wsync w;
@@ -326,6 +333,7 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, struct nsbox_err *err
 	}
 	if (pid == 0) {
 		memset(&w, 0, sizeof(w));
+		w.left = budget;
 		close(pipefd[0]);
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || drop_rights(uid, gid) < 0) {
 			err_set(&w.err, errno, "copy /workspace back: become uid %u gid %u without capabilities",

@@ -15,6 +15,7 @@
 #define NSBOX_WSYNC_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "error.h"
@@ -25,7 +26,10 @@
  * directories remove the host's entries.  Runs the copy in a child with
  * host ids uid/gid (a root caller switches to them and drops every
  * capability).  Returns 0, or -1 with err naming the first entry that
- * failed (the others are still copied). */
-int wsync_apply(int upper, int host, uid_t uid, gid_t gid, struct nsbox_err *err);
+ * failed (the others are still copied).  At most budget bytes of file
+ * data are written (the workspace's limit): each file counts at its size,
+ * a sparse file's holes and every name of a hard-linked file included, as
+ * that is what the copy writes; a file past the budget is not copied. */
+int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, struct nsbox_err *err);
 
 #endif

@@ -62,6 +62,36 @@ def test_fill_stops_at_the_limit_and_host_space_is_bounded(tmp_path):
     assert used <= (16 << 20) + (4 << 20), used
 
 
+INFLATE = r"""
+import os
+for i in range(3):
+    with open("/workspace/sparse%d" % i, "wb") as f:
+        f.truncate(512 << 20)  # no blocks in the upper layer
+with open("/workspace/eight", "wb") as f:
+    f.write(os.urandom(8 << 20))
+for i in range(20):
+    os.link("/workspace/eight", "/workspace/link%d" % i)  # no data either
+st = os.statvfs("/workspace")
+print("free", st.f_bavail * st.f_frsize >> 20)
+"""
+
+
+def test_write_back_is_held_to_the_limit(tmp_path):
+    # Sparse files and hard links cost the upper layer almost nothing but
+    # were written back whole: 16M of workspace put 1.7G on the host.
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    free0 = free_bytes(ws)
+    rc, out, err = run(["run", "--workspace", str(ws), "--workspace-size", "16M", "--", "/usr/bin/python3.11",
+                        "-S", "-c", INFLATE])
+    assert rc == 0 and int(out.split()[1]) >= 4, (out, err)
+    assert "exceed the workspace's limit" in err, err
+    # From the host: at most the limit arrived.
+    written = sum(f.stat().st_size for f in ws.iterdir())
+    assert written <= 16 << 20, sorted((f.name, f.stat().st_size) for f in ws.iterdir())
+    assert free0 - free_bytes(ws) <= (16 << 20) + (4 << 20)
+
+
 def test_write_back_changes_deletions_and_new_dirs(tmp_path):
     ws = tmp_path / "ws"
     (ws / "sub").mkdir(parents=True)
