@@ -77,7 +77,13 @@ static void local_abandon(struct sandbox *sb)
 			close(j->cg->v2_fd);
 		free(j->cg);
 	}
-	j->pidfd = j->sync_fd = sb->pidfd = -1;
+	/* The workspace's write-back is the owner's: a child's copies of its
+	 * descriptors would pin the upper layer's tmpfs for the child's life. */
+	if (j->ws_upper_fd >= 0)
+		close(j->ws_upper_fd);
+	if (j->ws_host_fd >= 0)
+		close(j->ws_host_fd);
+	j->pidfd = j->sync_fd = sb->pidfd = j->ws_upper_fd = j->ws_host_fd = -1;
 	j->cg = NULL;
 }
 

@@ -1033,7 +1033,10 @@ int proto_call_name(const char *p, size_t len, char name[PROTO_TOOL_NAME_MAX + 1
 						return -1;
 					memcpy(name, p + v, j - v);
 					name[j - v] = '\0';
-					return 0;
+					/* Anything but a tool name (bytes that aren't
+					 * UTF-8 among them) goes to the parser and its
+					 * schema, which say what is wrong with it. */
+					return proto_is_tool_name(name) ? 0 : -1;
 				}
 			}
 			continue;

@@ -136,3 +136,11 @@ def test_execute_asks_for_no_rich_results(rsb):
     r = rsb.run("R()")
     assert [d["text/html"] for d in r.displays] == ["<b>"] and rsb.execute("R.n") == 2
     assert rsb.execute("import matplotlib.pyplot as plt\nlen(plt.get_fignums())") == 0
+
+
+def test_forged_call_with_a_name_that_is_not_utf8(libnsbox):
+    # A protocol error that says what is wrong, not "Cannot allocate memory".
+    with nsbox.Sandbox(timeout=30) as sb:
+        r = sb.run(PRELUDE + "frame(5, 77, b'{\"name\":\"\\xff\\xfe\",\"args\":[],\"kwargs\":{}}')\ntime.sleep(5)\n")
+        assert isinstance(r.error, nsbox.ProtocolError), r
+        assert "CALL payload is not valid JSON" in str(r.error) and "allocate" not in str(r.error), r.error
