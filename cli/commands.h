@@ -36,6 +36,10 @@ int cli_display_save(int dirfd, const char *dir, const nsbox_result_t *r, unsign
 /* Whether a file name that came from the sandbox may be used on the host:
  * 1..255 bytes, no '/', no control characters, not "." or "..". */
 bool cli_out_name_ok(const char *name);
+/* Whether text from the sandbox may reach the user's terminal outside the
+ * code's own output (completions, names): no C0 or C1 control, DEL or
+ * bidirectional override, and valid UTF-8. */
+bool cli_text_inert(const char *s);
 /* nsbox run's terminal (cli/tty.c): a pty whose slave is the command's
  * stdin and controlling terminal, with a relay process to the caller's
  * terminal, which is raw until cli_tty_stop. */

@@ -38,17 +38,46 @@ int cli_display_open(const char *dir)
 	return fd;
 }
 
+bool cli_text_inert(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	while (*p) {
+		unsigned c = *p, n = c < 0x80		  ? 0
+				     : (c & 0xe0) == 0xc0 ? 1
+				     : (c & 0xf0) == 0xe0 ? 2
+				     : (c & 0xf8) == 0xf0 ? 3
+							  : 9;
+		uint32_t cp = n == 0 ? c : n == 1 ? c & 0x1f : n == 2 ? c & 0x0f : c & 0x07;
+
+		if (n == 9 || (n == 1 && c < 0xc2))
+			return false;
+		for (unsigned i = 1; i <= n; i++) {
+			if ((p[i] & 0xc0) != 0x80)
+				return false;
+			cp = cp << 6 | (p[i] & 0x3f);
+		}
+		if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+		    (cp >= 0xd800 && cp <= 0xdfff))
+			return false;
+		/* C0, DEL, C1; LRE..RLO, LRI..PDI (text that reorders what the
+		 * terminal shows after it) */
+		if (cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || (cp >= 0x202a && cp <= 0x202e) ||
+		    (cp >= 0x2066 && cp <= 0x2069))
+			return false;
+		p += n + 1;
+	}
+	return true;
+}
+
 /* A name from the sandbox that may become a file name here. */
 bool cli_out_name_ok(const char *name)
 {
 	size_t n = name ? strlen(name) : 0;
 
-	if (n == 0 || n > 255 || !strcmp(name, ".") || !strcmp(name, ".."))
+	if (n == 0 || n > 255 || !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/'))
 		return false;
-	for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-		if (*p < 0x20 || *p == 0x7f || *p == '/')
-			return false;
-	return true;
+	return cli_text_inert(name);
 }
 
 static int write_new(int dirfd, const char *dir, const char *sub, const char *name, const void *data, size_t len)

@@ -530,9 +530,14 @@ static char *complete_gen(const char *text, int state)
 		matches = complete_list(text);
 		next = 0;
 	}
+	/* The sandbox chose these names (its globals): one that could move
+	 * the cursor, retitle or recolour the terminal when libedit lists it
+	 * is left out. */
 	while (matches && next < json_array_size(matches)) {
-		m = json_string_value(json_array_get(matches, next++));
-		if (m)
+		json_t *s = json_array_get(matches, next++);
+
+		m = json_string_value(s);
+		if (m && strlen(m) == json_string_length(s) && strlen(m) <= 1024 && cli_text_inert(m))
 			return strdup(m);
 	}
 	return NULL;

@@ -785,3 +785,53 @@ def test_nul_in_output_is_output():
                        capture_output=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout == b"a\0b\n1\n" and p.stderr == b"e\0f\n"
+
+
+def test_repl_completion_shows_no_escape_from_the_sandbox():
+    # Completions are names the sandbox chose (its globals): one holding
+    # an escape sequence (here OSC 0, which retitles the terminal) or a
+    # bidi override must not reach the user's terminal when libedit lists
+    # the matches; the plain one still completes.
+    import pty
+    import select
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["HOME"] = "/tmp"
+        os.environ.pop("NSBOX_RUNNER", None)
+        os.execv(NSBOX, [NSBOX, "python"])
+    out = b""
+
+    def pump(until, t=20):
+        nonlocal out
+        end = time.time() + t
+        while until not in out and time.time() < end:
+            if select.select([fd], [], [], 0.05)[0]:
+                try:
+                    out += os.read(fd, 65536)
+                except OSError:
+                    return
+    status = None
+    try:
+        pump(b">>> ")
+        os.write(fd, b'globals()["zq\\x1b]0;PWNED\\x07a"] = globals()["zq\\u202eb"] = 1; zqok = 2\r')
+        pump(b">>> ", 5)
+        mark = len(out)
+        os.write(fd, b"zq\t\t")
+        time.sleep(1)
+        os.write(fd, b"\r")
+        pump(b"\r\n2\r\n>>> ", 10)
+        time.sleep(0.3)  # the line editor back in its mode: typed ahead, ^D would be flushed
+        os.write(fd, b"\x04")  # Ctrl-D: the REPL ends
+        end = time.time() + 20
+        while status is None and time.time() < end:
+            pump(b"\0", 0.1)
+            p, st = os.waitpid(pid, os.WNOHANG)
+            status = st if p else None
+    finally:
+        if status is None:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        os.close(fd)
+    assert status == 0, out
+    assert b"\x1b]0;PWNED" not in out and "\u202e".encode() not in out, out
+    assert b"\r\n2\r\n" in out[mark:], out  # zq<Tab> completed to zqok, the only inert match
