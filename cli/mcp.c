@@ -125,9 +125,8 @@ static void send_msg(json_t *m) /* consumes m */
 	}
 	/* Only protocol on stdout; one message per line (JSON_COMPACT escapes
 	 * newlines inside strings). */
-	fputs(s, stdout);
-	fputc('\n', stdout);
-	fflush(stdout);
+	if ((fputs(s, stdout) < 0 || fputc('\n', stdout) < 0 || fflush(stdout) != 0) && errno == EPIPE && !stop_signal)
+		stop_signal = SIGPIPE; /* the client is gone: as SIGTERM, then SIGPIPE's own end */
 	free(s);
 }
 
@@ -2425,6 +2424,9 @@ bad_value:
 		struct sigaction sa = { .sa_handler = on_stop_signal, .sa_flags = SA_RESTART };
 
 		sigemptyset(&sa.sa_mask);
+		/* A client that closed our stdout: EPIPE (send_msg), so that the
+		 * sessions are closed before nsbox dies of it. */
+		signal(SIGPIPE, SIG_IGN);
 		sigaction(SIGTERM, &sa, NULL);
 		sigaction(SIGINT, &sa, NULL);
 		sigaction(SIGHUP, &sa, NULL);

@@ -99,6 +99,12 @@ static void on_sigint(int sig)
 		nsbox_cancel(active); /* async-signal-safe */
 }
 
+/* The reader of our stdout or stderr went away (`nsbox python ... | head`):
+ * the code is cancelled and nsbox exits 141, as a SIGPIPE death would
+ * give, but only after the session is freed (a bounded workspace is
+ * written back then; SIGPIPE itself would have lost it). */
+static volatile sig_atomic_t out_broken;
+
 static void on_output(void *ud, int stream, const char *data, size_t len)
 {
 	FILE *f = stream == 1 ? stdout : stderr;
@@ -106,8 +112,12 @@ static void on_output(void *ud, int stream, const char *data, size_t len)
 	(void)ud;
 	if (!show_output)
 		return;
-	fwrite(data, 1, len, f);
-	fflush(f);
+	if ((fwrite(data, 1, len, f) != len || fflush(f) != 0) && errno == EPIPE) {
+		out_broken = 1;
+		show_output = false;
+		if (active)
+			nsbox_cancel(active);
+	}
 }
 
 /* A host tool implemented by a command: the call's JSON on its stdin, a
@@ -770,6 +780,9 @@ int cmd_python(int argc, char **argv)
 	bool pass_stdin = false, launch;
 	int i, r, rc;
 
+	/* EPIPE, not SIGPIPE: see out_broken.  The sandbox's processes start
+	 * with every signal at its default (jail/payload.c). */
+	signal(SIGPIPE, SIG_IGN);
 	for (i = 1; i < argc && strcmp(argv[i], "--") && strcmp(argv[i], "-c") && strcmp(argv[i], "-m"); i++)
 		json_errors |= !strcmp(argv[i], "--json");
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
@@ -1078,7 +1091,7 @@ int cmd_python(int argc, char **argv)
 			goto out;
 		}
 	}
-	rc = report(s, res, json_mode, !json_mode);
+	rc = out_broken ? 128 + SIGPIPE : report(s, res, json_mode, !json_mode);
 out:
 	py_err_json(rc);
 	active = NULL;

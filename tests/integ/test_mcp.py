@@ -642,3 +642,22 @@ def test_code_mode_large_answers(node):
     assert rc == 0, err
     assert out[0]["result"]["content"][0]["text"] == repr([2] * len(sizes)), out[0]
     assert _procs_with(tag) == []
+
+
+def test_client_closing_stdout_closes_everything():
+    # A client that closes the server's stdout mid-call: the sessions are
+    # closed (conftest checks no cgroup or process is left), then nsbox mcp
+    # ends as SIGPIPE would end it.
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdin.write((req(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                         "clientInfo": {"name": "t", "version": "0"}}) + "\n").encode())
+    p.stdin.flush()
+    assert json.loads(p.stdout.readline())["id"] == 1
+    p.stdin.write((req(2, "tools/call", {"name": "run_python", "arguments": {"code": "import time; time.sleep(1); 1"}})
+                   + "\n").encode())
+    p.stdin.flush()
+    time.sleep(0.3)
+    p.stdout.close()
+    assert p.wait(timeout=30) == -signal.SIGPIPE, p.stderr.read()
+    p.stdin.close()
+    p.stderr.close()

@@ -835,3 +835,17 @@ def test_repl_completion_shows_no_escape_from_the_sandbox():
     assert status == 0, out
     assert b"\x1b]0;PWNED" not in out and "\u202e".encode() not in out, out
     assert b"\r\n2\r\n" in out[mark:], out  # zq<Tab> completed to zqok, the only inert match
+
+
+def test_a_closed_pipe_cancels_and_keeps_the_workspace(tmp_path):
+    # `nsbox python ... | head -1`: the code is cancelled and nsbox exits
+    # 141 as SIGPIPE would make it, but after the session is freed, so the
+    # bounded workspace's write-back still happens (SIGPIPE lost it).
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    code = "open('/workspace/result.txt', 'w').write('x')\nfor i in range(10**7): print(i)"
+    p = subprocess.run(["/bin/bash", "-c", '"$0" python --workspace "$1" -c "$2" | head -1; echo "${PIPESTATUS[0]}" >&2',
+                        NSBOX, str(ws), code], capture_output=True, text=True, timeout=60)
+    assert p.stdout == "0\n", p.stderr
+    assert p.stderr.splitlines()[-1] == "141", p.stderr
+    assert (ws / "result.txt").read_text() == "x"
