@@ -26,13 +26,13 @@
 
 #define MCP_MAX_TOOLS 64
 #define MCP_MAX_SESSIONS_CAP 256
-#define MCP_MAX_LINE (8u << 20)	 /* a request line; code is capped well below */
-#define MCP_MAX_CODE (1u << 20)	 /* bytes of code per run_python */
-#define MCP_FILE_CAP (1u << 20)	 /* bytes per read_file / write_file */
-#define MCP_LIST_CAP 1000	 /* entries per list_files */
-#define MCP_TAIL 512		 /* bytes of output carried by a progress notification */
-#define MCP_PROGRESS_EVERY 2.0	 /* seconds */
-#define MCP_MAX_PENDING 16	 /* code-mode calls in flight per exec (threads inside) */
+#define MCP_MAX_LINE (8u << 20) /* a request line; code is capped well below */
+#define MCP_MAX_CODE (1u << 20) /* bytes of code per run_python */
+#define MCP_FILE_CAP (1u << 20) /* bytes per read_file / write_file */
+#define MCP_LIST_CAP 1000	/* entries per list_files */
+#define MCP_TAIL 512		/* bytes of output carried by a progress notification */
+#define MCP_PROGRESS_EVERY 2.0	/* seconds */
+#define MCP_MAX_PENDING 16	/* code-mode calls in flight per exec (threads inside) */
 
 static const char *const versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
 
@@ -58,7 +58,7 @@ struct server {
 	unsigned max_sessions;
 	uint64_t output_limit, max_memory;
 	bool share_net, host_writes;
-	bool structured; /* --structured: structuredContent and an outputSchema for run_python */
+	bool structured;     /* --structured: structuredContent and an outputSchema for run_python */
 	bool helper_started; /* a session came from libnsbox's helper: later ones do too */
 	bool want_warm;	     /* a client said hello: make the default session while it thinks */
 	struct msess implicit;
@@ -203,7 +203,8 @@ static int check_envelope(json_t *id, const json_t *params)
 	if (!json_is_object(caps))
 		return envelope_error(id, META_CAPS, "expected an object");
 	info = json_object_get(meta, META_CLIENT);
-	if (info && (!json_is_string(json_object_get(info, "name")) || !json_is_string(json_object_get(info, "version"))))
+	if (info &&
+	    (!json_is_string(json_object_get(info, "name")) || !json_is_string(json_object_get(info, "version"))))
 		return envelope_error(id, META_CLIENT, "expected an object with string name and version");
 	if (strcmp(json_string_value(v), MCP_MODERN)) {
 		char msg[300];
@@ -314,8 +315,8 @@ static int start_session(struct server *srv, uint64_t memory, nsbox_session_t **
 		goto fail;
 	nsbox_policy_free(p);
 	for (size_t k = 0; k < srv->n_tools; k++)
-		if (nsbox_session_add_tool(s, srv->tools[k].name, NULL, "A host tool (nsbox mcp --tool).",
-					   cli_tool_run, &srv->tools[k], &e) < 0) {
+		if (nsbox_session_add_tool(s, srv->tools[k].name, NULL, "A host tool (nsbox mcp --tool).", cli_tool_run,
+					   &srv->tools[k], &e) < 0) {
 			snprintf(msg, msz, "tool %s: %s", srv->tools[k].name, nsbox_error_message(e));
 			nsbox_error_free(e);
 			nsbox_session_free(s);
@@ -383,7 +384,8 @@ static double expire_idle(struct server *srv)
 			continue;
 		left = m->last_used + srv->idle_timeout - t;
 		if (left <= 0) {
-			fprintf(stderr, "nsbox mcp: closing idle session %s\n", m->handle[0] ? m->handle : "(implicit)");
+			fprintf(stderr, "nsbox mcp: closing idle session %s\n",
+				m->handle[0] ? m->handle : "(implicit)");
 			close_msess(m);
 		} else if (next < 0 || left < next) {
 			next = left;
@@ -541,7 +543,8 @@ static int read_input(struct server *srv, bool busy)
 			if (line_add(srv, chunk + start, (size_t)i - start))
 				take_line(srv, srv->buf, srv->len, busy);
 			else
-				send_error(NULL, -32600, "message too large (over %u bytes) or out of memory", MCP_MAX_LINE);
+				send_error(NULL, -32600, "message too large (over %u bytes) or out of memory",
+					   MCP_MAX_LINE);
 			srv->len = 0;
 		} else {
 			take_line(srv, chunk + start, (size_t)i - start, busy);
@@ -618,7 +621,7 @@ static void forward_call(struct server *srv, nsbox_session_t *s, const struct ns
 		answer(s, ev->call_id, ev->tool, NULL, msg);
 		return;
 	}
-	call = json_loads(ev->args_json, 0, NULL);
+	call = json_loads(ev->args_json, JSON_ALLOW_NUL, NULL);
 	kwargs = json_object_get(call, "kwargs");
 	if (json_array_size(json_object_get(call, "args"))) {
 		snprintf(msg, sizeof(msg), "%s(): pass the arguments by name (MCP tools take keyword arguments)",
@@ -639,8 +642,9 @@ static void forward_call(struct server *srv, nsbox_session_t *s, const struct ns
 		answer(s, ev->call_id, ev->tool, NULL, msg);
 		return;
 	}
-	srv->pend[srv->n_pend++] = (struct pending){ .u = u, .rid = rid, .call_id = ev->call_id,
-						     .deadline = now() + srv->up_timeout };
+	srv->pend[srv->n_pend++] = (struct pending){
+		.u = u, .rid = rid, .call_id = ev->call_id, .deadline = now() + srv->up_timeout
+	};
 	snprintf(srv->pend[srv->n_pend - 1].tool, sizeof(srv->pend[0].tool), "%s", ev->tool);
 }
 
@@ -685,8 +689,8 @@ static void settle_up(struct server *srv, nsbox_session_t *s, const char *why)
 				if (text && strlen(text) <= MCPUP_MAX_RESULT) {
 					answer(s, p->call_id, p->tool, text, NULL);
 				} else {
-					snprintf(msg, sizeof(msg), "%s(): the result is too large (over %u bytes)", p->tool,
-						 MCPUP_MAX_RESULT);
+					snprintf(msg, sizeof(msg), "%s(): the result is too large (over %u bytes)",
+						 p->tool, MCPUP_MAX_RESULT);
 					answer(s, p->call_id, p->tool, NULL, msg);
 				}
 				free(text);
@@ -705,8 +709,8 @@ static void settle_up(struct server *srv, nsbox_session_t *s, const char *why)
 			answer(s, p->call_id, p->tool, NULL, msg);
 			drop_pending(srv, i);
 		} else if (now() >= p->deadline) {
-			snprintf(msg, sizeof(msg), "%s(): no answer from the MCP server %s in %g s", p->tool, p->u->name,
-				 srv->up_timeout);
+			snprintf(msg, sizeof(msg), "%s(): no answer from the MCP server %s in %g s", p->tool,
+				 p->u->name, srv->up_timeout);
 			mcpup_send_cancel(p->u, p->rid, "timed out");
 			answer(s, p->call_id, p->tool, NULL, msg);
 			drop_pending(srv, i);
@@ -771,11 +775,12 @@ static void answer_tool_call(struct server *srv, nsbox_session_t *s, const struc
 /* Run code on s through the event API, serving stdin meanwhile.  With a
  * progress token, notifications/progress every MCP_PROGRESS_EVERY seconds.
  * Returns 0 with *out, or -1 with msg (nothing ran). */
-static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bool repl, double timeout,
-		    json_t *id, json_t *token, nsbox_result_t **out, char *msg, size_t msz)
+static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bool repl, double timeout, json_t *id,
+		    json_t *token, nsbox_result_t **out, char *msg, size_t msz)
 {
-	struct nsbox_exec_opts eo = { .struct_size = sizeof(eo), .repl = repl, .timeout = timeout,
-				      .filename = "<mcp>" };
+	struct nsbox_exec_opts eo = {
+		.struct_size = sizeof(eo), .repl = repl, .timeout = timeout, .filename = "<mcp>"
+	};
 	struct nsbox_event ev = { .struct_size = sizeof(ev) };
 	nsbox_error_t *e = NULL;
 	struct tail tail = { .n = 0 };
@@ -1074,7 +1079,7 @@ static void put_repr(const json_t *v, FILE *f, int depth)
 
 static void put_value(const nsbox_result_t *res, FILE *f)
 {
-	json_t *v = json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL);
+	json_t *v = json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 
 	if (v && !json_is_null(v)) {
 		put_repr(v, f, 0);
@@ -1123,13 +1128,13 @@ static const char *status_name(enum nsbox_status st)
 static json_t *structured_result(const nsbox_result_t *res, bool dead)
 {
 	enum nsbox_status st = nsbox_result_status(res);
-	json_t *r = json_loads(nsbox_result_json(res), 0, NULL), *v, *out;
+	json_t *r = json_loads(nsbox_result_json(res), JSON_ALLOW_NUL, NULL), *v, *out;
 	size_t olen = 0, elen = 0;
 	const char *o = nsbox_result_stdout(res, &olen), *er = nsbox_result_stderr(res, &elen);
 	char *repr = NULL;
 	size_t rlen = 0;
 
-	v = st == NSBOX_OK ? json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL) : NULL;
+	v = st == NSBOX_OK ? json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : NULL;
 	if (v && !json_is_null(v)) {
 		FILE *f = open_memstream(&repr, &rlen);
 
@@ -1252,8 +1257,9 @@ static json_t *rich_blocks(const nsbox_result_t *res, const char *handle, FILE *
 	 * the last bundle too, and its repr is in the text block already: the
 	 * value is then a $repr, the bundle's text/plain the same repr. */
 	size_t n_text = nsbox_result_display_count(res);
-	json_t *v = nsbox_result_status(res) == NSBOX_OK ? json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL)
-							 : NULL;
+	json_t *v = nsbox_result_status(res) == NSBOX_OK
+			    ? json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL)
+			    : NULL;
 	const char *vrepr = json_string_value(json_object_get(v, "$repr")), *last;
 	size_t llen = 0;
 
@@ -1354,7 +1360,7 @@ static void structured_rich(json_t *out, const nsbox_result_t *res, const char *
 static json_t *format_result(const nsbox_result_t *res, bool dead, const char *handle, bool rich, bool structured)
 {
 	enum nsbox_status st = nsbox_result_status(res);
-	json_t *r = json_loads(nsbox_result_json(res), 0, NULL);
+	json_t *r = json_loads(nsbox_result_json(res), JSON_ALLOW_NUL, NULL);
 	char *text = NULL;
 	size_t tlen = 0, olen, elen;
 	const char *o = nsbox_result_stdout(res, &olen), *er = nsbox_result_stderr(res, &elen);
@@ -1460,10 +1466,11 @@ static struct msess *pick_session(struct server *srv, const char *handle, json_t
 		struct msess *m = find_handle(srv, handle);
 
 		if (!m)
-			*err = tool_errorf("unknown or expired session '%.64s' (sessions close after %g s idle, "
-					   "or when a limit kills them): make one with new_session, or omit "
-					   "'session' to use the default session",
-					   handle, srv->idle_timeout);
+			*err = tool_errorf(
+				"unknown or expired session '%.64s' (sessions close after %g s idle, "
+				"or when a limit kills them): make one with new_session, or omit "
+				"'session' to use the default session",
+				handle, srv->idle_timeout);
 		return m;
 	}
 	if (!srv->implicit.s && start_session(srv, 0, &srv->implicit.s, msg, sizeof(msg)) < 0) {
@@ -1488,8 +1495,8 @@ static double call_timeout(struct server *srv, const struct msess *m, double ask
 
 /* Run code on m and make the tool result; *suppress when the request was
  * cancelled (no response then).  Forgets m when its sandbox died. */
-static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bool repl, double timeout,
-		       json_t *id, json_t *token, bool *suppress, nsbox_result_t **keep)
+static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bool repl, double timeout, json_t *id,
+		       json_t *token, bool *suppress, nsbox_result_t **keep)
 {
 	nsbox_result_t *res = NULL;
 	char msg[1024];
@@ -1524,8 +1531,8 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	return out;
 }
 
-static json_t *tool_run_python(struct server *srv, json_t *args, json_t *id, json_t *token, bool *suppress,
-			       char *msg, size_t msz)
+static json_t *tool_run_python(struct server *srv, json_t *args, json_t *id, json_t *token, bool *suppress, char *msg,
+			       size_t msz)
 {
 	const char *code, *handle;
 	double timeout;
@@ -1660,7 +1667,7 @@ static json_t *file_op(struct server *srv, const char *handle, const char *snipp
 	free(text);
 	out = exec_on(srv, m, snippet, true, call_timeout(srv, m, 30), id, NULL, &suppress, &res);
 	if (res && nsbox_result_status(res) == NSBOX_OK) {
-		*value = json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL);
+		*value = json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 		if (*value) {
 			json_decref(out);
 			out = NULL;
@@ -1699,7 +1706,8 @@ static json_t *tool_write_file(struct server *srv, json_t *args, json_t *id, cha
 	char buf[4200];
 
 	if (arg_string(args, "session", false, &handle, msg, msz) < 0 ||
-	    arg_string(args, "path", true, &path, msg, msz) < 0 || arg_string(args, "text", false, &text, msg, msz) < 0 ||
+	    arg_string(args, "path", true, &path, msg, msz) < 0 ||
+	    arg_string(args, "text", false, &text, msg, msz) < 0 ||
 	    arg_string(args, "base64", false, &b64, msg, msz) < 0)
 		return NULL;
 	if (!text == !b64) {
@@ -1715,7 +1723,8 @@ static json_t *tool_write_file(struct server *srv, json_t *args, json_t *id, cha
 		      json_pack("{s:s,s:s,s:b}", "path", path, "data", text ? text : b64, "b64", !text), id, &v);
 	if (out)
 		return out;
-	snprintf(buf, sizeof(buf), "wrote %lld bytes to %.4000s", (long long)json_integer_value(json_object_get(v, "size")),
+	snprintf(buf, sizeof(buf), "wrote %lld bytes to %.4000s",
+		 (long long)json_integer_value(json_object_get(v, "size")),
 		 json_string_value(json_object_get(v, "path")) ?: path);
 	json_decref(v);
 	return tool_result(buf, false);
@@ -1747,7 +1756,9 @@ static json_t *tool_list_files(struct server *srv, json_t *args, json_t *id, cha
 		const char *kind = json_string_value(json_array_get(ent, 1)) ?: "";
 
 		fprintf(f, "%s%s", json_string_value(json_array_get(ent, 0)) ?: "",
-			!strcmp(kind, "dir") ? "/" : !strcmp(kind, "link") ? "@" : "");
+			!strcmp(kind, "dir")	? "/"
+			: !strcmp(kind, "link") ? "@"
+						: "");
 		if (!strcmp(kind, "file"))
 			fprintf(f, "\t%lld bytes", (long long)json_integer_value(json_array_get(ent, 2)));
 		fputc('\n', f);
@@ -1837,12 +1848,12 @@ static json_t *tools_list(const struct server *srv)
 		"{s:s,s:s,s:s,s:{s:s,s:{s:O,s:{s:s,s:s}},s:b},s:{s:s,s:b,s:b,s:b,s:b}}]}",
 		"tools",
 		/* run_python */
-		"name", "run_python", "title", "Run Python", "description", desc ? desc : "Run Python code.", "inputSchema", "type", "object",
-		"properties", "code", "type", "string", "description", "Python source; at most 1 MiB", "session",
-		session, "timeout_s", "type", "number", "description", "wall-clock limit for this call, seconds",
-		"exclusiveMinimum", 0.0, "required", "code", "additionalProperties", 0, "annotations", "title",
-		"Run Python", "readOnlyHint", 0, "destructiveHint", destructive, "idempotentHint", 0,
-		"openWorldHint", open_world,
+		"name", "run_python", "title", "Run Python", "description", desc ? desc : "Run Python code.",
+		"inputSchema", "type", "object", "properties", "code", "type", "string", "description",
+		"Python source; at most 1 MiB", "session", session, "timeout_s", "type", "number", "description",
+		"wall-clock limit for this call, seconds", "exclusiveMinimum", 0.0, "required", "code",
+		"additionalProperties", 0, "annotations", "title", "Run Python", "readOnlyHint", 0, "destructiveHint",
+		destructive, "idempotentHint", 0, "openWorldHint", open_world,
 		/* new_session */
 		"name", "new_session", "title", "New session", "description",
 		"Start a new sandboxed Python session and return its handle. It closes when idle for the "
@@ -1892,12 +1903,12 @@ static json_t *tools_list(const struct server *srv)
 			json_pack("{s:s,s:{s:{s:s,s:[s,s,s,s,s,s,s]},s:{s:s},s:{s:s},s:{s:s},s:{s:s},s:{s:[s,s]},"
 				  "s:{s:s},s:{s:s,s:{s:{s:s},s:{s:s},s:{s:s}}}},s:[s,s,s,s]}",
 				  "type", "object", "properties", "status", "type", "string", "enum", "ok", "exception",
-				  "time_limit", "cancelled", "memory_limit", "crashed", "protocol_error", "stdout", "type",
-				  "string", "stderr", "type", "string", "stdout_truncated", "type", "boolean",
-				  "stderr_truncated", "type", "boolean", "value", "type", "string", "null", "session_ended",
-				  "type", "boolean", "error", "type", "object", "properties", "type", "type", "string",
-				  "message", "type", "string", "traceback", "type", "string", "required", "status", "stdout",
-				  "stderr", "session_ended"));
+				  "time_limit", "cancelled", "memory_limit", "crashed", "protocol_error", "stdout",
+				  "type", "string", "stderr", "type", "string", "stdout_truncated", "type", "boolean",
+				  "stderr_truncated", "type", "boolean", "value", "type", "string", "null",
+				  "session_ended", "type", "boolean", "error", "type", "object", "properties", "type",
+				  "type", "string", "message", "type", "string", "traceback", "type", "string",
+				  "required", "status", "stdout", "stderr", "session_ended"));
 	if (srv->structured && list) {
 		json_t *props = json_object_get(json_object_get(json_array_get(json_object_get(list, "tools"), 0),
 								"outputSchema"),
@@ -2065,7 +2076,6 @@ bad:
 		   uri);
 }
 
-
 static void handle(struct server *srv, json_t *m)
 {
 	const char *method = method_of(m);
@@ -2078,7 +2088,8 @@ static void handle(struct server *srv, json_t *m)
 		return;
 	}
 	if (!json_is_object(m)) {
-		send_error(NULL, -32600, "invalid request: %s", json_is_array(m) ? "batches are not supported" : "not an object");
+		send_error(NULL, -32600, "invalid request: %s",
+			   json_is_array(m) ? "batches are not supported" : "not an object");
 		return;
 	}
 	if (!method) {
@@ -2099,13 +2110,14 @@ static void handle(struct server *srv, json_t *m)
 	if (!strcmp(method, "initialize") || !strcmp(method, "server/discover") || !strcmp(method, "tools/list"))
 		srv->want_warm = true;
 	if (!strcmp(method, "initialize") && era) {
-		send_error(id, -32601, "method not found: initialize (protocol revision " MCP_MODERN
-				       " has no handshake: use server/discover)");
+		send_error(id, -32601,
+			   "method not found: initialize (protocol revision " MCP_MODERN
+			   " has no handshake: use server/discover)");
 	} else if (!strcmp(method, "server/discover")) {
 		if (!era)
 			send_error(id, -32602,
-				   "server/discover needs the _meta envelope of protocol revision " MCP_MODERN " (" META_VERSION
-				   ", " META_CAPS ")");
+				   "server/discover needs the _meta envelope of protocol revision " MCP_MODERN
+				   " (" META_VERSION ", " META_CAPS ")");
 		else
 			send_result(id, json_pack("{s:[s],s:{s:{s:b},s:{s:b}},s:s,s:i,s:s}", "supportedVersions",
 						  MCP_MODERN, "capabilities", "tools", "listChanged", 0, "resources",
@@ -2322,7 +2334,8 @@ int cmd_mcp(int argc, char **argv)
 			char *name;
 
 			if (!eq || eq == v || !eq[1] || srv.n_tools >= MCP_MAX_TOOLS) {
-				fprintf(stderr, "nsbox mcp: --tool: expected NAME=COMMAND (at most %d)\n", MCP_MAX_TOOLS);
+				fprintf(stderr, "nsbox mcp: --tool: expected NAME=COMMAND (at most %d)\n",
+					MCP_MAX_TOOLS);
 				goto out;
 			}
 			name = strndup(v, (size_t)(eq - v));
@@ -2353,9 +2366,18 @@ int cmd_mcp(int argc, char **argv)
 			goto out;
 		}
 		if (r == 0) {
-			static const char *const own[] = { "tool",	    "idle-timeout", "max-sessions", "call-timeout",
-							   "max-call-timeout", "max-memory",   "output-limit", "mcp-server",
-							   "mcp-timeout",	    "structured",   "help",	    NULL };
+			static const char *const own[] = { "tool",
+							   "idle-timeout",
+							   "max-sessions",
+							   "call-timeout",
+							   "max-call-timeout",
+							   "max-memory",
+							   "output-limit",
+							   "mcp-server",
+							   "mcp-timeout",
+							   "structured",
+							   "help",
+							   NULL };
 
 			args_unknown_option("mcp", a, own, &err);
 			fprintf(stderr, "nsbox mcp: %s\n", err.msg);
@@ -2396,9 +2418,9 @@ bad_value:
 			    opt_value(argc, argv, &j, "--max-call-timeout", &v) ||
 			    opt_value(argc, argv, &j, "--max-sessions", &v) ||
 			    opt_value(argc, argv, &j, "--max-memory", &v) ||
-			    opt_value(argc, argv, &j, "--output-limit", &v) || opt_value(argc, argv, &j, "--tool", &v) ||
-			    opt_value(argc, argv, &j, "--mcp-server", &v) || opt_value(argc, argv, &j, "--mcp-timeout", &v) ||
-			    !strcmp(argv[i], "--structured")) {
+			    opt_value(argc, argv, &j, "--output-limit", &v) ||
+			    opt_value(argc, argv, &j, "--tool", &v) || opt_value(argc, argv, &j, "--mcp-server", &v) ||
+			    opt_value(argc, argv, &j, "--mcp-timeout", &v) || !strcmp(argv[i], "--structured")) {
 				i = j;
 				continue;
 			}

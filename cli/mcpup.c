@@ -134,7 +134,7 @@ static int send_line(struct mcpup *u, json_t *m, double deadline) /* consumes m 
 
 static void take(struct mcpup *u, const char *line, size_t n, json_t *responses)
 {
-	json_t *m = json_loadb(line, n, 0, NULL), *id;
+	json_t *m = json_loadb(line, n, JSON_ALLOW_NUL, NULL), *id;
 	const char *method;
 
 	if (!json_is_object(m)) {

@@ -236,7 +236,7 @@ int cli_tool_run(void *ud, const char *name, const char *args_json, char **resul
 		return -1;
 	}
 	/* Checked here to say which command broke (libnsbox checks it too). */
-	check = json_loadb(out ? out : "", out_len, JSON_DECODE_ANY, &jerr);
+	check = json_loadb(out ? out : "", out_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
 	if (!check) {
 		if (asprintf(error, "tool %s: the command's output is not JSON: %s", name, jerr.text) < 0)
 			*error = NULL;
@@ -328,7 +328,7 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 	};
 	enum nsbox_status status = nsbox_result_status(res);
 	bool limit = status != NSBOX_OK && status != NSBOX_EXCEPTION;
-	json_t *r = json_loads(nsbox_result_json(res), 0, NULL);
+	json_t *r = json_loads(nsbox_result_json(res), JSON_ALLOW_NUL, NULL);
 	const char *etype = nsbox_result_error_type(res);
 	int rc = nsbox_result_exit_code(res);
 
@@ -368,7 +368,8 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		usage = json_pack("{s:f,s:f,s:I,s:I,s:n,s:n}", "wall", wall, "cpu", cpu, "tool_calls",
 				  (json_int_t)calls, "peak_memory", (json_int_t)peak, "max_rss", "duration");
 		json_object_set_new(o, "value",
-				    json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL) ?: json_null());
+				    json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL)
+					    ?: json_null());
 		for (size_t i = 0; i < ARRAY_SIZE(keys); i++) {
 			json_t *v = r ? json_object_get(r, keys[i]) : NULL;
 
@@ -517,7 +518,7 @@ static json_t *complete_list(const char *text)
 	json_decref(t);
 	if (arg && asprintf(&code, "%s%s)\n", pre, arg) >= 0 &&
 	    nsbox_exec(complete_session, code, &eo, &res, &e) == 0 && nsbox_result_status(res) == NSBOX_OK)
-		v = json_loads(nsbox_result_value(res), JSON_DECODE_ANY, NULL);
+		v = json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 	nsbox_error_free(e);
 	nsbox_result_free(res);
 	free(arg);
