@@ -349,6 +349,9 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		}
 	}
 
+	/* Saved first: a failure here is part of the status --json reports. */
+	if (display_fd >= 0 && cli_display_save(display_fd, display_dir, res, &display_seq) < 0 && rc == 0)
+		rc = 1;
 	if (json_mode) {
 		struct nsbox_session_info info = { .struct_size = sizeof(info) };
 		json_t *o = json_object();
@@ -415,14 +418,19 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		if (nsbox_session_info(s, &info, NULL) < 0)
 			info.alive = false;
 		json_object_set_new(o, "session_dead", json_boolean(!info.alive));
+		/* nsbox's own status (130 for a KeyboardInterrupt, 1 when the
+		 * displays could not be saved), as nsbox(1) says. */
+		json_object_set_new(o, "exit_code", json_integer(rc));
 		cli_json_dump(o, stdout);
 		fputc('\n', stdout);
 		json_decref(o);
 	} else {
 		/* Streamed: all of it went to on_output as produced (stream_all). */
 		if (r && !streamed) {
-			fputs(json_string_value(json_object_get(r, "stdout")) ?: "", stdout);
-			fputs(json_string_value(json_object_get(r, "stderr")) ?: "", stderr);
+			json_t *so = json_object_get(r, "stdout"), *se = json_object_get(r, "stderr");
+
+			fwrite(json_string_value(so) ?: "", 1, json_string_length(so), stdout);
+			fwrite(json_string_value(se) ?: "", 1, json_string_length(se), stderr);
 		}
 		fflush(stdout);
 		if ((status == NSBOX_EXCEPTION && !is_exit(res)) || status == NSBOX_TIME_LIMIT ||
@@ -433,8 +441,6 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 	}
 	fflush(stdout);
 	json_decref(r);
-	if (display_fd >= 0 && cli_display_save(display_fd, display_dir, res, &display_seq) < 0 && rc == 0)
-		rc = 1;
 	return rc;
 }
 

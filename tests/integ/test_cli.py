@@ -376,3 +376,10 @@ def test_run_restores_the_terminal(tmp_path):
     before = (tmp_path / "before").read_text()
     assert before == (tmp_path / "after").read_text()
     assert before.strip() in text                      # the command saw the caller's settings
+
+
+def test_json_exit_code_is_nsbox_status():
+    # nsbox(1): exit_code is nsbox's exit status, KeyboardInterrupt's 130 too.
+    p = subprocess.run([NSBOX, "python", "--json", "-c", "raise KeyboardInterrupt"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 130 and json.loads(p.stdout)["exit_code"] == 130, (p.stdout, p.stderr)
