@@ -764,6 +764,16 @@ static int print_packages(const nsbox_policy_t *p, bool json_mode)
 	return 0;
 }
 
+/* nsbox_exec refused to run the code: the input's fault (too large for a
+ * frame, not UTF-8) is a usage error, FILE or -c alike; a session that
+ * is gone is the runner's. */
+static int exec_fail_status(const nsbox_error_t *e)
+{
+	int c = nsbox_error_code(e);
+
+	return c == -EINVAL || c == -EMSGSIZE ? NSBOX_EXIT_USAGE : NSBOX_EXIT_PROTOCOL;
+}
+
 int cmd_python(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
@@ -1068,8 +1078,8 @@ int cmd_python(int argc, char **argv)
 	eo.repl = false;
 	if (nsbox_exec(s, launcher, &eo, &res, &e) < 0) {
 		py_err("%s\n", nsbox_error_message(e));
+		rc = exec_fail_status(e);
 		nsbox_error_free(e);
-		rc = NSBOX_EXIT_PROTOCOL;
 		goto out;
 	}
 	show_output = true;
@@ -1093,8 +1103,8 @@ int cmd_python(int argc, char **argv)
 		eo.repl = json_mode;
 		if (nsbox_exec(s, code, &eo, &res, &e) < 0) {
 			py_err("%s\n", nsbox_error_message(e));
+			rc = exec_fail_status(e);
 			nsbox_error_free(e);
-			rc = NSBOX_EXIT_USAGE;
 			goto out;
 		}
 	}

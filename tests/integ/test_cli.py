@@ -383,3 +383,12 @@ def test_json_exit_code_is_nsbox_status():
     p = subprocess.run([NSBOX, "python", "--json", "-c", "raise KeyboardInterrupt"], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 130 and json.loads(p.stdout)["exit_code"] == 130, (p.stdout, p.stderr)
+
+
+def test_code_over_the_frame_limit_is_a_usage_error(tmp_path):
+    # The same status (120, naming the limit) for FILE, stdin and -c.
+    f = tmp_path / "big.py"
+    f.write_text("x = 1\n" * 3_000_000)
+    for args, stdin in [([str(f)], None), (["-"], f.read_bytes())]:
+        p = subprocess.run([NSBOX, "python", *args], input=stdin, capture_output=True, timeout=60)
+        assert p.returncode == 120 and b"exceeds the frame limit" in p.stderr, (args, p.stderr[-300:])
