@@ -27,11 +27,11 @@ struct cli_tool {
  * the command's stdin, a JSON value expected on its stdout. */
 int cli_tool_run(void *ud, const char *name, const char *args_json, char **result_json, char **error);
 
-/* nsbox python --display-dir (cli/display.c): make and open DIR (-1,
- * printed, on failure); save a result's displays and /out files in it
+/* nsbox python --display-dir (cli/display.c): make and open DIR (-1, with
+ * the reason in eb, on failure); save a result's displays and /out files in it
  * (seq numbers the displays across execs).  -1 when any could not be
  * written (each printed). */
-int cli_display_open(const char *dir);
+int cli_display_open(const char *dir, char *eb, size_t el);
 int cli_display_save(int dirfd, const char *dir, const nsbox_result_t *r, unsigned *seq);
 /* Whether a file name that came from the sandbox may be used on the host:
  * 1..255 bytes, no '/', no control characters, not "." or "..". */

@@ -24,17 +24,17 @@ static const struct {
 	{ "text/plain", "txt" }, { "application/pdf", "pdf" },
 };
 
-int cli_display_open(const char *dir)
+int cli_display_open(const char *dir, char *eb, size_t el)
 {
 	int fd;
 
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-		fprintf(stderr, "nsbox python: --display-dir %s: %s\n", dir, strerror(errno));
+		snprintf(eb, el, "--display-dir %s: %s", dir, strerror(errno));
 		return -1;
 	}
 	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		fprintf(stderr, "nsbox python: --display-dir %s: %s\n", dir, strerror(errno));
+		snprintf(eb, el, "--display-dir %s: %s", dir, strerror(errno));
 	return fd;
 }
 

@@ -846,8 +846,12 @@ int cmd_python(int argc, char **argv)
 			}
 			if (display_fd >= 0)
 				close(display_fd);
-			if ((display_fd = cli_display_open(v)) < 0)
+			char eb[512];
+
+			if ((display_fd = cli_display_open(v, eb, sizeof(eb))) < 0) {
+				py_err("%s\n", eb);
 				goto usage_quiet;
+			}
 			display_dir = v;
 			continue;
 		}

@@ -392,3 +392,11 @@ def test_code_over_the_frame_limit_is_a_usage_error(tmp_path):
     for args, stdin in [([str(f)], None), (["-"], f.read_bytes())]:
         p = subprocess.run([NSBOX, "python", *args], input=stdin, capture_output=True, timeout=60)
         assert p.returncode == 120 and b"exceeds the frame limit" in p.stderr, (args, p.stderr[-300:])
+
+
+def test_json_display_dir_error_is_json(tmp_path):
+    bad = str(tmp_path / "missing" / "deeper")
+    p = subprocess.run([NSBOX, "python", "--json", "--display-dir", bad, "-c", "1"], capture_output=True, text=True,
+                       timeout=60)
+    o = json.loads(p.stdout)
+    assert p.returncode == 120 and o["outcome"] == "usage_error" and "--display-dir" in o["error"]["message"], p
