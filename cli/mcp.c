@@ -1688,8 +1688,13 @@ static json_t *tool_read_file(struct server *srv, json_t *args, json_t *id, char
 	out = file_op(srv, handle, read_snippet, json_pack("{s:s,s:i}", "path", path, "cap", MCP_FILE_CAP), id, &v);
 	if (out)
 		return out;
+	/* What the sandbox's snippet answered: its own code may have changed
+	 * it, so anything but {"text": str} or {"base64": str} is the tool's
+	 * error, not the client's. */
 	if (json_is_string(json_object_get(v, "text"))) {
 		out = tool_result(json_string_value(json_object_get(v, "text")), false);
+	} else if (!json_is_string(json_object_get(v, "base64"))) {
+		out = tool_result("read_file: the sandbox answered something else than the file's content", true);
 	} else {
 		out = json_pack("{s:[{s:s,s:s},{s:s,s:O}],s:b}", "content", "type", "text", "text",
 				"not UTF-8 text: the content follows in base64", "type", "text", "text",
