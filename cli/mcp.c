@@ -459,6 +459,18 @@ static void on_cancelled(struct server *srv, const json_t *m)
 	}
 }
 
+static bool is_request_id(const json_t *id)
+{
+	return json_is_string(id) || json_is_integer(id);
+}
+
+static bool jsonrpc_ok(const json_t *m)
+{
+	const json_t *v = json_object_get(m, "jsonrpc");
+
+	return json_is_string(v) && !strcmp(json_string_value(v), "2.0");
+}
+
 /* One complete line.  While an exec runs (busy), ping and cancellation are
  * handled at once; everything else waits in the queue. */
 static void take_line(struct server *srv, const char *line, size_t n, bool busy)
@@ -471,7 +483,9 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 		n--;
 	if (!n)
 		return;
-	m = json_loadb(line, n, 0, &jerr);
+	/* Any JSON value parses: one that isn't an object is an invalid
+	 * request (-32600), not a parse error. */
+	m = json_loadb(line, n, JSON_DECODE_ANY, &jerr);
 	if (!m) {
 		char msg[512];
 
@@ -488,7 +502,8 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 		json_decref(m);
 		return;
 	}
-	if (busy && method && !strcmp(method, "ping") && json_object_get(m, "id")) {
+	if (busy && method && !strcmp(method, "ping") && is_request_id(json_object_get(m, "id")) &&
+	    jsonrpc_ok(m)) {
 		int era = check_envelope(json_object_get(m, "id"), json_object_get(m, "params"));
 
 		if (era >= 0)
@@ -2097,12 +2112,16 @@ static void handle(struct server *srv, json_t *m)
 			   json_is_array(m) ? "batches are not supported" : "not an object");
 		return;
 	}
+	if (!jsonrpc_ok(m)) {
+		send_error(is_request_id(id) ? id : NULL, -32600, "invalid request: jsonrpc must be \"2.0\"");
+		return;
+	}
 	if (!method) {
 		if (!json_object_get(m, "result") && !json_object_get(m, "error"))
 			send_error(id, -32600, "invalid request: no method");
 		return; /* a response: this server sends no requests */
 	}
-	if (id && !json_is_string(id) && !json_is_integer(id)) {
+	if (id && !is_request_id(id)) {
 		send_error(NULL, -32600, "invalid request: id must be a string or an integer");
 		return;
 	}

@@ -673,3 +673,11 @@ def test_nul_in_output_keeps_the_session():
     assert rc == 0, err
     assert not out[0]["result"]["isError"] and "a" in out[0]["result"]["content"][0]["text"], out
     assert out[1]["result"]["content"][0]["text"] == "42", out
+
+
+def test_invalid_requests_are_invalid():
+    rc, out, err = raw(["5", '"x"', json.dumps({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
+                        json.dumps({"id": 2, "method": "ping"}), req(3, "ping")])
+    assert rc == 0, err
+    assert [m.get("error", {}).get("code") for m in out] == [-32600, -32600, -32600, -32600, None], out
+    assert out[4]["id"] == 3 and out[4]["result"] == {}
