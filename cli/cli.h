@@ -32,4 +32,11 @@ int cli_err_set(struct cli_err *err, int code, const char *fmt, ...) __attribute
 /* Prefix err's message with context ("ctx: old").  Returns -1. */
 int cli_err_wrap(struct cli_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* poll(2)'s timeout for s seconds (>= 0), rounded up and capped at a day:
+ * a longer wait (timeouts go up to 1e7 s) wakes to look again. */
+static inline int cli_poll_ms(double s)
+{
+	return s <= 0 ? 0 : s >= 86400 ? 86400000 : (int)(s * 1000) + 1;
+}
+
 #endif

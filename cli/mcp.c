@@ -853,11 +853,11 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 		if (token) {
 			double left = next_progress - now();
 
-			wait = left <= 0 ? 0 : (int)(left * 1000) + 1;
+			wait = cli_poll_ms(left);
 		}
 		for (size_t j = 0; j < srv->n_pend; j++) {
 			double left = srv->pend[j].deadline - now();
-			int w = left <= 0 ? 0 : (int)(left * 1000) + 1;
+			int w = cli_poll_ms(left);
 
 			if (wait < 0 || w < wait)
 				wait = w;
@@ -2509,7 +2509,7 @@ bad_value:
 		 * notifications must not fill the socket. */
 		for (size_t k = 0; k < srv.n_up; k++)
 			pf[1 + k] = (struct pollfd){ srv.up[k].fd, POLLIN, 0 };
-		if (poll(pf, 1 + srv.n_up, next < 0 ? -1 : (int)(next * 1000) + 1) < 0 && errno != EINTR)
+		if (poll(pf, 1 + srv.n_up, next < 0 ? -1 : cli_poll_ms(next)) < 0 && errno != EINTR)
 			break;
 		pump_up(&srv, pf + 1);
 		json_array_clear(srv.up_responses); /* late answers to calls given up */

@@ -121,7 +121,7 @@ static int send_line(struct mcpup *u, json_t *m, double deadline) /* consumes m 
 				gone(u, "it stopped reading its input");
 				return -1;
 			}
-			poll(&p, 1, (int)(left * 1000) + 1);
+			poll(&p, 1, cli_poll_ms(left));
 			continue;
 		}
 		free(s);
@@ -250,7 +250,7 @@ static json_t *request(struct mcpup *u, const char *method, json_t *params, doub
 			snprintf(msg, msz, "%s: no answer in time", method);
 			break;
 		}
-		if (poll(&p, 1, (int)(left * 1000) + 1) < 0 && errno != EINTR) {
+		if (poll(&p, 1, cli_poll_ms(left)) < 0 && errno != EINTR) {
 			snprintf(msg, msz, "poll: %s", strerror(errno));
 			break;
 		}

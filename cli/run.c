@@ -54,7 +54,12 @@ int cmd_run(int argc, char **argv)
 			o.warn = NULL;
 			continue;
 		}
-		if (strcmp(argv[i], "--json-status") == 0 && i + 1 < argc) {
+		if (strcmp(argv[i], "--json-status") == 0) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "nsbox run: --json-status needs a value (a file)\n");
+				code = NSBOX_EXIT_USAGE;
+				goto out;
+			}
 			json_status = argv[++i];
 			continue;
 		}
