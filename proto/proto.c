@@ -299,12 +299,17 @@ int proto_reader_feed(struct proto_reader *r, const void *data, size_t len, size
 				break;
 			/* Size is checked before the allocation: a hostile
 			 * length never makes us allocate more than max_len. */
+			/* On an error the reader starts over at a header: a
+			 * caller that feeds it again never finds a header
+			 * without its payload buffer. */
 			if (proto_hdr_decode(r->hdr, r->max_len, &r->h, err) < 0) {
+				r->hdr_have = 0;
 				*used = off;
 				return -1;
 			}
 			r->payload = malloc((size_t)r->h.len + 1);
 			if (!r->payload) {
+				r->hdr_have = 0;
 				*used = off;
 				return err_set(err, ENOMEM, "frame of %u bytes", r->h.len);
 			}
