@@ -895,14 +895,16 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 static void put_stream(json_t *r, const char *name, const char *fallback, size_t flen, FILE *f)
 {
 	char key[32];
-	const char *text = json_string_value(json_object_get(r, name));
-	size_t n = text ? strlen(text) : flen;
+	const json_t *t = json_object_get(r, name);
+	const char *text = json_string_value(t);
+	size_t n = text ? json_string_length(t) : flen; /* U+0000 is output too */
 
 	if (!text)
 		text = fallback;
 	if (!n)
 		return;
-	fprintf(f, "[%s]\n%.*s", name, (int)n, text);
+	fprintf(f, "[%s]\n", name);
+	fwrite(text, 1, n, f);
 	if (text[n - 1] != '\n')
 		fputc('\n', f);
 	snprintf(key, sizeof(key), "%s_truncated", name);
@@ -1001,11 +1003,11 @@ static void put_repr(const json_t *v, FILE *f, int depth)
 
 		fprintf(f, d == floor(d) && fabs(d) < 1e16 ? "%.1f" : "%.17g", d);
 	} else if (json_is_string(v)) {
-		const char *s = json_string_value(v);
-		char q = strchr(s, '\'') && !strchr(s, '"') ? '"' : '\'';
+		const char *s = json_string_value(v), *end = s + json_string_length(v);
+		char q = memchr(s, '\'', (size_t)(end - s)) && !memchr(s, '"', (size_t)(end - s)) ? '"' : '\'';
 
 		fputc(q, f);
-		for (; *s; s++) {
+		for (; s < end; s++) {
 			if (*s == q || *s == '\\')
 				fprintf(f, "\\%c", *s);
 			else if (*s == '\n')

@@ -664,16 +664,15 @@ def test_client_closing_stdout_closes_everything():
 
 
 
-def test_nul_in_output_keeps_the_session():
-    # U+0000 in output or a value no longer costs the session (it was a
-    # protocol error); the text blocks show what precedes it (left as is).
+def test_nul_in_output_and_values():
+    # U+0000 is output and value like any character: shown as python shows
+    # it, the session alive (it was a protocol error).
     code = "import sys; print('a' + chr(0) + 'b'); 'x' + chr(0)"
     rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": code}}),
                         req(2, "tools/call", {"name": "run_python", "arguments": {"code": "6*7"}})])
     assert rc == 0, err
-    assert not out[0]["result"]["isError"] and "a" in out[0]["result"]["content"][0]["text"], out
+    assert out[0]["result"]["content"][0]["text"] == "[stdout]\na\0b\n'x\\x00'", out
     assert out[1]["result"]["content"][0]["text"] == "42", out
-
 
 def test_invalid_requests_are_invalid():
     rc, out, err = raw(["5", '"x"', json.dumps({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
