@@ -224,12 +224,17 @@ struct nsbox_exec_opts {
 	 * NSBOX_INCOMPLETE, so the caller reads another line and resends the
 	 * whole. */
 	bool interactive;
-	/* Since 0.5.0.  No rich results: the runner does not look for a
-	 * value's _repr_*_ methods, render open figures (they are closed) or
-	 * scan /out, and the result has no displays or files.  For callers
-	 * that would drop them. */
-	bool plain;
+	/* Since 0.5.0: NSBOX_EXEC_* bits.  A whole word after the 0.2.0
+	 * struct (40 bytes on LP64), so that an older caller's struct_size
+	 * never covers it: a flag in its tail padding would be read from
+	 * whatever byte the caller left there. */
+	uint64_t flags;
 };
+
+/* No rich results: the runner does not look for a value's _repr_*_
+ * methods, render open figures (they are closed) or scan /out, and the
+ * result has no displays or files.  For callers that would drop them. */
+#define NSBOX_EXEC_PLAIN 0x1ull
 
 enum nsbox_status {
 	NSBOX_OK = 0,			/* ran to completion */

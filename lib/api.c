@@ -847,7 +847,7 @@ static void exec_req(struct session_exec_req *req, const char *code, const struc
 	req->want_value = o->repl;
 	req->display = o->interactive;
 	req->check_complete = o->interactive;
-	req->plain = o->plain;
+	req->plain = o->flags & NSBOX_EXEC_PLAIN;
 	req->timeout = o->timeout;
 	req->stream = true;	/* nsbox_exec: to opts.output as produced, when set; else as events */
 }

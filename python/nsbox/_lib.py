@@ -19,6 +19,7 @@ __all__ = ["lib", "libc", "load", "check", "TOOL_FN", "OUTPUT_FN", "WARN_FN", "S
 
 # enum nsbox_status
 OK, EXCEPTION, TIME_LIMIT, CANCELLED, MEMORY_LIMIT, CRASHED, PROTOCOL_ERROR, INCOMPLETE = range(8)
+EXEC_PLAIN = 0x1  # nsbox_exec_opts.flags (0.5.0)
 
 # typedef void (*nsbox_output_fn)(void *userdata, int stream, const char *data, size_t len);
 OUTPUT_FN = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_size_t)
@@ -61,7 +62,7 @@ class ExecOpts(Structure):
         ("repl", c_bool),
         ("filename", c_char_p),
         ("interactive", c_bool),    # since 0.2.0
-        ("plain", c_bool),          # since 0.5.0 (an older library ignores it)
+        ("flags", c_uint64),        # since 0.5.0 (an older library ignores it): EXEC_PLAIN
     ]
 
 

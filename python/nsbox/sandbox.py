@@ -385,7 +385,8 @@ class _SandboxBase:
         # execute() and execute_with_output() drop rich results: they ask
         # for none (plain), run() for them.
         self._exec_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True)
-        self._plain_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True, plain=True)
+        self._plain_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True,
+                                         flags=_lib.EXEC_PLAIN)
         self._set_timeout(timeout)
         self._policy = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus,
                                           workspace=workspace, share_net=share_net,
@@ -432,7 +433,8 @@ class _SandboxBase:
         timeout = float(timeout)
         if not timeout > 0:
             raise ValueError("timeout must be a positive number of seconds, not %r" % (timeout,))
-        return _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=timeout, repl=True, plain=plain)
+        return _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=timeout, repl=True,
+                             flags=_lib.EXEC_PLAIN if plain else 0)
 
     @staticmethod
     def _code_bytes(code):

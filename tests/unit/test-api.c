@@ -1888,6 +1888,35 @@ static void test_rich(nsbox_policy_t *p)
 	CHECK(nsbox_result_display_count(NULL) == 0 && !nsbox_result_displays_truncated(NULL) &&
 		      nsbox_result_file_count(NULL) == 0 && !nsbox_result_display_data(NULL, 0, "text/plain", NULL),
 	      "rich: NULL results are empty");
+	{
+		/* NSBOX_EXEC_PLAIN: no rich results made.  A caller of the
+		 * 0.2.0 struct (struct_size up to interactive) with junk in its
+		 * tail padding still gets them: flags lies past what it covers. */
+		struct nsbox_exec_opts o;
+		const char *code = "display('d')\n'v'";
+
+		memset(&o, 0xff, sizeof(o));
+		o.struct_size = offsetof(struct nsbox_exec_opts, interactive) + sizeof(bool) + 7;
+		o.timeout = 0;
+		o.repl = true;
+		o.filename = NULL;
+		o.interactive = false;
+		r = NULL;
+		CHECK(nsbox_exec(s, code, &o, &r, &e) == 0 && nsbox_result_display_count(r) == 1,
+		      "rich: a 0.2.0-sized opts struct with junk padding gets rich results (%s)", emsg(e));
+		clear(&e);
+		nsbox_result_free(r);
+		memset(&o, 0, sizeof(o));
+		o.struct_size = sizeof(o);
+		o.repl = true;
+		o.flags = NSBOX_EXEC_PLAIN;
+		r = NULL;
+		CHECK(nsbox_exec(s, code, &o, &r, &e) == 0 && nsbox_result_display_count(r) == 0 &&
+			      !strcmp(nsbox_result_value(r), "\"v\""),
+		      "rich: NSBOX_EXEC_PLAIN: the value and no displays (%s)", emsg(e));
+		clear(&e);
+		nsbox_result_free(r);
+	}
 	nsbox_session_free(s);
 }
 
