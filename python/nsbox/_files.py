@@ -226,7 +226,28 @@ class AsyncFilesMixin:
         async with self._lock_for_loop("call %s on" % what):
             h = await self._asession()
             err = c_void_p()
-            rc = await asyncio.get_running_loop().run_in_executor(None, lambda: fn(h, *args, byref(err)))
+
+            def call():
+                # The thread lock too: close() (which frees the session)
+                # waits for the call instead of freeing it under it.
+                with self._lock:
+                    if self._closed or self._sess is not h:
+                        return None
+                    return fn(h, *args, byref(err))
+            fut = asyncio.get_running_loop().run_in_executor(None, call)
+            try:
+                rc = await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                # The call runs on in the executor: this sandbox's lock is
+                # kept until it ends, so that aclose() waits for it.
+                while not fut.done():
+                    try:
+                        await asyncio.wait([fut])
+                    except asyncio.CancelledError:
+                        pass
+                raise
+            if rc is None:
+                raise SandboxError("the sandbox is closed", _errno.EBADF)
             try:
                 if rc < 0:
                     _raise_file_error(self, rc, err, what)

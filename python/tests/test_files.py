@@ -353,3 +353,23 @@ def test_async_sandbox_files(libnsbox, tmp_path):
             return ticks
     assert asyncio.run(main()) == [1, 1, 1]
     assert (tmp_path / "dst" / "d" / "x.txt").read_text() == "x"
+
+
+def test_async_file_call_cancelled_midway_keeps_its_session(libnsbox, tmp_path):
+    # A file call can't be interrupted: a cancelled task waits for it to
+    # end before it lets the sandbox go, so aclose() never frees the session
+    # under the call (the library would use freed memory).
+    async def main():
+        sb = nsbox.AsyncSandbox(timeout=60)
+        await sb.start()
+        await sb.execute("import os\nos.makedirs('/tmp/d')\nfor i in range(1500): open('/tmp/d/f%d' % i, 'wb')"
+                         ".write(b'y' * 1000)")
+        task = asyncio.ensure_future(sb.download_dir("/tmp/d", tmp_path / "dst"))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        n = len(os.listdir(tmp_path / "dst"))
+        await sb.aclose()
+        return n
+    assert asyncio.run(main()) == 1500
