@@ -1709,7 +1709,11 @@ static json_t *tool_read_file(struct server *srv, json_t *args, json_t *id, char
 	 * it, so anything but {"text": str} or {"base64": str} is the tool's
 	 * error, not the client's. */
 	if (json_is_string(json_object_get(v, "text"))) {
-		out = tool_result(json_string_value(json_object_get(v, "text")), false);
+		json_t *t = json_object_get(v, "text"); /* the file's U+0000 included */
+
+		out = json_pack("{s:[{s:s,s:o}],s:b}", "content", "type", "text", "text",
+				text_json(json_string_value(t), json_string_length(t)) ?: json_string(""), "isError",
+				0);
 	} else if (!json_is_string(json_object_get(v, "base64"))) {
 		out = tool_result("read_file: the sandbox answered something else than the file's content", true);
 	} else {

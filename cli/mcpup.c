@@ -336,7 +336,9 @@ static int add_tools(struct mcpup *u, const json_t *list)
 		struct mcpup_tool *nt;
 		char *dumped;
 
-		if (!orig || !*orig || strlen(orig) > 256)
+		/* A name with U+0000 would be called as its prefix: another tool. */
+		if (!orig || !*orig || strlen(orig) > 256 ||
+		    strlen(orig) != json_string_length(json_object_get(t, "name")))
 			continue;
 		if (u->n_tools >= MCPUP_MAX_TOOLS) {
 			fprintf(stderr,

@@ -1115,6 +1115,15 @@ int cmd_python(int argc, char **argv)
 	rc = out_broken ? 128 + SIGPIPE : report(s, res, json_mode, !json_mode);
 out:
 	py_err_json(rc);
+	/* What nsbox printed itself (--json, a non-streamed result) may not
+	 * have reached its reader either: never a silent 0. */
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		struct pollfd pf = { 1, POLLOUT, 0 };
+
+		/* A pipe whose reader is gone polls POLLERR (stdio's errno is
+		 * long gone by now). */
+		rc = poll(&pf, 1, 0) == 1 && (pf.revents & POLLERR) ? 128 + SIGPIPE : rc ? rc : 1;
+	}
 	active = NULL;
 	json_decref(cli);
 	nsbox_result_free(res);

@@ -389,8 +389,13 @@ int session_file_list(struct nsbox_session *s, const char *path, json_t **out, s
 		return err_set(err, EPROTO, "list %s: bad entries from the runner", path);
 	}
 	json_array_foreach(ents, i, e) {
-		if (!json_is_object(e) || !json_is_string(json_object_get(e, "name")) ||
-		    !json_is_string(json_object_get(e, "type")) || !json_is_integer(json_object_get(e, "size"))) {
+		json_t *name = json_object_get(e, "name"), *type = json_object_get(e, "type");
+
+		/* name and type are used as C strings: no U+0000 in them. */
+		if (!json_is_object(e) || !json_is_string(name) || !json_is_string(type) ||
+		    strlen(json_string_value(name)) != json_string_length(name) ||
+		    strlen(json_string_value(type)) != json_string_length(type) ||
+		    !json_is_integer(json_object_get(e, "size"))) {
 			json_decref(v);
 			return err_set(err, EPROTO, "list %s: entry %zu from the runner is malformed", path, i);
 		}
@@ -422,8 +427,13 @@ static bool name_ok(const char *n)
 {
 	if (!n[0] || !strcmp(n, ".") || !strcmp(n, ".."))
 		return false;
+	/* UTF-8 (the listing's JSON): no C0 or C1 control, DEL or bidi
+	 * override (U+202A-E, U+2066-9), which would garble or reorder the
+	 * name where the host's user lists it. */
 	for (const unsigned char *p = (const unsigned char *)n; *p; p++)
-		if (*p == '/' || *p < 0x20 || *p == 0x7f)
+		if (*p == '/' || *p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) ||
+		    (p[0] == 0xe2 && p[1] == 0x80 && p[2] >= 0xaa && p[2] <= 0xae) ||
+		    (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9))
 			return false;
 	return true;
 }

@@ -315,13 +315,12 @@ static bool rich_collect(PyObject *value, const struct stat *st, bool have_st)
  * not looked at, and what the fast path knows of /out stays as it was. */
 static void rich_drop(void)
 {
-	PyObject *modules = PyDict_GetItemWithError(F.sysdict, F.k_modules), *r;
+	PyObject *r;
 
-	if (!F.rich_collect || (!PyList_GET_SIZE(F.displays) && !(modules && PyDict_Check(modules) &&
-								 figures_open(modules)))) {
-		PyErr_Clear();
+	/* Called every plain exec: with nothing gathered it only resets the
+	 * truncation flags a failed display() may have set (cheap). */
+	if (!F.rich_collect)
 		return;
-	}
 	r = PyObject_CallFunctionObjArgs(F.rich_collect, Py_None, Py_False, Py_False, NULL);
 	Py_XDECREF(r);
 	PyErr_Clear();

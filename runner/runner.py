@@ -838,6 +838,7 @@ def _rich_collect(value, has_value, rich=True):
     if not rich:
         del _displays[:]
         _rich["shown"] = set()
+        _rich["dt"] = _rich["ft"] = False  # nothing of this exec is carried to the next
         _in_user = True
         try:
             _show_figures(render=False)
@@ -1128,7 +1129,12 @@ def do_exec(mid, msg):
         # bounds theirs, and they are appended to it as it is.
         data = _result_bytes(res)
         fields = _fast_rich(_limits["max_frame"] - len(data) - 4096)
-        return data[:-1] + b"," + fields + b"}" if fields else data
+        whole = data[:-1] + b"," + fields + b"}" if fields else data
+        if len(whole) > _limits["max_frame"]:
+            # No room left beside the rest (files listed without data
+            # still take some): flagged, not sent.
+            whole = data[:-1] + b',"displays_truncated":true,"files_truncated":true}'
+        return whole
     return res
 
 

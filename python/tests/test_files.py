@@ -210,7 +210,7 @@ def lying(msg):
     v["entries"] += [{"name": n, "type": t, "size": 2} for n, t in
                      [("../escape", "file"), ("a/../../escape", "file"), ("/tmp/abs", "file"), ("..", "file"),
                       (".", "file"), ("", "file"), ("x\x1b[2Jy", "file"), ("nl\nname", "file"), ("..", "dir"),
-                      ("del\x7f", "file")]]
+                      ("del\x7f", "file"), ("c1\x9b", "file"), ("bidi\u202egnp.exe", "file")]]
     v["entries"].append({"name": "bad", "name_hex": "ff", "type": "file", "size": 1})
     return v
 R._file_list = lying
@@ -219,6 +219,14 @@ R._file_list = lying
     assert sb.download_dir("/tmp/h", dst) == 1
     assert os.listdir(dst) == ["ok"]
     assert sorted(os.listdir(tmp_path)) == ["t"] and os.listdir(tmp_path / "t") == ["dst"]
+    # U+0000 in a name or type (which the host reads as C strings): the
+    # listing is malformed, and nothing is made.
+    for ent in ('{"name": "nul\\x00../../x", "type": "file", "size": 1}', '{"name": "ok2", "type": "dir\\x00", "size": 0}'):
+        sb.execute("R._file_list = lambda msg: {'entries': [%s], 'truncated': False}" % ent)
+        with pytest.raises(SandboxFileError) as ei:
+            sb.download_dir("/tmp/h", tmp_path / "n")
+        assert "malformed" in str(ei.value), ei.value
+        assert os.listdir(tmp_path / "n") == []
 
 
 def test_download_caps_count_directories_and_listings(sb, tmp_path):

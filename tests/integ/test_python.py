@@ -849,3 +849,9 @@ def test_a_closed_pipe_cancels_and_keeps_the_workspace(tmp_path):
     assert p.stdout == "0\n", p.stderr
     assert p.stderr.splitlines()[-1] == "141", p.stderr
     assert (ws / "result.txt").read_text() == "x"
+
+
+def test_a_closed_pipe_under_json_is_not_a_success():
+    p = subprocess.run(["/bin/bash", "-c", '"$0" python --json -c "print(\'x\' * 10**6)" | head -c5; '
+                        'echo " ${PIPESTATUS[0]}"', NSBOX], capture_output=True, text=True, timeout=60)
+    assert p.stdout == '{"val 141\n', (p.stdout, p.stderr)
