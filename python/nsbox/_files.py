@@ -149,13 +149,19 @@ def _op_download_dir(lib, remote, local, max_bytes, max_files):
         raise
 
 
-def _raise_file_error(sb, rc, err, what):
+def _outcome(sb, gen, what, rc, err):
+    """Send the call's return value into the operation (or throw its
+    SandboxFileError in) and return what the operation returns."""
     try:
-        sb._check_state(rc, err, what)
+        if rc < 0:
+            sb._check_state(rc, err, what)
     except SandboxError as e:
         if e.errno == _errno.ENOTCONN:
             raise
-        raise SandboxFileError(e.message, e.errno) from None
+        fe = SandboxFileError(e.message, e.errno)
+        fe.__suppress_context__ = True
+        return _finish(gen.throw, fe)
+    return _finish(gen.send, rc)
 
 
 class FilesMixin:
@@ -166,13 +172,7 @@ class FilesMixin:
         with self._lock:
             h = self._session()
             err = c_void_p()
-            rc = fn(h, *args, byref(err))
-            try:
-                if rc < 0:
-                    _raise_file_error(self, rc, err, what)
-            except SandboxFileError as e:
-                return _finish(gen.throw, e)
-        return _finish(gen.send, rc)
+            return _outcome(self, gen, what, fn(h, *args, byref(err)), err)
 
     def write_file(self, path, data, mode=0o644):
         """Write data (bytes, or str as UTF-8) to path inside the sandbox,
@@ -248,12 +248,7 @@ class AsyncFilesMixin:
                 raise
             if rc is None:
                 raise SandboxError("the sandbox is closed", _errno.EBADF)
-            try:
-                if rc < 0:
-                    _raise_file_error(self, rc, err, what)
-            except SandboxFileError as e:
-                return _finish(gen.throw, e)
-        return _finish(gen.send, rc)
+            return _outcome(self, gen, what, rc, err)
 
     async def write_file(self, path, data, mode=0o644):
         """Sandbox.write_file."""

@@ -85,15 +85,23 @@ def upstream():
     srv.server_close()
 
 
-@pytest.fixture(scope="module")
-def echo():
-    """A raw TCP server that records what it receives (TLS ClientHellos)."""
+def _tcp_server(host, handle, backlog=8, threaded=False):
+    """A TCP server on host for a test: handle(c) for each connection (in a
+    thread of its own when threaded), counted in the returned _Conns while
+    it runs.  accept() polls with a timeout: a thread blocked in accept(2)
+    holds an fd number reserved, which moves conftest's fd listing."""
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen(8)
-    s.settimeout(0.2)   # see tcp_echo
-    seen = []
+    s.bind((host, 0))
+    s.listen(backlog)
+    s.settimeout(0.2)
     conns = _Conns()
+
+    def serve(c):
+        try:
+            with c:
+                handle(c)
+        finally:
+            conns.add(-1)
 
     def loop():
         while True:
@@ -103,15 +111,28 @@ def echo():
                 continue
             except OSError:
                 return
+            c.settimeout(None)
             conns.add(1)
-            c.settimeout(10)
-            try:
-                seen.append(c.recv(65536))
-            except OSError:
-                seen.append(b"")
-            c.close()
-            conns.add(-1)
+            if threaded:
+                threading.Thread(target=serve, args=(c,), daemon=True).start()
+            else:
+                serve(c)
     threading.Thread(target=loop, daemon=True).start()
+    return s, conns
+
+
+@pytest.fixture(scope="module")
+def echo():
+    """A raw TCP server that records what it receives (TLS ClientHellos)."""
+    seen = []
+
+    def handle(c):
+        c.settimeout(10)
+        try:
+            seen.append(c.recv(65536))
+        except OSError:
+            seen.append(b"")
+    s, conns = _tcp_server("127.0.0.1", handle)
     yield s.getsockname()[1], seen, conns
     s.close()
 
@@ -206,46 +227,31 @@ def recorder():
     """An HTTP server on the host's loopback that records every byte a
     connection brings within half a second of its first request's head,
     then answers 200 and closes."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    s.listen(8)
-    s.settimeout(0.2)
     seen = []
-    conns = _Conns()
 
-    def loop():
-        while True:
-            try:
-                c, _ = s.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            conns.add(1)
-            data = b""
-            try:
-                c.settimeout(10)
-                while b"\r\n\r\n" not in data:
-                    b = c.recv(65536)
-                    if not b:
-                        break
-                    data += b
-                c.settimeout(0.5)
-                while True:
-                    b = c.recv(65536)
-                    if not b:
-                        break
-                    data += b
-            except OSError:
-                pass
-            seen.append(data)
-            try:
-                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-            except OSError:
-                pass
-            c.close()
-            conns.add(-1)
-    threading.Thread(target=loop, daemon=True).start()
+    def handle(c):
+        data = b""
+        try:
+            c.settimeout(10)
+            while b"\r\n\r\n" not in data:
+                b = c.recv(65536)
+                if not b:
+                    break
+                data += b
+            c.settimeout(0.5)
+            while True:
+                b = c.recv(65536)
+                if not b:
+                    break
+                data += b
+        except OSError:
+            pass
+        seen.append(data)
+        try:
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        except OSError:
+            pass
+    s, conns = _tcp_server("127.0.0.1", handle)
     yield s.getsockname()[1], seen, conns
     s.close()
 
@@ -670,38 +676,16 @@ PYTHONPATH=/tmp/t {PY} -c "import nsbox_egress_demo; print(nsbox_egress_demo.GRE
 @pytest.fixture(scope="module")
 def tcp_echo():
     """A TCP echo server on 127.0.0.2, a thread per connection."""
-    s = socket.socket()
-    s.bind((UP, 0))
-    s.listen(256)
-    # With a timeout, accept() polls first: a thread blocked in accept(2)
-    # holds an fd number reserved, which moves conftest's fd listing.
-    s.settimeout(0.2)
-    conns = _Conns()
-
-    def serve(c):
-        with c:
-            while True:
-                try:
-                    b = c.recv(65536)
-                    if not b:
-                        break
-                    c.sendall(b)
-                except OSError:
-                    break
-        conns.add(-1)
-
-    def loop():
+    def handle(c):
         while True:
             try:
-                c, _ = s.accept()
-            except socket.timeout:
-                continue
+                b = c.recv(65536)
+                if not b:
+                    break
+                c.sendall(b)
             except OSError:
-                return
-            c.settimeout(None)
-            conns.add(1)
-            threading.Thread(target=serve, args=(c,), daemon=True).start()
-    threading.Thread(target=loop, daemon=True).start()
+                break
+    s, conns = _tcp_server(UP, handle, backlog=256, threaded=True)
     yield s.getsockname()[1], conns
     s.close()
 
