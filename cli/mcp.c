@@ -61,6 +61,7 @@ struct server {
 	bool structured;     /* --structured: structuredContent and an outputSchema for run_python */
 	bool helper_started; /* a session came from libnsbox's helper: later ones do too */
 	bool want_warm;	     /* a client said hello: make the default session while it thinks */
+	bool batches;	     /* revision 2025-03-26 was agreed: JSON-RPC batches are answered */
 	struct msess implicit;
 	struct msess sess[MCP_MAX_SESSIONS_CAP];
 	/* stdin */
@@ -114,9 +115,34 @@ static void mcp_warn(void *ud, const char *msg)
 
 /* ---- output ------------------------------------------------------------ */
 
+/* A JSON-RPC batch being answered (revision 2025-03-26 allows them): the
+ * responses to its requests, sent as one array when it is done; its
+ * requests' ids, so that anything else (a ping answered during an exec,
+ * notifications) still goes out at once. */
+static json_t *batch_out, *batch_ids;
+
+static bool in_batch(const json_t *m)
+{
+	const json_t *id = json_object_get(m, "id"), *x;
+	size_t i;
+
+	if (!batch_out || !id || (!json_object_get(m, "result") && !json_object_get(m, "error")))
+		return false;
+	json_array_foreach(batch_ids, i, x)
+		if (json_equal(x, id))
+			return true;
+	return false;
+}
+
 static void send_msg(json_t *m) /* consumes m */
 {
-	char *s = json_dumps(m, JSON_COMPACT | JSON_ENSURE_ASCII);
+	char *s;
+
+	if (in_batch(m)) {
+		json_array_append_new(batch_out, m);
+		return;
+	}
+	s = json_dumps(m, JSON_COMPACT | JSON_ENSURE_ASCII);
 
 	json_decref(m);
 	if (!s) {
@@ -2102,6 +2128,45 @@ bad:
 		   uri);
 }
 
+static void handle(struct server *srv, json_t *m);
+
+/* A batch: each member handled in order (an exec runs to its end before
+ * the next member), the responses sent together as one array; none for a
+ * batch of notifications; an empty one is an invalid request. */
+static void handle_batch(struct server *srv, json_t *m)
+{
+	json_t *x, *out;
+	size_t i;
+
+	if (!json_array_size(m)) {
+		send_error(NULL, -32600, "invalid request: an empty batch");
+		return;
+	}
+	batch_out = json_array();
+	batch_ids = json_array();
+	if (!batch_out || !batch_ids) {
+		json_decref(batch_out);
+		json_decref(batch_ids);
+		batch_out = batch_ids = NULL;
+		send_error(NULL, -32603, "out of memory for a batch");
+		return;
+	}
+	json_array_foreach(m, i, x)
+		if (json_is_object(x) && json_object_get(x, "id"))
+			json_array_append(batch_ids, json_object_get(x, "id"));
+	json_array_append_new(batch_ids, json_null()); /* the errors that can't name a request */
+	json_array_foreach(m, i, x)
+		handle(srv, x);
+	out = batch_out;
+	batch_out = NULL;
+	json_decref(batch_ids);
+	batch_ids = NULL;
+	if (json_array_size(out))
+		send_msg(out);
+	else
+		json_decref(out);
+}
+
 static void handle(struct server *srv, json_t *m)
 {
 	const char *method = method_of(m);
@@ -2113,9 +2178,15 @@ static void handle(struct server *srv, json_t *m)
 		send_error(NULL, -32700, "%s", json_string_value(json_object_get(m, "_nsbox_parse_error")));
 		return;
 	}
+	if (json_is_array(m) && srv->batches && !batch_out) {
+		handle_batch(srv, m);
+		return;
+	}
 	if (!json_is_object(m)) {
 		send_error(NULL, -32600, "invalid request: %s",
-			   json_is_array(m) ? "batches are not supported" : "not an object");
+			   json_is_array(m) ? (batch_out ? "a batch inside a batch"
+							 : "batches are not supported in this protocol revision")
+					    : "not an object");
 		return;
 	}
 	if (!jsonrpc_ok(m)) {
@@ -2160,6 +2231,7 @@ static void handle(struct server *srv, json_t *m)
 		for (size_t i = 0; asked && i < ARRAY_SIZE(versions); i++)
 			if (!strcmp(asked, versions[i]))
 				v = versions[i];
+		srv->batches = !strcmp(v, "2025-03-26");
 		send_result(id, json_pack("{s:s,s:{s:{s:b},s:{s:b}},s:{s:s,s:s,s:s},s:s}", "protocolVersion", v,
 					  "capabilities", "tools", "listChanged", 0, "resources", "listChanged", 0,
 					  "serverInfo", "name", "nsbox", "title", "nsbox", "version", nsbox_version(),

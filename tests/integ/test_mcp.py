@@ -680,3 +680,27 @@ def test_invalid_requests_are_invalid():
     assert rc == 0, err
     assert [m.get("error", {}).get("code") for m in out] == [-32600, -32600, -32600, -32600, None], out
     assert out[4]["id"] == 3 and out[4]["result"] == {}
+
+
+def test_batches_in_the_revision_that_has_them():
+    # 2025-03-26 allowed JSON-RPC batches: answered as one array (none for
+    # notifications); later revisions removed them and they are refused.
+    def init(v):
+        return req(1, "initialize", {"protocolVersion": v, "capabilities": {},
+                                     "clientInfo": {"name": "raw", "version": "0"}})
+    batch = "[%s,%s,%s,%s]" % (req(2, "ping"), req(3, "tools/call", {"name": "run_python",
+                                                                        "arguments": {"code": "6*7"}}),
+                                json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+                                req(4, "no/such"))
+    rc, out, err = raw([init("2025-03-26"), batch, "[]", "[%s]" % json.dumps({"jsonrpc": "2.0",
+                                                                             "method": "notifications/x"}),
+                        req(5, "ping")])
+    assert rc == 0, err
+    assert out[0]["result"]["protocolVersion"] == "2025-03-26"
+    assert isinstance(out[1], list) and [m["id"] for m in out[1]] == [2, 3, 4], out[1]
+    assert out[1][0]["result"] == {} and out[1][1]["result"]["content"][0]["text"] == "42"
+    assert out[1][2]["error"]["code"] == -32601
+    assert out[2]["error"]["code"] == -32600 and "empty" in out[2]["error"]["message"]
+    assert out[3]["id"] == 5 and len(out) == 4  # the batch of one notification has no answer
+    rc, out, err = raw([init("2025-06-18"), batch])
+    assert out[1]["error"]["code"] == -32600 and "batches" in out[1]["error"]["message"], out
