@@ -28,16 +28,16 @@
 #define OUT_FILES_CHECKED 4096
 #define CODE_CACHE_MAX_SRC 16384
 struct code_entry {
-	char *src, *filename;	/* NULL: a free slot */
+	char *src, *filename; /* NULL: a free slot */
 	size_t src_len;
-	bool repl;		/* body/last split (want_value), or one exec body */
-	PyObject *body, *last;	/* either may be NULL */
+	bool repl;	       /* body/last split (want_value), or one exec body */
+	PyObject *body, *last; /* either may be NULL */
 	unsigned long long used;
 };
 
 static struct {
 	bool ready;
-	PyObject *globals;	/* runner.py's module dict (its _in_user flag) */
+	PyObject *globals; /* runner.py's module dict (its _in_user flag) */
 	PyObject *G, *limits, *sources;
 	PyObject *split_ast, *fast_error, *fast_value, *fast_failed;
 	PyObject *sysdict;
@@ -49,16 +49,16 @@ static struct {
 	/* Rich results (runner.py's _rich_collect and _fast_rich): asked
 	 * for only when there may be some, so that an ordinary exec pays one
 	 * stat() of /out for them. */
-	PyObject *displays, *rich_collect, *fast_rich, *k_pyplot, *k_helpers, *k_gcf, *k_figs;
-	bool out_known;		/* out_st and out_files hold what _rich_collect last saw */
-	struct stat out_st;	/* /out itself */
-	size_t n_out_files;	/* the regular files in it, each checked with a stat */
+	PyObject *displays, *rich, *rich_collect, *fast_rich, *k_pyplot, *k_helpers, *k_gcf, *k_figs, *k_dt, *k_ft;
+	bool out_known;	    /* out_st and out_files hold what _rich_collect last saw */
+	struct stat out_st; /* /out itself */
+	size_t n_out_files; /* the regular files in it, each checked with a stat */
 	size_t cap_out_files;
 	struct out_file {
 		char name[256];
 		unsigned long long ino, size;
 		long long mtime_ns;
-	} *out_files;
+	} * out_files;
 } F;
 
 /* RESULT frames are written with proto_buf (proto/proto.h); on
@@ -119,7 +119,9 @@ PyObject *fastexec_setup(PyObject *args)
 	if (!sys || !(F.sysdict = PyModule_GetDict(sys)))
 		return NULL;
 	Py_INCREF(F.sysdict);
-#define KEY(k, s) if (!(F.k = PyUnicode_InternFromString(s))) return NULL
+#define KEY(k, s)                                   \
+	if (!(F.k = PyUnicode_InternFromString(s))) \
+	return NULL
 	KEY(k_in_user, "_in_user");
 	KEY(k_output, "output");
 	KEY(k_max_frame, "max_frame");
@@ -152,20 +154,22 @@ PyObject *fastexec_setup(PyObject *args)
 	Py_RETURN_NONE;
 }
 
-/* rich_setup(displays, rich_collect, fast_rich) */
+/* rich_setup(displays, rich, rich_collect, fast_rich) */
 PyObject *fastexec_rich_setup(PyObject *args)
 {
-	PyObject *displays, *collect, *fast_rich;
+	PyObject *displays, *rich, *collect, *fast_rich;
 
-	if (!PyArg_ParseTuple(args, "O!OO", &PyList_Type, &displays, &collect, &fast_rich))
+	if (!PyArg_ParseTuple(args, "O!O!OO", &PyList_Type, &displays, &PyDict_Type, &rich, &collect, &fast_rich))
 		return NULL;
 	if (F.rich_collect)
 		Py_RETURN_NONE;
-	if (!(F.k_pyplot = PyUnicode_InternFromString("matplotlib.pyplot")) ||
+	if (!(F.k_dt = PyUnicode_InternFromString("dt")) || !(F.k_ft = PyUnicode_InternFromString("ft")) ||
+	    !(F.k_pyplot = PyUnicode_InternFromString("matplotlib.pyplot")) ||
 	    !(F.k_helpers = PyUnicode_InternFromString("matplotlib._pylab_helpers")) ||
 	    !(F.k_gcf = PyUnicode_InternFromString("Gcf")) || !(F.k_figs = PyUnicode_InternFromString("figs")))
 		return NULL;
 	F.displays = Py_NewRef(displays);
+	F.rich = Py_NewRef(rich);
 	F.fast_rich = Py_NewRef(fast_rich);
 	F.rich_collect = Py_NewRef(collect);
 	Py_RETURN_NONE;
@@ -230,6 +234,17 @@ static bool out_changed(const struct stat *st, bool have_st)
 	return false;
 }
 
+/* Whether display() flagged this exec's displays or files as truncated
+ * without adding one (runner.py's _rich["dt"], ["ft"]). */
+static bool rich_flagged(void)
+{
+	bool r = PyDict_GetItemWithError(F.rich, F.k_dt) == Py_True ||
+		 PyDict_GetItemWithError(F.rich, F.k_ft) == Py_True;
+
+	PyErr_Clear();
+	return r;
+}
+
 /* Whether this exec may have rich results: displays, open figures, a
  * value that may have reprs, or /out changed. */
 static bool rich_needed(PyObject *value, struct stat *st, bool *have_st)
@@ -239,7 +254,7 @@ static bool rich_needed(PyObject *value, struct stat *st, bool *have_st)
 	*have_st = stat("/out", st) == 0;
 	if (!F.rich_collect)
 		return false;
-	if (PyList_GET_SIZE(F.displays) || (value && !plain_value(value)))
+	if (PyList_GET_SIZE(F.displays) || (value && !plain_value(value)) || rich_flagged())
 		return true;
 	modules = PyDict_GetItemWithError(F.sysdict, F.k_modules);
 	if (modules && PyDict_Check(modules) && figures_open(modules))
@@ -315,12 +330,19 @@ static bool rich_collect(PyObject *value, const struct stat *st, bool have_st)
  * not looked at, and what the fast path knows of /out stays as it was. */
 static void rich_drop(void)
 {
-	PyObject *r;
+	PyObject *modules, *r;
 
-	/* Called every plain exec: with nothing gathered it only resets the
-	 * truncation flags a failed display() may have set (cheap). */
+	/* Nothing gathered, no figure open, no truncation flag a failed
+	 * display() set: nothing to drop, and no call (the exec round trip
+	 * of execute()). */
 	if (!F.rich_collect)
 		return;
+	modules = PyDict_GetItemWithError(F.sysdict, F.k_modules);
+	if (!PyList_GET_SIZE(F.displays) && !rich_flagged() &&
+	    !(modules && PyDict_Check(modules) && figures_open(modules))) {
+		PyErr_Clear();
+		return;
+	}
 	r = PyObject_CallFunctionObjArgs(F.rich_collect, Py_None, Py_False, Py_False, NULL);
 	Py_XDECREF(r);
 	PyErr_Clear();
@@ -342,8 +364,7 @@ static PyObject *msg_str(PyObject *m, PyObject *key, const char **s, Py_ssize_t 
 {
 	PyObject *v = PyDict_GetItemWithError(m, key);
 
-	if (!v || !PyUnicode_CheckExact(v) || !(*s = PyUnicode_AsUTF8AndSize(v, len)) ||
-	    strlen(*s) != (size_t)*len) {
+	if (!v || !PyUnicode_CheckExact(v) || !(*s = PyUnicode_AsUTF8AndSize(v, len)) || strlen(*s) != (size_t)*len) {
 		PyErr_Clear();
 		return NULL;
 	}
@@ -590,7 +611,7 @@ static int value_json(PyObject *v, struct proto_buf *b)
 			proto_buf_json_str(b, s, (size_t)n);
 			return 0;
 		}
-		PyErr_Clear();	/* lone surrogates: encode() says so */
+		PyErr_Clear(); /* lone surrogates: encode() says so */
 	}
 	r = PyObject_CallOneArg(F.fast_value, v);
 	if (!r)
@@ -624,11 +645,11 @@ int fastexec_run(const struct proto_frame *f)
 		return 0;
 	/* A NUL in the code: the builtin compile()'s error, from Python. */
 	if (!msg_flag(m, F.k_want_value, &want) || !msg_flag(m, F.k_stream, &stream) ||
-	    !msg_flag(m, F.k_stream_all, &all) || !msg_flag(m, F.k_display, &flag) || flag || !msg_flag(m, F.k_check_complete, &flag) || flag ||
-	    !msg_flag(m, F.k_rich, &flag) ||
+	    !msg_flag(m, F.k_stream_all, &all) || !msg_flag(m, F.k_display, &flag) || flag ||
+	    !msg_flag(m, F.k_check_complete, &flag) || flag || !msg_flag(m, F.k_rich, &flag) ||
 	    !(code = msg_str(m, F.k_code, &src, &clen)))
 		goto decline;
-	plain = PyDict_GetItemWithError(m, F.k_rich) == Py_False;	/* absent: rich */
+	plain = PyDict_GetItemWithError(m, F.k_rich) == Py_False; /* absent: rich */
 	fv = PyDict_GetItemWithError(m, F.k_filename);
 	filename = fv ? msg_str(m, F.k_filename, &fname, &flen) : NULL;
 	if (fv && fv != Py_None && !filename)
@@ -649,10 +670,8 @@ int fastexec_run(const struct proto_frame *f)
 	}
 	Py_INCREF(code);
 
-	Py_BEGIN_ALLOW_THREADS
-	k = capture_begin(f->hdr.id, stream, all, limit);
-	Py_END_ALLOW_THREADS
-	t0 = now_ns();
+	Py_BEGIN_ALLOW_THREADS k = capture_begin(f->hdr.id, stream, all, limit);
+	Py_END_ALLOW_THREADS t0 = now_ns();
 	c0 = cpu_us(NULL);
 	if (k < 0) {
 		PyErr_SetString(PyExc_OSError, "cannot start the output thread");
@@ -718,7 +737,7 @@ int fastexec_run(const struct proto_frame *f)
 			Py_CLEAR(exit_code);
 		}
 		if (!err)
-			r = -1;	/* formatting failed: the runner's failure */
+			r = -1; /* formatting failed: the runner's failure */
 	}
 	if (r == 0 && !PyErr_Occurred()) {
 		struct stat st;
@@ -839,13 +858,14 @@ int fastexec_run(const struct proto_frame *f)
 		r = -1;
 		goto out;
 	}
-	Py_BEGIN_ALLOW_THREADS
-	k = io_send_frame(PROTO_RESULT, f->hdr.id, res.p, res.len);
-	Py_END_ALLOW_THREADS
-	if (k < 0) {
+	Py_BEGIN_ALLOW_THREADS k = io_send_frame(PROTO_RESULT, f->hdr.id, res.p, res.len);
+	Py_END_ALLOW_THREADS if (k < 0)
+	{
 		PyErr_SetFromErrno(PyExc_OSError);
 		r = -2;
-	} else {
+	}
+	else
+	{
 		r = 1;
 	}
 out:

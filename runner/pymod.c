@@ -265,7 +265,7 @@ static PyMethodDef methods[] = {
 	{ "take_cancel", py_take_cancel, METH_NOARGS, "take_cancel() -> 0, 1 (timeout) or 2 (cancel)" },
 	{ "fast_setup", py_fast_setup, METH_VARARGS, "fast_setup(globals, G, limits, sources, split_ast, fast_error, "
 						   "fast_value, fast_failed): run ordinary EXECs in C" },
-	{ "rich_setup", py_rich_setup, METH_VARARGS, "rich_setup(displays, rich_collect, fast_rich): rich results "
+	{ "rich_setup", py_rich_setup, METH_VARARGS, "rich_setup(displays, rich, rich_collect, fast_rich): rich results "
 						     "in the fast path" },
 	{ NULL, NULL, 0, NULL },
 };

@@ -1612,7 +1612,7 @@ def serve():
         return 2
     _nsbox.fast_setup(globals(), G, _limits, _sources, _split_ast, _fast_error, _fast_value,
                       _fast_failed)
-    _nsbox.rich_setup(_displays, _rich_collect, _fast_rich)
+    _nsbox.rich_setup(_displays, _rich, _rich_collect, _fast_rich)
     while True:
         m = _nsbox.recv()
         if m is None:

@@ -144,3 +144,12 @@ def test_forged_call_with_a_name_that_is_not_utf8(libnsbox):
         r = sb.run(PRELUDE + "frame(5, 77, b'{\"name\":\"\\xff\\xfe\",\"args\":[],\"kwargs\":{}}')\ntime.sleep(5)\n")
         assert isinstance(r.error, nsbox.ProtocolError), r
         assert "CALL payload is not valid JSON" in str(r.error) and "allocate" not in str(r.error), r.error
+
+
+def test_a_flag_set_during_execute_does_not_reach_the_next_run(rsb):
+    # display() of a non-bundle with raw=True flags the exec's displays as
+    # truncated; execute() drops that with the rest, run() starts clean.
+    rsb.execute("display(5, raw=True)")
+    r = rsb.run("1")
+    assert not r.displays_truncated and r.displays == [], r
+    assert rsb.run("display(5, raw=True)").displays_truncated
