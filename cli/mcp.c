@@ -128,9 +128,7 @@ static bool in_batch(const json_t *m)
 
 	if (!batch_out || !id || (!json_object_get(m, "result") && !json_object_get(m, "error")))
 		return false;
-	json_array_foreach(batch_ids, i, x)
-		if (json_equal(x, id))
-			return true;
+	json_array_foreach(batch_ids, i, x) if (json_equal(x, id)) return true;
 	return false;
 }
 
@@ -528,8 +526,7 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 		json_decref(m);
 		return;
 	}
-	if (busy && method && !strcmp(method, "ping") && is_request_id(json_object_get(m, "id")) &&
-	    jsonrpc_ok(m)) {
+	if (busy && method && !strcmp(method, "ping") && is_request_id(json_object_get(m, "id")) && jsonrpc_ok(m)) {
 		int era = check_envelope(json_object_get(m, "id"), json_object_get(m, "params"));
 
 		if (era >= 0)
@@ -1286,6 +1283,24 @@ static char *out_uri(const char *handle, const char *name)
 	return uri;
 }
 
+/* /out file i of res as {name, uri, mimeType, size} (resources/read
+ * resolves the uri), or NULL. */
+static json_t *file_link(const nsbox_result_t *res, size_t i, const char *handle)
+{
+	const char *name = nsbox_result_file_name(res, i);
+	uint64_t size = 0;
+	char *uri = name ? out_uri(handle, name) : NULL;
+	json_t *link;
+
+	if (!uri)
+		return NULL;
+	nsbox_result_file_data(res, i, NULL, &size);
+	link = json_pack("{s:s,s:s,s:s,s:I}", "name", name, "uri", uri, "mimeType", mime_of_name(name), "size",
+			 (json_int_t)size);
+	free(uri);
+	return link;
+}
+
 /* The blocks after the text block: an image block per display with an
  * image (a raster type first, else SVG), a text block for a display
  * without one (text/markdown, else text/plain), a resource_link per /out
@@ -1350,16 +1365,12 @@ static json_t *rich_blocks(const nsbox_result_t *res, const char *handle, FILE *
 		fprintf(f, "nsbox: %zu file%s written to /out went with the session\n", nsbox_result_file_count(res),
 			nsbox_result_file_count(res) == 1 ? "" : "s");
 	for (size_t i = 0; handle && blocks && i < nsbox_result_file_count(res); i++) {
-		const char *name = nsbox_result_file_name(res, i);
-		uint64_t size = 0;
-		char *uri = name ? out_uri(handle, name) : NULL;
+		json_t *link = file_link(res, i, handle);
 
-		nsbox_result_file_data(res, i, NULL, &size);
-		if (uri)
-			json_array_append_new(blocks, json_pack("{s:s,s:s,s:s,s:s,s:I}", "type", "resource_link", "uri",
-								uri, "name", name, "mimeType", mime_of_name(name),
-								"size", (json_int_t)size));
-		free(uri);
+		if (link && json_object_set_new(link, "type", json_string("resource_link")) == 0)
+			json_array_append_new(blocks, link);
+		else
+			json_decref(link);
 	}
 	if (nsbox_result_files_truncated(res))
 		fputs("nsbox: some files in /out were left out of this list (the sandbox's caps: 64 files per result)\n",
@@ -1379,17 +1390,8 @@ static void structured_rich(json_t *out, const nsbox_result_t *res, const char *
 			json_array_append_new(m, json_string(nsbox_result_display_mime(res, i, j)));
 		json_array_append_new(d, json_pack("{s:o}", "mimeTypes", m ?: json_array()));
 	}
-	for (size_t i = 0; handle && fl && i < nsbox_result_file_count(res); i++) {
-		const char *name = nsbox_result_file_name(res, i);
-		uint64_t size = 0;
-		char *uri = name ? out_uri(handle, name) : NULL;
-
-		nsbox_result_file_data(res, i, NULL, &size);
-		if (uri)
-			json_array_append_new(fl, json_pack("{s:s,s:s,s:s,s:I}", "name", name, "uri", uri, "mimeType",
-							    mime_of_name(name), "size", (json_int_t)size));
-		free(uri);
-	}
+	for (size_t i = 0; handle && fl && i < nsbox_result_file_count(res); i++)
+		json_array_append_new(fl, file_link(res, i, handle));
 	json_object_set_new(out, "displays", d ?: json_array());
 	json_object_set_new(out, "displays_truncated", json_boolean(nsbox_result_displays_truncated(res)));
 	json_object_set_new(out, "files", fl ?: json_array());
@@ -2151,12 +2153,10 @@ static void handle_batch(struct server *srv, json_t *m)
 		send_error(NULL, -32603, "out of memory for a batch");
 		return;
 	}
-	json_array_foreach(m, i, x)
-		if (json_is_object(x) && json_object_get(x, "id"))
-			json_array_append(batch_ids, json_object_get(x, "id"));
+	json_array_foreach(m, i, x) if (json_is_object(x) && json_object_get(x, "id"))
+		json_array_append(batch_ids, json_object_get(x, "id"));
 	json_array_append_new(batch_ids, json_null()); /* the errors that can't name a request */
-	json_array_foreach(m, i, x)
-		handle(srv, x);
+	json_array_foreach(m, i, x) handle(srv, x);
 	out = batch_out;
 	batch_out = NULL;
 	json_decref(batch_ids);
