@@ -420,23 +420,6 @@ int session_file_mkdir(struct nsbox_session *s, const char *path, int mode, stru
 
 /* ---- directories ---- */
 
-/* A name the sandbox listed, fit to be made on the host: one path
- * component, not "." or "..", no control characters (they would reach a
- * terminal through ls or an error message). */
-static bool name_ok(const char *n)
-{
-	if (!n[0] || !strcmp(n, ".") || !strcmp(n, ".."))
-		return false;
-	/* UTF-8 (the listing's JSON): no C0 or C1 control, DEL or bidi
-	 * override (U+202A-E, U+2066-9), which would garble or reorder the
-	 * name where the host's user lists it. */
-	for (const unsigned char *p = (const unsigned char *)n; *p; p++)
-		if (*p == '/' || *p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) ||
-		    (p[0] == 0xe2 && p[1] == 0x80 && p[2] >= 0xaa && p[2] <= 0xae) ||
-		    (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9))
-			return false;
-	return true;
-}
 
 /* Open or create name beneath dirfd, never through a symlink (a host
  * directory shared with a sandbox may hold its links). */
@@ -485,7 +468,7 @@ static int download(struct nsbox_session *s, const char *remote, int dirfd, int 
 		char src[4096];
 
 		/* Names come from the sandbox: one component, nothing more. */
-		if (!name || json_object_get(e, "name_hex") || !name_ok(name) || !type)
+		if (!name || json_object_get(e, "name_hex") || !proto_out_name_valid(name, strlen(name)) || !type)
 			continue;
 		if (strcmp(type, "dir") && strcmp(type, "file"))
 			continue;	/* symlinks, fifos, devices: not copied */

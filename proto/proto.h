@@ -291,8 +291,10 @@ bool proto_mime_valid(const char *s);
  * than base64: text/..., image/svg+xml, application/json, application/
  * javascript, application/xml and any ...+json or ...+xml. */
 bool proto_mime_text(const char *s);
-/* A file name in /out as the wire allows it: 1..PROTO_OUT_NAME_MAX bytes,
- * no '/', not "." or "..", no control characters (C0, DEL, C1). */
+/* A file name from the sandbox as the host takes it (an /out file, an
+ * entry nsbox_download_dir makes): 1..PROTO_OUT_NAME_MAX bytes of UTF-8,
+ * no '/', not "." or "..", no control characters (C0, DEL, C1) or bidi
+ * overrides. */
 bool proto_out_name_valid(const char *s, size_t n);
 /* Check a RESULT's displays, displays_truncated, files and files_truncated
  * against the rules and caps above (each optional).  0, or -1 with err

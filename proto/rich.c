@@ -59,6 +59,12 @@ bool proto_out_name_valid(const char *s, size_t n)
 		/* C1 controls, U+0080..U+009F */
 		if (u[i] == 0xc2 && i + 1 < n && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
 			return false;
+		/* bidi overrides, U+202A..U+202E and U+2066..U+2069: they
+		 * reorder how the name shows where the host's user lists it */
+		if (u[i] == 0xe2 && i + 2 < n &&
+		    ((u[i + 1] == 0x80 && u[i + 2] >= 0xaa && u[i + 2] <= 0xae) ||
+		     (u[i + 1] == 0x81 && u[i + 2] >= 0xa6 && u[i + 2] <= 0xa9)))
+			return false;
 	}
 	return proto_utf8_valid(s, n);
 }

@@ -511,6 +511,8 @@ static void test_rich(void)
 		{ "\"files\":[{\"name\":\"\",\"size\":0}]", "invalid name" },
 		{ "\"files\":[{\"name\":\"a\\nb\",\"size\":0}]", "invalid name" },
 		{ "\"files\":[{\"name\":\"a\\u0085b\",\"size\":0}]", "invalid name" },
+		{ "\"files\":[{\"name\":\"a\\u202eb\",\"size\":0}]", "invalid name" },
+		{ "\"files\":[{\"name\":\"a\\u2067b\",\"size\":0}]", "invalid name" },
 		{ "\"files\":[{\"name\":\"a\\u0000b\",\"size\":0}]", "invalid name" },
 		{ "\"files\":[{\"name\":\"a\",\"size\":-1}]", "size >= 0" },
 		{ "\"files\":[{\"name\":\"a\",\"size\":4,\"data\":\"AAEC\"}]", "its size says" },
