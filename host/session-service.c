@@ -170,6 +170,35 @@ static int ctl_connect(const char *path, struct nsbox_err *err)
 	return fd;
 }
 
+_Static_assert(SVC_MAX_NET_RULES == POLICY_MAX_NET_RULES, "OPEN carries every rule a policy can have");
+
+/* [Network]: the allowlist's rules as written (nsboxd parses them again),
+ * the limits that differ from profile b's. */
+static json_t *net_msg(const struct nsbox_policy *p, const struct nsbox_policy *b)
+{
+	json_t *n = json_object(), *allow = json_array();
+
+	if (!n || !allow || json_object_set_new(n, "allow", allow) < 0) {
+		json_decref(n);
+		return NULL;
+	}
+	for (size_t i = 0; i < p->n_net_allow; i++)
+		if (json_array_append_new(allow, json_string(p->net_allow[i])) < 0) {
+			json_decref(n);
+			return NULL;
+		}
+#define DIFF_NET(f, key) \
+	if (p->f != b->f && json_object_set_new(n, key, json_integer((json_int_t)p->f)) < 0) { \
+		json_decref(n); \
+		return NULL; \
+	}
+	DIFF_NET(net_max_out, "max_bytes_out")
+	DIFF_NET(net_max_in, "max_bytes_in")
+	DIFF_NET(net_max_conns, "max_connections")
+#undef DIFF_NET
+	return n;
+}
+
 /* The policy as OPEN's options: a built-in profile plus what differs from
  * it.  What the service protocol can't say is refused here, clearly. */
 static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec *spec, int *fds, size_t *n_fds,
@@ -193,6 +222,11 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 			policy_free(&b);
 			return err_set(err, EINVAL, "through nsboxd a policy can't have Unset= (%s)", p->env[i]), NULL;
 		}
+	if (p->n_net_allow && p->net_log) {
+		policy_free(&b);
+		return err_set(err, EINVAL, "through nsboxd [Network] Log= needs libnsbox's audit descriptor (not built yet)"),
+		       NULL;
+	}
 	if (p->workdir) {
 		policy_free(&b);
 		return err_set(err, EINVAL, "through nsboxd a policy can't have WorkDir= (%s)", p->workdir), NULL;
@@ -219,8 +253,11 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 #undef DIFF_U64
 	if (m && p->cpus != b.cpus && p->cpus > 0)
 		json_object_set_new(m, "cpus", json_real(p->cpus));
-	if (m && p->share_net)
-		json_object_set_new(m, "share_net", json_true());
+	/* Sent when it differs: permissive shares by default. */
+	if (m && p->share_net != b.share_net)
+		json_object_set_new(m, "share_net", json_boolean(p->share_net));
+	if (m && p->n_net_allow)
+		json_object_set_new(m, "net", net_msg(p, &b));
 	if (m && p->dist_packages)
 		json_object_set_new(m, "dist_packages", json_true());
 	if (m && spec->cold)
