@@ -832,3 +832,176 @@ def test_memory_and_cpu_quotas_refuse_what_the_open_names():
         assert p.returncode == 0 and p.stdout == "ran\n", p.stderr
     finally:
         assert d.stop() == 0, d.logtext()
+
+
+# ---- the egress allowlist through the service ([Network], AllowNet=) ----
+
+@pytest.fixture(scope="module")
+def upstream():
+    """test_egress's HTTP server on 127.0.0.2 (this machine's loopback:
+    refused by the proxy unless a rule names it, which these rules do)."""
+    from test_egress import UP, _Conns, _Handler, _Server
+    srv = _Server((UP, 0), _Handler)
+    srv.conns = _Conns()
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield UP, srv.server_address[1], srv.conns
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def net_daemon():
+    d = Daemon("[Default]\nMaxSessions=50\nAllowNet=yes\nAllowProfiles=default strict permissive\n"
+               "[Service]\nPoolSize=1\n")
+    yield d
+    assert d.stop() == 0, d.logtext()
+
+
+def netns_of(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def proxies_of(d):
+    """nsboxd's egress proxies: processes below its helpers (not nsboxd's
+    own children) in the host's network namespace: a sandbox with an
+    allowlist has one of its own."""
+    host = netns_of(d.p.pid)
+    out = set()
+    for pid in tree_of(d.p.pid) - {d.p.pid}:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if ppid != d.p.pid and netns_of(pid) == host:
+            out.add(pid)
+    return out
+
+
+FETCH = r'''
+import json, socket, urllib.request
+def raw(req):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(req.encode())
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b: break
+        data += b
+    head = data.split(b"\r\n\r\n")[0].decode(errors="replace").split("\r\n")
+    return head[0], [l.split(":", 1)[1].strip() for l in head if l.lower().startswith("x-nsbox-deny:")]
+R = {"ifs": [n for _, n in socket.if_nameindex()]}
+R["body"] = urllib.request.urlopen("http://%s:%d/", timeout=10).read().decode()
+try:
+    socket.getaddrinfo("example.com", 80)
+    R["dns"] = "resolved"
+except socket.gaierror as e:
+    R["dns"] = e.errno
+R["unlisted"] = raw("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n")
+print(json.dumps(R))
+'''
+
+
+def test_allowlist_through_service(net_daemon, upstream):
+    """--allow-net through nsboxd: the allowed upstream answers, an unlisted
+    name fails at DNS and at the proxy, the sandbox has only lo; limits
+    travel too (MaxConnections=2: the third connection is refused)."""
+    up, port, conns = upstream
+    p = subprocess.run([NSBOX, "python", "--connect", net_daemon.sock, "--allow-net", f"{up}:{port}",
+                        "--allow-net", "*.allowed.test", "-c", FETCH % (up, port)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["body"] == "hello from upstream\n" and out["ifs"] == ["lo"], out
+    assert out["dns"] == socket.EAI_NONAME
+    assert out["unlisted"][0].startswith("HTTP/1.1 403") and out["unlisted"][1] == ["name not on the allowlist"]
+    p = subprocess.run([NSBOX, "python", "--connect", net_daemon.sock, "--allow-net", f"{up}:{port}",
+                        "--net-max-connections", "2", "-c",
+                        FETCH.split("R = {")[0] + f'print([raw("GET http://{up}:{port}/ HTTP/1.1\\r\\n\\r\\n")[0]'
+                        ' for _ in range(3)])'], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    res = eval(p.stdout)
+    assert res[0].startswith("HTTP/1.0 200") or res[0].startswith("HTTP/1.1 200"), res
+    assert res[2].startswith("HTTP/1.1 403"), res
+    conns.settle()
+
+
+def test_allowlist_session_proxy_goes_with_it(net_daemon, upstream):
+    """A raw client's OPEN with net: the proxy runs while the session lives
+    (outside the sandbox, in nsboxd's network namespace) and is gone once
+    it is closed; nothing else of the session is left."""
+    up, port, conns = upstream
+    before = proxies_of(net_daemon)
+    c = svcclient.Client(net_daemon.sock)
+    sb, m = c.open(net={"allow": [f"{up}:{port}"], "max_bytes_in": 0})
+    assert sb, m
+    r = sb.exec(f"import urllib.request; urllib.request.urlopen('http://{up}:{port}/', timeout=10).read().decode()")
+    assert r["value"] == "hello from upstream\n", r
+    proxy = proxies_of(net_daemon) - before
+    assert len(proxy) == 1, proxy
+    pid1 = sb.pid
+    t, m = sb.close()
+    assert t == "CLOSED", m
+    c.close()
+    assert wait_gone(pid1) and all(wait_gone(p) for p in proxy)
+    conns.settle()
+
+
+def test_allow_net_needs_allownet(daemon, upstream):
+    """[Default] AllowNet= is no unless the file says yes: refused with
+    EACCES naming the setting, before anything is made."""
+    up, port, _ = upstream
+    p = subprocess.run([NSBOX, "python", "--connect", daemon.sock, "--allow-net", f"{up}:{port}", "-c",
+                        "print('ran')"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "ran" not in p.stdout
+    assert "AllowNet=no" in p.stderr and "Permission denied" in p.stderr, p.stderr
+    c = svcclient.Client(daemon.sock)
+    sb, m = c.open(net={"allow": [f"{up}:{port}"]})
+    assert sb is None and m["error"] == "EACCES" and "AllowNet=no" in m["message"], m
+    c.close()
+
+
+@pytest.mark.parametrize("net,what", [
+    ({"allow": ["*.com"]}, "net.allow 0 (*.com)"),
+    ({"allow": ["example.com", "10.0.0.0/33"]}, "net.allow 1 (10.0.0.0/33)"),
+    ({"allow": ["example.com:0"]}, "net.allow 0"),
+    ({"allow": ["exa mple.com"]}, "character 0x20"),
+    ({"allow": ["example.com"] * 65}, "1 to 64 rules"),
+    ({"allow": []}, "1 to 64 rules"),
+    ({"allow": ["example.com"], "max_connections": -1}, "max_connections"),
+    ({"allow": ["example.com"], "max_connections": 1 << 40}, "MaxConnections"),
+    ({"allow": ["example.com"], "log": "/etc/shadow"}, "net.log"),
+])
+def test_bad_rules_in_open_refused(net_daemon, net, what):
+    """Rules in OPEN are the client's text: each is parsed again by the
+    policy code; a bad one refuses that OPEN (EINVAL, naming it) and the
+    connection's other session lives on."""
+    c = svcclient.Client(net_daemon.sock)
+    sb, m = c.open()
+    assert sb, m
+    bad, m = c.open(net=net)
+    assert bad is None and m["error"] == "EINVAL" and what in m["message"], m
+    assert sb.exec("6 * 7")["value"] == 42
+    assert sb.close()[0] == "CLOSED"
+    c.close()
+    assert wait_gone(sb.pid)
+
+
+def test_permissive_without_network_through_service(net_daemon):
+    """share_net travels when it differs from the profile: permissive with
+    Network=none gets no network through the service (it got the host's)."""
+    c = svcclient.Client(net_daemon.sock)
+    sb, m = c.open(profile="permissive", share_net=False)
+    assert sb, m
+    assert sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"] == ["lo"]
+    sb.close()
+    sb, m = c.open(profile="permissive")
+    assert sb, m
+    host = sorted(n for _, n in socket.if_nameindex())
+    assert sorted(sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"]) == host
+    sb.close()
+    c.close()
