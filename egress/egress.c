@@ -28,13 +28,16 @@ const char *const egress_env[] = {
 	"PIP_PROXY=" PROXY_URL,   NULL,
 };
 
-int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct nsbox_err *err)
+int egress_start(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, pid_t *pid, int *ns_fd,
+		 struct nsbox_err *err)
 {
 	_cleanup_close_ int log_fd = -1;
 	int sv[2];
 	pid_t parent = getpid(), c;
 
 	err_step(err, "egress");
+	if (n_audit_fds > EGRESS_AUDIT_FDS)
+		return err_set(err, EINVAL, "too many network audit descriptors");
 	if (p->net_log) {
 		log_fd = open(p->net_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
 		if (log_fd < 0)
@@ -50,15 +53,21 @@ int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct ns
 		return -1;
 	}
 	if (c == 0) {
-		int keep[2] = { sv[0], log_fd };
+		int keep[2 + EGRESS_AUDIT_FDS] = { sv[0] }, fds[1 + EGRESS_AUDIT_FDS];
+		size_t nk = 1, nf = 0;
 
 		/* Dies with the launcher; the launcher kills it with the sandbox. */
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 			_exit(1);
 		close(sv[1]);
-		if (close_fds_except(3, keep, log_fd >= 0 ? 2 : 1) < 0)
+		if (log_fd >= 0)
+			keep[nk++] = fds[nf++] = log_fd;
+		for (size_t i = 0; i < n_audit_fds; i++)
+			if (audit_fds[i] >= 0)
+				keep[nk++] = fds[nf++] = audit_fds[i];
+		if (close_fds_except(3, keep, nk) < 0)
 			_exit(1);
-		egress_proxy_main(p, sv[0], log_fd);
+		egress_proxy_main(p, sv[0], fds, nf);
 	}
 	close(sv[0]);
 	*pid = c;

@@ -35,12 +35,22 @@ enum { EGRESS_NS_HTTP, EGRESS_NS_SOCKS, EGRESS_NS_DNS, EGRESS_NS_SOCKETS };
 /* The proxy variables for the payload's environment (NULL-terminated). */
 extern const char *const egress_env[];
 
+/* At most this many audit descriptors besides the Log= file. */
+#define EGRESS_AUDIT_FDS 2
+/* An audit line's size cap, newline included (the proxy never writes a
+ * longer one; a reader may drop one that is). */
+#define EGRESS_AUDIT_LINE_MAX 2048
+
 /* Fork the proxy process for policy p (p->n_net_allow > 0).  On success
  * *pid is the proxy (egress_stop it) and *ns_fd the socket pid 1 sends the
  * sandbox's listening sockets over (the caller owns it, CLOEXEC).  Opens
- * the audit log (p->net_log) with the caller's rights.  The caller must
+ * the audit log (p->net_log) with the caller's rights.  audit_fds[0..n)
+ * (borrowed; n <= EGRESS_AUDIT_FDS) get every audit line too, written
+ * whole, waiting while one is full (a pipe its reader does not drain
+ * holds the sandbox's network back; no line is dropped).  The caller must
  * be single-threaded. */
-int egress_start(const struct nsbox_policy *p, pid_t *pid, int *ns_fd, struct nsbox_err *err);
+int egress_start(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, pid_t *pid, int *ns_fd,
+		 struct nsbox_err *err);
 
 /* In the sandbox's new network namespace, with lo up: make the proxies'
  * and the DNS responder's sockets on 127.0.0.1 and send them over ns_fd. */
@@ -55,6 +65,7 @@ int egress_ns_listen(int ns_fd, struct nsbox_err *err);
 void egress_stop(pid_t pid);
 
 /* The proxy's body (proxy.c); never returns. */
-__attribute__((noreturn)) void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int log_fd);
+__attribute__((noreturn)) void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *audit_fds,
+						 size_t n_audit_fds);
 
 #endif

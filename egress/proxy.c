@@ -48,7 +48,10 @@
 
 static struct net_rule rules[POLICY_MAX_NET_RULES];
 static unsigned n_rules;
-static int log_fd = -1;
+/* Where audit lines go: the Log= file and the descriptors egress_start
+ * was given (a library's pipe, a service client's descriptor). */
+static int log_fds[1 + EGRESS_AUDIT_FDS];
+static size_t n_log_fds;
 static uint64_t max_out, max_in, max_conns;
 static atomic_uint_fast64_t total_out, total_in, total_conns;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -97,13 +100,38 @@ static size_t json_str(char *dst, size_t size, const char *s)
 	return o;
 }
 
+/* The whole line, waiting while fd is full: a reader that does not keep
+ * up holds the network back instead of losing lines.  A reader gone
+ * (EPIPE) or a failing file gets no more. */
+static void log_write(int *fd, const char *line, size_t len)
+{
+	while (len) {
+		ssize_t n = write(*fd, line, len);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN) {
+			struct pollfd p = { .fd = *fd, .events = POLLOUT };
+
+			if (poll(&p, 1, -1) >= 0 || errno == EINTR)
+				continue;
+		}
+		if (n <= 0) {
+			*fd = -1;
+			return;
+		}
+		line += n;
+		len -= (size_t)n;
+	}
+}
+
 static void audit(const struct req *r)
 {
-	char line[2048], host[600], sni[600], reason[300];
+	char line[EGRESS_AUDIT_LINE_MAX], host[600], sni[600], reason[300];
 	struct timespec ts;
 	int n;
 
-	if (log_fd < 0)
+	if (!n_log_fds)
 		return;
 	clock_gettime(CLOCK_REALTIME, &ts);
 	json_str(host, sizeof(host), r->t.host);
@@ -117,7 +145,9 @@ static void audit(const struct req *r)
 	if (n <= 0 || (size_t)n >= sizeof(line))
 		return;
 	pthread_mutex_lock(&log_lock);
-	(void)write_full(log_fd, line, (size_t)n);
+	for (size_t i = 0; i < n_log_fds; i++)
+		if (log_fds[i] >= 0)
+			log_write(&log_fds[i], line, (size_t)n);
 	pthread_mutex_unlock(&log_lock);
 }
 
@@ -983,7 +1013,7 @@ static int recv_fds(int sock, int fds[EGRESS_NS_SOCKETS])
 	return 0;
 }
 
-void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int logfd)
+void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *audit_fds, size_t n_audit_fds)
 {
 	pthread_attr_t attr;
 	pthread_t t;
@@ -997,7 +1027,8 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, int logfd)
 	for (size_t i = 0; i < p->n_net_allow && n_rules < POLICY_MAX_NET_RULES; i++)
 		if (net_rule_parse(p->net_allow[i], &rules[n_rules], NULL) == 0)
 			n_rules++;
-	log_fd = logfd;
+	for (size_t i = 0; i < n_audit_fds && n_log_fds < ARRAY_SIZE(log_fds); i++)
+		log_fds[n_log_fds++] = audit_fds[i];
 	max_out = p->net_max_out;
 	max_in = p->net_max_in;
 	max_conns = p->net_max_conns;

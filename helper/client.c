@@ -416,9 +416,19 @@ int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spa
 	char *text = NULL;
 	size_t len = 0;
 	struct helper *h;
-	int pidfd = -1, psock = -1, r;
+	int pidfd = -1, psock = -1, r, fds[1 + EGRESS_AUDIT_FDS] = { sock };
+	size_t n_fds = 1;
 
 	*sock_out = -1;
+	if (o->n_net_audit_fds > EGRESS_AUDIT_FDS)
+		return err_set(err, EINVAL, "too many network audit descriptors");
+	for (size_t i = 0; i < o->n_net_audit_fds; i++)
+		fds[n_fds++] = o->net_audit_fds[i];
+	if (n_fds > 1) {
+		/* A spare was made without them, and one made now would be too. */
+		req.flags |= HELPER_NET_AUDIT;
+		req.flags &= ~HELPER_SPARE;
+	}
 	if (policy_text(p, &text, &len, err) < 0)
 		return -1;
 	rep = calloc(1, sizeof(*rep));
@@ -430,7 +440,7 @@ int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spa
 	req.len = (uint32_t)len;
 	req.text_len = (uint32_t)len;
 	h = helper_pick();
-	r = request(h, &req, text, &sock, 1, rep, &pidfd, &psock, err);
+	r = request(h, &req, text, fds, n_fds, rep, &pidfd, &psock, err);
 	if (r == 0 && (pidfd < 0 || (rep->has_sock != 0) != (psock >= 0))) {
 		err_set(err, EPROTO, "the nsbox helper sent no pidfd or a stray socket");
 		r = -1;

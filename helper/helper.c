@@ -362,15 +362,23 @@ static int commit_slot(struct slot *sl, struct helper_rep *rep, struct nsbox_err
 	return pidfd;
 }
 
-/* SPAWN: returns the pidfd to pass back, or -1. */
-static int do_spawn(const struct helper_req *req, char *text, int sock, struct helper_rep *rep, int *sock_out)
+/* SPAWN: returns the pidfd to pass back, or -1.  fds_in: the session
+ * socket, then (HELPER_NET_AUDIT) the proxy's audit descriptors. */
+static int do_spawn(const struct helper_req *req, char *text, const int fds_in[3], struct helper_rep *rep,
+		    int *sock_out)
 {
 	struct nsbox_policy p = { 0 };
 	struct nsbox_err err = { 0 };
 	struct template_arg targ = { 0 };
 	char *argv[6];
-	struct jail_spec spec = { .exec_fd = -1, .pass_fds = &sock, .n_pass_fds = 1, .warn = collect_warning };
-	bool want_spare = (spare.enabled || (req->flags & HELPER_SPARE)) && !(req->flags & HELPER_COLD);
+	int sock = fds_in[0], audit[EGRESS_AUDIT_FDS];
+	size_t n_audit = 0;
+	struct jail_spec spec = { .exec_fd = -1, .pass_fds = &sock, .n_pass_fds = 1, .warn = collect_warning,
+				  .net_audit_fds = audit };
+	bool net_audit = req->flags & HELPER_NET_AUDIT;
+	/* A spare has no audit descriptors: a session with them never takes
+	 * one, nor has one made after it. */
+	bool want_spare = (spare.enabled || (req->flags & HELPER_SPARE)) && !(req->flags & HELPER_COLD) && !net_audit;
 	struct slot *sl;
 	int r, pidfd;
 
@@ -378,11 +386,19 @@ static int do_spawn(const struct helper_req *req, char *text, int sock, struct h
 		err_set(&err, EINVAL, "SPAWN without a session socket");
 		goto fail;
 	}
+	for (size_t i = 1; net_audit && i < 1 + EGRESS_AUDIT_FDS; i++)
+		if (fds_in[i] >= 0)
+			audit[n_audit++] = fds_in[i];
+	if (net_audit != (n_audit > 0) || (!net_audit && fds_in[1] >= 0)) {
+		err_set(&err, EPROTO, "SPAWN: audit descriptors %s", net_audit ? "missing" : "not asked for");
+		goto fail;
+	}
+	spec.n_net_audit_fds = n_audit;
 	if (req->len > HELPER_MAX_POLICY) {
 		err_set(&err, E2BIG, "SPAWN: the policy is too large");
 		goto fail;
 	}
-	if (!(req->flags & HELPER_COLD) && (spare.id || spare.text_fd >= 0)) {
+	if (!(req->flags & HELPER_COLD) && !net_audit && (spare.id || spare.text_fd >= 0)) {
 		pidfd = take_spare(text, req->len, want_spare, rep, sock_out);
 		if (pidfd >= 0)
 			return pidfd;
@@ -562,7 +578,7 @@ static void handle(const struct helper_req *req, char *text, const int fds_in[3]
 	}
 	switch (req->op) {
 	case HELPER_SPAWN:
-		*fd_out = do_spawn(req, text, fds_in[0], rep, sock_out);
+		*fd_out = do_spawn(req, text, fds_in, rep, sock_out);
 		break;
 	case HELPER_RUN:
 		*fd_out = do_run(req, text, fds_in, rep);

@@ -11,7 +11,9 @@
  *
  *   SPAWN   policy text (policy_print) + the session socket (SCM_RIGHTS);
  *           flag HELPER_COLD execs the runner afresh instead of forking
- *           the template.  Answer: id, pid, and the sandbox's pidfd
+ *           the template; flag HELPER_NET_AUDIT: the descriptors after
+ *           the socket are the egress proxy's audit descriptors
+ *           (jail_spec.net_audit_fds), and no spare is taken or made.  Answer: id, pid, and the sandbox's pidfd
  *           (SCM_RIGHTS) so the library can SIGKILL it directly.  When a
  *           spare sandbox made earlier for the same policy text is used
  *           (helper/helper.c), its session socket follows the pidfd
@@ -40,6 +42,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "egress.h"
 #include "error.h"
 #include "jail.h"
 #include "policy.h"
@@ -61,6 +64,7 @@ enum helper_op {
 
 #define HELPER_COLD 1u
 #define HELPER_SPARE 2u
+#define HELPER_NET_AUDIT 4u
 
 struct helper_req {
 	uint32_t magic;
@@ -106,6 +110,10 @@ struct helper_spawn_opts {
 	bool spare;		/* keep a spare sandbox for the next SPAWN of this policy */
 	void (*warn)(void *ctx, const char *msg);	/* the jail's warnings; may be NULL */
 	void *warn_ctx;
+	/* The egress proxy's audit descriptors (jail_spec.net_audit_fds; at
+	 * most EGRESS_AUDIT_FDS), sent along: such a SPAWN never takes a spare. */
+	const int *net_audit_fds;
+	size_t n_net_audit_fds;
 };
 
 /* Start a sandbox for a session through the helper (started on first

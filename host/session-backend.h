@@ -42,6 +42,10 @@ struct sandbox_spec {
 	uint64_t output_limit;		/* service: the runner's per-stream cap */
 	void (*warn)(void *ctx, const char *msg);
 	void *warn_ctx;
+	/* helper, local: the egress proxy's audit descriptors (borrowed during
+	 * start; jail_spec.net_audit_fds). */
+	const int *net_audit_fds;
+	size_t n_net_audit_fds;
 };
 
 struct session_backend_ops {

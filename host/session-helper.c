@@ -12,7 +12,8 @@
 static int helper_start(struct sandbox *sb, const struct sandbox_spec *spec, int *sock_out, struct nsbox_err *err)
 {
 	struct helper_spawn_opts ho = { .cold = spec->cold, .spare = spec->spare, .warn = spec->warn,
-					.warn_ctx = spec->warn_ctx };
+					.warn_ctx = spec->warn_ctx, .net_audit_fds = spec->net_audit_fds,
+					.n_net_audit_fds = spec->n_net_audit_fds };
 	struct helper_sandbox *hs = calloc(1, sizeof(*hs));
 
 	if (!hs)

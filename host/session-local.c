@@ -20,6 +20,8 @@ static int local_start(struct sandbox *sb, const struct sandbox_spec *spec, int 
 		.n_pass_fds = 1,
 		.warn = spec->warn,
 		.warn_ctx = spec->warn_ctx,
+		.net_audit_fds = spec->net_audit_fds,
+		.n_net_audit_fds = spec->n_net_audit_fds,
 	};
 	struct jail *j = calloc(1, sizeof(*j));
 

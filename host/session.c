@@ -29,6 +29,7 @@
 
 #include "frame.h"
 #include "locate.h"
+#include "netaudit.h"
 #include "proto.h"
 #include "session-backend.h"
 #include "util.h"
@@ -75,7 +76,81 @@ struct nsbox_session {
 	uint32_t next_id;
 	json_t *hello;
 	struct exec_state x;
+	struct netaudit *audit;	/* opts.net_audit's pipe; NULL: none */
 };
+
+/* ---- the egress audit (netaudit.h) ---- */
+
+/* Hand over the records waiting in the pipe, and warn about dropped ones. */
+static void audit_drain(struct nsbox_session *s)
+{
+	char msg[160];
+
+	if (!s->audit || s->audit->eof)
+		return;
+	/* At EOF (the proxy is gone) the pipe stays readable: out of the
+	 * session fd, or an event loop would spin on it. */
+	if (netaudit_drain(s->audit) && s->epoll_fd >= 0)
+		(void)epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, s->audit->fd, NULL);
+	if (netaudit_warning(s->audit, msg, sizeof(msg)) && s->o.warn)
+		s->o.warn(s->o.warn_ctx, msg);
+}
+
+/* The sandbox and its proxy are stopped: the rest of the records, to EOF. */
+static void audit_finish(struct nsbox_session *s)
+{
+	char msg[160];
+
+	if (!s->audit || s->audit->fd < 0)
+		return;
+	/* Nothing else holds the write end once the proxy is gone; a second
+	 * for a copy some fork of ours may still hold. */
+	netaudit_finish(s->audit, now_ns() + 1000000000ull);
+	if (netaudit_warning(s->audit, msg, sizeof(msg)) && s->o.warn)
+		s->o.warn(s->o.warn_ctx, msg);
+}
+
+/* The pipe for opts.net_audit and the descriptors for the proxy, when the
+ * policy has an allowlist.  Fills fds (borrowed by the backend's start;
+ * *wr is the pipe's write end, the caller closes it after the start). */
+static int audit_setup(struct nsbox_session *s, int fds[EGRESS_AUDIT_FDS], size_t *n, int *wr,
+		       struct nsbox_err *err)
+{
+	const struct nsbox_policy *p = s->o.policy;
+	int pp[2];
+
+	*n = 0;
+	*wr = -1;
+	if (!p->n_net_allow || p->share_net || (!s->o.net_audit && s->o.net_log_fd < 0))
+		return 0;
+	/* TODO(svcnet): nsboxd passes the client's descriptor on. */
+	if (s->o.connect)
+		return err_set(err, EINVAL, "the network audit is not available through nsboxd");
+	if (s->o.net_log_fd >= 0)
+		fds[(*n)++] = s->o.net_log_fd;
+	if (!s->o.net_audit)
+		return 0;
+	s->audit = calloc(1, sizeof(*s->audit));
+	if (!s->audit)
+		return err_set(err, ENOMEM, "session");
+	s->audit->fd = -1;
+	if (pipe2(pp, O_CLOEXEC) < 0)
+		return err_sys(err, "pipe for the network audit");
+	/* Room for the records of the tunnels the sandbox's end closes, written
+	 * while we stop it; where the limit refuses, the default 64 KiB. */
+	(void)fcntl(pp[1], F_SETPIPE_SZ, NETAUDIT_PIPE_SIZE);
+	if (fcntl(pp[0], F_SETFL, O_NONBLOCK) < 0) {
+		err_sys(err, "fcntl");
+		close(pp[0]);
+		close(pp[1]);
+		return -1;
+	}
+	s->audit->fd = pp[0];
+	s->audit->fn = s->o.net_audit;
+	s->audit->ctx = s->o.net_audit_ctx;
+	fds[(*n)++] = *wr = pp[1];
+	return 0;
+}
 
 /* ---- process control ---- */
 
@@ -286,6 +361,9 @@ static void session_free(struct nsbox_session *s)
 		proto_reader_free(s->io.rd);
 		free(s->io.rd);
 	}
+	if (s->audit && s->audit->fd >= 0)
+		close(s->audit->fd);
+	free(s->audit);
 	json_decref(s->hello);
 	free(s->tools);
 	free(s);
@@ -392,7 +470,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	char path[PATH_MAX] = "nsbox-runner";
 	int sv[2], spare_sock = -1;
 	char *argv[7] = { "nsbox-runner", NULL, NULL, NULL, NULL, NULL, NULL };
-	int ac = 1;
+	int ac = 1, audit_fds[EGRESS_AUDIT_FDS], audit_wr = -1;
+	size_t n_audit = 0;
 	struct sandbox_spec spec;
 	int k;
 
@@ -453,17 +532,27 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 	}
 	if (opts->pass_stdin && !opts->use_helper && isatty(0) != 1)
 		argv[ac++] = "--stdin";
+	if (audit_setup(s, audit_fds, &n_audit, &audit_wr, err) < 0) {
+		session_free(s);
+		return err_step(err, "egress");
+	}
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
 		err_sys(err, "socketpair");
+		if (audit_wr >= 0)
+			close(audit_wr);
 		session_free(s);
 		return -1;
 	}
 	spec = (struct sandbox_spec){ .policy = opts->policy, .sock = sv[1], .path = path, .argv = argv,
-				      .cold = opts->cold, .spare = opts->spare, .warn = opts->warn,
+				      .cold = opts->cold, .spare = opts->spare && !n_audit, .warn = opts->warn,
 				      .warn_ctx = opts->warn_ctx, .connect = opts->connect,
-				      .output_limit = opts->output_limit };
+				      .output_limit = opts->output_limit, .net_audit_fds = audit_fds,
+				      .n_net_audit_fds = n_audit };
 	k = s->sb.ops->start(&s->sb, &spec, &spare_sock, err);
 	close(sv[1]);
+	/* Only the proxy keeps the write end: EOF once it is gone. */
+	if (audit_wr >= 0)
+		close(audit_wr);
 	s->io.sock = sv[0];
 	if (k < 0) {
 		/* Nothing runs: the backend cleaned up after itself. */
@@ -961,13 +1050,16 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 		while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
 			;
 	}
+	/* The proxy waits while the pipe is full, and the sandbox's network
+	 * with it: records are taken whenever the session is driven. */
+	audit_drain(s);
 	/* Blocking: an answer is never there the moment we ask, so poll first
 	 * (one read() less per frame), unless bytes are already buffered. */
 	try_read = !block || s->io.rd->buf_start < s->io.rd->buf_end;
 	for (;;) {
 		unsigned long long deadline = x->soft_sent ? x->hard : x->soft;
 		struct nsbox_err e = { 0 };
-		struct pollfd p[3];
+		struct pollfd p[4];
 		int k;
 
 		if (!x->cancelled && atomic_exchange(&s->cancel_req, false)) {
@@ -1002,11 +1094,12 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 		p[0] = (struct pollfd){ s->io.sock, POLLIN, 0 };
 		p[1] = (struct pollfd){ s->sb.pidfd, POLLIN, 0 };
 		p[2] = (struct pollfd){ x->cancelled ? -1 : s->cancel_fd, POLLIN, 0 };
+		p[3] = (struct pollfd){ s->audit && !s->audit->eof ? s->audit->fd : -1, POLLIN, 0 };
 		if (block) {
 			/* Spin briefly before sleeping: a reply often comes within
 			 * tens of microseconds, and a cross-CPU wake-up costs about
 			 * as much. */
-			k = spinwait_poll(&s->io.spin, p, 3, deadline);
+			k = spinwait_poll(&s->io.spin, p, p[3].fd >= 0 ? 4 : 3, deadline);
 		} else {
 			k = poll(p, 2, 0);
 		}
@@ -1033,6 +1126,8 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 			while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
 				;
 		}
+		if (block && p[3].revents)
+			audit_drain(s);
 		if (!block && !(p[0].revents & POLLIN)) {
 			arm_timer(s, deadline);
 			return 0;
@@ -1184,8 +1279,8 @@ int session_fd(struct nsbox_session *s, struct nsbox_err *err)
 	fds[0] = s->io.sock;
 	fds[1] = s->cancel_fd;
 	fds[2] = s->timer_fd;
-	for (size_t i = 0; i < 4; i++) {
-		int fd = i < 3 ? fds[i] : s->sb.pidfd;
+	for (size_t i = 0; i < 5; i++) {
+		int fd = i < 3 ? fds[i] : i == 3 ? s->sb.pidfd : s->audit && !s->audit->eof ? s->audit->fd : -1;
 		struct epoll_event e = { .events = EPOLLIN, .data.fd = fd };
 
 		if (fd >= 0 && epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &e) < 0) {
@@ -1378,6 +1473,9 @@ void session_close(struct nsbox_session *s, struct jail_status *st)
 
 	if (!s)
 		return;
+	/* Empty the pipe first: the records of the tunnels the sandbox's end
+	 * closes are written while we stop it, and must fit. */
+	audit_drain(s);
 	if (!s->dead && s->x.active && !s->x.done) {
 		/* An exec still running: the runner would not read a BYE. */
 		s->dead = true;
@@ -1405,6 +1503,7 @@ void session_close(struct nsbox_session *s, struct jail_status *st)
 		proc_finish(s, true);
 	if (s->sb.priv)
 		s->sb.ops->destroy(&s->sb);
+	audit_finish(s);
 	if (st)
 		*st = s->sb.st;
 	big = s->big;
@@ -1515,10 +1614,12 @@ void session_kill(struct nsbox_session *s)
 void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *st)
 {
 	s->dead = true;
+	audit_drain(s);
 	if (!s->sb.reaped)
 		proc_finish(s, kill_now);
 	if (s->sb.priv)
 		s->sb.ops->destroy(&s->sb);
+	audit_finish(s);
 	if (st)
 		*st = s->sb.st;
 }

@@ -76,6 +76,14 @@ struct session_opts {
 	/* In-process launches only: the caller's fd 0 (not a terminal) is the
 	 * sandbox's stdin (nsbox-runner --stdin). */
 	bool pass_stdin;
+	/* The egress allowlist's audit (egress.h), when the policy has one:
+	 * net_audit (NULL: none) gets each record, a JSON object's text, on
+	 * the thread driving the session (host/netaudit.h); net_log_fd (-1:
+	 * none; borrowed during session_start) gets each line from the proxy
+	 * directly.  With either, the session never takes a spare. */
+	void (*net_audit)(void *ctx, const char *record, size_t len);
+	void *net_audit_ctx;
+	int net_log_fd;
 };
 
 struct session_exec_req {

@@ -122,6 +122,14 @@ typedef void (*nsbox_output_fn)(void *userdata, int stream, const char *data, si
 /* A warning about the sandbox, e.g. a limit this host can't enforce with
  * a cgroup and the fallback used instead (no trailing newline). */
 typedef void (*nsbox_warn_fn)(void *userdata, const char *message);
+/* (since 0.5.0) One record of the egress allowlist's audit ([Network]
+ * Allow=, libnsbox(3) NETWORK AUDIT): a JSON object, the text of one
+ * [Network] Log= line without its newline, with the keys time, kind,
+ * host, port, addr, sni, decision, reason, bytes_out and bytes_in.
+ * record is NUL-terminated and borrowed for the call; len is strlen.
+ * Runs on the thread driving the session, never another: inside
+ * nsbox_exec(), nsbox_exec_advance() and nsbox_session_free(). */
+typedef void (*nsbox_net_audit_fn)(void *userdata, const char *record, size_t len);
 
 struct nsbox_session_opts {
 	size_t struct_size;		/* sizeof(struct nsbox_session_opts) */
@@ -174,6 +182,23 @@ struct nsbox_session_opts {
 	 * by the code directly, when it is a pipe or a file; never a terminal
 	 * (TIOCSTI, CVE-2017-5226): then, and otherwise, stdin inside is empty. */
 	bool pass_stdin;
+	/* Fields below: since 0.5.0, the egress allowlist's audit (libnsbox(3),
+	 * NETWORK AUDIT).  Without a [Network] Allow= rule there is nothing to
+	 * audit and they are ignored.  A session with either makes its own
+	 * sandbox: it never takes a warm spare (made in advance, without them).
+	 * net_audit gets every record (one per connection or DNS query, as it
+	 * ends) on the thread driving the session; while nobody drives it
+	 * (between execs) up to 256 KiB of records wait, and then the sandbox's
+	 * network waits too: records are never dropped.  What is left is
+	 * delivered by nsbox_session_free().  May be NULL. */
+	nsbox_net_audit_fn net_audit;
+	void *net_audit_userdata;
+	/* > 0: the proxy also writes each record, as a line, to this descriptor
+	 * (a file, a pipe, a socket; duplicated during nsbox_session_new, the
+	 * caller keeps its own).  Whole lines; when it is full the sandbox's
+	 * network waits until it drains.  0 or negative: none (fd 0 can't be
+	 * named: dup it). */
+	int net_log_fd;
 };
 
 /* Create a session under policy p (copied; p may be freed afterwards).

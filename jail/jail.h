@@ -55,6 +55,12 @@ struct jail_spec {
 	void *warn_ctx;
 	/* argv mode: stdin becomes the payload's controlling terminal. */
 	bool controlling_tty;
+	/* With an egress allowlist: descriptors (borrowed, at most
+	 * EGRESS_AUDIT_FDS) the proxy writes every audit line to, besides
+	 * [Network] Log= (egress.h).  Only the proxy keeps them; nothing of
+	 * the sandbox ever holds one. */
+	const int *net_audit_fds;
+	size_t n_net_audit_fds;
 };
 
 struct jail_status {

@@ -92,7 +92,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	/* The egress proxy first, before any fd of this sandbox exists for it
 	 * to inherit; it stays in our cgroup, not the sandbox's (egress.h). */
 	if (p->n_net_allow && !p->share_net) {
-		if (egress_start(p, &j->egress_pid, &egress_fd, err) < 0)
+		if (egress_start(p, spec->net_audit_fds, spec->n_net_audit_fds, &j->egress_pid, &egress_fd, err) < 0)
 			return -1;
 		c.egress_fd = egress_fd;
 	}

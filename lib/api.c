@@ -550,6 +550,9 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.warn = o.warn;
 	so.warn_ctx = o.warn_userdata;
 	so.argv = o.argv;
+	so.net_audit = o.net_audit;
+	so.net_audit_ctx = o.net_audit_userdata;
+	so.net_log_fd = o.net_log_fd > 0 ? o.net_log_fd : -1;
 	/* Through nsboxd: the caller's field, else the environment's. */
 	{
 		size_t need = offsetof(struct nsbox_session_opts, connect) + sizeof(o.connect);
