@@ -306,6 +306,7 @@ static struct job *job_new(enum job_kind kind, void *owner)
 		j->kind = kind;
 		j->owner = owner;
 		j->ready_fd = -1;
+		j->net_log_fd = -1;
 	}
 	return j;
 }
@@ -1050,10 +1051,6 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, code, "net.log refused: %s", eb);
 		return;
 	}
-	if (o.net_log_fd >= 0) {
-		reply_error(c, id, EINVAL, "through nsboxd [Network] Log= needs libnsbox's audit descriptor (not built yet)");
-		return;
-	}
 
 	x = calloc(1, sizeof(*x));
 	if (!x) {
@@ -1139,6 +1136,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	}
 	j->cold = o.cold;
 	j->output_limit = o.output_limit;
+	j->net_log_fd = o.net_log_fd >= 0 ? dup_fds[o.net_log_fd] : -1;
 	x->state = S_PENDING;
 	sess_link(c, x);
 	D.n_sessions++;

@@ -1005,3 +1005,61 @@ def test_permissive_without_network_through_service(net_daemon):
     assert sorted(sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"]) == host
     sb.close()
     c.close()
+
+
+def test_net_log_opened_by_the_client(upstream):
+    """[Network] Log= through nsboxd: the client opens the file with its own
+    rights and sends the descriptor; the audit lands in it.  As root: a root
+    nsboxd and a uid 65534 client, whose log directory only it may write
+    (the file is the client's: nsboxd never opened the path), and a path
+    the client can't open fails in the client, though nsboxd could have."""
+    up, port, conns = upstream
+    client = 65534 if ROOT else os.geteuid()
+    logdir = None
+    d = Daemon("[Service]\nAllowGroups=4242\n[Default]\nAllowNet=yes\n", extra=("--group", "4242", "--mode", "0660"))
+    try:
+        who = as_user(client, "4242") if ROOT else []
+        logdir = tempfile.mkdtemp(prefix="nsbox-test-netlog-")  # 0700
+        os.chown(logdir, client, -1)
+        log = os.path.join(logdir, "audit.jsonl")
+        env = dict(os.environ, HOME="/tmp")
+        p = subprocess.run(who + [NSBOX, "python", "--connect", d.sock, "--allow-net", f"{up}:{port}",
+                                  "--net-log", str(log), "-c", FETCH % (up, port)],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["body"] == "hello from upstream\n"
+        st = os.stat(log)
+        assert st.st_uid == client and st.st_mode & 0o777 == 0o600
+        entries = [json.loads(line) for line in open(log)]
+        kinds = {(e["kind"], e["host"], e["decision"]) for e in entries}
+        assert ("http", up, "allow") in kinds and ("http", "example.com", "deny") in kinds, entries
+        assert ("dns", "example.com", "deny") in kinds, entries
+        if ROOT:
+            # nsboxd (root) could open this; the client can't, and says so.
+            p = subprocess.run(who + [NSBOX, "python", "--connect", d.sock, "--allow-net", f"{up}:{port}",
+                                      "--net-log", "/root/nsbox-test-netlog.jsonl", "-c", "print('ran')"],
+                               capture_output=True, text=True, timeout=60, env=env)
+            assert p.returncode != 0 and "ran" not in p.stdout
+            assert "open the network log /root/nsbox-test-netlog.jsonl: Permission denied" in p.stderr, p.stderr
+            assert not os.path.exists("/root/nsbox-test-netlog.jsonl")
+        # A raw client's descriptor: written to only if the client opened it
+        # for writing, and only a file or a pipe.
+        c = svcclient.Client(d.sock)
+        ro = os.open(log, os.O_RDONLY)
+        opath = os.open(log, os.O_PATH)
+        a, b = socket.socketpair()
+        try:
+            for fd, err in ((ro, "EBADF"), (opath, "EBADF"), (a.fileno(), "EINVAL")):
+                sb, m = c.open(net={"allow": [f"{up}:{port}"], "log": {"fd": 0}}, fds=[fd])
+                assert sb is None and m["error"] == err and "net.log refused" in m["message"], m
+        finally:
+            os.close(ro)
+            os.close(opath)
+            a.close()
+            b.close()
+        c.close()
+    finally:
+        if logdir:
+            shutil.rmtree(logdir, ignore_errors=True)
+        assert d.stop() == 0, d.logtext()
+    conns.settle()
