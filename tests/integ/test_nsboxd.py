@@ -1016,7 +1016,8 @@ def test_net_log_opened_by_the_client(upstream):
     up, port, conns = upstream
     client = 65534 if ROOT else os.geteuid()
     logdir = None
-    d = Daemon("[Service]\nAllowGroups=4242\n[Default]\nAllowNet=yes\n", extra=("--group", "4242", "--mode", "0660"))
+    d = Daemon("[Service]\nAllowGroups=4242\n[Default]\nAllowNet=yes\n", extra=("--group", "4242", "--mode", "0660")) \
+        if ROOT else Daemon("[Default]\nAllowNet=yes\n")
     try:
         who = as_user(client, "4242") if ROOT else []
         logdir = tempfile.mkdtemp(prefix="nsbox-test-netlog-")  # 0700
@@ -1061,5 +1062,6 @@ def test_net_log_opened_by_the_client(upstream):
     finally:
         if logdir:
             shutil.rmtree(logdir, ignore_errors=True)
-        assert d.stop() == 0, d.logtext()
+        text = d.logtext()
+        assert d.stop() == 0, text
     conns.settle()
