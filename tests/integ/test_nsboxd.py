@@ -673,6 +673,13 @@ def test_check_config():
         f.flush()
         p = subprocess.run([NSBOXD, "--check-config", f.name], capture_output=True, timeout=10)
         assert p.returncode == 2 and f"{f.name}:2: PoolSize".encode() in p.stderr
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
+        f.write("[Default]\nAllowNet=maybe\n")
+        f.flush()
+        p = subprocess.run([NSBOXD, "--check-config", f.name], capture_output=True, timeout=10)
+        assert p.returncode == 2 and f"{f.name}:2: AllowNet: 'maybe' is not yes or no".encode() in p.stderr
+    p = subprocess.run([NSBOXD, "--check-config", "/dev/null"], capture_output=True, timeout=10)
+    assert b"AllowNet=no" in p.stdout  # the default
 
 
 # ---- per-session host uids (HostUidRange, nsboxd(8) HOST UIDS) ----
