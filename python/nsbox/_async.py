@@ -21,8 +21,8 @@ from . import _lib
 from . import _tools
 from . import _values
 from .errors import SandboxError
-from .sandbox import (_DOC_OPTIONS, _MISSING, ExecResult, OutputFn, PathLike, Size, WarningFn, _live,
-                      _SandboxBase)
+from .sandbox import (_DOC_OPTIONS, _MISSING, ExecResult, NetRequestFn, OutputFn, PathLike, Size, WarningFn,
+                      _live, _SandboxBase)
 
 __all__ = ["AsyncSandbox"]
 
@@ -80,7 +80,8 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
     with`, await start(), or the first call, with nsbox_session_new() run in
     the loop's default executor so that the loop is not held.
 
-    Everything else runs on the loop's thread: on_output and on_warning,
+    Everything else runs on the loop's thread: on_output, on_warning and
+    on_net_request,
     sync tools (called directly, like the Sandbox's: a tool that blocks
     holds the loop, so make slow ones async def, e.g. with asyncio.to_thread),
     and async def tools, each awaited as its own task and answered whenever
@@ -104,7 +105,10 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
                  on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
                  output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None,
-                 rootfs: Optional[PathLike] = None) -> None:
+                 rootfs: Optional[PathLike] = None, allow_net: Optional[List[str]] = None,
+                 net_log: Optional[PathLike] = None, on_net_request: Optional[NetRequestFn] = None,
+                 net_max_bytes_out: Optional[Size] = None, net_max_bytes_in: Optional[Size] = None,
+                 net_max_connections: Optional[int] = None) -> None:
         self._alock: Optional[asyncio.Lock] = None
         self._alock_loop: Optional[asyncio.AbstractEventLoop] = None
         self._cur: Optional[_Exec] = None
@@ -114,7 +118,9 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
         self._late_tools: List[Any] = []
         super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
                          max_tool_calls, on_output, spare, on_warning, connect, output_limit, workspace_size,
-                         rootfs)
+                         rootfs, allow_net=allow_net, net_log=net_log, on_net_request=on_net_request,
+                         net_max_bytes_out=net_max_bytes_out, net_max_bytes_in=net_max_bytes_in,
+                         net_max_connections=net_max_connections)
         _live.add(self)
 
     # ---- hooks of _SandboxBase ----
@@ -313,7 +319,7 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
                 if x.error is not None:
                     raise x.error
                 status = lib.nsbox_result_status(r)
-                if status == _lib.OK and mode == 0 and d.pending is None:
+                if status == _lib.OK and mode == 0 and d.pending is None and d.net_error is None:
                     return _values.loads(lib.nsbox_result_value(r))
                 return self._outcome(r, status, mode)
             finally:

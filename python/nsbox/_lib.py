@@ -14,7 +14,8 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, byref, c_bool, c_char, c_char
 
 from .errors import PolicyError, SandboxCrashed, SandboxError
 
-__all__ = ["lib", "libc", "load", "check", "TOOL_FN", "OUTPUT_FN", "WARN_FN", "SessionOpts", "ExecOpts",
+__all__ = ["lib", "libc", "load", "check", "TOOL_FN", "OUTPUT_FN", "WARN_FN", "NET_AUDIT_FN", "SessionOpts",
+           "ExecOpts",
            "SessionInfo", "RunOpts", "RunStatus", "Event", "take_string", "library_path", "has_event_api"]
 
 # enum nsbox_status
@@ -28,6 +29,8 @@ OUTPUT_FN = CFUNCTYPE(None, c_void_p, c_int, c_void_p, c_size_t)
 TOOL_FN = CFUNCTYPE(c_int, c_void_p, c_char_p, c_char_p, POINTER(c_void_p), POINTER(c_void_p))
 # typedef void (*nsbox_warn_fn)(void *userdata, const char *message);   (0.2.0)
 WARN_FN = CFUNCTYPE(None, c_void_p, c_char_p)
+# typedef void (*nsbox_net_audit_fn)(void *userdata, const char *record, size_t len);   (0.5.0)
+NET_AUDIT_FN = CFUNCTYPE(None, c_void_p, c_void_p, c_size_t)
 
 
 class SessionOpts(Structure):
@@ -52,6 +55,10 @@ class SessionOpts(Structure):
         # since 0.5.0: nsbox(1) python's (all output streamed; the caller's stdin)
         ("stream_all", c_bool),
         ("pass_stdin", c_bool),
+        # since 0.5.0: the egress allowlist's audit
+        ("net_audit", NET_AUDIT_FN),
+        ("net_audit_userdata", c_void_p),
+        ("net_log_fd", c_int),
     ]
 
 

@@ -13,7 +13,8 @@ from ctypes import byref, c_void_p
 from . import _lib
 from .errors import PolicyError, SandboxWarning
 
-__all__ = ["to_bytes", "new_policy", "packages", "apply_limits", "check_policy", "check_timeout", "WarnSink"]
+__all__ = ["to_bytes", "new_policy", "packages", "apply_limits", "apply_net", "check_policy", "check_timeout",
+           "WarnSink"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -114,11 +115,43 @@ def check_workspace(path):
         raise PolicyError("workspace=%r: not accessible to uid %d" % (path, os.getuid()))
 
 
+def apply_net(lib, p, allow_net=None, net_log=None, max_bytes_out=None, max_bytes_in=None,
+              max_connections=None):
+    """The egress allowlist ([Network] in nsbox-policy(5)): each rule of
+    allow_net as one Allow=, net_log as Log=, the limits as MaxBytesOut=,
+    MaxBytesIn= and MaxConnections=.  PolicyError names a refused rule."""
+    err = c_void_p()
+    if allow_net is not None:
+        if isinstance(allow_net, (str, bytes)) or not hasattr(allow_net, "__iter__"):
+            raise TypeError("allow_net must be a list of rules such as 'pypi.org' or '*.example.com:8443', "
+                            "not %r" % (allow_net,))
+        for rule in allow_net:
+            if not isinstance(rule, str):
+                raise TypeError("allow_net: a rule must be a str, not %r" % (rule,))
+            _lib.check(lib.nsbox_policy_set(p, b"Network", b"Allow", to_bytes(rule, "allow_net rule"),
+                                            byref(err)), err, "allow_net rule %r" % rule, PolicyError)
+    if net_log is not None:
+        _lib.check(lib.nsbox_policy_set(p, b"Network", b"Log", to_bytes(os.fspath(net_log), "net_log"),
+                                        byref(err)), err, "net_log", PolicyError)
+    for key, v, what in ((b"MaxBytesOut", max_bytes_out, "net_max_bytes_out"),
+                         (b"MaxBytesIn", max_bytes_in, "net_max_bytes_in"),
+                         (b"MaxConnections", max_connections, "net_max_connections")):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise PolicyError("%s must be %s, not %r" % (what, "a count" if key == b"MaxConnections"
+                                                         else "a number of bytes or a size such as '10M'", v),
+                              _errno.EINVAL)
+        _lib.check(lib.nsbox_policy_set(p, b"Network", key, to_bytes(str(v), what), byref(err)), err, what,
+                   PolicyError)
+
+
 def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspace=None, share_net=False,
-               time_limit=None, workspace_size=None, rootfs=None):
+               time_limit=None, workspace_size=None, rootfs=None, net=None):
     """A new nsbox_policy_t* (the caller frees it with nsbox_policy_free):
-    the named or file policy with the given settings applied and checked.
-    Raises PolicyError for anything refused, with nothing leaked."""
+    the named or file policy with the given settings applied and checked
+    (net: apply_net's keyword arguments).  Raises PolicyError for anything
+    refused, with nothing leaked."""
     err = c_void_p()
     out = c_void_p()
     name = None if policy is None else to_bytes(os.fspath(policy), "policy")
@@ -143,6 +176,8 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
         if rootfs is not None:
             _lib.check(lib.nsbox_policy_set(p, b"Filesystem", b"RootFS", to_bytes(os.fspath(rootfs), "rootfs"),
                                             byref(err)), err, "policy rootfs", PolicyError)
+        if net:
+            apply_net(lib, p, **net)
         check_policy(lib, p)
     except BaseException:
         lib.nsbox_policy_free(p)

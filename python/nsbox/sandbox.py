@@ -17,6 +17,7 @@ import atexit
 import ctypes
 import errno as _errno
 import inspect
+import json
 import os
 import threading
 import weakref
@@ -39,6 +40,7 @@ __all__ = ["Sandbox", "ExecResult"]
 _F = TypeVar("_F", bound=Callable[..., Any])
 OutputFn = Callable[[str, str], Any]
 WarningFn = Callable[[str], Any]
+NetRequestFn = Callable[[Dict[str, Any]], Any]
 PathLike = Union[str, "os.PathLike[str]"]
 Size = Union[int, str]
 
@@ -189,6 +191,8 @@ class _Dispatch:
         self.failures = {}       # message sent inside -> the host exception, for __cause__
         self.handle = None       # the live session, to cancel it on KeyboardInterrupt
         self.on_output = None
+        self.on_net_request = None
+        self.net_error = None    # what on_net_request raised first, raised after the call
 
     # The steps of a tool call, shared with AsyncSandbox: invoke() decodes
     # the call and calls the function (whose result may be an awaitable);
@@ -272,6 +276,29 @@ class _Dispatch:
         left = _lib.lib.nsbox_exec_time_left(h)
         return None if left < 0 else left + 0.02
 
+    def net(self, userdata, record, length):
+        """nsbox_net_audit_fn: one egress record, on the thread driving the
+        session (inside nsbox_exec, nsbox_exec_advance or
+        nsbox_session_free).  Nothing propagates into C: the first
+        exception is kept and raised when that call returns; later records
+        still reach on_net_request.  A KeyboardInterrupt also cancels the
+        running exec, as one in a tool does."""
+        try:
+            fn = self.on_net_request
+            if fn is not None:
+                fn(json.loads(ctypes.string_at(record, length)))
+        except BaseException as e:  # noqa: B036 (KeyboardInterrupt too: re-raised after the C call)
+            if self.net_error is None:
+                self.net_error = e
+            if not isinstance(e, Exception):
+                h = self.handle
+                if h:
+                    _lib.lib.nsbox_cancel(h)
+
+    def take_net_error(self):
+        e, self.net_error = self.net_error, None
+        return e
+
     def output(self, userdata, stream, data, length):
         try:
             fn = self.on_output
@@ -327,6 +354,29 @@ _DOC_OPTIONS = """
     on_warning:  fn(message) called with the jail's warnings when a sandbox is
                  made (e.g. a limit this host can't enforce with a cgroup, and
                  the fallback used); None issues them as nsbox.SandboxWarning.
+    allow_net:   the egress allowlist: a list of rules, each HOST[:PORT]
+                 ("pypi.org", "*.example.com:8443", "10.99.0.0/24"; the port
+                 defaults to 443 and 80), as --allow-net and [Network] Allow=
+                 (nsbox-policy(5)).  The sandbox keeps its own network with
+                 only lo, and reaches those destinations through a proxy on
+                 the host side (HTTP_PROXY & co. are set inside).  Added to
+                 the policy's own rules.  A bad rule raises PolicyError.
+    net_log:     a host file the proxy appends one JSON line to per
+                 connection or DNS query ([Network] Log=).
+    on_net_request: fn(record) called with each audit record as a dict
+                 (time, kind, host, port, addr, sni, decision, reason,
+                 bytes_out, bytes_in), when its connection or query ends:
+                 during the execute() that drives the session then, else
+                 during a later one or close().  On the thread calling
+                 execute() (AsyncSandbox: the loop's).  What it raises is
+                 raised when that call returns; the session lives on.  While
+                 nothing drives the session (between calls) up to 256 KiB
+                 of records wait, and then the sandbox's network waits:
+                 records are never dropped.  A sandbox with it never uses a
+                 warm spare.
+    net_max_bytes_out, net_max_bytes_in, net_max_connections: the egress
+                 limits for the sandbox's life ([Network] MaxBytesOut= etc.):
+                 bytes or a size string ("10M"), and a count.
     connect:     the path of an nsboxd socket (nsboxd(8)): the sandbox comes
                  from the service instead of this process's helper; None
                  uses $NSBOX_CONNECT when set.
@@ -350,7 +400,10 @@ class _SandboxBase:
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
                  on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
                  output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None,
-                 rootfs: Optional[PathLike] = None) -> None:
+                 rootfs: Optional[PathLike] = None, allow_net: Optional[List[str]] = None,
+                 net_log: Optional[PathLike] = None, on_net_request: Optional[NetRequestFn] = None,
+                 net_max_bytes_out: Optional[Size] = None, net_max_bytes_in: Optional[Size] = None,
+                 net_max_connections: Optional[int] = None) -> None:
         # Attributes close() relies on come first: __init__ may fail half way.
         self._closed = False
         self._owner_pid = os.getpid()
@@ -381,6 +434,12 @@ class _SandboxBase:
         # nsboxd(8): kept alive with the options, which point at it.
         self._connect = os.fsencode(connect) if connect is not None else None
         self._sess_opts.connect = self._connect
+        if on_net_request is not None:
+            if not callable(on_net_request):
+                raise TypeError("on_net_request must be callable, not %r" % (on_net_request,))
+            d.on_net_request = on_net_request
+            self._net_cb = _lib.NET_AUDIT_FN(d.net)
+            self._sess_opts.net_audit = self._net_cb
         self._timeout = None
         # execute() and execute_with_output() drop rich results: they ask
         # for none (plain), run() for them.
@@ -388,9 +447,12 @@ class _SandboxBase:
         self._plain_opts = _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=0.0, repl=True,
                                          flags=_lib.EXEC_PLAIN)
         self._set_timeout(timeout)
+        net = dict(allow_net=allow_net, net_log=net_log, max_bytes_out=net_max_bytes_out,
+                   max_bytes_in=net_max_bytes_in, max_connections=net_max_connections)
         self._policy = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus,
                                           workspace=workspace, share_net=share_net,
-                                          workspace_size=workspace_size, rootfs=rootfs)
+                                          workspace_size=workspace_size, rootfs=rootfs,
+                                          net={k: v for k, v in net.items() if v is not None})
 
     # Hooks for the subclasses.
     _defer_warnings = False
@@ -550,10 +612,16 @@ class _SandboxBase:
                 self._sess = self._policy = None
                 return
             self._before_close()
-            self._drop()
-            p, self._policy = self._policy, None
-            if p:
-                self._lib.nsbox_policy_free(p)
+            try:
+                self._drop()
+            finally:
+                p, self._policy = self._policy, None
+                if p:
+                    self._lib.nsbox_policy_free(p)
+            # The last records come while the session is freed.
+            e = self._dispatch.take_net_error()
+            if e is not None:
+                raise e
 
     def _before_close(self):
         pass
@@ -584,6 +652,9 @@ class _SandboxBase:
         d = self._dispatch
         if d.pending is not None:
             e, d.pending = d.pending, None
+            raise e
+        e = d.take_net_error()
+        if e is not None:
             raise e
         out = self._text(lib.nsbox_result_stdout, r)
         errtext = self._text(lib.nsbox_result_stderr, r)
@@ -848,10 +919,15 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
                  on_output: Optional[OutputFn] = None, spare: Optional[bool] = None,
                  on_warning: Optional[WarningFn] = None, connect: Optional[PathLike] = None,
                  output_limit: Optional[Size] = None, workspace_size: Optional[Size] = None,
-                 rootfs: Optional[PathLike] = None) -> None:
+                 rootfs: Optional[PathLike] = None, allow_net: Optional[List[str]] = None,
+                 net_log: Optional[PathLike] = None, on_net_request: Optional[NetRequestFn] = None,
+                 net_max_bytes_out: Optional[Size] = None, net_max_bytes_in: Optional[Size] = None,
+                 net_max_connections: Optional[int] = None) -> None:
         super().__init__(policy, memory, timeout, pids, cpus, workspace, share_net, cold, auto_restart,
                          max_tool_calls, on_output, spare, on_warning, connect, output_limit, workspace_size,
-                         rootfs)
+                         rootfs, allow_net=allow_net, net_log=net_log, on_net_request=on_net_request,
+                         net_max_bytes_out=net_max_bytes_out, net_max_bytes_in=net_max_bytes_in,
+                         net_max_connections=net_max_connections)
         self._res = c_void_p()
         self._err = c_void_p()
         self._res_ref = byref(self._res)
@@ -907,7 +983,7 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
                     raise self._exec_failed(rc, err)
                 r = res.value
                 status = lib.nsbox_result_status(r)
-                if status == _lib.OK and mode == 0 and d.pending is None:
+                if status == _lib.OK and mode == 0 and d.pending is None and d.net_error is None:
                     return _values.loads(lib.nsbox_result_value(r))
                 return self._outcome(r, status, mode)
             finally:
