@@ -1072,3 +1072,41 @@ def test_net_log_opened_by_the_client(upstream):
         text = d.logtext()
         assert d.stop() == 0, text
     conns.settle()
+
+
+def test_sdk_net_audit_callback_through_service(net_daemon, upstream):
+    """The SDK's on_net_request through nsboxd: the session's audit pipe
+    travels in OPEN as its one sink, and every record reaches the callback
+    on the client's thread; Log= and the callback together are refused by
+    name (one sink through the service)."""
+    up, port, conns = upstream
+    code = f"""
+import json, nsbox, threading
+seen = []
+main = threading.get_ident()
+def cb(rec):
+    assert threading.get_ident() == main
+    seen.append((rec["kind"], rec["host"], rec["decision"]))
+with nsbox.Sandbox(connect={net_daemon.sock!r}, allow_net=["{up}:{port}"], on_net_request=cb) as sb:
+    body = sb.execute("import urllib.request; urllib.request.urlopen('http://{up}:{port}/', timeout=10).read()")
+    try:
+        sb.execute("urllib.request.urlopen('http://example.com/', timeout=10)")
+    except nsbox.SandboxError as e:
+        pass
+print(json.dumps([body.decode(), sorted(set(seen))]))
+try:
+    nsbox.Sandbox(connect={net_daemon.sock!r}, allow_net=["{up}:{port}"], net_log="/dev/null",
+                  on_net_request=cb).close()
+    print("opened")
+except Exception as e:
+    print(type(e).__name__, e)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0")))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    body, seen = json.loads(lines[0])
+    assert body == "hello from upstream\n"
+    assert ["http", up, "allow"] in seen and ["http", "example.com", "deny"] in seen, seen
+    assert "one network audit sink" in lines[1], lines[1]
+    conns.settle()
