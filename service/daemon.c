@@ -993,9 +993,12 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	if (!rule->profiles[profile])
 		code = EACCES, snprintf(eb, sizeof(eb), "profile %s is not allowed for uid %u ([%s])", o.profile,
 					(unsigned)c->uid, rule->section);
-	else if (o.share_net && !rule->share_net)
-		code = EACCES, snprintf(eb, sizeof(eb), "share_net is not allowed for uid %u ([%s] AllowShareNet=no)",
-					(unsigned)c->uid, rule->section);
+	/* permissive shares the host's network unless OPEN says otherwise
+	 * (nsbox-policy(5)): that is asking for it too. */
+	else if ((o.share_net_given ? o.share_net : !strcmp(o.profile, "permissive")) && !rule->share_net)
+		code = EACCES, snprintf(eb, sizeof(eb), "share_net is not allowed for uid %u ([%s] AllowShareNet=no%s)",
+					(unsigned)c->uid, rule->section,
+					o.share_net_given ? "" : "; profile permissive shares it unless share_net is false");
 	else if (o.n_net_allow && !rule->net)
 		code = EACCES, snprintf(eb, sizeof(eb),
 					"a network allowlist is not allowed for uid %u ([%s] AllowNet=no): the proxy "

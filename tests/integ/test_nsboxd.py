@@ -1000,18 +1000,28 @@ def test_bad_rules_in_open_refused(net_daemon, net, what):
 
 def test_permissive_without_network_through_service(net_daemon):
     """share_net travels when it differs from the profile: permissive with
-    Network=none gets no network through the service (it got the host's)."""
+    Network=none gets no network through the service (it got the host's),
+    and permissive as it is needs AllowShareNet= like share_net itself."""
     c = svcclient.Client(net_daemon.sock)
     sb, m = c.open(profile="permissive", share_net=False)
     assert sb, m
     assert sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"] == ["lo"]
     sb.close()
+    # permissive's own network is the host's: AllowShareNet=no refuses it
     sb, m = c.open(profile="permissive")
-    assert sb, m
-    host = sorted(n for _, n in socket.if_nameindex())
-    assert sorted(sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"]) == host
-    sb.close()
+    assert sb is None and m["error"] == "EACCES" and "AllowShareNet=no; profile permissive" in m["message"], m
     c.close()
+    d = Daemon("[Default]\nAllowShareNet=yes\nAllowProfiles=default strict permissive\n")
+    try:
+        c = svcclient.Client(d.sock)
+        sb, m = c.open(profile="permissive")
+        assert sb, m
+        host = sorted(n for _, n in socket.if_nameindex())
+        assert sorted(sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"]) == host
+        sb.close()
+        c.close()
+    finally:
+        assert d.stop() == 0
 
 
 def test_net_log_opened_by_the_client(upstream):
