@@ -451,15 +451,15 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
  * (libedit, libtinfo, libbsd, libmd) cost every nsbox process about a
  * quarter of a millisecond to map and relocate, and each sandbox's pid 1,
  * a clone of this process, as much again.  The header gives the types. */
-#define EDIT_FUNCS(X)                                                                                           \
-	X(rl_callback_handler_install)                                                                          \
-	X(rl_callback_handler_remove) X(rl_callback_read_char) X(rl_free_line_state) X(rl_cleanup_after_signal) \
-		X(rl_completion_matches) X(rl_bind_key) X(using_history) X(stifle_history) X(read_history)      \
-			X(write_history) X(add_history)
-#define EDIT_VARS(X)                                                                              \
-	X(rl_readline_name)                                                                       \
-	X(rl_catch_signals) X(rl_attempted_completion_function) X(rl_basic_word_break_characters) \
-		X(rl_completion_append_character)
+/* clang-format off */
+#define EDIT_FUNCS(X) \
+	X(rl_callback_handler_install) X(rl_callback_handler_remove) X(rl_callback_read_char) \
+	X(rl_free_line_state) X(rl_cleanup_after_signal) X(rl_completion_matches) X(rl_bind_key) \
+	X(using_history) X(stifle_history) X(read_history) X(write_history) X(add_history)
+#define EDIT_VARS(X) \
+	X(rl_readline_name) X(rl_catch_signals) X(rl_attempted_completion_function) \
+	X(rl_basic_word_break_characters) X(rl_completion_append_character)
+/* clang-format on */
 static struct {
 #define FN(n) __typeof__(&n) n;
 #define VAR(n) __typeof__(n) *n;
@@ -485,7 +485,7 @@ static int edit_open(void)
 	EDIT_FUNCS(LOAD)
 	EDIT_VARS(LOAD)
 #undef LOAD
-		return 0;
+	return 0;
 }
 
 static char *repl_line;
