@@ -943,8 +943,11 @@ def test_allowlist_session_proxy_goes_with_it(net_daemon, upstream):
     it is closed; nothing else of the session is left."""
     up, port, conns = upstream
     before = proxies_of(net_daemon)
+    fds_before = settled_fds(net_daemon)
     c = svcclient.Client(net_daemon.sock)
-    sb, m = c.open(net={"allow": [f"{up}:{port}"], "max_bytes_in": 0})
+    rd, wr = os.pipe()
+    sb, m = c.open(net={"allow": [f"{up}:{port}"], "max_bytes_in": 0, "log": {"fd": 0}}, fds=[wr])
+    os.close(wr)
     assert sb, m
     r = sb.exec(f"import urllib.request; urllib.request.urlopen('http://{up}:{port}/', timeout=10).read().decode()")
     assert r["value"] == "hello from upstream\n", r
@@ -955,6 +958,11 @@ def test_allowlist_session_proxy_goes_with_it(net_daemon, upstream):
     assert t == "CLOSED", m
     c.close()
     assert wait_gone(pid1) and all(wait_gone(p) for p in proxy)
+    # The proxy held the pipe's last other write end: EOF after its records.
+    with os.fdopen(rd) as f:
+        recs = [json.loads(line) for line in f]
+    assert [(e["kind"], e["decision"]) for e in recs] == [("http", "allow")], recs
+    assert settled_fds(net_daemon) == fds_before
     conns.settle()
 
 
