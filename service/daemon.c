@@ -971,6 +971,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	uint64_t mem;
 	double cpus;
 	int profile, code = 0;
+	bool share_net;
 	char eb[1024] = "";
 
 	if (svc_open_parse(m, n_fds, &o, &e) < 0) {
@@ -989,13 +990,19 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, EINVAL, "OPEN: unknown profile '%.64s' (default, strict, permissive)", o.profile);
 		return;
 	}
+	/* permissive shares the host's network unless OPEN says otherwise
+	 * (nsbox-policy(5)): that is asking for it too. */
+	share_net = o.share_net_given ? o.share_net : !strcmp(o.profile, "permissive");
+	if (share_net && o.n_net_allow) {
+		reply_error(c, id, EINVAL, "OPEN: net needs share_net false (profile %s): in the host's network an "
+					   "allowlist would allow everything", o.profile);
+		return;
+	}
 	/* Who may do what: nsboxd.conf(5). */
 	if (!rule->profiles[profile])
 		code = EACCES, snprintf(eb, sizeof(eb), "profile %s is not allowed for uid %u ([%s])", o.profile,
 					(unsigned)c->uid, rule->section);
-	/* permissive shares the host's network unless OPEN says otherwise
-	 * (nsbox-policy(5)): that is asking for it too. */
-	else if ((o.share_net_given ? o.share_net : !strcmp(o.profile, "permissive")) && !rule->share_net)
+	else if (share_net && !rule->share_net)
 		code = EACCES, snprintf(eb, sizeof(eb), "share_net is not allowed for uid %u ([%s] AllowShareNet=no%s)",
 					(unsigned)c->uid, rule->section,
 					o.share_net_given ? "" : "; profile permissive shares it unless share_net is false");

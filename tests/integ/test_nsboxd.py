@@ -1015,6 +1015,9 @@ def test_permissive_without_network_through_service(net_daemon):
     assert sb, m
     assert sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"] == ["lo"]
     sb.close()
+    for req in ({"profile": "permissive"}, {"share_net": True}):
+        bad, m = c.open(net={"allow": ["example.com"]}, **req)
+        assert bad is None and m["error"] == "EINVAL" and "net needs share_net false" in m["message"], m
     # permissive's own network is the host's: AllowShareNet=no refuses it
     sb, m = c.open(profile="permissive")
     assert sb is None and m["error"] == "EACCES" and "AllowShareNet=no; profile permissive" in m["message"], m
