@@ -239,7 +239,9 @@ def test_many_records_wait_for_the_host_and_none_is_lost():
     # ...and went on once it did, during the next exec.
     assert out["after"] == n
     assert out["names"] == ["q%05d.denied.test" % i for i in range(n)]
-    assert out["denied"] and out["warned"] == []
+    # No record dropped by the reader (the jail's own warnings about the
+    # host's cgroups may be there in the unprivileged passes).
+    assert out["denied"] and [w for w in out["warned"] if "network audit" in w] == []
 
 
 TAIL = r'''
