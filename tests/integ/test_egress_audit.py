@@ -222,6 +222,10 @@ t.start()
 """ % N)
     time.sleep(A["pause"])
     OUT["between"] = sb.get_variable("done")
+    # nsbox_net_audit_drain: what waits, now, between execs.
+    OUT["before_drain"] = len(recs)
+    OUT["drained"] = _lib.lib.nsbox_net_audit_drain(sb._sess, None)
+    OUT["after_drain"] = len(recs)
     OUT["after"] = sb.execute("t.join(60); done")
     OUT["delivered_before_close"] = len(recs)
 OUT["names"] = [r["host"] for r in recs if r["kind"] == "dns"]
@@ -236,6 +240,7 @@ def test_many_records_wait_for_the_host_and_none_is_lost():
     # More records than the pipe holds (256 KiB, ~170 bytes each): the
     # sandbox's queries stopped while the host did not read...
     assert 0 < out["between"] < n, out["between"]
+    assert out["drained"] > 0 and out["after_drain"] == out["before_drain"] + out["drained"], out
     # ...and went on once it did, during the next exec.
     assert out["after"] == n
     assert out["names"] == ["q%05d.denied.test" % i for i in range(n)]
