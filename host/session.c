@@ -150,6 +150,17 @@ static int audit_setup(struct nsbox_session *s, int fds[EGRESS_AUDIT_FDS], size_
 	return 0;
 }
 
+int session_net_audit_drain(struct nsbox_session *s)
+{
+	uint64_t before;
+
+	if (!s->audit)
+		return 0;
+	before = s->audit->delivered;
+	audit_drain(s);
+	return (int)(s->audit->delivered - before > INT_MAX ? INT_MAX : s->audit->delivered - before);
+}
+
 /* ---- process control ---- */
 
 /* Wait up to REAP_WAIT_NS for the process to end by itself (the OOM

@@ -191,6 +191,10 @@ double session_time_left(const struct nsbox_session *s);
  * with err when it can't be made. */
 int session_fd(struct nsbox_session *s, struct nsbox_err *err);
 
+/* Hand the network audit records waiting now to opts.net_audit (never
+ * blocks); how many.  For between execs: during one, steps do it. */
+int session_net_audit_drain(struct nsbox_session *s);
+
 /* Bind or read a global.  Values use the JSON encoding of
  * nsbox-protocol(7).  session_get_var: *value is a new reference; a missing
  * name is an error with code ENOENT. */

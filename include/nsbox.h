@@ -377,9 +377,19 @@ NSBOX_API bool nsbox_result_files_truncated(const nsbox_result_t *r);
 
 /* The fd to poll (POLLIN) for session s: readable whenever
  * nsbox_exec_advance() has work (a frame from the sandbox, its death, a
- * deadline, nsbox_cancel()).  Owned by the session, stable for its life;
- * never read or close it.  -1 with errno set when it can't be made. */
+ * deadline, nsbox_cancel(), since 0.5.0 network audit records for
+ * nsbox_session_opts.net_audit).  Owned by the session, stable for its
+ * life; never read or close it.  -1 with errno set when it can't be made. */
 NSBOX_API int nsbox_session_fd(nsbox_session_t *s);
+/* (since 0.5.0) Hand the network audit records waiting now to
+ * nsbox_session_opts.net_audit, on the calling thread, without blocking:
+ * between execs, where nothing else reads them (an event loop that keeps
+ * nsbox_session_fd() registered then calls this when it is readable).
+ * Returns how many were delivered (0 without a net_audit callback), or
+ * -EINVAL, -ENOTCONN (a session of the parent process), -EBUSY (another
+ * call, or an exec, is in progress on s: nsbox_exec_advance() delivers
+ * them then). */
+NSBOX_API int nsbox_net_audit_drain(nsbox_session_t *s, nsbox_error_t **err);
 
 /* Send code to the sandbox and return without waiting.  Errors (nothing
  * ran): -EINVAL, -ENOTCONN the session is dead, -EBUSY an exec is in

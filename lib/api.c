@@ -918,6 +918,21 @@ int nsbox_session_fd(nsbox_session_t *s)
 	return fd;
 }
 
+int nsbox_net_audit_drain(nsbox_session_t *s, nsbox_error_t **err)
+{
+	int n;
+
+	if (!s)
+		return fail(err, -EINVAL, "nsbox_net_audit_drain: NULL session");
+	if (s->owner != getpid())
+		return fail(err, -ENOTCONN, "nsbox_net_audit_drain: the session belongs to the parent process (fork)");
+	if (!enter(s))
+		return busy(err, "nsbox_net_audit_drain");
+	n = session_net_audit_drain(s->s);
+	leave(s);
+	return n;
+}
+
 int nsbox_exec_start(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts, nsbox_error_t **err)
 {
 	struct nsbox_exec_opts o;

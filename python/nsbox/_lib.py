@@ -211,6 +211,9 @@ lib = None
 library_path = None
 _event_api = False
 has_0_5 = False
+# The network audit (nsbox_session_opts.net_audit and net_log_fd, 0.5.0):
+# a library that exports nsbox_net_audit_drain reads those fields.
+has_net_audit = False
 
 # strdup gives the malloc'ed strings a tool callback hands to libnsbox,
 # which releases them with free().
@@ -278,6 +281,12 @@ def load():
             continue
         fn.restype = restype
         fn.argtypes = argtypes
+    global has_net_audit
+    fn = getattr(handle, "nsbox_net_audit_drain", None)
+    if fn is not None:
+        fn.restype = c_int
+        fn.argtypes = [c_void_p, _ERR]
+        has_net_audit = True
     global has_0_5
     has_0_5 = True
     for name, (restype, argtypes) in _PROTOS_0_5.items():

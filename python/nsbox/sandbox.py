@@ -437,6 +437,9 @@ class _SandboxBase:
         if on_net_request is not None:
             if not callable(on_net_request):
                 raise TypeError("on_net_request must be callable, not %r" % (on_net_request,))
+            if not _lib.has_net_audit:
+                raise SandboxError("%s is too old for on_net_request (it lacks the network audit callback)"
+                                   % _lib.library_path, _errno.ENOSYS)
             d.on_net_request = on_net_request
             self._net_cb = _lib.NET_AUDIT_FN(d.net)
             self._sess_opts.net_audit = self._net_cb

@@ -1,0 +1,366 @@
+"""The egress audit delivered to the host program (libnsbox's net_audit
+callback and net_log_fd, the SDK's allow_net= and on_net_request=), against
+test_egress.py's upstream on this machine's loopback (127.0.0.2, named by an
+explicit rule).  Each case runs the SDK in a child Python (sdk_env) that
+checks its own descriptors and processes after close(); host_intact checks
+ours, and that the child left nothing running."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+from conftest import BUILD, sdk_env
+from test_egress import UP, _servers_settled, upstream  # noqa: F401 (fixtures)
+
+PYDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+
+# The child's frame: the helper started and warmed by a first sandbox (its
+# control socket is then already open; the SDK's SIGINT thread too, so not
+# for an in_process session, which wants a single-threaded caller), no spares (NSBOX_SPARE=0: a spare's
+# processes would be the helper's children too), then the case's BODY; after
+# it, the descriptors must be as before and the helper the only child left.
+CHILD = r'''
+import asyncio, json, os, socket, sys, time
+import nsbox
+from nsbox import _lib
+
+def fds():
+    return sorted(os.listdir("/proc/self/fd"))
+
+def children():
+    me = str(os.getpid())
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if open("/proc/%s/stat" % p).read().rsplit(")", 1)[1].split()[1] == me:
+                    out.append(int(p))
+            except OSError:
+                pass
+    return out
+
+A = json.loads(sys.argv[1])
+if A.get("warm", True):
+    with nsbox.Sandbox(timeout=30) as warm:
+        warm.execute("1")
+fds0, kids0 = fds(), children()
+OUT = {}
+%(body)s
+OUT["fds_same"] = fds() == fds0 or [fds0, fds()]
+OUT["kids_same"] = children() == kids0 or [kids0, children()]
+print(json.dumps(OUT))
+'''
+
+
+def child(body, timeout=120, **args):
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR),
+                  NSBOX_SPARE="0")
+    p = subprocess.run([sys.executable, "-c", CHILD.replace("%(body)s", body), json.dumps(args)], capture_output=True,
+                       text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-4000:])
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["fds_same"] is True, out["fds_same"]
+    assert out["kids_same"] is True, out["kids_same"]
+    return out
+
+
+# Inside: a fetch through the proxies (urllib reads HTTP_PROXY), a name off
+# the list at the DNS responder and at the proxy, and the descriptors the
+# sandbox's process holds.
+FETCH = r'''
+import json, os, socket, urllib.request
+R = {"body": urllib.request.urlopen("http://%(up)s:%(port)d/", timeout=10).read().decode()}
+try:
+    socket.getaddrinfo("denied.example", 80)
+    R["dns"] = "resolved"
+except socket.gaierror as e:
+    R["dns"] = e.errno
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"GET http://denied.example/ HTTP/1.1\r\nHost: denied.example\r\n\r\n")
+R["proxy"] = s.recv(100).decode().split("\r\n")[0]
+s.close()
+R["fds"] = sorted(os.listdir("/proc/self/fd"))
+R
+'''
+
+SYNC_FETCH = r'''
+recs = []
+with nsbox.Sandbox(timeout=30, allow_net=A["rules"], net_log=A["log"], on_net_request=recs.append) as sb:
+    OUT["inside"] = sb.execute(A["code"])
+OUT["recs"] = recs
+with nsbox.Sandbox(timeout=30, allow_net=A["rules"]) as sb:
+    OUT["fds_without"] = sb.execute("import os; sorted(os.listdir('/proc/self/fd'))")
+'''
+
+ASYNC_FETCH = r'''
+recs = []
+async def main():
+    import threading
+    loop_thread = threading.get_ident()
+    def on_rec(r):
+        r["on_loop"] = threading.get_ident() == loop_thread
+        recs.append(r)
+    async with nsbox.AsyncSandbox(timeout=30, allow_net=A["rules"], net_log=A["log"],
+                                  on_net_request=on_rec) as sb:
+        OUT["inside"] = await sb.execute(A["code"])
+    async with nsbox.AsyncSandbox(timeout=30, allow_net=A["rules"]) as sb:
+        OUT["fds_without"] = await sb.execute("import os; sorted(os.listdir('/proc/self/fd'))")
+asyncio.run(main())
+OUT["recs"] = recs
+'''
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_records_reach_the_callback_and_the_log(upstream, tmp_path, kind):  # noqa: F811
+    log = str(tmp_path / "net.jsonl")
+    out = child(SYNC_FETCH if kind == "sync" else ASYNC_FETCH, rules=[f"{UP}:{upstream}"], log=log,
+                code=FETCH % {"up": UP, "port": upstream})
+    inside = out["inside"]
+    assert inside["body"] == "hello from upstream\n"
+    assert inside["dns"] == socket.EAI_NONAME and inside["proxy"].startswith("HTTP/1.1 403")
+    # The sandbox holds no descriptor more than without the callback: the
+    # audit pipe is the proxy's and the library's only.
+    assert inside["fds"] == out["fds_without"]
+    recs = out["recs"]
+    if kind == "async":
+        assert all(r.pop("on_loop") for r in recs)
+    got = [(r["kind"], r["host"], r["decision"], r["reason"]) for r in recs]
+    assert ("dns", "denied.example", "deny", "name not on the allowlist") in got
+    assert ("http", "denied.example", "deny", "name not on the allowlist") in got
+    allow = [r for r in recs if r["kind"] == "http" and r["decision"] == "allow"]
+    assert len(allow) == 1, recs
+    a = allow[0]
+    assert a["host"] == UP and a["port"] == upstream and a["addr"] == UP and a["reason"] == ""
+    assert a["bytes_out"] > 20 and a["bytes_in"] > len("hello from upstream\n")
+    assert set(a) == {"time", "kind", "host", "port", "addr", "sni", "decision", "reason", "bytes_out",
+                      "bytes_in"}
+    # The callback got what the log file got, in the same order.
+    with open(log) as f:
+        assert [json.loads(line) for line in f] == recs
+
+
+RAISING = r'''
+calls = []
+def on_rec(r):
+    calls.append(r["host"])
+    if len(calls) == 1:
+        raise ValueError("audit consumer failed")
+QUERY = """
+import socket, time
+try:
+    socket.getaddrinfo(%r, 80)
+except socket.gaierror:
+    pass
+time.sleep(0.3)
+"""
+def run(execute):
+    try:
+        execute(QUERY % "first.denied")
+        OUT["first"] = "returned"
+    except ValueError as e:
+        OUT["first"] = str(e)
+    OUT["second"] = execute(QUERY % "second.denied" + "\n40 + 2")
+if A["kind"] == "sync":
+    with nsbox.Sandbox(timeout=30, allow_net=A["rules"], on_net_request=on_rec) as sb:
+        run(sb.execute)
+else:
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30, allow_net=A["rules"], on_net_request=on_rec) as sb:
+            try:
+                await sb.execute(QUERY % "first.denied")
+                OUT["first"] = "returned"
+            except ValueError as e:
+                OUT["first"] = str(e)
+            OUT["second"] = await sb.execute(QUERY % "second.denied" + "\n40 + 2")
+    asyncio.run(main())
+OUT["calls"] = calls
+'''
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_callback_raising_leaves_the_session_working(kind):
+    out = child(RAISING, rules=["allowed.test"], kind=kind)
+    # Raised by the call during which the record came (the query ended 0.3 s
+    # before the exec did), not into C; the session lives on.
+    assert out["first"] == "audit consumer failed"
+    assert out["second"] == 42
+    # getaddrinfo asks for A and AAAA: each query is a record.
+    assert out["calls"][0] == "first.denied" and "second.denied" in out["calls"]
+    assert set(out["calls"]) == {"first.denied", "second.denied"}
+
+
+# A background thread inside sends N DNS queries for unlisted names, one at
+# a time, each waiting for its answer; between execs nobody reads the audit
+# pipe, so the proxy waits once it is full, and the queries with it.
+MANY = r'''
+warned = []
+recs = []
+N = A["n"]
+with nsbox.Sandbox(timeout=60, allow_net=A["rules"], on_net_request=recs.append,
+                   on_warning=warned.append) as sb:
+    sb.execute("""
+import socket, struct, threading
+done = 0
+def query(name):
+    q = struct.pack(">HHHHHH", 7, 0x0100, 1, 0, 0, 0)
+    for label in name.split("."):
+        q += bytes([len(label)]) + label.encode()
+    return q + b"\\0" + struct.pack(">HH", 1, 1)
+def work():
+    global done
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(60)
+    for i in range(%d):
+        s.sendto(query("q%%05d.denied.test" %% i), ("127.0.0.1", 53))
+        s.recv(512)
+        done += 1
+t = threading.Thread(target=work)
+t.start()
+""" % N)
+    time.sleep(A["pause"])
+    OUT["between"] = sb.get_variable("done")
+    # nsbox_net_audit_drain: what waits, now, between execs.
+    OUT["before_drain"] = len(recs)
+    OUT["drained"] = _lib.lib.nsbox_net_audit_drain(sb._sess, None)
+    OUT["after_drain"] = len(recs)
+    OUT["after"] = sb.execute("t.join(60); done")
+    OUT["delivered_before_close"] = len(recs)
+OUT["names"] = [r["host"] for r in recs if r["kind"] == "dns"]
+OUT["denied"] = all(r["decision"] == "deny" and r["reason"] == "name not on the allowlist" for r in recs)
+OUT["warned"] = warned
+'''
+
+
+def test_many_records_wait_for_the_host_and_none_is_lost():
+    n = 3000
+    out = child(MANY, rules=["allowed.test"], n=n, pause=2.0)
+    # More records than the pipe holds (256 KiB, ~170 bytes each): the
+    # sandbox's queries stopped while the host did not read...
+    assert 0 < out["between"] < n, out["between"]
+    assert out["drained"] > 0 and out["after_drain"] == out["before_drain"] + out["drained"], out
+    # ...and went on once it did, during the next exec.
+    assert out["after"] == n
+    assert out["names"] == ["q%05d.denied.test" % i for i in range(n)]
+    # No record dropped by the reader (the jail's own warnings about the
+    # host's cgroups may be there in the unprivileged passes).
+    assert out["denied"] and [w for w in out["warned"] if "network audit" in w] == []
+
+
+TAIL = r'''
+recs = []
+sb = nsbox.Sandbox(timeout=30, allow_net=A["rules"], on_net_request=recs.append)
+sb.execute("""
+import socket
+c = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+c.sendall(b"CONNECT %s:%d HTTP/1.1\\r\\n\\r\\nhello")
+head = c.recv(100).decode()
+""" % (A["up"], A["port"]))
+OUT["head"] = sb.get_variable("head")
+OUT["before_close"] = [r for r in recs if r["kind"] == "connect"]
+sb.close()
+OUT["recs"] = recs
+'''
+
+
+def test_free_delivers_the_tail():
+    # A tunnel still open when the session is freed: its record is written
+    # as the proxy stops, and nsbox_session_free hands it over.
+    s = socket.socket()
+    s.bind((UP, 0))
+    s.listen(8)
+    s.settimeout(0.2)
+    held = []
+
+    def loop():
+        while True:
+            try:
+                c, _ = s.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            held.append(c)
+    t = threading.Thread(target=loop, daemon=True)
+    t.start()
+    port = s.getsockname()[1]
+    try:
+        out = child(TAIL, rules=[f"{UP}:{port}"], up=UP, port=port)
+    finally:
+        s.close()
+        t.join()
+        for c in held:
+            c.close()
+    assert out["head"].startswith("HTTP/1.1 200") and out["before_close"] == []
+    tun = [r for r in out["recs"] if r["kind"] == "connect"]
+    assert len(tun) == 1 and tun[0]["reason"] == "the sandbox ended" and tun[0]["bytes_out"] == 5, out["recs"]
+
+
+# The C API's descriptor form, through ctypes: a pipe whose write end the
+# proxy gets (net_log_fd), in-process (the local backend) and through the
+# helper.  The caller closes its own copy after nsbox_session_new; the
+# proxy's goes when the session is freed, so the reader sees EOF then.
+FD_FORM = r'''
+import ctypes, threading
+from ctypes import byref, c_void_p, sizeof
+lib = _lib.load()
+err = c_void_p()
+p = c_void_p()
+assert lib.nsbox_policy_new(b"default", byref(p), byref(err)) == 0
+for rule in A["rules"]:
+    assert lib.nsbox_policy_set(p, b"Network", b"Allow", rule.encode(), byref(err)) == 0
+r, w = os.pipe2(os.O_CLOEXEC)
+lines = []
+def reader():
+    with os.fdopen(r, "rb") as f:
+        for line in f:
+            lines.append(json.loads(line))
+opts = _lib.SessionOpts(struct_size=sizeof(_lib.SessionOpts), net_log_fd=w, in_process=A["in_process"])
+h = c_void_p()
+rc = lib.nsbox_session_new(p, byref(opts), byref(h), byref(err))
+os.close(w)
+assert rc == 0, (rc, lib.nsbox_error_message(err))
+# After the start: in_process wants a single-threaded caller.
+rt = threading.Thread(target=reader)
+rt.start()
+res = c_void_p()
+code = b"import urllib.request; urllib.request.urlopen('http://%s:%d/', timeout=10).read()" % (
+    A["up"].encode(), A["port"])
+assert lib.nsbox_exec(h, code, None, byref(res), byref(err)) == 0
+OUT["status"] = lib.nsbox_result_status(res)
+lib.nsbox_result_free(res)
+lib.nsbox_session_free(h)
+lib.nsbox_policy_free(p)
+rt.join(10)
+OUT["eof"] = not rt.is_alive()
+OUT["lines"] = lines
+'''
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["helper", "in_process"])
+def test_net_log_fd(upstream, in_process):  # noqa: F811
+    out = child(FD_FORM, rules=[f"{UP}:{upstream}"], up=UP, port=upstream, in_process=in_process,
+                warm=not in_process)
+    assert out["status"] == 0 and out["eof"]
+    allow = [r for r in out["lines"] if r["kind"] == "http" and r["decision"] == "allow"]
+    assert len(allow) == 1 and allow[0]["bytes_in"] > 20, out["lines"]
+
+
+BAD = r'''
+for rules in (["exa mple.com"], ["*.*.example.com"], "pypi.org"):
+    try:
+        nsbox.Sandbox(allow_net=rules)
+        OUT.setdefault("bad", []).append("accepted %r" % (rules,))
+    except (nsbox.PolicyError, TypeError) as e:
+        OUT.setdefault("bad", []).append(type(e).__name__ + ": " + str(e))
+'''
+
+
+def test_bad_rules_are_refused():
+    out = child(BAD)
+    a, b, c = out["bad"]
+    assert a.startswith("PolicyError: [Network] Allow=exa mple.com: not a host name"), a
+    assert b.startswith("PolicyError: [Network] Allow=*.*.example.com: "), b
+    assert c.startswith("TypeError: allow_net must be a list"), c
