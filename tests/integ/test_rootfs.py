@@ -9,8 +9,10 @@ built in the user's own cache: mmdebstrap's fakechroot mode there.
 
 Run: NSBOX_BUILD=$PWD/build /usr/bin/python3.11 -m pytest tests/integ/test_rootfs.py
 """
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -352,3 +354,166 @@ def test_bad_preload_in_info_is_refused(tmp_path):
     env = dict(os.environ, NSBOX_ROOTFS_CACHE=_fake_cache(tmp_path, ver, preload="os; import evil"))
     p = nsbox("python", "--rootfs", "fake", "-c", "1", env=env)
     assert p.returncode == 120 and "not a module name" in p.stderr and "info file" in p.stderr, p.stderr
+
+
+# ---- nsbox rootfs remove: a small runnable tree in a private cache ----
+
+def _runnable_build(cache, name, h):
+    """CACHE/NAME-H with a tree that runs dash, sleep and true (the host's
+    binaries and their libc: a few MB, copied in milliseconds)."""
+    ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
+    d = cache / ("%s-%s" % (name, h))
+    tree = d / "tree"
+    for sub in ("usr/bin", "usr/lib/x86_64-linux-gnu", "usr/lib64"):
+        (tree / sub).mkdir(parents=True)
+    for prog in ("dash", "sleep", "true"):
+        shutil.copy2("/usr/bin/" + prog, tree / "usr/bin" / prog)
+    (tree / "usr/bin/sh").symlink_to("dash")
+    shutil.copy2("/lib/x86_64-linux-gnu/libc.so.6", tree / "usr/lib/x86_64-linux-gnu/libc.so.6")
+    shutil.copy2("/lib64/ld-linux-x86-64.so.2", tree / "usr/lib64/ld-linux-x86-64.so.2")
+    for l in ("bin", "lib", "lib64"):
+        (tree / l).symlink_to("usr/" + l)
+    (d / "info").write_text("name=%s\nhash=%s\npreload=\npython=%s\nsize=3000K\n" % (name, h, ver))
+    return d
+
+
+def _make_current(cache, name, d):
+    link = cache / name
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(d.name)
+
+
+needs_x86_64 = pytest.mark.skipif(not os.path.exists("/lib64/ld-linux-x86-64.so.2") or
+                                  not os.path.exists("/lib/x86_64-linux-gnu/libc.so.6"),
+                                  reason="the small test tree copies x86-64 Debian's libc")
+
+
+def _rm_env(cache):
+    return dict(os.environ, NSBOX_ROOTFS_CACHE=str(cache))
+
+
+@needs_x86_64
+def test_remove_and_stale(tmp_path):
+    cache = tmp_path / "cache"
+    old = _runnable_build(cache, "small", "00000000000000aa")
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    forced = _runnable_build(cache, "small", "00000000000000bb.1700000000")
+    other = _runnable_build(cache, "other", "00000000000000cc")
+    _make_current(cache, "small", cur)
+    _make_current(cache, "other", other)
+    env = _rm_env(cache)
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+    assert p.returncode == 0, p.stderr
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 0, p.stderr
+    assert "removed %s" % old in p.stdout and "removed %s" % forced in p.stdout, p.stdout
+    assert not old.exists() and not forced.exists() and cur.is_dir() and other.is_dir()
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 0 and "nothing to remove" in p.stdout, (p.stdout, p.stderr)
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+    assert p.returncode == 0, p.stderr
+    # One build by its directory's name, then a tree by its name.
+    p = nsbox("rootfs", "remove", other.name, env=env)
+    assert p.returncode == 0 and "removed %s" % other in p.stdout, p.stderr
+    assert not other.exists() and not (cache / "other").is_symlink()
+    p = nsbox("rootfs", "remove", "small", env=env)
+    assert p.returncode == 0, p.stderr
+    assert "removed %s" % cur in p.stdout and "removed the link" in p.stdout, p.stdout
+    assert sorted(os.listdir(cache)) == []
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+    assert p.returncode == 120 and "is not built" in p.stderr, p.stderr
+    p = nsbox("rootfs", "remove", "small", env=env)
+    assert p.returncode == 120 and "no build of 'small'" in p.stderr, p.stderr
+    for bad in (["remove"], ["remove", "../x"], ["remove", "--stale", "x"], ["remove", "Bad Name"]):
+        p = nsbox("rootfs", *bad, env=env)
+        assert p.returncode == 120, (bad, p.returncode, p.stderr)
+
+
+@needs_x86_64
+def test_remove_refuses_a_tree_in_use(tmp_path):
+    cache = tmp_path / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    _make_current(cache, "small", cur)
+    env = _rm_env(cache)
+    sb = subprocess.Popen([NSBOX, "run", "--rootfs", "small", "--", "sh", "-c", "echo ready; exec sleep 60"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert sb.stdout.readline() == "ready\n", sb.stderr.read()
+        for args in (["small"], ["--stale"], [cur.name]):
+            p = nsbox("rootfs", "remove", *args, env=env)
+            if args == ["--stale"]:  # the current build is not stale
+                assert p.returncode == 0 and "nothing to remove" in p.stdout, p.stderr
+                continue
+            assert p.returncode == 122, (args, p.returncode, p.stdout, p.stderr)
+            assert "in use by a running sandbox" in p.stderr, p.stderr
+            assert (cur / "tree/usr/bin/dash").is_file() and (cache / "small").is_symlink()
+        # An old build in use is kept by --stale too, and said so.
+        _make_current(cache, "small", _runnable_build(cache, "small", "00000000000000dd"))
+        p = nsbox("rootfs", "remove", "--stale", env=env)
+        assert p.returncode == 0 and "in use" in p.stderr and cur.is_dir(), (p.stdout, p.stderr)
+    finally:
+        sb.terminate()  # nsbox forwards it, then removes its cgroup
+        sb.wait(timeout=30)
+    # The sandbox is gone (its pid 1 held the lock): now it goes.
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 0 and "removed %s" % cur in p.stdout, (p.stdout, p.stderr)
+    assert not cur.exists()
+    assert [n for n in os.listdir(cache) if n.startswith(".")] == []
+
+
+@needs_x86_64
+def test_sandbox_refuses_a_tree_being_removed(tmp_path):
+    cache = tmp_path / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    _make_current(cache, "small", cur)
+    fd = os.open(cur / "tree", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        p = nsbox("run", "--rootfs", "small", "--", "true", env=_rm_env(cache))
+        assert p.returncode == 125 and "is being removed" in p.stderr, (p.returncode, p.stderr)
+    finally:
+        os.close(fd)
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=_rm_env(cache))
+    assert p.returncode == 0, p.stderr
+
+
+@needs_x86_64
+def test_remove_follows_no_symlink(tmp_path):
+    """Trees hold absolute symlinks (/usr/..., /etc/alternatives/...), and a
+    link planted in the cache may name a host directory: remove deletes
+    links, never what they point at."""
+    host = tmp_path / "host"
+    (host / "sub").mkdir(parents=True)
+    (host / "keep").write_text("host data")
+    (host / "sub" / "keep2").write_text("more")
+    cache = tmp_path / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    _make_current(cache, "small", cur)
+    tree = cur / "tree"
+    (tree / "usr/abs").symlink_to(host)
+    (tree / "usr/rel").symlink_to("../../../../host")
+    (tree / "usr/file").symlink_to(host / "keep")
+    ro = tree / "usr/share/ro"
+    ro.mkdir(parents=True)
+    (ro / "f").write_text("x")
+    os.chmod(ro, 0o555)  # fakechroot builds leave such directories
+    # Links planted in the cache: a build and a tree name leading to host.
+    (cache / "evil-00000000000000ee").symlink_to(host)
+    (cache / "evil").symlink_to(host)
+    (cache / "small-00000000000000ff").symlink_to(host)
+    env = _rm_env(cache)
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    p = nsbox("rootfs", "remove", "evil-00000000000000ee", env=env)
+    assert p.returncode == 125 and "left alone" in p.stderr, (p.returncode, p.stdout, p.stderr)
+    p = nsbox("rootfs", "remove", "evil", env=env)
+    assert p.returncode == 125 and "left alone" in p.stderr, (p.returncode, p.stdout, p.stderr)
+    p = nsbox("rootfs", "remove", "small", env=env)
+    assert p.returncode == 125 and "removed %s" % cur in p.stdout, (p.stdout, p.stderr)
+    assert "small-00000000000000ff is not a build directory" in p.stderr, p.stderr
+    assert not cur.exists()
+    assert (host / "keep").read_text() == "host data" and (host / "sub" / "keep2").read_text() == "more"
+    assert sorted(os.listdir(host)) == ["keep", "sub"]
+    for n in ("evil", "evil-00000000000000ee", "small-00000000000000ff"):
+        assert (cache / n).is_symlink(), n
