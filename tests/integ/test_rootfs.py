@@ -517,3 +517,50 @@ def test_remove_follows_no_symlink(tmp_path):
     assert sorted(os.listdir(host)) == ["keep", "sub"]
     for n in ("evil", "evil-00000000000000ee", "small-00000000000000ff"):
         assert (cache / n).is_symlink(), n
+
+
+HOST_MPL = os.path.isdir("/usr/lib/python3/dist-packages/matplotlib")
+
+MPL_CODE = r"""
+import errno, os, subprocess
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+plt.plot(range(100)); plt.title("fonts"); plt.savefig("/tmp/f.png")
+try:
+    open("/etc/fonts/fonts.conf", "a")
+    w = "wrote"
+except OSError as e:
+    w = errno.errorcode[e.errno]
+fc = subprocess.run(["fc-list"], capture_output=True, text=True) if os.path.exists("/usr/bin/fc-list") else None
+print(w, open("/tmp/f.png", "rb").read(4).hex(), fc and len(fc.stdout.splitlines()) > 0, fc and fc.stderr)
+"""
+
+
+@pytest.mark.skipif(not HOST_MPL, reason="no python3-matplotlib on the host (CI installs it: install-deps.sh)")
+def test_matplotlib_is_quiet_on_the_hosts_usr():
+    """The generated /etc gives fontconfig the root's /etc/fonts (read-only):
+    matplotlib's first font scan runs fc-list, which otherwise printed
+    "Fontconfig error: Cannot load default config file"."""
+    before = {n: os.lstat(os.path.join("/etc/fonts", n)).st_mtime_ns for n in os.listdir("/etc/fonts")}
+    p = nsbox("python", "--dist-packages", "-c", MPL_CODE)
+    assert p.returncode == 0, p.stderr
+    assert no_warnings(p.stderr) == "", p.stderr
+    w, png, listed, fcerr = p.stdout.split(" ", 3)
+    assert w in ("EROFS", "EACCES") and png == "89504e47", p.stdout
+    if os.path.exists("/usr/bin/fc-list"):
+        assert listed == "True" and fcerr.strip() == "", p.stdout
+    after = {n: os.lstat(os.path.join("/etc/fonts", n)).st_mtime_ns for n in os.listdir("/etc/fonts")}
+    assert after == before
+
+
+@no_sanitizer
+def test_matplotlib_is_quiet_on_the_tree(datascience):
+    p = nsbox("python", "--rootfs", "datascience", "-c",
+              MPL_CODE + "print(os.stat('/etc/fonts/fonts.conf').st_ino)")
+    assert p.returncode == 0, p.stderr
+    assert no_warnings(p.stderr) == "", p.stderr
+    first, ino = p.stdout.splitlines()
+    assert first.split()[:2] in (["EROFS", "89504e47"], ["EACCES", "89504e47"]), p.stdout
+    # The tree's own fontconfig configuration, not the host's.
+    assert int(ino) == os.stat(os.path.join(datascience, "etc/fonts/fonts.conf")).st_ino
