@@ -96,6 +96,7 @@ struct svc_open {
 	size_t n_env;
 	uint64_t output_limit;	/* the runner's per-stream cap, 0: default */
 	bool cold;		/* CPython started afresh, not from a template or the pool */
+	const char *rootfs;	/* a built tree's name, resolved in the service's own cache; NULL none */
 };
 /* Parse OPEN's payload; n_fds descriptors came with it.  Returns 0 or -1
  * with err (EINVAL) naming the field. */

@@ -390,7 +390,8 @@ class _SandboxBase:
         self._set_timeout(timeout)
         self._policy = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus,
                                           workspace=workspace, share_net=share_net,
-                                          workspace_size=workspace_size, rootfs=rootfs)
+                                          workspace_size=workspace_size, rootfs=rootfs,
+                                          remote=bool(connect is not None or os.environ.get("NSBOX_CONNECT")))
 
     # Hooks for the subclasses.
     _defer_warnings = False

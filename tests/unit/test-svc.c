@@ -154,6 +154,13 @@ static void test_open(void)
 		{ "{\"env\":[\"=x\"]}", 0, "env without a name" },
 		{ "{\"env\":[1]}", 0, "env not strings" },
 		{ "{\"cold\":\"yes\"}", 0, "cold not a boolean" },
+		{ "{\"rootfs\":\"/srv/tree\"}", 0, "rootfs a path (a confused deputy)" },
+		{ "{\"rootfs\":\"../x\"}", 0, "rootfs with dots and a slash" },
+		{ "{\"rootfs\":\"Data\"}", 0, "rootfs with upper case" },
+		{ "{\"rootfs\":\"-x\"}", 0, "rootfs starting with -" },
+		{ "{\"rootfs\":\"\"}", 0, "an empty rootfs" },
+		{ "{\"rootfs\":7}", 0, "rootfs not a string" },
+		{ "{\"rootfs\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", 0, "rootfs of 65" },
 	};
 
 	ok(open_parse("{}", 0, &o, msg, sizeof(msg)) == 0 && !strcmp(o.profile, "default") && o.workspace_fd == -1 &&
@@ -167,6 +174,10 @@ static void test_open(void)
 		   o.workspace_fd == 1 && o.n_binds == 1 && o.binds[0].fd == 0 && !strcmp(o.binds[0].dst, "/data") &&
 		   o.binds[0].writable && o.n_env == 2 && !strcmp(o.env[1], "B=") && o.output_limit == 4096 && o.cold,
 	   "OPEN with every field (%s)", msg);
+	ok(open_parse("{\"rootfs\":\"data_science-2\"}", 0, &o, msg, sizeof(msg)) == 0 &&
+		   !strcmp(o.rootfs, "data_science-2"),
+	   "OPEN with a built tree's name (%s)", msg);
+	ok(open_parse("{}", 0, &o, msg, sizeof(msg)) == 0 && !o.rootfs, "OPEN without rootfs: none");
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ok(open_parse(bad[i].json, bad[i].n_fds, &o, msg, sizeof(msg)) == -1 && strstr(msg, "OPEN"),
 		   "OPEN refused: %s (%s)", bad[i].what, msg);
