@@ -600,3 +600,26 @@ def test_font_list_made_before_the_session(datascience, tmp_path):
     r = subprocess.run([sys.executable, "-c", sdk, str(pol)], capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("True ") and "fontlist-v" in r.stdout, r.stdout
+
+
+def test_stale_takes_a_killed_build_not_one_under_way(tmp_path):
+    """A build holds an exclusive flock on its .build-NAME.XXXXXX directory
+    while it runs; --stale removes one nobody holds (a killed build's)."""
+    cache = tmp_path / "cache"
+    dead = cache / ".build-small.aaaaaa"
+    running = cache / ".build-small.bbbbbb"
+    for d in (dead, running):
+        (d / "tree" / "usr").mkdir(parents=True)
+        (d / "tree" / "usr" / "abs").symlink_to(tmp_path)
+    fd = os.open(running, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        assert "removed %s" % dead in p.stdout and "a build under way: kept" in p.stderr, (p.stdout, p.stderr)
+        assert not dead.exists() and (running / "tree" / "usr" / "abs").is_symlink()
+    finally:
+        os.close(fd)
+    p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
+    assert p.returncode == 0 and "removed %s" % running in p.stdout, (p.stdout, p.stderr)
+    assert os.listdir(cache) == [] and (tmp_path / "cache").is_dir()
