@@ -877,6 +877,17 @@ def test_built_tree_through_service(daemon, tmp_path):
                        env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"),
                                    NSBOX_ROOTFS_CACHE=str(empty)))
     assert r.returncode == 0 and r.stdout.strip() == "6", r.stderr
+    # And nsbox mcp, with $NSBOX_CONNECT.
+    msgs = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "run_python", "arguments": {"code": "import sys; 'numpy' in sys.modules"}}}]
+    r = subprocess.run([NSBOX, "mcp", "--rootfs", "datascience"], input="".join(json.dumps(m) + "\n" for m in msgs),
+                       capture_output=True, text=True, timeout=120, env=dict(env, NSBOX_CONNECT=daemon.sock))
+    assert r.returncode == 0, r.stderr
+    last = json.loads(r.stdout.splitlines()[-1])
+    assert last["id"] == 2 and last["result"]["content"][0]["text"] == "True", r.stdout
     # A tree only the client has is not the service's.
     ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
     own = tmp_path / "own"
