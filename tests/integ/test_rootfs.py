@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -611,15 +612,19 @@ def test_stale_takes_a_killed_build_not_one_under_way(tmp_path):
     for d in (dead, running):
         (d / "tree" / "usr").mkdir(parents=True)
         (d / "tree" / "usr" / "abs").symlink_to(tmp_path)
+        os.utime(d, (time.time() - 3600,) * 2)  # one made within the minute may be a build's start
+    young = cache / ".build-small.cccccc"
+    young.mkdir()
     fd = os.open(running, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
         assert p.returncode == 0, (p.stdout, p.stderr)
         assert "removed %s" % dead in p.stdout and "a build under way: kept" in p.stderr, (p.stdout, p.stderr)
-        assert not dead.exists() and (running / "tree" / "usr" / "abs").is_symlink()
+        assert not dead.exists() and (running / "tree" / "usr" / "abs").is_symlink() and young.is_dir()
     finally:
         os.close(fd)
+    os.utime(young, (time.time() - 3600,) * 2)
     p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
-    assert p.returncode == 0 and "removed %s" % running in p.stdout, (p.stdout, p.stderr)
+    assert p.returncode == 0 and "removed %s" % running in p.stdout and "removed %s" % young in p.stdout, p.stdout
     assert os.listdir(cache) == [] and (tmp_path / "cache").is_dir()
