@@ -7,7 +7,10 @@
 - A session ready (Sandbox() returns, the runner's handshake done) from the
   warm spare: on datascience with numpy and pandas preloaded; the same tree
   with no preload, then `import numpy, pandas` (what the preload saves); and
-  an empty session on the host's /usr, the baseline.  One process (and so
+  an empty session on the host's /usr, the baseline; and a first plot
+  (matplotlib, 1,000 points, savefig) in a session on datascience with its
+  Preload= (matplotlib's font list made in the spare) beside Preload=numpy
+  pandas (the font list made at the plot).  One process (and so
   one helper and warm spare) per case, interleaved, with a pause before
   each session so that the helpers have made their next spares.
 Usage: bench/rootfs.py BUILD_DIR [N]
@@ -72,11 +75,19 @@ def main():
     with tempfile.NamedTemporaryFile("w", suffix=".policy", delete=False) as f:
         f.write("[Filesystem]\nRootFS=datascience\n[Python]\nPreload=\n")
         nopre = f.name
+    with tempfile.NamedTemporaryFile("w", suffix=".policy", delete=False) as f:
+        f.write("[Filesystem]\nRootFS=datascience\n[Python]\nPreload=numpy pandas\n")
+        nofont = f.name
+    plot = ("import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+            "plt.plot(range(1000))\nplt.savefig('/tmp/f.png')\nplt.close('all')\n")
     cases = [
         ("datascience, numpy+pandas preloaded, from the warm spare", dict(rootfs="datascience"), None),
         ("datascience, no preload, from the warm spare, + exec 'import numpy, pandas'", dict(policy=nopre),
          "import numpy, pandas"),
         ("host /usr, empty session from the warm spare (baseline)", dict(), None),
+        ("datascience (Preload= with matplotlib.font_manager), + exec a first plot", dict(rootfs="datascience"),
+         plot),
+        ("datascience, Preload=numpy pandas, + exec a first plot", dict(policy=nofont), plot),
     ]
     # One process per case, each with its own helper and so its own warm
     # spare (a helper keeps one, the last policy's), driven in turn so that
@@ -119,6 +130,7 @@ for line in sys.stdin:
             p.stdin.close()
             p.wait()
         os.unlink(nopre)
+        os.unlink(nofont)
     print("# session ready = Sandbox() returned (handshake done); + first exec = ready and the first run() "
           "(machine shared with other work: noisy)")
     base = pct(ready[cases[2][0]], 50)

@@ -1,4 +1,4 @@
-/* nsbox rootfs: builds and lists root trees.  The work is Debian's
+/* nsbox rootfs: builds, lists and removes root trees.  The work is Debian's
  * (mmdebstrap), driven by rootfs/nsbox-rootfs, which this execs: beside the
  * nsbox binary in the build tree, else in LIBEXECDIR; NSBOX_ROOTFS_TOOL
  * overrides both. */
@@ -44,6 +44,7 @@ int cmd_rootfs(int argc, char **argv)
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		fputs("usage: nsbox rootfs build [--force] NAME|FILE.tree\n"
 		      "       nsbox rootfs list\n"
+		      "       nsbox rootfs remove NAME|NAME-HASH... | --stale\n"
 		      "See nsbox(1), ROOT TREES.\n",
 		      argc < 2 ? stderr : stdout);
 		return argc < 2 ? NSBOX_EXIT_USAGE : 0;

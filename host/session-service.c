@@ -262,13 +262,21 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 		policy_free(&b);
 		return err_set(err, EINVAL, "through nsboxd a policy can't have WorkDir= (%s)", p->workdir), NULL;
 	}
-	if (p->rootfs || p->uid != b.uid || p->gid != b.gid || p->seccomp != b.seccomp || p->landlock != b.landlock ||
+	if (p->rootfs && p->rootfs[0] == '/') {
+		policy_free(&b);
+		return err_set(err, EINVAL,
+			       "through nsboxd RootFS= names a tree built on the service's host (nsbox rootfs build), "
+			       "not a directory (%s)",
+			       p->rootfs),
+		       NULL;
+	}
+	if (p->uid != b.uid || p->gid != b.gid || p->seccomp != b.seccomp || p->landlock != b.landlock ||
 	    p->cgroups != b.cgroups || (p->hostname && b.hostname && strcmp(p->hostname, b.hostname)) ||
 	    p->workspace_size != b.workspace_size) {
 		policy_free(&b);
 		return err_set(err, EINVAL,
 			       "through nsboxd a policy is a profile (default, strict, permissive) with limits, network, "
-			       "workspace, binds and environment; RootFS, Uid, Gid, Hostname, Seccomp, Landlock, "
+			       "workspace, binds, environment and a built tree; Uid, Gid, Hostname, Seccomp, Landlock, "
 			       "Cgroups and WorkspaceSize (the profile's bounds the workspace) can't be changed"),
 		       NULL;
 	}
@@ -296,6 +304,8 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 		json_object_set_new(m, "dist_packages", json_true());
 	if (m && spec->cold)
 		json_object_set_new(m, "cold", json_true());
+	if (m && p->rootfs)
+		json_object_set_new(m, "rootfs", json_string(p->rootfs));
 	if (m && spec->output_limit)
 		json_object_set_new(m, "output_limit", json_integer((json_int_t)spec->output_limit));
 	policy_free(&b);

@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -64,8 +65,8 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	struct seccomp_prog prog = { 0 };
 	struct cgroup_handle *cg = NULL;
 	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .exec_src_fd = -1, .bound_exec_fd = -1,
-			       .egress_fd = -1, .ws_upper_fd = -1 };
-	_cleanup_close_ int egress_fd = -1;
+			       .egress_fd = -1, .ws_upper_fd = -1, .rootfs_lock = -1 };
+	_cleanup_close_ int egress_fd = -1, rootfs_lock = -1;
 	/* No CLONE_NEWNET: pid 1 makes its network namespace itself, beside
 	 * its other setup (net.c, netns_start). */
 	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
@@ -136,6 +137,17 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		j->ws_size = p->workspace_size;
 	}
 	c.srcs = &srcs;
+	/* A tree in use is not removed: pid 1 keeps a shared lock on it for
+	 * the sandbox's life, and `nsbox rootfs remove` deletes a tree only
+	 * under an exclusive one (rootfs/nsbox-rootfs). */
+	if (p->rootfs && (rootfs_lock = open(p->rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
+		if (flock(rootfs_lock, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
+			err_set(err, EBUSY, "the root tree %s is being removed (nsbox rootfs remove)", p->rootfs);
+			err_step(err, "mount");
+			goto fail;
+		}
+		c.rootfs_lock = rootfs_lock;
+	}
 
 	budget_probe(&c.budget);
 	j->start_ns = now_ns();

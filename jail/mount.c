@@ -507,12 +507,12 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		int exec_src, int *exec_fd, int *ws_upper, struct nsbox_err *err)
 {
 	int *srcfd = srcs->bind;
-	_cleanup_close_ int wsfd = srcs->workspace, cachefd = -1, resolvfd = -1, altfd = -1, rootfd = -1, exefd = -1;
+	_cleanup_close_ int wsfd = srcs->workspace, cachefd = -1, resolvfd = -1, rootfd = -1, exefd = -1;
 	char path[4096], opts[64];
 	const char *home = rootfs_home(p);
-	const char *const *shared;
-	size_t n_shared = rootfs_etc_shared(&shared);
-	int sharedfd[ROOTFS_ETC_SHARED_MAX] = { -1, -1, -1, -1 };
+	const char *const *shared, *const *shared_dirs;
+	size_t n_shared = rootfs_etc_shared(&shared), n_dirs = rootfs_etc_shared_dirs(&shared_dirs);
+	int sharedfd[ROOTFS_ETC_SHARED_MAX] = { -1, -1, -1, -1 }, etcdir[ROOTFS_ETC_SHARED_DIRS_MAX] = { -1, -1 };
 	int r = -1;
 
 	err_step(err, "mount");
@@ -539,12 +539,12 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	/* Debian's awk, editor, pager... are /etc/alternatives links.  In
 	 * another root tree these are resolved inside that tree: a symlink
 	 * there must not reach the host's files. */
-	if (p->rootfs) {
-		cachefd = open_in_root(rootfd, "etc/ld.so.cache", O_PATH | O_CLOEXEC);
-		altfd = open_in_root(rootfd, "etc/alternatives", O_PATH | O_CLOEXEC | O_DIRECTORY);
-	} else {
-		cachefd = open("/etc/ld.so.cache", O_PATH | O_CLOEXEC);
-		altfd = open("/etc/alternatives", O_PATH | O_CLOEXEC | O_DIRECTORY);
+	cachefd = p->rootfs ? open_in_root(rootfd, "etc/ld.so.cache", O_PATH | O_CLOEXEC)
+			    : open("/etc/ld.so.cache", O_PATH | O_CLOEXEC);
+	for (size_t i = 0; i < n_dirs && i < ROOTFS_ETC_SHARED_DIRS_MAX; i++) {
+		snprintf(path, sizeof(path), "/etc/%s", shared_dirs[i]);
+		etcdir[i] = p->rootfs ? open_in_root(rootfd, path + 1, O_PATH | O_CLOEXEC | O_DIRECTORY)
+				     : open(path, O_PATH | O_CLOEXEC | O_DIRECTORY);
 	}
 	for (size_t i = 0; i < n_shared && i < ROOTFS_ETC_SHARED_MAX; i++) {
 		struct stat st;
@@ -606,8 +606,11 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		goto out;
 	if (cachefd >= 0 && bind_fd(cachefd, NEWROOT "/etc/ld.so.cache", false, true, err) < 0)
 		goto out;
-	if (altfd >= 0 && bind_fd(altfd, NEWROOT "/etc/alternatives", false, true, err) < 0)
-		goto out;
+	for (size_t i = 0; i < n_dirs && i < ROOTFS_ETC_SHARED_DIRS_MAX; i++) {
+		snprintf(path, sizeof(path), NEWROOT "/etc/%s", shared_dirs[i]);
+		if (etcdir[i] >= 0 && bind_fd(etcdir[i], path, false, true, err) < 0)
+			goto out;
+	}
 	for (size_t i = 0; i < n_shared && i < ROOTFS_ETC_SHARED_MAX; i++) {
 		snprintf(path, sizeof(path), NEWROOT "/etc/%s", shared[i]);
 		if (sharedfd[i] >= 0 && bind_fd(sharedfd[i], path, false, true, err) < 0)
@@ -686,6 +689,9 @@ out:
 	for (size_t i = 0; i < ROOTFS_ETC_SHARED_MAX; i++)
 		if (sharedfd[i] >= 0)
 			close(sharedfd[i]);
+	for (size_t i = 0; i < ROOTFS_ETC_SHARED_DIRS_MAX; i++)
+		if (etcdir[i] >= 0)
+			close(etcdir[i]);
 	mount_srcs_close(srcs);
 	return r;
 }

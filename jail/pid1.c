@@ -370,7 +370,9 @@ void pid1_main(struct child_ctx *c)
 	 * filter).  The payload can't reach pid 1 meanwhile: it has no
 	 * ptrace, and signals to pid 1 are only forwarded back to it. */
 	(void)sync_send_fd(c->sync_fd, SYNC_READY, 0, NULL, c->ws_upper_fd);
-	if (close_fds_except(3, &c->sync_fd, 1) < 0 || caps_clear(&e) < 0 || seccomp_apply_pid1(&e) < 0) {
+	int keep[2] = { c->sync_fd, c->rootfs_lock };
+	if (close_fds_except(3, keep, c->rootfs_lock >= 0 ? 2 : 1) < 0 || caps_clear(&e) < 0 ||
+	    seccomp_apply_pid1(&e) < 0) {
 		kill_reap(&payload);
 		_exit(NSBOX_EXIT_SETUP);
 	}

@@ -24,6 +24,11 @@ static const char *const merged_usr[] = { "bin", "sbin", "lib", "lib64", "lib32"
  * Nothing here may name the host (no hostname, users, addresses). */
 /* services and protocols: public tables (getservbyname, getprotobyname). */
 static const char *const etc_shared[] = { "matplotlibrc", "services", "protocols" };
+/* Directories the same way: Debian's alternatives links, and fontconfig's
+ * configuration (without it every fontconfig user, matplotlib's fc-list
+ * among them, prints "Fontconfig error: Cannot load default config file";
+ * its conf.d links name /usr/share/fontconfig, the root's own). */
+static const char *const etc_shared_dirs[] = { "alternatives", "fonts" };
 
 static const char *const skip_top[] = { ".",         "..",   "proc", "dev",  "sys",  "tmp",
 					"etc",       "run",  "workspace", "out", "home", "root", "var",
@@ -61,6 +66,12 @@ size_t rootfs_etc_shared(const char *const **out)
 {
 	*out = etc_shared;
 	return ARRAY_SIZE(etc_shared);
+}
+
+size_t rootfs_etc_shared_dirs(const char *const **out)
+{
+	*out = etc_shared_dirs;
+	return ARRAY_SIZE(etc_shared_dirs);
 }
 
 bool rootfs_skip_top(const char *name)

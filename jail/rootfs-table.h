@@ -28,6 +28,9 @@ size_t rootfs_merged_usr(const char *const **out);
  * files only, where the root has them). */
 #define ROOTFS_ETC_SHARED_MAX 4
 size_t rootfs_etc_shared(const char *const **out);
+/* ... and directories of the root's /etc, the same way. */
+#define ROOTFS_ETC_SHARED_DIRS_MAX 2
+size_t rootfs_etc_shared_dirs(const char *const **out);
 /* Whether a top-level entry of another root tree (--rootfs) is left out:
  * the jail makes its own (/proc, /dev, /tmp, /etc, /run, /workspace) or it
  * holds the machine's state, not the system's. */
@@ -44,8 +47,8 @@ size_t rootfs_rw_paths(const struct nsbox_policy *p, const char **out, size_t ma
 const char *rootfs_home(const struct nsbox_policy *p);
 
 /* The generated /etc: passwd, group, hosts and nsswitch.conf, in that
- * order.  The host's own ld.so.cache, alternatives and (with the host's
- * network) resolv.conf are bound by mount.c, not generated. */
+ * order.  The root's ld.so.cache and shared files and directories, and
+ * (with the host's network) resolv.conf are bound by mount.c, not generated. */
 #define ROOTFS_ETC_FILES 4
 #define ROOTFS_ETC_MAX 1024
 struct rootfs_etc_file {

@@ -520,7 +520,20 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 		free(s);
 		return fail_core(err, &e, -EINVAL);
 	}
-	if (rootfs_resolve(&s->policy, &named_tree, &e) < 0) {
+	/* Through nsboxd: the caller's field, else the environment's. */
+	{
+		size_t need = offsetof(struct nsbox_session_opts, connect) + sizeof(o.connect);
+		const char *env = getenv("NSBOX_CONNECT");
+
+		so.connect = opts && opts->struct_size >= need ? o.connect : NULL;
+		if (!so.connect && env && *env)
+			so.connect = env;
+	}
+	/* A tree's name goes to nsboxd as it is: the service resolves it
+	 * among its own builds (nsbox-protocol(7), OPEN). */
+	if (so.connect)
+		named_tree = s->policy.rootfs && s->policy.rootfs[0] != '/';
+	else if (rootfs_resolve(&s->policy, &named_tree, &e) < 0) {
 		policy_free(&s->policy);
 		free(s);
 		return fail_core(err, &e, -ENOENT);
@@ -553,15 +566,6 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.net_audit = o.net_audit;
 	so.net_audit_ctx = o.net_audit_userdata;
 	so.net_log_fd = o.net_log_fd > 0 ? o.net_log_fd : -1;
-	/* Through nsboxd: the caller's field, else the environment's. */
-	{
-		size_t need = offsetof(struct nsbox_session_opts, connect) + sizeof(o.connect);
-		const char *env = getenv("NSBOX_CONNECT");
-
-		so.connect = opts && opts->struct_size >= need ? o.connect : NULL;
-		if (!so.connect && env && *env)
-			so.connect = env;
-	}
 	/* Handshake and variable requests: generous for a cold start, but
 	 * never much longer than a time limit the policy sets. */
 	so.control_timeout = s->policy.time_limit > 0 && s->policy.time_limit + 5 < 30 ? s->policy.time_limit + 5 : 30;

@@ -170,7 +170,7 @@ static int get_fd_index(const json_t *j, size_t n_fds, int *idx, const char *wha
 
 static const char *const open_keys[] = {
 	"profile", "memory", "pids", "cpus", "time_limit", "tmp_size", "file_size", "open_files", "share_net",
-	"dist_packages", "workspace", "binds", "env", "output_limit", "cold", "net", NULL,
+	"dist_packages", "workspace", "binds", "env", "output_limit", "cold", "net", "rootfs", NULL,
 };
 
 static bool one_of(const char *key, const char *const *keys)
@@ -263,6 +263,18 @@ int svc_open_parse(const json_t *m, size_t n_fds, struct svc_open *o, struct nsb
 	    get_bool(m, "cold", &o->cold, err) < 0)
 		return -1;
 	o->share_net_given = json_object_get(m, "share_net") != NULL;
+	/* A name, never a path: the service resolves it among its own built
+	 * trees (a client's directory would make it a confused deputy). */
+	if ((v = json_object_get(m, "rootfs"))) {
+		const char *t = json_string_value(v);
+		size_t n = t ? strlen(t) : 0;
+
+		if (!t || n == 0 || n > 64 || strspn(t, "abcdefghijklmnopqrstuvwxyz0123456789-_") != n ||
+		    t[0] == '-' || t[0] == '_')
+			return err_set(err, EINVAL, "OPEN: rootfs must be a built tree's name (lower-case letters, "
+					  "digits, - and _; at most 64)");
+		o->rootfs = t;
+	}
 	if (n_fds > SVC_MAX_FDS)
 		return err_set(err, EINVAL, "OPEN: more than %d descriptors", SVC_MAX_FDS);
 	if ((v = json_object_get(m, "workspace"))) {

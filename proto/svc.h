@@ -106,6 +106,7 @@ struct svc_open {
 	size_t n_net_allow;
 	int64_t net_max_out, net_max_in, net_max_conns;	/* -1: the profile's; 0: no limit */
 	int net_log_fd;		/* index of the audit log the client opened for writing, -1 none */
+	const char *rootfs;	/* a built tree's name, resolved in the service's own cache; NULL none */
 };
 /* Parse OPEN's payload; n_fds descriptors came with it.  Returns 0 or -1
  * with err (EINVAL) naming the field. */

@@ -823,6 +823,8 @@ static int apply_open(nsbox_policy_t *p, const struct svc_open *o, const int *fd
 	r = r ?: net_limit(p, "MaxConnections", o->net_max_conns, &e);
 	if (!r && o->dist_packages)
 		r = nsbox_policy_set(p, "Python", "DistPackages", "yes", &e);
+	if (!r && o->rootfs)
+		r = nsbox_policy_set(p, "Filesystem", "RootFS", o->rootfs, &e);
 	/* The sandbox's pid 1 opens these before it leaves the host's mount
 	 * namespace: the very objects the client opened, whatever their
 	 * paths have become since. */
@@ -855,7 +857,7 @@ static bool poolable(const struct svc_open *o)
 {
 	return !o->memory && !o->pids && !o->tmp_size && !o->file_size && !o->open_files && !(o->cpus > 0) &&
 	       !o->share_net_given && !o->dist_packages && o->workspace_fd < 0 && !o->n_binds && !o->n_env &&
-	       !o->output_limit && !o->cold && !o->n_net_allow;
+	       !o->output_limit && !o->cold && !o->n_net_allow && !o->rootfs;
 }
 
 static void sess_link(struct conn *c, struct sess *x)

@@ -92,11 +92,17 @@ def apply_limits(lib, p, memory=None, pids=None, cpus=None):
         _lib.check(lib.nsbox_policy_set_cpus(p, float(cpus), byref(err)), err, "policy cpus", PolicyError)
 
 
-def check_policy(lib, p):
+def check_policy(lib, p, remote=False):
     """What nsbox_session_new() and nsbox_run() would refuse about the policy
-    as a whole, raised as PolicyError before anything starts."""
+    as a whole, raised as PolicyError before anything starts.  remote: the
+    sandbox comes from nsboxd, which resolves a tree's name among its own
+    builds (this host need not have it: ENOENT is the service's to say)."""
     err = c_void_p()
-    _lib.check(lib.nsbox_policy_check(p, byref(err)), err, "policy", PolicyError)
+    rc = lib.nsbox_policy_check(p, byref(err))
+    if remote and rc == -_errno.ENOENT:
+        lib.nsbox_error_free(err)
+        return
+    _lib.check(rc, err, "policy", PolicyError)
 
 
 def check_workspace(path):
@@ -147,7 +153,7 @@ def apply_net(lib, p, allow_net=None, net_log=None, max_bytes_out=None, max_byte
 
 
 def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspace=None, share_net=False,
-               time_limit=None, workspace_size=None, rootfs=None, net=None):
+               time_limit=None, workspace_size=None, rootfs=None, net=None, remote=False):
     """A new nsbox_policy_t* (the caller frees it with nsbox_policy_free):
     the named or file policy with the given settings applied and checked
     (net: apply_net's keyword arguments).  Raises PolicyError for anything
@@ -178,7 +184,7 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
                                             byref(err)), err, "policy rootfs", PolicyError)
         if net:
             apply_net(lib, p, **net)
-        check_policy(lib, p)
+        check_policy(lib, p, remote)
     except BaseException:
         lib.nsbox_policy_free(p)
         raise

@@ -455,7 +455,8 @@ class _SandboxBase:
         self._policy = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus,
                                           workspace=workspace, share_net=share_net,
                                           workspace_size=workspace_size, rootfs=rootfs,
-                                          net={k: v for k, v in net.items() if v is not None})
+                                          net={k: v for k, v in net.items() if v is not None},
+                                          remote=bool(connect is not None or os.environ.get("NSBOX_CONNECT")))
 
     # Hooks for the subclasses.
     _defer_warnings = False

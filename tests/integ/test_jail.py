@@ -103,7 +103,9 @@ def test_mounts(facts):
     # /etc/matplotlibrc: the one file of the root's /etc shown, when it has
     # one (Debian's matplotlib reads only that; jail/rootfs-table.c).
     # /etc/services and /etc/protocols: public tables, when the host has them.
-    optional = {p for p in ("/etc/matplotlibrc", "/etc/services", "/etc/protocols") if os.path.exists(p)}
+    # /etc/fonts: fontconfig's configuration, a directory, when it has one.
+    optional = {p for p in ("/etc/matplotlibrc", "/etc/services", "/etc/protocols", "/etc/fonts")
+                if os.path.exists(p)}
     assert set(mounts) == {"/", "/usr", "/proc", "/dev", "/dev/null", "/dev/zero", "/dev/full",
                            "/dev/random", "/dev/urandom", "/dev/shm", "/dev/pts", "/tmp", "/out", "/etc/ld.so.cache",
                            "/etc/alternatives", "/probe"} | optional
@@ -350,9 +352,11 @@ def test_rootfs_symlinks_stay_inside(tmp_path):
     os.symlink("busybox", root / "bin" / "sh")
     os.symlink("/", root / "etc" / "alternatives")        # would bind the host's / into the sandbox
     os.symlink("/etc/shadow", root / "etc" / "ld.so.cache")
+    os.symlink("/", root / "etc" / "fonts")
     os.chmod(tmp_path, 0o755)
     rc, out, err = run(["run", "--rootfs", str(root), "--", "/bin/sh", "-c",
-                        "ls /etc/alternatives/ 2>&1 | head -3; cat /etc/ld.so.cache 2>&1 | head -c 80; echo; echo done"])
+                        "ls /etc/alternatives/ 2>&1 | head -3; ls /etc/fonts/ 2>&1 | head -3;"
+                        "cat /etc/ld.so.cache 2>&1 | head -c 80; echo; echo done"])
     assert rc == 0, err
     assert "root:" not in out and "home" not in out.split() and "usr" not in out.split()
     assert out.strip().endswith("done")

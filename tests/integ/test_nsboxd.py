@@ -1131,3 +1131,75 @@ except nsbox.SandboxError as e:
     assert ["http", up, "allow"] in seen and ["http", "example.com", "deny"] in seen, seen
     assert lines[1].startswith("22 ") and "one network audit sink" in lines[1], lines[1]
     conns.settle()
+
+
+def _service_tree(name):
+    """The tree's directory as nsboxd (this uid, HOME=/tmp in the
+    unprivileged passes) resolves it: its own cache, then root's."""
+    caches = ["/var/cache/nsbox/rootfs"] if ROOT else [
+        os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.environ["HOME"], ".cache"), "nsbox", "rootfs"),
+        "/var/cache/nsbox/rootfs"]
+    for c in caches:
+        if os.path.isfile(os.path.join(c, name, "info")):
+            return os.path.join(os.path.realpath(os.path.join(c, name)), "tree")
+    return None
+
+
+@pytest.mark.skipif(bool(os.environ.get("NSBOX_SANITIZE")),
+                    reason="under SANITIZE the runner needs the host's libasan, which a tree has not")
+def test_built_tree_through_service(daemon, tmp_path):
+    """RootFS=NAME through nsboxd: the name travels, the service resolves it
+    among its own builds (run-integ.sh builds datascience before the root
+    pass; the fixture in test_rootfs.py builds it otherwise).  The client's
+    cache plays no part, and a directory is refused."""
+    tree = _service_tree("datascience")
+    if tree is None:
+        p = subprocess.run([NSBOX, "rootfs", "build", "datascience"], capture_output=True, text=True, timeout=1800)
+        assert p.returncode == 0, p.stderr
+        tree = _service_tree("datascience")
+    assert tree, "datascience was built but is not found"
+    # The client has no tree of that name: its own cache is an empty one.
+    empty = tmp_path / "client-cache"
+    empty.mkdir()
+    env = dict(os.environ, NSBOX_ROOTFS_CACHE=str(empty))
+    p = subprocess.run([NSBOX, "python", "--connect", daemon.sock, "--rootfs", "datascience", "-c",
+                        "import os, sys; s = os.stat('/usr/lib/python3.11/os.py');"
+                        "print('numpy' in sys.modules, 'pandas' in sys.modules, s.st_dev, s.st_ino)"],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert p.returncode == 0, (p.stderr, daemon.logtext())
+    s = os.stat(os.path.join(tree, "usr/lib/python3.11/os.py"))
+    assert p.stdout.split() == ["True", "True", str(s.st_dev), str(s.st_ino)], p.stdout
+    # The SDK says the same.
+    code = ("import nsbox, sys\nwith nsbox.Sandbox(connect=sys.argv[1], rootfs='datascience') as sb:\n"
+            "    print(sb.run('import numpy; numpy.arange(4).sum()').value)\n")
+    r = subprocess.run([sys.executable, "-c", code, daemon.sock], capture_output=True, text=True, timeout=120,
+                       env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"),
+                                   NSBOX_ROOTFS_CACHE=str(empty)))
+    assert r.returncode == 0 and r.stdout.strip() == "6", r.stderr
+    # And nsbox mcp, with $NSBOX_CONNECT.
+    msgs = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+             "params": {"name": "run_python", "arguments": {"code": "import sys; 'numpy' in sys.modules"}}}]
+    r = subprocess.run([NSBOX, "mcp", "--rootfs", "datascience"], input="".join(json.dumps(m) + "\n" for m in msgs),
+                       capture_output=True, text=True, timeout=120, env=dict(env, NSBOX_CONNECT=daemon.sock))
+    assert r.returncode == 0, r.stderr
+    last = json.loads(r.stdout.splitlines()[-1])
+    assert last["id"] == 2 and last["result"]["content"][0]["text"] == "True", r.stdout
+    # A tree only the client has is not the service's.
+    ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
+    own = tmp_path / "own"
+    (own / "mine-0123456789abcdef" / "tree" / "usr").mkdir(parents=True)
+    (own / "mine-0123456789abcdef" / "info").write_text("name=mine\nhash=0123456789abcdef\npython=%s\n" % ver)
+    (own / "mine").symlink_to("mine-0123456789abcdef")
+    for name, want in (("mine", "'mine' is not built"), ("nosuchtree", "'nosuchtree' is not built")):
+        p = subprocess.run([NSBOX, "python", "--connect", daemon.sock, "--rootfs", name, "-c", "print('ran')"],
+                           capture_output=True, text=True, timeout=60, env=dict(os.environ, NSBOX_ROOTFS_CACHE=str(own)))
+        assert p.returncode == 125 and "ran" not in p.stdout, (name, p.returncode, p.stderr)
+        assert want in p.stderr and "nsboxd" in p.stderr, p.stderr
+    # A directory is the client's path: never the service's to open.
+    p = subprocess.run([NSBOX, "python", "--connect", daemon.sock, "--rootfs", tree, "-c", "print('ran')"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 125 and "ran" not in p.stdout, p.stderr
+    assert "names a tree built on the service's host" in p.stderr, p.stderr

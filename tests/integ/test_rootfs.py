@@ -9,10 +9,13 @@ built in the user's own cache: mmdebstrap's fakechroot mode there.
 
 Run: NSBOX_BUILD=$PWD/build /usr/bin/python3.11 -m pytest tests/integ/test_rootfs.py
 """
+import fcntl
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -86,7 +89,8 @@ def test_build_is_cached(datascience):
     after = os.stat(os.path.dirname(datascience))
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), "a cache hit rebuilt the tree"
     text = open(info).read()
-    assert "name=datascience\n" in text and "preload=numpy pandas\n" in text
+    want = [l for l in open(os.path.join(HERE, "..", "..", "rootfs", "datascience.tree")) if l.startswith("Preload=")]
+    assert "name=datascience\n" in text and "preload=%s" % want[-1][8:] in text, text
     p = nsbox("rootfs", "list")
     assert p.returncode == 0, p.stderr
     h = [l for l in text.splitlines() if l.startswith("hash=")][0][5:]
@@ -256,7 +260,7 @@ except MemoryError:
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root builds datascience (run-integ.sh, the fixture)")
-def test_unprivileged_build():
+def test_unprivileged_build(tmp_path):
     """A user without subordinate ids builds into their own cache
     (mmdebstrap's fakechroot mode), and the runner runs on the result."""
     p = nsbox("rootfs", "build", TINY, timeout=BUILD_TIMEOUT)
@@ -272,6 +276,15 @@ def test_unprivileged_build():
                 assert not os.readlink(q).startswith(cache_dir()), q
     p2 = nsbox("rootfs", "build", TINY)
     assert p2.returncode == 0 and "cached" in p2.stdout, p2.stdout
+    # Preload= changes no file of the tree: a cache hit that takes it in.
+    info = os.path.join(os.path.dirname(d), "info")
+    other = tmp_path / "nsbox-test-tiny.tree"
+    other.write_text(open(TINY).read().replace("Preload=json", "Preload=json csv"))
+    for defn, want in ((other, "json csv"), (TINY, "json")):
+        p2 = nsbox("rootfs", "build", str(defn))
+        assert p2.returncode == 0 and "cached" in p2.stdout and "preload is now '%s'" % want in p2.stdout, p2.stdout
+        assert "preload=%s\n" % want in open(info).read()
+        assert tree_dir("nsbox-test-tiny") == d
     if os.environ.get("NSBOX_SANITIZE"):
         return
     p = nsbox("python", "--rootfs", "nsbox-test-tiny", "-c",
@@ -352,3 +365,266 @@ def test_bad_preload_in_info_is_refused(tmp_path):
     env = dict(os.environ, NSBOX_ROOTFS_CACHE=_fake_cache(tmp_path, ver, preload="os; import evil"))
     p = nsbox("python", "--rootfs", "fake", "-c", "1", env=env)
     assert p.returncode == 120 and "not a module name" in p.stderr and "info file" in p.stderr, p.stderr
+
+
+# ---- nsbox rootfs remove: a small runnable tree in a private cache ----
+
+def _runnable_build(cache, name, h):
+    """CACHE/NAME-H with a tree that runs dash, sleep and true (the host's
+    binaries and their libc: a few MB, copied in milliseconds)."""
+    ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
+    d = cache / ("%s-%s" % (name, h))
+    tree = d / "tree"
+    for sub in ("usr/bin", "usr/lib/x86_64-linux-gnu", "usr/lib64"):
+        (tree / sub).mkdir(parents=True)
+    for prog in ("dash", "sleep", "true"):
+        shutil.copy2("/usr/bin/" + prog, tree / "usr/bin" / prog)
+    (tree / "usr/bin/sh").symlink_to("dash")
+    shutil.copy2("/lib/x86_64-linux-gnu/libc.so.6", tree / "usr/lib/x86_64-linux-gnu/libc.so.6")
+    shutil.copy2("/lib64/ld-linux-x86-64.so.2", tree / "usr/lib64/ld-linux-x86-64.so.2")
+    for l in ("bin", "lib", "lib64"):
+        (tree / l).symlink_to("usr/" + l)
+    (d / "info").write_text("name=%s\nhash=%s\npreload=\npython=%s\nsize=3000K\n" % (name, h, ver))
+    return d
+
+
+def _make_current(cache, name, d):
+    link = cache / name
+    if link.is_symlink():
+        link.unlink()
+    link.symlink_to(d.name)
+
+
+needs_x86_64 = pytest.mark.skipif(not os.path.exists("/lib64/ld-linux-x86-64.so.2") or
+                                  not os.path.exists("/lib/x86_64-linux-gnu/libc.so.6"),
+                                  reason="the small test tree copies x86-64 Debian's libc")
+
+
+def _rm_env(cache):
+    return dict(os.environ, NSBOX_ROOTFS_CACHE=str(cache))
+
+
+@needs_x86_64
+def test_remove_and_stale(tmp_path):
+    cache = tmp_path / "cache"
+    old = _runnable_build(cache, "small", "00000000000000aa")
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    forced = _runnable_build(cache, "small", "00000000000000bb.1700000000")
+    other = _runnable_build(cache, "other", "00000000000000cc")
+    _make_current(cache, "small", cur)
+    _make_current(cache, "other", other)
+    env = _rm_env(cache)
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+    assert p.returncode == 0, p.stderr
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 0, p.stderr
+    assert "removed %s" % old in p.stdout and "removed %s" % forced in p.stdout, p.stdout
+    assert not old.exists() and not forced.exists() and cur.is_dir() and other.is_dir()
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 0 and "nothing to remove" in p.stdout, (p.stdout, p.stderr)
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+    assert p.returncode == 0, p.stderr
+    # One build by its directory's name, then a tree by its name.
+    p = nsbox("rootfs", "remove", other.name, env=env)
+    assert p.returncode == 0 and "removed %s" % other in p.stdout, p.stderr
+    assert not other.exists() and not (cache / "other").is_symlink()
+    p = nsbox("rootfs", "remove", "small", env=env)
+    assert p.returncode == 0, p.stderr
+    assert "removed %s" % cur in p.stdout and "removed the link" in p.stdout, p.stdout
+    assert sorted(os.listdir(cache)) == []
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+    assert p.returncode == 120 and "is not built" in p.stderr, p.stderr
+    p = nsbox("rootfs", "remove", "small", env=env)
+    assert p.returncode == 120 and "no build of 'small'" in p.stderr, p.stderr
+    for bad in (["remove"], ["remove", "../x"], ["remove", "--stale", "x"], ["remove", "Bad Name"]):
+        p = nsbox("rootfs", *bad, env=env)
+        assert p.returncode == 120, (bad, p.returncode, p.stderr)
+
+
+@needs_x86_64
+def test_remove_refuses_a_tree_in_use(tmp_path):
+    cache = tmp_path / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    _make_current(cache, "small", cur)
+    env = _rm_env(cache)
+    sb = subprocess.Popen([NSBOX, "run", "--rootfs", "small", "--", "sh", "-c", "echo ready; exec sleep 60"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert sb.stdout.readline() == "ready\n", sb.stderr.read()
+        for args in (["small"], ["--stale"], [cur.name]):
+            p = nsbox("rootfs", "remove", *args, env=env)
+            if args == ["--stale"]:  # the current build is not stale
+                assert p.returncode == 0 and "nothing to remove" in p.stdout, p.stderr
+                continue
+            assert p.returncode == 122, (args, p.returncode, p.stdout, p.stderr)
+            assert "in use by a running sandbox" in p.stderr, p.stderr
+            assert (cur / "tree/usr/bin/dash").is_file() and (cache / "small").is_symlink()
+        # An old build in use is kept by --stale too, and said so.
+        _make_current(cache, "small", _runnable_build(cache, "small", "00000000000000dd"))
+        p = nsbox("rootfs", "remove", "--stale", env=env)
+        assert p.returncode == 0 and "in use" in p.stderr and cur.is_dir(), (p.stdout, p.stderr)
+    finally:
+        sb.terminate()  # nsbox forwards it, then removes its cgroup
+        sb.wait(timeout=30)
+    # The sandbox is gone (its pid 1 held the lock): now it goes.
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 0 and "removed %s" % cur in p.stdout, (p.stdout, p.stderr)
+    assert not cur.exists()
+    assert [n for n in os.listdir(cache) if n.startswith(".")] == []
+
+
+@needs_x86_64
+def test_sandbox_refuses_a_tree_being_removed(tmp_path):
+    cache = tmp_path / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    _make_current(cache, "small", cur)
+    fd = os.open(cur / "tree", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        p = nsbox("run", "--rootfs", "small", "--", "true", env=_rm_env(cache))
+        assert p.returncode == 125 and "is being removed" in p.stderr, (p.returncode, p.stderr)
+    finally:
+        os.close(fd)
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=_rm_env(cache))
+    assert p.returncode == 0, p.stderr
+
+
+@needs_x86_64
+def test_remove_follows_no_symlink(tmp_path):
+    """Trees hold absolute symlinks (/usr/..., /etc/alternatives/...), and a
+    link planted in the cache may name a host directory: remove deletes
+    links, never what they point at."""
+    host = tmp_path / "host"
+    (host / "sub").mkdir(parents=True)
+    (host / "keep").write_text("host data")
+    (host / "sub" / "keep2").write_text("more")
+    cache = tmp_path / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    _make_current(cache, "small", cur)
+    tree = cur / "tree"
+    (tree / "usr/abs").symlink_to(host)
+    (tree / "usr/rel").symlink_to("../../../../host")
+    (tree / "usr/file").symlink_to(host / "keep")
+    ro = tree / "usr/share/ro"
+    ro.mkdir(parents=True)
+    (ro / "f").write_text("x")
+    os.chmod(ro, 0o555)  # fakechroot builds leave such directories
+    # Links planted in the cache: a build and a tree name leading to host.
+    (cache / "evil-00000000000000ee").symlink_to(host)
+    (cache / "evil").symlink_to(host)
+    (cache / "small-00000000000000ff").symlink_to(host)
+    env = _rm_env(cache)
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    p = nsbox("rootfs", "remove", "evil-00000000000000ee", env=env)
+    assert p.returncode == 125 and "left alone" in p.stderr, (p.returncode, p.stdout, p.stderr)
+    p = nsbox("rootfs", "remove", "evil", env=env)
+    assert p.returncode == 125 and "left alone" in p.stderr, (p.returncode, p.stdout, p.stderr)
+    p = nsbox("rootfs", "remove", "small", env=env)
+    assert p.returncode == 125 and "removed %s" % cur in p.stdout, (p.stdout, p.stderr)
+    assert "small-00000000000000ff is not a build directory" in p.stderr, p.stderr
+    assert not cur.exists()
+    assert (host / "keep").read_text() == "host data" and (host / "sub" / "keep2").read_text() == "more"
+    assert sorted(os.listdir(host)) == ["keep", "sub"]
+    for n in ("evil", "evil-00000000000000ee", "small-00000000000000ff"):
+        assert (cache / n).is_symlink(), n
+
+
+HOST_MPL = os.path.isdir("/usr/lib/python3/dist-packages/matplotlib")
+
+MPL_CODE = r"""
+import errno, os, subprocess
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+plt.plot(range(100)); plt.title("fonts"); plt.savefig("/tmp/f.png")
+try:
+    open("/etc/fonts/fonts.conf", "a")
+    w = "wrote"
+except OSError as e:
+    w = errno.errorcode[e.errno]
+fc = subprocess.run(["fc-list"], capture_output=True, text=True) if os.path.exists("/usr/bin/fc-list") else None
+print(w, open("/tmp/f.png", "rb").read(4).hex(), fc and len(fc.stdout.splitlines()) > 0, fc and fc.stderr)
+"""
+
+
+@pytest.mark.skipif(not HOST_MPL, reason="no python3-matplotlib on the host (CI installs it: install-deps.sh)")
+def test_matplotlib_is_quiet_on_the_hosts_usr():
+    """The generated /etc gives fontconfig the root's /etc/fonts (read-only):
+    matplotlib's first font scan runs fc-list, which otherwise printed
+    "Fontconfig error: Cannot load default config file"."""
+    before = {n: os.lstat(os.path.join("/etc/fonts", n)).st_mtime_ns for n in os.listdir("/etc/fonts")}
+    p = nsbox("python", "--dist-packages", "-c", MPL_CODE)
+    assert p.returncode == 0, p.stderr
+    assert no_warnings(p.stderr) == "", p.stderr
+    w, png, listed, fcerr = p.stdout.split(" ", 3)
+    assert w in ("EROFS", "EACCES") and png == "89504e47", p.stdout
+    if os.path.exists("/usr/bin/fc-list"):
+        assert listed == "True" and fcerr.strip() == "", p.stdout
+    after = {n: os.lstat(os.path.join("/etc/fonts", n)).st_mtime_ns for n in os.listdir("/etc/fonts")}
+    assert after == before
+
+
+@no_sanitizer
+def test_matplotlib_is_quiet_on_the_tree(datascience):
+    p = nsbox("python", "--rootfs", "datascience", "-c",
+              MPL_CODE + "print(os.stat('/etc/fonts/fonts.conf').st_ino)")
+    assert p.returncode == 0, p.stderr
+    assert no_warnings(p.stderr) == "", p.stderr
+    first, ino = p.stdout.splitlines()
+    assert first.split()[:2] in (["EROFS", "89504e47"], ["EACCES", "89504e47"]), p.stdout
+    # The tree's own fontconfig configuration, not the host's.
+    assert int(ino) == os.stat(os.path.join(datascience, "etc/fonts/fonts.conf")).st_ino
+
+
+@no_sanitizer
+def test_font_list_made_before_the_session(datascience, tmp_path):
+    """datascience preloads matplotlib.font_manager: matplotlib's font list
+    (its scan of /usr/share/fonts, ~0.3 s at a first plot) is made before
+    the session starts, in the spare for the SDK; a first plot then finds it."""
+    want = [l for l in open(os.path.join(HERE, "..", "..", "rootfs", "datascience.tree")) if l.startswith("Preload=")]
+    assert "matplotlib.font_manager" in want[-1].split()
+    code = ("import os, sys; d = os.path.expanduser('~/.cache/matplotlib');"
+            "print('matplotlib.font_manager' in sys.modules, sorted(os.listdir(d)) if os.path.isdir(d) else [])")
+    p = nsbox("python", "--rootfs", "datascience", "--preload", "numpy pandas matplotlib.font_manager", "-c",
+              code + "\nimport matplotlib.pyplot as plt; plt.plot([1, 2]); plt.savefig('/tmp/f.png')")
+    assert p.returncode == 0, p.stderr
+    assert no_warnings(p.stderr) == "", p.stderr
+    loaded, files = p.stdout.split(" ", 1)
+    assert loaded == "True" and "fontlist-v" in files, p.stdout
+    sdk = ("import nsbox, sys\n"
+           "with nsbox.Sandbox(rootfs='datascience', policy=sys.argv[1], timeout=60) as sb:\n"
+           "    print(sb.run(%r).stdout.strip())\n" % code)
+    pol = tmp_path / "fontlist.policy"
+    pol.write_text("[Python]\nPreload=numpy pandas matplotlib.font_manager\n")
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.join(HERE, "..", "..", "python"))
+    r = subprocess.run([sys.executable, "-c", sdk, str(pol)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("True ") and "fontlist-v" in r.stdout, r.stdout
+
+
+def test_stale_takes_a_killed_build_not_one_under_way(tmp_path):
+    """A build holds an exclusive flock on its .build-NAME.XXXXXX directory
+    while it runs; --stale removes one nobody holds (a killed build's)."""
+    cache = tmp_path / "cache"
+    dead = cache / ".build-small.aaaaaa"
+    running = cache / ".build-small.bbbbbb"
+    for d in (dead, running):
+        (d / "tree" / "usr").mkdir(parents=True)
+        (d / "tree" / "usr" / "abs").symlink_to(tmp_path)
+        os.utime(d, (time.time() - 3600,) * 2)  # one made within the minute may be a build's start
+    young = cache / ".build-small.cccccc"
+    young.mkdir()
+    fd = os.open(running, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        assert "removed %s" % dead in p.stdout and "a build under way: kept" in p.stderr, (p.stdout, p.stderr)
+        assert not dead.exists() and (running / "tree" / "usr" / "abs").is_symlink() and young.is_dir()
+    finally:
+        os.close(fd)
+    os.utime(young, (time.time() - 3600,) * 2)
+    p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
+    assert p.returncode == 0 and "removed %s" % running in p.stdout and "removed %s" % young in p.stdout, p.stdout
+    assert os.listdir(cache) == [] and (tmp_path / "cache").is_dir()

@@ -110,6 +110,10 @@ int main(void)
 		}
 		ok(ns <= ROOTFS_ETC_SHARED_MAX && mpl && !own,
 		   "/etc from the root: %zu file(s), matplotlibrc among them, none of nsbox's own", ns);
+		ns = rootfs_etc_shared_dirs(&shared);
+		ok(ns <= ROOTFS_ETC_SHARED_DIRS_MAX && has(shared, ns, "fonts") && has(shared, ns, "alternatives") &&
+			   !has(shared, ns, "ssl") && !has(shared, ns, "apt"),
+		   "/etc directories from the root: alternatives and fonts (fontconfig), no others");
 	}
 
 	policy_free(&p);

@@ -170,6 +170,13 @@ static void test_open(void)
 		{ "{\"net\":{\"allow\":[\"a.com\"],\"log_path\":\"/x\"}}", 0, "an unknown net field" },
 		{ "{\"workspace\":{\"fd\":0},\"net\":{\"allow\":[\"a.com\"],\"log\":{\"fd\":0}}}", 1,
 		  "the workspace's descriptor as the log" },
+		{ "{\"rootfs\":\"/srv/tree\"}", 0, "rootfs a path (a confused deputy)" },
+		{ "{\"rootfs\":\"../x\"}", 0, "rootfs with dots and a slash" },
+		{ "{\"rootfs\":\"Data\"}", 0, "rootfs with upper case" },
+		{ "{\"rootfs\":\"-x\"}", 0, "rootfs starting with -" },
+		{ "{\"rootfs\":\"\"}", 0, "an empty rootfs" },
+		{ "{\"rootfs\":7}", 0, "rootfs not a string" },
+		{ "{\"rootfs\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}", 0, "rootfs of 65" },
 	};
 
 	ok(open_parse("{}", 0, &o, msg, sizeof(msg)) == 0 && !strcmp(o.profile, "default") && o.workspace_fd == -1 &&
@@ -192,6 +199,10 @@ static void test_open(void)
 	ok(open_parse("{}", 0, &o, msg, sizeof(msg)) == 0 && !o.share_net_given && !o.n_net_allow && o.net_log_fd == -1 &&
 		   o.net_max_out == -1,
 	   "OPEN {}: no net, share_net not given");
+	ok(open_parse("{\"rootfs\":\"data_science-2\"}", 0, &o, msg, sizeof(msg)) == 0 &&
+		   !strcmp(o.rootfs, "data_science-2"),
+	   "OPEN with a built tree's name (%s)", msg);
+	ok(open_parse("{}", 0, &o, msg, sizeof(msg)) == 0 && !o.rootfs, "OPEN without rootfs: none");
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ok(open_parse(bad[i].json, bad[i].n_fds, &o, msg, sizeof(msg)) == -1 && strstr(msg, "OPEN"),
 		   "OPEN refused: %s (%s)", bad[i].what, msg);
