@@ -55,9 +55,9 @@ print(json.dumps(OUT))
 '''
 
 
-def child(body, timeout=120, **args):
+def child(body, timeout=120, spares=False, **args):
     env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR),
-                  NSBOX_SPARE="0")
+                  NSBOX_SPARE="1" if spares else "0")
     p = subprocess.run([sys.executable, "-c", CHILD.replace("%(body)s", body), json.dumps(args)], capture_output=True,
                        text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-4000:])
@@ -346,6 +346,51 @@ def test_net_log_fd(upstream, in_process):  # noqa: F811
     assert out["status"] == 0 and out["eof"]
     allow = [r for r in out["lines"] if r["kind"] == "http" and r["decision"] == "allow"]
     assert len(allow) == 1 and allow[0]["bytes_in"] > 20, out["lines"]
+
+
+# A warm spare is made in advance, without the audit pipe: a session with
+# on_net_request must not take the one an identical policy left, and the
+# spare stays for a session without it.  The helper's children are its
+# sandboxes' pid 1s and their proxies.
+SPARE = r'''
+def helper_kids():
+    (helper,) = [k for k in children() if b"--helper" in open("/proc/%d/cmdline" % k, "rb").read()]
+    return set(int(x) for x in open("/proc/%d/task/%d/children" % (helper, helper)).read().split())
+def settle():
+    # The helper makes its spare when idle: until its children stop changing.
+    last, same = None, 0
+    for _ in range(200):
+        k = helper_kids()
+        same = same + 1 if k == last else 0
+        if same >= 5:
+            return k
+        last = k
+        time.sleep(0.02)
+    return k
+with nsbox.Sandbox(timeout=30, allow_net=A["rules"], spare=True) as sb:
+    sb.execute("1")
+spare = settle()
+recs = []
+with nsbox.Sandbox(timeout=30, allow_net=A["rules"], spare=True, on_net_request=recs.append) as sb:
+    OUT["pid"] = sb.info()["pid"]
+    sb.execute("""
+import socket
+try:
+    socket.getaddrinfo("spare.denied", 80)
+except socket.gaierror:
+    pass
+""")
+OUT["spare"] = sorted(spare)
+OUT["after"] = sorted(settle())
+OUT["hosts"] = sorted(set(r["host"] for r in recs))
+'''
+
+
+def test_no_spare_with_an_audit():
+    out = child(SPARE, spares=True, rules=["allowed.test"])
+    assert len(out["spare"]) == 2, out        # the spare's pid 1 and its proxy
+    assert out["pid"] not in out["spare"] and out["after"] == out["spare"], out
+    assert out["hosts"] == ["spare.denied"]
 
 
 BAD = r'''
