@@ -128,7 +128,8 @@ typedef void (*nsbox_warn_fn)(void *userdata, const char *message);
  * host, port, addr, sni, decision, reason, bytes_out and bytes_in.
  * record is NUL-terminated and borrowed for the call; len is strlen.
  * Runs on the thread driving the session, never another: inside
- * nsbox_exec(), nsbox_exec_advance() and nsbox_session_free(). */
+ * nsbox_exec(), nsbox_exec_advance(), nsbox_net_audit_drain(),
+ * nsbox_session_end() and nsbox_session_free(). */
 typedef void (*nsbox_net_audit_fn)(void *userdata, const char *record, size_t len);
 
 struct nsbox_session_opts {
