@@ -48,9 +48,11 @@ CORE_SRCS := $(wildcard base/*.c proto/*.c policy/*.c egress/*.c jail/*.c host/*
 CORE_OBJS := $(CORE_SRCS:%.c=$(B)/obj/%.o)
 CLI_SRCS := $(wildcard cli/*.c)
 CLI_OBJS := $(CLI_SRCS:%.c=$(B)/obj/%.o)
-# The CLI alone links libedit (BSD licence; Debian's libedit-dev): line
-# editing, history and completion for nsbox python's REPL.
-CLI_LIBS := $(shell pkg-config --libs libedit)
+# The CLI alone uses libedit (BSD licence; Debian's libedit-dev): line
+# editing, history and completion for nsbox python's REPL.  It is opened
+# with dlopen when the REPL starts (cli/python.c, edit_open): linked, its
+# libraries cost every nsbox start.
+CLI_LIBS :=
 # Front ends see the public header and their own, nothing of the core
 # (scripts/check-layers.py says so too).
 FRONT_CFLAGS := -std=gnu11 $(WARN) $(CFLAGS) -fPIC -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS) -MMD -MP

@@ -2,6 +2,7 @@
  * Runs Python in a fresh sandboxed session, a thin front end over
  * libnsbox's session API (include/nsbox.h); with no code and a terminal,
  * an interactive REPL whose state lives in the sandbox. */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -446,6 +447,47 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 
 /* ---- the REPL: libedit for line editing, history and completion ---- */
 
+/* libedit is opened when the REPL starts, not linked: its four libraries
+ * (libedit, libtinfo, libbsd, libmd) cost every nsbox process about a
+ * quarter of a millisecond to map and relocate, and each sandbox's pid 1,
+ * a clone of this process, as much again.  The header gives the types. */
+/* clang-format off */
+#define EDIT_FUNCS(X) \
+	X(rl_callback_handler_install) X(rl_callback_handler_remove) X(rl_callback_read_char) \
+	X(rl_free_line_state) X(rl_cleanup_after_signal) X(rl_completion_matches) X(rl_bind_key) \
+	X(using_history) X(stifle_history) X(read_history) X(write_history) X(add_history)
+#define EDIT_VARS(X) \
+	X(rl_readline_name) X(rl_catch_signals) X(rl_attempted_completion_function) \
+	X(rl_basic_word_break_characters) X(rl_completion_append_character)
+/* clang-format on */
+static struct {
+#define FN(n) __typeof__(&n) n;
+#define VAR(n) __typeof__(n) *n;
+	EDIT_FUNCS(FN) EDIT_VARS(VAR)
+#undef FN
+#undef VAR
+} ed;
+
+/* 0, or -1 with a message on stderr naming what is missing. */
+static int edit_open(void)
+{
+	void *h = dlopen("libedit.so.2", RTLD_NOW | RTLD_LOCAL);
+
+	if (!h) {
+		fprintf(stderr, "nsbox python: the REPL needs libedit (Debian's libedit2): %s\n", dlerror());
+		return -1;
+	}
+#define LOAD(n)                                                                                              \
+	if (!(*(void **)&ed.n = dlsym(h, #n))) {                                                             \
+		fprintf(stderr, "nsbox python: the REPL needs libedit: %s has no %s\n", "libedit.so.2", #n); \
+		return -1;                                                                                   \
+	}
+	EDIT_FUNCS(LOAD)
+	EDIT_VARS(LOAD)
+#undef LOAD
+	return 0;
+}
+
 static char *repl_line;
 static bool repl_done;
 
@@ -455,7 +497,7 @@ static void on_line(char *line)
 	repl_done = true;
 	/* Until the next prompt: output of the exec must not be redrawn
 	 * around a half-installed line. */
-	rl_callback_handler_remove();
+	ed.rl_callback_handler_remove();
 }
 
 /* One line with a prompt, as python's readline module reads it: the
@@ -466,28 +508,28 @@ static char *read_line(const char *prompt, int *why)
 	repl_done = false;
 	repl_line = NULL;
 	got_sigint = 0;
-	rl_callback_handler_install(prompt, on_line);
+	ed.rl_callback_handler_install(prompt, on_line);
 	while (!repl_done) {
 		struct pollfd pfd = { 0, POLLIN, 0 };
 		int k = poll(&pfd, 1, -1);
 
 		if (got_sigint) {
-			rl_free_line_state();
-			rl_cleanup_after_signal();
-			rl_callback_handler_remove();
+			ed.rl_free_line_state();
+			ed.rl_cleanup_after_signal();
+			ed.rl_callback_handler_remove();
 			*why = -2;
 			return NULL;
 		}
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0) {
-			rl_callback_handler_remove();
+			ed.rl_callback_handler_remove();
 			break;
 		}
-		rl_callback_read_char();
+		ed.rl_callback_read_char();
 		if (got_sigint) {
-			rl_free_line_state();
-			rl_callback_handler_remove();
+			ed.rl_free_line_state();
+			ed.rl_callback_handler_remove();
 			*why = -2;
 			return NULL;
 		}
@@ -564,8 +606,8 @@ static char **complete(const char *text, int start, int end)
 {
 	(void)start;
 	(void)end;
-	rl_completion_append_character = '\0';
-	return rl_completion_matches(text, complete_gen);
+	*ed.rl_completion_append_character = '\0';
+	return ed.rl_completion_matches(text, complete_gen);
 }
 
 static char *history_path(void)
@@ -578,8 +620,8 @@ static char *history_path(void)
 	return p;
 }
 
-/* The REPL's status: 0 at EOF (Ctrl-D), exit()'s code, or -1 with the
- * session lost. */
+/* The REPL's status: 0 at EOF (Ctrl-D), exit()'s code, -1 with the
+ * session lost, or -2 when libedit can't be opened. */
 static int repl(nsbox_session_t *s)
 {
 	char *buf = NULL;
@@ -589,6 +631,8 @@ static int repl(nsbox_session_t *s)
 	_cleanup_free_ char *hist = history_path();
 	int rc = 0;
 
+	if (edit_open() < 0)
+		return -2;
 	if (nsbox_session_info(s, &info, NULL) < 0)
 		info.python[0] = '\0';
 	fprintf(stderr,
@@ -596,16 +640,16 @@ static int repl(nsbox_session_t *s)
 		"Type \"help\", \"copyright\", \"credits\" or \"license\" for more information.\n",
 		info.python);
 	complete_session = s;
-	rl_readline_name = "python";
-	rl_catch_signals = 0;
-	rl_bind_key(3, on_ctrl_c);
-	rl_attempted_completion_function = complete;
+	*ed.rl_readline_name = "python";
+	*ed.rl_catch_signals = 0;
+	ed.rl_bind_key(3, on_ctrl_c);
+	*ed.rl_attempted_completion_function = complete;
 	/* rlcompleter's delimiters: a dotted name is one word. */
-	rl_basic_word_break_characters = " \t\n`~!@#$%^&*()-=+[{]}\\|;:'\",<>/?";
-	using_history();
-	stifle_history(1000);
+	*ed.rl_basic_word_break_characters = " \t\n`~!@#$%^&*()-=+[{]}\\|;:'\",<>/?";
+	ed.using_history();
+	ed.stifle_history(1000);
 	if (hist)
-		read_history(hist);
+		ed.read_history(hist);
 	for (;;) {
 		nsbox_error_t *e = NULL;
 		nsbox_result_t *res = NULL;
@@ -626,7 +670,7 @@ static int repl(nsbox_session_t *s)
 			break;
 		}
 		if (*line)
-			add_history(line);
+			ed.add_history(line);
 		n = strlen(line);
 		nb = realloc(buf, len + n + 2);
 		if (!nb) {
@@ -673,7 +717,7 @@ static int repl(nsbox_session_t *s)
 		}
 	}
 	if (hist)
-		write_history(hist);
+		ed.write_history(hist);
 	free(buf);
 	return rc;
 }
@@ -1099,7 +1143,7 @@ int cmd_python(int argc, char **argv)
 		in_repl = true;
 		rc = repl(s);
 		if (rc < 0)
-			rc = NSBOX_EXIT_PROTOCOL;
+			rc = rc == -2 ? NSBOX_EXIT_SETUP : NSBOX_EXIT_PROTOCOL;
 		goto out;
 	}
 	if (!launch) {

@@ -11,6 +11,7 @@
  * interpreted Python per exec. */
 #include "pymod.h"
 
+#include <dirent.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -51,6 +52,7 @@ static struct {
 	 * stat() of /out for them. */
 	PyObject *displays, *rich, *rich_collect, *fast_rich, *k_pyplot, *k_helpers, *k_gcf, *k_figs, *k_dt, *k_ft;
 	bool out_known;	    /* out_st and out_files hold what _rich_collect last saw */
+	bool out_probed;    /* out_seed() has looked once */
 	struct stat out_st; /* /out itself */
 	size_t n_out_files; /* the regular files in it, each checked with a stat */
 	size_t cap_out_files;
@@ -232,6 +234,34 @@ static bool out_changed(const struct stat *st, bool have_st)
 			return true;
 	}
 	return false;
+}
+
+/* Before the first fast exec's code runs: an empty /out is known to hold
+ * nothing, so an exec that leaves it unchanged needs no _rich_collect
+ * (which imports os for its scan: a third of a short session's
+ * interpreter time).  Anything the code then writes changes /out's own
+ * stat and is scanned as before. */
+static void out_seed(void)
+{
+	DIR *d;
+	struct dirent *e;
+	struct stat st;
+	bool empty = true;
+
+	if (F.out_probed || F.out_known)
+		return;
+	F.out_probed = true;
+	d = opendir("/out");
+	if (!d)
+		return;
+	while (empty && (e = readdir(d)))
+		empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+	if (empty && fstat(dirfd(d), &st) == 0) {
+		F.n_out_files = 0;
+		F.out_st = st;
+		F.out_known = true;
+	}
+	closedir(d);
 }
 
 /* Whether display() flagged this exec's displays or files as truncated
@@ -669,6 +699,8 @@ int fastexec_run(const struct proto_frame *f)
 		Py_INCREF(filename);
 	}
 	Py_INCREF(code);
+	if (!plain)
+		out_seed();
 
 	Py_BEGIN_ALLOW_THREADS k = capture_begin(f->hdr.id, stream, all, limit);
 	Py_END_ALLOW_THREADS t0 = now_ns();

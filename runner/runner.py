@@ -1450,15 +1450,15 @@ def cli_run(settings):
     o = _loads(settings)
     _cancel_interrupts = True
     mode = o.get("mode")
-    import os
     path = o.get("path")
     if mode == "file":
-        first = os.path.dirname(path) if path else None
+        # os.path.dirname, without importing os (_environ).
+        first = path[:path.rfind("/") + 1].rstrip("/") or path[:path.rfind("/") + 1] if path else None
     elif mode == "m":
-        first = os.getcwd()
+        first = _posix.getcwd()
     else:
         first = ""
-    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    extra = _pythonpath()
     # In place of the session's default ('' and PYTHONPATH, hello()).
     del sys.path[:_path_added]
     _path_added = 0
@@ -1478,7 +1478,7 @@ def cli_run(settings):
         runpy._run_module_code(code, None, "__main__", spec)
     elif mode == "file":
         data = o["source"].encode("latin-1")
-        fname = path or os.path.abspath(o["name"])
+        fname = path or __import__("os").path.abspath(o["name"])
         G["__file__"] = fname
         G["__cached__"] = None
         if not path:
@@ -1551,6 +1551,24 @@ def install_tools(specs):
 _path_added = 0  # entries _default_path() put in front of sys.path
 
 
+def _environ(name):
+    """os.environ.get(name), without importing os when nothing has (a
+    third of `nsbox python -c`'s interpreter time went to importing os
+    and _collections_abc for this): posix.environ holds the same bytes
+    that os.environ decodes, with the filesystem encoding and
+    surrogateescape."""
+    os = sys.modules.get("os")
+    if os is not None:
+        return os.environ.get(name)
+    v = _posix.environ.get(name.encode(sys.getfilesystemencoding(), "surrogateescape"))
+    return None if v is None else v.decode(sys.getfilesystemencoding(), "surrogateescape")
+
+
+def _pythonpath():
+    """PYTHONPATH's entries, as site-less python puts them on sys.path."""
+    return [p for p in (_environ("PYTHONPATH") or "").split(":") if p]
+
+
 def _default_path():
     """sys.path as python -c and the interactive interpreter set it: ''
     (the working directory: /workspace when there is one, so a session's
@@ -1558,8 +1576,7 @@ def _default_path():
     interpreter itself starts with safe_path (runner/py.c): nothing of the
     sandbox's files is on the path while the runner sets itself up."""
     global _path_added
-    import os
-    entries = [""] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    entries = [""] + _pythonpath()
     sys.path[0:0] = entries
     _path_added = len(entries)
 

@@ -5,7 +5,8 @@
 set -eu
 BUILD=${NSBOX_BUILD:-$(pwd)/build}
 TOP=$(cd "$(dirname "$0")/.." && pwd)
-PYTEST="/usr/bin/python3.11 -m pytest -q -p no:cacheprovider"
+# --durations: the slowest tests of each pass in the log, where CI time goes.
+PYTEST="/usr/bin/python3.11 -m pytest -q -p no:cacheprovider --durations=10"
 TESTS="$TOP/tests/integ"
 export NSBOX_BUILD="$BUILD"
 [ -n "${NSBOX_PYTEST_ARGS:-}" ] && PYTEST="$PYTEST $NSBOX_PYTEST_ARGS"

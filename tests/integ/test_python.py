@@ -476,7 +476,7 @@ def test_cpython_regression_tests_inside():
     # --file-size: test_io's large file test writes past 2 GiB (sparse, on
     # /tmp), beyond the default RLIMIT_FSIZE of 1 GiB: a policy choice.
     ign = [a for t in CPYTHON_IGNORED for a in ("-i", t)]
-    p = run("--memory", "2G", "--file-size", "4G", "--time-limit", "540", "-m", "test", *ign, *CPYTHON_TESTS,
+    p = run("--memory", "2G", "--file-size", "4G", "--time-limit", "540", "-m", "test", "-j2", *ign, *CPYTHON_TESTS,
             timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "Tests result: SUCCESS" in p.stdout
