@@ -551,6 +551,15 @@ struct nsbox_run_opts {
 	 * session, and the run fails).  in_process only: -EINVAL with the
 	 * helper. */
 	bool controlling_tty;
+	/* (since 0.5.0) With a [Network] Allow= rule, the egress proxy also
+	 * writes each audit record, as a line, to *net_log_fd (as
+	 * nsbox_session_opts.net_log_fd; borrowed during the call).  NULL:
+	 * none.  A pointer (like stdio), so that the struct grows past the
+	 * older one's tail padding: an older caller's struct_size leaves it
+	 * NULL.  Read it while the command runs (a pipe: from another thread):
+	 * while it is full, the command's network waits.  -EBADF when it is
+	 * not an open descriptor. */
+	const int *net_log_fd;
 };
 
 struct nsbox_run_status {

@@ -4,6 +4,7 @@ test_egress.py's upstream on this machine's loopback (127.0.0.2, named by an
 explicit rule).  Each case runs the SDK in a child Python (sdk_env) that
 checks its own descriptors and processes after close(); host_intact checks
 ours, and that the child left nothing running."""
+import errno
 import json
 import os
 import socket
@@ -391,6 +392,50 @@ def test_no_spare_with_an_audit():
     assert len(out["spare"]) == 2, out        # the spare's pid 1 and its proxy
     assert out["pid"] not in out["spare"] and out["after"] == out["spare"], out
     assert out["hosts"] == ["spare.denied"]
+
+
+# nsbox_run's descriptor form (nsbox_run_opts.net_log_fd, a pointer to
+# the fd), in-process and through the helper's RUN.
+RUN_FD = r'''
+import ctypes, threading
+from ctypes import POINTER, byref, c_char_p, c_int, c_void_p, sizeof
+lib = _lib.load()
+err = c_void_p()
+p = c_void_p()
+assert lib.nsbox_policy_new(b"default", byref(p), byref(err)) == 0
+for rule in A["rules"]:
+    assert lib.nsbox_policy_set(p, b"Network", b"Allow", rule.encode(), byref(err)) == 0
+class RunOpts(ctypes.Structure):
+    _fields_ = _lib.RunOpts._fields_ + [("net_log_fd", POINTER(c_int))]
+r, w = os.pipe2(os.O_CLOEXEC)
+null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+stdio = (c_int * 3)(null, null, null)
+wfd = c_int(w)
+o = RunOpts(struct_size=sizeof(RunOpts), stdio=stdio, in_process=A["in_process"], net_log_fd=ctypes.pointer(wfd))
+st = _lib.RunStatus(struct_size=sizeof(_lib.RunStatus))
+code = "import urllib.request; urllib.request.urlopen('http://%s:%d/', timeout=10).read()" % (A["up"], A["port"])
+argv = (c_char_p * 4)(b"/usr/bin/python3.11", b"-c", code.encode(), None)
+rc = lib.nsbox_run(p, argv, ctypes.cast(ctypes.pointer(o), POINTER(_lib.RunOpts)), byref(st), byref(err))
+os.close(w)
+os.close(null)
+assert rc == 0, (rc, lib.nsbox_error_message(err))
+OUT["exit"] = st.exit_code
+bad = c_int(987)
+o.net_log_fd = ctypes.pointer(bad)
+OUT["bad"] = lib.nsbox_run(p, argv, ctypes.cast(ctypes.pointer(o), POINTER(_lib.RunOpts)), byref(st), None)
+with os.fdopen(r, "rb") as f:
+    OUT["lines"] = [json.loads(line) for line in f]
+lib.nsbox_policy_free(p)
+'''
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["helper", "in_process"])
+def test_run_net_log_fd(upstream, in_process):  # noqa: F811
+    out = child(RUN_FD, rules=[f"{UP}:{upstream}"], up=UP, port=upstream, in_process=in_process,
+                warm=not in_process)
+    assert out["exit"] == 0 and out["bad"] == -errno.EBADF
+    allow = [r for r in out["lines"] if r["kind"] == "http" and r["decision"] == "allow"]
+    assert len(allow) == 1 and allow[0]["bytes_in"] > 20, out["lines"]
 
 
 BAD = r'''
