@@ -170,6 +170,64 @@ static int ctl_connect(const char *path, struct nsbox_err *err)
 	return fd;
 }
 
+_Static_assert(SVC_MAX_NET_RULES == POLICY_MAX_NET_RULES, "OPEN carries every rule a policy can have");
+
+/* [Network]: the allowlist's rules as written (nsboxd parses them again),
+ * the limits that differ from profile b's. */
+static json_t *net_msg(const struct nsbox_policy *p, const struct nsbox_policy *b)
+{
+	json_t *n = json_object(), *allow = json_array();
+
+	if (!n || !allow || json_object_set_new(n, "allow", allow) < 0) {
+		json_decref(n);
+		return NULL;
+	}
+	for (size_t i = 0; i < p->n_net_allow; i++)
+		if (json_array_append_new(allow, json_string(p->net_allow[i])) < 0) {
+			json_decref(n);
+			return NULL;
+		}
+#define DIFF_NET(f, key) \
+	if (p->f != b->f && json_object_set_new(n, key, json_integer((json_int_t)p->f)) < 0) { \
+		json_decref(n); \
+		return NULL; \
+	}
+	DIFF_NET(net_max_out, "max_bytes_out")
+	DIFF_NET(net_max_in, "max_bytes_in")
+	DIFF_NET(net_max_conns, "max_connections")
+#undef DIFF_NET
+	return n;
+}
+
+/* OPEN's "net", and the audit sink's descriptor with it: the Log= file
+ * opened here, with this process's rights (nsboxd never opens a client's
+ * path), or the one the session already has (net_log_fd, the net_audit
+ * callback's pipe: duplicated, as fds[] are closed after the send). */
+static int net_add(json_t *m, const struct nsbox_policy *p, const struct nsbox_policy *b,
+		   const struct sandbox_spec *spec, int *fds, size_t *n_fds, struct nsbox_err *err)
+{
+	json_t *n = net_msg(p, b);
+	int fd = -1;
+
+	if (!n || json_object_set_new(m, "net", n) < 0)
+		return err_set(err, ENOMEM, "OPEN message");
+	if (p->net_log) {
+		fd = open(p->net_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+		if (fd < 0)
+			return err_sys(err, "open the network log %s", p->net_log);
+	} else if (spec->n_net_audit_fds) {
+		fd = fcntl(spec->net_audit_fds[0], F_DUPFD_CLOEXEC, 3);
+		if (fd < 0)
+			return err_sys(err, "network audit descriptor");
+	}
+	if (fd >= 0) {
+		fds[(*n_fds)++] = fd;
+		if (json_object_set_new(n, "log", json_pack("{s:i}", "fd", (int)*n_fds - 1)) < 0)
+			return err_set(err, ENOMEM, "OPEN message");
+	}
+	return 0;
+}
+
 /* The policy as OPEN's options: a built-in profile plus what differs from
  * it.  What the service protocol can't say is refused here, clearly. */
 static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec *spec, int *fds, size_t *n_fds,
@@ -193,6 +251,13 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 			policy_free(&b);
 			return err_set(err, EINVAL, "through nsboxd a policy can't have Unset= (%s)", p->env[i]), NULL;
 		}
+	if (p->n_net_allow && spec->n_net_audit_fds + !!p->net_log > 1) {
+		policy_free(&b);
+		return err_set(err, EINVAL, "through nsboxd a session has one network audit sink: [Network] Log=, "
+					    "net_log_fd or the net_audit callback, not %zu",
+			       spec->n_net_audit_fds + !!p->net_log),
+		       NULL;
+	}
 	if (p->workdir) {
 		policy_free(&b);
 		return err_set(err, EINVAL, "through nsboxd a policy can't have WorkDir= (%s)", p->workdir), NULL;
@@ -219,8 +284,14 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 #undef DIFF_U64
 	if (m && p->cpus != b.cpus && p->cpus > 0)
 		json_object_set_new(m, "cpus", json_real(p->cpus));
-	if (m && p->share_net)
-		json_object_set_new(m, "share_net", json_true());
+	/* Sent when it differs: permissive shares by default. */
+	if (m && p->share_net != b.share_net)
+		json_object_set_new(m, "share_net", json_boolean(p->share_net));
+	if (m && p->n_net_allow && net_add(m, p, &b, spec, fds, n_fds, err) < 0) {
+		policy_free(&b);
+		json_decref(m);
+		return NULL;
+	}
 	if (m && p->dist_packages)
 		json_object_set_new(m, "dist_packages", json_true());
 	if (m && spec->cold)

@@ -123,9 +123,7 @@ static int audit_setup(struct nsbox_session *s, int fds[EGRESS_AUDIT_FDS], size_
 	*wr = -1;
 	if (!p->n_net_allow || p->share_net || (!s->o.net_audit && s->o.net_log_fd < 0))
 		return 0;
-	/* TODO(svcnet): nsboxd passes the client's descriptor on. */
-	if (s->o.connect)
-		return err_set(err, EINVAL, "the network audit is not available through nsboxd");
+	/* Through nsboxd these travel in OPEN (host/session-service.c). */
 	if (s->o.net_log_fd >= 0)
 		fds[(*n)++] = s->o.net_log_fd;
 	if (!s->o.net_audit)

@@ -167,9 +167,11 @@ struct nsbox_session_opts {
 	/* Fields below: since 0.4.0.  Get the sandbox from nsboxd(8) listening
 	 * at this socket path instead of making it (NULL: $NSBOX_CONNECT when
 	 * set and not empty, else make it here).  The policy must then be a
-	 * built-in profile with limits, network, workspace, binds and
-	 * environment (-EINVAL otherwise); the workspace and binds are opened
-	 * by this process and passed as descriptors.  Execs and tool calls
+	 * built-in profile with limits, network (shared, or an egress
+	 * allowlist with its limits), workspace, binds and environment
+	 * (-EINVAL otherwise); the workspace, binds and the allowlist's audit
+	 * sink (Log=, opened here, or net_log_fd or net_audit's pipe: one of
+	 * them) are opened by this process and passed as descriptors.  Execs and tool calls
 	 * travel straight between this process and its sandbox.  Errors from
 	 * the service keep its errno: -EACCES not allowed (nsboxd.conf(5)),
 	 * -EDQUOT over this user's quota, -EAGAIN the service is full. */

@@ -170,8 +170,72 @@ static int get_fd_index(const json_t *j, size_t n_fds, int *idx, const char *wha
 
 static const char *const open_keys[] = {
 	"profile", "memory", "pids", "cpus", "time_limit", "tmp_size", "file_size", "open_files", "share_net",
-	"dist_packages", "workspace", "binds", "env", "output_limit", "cold", NULL,
+	"dist_packages", "workspace", "binds", "env", "output_limit", "cold", "net", NULL,
 };
+
+static bool one_of(const char *key, const char *const *keys)
+{
+	for (size_t i = 0; keys[i]; i++)
+		if (!strcmp(keys[i], key))
+			return true;
+	return false;
+}
+
+static int get_limit(const json_t *m, const char *key, int64_t *v, struct nsbox_err *err)
+{
+	const json_t *j = json_object_get(m, key);
+
+	if (!j)
+		return 0;
+	if (!json_is_integer(j) || json_integer_value(j) < 0)
+		return err_set(err, EINVAL, "OPEN: net.%s must be a non-negative integer (0: no limit)", key);
+	*v = (int64_t)json_integer_value(j);
+	return 0;
+}
+
+/* "net": {"allow": [RULE...], "max_bytes_out": N, "max_bytes_in": N,
+ * "max_connections": N, "log": {"fd": I}}.  A rule is only shaped here
+ * (printable ASCII, bounded); what it means is the policy code's. */
+static int get_net(const json_t *v, size_t n_fds, bool *used, struct svc_open *o, struct nsbox_err *err)
+{
+	static const char *const keys[] = { "allow", "max_bytes_out", "max_bytes_in", "max_connections", "log", NULL };
+	const json_t *a = json_object_get(v, "allow"), *r;
+	const char *key;
+	size_t i;
+
+	if (!json_is_object(v))
+		return err_set(err, EINVAL, "OPEN: net must be an object");
+	json_object_foreach((json_t *)v, key, r)
+		if (!one_of(key, keys))
+			return err_set(err, EINVAL, "OPEN: net: unknown field '%.64s'", key);
+	if (!json_is_array(a) || !json_array_size(a) || json_array_size(a) > SVC_MAX_NET_RULES)
+		return err_set(err, EINVAL, "OPEN: net.allow must be an array of 1 to %d rules", SVC_MAX_NET_RULES);
+	json_array_foreach(a, i, r) {
+		const char *s = json_string_value(r);
+		size_t n = s ? strlen(s) : 0;
+
+		if (!s || !n || n != json_string_length(r) || n > SVC_NET_RULE_MAX)
+			return err_set(err, EINVAL, "OPEN: net.allow %zu must be a rule of 1 to %d characters", i,
+				       SVC_NET_RULE_MAX);
+		for (const char *c = s; *c; c++)
+			if (*c <= ' ' || *c > '~')
+				return err_set(err, EINVAL, "OPEN: net.allow %zu: character 0x%02x in a rule", i,
+					       (unsigned char)*c);
+		o->net_allow[o->n_net_allow++] = s;
+	}
+	if (get_limit(v, "max_bytes_out", &o->net_max_out, err) < 0 ||
+	    get_limit(v, "max_bytes_in", &o->net_max_in, err) < 0 ||
+	    get_limit(v, "max_connections", &o->net_max_conns, err) < 0)
+		return -1;
+	if ((a = json_object_get(v, "log"))) {
+		if (get_fd_index(json_object_get(a, "fd"), n_fds, &o->net_log_fd, "net.log", err) < 0)
+			return -1;
+		if (used[o->net_log_fd])
+			return err_set(err, EINVAL, "OPEN: descriptor %d used twice", o->net_log_fd);
+		used[o->net_log_fd] = true;
+	}
+	return 0;
+}
 
 int svc_open_parse(const json_t *m, size_t n_fds, struct svc_open *o, struct nsbox_err *err)
 {
@@ -180,16 +244,12 @@ int svc_open_parse(const json_t *m, size_t n_fds, struct svc_open *o, struct nsb
 	bool used[SVC_MAX_FDS] = { false };
 
 	memset(o, 0, sizeof(*o));
-	o->workspace_fd = -1;
+	o->workspace_fd = o->net_log_fd = -1;
+	o->net_max_out = o->net_max_in = o->net_max_conns = -1;
 	o->profile = "default";
-	json_object_foreach((json_t *)m, key, v) {
-		size_t i;
-
-		for (i = 0; open_keys[i] && strcmp(open_keys[i], key); i++)
-			;
-		if (!open_keys[i])
+	json_object_foreach((json_t *)m, key, v)
+		if (!one_of(key, open_keys))
 			return err_set(err, EINVAL, "OPEN: unknown field '%.64s'", key);
-	}
 	if ((v = json_object_get(m, "profile"))) {
 		if (!json_is_string(v))
 			return err_set(err, EINVAL, "OPEN: profile must be a string");
@@ -202,6 +262,7 @@ int svc_open_parse(const json_t *m, size_t n_fds, struct svc_open *o, struct nsb
 	    get_bool(m, "share_net", &o->share_net, err) < 0 || get_bool(m, "dist_packages", &o->dist_packages, err) < 0 ||
 	    get_bool(m, "cold", &o->cold, err) < 0)
 		return -1;
+	o->share_net_given = json_object_get(m, "share_net") != NULL;
 	if (n_fds > SVC_MAX_FDS)
 		return err_set(err, EINVAL, "OPEN: more than %d descriptors", SVC_MAX_FDS);
 	if ((v = json_object_get(m, "workspace"))) {
@@ -230,6 +291,8 @@ int svc_open_parse(const json_t *m, size_t n_fds, struct svc_open *o, struct nsb
 			o->n_binds++;
 		}
 	}
+	if ((v = json_object_get(m, "net")) && get_net(v, n_fds, used, o, err) < 0)
+		return -1;
 	for (size_t i = 0; i < n_fds; i++)
 		if (!used[i])
 			return err_set(err, EINVAL, "OPEN: descriptor %zu sent but not used", i);

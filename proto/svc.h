@@ -79,11 +79,14 @@ void svc_status_from_json(const json_t *j, struct svc_status *st);
  * message (SCM_RIGHTS), opened by the client with its own rights. */
 #define SVC_MAX_BINDS 8
 #define SVC_MAX_ENV 64
+#define SVC_MAX_NET_RULES 64	/* POLICY_MAX_NET_RULES (host/session-service.c asserts it) */
+#define SVC_NET_RULE_MAX 300	/* bytes of one rule as written: a 253-byte name, "*.", ":PORT" */
 struct svc_open {
 	const char *profile;	/* "default", "strict", "permissive" (server-side policies) */
 	uint64_t memory, pids, tmp_size, file_size, open_files;	/* 0: the profile's */
 	double cpus, time_limit;
 	bool share_net;
+	bool share_net_given;	/* share_net was sent (false: the profile's is not wanted) */
 	bool dist_packages;
 	int workspace_fd;	/* index into the message's fds, -1 none */
 	struct {
@@ -96,6 +99,13 @@ struct svc_open {
 	size_t n_env;
 	uint64_t output_limit;	/* the runner's per-stream cap, 0: default */
 	bool cold;		/* CPython started afresh, not from a template or the pool */
+	/* "net": the egress allowlist ([Network], nsbox-policy(5)).  Rules
+	 * travel as written and are only shape-checked here: the service
+	 * parses each again with the policy code (nsbox_policy_set). */
+	const char *net_allow[SVC_MAX_NET_RULES];
+	size_t n_net_allow;
+	int64_t net_max_out, net_max_in, net_max_conns;	/* -1: the profile's; 0: no limit */
+	int net_log_fd;		/* index of the audit log the client opened for writing, -1 none */
 };
 /* Parse OPEN's payload; n_fds descriptors came with it.  Returns 0 or -1
  * with err (EINVAL) naming the field. */

@@ -31,6 +31,7 @@ static void rule_defaults(struct conf_rule *r)
 	r->max_cpus = 0;
 	r->share_net = false;
 	r->binds = false;
+	r->net = false;	/* the proxy connects with nsboxd's network identity: nsboxd(8) */
 	r->workspace = true;
 	r->profiles[0] = r->profiles[1] = true;	/* default, strict; not permissive */
 }
@@ -191,8 +192,9 @@ static int rule_key(struct conf_rule *r, const char *k, char *v, char *errbuf, s
 	} else if (!strcmp(k, "MaxCPUs")) {
 		if (!parse_number(v, &r->max_cpus))
 			return bad(errbuf, errlen, origin, line, "MaxCPUs: '%s' is not a number", v);
-	} else if (!strcmp(k, "AllowShareNet") || !strcmp(k, "AllowBinds") || !strcmp(k, "AllowWorkspace")) {
-		bool *b = k[5] == 'S' ? &r->share_net : k[5] == 'B' ? &r->binds : &r->workspace;
+	} else if (!strcmp(k, "AllowShareNet") || !strcmp(k, "AllowBinds") || !strcmp(k, "AllowWorkspace") ||
+		   !strcmp(k, "AllowNet")) {
+		bool *b = k[5] == 'S' ? &r->share_net : k[5] == 'B' ? &r->binds : k[5] == 'N' ? &r->net : &r->workspace;
 
 		if (!parse_bool(v, b))
 			return bad(errbuf, errlen, origin, line, "%s: '%s' is not yes or no", k, v);
@@ -430,8 +432,8 @@ static void print_rule(FILE *f, const struct conf_rule *r)
 		fprintf(f, "MaxCPUs=%g\n", r->max_cpus);
 	else
 		fprintf(f, "MaxCPUs=infinity\n");
-	fprintf(f, "AllowShareNet=%s\nAllowBinds=%s\nAllowWorkspace=%s\nAllowProfiles=", r->share_net ? "yes" : "no",
-		r->binds ? "yes" : "no", r->workspace ? "yes" : "no");
+	fprintf(f, "AllowShareNet=%s\nAllowNet=%s\nAllowBinds=%s\nAllowWorkspace=%s\nAllowProfiles=",
+		r->share_net ? "yes" : "no", r->net ? "yes" : "no", r->binds ? "yes" : "no", r->workspace ? "yes" : "no");
 	print_profiles(f, r->profiles);
 }
 

@@ -22,6 +22,7 @@ struct conf_rule {
 	uint64_t max_memory;		/* bytes: sum of the sessions' memory limits; 0: no cap */
 	double max_cpus;		/* sum of the sessions' CPU limits; 0: no cap */
 	bool share_net, binds, workspace;	/* may ask for these */
+	bool net;			/* AllowNet: an egress allowlist ([Network] Allow=) */
 	bool profiles[CONF_MAX_PROFILES];	/* default, strict, permissive */
 };
 

@@ -306,6 +306,7 @@ static struct job *job_new(enum job_kind kind, void *owner)
 		j->kind = kind;
 		j->owner = owner;
 		j->ready_fd = -1;
+		j->net_log_fd = -1;
 	}
 	return j;
 }
@@ -615,6 +616,7 @@ static const char *errno_name(int e)
 	case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
 	case ENOMEM: return "ENOMEM";
 	case EIO: return "EIO";
+	case EBADF: return "EBADF";
 	case EBUSY: return "EBUSY";
 	case ESHUTDOWN: return "ESHUTDOWN";
 	default: return "EIO";
@@ -775,6 +777,19 @@ static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus)
 	}
 }
 
+static int net_limit(nsbox_policy_t *p, const char *key, int64_t v, nsbox_error_t **e)
+{
+	char buf[32];
+
+	if (v < 0)
+		return 0;
+	if (v == 0)
+		snprintf(buf, sizeof(buf), "infinity");
+	else
+		snprintf(buf, sizeof(buf), "%lld", (long long)v);
+	return nsbox_policy_set(p, "Network", key, buf, e);
+}
+
 static int apply_open(nsbox_policy_t *p, const struct svc_open *o, const int *fds, char *eb, size_t el)
 {
 	nsbox_error_t *e = NULL;
@@ -793,8 +808,19 @@ static int apply_open(nsbox_policy_t *p, const struct svc_open *o, const int *fd
 		r = nsbox_policy_set_file_size(p, o->file_size, &e);
 	if (!r && o->open_files)
 		r = nsbox_policy_set_open_files(p, o->open_files, &e);
-	if (!r && o->share_net)
-		r = nsbox_policy_set_share_net(p, true, &e);
+	if (!r && o->share_net_given)
+		r = nsbox_policy_set_share_net(p, o->share_net, &e);
+	/* Each rule parsed again by the policy code: the client's text is
+	 * never trusted as checked. */
+	for (size_t i = 0; !r && i < o->n_net_allow; i++)
+		if ((r = nsbox_policy_set(p, "Network", "Allow", o->net_allow[i], &e)) < 0) {
+			snprintf(eb, el, "net.allow %zu (%s): %s", i, o->net_allow[i], nsbox_error_message(e));
+			drop_error(e);
+			return -1;
+		}
+	r = r ?: net_limit(p, "MaxBytesOut", o->net_max_out, &e);
+	r = r ?: net_limit(p, "MaxBytesIn", o->net_max_in, &e);
+	r = r ?: net_limit(p, "MaxConnections", o->net_max_conns, &e);
 	if (!r && o->dist_packages)
 		r = nsbox_policy_set(p, "Python", "DistPackages", "yes", &e);
 	/* The sandbox's pid 1 opens these before it leaves the host's mount
@@ -828,8 +854,8 @@ static int apply_open(nsbox_policy_t *p, const struct svc_open *o, const int *fd
 static bool poolable(const struct svc_open *o)
 {
 	return !o->memory && !o->pids && !o->tmp_size && !o->file_size && !o->open_files && !(o->cpus > 0) &&
-	       !o->share_net && !o->dist_packages && o->workspace_fd < 0 && !o->n_binds && !o->n_env &&
-	       !o->output_limit && !o->cold;
+	       !o->share_net_given && !o->dist_packages && o->workspace_fd < 0 && !o->n_binds && !o->n_env &&
+	       !o->output_limit && !o->cold && !o->n_net_allow;
 }
 
 static void sess_link(struct conn *c, struct sess *x)
@@ -945,6 +971,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	uint64_t mem;
 	double cpus;
 	int profile, code = 0;
+	bool share_net;
 	char eb[1024] = "";
 
 	if (svc_open_parse(m, n_fds, &o, &e) < 0) {
@@ -963,12 +990,26 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, EINVAL, "OPEN: unknown profile '%.64s' (default, strict, permissive)", o.profile);
 		return;
 	}
+	/* permissive shares the host's network unless OPEN says otherwise
+	 * (nsbox-policy(5)): that is asking for it too. */
+	share_net = o.share_net_given ? o.share_net : !strcmp(o.profile, "permissive");
+	if (share_net && o.n_net_allow) {
+		reply_error(c, id, EINVAL, "OPEN: net needs share_net false (profile %s): in the host's network an "
+					   "allowlist would allow everything", o.profile);
+		return;
+	}
 	/* Who may do what: nsboxd.conf(5). */
 	if (!rule->profiles[profile])
 		code = EACCES, snprintf(eb, sizeof(eb), "profile %s is not allowed for uid %u ([%s])", o.profile,
 					(unsigned)c->uid, rule->section);
-	else if (o.share_net && !rule->share_net)
-		code = EACCES, snprintf(eb, sizeof(eb), "share_net is not allowed for uid %u ([%s] AllowShareNet=no)",
+	else if (share_net && !rule->share_net)
+		code = EACCES, snprintf(eb, sizeof(eb), "share_net is not allowed for uid %u ([%s] AllowShareNet=no%s)",
+					(unsigned)c->uid, rule->section,
+					o.share_net_given ? "" : "; profile permissive shares it unless share_net is false");
+	else if (o.n_net_allow && !rule->net)
+		code = EACCES, snprintf(eb, sizeof(eb),
+					"a network allowlist is not allowed for uid %u ([%s] AllowNet=no): the proxy "
+					"would connect with nsboxd's network identity",
 					(unsigned)c->uid, rule->section);
 	else if (o.n_binds && !rule->binds)
 		code = EACCES, snprintf(eb, sizeof(eb), "binds are not allowed for uid %u ([%s] AllowBinds=no)",
@@ -1016,6 +1057,10 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 			reply_error(c, id, code, "bind %s refused: %s", o.binds[i].dst, eb);
 			return;
 		}
+	if (o.net_log_fd >= 0 && (code = deputy_check_log(fds[o.net_log_fd], eb, sizeof(eb)))) {
+		reply_error(c, id, code, "net.log refused: %s", eb);
+		return;
+	}
 
 	x = calloc(1, sizeof(*x));
 	if (!x) {
@@ -1101,6 +1146,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	}
 	j->cold = o.cold;
 	j->output_limit = o.output_limit;
+	j->net_log_fd = o.net_log_fd >= 0 ? dup_fds[o.net_log_fd] : -1;
 	x->state = S_PENDING;
 	sess_link(c, x);
 	D.n_sessions++;

@@ -74,3 +74,25 @@ int deputy_check(int fd, bool writable, uid_t uid, gid_t gid, const gid_t *group
 	}
 	return 0;
 }
+
+int deputy_check_log(int fd, char *errbuf, size_t errlen)
+{
+	struct stat st;
+	int fl = fcntl(fd, F_GETFL);
+
+	if (fl < 0 || fstat(fd, &st) < 0) {
+		snprintf(errbuf, errlen, "%s", strerror(errno));
+		return errno;
+	}
+	/* An O_PATH descriptor grants no I/O at all; one opened read-only
+	 * proves nothing about the right to write. */
+	if ((fl & O_PATH) || ((fl & O_ACCMODE) != O_WRONLY && (fl & O_ACCMODE) != O_RDWR)) {
+		snprintf(errbuf, errlen, "the descriptor is not open for writing");
+		return EBADF;
+	}
+	if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+		snprintf(errbuf, errlen, "not a regular file or a pipe");
+		return EINVAL;
+	}
+	return 0;
+}

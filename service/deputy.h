@@ -15,4 +15,11 @@
 int deputy_check(int fd, bool writable, uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, char *errbuf,
 		 size_t errlen);
 
+/* Whether fd can be a session's network audit log ([Network] Log=): a
+ * regular file or a pipe that the client opened for writing itself (the
+ * service only ever writes through that very descriptor, never opens a
+ * path).  O_PATH and read-only descriptors are refused.  Returns 0, or a
+ * positive errno with a message in errbuf. */
+int deputy_check_log(int fd, char *errbuf, size_t errlen);
+
 #endif

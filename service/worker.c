@@ -28,7 +28,7 @@ static struct {
 static void run_create(struct job *j)
 {
 	struct nsbox_session_opts so = { .struct_size = sizeof(so), .no_spare = true, .cold = j->cold,
-					 .output_limit = j->output_limit };
+					 .output_limit = j->output_limit, .net_log_fd = j->net_log_fd };
 	nsbox_error_t *e = NULL;
 
 	j->ready_fd = -1;

@@ -27,6 +27,7 @@ struct job {
 	uint64_t output_limit;
 	int fds[16];		/* what the policy names by /proc/self/fd: closed by the worker */
 	int n_fds;
+	int net_log_fd;		/* one of fds: the client's network audit sink, -1 none */
 	unsigned free_uid;	/* JOB_END: a host uid the loop frees once it is back */
 	/* JOB_CREATE's result, JOB_END's input */
 	nsbox_session_t *s;

@@ -30,6 +30,18 @@ static void open_parse(const json_t *m, size_t n_fds)
 	for (size_t i = 0; i < o.n_env; i++)
 		if (!strchr(o.env[i], '='))
 			abort();
+	if (o.n_net_allow > SVC_MAX_NET_RULES || (o.net_log_fd >= 0 && (size_t)o.net_log_fd >= n_fds) ||
+	    (o.net_log_fd >= 0 && !o.n_net_allow) || o.net_max_out < -1 || o.net_max_in < -1 || o.net_max_conns < -1)
+		abort();
+	for (size_t i = 0; i < o.n_net_allow; i++) {
+		size_t n = strlen(o.net_allow[i]);
+
+		if (!n || n > SVC_NET_RULE_MAX)
+			abort();
+		for (const char *c = o.net_allow[i]; *c; c++)
+			if (*c <= ' ' || *c > '~')
+				abort();
+	}
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -673,6 +673,13 @@ def test_check_config():
         f.flush()
         p = subprocess.run([NSBOXD, "--check-config", f.name], capture_output=True, timeout=10)
         assert p.returncode == 2 and f"{f.name}:2: PoolSize".encode() in p.stderr
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as f:
+        f.write("[Default]\nAllowNet=maybe\n")
+        f.flush()
+        p = subprocess.run([NSBOXD, "--check-config", f.name], capture_output=True, timeout=10)
+        assert p.returncode == 2 and f"{f.name}:2: AllowNet: 'maybe' is not yes or no".encode() in p.stderr
+    p = subprocess.run([NSBOXD, "--check-config", "/dev/null"], capture_output=True, timeout=10)
+    assert b"AllowNet=no" in p.stdout  # the default
 
 
 # ---- per-session host uids (HostUidRange, nsboxd(8) HOST UIDS) ----
@@ -832,3 +839,295 @@ def test_memory_and_cpu_quotas_refuse_what_the_open_names():
         assert p.returncode == 0 and p.stdout == "ran\n", p.stderr
     finally:
         assert d.stop() == 0, d.logtext()
+
+
+# ---- the egress allowlist through the service ([Network], AllowNet=) ----
+
+@pytest.fixture(scope="module")
+def upstream():
+    """test_egress's HTTP server on 127.0.0.2 (this machine's loopback:
+    refused by the proxy unless a rule names it, which these rules do)."""
+    from test_egress import UP, _Conns, _Handler, _Server
+    srv = _Server((UP, 0), _Handler)
+    srv.conns = _Conns()
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield UP, srv.server_address[1], srv.conns
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture
+def net_daemon():
+    d = Daemon("[Default]\nMaxSessions=50\nAllowNet=yes\nAllowProfiles=default strict permissive\n"
+               "[Service]\nPoolSize=1\n")
+    yield d
+    assert d.stop() == 0, d.logtext()
+
+
+def netns_of(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+
+
+def proxies_of(d):
+    """nsboxd's egress proxies: processes below its helpers (not nsboxd's
+    own children) in the host's network namespace: a sandbox with an
+    allowlist has one of its own."""
+    host = netns_of(d.p.pid)
+    out = set()
+    for pid in tree_of(d.p.pid) - {d.p.pid}:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if ppid != d.p.pid and netns_of(pid) == host:
+            out.add(pid)
+    return out
+
+
+FETCH = r'''
+import json, socket, urllib.request
+def raw(req):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+    s.sendall(req.encode())
+    data = b""
+    while True:
+        b = s.recv(65536)
+        if not b: break
+        data += b
+    head = data.split(b"\r\n\r\n")[0].decode(errors="replace").split("\r\n")
+    return head[0], [l.split(":", 1)[1].strip() for l in head if l.lower().startswith("x-nsbox-deny:")]
+R = {"ifs": [n for _, n in socket.if_nameindex()]}
+R["body"] = urllib.request.urlopen("http://%s:%d/", timeout=10).read().decode()
+try:
+    socket.getaddrinfo("example.com", 80)
+    R["dns"] = "resolved"
+except socket.gaierror as e:
+    R["dns"] = e.errno
+R["unlisted"] = raw("GET http://example.com/ HTTP/1.1\r\nHost: example.com\r\n\r\n")
+print(json.dumps(R))
+'''
+
+
+def test_allowlist_through_service(net_daemon, upstream):
+    """--allow-net through nsboxd: the allowed upstream answers, an unlisted
+    name fails at DNS and at the proxy, the sandbox has only lo; limits
+    travel too (MaxConnections=2: the third connection is refused)."""
+    up, port, conns = upstream
+    p = subprocess.run([NSBOX, "python", "--connect", net_daemon.sock, "--allow-net", f"{up}:{port}",
+                        "--allow-net", "*.allowed.test", "-c", FETCH % (up, port)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["body"] == "hello from upstream\n" and out["ifs"] == ["lo"], out
+    assert out["dns"] == socket.EAI_NONAME
+    assert out["unlisted"][0].startswith("HTTP/1.1 403") and out["unlisted"][1] == ["name not on the allowlist"]
+    p = subprocess.run([NSBOX, "python", "--connect", net_daemon.sock, "--allow-net", f"{up}:{port}",
+                        "--net-max-connections", "2", "-c",
+                        FETCH.split("R = {")[0] + f'print([raw("GET http://{up}:{port}/ HTTP/1.1\\r\\n\\r\\n")[0]'
+                        ' for _ in range(3)])'], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    res = eval(p.stdout)
+    assert res[0].startswith("HTTP/1.0 200") or res[0].startswith("HTTP/1.1 200"), res
+    assert res[2].startswith("HTTP/1.1 403"), res
+    conns.settle()
+
+
+def test_allowlist_session_proxy_goes_with_it(net_daemon, upstream):
+    """A raw client's OPEN with net: the proxy runs while the session lives
+    (outside the sandbox, in nsboxd's network namespace) and is gone once
+    it is closed; nothing else of the session is left."""
+    up, port, conns = upstream
+    before = proxies_of(net_daemon)
+    fds_before = settled_fds(net_daemon)
+    c = svcclient.Client(net_daemon.sock)
+    rd, wr = os.pipe()
+    sb, m = c.open(net={"allow": [f"{up}:{port}"], "max_bytes_in": 0, "log": {"fd": 0}}, fds=[wr])
+    os.close(wr)
+    assert sb, m
+    r = sb.exec(f"import urllib.request; urllib.request.urlopen('http://{up}:{port}/', timeout=10).read().decode()")
+    assert r["value"] == "hello from upstream\n", r
+    proxy = proxies_of(net_daemon) - before
+    assert len(proxy) == 1, proxy
+    pid1 = sb.pid
+    t, m = sb.close()
+    assert t == "CLOSED", m
+    c.close()
+    assert wait_gone(pid1) and all(wait_gone(p) for p in proxy)
+    # The proxy held the pipe's last other write end: EOF after its records.
+    with os.fdopen(rd) as f:
+        recs = [json.loads(line) for line in f]
+    assert [(e["kind"], e["decision"]) for e in recs] == [("http", "allow")], recs
+    assert settled_fds(net_daemon) == fds_before
+    conns.settle()
+
+
+def test_allow_net_needs_allownet(daemon, upstream):
+    """[Default] AllowNet= is no unless the file says yes: refused with
+    EACCES naming the setting, before anything is made."""
+    up, port, _ = upstream
+    p = subprocess.run([NSBOX, "python", "--connect", daemon.sock, "--allow-net", f"{up}:{port}", "-c",
+                        "print('ran')"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "ran" not in p.stdout
+    assert "AllowNet=no" in p.stderr and "Permission denied" in p.stderr, p.stderr
+    c = svcclient.Client(daemon.sock)
+    sb, m = c.open(net={"allow": [f"{up}:{port}"]})
+    assert sb is None and m["error"] == "EACCES" and "AllowNet=no" in m["message"], m
+    c.close()
+
+
+@pytest.mark.parametrize("net,what", [
+    ({"allow": ["*.com"]}, "net.allow 0 (*.com)"),
+    ({"allow": ["example.com", "10.0.0.0/33"]}, "net.allow 1 (10.0.0.0/33)"),
+    ({"allow": ["example.com:0"]}, "net.allow 0"),
+    ({"allow": ["exa mple.com"]}, "character 0x20"),
+    ({"allow": ["example.com"] * 65}, "1 to 64 rules"),
+    ({"allow": []}, "1 to 64 rules"),
+    ({"allow": ["example.com"], "max_connections": -1}, "max_connections"),
+    ({"allow": ["example.com"], "max_connections": 1 << 40}, "MaxConnections"),
+    ({"allow": ["example.com"], "log": "/etc/shadow"}, "net.log"),
+])
+def test_bad_rules_in_open_refused(net_daemon, net, what):
+    """Rules in OPEN are the client's text: each is parsed again by the
+    policy code; a bad one refuses that OPEN (EINVAL, naming it) and the
+    connection's other session lives on."""
+    c = svcclient.Client(net_daemon.sock)
+    sb, m = c.open()
+    assert sb, m
+    bad, m = c.open(net=net)
+    assert bad is None and m["error"] == "EINVAL" and what in m["message"], m
+    assert sb.exec("6 * 7")["value"] == 42
+    assert sb.close()[0] == "CLOSED"
+    c.close()
+    assert wait_gone(sb.pid)
+
+
+def test_permissive_without_network_through_service(net_daemon):
+    """share_net travels when it differs from the profile: permissive with
+    Network=none gets no network through the service (it got the host's),
+    and permissive as it is needs AllowShareNet= like share_net itself."""
+    c = svcclient.Client(net_daemon.sock)
+    sb, m = c.open(profile="permissive", share_net=False)
+    assert sb, m
+    assert sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"] == ["lo"]
+    sb.close()
+    for req in ({"profile": "permissive"}, {"share_net": True}):
+        bad, m = c.open(net={"allow": ["example.com"]}, **req)
+        assert bad is None and m["error"] == "EINVAL" and "net needs share_net false" in m["message"], m
+    # permissive's own network is the host's: AllowShareNet=no refuses it
+    sb, m = c.open(profile="permissive")
+    assert sb is None and m["error"] == "EACCES" and "AllowShareNet=no; profile permissive" in m["message"], m
+    c.close()
+    d = Daemon("[Default]\nAllowShareNet=yes\nAllowProfiles=default strict permissive\n")
+    try:
+        c = svcclient.Client(d.sock)
+        sb, m = c.open(profile="permissive")
+        assert sb, m
+        host = sorted(n for _, n in socket.if_nameindex())
+        assert sorted(sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"]) == host
+        sb.close()
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_net_log_opened_by_the_client(upstream):
+    """[Network] Log= through nsboxd: the client opens the file with its own
+    rights and sends the descriptor; the audit lands in it.  As root: a root
+    nsboxd and a uid 65534 client, whose log directory only it may write
+    (the file is the client's: nsboxd never opened the path), and a path
+    the client can't open fails in the client, though nsboxd could have."""
+    up, port, conns = upstream
+    client = 65534 if ROOT else os.geteuid()
+    logdir = None
+    d = Daemon("[Service]\nAllowGroups=4242\n[Default]\nAllowNet=yes\n", extra=("--group", "4242", "--mode", "0660")) \
+        if ROOT else Daemon("[Default]\nAllowNet=yes\n")
+    try:
+        who = as_user(client, "4242") if ROOT else []
+        logdir = tempfile.mkdtemp(prefix="nsbox-test-netlog-")  # 0700
+        os.chown(logdir, client, -1)
+        log = os.path.join(logdir, "audit.jsonl")
+        env = dict(os.environ, HOME="/tmp")
+        p = subprocess.run(who + [NSBOX, "python", "--connect", d.sock, "--allow-net", f"{up}:{port}",
+                                  "--net-log", str(log), "-c", FETCH % (up, port)],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(p.stdout)["body"] == "hello from upstream\n"
+        st = os.stat(log)
+        assert st.st_uid == client and st.st_mode & 0o777 == 0o600
+        entries = [json.loads(line) for line in open(log)]
+        kinds = {(e["kind"], e["host"], e["decision"]) for e in entries}
+        assert ("http", up, "allow") in kinds and ("http", "example.com", "deny") in kinds, entries
+        assert ("dns", "example.com", "deny") in kinds, entries
+        if ROOT:
+            # nsboxd (root) could open this; the client can't, and says so.
+            p = subprocess.run(who + [NSBOX, "python", "--connect", d.sock, "--allow-net", f"{up}:{port}",
+                                      "--net-log", "/root/nsbox-test-netlog.jsonl", "-c", "print('ran')"],
+                               capture_output=True, text=True, timeout=60, env=env)
+            assert p.returncode != 0 and "ran" not in p.stdout
+            assert "open the network log /root/nsbox-test-netlog.jsonl: Permission denied" in p.stderr, p.stderr
+            assert not os.path.exists("/root/nsbox-test-netlog.jsonl")
+        # A raw client's descriptor: written to only if the client opened it
+        # for writing, and only a file or a pipe.
+        c = svcclient.Client(d.sock)
+        ro = os.open(log, os.O_RDONLY)
+        opath = os.open(log, os.O_PATH)
+        a, b = socket.socketpair()
+        try:
+            for fd, err in ((ro, "EBADF"), (opath, "EBADF"), (a.fileno(), "EINVAL")):
+                sb, m = c.open(net={"allow": [f"{up}:{port}"], "log": {"fd": 0}}, fds=[fd])
+                assert sb is None and m["error"] == err and "net.log refused" in m["message"], m
+        finally:
+            os.close(ro)
+            os.close(opath)
+            a.close()
+            b.close()
+        c.close()
+    finally:
+        if logdir:
+            shutil.rmtree(logdir, ignore_errors=True)
+        text = d.logtext()
+        assert d.stop() == 0, text
+    conns.settle()
+
+
+def test_sdk_net_audit_callback_through_service(net_daemon, upstream):
+    """The SDK's on_net_request through nsboxd: the session's audit pipe
+    travels in OPEN as its one sink, and every record reaches the callback
+    on the client's thread; Log= and the callback together are refused by
+    name (one sink through the service)."""
+    up, port, conns = upstream
+    code = f"""
+import json, nsbox, threading
+seen = []
+main = threading.get_ident()
+def cb(rec):
+    assert threading.get_ident() == main
+    seen.append((rec["kind"], rec["host"], rec["decision"]))
+with nsbox.Sandbox(connect={net_daemon.sock!r}, allow_net=["{up}:{port}"], on_net_request=cb) as sb:
+    body = sb.execute("import urllib.request; urllib.request.urlopen('http://{up}:{port}/', timeout=10).read()")
+    try:
+        sb.execute("urllib.request.urlopen('http://example.com/', timeout=10)")
+    except nsbox.SandboxError as e:
+        pass
+print(json.dumps([body.decode(), sorted(set(seen))]))
+try:
+    nsbox.Sandbox(connect={net_daemon.sock!r}, allow_net=["{up}:{port}"], net_log="/dev/null",
+                  on_net_request=cb).close()
+    print("opened")
+except nsbox.SandboxError as e:
+    print(e.errno, e)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0")))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    body, seen = json.loads(lines[0])
+    assert body == "hello from upstream\n"
+    assert ["http", up, "allow"] in seen and ["http", "example.com", "deny"] in seen, seen
+    assert lines[1].startswith("22 ") and "one network audit sink" in lines[1], lines[1]
+    conns.settle()

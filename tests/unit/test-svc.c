@@ -154,6 +154,22 @@ static void test_open(void)
 		{ "{\"env\":[\"=x\"]}", 0, "env without a name" },
 		{ "{\"env\":[1]}", 0, "env not strings" },
 		{ "{\"cold\":\"yes\"}", 0, "cold not a boolean" },
+		{ "{\"net\":[\"example.com\"]}", 0, "net not an object" },
+		{ "{\"net\":{}}", 0, "net without rules" },
+		{ "{\"net\":{\"allow\":[]}}", 0, "net with an empty allow" },
+		{ "{\"net\":{\"allow\":\"example.com\"}}", 0, "net.allow not an array" },
+		{ "{\"net\":{\"allow\":[7]}}", 0, "a rule that is not a string" },
+		{ "{\"net\":{\"allow\":[\"\"]}}", 0, "an empty rule" },
+		{ "{\"net\":{\"allow\":[\"exa mple.com\"]}}", 0, "a rule with a space" },
+		{ "{\"net\":{\"allow\":[\"a\\tb.com\"]}}", 0, "a rule with a tab" },
+		{ "{\"net\":{\"allow\":[\"\u00e9.com\"]}}", 0, "a rule that is not ASCII" },
+		{ "{\"net\":{\"allow\":[\"a.com\"],\"max_bytes_in\":-1}}", 0, "a negative byte limit" },
+		{ "{\"net\":{\"allow\":[\"a.com\"],\"max_connections\":\"3\"}}", 0, "a limit as a string" },
+		{ "{\"net\":{\"allow\":[\"a.com\"],\"log\":\"/tmp/x\"}}", 0, "a log by path" },
+		{ "{\"net\":{\"allow\":[\"a.com\"],\"log\":{\"fd\":0}}}", 0, "a log fd that did not come" },
+		{ "{\"net\":{\"allow\":[\"a.com\"],\"log_path\":\"/x\"}}", 0, "an unknown net field" },
+		{ "{\"workspace\":{\"fd\":0},\"net\":{\"allow\":[\"a.com\"],\"log\":{\"fd\":0}}}", 1,
+		  "the workspace's descriptor as the log" },
 	};
 
 	ok(open_parse("{}", 0, &o, msg, sizeof(msg)) == 0 && !strcmp(o.profile, "default") && o.workspace_fd == -1 &&
@@ -167,6 +183,15 @@ static void test_open(void)
 		   o.workspace_fd == 1 && o.n_binds == 1 && o.binds[0].fd == 0 && !strcmp(o.binds[0].dst, "/data") &&
 		   o.binds[0].writable && o.n_env == 2 && !strcmp(o.env[1], "B=") && o.output_limit == 4096 && o.cold,
 	   "OPEN with every field (%s)", msg);
+	ok(open_parse("{\"share_net\":false,\"net\":{\"allow\":[\"*.example.com:8443\",\"10.99.0.0/24\"],"
+		      "\"max_bytes_out\":0,\"max_connections\":3,\"log\":{\"fd\":0}}}",
+		      1, &o, msg, sizeof(msg)) == 0 &&
+		   o.share_net_given && !o.share_net && o.n_net_allow == 2 && !strcmp(o.net_allow[0], "*.example.com:8443") &&
+		   o.net_max_out == 0 && o.net_max_in == -1 && o.net_max_conns == 3 && o.net_log_fd == 0,
+	   "OPEN with net: rules, limits (absent: -1), the log's descriptor (%s)", msg);
+	ok(open_parse("{}", 0, &o, msg, sizeof(msg)) == 0 && !o.share_net_given && !o.n_net_allow && o.net_log_fd == -1 &&
+		   o.net_max_out == -1,
+	   "OPEN {}: no net, share_net not given");
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ok(open_parse(bad[i].json, bad[i].n_fds, &o, msg, sizeof(msg)) == -1 && strstr(msg, "OPEN"),
 		   "OPEN refused: %s (%s)", bad[i].what, msg);
@@ -178,6 +203,24 @@ static void test_open(void)
 			json_array_append_new(binds, json_pack("{s:i,s:s}", "fd", 0, "dst", "/x"));
 		m = json_pack("{s:o}", "binds", binds);
 		ok(svc_open_parse(m, 1, &o, &e) < 0, "OPEN refused: %d binds", SVC_MAX_BINDS + 1);
+		json_decref(m);
+	}
+	{
+		/* More rules than SVC_MAX_NET_RULES, and one too long. */
+		json_t *rules = json_array();
+		char longname[SVC_NET_RULE_MAX + 2];
+
+		for (int i = 0; i <= SVC_MAX_NET_RULES; i++)
+			json_array_append_new(rules, json_string("example.com"));
+		m = json_pack("{s:{s:o}}", "net", "allow", rules);
+		ok(svc_open_parse(m, 0, &o, &e) < 0 && strstr(e.msg, "1 to 64 rules"), "OPEN refused: %d rules (%s)",
+		   SVC_MAX_NET_RULES + 1, e.msg);
+		json_decref(m);
+		memset(longname, 'a', sizeof(longname) - 1);
+		longname[sizeof(longname) - 1] = '\0';
+		m = json_pack("{s:{s:[s]}}", "net", "allow", longname);
+		ok(svc_open_parse(m, 0, &o, &e) < 0 && strstr(e.msg, "net.allow 0"), "OPEN refused: a rule of %zu bytes",
+		   strlen(longname));
 		json_decref(m);
 	}
 	{
@@ -227,6 +270,7 @@ static void test_conf(void)
 		{ "[Default]\nMaxMemory=lots\n", "MaxMemory" },
 		{ "[Default]\nMaxCPUs=-1\n", "MaxCPUs" },
 		{ "[Default]\nAllowShareNet=maybe\n", "AllowShareNet" },
+		{ "[Default]\nAllowNet=sometimes\n", "AllowNet: 'sometimes' is not yes or no" },
 		{ "[Default]\nAllowProfiles=root\n", "unknown profile" },
 		{ "[Default]\nHostUid=4242\n", "unknown key 'HostUid' in [Default]" },
 		{ "[User:no-such-user-xyzzy]\n", "no such user" },
@@ -237,13 +281,13 @@ static void test_conf(void)
 
 	ok(conf("", &c, eb, sizeof(eb)) == 0 && c.pool_size == 2 && c.pool_profile[0] && !c.pool_profile[2] &&
 		   c.max_connections == 256 && c.max_sessions == 1024 && c.uid_count == 0 && c.dflt.max_sessions == 16 &&
-		   c.dflt.workspace && !c.dflt.binds && !c.dflt.share_net && c.dflt.profiles[0] && c.dflt.profiles[1] &&
+		   c.dflt.workspace && !c.dflt.binds && !c.dflt.share_net && !c.dflt.net && c.dflt.profiles[0] && c.dflt.profiles[1] &&
 		   !c.dflt.profiles[2],
 	   "an empty file: the documented defaults");
 	ok(conf("# comment\n; another\n\n[Service]\n  PoolSize = 4 \nPoolProfiles=strict permissive\n"
 		"HostUidRange=524288-589823\nIdleExitSec=0.5\nAllowUsers=0 65534\nAllowGroups=4242\n"
 		"[Default]\nMaxSessions=8\nMaxMemory=4G\nMaxCPUs=2.5\nAllowBinds=yes\n"
-		"[Group:4242]\nMaxSessions=64\nAllowShareNet=yes\n[User:65534]\nAllowWorkspace=no\n",
+		"[Group:4242]\nMaxSessions=64\nAllowShareNet=yes\nAllowNet=yes\n[User:65534]\nAllowWorkspace=no\n",
 		&c, eb, sizeof(eb)) == 0,
 	   "a full file parses (%s)", eb);
 	ok(c.pool_size == 4 && !c.pool_profile[0] && c.pool_profile[1] && c.pool_profile[2] && c.idle_exit == 0.5,
@@ -251,7 +295,7 @@ static void test_conf(void)
 	ok(c.uid_first == 524288 && c.uid_count == 65536, "HostUidRange=524288-589823: 65536 uids from 524288");
 	ok(c.dflt.max_memory == 4ull << 30 && c.dflt.max_cpus == 2.5 && c.dflt.binds, "[Default] limits");
 	r = conf_rule_for(&c, 1000, 1000, &g4242, 1);
-	ok(r && !strcmp(r->section, "Group:4242") && r->max_sessions == 64 && r->share_net && r->binds &&
+	ok(r && !strcmp(r->section, "Group:4242") && r->max_sessions == 64 && r->share_net && r->net && r->binds &&
 		   r->max_memory == 4ull << 30,
 	   "a supplementary group's section, on top of [Default] as read so far");
 	r = conf_rule_for(&c, 65534, 4242, NULL, 0);
