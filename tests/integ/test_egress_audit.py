@@ -405,8 +405,7 @@ p = c_void_p()
 assert lib.nsbox_policy_new(b"default", byref(p), byref(err)) == 0
 for rule in A["rules"]:
     assert lib.nsbox_policy_set(p, b"Network", b"Allow", rule.encode(), byref(err)) == 0
-class RunOpts(ctypes.Structure):
-    _fields_ = _lib.RunOpts._fields_ + [("net_log_fd", POINTER(c_int))]
+RunOpts = _lib.RunOpts
 r, w = os.pipe2(os.O_CLOEXEC)
 null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
 stdio = (c_int * 3)(null, null, null)
@@ -415,14 +414,14 @@ o = RunOpts(struct_size=sizeof(RunOpts), stdio=stdio, in_process=A["in_process"]
 st = _lib.RunStatus(struct_size=sizeof(_lib.RunStatus))
 code = "import urllib.request; urllib.request.urlopen('http://%s:%d/', timeout=10).read()" % (A["up"], A["port"])
 argv = (c_char_p * 4)(b"/usr/bin/python3.11", b"-c", code.encode(), None)
-rc = lib.nsbox_run(p, argv, ctypes.cast(ctypes.pointer(o), POINTER(_lib.RunOpts)), byref(st), byref(err))
+rc = lib.nsbox_run(p, argv, byref(o), byref(st), byref(err))
 os.close(w)
 os.close(null)
 assert rc == 0, (rc, lib.nsbox_error_message(err))
 OUT["exit"] = st.exit_code
 bad = c_int(987)
 o.net_log_fd = ctypes.pointer(bad)
-OUT["bad"] = lib.nsbox_run(p, argv, ctypes.cast(ctypes.pointer(o), POINTER(_lib.RunOpts)), byref(st), None)
+OUT["bad"] = lib.nsbox_run(p, argv, byref(o), byref(st), None)
 with os.fdopen(r, "rb") as f:
     OUT["lines"] = [json.loads(line) for line in f]
 lib.nsbox_policy_free(p)
