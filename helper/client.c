@@ -211,7 +211,7 @@ static int transact(struct helper *h, const struct helper_req *req, const void *
 	ssize_t n;
 	int k;
 
-	if (n_in > 3)
+	if (n_in > HELPER_MAX_FDS)
 		return err_set(err, EINVAL, "too many fds for the nsbox helper");
 	n = send_with_fds(h->fd, iov, req->len ? 2 : 1, fds_in, n_in);
 	if (n < 0) {
@@ -465,16 +465,17 @@ int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spa
 	return r;
 }
 
-int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3],
+int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3], int net_log_fd,
 	       void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct helper_sandbox *sb,
 	       struct jail_status *st, struct nsbox_err *err)
 {
-	struct helper_req req = { .magic = HELPER_MAGIC, .op = HELPER_RUN };
+	struct helper_req req = { .magic = HELPER_MAGIC, .op = HELPER_RUN,
+				  .flags = net_log_fd >= 0 ? HELPER_NET_AUDIT : 0 };
 	struct helper_rep *rep = NULL;
 	char *text = NULL, *buf = NULL;
 	size_t len = 0, alen = 0;
 	struct helper *h;
-	int pidfd = -1, r;
+	int pidfd = -1, r, fds[4] = { stdio[0], stdio[1], stdio[2], net_log_fd };
 
 	for (size_t i = 0; argv[i]; i++) {
 		alen += strlen(argv[i]) + 1;
@@ -510,7 +511,7 @@ int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio
 	req.len = (uint32_t)(len + alen);
 	req.text_len = (uint32_t)len;
 	h = helper_pick();
-	r = request(h, &req, buf, stdio, 3, rep, &pidfd, NULL, err);
+	r = request(h, &req, buf, fds, net_log_fd >= 0 ? 4 : 3, rep, &pidfd, NULL, err);
 	if (r == 0 && rep->exec_failed) {
 		*st = rep->st;
 		fill_sandbox(h, sb, rep, -1);	/* not running: only the cgroup facts */

@@ -364,8 +364,8 @@ static int commit_slot(struct slot *sl, struct helper_rep *rep, struct nsbox_err
 
 /* SPAWN: returns the pidfd to pass back, or -1.  fds_in: the session
  * socket, then (HELPER_NET_AUDIT) the proxy's audit descriptors. */
-static int do_spawn(const struct helper_req *req, char *text, const int fds_in[3], struct helper_rep *rep,
-		    int *sock_out)
+static int do_spawn(const struct helper_req *req, char *text, const int fds_in[HELPER_MAX_FDS],
+		    struct helper_rep *rep, int *sock_out)
 {
 	struct nsbox_policy p = { 0 };
 	struct nsbox_err err = { 0 };
@@ -389,7 +389,7 @@ static int do_spawn(const struct helper_req *req, char *text, const int fds_in[3
 	for (size_t i = 1; net_audit && i < 1 + EGRESS_AUDIT_FDS; i++)
 		if (fds_in[i] >= 0)
 			audit[n_audit++] = fds_in[i];
-	if (net_audit != (n_audit > 0) || (!net_audit && fds_in[1] >= 0)) {
+	if (net_audit != (n_audit > 0) || (!net_audit && fds_in[1] >= 0) || fds_in[1 + EGRESS_AUDIT_FDS] >= 0) {
 		err_set(&err, EPROTO, "SPAWN: audit descriptors %s", net_audit ? "missing" : "not asked for");
 		goto fail;
 	}
@@ -468,13 +468,14 @@ static int null_stdio(void)
 }
 
 /* RUN: returns the pidfd to pass back, or -1 (rep says why, or that the
- * command could not be executed). */
-static int do_run(const struct helper_req *req, char *data, const int fds[3], struct helper_rep *rep)
+ * command could not be executed).  fds: stdin, stdout, stderr, then
+ * (HELPER_NET_AUDIT) the proxy's audit descriptor. */
+static int do_run(const struct helper_req *req, char *data, const int fds[HELPER_MAX_FDS], struct helper_rep *rep)
 {
 	struct nsbox_policy p = { 0 };
 	struct nsbox_err err = { 0 };
 	char **argv = NULL;
-	struct jail_spec spec = { .exec_fd = -1, .warn = collect_warning };
+	struct jail_spec spec = { .exec_fd = -1, .warn = collect_warning, .net_audit_fds = &fds[3] };
 	struct slot *sl;
 	size_t at, alen;
 	int r, pidfd = -1;
@@ -483,6 +484,11 @@ static int do_run(const struct helper_req *req, char *data, const int fds[3], st
 		err_set(&err, EINVAL, "RUN without stdin, stdout and stderr");
 		goto fail;
 	}
+	if (((req->flags & HELPER_NET_AUDIT) != 0) != (fds[3] >= 0)) {
+		err_set(&err, EPROTO, "RUN: the audit descriptor %s", fds[3] >= 0 ? "not asked for" : "missing");
+		goto fail;
+	}
+	spec.n_net_audit_fds = fds[3] >= 0;
 	/* argv: argc NUL-terminated strings filling the rest exactly. */
 	if (req->len == 0 || req->text_len >= req->len || req->argc == 0 || req->argc > HELPER_MAX_ARGV / 2 ||
 	    data[req->len - 1] != '\0') {
@@ -563,8 +569,8 @@ static uint64_t read_u64(const char *dir, const char *file)
 	return strtoull(buf, NULL, 10);
 }
 
-static void handle(const struct helper_req *req, char *text, const int fds_in[3], struct helper_rep *rep,
-		   int *fd_out, int *sock_out)
+static void handle(const struct helper_req *req, char *text, const int fds_in[HELPER_MAX_FDS],
+		   struct helper_rep *rep, int *fd_out, int *sock_out)
 {
 	struct slot *sl = NULL;
 
@@ -674,7 +680,7 @@ int runner_helper_main(bool use_spare)
 		return 125;
 	for (;;) {
 		union {
-			char b[CMSG_SPACE(3 * sizeof(int))];
+			char b[CMSG_SPACE(HELPER_MAX_FDS * sizeof(int))];
 			struct cmsghdr align;
 		} cm;
 		struct iovec iov = { buf, sizeof(buf) };
@@ -682,7 +688,7 @@ int runner_helper_main(bool use_spare)
 				     .msg_controllen = sizeof(cm.b) };
 		struct helper_req req;
 		struct cmsghdr *c;
-		int fds_in[3] = { -1, -1, -1 }, fd_out = -1, sock_out = -1;
+		int fds_in[HELPER_MAX_FDS] = { -1, -1, -1, -1 }, fd_out = -1, sock_out = -1;
 		size_t n_in = 0;
 		ssize_t n;
 
@@ -716,7 +722,7 @@ int runner_helper_main(bool use_spare)
 					int fd;
 
 					memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-					if (n_in < 3)
+					if (n_in < HELPER_MAX_FDS)
 						fds_in[n_in++] = fd;
 					else
 						close(fd);

@@ -21,7 +21,8 @@
  *           NSBOX_SPARE=1 in the host's environment when the helper
  *           started) asks for a spare to be made for the next SPAWN.
  *   RUN     policy text, then argv as argc NUL-terminated strings, + the
- *           command's stdin, stdout and stderr (SCM_RIGHTS): a sandbox
+ *           command's stdin, stdout and stderr (SCM_RIGHTS), and with
+ *           HELPER_NET_AUDIT the proxy's audit descriptor: a sandbox
  *           that executes argv.  Answer as SPAWN, or exec_failed with the
  *           final status when argv could not be executed inside.
  *   KILL    SIGKILL the sandbox and its cgroup.
@@ -51,6 +52,7 @@
 #define HELPER_MAX_POLICY (128u << 10)
 #define HELPER_MAX_ARGV (128u << 10)	/* RUN: bytes of argv strings */
 #define HELPER_MAX_RUN (192u << 10)	/* RUN: request, policy and argv together */
+#define HELPER_MAX_FDS 4		/* passed with one request: RUN's stdio and audit descriptor */
 #define HELPER_CTL_FD 3
 #define HELPER_EXEC_FD 4
 
@@ -125,11 +127,12 @@ struct helper_spawn_opts {
 int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spawn_opts *o,
 		 struct helper_sandbox *sb, int *sock_out, struct nsbox_err *err);
 /* Start a sandbox executing argv with stdio[0..2] as its stdin, stdout and
- * stderr (borrowed).  Returns 1 with *sb filled when it runs (wait on
+ * stderr (borrowed), and net_log_fd (borrowed; -1: none) as the egress
+ * proxy's audit descriptor (jail_spec.net_audit_fds).  Returns 1 with *sb filled when it runs (wait on
  * sb->pidfd, then helper_destroy), 0 with *st final when argv could not be
  * executed inside, -1 with err when no sandbox could be made.  warn gets
  * the jail's warnings.  Thread-safe. */
-int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3],
+int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3], int net_log_fd,
 	       void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct helper_sandbox *sb,
 	       struct jail_status *st, struct nsbox_err *err);
 /* SIGKILL the sandbox through its pidfd.  Async-signal-safe. */

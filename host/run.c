@@ -155,7 +155,9 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 				  .exec_fd = -1,
 				  .warn = o->warn,
 				  .warn_ctx = o->warn_ctx,
-				  .controlling_tty = o->controlling_tty };
+				  .controlling_tty = o->controlling_tty,
+				  .net_audit_fds = &o->net_log_fd,
+				  .n_net_audit_fds = o->net_log_fd >= 0 };
 	/* saved[i]: our fd i, copied (>= 0), closed before (-1), or not
 	 * touched yet (-2: nothing to restore). */
 	int saved[3] = { -2, -2, -2 }, src[3] = { -1, -1, -1 };
@@ -249,7 +251,7 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 			close(devnull);
 		return -1;
 	}
-	r = helper_run(p, argv, o->stdio ? o->stdio : std, o->warn, o->warn_ctx, &sb, &res->st, err);
+	r = helper_run(p, argv, o->stdio ? o->stdio : std, o->net_log_fd, o->warn, o->warn_ctx, &sb, &res->st, err);
 	if (devnull >= 0)
 		close(devnull);
 	if (r <= 0 && o->forward_signals)

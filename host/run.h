@@ -18,6 +18,7 @@ struct run_opts {
 	bool forward_signals;	/* SIGINT, SIGTERM, SIGHUP, SIGQUIT go to the sandbox */
 	bool in_process;	/* jail_start here: the caller must be single-threaded */
 	bool controlling_tty;	/* stdin becomes the command's controlling tty (in_process) */
+	int net_log_fd;		/* the egress proxy's audit lines go here too (jail_spec.net_audit_fds); -1: none */
 };
 
 struct run_result {

@@ -174,13 +174,17 @@ static void proc_finish(struct nsbox_session *s, bool kill_now)
 		return;
 	}
 	while (!s->sb.ops->try_reap(&s->sb)) {
-		struct pollfd p = { s->sb.pidfd, POLLIN, 0 };
+		/* Code inside that waits for the network (a thread the runner
+		 * joins as it exits) waits for the proxy, which waits for us. */
+		struct pollfd p[2] = { { s->sb.pidfd, POLLIN, 0 },
+				       { s->audit && !s->audit->eof ? s->audit->fd : -1, POLLIN, 0 } };
 
+		audit_drain(s);
 		if (now_ns() >= end) {
 			s->sb.ops->destroy(&s->sb);
 			break;
 		}
-		poll(&p, s->sb.pidfd >= 0 ? 1 : 0, 20);
+		poll(p, 2, 20);
 	}
 }
 

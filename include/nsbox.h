@@ -128,7 +128,8 @@ typedef void (*nsbox_warn_fn)(void *userdata, const char *message);
  * host, port, addr, sni, decision, reason, bytes_out and bytes_in.
  * record is NUL-terminated and borrowed for the call; len is strlen.
  * Runs on the thread driving the session, never another: inside
- * nsbox_exec(), nsbox_exec_advance() and nsbox_session_free(). */
+ * nsbox_exec(), nsbox_exec_advance(), nsbox_net_audit_drain(),
+ * nsbox_session_end() and nsbox_session_free(). */
 typedef void (*nsbox_net_audit_fn)(void *userdata, const char *record, size_t len);
 
 struct nsbox_session_opts {
@@ -552,6 +553,15 @@ struct nsbox_run_opts {
 	 * session, and the run fails).  in_process only: -EINVAL with the
 	 * helper. */
 	bool controlling_tty;
+	/* (since 0.5.0) With a [Network] Allow= rule, the egress proxy also
+	 * writes each audit record, as a line, to *net_log_fd (as
+	 * nsbox_session_opts.net_log_fd; borrowed during the call).  NULL:
+	 * none.  A pointer (like stdio), so that the struct grows past the
+	 * older one's tail padding: an older caller's struct_size leaves it
+	 * NULL.  Read it while the command runs (a pipe: from another thread):
+	 * while it is full, the command's network waits.  -EBADF when it is
+	 * not an open descriptor. */
+	const int *net_log_fd;
 };
 
 struct nsbox_run_status {

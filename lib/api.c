@@ -1351,6 +1351,12 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 	ro.forward_signals = o.forward_signals;
 	ro.in_process = o.in_process;
 	ro.controlling_tty = o.controlling_tty;
+	ro.net_log_fd = -1;
+	if (o.net_log_fd) {
+		if (*o.net_log_fd < 0 || fcntl(*o.net_log_fd, F_GETFD) < 0)
+			return fail(err, -EBADF, "nsbox_run: net_log_fd (fd %d) is not an open fd", *o.net_log_fd);
+		ro.net_log_fd = *o.net_log_fd;
+	}
 	if (o.controlling_tty && !o.in_process)
 		return fail(err, -EINVAL, "nsbox_run: controlling_tty needs in_process");
 	if (o.controlling_tty && (o.stdio ? !isatty(o.stdio[0]) : !isatty(0)))

@@ -97,6 +97,7 @@ class RunOpts(Structure):
         ("forward_signals", c_bool),
         ("in_process", c_bool),
         ("controlling_tty", c_bool),  # 0.5.0
+        ("net_log_fd", POINTER(c_int)),  # 0.5.0: NULL, or the egress audit's descriptor
     ]
 
 

@@ -4,6 +4,7 @@ test_egress.py's upstream on this machine's loopback (127.0.0.2, named by an
 explicit rule).  Each case runs the SDK in a child Python (sdk_env) that
 checks its own descriptors and processes after close(); host_intact checks
 ours, and that the child left nothing running."""
+import errno
 import json
 import os
 import socket
@@ -55,9 +56,9 @@ print(json.dumps(OUT))
 '''
 
 
-def child(body, timeout=120, **args):
+def child(body, timeout=120, spares=False, **args):
     env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR),
-                  NSBOX_SPARE="0")
+                  NSBOX_SPARE="1" if spares else "0")
     p = subprocess.run([sys.executable, "-c", CHILD.replace("%(body)s", body), json.dumps(args)], capture_output=True,
                        text=True, timeout=timeout, env=env, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, (p.returncode, p.stdout[-2000:], p.stderr[-4000:])
@@ -344,6 +345,94 @@ def test_net_log_fd(upstream, in_process):  # noqa: F811
     out = child(FD_FORM, rules=[f"{UP}:{upstream}"], up=UP, port=upstream, in_process=in_process,
                 warm=not in_process)
     assert out["status"] == 0 and out["eof"]
+    allow = [r for r in out["lines"] if r["kind"] == "http" and r["decision"] == "allow"]
+    assert len(allow) == 1 and allow[0]["bytes_in"] > 20, out["lines"]
+
+
+# A warm spare is made in advance, without the audit pipe: a session with
+# on_net_request must not take the one an identical policy left, and the
+# spare stays for a session without it.  The helper's children are its
+# sandboxes' pid 1s and their proxies.
+SPARE = r'''
+def helper_kids():
+    (helper,) = [k for k in children() if b"--helper" in open("/proc/%d/cmdline" % k, "rb").read()]
+    return set(int(x) for x in open("/proc/%d/task/%d/children" % (helper, helper)).read().split())
+def settle():
+    # The helper makes its spare when idle: until its children stop changing.
+    last, same = None, 0
+    for _ in range(200):
+        k = helper_kids()
+        same = same + 1 if k == last else 0
+        if same >= 5:
+            return k
+        last = k
+        time.sleep(0.02)
+    return k
+with nsbox.Sandbox(timeout=30, allow_net=A["rules"], spare=True) as sb:
+    sb.execute("1")
+spare = settle()
+recs = []
+with nsbox.Sandbox(timeout=30, allow_net=A["rules"], spare=True, on_net_request=recs.append) as sb:
+    OUT["pid"] = sb.info()["pid"]
+    sb.execute("""
+import socket
+try:
+    socket.getaddrinfo("spare.denied", 80)
+except socket.gaierror:
+    pass
+""")
+OUT["spare"] = sorted(spare)
+OUT["after"] = sorted(settle())
+OUT["hosts"] = sorted(set(r["host"] for r in recs))
+'''
+
+
+def test_no_spare_with_an_audit():
+    out = child(SPARE, spares=True, rules=["allowed.test"])
+    assert len(out["spare"]) == 2, out        # the spare's pid 1 and its proxy
+    assert out["pid"] not in out["spare"] and out["after"] == out["spare"], out
+    assert out["hosts"] == ["spare.denied"]
+
+
+# nsbox_run's descriptor form (nsbox_run_opts.net_log_fd, a pointer to
+# the fd), in-process and through the helper's RUN.
+RUN_FD = r'''
+import ctypes, threading
+from ctypes import POINTER, byref, c_char_p, c_int, c_void_p, sizeof
+lib = _lib.load()
+err = c_void_p()
+p = c_void_p()
+assert lib.nsbox_policy_new(b"default", byref(p), byref(err)) == 0
+for rule in A["rules"]:
+    assert lib.nsbox_policy_set(p, b"Network", b"Allow", rule.encode(), byref(err)) == 0
+RunOpts = _lib.RunOpts
+r, w = os.pipe2(os.O_CLOEXEC)
+null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+stdio = (c_int * 3)(null, null, null)
+wfd = c_int(w)
+o = RunOpts(struct_size=sizeof(RunOpts), stdio=stdio, in_process=A["in_process"], net_log_fd=ctypes.pointer(wfd))
+st = _lib.RunStatus(struct_size=sizeof(_lib.RunStatus))
+code = "import urllib.request; urllib.request.urlopen('http://%s:%d/', timeout=10).read()" % (A["up"], A["port"])
+argv = (c_char_p * 4)(b"/usr/bin/python3.11", b"-c", code.encode(), None)
+rc = lib.nsbox_run(p, argv, byref(o), byref(st), byref(err))
+os.close(w)
+os.close(null)
+assert rc == 0, (rc, lib.nsbox_error_message(err))
+OUT["exit"] = st.exit_code
+bad = c_int(987)
+o.net_log_fd = ctypes.pointer(bad)
+OUT["bad"] = lib.nsbox_run(p, argv, byref(o), byref(st), None)
+with os.fdopen(r, "rb") as f:
+    OUT["lines"] = [json.loads(line) for line in f]
+lib.nsbox_policy_free(p)
+'''
+
+
+@pytest.mark.parametrize("in_process", [False, True], ids=["helper", "in_process"])
+def test_run_net_log_fd(upstream, in_process):  # noqa: F811
+    out = child(RUN_FD, rules=[f"{UP}:{upstream}"], up=UP, port=upstream, in_process=in_process,
+                warm=not in_process)
+    assert out["exit"] == 0 and out["bad"] == -errno.EBADF
     allow = [r for r in out["lines"] if r["kind"] == "http" and r["decision"] == "allow"]
     assert len(allow) == 1 and allow[0]["bytes_in"] > 20, out["lines"]
 
