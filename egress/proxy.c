@@ -739,8 +739,9 @@ static int relay(struct req *r, uint64_t up_left)
 /* Returns 0 when the relay loop took r over. */
 static int serve_http(struct req *r)
 {
-	char head[HEAD_MAX + 1];
-	static __thread char out[HEAD_MAX + 512];
+	/* On the stack (256 KiB a thread here), never __thread: static TLS
+	 * of libnsbox is in every thread of every program that links it. */
+	char head[HEAD_MAX + 1], out[HEAD_MAX + 512];
 	struct egress_http_req h;
 	size_t have = 0;
 	const char *why, *eoh = NULL;

@@ -25,7 +25,7 @@
 #define CTL_TIMEOUT_MS 30000
 
 struct svc_sandbox {
-	int ctl;		/* the control connection */
+	int ctl; /* the control connection */
 	char handle[SVC_HANDLE_LEN + 1];
 	pid_t pid;
 	uint32_t next_id;
@@ -55,15 +55,23 @@ static int ctl_send(struct svc_sandbox *v, uint16_t type, json_t *msg, const int
 static int ctl_wait(struct svc_sandbox *v, uint32_t id, uint16_t *type, json_t **msg, int *fds, size_t *n_fds,
 		    struct nsbox_err *err)
 {
-	static __thread char buf[SVC_MAX_MSG];
+	/* On the heap, not in thread-local storage: a 64 KiB __thread
+	 * buffer in libnsbox is static TLS in every thread of every program
+	 * that links it, and made pthread_create with a small stack fail
+	 * (pid 1's network thread, jail/net.c). */
+	_cleanup_free_ char *buf = malloc(SVC_MAX_MSG);
 
+	if (!buf)
+		return err_set(err, ENOMEM, "nsboxd: receive buffer");
 	for (;;) {
 		union {
 			char b[CMSG_SPACE(4 * sizeof(int))];
 			struct cmsghdr align;
 		} u;
-		struct iovec iov = { buf, sizeof(buf) };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+		struct iovec iov = { buf, SVC_MAX_MSG };
+		struct msghdr mh = {
+			.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b)
+		};
 		struct pollfd p = { v->ctl, POLLIN, 0 };
 		int got[4];
 		size_t n_got = 0;
@@ -85,7 +93,8 @@ static int ctl_wait(struct svc_sandbox *v, uint32_t id, uint16_t *type, json_t *
 		if (n < 0 && errno == ECONNRESET && (n = recvmsg(v->ctl, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0)
 			errno = ECONNRESET;
 		if (n <= 0)
-			return n < 0 ? err_sys(err, "nsboxd: receive") : err_set(err, ECONNRESET, "nsboxd closed the connection");
+			return n < 0 ? err_sys(err, "nsboxd: receive")
+				     : err_set(err, ECONNRESET, "nsboxd closed the connection");
 		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
 			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
 				for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int) && n_got < 4; i++)
@@ -115,8 +124,8 @@ static int ctl_wait(struct svc_sandbox *v, uint32_t id, uint16_t *type, json_t *
 }
 
 /* One request, one answer; an ERROR answer becomes err with its errno. */
-static int ctl_call(struct svc_sandbox *v, uint16_t type, json_t *msg, const int *fds_out, size_t n_out,
-		    uint16_t want, json_t **answer, int *fds_in, size_t *n_in, struct nsbox_err *err)
+static int ctl_call(struct svc_sandbox *v, uint16_t type, json_t *msg, const int *fds_out, size_t n_out, uint16_t want,
+		    json_t **answer, int *fds_in, size_t *n_in, struct nsbox_err *err)
 {
 	uint32_t id;
 	uint16_t t;
@@ -187,10 +196,10 @@ static json_t *net_msg(const struct nsbox_policy *p, const struct nsbox_policy *
 			json_decref(n);
 			return NULL;
 		}
-#define DIFF_NET(f, key) \
+#define DIFF_NET(f, key)                                                                       \
 	if (p->f != b->f && json_object_set_new(n, key, json_integer((json_int_t)p->f)) < 0) { \
-		json_decref(n); \
-		return NULL; \
+		json_decref(n);                                                                \
+		return NULL;                                                                   \
 	}
 	DIFF_NET(net_max_out, "max_bytes_out")
 	DIFF_NET(net_max_in, "max_bytes_in")
@@ -235,7 +244,7 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 {
 	struct nsbox_policy b = { 0 };
 	const char *profile = p->name && (!strcmp(p->name, "strict") || !strcmp(p->name, "permissive")) ? p->name
-												 : "default";
+													: "default";
 	json_t *m;
 
 	if (policy_init_builtin(&b, profile, err) < 0)
@@ -253,8 +262,9 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 		}
 	if (p->n_net_allow && spec->n_net_audit_fds + !!p->net_log > 1) {
 		policy_free(&b);
-		return err_set(err, EINVAL, "through nsboxd a session has one network audit sink: [Network] Log=, "
-					    "net_log_fd or the net_audit callback, not %zu",
+		return err_set(err, EINVAL,
+			       "through nsboxd a session has one network audit sink: [Network] Log=, "
+			       "net_log_fd or the net_audit callback, not %zu",
 			       spec->n_net_audit_fds + !!p->net_log),
 		       NULL;
 	}
@@ -281,7 +291,7 @@ static json_t *open_msg(const struct nsbox_policy *p, const struct sandbox_spec 
 		       NULL;
 	}
 	m = json_pack("{s:s}", "profile", profile);
-#define DIFF_U64(f, key) \
+#define DIFF_U64(f, key)      \
 	if (m && p->f != b.f) \
 		json_object_set_new(m, key, json_integer((json_int_t)p->f));
 	DIFF_U64(memory, "memory")

@@ -28,10 +28,10 @@
 #include "nsbox.h"
 #include "tap.h"
 
-#define CHECK(cond, ...)                 \
-	do {                             \
-		bool c_ = (cond);        \
-		ok(c_, __VA_ARGS__);     \
+#define CHECK(cond, ...)             \
+	do {                         \
+		bool c_ = (cond);    \
+		ok(c_, __VA_ARGS__); \
 	} while (0)
 
 static const char *emsg(nsbox_error_t *e)
@@ -245,7 +245,8 @@ static void test_policy(void)
 	CHECK(nsbox_policy_setenv(p, "A=B", "x", &e) == -EINVAL, "setenv bad name: -EINVAL");
 	clear(&e);
 	text = nsbox_policy_to_string(p);
-	CHECK(text && strstr(text, "Memory=300M") && strstr(text, "CPUs=1.5") && strstr(text, "Set=NSBOX_TEST_VAR=hello") &&
+	CHECK(text && strstr(text, "Memory=300M") && strstr(text, "CPUs=1.5") &&
+		      strstr(text, "Set=NSBOX_TEST_VAR=hello") &&
 		      strstr(text, "ReadOnlyBind=/usr/share/zoneinfo:/data/zoneinfo"),
 	      "policy_to_string shows every setting");
 	nsbox_free(text);
@@ -292,7 +293,8 @@ static void test_session_basics(nsbox_policy_t *p, bool cold, const char *tag)
 	CHECK(!strcmp(value_of(s, "1+1"), "2"), "%s: 1+1 is 2", tag);
 	CHECK(!strcmp(value_of(s, "x = 20\nx + 1"), "21"), "%s: statements then a value", tag);
 	CHECK(!strcmp(value_of(s, "x * 2"), "40"), "%s: globals persist", tag);
-	CHECK(!strcmp(value_of(s, "(1, 'a', None, 2**64)"), "{\"$tuple\":[1,\"a\",null,{\"$int\":\"18446744073709551616\"}]}"),
+	CHECK(!strcmp(value_of(s, "(1, 'a', None, 2**64)"),
+		      "{\"$tuple\":[1,\"a\",null,{\"$int\":\"18446744073709551616\"}]}"),
 	      "%s: values use the protocol encoding", tag);
 	CHECK(!strcmp(value_of(s, "import os; os.environ.get('NSBOX_TEST_VAR')"), "\"hello\""),
 	      "%s: the policy's environment is the session's", tag);
@@ -305,7 +307,8 @@ static void test_session_basics(nsbox_policy_t *p, bool cold, const char *tag)
 	      "%s: stdout and stderr captured", tag);
 	nsbox_result_free(r);
 	r = run(s, "def f():\n    return 1/0\nf()", 0);
-	CHECK(r && nsbox_result_status(r) == NSBOX_EXCEPTION && !strcmp(nsbox_result_error_type(r), "ZeroDivisionError") &&
+	CHECK(r && nsbox_result_status(r) == NSBOX_EXCEPTION &&
+		      !strcmp(nsbox_result_error_type(r), "ZeroDivisionError") &&
 		      strstr(nsbox_result_error_message(r), "division by zero") &&
 		      strstr(nsbox_result_traceback(r), "line 2, in f") &&
 		      !strstr(nsbox_result_traceback(r), "nsbox-runner"),
@@ -386,7 +389,8 @@ static void test_session_basics(nsbox_policy_t *p, bool cold, const char *tag)
 	      "%s: exec on a killed sandbox: NSBOX_CRASHED (%s)", tag, r ? nsbox_result_error_message(r) : "none");
 	nsbox_result_free(r);
 	r = NULL;
-	CHECK(nsbox_exec(s, "1", NULL, &r, &e) == -ENOTCONN && !r, "%s: exec after death: -ENOTCONN (%s)", tag, emsg(e));
+	CHECK(nsbox_exec(s, "1", NULL, &r, &e) == -ENOTCONN && !r, "%s: exec after death: -ENOTCONN (%s)", tag,
+	      emsg(e));
 	clear(&e);
 	CHECK(nsbox_set_var(s, "a", "1", &e) == -ENOTCONN, "%s: set_var after death: -ENOTCONN", tag);
 	clear(&e);
@@ -403,8 +407,9 @@ static void test_session_basics(nsbox_policy_t *p, bool cold, const char *tag)
 static void test_tools(nsbox_policy_t *p)
 {
 	struct outbuf out = { 0 };
-	struct nsbox_session_opts so = { .struct_size = sizeof(so), .output = on_output, .output_userdata = &out,
-					 .max_tool_calls = 5000 };
+	struct nsbox_session_opts so = {
+		.struct_size = sizeof(so), .output = on_output, .output_userdata = &out, .max_tool_calls = 5000
+	};
 	nsbox_session_t *s = NULL;
 	nsbox_error_t *e = NULL;
 	nsbox_result_t *r;
@@ -426,8 +431,7 @@ static void test_tools(nsbox_policy_t *p)
 	CHECK(nsbox_session_add_tool(s, "print", NULL, NULL, calc, NULL, &e) == -EINVAL && strstr(emsg(e), "builtin"),
 	      "add_tool named like a builtin: -EINVAL (%s)", emsg(e));
 	clear(&e);
-	CHECK(!strcmp(value_of(s, "import builtins\nprint is builtins.print"), "true"),
-	      "print is still the builtin");
+	CHECK(!strcmp(value_of(s, "import builtins\nprint is builtins.print"), "true"), "print is still the builtin");
 	CHECK(nsbox_session_add_tool(s, "t2", "[1,2]", NULL, calc, NULL, &e) == -EINVAL,
 	      "add_tool with a schema that is not an object: -EINVAL (%s)", emsg(e));
 	clear(&e);
@@ -441,8 +445,11 @@ static void test_tools(nsbox_policy_t *p)
 	CHECK(!strcmp(value_of(s, "calc(6, 7, '*')"), "42"), "calc(6, 7, '*') is 42 (positional -> kwargs)");
 	CHECK(!strcmp(value_of(s, "from nsbox import tools\ntools.calc(a=1, b=2, op='+')"), "3"),
 	      "the tool is in nsbox.tools too");
-	CHECK(strstr(value_of(s, "calc.__doc__"), "Arithmetic on two numbers.") != NULL, "the description is the docstring");
-	CHECK(strstr(value_of(s, "try:\n    calc(1, 0, '/')\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"),
+	CHECK(strstr(value_of(s, "calc.__doc__"), "Arithmetic on two numbers.") != NULL,
+	      "the description is the docstring");
+	CHECK(strstr(value_of(
+			     s,
+			     "try:\n    calc(1, 0, '/')\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"),
 		     "ToolError: division by zero") != NULL,
 	      "a failing callback is nsbox.ToolError with its message");
 	CHECK(!strcmp(value_of(s, "total = 0\nfor i in range(200):\n    total = calc(total, 1, '+')\ntotal"), "200"),
@@ -460,7 +467,9 @@ static void test_tools(nsbox_policy_t *p)
 		CHECK(k == 0, "tools added after exec (%s)", emsg(e));
 		clear(&e);
 	}
-	CHECK(strstr(value_of(s, "try:\n    broken()\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"),
+	CHECK(strstr(value_of(
+			     s,
+			     "try:\n    broken()\nexcept Exception as e:\n    r = type(e).__name__ + ': ' + str(e)\nr"),
 		     "ToolError: tool broken returned invalid JSON") != NULL,
 	      "invalid JSON from a callback is a ToolError saying so");
 	CHECK(strstr(value_of(s, "try:\n    quiet_failure()\nexcept Exception as e:\n    r = type(e).__name__\nr"),
@@ -490,8 +499,8 @@ static void test_tools(nsbox_policy_t *p)
 	      value_of(s, "m.calc(6, 7, '*'), m.calc.__name__, m.calc.__qualname__, sorted(m.__all__)"));
 	CHECK(!strcmp(value_of(s, "m.echo(k=1)"), "{\"args\":[],\"kwargs\":{\"k\":1}}"),
 	      "the callback of m.echo gets its call");
-	CHECK(strstr(value_of(s, "try:\n    m.calc(1)\nexcept TypeError as e:\n    r = str(e)\nr"), "m.calc(): missing") !=
-		      NULL,
+	CHECK(strstr(value_of(s, "try:\n    m.calc(1)\nexcept TypeError as e:\n    r = str(e)\nr"),
+		     "m.calc(): missing") != NULL,
 	      "a missing argument names m.calc");
 	CHECK(!strcmp(value_of(s, "from nsbox import tools\ntools.m.calc(a=1, b=2, op='+')"), "3"),
 	      "the namespace is in nsbox.tools too");
@@ -745,16 +754,18 @@ static void test_events_single(nsbox_policy_t *p)
 
 	/* A limit the code swallows: the grace's deadline kills the sandbox. */
 	o.timeout = 0.3;
-	CHECK(nsbox_exec_start(s, "while True:\n    try:\n        while True:\n            pass\n"
-			       "    except BaseException:\n        pass", &o, &e) == 0, "exec_start a limit-swallowing loop");
+	CHECK(nsbox_exec_start(s,
+			       "while True:\n    try:\n        while True:\n            pass\n"
+			       "    except BaseException:\n        pass",
+			       &o, &e) == 0,
+	      "exec_start a limit-swallowing loop");
 	clear(&e);
 	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE at the hard deadline");
 	r = take_result(s);
 	CHECK(r && nsbox_result_status(r) == NSBOX_TIME_LIMIT, "NSBOX_TIME_LIMIT, killed (%s)",
 	      r ? nsbox_result_error_message(r) : "none");
 	nsbox_result_free(r);
-	CHECK(nsbox_exec_start(s, "1", &o, &e) == -ENOTCONN, "exec_start on the dead session: -ENOTCONN (%s)",
-	      emsg(e));
+	CHECK(nsbox_exec_start(s, "1", &o, &e) == -ENOTCONN, "exec_start on the dead session: -ENOTCONN (%s)", emsg(e));
 	clear(&e);
 	nsbox_session_free(s);
 
@@ -778,7 +789,8 @@ static void test_events_single(nsbox_policy_t *p)
 	CHECK(r && nsbox_result_status(r) == NSBOX_CRASHED, "NSBOX_CRASHED (%s)",
 	      r ? nsbox_result_error_message(r) : "none");
 	nsbox_result_free(r);
-	CHECK(nsbox_exec_answer(s, ev.call_id, "1", NULL, &e) == -EINVAL, "answer after the end: -EINVAL (%s)", emsg(e));
+	CHECK(nsbox_exec_answer(s, ev.call_id, "1", NULL, &e) == -EINVAL, "answer after the end: -EINVAL (%s)",
+	      emsg(e));
 	clear(&e);
 	nsbox_session_free(s);
 
@@ -878,8 +890,7 @@ static void test_tool_time_limit(nsbox_policy_t *p)
 	r = NULL;
 	CHECK(!strcmp(value_of(s, "'got' in globals()"), "false"), "the late answer did not reach the code");
 	o.timeout = 0;
-	CHECK(nsbox_exec_start(s, "1", &o, &e) == 0 && nsbox_exec_time_left(s) == -1,
-	      "time_left with no limit: -1");
+	CHECK(nsbox_exec_start(s, "1", &o, &e) == 0 && nsbox_exec_time_left(s) == -1, "time_left with no limit: -1");
 	clear(&e);
 	CHECK(next_event(s, &ev, NSBOX_EVENT_DONE), "DONE");
 	nsbox_result_free(take_result(s));
@@ -971,7 +982,8 @@ static void test_events_many(nsbox_policy_t *p)
 					memcpy(ss[i].out + ss[i].out_len, ev.data, ev.len);
 					ss[i].out_len += ev.len;
 				} else if (ev.kind == NSBOX_EVENT_TOOL_CALL && n_late < N_EV) {
-					late[n_late++] = (struct late_call){ i, ev.call_id, atoll(ev.args_json + 9), round };
+					late[n_late++] = (struct late_call){ i, ev.call_id, atoll(ev.args_json + 9),
+									     round };
 					ss[i].calls++;
 				} else if (ev.kind == NSBOX_EVENT_DONE) {
 					ss[i].r = take_result(ss[i].s);
@@ -1013,8 +1025,9 @@ static void test_events_many(nsbox_policy_t *p)
 		for (int k = 0; k < N_CALLS; k++)
 			n += (size_t)snprintf(want_out + n, sizeof(want_out) - n, "s%d %d\n", i, k);
 		snprintf(want_val, sizeof(want_val), "%d", N_CALLS * 100 * i + N_CALLS * (N_CALLS - 1) / 2);
-		CHECK(ss[i].r && nsbox_result_status(ss[i].r) == NSBOX_OK && !strcmp(nsbox_result_value(ss[i].r), want_val) &&
-			      ss[i].calls == N_CALLS && ss[i].out_len == n && !memcmp(ss[i].out, want_out, n),
+		CHECK(ss[i].r && nsbox_result_status(ss[i].r) == NSBOX_OK &&
+			      !strcmp(nsbox_result_value(ss[i].r), want_val) && ss[i].calls == N_CALLS &&
+			      ss[i].out_len == n && !memcmp(ss[i].out, want_out, n),
 		      "session %d: value %s (want %s), %d calls, output as events", i,
 		      ss[i].r ? nsbox_result_value(ss[i].r) : "none", want_val, ss[i].calls);
 		nsbox_result_free(ss[i].r);
@@ -1136,7 +1149,8 @@ static void test_misuse(nsbox_policy_t *p)
 	clear(&e);
 	CHECK(nsbox_session_new(p, NULL, NULL, &e) == -EINVAL, "session_new without out: -EINVAL");
 	clear(&e);
-	CHECK(nsbox_session_new(p, &bad, &s, &e) == -EINVAL && !s, "session_new with struct_size 0: -EINVAL (%s)", emsg(e));
+	CHECK(nsbox_session_new(p, &bad, &s, &e) == -EINVAL && !s, "session_new with struct_size 0: -EINVAL (%s)",
+	      emsg(e));
 	clear(&e);
 	CHECK(nsbox_exec(NULL, "1", NULL, &r, &e) == -EINVAL && !r, "exec on NULL: -EINVAL");
 	clear(&e);
@@ -1169,12 +1183,13 @@ static void collect_warning(void *ud, const char *msg)
 }
 
 /* Run argv with stdout and stderr into a pipe; the output in out. */
-static int run_cmd(const nsbox_policy_t *p, char *const argv[], bool in_process, struct nsbox_run_status *st,
-		   char *out, size_t out_size, struct warnings *w, nsbox_error_t **e)
+static int run_cmd(const nsbox_policy_t *p, char *const argv[], bool in_process, struct nsbox_run_status *st, char *out,
+		   size_t out_size, struct warnings *w, nsbox_error_t **e)
 {
 	int pfd[2], devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	struct nsbox_run_opts o = { .struct_size = sizeof(o), .in_process = in_process, .warn = collect_warning,
-				    .warn_userdata = w };
+	struct nsbox_run_opts o = {
+		.struct_size = sizeof(o), .in_process = in_process, .warn = collect_warning, .warn_userdata = w
+	};
 	size_t n = 0;
 	ssize_t k;
 	int r;
@@ -1296,7 +1311,9 @@ static void test_run(nsbox_policy_t *p, bool in_process)
 
 	/* Signals to the caller reach the command. */
 	{
-		struct nsbox_run_opts o = { .struct_size = sizeof(o), .in_process = in_process, .forward_signals = true };
+		struct nsbox_run_opts o = { .struct_size = sizeof(o),
+					    .in_process = in_process,
+					    .forward_signals = true };
 		struct sigaction now;
 		pthread_t t;
 
@@ -1325,7 +1342,8 @@ static void test_run(nsbox_policy_t *p, bool in_process)
 
 		if (c == 0) {
 			self[sn] = '\0';
-			execl(self, "test-api", "--forward", in_process ? "in-process" : "helper", delays[k], (char *)NULL);
+			execl(self, "test-api", "--forward", in_process ? "in-process" : "helper", delays[k],
+			      (char *)NULL);
 			_exit(127);
 		}
 		if (c > 0)
@@ -1373,7 +1391,8 @@ static void test_run_bad_requests(nsbox_policy_t *p)
 	/* controlling_tty: a pty made for the run, never anything else. */
 	{
 		int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
-		struct nsbox_run_opts o = { .struct_size = sizeof(o), .stdio = (const int[3]){ nul, nul, nul },
+		struct nsbox_run_opts o = { .struct_size = sizeof(o),
+					    .stdio = (const int[3]){ nul, nul, nul },
 					    .controlling_tty = true };
 
 		r = nsbox_run(p, truecmd, &o, &st, &e);
@@ -1388,7 +1407,8 @@ static void test_run_bad_requests(nsbox_policy_t *p)
 		close(nul);
 	}
 	for (int in_process = 0; in_process < 2; in_process++) {
-		struct nsbox_run_opts o = { .struct_size = sizeof(o), .stdio = (const int[3]){ 0, 1, 987 },
+		struct nsbox_run_opts o = { .struct_size = sizeof(o),
+					    .stdio = (const int[3]){ 0, 1, 987 },
 					    .in_process = in_process };
 
 		if (in_process && under_valgrind())
@@ -1401,7 +1421,9 @@ static void test_run_bad_requests(nsbox_policy_t *p)
 	}
 	{
 		/* Over the helper's message size: E2BIG up front. */
-		enum { N = 2000 };
+		enum {
+			N = 2000
+		};
 		char *big[N + 2];
 		char arg[128];
 
@@ -1460,7 +1482,7 @@ static void test_comma_locale(nsbox_policy_t *p)
 		goto out;
 	}
 	CHECK(nsbox_policy_new(NULL, &q, &e) == 0 && nsbox_policy_set_cpus(q, 1.5, &e) == 0 &&
-	      nsbox_policy_set(q, "Limits", "TimeLimit", "2.5", &e) == 0,
+		      nsbox_policy_set(q, "Limits", "TimeLimit", "2.5", &e) == 0,
 	      "de_DE: policy values 1.5 and \"2.5\" accepted (%s)", emsg(e));
 	clear(&e);
 	text = q ? nsbox_policy_to_string(q) : NULL;
@@ -1520,8 +1542,8 @@ static void test_session_extras(nsbox_policy_t *p)
 	r = NULL;
 	clear(&e);
 	CHECK(nsbox_exec(s, "6*7\n", &io, &r, &e) == 0 && nsbox_result_status(r) == NSBOX_OK &&
-	      !strcmp(nsbox_result_stdout(r, &n), "42\n"), "interactive: an expression is displayed (%zu bytes)",
-	      r ? n : 0);
+		      !strcmp(nsbox_result_stdout(r, &n), "42\n"),
+	      "interactive: an expression is displayed (%zu bytes)", r ? n : 0);
 	CHECK(r && strstr(nsbox_result_json(r), "\"stdout_truncated\":false"), "result_json has the RESULT fields");
 	nsbox_result_free(r);
 	r = NULL;
@@ -1536,7 +1558,8 @@ static void test_session_extras(nsbox_policy_t *p)
 		for (int i = 0; i < 4; i++)
 			pthread_join(th[i], (void **)&got[i]);
 		CHECK(got[0] && got[0] == got[1] && got[1] == got[2] && got[2] == got[3] &&
-		      got[0] == nsbox_result_json(r) && strstr(got[0], "\"stdout\":\"{'a': [1, 2.5, None], 'b': 'x'}\\n\""),
+			      got[0] == nsbox_result_json(r) &&
+			      strstr(got[0], "\"stdout\":\"{'a': [1, 2.5, None], 'b': 'x'}\\n\""),
 		      "result_json from 4 threads at once: one text (%s)", got[0] ? got[0] : "NULL");
 	} else {
 		CHECK(0, "exec for result_json threads (%s)", emsg(e));
@@ -1576,8 +1599,9 @@ static int run_one(const char *code, bool cold)
 	int rc = 1;
 
 	if (nsbox_policy_new(NULL, &p, &e) < 0 || nsbox_session_new(p, &so, &s, &e) < 0 ||
-	    nsbox_exec(s, code, &(struct nsbox_exec_opts){ .struct_size = sizeof(struct nsbox_exec_opts), .repl = true },
-		       &r, &e) < 0) {
+	    nsbox_exec(s, code,
+		       &(struct nsbox_exec_opts){ .struct_size = sizeof(struct nsbox_exec_opts), .repl = true }, &r,
+		       &e) < 0) {
 		fprintf(stderr, "test-api --run: %s\n", emsg(e));
 	} else {
 		fputs(nsbox_result_stdout(r, NULL), stdout);
@@ -1603,7 +1627,8 @@ static int run_one(const char *code, bool cold)
  * nsbox_run failed; killed by SIGHUP if it reached this process. */
 static int forward_one(const char *mode, const char *delay)
 {
-	struct nsbox_run_opts o = { .struct_size = sizeof(o), .in_process = !strcmp(mode, "in-process"),
+	struct nsbox_run_opts o = { .struct_size = sizeof(o),
+				    .in_process = !strcmp(mode, "in-process"),
 				    .forward_signals = true };
 	struct nsbox_run_status st = { .struct_size = sizeof(st) };
 	char *sleeper[] = { "/bin/sleep", "30", NULL };
@@ -1701,8 +1726,9 @@ static void test_dirs(nsbox_session_t *s)
 	CHECK(!strcmp(value_of(s, "import os; sorted(os.listdir('/tmp/up')) + sorted(os.listdir('/tmp/up/sub'))"),
 		      "[\"a\",\"sub\",\"b\",\"deep\"]"),
 	      "dirs: the tree inside (%s)", value_of(s, "sorted(os.listdir('/tmp/up'))"));
-	value_of(s, "os.symlink('/etc/shadow', '/tmp/up/evil'); os.mkfifo('/tmp/up/sub/ff'); "
-		    "os.symlink('/etc', '/tmp/up/planted'); open('/tmp/up/x\\ny', 'w').write('ctl')");
+	value_of(s,
+		 "os.symlink('/etc/shadow', '/tmp/up/evil'); os.mkfifo('/tmp/up/sub/ff'); "
+		 "os.symlink('/etc', '/tmp/up/planted'); open('/tmp/up/x\\ny', 'w').write('ctl')");
 	snprintf(path, sizeof(path), "%s/down", top);
 	k = nsbox_download_dir(s, "/tmp/up", path, 0, 0, &e);
 	CHECK(k == 3, "dirs: download_dir copies the 3 files back (%d, %s)", k, emsg(e));
@@ -1775,11 +1801,9 @@ static void test_files(nsbox_policy_t *p)
 	CHECK(nsbox_read_file(s, "/nope", &data, &n, 0, &e) == -ENOENT && e && nsbox_error_code(e) == -ENOENT,
 	      "files: a missing file is -ENOENT (%s)", emsg(e));
 	clear(&e);
-	CHECK(nsbox_read_file(s, "/tmp", &data, &n, 0, &e) == -EISDIR, "files: a directory is -EISDIR (%s)",
-	      emsg(e));
+	CHECK(nsbox_read_file(s, "/tmp", &data, &n, 0, &e) == -EISDIR, "files: a directory is -EISDIR (%s)", emsg(e));
 	clear(&e);
-	CHECK(nsbox_read_file(s, "/tmp/f.bin", &data, &n, 2, &e) == -EFBIG, "files: over max is -EFBIG (%s)",
-	      emsg(e));
+	CHECK(nsbox_read_file(s, "/tmp/f.bin", &data, &n, 2, &e) == -EFBIG, "files: over max is -EFBIG (%s)", emsg(e));
 	clear(&e);
 	value_of(s, "os.mkfifo('/tmp/ff')");
 	CHECK(nsbox_read_file(s, "/tmp/ff", &data, &n, 0, &e) == -EINVAL, "files: a fifo is -EINVAL, no hang (%s)",
@@ -1788,7 +1812,8 @@ static void test_files(nsbox_policy_t *p)
 	CHECK(nsbox_make_dir(s, "/tmp/a/b", -1, &e) == 0 && nsbox_write_file(s, "/tmp/a/b/c", "", 0, -1, &e) == 0,
 	      "files: make_dir with parents, an empty file (%s)", emsg(e));
 	clear(&e);
-	CHECK(nsbox_write_file(s, NULL, "", 0, -1, &e) == -EINVAL && nsbox_read_file(s, "x", NULL, &n, 0, NULL) == -EINVAL,
+	CHECK(nsbox_write_file(s, NULL, "", 0, -1, &e) == -EINVAL &&
+		      nsbox_read_file(s, "x", NULL, &n, 0, NULL) == -EINVAL,
 	      "files: bad arguments are -EINVAL");
 	clear(&e);
 	CHECK(!strcmp(value_of(s, "1+1"), "2"), "files: the session still works");
@@ -1920,6 +1945,35 @@ static void test_rich(nsbox_policy_t *p)
 	nsbox_session_free(s);
 }
 
+static void *small_stack_thread(void *arg)
+{
+	return arg;
+}
+
+/* libnsbox's static TLS is in every thread of every program that links
+ * it, on that thread's stack.  pid 1's network thread (jail/net.c) and the
+ * runner's io thread (runner/io.c) run on 64 KiB stacks: a 64 KiB __thread
+ * buffer (host/session-service.c) made pthread_create fail with EINVAL
+ * there, so the network namespace was made inline, 0.6 ms on every start,
+ * silently.  A thread with such a stack must be creatable here. */
+static void test_small_thread_stack(void)
+{
+	static int token;
+	pthread_attr_t a;
+	pthread_t t;
+	void *ret = NULL;
+	int r;
+
+	pthread_attr_init(&a);
+	pthread_attr_setstacksize(&a, 64 * 1024);
+	r = pthread_create(&t, &a, small_stack_thread, &token);
+	pthread_attr_destroy(&a);
+	if (r == 0)
+		pthread_join(t, &ret);
+	ok(r == 0 && ret == &token, "a thread with a 64 KiB stack starts in a program linking libnsbox (%s)",
+	   strerror(r));
+}
+
 int main(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
@@ -1930,6 +1984,7 @@ int main(int argc, char **argv)
 	if (argc == 4 && !strcmp(argv[1], "--forward"))
 		return forward_one(argv[2], argv[3]);
 	test_errors_and_version();
+	test_small_thread_stack();
 	test_policy();
 	if (nsbox_policy_new(NULL, &p, &e) < 0) {
 		ok(0, "default policy (%s)", emsg(e));
