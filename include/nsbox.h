@@ -173,8 +173,9 @@ struct nsbox_session_opts {
 	 * sink (Log=, opened here, or net_log_fd or net_audit's pipe: one of
 	 * them) are opened by this process and passed as descriptors.  Execs and tool calls
 	 * travel straight between this process and its sandbox.  Errors from
-	 * the service keep its errno: -EACCES not allowed (nsboxd.conf(5)),
-	 * -EDQUOT over this user's quota, -EAGAIN the service is full. */
+	 * the service come back as this library's values (nsbox_error_code):
+	 * -EPERM not allowed (the service's EACCES, nsboxd.conf(5)), -ENOSPC
+	 * over this user's quota (its EDQUOT), -EAGAIN the service is full. */
 	const char *connect;
 	/* Since 0.5.0: output gets all of each exec's output as produced, not only the
 	 * first half of output_limit; the result's stdout and stderr are
