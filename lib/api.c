@@ -49,14 +49,14 @@ struct api_tool {
 
 struct nsbox_sess {
 	struct nsbox_session *s;
-	struct nsbox_policy policy;	/* the session's own copy */
+	struct nsbox_policy policy; /* the session's own copy */
 	struct api_tool *tools;
-	atomic_bool busy;		/* one call at a time: -EBUSY otherwise; held by an event-driven exec
+	atomic_bool busy; /* one call at a time: -EBUSY otherwise; held by an event-driven exec
 					 * from nsbox_exec_start() to nsbox_exec_result() */
-	bool ev_exec;			/* an event-driven exec holds busy */
-	bool ev_done;			/* ... and has reported DONE */
-	char *ev_args;			/* the last TOOL_CALL event's args_json */
-	pid_t owner;			/* the process that made it (fork check) */
+	bool ev_exec;	  /* an event-driven exec holds busy */
+	bool ev_done;	  /* ... and has reported DONE */
+	char *ev_args;	  /* the last TOOL_CALL event's args_json */
+	pid_t owner;	  /* the process that made it (fork check) */
 };
 
 struct nsbox_result {
@@ -65,8 +65,8 @@ struct nsbox_result {
 	char *out, *err;
 	size_t out_len, err_len;
 	char *etype, *emsg, *tb;
-	json_t *msg;		/* the RESULT message, or NULL */
-	_Atomic(char *) json;	/* its text: made by the first nsbox_result_json() */
+	json_t *msg;	      /* the RESULT message, or NULL */
+	_Atomic(char *) json; /* its text: made by the first nsbox_result_json() */
 	int exit_code;
 	double wall, cpu;
 	uint64_t peak;
@@ -80,8 +80,8 @@ struct nsbox_result {
 };
 
 struct rich_item {
-	const char *mime;	/* borrowed from msg */
-	char *data;		/* NUL-terminated */
+	const char *mime; /* borrowed from msg */
+	char *data;	  /* NUL-terminated */
 	size_t len;
 };
 
@@ -91,8 +91,8 @@ struct rich_display {
 };
 
 struct rich_file {
-	const char *name;	/* borrowed from msg */
-	char *data;		/* NULL: not sent */
+	const char *name; /* borrowed from msg */
+	char *data;	  /* NULL: not sent */
 	size_t len;
 	uint64_t size;
 };
@@ -108,16 +108,38 @@ static struct nsbox_error oom_error = { -ENOMEM, "out of memory", "" };
 static int rc_filter(int code)
 {
 	switch (-code) {
-	case EINVAL: case ENOENT: case EEXIST: case EBUSY: case ENOTCONN: case EPERM: case ENOSPC: case ENOSYS:
-	case ECONNRESET: case ETIMEDOUT: case EIO: case ENOMEM: case EBADF: case EAGAIN: case E2BIG:
+	case EINVAL:
+	case ENOENT:
+	case EEXIST:
+	case EBUSY:
+	case ENOTCONN:
+	case EPERM:
+	case ENOSPC:
+	case ENOSYS:
+	case ECONNRESET:
+	case ETIMEDOUT:
+	case EIO:
+	case ENOMEM:
+	case EBADF:
+	case EAGAIN:
+	case E2BIG:
 		return code;
-	case EACCES: case EROFS:
+	case EACCES:
+	case EROFS:
 		return -EPERM;
-	case EMSGSIZE: case EFBIG: case ENAMETOOLONG: case EILSEQ: case ERANGE: case ENOTDIR:
+	case EMSGSIZE:
+	case EFBIG:
+	case ENAMETOOLONG:
+	case EILSEQ:
+	case ERANGE:
+	case ENOTDIR:
 		return -EINVAL;
 	case EPIPE:
 		return -ENOTCONN;
-	case EUSERS: case EMFILE: case ENFILE: case EDQUOT:
+	case EUSERS:
+	case EMFILE:
+	case ENFILE:
+	case EDQUOT:
 		return -ENOSPC;
 	case EOPNOTSUPP:
 		return -ENOSYS;
@@ -276,8 +298,7 @@ void nsbox_policy_free(nsbox_policy_t *p)
 	free(p);
 }
 
-int nsbox_policy_set(nsbox_policy_t *p, const char *section, const char *key, const char *value,
-		     nsbox_error_t **err)
+int nsbox_policy_set(nsbox_policy_t *p, const char *section, const char *key, const char *value, nsbox_error_t **err)
 {
 	struct nsbox_err e = { 0 };
 
@@ -378,8 +399,7 @@ int nsbox_policy_set_ids(nsbox_policy_t *p, uid_t uid, gid_t gid, nsbox_error_t 
 	return r;
 }
 
-int nsbox_policy_add_bind(nsbox_policy_t *p, const char *src, const char *dst, bool writable,
-			  nsbox_error_t **err)
+int nsbox_policy_add_bind(nsbox_policy_t *p, const char *src, const char *dst, bool writable, nsbox_error_t **err)
 {
 	_cleanup_free_ char *v = NULL;
 
@@ -547,7 +567,9 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.stream_all = o.stream_all && o.output;
 	so.pass_stdin = o.pass_stdin && o.in_process;
 	so.use_helper = !o.in_process;
-	so.cold = o.cold || o.in_process;
+	/* in_process starts CPython cold here; through nsboxd the sandbox is the
+	 * service's, and a pooled one is already warm (cold is not poolable). */
+	so.cold = o.cold || (o.in_process && !so.connect);
 	/* A warm spare unless the caller or the environment says no.  By
 	 * default not for a policy naming host paths (workspace, binds,
 	 * another root): a spare's mounts are made in advance, and the host
@@ -628,7 +650,7 @@ static int call_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, 
 	}
 	free(emsg);
 	if (!res)
-		return 0;	/* None */
+		return 0; /* None */
 	*value = json_loads(res, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
 	if (!*value) {
 		if (asprintf(error, "tool %s returned invalid JSON: %s (line %d, column %d)", name, jerr.text,
@@ -683,8 +705,11 @@ int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const char *sch
 		r = busy(err, "nsbox_session_add_tool");
 		goto out;
 	}
-	st = (struct session_tool){ .name = t->name, .description = t->description, .schema = t->schema,
-				    .fn = fn ? call_tool : NULL, .ctx = t };
+	st = (struct session_tool){ .name = t->name,
+				    .description = t->description,
+				    .schema = t->schema,
+				    .fn = fn ? call_tool : NULL,
+				    .ctx = t };
 	r = session_add_tool(s->s, &st, &e);
 	leave(s);
 	if (r < 0) {
@@ -725,7 +750,7 @@ static char *dup_opt(const json_t *v)
 
 static const char *const limit_types[] = {
 	[NSBOX_TIME_LIMIT] = "nsbox.TimeLimitExceeded", [NSBOX_CANCELLED] = "nsbox.Cancelled",
-	[NSBOX_MEMORY_LIMIT] = "MemoryError", [NSBOX_CRASHED] = "nsbox.SandboxError",
+	[NSBOX_MEMORY_LIMIT] = "MemoryError",		[NSBOX_CRASHED] = "nsbox.SandboxError",
 	[NSBOX_PROTOCOL_ERROR] = "nsbox.ProtocolError",
 };
 
@@ -762,13 +787,15 @@ static int rich_result(nsbox_result_t *r, const json_t *m)
 	r->files_truncated = json_is_true(json_object_get(m, "files_truncated"));
 	if (json_array_size(ds) && !(r->displays = calloc(json_array_size(ds), sizeof(*r->displays))))
 		return -1;
-	json_array_foreach(ds, i, b) {
+	json_array_foreach(ds, i, b)
+	{
 		struct rich_display *d = &r->displays[r->n_displays++];
 		const char *mime;
 
 		if (!(d->items = calloc(json_object_size(b) + 1, sizeof(*d->items))))
 			return -1;
-		json_object_foreach((json_t *)b, mime, v) {
+		json_object_foreach((json_t *)b, mime, v)
+		{
 			struct rich_item *it = &d->items[d->n];
 
 			it->mime = mime;
@@ -779,7 +806,8 @@ static int rich_result(nsbox_result_t *r, const json_t *m)
 	}
 	if (json_array_size(fs) && !(r->files = calloc(json_array_size(fs), sizeof(*r->files))))
 		return -1;
-	json_array_foreach(fs, i, f) {
+	json_array_foreach(fs, i, f)
+	{
 		struct rich_file *rf = &r->files[r->n_files++];
 
 		rf->name = json_string_value(json_object_get(f, "name"));
@@ -793,9 +821,12 @@ static int rich_result(nsbox_result_t *r, const json_t *m)
 static nsbox_result_t *make_result(const struct session_result *res)
 {
 	static const enum nsbox_status map[] = {
-		[SESSION_OK] = NSBOX_OK,		[SESSION_EXCEPTION] = NSBOX_EXCEPTION,
-		[SESSION_TIMEOUT] = NSBOX_TIME_LIMIT,	[SESSION_CANCELLED] = NSBOX_CANCELLED,
-		[SESSION_MEMORY] = NSBOX_MEMORY_LIMIT,	[SESSION_CRASHED] = NSBOX_CRASHED,
+		[SESSION_OK] = NSBOX_OK,
+		[SESSION_EXCEPTION] = NSBOX_EXCEPTION,
+		[SESSION_TIMEOUT] = NSBOX_TIME_LIMIT,
+		[SESSION_CANCELLED] = NSBOX_CANCELLED,
+		[SESSION_MEMORY] = NSBOX_MEMORY_LIMIT,
+		[SESSION_CRASHED] = NSBOX_CRASHED,
 		[SESSION_PROTOCOL] = NSBOX_PROTOCOL_ERROR,
 	};
 	nsbox_result_t *r = calloc(1, sizeof(*r));
@@ -839,8 +870,9 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	r->cpu = json_number_value(json_object_get(usage, "cpu"));
 	r->peak = res->peak_memory ? res->peak_memory : (uint64_t)json_integer_value(json_object_get(usage, "max_rss"));
 	r->tool_calls = res->tool_calls;
-	if (!r->value || !r->out || !r->err || rich_result(r, m) < 0 || (r->status != NSBOX_OK && r->status != NSBOX_EXCEPTION &&
-						 r->status != NSBOX_INCOMPLETE && (!r->emsg || !r->etype))) {
+	if (!r->value || !r->out || !r->err || rich_result(r, m) < 0 ||
+	    (r->status != NSBOX_OK && r->status != NSBOX_EXCEPTION && r->status != NSBOX_INCOMPLETE &&
+	     (!r->emsg || !r->etype))) {
 		nsbox_result_free(r);
 		return NULL;
 	}
@@ -856,7 +888,7 @@ static void exec_req(struct session_exec_req *req, const char *code, const struc
 	req->check_complete = o->interactive;
 	req->plain = o->flags & NSBOX_EXEC_PLAIN;
 	req->timeout = o->timeout;
-	req->stream = true;	/* nsbox_exec: to opts.output as produced, when set; else as events */
+	req->stream = true; /* nsbox_exec: to opts.output as produced, when set; else as events */
 }
 
 int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts, nsbox_result_t **out,
@@ -1344,7 +1376,8 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 	if (o.stdio)
 		for (int i = 0; i < 3; i++)
 			if (o.stdio[i] < 0 || fcntl(o.stdio[i], F_GETFD) < 0)
-				return fail(err, -EBADF, "nsbox_run: stdio[%d] (fd %d) is not an open fd", i, o.stdio[i]);
+				return fail(err, -EBADF, "nsbox_run: stdio[%d] (fd %d) is not an open fd", i,
+					    o.stdio[i]);
 	ro.stdio = o.stdio;
 	ro.warn = o.warn;
 	ro.warn_ctx = o.warn_userdata;
@@ -1456,8 +1489,20 @@ static int file_call_begin(nsbox_session_t *s, const char *path, nsbox_error_t *
 static int file_fail(nsbox_error_t **err, const struct nsbox_err *e)
 {
 	switch (e->code) {
-	case EISDIR: case ENOTDIR: case EFBIG: case ELOOP: case EACCES: case EDQUOT: case ENOTSUP: case EROFS:
-	case ENAMETOOLONG: case EEXIST: case ENOSPC: case ENOENT: case EINVAL: case EPERM:
+	case EISDIR:
+	case ENOTDIR:
+	case EFBIG:
+	case ELOOP:
+	case EACCES:
+	case EDQUOT:
+	case ENOTSUP:
+	case EROFS:
+	case ENAMETOOLONG:
+	case EEXIST:
+	case ENOSPC:
+	case ENOENT:
+	case EINVAL:
+	case EPERM:
 		break;
 	default:
 		return fail_core(err, e, -EIO);
@@ -1487,8 +1532,7 @@ static int file_call_end(nsbox_session_t *s, int r, const struct nsbox_err *e, n
 	return file_fail(err, e);
 }
 
-int nsbox_write_file(nsbox_session_t *s, const char *path, const void *data, size_t len, int mode,
-		     nsbox_error_t **err)
+int nsbox_write_file(nsbox_session_t *s, const char *path, const void *data, size_t len, int mode, nsbox_error_t **err)
 {
 	struct nsbox_err e = { 0 };
 	int r;
@@ -1508,8 +1552,7 @@ int nsbox_write_file(nsbox_session_t *s, const char *path, const void *data, siz
 	return file_call_end(s, r, &e, err);
 }
 
-int nsbox_read_file(nsbox_session_t *s, const char *path, char **data, size_t *len, uint64_t max,
-		    nsbox_error_t **err)
+int nsbox_read_file(nsbox_session_t *s, const char *path, char **data, size_t *len, uint64_t max, nsbox_error_t **err)
 {
 	struct nsbox_err e = { 0 };
 	char *buf = NULL;
@@ -1528,8 +1571,8 @@ int nsbox_read_file(nsbox_session_t *s, const char *path, char **data, size_t *l
 	return 0;
 }
 
-int nsbox_download_dir(nsbox_session_t *s, const char *path, const char *local, uint64_t max_bytes,
-		       uint64_t max_files, nsbox_error_t **err)
+int nsbox_download_dir(nsbox_session_t *s, const char *path, const char *local, uint64_t max_bytes, uint64_t max_files,
+		       nsbox_error_t **err)
 {
 	struct nsbox_err e = { 0 };
 	uint64_t n = 0;

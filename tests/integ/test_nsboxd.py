@@ -144,6 +144,23 @@ def test_cli_through_service(daemon):
     assert p.returncode == 120 and b"one-off commands" in p.stderr
 
 
+def test_cli_through_service_takes_a_pooled_sandbox(daemon):
+    """nsbox python --connect gets a sandbox of the warm pool (made before
+    it started), not one made for it: the CLI asked for a cold sandbox and
+    a 4 KiB output limit, neither of which a pooled sandbox has, so every
+    run waited for a new one (9 ms against 0.3)."""
+    time.sleep(0.5)   # the pool was filled at start; older than this run by far
+    with open("/proc/uptime") as f:
+        t0 = float(f.read().split()[0])
+    p = subprocess.run([NSBOX, "python", "--connect", daemon.sock, "-c",
+                        "import os; f = open('/proc/1/stat').read().rsplit(')', 1)[1].split(); "
+                        "print(int(f[19]) / os.sysconf('SC_CLK_TCK'))"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    started = float(p.stdout)
+    assert started < t0 - 0.2, (started, t0)
+
+
 @pytest.mark.parametrize("flag,key", [(["--tmpfs", "/scratch"], "TmpFS="), (["--chdir", "/usr"], "WorkDir="),
                                       (["--unsetenv", "LANG"], "Unset=")])
 def test_service_refuses_what_it_cannot_say(daemon, flag, key):
