@@ -44,7 +44,7 @@ int cmd_rootfs(int argc, char **argv)
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		fputs("usage: nsbox rootfs build [--force] NAME|FILE.tree\n"
 		      "       nsbox rootfs list\n"
-		      "       nsbox rootfs remove NAME|NAME-HASH... | --stale\n"
+		      "       nsbox rootfs remove [--force] NAME|NAME-HASH... | [--force] --stale\n"
 		      "See nsbox(1), ROOT TREES.\n",
 		      argc < 2 ? stderr : stdout);
 		return argc < 2 ? NSBOX_EXIT_USAGE : 0;

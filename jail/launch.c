@@ -21,12 +21,13 @@
  * so the parent can name the failing step (crun's sync socket). */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -56,6 +57,58 @@ static void warn_none(void *ctx, const char *msg)
 {
 	(void)ctx;
 	(void)msg;
+}
+
+/* The lock of a built tree (rootfs/nsbox-rootfs): CACHE/NAME-HASH/lock
+ * beside CACHE/NAME-HASH/tree, a regular file the build made (0644, owned
+ * by the cache's owner).  Every sandbox on the tree takes an OFD read lock
+ * on it, kept by pid 1; `nsbox rootfs remove` takes a write lock, which
+ * needs the file open for writing: only its owner can, so another user
+ * holding the strongest lock a read-only descriptor allows (a read lock)
+ * can delay a removal, never stop a sandbox.  (flock(2) on the tree, as
+ * before, needed only a descriptor: any user could block every sandbox.)
+ * A tree that is not a build (a DIR not named tree, or no info file
+ * beside it) and a build with no lock file (made by nsbox before lock
+ * files; remove wants --force for it) get no lock: *fd stays -1.  No link
+ * is followed, a fifo or device named lock is not opened for good. */
+static int rootfs_lock_open(const char *rootfs, int *fd, struct nsbox_err *err)
+{
+	const char *slash = strrchr(rootfs, '/');
+	char parent[PATH_MAX];
+	_cleanup_close_ int dfd = -1, lfd = -1;
+	struct flock fl = { .l_type = F_RDLCK, .l_whence = SEEK_SET };
+	struct stat st;
+	size_t n;
+
+	*fd = -1;
+	if (!slash || strcmp(slash + 1, "tree"))
+		return 0;
+	n = slash == rootfs ? 1 : (size_t)(slash - rootfs);
+	if (n >= sizeof(parent))
+		return 0;
+	memcpy(parent, rootfs, n);
+	parent[n] = '\0';
+	dfd = open(parent, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fstatat(dfd, "info", &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+		return 0;
+	lfd = openat(dfd, "lock", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (lfd < 0) {
+		if (errno == ENOENT)
+			return 0;
+		return err_set(err, errno, "open the root tree's lock file %s/lock", parent);
+	}
+	if (fstat(lfd, &st) < 0)
+		return err_set(err, errno, "fstat %s/lock", parent);
+	if (!S_ISREG(st.st_mode))
+		return err_set(err, EINVAL, "the root tree's lock file %s/lock is not a regular file", parent);
+	if (fcntl(lfd, F_OFD_SETLK, &fl) < 0) {
+		if (errno == EAGAIN || errno == EACCES)
+			return err_set(err, EBUSY, "the root tree %s is being removed (nsbox rootfs remove)", rootfs);
+		return err_set(err, errno, "lock the root tree's lock file %s/lock", parent);
+	}
+	*fd = lfd;
+	lfd = -1;
+	return 0;
 }
 
 int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *err)
@@ -137,17 +190,13 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		j->ws_size = p->workspace_size;
 	}
 	c.srcs = &srcs;
-	/* A tree in use is not removed: pid 1 keeps a shared lock on it for
-	 * the sandbox's life, and `nsbox rootfs remove` deletes a tree only
-	 * under an exclusive one (rootfs/nsbox-rootfs). */
-	if (p->rootfs && (rootfs_lock = open(p->rootfs, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0) {
-		if (flock(rootfs_lock, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK) {
-			err_set(err, EBUSY, "the root tree %s is being removed (nsbox rootfs remove)", p->rootfs);
-			err_step(err, "mount");
-			goto fail;
-		}
-		c.rootfs_lock = rootfs_lock;
+	/* A built tree in use is not removed: pid 1 keeps a read lock on the
+	 * build's lock file for the sandbox's life (rootfs_lock_open). */
+	if (p->rootfs && rootfs_lock_open(p->rootfs, &rootfs_lock, err) < 0) {
+		err_step(err, "mount");
+		goto fail;
 	}
+	c.rootfs_lock = rootfs_lock;
 
 	budget_probe(&c.budget);
 	j->start_ns = now_ns();

@@ -25,8 +25,9 @@ struct child_ctx {
 	int ws_upper_fd;	/* in pid 1: the workspace's upper layer (WorkspaceSize=), or -1 */
 	struct mount_srcs *srcs;	/* binds and workspace, opened by the launcher */
 	int egress_fd;		/* to the egress proxy ([Network] Allow=), or -1 */
-	/* RootFS=: the tree's directory with a shared flock, held by pid 1 for
-	 * the sandbox's life (`nsbox rootfs remove` takes it exclusive); -1 */
+	/* RootFS= a built tree: its lock file with an OFD read lock, held by
+	 * pid 1 for the sandbox's life (`nsbox rootfs remove` takes a write
+	 * lock; launch.c, rootfs_lock_open); -1 */
 	int rootfs_lock;
 	struct budget_host budget;	/* the launcher's per-user limits (budget.h) */
 };

@@ -12,9 +12,13 @@ Run: NSBOX_BUILD=$PWD/build /usr/bin/python3.11 -m pytest tests/integ/test_rootf
 import fcntl
 import json
 import os
+import pathlib
 import shutil
+import stat
+import struct
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -293,6 +297,9 @@ def test_unprivileged_build(tmp_path):
     assert p.returncode == 0, p.stderr
     s = os.stat(os.path.join(d, "usr/lib/python3.11/os.py"))
     assert p.stdout.split() == ["True", str(s.st_dev), str(s.st_ino), "False"]
+    # The build's lock file: the cache owner's, readable by all, unlocked.
+    st = os.lstat(os.path.join(os.path.dirname(d), "lock"))
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o644 and st.st_uid == os.geteuid()
 
 
 def _fake_cache(tmp_path, python, mode=0o755, preload=""):
@@ -369,9 +376,10 @@ def test_bad_preload_in_info_is_refused(tmp_path):
 
 # ---- nsbox rootfs remove: a small runnable tree in a private cache ----
 
-def _runnable_build(cache, name, h):
+def _runnable_build(cache, name, h, lock=True):
     """CACHE/NAME-H with a tree that runs dash, sleep and true (the host's
-    binaries and their libc: a few MB, copied in milliseconds)."""
+    binaries and their libc: a few MB, copied in milliseconds), and its lock
+    file unless lock is false (a build made before lock files)."""
     ver = open(os.path.join(BUILD, "rootfs", "python.version")).read().strip()
     d = cache / ("%s-%s" % (name, h))
     tree = d / "tree"
@@ -385,6 +393,8 @@ def _runnable_build(cache, name, h):
     for l in ("bin", "lib", "lib64"):
         (tree / l).symlink_to("usr/" + l)
     (d / "info").write_text("name=%s\nhash=%s\npreload=\npython=%s\nsize=3000K\n" % (name, h, ver))
+    if lock:
+        (d / "lock").touch(0o644)
     return d
 
 
@@ -402,6 +412,11 @@ needs_x86_64 = pytest.mark.skipif(not os.path.exists("/lib64/ld-linux-x86-64.so.
 
 def _rm_env(cache):
     return dict(os.environ, NSBOX_ROOTFS_CACHE=str(cache))
+
+
+def _ofd_lock(fd, kind):
+    """An OFD lock (F_OFD_SETLK) on the whole file, without waiting."""
+    fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", kind, os.SEEK_SET, 0, 0, 0))
 
 
 @needs_x86_64
@@ -432,6 +447,9 @@ def test_remove_and_stale(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "removed %s" % cur in p.stdout and "removed the link" in p.stdout, p.stdout
     assert sorted(os.listdir(cache)) == []
+    # Root's cache is every user's (0755); a user's is theirs (0711: not
+    # listed by others, passable by mmdebstrap's unshared root).
+    assert stat.S_IMODE(os.stat(cache).st_mode) == (0o755 if os.geteuid() == 0 else 0o711)
     p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
     assert p.returncode == 120 and "is not built" in p.stderr, p.stderr
     p = nsbox("rootfs", "remove", "small", env=env)
@@ -478,9 +496,9 @@ def test_sandbox_refuses_a_tree_being_removed(tmp_path):
     cache = tmp_path / "cache"
     cur = _runnable_build(cache, "small", "00000000000000bb")
     _make_current(cache, "small", cur)
-    fd = os.open(cur / "tree", os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(cur / "lock", os.O_RDWR)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _ofd_lock(fd, fcntl.F_WRLCK)  # what remove holds
         p = nsbox("run", "--rootfs", "small", "--", "true", env=_rm_env(cache))
         assert p.returncode == 125 and "is being removed" in p.stderr, (p.returncode, p.stderr)
     finally:
@@ -528,6 +546,176 @@ def test_remove_follows_no_symlink(tmp_path):
     assert sorted(os.listdir(host)) == ["keep", "sub"]
     for n in ("evil", "evil-00000000000000ee", "small-00000000000000ff"):
         assert (cache / n).is_symlink(), n
+
+
+# What another user can do to a build's lock file: open it read-only (it is
+# 0644), then take every lock that allows.  As root the test runs it as uid
+# 65534; unprivileged, as a child of the same uid with a read-only
+# descriptor (what any other user has).  It prints what it got.
+HOSTILE = r"""
+import fcntl, os, struct, sys
+got = []
+for path in sys.argv[1:]:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    for kind, name in ((fcntl.F_WRLCK, "wrlck"), (fcntl.F_RDLCK, "rdlck")):
+        try:
+            fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi4x", kind, 0, 0, 0, 0))
+            got.append(name)
+            break
+        except OSError:
+            pass
+    fd2 = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        fcntl.flock(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        got.append("flock")
+    except OSError:
+        pass
+print(" ".join(got), flush=True)
+sys.stdin.read()
+"""
+
+
+def _shared_cache():
+    """A cache another uid can reach: in /tmp (sticky), 0755."""
+    top = tempfile.mkdtemp(prefix="nsbox-rootlock-", dir="/tmp")
+    os.chmod(top, 0o755)
+    return top
+
+
+@needs_x86_64
+def test_another_users_locks_stop_no_sandbox():
+    """flock(2) needs only a descriptor, and trees are world-readable: any
+    user could once lock a tree exclusively and fail every sandbox on it.
+    Now the strongest locks another user gets (a read lock on the lock
+    file, flock on anything) delay a removal at most."""
+    top = _shared_cache()
+    try:
+        cache = pathlib.Path(top) / "cache"
+        cur = _runnable_build(cache, "small", "00000000000000bb")
+        _make_current(cache, "small", cur)
+        os.chmod(cache, 0o755)
+        env = _rm_env(cache)
+        who = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        hostile = subprocess.Popen(who + ["/usr/bin/python3.11", "-c", HOSTILE, str(cur / "lock"), str(cur / "tree"),
+                                          str(cur)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        sb = None
+        try:
+            # A write lock needs the file open for writing: refused to it.
+            got = hostile.stdout.readline().split()
+            assert got[:2] == ["rdlck", "flock"] and "wrlck" not in got and got.count("flock") == 3, got
+            p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+            assert p.returncode == 0, p.stderr
+            sb = subprocess.Popen([NSBOX, "run", "--rootfs", "small", "--", "sh", "-c", "echo ready; exec sleep 60"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            assert sb.stdout.readline() == "ready\n", sb.stderr.read()
+            # Its read lock holds a removal back, as a sandbox's does.
+            p = nsbox("rootfs", "remove", "small", env=env)
+            assert p.returncode == 122 and "in use by a running sandbox" in p.stderr, (p.returncode, p.stderr)
+        finally:
+            hostile.stdin.close()
+            hostile.wait(timeout=30)
+        try:
+            p = nsbox("rootfs", "remove", "small", env=env)
+            assert p.returncode == 122 and (cur / "tree/usr/bin/dash").is_file(), (p.returncode, p.stderr)
+        finally:
+            if sb:
+                sb.terminate()
+                sb.wait(timeout=30)
+        p = nsbox("rootfs", "remove", "small", env=env)
+        assert p.returncode == 0 and "removed %s" % cur in p.stdout, (p.stdout, p.stderr)
+        assert os.listdir(cache) == []
+    finally:
+        shutil.rmtree(top)
+
+
+@needs_x86_64
+def test_remove_follows_no_lock_link(tmp_path):
+    """remove opens the lock file without following a link and without
+    creating anything: a link planted there is refused, its target not made."""
+    cache = tmp_path / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    _make_current(cache, "small", cur)
+    target = tmp_path / "nologin"
+    (cur / "lock").unlink()
+    (cur / "lock").symlink_to(target)
+    env = _rm_env(cache)
+    for args in (["small"], ["--force", "small"]):
+        p = nsbox("rootfs", "remove", *args, env=env)
+        assert p.returncode == 125, (args, p.returncode, p.stdout, p.stderr)
+        assert "%s/lock: a symbolic link: left alone" % cur in p.stderr, p.stderr
+        assert not os.path.lexists(target) and (cur / "tree/usr/bin/dash").is_file()
+    # A build under way's lock, planted the same way.
+    b = cache / ".build-small.aaaaaa"
+    b.mkdir()
+    (b / "lock").symlink_to(target)
+    os.utime(b, (time.time() - 3600,) * 2)
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 125 and "a symbolic link: left alone" in p.stderr, (p.returncode, p.stderr)
+    assert not os.path.lexists(target) and b.is_dir()
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
+def test_unsafe_cache_is_refused(tmp_path, mode):
+    """A cache another user can write (or a directory on its way) is
+    refused by name before anything is opened or made in it."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chmod(cache, mode)
+    for args in (["remove", "--stale"], ["remove", "small"], ["build", TINY]):
+        p = nsbox("rootfs", *args, env=_rm_env(cache))
+        assert p.returncode == 125, (args, p.returncode, p.stderr)
+        assert "the cache %s is not safe: %s is writable by others (mode %04o)" % (cache, cache, mode) in p.stderr, \
+            p.stderr
+    assert os.listdir(cache) == []
+    # A directory on the way, writable by others without the sticky bit.
+    os.chmod(cache, 0o755)
+    os.chmod(tmp_path, 0o777)
+    try:
+        p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache / "sub"))
+        assert p.returncode == 125 and "%s is writable by others (mode 0777)" % tmp_path in p.stderr, p.stderr
+    finally:
+        os.chmod(tmp_path, 0o700)
+    p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
+    assert p.returncode == 0 and "nothing to remove" in p.stdout, p.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a cache owned by another user: root's pass")
+def test_cache_of_another_user_is_refused(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    os.chown(cache, 65534, 65534)
+    p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
+    assert p.returncode == 125 and "%s is owned by uid 65534, not by you" % cache in p.stderr, p.stderr
+
+
+@needs_x86_64
+def test_build_without_lock_file(tmp_path):
+    """A build made before lock files: its sandboxes take no lock, so remove
+    can't tell whether one runs on it: kept, unless --force."""
+    cache = tmp_path / "cache"
+    old = _runnable_build(cache, "small", "00000000000000aa", lock=False)
+    cur = _runnable_build(cache, "small", "00000000000000bb", lock=False)
+    _make_current(cache, "small", cur)
+    env = _rm_env(cache)
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+    assert p.returncode == 0, p.stderr
+    p = nsbox("rootfs", "remove", "--stale", env=env)
+    assert p.returncode == 0 and "has no lock file" in p.stderr and old.is_dir(), (p.stdout, p.stderr)
+    p = nsbox("rootfs", "remove", "small", env=env)
+    assert p.returncode == 125 and "remove --force %s" % cur.name in p.stderr and cur.is_dir(), p.stderr
+    # --force still honours the directory lock such builds' sandboxes took.
+    fd = os.open(cur / "tree", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        p = nsbox("rootfs", "remove", "--force", cur.name, env=env)
+        assert p.returncode == 122 and cur.is_dir(), p.stderr
+    finally:
+        os.close(fd)
+    p = nsbox("rootfs", "remove", "--force", "--stale", env=env)
+    assert p.returncode == 0 and "removed %s" % old in p.stdout, p.stderr
+    p = nsbox("rootfs", "remove", "--force", "small", env=env)
+    assert p.returncode == 0 and "removed %s" % cur in p.stdout, p.stderr
+    assert os.listdir(cache) == []
 
 
 HOST_MPL = os.path.isdir("/usr/lib/python3/dist-packages/matplotlib")
@@ -604,8 +792,8 @@ def test_font_list_made_before_the_session(datascience, tmp_path):
 
 
 def test_stale_takes_a_killed_build_not_one_under_way(tmp_path):
-    """A build holds an exclusive flock on its .build-NAME.XXXXXX directory
-    while it runs; --stale removes one nobody holds (a killed build's)."""
+    """A build holds a write lock on its .build-NAME.XXXXXX/lock while it
+    runs; --stale removes one nobody holds (a killed build's)."""
     cache = tmp_path / "cache"
     dead = cache / ".build-small.aaaaaa"
     running = cache / ".build-small.bbbbbb"
@@ -615,16 +803,28 @@ def test_stale_takes_a_killed_build_not_one_under_way(tmp_path):
         os.utime(d, (time.time() - 3600,) * 2)  # one made within the minute may be a build's start
     young = cache / ".build-small.cccccc"
     young.mkdir()
-    fd = os.open(running, os.O_RDONLY | os.O_DIRECTORY)
+    # A build under way: its lock file write-locked (this build), or, by
+    # an nsbox before lock files, its directory flocked.
+    (running / "lock").touch(0o644)
+    old = cache / ".build-small.dddddd"
+    (old / "tree").mkdir(parents=True)
+    os.utime(running, (time.time() - 3600,) * 2)
+    os.utime(old, (time.time() - 3600,) * 2)
+    fd = os.open(running / "lock", os.O_RDWR)
+    fd2 = os.open(old, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _ofd_lock(fd, fcntl.F_WRLCK)
+        fcntl.flock(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB)
         p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
         assert p.returncode == 0, (p.stdout, p.stderr)
         assert "removed %s" % dead in p.stdout and "a build under way: kept" in p.stderr, (p.stdout, p.stderr)
         assert not dead.exists() and (running / "tree" / "usr" / "abs").is_symlink() and young.is_dir()
+        assert p.stderr.count("a build under way: kept") == 3 and old.is_dir(), p.stderr
     finally:
         os.close(fd)
+        os.close(fd2)
     os.utime(young, (time.time() - 3600,) * 2)
     p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
     assert p.returncode == 0 and "removed %s" % running in p.stdout and "removed %s" % young in p.stdout, p.stdout
+    assert "removed %s" % old in p.stdout, p.stdout
     assert os.listdir(cache) == [] and (tmp_path / "cache").is_dir()
