@@ -611,6 +611,10 @@ void nsbox_session_free(nsbox_session_t *s)
 
 	if (!s)
 		return;
+	/* Marked in use for good: a net_audit or warn callback run by the
+	 * close below that calls back into this session gets -EBUSY, not a
+	 * half-freed session. */
+	(void)enter(s);
 	if (s->owner != getpid())
 		session_abandon(s->s);
 	else
