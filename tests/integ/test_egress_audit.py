@@ -379,6 +379,12 @@ lib.nsbox_policy_free(p)
 rt.join(10)
 OUT["eof"] = not rt.is_alive()
 OUT["lines"] = lines
+# A descriptor that isn't open: -EBADF, as nsbox_run says (it was ignored).
+opts.net_log_fd = 987
+assert lib.nsbox_policy_new(b"default", byref(p), byref(err)) == 0
+assert lib.nsbox_policy_set(p, b"Network", b"Allow", b"allowed.test", byref(err)) == 0
+OUT["bad"] = lib.nsbox_session_new(p, byref(opts), byref(h), None)
+lib.nsbox_policy_free(p)
 '''
 
 
@@ -386,7 +392,7 @@ OUT["lines"] = lines
 def test_net_log_fd(upstream, in_process):  # noqa: F811
     out = child(FD_FORM, rules=[f"{UP}:{upstream}"], up=UP, port=upstream, in_process=in_process,
                 warm=not in_process)
-    assert out["status"] == 0 and out["eof"]
+    assert out["status"] == 0 and out["eof"] and out["bad"] == -errno.EBADF, out
     allow = [r for r in out["lines"] if r["kind"] == "http" and r["decision"] == "allow"]
     assert len(allow) == 1 and allow[0]["bytes_in"] > 20, out["lines"]
 
