@@ -69,14 +69,16 @@ void netaudit_end(struct netaudit *a)
 int netaudit_drain(struct netaudit *a)
 {
 	char buf[16384];
+	size_t total = 0;
 
 	if (a->fd < 0 || a->eof)
 		return 1;
 	for (;;) {
-		ssize_t n = read(a->fd, buf, sizeof(buf));
+		ssize_t n = total < NETAUDIT_DRAIN_MAX ? read(a->fd, buf, sizeof(buf)) : (errno = EAGAIN, -1);
 
 		if (n > 0) {
 			netaudit_feed(a, buf, (size_t)n);
+			total += (size_t)n;
 			continue;
 		}
 		if (n < 0 && errno == EINTR)
@@ -95,8 +97,10 @@ void netaudit_finish(struct netaudit *a, unsigned long long deadline)
 		struct pollfd p = { a->fd, POLLIN, 0 };
 		unsigned long long now = now_ns();
 
-		if (now >= deadline)
+		if (now >= deadline) {
+			a->unfinished = true;
 			break;
+		}
 		(void)poll(&p, 1, (int)((deadline - now) / 1000000ull) + 1);
 	}
 	if (!a->eof)
@@ -110,6 +114,14 @@ bool netaudit_warning(struct netaudit *a, char *buf, size_t size)
 {
 	uint64_t n = a->dropped - a->dropped_told;
 
+	if (a->unfinished && !a->unfinished_told) {
+		a->unfinished_told = true;
+		snprintf(buf, size,
+			 "network audit: the proxy's last records did not all arrive within a second of the "
+			 "sandbox's end; those later are lost (%llu delivered, %llu dropped)",
+			 (unsigned long long)a->delivered, (unsigned long long)a->dropped);
+		return true;
+	}
 	if (!n)
 		return false;
 	a->dropped_told = a->dropped;

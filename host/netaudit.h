@@ -21,6 +21,11 @@
  * records of the tunnels a sandbox's end closes at once, written while
  * the session is stopping the sandbox and not reading. */
 #define NETAUDIT_PIPE_SIZE (256 * 1024)
+/* The most one netaudit_drain reads: a proxy writing as fast as the host
+ * reads (a sandbox flooding the DNS responder: a record per query) must
+ * not keep the thread driving the session in the drain, away from the
+ * exec's time limit, the sandbox's end and the session's free. */
+#define NETAUDIT_DRAIN_MAX NETAUDIT_PIPE_SIZE
 
 struct netaudit {
 	int fd; /* the pipe's read end, non-blocking; -1: none */
@@ -30,6 +35,8 @@ struct netaudit {
 	size_t have;   /* bytes of the current line in line[] */
 	bool skipping; /* in an oversize line: dropped up to its newline */
 	bool eof;
+	bool unfinished; /* netaudit_finish gave up before EOF */
+	bool unfinished_told;
 	uint64_t delivered, dropped;
 	uint64_t dropped_told; /* how many drops a warning has named */
 };
@@ -39,14 +46,16 @@ struct netaudit {
 void netaudit_feed(struct netaudit *a, const char *data, size_t len);
 /* Pure: the stream ended; a partial line is dropped. */
 void netaudit_end(struct netaudit *a);
-/* Read what the pipe holds now (never blocks) and feed it.  Returns 1
- * once the pipe is at EOF (the proxy is gone), else 0. */
+/* Read what the pipe holds now, NETAUDIT_DRAIN_MAX bytes at most (never
+ * blocks), and feed it.  Returns 1 once the pipe is at EOF (the proxy is
+ * gone), else 0 (more may be waiting: the pipe stays readable). */
 int netaudit_drain(struct netaudit *a);
 /* After the proxy was stopped: read to EOF, waiting until deadline
  * (CLOCK_MONOTONIC ns) at most, then close the pipe. */
 void netaudit_finish(struct netaudit *a, unsigned long long deadline);
-/* Drops not yet warned about: a message for the session's warning
- * callback in buf (size bytes), or false. */
+/* Drops, or a finish that gave up before EOF, not yet warned about: a
+ * message for the session's warning callback in buf (size bytes), or
+ * false. */
 bool netaudit_warning(struct netaudit *a, char *buf, size_t size);
 
 #endif

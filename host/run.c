@@ -51,7 +51,7 @@ static const int fwd_sigs[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
 static atomic_bool fwd_busy;
 static atomic_int fwd_pidfd = -1;
 static atomic_int fwd_pid;
-static atomic_uint fwd_pending;	/* 1u << sig for each signal not sent yet */
+static atomic_uint fwd_pending; /* 1u << sig for each signal not sent yet */
 static struct sigaction fwd_old[ARRAY_SIZE(fwd_sigs)];
 static bool fwd_installed[ARRAY_SIZE(fwd_sigs)];
 
@@ -146,8 +146,8 @@ static void forward_stop(void)
 
 /* ---- the two ways ---- */
 
-static int run_here(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o,
-		    struct run_result *res, struct nsbox_err *err)
+static int run_here(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o, struct run_result *res,
+		    struct nsbox_err *err)
 {
 	struct jail j;
 	struct jail_spec spec = { .policy = p,
@@ -155,9 +155,10 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 				  .exec_fd = -1,
 				  .warn = o->warn,
 				  .warn_ctx = o->warn_ctx,
-				  .controlling_tty = o->controlling_tty,
-				  .net_audit_fds = &o->net_log_fd,
-				  .n_net_audit_fds = o->net_log_fd >= 0 };
+				  .controlling_tty = o->controlling_tty };
+	/* The audit descriptor, copied above 2 first: the caller's may be
+	 * one of 0-2, which the stdio shuffle below replaces. */
+	_cleanup_close_ int log_fd = -1;
 	/* saved[i]: our fd i, copied (>= 0), closed before (-1), or not
 	 * touched yet (-2: nothing to restore). */
 	int saved[3] = { -2, -2, -2 }, src[3] = { -1, -1, -1 };
@@ -165,7 +166,15 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 
 	n = process_threads();
 	if (n != 1)
-		return err_set(err, EINVAL, "in_process needs a single-threaded caller (this process has %d threads)", n);
+		return err_set(err, EINVAL, "in_process needs a single-threaded caller (this process has %d threads)",
+			       n);
+	if (o->net_log_fd >= 0) {
+		log_fd = fcntl(o->net_log_fd, F_DUPFD_CLOEXEC, 3);
+		if (log_fd < 0)
+			return err_sys(err, "net_log_fd %d", o->net_log_fd);
+		spec.net_audit_fds = &log_fd;
+		spec.n_net_audit_fds = 1;
+	}
 	if (o->forward_signals && forward_claim(err) < 0)
 		return -1;
 	/* The sandbox inherits 0-2: put the requested fds there for the clone
@@ -262,7 +271,7 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 	for (int i = 0; i < 3; i++)
 		res->cg_enforced[i] = sb.cg_enforced[i];
 	if (r == 0)
-		return 0;	/* could not be executed: res->st is final */
+		return 0; /* could not be executed: res->st is final */
 	if (o->forward_signals)
 		forward_start(sb.pid, sb.pidfd);
 	if (p->time_limit > 0)
@@ -302,8 +311,8 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 	return 0;
 }
 
-int run_command(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o,
-		struct run_result *res, struct nsbox_err *err)
+int run_command(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o, struct run_result *res,
+		struct nsbox_err *err)
 {
 	int r;
 

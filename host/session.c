@@ -47,17 +47,17 @@
 
 /* What one exec keeps between steps. */
 struct exec_state {
-	bool active;		/* started, result not yet taken */
-	bool done;		/* ended: res is final */
+	bool active; /* started, result not yet taken */
+	bool done;   /* ended: res is final */
 	uint32_t id;
 	double timeout, grace;
-	unsigned long long t0, soft, hard;	/* ns; 0: none */
+	unsigned long long t0, soft, hard; /* ns; 0: none */
 	bool soft_sent, cancelled;
 	uint64_t out_bytes;
-	uint32_t *pending;	/* CALLs not yet answered */
+	uint32_t *pending; /* CALLs not yet answered */
 	size_t n_pending, cap_pending;
-	struct proto_frame cur_frame;	/* the last event's frame and message, */
-	json_t *cur_msg;		/* which its borrowed pointers point into */
+	struct proto_frame cur_frame; /* the last event's frame and message, */
+	json_t *cur_msg;	      /* which its borrowed pointers point into */
 	struct session_result res;
 };
 
@@ -65,18 +65,18 @@ struct nsbox_session {
 	struct session_opts o;
 	struct session_tool *tools;
 	struct frame_io io;
-	int cancel_fd;		/* eventfd: session_cancel() */
+	int cancel_fd; /* eventfd: session_cancel() */
 	atomic_bool cancel_req;
-	int epoll_fd, timer_fd;	/* session_fd(), made on first use */
-	unsigned long long timer_armed;	/* the deadline timer_fd is armed to (0: disarmed) */
+	int epoll_fd, timer_fd;		/* session_fd(), made on first use */
+	unsigned long long timer_armed; /* the deadline timer_fd is armed to (0: disarmed) */
 	struct sandbox sb;
 	bool dead;
-	bool trim;		/* a big frame was freed since the last malloc_trim */
-	bool big;		/* a big frame came during the session */
+	bool trim; /* a big frame was freed since the last malloc_trim */
+	bool big;  /* a big frame came during the session */
 	uint32_t next_id;
 	json_t *hello;
 	struct exec_state x;
-	struct netaudit *audit;	/* opts.net_audit's pipe; NULL: none */
+	struct netaudit *audit; /* opts.net_audit's pipe; NULL: none */
 };
 
 /* ---- the egress audit (netaudit.h) ---- */
@@ -84,7 +84,7 @@ struct nsbox_session {
 /* Hand over the records waiting in the pipe, and warn about dropped ones. */
 static void audit_drain(struct nsbox_session *s)
 {
-	char msg[160];
+	char msg[256];
 
 	if (!s->audit || s->audit->eof)
 		return;
@@ -99,7 +99,7 @@ static void audit_drain(struct nsbox_session *s)
 /* The sandbox and its proxy are stopped: the rest of the records, to EOF. */
 static void audit_finish(struct nsbox_session *s)
 {
-	char msg[160];
+	char msg[256];
 
 	if (!s->audit || s->audit->fd < 0)
 		return;
@@ -113,8 +113,7 @@ static void audit_finish(struct nsbox_session *s)
 /* The pipe for opts.net_audit and the descriptors for the proxy, when the
  * policy has an allowlist.  Fills fds (borrowed by the backend's start;
  * *wr is the pipe's write end, the caller closes it after the start). */
-static int audit_setup(struct nsbox_session *s, int fds[EGRESS_AUDIT_FDS], size_t *n, int *wr,
-		       struct nsbox_err *err)
+static int audit_setup(struct nsbox_session *s, int fds[EGRESS_AUDIT_FDS], size_t *n, int *wr, struct nsbox_err *err)
 {
 	const struct nsbox_policy *p = s->o.policy;
 	int pp[2];
@@ -267,7 +266,8 @@ static int check_tool_name(const char *n, struct nsbox_err *err)
 	if (proto_tool_name_reserved(n))
 		return err_set(err, EINVAL,
 			       "tool name '%s' is a Python keyword, builtin or dunder: a tool by that name would "
-			       "replace it inside (choose another name)", n);
+			       "replace it inside (choose another name)",
+			       n);
 	return 0;
 }
 
@@ -400,7 +400,7 @@ static int handshake(struct nsbox_session *s, struct nsbox_err *err)
 	json_t *h;
 	int k;
 
-	s->o.argv = NULL;	/* borrowed for the HELLO only */
+	s->o.argv = NULL; /* borrowed for the HELLO only */
 	if (!m)
 		return err_set(err, ENOMEM, "HELLO");
 	if (frame_send_msg(&s->io, PROTO_HELLO, 0, m, deadline, err) < 0)
@@ -457,7 +457,9 @@ static int adopted_setup(struct nsbox_session *s, struct nsbox_err *err)
 	}
 	if (s->o.argv) {
 		json_t *av = argv_json(s->o.argv);
-		struct session_exec_req req = { .code = "import sys as _s; _s.argv = list(__nsbox_argv); del _s, __nsbox_argv" };
+		struct session_exec_req req = {
+			.code = "import sys as _s; _s.argv = list(__nsbox_argv); del _s, __nsbox_argv"
+		};
 		struct session_result res;
 
 		if (!av || control(s, PROTO_SET_VAR, json_pack("{s:s,s:o}", "name", "__nsbox_argv", "value", av),
@@ -529,9 +531,8 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		session_free(s);
 		return -1;
 	}
-	if (!opts->use_helper &&
-	    (s->o.runner_path ? (snprintf(path, sizeof(path), "%s", s->o.runner_path), 0)
-			      : runner_locate(path, sizeof(path), err)) < 0) {
+	if (!opts->use_helper && (s->o.runner_path ? (snprintf(path, sizeof(path), "%s", s->o.runner_path), 0)
+						   : runner_locate(path, sizeof(path), err)) < 0) {
 		session_free(s);
 		return -1;
 	}
@@ -556,10 +557,17 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		session_free(s);
 		return -1;
 	}
-	spec = (struct sandbox_spec){ .policy = opts->policy, .sock = sv[1], .path = path, .argv = argv,
-				      .cold = opts->cold, .spare = opts->spare && !n_audit, .warn = opts->warn,
-				      .warn_ctx = opts->warn_ctx, .connect = opts->connect,
-				      .output_limit = opts->output_limit, .net_audit_fds = audit_fds,
+	spec = (struct sandbox_spec){ .policy = opts->policy,
+				      .sock = sv[1],
+				      .path = path,
+				      .argv = argv,
+				      .cold = opts->cold,
+				      .spare = opts->spare && !n_audit,
+				      .warn = opts->warn,
+				      .warn_ctx = opts->warn_ctx,
+				      .connect = opts->connect,
+				      .output_limit = opts->output_limit,
+				      .net_audit_fds = audit_fds,
 				      .n_net_audit_fds = n_audit };
 	k = s->sb.ops->start(&s->sb, &spec, &spare_sock, err);
 	close(sv[1]);
@@ -760,7 +768,7 @@ static int send_answer(struct nsbox_session *s, uint32_t id, const char *name, u
 		       struct nsbox_err *err)
 {
 	struct exec_state *x = &s->x;
-	unsigned long long deadline = x->hard ? x->hard
+	unsigned long long deadline = x->hard	? x->hard
 				      : x->soft ? x->soft + 1000000000ull
 						: now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
 	char buf[256];
@@ -784,8 +792,7 @@ static int send_answer(struct nsbox_session *s, uint32_t id, const char *name, u
 	return r;
 }
 
-static int raise_in(struct nsbox_session *s, uint32_t id, const char *name, const char *msg,
-		    struct nsbox_err *err)
+static int raise_in(struct nsbox_session *s, uint32_t id, const char *name, const char *msg, struct nsbox_err *err)
 {
 	json_auto_t *ans = json_pack("{s:s}", "message", msg);
 
@@ -811,8 +818,7 @@ static int refuse_call(struct nsbox_session *s, uint32_t id, const char *name, s
 /* One CALL: answered at once when it can only fail (over the cap, unknown
  * tool: returns 0), else pending and reported (returns 1).  -1 with err
  * when the session must end. */
-static int on_call(struct nsbox_session *s, uint32_t id, json_t *m, struct session_event *ev,
-		   struct nsbox_err *err)
+static int on_call(struct nsbox_session *s, uint32_t id, json_t *m, struct session_event *ev, struct nsbox_err *err)
 {
 	struct exec_state *x = &s->x;
 	const char *name = json_string_value(json_object_get(m, "name"));
@@ -987,8 +993,9 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 				goto done;
 			}
 			if (n > s->o.output_limit + TRUNC_MARKER_SLACK) {
-				snprintf(what, sizeof(what), "RESULT carries %zu characters of %s, over the output limit of %llu bytes",
-					 n, streams[i], (unsigned long long)s->o.output_limit);
+				snprintf(what, sizeof(what),
+					 "RESULT carries %zu characters of %s, over the output limit of %llu bytes", n,
+					 streams[i], (unsigned long long)s->o.output_limit);
 				protocol_error(s, &x->res, what);
 				goto done;
 			}
@@ -1000,7 +1007,8 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 		 * and the code after it, a swallowed TimeLimitExceeded).  The
 		 * session lives: the runner answered. */
 		if (x->soft_sent && !x->cancelled && x->soft) {
-			result_msg(res, SESSION_TIMEOUT, NSBOX_EXIT_TIMEOUT, "time limit exceeded (%.3g s)", x->timeout);
+			result_msg(res, SESSION_TIMEOUT, NSBOX_EXIT_TIMEOUT, "time limit exceeded (%.3g s)",
+				   x->timeout);
 			goto done;
 		}
 		if (json_is_object(error)) {
@@ -1263,7 +1271,7 @@ int session_exec(struct nsbox_session *s, const struct session_exec_req *req, st
 		if (ev.kind == SESSION_EV_OUTPUT && s->o.output && req->stream)
 			s->o.output(s->o.output_ctx, ev.stream, ev.data, ev.len);
 		else if (ev.kind == SESSION_EV_CALL)
-			call_tool(s, &ev, &e);	/* a failed answer ended the exec: the next step says how */
+			call_tool(s, &ev, &e); /* a failed answer ended the exec: the next step says how */
 	}
 	return session_exec_finish(s, res, err);
 }

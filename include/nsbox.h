@@ -198,10 +198,11 @@ struct nsbox_session_opts {
 	nsbox_net_audit_fn net_audit;
 	void *net_audit_userdata;
 	/* > 0: the proxy also writes each record, as a line, to this descriptor
-	 * (a file, a pipe, a socket; duplicated during nsbox_session_new, the
-	 * caller keeps its own).  Whole lines; when it is full the sandbox's
-	 * network waits until it drains.  0 or negative: none (fd 0 can't be
-	 * named: dup it). */
+	 * (a file, a pipe, a socket; through nsboxd a regular file or a pipe
+	 * only; duplicated during nsbox_session_new, the caller keeps its
+	 * own; -EBADF when it isn't open).  Whole lines; when it is full the
+	 * sandbox's network waits until it drains.  0 or negative: none (fd 0
+	 * can't be named: dup it). */
 	int net_log_fd;
 };
 

@@ -588,6 +588,13 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	so.net_audit = o.net_audit;
 	so.net_audit_ctx = o.net_audit_userdata;
 	so.net_log_fd = o.net_log_fd > 0 ? o.net_log_fd : -1;
+	/* As nsbox_run: a descriptor that isn't open is the caller's error,
+	 * not an audit silently not kept. */
+	if (so.net_log_fd >= 0 && fcntl(so.net_log_fd, F_GETFD) < 0) {
+		policy_free(&s->policy);
+		free(s);
+		return fail(err, -EBADF, "nsbox_session_new: net_log_fd (fd %d) is not an open fd", o.net_log_fd);
+	}
 	/* Handshake and variable requests: generous for a cold start, but
 	 * never much longer than a time limit the policy sets. */
 	so.control_timeout = s->policy.time_limit > 0 && s->policy.time_limit + 5 < 30 ? s->policy.time_limit + 5 : 30;
@@ -611,6 +618,10 @@ void nsbox_session_free(nsbox_session_t *s)
 
 	if (!s)
 		return;
+	/* Marked in use for good: a net_audit or warn callback run by the
+	 * close below that calls back into this session gets -EBUSY, not a
+	 * half-freed session. */
+	(void)enter(s);
 	if (s->owner != getpid())
 		session_abandon(s->s);
 	else

@@ -254,9 +254,13 @@ static void out_seed(void)
 	d = opendir("/out");
 	if (!d)
 		return;
+	/* The stat first: a file a thread of earlier (plain) execs makes
+	 * meanwhile is then either in the listing or a change after it. */
+	if (fstat(dirfd(d), &st) < 0)
+		empty = false;
 	while (empty && (e = readdir(d)))
 		empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
-	if (empty && fstat(dirfd(d), &st) == 0) {
+	if (empty) {
 		F.n_out_files = 0;
 		F.out_st = st;
 		F.out_known = true;

@@ -250,6 +250,48 @@ def test_many_records_wait_for_the_host_and_none_is_lost():
     assert out["denied"] and [w for w in out["warned"] if "network audit" in w] == []
 
 
+
+# A sandbox that never stops querying, and a host slower than the flood (a
+# callback that takes half a millisecond): the proxy refills the pipe as
+# fast as the host reads it.
+FLOOD = r'''
+recs = []
+def slow(r):
+    recs.append(r)
+    time.sleep(0.0005)
+with nsbox.Sandbox(timeout=60, allow_net=A["rules"], on_net_request=slow) as sb:
+    sb.execute("""
+import socket, struct, threading
+def work(k):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(60)
+    i = 0
+    while True:
+        q = struct.pack(">HHHHHH", 7, 0x0100, 1, 0, 0, 0) + b"\\x02q%d\\x06denied\\x04test\\0" % k
+        s.sendto(q + struct.pack(">HH", 1, 1), ("127.0.0.1", 53))
+        s.recv(512)
+for k in range(4):
+    threading.Thread(target=work, args=(k,), daemon=True).start()
+""")
+    time.sleep(1.0)
+    OUT["drained"] = _lib.lib.nsbox_net_audit_drain(sb._sess, None)
+    OUT["value"] = sb.execute("1 + 1")
+    OUT["during"] = len(recs)
+OUT["closed"] = True
+'''
+
+
+def test_a_flood_of_records_does_not_hold_the_host():
+    """netaudit_drain reads one pipe's worth at most: a proxy refilling the
+    pipe as fast as the host reads kept nsbox_net_audit_drain, the exec
+    and close in the drain for as long as the sandbox went on (they never
+    returned)."""
+    out = child(FLOOD, rules=["allowed.test"])
+    # 256 KiB of records at ~150 bytes or more each.
+    assert 0 < out["drained"] <= 256 * 1024 // 100, out["drained"]
+    assert out["value"] == 2 and out["closed"] is True
+
+
 TAIL = r'''
 recs = []
 sb = nsbox.Sandbox(timeout=30, allow_net=A["rules"], on_net_request=recs.append)
@@ -337,6 +379,12 @@ lib.nsbox_policy_free(p)
 rt.join(10)
 OUT["eof"] = not rt.is_alive()
 OUT["lines"] = lines
+# A descriptor that isn't open: -EBADF, as nsbox_run says (it was ignored).
+opts.net_log_fd = 987
+assert lib.nsbox_policy_new(b"default", byref(p), byref(err)) == 0
+assert lib.nsbox_policy_set(p, b"Network", b"Allow", b"allowed.test", byref(err)) == 0
+OUT["bad"] = lib.nsbox_session_new(p, byref(opts), byref(h), None)
+lib.nsbox_policy_free(p)
 '''
 
 
@@ -344,7 +392,7 @@ OUT["lines"] = lines
 def test_net_log_fd(upstream, in_process):  # noqa: F811
     out = child(FD_FORM, rules=[f"{UP}:{upstream}"], up=UP, port=upstream, in_process=in_process,
                 warm=not in_process)
-    assert out["status"] == 0 and out["eof"]
+    assert out["status"] == 0 and out["eof"] and out["bad"] == -errno.EBADF, out
     allow = [r for r in out["lines"] if r["kind"] == "http" and r["decision"] == "allow"]
     assert len(allow) == 1 and allow[0]["bytes_in"] > 20, out["lines"]
 
