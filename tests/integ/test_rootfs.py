@@ -611,16 +611,19 @@ def test_another_users_locks_stop_no_sandbox():
             # Its read lock holds a removal back, as a sandbox's does.
             p = nsbox("rootfs", "remove", "small", env=env)
             assert p.returncode == 122 and "in use by a running sandbox" in p.stderr, (p.returncode, p.stderr)
-        finally:
             hostile.stdin.close()
             hostile.wait(timeout=30)
-        try:
+            # The sandbox alone still does.
             p = nsbox("rootfs", "remove", "small", env=env)
             assert p.returncode == 122 and (cur / "tree/usr/bin/dash").is_file(), (p.returncode, p.stderr)
         finally:
+            if not hostile.stdin.closed:
+                hostile.stdin.close()
+            hostile.wait(timeout=30)
+            hostile.stdout.close()
             if sb:
                 sb.terminate()
-                sb.wait(timeout=30)
+                sb.communicate(timeout=30)
         p = nsbox("rootfs", "remove", "small", env=env)
         assert p.returncode == 0 and "removed %s" % cur in p.stdout, (p.stdout, p.stderr)
         assert os.listdir(cache) == []
