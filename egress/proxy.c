@@ -446,7 +446,7 @@ static void conn_closed(void)
 {
 	pthread_mutex_lock(&slot_lock);
 	open_conns--;
-	pthread_cond_signal(&slot_free);
+	pthread_cond_broadcast(&slot_free);
 	pthread_mutex_unlock(&slot_lock);
 }
 
@@ -617,12 +617,30 @@ static void free_dead(struct tunnel *dead)
 	}
 }
 
-/* SIGTERM (egress_stop): the sandbox has ended.  Take in the queued
+/* How long stop() waits for connections still in a setup thread: their
+ * sandbox end has gone with the sandbox, so most finish at once (a denied
+ * request between its reply and its audit line, a read meeting EOF). */
+#define STOP_SETUP_MS 100
+
+/* SIGTERM (egress_stop): the sandbox has ended.  Give the setup threads
+ * STOP_SETUP_MS to finish and write their audit lines (one that is still
+ * waiting on an upstream then ends unaudited), take in the queued
  * tunnels, move what is still there, end every tunnel (dead: those this
- * batch of events already ended) with its audit line, and exit.
- * Connections still in a setup thread end unaudited. */
+ * batch of events already ended) with its audit line, and exit. */
 static __attribute__((noreturn)) void stop(uint64_t now, struct tunnel *dead)
 {
+	struct timespec dl;
+
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_nsec += STOP_SETUP_MS * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&slot_lock);
+	while (active > 0 && pthread_cond_timedwait(&slot_free, &slot_lock, &dl) == 0)
+		;
+	pthread_mutex_unlock(&slot_lock);
 	tunnels_add(now, &dead);
 	for (struct tunnel *t = tunnels, *next; t; t = next) {
 		next = t->next;
@@ -906,7 +924,8 @@ static void *conn_thread(void *arg)
 	}
 	pthread_mutex_lock(&slot_lock);
 	active--;
-	pthread_cond_signal(&slot_free);
+	/* Both the accept loop and stop() may be waiting. */
+	pthread_cond_broadcast(&slot_free);
 	pthread_mutex_unlock(&slot_lock);
 	return NULL;
 }
