@@ -267,6 +267,12 @@ except MemoryError:
 def test_unprivileged_build(tmp_path):
     """A user without subordinate ids builds into their own cache
     (mmdebstrap's fakechroot mode), and the runner runs on the result."""
+    # A build an older nsbox left in this user's cache has no lock file,
+    # and a cache hit keeps it so (by design): start from one that has.
+    old = tree_dir("nsbox-test-tiny")
+    if old and old.startswith(cache_dir()) and not os.path.exists(os.path.join(os.path.dirname(old), "lock")):
+        r = nsbox("rootfs", "remove", "--force", "nsbox-test-tiny")
+        assert r.returncode == 0, r.stderr
     p = nsbox("rootfs", "build", TINY, timeout=BUILD_TIMEOUT)
     assert p.returncode == 0, p.stderr[-3000:]
     d = tree_dir("nsbox-test-tiny")
