@@ -2,6 +2,7 @@
 DNS responder on the sandbox's loopback.  Upstream servers run on this machine's
 own loopback only (127.0.0.2, so NO_PROXY's 127.0.0.1 doesn't bypass the
 proxy); loopback is refused unless a rule names it, which these rules do."""
+import contextlib
 import http.server
 import json
 import os
@@ -737,9 +738,10 @@ print(json.dumps(R))
     assert sum(e["bytes_out"] for e in tunnels) >= (4 << 20) and sum(e["bytes_in"] for e in tunnels) >= (4 << 20)
 
 
-def test_tunnel_open_at_the_end_is_audited():
-    # The destination never closes: the tunnel is still open when the
-    # sandbox ends, and its audit line is written then.
+@contextlib.contextmanager
+def holding_server():
+    """A destination on UP that accepts and never answers or closes: a
+    tunnel to it is still open when the sandbox ends.  Yields its port."""
     s = socket.socket()
     s.bind((UP, 0))
     s.listen(8)
@@ -757,19 +759,25 @@ def test_tunnel_open_at_the_end_is_audited():
             held.append(c)
     t = threading.Thread(target=loop, daemon=True)
     t.start()
-    port = s.getsockname()[1]
     try:
+        yield s.getsockname()[1]
+    finally:
+        s.close()
+        t.join()
+        for c in held:
+            c.close()
+
+
+def test_tunnel_open_at_the_end_is_audited():
+    # The destination never closes: the tunnel is still open when the
+    # sandbox ends, and its audit line is written then.
+    with holding_server() as port:
         out, log = sandbox(["--allow-net", f"{UP}:{port}"], PRELUDE + f'''
 c = socket.create_connection(("127.0.0.1", 3128), timeout=10)
 c.sendall(b"CONNECT {UP}:{port} HTTP/1.1\\r\\n\\r\\nhello")
 R["head"] = c.recv(100).decode()
 print(json.dumps(R))
 ''')
-    finally:
-        s.close()
-        t.join()
-        for c in held:
-            c.close()
     assert out["head"].startswith("HTTP/1.1 200")
     e = [e for e in log if e["kind"] == "connect"]
     assert len(e) == 1 and e[0]["reason"] == "the sandbox ended" and e[0]["bytes_out"] == 5, log

@@ -14,7 +14,7 @@ import threading
 
 import pytest
 from conftest import BUILD, sdk_env
-from test_egress import UP, _servers_settled, upstream  # noqa: F401 (fixtures)
+from test_egress import UP, _servers_settled, holding_server, upstream  # noqa: F401 (fixtures)
 
 PYDIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
 
@@ -311,31 +311,8 @@ OUT["recs"] = recs
 def test_free_delivers_the_tail():
     # A tunnel still open when the session is freed: its record is written
     # as the proxy stops, and nsbox_session_free hands it over.
-    s = socket.socket()
-    s.bind((UP, 0))
-    s.listen(8)
-    s.settimeout(0.2)
-    held = []
-
-    def loop():
-        while True:
-            try:
-                c, _ = s.accept()
-            except socket.timeout:
-                continue
-            except OSError:
-                return
-            held.append(c)
-    t = threading.Thread(target=loop, daemon=True)
-    t.start()
-    port = s.getsockname()[1]
-    try:
+    with holding_server() as port:
         out = child(TAIL, rules=[f"{UP}:{port}"], up=UP, port=port)
-    finally:
-        s.close()
-        t.join()
-        for c in held:
-            c.close()
     assert out["head"].startswith("HTTP/1.1 200") and out["before_close"] == []
     tun = [r for r in out["recs"] if r["kind"] == "connect"]
     assert len(tun) == 1 and tun[0]["reason"] == "the sandbox ended" and tun[0]["bytes_out"] == 5, out["recs"]

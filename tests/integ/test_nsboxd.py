@@ -17,6 +17,7 @@ import time
 import pytest
 
 from conftest import BUILD, MODE, NSBOX, _launcher_pid, _nsbox_cgroups, _pid_alive, sdk_env
+from test_egress import PRELUDE
 
 sys.path.insert(0, os.path.dirname(__file__))
 import svcclient  # noqa: E402
@@ -906,19 +907,8 @@ def proxies_of(d):
     return out
 
 
-FETCH = r'''
-import json, socket, urllib.request
-def raw(req):
-    s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
-    s.sendall(req.encode())
-    data = b""
-    while True:
-        b = s.recv(65536)
-        if not b: break
-        data += b
-    head = data.split(b"\r\n\r\n")[0].decode(errors="replace").split("\r\n")
-    return head[0], [l.split(":", 1)[1].strip() for l in head if l.lower().startswith("x-nsbox-deny:")]
-R = {"ifs": [n for _, n in socket.if_nameindex()]}
+FETCH = PRELUDE + r'''
+R["ifs"] = [n for _, n in socket.if_nameindex()]
 R["body"] = urllib.request.urlopen("http://%s:%d/", timeout=10).read().decode()
 try:
     socket.getaddrinfo("example.com", 80)
@@ -942,10 +932,10 @@ def test_allowlist_through_service(net_daemon, upstream):
     out = json.loads(p.stdout)
     assert out["body"] == "hello from upstream\n" and out["ifs"] == ["lo"], out
     assert out["dns"] == socket.EAI_NONAME
-    assert out["unlisted"][0].startswith("HTTP/1.1 403") and out["unlisted"][1] == ["name not on the allowlist"]
+    assert out["unlisted"][0].startswith("HTTP/1.1 403") and out["unlisted"][1] == "name not on the allowlist"
     p = subprocess.run([NSBOX, "python", "--connect", net_daemon.sock, "--allow-net", f"{up}:{port}",
                         "--net-max-connections", "2", "-c",
-                        FETCH.split("R = {")[0] + f'print([raw("GET http://{up}:{port}/ HTTP/1.1\\r\\n\\r\\n")[0]'
+                        PRELUDE + f'print([raw("GET http://{up}:{port}/ HTTP/1.1\\r\\n\\r\\n")[0]'
                         ' for _ in range(3)])'], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     res = eval(p.stdout)

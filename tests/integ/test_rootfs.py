@@ -801,7 +801,7 @@ def test_font_list_made_before_the_session(datascience, tmp_path):
 
 
 def test_stale_takes_a_killed_build_not_one_under_way(tmp_path):
-    """A build holds a write lock on its .build-NAME.XXXXXX/lock while it
+    """A build holds a write lock on its .build-NAME.<random>/lock while it
     runs; --stale removes one nobody holds (a killed build's)."""
     cache = tmp_path / "cache"
     dead = cache / ".build-small.aaaaaa"
