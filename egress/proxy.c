@@ -45,6 +45,7 @@
 #define IDLE_TIMEOUT_MS 300000
 #define CONNECT_TIMEOUT_MS 10000
 #define PIPE_SIZE (256 * 1024)
+#define NOTSENT_LOWAT (16 * 1024)
 
 static struct net_rule rules[POLICY_MAX_NET_RULES];
 static unsigned n_rules;
@@ -744,6 +745,15 @@ static int relay(struct req *r, uint64_t up_left)
 	 * tail (the end of a TLS record) until the peer's delayed ACK. */
 	(void)setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
 	(void)setsockopt(r->up, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
+	/* Towards the sandbox, queue little beyond what its receive window
+	 * takes; the rest waits in the pipe.  Data queued unsent goes out
+	 * when the reader's window update arrives, and on loopback that ACK
+	 * is processed at once inside the reader's own read(2): the sandboxed
+	 * program paid for the proxy's transmit and its own receive path (ss:
+	 * rwnd-limited, up to 1 MiB unsent; perf: the reader's CPU per 16 MiB
+	 * HTTPS fetch 45 ms, 38 ms from the origin directly, 38 ms with this).
+	 * Bounded, the proxy sends on EPOLLOUT, in its own thread. */
+	(void)setsockopt(r->fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &(int){ NOTSENT_LOWAT }, sizeof(int));
 	pthread_mutex_lock(&new_lock);
 	t->next_dead = new_tunnels;
 	new_tunnels = t;
