@@ -465,17 +465,22 @@ int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spa
 	return r;
 }
 
-int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3], int net_log_fd,
-	       void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct helper_sandbox *sb,
+int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3], const int *audit_fds,
+	       size_t n_audit_fds, void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct helper_sandbox *sb,
 	       struct jail_status *st, struct nsbox_err *err)
 {
 	struct helper_req req = { .magic = HELPER_MAGIC, .op = HELPER_RUN,
-				  .flags = net_log_fd >= 0 ? HELPER_NET_AUDIT : 0 };
+				  .flags = n_audit_fds ? HELPER_NET_AUDIT : 0 };
 	struct helper_rep *rep = NULL;
 	char *text = NULL, *buf = NULL;
 	size_t len = 0, alen = 0;
 	struct helper *h;
-	int pidfd = -1, r, fds[4] = { stdio[0], stdio[1], stdio[2], net_log_fd };
+	int pidfd = -1, r, fds[HELPER_MAX_FDS] = { stdio[0], stdio[1], stdio[2] };
+
+	if (n_audit_fds > EGRESS_AUDIT_FDS)
+		return err_set(err, EINVAL, "too many network audit descriptors");
+	for (size_t i = 0; i < n_audit_fds; i++)
+		fds[3 + i] = audit_fds[i];
 
 	for (size_t i = 0; argv[i]; i++) {
 		alen += strlen(argv[i]) + 1;
@@ -511,7 +516,7 @@ int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio
 	req.len = (uint32_t)(len + alen);
 	req.text_len = (uint32_t)len;
 	h = helper_pick();
-	r = request(h, &req, buf, fds, net_log_fd >= 0 ? 4 : 3, rep, &pidfd, NULL, err);
+	r = request(h, &req, buf, fds, 3 + n_audit_fds, rep, &pidfd, NULL, err);
 	if (r == 0 && rep->exec_failed) {
 		*st = rep->st;
 		fill_sandbox(h, sb, rep, -1);	/* not running: only the cgroup facts */

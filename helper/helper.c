@@ -389,7 +389,8 @@ static int do_spawn(const struct helper_req *req, char *text, const int fds_in[H
 	for (size_t i = 1; net_audit && i < 1 + EGRESS_AUDIT_FDS; i++)
 		if (fds_in[i] >= 0)
 			audit[n_audit++] = fds_in[i];
-	if (net_audit != (n_audit > 0) || (!net_audit && fds_in[1] >= 0) || fds_in[1 + EGRESS_AUDIT_FDS] >= 0) {
+	if (net_audit != (n_audit > 0) || (!net_audit && fds_in[1] >= 0) || fds_in[1 + EGRESS_AUDIT_FDS] >= 0 ||
+	    fds_in[HELPER_MAX_FDS - 1] >= 0) {
 		err_set(&err, EPROTO, "SPAWN: audit descriptors %s", net_audit ? "missing" : "not asked for");
 		goto fail;
 	}
@@ -469,13 +470,14 @@ static int null_stdio(void)
 
 /* RUN: returns the pidfd to pass back, or -1 (rep says why, or that the
  * command could not be executed).  fds: stdin, stdout, stderr, then
- * (HELPER_NET_AUDIT) the proxy's audit descriptor. */
+ * (HELPER_NET_AUDIT) the proxy's audit descriptors. */
 static int do_run(const struct helper_req *req, char *data, const int fds[HELPER_MAX_FDS], struct helper_rep *rep)
 {
 	struct nsbox_policy p = { 0 };
 	struct nsbox_err err = { 0 };
 	char **argv = NULL;
 	struct jail_spec spec = { .exec_fd = -1, .warn = collect_warning, .net_audit_fds = &fds[3] };
+	size_t n_audit = 0;
 	struct slot *sl;
 	size_t at, alen;
 	int r, pidfd = -1;
@@ -484,11 +486,13 @@ static int do_run(const struct helper_req *req, char *data, const int fds[HELPER
 		err_set(&err, EINVAL, "RUN without stdin, stdout and stderr");
 		goto fail;
 	}
-	if (((req->flags & HELPER_NET_AUDIT) != 0) != (fds[3] >= 0)) {
-		err_set(&err, EPROTO, "RUN: the audit descriptor %s", fds[3] >= 0 ? "not asked for" : "missing");
+	while (n_audit < EGRESS_AUDIT_FDS && fds[3 + n_audit] >= 0)
+		n_audit++;
+	if (((req->flags & HELPER_NET_AUDIT) != 0) != (n_audit > 0)) {
+		err_set(&err, EPROTO, "RUN: audit descriptors %s", n_audit ? "not asked for" : "missing");
 		goto fail;
 	}
-	spec.n_net_audit_fds = fds[3] >= 0;
+	spec.n_net_audit_fds = n_audit;
 	/* argv: argc NUL-terminated strings filling the rest exactly. */
 	if (req->len == 0 || req->text_len >= req->len || req->argc == 0 || req->argc > HELPER_MAX_ARGV / 2 ||
 	    data[req->len - 1] != '\0') {
@@ -688,10 +692,12 @@ int runner_helper_main(bool use_spare)
 				     .msg_controllen = sizeof(cm.b) };
 		struct helper_req req;
 		struct cmsghdr *c;
-		int fds_in[HELPER_MAX_FDS] = { -1, -1, -1, -1 }, fd_out = -1, sock_out = -1;
+		int fds_in[HELPER_MAX_FDS], fd_out = -1, sock_out = -1;
 		size_t n_in = 0;
 		ssize_t n;
 
+		for (size_t i = 0; i < HELPER_MAX_FDS; i++)
+			fds_in[i] = -1;
 		if (spare.want) {
 			struct pollfd p = { HELPER_CTL_FD, POLLIN, 0 };
 

@@ -22,7 +22,8 @@
  *           started) asks for a spare to be made for the next SPAWN.
  *   RUN     policy text, then argv as argc NUL-terminated strings, + the
  *           command's stdin, stdout and stderr (SCM_RIGHTS), and with
- *           HELPER_NET_AUDIT the proxy's audit descriptor: a sandbox
+ *           HELPER_NET_AUDIT the proxy's audit descriptors (one or two:
+ *           nsbox_run's net_log_fd, its net_audit's pipe): a sandbox
  *           that executes argv.  Answer as SPAWN, or exec_failed with the
  *           final status when argv could not be executed inside.
  *   KILL    SIGKILL the sandbox and its cgroup.
@@ -48,11 +49,11 @@
 #include "jail.h"
 #include "policy.h"
 
-#define HELPER_MAGIC 0x4e534834u	/* "NSH4"; bump when a struct below changes */
+#define HELPER_MAGIC 0x4e534835u	/* "NSH5"; bump when a struct below or the fds a request carries change */
 #define HELPER_MAX_POLICY (128u << 10)
 #define HELPER_MAX_ARGV (128u << 10)	/* RUN: bytes of argv strings */
 #define HELPER_MAX_RUN (192u << 10)	/* RUN: request, policy and argv together */
-#define HELPER_MAX_FDS 4		/* passed with one request: RUN's stdio and audit descriptor */
+#define HELPER_MAX_FDS (3 + EGRESS_AUDIT_FDS)	/* passed with one request: RUN's stdio and audit descriptors */
 #define HELPER_CTL_FD 3
 #define HELPER_EXEC_FD 4
 
@@ -127,13 +128,14 @@ struct helper_spawn_opts {
 int helper_spawn(const struct nsbox_policy *p, int sock, const struct helper_spawn_opts *o,
 		 struct helper_sandbox *sb, int *sock_out, struct nsbox_err *err);
 /* Start a sandbox executing argv with stdio[0..2] as its stdin, stdout and
- * stderr (borrowed), and net_log_fd (borrowed; -1: none) as the egress
- * proxy's audit descriptor (jail_spec.net_audit_fds).  Returns 1 with *sb filled when it runs (wait on
+ * stderr (borrowed), and audit_fds (n_audit_fds <= EGRESS_AUDIT_FDS,
+ * borrowed) as the egress proxy's audit descriptors
+ * (jail_spec.net_audit_fds).  Returns 1 with *sb filled when it runs (wait on
  * sb->pidfd, then helper_destroy), 0 with *st final when argv could not be
  * executed inside, -1 with err when no sandbox could be made.  warn gets
  * the jail's warnings.  Thread-safe. */
-int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3], int net_log_fd,
-	       void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct helper_sandbox *sb,
+int helper_run(const struct nsbox_policy *p, char *const argv[], const int stdio[3], const int *audit_fds,
+	       size_t n_audit_fds, void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct helper_sandbox *sb,
 	       struct jail_status *st, struct nsbox_err *err);
 /* SIGKILL the sandbox through its pidfd.  Async-signal-safe. */
 void helper_kill(const struct helper_sandbox *sb);

@@ -2,6 +2,7 @@
 #include "netaudit.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -10,6 +11,32 @@
 #include <jansson.h>
 
 #include "util.h"
+
+int netaudit_open(struct netaudit *a, void (*fn)(void *ctx, const char *record, size_t len), void *ctx, int *wr,
+		  struct nsbox_err *err)
+{
+	int pp[2];
+
+	memset(a, 0, sizeof(*a));
+	a->fd = -1;
+	*wr = -1;
+	if (pipe2(pp, O_CLOEXEC) < 0)
+		return err_sys(err, "pipe for the network audit");
+	/* Room for the records of the tunnels the sandbox's end closes, written
+	 * while we stop it; where the limit refuses, the default 64 KiB. */
+	(void)fcntl(pp[1], F_SETPIPE_SZ, NETAUDIT_PIPE_SIZE);
+	if (fcntl(pp[0], F_SETFL, O_NONBLOCK) < 0) {
+		err_sys(err, "fcntl");
+		close(pp[0]);
+		close(pp[1]);
+		return -1;
+	}
+	a->fd = pp[0];
+	a->fn = fn;
+	a->ctx = ctx;
+	*wr = pp[1];
+	return 0;
+}
 
 static void line_done(struct netaudit *a)
 {

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "egress.h"
+#include "error.h"
 
 /* What the pipe is grown to (F_SETPIPE_SZ, where allowed): room for the
  * records of the tunnels a sandbox's end closes at once, written while
@@ -41,6 +42,12 @@ struct netaudit {
 	uint64_t dropped_told; /* how many drops a warning has named */
 };
 
+/* Make the pipe: a->fd its read end (non-blocking), *wr its write end for
+ * the proxy (jail_spec.net_audit_fds; the caller closes its copy once the
+ * proxy has it, so that EOF means the proxy is gone).  Both CLOEXEC.
+ * Returns 0, or -1 with err (nothing left open). */
+int netaudit_open(struct netaudit *a, void (*fn)(void *ctx, const char *record, size_t len), void *ctx, int *wr,
+		  struct nsbox_err *err);
 /* Pure: take len bytes of the stream, calling fn for every whole line
  * that is a JSON object (without its newline, NUL-terminated). */
 void netaudit_feed(struct netaudit *a, const char *data, size_t len);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "helper.h"
+#include "netaudit.h"
 #include "util.h"
 
 int process_threads(void)
@@ -144,11 +145,54 @@ static void forward_stop(void)
 	atomic_store(&fwd_busy, false);
 }
 
+/* ---- the egress audit's callback (netaudit.h) ----
+ *
+ * A pipe the proxy writes to and the waiting thread reads: drained
+ * whenever it is readable while the command runs (so a full pipe never
+ * holds the sandbox's network back for long), once more before the
+ * sandbox is destroyed (room for the lines of the tunnels its end
+ * closes), and to EOF after (the proxy is gone). */
+
+struct run_audit {
+	struct netaudit a;
+	const struct run_opts *o;
+};
+
+static void audit_warn(struct run_audit *ra)
+{
+	char msg[256];
+
+	if (netaudit_warning(&ra->a, msg, sizeof(msg)) && ra->o->warn)
+		ra->o->warn(ra->o->warn_ctx, msg);
+}
+
+/* Deliver what is waiting; false at EOF (stop watching the pipe). */
+static bool audit_drain(void *ctx)
+{
+	struct run_audit *ra = ctx;
+	bool more = ra->a.fd >= 0 && !netaudit_drain(&ra->a);
+
+	audit_warn(ra);
+	return more;
+}
+
+static void audit_finish(struct run_audit *ra)
+{
+	if (ra->a.fd < 0)
+		return;
+	/* Nothing else holds the write end once the proxy is gone; a second
+	 * for a copy another thread's fork may still hold. */
+	netaudit_finish(&ra->a, now_ns() + 1000000000ull);
+	audit_warn(ra);
+}
+
 /* ---- the two ways ---- */
 
-static int run_here(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o, struct run_result *res,
-		    struct nsbox_err *err)
+static int run_here(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o, struct run_audit *ra,
+		    int audit_wr, struct run_result *res, struct nsbox_err *err)
 {
+	/* The audit pipe's write end: ours until the proxy has it. */
+	_cleanup_close_ int wr = audit_wr;
 	struct jail j;
 	struct jail_spec spec = { .policy = p,
 				  .argv = argv,
@@ -161,20 +205,22 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 	_cleanup_close_ int log_fd = -1;
 	/* saved[i]: our fd i, copied (>= 0), closed before (-1), or not
 	 * touched yet (-2: nothing to restore). */
-	int saved[3] = { -2, -2, -2 }, src[3] = { -1, -1, -1 };
+	int saved[3] = { -2, -2, -2 }, src[3] = { -1, -1, -1 }, audit_fds[EGRESS_AUDIT_FDS];
 	int n, r = 0;
 
 	n = process_threads();
 	if (n != 1)
 		return err_set(err, EINVAL, "in_process needs a single-threaded caller (this process has %d threads)",
 			       n);
+	spec.net_audit_fds = audit_fds;
 	if (o->net_log_fd >= 0) {
 		log_fd = fcntl(o->net_log_fd, F_DUPFD_CLOEXEC, 3);
 		if (log_fd < 0)
 			return err_sys(err, "net_log_fd %d", o->net_log_fd);
-		spec.net_audit_fds = &log_fd;
-		spec.n_net_audit_fds = 1;
+		audit_fds[spec.n_net_audit_fds++] = log_fd;
 	}
+	if (wr >= 0)
+		audit_fds[spec.n_net_audit_fds++] = wr;
 	if (o->forward_signals && forward_claim(err) < 0)
 		return -1;
 	/* The sandbox inherits 0-2: put the requested fds there for the clone
@@ -199,6 +245,9 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 	}
 	if (r == 0)
 		r = jail_start(&j, &spec, err);
+	/* Only the proxy keeps the write end: EOF once it is gone. */
+	closep(&wr);
+	wr = -1;
 	for (int i = 0; i < 3; i++) {
 		if (saved[i] >= 0) {
 			(void)dup2(saved[i], i);
@@ -219,12 +268,13 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 			forward_start(j.pid, j.pidfd);
 		struct nsbox_err we = { 0 };
 
-		if (jail_wait(&j, NULL, err) < 0 && o->warn)
+		if (jail_wait_with(&j, NULL, ra->a.fd, audit_drain, ra, err) < 0 && o->warn)
 			o->warn(o->warn_ctx, err->msg);
 		if (o->forward_signals)
 			forward_stop();
 		if (jail_sync_workspace(&j, &we) < 0 && o->warn)
 			o->warn(o->warn_ctx, we.msg);
+		(void)audit_drain(ra);
 		jail_destroy(&j);
 	} else if (o->forward_signals) {
 		forward_stop();
@@ -236,16 +286,23 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 	return 0;
 }
 
-static int run_helper(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o,
-		      struct run_result *res, struct nsbox_err *err)
+static int run_helper(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o, struct run_audit *ra,
+		      int audit_wr, struct run_result *res, struct nsbox_err *err)
 {
+	/* The audit pipe's write end: ours until the proxy has it. */
+	_cleanup_close_ int wr = audit_wr;
 	int std[3] = { 0, 1, 2 }, devnull = -1;
 	struct helper_sandbox sb = { .pidfd = -1 };
 	struct nsbox_err e2 = { 0 };
 	unsigned long long deadline = 0;
 	bool timed_out = false;
-	int r;
+	int r, audit_fds[EGRESS_AUDIT_FDS];
+	size_t n_audit = 0;
 
+	if (o->net_log_fd >= 0)
+		audit_fds[n_audit++] = o->net_log_fd;
+	if (wr >= 0)
+		audit_fds[n_audit++] = wr;
 	/* The caller's 0-2 by default; one the caller has closed (a daemon)
 	 * becomes /dev/null, as it would be for a fresh process. */
 	if (!o->stdio)
@@ -260,7 +317,11 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 			close(devnull);
 		return -1;
 	}
-	r = helper_run(p, argv, o->stdio ? o->stdio : std, o->net_log_fd, o->warn, o->warn_ctx, &sb, &res->st, err);
+	r = helper_run(p, argv, o->stdio ? o->stdio : std, audit_fds, n_audit, o->warn, o->warn_ctx, &sb, &res->st,
+		       err);
+	/* Only the proxy keeps the write end: EOF once it is gone. */
+	closep(&wr);
+	wr = -1;
 	if (devnull >= 0)
 		close(devnull);
 	if (r <= 0 && o->forward_signals)
@@ -277,7 +338,7 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 	if (p->time_limit > 0)
 		deadline = now_ns() + (unsigned long long)(p->time_limit * 1e9);
 	for (;;) {
-		struct pollfd pf = { sb.pidfd, POLLIN, 0 };
+		struct pollfd pf[2] = { { sb.pidfd, POLLIN, 0 }, { ra->a.fd >= 0 && !ra->a.eof ? ra->a.fd : -1, POLLIN, 0 } };
 		int ms = -1, k;
 
 		if (deadline) {
@@ -292,8 +353,10 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 			ms = deadline - now > 1000000000ull * 1000000ull ? 1000000000
 									 : (int)((deadline - now + 999999) / 1000000);
 		}
-		k = poll(&pf, 1, ms);
-		if (k > 0)
+		k = poll(pf, 2, ms);
+		if (k > 0 && pf[1].revents)
+			(void)audit_drain(ra);
+		if (k > 0 && pf[0].revents)
 			break;
 		if (k < 0 && errno != EINTR) {
 			if (o->warn)
@@ -304,6 +367,7 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 	}
 	if (o->forward_signals)
 		forward_stop();
+	(void)audit_drain(ra);
 	if (helper_destroy(&sb, &res->st, &e2) < 0 && o->warn)
 		o->warn(o->warn_ctx, e2.msg);
 	if (timed_out)
@@ -314,14 +378,22 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 int run_command(const struct nsbox_policy *p, char *const argv[], const struct run_opts *o, struct run_result *res,
 		struct nsbox_err *err)
 {
-	int r;
+	struct run_audit ra = { .a.fd = -1, .o = o };
+	int r, audit_wr = -1;
 
 	memset(res, 0, sizeof(*res));
 	if (!argv || !argv[0])
 		return err_set(err, EINVAL, "no command given");
 	if (policy_validate(p, err) < 0)
 		return -1;
-	r = o->in_process ? run_here(p, argv, o, res, err) : run_helper(p, argv, o, res, err);
+	if (o->net_audit && p->n_net_allow && !p->share_net) {
+		if (netaudit_open(&ra.a, o->net_audit, o->net_audit_ctx, &audit_wr, err) < 0)
+			return err_step(err, "egress");
+	}
+	r = o->in_process ? run_here(p, argv, o, &ra, audit_wr, res, err)
+			  : run_helper(p, argv, o, &ra, audit_wr, res, err);
+	/* Every record before we return (the proxy is gone by now). */
+	audit_finish(&ra);
 	if (r < 0)
 		return -1;
 	res->exit_code = jail_exit_code(&res->st);

@@ -6,6 +6,7 @@
 #define NSBOX_RUN_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "error.h"
 #include "jail.h"
@@ -19,6 +20,11 @@ struct run_opts {
 	bool in_process;	/* jail_start here: the caller must be single-threaded */
 	bool controlling_tty;	/* stdin becomes the command's controlling tty (in_process) */
 	int net_log_fd;		/* the egress proxy's audit lines go here too (jail_spec.net_audit_fds); -1: none */
+	/* Each audit record (netaudit.h), on the calling thread while it waits
+	 * for the sandbox, all of them before run_command returns; NULL: none
+	 * (or no Allow= rule: nothing to audit). */
+	void (*net_audit)(void *ctx, const char *record, size_t len);
+	void *net_audit_ctx;
 };
 
 struct run_result {

@@ -116,7 +116,6 @@ static void audit_finish(struct nsbox_session *s)
 static int audit_setup(struct nsbox_session *s, int fds[EGRESS_AUDIT_FDS], size_t *n, int *wr, struct nsbox_err *err)
 {
 	const struct nsbox_policy *p = s->o.policy;
-	int pp[2];
 
 	*n = 0;
 	*wr = -1;
@@ -130,22 +129,9 @@ static int audit_setup(struct nsbox_session *s, int fds[EGRESS_AUDIT_FDS], size_
 	s->audit = calloc(1, sizeof(*s->audit));
 	if (!s->audit)
 		return err_set(err, ENOMEM, "session");
-	s->audit->fd = -1;
-	if (pipe2(pp, O_CLOEXEC) < 0)
-		return err_sys(err, "pipe for the network audit");
-	/* Room for the records of the tunnels the sandbox's end closes, written
-	 * while we stop it; where the limit refuses, the default 64 KiB. */
-	(void)fcntl(pp[1], F_SETPIPE_SZ, NETAUDIT_PIPE_SIZE);
-	if (fcntl(pp[0], F_SETFL, O_NONBLOCK) < 0) {
-		err_sys(err, "fcntl");
-		close(pp[0]);
-		close(pp[1]);
+	if (netaudit_open(s->audit, s->o.net_audit, s->o.net_audit_ctx, wr, err) < 0)
 		return -1;
-	}
-	s->audit->fd = pp[0];
-	s->audit->fn = s->o.net_audit;
-	s->audit->ctx = s->o.net_audit_ctx;
-	fds[(*n)++] = *wr = pp[1];
+	fds[(*n)++] = *wr;
 	return 0;
 }
 

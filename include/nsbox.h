@@ -564,6 +564,16 @@ struct nsbox_run_opts {
 	 * while it is full, the command's network waits.  -EBADF when it is
 	 * not an open descriptor. */
 	const int *net_log_fd;
+	/* (since 0.5.0) With a [Network] Allow= rule, each audit record (as
+	 * nsbox_session_opts.net_audit: one per connection or DNS query, as
+	 * it ends) is passed to net_audit on the thread that called
+	 * nsbox_run, while it waits for the command; every record the proxy
+	 * wrote has been delivered when nsbox_run returns (records still
+	 * coming a second after the sandbox's end are dropped, with a
+	 * warning).  Must not call nsbox_run.  May be NULL; with net_log_fd
+	 * too, both get every record. */
+	nsbox_net_audit_fn net_audit;
+	void *net_audit_userdata;
 };
 
 struct nsbox_run_status {

@@ -112,6 +112,10 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 /* Wait for the sandbox to end, enforcing the policy's time limit (from
  * jail_start).  Fills *st.  Returns 0, or -1 on an internal error. */
 int jail_wait(struct jail *j, struct jail_status *st, struct nsbox_err *err);
+/* jail_wait, also calling on_fd(ctx) on this thread whenever fd (>= 0) is
+ * readable, until on_fd returns false (fd is then no longer watched). */
+int jail_wait_with(struct jail *j, struct jail_status *st, int fd, bool (*on_fd)(void *ctx), void *ctx,
+		   struct nsbox_err *err);
 
 /* Non-blocking: if pid 1 has exited, reap, fill j->status and return 1;
  * 0 if still running; -1 on error. */

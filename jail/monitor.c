@@ -89,10 +89,19 @@ int jail_try_reap(struct jail *j, struct nsbox_err *err)
 
 int jail_wait(struct jail *j, struct jail_status *st, struct nsbox_err *err)
 {
+	return jail_wait_with(j, st, -1, NULL, NULL, err);
+}
+
+int jail_wait_with(struct jail *j, struct jail_status *st, int fd, bool (*on_fd)(void *ctx), void *ctx,
+		   struct nsbox_err *err)
+{
 	unsigned long long deadline = j->time_limit > 0 ? j->start_ns + (unsigned long long)(j->time_limit * 1e9) : 0;
 
 	while (!j->reaped) {
-		struct pollfd pfd[2] = { { .fd = j->pidfd, .events = POLLIN }, { .fd = j->sync_fd, .events = POLLIN } };
+		/* A negative fd is ignored by poll(2). */
+		struct pollfd pfd[3] = { { .fd = j->pidfd, .events = POLLIN },
+					 { .fd = j->sync_fd, .events = POLLIN },
+					 { .fd = on_fd ? fd : -1, .events = POLLIN } };
 		int timeout = -1;
 
 		if (deadline && !j->status.time_limit) {
@@ -105,11 +114,13 @@ int jail_wait(struct jail *j, struct jail_status *st, struct nsbox_err *err)
 			unsigned long long ms = (deadline - now + 999999) / 1000000;
 			timeout = ms > 1000000000ULL ? 1000000000 : (int)ms;
 		}
-		int n = poll(pfd, j->sync_fd >= 0 ? 2 : 1, timeout);
+		int n = poll(pfd, 3, timeout);
 		if (n < 0 && errno != EINTR)
 			return err_sys(err, "poll");
 		if (n <= 0)
 			continue;
+		if (pfd[2].revents && !on_fd(ctx))
+			fd = -1;
 		if (pfd[1].revents)
 			read_sync(j);
 		if (pfd[0].revents && reap(j, 0) < 0)

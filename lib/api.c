@@ -1401,6 +1401,8 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 			return fail(err, -EBADF, "nsbox_run: net_log_fd (fd %d) is not an open fd", *o.net_log_fd);
 		ro.net_log_fd = *o.net_log_fd;
 	}
+	ro.net_audit = o.net_audit;
+	ro.net_audit_ctx = o.net_audit_userdata;
 	if (o.controlling_tty && !o.in_process)
 		return fail(err, -EINVAL, "nsbox_run: controlling_tty needs in_process");
 	if (o.controlling_tty && (o.stdio ? !isatty(o.stdio[0]) : !isatty(0)))

@@ -18,6 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1374,6 +1377,164 @@ static void test_run(nsbox_policy_t *p, bool in_process)
 
 /* Review findings: a bad request must never take the helper (and every
  * other session of the process) down, nor close the caller's own fds. */
+/* ---- nsbox_run_opts.net_audit: the egress audit as a callback ---- */
+
+/* An HTTP upstream on the host's 127.0.0.2 (named by an explicit rule, so
+ * the proxy may reach it), in a child process: answers one request. */
+struct upstream {
+	int fd, port, served;
+};
+
+static void upstream_serve(struct upstream *u)
+{
+	struct pollfd pf = { u->fd, POLLIN, 0 };
+	char buf[4096];
+	size_t have = 0;
+	int c;
+
+	if (poll(&pf, 1, 30000) != 1 || (c = accept4(u->fd, NULL, NULL, SOCK_CLOEXEC)) < 0)
+		return;
+	while (have < sizeof(buf) - 1) {
+		ssize_t n = read(c, buf + have, sizeof(buf) - 1 - have);
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = '\0';
+		if (strstr(buf, "\r\n\r\n")) {
+			static const char reply[] = "HTTP/1.0 200 OK\r\nContent-Length: 9\r\n\r\nupstream\n";
+
+			if (write(c, reply, sizeof(reply) - 1) == (ssize_t)sizeof(reply) - 1)
+				u->served++;
+			break;
+		}
+	}
+	close(c);
+}
+
+struct audit_seen {
+	pthread_t caller;
+	int n, other_thread, allowed, denied_http, denied_dns, bad_len;
+	char denied_reason[128];
+};
+
+static void on_audit(void *ud, const char *rec, size_t len)
+{
+	struct audit_seen *a = ud;
+	const char *r;
+
+	a->n++;
+	if (!pthread_equal(pthread_self(), a->caller))
+		a->other_thread++;
+	if (strlen(rec) != len || rec[0] != '{' || rec[len - 1] != '}')
+		a->bad_len++;
+	if (strstr(rec, "\"kind\":\"http\"") && strstr(rec, "\"host\":\"127.0.0.2\"") &&
+	    strstr(rec, "\"decision\":\"allow\""))
+		a->allowed++;
+	if (strstr(rec, "\"host\":\"denied.example\"") && strstr(rec, "\"decision\":\"deny\"")) {
+		if (strstr(rec, "\"kind\":\"dns\""))
+			a->denied_dns++;
+		if (strstr(rec, "\"kind\":\"http\"")) {
+			a->denied_http++;
+			if ((r = strstr(rec, "\"reason\":\"")))
+				snprintf(a->denied_reason, sizeof(a->denied_reason), "%.*s",
+					 (int)strcspn(r + 10, "\""), r + 10);
+		}
+	}
+}
+
+static void test_run_net_audit(bool in_process)
+{
+	const char *tag = in_process ? "run net_audit in-process" : "run net_audit via helper";
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(0x7f000002) };
+	socklen_t sl = sizeof(sa);
+	struct upstream u = { .fd = -1 };
+	struct audit_seen a = { .caller = pthread_self() };
+	struct nsbox_run_status st = { .struct_size = sizeof(st) };
+	nsbox_policy_t *p = NULL;
+	nsbox_error_t *e = NULL;
+	pid_t up;
+	char rule[64], code[1024];
+	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC), logp[2] = { -1, -1 }, log_fd, r, ws = 0;
+	char lines[8192];
+	size_t have = 0;
+	ssize_t k;
+
+	u.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (devnull < 0 || u.fd < 0 || bind(u.fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(u.fd, 4) < 0 ||
+	    getsockname(u.fd, (struct sockaddr *)&sa, &sl) < 0 || pipe2(logp, O_CLOEXEC) < 0) {
+		ok(0, "%s: upstream on 127.0.0.2 (%s)", tag, strerror(errno));
+		return;
+	}
+	u.port = ntohs(sa.sin_port);
+	log_fd = logp[1];
+	snprintf(rule, sizeof(rule), "127.0.0.2:%d", u.port);
+	CHECK(nsbox_policy_new(NULL, &p, &e) == 0 && nsbox_policy_set(p, "Network", "Allow", rule, &e) == 0,
+	      "%s: policy with Allow=%s (%s)", tag, rule, emsg(e));
+	clear(&e);
+	/* Inside: the allowed fetch through HTTP_PROXY, and a name off the
+	 * list at the DNS stub and at the proxy (403). */
+	snprintf(code, sizeof(code),
+		 "import socket, sys, urllib.request, urllib.error\n"
+		 "b = urllib.request.urlopen('http://127.0.0.2:%d/', timeout=10).read()\n"
+		 "try:\n    socket.getaddrinfo('denied.example', 80)\n    sys.exit(3)\n"
+		 "except socket.gaierror:\n    pass\n"
+		 "try:\n    urllib.request.urlopen('http://denied.example/', timeout=10)\n    sys.exit(4)\n"
+		 "except urllib.error.HTTPError as e:\n    sys.exit(0 if b == b'upstream\\n' and e.code == 403 else 5)\n",
+		 u.port);
+	/* A process, not a thread: in_process wants a single-threaded caller. */
+	up = fork();
+	if (up == 0) {
+		upstream_serve(&u);
+		_exit(u.served == 1 ? 0 : 1);
+	}
+	{
+		char *argv[] = { "/usr/bin/python3.11", "-c", code, NULL };
+		struct nsbox_run_opts o = { .struct_size = sizeof(o),
+					    .stdio = (const int[3]){ devnull, devnull, devnull },
+					    .in_process = in_process,
+					    .net_log_fd = &log_fd,
+					    .net_audit = on_audit,
+					    .net_audit_userdata = &a };
+
+		r = nsbox_run(p, argv, &o, &st, &e);
+	}
+	/* The upstream ends after one request; if none came, the shutdown
+	 * ends its wait. */
+	shutdown(u.fd, SHUT_RDWR);
+	while (up > 0 && waitpid(up, &ws, 0) < 0 && errno == EINTR)
+		;
+	u.served = up > 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0;
+	close(u.fd);
+	close(logp[1]);
+	while (have + 1 < sizeof(lines) && (k = read(logp[0], lines + have, sizeof(lines) - 1 - have)) > 0)
+		have += (size_t)k;
+	lines[have] = '\0';
+	close(logp[0]);
+	CHECK(r == 0 && st.exit_code == 0, "%s: the command fetched and was refused as expected (r %d, exit %d, %s)",
+	      tag, r, st.exit_code, emsg(e));
+	clear(&e);
+	CHECK(u.served == 1, "%s: the upstream served the allowed request (%d)", tag, u.served);
+	CHECK(a.allowed == 1, "%s: one allow record for the fetch (%d)", tag, a.allowed);
+	CHECK(a.denied_dns >= 1 && a.denied_http == 1, "%s: deny records at the DNS stub (%d) and the proxy (%d)", tag,
+	      a.denied_dns, a.denied_http);
+	CHECK(!strcmp(a.denied_reason, "name not on the allowlist"), "%s: the denial's reason (%s)", tag,
+	      a.denied_reason);
+	CHECK(a.other_thread == 0 && a.bad_len == 0, "%s: every record on the calling thread, whole (%d, %d)", tag,
+	      a.other_thread, a.bad_len);
+	{
+		/* net_log_fd got the same records as the callback. */
+		int n = 0;
+
+		for (char *l = lines; (l = strchr(l, '\n')); l++)
+			n++;
+		CHECK(n == a.n && a.n >= 3, "%s: net_log_fd has as many lines as the callback got (%d, %d)", tag, n,
+		      a.n);
+	}
+	nsbox_policy_free(p);
+	close(devnull);
+}
+
 static void test_run_bad_requests(nsbox_policy_t *p)
 {
 	char *truecmd[] = { "/bin/true", NULL };
@@ -2005,6 +2166,9 @@ int main(int argc, char **argv)
 			pthread_join(t, NULL);
 	}
 	test_run_bad_requests(p);
+	if (!under_valgrind())
+		test_run_net_audit(true);
+	test_run_net_audit(false);
 	test_comma_locale(p);
 	test_session_basics(p, false, "template");
 	test_session_extras(p);
