@@ -98,6 +98,8 @@ class RunOpts(Structure):
         ("in_process", c_bool),
         ("controlling_tty", c_bool),  # 0.5.0
         ("net_log_fd", POINTER(c_int)),  # 0.5.0: NULL, or the egress audit's descriptor
+        ("net_audit", NET_AUDIT_FN),     # 0.5.0
+        ("net_audit_userdata", c_void_p),
     ]
 
 

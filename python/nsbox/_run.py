@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import collections
+import ctypes
+import errno as _errno
+import json
 import os
-from typing import IO, Any, Callable, Dict, Optional, Sequence, Union
+from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Union
 from ctypes import POINTER, byref, c_char_p, c_int, c_void_p, cast, sizeof
 
 from . import _lib
 from . import _policy
+from .errors import SandboxError
 
 __all__ = ["run", "RunResult"]
 
@@ -85,7 +89,11 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
         cpus: Optional[float] = None, workspace: Optional[Union[str, "os.PathLike[str]"]] = None,
         share_net: bool = False, stdin: _Stream = None, stdout: _Stream = None, stderr: _Stream = None,
         forward_signals: bool = False, on_warning: Optional[Callable[[str], Any]] = None,
-        workspace_size: Optional[Union[int, str]] = None) -> RunResult:
+        workspace_size: Optional[Union[int, str]] = None, allow_net: Optional[List[str]] = None,
+        net_log: Optional[Union[str, "os.PathLike[str]"]] = None,
+        on_net_request: Optional[Callable[[Dict[str, Any]], Any]] = None,
+        net_max_bytes_out: Optional[Union[int, str]] = None, net_max_bytes_in: Optional[Union[int, str]] = None,
+        net_max_connections: Optional[int] = None) -> RunResult:
     """Run a command in a new sandbox, wait for it and return a RunResult.
 
     argv:        the command, a list of str/bytes/paths; argv[0] is searched
@@ -104,6 +112,14 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
                  when the command has ended.
     on_warning:  fn(message) for the jail's warnings; None issues them as
                  nsbox.SandboxWarning.
+    allow_net, net_log, net_max_bytes_out, net_max_bytes_in,
+    net_max_connections: the egress allowlist and its audit log and
+                 limits, as for Sandbox.
+    on_net_request: fn(record) called with each audit record as a dict (as
+                 for Sandbox), on this thread while the command runs; every
+                 record has been delivered when run() returns.  What it
+                 raises first is raised when run() returns (the command has
+                 ended by then); later records still reach it.
 
     Returns whenever the command was started, whatever became of it
     (limit kills and a command that could not be executed included).
@@ -116,13 +132,30 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
     if not args:
         raise ValueError("argv is empty")
     timeout = _policy.check_timeout(timeout)
+    if on_net_request is not None and not callable(on_net_request):
+        raise TypeError("on_net_request must be callable, not %r" % (on_net_request,))
     sink = _policy.WarnSink(on_warning)
     fds = None
     if stdin is not None or stdout is not None or stderr is not None:
         fds = (c_int * 3)(_fd(stdin, 0, "stdin"), _fd(stdout, 1, "stdout"), _fd(stderr, 2, "stderr"))
     lib = _lib.load()
+    if on_net_request is not None and not _lib.has_net_audit:
+        raise SandboxError("%s is too old for on_net_request (it lacks the network audit callback)"
+                           % _lib.library_path, _errno.ENOSYS)
+    net = dict(allow_net=allow_net, net_log=net_log, max_bytes_out=net_max_bytes_out,
+               max_bytes_in=net_max_bytes_in, max_connections=net_max_connections)
     p = _policy.new_policy(lib, policy, memory=memory, pids=pids, cpus=cpus, workspace=workspace,
-                           share_net=share_net, time_limit=timeout, workspace_size=workspace_size)
+                           share_net=share_net, time_limit=timeout, workspace_size=workspace_size,
+                           net={k: v for k, v in net.items() if v is not None})
+    net_errors = []
+
+    def on_record(userdata, record, length):
+        # Nothing may propagate into C: kept, raised once nsbox_run returns.
+        try:
+            on_net_request(json.loads(ctypes.string_at(record, length)))
+        except BaseException as e:  # noqa: B036 (KeyboardInterrupt too: re-raised after the call)
+            net_errors.append(e)
+
     try:
         cargv = (c_char_p * (len(args) + 1))(*args)
         warn_cb = _lib.WARN_FN(sink)
@@ -130,6 +163,9 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
         # so in_process (a clone from this process) is never used.
         opts = _lib.RunOpts(struct_size=sizeof(_lib.RunOpts), warn=warn_cb,
                             forward_signals=bool(forward_signals), in_process=False)
+        if on_net_request is not None:
+            net_cb = _lib.NET_AUDIT_FN(on_record)
+            opts.net_audit = net_cb
         if fds is not None:
             opts.stdio = cast(fds, POINTER(c_int))
         st = _lib.RunStatus(struct_size=sizeof(_lib.RunStatus))
@@ -145,6 +181,8 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
             e.__context__ = w
         raise e
     sink.flush()
+    if net_errors:
+        raise net_errors[0]
     exited = bool(st.exited)
     return RunResult(
         exit_code=st.exit_code, exited=exited,

@@ -462,6 +462,84 @@ def test_run_net_log_fd(upstream, in_process):  # noqa: F811
     assert len(allow) == 1 and allow[0]["bytes_in"] > 20, out["lines"]
 
 
+# nsbox.run()'s on_net_request (nsbox_run_opts.net_audit, through the
+# helper): an allowed fetch, a name off the list at the DNS stub and at the
+# proxy, and a tunnel still open when the command ends, whose record is
+# written as the proxy stops: all delivered before run() returns, on the
+# calling thread, and the same as the net_log file's lines.
+RUN_CB = r"""
+import threading
+recs = []
+me = threading.get_ident()
+def on_rec(r):
+    r["same_thread"] = threading.get_ident() == me
+    recs.append(r)
+code = '''
+import socket, sys, urllib.request, urllib.error
+assert urllib.request.urlopen("http://%(up)s:%(port)d/", timeout=10).read() == b"hello from upstream\\n"
+try:
+    socket.getaddrinfo("denied.example", 80)
+    sys.exit(3)
+except socket.gaierror:
+    pass
+try:
+    urllib.request.urlopen("http://denied.example/", timeout=10)
+    sys.exit(4)
+except urllib.error.HTTPError as e:
+    assert e.code == 403, e.code
+    print(e.headers.get("X-Nsbox-Deny", ""))
+c = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+c.sendall(b"CONNECT %(up)s:%(hold)d HTTP/1.1\\r\\n\\r\\nhello")
+assert c.recv(100).startswith(b"HTTP/1.1 200")
+''' % A
+r, w = os.pipe()
+res = nsbox.run(["/usr/bin/python3.11", "-c", code], allow_net=A["rules"], net_log=A["log"],
+                on_net_request=on_rec, stdout=w, timeout=60)
+os.close(w)
+with os.fdopen(r) as f:
+    OUT["stdout"] = f.read()
+OUT["exit"] = res.exit_code
+OUT["recs"] = recs
+def boom(r):
+    raise ValueError("audit consumer failed")
+try:
+    nsbox.run(["/usr/bin/python3.11", "-c", "import socket\ntry:\n socket.getaddrinfo('x.denied', 80)\nexcept OSError:\n pass"],
+              allow_net=A["rules"], on_net_request=boom)
+    OUT["raised"] = "returned"
+except ValueError as e:
+    OUT["raised"] = str(e)
+for bad in ("x", 1):
+    try:
+        nsbox.run(["/bin/true"], allow_net=A["rules"], on_net_request=bad)
+        OUT.setdefault("bad", []).append("accepted")
+    except TypeError as e:
+        OUT.setdefault("bad", []).append(str(e))
+"""
+
+
+def test_sdk_run_on_net_request(upstream, tmp_path):  # noqa: F811
+    log = str(tmp_path / "run.jsonl")
+    with holding_server() as hold:
+        out = child(RUN_CB, rules=[f"{UP}:{upstream}", f"{UP}:{hold}"], log=log, up=UP, port=upstream,
+                    hold=hold)
+    assert out["exit"] == 0, out
+    assert out["stdout"] == "name not on the allowlist\n", out["stdout"]
+    recs = out["recs"]
+    assert all(r.pop("same_thread") for r in recs), recs
+    got = [(r["kind"], r["host"], r["decision"], r["reason"]) for r in recs]
+    assert ("dns", "denied.example", "deny", "name not on the allowlist") in got
+    assert ("http", "denied.example", "deny", "name not on the allowlist") in got
+    allow = [r for r in recs if r["kind"] == "http" and r["decision"] == "allow"]
+    assert len(allow) == 1 and allow[0]["port"] == upstream and allow[0]["bytes_in"] > 20, recs
+    # Written as the proxy stopped, after the command's end: still delivered.
+    tun = [r for r in recs if r["kind"] == "connect"]
+    assert len(tun) == 1 and tun[0]["reason"] == "the sandbox ended" and tun[0]["bytes_out"] == 5, recs
+    with open(log) as f:
+        assert [json.loads(line) for line in f] == recs
+    assert out["raised"] == "audit consumer failed"
+    assert [b.startswith("on_net_request must be callable") for b in out["bad"]] == [True, True], out["bad"]
+
+
 BAD = r'''
 for rules in (["exa mple.com"], ["*.*.example.com"], "pypi.org"):
     try:
