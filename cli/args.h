@@ -34,6 +34,13 @@ int args_unknown_option(const char *cmd, const char *arg, const char *const *ext
  * -1 with err naming the word. */
 int args_check_command(const char *command, struct cli_err *err);
 
+/* Whether nsbox_policy_check()'s failure (r, e) is one to leave to nsboxd
+ * ($NSBOX_CONNECT set): a RootFS=NAME this host has not built (-ENOENT in
+ * the step "rootfs"), which the service resolves among its own builds.
+ * Anything else, a missing workspace or bind source included, is the
+ * caller's to report here, as without the service. */
+bool args_left_to_service(int r, const nsbox_error_t *e);
+
 /* Help text for the jail options. */
 extern const char args_jail_help[];
 

@@ -96,10 +96,12 @@ def check_policy(lib, p, remote=False):
     """What nsbox_session_new() and nsbox_run() would refuse about the policy
     as a whole, raised as PolicyError before anything starts.  remote: the
     sandbox comes from nsboxd, which resolves a tree's name among its own
-    builds (this host need not have it: ENOENT is the service's to say)."""
+    builds: this host need not have it, so a tree that is not built here
+    (ENOENT in the step "rootfs") is the service's to say, and only that.
+    A missing workspace or bind source is refused here either way."""
     err = c_void_p()
     rc = lib.nsbox_policy_check(p, byref(err))
-    if remote and rc == -_errno.ENOENT:
+    if remote and rc == -_errno.ENOENT and lib.nsbox_error_step(err) == b"rootfs":
         lib.nsbox_error_free(err)
         return
     _lib.check(rc, err, "policy", PolicyError)

@@ -1,6 +1,7 @@
 """nsboxd(8): the service, by hand (--listen) and socket-activated, through
 the CLI, the SDK and a raw client (svcclient.py) that can also misbehave.
 Every test checks from the host that what the service made is gone."""
+import errno
 import json
 import os
 import pathlib
@@ -1210,3 +1211,46 @@ def test_built_tree_through_service(daemon, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 125 and "ran" not in p.stdout, p.stderr
     assert "names a tree built on the service's host" in p.stderr, p.stderr
+
+
+def test_missing_workspace_or_bind_refused_alike_through_service(daemon, tmp_path):
+    """A policy naming a workspace or bind source that does not exist is
+    refused by the client's own policy check, before anything starts, with
+    the same message naming the path and the same status (120) with and
+    without $NSBOX_CONNECT, by the CLI, nsbox mcp and the SDK.  Only a
+    RootFS=NAME this host has not built is left to the service."""
+    sdk = ("import json, sys, nsbox\nout = []\nfor pol in sys.argv[1:]:\n"
+           "    try:\n        nsbox.Sandbox(policy=pol).close()\n        out.append(None)\n"
+           "    except nsbox.PolicyError as e:\n        out.append([e.errno, str(e)])\nprint(json.dumps(out))\n")
+    pols, wants = [], []
+    for key in ("Workspace", "Bind", "ReadOnlyBind"):
+        path = tmp_path / ("no-" + key)
+        pol = tmp_path / (key + ".conf")
+        pol.write_text("[Filesystem]\n%s=%s%s\n" % (key, path, "" if key == "Workspace" else ":/mnt"))
+        pols.append(str(pol))
+        wants.append("[Filesystem] %s=%s: No such file or directory" % (key, path))
+    seen = {}
+    for via in ("", daemon.sock):
+        env = dict(os.environ, NSBOX_CONNECT=via)
+        for pol, want in zip(pols, wants):
+            for cmd in (["python", "--policy", pol, "-c", "print('ran')"], ["mcp", "--policy", pol]):
+                p = subprocess.run([NSBOX, *cmd], capture_output=True, text=True, timeout=60, env=env,
+                                   stdin=subprocess.DEVNULL)
+                assert p.returncode == 120 and "ran" not in p.stdout, (via, cmd, p.returncode, p.stderr)
+                assert p.stderr == "nsbox %s: %s\n" % (cmd[0], want), (via, p.stderr)
+        r = subprocess.run([sys.executable, "-c", sdk, *pols], capture_output=True, text=True, timeout=120,
+                           env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"),
+                                       NSBOX_CONNECT=via))
+        assert r.returncode == 0, r.stderr
+        seen[via] = json.loads(r.stdout)
+        assert seen[via] == [[errno.ENOENT, w] for w in wants], (via, seen[via])
+    # A tree's name this host has not built still goes to the service,
+    # which says so itself (without the service it is refused here).
+    empty = tmp_path / "client-cache"
+    empty.mkdir()
+    for via, rc, where in (("", 120, "nsbox python: setup step 'rootfs' failed: "),
+                           (daemon.sock, 125, "setup step 'nsboxd' failed: nsboxd: setup step 'rootfs' failed: ")):
+        p = subprocess.run([NSBOX, "python", "--rootfs", "nosuchtree", "-c", "print('ran')"], capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, NSBOX_CONNECT=via,
+                                                           NSBOX_ROOTFS_CACHE=str(empty)))
+        assert p.returncode == rc and where in p.stderr and "'nosuchtree' is not built" in p.stderr, (via, p.stderr)
