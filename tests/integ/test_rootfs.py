@@ -497,6 +497,49 @@ def test_remove_refuses_a_tree_in_use(tmp_path):
     assert [n for n in os.listdir(cache) if n.startswith(".")] == []
 
 
+def _in_use(env, d):
+    """The IN USE column of `nsbox rootfs list` for the build directory d."""
+    p = nsbox("rootfs", "list", env=env)
+    assert p.returncode == 0, p.stderr
+    head = p.stdout.splitlines()[0]
+    assert head.split() == ["NAME", "HASH", "SIZE", "BUILT", "IN", "USE", "DIRECTORY"], head
+    rows = [l.split() for l in p.stdout.splitlines() if str(d) in l.split()]
+    assert len(rows) == 1, p.stdout
+    return rows[0][4]
+
+
+@needs_x86_64
+def test_list_shows_builds_in_use(tmp_path):
+    """list probes each build's lock file (F_OFD_GETLK, no lock taken): a
+    running sandbox's read lock is "yes", remove's write lock "removing",
+    none "no"; a build without a lock file can't be told ("unknown")."""
+    cache = tmp_path / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    old = _runnable_build(cache, "small", "00000000000000aa", lock=False)
+    _make_current(cache, "small", cur)
+    env = _rm_env(cache)
+    assert _in_use(env, cur) == "no" and _in_use(env, old) == "unknown"
+    sb = subprocess.Popen([NSBOX, "run", "--rootfs", "small", "--", "sh", "-c", "echo ready; read x"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert sb.stdout.readline() == "ready\n", sb.stderr.read()
+        assert _in_use(env, cur) == "yes"
+        # The probe took no lock: remove still sees only the sandbox's.
+        p = nsbox("rootfs", "remove", cur.name, env=env)
+        assert p.returncode == 122 and "in use by a running sandbox" in p.stderr, (p.returncode, p.stderr)
+    finally:
+        sb.communicate("\n", timeout=30)
+    assert sb.returncode == 0
+    assert _in_use(env, cur) == "no"
+    fd = os.open(cur / "lock", os.O_RDWR)
+    try:
+        _ofd_lock(fd, fcntl.F_WRLCK)  # what remove holds
+        assert _in_use(env, cur) == "removing"
+    finally:
+        os.close(fd)
+    assert _in_use(env, cur) == "no"
+
+
 @needs_x86_64
 def test_sandbox_refuses_a_tree_being_removed(tmp_path):
     cache = tmp_path / "cache"
