@@ -380,7 +380,7 @@ bool args_left_to_service(int r, const nsbox_error_t *e)
 	const char *svc = getenv("NSBOX_CONNECT");
 	const char *step = nsbox_error_step(e);
 
-	return r == -ENOENT && svc && *svc && step && !strcmp(step, "rootfs");
+	return r < 0 && svc && *svc && step && !strcmp(step, "rootfs");
 }
 
 int args_check_command(const char *command, struct cli_err *err)

@@ -1254,3 +1254,14 @@ def test_missing_workspace_or_bind_refused_alike_through_service(daemon, tmp_pat
                            text=True, timeout=60, env=dict(os.environ, NSBOX_CONNECT=via,
                                                            NSBOX_ROOTFS_CACHE=str(empty)))
         assert p.returncode == rc and where in p.stderr and "'nosuchtree' is not built" in p.stderr, (via, p.stderr)
+    # So does one when the client's own cache is refused as unsafe: through
+    # the service that cache plays no part.
+    spoilt = tmp_path / "anyone"
+    (spoilt / "cache").mkdir(parents=True)
+    os.chmod(spoilt, 0o777)
+    for via, rc, want in (("", 120, "the cache %s is not safe: %s is writable by others" % (spoilt / "cache", spoilt)),
+                          (daemon.sock, 125, "nsboxd: setup step 'rootfs' failed: root tree 'nosuchtree' is not built")):
+        p = subprocess.run([NSBOX, "python", "--rootfs", "nosuchtree", "-c", "print('ran')"], capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, NSBOX_CONNECT=via,
+                                                           NSBOX_ROOTFS_CACHE=str(spoilt / "cache")))
+        assert p.returncode == rc and want in p.stderr, (via, p.stderr)
