@@ -69,9 +69,10 @@ def cgroups_of(pid):
 
 
 class Daemon:
-    def __init__(self, conf="", activate=False, extra=(), user=None):
+    def __init__(self, conf="", activate=False, extra=(), user=None, wrap=()):
         """user: a uid to run nsboxd as (root only, through setpriv); its
-        directory, with the socket, is then that user's."""
+        directory, with the socket, is then that user's.  wrap: a command
+        nsboxd runs under (strace ...)."""
         self.dir = tempfile.mkdtemp(prefix="nsbxd-test-")
         os.chmod(self.dir, 0o755)
         self.sock = os.path.join(self.dir, "s.sock")
@@ -86,6 +87,7 @@ class Daemon:
         if user is not None:
             os.chown(self.dir, user, user)
             args = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *args]
+        args = [*wrap, *args]
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         # Ready when it says so: the socket exists before its group and
         # mode are set (--group, --mode), and a sanitized nsboxd is slow.
@@ -466,6 +468,71 @@ print(out)
         assert p.returncode != 0 and b"AllowShareNet=no" in p.stderr, p.stderr
     finally:
         assert d.stop() == 0
+
+
+DEPUTY_OPEN = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import svcclient
+c = svcclient.Client(sys.argv[2])
+objs = json.loads(sys.argv[3])
+fds = [os.open(path, os.O_PATH) for path, _ in objs]
+req = {"binds": [{"fd": i, "dst": dst} for i, (_, dst) in enumerate(objs) if dst != "ws"]}
+if objs[0][1] == "ws":
+    req["workspace"] = {"fd": 0}
+sb, m = c.open(fds=fds, **req)
+print(json.dumps([sb is None, m.get("error"), m.get("message")]))
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: another user's client through a group-owned socket")
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace is missing (scripts/install-deps.sh installs it)")
+def test_confused_deputy_one_check_per_open(tmp_path):
+    """nsboxd checks all of an OPEN's descriptors with the client's ids in
+    one child (one fork per OPEN, counted with strace on nsboxd's main
+    process), and says which one it refused: the first refused, in the
+    order workspace, binds, as one child per descriptor did."""
+    trace = tmp_path / "clones"
+    d = Daemon("[Service]\nAllowGroups=4242\nPoolSize=0\n[Default]\nAllowBinds=yes\n",
+               extra=("--group", "4242", "--mode", "0660"),
+               wrap=("strace", "-qq", "-e", "trace=clone,clone3,fork,vfork", "-o", str(trace)))
+    ws = tempfile.mkdtemp(prefix="nsbxd-ws-")
+    os.chown(ws, 65534, 65534)
+
+    def clones():
+        with open(trace) as f:
+            return sum(1 for line in f if line.split("(", 1)[0] in ("clone", "clone3", "fork", "vfork"))
+
+    try:
+        who = ["setpriv", "--reuid=65534", "--regid=65534", "--groups=4242"]
+        env = dict(os.environ, HOME="/tmp")
+        cases = [
+            ([["/usr/share", "/a"], ["/etc/shadow", "/b"]], "bind /b refused: uid 65534 may not read it: "),
+            ([[ws, "ws"], ["/usr/share", "/a"], ["/usr/lib", "/b"], ["/etc/shadow", "/c"]],
+             "bind /c refused: uid 65534 may not read it: "),
+            ([["/root", "ws"], ["/etc/shadow", "/a"]], "workspace refused: uid 65534 may not write it: "),
+            ([["/usr/share", "/a"], ["/etc/shadow", "/b"], ["/root", "/c"]], "bind /b refused: uid 65534 may not "),
+        ]
+        for objs, want in cases:
+            before = clones()
+            p = subprocess.run(who + [sys.executable, "-c", DEPUTY_OPEN, os.path.dirname(__file__), d.sock,
+                                      json.dumps(objs)], capture_output=True, text=True, timeout=60, env=env)
+            assert p.returncode == 0, p.stderr
+            refused, err, msg = json.loads(p.stdout)
+            assert refused and err == "EACCES" and msg.startswith(want), (objs, err, msg)
+            # strace writes a clone's line when it returns: the reply came after.
+            assert clones() - before == 1, (objs, clones() - before, open(trace).read())
+        # and what passes every check is served
+        p = subprocess.run(who + [sys.executable, "-c", DEPUTY_OPEN.replace("sb is None", "sb is not None"),
+                                  os.path.dirname(__file__), d.sock, json.dumps([[ws, "ws"], ["/usr/share", "/a"]])],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 0 and json.loads(p.stdout)[0], (p.stdout, p.stderr)
+    finally:
+        kids = open(f"/proc/{d.p.pid}/task/{d.p.pid}/children").read().split()
+        for k in kids:
+            os.kill(int(k), signal.SIGTERM)
+        assert d.stop() == 0, d.logtext()
+        shutil.rmtree(ws)
 
 
 def as_user(uid, groups=None):
