@@ -375,6 +375,14 @@ static const char *const shell_words[] = { ".",	    ":",     "break",  "cd",	"co
 					   "wait",  "if",    "for",    "while", "until",    "case",	"{",
 					   "!",	    "test",  "[",      "echo",	"printf",   "true",	"false" };
 
+bool args_left_to_service(int r, const nsbox_error_t *e)
+{
+	const char *svc = getenv("NSBOX_CONNECT");
+	const char *step = nsbox_error_step(e);
+
+	return r < 0 && svc && *svc && step && !strcmp(step, "rootfs");
+}
+
 int args_check_command(const char *command, struct cli_err *err)
 {
 	char word[PATH_MAX], cand[PATH_MAX];

@@ -34,6 +34,14 @@ int args_unknown_option(const char *cmd, const char *arg, const char *const *ext
  * -1 with err naming the word. */
 int args_check_command(const char *command, struct cli_err *err);
 
+/* Whether nsbox_policy_check()'s failure (r, e) is one to leave to nsboxd
+ * ($NSBOX_CONNECT set): resolving a RootFS=NAME in this host's caches (the
+ * step "rootfs": not built here, or a cache refused as unsafe), which the
+ * service does among its own builds instead.  Anything else, a missing
+ * workspace or bind source included, is the caller's to report here, as
+ * without the service. */
+bool args_left_to_service(int r, const nsbox_error_t *e);
+
 /* Help text for the jail options. */
 extern const char args_jail_help[];
 

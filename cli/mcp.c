@@ -2491,9 +2491,10 @@ bad_value:
 		goto out;
 	}
 	/* Through nsboxd ($NSBOX_CONNECT) a tree's name is the service's to
-	 * resolve among its own builds: this host need not have it. */
+	 * resolve among its own builds: this host need not have it.  Only that
+	 * is left to it (args_left_to_service). */
 	int checked = nsbox_policy_check(p, &e);
-	if (checked == -ENOENT && getenv("NSBOX_CONNECT") && *getenv("NSBOX_CONNECT")) {
+	if (args_left_to_service(checked, e)) {
 		nsbox_error_free(e);
 		e = NULL;
 	} else if (checked < 0) {

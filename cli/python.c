@@ -981,9 +981,9 @@ int cmd_python(int argc, char **argv)
 		}
 	}
 	/* Through nsboxd a tree's name is the service's to resolve, among its
-	 * own builds: this host need not have it (-ENOENT). */
+	 * own builds: this host need not have it.  Only that is left to it. */
 	r = nsbox_policy_check(p, &e);
-	if (r == -ENOENT && getenv("NSBOX_CONNECT") && *getenv("NSBOX_CONNECT") && !list_packages) {
+	if (!list_packages && args_left_to_service(r, e)) {
 		nsbox_error_free(e);
 		e = NULL;
 	} else if (r < 0) {

@@ -101,7 +101,13 @@ NSBOX_API int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const cha
  * check before starting), e.g. a bind destination inside a writable mount.
  * Since 0.2.0.  Errors: -EINVAL with a message saying what is wrong;
  * -ENOENT when RootFS=NAME names a root tree that is not built (since
- * 0.5.0; `nsbox rootfs build NAME` builds it). */
+ * 0.5.0; `nsbox rootfs build NAME` builds it), -EPERM when the user's
+ * cache of trees is one another user could change (its message names the
+ * directory); these errors of looking the name up have the step "rootfs"
+ * (nsbox_error_step()), and no other error of this call has that step.
+ * Since 0.5.0 also -ENOENT, -EPERM or -EINVAL (not a directory) for
+ * a workspace or bind source this process can't find, the message naming
+ * the key and the path. */
 NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
 
 /* The Debian packages the policy's root tree provides (RootFS=NAME, a

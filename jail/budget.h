@@ -48,8 +48,10 @@ void budget_probe(struct budget_host *h);
  * (CAP_SYS_RESOURCE), the host's /proc still mounted, before the payload
  * exists: write the sandbox user namespace's limits (a share of h's for
  * inotify; 0 for fanotify and for every namespace type but net, which the
- * network thread caps once it has made its own) and lower the per-user
- * rlimits to a share of pid 1's, for pid 1 and everything it forks.
+ * network thread caps once it has made its own; under Seccomp=enforce of
+ * those zeros only max_user_namespaces, budget.c says why) and lower the
+ * per-user rlimits to a share of pid 1's, for pid 1 and everything it
+ * forks.
  * Returns 0, or -1 with err set (step "budget"). */
 int budget_apply(const struct nsbox_policy *p, const struct budget_host *h, struct nsbox_err *err);
 

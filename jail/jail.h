@@ -19,9 +19,6 @@
 /* NSBOX_EXIT_*: the exit statuses, in the public header (nsbox.h). */
 #include "nsbox.h"
 
-/* Where jail_spec.exec_file is seen inside the sandbox. */
-#define JAIL_EXEC_PATH "/run/nsbox/runner"
-
 struct jail_spec {
 	const struct nsbox_policy *policy;
 	/* Exactly one of argv (execve it, PATH searched inside) or child_fn
@@ -35,12 +32,13 @@ struct jail_spec {
 	 * sandbox cannot rewrite it (runc CVE-2019-5736).  Set -1 for none. */
 	int exec_fd;
 	/* Or (argv mode, exec_fd < 0): a host file, opened by the launcher
-	 * (with its rights), that pid 1 binds read-only, nosuid and nodev at
-	 * JAIL_EXEC_PATH in the sandbox; the payload executes it from there.
-	 * Nothing is copied, and what runs inside can't rewrite the file
-	 * through /proc/self/exe (CVE-2019-5736): that path is the read-only
-	 * mount, and the sandbox can't remount it (no capabilities, seccomp).
-	 * Where pid 1 can't bind that same file (the sandbox's user can't
+	 * (with its rights), that pid 1 clones as a detached read-only,
+	 * nosuid and nodev mount of its own (open_tree), which the payload
+	 * executes and which is never attached to the sandbox's tree: no path
+	 * inside names it.  Nothing is copied, and what runs inside can't
+	 * rewrite the file through /proc/self/exe (CVE-2019-5736): the mount
+	 * is read-only, and the sandbox can't remount it (no capabilities,
+	 * seccomp).  Where pid 1 can't clone that same file (pid 1 can't
 	 * reach the path, it is on a noexec mount, or another file is there
 	 * now), pid 1 runs a sealed memfd copy of the launcher's instead.
 	 * NULL for none. */

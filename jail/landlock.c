@@ -72,6 +72,16 @@ static uint64_t fs_access_for_abi(int abi)
 	return a;
 }
 
+static bool is_memfd(int fd)
+{
+	char link[64], target[64];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, target, sizeof(target) - 1);
+	return n > 6 && !strncmp(target, "/memfd:", 7);
+}
+
 int landlock_abi(void)
 {
 	long v = syscall(__NR_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
@@ -80,34 +90,40 @@ int landlock_abi(void)
 	return v > 0 ? (int)v : 0;
 }
 
-/* Allow `access` (trimmed to what applies to the object) beneath path.
- * Returns 0, 1 when the path does not exist and missing_ok, or -1. */
-static int add_path_rule(int ruleset_fd, const char *path, uint64_t access, bool missing_ok,
-			 struct nsbox_err *err)
+/* Allow `access` (trimmed to what applies to the object) beneath fd. */
+static int add_fd_rule(int ruleset_fd, int fd, uint64_t access, const char *what, struct nsbox_err *err)
 {
-	_cleanup_close_ int fd = -1;
 	struct landlock_path_beneath_attr pb;
 	struct stat st;
 
-	fd = open(path, O_PATH | O_CLOEXEC);
-	if (fd < 0) {
-		if (missing_ok && errno == ENOENT)
-			return 1;
-		return err_sys(err, "landlock: open %s", path);
-	}
 	if (fstat(fd, &st) < 0)
-		return err_sys(err, "landlock: stat %s", path);
+		return err_sys(err, "landlock: stat %s", what);
 	if (!S_ISDIR(st.st_mode))
 		access &= ACCESS_FILE;
 	memset(&pb, 0, sizeof(pb));
 	pb.allowed_access = access;
 	pb.parent_fd = fd;
 	if (syscall(__NR_landlock_add_rule, ruleset_fd, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0)
-		return err_sys(err, "landlock: add rule for %s", path);
+		return err_sys(err, "landlock: add rule for %s", what);
 	return 0;
 }
 
-int landlock_apply(const char *const *rw_paths, size_t n_rw, enum policy_want want, int *abi_out,
+/* The same beneath path.  Returns 0, 1 when the path does not exist and
+ * missing_ok, or -1. */
+static int add_path_rule(int ruleset_fd, const char *path, uint64_t access, bool missing_ok,
+			 struct nsbox_err *err)
+{
+	_cleanup_close_ int fd = open(path, O_PATH | O_CLOEXEC);
+
+	if (fd < 0) {
+		if (missing_ok && errno == ENOENT)
+			return 1;
+		return err_sys(err, "landlock: open %s", path);
+	}
+	return add_fd_rule(ruleset_fd, fd, access, path, err);
+}
+
+int landlock_apply(const char *const *rw_paths, size_t n_rw, int exec_fd, enum policy_want want, int *abi_out,
 		   struct nsbox_err *err)
 {
 	static const char *const devs[] = { "/dev/null", "/dev/zero", "/dev/full" };
@@ -164,6 +180,12 @@ int landlock_apply(const char *const *rw_paths, size_t n_rw, enum policy_want wa
 		if (r < 0)
 			return r;
 	}
+
+	/* A memfd is on an internal mount, which Landlock never restricts
+	 * (and refuses a rule for: EBADFD). */
+	if (exec_fd >= 0 && !is_memfd(exec_fd) &&
+	    add_fd_rule(ruleset_fd, exec_fd, ACCESS_READ_EXEC, "the file to execute", err) < 0)
+		return -1;
 
 	/* landlock_restrict_self(2) requires no_new_privs (or CAP_SYS_ADMIN). */
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)

@@ -71,7 +71,8 @@ static int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
-/* Create the mount point for a bind of srcfd at dst (a path under NEWROOT). */
+/* Create the mount point for a bind of srcfd at dst (a path under NEWROOT).
+ * Most parents exist: they are made only when the first try says not. */
 static int make_mountpoint(int srcfd, const char *dst, struct nsbox_err *err)
 {
 	struct stat st;
@@ -82,18 +83,21 @@ static int make_mountpoint(int srcfd, const char *dst, struct nsbox_err *err)
 	if (fstat(srcfd, &st) < 0)
 		return err_sys(err, "stat source of %s", dst);
 	if (S_ISDIR(st.st_mode)) {
-		if (mkdir_p(dst, 0755) < 0)
+		if (mkdir(dst, 0755) < 0 && errno != EEXIST && (errno != ENOENT || mkdir_p(dst, 0755) < 0))
 			return err_sys(err, "mkdir %s", dst);
 		return 0;
 	}
-	snprintf(parent, sizeof(parent), "%s", dst);
-	slash = strrchr(parent, '/');
-	if (slash && slash != parent) {
-		*slash = '\0';
-		if (mkdir_p(parent, 0755) < 0)
-			return err_sys(err, "mkdir %s", parent);
-	}
 	fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0 && errno == ENOENT) {
+		snprintf(parent, sizeof(parent), "%s", dst);
+		slash = strrchr(parent, '/');
+		if (slash && slash != parent) {
+			*slash = '\0';
+			if (mkdir_p(parent, 0755) < 0)
+				return err_sys(err, "mkdir %s", parent);
+		}
+		fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+	}
 	if (fd < 0 && errno != EEXIST)
 		return err_sys(err, "create mount point %s", dst);
 	if (fd >= 0)
@@ -101,20 +105,55 @@ static int make_mountpoint(int srcfd, const char *dst, struct nsbox_err *err)
 	return 0;
 }
 
-/* Bind the already opened source (O_PATH fd) at dst, then apply flags to the
- * whole subtree: bind mounts ignore ro/nosuid/nodev until set again
- * (bubblewrap bind-mount.c). */
-static int bind_fd(int srcfd, const char *dst, bool rw, bool nodev, struct nsbox_err *err)
+/* Bind the already opened source (O_PATH fd) at dst, flags unset: a bind
+ * copies its source mount's (bind_fd, bind_sys set them). */
+static int bind_only(int srcfd, const char *dst, struct nsbox_err *err)
 {
 	char src[64];
-	unsigned long long attr = MOUNT_ATTR_NOSUID | (nodev ? MOUNT_ATTR_NODEV : 0) | (rw ? 0 : MOUNT_ATTR_RDONLY);
 
 	if (make_mountpoint(srcfd, dst, err) < 0)
 		return -1;
 	snprintf(src, sizeof(src), "/proc/self/fd/%d", srcfd);
 	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
 		return err_sys(err, "bind mount onto %s", dst + strlen(NEWROOT));
+	return 0;
+}
+
+/* The same, then apply flags to the whole subtree: bind mounts ignore
+ * ro/nosuid/nodev until set again (bubblewrap bind-mount.c). */
+static int bind_fd(int srcfd, const char *dst, bool rw, bool nodev, struct nsbox_err *err)
+{
+	unsigned long long attr = MOUNT_ATTR_NOSUID | (nodev ? MOUNT_ATTR_NODEV : 0) | (rw ? 0 : MOUNT_ATTR_RDONLY);
+
+	if (bind_only(srcfd, dst, err) < 0)
+		return -1;
 	return set_attr(dst, attr, true, err);
+}
+
+/* A bind of the system's (/usr, a root tree's directories, /etc's shared
+ * files): read-only, nosuid and nodev.  With batch, its flags are set by
+ * seal_system, in one call for all of them; without (a kernel with no
+ * mount_setattr), at once. */
+static int bind_sys(int srcfd, const char *dst, bool batch, struct nsbox_err *err)
+{
+	return batch ? bind_only(srcfd, dst, err) : bind_fd(srcfd, dst, false, true, err);
+}
+
+/* Every mount under the new root so far is a system bind: all read-only,
+ * nosuid and nodev in one recursive call; then the root's tmpfs writable
+ * again for the mount points still to come (it is made read-only after
+ * pivot_root). */
+static int seal_system(bool batch, struct nsbox_err *err)
+{
+	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+	struct mount_attr rw = { .attr_clr = MOUNT_ATTR_RDONLY };
+
+	if (!batch)
+		return 0;
+	if (syscall(SYS_mount_setattr, AT_FDCWD, NEWROOT, AT_RECURSIVE, &ro, sizeof(ro)) < 0 ||
+	    syscall(SYS_mount_setattr, AT_FDCWD, NEWROOT, 0, &rw, sizeof(rw)) < 0)
+		return err_sys(err, "make the system's binds read-only");
+	return 0;
 }
 
 /* The same for a detached tree the launcher cloned (open_tree), attached
@@ -169,7 +208,7 @@ static int make_etc(const struct nsbox_policy *p, struct nsbox_err *err)
 	return 0;
 }
 
-static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
+static int make_dev(const struct nsbox_policy *p, bool batch, struct nsbox_err *err)
 {
 	const char *const *nodes;
 	const struct rootfs_link *links;
@@ -178,6 +217,13 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 
 	if (mount("tmpfs", NEWROOT "/dev", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64") < 0)
 		return err_sys(err, "mount tmpfs on /dev");
+	for (size_t i = 0; i < n_links; i++) {
+		snprintf(path, sizeof(path), NEWROOT "/dev/%s", links[i].name);
+		if (symlink(links[i].target, path) < 0)
+			return err_sys(err, "symlink /dev/%s", links[i].name);
+	}
+	if (mkdir(NEWROOT "/dev/pts", 0755) < 0 || mkdir(NEWROOT "/dev/shm", 01777) < 0)
+		return err_sys(err, "mkdir /dev/pts, /dev/shm");
 	for (size_t i = 0; i < n_nodes; i++) {
 		_cleanup_close_ int fd = -1;
 		snprintf(path, sizeof(path), "/dev/%s", nodes[i]);
@@ -188,27 +234,21 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 		/* Device nodes need dev; they are the only such mounts.  Read-only
 		 * all the same: writing a device node works on a read-only mount,
 		 * but chmod and chown of the host's inode (the sandbox's user is
-		 * its owner when nsbox runs as root) fail with EROFS. */
-		if (bind_fd(fd, path, false, false, err) < 0)
+		 * its owner when nsbox runs as root) fail with EROFS.  With batch,
+		 * set below for all of them (and /dev's tmpfs) in one call. */
+		if ((batch ? bind_only(fd, path, err) : bind_fd(fd, path, false, false, err)) < 0)
 			return -1;
 	}
-	for (size_t i = 0; i < n_links; i++) {
-		snprintf(path, sizeof(path), NEWROOT "/dev/%s", links[i].name);
-		if (symlink(links[i].target, path) < 0)
-			return err_sys(err, "symlink /dev/%s", links[i].name);
-	}
+	if (batch && set_attr(NEWROOT "/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, true, err) < 0)
+		return -1;
 	/* A private devpts instance, as bubblewrap's --dev: os.openpty() and
 	 * pty users work, and no pty of the host's is reachable (/dev/ptmx is
 	 * a link into it, rootfs-table.c).  max=64: ptys come from the
 	 * host-wide kernel.pty.max, less kernel.pty.reserve for the host's own
 	 * instance; one sandbox must not take them all from the others. */
-	if (mkdir(NEWROOT "/dev/pts", 0755) < 0)
-		return err_sys(err, "mkdir /dev/pts");
 	if (mount("devpts", NEWROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 		  "newinstance,ptmxmode=0666,mode=620,max=64") < 0)
 		return err_sys(err, "mount devpts");
-	if (mkdir(NEWROOT "/dev/shm", 01777) < 0)
-		return err_sys(err, "mkdir /dev/shm");
 	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
 		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
 	if (mount("tmpfs", NEWROOT "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
@@ -217,7 +257,7 @@ static int make_dev(const struct nsbox_policy *p, struct nsbox_err *err)
 }
 
 /* Host /usr with the merged-usr links, or the top level of another root. */
-static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_err *err)
+static int make_system(const struct nsbox_policy *p, int rootfd, bool batch, struct nsbox_err *err)
 {
 	const char *const *merged;
 	size_t n_merged = rootfs_merged_usr(&merged);
@@ -227,7 +267,7 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
 		_cleanup_close_ int usr = open_src("/usr", err);
 		if (usr < 0)
 			return -1;
-		if (bind_fd(usr, NEWROOT "/usr", false, true, err) < 0)
+		if (bind_sys(usr, NEWROOT "/usr", batch, err) < 0)
 			return -1;
 		for (size_t i = 0; i < n_merged; i++) {
 			char hostp[64];
@@ -242,7 +282,7 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
 			} else if (access(hostp, F_OK) == 0) {
 				/* Not a merged-usr host: bind the directory itself. */
 				_cleanup_close_ int fd = open_src(hostp, err);
-				if (fd < 0 || bind_fd(fd, path, false, true, err) < 0)
+				if (fd < 0 || bind_sys(fd, path, batch, err) < 0)
 					return -1;
 			}
 		}
@@ -279,7 +319,7 @@ static int make_system(const struct nsbox_policy *p, int rootfd, struct nsbox_er
 			closedir(d);
 			return err_sys(err, "open --rootfs %s/%s", p->rootfs, de->d_name);
 		}
-		if (bind_fd(fd, path, false, true, err) < 0) {
+		if (bind_sys(fd, path, batch, err) < 0) {
 			closedir(d);
 			return -1;
 		}
@@ -317,37 +357,42 @@ static int fake_boot_id(struct nsbox_err *err)
 			MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false, err);
 }
 
-/* /proc entries hidden under /dev/null (rootfs-table.c says which). */
+/* /proc entries hidden under /dev/null (rootfs-table.c says which): the
+ * first bind gets its flags, the others are binds of it and copy them. */
 static int mask_proc(bool host_root, struct nsbox_err *err)
 {
 	_cleanup_close_ int null = open_src("/dev/null", err);
 	const char *masked[32];
 	size_t n = rootfs_proc_masked(host_root, masked, ARRAY_SIZE(masked));
-	char path[128];
+	char path[128], src[128];
+	bool first = true;
 
 	if (null < 0)
 		return -1;
+	snprintf(src, sizeof(src), "/proc/self/fd/%d", null);
 	for (size_t i = 0; i < n; i++) {
-		const char *name = masked[i];
-		char src[64];
-
-		snprintf(path, sizeof(path), NEWROOT "/proc/%s", name);
-		if (access(path, F_OK) < 0)
-			continue;
-		snprintf(src, sizeof(src), "/proc/self/fd/%d", null);
-		/* nodev: the node can't even be opened. */
-		if (mount(src, path, NULL, MS_BIND, NULL) < 0)
-			return err_sys(err, "mask /proc/%s", name);
-		if (set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false,
-			     err) < 0)
-			return -1;
+		snprintf(path, sizeof(path), NEWROOT "/proc/%s", masked[i]);
+		if (mount(src, path, NULL, MS_BIND, NULL) < 0) {
+			if (errno == ENOENT) /* not in this kernel's /proc */
+				continue;
+			return err_sys(err, "mask /proc/%s", masked[i]);
+		}
+		if (first) {
+			/* nodev: the node can't even be opened; read-only: nor
+			 * chmod'ed (it is the host's inode). */
+			if (set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+				     false, err) < 0)
+				return -1;
+			snprintf(src, sizeof(src), "%s", path);
+			first = false;
+		}
 	}
 	return 0;
 }
 
-/* exec_file opened by path in our mount namespace, as the sandbox's user
- * (O_PATH), if it is the file the launcher opened (src) and may be
- * executed from its mount; else -1: the caller copies src instead. */
+/* exec_file opened by path in our mount namespace (O_PATH), if it is the
+ * file the launcher opened (src) and may be executed from its mount; else
+ * -1: the caller copies src instead. */
 static int bindable_exec(const char *path, int src)
 {
 	_cleanup_close_ int fd = open(path, O_PATH | O_CLOEXEC);
@@ -369,6 +414,26 @@ static int open_in_root(int dirfd, const char *path, int flags)
 				.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
 
 	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+}
+
+int mount_exec(const char *exec_file, int exec_src, int *exec_fd, struct nsbox_err *err)
+{
+	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+	_cleanup_close_ int exefd = bindable_exec(exec_file, exec_src);
+	int fd = -1;
+
+	err_step(err, "exec");
+	if (exefd >= 0)
+		fd = (int)syscall(SYS_open_tree, exefd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH);
+	if (fd >= 0 && syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &ro, sizeof(ro)) < 0) {
+		err_sys(err, "make %s's mount read-only", exec_file);
+		close(fd);
+		return -1;
+	}
+	if (fd < 0 && (fd = sealed_copy_fd(exec_src)) < 0)
+		return err_sys(err, "copy %s into a sealed memfd", exec_file);
+	*exec_fd = fd;
+	return 0;
 }
 
 void mount_srcs_close(struct mount_srcs *s)
@@ -503,16 +568,18 @@ fail:
 	return err_step(err, "mount");
 }
 
-int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, const char *exec_file,
-		int exec_src, int *exec_fd, int *ws_upper, struct nsbox_err *err)
+int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, int *ws_upper,
+		struct nsbox_err *err)
 {
 	int *srcfd = srcs->bind;
-	_cleanup_close_ int wsfd = srcs->workspace, cachefd = -1, resolvfd = -1, rootfd = -1, exefd = -1;
+	_cleanup_close_ int wsfd = srcs->workspace, cachefd = -1, resolvfd = -1, rootfd = -1;
 	char path[4096], opts[64];
 	const char *home = rootfs_home(p);
 	const char *const *shared, *const *shared_dirs;
 	size_t n_shared = rootfs_etc_shared(&shared), n_dirs = rootfs_etc_shared_dirs(&shared_dirs);
 	int sharedfd[ROOTFS_ETC_SHARED_MAX] = { -1, -1, -1, -1 }, etcdir[ROOTFS_ETC_SHARED_DIRS_MAX] = { -1, -1 };
+	struct mount_attr probe = { .attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+	bool batch;
 	int r = -1;
 
 	err_step(err, "mount");
@@ -559,25 +626,45 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	}
 	if (p->share_net)
 		resolvfd = open("/etc/resolv.conf", O_PATH | O_CLOEXEC);
-	if (exec_src >= 0) {
-		exefd = bindable_exec(exec_file, exec_src);
-		if (exefd < 0 && (*exec_fd = sealed_copy_fd(exec_src)) < 0) {
-			err_sys(err, "copy %s into a sealed memfd", exec_file);
-			goto out;
-		}
-	}
 
 	if (mount("tmpfs", NEWROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096") < 0) {
 		err_sys(err, "mount tmpfs for the new root");
 		goto out;
 	}
-	if (make_system(p, rootfd, err) < 0)
+	/* mount_setattr (Linux 5.12) lets the system's binds get their flags
+	 * in one call (seal_system); this one changes nothing. */
+	batch = syscall(SYS_mount_setattr, AT_FDCWD, NEWROOT, 0, &probe, sizeof(probe)) == 0;
+	if (make_system(p, rootfd, batch, err) < 0)
 		goto out;
 	if (mkdir(NEWROOT "/proc", 0555) < 0 || mkdir(NEWROOT "/dev", 0755) < 0 || mkdir(NEWROOT "/tmp", 01777) < 0 ||
 	    mkdir(NEWROOT "/out", 0755) < 0) {
 		err_sys(err, "mkdir /proc, /dev, /tmp, /out");
 		goto out;
 	}
+	if (make_etc(p, err) < 0)
+		goto out;
+	if (cachefd >= 0 && bind_sys(cachefd, NEWROOT "/etc/ld.so.cache", batch, err) < 0)
+		goto out;
+	for (size_t i = 0; i < n_dirs && i < ROOTFS_ETC_SHARED_DIRS_MAX; i++) {
+		snprintf(path, sizeof(path), NEWROOT "/etc/%s", shared_dirs[i]);
+		if (etcdir[i] >= 0 && bind_sys(etcdir[i], path, batch, err) < 0)
+			goto out;
+	}
+	for (size_t i = 0; i < n_shared && i < ROOTFS_ETC_SHARED_MAX; i++) {
+		snprintf(path, sizeof(path), NEWROOT "/etc/%s", shared[i]);
+		if (sharedfd[i] >= 0 && bind_sys(sharedfd[i], path, batch, err) < 0)
+			goto out;
+	}
+	/* With an egress allowlist the only resolver is the responder on the
+	 * sandbox's loopback (egress.h). */
+	if (p->n_net_allow && !p->share_net) {
+		if (write_etc("resolv.conf", "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n", err) < 0)
+			goto out;
+	} else if (resolvfd >= 0 && bind_sys(resolvfd, NEWROOT "/etc/resolv.conf", batch, err) < 0)
+		goto out;
+	if (seal_system(batch, err) < 0)
+		goto out;
+
 	/* A read-only proc: an inside uid mapped to host root must not write
 	 * the sysctls that check only the file mode (proc_sys test_perm). */
 	if (mount("proc", NEWROOT "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL) < 0) {
@@ -586,7 +673,7 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	}
 	if (mask_proc(host_root, err) < 0 || fake_boot_id(err) < 0)
 		goto out;
-	if (make_dev(p, err) < 0)
+	if (make_dev(p, batch, err) < 0)
 		goto out;
 	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
 		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
@@ -601,39 +688,6 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 	if (mount("tmpfs", NEWROOT "/out", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
 		err_sys(err, "mount tmpfs on /out");
 		goto out;
-	}
-	if (make_etc(p, err) < 0)
-		goto out;
-	if (cachefd >= 0 && bind_fd(cachefd, NEWROOT "/etc/ld.so.cache", false, true, err) < 0)
-		goto out;
-	for (size_t i = 0; i < n_dirs && i < ROOTFS_ETC_SHARED_DIRS_MAX; i++) {
-		snprintf(path, sizeof(path), NEWROOT "/etc/%s", shared_dirs[i]);
-		if (etcdir[i] >= 0 && bind_fd(etcdir[i], path, false, true, err) < 0)
-			goto out;
-	}
-	for (size_t i = 0; i < n_shared && i < ROOTFS_ETC_SHARED_MAX; i++) {
-		snprintf(path, sizeof(path), NEWROOT "/etc/%s", shared[i]);
-		if (sharedfd[i] >= 0 && bind_fd(sharedfd[i], path, false, true, err) < 0)
-			goto out;
-	}
-	/* With an egress allowlist the only resolver is the responder on the
-	 * sandbox's loopback (egress.h). */
-	if (p->n_net_allow && !p->share_net) {
-		if (write_etc("resolv.conf", "nameserver 127.0.0.1\noptions timeout:2 attempts:1\n", err) < 0)
-			goto out;
-	} else if (resolvfd >= 0 && bind_fd(resolvfd, NEWROOT "/etc/resolv.conf", false, true, err) < 0)
-		goto out;
-	/* Before the policy's binds, and opened at once: a bind of the
-	 * policy's over /run may hide the path but not the descriptor the
-	 * payload executes. */
-	if (exefd >= 0) {
-		if (bind_fd(exefd, NEWROOT JAIL_EXEC_PATH, false, true, err) < 0)
-			goto out;
-		*exec_fd = open(NEWROOT JAIL_EXEC_PATH, O_PATH | O_CLOEXEC | O_NOFOLLOW);
-		if (*exec_fd < 0) {
-			err_sys(err, "open %s", JAIL_EXEC_PATH);
-			goto out;
-		}
 	}
 
 	if (wsfd >= 0 && p->workspace_size) {

@@ -223,7 +223,7 @@ static int payload_landlock(struct payload *pl, struct nsbox_err *err)
 	size_t nrw = rootfs_rw_paths(pl->c->p, rw, ARRAY_SIZE(rw));
 	int abi = 0;
 
-	return landlock_apply(rw, nrw, pl->c->p->landlock, &abi, err);
+	return landlock_apply(rw, nrw, pl->exec_fd, pl->c->p->landlock, &abi, err);
 }
 
 /* The payload's setup, in order; a failing step's error carries its name

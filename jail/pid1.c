@@ -157,14 +157,20 @@ static int pid1_mount(struct pid1 *s, struct nsbox_err *err)
 {
 	struct child_ctx *c = s->c;
 
-	if (mount_setup(c->p, c->srcs, c->host_root, c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd,
-			&c->ws_upper_fd, err) < 0)
-		return -1;
-	if (c->exec_src_fd >= 0) {
-		close(c->exec_src_fd);
-		c->exec_src_fd = -1;
-	}
-	return 0;
+	return mount_setup(c->p, c->srcs, c->host_root, &c->ws_upper_fd, err);
+}
+
+static int pid1_exec(struct pid1 *s, struct nsbox_err *err)
+{
+	struct child_ctx *c = s->c;
+	int r;
+
+	if (c->exec_src_fd < 0)
+		return 0;
+	r = mount_exec(c->spec->exec_file, c->exec_src_fd, &c->bound_exec_fd, err);
+	close(c->exec_src_fd);
+	c->exec_src_fd = -1;
+	return r;
 }
 
 static int pid1_uts(struct pid1 *s, struct nsbox_err *err)
@@ -272,6 +278,7 @@ static const struct pid1_step pid1_setup[] = {
 	{ "network", pid1_netns_start },
 	{ "pid1", pid1_wait_go },
 	{ "pid1", pid1_not_dumpable },
+	{ "exec", pid1_exec },
 	{ "budget", pid1_budget },
 	{ "ids", pid1_ids },
 	{ "mount", pid1_mount },

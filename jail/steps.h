@@ -36,15 +36,24 @@ void mount_srcs_close(struct mount_srcs *s);
  * ownership of srcs (closed, success or not).  Leaves the cwd at
  * /workspace (if any) or /.  host_root: the launcher is host root (the
  * sandbox's user is host uid 0 unless HostUid= says otherwise), so
- * root-only /proc files are masked too.  exec_src
- * (-1: none): the launcher's fd of the host file exec_file, to be bound
- * read-only at JAIL_EXEC_PATH; *exec_fd gets what to execute: an O_PATH
- * fd of it there, or a sealed memfd copy where that same file can't be
- * bound (jail.h, exec_file).  With a WorkspaceSize= the workspace is an
- * overlay over a tmpfs of that size, and *ws_upper gets an fd of its upper
- * layer (for the launcher: wsync.h); otherwise it is left alone. */
-int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, const char *exec_file,
-		int exec_src, int *exec_fd, int *ws_upper, struct nsbox_err *err);
+ * root-only /proc files are masked too.  With a WorkspaceSize= the
+ * workspace is an overlay over a tmpfs of that size, and *ws_upper gets an
+ * fd of its upper layer (for the launcher: wsync.h); otherwise it is left
+ * alone. */
+int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host_root, int *ws_upper,
+		struct nsbox_err *err);
+/* What the payload executes (jail.h, exec_file): *exec_fd gets the
+ * launcher's file (exec_src), found again by its path in our mount
+ * namespace, as a detached mount of its own (open_tree), read-only, nosuid
+ * and nodev and never attached to the sandbox's tree, so nothing in
+ * mountinfo names the host path it came from (a build tree's is the
+ * user's checkout) and /proc/self/exe reads "/"; or a sealed memfd copy
+ * where that is not possible (another file at the path by now, a noexec
+ * mount, a kernel before 5.2).  The file can't be rewritten through
+ * /proc/self/exe (CVE-2019-5736): its mount is read-only and the sandbox
+ * can't change that.  Before the budget step: the detached mount has a
+ * mount namespace of its own, which max_mnt_namespaces = 0 then refuses. */
+int mount_exec(const char *exec_file, int exec_src, int *exec_fd, struct nsbox_err *err);
 /* (What it mounts, as data: rootfs-table.h.) */
 
 /* net.c: a new network namespace with lo up (one rtnetlink request;

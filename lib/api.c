@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <jansson.h>
@@ -428,26 +429,58 @@ int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const char *value, 
 	return nsbox_policy_set(p, "Environment", "Set", v, err);
 }
 
+/* A host path the policy names, as this process sees it: a missing
+ * workspace or bind source is the caller's mistake, named before anything
+ * starts, whichever backend would start the sandbox.  A check, not a
+ * resolution: the launcher (or, through nsboxd, session-service.c in this
+ * process) opens the path again when it uses it. */
+static int check_host_path(nsbox_error_t **err, const char *key, const char *path, bool dir)
+{
+	struct stat st;
+
+	if (stat(path, &st) < 0) {
+		int e = errno;
+
+		return fail(err, e == EACCES || e == EPERM ? -EPERM : -ENOENT, "%s%s: %s", key, path, strerror(e));
+	}
+	if (dir && !S_ISDIR(st.st_mode))
+		return fail(err, -EINVAL, "%s%s: not a directory", key, path);
+	return 0;
+}
+
 int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err)
 {
 	struct nsbox_err e = { 0 };
+	int r;
 
 	if (!p)
 		return fail(err, -EINVAL, "nsbox_policy_check: NULL policy");
 	if (policy_validate(&p->p, &e) < 0)
 		return fail_core(err, &e, -EINVAL);
-	/* RootFS=NAME names a tree that must be built. */
+	if (p->p.workspace && (r = check_host_path(err, "[Filesystem] Workspace=", p->p.workspace, true)) < 0)
+		return r;
+	for (size_t i = 0; i < p->p.n_mounts; i++) {
+		const struct policy_mount *m = &p->p.mounts[i];
+
+		if (m->src && (r = check_host_path(err, m->rw ? "[Filesystem] Bind=" : "[Filesystem] ReadOnlyBind=",
+						   m->src, false)) < 0)
+			return r;
+	}
+	/* RootFS=NAME names a tree that must be built.  Its errors, and only
+	 * they, carry the step "rootfs": through nsboxd the name is the
+	 * service's to resolve, and the front ends leave exactly this to it. */
 	if (p->p.rootfs && p->p.rootfs[0] != '/') {
 		struct nsbox_policy q = { 0 };
 		bool named;
-		int r;
 
 		if (policy_copy(&q, &p->p, &e) < 0)
 			return fail_core(err, &e, -ENOMEM);
 		r = rootfs_resolve(&q, &named, &e);
 		policy_free(&q);
-		if (r < 0)
+		if (r < 0) {
+			err_step(&e, "rootfs");
 			return fail_core(err, &e, -ENOENT);
+		}
 	}
 	return 0;
 }

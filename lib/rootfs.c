@@ -53,6 +53,93 @@ static bool trusted(const struct stat *st)
 	return S_ISDIR(st->st_mode) && (st->st_uid == geteuid() || st->st_uid == 0) && !(st->st_mode & 022);
 }
 
+/* The same check as rootfs/nsbox-rootfs's cache_open (CACHE_PY), with the
+ * same words: a cache another user could change is refused, as ssh and
+ * sudo refuse unsafe paths.  Every directory on the (resolved) way must be
+ * root's or ours and writable by no one else unless sticky (/tmp); the
+ * cache itself ours and writable by no one else.  What does not exist yet
+ * ends the walk (nothing is there to swap).  A cache that fails would let
+ * another user replace the tree under our sandboxes between a build's
+ * check and its use. */
+static int cache_check(const char *path, struct nsbox_err *err)
+{
+	char real[PATH_MAX], head[PATH_MAX], cur[PATH_MAX], why[PATH_MAX + 96];
+	const char *tail = "";
+	uid_t me = geteuid();
+	size_t n;
+
+	why[0] = '\0';
+	if (path[0] != '/') {
+		snprintf(why, sizeof(why), "not an absolute path");
+		goto bad;
+	}
+	/* realpath(3) of the longest prefix that exists, then the rest as it
+	 * is (what Python's os.path.realpath, the script's, gives). */
+	if (snprintf(head, sizeof(head), "%s", path) >= (int)sizeof(head))
+		return err_fail(err, "rootfs", ENAMETOOLONG, "the cache %s: path too long", path);
+	for (;;) {
+		char *slash;
+
+		if (realpath(head, real))
+			break;
+		if (errno != ENOENT && errno != ENOTDIR)
+			return err_sys(err, "the cache %s: resolve %s", path, head);
+		slash = strrchr(head, '/');
+		if (!slash || slash == head) {
+			snprintf(real, sizeof(real), "/");
+			tail = path + 1;
+			break;
+		}
+		*slash = '\0';
+		tail = path + (slash - head) + 1;
+	}
+	n = strlen(real);
+	if (*tail && snprintf(real + n, sizeof(real) - n, "%s%s", n > 1 ? "/" : "", tail) >= (int)(sizeof(real) - n))
+		return err_fail(err, "rootfs", ENAMETOOLONG, "the cache %s: path too long", path);
+	/* Collapse what the tail may carry ("a//b", trailing '/'). */
+	for (char *p = real; (p = strstr(p, "//"));)
+		memmove(p, p + 1, strlen(p));
+	n = strlen(real);
+	if (n > 1 && real[n - 1] == '/')
+		real[n - 1] = '\0';
+	for (const char *c = real;;) {
+		const char *next = c == real ? c + 1 : strchr(c + 1, '/');
+		struct stat st;
+		bool last;
+
+		if (c != real && !next)
+			next = c + strlen(c);
+		if (c == real)
+			snprintf(cur, sizeof(cur), "/");
+		else
+			snprintf(cur, sizeof(cur), "%.*s", (int)(next - real), real);
+		if (lstat(cur, &st) < 0) {
+			if (errno == ENOENT)
+				return 0;
+			return err_sys(err, "the cache %s: lstat %s", path, cur);
+		}
+		last = !strcmp(cur, real);
+		if (S_ISLNK(st.st_mode))
+			snprintf(why, sizeof(why), "%s is a symbolic link (it changed while checked)", cur);
+		else if (!S_ISDIR(st.st_mode))
+			snprintf(why, sizeof(why), "%s is not a directory", cur);
+		else if ((st.st_uid != 0 && st.st_uid != me) || (last && st.st_uid != me))
+			snprintf(why, sizeof(why), "%s is owned by uid %u, not by %s", cur, (unsigned)st.st_uid,
+				 last || me == 0 ? "you" : "you or root");
+		else if ((st.st_mode & 022) && (last || !(st.st_mode & S_ISVTX)))
+			snprintf(why, sizeof(why), "%s is writable by others (mode %04o)", cur,
+				 (unsigned)(st.st_mode & 07777));
+		if (why[0])
+			goto bad;
+		if (last || !*next)
+			return 0;
+		c = next;
+	}
+bad:
+	return err_fail(err, "rootfs", EACCES, "the cache %s is not safe: %s (NSBOX_ROOTFS_CACHE, nsbox(1) ROOT TREES)",
+			path, why);
+}
+
 /* Look NAME up in one cache: fills dir (CACHE/NAME-HASH, resolved) and
  * returns 0, or -1 (not there). */
 static int find_in(const char *cache, const char *name, char *dir, size_t size)
@@ -98,6 +185,11 @@ static int rootfs_find(const char *name, char *dir, size_t size, char *preload, 
 	_cleanup_close_ int fd = -1;
 	ssize_t n;
 
+	/* The user's cache as the script checks it before a build or a
+	 * removal; root's, the fallback, is root's (trusted() checks its
+	 * builds). */
+	if (have && cache_check(cache, err) < 0)
+		return -1;
 	if (!(have && find_in(cache, name, dir, size) == 0) &&
 	    !(geteuid() != 0 && find_in(SYSTEM_CACHE, name, dir, size) == 0))
 		return err_fail(err, "rootfs", ENOENT,

@@ -1047,18 +1047,24 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		return;
 	}
 	/* No confused deputy: every host object arrives as the client's own
-	 * descriptor and is checked with the client's credentials. */
-	if (o.workspace_fd >= 0 &&
-	    (code = deputy_check(fds[o.workspace_fd], true, c->uid, c->gid, c->groups, c->n_groups, eb, sizeof(eb)))) {
-		reply_error(c, id, code, "workspace refused: %s", eb);
-		return;
-	}
-	for (size_t i = 0; i < o.n_binds; i++)
-		if ((code = deputy_check(fds[o.binds[i].fd], o.binds[i].writable, c->uid, c->gid, c->groups,
-					 c->n_groups, eb, sizeof(eb)))) {
-			reply_error(c, id, code, "bind %s refused: %s", o.binds[i].dst, eb);
+	 * descriptor and is checked with the client's credentials, all of an
+	 * OPEN's in one child (deputy.c). */
+	{
+		struct deputy_obj objs[DEPUTY_MAX_OBJS];
+		size_t n = 0, bad = 0, ws = o.workspace_fd >= 0;
+
+		if (ws)
+			objs[n++] = (struct deputy_obj){ fds[o.workspace_fd], true };
+		for (size_t i = 0; i < o.n_binds; i++)
+			objs[n++] = (struct deputy_obj){ fds[o.binds[i].fd], o.binds[i].writable };
+		if (n && (code = deputy_check(objs, n, c->uid, c->gid, c->groups, c->n_groups, &bad, eb, sizeof(eb)))) {
+			if (ws && bad == 0)
+				reply_error(c, id, code, "workspace refused: %s", eb);
+			else
+				reply_error(c, id, code, "bind %s refused: %s", o.binds[bad - ws].dst, eb);
 			return;
 		}
+	}
 	if (o.net_log_fd >= 0 && (code = deputy_check_log(fds[o.net_log_fd], eb, sizeof(eb)))) {
 		reply_error(c, id, code, "net.log refused: %s", eb);
 		return;

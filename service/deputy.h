@@ -8,12 +8,27 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* Whether uid/gid/groups may read (and with writable, write) the file or
- * directory fd refers to, checked by a child process that takes those ids
- * (faccessat2 with AT_EACCESS on the fd itself: no path is resolved).
- * Returns 0, or a positive errno with a message in errbuf. */
-int deputy_check(int fd, bool writable, uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups, char *errbuf,
-		 size_t errlen);
+#include "svc.h"
+
+/* An OPEN's host objects: its workspace and its binds. */
+#define DEPUTY_MAX_OBJS (1 + SVC_MAX_BINDS)
+
+/* One host object an OPEN carries: the client's descriptor, and whether the
+ * sandbox would write through it. */
+struct deputy_obj {
+	int fd;
+	bool writable;
+};
+
+/* Whether uid/gid/groups may read (and with writable, write) each file or
+ * directory objs[i].fd refers to, in order, checked by one child process
+ * that takes those ids (faccessat2 with AT_EACCESS on the fd itself: no
+ * path is resolved) for all of them: one fork per OPEN, not one per
+ * descriptor.  Returns 0, or a positive errno with *failed set to the
+ * index of the first object refused and a message about it in errbuf (the
+ * same as checking the objects one by one would give). */
+int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, const gid_t *groups,
+		 size_t n_groups, size_t *failed, char *errbuf, size_t errlen);
 
 /* Whether fd can be a session's network audit log ([Network] Log=): a
  * regular file or a pipe that the client opened for writing itself (the

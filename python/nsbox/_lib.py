@@ -148,6 +148,7 @@ _ERR = POINTER(c_void_p)   # nsbox_error_t **
 _PROTOS = {
     "nsbox_error_code": (c_int, [c_void_p]),
     "nsbox_error_message": (c_char_p, [c_void_p]),
+    "nsbox_error_step": (c_char_p, [c_void_p]),
     "nsbox_error_free": (None, [c_void_p]),
     "nsbox_free": (None, [c_void_p]),
     "nsbox_version": (c_char_p, []),

@@ -96,10 +96,13 @@ def check_policy(lib, p, remote=False):
     """What nsbox_session_new() and nsbox_run() would refuse about the policy
     as a whole, raised as PolicyError before anything starts.  remote: the
     sandbox comes from nsboxd, which resolves a tree's name among its own
-    builds (this host need not have it: ENOENT is the service's to say)."""
+    builds: this host's caches play no part, so what resolving the name
+    here says (the step "rootfs": not built, an unsafe cache) is left to the
+    service, and only that.  A missing workspace or bind source is refused
+    here either way."""
     err = c_void_p()
     rc = lib.nsbox_policy_check(p, byref(err))
-    if remote and rc == -_errno.ENOENT:
+    if remote and rc < 0 and lib.nsbox_error_step(err) == b"rootfs":
         lib.nsbox_error_free(err)
         return
     _lib.check(rc, err, "policy", PolicyError)

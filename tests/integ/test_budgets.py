@@ -185,13 +185,34 @@ def test_tcp_per_socket_cap():
     assert int(kv["max_conn"]) <= 5 << 20, kv
 
 
+ALL_ZERO = ("max_user_namespaces", "max_mnt_namespaces", "max_pid_namespaces", "max_net_namespaces",
+            "max_ipc_namespaces", "max_uts_namespaces", "max_cgroup_namespaces", "max_fanotify_groups",
+            "max_fanotify_marks")
+
+
+def test_userns_limits_inside_seccomp_log():
+    # With the filter only logging, every namespace and fanotify limit is 0.
+    rc, out, err = run(["run", "--seccomp-log", "--", "/bin/sh", "-c",
+                        "cd /proc/sys/user && for f in *; do echo $f $(cat $f); done"])
+    assert rc == 0, err
+    got = dict(l.split() for l in out.splitlines())
+    for k in ALL_ZERO:
+        assert got.get(k, "0") == "0", (k, got)
+
+
 def test_userns_limits_inside():
     rc, out, err = run(["run", "--", "/bin/sh", "-c", "cd /proc/sys/user && for f in *; do echo $f $(cat $f); done"])
     assert rc == 0, err
     got = dict(l.split() for l in out.splitlines())
-    for k in ("max_user_namespaces", "max_mnt_namespaces", "max_pid_namespaces", "max_net_namespaces",
-              "max_ipc_namespaces", "max_uts_namespaces", "max_cgroup_namespaces", "max_fanotify_groups",
-              "max_fanotify_marks"):
+    # Under the filter: no user namespace (the only way to the capability
+    # any other kind needs), no second network namespace.
+    for k in ("max_user_namespaces", "max_net_namespaces"):
         assert got.get(k, "0") == "0", (k, got)
+    # ...and no kind of namespace can be made, with or without the filter.
+    for extra in ([], ["--seccomp-log"]):
+        rc, out, err = run(["run", *extra, "--", "/bin/sh", "-c",
+                            "for f in -U -m -p -i -u -C -T -n '-U -m'; do unshare $f true 2>/dev/null && echo $f; done; "
+                            "echo done"])
+        assert rc == 0 and out.strip() == "done", (extra, out, err)
     host = int(_sysctl("user/max_inotify_instances")[0])
     assert int(got["max_inotify_instances"]) <= max(1, host // SHARE)

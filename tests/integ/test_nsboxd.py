@@ -1,6 +1,7 @@
 """nsboxd(8): the service, by hand (--listen) and socket-activated, through
 the CLI, the SDK and a raw client (svcclient.py) that can also misbehave.
 Every test checks from the host that what the service made is gone."""
+import errno
 import json
 import os
 import pathlib
@@ -68,9 +69,10 @@ def cgroups_of(pid):
 
 
 class Daemon:
-    def __init__(self, conf="", activate=False, extra=(), user=None):
+    def __init__(self, conf="", activate=False, extra=(), user=None, wrap=()):
         """user: a uid to run nsboxd as (root only, through setpriv); its
-        directory, with the socket, is then that user's."""
+        directory, with the socket, is then that user's.  wrap: a command
+        nsboxd runs under (strace ...)."""
         self.dir = tempfile.mkdtemp(prefix="nsbxd-test-")
         os.chmod(self.dir, 0o755)
         self.sock = os.path.join(self.dir, "s.sock")
@@ -85,6 +87,7 @@ class Daemon:
         if user is not None:
             os.chown(self.dir, user, user)
             args = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *args]
+        args = [*wrap, *args]
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         # Ready when it says so: the socket exists before its group and
         # mode are set (--group, --mode), and a sanitized nsboxd is slow.
@@ -465,6 +468,71 @@ print(out)
         assert p.returncode != 0 and b"AllowShareNet=no" in p.stderr, p.stderr
     finally:
         assert d.stop() == 0
+
+
+DEPUTY_OPEN = """
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import svcclient
+c = svcclient.Client(sys.argv[2])
+objs = json.loads(sys.argv[3])
+fds = [os.open(path, os.O_PATH) for path, _ in objs]
+req = {"binds": [{"fd": i, "dst": dst} for i, (_, dst) in enumerate(objs) if dst != "ws"]}
+if objs[0][1] == "ws":
+    req["workspace"] = {"fd": 0}
+sb, m = c.open(fds=fds, **req)
+print(json.dumps([sb is None, m.get("error"), m.get("message")]))
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: another user's client through a group-owned socket")
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace is missing (scripts/install-deps.sh installs it)")
+def test_confused_deputy_one_check_per_open(tmp_path):
+    """nsboxd checks all of an OPEN's descriptors with the client's ids in
+    one child (one fork per OPEN, counted with strace on nsboxd's main
+    process), and says which one it refused: the first refused, in the
+    order workspace, binds, as one child per descriptor did."""
+    trace = tmp_path / "clones"
+    d = Daemon("[Service]\nAllowGroups=4242\nPoolSize=0\n[Default]\nAllowBinds=yes\n",
+               extra=("--group", "4242", "--mode", "0660"),
+               wrap=("strace", "-qq", "-e", "trace=clone,clone3,fork,vfork", "-o", str(trace)))
+    ws = tempfile.mkdtemp(prefix="nsbxd-ws-")
+    os.chown(ws, 65534, 65534)
+
+    def clones():
+        with open(trace) as f:
+            return sum(1 for line in f if line.split("(", 1)[0] in ("clone", "clone3", "fork", "vfork"))
+
+    try:
+        who = ["setpriv", "--reuid=65534", "--regid=65534", "--groups=4242"]
+        env = dict(os.environ, HOME="/tmp")
+        cases = [
+            ([["/usr/share", "/a"], ["/etc/shadow", "/b"]], "bind /b refused: uid 65534 may not read it: "),
+            ([[ws, "ws"], ["/usr/share", "/a"], ["/usr/lib", "/b"], ["/etc/shadow", "/c"]],
+             "bind /c refused: uid 65534 may not read it: "),
+            ([["/root", "ws"], ["/etc/shadow", "/a"]], "workspace refused: uid 65534 may not write it: "),
+            ([["/usr/share", "/a"], ["/etc/shadow", "/b"], ["/root", "/c"]], "bind /b refused: uid 65534 may not "),
+        ]
+        for objs, want in cases:
+            before = clones()
+            p = subprocess.run(who + [sys.executable, "-c", DEPUTY_OPEN, os.path.dirname(__file__), d.sock,
+                                      json.dumps(objs)], capture_output=True, text=True, timeout=60, env=env)
+            assert p.returncode == 0, p.stderr
+            refused, err, msg = json.loads(p.stdout)
+            assert refused and err == "EACCES" and msg.startswith(want), (objs, err, msg)
+            # strace writes a clone's line when it returns: the reply came after.
+            assert clones() - before == 1, (objs, clones() - before, open(trace).read())
+        # and what passes every check is served
+        p = subprocess.run(who + [sys.executable, "-c", DEPUTY_OPEN.replace("sb is None", "sb is not None"),
+                                  os.path.dirname(__file__), d.sock, json.dumps([[ws, "ws"], ["/usr/share", "/a"]])],
+                           capture_output=True, text=True, timeout=60, env=env)
+        assert p.returncode == 0 and json.loads(p.stdout)[0], (p.stdout, p.stderr)
+    finally:
+        kids = open(f"/proc/{d.p.pid}/task/{d.p.pid}/children").read().split()
+        for k in kids:
+            os.kill(int(k), signal.SIGTERM)
+        assert d.stop() == 0, d.logtext()
+        shutil.rmtree(ws)
 
 
 def as_user(uid, groups=None):
@@ -1210,3 +1278,57 @@ def test_built_tree_through_service(daemon, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 125 and "ran" not in p.stdout, p.stderr
     assert "names a tree built on the service's host" in p.stderr, p.stderr
+
+
+def test_missing_workspace_or_bind_refused_alike_through_service(daemon, tmp_path):
+    """A policy naming a workspace or bind source that does not exist is
+    refused by the client's own policy check, before anything starts, with
+    the same message naming the path and the same status (120) with and
+    without $NSBOX_CONNECT, by the CLI, nsbox mcp and the SDK.  Only a
+    RootFS=NAME this host has not built is left to the service."""
+    sdk = ("import json, sys, nsbox\nout = []\nfor pol in sys.argv[1:]:\n"
+           "    try:\n        nsbox.Sandbox(policy=pol).close()\n        out.append(None)\n"
+           "    except nsbox.PolicyError as e:\n        out.append([e.errno, str(e)])\nprint(json.dumps(out))\n")
+    pols, wants = [], []
+    for key in ("Workspace", "Bind", "ReadOnlyBind"):
+        path = tmp_path / ("no-" + key)
+        pol = tmp_path / (key + ".conf")
+        pol.write_text("[Filesystem]\n%s=%s%s\n" % (key, path, "" if key == "Workspace" else ":/mnt"))
+        pols.append(str(pol))
+        wants.append("[Filesystem] %s=%s: No such file or directory" % (key, path))
+    seen = {}
+    for via in ("", daemon.sock):
+        env = dict(os.environ, NSBOX_CONNECT=via)
+        for pol, want in zip(pols, wants):
+            for cmd in (["python", "--policy", pol, "-c", "print('ran')"], ["mcp", "--policy", pol]):
+                p = subprocess.run([NSBOX, *cmd], capture_output=True, text=True, timeout=60, env=env,
+                                   stdin=subprocess.DEVNULL)
+                assert p.returncode == 120 and "ran" not in p.stdout, (via, cmd, p.returncode, p.stderr)
+                assert p.stderr == "nsbox %s: %s\n" % (cmd[0], want), (via, p.stderr)
+        r = subprocess.run([sys.executable, "-c", sdk, *pols], capture_output=True, text=True, timeout=120,
+                           env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"),
+                                       NSBOX_CONNECT=via))
+        assert r.returncode == 0, r.stderr
+        seen[via] = json.loads(r.stdout)
+        assert seen[via] == [[errno.ENOENT, w] for w in wants], (via, seen[via])
+    # A tree's name this host has not built still goes to the service,
+    # which says so itself (without the service it is refused here).
+    empty = tmp_path / "client-cache"
+    empty.mkdir()
+    for via, rc, where in (("", 120, "nsbox python: setup step 'rootfs' failed: "),
+                           (daemon.sock, 125, "setup step 'nsboxd' failed: nsboxd: setup step 'rootfs' failed: ")):
+        p = subprocess.run([NSBOX, "python", "--rootfs", "nosuchtree", "-c", "print('ran')"], capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, NSBOX_CONNECT=via,
+                                                           NSBOX_ROOTFS_CACHE=str(empty)))
+        assert p.returncode == rc and where in p.stderr and "'nosuchtree' is not built" in p.stderr, (via, p.stderr)
+    # So does one when the client's own cache is refused as unsafe: through
+    # the service that cache plays no part.
+    spoilt = tmp_path / "anyone"
+    (spoilt / "cache").mkdir(parents=True)
+    os.chmod(spoilt, 0o777)
+    for via, rc, want in (("", 120, "the cache %s is not safe: %s is writable by others" % (spoilt / "cache", spoilt)),
+                          (daemon.sock, 125, "nsboxd: setup step 'rootfs' failed: root tree 'nosuchtree' is not built")):
+        p = subprocess.run([NSBOX, "python", "--rootfs", "nosuchtree", "-c", "print('ran')"], capture_output=True,
+                           text=True, timeout=60, env=dict(os.environ, NSBOX_CONNECT=via,
+                                                           NSBOX_ROOTFS_CACHE=str(spoilt / "cache")))
+        assert p.returncode == rc and want in p.stderr, (via, p.stderr)

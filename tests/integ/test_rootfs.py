@@ -497,6 +497,49 @@ def test_remove_refuses_a_tree_in_use(tmp_path):
     assert [n for n in os.listdir(cache) if n.startswith(".")] == []
 
 
+def _in_use(env, d):
+    """The IN USE column of `nsbox rootfs list` for the build directory d."""
+    p = nsbox("rootfs", "list", env=env)
+    assert p.returncode == 0, p.stderr
+    head = p.stdout.splitlines()[0]
+    assert head.split() == ["NAME", "HASH", "SIZE", "BUILT", "IN", "USE", "DIRECTORY"], head
+    rows = [l.split() for l in p.stdout.splitlines() if str(d) in l.split()]
+    assert len(rows) == 1, p.stdout
+    return rows[0][4]
+
+
+@needs_x86_64
+def test_list_shows_builds_in_use(tmp_path):
+    """list probes each build's lock file (F_OFD_GETLK, no lock taken): a
+    running sandbox's read lock is "yes", remove's write lock "removing",
+    none "no"; a build without a lock file can't be told ("unknown")."""
+    cache = tmp_path / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    old = _runnable_build(cache, "small", "00000000000000aa", lock=False)
+    _make_current(cache, "small", cur)
+    env = _rm_env(cache)
+    assert _in_use(env, cur) == "no" and _in_use(env, old) == "unknown"
+    sb = subprocess.Popen([NSBOX, "run", "--rootfs", "small", "--", "sh", "-c", "echo ready; read x"],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert sb.stdout.readline() == "ready\n", sb.stderr.read()
+        assert _in_use(env, cur) == "yes"
+        # The probe took no lock: remove still sees only the sandbox's.
+        p = nsbox("rootfs", "remove", cur.name, env=env)
+        assert p.returncode == 122 and "in use by a running sandbox" in p.stderr, (p.returncode, p.stderr)
+    finally:
+        sb.communicate("\n", timeout=30)
+    assert sb.returncode == 0
+    assert _in_use(env, cur) == "no"
+    fd = os.open(cur / "lock", os.O_RDWR)
+    try:
+        _ofd_lock(fd, fcntl.F_WRLCK)  # what remove holds
+        assert _in_use(env, cur) == "removing"
+    finally:
+        os.close(fd)
+    assert _in_use(env, cur) == "no"
+
+
 @needs_x86_64
 def test_sandbox_refuses_a_tree_being_removed(tmp_path):
     cache = tmp_path / "cache"
@@ -695,6 +738,57 @@ def test_cache_of_another_user_is_refused(tmp_path):
     os.chown(cache, 65534, 65534)
     p = nsbox("rootfs", "remove", "--stale", env=_rm_env(cache))
     assert p.returncode == 125 and "%s is owned by uid 65534, not by you" % cache in p.stderr, p.stderr
+
+
+@needs_x86_64
+def test_library_refuses_an_unsafe_cache_on_the_way(tmp_path):
+    """--rootfs NAME (libnsbox) checks the user's cache as build and remove
+    do, with the same words: a build in a cache below a directory anyone
+    can write (not sticky), or one another uid owns, would be another
+    user's to swap under the sandbox.  Each case runs with the check's
+    directory put right first, so the refusal is the check's alone."""
+    top = tmp_path / "top"
+    cache = top / "cache"
+    cur = _runnable_build(cache, "small", "00000000000000bb")
+    _make_current(cache, "small", cur)
+    env = _rm_env(cache)
+    p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+    assert p.returncode == 0, p.stderr
+    cases = [("writable", lambda: os.chmod(top, 0o777), lambda: os.chmod(top, 0o755),
+              "%s is writable by others (mode 0777)" % top)]
+    if os.geteuid() == 0:
+        cases.append(("owner", lambda: os.chown(top, 65534, 65534), lambda: os.chown(top, 0, 0),
+                      "%s is owned by uid 65534, not by you" % top))
+    for what, spoil, mend, why in cases:
+        spoil()
+        try:
+            want = "the cache %s is not safe: %s (NSBOX_ROOTFS_CACHE, nsbox(1) ROOT TREES)" % (cache, why)
+            for args in (["run", "--rootfs", "small", "--", "true"], ["python", "--rootfs", "small", "-c", "1"]):
+                p = nsbox(*args, env=env)
+                assert p.returncode == 120 and want in p.stderr, (what, args, p.returncode, p.stderr)
+            # the script says the same (status 125: it would write there)
+            p = nsbox("rootfs", "remove", "--stale", env=env)
+            assert p.returncode == 125 and "nsbox rootfs: " + want in p.stderr, (what, p.stderr)
+            code = ("import nsbox\ntry:\n    nsbox.Sandbox(rootfs='small').close()\nexcept nsbox.PolicyError as e:\n"
+                    "    print(e)\n")
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                               env=sdk_env(PYTHONPATH=os.path.join(HERE, "..", "..", "python"),
+                                           NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), NSBOX_ROOTFS_CACHE=str(cache)))
+            assert r.returncode == 0 and want in r.stdout, (what, r.stdout, r.stderr)
+        finally:
+            mend()
+        p = nsbox("run", "--rootfs", "small", "--", "true", env=env)
+        assert p.returncode == 0, (what, p.stderr)
+    # A symlink on the way is followed once, to the real path checked.
+    os.symlink(top, tmp_path / "link")
+    os.chmod(cache, 0o777)
+    try:
+        p = nsbox("run", "--rootfs", "small", "--", "true", env=_rm_env(tmp_path / "link" / "cache"))
+        assert p.returncode == 120, p.stderr
+        assert "the cache %s is not safe: %s is writable by others (mode 0777)" % (tmp_path / "link" / "cache", cache) \
+            in p.stderr, p.stderr
+    finally:
+        os.chmod(cache, 0o755)
 
 
 @needs_x86_64

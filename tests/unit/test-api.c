@@ -217,6 +217,42 @@ static void test_policy(void)
 	CHECK(r == 0 && p, "NULL name is the default policy, err may be NULL");
 	if (!p)
 		return;
+	/* The host paths it names exist, else -ENOENT naming the key and the
+	 * path; only a tree that is not built carries the step "rootfs" (what
+	 * a front end leaves to nsboxd). */
+	{
+		nsbox_policy_t *q = NULL;
+
+		CHECK(nsbox_policy_new(NULL, &q, &e) == 0 && nsbox_policy_set_workspace(q, "/nonexistent-nsbox-ws", &e) == 0,
+		      "policy with a missing workspace (%s)", emsg(e));
+		r = nsbox_policy_check(q, &e);
+		CHECK(r == -ENOENT && !nsbox_error_step(e) &&
+			      !strcmp(emsg(e), "[Filesystem] Workspace=/nonexistent-nsbox-ws: No such file or directory"),
+		      "policy_check: a missing workspace is -ENOENT naming it, no step (%d %s)", r, emsg(e));
+		clear(&e);
+		CHECK(nsbox_policy_set_workspace(q, "/etc/passwd", &e) == 0, "workspace /etc/passwd (%s)", emsg(e));
+		r = nsbox_policy_check(q, &e);
+		CHECK(r == -EINVAL && strstr(emsg(e), "Workspace=/etc/passwd: not a directory"),
+		      "policy_check: a file as the workspace is -EINVAL (%s)", emsg(e));
+		clear(&e);
+		CHECK(nsbox_policy_set_workspace(q, "/usr", &e) == 0 &&
+			      nsbox_policy_add_bind(q, "/nonexistent-nsbox-bind", "/x", false, &e) == 0,
+		      "policy with a missing bind source (%s)", emsg(e));
+		r = nsbox_policy_check(q, &e);
+		CHECK(r == -ENOENT && !nsbox_error_step(e) && strstr(emsg(e), "ReadOnlyBind=/nonexistent-nsbox-bind: "),
+		      "policy_check: a missing bind source is -ENOENT naming it (%d %s)", r, emsg(e));
+		clear(&e);
+		nsbox_policy_free(q);
+		q = NULL;
+		CHECK(nsbox_policy_new(NULL, &q, &e) == 0 &&
+			      nsbox_policy_set(q, "Filesystem", "RootFS", "nsbox-unit-no-such-tree", &e) == 0,
+		      "policy with an unbuilt tree (%s)", emsg(e));
+		r = nsbox_policy_check(q, &e);
+		CHECK(r == -ENOENT && nsbox_error_step(e) && !strcmp(nsbox_error_step(e), "rootfs"),
+		      "policy_check: an unbuilt tree is -ENOENT in the step rootfs (%d %s)", r, emsg(e));
+		clear(&e);
+		nsbox_policy_free(q);
+	}
 	CHECK(nsbox_policy_set(p, "Limits", "Memory", "256M", &e) == 0, "policy_set Limits.Memory=256M");
 	CHECK(nsbox_policy_set(p, "Limits", "Nope", "1", &e) == -EINVAL && strstr(emsg(e), "Nope"),
 	      "policy_set unknown key: -EINVAL (%s)", emsg(e));

@@ -47,7 +47,7 @@ static void child(enum policy_want want)
 	char buf[16];
 	int abi = -1, fail = 0, fd, e;
 
-	if (landlock_apply(paths, 1, want, &abi, &err) < 0) {
+	if (landlock_apply(paths, 1, -1, want, &abi, &err) < 0) {
 		fprintf(stderr, "# %s\n", err.msg);
 		_exit(200);
 	}
@@ -158,7 +158,7 @@ int main(void)
 			printf("# SKIP landlock enforcement: the kernel has no Landlock\n");
 			r = run(WANT_AUTO);
 			ok(r == 0, "WANT_AUTO without Landlock succeeds, reports ABI 0");
-			r = landlock_apply(nopaths, 0, WANT_REQUIRE, NULL, &err) < 0 &&
+			r = landlock_apply(nopaths, 0, -1, WANT_REQUIRE, NULL, &err) < 0 &&
 			    strstr(err.msg, "not supported");
 			ok(r, "WANT_REQUIRE without Landlock fails");
 		}
@@ -180,7 +180,7 @@ int main(void)
 		fflush(stdout);
 		pid = fork();
 		if (pid == 0)
-			_exit(landlock_apply(bad, 1, WANT_AUTO, NULL, &err) < 0 &&
+			_exit(landlock_apply(bad, 1, -1, WANT_AUTO, NULL, &err) < 0 &&
 					      strstr(err.msg, "/nonexistent-nsbox-path")
 				      ? 0
 				      : 1);
