@@ -1518,7 +1518,10 @@ static void test_run_net_audit(bool in_process)
 		 "try:\n    urllib.request.urlopen('http://denied.example/', timeout=10)\n    sys.exit(4)\n"
 		 "except urllib.error.HTTPError as e:\n    sys.exit(0 if b == b'upstream\\n' and e.code == 403 else 5)\n",
 		 u.port);
-	/* A process, not a thread: in_process wants a single-threaded caller. */
+	/* A process, not a thread: in_process wants a single-threaded caller.
+	 * Flushed first: the child must not write our buffered TAP lines again
+	 * (valgrind's exit does flush stdio). */
+	fflush(NULL);
 	up = fork();
 	if (up == 0) {
 		upstream_serve(&u);
