@@ -452,7 +452,13 @@ static int clone_tree(const char *path, struct nsbox_err *err)
 {
 	int fd = (int)syscall(SYS_open_tree, AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
 
-	if (fd < 0)
+	/* The kernel clones only mounts of the caller's own namespace: a
+	 * descriptor nsboxd got from a client in another one (nsboxd started
+	 * with a mount namespace of its own: ProtectSystem=, PrivateTmp=...). */
+	if (fd < 0 && errno == EINVAL)
+		err_set(err, EINVAL, "open %s: on a mount of another mount namespace than ours (nsboxd must run in its "
+			"clients' mount namespace, nsboxd(8) SYSTEMD UNIT)", path);
+	else if (fd < 0)
 		err_sys(err, "open %s", path);
 	return fd;
 }

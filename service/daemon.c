@@ -1480,6 +1480,22 @@ static int load_config(struct conf *c)
 	return 0;
 }
 
+/* A client's workspace and binds are its descriptors of mounts in its
+ * mount namespace, which the kernel lets nsboxd clone only from its own:
+ * said once at start when ours is not init's (a unit with ProtectSystem=,
+ * ProtectHome=, PrivateTmp= or the like gives nsboxd one of its own).
+ * Where init's can't be seen (a container's init outside our user
+ * namespace), nothing is said; the error of each refused OPEN says why. */
+static void check_mount_ns(void)
+{
+	struct stat self, init;
+
+	if (stat("/proc/self/ns/mnt", &self) == 0 && stat("/proc/1/ns/mnt", &init) == 0 &&
+	    (self.st_dev != init.st_dev || self.st_ino != init.st_ino))
+		logmsg("nsboxd runs in a mount namespace other than init's: workspaces and binds of clients in init's "
+		       "will be refused (nsboxd(8), SYSTEMD UNIT)");
+}
+
 static void apply_config(void)
 {
 	unsigned n;
@@ -1697,6 +1713,7 @@ int daemon_run(const struct daemon_opts *o)
 	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.worker.fd, &ev);
 	D.idle_since = mono_ns();
 	sd_notify(0, "READY=1");
+	check_mount_ns();
 	logmsg("ready (%s, pool %u per profile, %u workers%s)", D.activated ? "socket-activated" : o->listen_path,
 	       D.conf.pool_size, D.conf.workers, D.host_uids ? ", per-session host uids" : "");
 	notify_status();

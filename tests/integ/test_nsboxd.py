@@ -307,6 +307,60 @@ def test_oversize_then_gone_is_closed_once(daemon):
     assert daemon.p.poll() is None, daemon.logtext()
 
 
+UNIT = os.path.join(os.path.dirname(__file__), "..", "..", "service", "nsboxd.service")
+
+# What a unit for nsboxd must not set (nsboxd(8), SYSTEMD UNIT): each gives
+# nsboxd a mount namespace of its own (a client's workspace and binds are
+# mounts of the client's namespace, which open_tree clones only from the
+# caller's own), or installs a seccomp filter that every sandbox inherits
+# and that refuses what a sandbox does (sethostname in its own UTS
+# namespace, AF_INET sockets on its own loopback, namespaces, W+X maps).
+BREAKS = ("ProtectSystem", "ProtectHome", "PrivateTmp", "PrivateDevices", "PrivateMounts", "PrivateUsers",
+          "PrivateNetwork", "PrivateIPC", "ProtectKernelModules", "ProtectKernelLogs", "ProtectKernelTunables",
+          "ProtectControlGroups", "ProtectProc", "ProcSubset", "ReadOnlyPaths", "ReadWritePaths",
+          "InaccessiblePaths", "TemporaryFileSystem", "BindPaths", "BindReadOnlyPaths", "ProtectHostname",
+          "RestrictAddressFamilies", "SystemCallFilter", "RestrictNamespaces", "MemoryDenyWriteExecute",
+          "CapabilityBoundingSet", "RootDirectory", "RootImage")
+
+
+def test_unit_sets_nothing_that_breaks_sandboxes():
+    got = {}
+    with open(UNIT) as f:
+        for line in f:
+            line = line.strip()
+            if line and line[0] not in "#;[":
+                k, _, v = line.partition("=")
+                got[k.strip()] = v.strip()
+    assert got.get("Delegate") == "yes" and got.get("Type") == "notify", got
+    bad = {k: v for k, v in got.items() if k in BREAKS and v.lower() not in ("", "no", "false", "0", "off")}
+    assert not bad, bad
+
+
+@pytest.mark.skipif(not ROOT, reason="a mount namespace of nsboxd's own: unshare --mount needs root here")
+def test_nsboxd_in_a_mount_namespace_of_its_own():
+    """What a unit with ProtectSystem= or the like would do: nsboxd says so
+    when it starts, a client's workspace is refused with an error that says
+    why, and sessions without one are still served."""
+    d = Daemon("[Default]\nMaxSessions=10\n[Service]\nPoolSize=0\n",
+               wrap=("unshare", "--mount", "--propagation", "private"))
+    ws = tempfile.mkdtemp(prefix="nsbxd-ws-")
+    try:
+        try:
+            os.stat("/proc/1/ns/mnt")      # where init's can be seen (not in every container)
+            assert "mount namespace other than init's" in d.logtext(), d.logtext()
+        except PermissionError:
+            pass
+        p = subprocess.run([NSBOX, "python", "--connect", d.sock, "--workspace", ws, "-c", "print(1)"],
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 125 and "another mount namespace" in p.stderr, (p.returncode, p.stderr)
+        p = subprocess.run([NSBOX, "python", "--connect", d.sock, "-c", "print(1)"], capture_output=True, text=True,
+                           timeout=60)
+        assert p.returncode == 0 and p.stdout == "1\n", p.stderr
+    finally:
+        shutil.rmtree(ws)
+        assert d.stop() == 0, d.logtext()
+
+
 @pytest.mark.skipif(not ROOT, reason="needs root: a root nsboxd and a client of another uid")
 def test_workspace_maps_to_the_client_without_a_uid_range():
     """A root nsboxd without HostUidRange maps its sandboxes to root's uid;
