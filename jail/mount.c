@@ -139,21 +139,25 @@ static int bind_sys(int srcfd, const char *dst, bool batch, struct nsbox_err *er
 	return batch ? bind_only(srcfd, dst, err) : bind_fd(srcfd, dst, false, true, err);
 }
 
-/* Every mount under the new root so far is a system bind: all read-only,
- * nosuid and nodev in one recursive call; then the root's tmpfs writable
- * again for the mount points still to come (it is made read-only after
- * pivot_root). */
-static int seal_system(bool batch, struct nsbox_err *err)
+/* set (read-only among them) on every mount below path in one recursive
+ * call, then path's own mount writable again for the mount points still
+ * to come (the new root and /dev are made read-only after pivot_root). */
+static int seal_below(const char *path, unsigned long long set, struct nsbox_err *err)
 {
-	struct mount_attr ro = { .attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV };
+	struct mount_attr ro = { .attr_set = set };
 	struct mount_attr rw = { .attr_clr = MOUNT_ATTR_RDONLY };
 
-	if (!batch)
-		return 0;
-	if (syscall(SYS_mount_setattr, AT_FDCWD, NEWROOT, AT_RECURSIVE, &ro, sizeof(ro)) < 0 ||
-	    syscall(SYS_mount_setattr, AT_FDCWD, NEWROOT, 0, &rw, sizeof(rw)) < 0)
-		return err_sys(err, "make the system's binds read-only");
+	if (syscall(SYS_mount_setattr, AT_FDCWD, path, AT_RECURSIVE, &ro, sizeof(ro)) < 0 ||
+	    syscall(SYS_mount_setattr, AT_FDCWD, path, 0, &rw, sizeof(rw)) < 0)
+		return err_sys(err, "make the binds below %s read-only", path + strlen(NEWROOT));
 	return 0;
+}
+
+/* Every mount under the new root so far is a system bind: all read-only,
+ * nosuid and nodev at once. */
+static int seal_system(bool batch, struct nsbox_err *err)
+{
+	return batch ? seal_below(NEWROOT, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, err) : 0;
 }
 
 /* The same for a detached tree the launcher cloned (open_tree), attached
@@ -239,7 +243,7 @@ static int make_dev(const struct nsbox_policy *p, bool batch, struct nsbox_err *
 		if ((batch ? bind_only(fd, path, err) : bind_fd(fd, path, false, false, err)) < 0)
 			return -1;
 	}
-	if (batch && set_attr(NEWROOT "/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, true, err) < 0)
+	if (batch && seal_below(NEWROOT "/dev", MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, err) < 0)
 		return -1;
 	/* A private devpts instance, as bubblewrap's --dev: os.openpty() and
 	 * pty users work, and no pty of the host's is reachable (/dev/ptmx is
