@@ -156,3 +156,11 @@ bool netaudit_warning(struct netaudit *a, char *buf, size_t size)
 		 (unsigned long long)n, n == 1 ? "" : "s", (unsigned long long)a->dropped);
 	return true;
 }
+
+void netaudit_warn(struct netaudit *a, void (*warn)(void *ctx, const char *msg), void *ctx)
+{
+	char msg[256];
+
+	if (netaudit_warning(a, msg, sizeof(msg)) && warn)
+		warn(ctx, msg);
+}

@@ -60,9 +60,15 @@ int netaudit_drain(struct netaudit *a);
 /* After the proxy was stopped: read to EOF, waiting until deadline
  * (CLOCK_MONOTONIC ns) at most, then close the pipe. */
 void netaudit_finish(struct netaudit *a, unsigned long long deadline);
+/* How long after the proxy's stop the library waits for EOF: only a copy
+ * of the write end some fork of the caller's still holds keeps it open. */
+#define NETAUDIT_FINISH_NS 1000000000ull
 /* Drops, or a finish that gave up before EOF, not yet warned about: a
  * message for the session's warning callback in buf (size bytes), or
  * false. */
 bool netaudit_warning(struct netaudit *a, char *buf, size_t size);
+/* The same, handed to warn(ctx, message) when there is one (warn may be
+ * NULL): what the session and nsbox_run do after each drain. */
+void netaudit_warn(struct netaudit *a, void (*warn)(void *ctx, const char *msg), void *ctx);
 
 #endif

@@ -158,21 +158,13 @@ struct run_audit {
 	const struct run_opts *o;
 };
 
-static void audit_warn(struct run_audit *ra)
-{
-	char msg[256];
-
-	if (netaudit_warning(&ra->a, msg, sizeof(msg)) && ra->o->warn)
-		ra->o->warn(ra->o->warn_ctx, msg);
-}
-
 /* Deliver what is waiting; false at EOF (stop watching the pipe). */
 static bool audit_drain(void *ctx)
 {
 	struct run_audit *ra = ctx;
 	bool more = ra->a.fd >= 0 && !netaudit_drain(&ra->a);
 
-	audit_warn(ra);
+	netaudit_warn(&ra->a, ra->o->warn, ra->o->warn_ctx);
 	return more;
 }
 
@@ -180,10 +172,8 @@ static void audit_finish(struct run_audit *ra)
 {
 	if (ra->a.fd < 0)
 		return;
-	/* Nothing else holds the write end once the proxy is gone; a second
-	 * for a copy another thread's fork may still hold. */
-	netaudit_finish(&ra->a, now_ns() + 1000000000ull);
-	audit_warn(ra);
+	netaudit_finish(&ra->a, now_ns() + NETAUDIT_FINISH_NS);
+	netaudit_warn(&ra->a, ra->o->warn, ra->o->warn_ctx);
 }
 
 /* ---- the two ways ---- */

@@ -84,30 +84,22 @@ struct nsbox_session {
 /* Hand over the records waiting in the pipe, and warn about dropped ones. */
 static void audit_drain(struct nsbox_session *s)
 {
-	char msg[256];
-
 	if (!s->audit || s->audit->eof)
 		return;
 	/* At EOF (the proxy is gone) the pipe stays readable: out of the
 	 * session fd, or an event loop would spin on it. */
 	if (netaudit_drain(s->audit) && s->epoll_fd >= 0)
 		(void)epoll_ctl(s->epoll_fd, EPOLL_CTL_DEL, s->audit->fd, NULL);
-	if (netaudit_warning(s->audit, msg, sizeof(msg)) && s->o.warn)
-		s->o.warn(s->o.warn_ctx, msg);
+	netaudit_warn(s->audit, s->o.warn, s->o.warn_ctx);
 }
 
 /* The sandbox and its proxy are stopped: the rest of the records, to EOF. */
 static void audit_finish(struct nsbox_session *s)
 {
-	char msg[256];
-
 	if (!s->audit || s->audit->fd < 0)
 		return;
-	/* Nothing else holds the write end once the proxy is gone; a second
-	 * for a copy some fork of ours may still hold. */
-	netaudit_finish(s->audit, now_ns() + 1000000000ull);
-	if (netaudit_warning(s->audit, msg, sizeof(msg)) && s->o.warn)
-		s->o.warn(s->o.warn_ctx, msg);
+	netaudit_finish(s->audit, now_ns() + NETAUDIT_FINISH_NS);
+	netaudit_warn(s->audit, s->o.warn, s->o.warn_ctx);
 }
 
 /* The pipe for opts.net_audit and the descriptors for the proxy, when the

@@ -471,7 +471,7 @@ def test_run_net_log_fd(upstream, in_process):  # noqa: F811
 
 
 # nsbox.run()'s on_net_request (nsbox_run_opts.net_audit, through the
-# helper): an allowed fetch, a name off the list at the DNS stub and at the
+# helper): an allowed fetch, a name off the list at the DNS responder and at the
 # proxy, and a tunnel still open when the command ends, whose record is
 # written as the proxy stops: all delivered before run() returns, on the
 # calling thread, and the same as the net_log file's lines.

@@ -1509,7 +1509,7 @@ static void test_run_net_audit(bool in_process)
 	      "%s: policy with Allow=%s (%s)", tag, rule, emsg(e));
 	clear(&e);
 	/* Inside: the allowed fetch through HTTP_PROXY, and a name off the
-	 * list at the DNS stub and at the proxy (403). */
+	 * list at the DNS responder and at the proxy (403). */
 	snprintf(code, sizeof(code),
 		 "import socket, sys, urllib.request, urllib.error\n"
 		 "b = urllib.request.urlopen('http://127.0.0.2:%d/', timeout=10).read()\n"
@@ -1555,7 +1555,7 @@ static void test_run_net_audit(bool in_process)
 	clear(&e);
 	CHECK(u.served == 1, "%s: the upstream served the allowed request (%d)", tag, u.served);
 	CHECK(a.allowed == 1, "%s: one allow record for the fetch (%d)", tag, a.allowed);
-	CHECK(a.denied_dns >= 1 && a.denied_http == 1, "%s: deny records at the DNS stub (%d) and the proxy (%d)", tag,
+	CHECK(a.denied_dns >= 1 && a.denied_http == 1, "%s: deny records at the DNS responder (%d) and the proxy (%d)", tag,
 	      a.denied_dns, a.denied_http);
 	CHECK(!strcmp(a.denied_reason, "name not on the allowlist"), "%s: the denial's reason (%s)", tag,
 	      a.denied_reason);
