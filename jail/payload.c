@@ -14,7 +14,9 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sched.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "egress.h"
@@ -35,6 +37,49 @@ int uts_setup(const struct nsbox_policy *p, struct nsbox_err *err)
 		err_sys(err, "sethostname");
 		return err_step(err, "uts");
 	}
+	return 0;
+}
+
+/* The payload's clocks start at zero: CLOCK_MONOTONIC and CLOCK_BOOTTIME
+ * (and their _RAW, _COARSE and _ALARM kinds) read the host's uptime, and so
+ * do /proc/uptime, /proc/stat's btime and the start times in
+ * /proc/PID/stat, which the kernel shifts by the reader's time namespace
+ * (time_namespaces(7)).  Offsets can only be written before a process
+ * enters, so pid 1 unshares one for its children and writes them, and
+ * stays in the host's itself; the payload enters at its exec (or fork).
+ * A kernel without CONFIG_TIME_NS (EINVAL) keeps the host's clocks. */
+int timens_setup(struct nsbox_err *err)
+{
+	static const clockid_t ids[] = { CLOCK_MONOTONIC, CLOCK_BOOTTIME };
+	char buf[128];
+	size_t len = 0;
+	int fd;
+
+	if (unshare(CLONE_NEWTIME) < 0)
+		return errno == EINVAL ? 0 : err_sys(err, "unshare(CLONE_NEWTIME)");
+	for (size_t i = 0; i < ARRAY_SIZE(ids); i++) {
+		struct timespec t;
+
+		if (clock_gettime(ids[i], &t) < 0)
+			return err_sys(err, "clock_gettime");
+		/* -t, normalised (0 <= nsec < 1e9): the clock reads the time
+		 * since now, never below zero as the kernel requires. */
+		if (t.tv_nsec > 0)
+			len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%d %lld %ld\n", (int)ids[i],
+						-(long long)t.tv_sec - 1, 1000000000L - t.tv_nsec);
+		else
+			len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%d %lld 0\n", (int)ids[i],
+						-(long long)t.tv_sec);
+	}
+	fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return err_sys(err, "open /proc/self/timens_offsets");
+	if (write(fd, buf, len) != (ssize_t)len) {
+		err_sys(err, "write /proc/self/timens_offsets");
+		close(fd);
+		return -1;
+	}
+	close(fd);
 	return 0;
 }
 

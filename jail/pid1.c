@@ -119,6 +119,14 @@ static int pid1_netns_start(struct pid1 *s, struct nsbox_err *err)
 	return s->c->p->share_net ? 0 : netns_start(&s->nj, err);
 }
 
+/* Before the id maps: /proc/self is ours to write until we are not
+ * dumpable, and the launcher is busy meanwhile. */
+static int pid1_timens(struct pid1 *s, struct nsbox_err *err)
+{
+	(void)s;
+	return timens_setup(err);
+}
+
 static int pid1_wait_go(struct pid1 *s, struct nsbox_err *err)
 {
 	struct sync_msg m;
@@ -276,6 +284,7 @@ static const struct pid1_step pid1_setup[] = {
 	{ "pid1", pid1_deathsig },
 	{ "pid1", pid1_own_pgrp },
 	{ "network", pid1_netns_start },
+	{ "time", pid1_timens },
 	{ "pid1", pid1_wait_go },
 	{ "pid1", pid1_not_dumpable },
 	{ "exec", pid1_exec },
