@@ -40,41 +40,48 @@ int uts_setup(const struct nsbox_policy *p, struct nsbox_err *err)
 	return 0;
 }
 
-/* The payload's clocks start at zero: CLOCK_MONOTONIC and CLOCK_BOOTTIME
+/* ns / 1e9, rounded towards minus infinity. */
+static long long floor_div(long long ns)
+{
+	return ns >= 0 ? ns / 1000000000LL : -((-ns + 999999999LL) / 1000000000LL);
+}
+
+/* The sandbox's clocks start at zero: CLOCK_MONOTONIC and CLOCK_BOOTTIME
  * (and their _RAW, _COARSE and _ALARM kinds) read the host's uptime, and so
  * do /proc/uptime, /proc/stat's btime and the start times in
  * /proc/PID/stat, which the kernel shifts by the reader's time namespace
  * (time_namespaces(7)).  Offsets can only be written before a process
  * enters, so pid 1 unshares one for its children and writes them, and
  * stays in the host's itself; the payload enters at its exec (or fork).
- * A kernel without CONFIG_TIME_NS (EINVAL) keeps the host's clocks. */
-int timens_setup(struct nsbox_err *err)
+ * Zero is pid 1's start (start_ns, rounded down to a clock tick), not
+ * now: pid 1's start time, shifted, must not fall below zero (the kernel
+ * would show it wrapped, as 58 million years).  The monotonic clock gets
+ * the same reading.  A kernel without CONFIG_TIME_NS (EINVAL) keeps the
+ * host's clocks. */
+int timens_setup(unsigned long long start_ns, struct nsbox_err *err)
 {
-	static const clockid_t ids[] = { CLOCK_MONOTONIC, CLOCK_BOOTTIME };
+	struct timespec mono, boot;
+	long long since;
 	char buf[128];
-	size_t len = 0;
-	int fd;
+	int fd, len;
 
 	if (unshare(CLONE_NEWTIME) < 0)
 		return errno == EINVAL ? 0 : err_sys(err, "unshare(CLONE_NEWTIME)");
-	for (size_t i = 0; i < ARRAY_SIZE(ids); i++) {
-		struct timespec t;
-
-		if (clock_gettime(ids[i], &t) < 0)
-			return err_sys(err, "clock_gettime");
-		/* -t, normalised (0 <= nsec < 1e9): the clock reads the time
-		 * since now, never below zero as the kernel requires. */
-		if (t.tv_nsec > 0)
-			len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%d %lld %ld\n", (int)ids[i],
-						-(long long)t.tv_sec - 1, 1000000000L - t.tv_nsec);
-		else
-			len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%d %lld 0\n", (int)ids[i],
-						-(long long)t.tv_sec);
-	}
+	if (clock_gettime(CLOCK_MONOTONIC, &mono) < 0 || clock_gettime(CLOCK_BOOTTIME, &boot) < 0)
+		return err_sys(err, "clock_gettime");
+	since = (long long)boot.tv_sec * 1000000000LL + boot.tv_nsec - (long long)start_ns;
+	if (since < 0)
+		since = 0;
+	/* offset = since - now, as seconds and 0 <= nanoseconds < 1e9 */
+	long long off_mono = since - ((long long)mono.tv_sec * 1000000000LL + mono.tv_nsec);
+	long long off_boot = since - ((long long)boot.tv_sec * 1000000000LL + boot.tv_nsec);
+	len = snprintf(buf, sizeof(buf), "%d %lld %lld\n%d %lld %lld\n", CLOCK_MONOTONIC, floor_div(off_mono),
+		       off_mono - floor_div(off_mono) * 1000000000LL, CLOCK_BOOTTIME, floor_div(off_boot),
+		       off_boot - floor_div(off_boot) * 1000000000LL);
 	fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
 	if (fd < 0)
 		return err_sys(err, "open /proc/self/timens_offsets");
-	if (write(fd, buf, len) != (ssize_t)len) {
+	if (write(fd, buf, (size_t)len) != (ssize_t)len) {
 		err_sys(err, "write /proc/self/timens_offsets");
 		close(fd);
 		return -1;
