@@ -400,5 +400,13 @@ pid_t payload_start(const struct child_ctx *c, const int pipefd[2])
 	/* Back here once the payload has exec'd or died: its stack is free
 	 * (a failed munmap only leaves it mapped). */
 	(void)munmap(stack, stack_size);
+	/* Older kernels (6.1 does) refuse CLONE_VM into another time namespace
+	 * (timens_setup: our children's is not ours) with EINVAL, where
+	 * later ones move the child at its exec: a real fork there. */
+	if (pid < 0 && errno == EINVAL) {
+		pid = fork();
+		if (pid == 0)
+			payload_entry(&a);
+	}
 	return pid;
 }
