@@ -56,8 +56,9 @@ static long long floor_div(long long ns)
  * Zero is pid 1's start (start_ns, rounded down to a clock tick), not
  * now: pid 1's start time, shifted, must not fall below zero (the kernel
  * would show it wrapped, as 58 million years).  The monotonic clock gets
- * the same reading.  A kernel without CONFIG_TIME_NS (EINVAL) keeps the
- * host's clocks. */
+ * the same reading.  A kernel without CONFIG_TIME_NS (EINVAL), or a host
+ * that set user.max_time_namespaces to 0 (ENOSPC), keeps the host's
+ * clocks (README). */
 int timens_setup(unsigned long long start_ns, struct nsbox_err *err)
 {
 	struct timespec mono, boot;
@@ -66,7 +67,7 @@ int timens_setup(unsigned long long start_ns, struct nsbox_err *err)
 	int fd, len;
 
 	if (unshare(CLONE_NEWTIME) < 0)
-		return errno == EINVAL ? 0 : err_sys(err, "unshare(CLONE_NEWTIME)");
+		return errno == EINVAL || errno == ENOSPC ? 0 : err_sys(err, "unshare(CLONE_NEWTIME)");
 	if (clock_gettime(CLOCK_MONOTONIC, &mono) < 0 || clock_gettime(CLOCK_BOOTTIME, &boot) < 0)
 		return err_sys(err, "clock_gettime");
 	since = (long long)boot.tv_sec * 1000000000LL + boot.tv_nsec - (long long)start_ns;
