@@ -909,6 +909,71 @@ def test_sessions_have_host_uids_of_their_own():
         assert d.stop() == 0, d.logtext()
 
 
+TAKE_INOTIFY = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+_held = []
+while True:
+    fd = libc.inotify_init()
+    if fd < 0:
+        break
+    _held.append(fd)
+len(_held)
+"""
+
+
+def host_inotify_ok():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init()
+    if fd < 0:
+        return ctypes.get_errno()
+    os.close(fd)
+    return 0
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: mapping another host uid needs CAP_SETUID")
+def test_host_uids_own_their_kernel_counters():
+    """The kernel charges a user namespace's per-user counters (inotify,
+    pending signals and POSIX timers, mqueue bytes, locked memory) to its
+    owner, the uid that created it: with nsboxd's root launcher as the
+    creator, ten sessions of distinct host uids, each taking only its 1/8
+    share, took all of host root's inotify instances (the 9th session got
+    none, and root's own inotify_init failed with EMFILE)."""
+    import fcntl
+    import struct
+    NS_GET_OWNER_UID = 0xb704
+    n = 10
+    d = Daemon(f"[Service]\nPoolSize=0\nHostUidRange={UID_FIRST + 10}-{UID_FIRST + 10 + n - 1}\n"
+               "[Default]\nMaxSessions=16\n")
+    try:
+        c = svcclient.Client(d.sock)
+        held, sbs = [], []
+        for i in range(n):
+            sb, m = c.open()
+            assert sb, m
+            sbs.append(sb)
+            # From the host: the sandbox's user namespace is the session
+            # uid's, not root's.
+            fd = os.open(f"/proc/{sb.pid}/ns/user", os.O_RDONLY)
+            try:
+                owner = struct.unpack("I", fcntl.ioctl(fd, NS_GET_OWNER_UID, b"\0" * 4))[0]
+            finally:
+                os.close(fd)
+            assert owner == m["host_uid"], (owner, m)
+            # From inside: each gets the same share, however many came first.
+            r = sb.exec(TAKE_INOTIFY)
+            held.append(r["value"])
+        assert held[0] > 0 and held == [held[0]] * n, held
+        # ...and root, the service's own uid, keeps its own.
+        assert host_inotify_ok() == 0
+        for sb in sbs:
+            sb.close()
+        c.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
 @pytest.mark.skipif(not ROOT, reason="needs root: mapping another host uid needs CAP_SETUID")
 def test_host_uids_skip_busy_and_workspace_maps_to_client():
     """A uid of the range that owns a process when nsboxd starts is skipped;
