@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -26,12 +27,13 @@
 #define WSYNC_MAX_DEPTH 128
 
 struct wsync {
-	struct nsbox_err err;	/* the first failure */
+	struct nsbox_err err; /* the first failure */
 	bool failed;
 	unsigned tmp_seq;
-	char path[4096];	/* the entry at hand, for messages */
+	char path[4096]; /* the entry at hand, for messages */
 	size_t path_len;
-	uint64_t left;		/* bytes of file data still allowed */
+	uint64_t left;	/* bytes the host directory may still grow by */
+	uint64_t block; /* the host file system's block size */
 };
 
 struct linux_dirent64 {
@@ -49,6 +51,21 @@ static int fail(struct wsync *w, int code, const char *what)
 		err_set(&w->err, code, "copy /workspace/%s back: %s", w->path, what);
 	}
 	return -1;
+}
+
+/* What an entry costs the host's file system, at most: its data rounded up
+ * to whole blocks, and a block for a directory or a symlink (which cost
+ * the sandbox's tmpfs nothing: 16,000 empty directories grew an ext4 host
+ * directory by 64 MiB past a 64M limit).  0 when it fits; the caller says
+ * what was not written. */
+static int charge(struct wsync *w, uint64_t bytes)
+{
+	uint64_t n = bytes ? (bytes + w->block - 1) / w->block * w->block : w->block;
+
+	if (bytes > UINT64_MAX - w->block || n > w->left)
+		return -1;
+	w->left -= n;
+	return 0;
 }
 
 /* One name beneath dirfd, never through a symlink or onto another mount. */
@@ -146,7 +163,8 @@ static int copy_data(int in, int out, off_t size)
 	off_t off = 0;
 
 	while (off < size) {
-		ssize_t n = sendfile(out, in, &off, (size_t)(size - off) > (1u << 30) ? 1u << 30 : (size_t)(size - off));
+		ssize_t n = sendfile(out, in, &off,
+				     (size_t)(size - off) > (1u << 30) ? 1u << 30 : (size_t)(size - off));
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -164,7 +182,8 @@ static int replace(struct wsync *w, int host, const char *tmp, const char *name)
 {
 	struct stat st;
 
-	if (fstatat(host, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) && remove_tree(host, name, 0) < 0) {
+	if (fstatat(host, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
+	    remove_tree(host, name, 0) < 0) {
 		unlinkat(host, tmp, 0);
 		return fail(w, errno, "remove the directory it replaces");
 	}
@@ -188,12 +207,14 @@ static int copy_file(struct wsync *w, int upper, int host, const char *name)
 		return fail(w, errno, "open in the upper layer");
 	if (!S_ISREG(st.st_mode))
 		return fail(w, EINVAL, "not a regular file any more");
-	/* Charged at its size: sparse holes and hard links cost the upper
-	 * layer nothing, but the copy writes them whole. */
-	if ((uint64_t)st.st_size > w->left)
-		return fail(w, EFBIG, "the write-back would exceed the workspace's limit (WorkspaceSize; a sparse "
-				      "file's holes and each name of a hard link count in full): not copied");
-	w->left -= (uint64_t)st.st_size;
+	/* Charged at its size in whole blocks: sparse holes and hard links
+	 * cost the upper layer nothing, but the copy writes them whole.  An
+	 * empty file takes no block. */
+	if (st.st_size && charge(w, (uint64_t)st.st_size) < 0)
+		return fail(w, EFBIG,
+			    "the write-back would exceed the workspace's limit (WorkspaceSize; a sparse "
+			    "file's holes and each name of a hard link count in full, in whole blocks): "
+			    "not copied");
 	out = create_tmp(w, host, tmp);
 	if (out < 0)
 		return fail(w, errno, "create a file in the host directory");
@@ -216,6 +237,10 @@ static int copy_symlink(struct wsync *w, int upper, int host, const char *name)
 	if (n < 0)
 		return fail(w, errno, "read the symlink");
 	target[n] = '\0';
+	if (charge(w, 0) < 0)
+		return fail(w, EFBIG,
+			    "the write-back would exceed the workspace's limit (WorkspaceSize; a symlink "
+			    "counts as a block of the host's file system): not made");
 	for (int tries = 0;; tries++) {
 		snprintf(tmp, sizeof(tmp), ".nsbox-wsync.%d.%u", (int)getpid(), w->tmp_seq++);
 		if (symlinkat(target, host, tmp) == 0)
@@ -248,9 +273,17 @@ static int copy_subdir(struct wsync *w, int upper, int host, const char *name, i
 		return fail(w, ELOOP, "more than 128 directories deep");
 	/* An opaque directory replaced the host's one of that name: its old
 	 * entries are gone inside. */
-	if (fstatat(host, name, &hst, AT_SYMLINK_NOFOLLOW) == 0 && (!S_ISDIR(hst.st_mode) || opaque(u)) &&
-	    remove_tree(host, name, 0) < 0)
-		return fail(w, errno, "remove what the directory replaces");
+	bool have = fstatat(host, name, &hst, AT_SYMLINK_NOFOLLOW) == 0;
+
+	if (have && (!S_ISDIR(hst.st_mode) || opaque(u))) {
+		if (remove_tree(host, name, 0) < 0)
+			return fail(w, errno, "remove what the directory replaces");
+		have = false;
+	}
+	if (!have && charge(w, 0) < 0)
+		return fail(w, EFBIG,
+			    "the write-back would exceed the workspace's limit (WorkspaceSize; a directory "
+			    "counts as a block of the host's file system): not made, nor what is in it");
 	if (mkdirat(host, name, 0700) < 0 && errno != EEXIST)
 		return fail(w, errno, "make the directory");
 	h = open_beneath(host, name, O_RDONLY | O_DIRECTORY, 0);
@@ -332,8 +365,13 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 		return err_sys(err, "copy /workspace back: fork");
 	}
 	if (pid == 0) {
+		struct statfs sfs;
+
 		memset(&w, 0, sizeof(w));
 		w.left = budget;
+		w.block = fstatfs(host, &sfs) == 0 && sfs.f_bsize > 0 && sfs.f_bsize <= (1 << 20)
+				  ? (uint64_t)sfs.f_bsize
+				  : 4096;
 		close(pipefd[0]);
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || drop_rights(uid, gid) < 0) {
 			err_set(&w.err, errno, "copy /workspace back: become uid %u gid %u without capabilities",

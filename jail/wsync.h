@@ -26,10 +26,12 @@
  * directories remove the host's entries.  Runs the copy in a child with
  * host ids uid/gid (a root caller switches to them and drops every
  * capability).  Returns 0, or -1 with err naming the first entry that
- * failed (the others are still copied).  At most budget bytes of file
- * data are written (the workspace's limit): each file counts at its size,
- * a sparse file's holes and every name of a hard-linked file included, as
- * that is what the copy writes; a file past the budget is not copied. */
+ * failed (the others are still copied).  The host directory grows by at
+ * most budget bytes (the workspace's limit): each file counts at its size
+ * in whole blocks of the host's file system, a sparse file's holes and
+ * every name of a hard-linked file included, as that is what the copy
+ * writes, and each directory or symlink made as a block; what would pass
+ * the budget is not written. */
 int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, struct nsbox_err *err);
 
 #endif

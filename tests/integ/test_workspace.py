@@ -92,6 +92,35 @@ def test_write_back_is_held_to_the_limit(tmp_path):
     assert free0 - free_bytes(ws) <= (16 << 20) + (4 << 20)
 
 
+def test_write_back_charges_directories_and_blocks(tmp_path):
+    """Only file data was charged: directories (a block each on ext4, none
+    in the sandbox's tmpfs) were free, so a 64M workspace of 16,000 empty
+    directories and 64 MiB of data grew the host directory by 127 MiB.
+    Now every directory and symlink made costs a block of the host's file
+    system and every file its size in whole blocks."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    block = os.statvfs(ws).f_bsize
+    script = ("import os\n"
+              "for i in range(3000):\n    os.mkdir(f'/workspace/d{i}')\n"
+              "for i in range(200):\n    os.symlink('x' * 100, f'/workspace/l{i}')\n"
+              "open('/workspace/data', 'wb').write(b'x' * (8 << 20))\n"
+              "for i in range(300):\n    open(f'/workspace/f{i}', 'wb').write(b'y')\n")
+    rc, out, err = run(["run", "--workspace", str(ws), "--workspace-size", "16M", "--", "/usr/bin/python3.11",
+                        "-S", "-c", script])
+    assert rc == 0, err
+    assert "exceed the workspace's limit" in err, err
+    # From the host: what arrived costs at most the limit, in the
+    # host's blocks.
+    cost = 0
+    for root, dirs, files in os.walk(ws):
+        cost += len(dirs) * block
+        for f in files:
+            st = os.lstat(os.path.join(root, f))
+            cost += block if os.path.islink(os.path.join(root, f)) else -(-st.st_size // block) * block
+    assert cost <= 16 << 20, cost
+
+
 def test_write_back_changes_deletions_and_new_dirs(tmp_path):
     ws = tmp_path / "ws"
     (ws / "sub").mkdir(parents=True)
