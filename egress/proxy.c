@@ -741,7 +741,8 @@ static void tunnels_add(uint64_t now, struct tunnel **dead)
 	while (q) {
 		struct tunnel *t = q;
 		/* Tagged with the side: the tunnel is aligned, bit 0 is free. */
-		struct epoll_event ev0 = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.u64 = (uintptr_t)t },
+		struct epoll_event ev0 = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+					   .data.u64 = (uintptr_t)t },
 				   ev1 = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
 					   .data.u64 = (uintptr_t)t | 1 };
 
