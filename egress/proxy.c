@@ -567,7 +567,7 @@ static int relay_ep = -1, relay_wake = -1;
 static struct tunnel relay_stop; /* the epoll tag of the SIGTERM signalfd */
 static pthread_mutex_t new_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tunnel *new_tunnels, *tunnels;
-/* Connections open (in a setup thread or a tunnel), under slot_lock:
+/* Connections open (in a setup worker or a tunnel), under slot_lock:
  * each tunnel holds six fds, so the cap follows RLIMIT_NOFILE. */
 static unsigned open_conns, open_max = 512;
 
@@ -775,12 +775,12 @@ static void free_dead(struct tunnel *dead)
 	}
 }
 
-/* How long stop() waits for connections still in a setup thread: their
+/* How long stop() waits for connections still in a setup worker: their
  * sandbox end has gone with the sandbox, so most finish at once (a denied
  * request between its reply and its audit line, a read meeting EOF). */
 #define STOP_SETUP_MS 100
 
-/* SIGTERM (egress_stop): the sandbox has ended.  Give the setup threads
+/* SIGTERM (egress_stop): the sandbox has ended.  Give the setup workers
  * STOP_SETUP_MS to finish and write their audit lines (one that is still
  * waiting on an upstream then ends unaudited), take in the queued
  * tunnels, move what is still there, end every tunnel (dead: those this

@@ -783,7 +783,7 @@ def tcp_echo():
 
 
 def test_many_open_tunnels_and_backpressure(tcp_echo):
-    # More tunnels open at once than the proxy has setup threads (64): the
+    # More tunnels open at once than the proxy has setup workers (64): the
     # established ones are relayed by one event loop.  Then 4 MiB each way
     # through one tunnel, written while read (flow control end to end).
     port, conns = tcp_echo
