@@ -253,16 +253,18 @@ static bool name_allowed(const char *name, uint16_t port)
  * The DNS responder and the proxies share one table: the addresses the
  * responder gave the sandbox for a name are the ones a CONNECT to that
  * name goes to (until they expire with the answer's TTL), and a tunnel
- * costs no lookup (getaddrinfo reads nsswitch.conf, /etc/hosts and asks
- * the resolver, a network round trip, each time; glibc caches nothing).
- * What is pinned is the resolver's answer, not a verdict: every use
- * checks the address again against the rules for its port. */
+ * costs no lookup (getaddrinfo reads nsswitch.conf and /etc/hosts and
+ * asks the resolver, a network round trip, each time: glibc caches
+ * nothing without nscd).  What is pinned is the resolver's answer, not a
+ * verdict: every use checks the addresses again against the rules for
+ * its port.  At most PIN_NAMES names (a wildcard rule allows many): a new
+ * one takes the slot that expires first. */
 
 /* The DNS answers' TTL (parse.c) in ms: the sandbox may use an answer
  * that long, and the proxy goes where the answer said. */
 #define PIN_TTL_MS 60000
 #define PIN_NAMES 64
-#define PIN_ADDRS 16
+#define PIN_ADDRS 32
 
 struct pinned {
 	char name[NET_NAME_MAX + 1];
