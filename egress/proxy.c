@@ -544,6 +544,9 @@ struct dir {
 	int from, to, pipe[2];
 	size_t inpipe;
 	bool eof;
+	/* d->to was full with bytes in the pipe (the last pump stopped
+	 * there): its writability is what this direction waits for. */
+	bool blocked;
 	uint64_t *count, max;
 	atomic_uint_fast64_t *total;
 	const char *limit;
@@ -559,6 +562,11 @@ struct tunnel {
 	struct dir d[2];
 	uint64_t last_ms;
 	bool dead, listed;
+	/* Whether side 0 (the sandbox's socket) and side 1 (the
+	 * destination's) are registered for writability too: only from the
+	 * first time a direction waits for it (a tunnel that never fills a
+	 * socket, a TLS handshake, gets no wakeup for each ACK). */
+	bool out_armed[2];
 	struct tunnel *prev, *next; /* the loop's list of tunnels */
 	struct tunnel *next_dead;   /* to free; also the queue of new ones */
 };
@@ -632,11 +640,13 @@ static int pump(struct dir *d, bool *moved)
 				progress = true;
 			}
 		}
+		d->blocked = false;
 		if (d->inpipe) {
 			ssize_t n = splice(d->pipe[0], NULL, d->to, NULL, d->inpipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 
 			if (n < 0 && errno != EAGAIN && errno != EINTR)
 				return -1;
+			d->blocked = n < 0 && errno == EAGAIN;
 			if (n > 0) {
 				d->inpipe -= (size_t)n;
 				progress = true;
@@ -706,6 +716,15 @@ static unsigned event_dirs(uint32_t ev, unsigned side)
 	return dirs;
 }
 
+/* The epoll registration of side (0: the sandbox's socket, 1: the
+ * destination's), edge-triggered, tagged with the side: the tunnel is
+ * aligned, bit 0 is free. */
+static struct epoll_event tunnel_event(struct tunnel *t, unsigned side)
+{
+	return (struct epoll_event){ .events = EPOLLIN | EPOLLRDHUP | EPOLLET | (t->out_armed[side] ? EPOLLOUT : 0),
+				     .data.u64 = (uintptr_t)t | side };
+}
+
 /* Run the directions in dirs (a mask, event_dirs) until they would block. */
 static void tunnel_run(struct tunnel *t, unsigned dirs, uint64_t now, struct tunnel **dead)
 {
@@ -725,6 +744,21 @@ static void tunnel_run(struct tunnel *t, unsigned dirs, uint64_t now, struct tun
 	}
 	if (t->d[0].eof && !t->d[0].inpipe && t->d[1].eof && !t->d[1].inpipe)
 		return tunnel_kill(t, dead);
+	for (unsigned i = 0; i < 2; i++) {
+		/* d[i] writes to side 1 - i.  Armed while already writable,
+		 * the edge is reported at once: no wakeup is lost. */
+		unsigned side = 1 - i;
+		struct epoll_event ev;
+
+		if (!t->d[i].blocked || t->out_armed[side])
+			continue;
+		t->out_armed[side] = true;
+		ev = tunnel_event(t, side);
+		if (epoll_ctl(relay_ep, EPOLL_CTL_MOD, side ? t->r->up : t->r->fd, &ev) < 0) {
+			t->r->reason = "out of memory for the relay";
+			return tunnel_kill(t, dead);
+		}
+	}
 	if (moved)
 		t->last_ms = now;
 }
@@ -742,11 +776,7 @@ static void tunnels_add(uint64_t now, struct tunnel **dead)
 	pthread_mutex_unlock(&new_lock);
 	while (q) {
 		struct tunnel *t = q;
-		/* Tagged with the side: the tunnel is aligned, bit 0 is free. */
-		struct epoll_event ev0 = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-					   .data.u64 = (uintptr_t)t },
-				   ev1 = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-					   .data.u64 = (uintptr_t)t | 1 };
+		struct epoll_event ev0 = tunnel_event(t, 0), ev1 = tunnel_event(t, 1);
 
 		q = t->next_dead;
 		t->next_dead = NULL;
@@ -1133,7 +1163,7 @@ static void *worker_thread(void *arg)
 
 	pthread_mutex_lock(&slot_lock);
 	for (;;) {
-		bool socks = false;
+		bool socks = false, spawn;
 		int c;
 
 		while (leading || open_conns >= open_max)
@@ -1146,12 +1176,14 @@ static void *worker_thread(void *arg)
 		idle--;
 		active++;
 		open_conns++;
+		spawn = !idle && workers < THREADS_MAX;
+		pthread_mutex_unlock(&slot_lock);
 		/* The lead passes on; the main thread starts a worker when none
-		 * is idle, off this connection's path. */
-		if (!idle && workers < THREADS_MAX)
+		 * is idle, off this connection's path.  Signalled unlocked: the
+		 * woken thread does not wait for this one's mutex. */
+		if (spawn)
 			pthread_cond_signal(&need_worker);
 		pthread_cond_signal(&lead_free);
-		pthread_mutex_unlock(&slot_lock);
 		serve(c, socks);
 		pthread_mutex_lock(&slot_lock);
 		active--;
