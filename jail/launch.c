@@ -5,7 +5,8 @@
  *   policy -> seccomp BPF         ---------------------------------------
  *   cgroup create + limits
  *   clone3(NEW* but NET,          thread: unshare(NEWNET), lo up
- *          INTO_CGROUP) -------->  wait for "go"
+ *          INTO_CGROUP) -------->  unshare(NEWTIME) for the payload
+ *                                  wait for "go"
  *   uid_map, setgroups, gid_map
  *   "go" ----------------------->  ids, mounts, pivot_root, hostname
  *   v1 cgroup create + attach      join the thread: setns(net)

@@ -14,7 +14,9 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sched.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "egress.h"
@@ -35,6 +37,57 @@ int uts_setup(const struct nsbox_policy *p, struct nsbox_err *err)
 		err_sys(err, "sethostname");
 		return err_step(err, "uts");
 	}
+	return 0;
+}
+
+/* ns / 1e9, rounded towards minus infinity. */
+static long long floor_div(long long ns)
+{
+	return ns >= 0 ? ns / 1000000000LL : -((-ns + 999999999LL) / 1000000000LL);
+}
+
+/* The sandbox's clocks start at zero: CLOCK_MONOTONIC and CLOCK_BOOTTIME
+ * (and their _RAW, _COARSE and _ALARM kinds) read the host's uptime, and so
+ * do /proc/uptime, /proc/stat's btime and the start times in
+ * /proc/PID/stat, which the kernel shifts by the reader's time namespace
+ * (time_namespaces(7)).  Offsets can only be written before a process
+ * enters, so pid 1 unshares one for its children and writes them, and
+ * stays in the host's itself; the payload enters at its exec (or fork).
+ * Zero is pid 1's start (start_ns, rounded down to a clock tick), not
+ * now: pid 1's start time, shifted, must not fall below zero (the kernel
+ * would show it wrapped, as 58 million years).  The monotonic clock gets
+ * the same reading.  A kernel without CONFIG_TIME_NS (EINVAL), or a host
+ * that set user.max_time_namespaces to 0 (ENOSPC), keeps the host's
+ * clocks (README). */
+int timens_setup(unsigned long long start_ns, struct nsbox_err *err)
+{
+	struct timespec mono, boot;
+	long long since;
+	char buf[128];
+	int fd, len;
+
+	if (unshare(CLONE_NEWTIME) < 0)
+		return errno == EINVAL || errno == ENOSPC ? 0 : err_sys(err, "unshare(CLONE_NEWTIME)");
+	if (clock_gettime(CLOCK_MONOTONIC, &mono) < 0 || clock_gettime(CLOCK_BOOTTIME, &boot) < 0)
+		return err_sys(err, "clock_gettime");
+	since = (long long)boot.tv_sec * 1000000000LL + boot.tv_nsec - (long long)start_ns;
+	if (since < 0)
+		since = 0;
+	/* offset = since - now, as seconds and 0 <= nanoseconds < 1e9 */
+	long long off_mono = since - ((long long)mono.tv_sec * 1000000000LL + mono.tv_nsec);
+	long long off_boot = since - ((long long)boot.tv_sec * 1000000000LL + boot.tv_nsec);
+	len = snprintf(buf, sizeof(buf), "%d %lld %lld\n%d %lld %lld\n", CLOCK_MONOTONIC, floor_div(off_mono),
+		       off_mono - floor_div(off_mono) * 1000000000LL, CLOCK_BOOTTIME, floor_div(off_boot),
+		       off_boot - floor_div(off_boot) * 1000000000LL);
+	fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return err_sys(err, "open /proc/self/timens_offsets");
+	if (write(fd, buf, (size_t)len) != (ssize_t)len) {
+		err_sys(err, "write /proc/self/timens_offsets");
+		close(fd);
+		return -1;
+	}
+	close(fd);
 	return 0;
 }
 
@@ -348,5 +401,13 @@ pid_t payload_start(const struct child_ctx *c, const int pipefd[2])
 	/* Back here once the payload has exec'd or died: its stack is free
 	 * (a failed munmap only leaves it mapped). */
 	(void)munmap(stack, stack_size);
+	/* Older kernels (6.1 does) refuse CLONE_VM into another time namespace
+	 * (timens_setup: our children's is not ours) with EINVAL, where
+	 * later ones move the child at its exec: a real fork there. */
+	if (pid < 0 && errno == EINVAL) {
+		pid = fork();
+		if (pid == 0)
+			payload_entry(&a);
+	}
 	return pid;
 }

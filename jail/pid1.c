@@ -29,6 +29,7 @@
 struct pid1 {
 	struct child_ctx *c;
 	struct netns_job nj;
+	unsigned long long start_ticks;	/* our start (boot clock), clock ticks: /proc/self/stat */
 };
 
 /* A string of the caller's that lies in the argument area: its place in
@@ -47,7 +48,8 @@ static const char *rebase(const char *p, unsigned long start, unsigned long end,
  * --setenv values).  Blank our copy of it (the clone has its own memory;
  * the area is found in /proc/self/stat, fields 48 and 49, proc(5)), after
  * moving what the payload's exec needs from it (a command's argv, which
- * nsbox run borrows from its own) to the heap. */
+ * nsbox run borrows from its own) to the heap.  The same read gives our
+ * start time (field 22), where the time namespace's clocks begin. */
 static int pid1_hide_cmdline(struct pid1 *s, struct nsbox_err *err)
 {
 	char buf[2048], *p, *save = NULL, *copy;
@@ -68,7 +70,9 @@ static int pid1_hide_cmdline(struct pid1 *s, struct nsbox_err *err)
 	if (!p)
 		return err_set(err, EINVAL, "/proc/self/stat: no command name");
 	for (p = strtok_r(p + 1, " ", &save); p; p = strtok_r(NULL, " ", &save), field++) {
-		if (field == 48)
+		if (field == 22)
+			s->start_ticks = strtoull(p, NULL, 10);
+		else if (field == 48)
 			start = strtoul(p, NULL, 10);
 		else if (field == 49)
 			end = strtoul(p, NULL, 10);
@@ -117,6 +121,15 @@ static int pid1_netns_start(struct pid1 *s, struct nsbox_err *err)
 {
 	s->nj.egress_fd = s->c->egress_fd;
 	return s->c->p->share_net ? 0 : netns_start(&s->nj, err);
+}
+
+/* Before the id maps: /proc/self is ours to write until we are not
+ * dumpable, and the launcher is busy meanwhile. */
+static int pid1_timens(struct pid1 *s, struct nsbox_err *err)
+{
+	long hz = sysconf(_SC_CLK_TCK);
+
+	return timens_setup(s->start_ticks * (1000000000ull / (unsigned long long)(hz > 0 ? hz : 100)), err);
 }
 
 static int pid1_wait_go(struct pid1 *s, struct nsbox_err *err)
@@ -276,6 +289,7 @@ static const struct pid1_step pid1_setup[] = {
 	{ "pid1", pid1_deathsig },
 	{ "pid1", pid1_own_pgrp },
 	{ "network", pid1_netns_start },
+	{ "time", pid1_timens },
 	{ "pid1", pid1_wait_go },
 	{ "pid1", pid1_not_dumpable },
 	{ "exec", pid1_exec },

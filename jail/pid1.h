@@ -40,6 +40,10 @@ __attribute__((noreturn)) void pid1_main(struct child_ctx *c);
 /* payload.c: the sandbox's hostname and domain name (UTS namespace),
  * set by pid 1 once for both. */
 int uts_setup(const struct nsbox_policy *p, struct nsbox_err *err);
+/* A time namespace for pid 1's children whose monotonic and boot clocks
+ * start at zero when pid 1 started: start_ns, pid 1's start on the boot
+ * clock (payload.c). */
+int timens_setup(unsigned long long start_ns, struct nsbox_err *err);
 /* Start the payload (vfork-style for a command, a fork for child_fn) with
  * the read end pipefd[0] for pid 1 and the write end pipefd[1] on which a
  * failing setup step or exec sends its struct sync_msg.  Returns its pid,

@@ -2,6 +2,7 @@
 kernel version and CPU count yes; host identities and host paths the user
 did not choose to share, no."""
 import os
+import time
 from conftest import BUILD, run
 
 
@@ -14,6 +15,45 @@ def test_boot_id_is_the_sandboxes_own():
         ids.append(out.strip())
     assert host not in ids and ids[0] != ids[1], (host, ids)
     assert len(ids[0]) == 36 and ids[0][14] == "4", ids  # a random (v4) UUID, as the kernel's
+
+
+BOOT_CLOCKS = ("import os, time\n"
+               "print(open('/proc/uptime').read().split()[0])\n"
+               "print([l.split()[1] for l in open('/proc/stat') if l.startswith('btime ')][0])\n"
+               "print(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19])\n"
+               "print(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19])\n"
+               "print(time.monotonic(), time.clock_gettime(time.CLOCK_BOOTTIME))\n")
+
+
+def _check_boot_clocks(argv, t0, t1, out):
+    # The sandbox "booted" when it started: its uptime, monotonic and boot
+    # clocks count from then (a time namespace), so /proc/stat's btime is
+    # the sandbox's start, not the host's boot (which the host's clocks say).
+    hz = os.sysconf("SC_CLK_TCK")
+    uptime, btime, start, start1, clocks = out.split("\n")[:5]
+    mono, boot = map(float, clocks.split())
+    span = t1 - t0 + 1
+    assert float(uptime) <= span and mono <= span and boot <= span, (argv, out)
+    # pid 1 started first, at zero: not before it (shown wrapped, as a
+    # start 58 million years away), and the payload after it.
+    assert 0 <= int(start1) <= int(start) and int(start) / hz <= span, (argv, out)
+    assert int(t0) - 1 <= int(btime) <= t1 + 1, (argv, out, t0, t1)
+
+
+def test_boot_time_is_the_sandboxes_own():
+    host_btime = [int(l.split()[1]) for l in open("/proc/stat") if l.startswith("btime ")][0]
+    host_up = float(open("/proc/uptime").read().split()[0])
+    for argv in (["python", "-c", BOOT_CLOCKS],
+                 ["run", "--", "/usr/bin/python3.11", "-c", BOOT_CLOCKS]):
+        t0 = time.time()
+        rc, out, err = run(argv)
+        t1 = time.time()
+        assert rc == 0, err
+        _check_boot_clocks(argv, t0, t1, out)
+    # ...and the host's own view is untouched (this is what leaked: unless
+    # the host booted a moment ago, its btime lies well before t0).
+    assert [int(l.split()[1]) for l in open("/proc/stat") if l.startswith("btime ")][0] == host_btime
+    assert float(open("/proc/uptime").read().split()[0]) >= host_up
 
 
 def test_kernel_command_line_hidden():

@@ -25,7 +25,7 @@
 #                          comma-separated root,deleg,nodeleg, "all" or "none"
 #                          (default deleg)
 #   NSBOX_VM_INTEG_TESTS   which files of tests/integ (space-separated; default
-#                          "test_limits.py test_workspace.py"; empty: the whole suite)
+#                          "test_limits.py test_workspace.py test_host_info.py"; empty: the whole suite)
 #   NSBOX_VM_KEEP=1        keep the temp dir (initramfs, staging) for debugging
 # The serial log of the last run is kept in <build>/vm/serial.log.
 set -uo pipefail
@@ -37,7 +37,7 @@ timeout=${NSBOX_VM_TIMEOUT:-170}
 compress=${NSBOX_VM_COMPRESS:-none}
 unit=${NSBOX_VM_UNIT-test-landlock test-seccomp}
 integ=${NSBOX_VM_INTEG-deleg}
-integ_tests=${NSBOX_VM_INTEG_TESTS-test_limits.py test_workspace.py}
+integ_tests=${NSBOX_VM_INTEG_TESTS-test_limits.py test_workspace.py test_host_info.py}
 
 fatal() { echo "run-vm: $*" >&2; exit 2; }
 now() { date +%s.%N; }
