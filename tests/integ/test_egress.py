@@ -661,8 +661,9 @@ def test_proxy_goes_where_the_dns_answer_said(tmp_path):
     sandbox was told 127.0.0.2, a fetch through the proxy by that name goes
     to 127.0.0.2 although the host's resolver now answers 127.0.0.3, and
     the resolver was asked once.  The pinned address is still checked for
-    each use: on a port its address rule does not name, it is refused.
-    Like the test above, in the test's own network and mount namespace."""
+    each use: on a port its address rule does not name, it is refused.  At
+    most 64 names are pinned; the one pinned first makes room for a new one,
+    and is looked up again when next used.  Like the test above, in the test's own network and mount namespace."""
     import subprocess
     d = tmp_path
     (d / "resolv.conf").write_text("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n")
@@ -675,6 +676,9 @@ R["dns"] = sorted({a[4][0] for a in socket.getaddrinfo("pin.test", 8080, socket.
 R["fetch"] = urllib.request.urlopen("http://pin.test:8080/who", timeout=10).read().decode()
 R["again"] = urllib.request.urlopen("http://pin.test:8080/who", timeout=10).read().decode()
 R["other_port"] = raw("GET http://pin.test:8081/who HTTP/1.1\r\nHost: pin.test:8081\r\n\r\n")
+# 64 more names (the table's size) push pin.test out: looked up anew.
+R["others"] = [a[4][0] for i in range(64) for a in socket.getaddrinfo(f"n{i}.pin.test", 8080, socket.AF_INET, socket.SOCK_STREAM)]
+R["evicted"] = urllib.request.urlopen("http://pin.test:8080/who", timeout=10).read().decode()
 print(json.dumps(R))
 """
     (d / "inside.py").write_text(inside)
@@ -694,7 +698,8 @@ for a in 2 3; do
 done
 set +e
 setpriv --inh-caps=-all --ambient-caps=-all {NSBOX} run --net-log {d}/net.jsonl --ro-bind {d}/inside.py:/inside.py \
-    --allow-net pin.test:8080 --allow-net pin.test:8081 --allow-net 127.0.0.2:8080 --allow-net 127.0.0.3:8080 \
+    --allow-net pin.test:8080 --allow-net pin.test:8081 --allow-net '*.pin.test:8080' \
+    --allow-net 127.0.0.2:8080 --allow-net 127.0.0.3:8080 \
     -- {PY} /inside.py
 rc=$?
 kill $r $s2 $s3; wait $r $s2 $s3 2>/dev/null
@@ -711,10 +716,14 @@ exit $rc
     assert out["fetch"] == out["again"] == "upstream on 127.0.0.2\n"
     # Name allowed on 8081, its pinned address (loopback) not: refused there.
     assert out["other_port"][0].startswith("HTTP/1.1 403") and "loopback" in out["other_port"][1], out
-    assert [a for a in asked if a == ["pin.test", "1"]] == [["pin.test", "1"]], asked
+    # Pinned at most 64 names (PIN_NAMES): the first one out is asked again.
+    assert out["others"] == ["127.0.0.2"] * 64
+    assert out["evicted"] == "upstream on 127.0.0.3\n"
+    assert [a for a in asked if a == ["pin.test", "1"]] == [["pin.test", "1"]] * 2, asked
     log = [json.loads(line) for line in open(d / "net.jsonl")]
     http = [(e["port"], e["addr"], e["decision"]) for e in log if e["kind"] == "http"]
-    assert http == [(8080, "127.0.0.2", "allow"), (8080, "127.0.0.2", "allow"), (8081, "127.0.0.2", "deny")], http
+    assert http == [(8080, "127.0.0.2", "allow"), (8080, "127.0.0.2", "allow"), (8081, "127.0.0.2", "deny"),
+                    (8080, "127.0.0.3", "allow")], http
 
 
 def test_pip_install_from_an_allowed_index(tmp_path):
