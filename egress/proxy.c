@@ -1185,10 +1185,10 @@ static void *worker_thread(void *arg)
 			pthread_cond_signal(&need_worker);
 		pthread_cond_signal(&lead_free);
 		serve(c, socks);
+		/* Back to the lead if no one has it (no one else is woken). */
 		pthread_mutex_lock(&slot_lock);
 		active--;
 		idle++;
-		pthread_cond_signal(&lead_free);
 		/* stop() may be waiting. */
 		pthread_cond_broadcast(&slot_free);
 	}
