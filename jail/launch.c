@@ -27,6 +27,8 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <linux/securebits.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -52,6 +54,58 @@ static pid_t do_clone(unsigned long long flags, int cgroup_fd, int *pidfd)
 	};
 
 	return (pid_t)syscall(SYS_clone3, &ca, sizeof(ca));
+}
+
+/* The kernel charges every per-user counter of a user namespace (inotify
+ * instances and watches, pending signals and POSIX timers, message queue
+ * bytes, locked memory, processes, user namespaces: its ucounts) up the
+ * chain of namespaces to the *owner* of each, the euid of the process
+ * that created it, whatever uid its id map names.  A root launcher with a
+ * HostUid= of the policy's (nsboxd's per-session uids) therefore clones
+ * with that euid and egid, so that the sandbox's counters are the host
+ * uid's and not root's: with its own creator's, nine sessions of one
+ * client took all of host root's inotify instances and POSIX timers.
+ * Only the effective ids change, on this thread, and the capabilities stay
+ * (SECBIT_NO_SETUID_FIXUP; the real and saved uid stay 0), so the clone
+ * may still go into a root-owned cgroup; the root launcher writes the
+ * maps as before.  The child gets a full set in its new user namespace
+ * anyway. */
+struct owner_ids {
+	bool changed;
+	int securebits;
+};
+
+static int owner_begin(const struct nsbox_policy *p, bool host_root, struct owner_ids *o, struct nsbox_err *err)
+{
+	uid_t uid = p->host_uid ? p->host_uid : 0;
+	gid_t gid = p->host_gid ? p->host_gid : 0;
+
+	o->changed = false;
+	if (!host_root || (uid == 0 && gid == 0))
+		return 0;
+	o->securebits = prctl(PR_GET_SECUREBITS);
+	if (o->securebits < 0 || prctl(PR_SET_SECUREBITS, o->securebits | SECBIT_NO_SETUID_FIXUP) < 0)
+		return err_sys(err, "securebits (to clone as host uid %u)", (unsigned)uid);
+	o->changed = true;
+	if (syscall(SYS_setresgid, -1, gid, -1) < 0 || syscall(SYS_setresuid, -1, uid, -1) < 0)
+		return err_sys(err, "set the effective ids to %u:%u (to clone as them)", (unsigned)uid, (unsigned)gid);
+	return 0;
+}
+
+/* Back to root's ids and securebits; errno is kept (the clone's).  A
+ * failure here would leave the launcher acting with another uid's
+ * rights: nothing can go on. */
+static void owner_end(struct owner_ids *o)
+{
+	int e = errno;
+
+	if (!o->changed)
+		return;
+	if (syscall(SYS_setresuid, -1, 0, -1) < 0 || syscall(SYS_setresgid, -1, 0, -1) < 0 ||
+	    prctl(PR_SET_SECUREBITS, o->securebits) < 0)
+		abort();
+	o->changed = false;
+	errno = e;
 }
 
 static void warn_none(void *ctx, const char *msg)
@@ -130,6 +184,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	struct mount_srcs srcs __attribute__((cleanup(mount_srcs_close))) = { .workspace = -1 };
 	bool v2_attached = false, cg_early = cgroup_host_v2();
 	struct sync_msg m;
+	struct owner_ids owner = { 0 };
 	pid_t pid;
 
 	memset(j, 0, sizeof(*j));
@@ -201,11 +256,18 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 
 	budget_probe(&c.budget);
 	j->start_ns = now_ns();
+	if (owner_begin(p, c.host_root, &owner, err) < 0) {
+		owner_end(&owner);
+		err_step(err, "namespaces");
+		goto fail;
+	}
 	pid = do_clone(flags, cg ? cg->v2_fd : -1, &pidfd);
 	if (pid < 0 && (errno == ENOSYS || errno == EINVAL) && cg && cg->v2_fd >= 0) {
 		pid = do_clone(flags, -1, &pidfd);
 		v2_attached = true;
 	}
+	if (pid != 0)
+		owner_end(&owner);
 	if (pid < 0) {
 		int e = errno;
 		err_set(err, e, "clone into new user, mount, pid, ipc, uts and cgroup namespaces");

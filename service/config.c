@@ -52,6 +52,8 @@ void conf_defaults(struct conf *c)
 	c->pool_profile[0] = true;
 	c->idle_exit = 60;
 	c->max_connections = 256;
+	c->max_conns_per_user = 64;
+	c->hello_timeout = 10;
 	c->max_sessions = 1024;
 	rule_defaults(&c->dflt);
 	snprintf(c->dflt.section, sizeof(c->dflt.section), "Default");
@@ -228,6 +230,14 @@ static int service_key(struct conf *c, const char *k, char *v, char *errbuf, siz
 	} else if (!strcmp(k, "IdleExitSec")) {
 		if (!parse_number(v, &c->idle_exit))
 			return bad(errbuf, errlen, origin, line, "IdleExitSec: '%s' is not a number of seconds", v);
+	} else if (!strcmp(k, "HelloTimeoutSec")) {
+		if (!parse_number(v, &c->hello_timeout) || c->hello_timeout <= 0 || c->hello_timeout > 3600)
+			return bad(errbuf, errlen, origin, line,
+				   "HelloTimeoutSec: '%s' is not a number of seconds above 0, up to 3600", v);
+	} else if (!strcmp(k, "MaxConnectionsPerUser")) {
+		if (!parse_uint(v, 1000000, &n) || n == 0)
+			return bad(errbuf, errlen, origin, line, "%s: '%s' is not a positive count", k, v);
+		c->max_conns_per_user = (unsigned)n;
 	} else if (!strcmp(k, "MaxConnections") || !strcmp(k, "MaxSessions")) {
 		if (!parse_uint(v, 1000000, &n) || n == 0)
 			return bad(errbuf, errlen, origin, line, "%s: '%s' is not a positive count", k, v);
@@ -445,8 +455,8 @@ void conf_print(const struct conf *c, FILE *f)
 {
 	fprintf(f, "[Service]\nPoolSize=%u\nWorkers=%u\nPoolProfiles=", c->pool_size, c->workers);
 	print_profiles(f, c->pool_profile);
-	fprintf(f, "IdleExitSec=%g\nMaxConnections=%u\nMaxSessions=%u\n", c->idle_exit, c->max_connections,
-		c->max_sessions);
+	fprintf(f, "IdleExitSec=%g\nMaxConnections=%u\nMaxConnectionsPerUser=%u\nHelloTimeoutSec=%g\nMaxSessions=%u\n",
+		c->idle_exit, c->max_connections, c->max_conns_per_user, c->hello_timeout, c->max_sessions);
 	if (c->uid_count)
 		fprintf(f, "HostUidRange=%u-%u\n", c->uid_first, c->uid_first + c->uid_count - 1);
 	else

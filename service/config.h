@@ -32,6 +32,8 @@ struct conf {
 	bool pool_profile[CONF_MAX_PROFILES];
 	double idle_exit;		/* seconds without clients before exiting (socket-activated); 0 never */
 	unsigned max_connections;
+	unsigned max_conns_per_user;	/* of one uid at once (root's and nsboxd's own: only the total) */
+	double hello_timeout;		/* seconds a new connection has to send HELLO */
 	unsigned max_sessions;		/* all uids together */
 	unsigned uid_first, uid_count;	/* per-session host uids (root only); count 0: off */
 	unsigned allow_uids[CONF_MAX_IDS], n_allow_uids;

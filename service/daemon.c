@@ -107,6 +107,7 @@ struct conn {
 	gid_t groups[MAX_GROUPS];
 	size_t n_groups;
 	bool hello;
+	unsigned long long accepted;	/* mono_ns(): HELLO is due HelloTimeoutSec after */
 	bool reading;		/* EPOLLIN armed */
 	struct sess *sessions;
 	struct outmsg *out, *out_tail;
@@ -122,6 +123,7 @@ static struct {
 	bool stopping;
 	struct conn *conns;
 	unsigned n_conns;
+	unsigned n_nohello;	/* connections that have not said HELLO yet */
 	unsigned n_sessions;
 	struct pooled *pool;
 	unsigned pool_n[CONF_MAX_PROFILES];
@@ -619,6 +621,7 @@ static const char *errno_name(int e)
 	case EBADF: return "EBADF";
 	case EBUSY: return "EBUSY";
 	case ESHUTDOWN: return "ESHUTDOWN";
+	case ETIMEDOUT: return "ETIMEDOUT";
 	default: return "EIO";
 	}
 }
@@ -1184,6 +1187,7 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 			return;
 		}
 		c->hello = true;
+		D.n_nohello--;
 		reply(c, SVC_HELLO, id,
 		      json_pack("{s:i,s:s,s:s,s:{s:i,s:I,s:f}}", "version", SVC_VERSION, "server", "nsboxd",
 				"library", nsbox_version(), "limits", "max_sessions", (int)r->max_sessions, "max_memory",
@@ -1280,6 +1284,8 @@ static void conn_close(struct conn *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	D.n_conns--;
+	if (!c->hello)
+		D.n_nohello--;
 	D.freed++;
 	if (!D.n_conns)
 		D.idle_since = mono_ns();
@@ -1365,6 +1371,26 @@ static int conn_read(struct conn *c)
 	return 0;
 }
 
+/* Said in one packet, then closed: a connection refused before it is one. */
+static void refuse(int fd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void refuse(int fd, int code, const char *fmt, ...)
+{
+	char msg[256], *b = NULL;
+	size_t bl;
+	va_list ap;
+	json_t *m;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	m = json_pack("{s:i,s:s,s:s}", "errno", code, "error", errno_name(code), "message", msg);
+	if (m && svc_encode(SVC_ERROR, 0, m, &b, &bl, NULL) == 0)
+		(void)send(fd, b, bl, MSG_NOSIGNAL | MSG_DONTWAIT);
+	free(b);
+	json_decref(m);
+	close(fd);
+}
+
 static void accept_one(void)
 {
 	struct ucred cr;
@@ -1392,22 +1418,27 @@ static void accept_one(void)
 	}
 	n_groups = glen / sizeof(gid_t);
 	if (!conf_allowed(&D.conf, cr.uid, cr.gid, groups, n_groups)) {
-		/* Said in one packet, then closed. */
-		char *b = NULL;
-		size_t bl;
-		json_t *m = json_pack("{s:i,s:s,s:s}", "errno", EACCES, "error", "EACCES", "message",
-				      "this user may not use nsboxd (nsboxd.conf(5) AllowUsers, AllowGroups)");
-
-		if (m && svc_encode(SVC_ERROR, 0, m, &b, &bl, NULL) == 0)
-			(void)send(fd, b, bl, MSG_NOSIGNAL | MSG_DONTWAIT);
-		free(b);
-		json_decref(m);
-		close(fd);
+		refuse(fd, EACCES, "this user may not use nsboxd (nsboxd.conf(5) AllowUsers, AllowGroups)");
 		return;
 	}
 	if (D.n_conns >= D.conf.max_connections) {
-		close(fd);
+		refuse(fd, EAGAIN, "nsboxd has %u connections, its MaxConnections= (nsboxd.conf(5))", D.n_conns);
 		return;
+	}
+	/* One user can't hold every connection: root and nsboxd's own user
+	 * (who may stop it anyway) only count towards the total. */
+	if (cr.uid != 0 && cr.uid != geteuid()) {
+		unsigned mine = 0;
+
+		for (struct conn *o = D.conns; o; o = o->next)
+			mine += o->uid == cr.uid;
+		if (mine >= D.conf.max_conns_per_user) {
+			logmsg("uid %u pid %d: refused, it has %u connections (MaxConnectionsPerUser=)", (unsigned)cr.uid,
+			       (int)cr.pid, mine);
+			refuse(fd, EAGAIN, "uid %u has %u connections to nsboxd, its MaxConnectionsPerUser= (nsboxd.conf(5))",
+			       (unsigned)cr.uid, mine);
+			return;
+		}
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
@@ -1423,6 +1454,7 @@ static void accept_one(void)
 	memcpy(c->groups, groups, n_groups * sizeof(gid_t));
 	c->n_groups = n_groups;
 	c->reading = true;
+	c->accepted = mono_ns();
 	ev.data.ptr = c;
 	if (epoll_ctl(D.ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		close(fd);
@@ -1434,7 +1466,36 @@ static void accept_one(void)
 		D.conns->prev = c;
 	D.conns = c;
 	D.n_conns++;
+	D.n_nohello++;
 	notify_status();
+}
+
+/* Connections that said nothing for HelloTimeoutSec: told why, closed
+ * (a silent client must not hold a connection, nor the per-user count).
+ * Returns the ms until the next is due, or -1: none waits. */
+static int hello_sweep(void)
+{
+	unsigned long long now = mono_ns(), limit = (unsigned long long)(D.conf.hello_timeout * 1e9), next = 0;
+	struct conn *c = D.conns;
+
+	if (!D.n_nohello)
+		return -1;
+	while (c) {
+		struct conn *n = c->next;
+
+		if (!c->hello) {
+			if (now - c->accepted >= limit) {
+				reply_error(c, 0, ETIMEDOUT, "no HELLO in %g s (nsboxd.conf(5) HelloTimeoutSec)",
+					    D.conf.hello_timeout);
+				(void)conn_flush(c);
+				conn_close(c);
+			} else if (!next || c->accepted + limit - now < next) {
+				next = c->accepted + limit - now;
+			}
+		}
+		c = n;
+	}
+	return next ? (int)(next / 1000000 + 1) : -1;
 }
 
 /* A sandbox ended by itself (OOM, crash, exit): the worker reaps it, and
@@ -1727,6 +1788,12 @@ int daemon_run(const struct daemon_opts *o)
 		pool_refill();
 		if (D.activated && D.conf.idle_exit > 0 && !D.n_conns)
 			timeout = 1000;
+		{
+			int h = hello_sweep();
+
+			if (h >= 0 && (timeout < 0 || h < timeout))
+				timeout = h;
+		}
 		n = epoll_wait(D.ep, evs, 64, timeout);
 		if (n < 0 && errno != EINTR) {
 			logmsg("epoll_wait: %s", strerror(errno));

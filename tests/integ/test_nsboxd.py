@@ -45,6 +45,15 @@ def wait_gone(pid, timeout=10):
     return False
 
 
+def wait_until(cond, timeout=10):
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return cond()
+
+
 def tree_of(pid):
     """pid and every process below it."""
     kids = {}
@@ -478,6 +487,74 @@ def test_exited_and_oom_status(daemon):
     c.close()
 
 
+HOG = r"""
+import json, socket, struct, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+held, said = [], []
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(path)
+    s.settimeout(0.3)
+    try:
+        d = s.recv(65536)          # refused at once: one ERROR, then EOF
+        said.append(json.loads(d[16:]) if d else None)
+        s.close()
+    except socket.timeout:
+        held.append(s)             # accepted, and kept silent
+print(json.dumps({"held": len(held), "said": said}), flush=True)
+# What the held ones hear once HelloTimeoutSec has passed.
+heard = []
+for s in held:
+    s.settimeout(10)
+    d = s.recv(65536)
+    heard.append((json.loads(d[16:]) if d else None, s.recv(65536)))
+print(json.dumps({"heard": [[m, e.decode()] for m, e in heard]}), flush=True)
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: another user's client through a group-owned socket")
+def test_one_user_cannot_hold_every_connection():
+    """uid 65534 opened 256 connections and said nothing: every other client,
+    root included, was refused (MaxConnections is for all users together).
+    Now one uid holds at most MaxConnectionsPerUser, the rest are told why,
+    and a connection that sends no HELLO in HelloTimeoutSec is closed."""
+    d = Daemon("[Service]\nAllowGroups=4242\nPoolSize=1\nMaxConnections=8\nMaxConnectionsPerUser=3\n"
+               "HelloTimeoutSec=1.5\n", extra=("--group", "4242", "--mode", "0660"))
+    try:
+        time.sleep(0.5)         # the pool made
+        fds0 = d.fds()
+        links0 = sorted(os.readlink(f"/proc/{d.p.pid}/fd/{x}") for x in os.listdir(f"/proc/{d.p.pid}/fd"))
+        hog = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--groups=4242", sys.executable, "-c",
+                                HOG, d.sock, "6"], stdout=subprocess.PIPE, text=True)
+        first = json.loads(hog.stdout.readline())
+        assert first["held"] == 3 and len(first["said"]) == 3, first
+        for m in first["said"]:
+            assert m["error"] == "EAGAIN" and "MaxConnectionsPerUser" in m["message"] and "65534" in m["message"], m
+        # Root still gets in while uid 65534 holds its three.
+        c = svcclient.Client(d.sock)
+        sb, m = c.open()
+        assert sb, m
+        assert sb.exec("1 + 1")["value"] == 2
+        sb.close()
+        c.close()
+        # The silent three are told and closed after HelloTimeoutSec.
+        late = json.loads(hog.stdout.readline())
+        assert len(late["heard"]) == 3, late
+        for m, eof in late["heard"]:
+            assert m["error"] == "ETIMEDOUT" and "HelloTimeoutSec" in m["message"] and eof == "", late
+        assert hog.wait(30) == 0
+        assert wait_until(lambda: d.fds() == fds0), (links0, sorted(os.readlink(f"/proc/{d.p.pid}/fd/{x}") for x in os.listdir(f"/proc/{d.p.pid}/fd")))
+        # The total too: its own message, not a silent close.
+        held = [svcclient.Client(d.sock) for _ in range(8)]
+        extra = svcclient.Client(d.sock, hello=False)
+        t, m, _ = extra.recv()[:3]
+        assert t == "ERROR" and m["error"] == "EAGAIN" and "MaxConnections" in m["message"], m
+        for x in held + [extra]:
+            x.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
 @pytest.mark.skipif(not ROOT, reason="needs root: another user's client through a group-owned socket")
 def test_confused_deputy_unprivileged_client():
     """uid 65534 (group 4242) may use the service; /root and /etc/shadow
@@ -904,6 +981,71 @@ def test_sessions_have_host_uids_of_their_own():
         assert m["host_uid"] == ma["host_uid"], m
         n.close()
         b.close()
+        c.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+TAKE_INOTIFY = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+_held = []
+while True:
+    fd = libc.inotify_init()
+    if fd < 0:
+        break
+    _held.append(fd)
+len(_held)
+"""
+
+
+def host_inotify_ok():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init()
+    if fd < 0:
+        return ctypes.get_errno()
+    os.close(fd)
+    return 0
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: mapping another host uid needs CAP_SETUID")
+def test_host_uids_own_their_kernel_counters():
+    """The kernel charges a user namespace's per-user counters (inotify,
+    pending signals and POSIX timers, mqueue bytes, locked memory) to its
+    owner, the uid that created it: with nsboxd's root launcher as the
+    creator, ten sessions of distinct host uids, each taking only its 1/8
+    share, took all of host root's inotify instances (the 9th session got
+    none, and root's own inotify_init failed with EMFILE)."""
+    import fcntl
+    import struct
+    NS_GET_OWNER_UID = 0xb704
+    n = 10
+    d = Daemon(f"[Service]\nPoolSize=0\nHostUidRange={UID_FIRST + 10}-{UID_FIRST + 10 + n - 1}\n"
+               "[Default]\nMaxSessions=16\n")
+    try:
+        c = svcclient.Client(d.sock)
+        held, sbs = [], []
+        for i in range(n):
+            sb, m = c.open()
+            assert sb, m
+            sbs.append(sb)
+            # From the host: the sandbox's user namespace is the session
+            # uid's, not root's.
+            fd = os.open(f"/proc/{sb.pid}/ns/user", os.O_RDONLY)
+            try:
+                owner = struct.unpack("I", fcntl.ioctl(fd, NS_GET_OWNER_UID, b"\0" * 4))[0]
+            finally:
+                os.close(fd)
+            assert owner == m["host_uid"], (owner, m)
+            # From inside: each gets the same share, however many came first.
+            r = sb.exec(TAKE_INOTIFY)
+            held.append(r["value"])
+        assert held[0] > 0 and held == [held[0]] * n, held
+        # ...and root, the service's own uid, keeps its own.
+        assert host_inotify_ok() == 0
+        for sb in sbs:
+            sb.close()
         c.close()
     finally:
         assert d.stop() == 0, d.logtext()
