@@ -15,8 +15,10 @@
  * (egress_start): that process lives in the host's network namespace and
  * the launcher's cgroup, not the sandbox's, so the sandbox can neither
  * reach the host's network except through it nor starve it.  It resolves
- * names itself, checks every resolved address (policy/netrule.h), connects
- * to the address it checked, and checks a CONNECT's TLS server name. */
+ * names itself (pinning a name's addresses for the DNS answers' TTL, the
+ * same for the responder and the proxies), checks every resolved address
+ * for each use (policy/netrule.h), connects to the address it checked, and
+ * checks a CONNECT's TLS server name. */
 #ifndef NSBOX_EGRESS_H
 #define NSBOX_EGRESS_H
 

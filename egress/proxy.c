@@ -5,13 +5,17 @@
  * resolution and then connected to by address (no second lookup, so no
  * DNS rebinding between check and use).
  *
- * Threads: the main one accepts; a new connection gets a setup thread
- * (at most THREADS_MAX) for its blocking part (request, getaddrinfo,
- * connect, the ClientHello); an established tunnel is then handed to the
- * relay thread, one epoll loop over all tunnels (at most open_max, from
- * RLIMIT_NOFILE), which moves bytes with splice(2) and ends them; a DNS
- * thread serves the responder.  SIGTERM (egress_stop) is read by the relay
- * loop, which ends the open tunnels with their audit lines and exits. */
+ * Threads: setup workers (at most THREADS_MAX, started by the main thread
+ * as they are needed and kept) take turns to accept: one leads, waiting
+ * on the listening sockets, and a connection it accepts it serves itself
+ * through the blocking part (request, the name's pinned addresses,
+ * connect, the ClientHello) while another worker takes the lead, so no
+ * thread is made or woken between a connection and its setup.  An
+ * established tunnel is then handed to the relay thread, one epoll loop
+ * over all tunnels (at most open_max, from RLIMIT_NOFILE), which moves
+ * bytes with splice(2) and ends them; a DNS thread serves the responder.
+ * SIGTERM (egress_stop) is read by the relay loop, which ends the open
+ * tunnels with their audit lines and exits. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -56,9 +60,15 @@ static size_t n_log_fds;
 static uint64_t max_out, max_in, max_conns;
 static atomic_uint_fast64_t total_out, total_in, total_conns;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The setup workers, under slot_lock: workers started, idle ones (not
+ * serving a connection), whether one leads (waits to accept), and
+ * connections in setup (active; stop waits for them on slot_free). */
 static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t slot_free = PTHREAD_COND_INITIALIZER;
-static unsigned active;
+static pthread_cond_t lead_free = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t need_worker = PTHREAD_COND_INITIALIZER;
+static unsigned active, workers, idle;
+static bool leading;
 
 /* Why a destination was refused, for the reply: HTTP status or SOCKS code. */
 enum refusal {
@@ -238,6 +248,45 @@ static bool name_allowed(const char *name, uint16_t port)
 	return false;
 }
 
+/* ---- names: resolved once, pinned for PIN_TTL_MS ----
+ *
+ * The DNS responder and the proxies share one table: the addresses the
+ * responder gave the sandbox for a name are the ones a CONNECT to that
+ * name goes to (until they expire with the answer's TTL), and a tunnel
+ * costs no lookup (getaddrinfo reads nsswitch.conf and /etc/hosts and
+ * asks the resolver, a network round trip, each time: glibc caches
+ * nothing without nscd).  What is pinned is the resolver's answer, not a
+ * verdict: every use checks the addresses again against the rules for
+ * its port.  At most PIN_NAMES names (a wildcard rule allows many): a new
+ * one takes the slot that expires first. */
+
+/* The DNS answers' TTL (parse.c) in ms: the sandbox may use an answer
+ * that long, and the proxy goes where the answer said. */
+#define PIN_TTL_MS 60000
+#define PIN_NAMES 64
+#define PIN_ADDRS 32
+
+struct pinned {
+	char name[NET_NAME_MAX + 1];
+	uint64_t until_ms; /* 0: an empty slot */
+	unsigned n;
+	struct {
+		int family;
+		uint8_t a[16];
+	} addr[PIN_ADDRS];
+};
+
+static struct pinned pins[PIN_NAMES];
+static pthread_mutex_t pin_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static void sa_bytes(const struct sockaddr *sa, int *family, const uint8_t **a)
 {
 	*family = sa->sa_family;
@@ -245,54 +294,144 @@ static void sa_bytes(const struct sockaddr *sa, int *family, const uint8_t **a)
 				      : (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
 }
 
-/* Pick the first resolved address the rules allow into *out.  Returns 0,
- * or -1 with the refusal in r. */
-static int resolve_checked(struct req *r, struct sockaddr_storage *out, socklen_t *outlen)
+/* The addresses of host name (lowercase, no trailing dot) into *out: the
+ * pinned ones while they last, else the host's resolver's (both families,
+ * in its order), pinned from now.  A failed lookup is not pinned.
+ * Returns 0, or -1 when the name does not resolve (to any address). */
+static int resolve_pinned(const char *name, struct pinned *out)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV };
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
 	struct addrinfo *res = NULL;
-	char port[8];
-	const char *why = NULL;
-	bool name_ok = false;
+	uint64_t now = now_ms();
+	struct pinned *slot = NULL;
 
-	if (r->t.literal) {
-		/* An address literal is held to the address rules alone. */
-		hints.ai_flags |= AI_NUMERICHOST;
-	} else {
-		name_ok = name_allowed(r->t.host, r->t.port);
-		if (!name_ok) {
-			refuse(r, R_POLICY, "name not on the allowlist");
-			return -1;
+	pthread_mutex_lock(&pin_lock);
+	for (size_t i = 0; i < PIN_NAMES; i++)
+		if (pins[i].until_ms > now && strcmp(pins[i].name, name) == 0) {
+			*out = pins[i];
+			pthread_mutex_unlock(&pin_lock);
+			return 0;
 		}
-	}
-	snprintf(port, sizeof(port), "%u", (unsigned)r->t.port);
-	if (getaddrinfo(r->t.host, port, &hints, &res) != 0 || !res) {
-		refuse(r, R_RESOLVE, "cannot resolve the name on the host");
+	pthread_mutex_unlock(&pin_lock);
+	if (getaddrinfo(name, NULL, &hints, &res) != 0 || !res)
 		return -1;
-	}
-	for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+	snprintf(out->name, sizeof(out->name), "%s", name);
+	out->n = 0;
+	for (struct addrinfo *ai = res; ai && out->n < PIN_ADDRS; ai = ai->ai_next) {
 		int family;
 		const uint8_t *a;
-		const char *v;
 
 		if (ai->ai_family != AF_INET && ai->ai_family != AF_INET6)
 			continue;
 		sa_bytes(ai->ai_addr, &family, &a);
-		v = net_addr_verdict(rules, n_rules, name_ok, family, a, r->t.port);
-		if (!v) {
-			memcpy(out, ai->ai_addr, ai->ai_addrlen);
-			*outlen = ai->ai_addrlen;
-			inet_ntop(family, a, r->addr, sizeof(r->addr));
-			freeaddrinfo(res);
-			return 0;
-		}
-		if (!why) {
-			why = v;
-			inet_ntop(family, a, r->addr, sizeof(r->addr));
-		}
+		out->addr[out->n].family = family;
+		memcpy(out->addr[out->n].a, a, family == AF_INET ? 4 : 16);
+		out->n++;
 	}
 	freeaddrinfo(res);
-	refuse(r, R_POLICY, why ? why : "no usable address");
+	if (!out->n)
+		return -1;
+	/* Two threads may have looked the name up at once: the first to
+	 * pin it wins, and both go where the table says. */
+	pthread_mutex_lock(&pin_lock);
+	now = now_ms();
+	for (size_t i = 0; i < PIN_NAMES; i++) {
+		if (pins[i].until_ms > now && strcmp(pins[i].name, name) == 0) {
+			*out = pins[i];
+			pthread_mutex_unlock(&pin_lock);
+			return 0;
+		}
+		/* Else the slot that expires first (an expired or empty one). */
+		if (!slot || pins[i].until_ms < slot->until_ms)
+			slot = &pins[i];
+	}
+	out->until_ms = now + PIN_TTL_MS;
+	*slot = *out;
+	pthread_mutex_unlock(&pin_lock);
+	return 0;
+}
+
+/* An address literal, held to the address rules alone, into *out.
+ * Returns 0, or -1 with the refusal in r. */
+static int literal_checked(struct req *r, struct sockaddr_storage *out, socklen_t *outlen)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV };
+	struct addrinfo *res = NULL;
+	char port[8];
+	int family;
+	const uint8_t *a;
+	const char *v;
+
+	snprintf(port, sizeof(port), "%u", (unsigned)r->t.port);
+	if (getaddrinfo(r->t.host, port, &hints, &res) != 0 || !res ||
+	    (res->ai_family != AF_INET && res->ai_family != AF_INET6)) {
+		if (res)
+			freeaddrinfo(res);
+		refuse(r, R_RESOLVE, "cannot resolve the name on the host");
+		return -1;
+	}
+	sa_bytes(res->ai_addr, &family, &a);
+	inet_ntop(family, a, r->addr, sizeof(r->addr));
+	v = net_addr_verdict(rules, n_rules, false, family, a, r->t.port);
+	if (!v) {
+		memcpy(out, res->ai_addr, res->ai_addrlen);
+		*outlen = res->ai_addrlen;
+	}
+	freeaddrinfo(res);
+	if (v) {
+		refuse(r, R_POLICY, v);
+		return -1;
+	}
+	return 0;
+}
+
+/* Pick the first of the name's pinned addresses the rules allow (for its
+ * port) into *out.  Returns 0, or -1 with the refusal in r. */
+static int resolve_checked(struct req *r, struct sockaddr_storage *out, socklen_t *outlen)
+{
+	struct pinned p;
+	const char *why = NULL;
+
+	if (r->t.literal)
+		return literal_checked(r, out, outlen);
+	if (!name_allowed(r->t.host, r->t.port)) {
+		refuse(r, R_POLICY, "name not on the allowlist");
+		return -1;
+	}
+	if (resolve_pinned(r->t.host, &p) < 0) {
+		refuse(r, R_RESOLVE, "cannot resolve the name on the host");
+		return -1;
+	}
+	for (unsigned i = 0; i < p.n; i++) {
+		int family = p.addr[i].family;
+		const uint8_t *a = p.addr[i].a;
+		const char *v = net_addr_verdict(rules, n_rules, true, family, a, r->t.port);
+
+		if (!why || !v)
+			inet_ntop(family, a, r->addr, sizeof(r->addr));
+		if (v) {
+			why = why ? why : v;
+			continue;
+		}
+		memset(out, 0, sizeof(*out));
+		if (family == AF_INET) {
+			struct sockaddr_in *sin = (struct sockaddr_in *)out;
+
+			sin->sin_family = AF_INET;
+			sin->sin_port = htons(r->t.port);
+			memcpy(&sin->sin_addr, a, 4);
+			*outlen = sizeof(*sin);
+		} else {
+			struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)out;
+
+			sin6->sin6_family = AF_INET6;
+			sin6->sin6_port = htons(r->t.port);
+			memcpy(&sin6->sin6_addr, a, 16);
+			*outlen = sizeof(*sin6);
+		}
+		return 0;
+	}
+	refuse(r, R_POLICY, why);
 	return -1;
 }
 
@@ -405,6 +544,9 @@ struct dir {
 	int from, to, pipe[2];
 	size_t inpipe;
 	bool eof;
+	/* d->to was full with bytes in the pipe (the last pump stopped
+	 * there): its writability is what this direction waits for. */
+	bool blocked;
 	uint64_t *count, max;
 	atomic_uint_fast64_t *total;
 	const char *limit;
@@ -419,8 +561,12 @@ struct tunnel {
 	struct req *r;
 	struct dir d[2];
 	uint64_t last_ms;
-	uint64_t batch; /* the loop's batch of events that last ran it */
 	bool dead, listed;
+	/* Whether side 0 (the sandbox's socket) and side 1 (the
+	 * destination's) are registered for writability too: only from the
+	 * first time a direction waits for it (a tunnel that never fills a
+	 * socket, a TLS handshake, gets no wakeup for each ACK). */
+	bool out_armed[2];
 	struct tunnel *prev, *next; /* the loop's list of tunnels */
 	struct tunnel *next_dead;   /* to free; also the queue of new ones */
 };
@@ -431,23 +577,16 @@ static int relay_ep = -1, relay_wake = -1;
 static struct tunnel relay_stop; /* the epoll tag of the SIGTERM signalfd */
 static pthread_mutex_t new_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct tunnel *new_tunnels, *tunnels;
-/* Connections open (in a setup thread or a tunnel), under slot_lock:
+/* Connections open (in a setup worker or a tunnel), under slot_lock:
  * each tunnel holds six fds, so the cap follows RLIMIT_NOFILE. */
 static unsigned open_conns, open_max = 512;
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static void conn_closed(void)
 {
 	pthread_mutex_lock(&slot_lock);
 	open_conns--;
-	pthread_cond_broadcast(&slot_free);
+	/* An idle worker may wait for room to lead. */
+	pthread_cond_signal(&lead_free);
 	pthread_mutex_unlock(&slot_lock);
 }
 
@@ -501,11 +640,13 @@ static int pump(struct dir *d, bool *moved)
 				progress = true;
 			}
 		}
+		d->blocked = false;
 		if (d->inpipe) {
 			ssize_t n = splice(d->pipe[0], NULL, d->to, NULL, d->inpipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 
 			if (n < 0 && errno != EAGAIN && errno != EINTR)
 				return -1;
+			d->blocked = n < 0 && errno == EAGAIN;
 			if (n > 0) {
 				d->inpipe -= (size_t)n;
 				progress = true;
@@ -556,12 +697,45 @@ static void tunnel_kill(struct tunnel *t, struct tunnel **dead)
 	*dead = t;
 }
 
-static void tunnel_run(struct tunnel *t, uint64_t now, struct tunnel **dead)
+/* The directions an event can unblock, as a mask of 1 << index into d:
+ * d[0] moves the sandbox's socket (side 0) to the destination's (side 1),
+ * d[1] the other way.  Readable feeds the direction reading that side,
+ * writable drains the one writing to it; an error or a hang-up runs
+ * both (to end the tunnel). */
+#define DIRS_BOTH 3u
+static unsigned event_dirs(uint32_t ev, unsigned side)
+{
+	unsigned dirs = 0;
+
+	if (ev & (EPOLLERR | EPOLLHUP))
+		return DIRS_BOTH;
+	if (ev & (EPOLLIN | EPOLLRDHUP))
+		dirs |= 1u << side;
+	if (ev & EPOLLOUT)
+		dirs |= 1u << (1 - side);
+	return dirs;
+}
+
+/* The epoll registration of side (0: the sandbox's socket, 1: the
+ * destination's), edge-triggered, tagged with the side: the tunnel is
+ * aligned, bit 0 is free. */
+static struct epoll_event tunnel_event(struct tunnel *t, unsigned side)
+{
+	return (struct epoll_event){ .events = EPOLLIN | EPOLLRDHUP | EPOLLET | (t->out_armed[side] ? EPOLLOUT : 0),
+				     .data.u64 = (uintptr_t)t | side };
+}
+
+/* Run the directions in dirs (a mask, event_dirs) until they would block. */
+static void tunnel_run(struct tunnel *t, unsigned dirs, uint64_t now, struct tunnel **dead)
 {
 	bool moved = false;
 
 	for (int i = 0; i < 2; i++) {
-		int s = pump(&t->d[i], &moved);
+		int s;
+
+		if (!(dirs & (1u << i)))
+			continue;
+		s = pump(&t->d[i], &moved);
 
 		if (s > 0)
 			t->r->reason = t->d[i].limit;
@@ -570,6 +744,21 @@ static void tunnel_run(struct tunnel *t, uint64_t now, struct tunnel **dead)
 	}
 	if (t->d[0].eof && !t->d[0].inpipe && t->d[1].eof && !t->d[1].inpipe)
 		return tunnel_kill(t, dead);
+	for (unsigned i = 0; i < 2; i++) {
+		/* d[i] writes to side 1 - i.  Armed while already writable,
+		 * the edge is reported at once: no wakeup is lost. */
+		unsigned side = 1 - i;
+		struct epoll_event ev;
+
+		if (!t->d[i].blocked || t->out_armed[side])
+			continue;
+		t->out_armed[side] = true;
+		ev = tunnel_event(t, side);
+		if (epoll_ctl(relay_ep, EPOLL_CTL_MOD, side ? t->r->up : t->r->fd, &ev) < 0) {
+			t->r->reason = "out of memory for the relay";
+			return tunnel_kill(t, dead);
+		}
+	}
 	if (moved)
 		t->last_ms = now;
 }
@@ -587,7 +776,7 @@ static void tunnels_add(uint64_t now, struct tunnel **dead)
 	pthread_mutex_unlock(&new_lock);
 	while (q) {
 		struct tunnel *t = q;
-		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, .data.ptr = t };
+		struct epoll_event ev0 = tunnel_event(t, 0), ev1 = tunnel_event(t, 1);
 
 		q = t->next_dead;
 		t->next_dead = NULL;
@@ -597,13 +786,13 @@ static void tunnels_add(uint64_t now, struct tunnel **dead)
 			tunnels->prev = t;
 		tunnels = t;
 		t->listed = true;
-		if (epoll_ctl(relay_ep, EPOLL_CTL_ADD, t->r->fd, &ev) < 0 ||
-		    epoll_ctl(relay_ep, EPOLL_CTL_ADD, t->r->up, &ev) < 0) {
+		if (epoll_ctl(relay_ep, EPOLL_CTL_ADD, t->r->fd, &ev0) < 0 ||
+		    epoll_ctl(relay_ep, EPOLL_CTL_ADD, t->r->up, &ev1) < 0) {
 			t->r->reason = "out of memory for the relay";
 			tunnel_kill(t, dead);
 			continue;
 		}
-		tunnel_run(t, now, dead);
+		tunnel_run(t, DIRS_BOTH, now, dead);
 	}
 }
 
@@ -618,12 +807,12 @@ static void free_dead(struct tunnel *dead)
 	}
 }
 
-/* How long stop() waits for connections still in a setup thread: their
+/* How long stop() waits for connections still in a setup worker: their
  * sandbox end has gone with the sandbox, so most finish at once (a denied
  * request between its reply and its audit line, a read meeting EOF). */
 #define STOP_SETUP_MS 100
 
-/* SIGTERM (egress_stop): the sandbox has ended.  Give the setup threads
+/* SIGTERM (egress_stop): the sandbox has ended.  Give the setup workers
  * STOP_SETUP_MS to finish and write their audit lines (one that is still
  * waiting on an upstream then ends unaudited), take in the queued
  * tunnels, move what is still there, end every tunnel (dead: those this
@@ -645,7 +834,7 @@ static __attribute__((noreturn)) void stop(uint64_t now, struct tunnel *dead)
 	tunnels_add(now, &dead);
 	for (struct tunnel *t = tunnels, *next; t; t = next) {
 		next = t->next;
-		tunnel_run(t, now, &dead);
+		tunnel_run(t, DIRS_BOTH, now, &dead);
 		if (!t->dead) {
 			if (!t->r->reason)
 				t->r->reason = "the sandbox ended";
@@ -659,7 +848,7 @@ static __attribute__((noreturn)) void stop(uint64_t now, struct tunnel *dead)
 static void *relay_thread(void *arg)
 {
 	struct epoll_event ev[64];
-	uint64_t swept = now_ms(), batch = 0;
+	uint64_t swept = now_ms();
 
 	(void)arg;
 	for (;;) {
@@ -667,20 +856,17 @@ static void *relay_thread(void *arg)
 		uint64_t now = now_ms();
 		struct tunnel *dead = NULL;
 
-		batch++;
 		for (int i = 0; i < n; i++) {
-			struct tunnel *t = ev[i].data.ptr;
+			struct tunnel *t = (struct tunnel *)(uintptr_t)(ev[i].data.u64 & ~(uint64_t)1);
 
 			if (t == &relay_stop)
 				stop(now, dead);
 			else if (!t)
 				tunnels_add(now, &dead);
-			else if (!t->dead && t->batch != batch) {
-				/* Both of its sockets may be in the batch: one run
-				 * moves all either way (until EAGAIN). */
-				t->batch = batch;
-				tunnel_run(t, now, &dead);
-			}
+			else if (!t->dead)
+				/* Only the directions this event can move: an ACK
+				 * from one side (writable) costs no read of the other. */
+				tunnel_run(t, event_dirs(ev[i].events, (unsigned)(ev[i].data.u64 & 1)), now, &dead);
 		}
 		if (now - swept >= 1000) {
 			swept = now;
@@ -919,10 +1105,18 @@ static int serve_socks(struct req *r)
 	return relay(r, UINT64_MAX);
 }
 
-static void *conn_thread(void *arg)
+/* Serve connection c (from the SOCKS listener if socks) through its setup. */
+static void serve(int c, bool socks)
 {
-	struct req *r = arg;
+	struct req *r = calloc(1, sizeof(*r));
 
+	if (!r) {
+		close(c);
+		conn_closed();
+		return;
+	}
+	r->fd = c;
+	r->socks = socks;
 	r->up = -1;
 	if ((r->socks ? serve_socks(r) : serve_http(r)) < 0) {
 		audit(r);
@@ -932,11 +1126,72 @@ static void *conn_thread(void *arg)
 		free(r);
 		conn_closed();
 	}
+}
+
+/* The leader's wait: the next connection on either listening socket. */
+static int accept_next(const int *listen_fds, bool *socks)
+{
+	for (;;) {
+		struct pollfd l[2] = { { .fd = listen_fds[EGRESS_NS_HTTP], .events = POLLIN },
+				       { .fd = listen_fds[EGRESS_NS_SOCKS], .events = POLLIN } };
+
+		if (poll(l, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(1);
+		}
+		for (int i = 0; i < 2; i++) {
+			int c;
+
+			if (!(l[i].revents & POLLIN))
+				continue;
+			c = accept4(l[i].fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+			if (c >= 0) {
+				*socks = i == 1;
+				return c;
+			}
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED && errno != EMFILE &&
+			    errno != ENFILE && errno != ENOBUFS && errno != ENOMEM)
+				_exit(1);
+		}
+	}
+}
+
+static void *worker_thread(void *arg)
+{
+	const int *listen_fds = arg;
+
 	pthread_mutex_lock(&slot_lock);
-	active--;
-	/* Both the accept loop and stop() may be waiting. */
-	pthread_cond_broadcast(&slot_free);
-	pthread_mutex_unlock(&slot_lock);
+	for (;;) {
+		bool socks = false, spawn;
+		int c;
+
+		while (leading || open_conns >= open_max)
+			pthread_cond_wait(&lead_free, &slot_lock);
+		leading = true;
+		pthread_mutex_unlock(&slot_lock);
+		c = accept_next(listen_fds, &socks);
+		pthread_mutex_lock(&slot_lock);
+		leading = false;
+		idle--;
+		active++;
+		open_conns++;
+		spawn = !idle && workers < THREADS_MAX;
+		pthread_mutex_unlock(&slot_lock);
+		/* The lead passes on; the main thread starts a worker when none
+		 * is idle, off this connection's path.  Signalled unlocked: the
+		 * woken thread does not wait for this one's mutex. */
+		if (spawn)
+			pthread_cond_signal(&need_worker);
+		pthread_cond_signal(&lead_free);
+		serve(c, socks);
+		/* Back to the lead if no one has it (no one else is woken). */
+		pthread_mutex_lock(&slot_lock);
+		active--;
+		idle++;
+		/* stop() may be waiting. */
+		pthread_cond_broadcast(&slot_free);
+	}
 	return NULL;
 }
 
@@ -989,27 +1244,24 @@ static void *dns_thread(void *arg)
 			r.decision = "deny";
 			r.reason = d.name[0] ? "name not on the allowlist" : "not a host name";
 		} else if (d.qtype == 1 || d.qtype == 28) {
-			struct addrinfo hints = { .ai_family = d.qtype == 1 ? AF_INET : AF_INET6,
-						  .ai_socktype = SOCK_STREAM };
-			struct addrinfo *res = NULL;
+			struct pinned p;
+			int want = d.qtype == 1 ? AF_INET : AF_INET6;
 
 			r.decision = "allow";
-			if (getaddrinfo(d.name, NULL, &hints, &res) == 0) {
-				for (struct addrinfo *ai = res; ai && ancount < 8; ai = ai->ai_next) {
-					int family;
-					const uint8_t *ad;
+			/* The name as the proxy will see it: lowercase, no dot. */
+			if (resolve_pinned(d.name, &p) == 0) {
+				for (unsigned i = 0; i < p.n && ancount < 8; i++) {
+					const uint8_t *ad = p.addr[i].a;
 
-					sa_bytes(ai->ai_addr, &family, &ad);
 					/* Only what the proxy would connect to. */
-					if (!dns_addr_allowed(family, ad))
+					if (p.addr[i].family != want || !dns_addr_allowed(want, ad))
 						continue;
-					if (egress_dns_answer_add(a, &o, d.qtype, ad, d.qtype == 1 ? 4 : 16) < 0)
+					if (egress_dns_answer_add(a, &o, d.qtype, ad, want == AF_INET ? 4 : 16) < 0)
 						break;
 					ancount++;
 					if (!r.addr[0])
-						inet_ntop(family, ad, r.addr, sizeof(r.addr));
+						inet_ntop(want, ad, r.addr, sizeof(r.addr));
 				}
-				freeaddrinfo(res);
 			}
 		} else {
 			r.decision = "allow";
@@ -1091,47 +1343,25 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *audit
 	    pthread_create(&t, &attr, dns_thread, &fds[EGRESS_NS_DNS]) != 0 ||
 	    pthread_create(&t, &attr, relay_thread, NULL) != 0)
 		_exit(1);
+	/* Start setup workers as they are needed: one at first, another
+	 * whenever none is idle (up to THREADS_MAX); they stay. */
+	pthread_mutex_lock(&slot_lock);
 	for (;;) {
-		struct pollfd l[2] = { { .fd = fds[EGRESS_NS_HTTP], .events = POLLIN },
-				       { .fd = fds[EGRESS_NS_SOCKS], .events = POLLIN } };
-
-		if (poll(l, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			_exit(1);
-		}
-		for (int i = 0; i < 2; i++) {
-			struct req *r;
-			int c;
-
-			if (!(l[i].revents & POLLIN))
-				continue;
-			c = accept4(l[i].fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-			if (c < 0) {
-				if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED || errno == EMFILE ||
-				    errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-					continue;
-				_exit(1);
-			}
+		while (idle || workers >= THREADS_MAX)
+			pthread_cond_wait(&need_worker, &slot_lock);
+		workers++;
+		idle++;
+		pthread_mutex_unlock(&slot_lock);
+		if (pthread_create(&t, &attr, worker_thread, fds) != 0) {
 			pthread_mutex_lock(&slot_lock);
-			while (active >= THREADS_MAX || open_conns >= open_max)
-				pthread_cond_wait(&slot_free, &slot_lock);
-			active++;
-			open_conns++;
+			workers--;
+			idle--;
+			if (!workers)
+				_exit(1);
+			/* Out of threads: the ones there are serve; try later. */
 			pthread_mutex_unlock(&slot_lock);
-			r = calloc(1, sizeof(*r));
-			if (r) {
-				r->fd = c;
-				r->socks = i == 1;
-			}
-			if (!r || pthread_create(&t, &attr, conn_thread, r) != 0) {
-				free(r);
-				close(c);
-				pthread_mutex_lock(&slot_lock);
-				active--;
-				open_conns--;
-				pthread_mutex_unlock(&slot_lock);
-			}
+			(void)nanosleep(&(struct timespec){ .tv_nsec = 10 * 1000000L }, NULL);
 		}
+		pthread_mutex_lock(&slot_lock);
 	}
 }

@@ -626,6 +626,106 @@ exit $rc
                                                                    "socks-secret.exfil.test"}
 
 
+# A resolver whose answer changes: the first A query for a name gets
+# 127.0.0.2, every later one 127.0.0.3 (AAAA: none); each query is logged.
+RESOLVER_FLIP = r"""
+import socket, struct, sys
+log, ready = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.53", 53))
+open(ready, "w").close()
+seen = set()
+while True:
+    q, peer = s.recvfrom(2048)
+    if len(q) < 17:
+        continue
+    p, labels = 12, []
+    while q[p]:
+        labels.append(q[p + 1:p + 1 + q[p]].decode(errors="replace"))
+        p += 1 + q[p]
+    name, qtype = ".".join(labels).lower(), struct.unpack(">H", q[p + 1:p + 3])[0]
+    with open(log, "a") as f:
+        f.write("%s %d\n" % (name, qtype))
+    an = b""
+    if qtype == 1:
+        an = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes([127, 0, 0, 3 if name in seen else 2])
+        seen.add(name)
+    hdr = q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 1 if an else 0, 0, 0)
+    s.sendto(hdr + q[12:p + 5] + an, peer)
+"""
+
+
+def test_proxy_goes_where_the_dns_answer_said(tmp_path):
+    """A name is resolved once and its addresses pinned (for the answers'
+    60 s TTL), shared by the DNS responder and the proxies: after the
+    sandbox was told 127.0.0.2, a fetch through the proxy by that name goes
+    to 127.0.0.2 although the host's resolver now answers 127.0.0.3, and
+    the resolver was asked once.  The pinned address is still checked for
+    each use: on a port its address rule does not name, it is refused.  At
+    most 64 names are pinned; the one pinned first makes room for a new one,
+    and is looked up again when next used.  Like the test above, in the test's own network and mount namespace."""
+    import subprocess
+    d = tmp_path
+    (d / "resolv.conf").write_text("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n")
+    (d / "resolver.py").write_text(RESOLVER_FLIP)
+    for n in ("2", "3"):
+        (d / n).mkdir()
+        (d / n / "who").write_text(f"upstream on 127.0.0.{n}\n")
+    inside = PRELUDE + r"""
+R["dns"] = sorted({a[4][0] for a in socket.getaddrinfo("pin.test", 8080, socket.AF_INET)})
+R["fetch"] = urllib.request.urlopen("http://pin.test:8080/who", timeout=10).read().decode()
+R["again"] = urllib.request.urlopen("http://pin.test:8080/who", timeout=10).read().decode()
+R["other_port"] = raw("GET http://pin.test:8081/who HTTP/1.1\r\nHost: pin.test:8081\r\n\r\n")
+# 64 more names (the table's size) push pin.test out: looked up anew.
+R["others"] = [a[4][0] for i in range(64) for a in socket.getaddrinfo(f"n{i}.pin.test", 8080, socket.AF_INET, socket.SOCK_STREAM)]
+R["evicted"] = urllib.request.urlopen("http://pin.test:8080/who", timeout=10).read().decode()
+print(json.dumps(R))
+"""
+    (d / "inside.py").write_text(inside)
+    script = f"""set -e
+ip link set lo up
+mount --bind {d}/resolv.conf /etc/resolv.conf
+{PY} {d}/resolver.py {d}/queries.log {d}/ready &
+r=$!
+{PY} -m http.server -b 127.0.0.2 -d {d}/2 8080 >/dev/null 2>&1 &
+s2=$!
+{PY} -m http.server -b 127.0.0.3 -d {d}/3 8080 >/dev/null 2>&1 &
+s3=$!
+i=0; while [ ! -e {d}/ready ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+for a in 2 3; do
+    i=0; while ! {PY} -c "import socket; socket.create_connection(('127.0.0.$a', 8080))" 2>/dev/null; do
+        [ $i -lt 100 ] || exit 9; sleep 0.05; i=$((i+1)); done
+done
+set +e
+setpriv --inh-caps=-all --ambient-caps=-all {NSBOX} run --net-log {d}/net.jsonl --ro-bind {d}/inside.py:/inside.py \
+    --allow-net pin.test:8080 --allow-net pin.test:8081 --allow-net '*.pin.test:8080' \
+    --allow-net 127.0.0.2:8080 --allow-net 127.0.0.3:8080 \
+    -- {PY} /inside.py
+rc=$?
+kill $r $s2 $s3; wait $r $s2 $s3 2>/dev/null
+exit $rc
+"""
+    ns = ["unshare", "--mount", "--net"]
+    if os.geteuid() != 0:
+        ns = ["unshare", "--user", "--map-current-user", "--keep-caps", "--mount", "--net"]
+    p = subprocess.run(ns + ["sh", "-c", script], capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    out = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    asked = [line.split() for line in (d / "queries.log").read_text().splitlines()]
+    assert out["dns"] == ["127.0.0.2"]
+    assert out["fetch"] == out["again"] == "upstream on 127.0.0.2\n"
+    # Name allowed on 8081, its pinned address (loopback) not: refused there.
+    assert out["other_port"][0].startswith("HTTP/1.1 403") and "loopback" in out["other_port"][1], out
+    # Pinned at most 64 names (PIN_NAMES): the first one out is asked again.
+    assert out["others"] == ["127.0.0.2"] * 64
+    assert out["evicted"] == "upstream on 127.0.0.3\n"
+    assert [a for a in asked if a == ["pin.test", "1"]] == [["pin.test", "1"]] * 2, asked
+    log = [json.loads(line) for line in open(d / "net.jsonl")]
+    http = [(e["port"], e["addr"], e["decision"]) for e in log if e["kind"] == "http"]
+    assert http == [(8080, "127.0.0.2", "allow"), (8080, "127.0.0.2", "allow"), (8081, "127.0.0.2", "deny"),
+                    (8080, "127.0.0.3", "allow")], http
+
+
 def test_pip_install_from_an_allowed_index(tmp_path):
     """pip, unchanged, through HTTP_PROXY: a wheel built here from a tiny
     source package (Debian's setuptools and wheel), served from a PEP 503
@@ -692,7 +792,7 @@ def tcp_echo():
 
 
 def test_many_open_tunnels_and_backpressure(tcp_echo):
-    # More tunnels open at once than the proxy has setup threads (64): the
+    # More tunnels open at once than the proxy has setup workers (64): the
     # established ones are relayed by one event loop.  Then 4 MiB each way
     # through one tunnel, written while read (flow control end to end).
     port, conns = tcp_echo
