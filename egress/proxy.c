@@ -49,6 +49,18 @@
 #define IDLE_TIMEOUT_MS 300000
 #define CONNECT_TIMEOUT_MS 10000
 #define PIPE_SIZE (256 * 1024)
+/* The host side of a tunnel lives in the host's network namespace and the
+ * launcher's cgroup: nothing of it is charged to the sandbox.  Its upstream
+ * socket's buffers are fixed (the kernel doubles the value, and no longer
+ * autotunes it: to tcp_rmem's maximum, 32 MiB on some hosts, for a
+ * sandbox that reads fast and then stops), and the tunnels open at once
+ * are capped so that their worst case, TUNNEL_MEM each, stays within the
+ * sandbox's own memory limit: 400 tunnels of a 64M sandbox held 598 MiB
+ * of the host's memory.  256 KiB is a full window at 20 MB/s over 100 ms. */
+#define UPSTREAM_BUF (256 * 1024)
+/* 2 x UPSTREAM_BUF each way upstream, the two pipes, and the sandbox-side
+ * socket's queues (at most 1 MiB each way: budget_netns). */
+#define TUNNEL_MEM (2 * 2 * UPSTREAM_BUF + 2 * PIPE_SIZE + 2 * (1 << 20))
 #define NOTSENT_LOWAT (16 * 1024)
 
 static struct net_rule rules[POLICY_MAX_NET_RULES];
@@ -444,6 +456,9 @@ static int connect_to(const struct sockaddr_storage *sa, socklen_t len, int *err
 		*err = errno;
 		return -1;
 	}
+	/* Before the connection, so that the window it offers is this. */
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &(int){ UPSTREAM_BUF }, sizeof(int));
+	(void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &(int){ UPSTREAM_BUF }, sizeof(int));
 	if (connect(fd, (const struct sockaddr *)sa, len) < 0) {
 		if (errno != EINPROGRESS)
 			e = errno;
@@ -1333,6 +1348,9 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *audit
 		    (nofile.rlim_cur - 32) / 6 < open_max)
 			open_max = nofile.rlim_cur > 6 * 8 + 32 ? (unsigned)((nofile.rlim_cur - 32) / 6) : 8;
 	}
+	/* And no more than the sandbox's memory limit pays for (at least 4). */
+	if (p->memory && p->memory / TUNNEL_MEM < open_max)
+		open_max = p->memory / TUNNEL_MEM > 4 ? (unsigned)(p->memory / TUNNEL_MEM) : 4;
 	relay_ep = epoll_create1(EPOLL_CLOEXEC);
 	relay_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	term_fd = signalfd(-1, &term, SFD_CLOEXEC | SFD_NONBLOCK);

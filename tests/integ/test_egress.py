@@ -838,6 +838,69 @@ print(json.dumps(R))
     assert sum(e["bytes_out"] for e in tunnels) >= (4 << 20) and sum(e["bytes_in"] for e in tunnels) >= (4 << 20)
 
 
+def test_host_side_of_tunnels_is_bounded():
+    """The proxy's upstream sockets live in the host's network namespace and
+    the launcher's cgroup: a 64M sandbox that read 400 tunnels fast and then
+    stopped left 598 MiB queued in them (their receive windows autotuned to
+    tcp_rmem's maximum).  Now their buffers are fixed and the tunnels open
+    at once are capped by the memory limit (README, egress); more wait."""
+    import re
+    import subprocess
+    import time
+
+    def flood(c):
+        c.settimeout(20)
+        b = b"x" * 65536
+        try:
+            while True:
+                c.sendall(b)
+        except OSError:
+            pass
+    srv, conns = _tcp_server(UP, flood, backlog=64, threaded=True)
+    port = srv.getsockname()[1]
+    code = f'''
+import socket, time
+held, waited = [], 0
+for i in range(22):
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=1.5)
+    try:
+        s.sendall(b"CONNECT {UP}:{port} HTTP/1.1\\r\\n\\r\\n")
+        head = b""
+        while b"\\r\\n\\r\\n" not in head:
+            head += s.recv(1)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        got = len(head.split(b"\\r\\n\\r\\n", 1)[1])
+        while got < (2 << 20):
+            got += len(s.recv(1 << 20))
+        held.append(s)
+    except socket.timeout:
+        waited += 1
+        s.close()
+print(len(held), waited, flush=True)
+time.sleep(30)
+'''
+    p = subprocess.Popen([NSBOX, "run", "--memory", "64M", "--allow-net", f"{UP}:{port}", "--net-max-bytes-in",
+                          "infinity", "--", PY, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        held, waited = map(int, p.stdout.readline().split())
+        # 64 MiB / 3.5 MiB a tunnel: 18 at once, the rest wait (not refused).
+        assert 4 <= held <= 18 and held + waited == 22, (held, waited, p.stderr.read() if p.poll() else "")
+        time.sleep(1)
+        out = subprocess.run(["ss", "-tnmH", "state", "established", "dport", "=", str(port)],
+                             capture_output=True, text=True, check=True).stdout
+        rmem = [int(x) for x in re.findall(r"skmem:\(r(\d+)", out)]
+        rcvbuf = [int(x) for x in re.findall(r",rb(\d+)", out)]
+        assert len(rmem) == held, out
+        # Each queue is at most its fixed buffer (the kernel doubles the
+        # 256 KiB asked for), and together at most held x that.
+        assert max(rcvbuf) <= 512 << 10 and sum(rmem) <= held * (512 << 10), (rcvbuf, rmem)
+    finally:
+        p.terminate()       # nsbox run ends the sandbox and cleans up
+        p.wait(30)
+        srv.close()
+    conns.settle(30)
+
+
 @contextlib.contextmanager
 def holding_server():
     """A destination on UP that accepts and never answers or closes: a
