@@ -75,12 +75,18 @@ int egress_start(const struct nsbox_policy *p, const int *audit_fds, size_t n_au
 	return 0;
 }
 
-void egress_stop(pid_t pid)
+void egress_stop(pid_t pid, bool audited)
 {
 	int pidfd;
 
 	if (pid <= 0)
 		return;
+	if (!audited) {
+		kill(pid, SIGKILL);
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		return;
+	}
 	/* SIGTERM first: the proxy ends the tunnels still open and writes
 	 * their audit lines, which SIGKILL would lose; SIGKILL after
 	 * EGRESS_STOP_MS whatever it does. */

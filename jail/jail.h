@@ -89,6 +89,7 @@ struct jail {
 	bool reaped;
 	struct jail_status status;
 	pid_t egress_pid;	/* the egress proxy ([Network] Allow=), 0 = none */
+	bool egress_audited;	/* it has a Log= or audit fds: stopped gently (egress_stop) */
 	/* WorkspaceSize=: the overlay's upper layer (from pid 1) and the host
 	 * directory, copied back by jail_sync_workspace (wsync.h); -1 none. */
 	int ws_upper_fd, ws_host_fd;

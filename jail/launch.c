@@ -204,6 +204,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	if (p->n_net_allow && !p->share_net) {
 		if (egress_start(p, spec->net_audit_fds, spec->n_net_audit_fds, &j->egress_pid, &egress_fd, err) < 0)
 			return -1;
+		j->egress_audited = p->net_log || spec->n_net_audit_fds > 0;
 		c.egress_fd = egress_fd;
 	}
 	/* Precompiled at build time from the same rule table (test-seccomp-prebuilt). */
@@ -367,7 +368,7 @@ fail:
 	if (pidfd >= 0)
 		close(pidfd);
 	cgroup_destroy(cg);
-	egress_stop(j->egress_pid);
+	egress_stop(j->egress_pid, j->egress_audited);
 	j->egress_pid = 0;
 	/* prog is static */
 	j->pidfd = -1;

@@ -182,7 +182,7 @@ void jail_destroy(struct jail *j)
 	cgroup_destroy(j->cg);
 	j->cg = NULL;
 	/* The proxy ends with its sandbox (egress.h). */
-	egress_stop(j->egress_pid);
+	egress_stop(j->egress_pid, j->egress_audited);
 	j->egress_pid = 0;
 }
 
