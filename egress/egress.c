@@ -28,50 +28,75 @@ const char *const egress_env[] = {
 	"PIP_PROXY=" PROXY_URL,   NULL,
 };
 
-int egress_start(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, pid_t *pid, int *ns_fd,
-		 struct nsbox_err *err)
+int egress_prepare(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, struct egress_prep *ep,
+		   int *ns_fd, struct nsbox_err *err)
 {
-	_cleanup_close_ int log_fd = -1;
 	int sv[2];
-	pid_t parent = getpid(), c;
 
+	ep->proxy_fd = ep->log_fd = -1;
+	ep->audit_fds = audit_fds;
+	ep->n_audit_fds = n_audit_fds;
 	err_step(err, "egress");
 	if (n_audit_fds > EGRESS_AUDIT_FDS)
 		return err_set(err, EINVAL, "too many network audit descriptors");
 	if (p->net_log) {
-		log_fd = open(p->net_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
-		if (log_fd < 0)
+		ep->log_fd = open(p->net_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+		if (ep->log_fd < 0)
 			return err_sys(err, "open the network log %s", p->net_log);
 	}
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-		return err_sys(err, "socketpair");
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+		err_sys(err, "socketpair");
+		egress_prep_close(ep);
+		return -1;
+	}
+	ep->proxy_fd = sv[0];
+	*ns_fd = sv[1];
+	return 0;
+}
+
+void egress_prep_close(struct egress_prep *ep)
+{
+	if (ep->proxy_fd >= 0)
+		close(ep->proxy_fd);
+	if (ep->log_fd >= 0)
+		close(ep->log_fd);
+	ep->proxy_fd = ep->log_fd = -1;
+}
+
+int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, pid_t *pid, struct nsbox_err *err)
+{
+	static const int stops[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
+	pid_t parent = getpid(), c;
+
 	c = fork();
 	if (c < 0) {
 		err_sys(err, "fork the egress proxy");
-		close(sv[0]);
-		close(sv[1]);
+		err_step(err, "egress");
+		egress_prep_close(ep);
 		return -1;
 	}
 	if (c == 0) {
-		int keep[2 + EGRESS_AUDIT_FDS] = { sv[0] }, fds[1 + EGRESS_AUDIT_FDS];
+		int keep[2 + EGRESS_AUDIT_FDS] = { ep->proxy_fd }, fds[1 + EGRESS_AUDIT_FDS];
 		size_t nk = 1, nf = 0;
 
+		/* Not the caller's handlers (nsbox run forwards these to the
+		 * sandbox): a stop before the proxy reads SIGTERM ends it. */
+		for (size_t i = 0; i < ARRAY_SIZE(stops); i++)
+			signal(stops[i], SIG_DFL);
 		/* Dies with the launcher; the launcher kills it with the sandbox. */
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 			_exit(1);
-		close(sv[1]);
-		if (log_fd >= 0)
-			keep[nk++] = fds[nf++] = log_fd;
-		for (size_t i = 0; i < n_audit_fds; i++)
-			if (audit_fds[i] >= 0)
-				keep[nk++] = fds[nf++] = audit_fds[i];
+		if (ep->log_fd >= 0)
+			keep[nk++] = fds[nf++] = ep->log_fd;
+		for (size_t i = 0; i < ep->n_audit_fds; i++)
+			if (ep->audit_fds[i] >= 0)
+				keep[nk++] = fds[nf++] = ep->audit_fds[i];
 		if (close_fds_except(3, keep, nk) < 0)
 			_exit(1);
-		egress_proxy_main(p, sv[0], fds, nf);
+		egress_proxy_main(p, ep->proxy_fd, fds, nf);
 	}
-	close(sv[0]);
+	egress_prep_close(ep);
 	*pid = c;
-	*ns_fd = sv[1];
 	return 0;
 }
 

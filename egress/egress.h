@@ -11,8 +11,8 @@
  *                       forwards nothing (/etc/resolv.conf names it).
  * pid 1's network thread makes both sockets in the new namespace before
  * anything of the sandbox runs there (egress_ns_listen) and sends them
- * with SCM_RIGHTS to a proxy process the launcher forked before the clone
- * (egress_start): that process lives in the host's network namespace and
+ * with SCM_RIGHTS to a proxy process the launcher forks once the sandbox
+ * is in its cgroups (egress_fork): that process lives in the host's network namespace and
  * the launcher's cgroup, not the sandbox's, so the sandbox can neither
  * reach the host's network except through it nor starve it.  It resolves
  * names itself (pinning a name's addresses for the DNS answers' TTL, the
@@ -44,16 +44,28 @@ extern const char *const egress_env[];
  * longer one; a reader may drop one that is). */
 #define EGRESS_AUDIT_LINE_MAX 2048
 
-/* Fork the proxy process for policy p (p->n_net_allow > 0).  On success
- * *pid is the proxy (egress_stop it) and *ns_fd the socket pid 1 sends the
- * sandbox's listening sockets over (the caller owns it, CLOEXEC).  Opens
- * the audit log (p->net_log) with the caller's rights.  audit_fds[0..n)
- * (borrowed; n <= EGRESS_AUDIT_FDS) get every audit line too, written
- * whole, waiting while one is full (a pipe its reader does not drain
- * holds the sandbox's network back; no line is dropped).  The caller must
- * be single-threaded. */
-int egress_start(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, pid_t *pid, int *ns_fd,
-		 struct nsbox_err *err);
+/* The proxy process for policy p (p->n_net_allow > 0), in two steps, so
+ * that its fork is off the sandbox's start path.  egress_prepare, before
+ * the clone: opens the audit log (p->net_log) with the caller's rights and
+ * makes the socket pair; *ns_fd (the caller's, CLOEXEC) is the end pid 1
+ * sends the sandbox's listening sockets over, which wait there until the
+ * proxy runs.  audit_fds[0..n) (borrowed until egress_fork; n <=
+ * EGRESS_AUDIT_FDS) get every audit line too, written whole, waiting while
+ * one is full (a pipe its reader does not drain holds the sandbox's
+ * network back; no line is dropped).  egress_fork, once the sandbox is in
+ * its cgroups: forks the proxy (*pid: egress_stop it); ep is closed either
+ * way.  egress_prep_close drops a prepared proxy that is not forked.  The
+ * caller must be single-threaded. */
+struct egress_prep {
+	int proxy_fd;		/* the proxy's end of the pair, or -1 */
+	int log_fd;		/* Log=, or -1 */
+	const int *audit_fds;
+	size_t n_audit_fds;
+};
+int egress_prepare(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, struct egress_prep *ep,
+		   int *ns_fd, struct nsbox_err *err);
+int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, pid_t *pid, struct nsbox_err *err);
+void egress_prep_close(struct egress_prep *ep);
 
 /* In the sandbox's new network namespace, with lo up: make the proxies'
  * and the DNS responder's sockets on 127.0.0.1 and send them over ns_fd. */

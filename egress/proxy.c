@@ -65,7 +65,7 @@
 
 static struct net_rule rules[POLICY_MAX_NET_RULES];
 static unsigned n_rules;
-/* Where audit lines go: the Log= file and the descriptors egress_start
+/* Where audit lines go: the Log= file and the descriptors egress_prepare
  * was given (a library's pipe, a service client's descriptor). */
 static int log_fds[1 + EGRESS_AUDIT_FDS];
 static size_t n_log_fds;

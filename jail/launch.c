@@ -175,6 +175,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	struct child_ctx c = { .spec = spec, .p = p, .prog = &prog, .exec_src_fd = -1, .bound_exec_fd = -1,
 			       .egress_fd = -1, .ws_upper_fd = -1, .rootfs_lock = -1 };
 	_cleanup_close_ int egress_fd = -1, rootfs_lock = -1;
+	struct egress_prep eprep __attribute__((cleanup(egress_prep_close))) = { .proxy_fd = -1, .log_fd = -1 };
 	/* No CLONE_NEWNET: pid 1 makes its network namespace itself, beside
 	 * its other setup (net.c, netns_start). */
 	unsigned long long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
@@ -199,10 +200,11 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		return err_set(err, EINVAL, "jail: empty command");
 	if (policy_validate(p, err) < 0)
 		return err_step(err, "policy");
-	/* The egress proxy first, before any fd of this sandbox exists for it
-	 * to inherit; it stays in our cgroup, not the sandbox's (egress.h). */
+	/* The egress proxy's log and socket pair now; its process once the
+	 * sandbox is in its cgroups, off the start's path (egress.h).  It
+	 * stays in our cgroup, not the sandbox's. */
 	if (p->n_net_allow && !p->share_net) {
-		if (egress_start(p, spec->net_audit_fds, spec->n_net_audit_fds, &j->egress_pid, &egress_fd, err) < 0)
+		if (egress_prepare(p, spec->net_audit_fds, spec->n_net_audit_fds, &eprep, &egress_fd, err) < 0)
 			return -1;
 		j->egress_audited = p->net_log || spec->n_net_audit_fds > 0;
 		c.egress_fd = egress_fd;
@@ -329,6 +331,10 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	(void)sync_send(sv[0], SYNC_ATTACHED,
 		       (j->cg_enforced[CTRL_MEMORY] ? SYNC_CG_MEMORY : 0) | (j->cg_enforced[CTRL_PIDS] ? SYNC_CG_PIDS : 0),
 		       NULL);
+	/* The proxy, while pid 1 starts the payload: the sockets pid 1 sent
+	 * wait in the pair, connections in their listen queues. */
+	if (eprep.proxy_fd >= 0 && egress_fork(p, &eprep, &j->egress_pid, err) < 0)
+		goto fail_child;
 	r = sync_recv_fd(sv[0], &m, 0, &j->ws_upper_fd);
 	if (r == 1 && m.type == SYNC_READY) {
 		if (j->ws_host_fd >= 0 && j->ws_upper_fd < 0) {
