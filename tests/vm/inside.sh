@@ -322,6 +322,27 @@ t_memory_hog() {
 	return 1
 }
 
+# A root launcher with HostUid= clones with that uid as its effective uid
+# (the user namespace's owner, who the kernel charges its per-user counters
+# to), keeping its capabilities for the cgroup it clones into: on pure v2
+# that is CLONE_INTO_CGROUP into a root-owned cgroup.  The limit holds and
+# the namespace is the host uid's.
+t_host_uid_owner() {
+	have_nsbox || return
+	printf '[Sandbox]\nHostUid=4321\nHostGid=4321\n' > "$T/hu.policy"
+	nsbox_run --policy "$T/hu.policy" --memory 64M --json-status "$T/st.json" -- $PY -c '
+import fcntl, os, struct
+fd = os.open("/proc/self/ns/user", os.O_RDONLY)
+print(struct.unpack("I", fcntl.ioctl(fd, 0xb704, b"\0" * 4))[0], os.getuid(), flush=True)
+b = bytearray(200 << 20)'
+	expect_rc 123 || return 1
+	# Inside, NS_GET_OWNER_UID names the owner as the sandbox sees it:
+	# host 4321 is the sandbox's 1000.
+	[ "$(cat "$T/out")" = "1000 1000" ] || { why="owner and uid inside: $(cat "$T/out")"; return 1; }
+	got=$(json "$T/st.json" 'j["oom_killed"]')
+	[ "$got" = true ] || { why="oom_killed: $got"; return 1; }
+}
+
 t_memory_ok() {
 	have_nsbox || return
 	nsbox_run --memory 64M -- $PY -c 'b = bytearray(16 << 20); print(len(b))'
@@ -789,6 +810,7 @@ case $role in
 root|deleg) check "--policy strict runs where cgroups work" t_strict_runs ;;
 esac
 if [ "$role" = root ]; then
+	check "HostUid=: the user namespace is that uid's, the cgroup limit holds" t_host_uid_owner
 	check "nsboxd in a Delegate=yes cgroup moves into a favoured leaf" t_svc_start
 	check "a service session's cgroup is beside nsboxd's; OOM in EXITED and CLOSED" t_svc_oom
 	check "nsbox python --connect; then SIGTERM to nsboxd leaves no process or cgroup" t_svc_sigterm
