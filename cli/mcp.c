@@ -2282,7 +2282,7 @@ static void mcp_usage(FILE *f)
 		"  --max-sessions N        sessions made with new_session, at most (default 8)\n"
 		"  --call-timeout SECONDS  a call's wall-clock limit unless it asks (default 60)\n"
 		"  --max-call-timeout SECONDS  what a call may ask for, at most (default 600)\n"
-		"  --max-memory SIZE       what new_session may ask for, at most (default 4G)\n"
+		"  --max-memory SIZE       what new_session may ask for, at most (default --memory's, else 4G)\n"
 		"  --output-limit SIZE     stdout and stderr kept per call, each (default 64K)\n%s",
 		args_jail_help);
 }
@@ -2336,6 +2336,8 @@ int cmd_mcp(int argc, char **argv)
 	nsbox_error_t *e = NULL;
 	struct cli_err err = { 0 };
 	int rc = NSBOX_EXIT_USAGE;
+	uint64_t cli_memory = 0;
+	bool max_memory_given = false;
 
 	srv.argc = argc;
 	srv.argv = argv;
@@ -2386,6 +2388,7 @@ int cmd_mcp(int argc, char **argv)
 		if (opt_value(argc, argv, &i, "--max-memory", &v)) {
 			if (!v || nsbox_parse_size(v, &srv.max_memory, NULL) < 0 || srv.max_memory < (16u << 20))
 				goto bad_value;
+			max_memory_given = true;
 			continue;
 		}
 		if (opt_value(argc, argv, &i, "--output-limit", &v)) {
@@ -2462,6 +2465,16 @@ int cmd_mcp(int argc, char **argv)
 			srv.tools[srv.n_tools++] = (struct cli_tool){ name, eq + 1 };
 			continue;
 		}
+		/* --memory is also what new_session may ask for, unless
+		 * --max-memory says otherwise: the README's client setup caps
+		 * every session with it. */
+		if (!strcmp(a, "--memory") || !strncmp(a, "--memory=", 9)) {
+			const char *mv = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[i + 1] : NULL;
+			uint64_t m;
+
+			if (mv && nsbox_parse_size(mv, &m, NULL) == 0 && m)
+				cli_memory = m;
+		}
 		r = args_parse_jail_option(p, argc, argv, &i, &err);
 		if (r < 0) {
 			fprintf(stderr, "nsbox mcp: %s\n", err.msg);
@@ -2490,6 +2503,8 @@ bad_value:
 		fprintf(stderr, "nsbox mcp: %s: bad value '%s'\n", a, v ? v : "");
 		goto out;
 	}
+	if (!max_memory_given && cli_memory)
+		srv.max_memory = cli_memory < (16u << 20) ? 16u << 20 : cli_memory;
 	/* Through nsboxd ($NSBOX_CONNECT) a tree's name is the service's to
 	 * resolve among its own builds: this host need not have it.  Only that
 	 * is left to it (args_left_to_service). */

@@ -295,6 +295,20 @@ def test_idle_timeout_and_max_sessions():
         p.stderr.close()
 
 
+def test_memory_caps_new_sessions():
+    """nsbox mcp --memory 1G (the README's client setup) let new_session ask
+    for 4 GiB each: --max-memory defaults to --memory when it is given."""
+    call = [req(1, "tools/call", {"name": "new_session", "arguments": {"memory_mb": 4096}}),
+            req(2, "tools/call", {"name": "new_session", "arguments": {"memory_mb": 64}})]
+    rc, out, err = raw(call, "--memory", "64M")
+    assert rc == 0, err
+    assert out[0]["error"]["code"] == -32602 and "from 16 to 64" in out[0]["error"]["message"], out[0]
+    assert out[1]["result"]["isError"] is False, out[1]
+    # --max-memory given: it decides.
+    rc, out, err = raw(call[:1], "--memory", "64M", "--max-memory", "8G")
+    assert rc == 0 and out[0]["result"]["isError"] is False, (out, err)
+
+
 def test_host_tool():
     rc, out, err = raw([
         req(1, "tools/call", {"name": "run_python", "arguments": {"code": "double(21)"}}),
