@@ -69,3 +69,44 @@ def test_flood_of_unanswered_frames_does_not_hold_the_loop():
     # got none; served, it gets dozens (10 is far below).  B's execs went
     # on too.
     assert int(ticks) >= 10 and int(execs) >= 10, p.stdout
+
+
+HOLD = r'''
+import asyncio, time
+import nsbox
+
+async def main():
+    ticks = []
+    async def ticker():
+        while True:
+            await asyncio.sleep(0.02)
+            ticks.append(time.monotonic())
+    async with nsbox.AsyncSandbox(timeout=60) as a:
+        await a.execute("x = 1")
+        # A thread of the sandbox's own holds the runner's interpreter lock
+        # for a few seconds (a C loop never releases it).
+        await a.execute("import threading, time\ndef hog():\n    time.sleep(0.5)\n    sum(range(4 * 10**8))\n"
+                        "threading.Thread(target=hog, daemon=True).start()")
+        await asyncio.sleep(1)              # the hog is running
+        t = asyncio.ensure_future(ticker())
+        t0 = time.monotonic()
+        v = await a.get_variable("x")
+        t1 = time.monotonic()
+        t.cancel()
+    print(v, sum(1 for x in ticks if t0 < x < t1), round(t1 - t0, 1))
+
+asyncio.run(main())
+'''
+
+
+def test_a_held_runner_does_not_hold_the_loop():
+    """get_variable, set_variable, reset and info waited for the runner on
+    the loop's thread: a sandbox holding its interpreter lock froze the
+    loop for as long as the call took (up to 30 s).  They run in the
+    executor now."""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR))
+    p = subprocess.run([sys.executable, "-c", HOLD], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    value, ticks, waited = p.stdout.split()
+    # The wait is the hog's (seconds); a 20 ms ticker ticks through it.
+    assert value == "1" and float(waited) >= 0.5 and int(ticks) >= 10, p.stdout
