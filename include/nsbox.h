@@ -516,7 +516,8 @@ NSBOX_API int nsbox_make_dir(nsbox_session_t *s, const char *path, int mode, nsb
  * made beneath its parent's descriptor with mkdirat or openat2
  * (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) and
  * O_CREAT | O_EXCL | O_NOFOLLOW: nothing on the host is followed or
- * overwritten (-EEXIST).  Caps: max_bytes in all (0: 1 GiB), max_files
+ * overwritten (-EEXIST).  Caps: max_bytes in all, of the host's disk
+ * (files in whole blocks, a block per directory; 0: 1 GiB), max_files
  * entries (0: 100000), the per-file cap of nsbox_read_file, 64 levels
  * (-ELOOP), else -EFBIG (also for a directory of more entries than
  * nsbox_list_files gives); what was copied before a failure stays.

@@ -8,6 +8,7 @@
  * `test-api --run CODE [--cold]` runs CODE in one session and prints its
  * stdout, then "value: JSON" (tests/integ/test_runner_exe.py uses it);
  * `test-api --forward MODE DELAY_US` is one case of test_run's (forward_one). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <locale.h>
@@ -1953,6 +1954,23 @@ static void test_dirs(nsbox_session_t *s)
 	k = nsbox_download_dir(s, "/tmp/up", path, 0, 2, &e);
 	CHECK(k == -EFBIG, "dirs: max_files holds: -EFBIG (%s)", emsg(e));
 	clear(&e);
+	/* max_bytes is the host's disk: a directory costs a block there
+	 * (nothing of its own in the sandbox's listing). */
+	value_of(s, "import os\nfor i in range(50):\n    os.makedirs(f'/tmp/dd/d{i}')\n");
+	snprintf(path, sizeof(path), "%s/down5", top);
+	k = nsbox_download_dir(s, "/tmp/dd", path, 10 * 4096, 0, &e);
+	CHECK(k == -EFBIG, "dirs: directories count against max_bytes, a block each: -EFBIG (%s)", emsg(e));
+	clear(&e);
+	{
+		DIR *dd = opendir(path);
+		int n = 0;
+
+		for (struct dirent *de; dd && (de = readdir(dd));)
+			n += de->d_name[0] != '.';
+		if (dd)
+			closedir(dd);
+		CHECK(dd && n <= 10, "dirs: at most 10 of the 50 directories made on the host (%d)", n);
+	}
 	/* The sandbox makes a directory a symlink to the host's /etc (a path
 	 * there): the host makes a directory of its own, beneath. */
 	value_of(s, "import shutil; shutil.rmtree('/tmp/up/sub'); os.symlink('/etc', '/tmp/up/sub')");
