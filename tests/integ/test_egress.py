@@ -861,7 +861,7 @@ def test_host_side_of_tunnels_is_bounded():
     code = f'''
 import socket, time
 held, waited = [], 0
-for i in range(22):
+for i in range(20):
     s = socket.create_connection(("127.0.0.1", 3128), timeout=1.5)
     try:
         s.sendall(b"CONNECT {UP}:{port} HTTP/1.1\\r\\n\\r\\n")
@@ -883,8 +883,8 @@ time.sleep(30)
                           "infinity", "--", PY, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         held, waited = map(int, p.stdout.readline().split())
-        # 64 MiB / 3.5 MiB a tunnel: 18 at once, the rest wait (not refused).
-        assert 4 <= held <= 18 and held + waited == 22, (held, waited, p.stderr.read() if p.poll() else "")
+        # 64 MiB / 3.5 MiB a tunnel: 18 at once, the other 2 wait (not refused).
+        assert 4 <= held <= 18 and held + waited == 20, (held, waited, p.stderr.read() if p.poll() else "")
         time.sleep(1)
         out = subprocess.run(["ss", "-tnmH", "state", "established", "dport", "=", str(port)],
                              capture_output=True, text=True, check=True).stdout

@@ -18,7 +18,7 @@ p = b'{"name":"nope","args":[],"kwargs":{}}'
 one = struct.pack("<IIHHI", 0x4e534258, len(p), 5, 0, 7) + p
 blob = one * 2000
 t0 = time.monotonic()
-while time.monotonic() - t0 < 3:
+while time.monotonic() - t0 < 2:
     os.write(fd, blob)
 '''
 
@@ -33,7 +33,7 @@ async def main():
         while not done:
             await asyncio.sleep(0.02)
             ticks.append(time.monotonic())
-    async with nsbox.AsyncSandbox(timeout=6) as a, nsbox.AsyncSandbox(timeout=30) as b:
+    async with nsbox.AsyncSandbox(timeout=4) as a, nsbox.AsyncSandbox(timeout=30) as b:
         await b.execute("1")
         t = asyncio.ensure_future(ticker())
         async def bwork():
@@ -52,7 +52,7 @@ async def main():
         done.append(1)
         n = await bt
         await t
-    # Ticks and B's execs while A flooded (about 3 s of it).
+    # Ticks and B's execs while A flooded.
     print(sum(1 for x in ticks if t0 + 0.5 < x < t1 - 0.5), n, round(t1 - t0, 1))
 
 asyncio.run(main())
@@ -65,7 +65,7 @@ def test_flood_of_unanswered_frames_does_not_hold_the_loop():
                        timeout=120)
     assert p.returncode == 0, p.stderr
     ticks, execs, span = p.stdout.split()
-    # A 20 ms ticker over the ~2 s in the middle of the flood: frozen, it
+    # A 20 ms ticker over the ~1-3 s in the middle of the flood: frozen, it
     # got none; served, it gets dozens (10 is far below).  B's execs went
     # on too.
     assert int(ticks) >= 10 and int(execs) >= 10, p.stdout
