@@ -529,14 +529,18 @@ echo "direct: $(curl -sSk --noproxy '*' https://localhost:{port}/ 2>&1 | head -c
     assert ("connect", "allow", "localhost") in kinds and ("socks", "allow", "localhost") in kinds
 
 
-# A resolver for the host side: answers A queries with 192.0.2.7 (TEST-NET-1:
-# nothing is ever sent there) and records every name it is asked.
-RESOLVER = r'''
+# A resolver for the host side, on 127.0.0.53, logging every query ("name
+# qtype").  A queries get 192.0.2.7 (TEST-NET-1: nothing is ever sent
+# there), or, with "flip", 127.0.0.2 for a name's first query and 127.0.0.3
+# for every later one; AAAA: none.
+RESOLVER = r"""
 import socket, struct, sys
 log, ready = sys.argv[1], sys.argv[2]
+flip = sys.argv[3:] == ["flip"]
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(("127.0.0.53", 53))
 open(ready, "w").close()
+seen = set()
 while True:
     q, peer = s.recvfrom(2048)
     if len(q) < 17:
@@ -545,31 +549,62 @@ while True:
     while q[p]:
         labels.append(q[p + 1:p + 1 + q[p]].decode(errors="replace"))
         p += 1 + q[p]
-    qtype = struct.unpack(">H", q[p + 1:p + 3])[0]
+    name, qtype = ".".join(labels).lower(), struct.unpack(">H", q[p + 1:p + 3])[0]
     with open(log, "a") as f:
-        f.write(".".join(labels).lower() + " %d\n" % qtype)
-    qend = p + 5
+        f.write("%s %d\n" % (name, qtype))
     an = b""
     if qtype == 1:
-        an = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes([192, 0, 2, 7])
+        addr = [127, 0, 0, 3 if name in seen else 2] if flip else [192, 0, 2, 7]
+        an = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes(addr)
+        seen.add(name)
     hdr = q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 1 if an else 0, 0, 0)
-    s.sendto(hdr + q[12:qend] + an, peer)
-'''
+    s.sendto(hdr + q[12:p + 5] + an, peer)
+"""
+
+
+def _own_resolver_run(d, inside, allow, mode="", start="", pids=""):
+    """nsbox run of inside (Python) with --allow-net allow, in a network and
+    mount namespace of the test's own (and, unprivileged, a user namespace
+    to own them), where /etc/resolv.conf names RESOLVER (in mode) on
+    127.0.0.53.  start: shell run after the resolver starts (servers whose
+    pids it leaves in the variables pids names).  Returns the sandbox's
+    last line as JSON, the resolver's queries as [name, qtype] and the
+    network log's records."""
+    import subprocess
+    (d / "resolv.conf").write_text("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n")
+    (d / "resolver.py").write_text(RESOLVER)
+    (d / "queries.log").write_text("")
+    (d / "inside.py").write_text(inside)
+    script = f"""set -e
+ip link set lo up
+mount --bind {d}/resolv.conf /etc/resolv.conf
+{PY} {d}/resolver.py {d}/queries.log {d}/ready {mode} &
+r=$!
+{start}
+i=0; while [ ! -e {d}/ready ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+set +e
+setpriv --inh-caps=-all --ambient-caps=-all {NSBOX} run --net-log {d}/net.jsonl --ro-bind {d}/inside.py:/inside.py \
+    {" ".join("--allow-net '%s'" % a for a in allow)} -- {PY} /inside.py
+rc=$?
+kill $r {pids}; wait $r {pids} 2>/dev/null
+exit $rc
+"""
+    ns = ["unshare", "--mount", "--net"]
+    if os.geteuid() != 0:
+        ns = ["unshare", "--user", "--map-current-user", "--keep-caps", "--mount", "--net"]
+    p = subprocess.run(ns + ["sh", "-c", script], capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode(errors="replace")
+    out = json.loads(p.stdout.decode().strip().splitlines()[-1])
+    asked = [line.split() for line in (d / "queries.log").read_text().splitlines()]
+    return out, asked, [json.loads(line) for line in open(d / "net.jsonl")]
 
 
 def test_unlisted_names_never_reach_the_upstream_resolver(tmp_path):
     """The host side resolves with the host's resolver (getaddrinfo and
-    /etc/resolv.conf).  Here the test makes its own network and mount
-    namespace (and, unprivileged, a user namespace to own them), where
-    /etc/resolv.conf names a resolver the test runs on 127.0.0.53, and runs
-    nsbox there: that resolver must see the listed names the sandbox asks
-    for, and none of the others."""
-    import subprocess
-    d = tmp_path
-    (d / "resolv.conf").write_text("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n")
-    (d / "resolver.py").write_text(RESOLVER)
-    (d / "queries.log").write_text("")
-    inside = PRELUDE + r'''
+    /etc/resolv.conf).  Here nsbox runs where /etc/resolv.conf names a
+    resolver the test runs (_own_resolver_run): that resolver must see the
+    listed names the sandbox asks for, and none of the others."""
+    inside = PRELUDE + r"""
 def q(name):
     try:
         return sorted({a[4][0] for a in socket.getaddrinfo(name, 443, socket.AF_INET)})
@@ -589,28 +624,9 @@ while len(got) < 12:
 R["socks_unlisted"] = got.hex()
 R["proxy_listed"] = raw("CONNECT www.listed.test:443 HTTP/1.1\r\n\r\n")
 print(json.dumps(R))
-'''
-    (d / "inside.py").write_text(inside)
-    script = f'''set -e
-ip link set lo up
-mount --bind {d}/resolv.conf /etc/resolv.conf
-{PY} {d}/resolver.py {d}/queries.log {d}/ready &
-r=$!
-i=0; while [ ! -e {d}/ready ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
-set +e
-setpriv --inh-caps=-all --ambient-caps=-all {NSBOX} run --net-log {d}/net.jsonl --ro-bind {d}/inside.py:/inside.py \
-    --allow-net '*.listed.test' -- {PY} /inside.py
-rc=$?
-kill $r; wait $r 2>/dev/null
-exit $rc
-'''
-    ns = ["unshare", "--mount", "--net"]
-    if os.geteuid() != 0:
-        ns = ["unshare", "--user", "--map-current-user", "--keep-caps", "--mount", "--net"]
-    p = subprocess.run(ns + ["sh", "-c", script], capture_output=True, timeout=120)
-    assert p.returncode == 0, p.stderr.decode(errors="replace")
-    out = json.loads(p.stdout.decode().strip().splitlines()[-1])
-    asked = [line.split()[0] for line in (d / "queries.log").read_text().splitlines()]
+"""
+    out, asked, log = _own_resolver_run(tmp_path, inside, ["*.listed.test"])
+    asked = [a[0] for a in asked]
     assert out["listed"] == ["192.0.2.7"]
     assert out["unlisted"] == socket.EAI_NONAME and out["unlisted_txt"] == socket.EAI_NONAME
     assert out["proxy_unlisted"][1] == "name not on the allowlist"
@@ -620,39 +636,9 @@ exit $rc
     assert out["proxy_listed"][0].startswith("HTTP/1.1 502")
     assert "api.listed.test" in asked and "www.listed.test" in asked
     assert not [n for n in asked if "exfil" in n], asked
-    log = [json.loads(line) for line in open(d / "net.jsonl")]
     assert {e["host"] for e in log if e["decision"] == "deny"} >= {"secret-data.exfil.test", "c2vjcmv0.exfil.test",
                                                                    "more-secrets.exfil.test",
                                                                    "socks-secret.exfil.test"}
-
-
-# A resolver whose answer changes: the first A query for a name gets
-# 127.0.0.2, every later one 127.0.0.3 (AAAA: none); each query is logged.
-RESOLVER_FLIP = r"""
-import socket, struct, sys
-log, ready = sys.argv[1], sys.argv[2]
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.bind(("127.0.0.53", 53))
-open(ready, "w").close()
-seen = set()
-while True:
-    q, peer = s.recvfrom(2048)
-    if len(q) < 17:
-        continue
-    p, labels = 12, []
-    while q[p]:
-        labels.append(q[p + 1:p + 1 + q[p]].decode(errors="replace"))
-        p += 1 + q[p]
-    name, qtype = ".".join(labels).lower(), struct.unpack(">H", q[p + 1:p + 3])[0]
-    with open(log, "a") as f:
-        f.write("%s %d\n" % (name, qtype))
-    an = b""
-    if qtype == 1:
-        an = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes([127, 0, 0, 3 if name in seen else 2])
-        seen.add(name)
-    hdr = q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 1 if an else 0, 0, 0)
-    s.sendto(hdr + q[12:p + 5] + an, peer)
-"""
 
 
 def test_proxy_goes_where_the_dns_answer_said(tmp_path):
@@ -663,11 +649,9 @@ def test_proxy_goes_where_the_dns_answer_said(tmp_path):
     the resolver was asked once.  The pinned address is still checked for
     each use: on a port its address rule does not name, it is refused.  At
     most 64 names are pinned; the one pinned first makes room for a new one,
-    and is looked up again when next used.  Like the test above, in the test's own network and mount namespace."""
-    import subprocess
+    and is looked up again when next used.  With the test's own resolver, as
+    above."""
     d = tmp_path
-    (d / "resolv.conf").write_text("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n")
-    (d / "resolver.py").write_text(RESOLVER_FLIP)
     for n in ("2", "3"):
         (d / n).mkdir()
         (d / n / "who").write_text(f"upstream on 127.0.0.{n}\n")
@@ -681,37 +665,17 @@ R["others"] = [a[4][0] for i in range(64) for a in socket.getaddrinfo(f"n{i}.pin
 R["evicted"] = urllib.request.urlopen("http://pin.test:8080/who", timeout=10).read().decode()
 print(json.dumps(R))
 """
-    (d / "inside.py").write_text(inside)
-    script = f"""set -e
-ip link set lo up
-mount --bind {d}/resolv.conf /etc/resolv.conf
-{PY} {d}/resolver.py {d}/queries.log {d}/ready &
-r=$!
-{PY} -m http.server -b 127.0.0.2 -d {d}/2 8080 >/dev/null 2>&1 &
+    servers = f"""{PY} -m http.server -b 127.0.0.2 -d {d}/2 8080 >/dev/null 2>&1 &
 s2=$!
 {PY} -m http.server -b 127.0.0.3 -d {d}/3 8080 >/dev/null 2>&1 &
 s3=$!
-i=0; while [ ! -e {d}/ready ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
 for a in 2 3; do
     i=0; while ! {PY} -c "import socket; socket.create_connection(('127.0.0.$a', 8080))" 2>/dev/null; do
         [ $i -lt 100 ] || exit 9; sleep 0.05; i=$((i+1)); done
-done
-set +e
-setpriv --inh-caps=-all --ambient-caps=-all {NSBOX} run --net-log {d}/net.jsonl --ro-bind {d}/inside.py:/inside.py \
-    --allow-net pin.test:8080 --allow-net pin.test:8081 --allow-net '*.pin.test:8080' \
-    --allow-net 127.0.0.2:8080 --allow-net 127.0.0.3:8080 \
-    -- {PY} /inside.py
-rc=$?
-kill $r $s2 $s3; wait $r $s2 $s3 2>/dev/null
-exit $rc
-"""
-    ns = ["unshare", "--mount", "--net"]
-    if os.geteuid() != 0:
-        ns = ["unshare", "--user", "--map-current-user", "--keep-caps", "--mount", "--net"]
-    p = subprocess.run(ns + ["sh", "-c", script], capture_output=True, timeout=120)
-    assert p.returncode == 0, p.stderr.decode(errors="replace")
-    out = json.loads(p.stdout.decode().strip().splitlines()[-1])
-    asked = [line.split() for line in (d / "queries.log").read_text().splitlines()]
+done"""
+    out, asked, log = _own_resolver_run(d, inside, ["pin.test:8080", "pin.test:8081", "*.pin.test:8080",
+                                                    "127.0.0.2:8080", "127.0.0.3:8080"],
+                                        mode="flip", start=servers, pids="$s2 $s3")
     assert out["dns"] == ["127.0.0.2"]
     assert out["fetch"] == out["again"] == "upstream on 127.0.0.2\n"
     # Name allowed on 8081, its pinned address (loopback) not: refused there.
@@ -720,7 +684,6 @@ exit $rc
     assert out["others"] == ["127.0.0.2"] * 64
     assert out["evicted"] == "upstream on 127.0.0.3\n"
     assert [a for a in asked if a == ["pin.test", "1"]] == [["pin.test", "1"]] * 2, asked
-    log = [json.loads(line) for line in open(d / "net.jsonl")]
     http = [(e["port"], e["addr"], e["decision"]) for e in log if e["kind"] == "http"]
     assert http == [(8080, "127.0.0.2", "allow"), (8080, "127.0.0.2", "allow"), (8081, "127.0.0.2", "deny"),
                     (8080, "127.0.0.3", "allow")], http
