@@ -470,44 +470,31 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
         instead of raising it."""
         return await self._exec(code, timeout, 2)
 
-    # ---- state: round trips in the default executor ----
-    # Each waits for the runner, which the sandbox may hold (a thread of
-    # its own keeping the interpreter lock): on the loop's thread that froze
-    # the loop and every other sandbox on it for the 30 s such a call may
-    # take.  The lock is held until the call's thread is done with the
-    # session, even when the awaiting task is cancelled.
-
-    async def _off_loop(self, fn, *args):
-        fut = asyncio.get_running_loop().run_in_executor(None, fn, *args)
-        try:
-            return await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            while not fut.done():
-                try:
-                    await asyncio.wait([fut])
-                except asyncio.CancelledError:
-                    pass
-            raise
+    # ---- state: round trips in the default executor (_files.AsyncFilesMixin._off_loop) ----
 
     async def set_variable(self, name: str, value: Any) -> None:
         """Bind a global inside to value (the built-in types, as for Sandbox)."""
         _tools.check_name(name)
         data = _values.dumps(value)
         async with self._lock_for_loop():
-            await self._off_loop(self._set_var, await self._asession(), name, data)
+            h = await self._asession()
+            await self._off_loop(h, lambda: self._set_var(h, name, data))
 
     async def get_variable(self, name: str, default: Any = _MISSING) -> Any:
         """A global's value; UndefinedVariable (a KeyError) unless default."""
         _tools.check_name(name)
         async with self._lock_for_loop():
-            return await self._off_loop(self._get_var, await self._asession(), name, default)
+            h = await self._asession()
+            return await self._off_loop(h, lambda: self._get_var(h, name, default))
 
     async def reset(self) -> None:
         """Clear the session's globals (tools stay)."""
         async with self._lock_for_loop():
-            await self._off_loop(self._reset, await self._asession())
+            h = await self._asession()
+            await self._off_loop(h, lambda: self._reset(h))
 
     async def info(self) -> Dict[str, Any]:
         """The sandbox's pid, cgroup, limits, memory use and Python version."""
         async with self._lock_for_loop():
-            return await self._off_loop(self._info, await self._asession())
+            h = await self._asession()
+            return await self._off_loop(h, lambda: self._info(h))

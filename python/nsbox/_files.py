@@ -216,38 +216,47 @@ class FilesMixin:
         return self._file_op(_op_download_dir(_fns(self._lib), remote, local, max_bytes, max_files))
 
 
+_CLOSED = object()   # _off_loop's call found the session gone
+
+
 class AsyncFilesMixin:
     """The same methods of AsyncSandbox, as coroutines: the library call runs
     in the loop's default executor; calls on one AsyncSandbox are
     serialised with its other calls."""
+
+    async def _off_loop(self, h, call):
+        """call() in the default executor, for a library call on session h
+        that may wait on the sandbox (its runner can take up to 30 s to
+        answer, and on the loop's thread that froze the loop).  It runs
+        under the thread lock too: close() (which frees the session) waits
+        for it instead of freeing it under it; closed or replaced meanwhile,
+        EBADF.  Cancelled, the call runs on and the caller's loop lock is
+        kept until it ends, so that aclose() waits for it."""
+        def locked():
+            with self._lock:
+                if self._closed or self._sess is not h:
+                    return _CLOSED
+                return call()
+        fut = asyncio.get_running_loop().run_in_executor(None, locked)
+        try:
+            r = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            while not fut.done():
+                try:
+                    await asyncio.wait([fut])
+                except asyncio.CancelledError:
+                    pass
+            raise
+        if r is _CLOSED:
+            raise SandboxError("the sandbox is closed", _errno.EBADF)
+        return r
 
     async def _file_op(self, gen):
         what, fn, args = next(gen)
         async with self._lock_for_loop("call %s on" % what):
             h = await self._asession()
             err = c_void_p()
-
-            def call():
-                # The thread lock too: close() (which frees the session)
-                # waits for the call instead of freeing it under it.
-                with self._lock:
-                    if self._closed or self._sess is not h:
-                        return None
-                    return fn(h, *args, byref(err))
-            fut = asyncio.get_running_loop().run_in_executor(None, call)
-            try:
-                rc = await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                # The call runs on in the executor: this sandbox's lock is
-                # kept until it ends, so that aclose() waits for it.
-                while not fut.done():
-                    try:
-                        await asyncio.wait([fut])
-                    except asyncio.CancelledError:
-                        pass
-                raise
-            if rc is None:
-                raise SandboxError("the sandbox is closed", _errno.EBADF)
+            rc = await self._off_loop(h, lambda: fn(h, *args, byref(err)))
             return _outcome(self, gen, what, rc, err)
 
     async def write_file(self, path, data, mode=0o644):

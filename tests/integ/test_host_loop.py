@@ -110,3 +110,35 @@ def test_a_held_runner_does_not_hold_the_loop():
     value, ticks, waited = p.stdout.split()
     # The wait is the hog's (seconds); a 20 ms ticker ticks through it.
     assert value == "1" and float(waited) >= 0.5 and int(ticks) >= 10, p.stdout
+
+
+CLOSE = r'''
+import asyncio
+import nsbox
+
+async def main():
+    a = nsbox.AsyncSandbox(timeout=60)
+    await a.execute("x = 1")
+    await a.execute("import threading, time\ndef hog():\n    time.sleep(0.5)\n    sum(range(4 * 10**8))\n"
+                    "threading.Thread(target=hog, daemon=True).start()")
+    await asyncio.sleep(1)                  # the hog holds the runner
+    task = asyncio.ensure_future(a.get_variable("x"))
+    await asyncio.sleep(0.2)                # its call is in the executor
+    a.close()                               # a plain method: frees the session
+    try:
+        print(await task)
+    except nsbox.SandboxError as e:
+        print("closed", e.errno)
+
+asyncio.run(main())
+'''
+
+
+def test_close_waits_for_a_call_in_the_executor():
+    """close() while get_variable's call runs in the executor must not free
+    the session under it (the call holds the sandbox's thread lock, as file
+    operations do); a sanitizer build sees any use after free."""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR))
+    p = subprocess.run([sys.executable, "-c", CLOSE], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() in ("1", "closed 9"), p.stdout

@@ -36,15 +36,6 @@ def pid_alive(pid):
         return False
 
 
-def wait_gone(pid, timeout=10):
-    end = time.time() + timeout
-    while time.time() < end:
-        if not pid_alive(pid):
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def wait_until(cond, timeout=10):
     end = time.time() + timeout
     while time.time() < end:
@@ -52,6 +43,10 @@ def wait_until(cond, timeout=10):
             return True
         time.sleep(0.02)
     return cond()
+
+
+def wait_gone(pid, timeout=10):
+    return wait_until(lambda: not pid_alive(pid), timeout)
 
 
 def tree_of(pid):
