@@ -2465,20 +2465,20 @@ int cmd_mcp(int argc, char **argv)
 			srv.tools[srv.n_tools++] = (struct cli_tool){ name, eq + 1 };
 			continue;
 		}
-		/* --memory is also what new_session may ask for, unless
-		 * --max-memory says otherwise: the README's client setup caps
-		 * every session with it. */
-		if (!strcmp(a, "--memory") || !strncmp(a, "--memory=", 9)) {
-			const char *mv = a[8] == '=' ? a + 9 : i + 1 < argc ? argv[i + 1] : NULL;
-			uint64_t m;
-
-			if (mv && nsbox_parse_size(mv, &m, NULL) == 0 && m)
-				cli_memory = m;
-		}
 		r = args_parse_jail_option(p, argc, argv, &i, &err);
 		if (r < 0) {
 			fprintf(stderr, "nsbox mcp: %s\n", err.msg);
 			goto out;
+		}
+		/* --memory (taken by the policy above, its value now at
+		 * argv[i]) is also what new_session may ask for, unless
+		 * --max-memory says otherwise: the README's client setup caps
+		 * every session with it. */
+		if (r > 0 && (!strcmp(a, "--memory") || !strncmp(a, "--memory=", 9))) {
+			uint64_t m;
+
+			if (nsbox_parse_size(a[8] == '=' ? a + 9 : argv[i], &m, NULL) == 0 && m)
+				cli_memory = m;
 		}
 		if (r == 0) {
 			static const char *const own[] = { "tool",
