@@ -8,6 +8,7 @@
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 
 #include <ctype.h>
@@ -358,4 +359,26 @@ int deadline_ms(unsigned long long deadline)
 	if ((deadline - now) / 1000000 > INT_MAX - 1)
 		return INT_MAX;
 	return (int)((deadline - now + 999999) / 1000000);
+}
+
+uint64_t fs_block_size(int fd)
+{
+	struct statfs sfs;
+
+	if (fstatfs(fd, &sfs) == 0 && sfs.f_bsize > 0 && sfs.f_bsize <= (1 << 20))
+		return (uint64_t)sfs.f_bsize;
+	return 4096;
+}
+
+int block_charge(uint64_t *left, uint64_t len, uint64_t block)
+{
+	uint64_t cost;
+
+	if (len > UINT64_MAX - block)
+		return -1;
+	cost = len ? (len + block - 1) / block * block : block;
+	if (cost > *left)
+		return -1;
+	*left -= cost;
+	return 0;
 }

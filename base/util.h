@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -109,5 +110,14 @@ int close_fds_except(int lowfd, const int *keep, size_t nkeep);
  * position: what runs from it can never write back to the file.  Returns
  * the memfd (close-on-exec) or -1 with errno. */
 int sealed_copy_fd(int in);
+
+/* Copying into a host directory under a byte limit counts what the host's
+ * file system pays, not the bytes: fs_block_size is the block size of the
+ * file system fd is on (4096 if it can't be told), and block_charge takes
+ * len bytes of data in whole blocks, or one block for len 0 (a directory,
+ * a symlink), from *left.  Returns 0, or -1 with *left unchanged when it
+ * does not fit.  An empty regular file takes no block: callers skip it. */
+uint64_t fs_block_size(int fd);
+int block_charge(uint64_t *left, uint64_t len, uint64_t block);
 
 #endif

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -444,23 +443,12 @@ static int join(char *out, size_t size, const char *dir, const char *name, struc
 }
 
 struct dl_state {
-	uint64_t bytes, max_bytes, entries, max_files, files, file_max;
-	uint64_t block;		/* the host file system's block size */
+	/* left: of max_bytes, which counts the host's disk (block_charge):
+	 * 20,000 directories and 1-byte files under max_bytes 1 MiB took
+	 * 146 MB of ext4 when only their bytes counted. */
+	uint64_t max_bytes, left, block;
+	uint64_t entries, max_files, files, file_max;
 };
-
-/* What max_bytes counts: the host's disk, not the sandbox's bytes.  A file
- * is its size in whole blocks and a directory a block (20,000 directories
- * and 1-byte files under max_bytes 1 MiB took 146 MB of ext4).  0 when
- * cost fits, and then it is charged. */
-static int dl_charge(struct dl_state *st, uint64_t len)
-{
-	uint64_t cost = len ? (len + st->block - 1) / st->block * st->block : st->block;
-
-	if (cost > st->max_bytes - st->bytes)
-		return -1;
-	st->bytes += cost;
-	return 0;
-}
 
 static int download(struct nsbox_session *s, const char *remote, int dirfd, int depth, struct dl_state *st,
 		    struct nsbox_err *err)
@@ -498,7 +486,7 @@ static int download(struct nsbox_session *s, const char *remote, int dirfd, int 
 		if (!strcmp(type, "dir")) {
 			int sub;
 
-			if (dl_charge(st, 0) < 0) {
+			if (block_charge(&st->left, 0, st->block) < 0) {
 				r = err_set(err, EFBIG, "download: more than %llu bytes in all (a directory counts as a "
 					    "block of the host's file system)", (unsigned long long)st->max_bytes);
 				break;
@@ -517,7 +505,7 @@ static int download(struct nsbox_session *s, const char *remote, int dirfd, int 
 			if (r < 0)
 				break;
 		} else {
-			uint64_t left = st->max_bytes - st->bytes;
+			uint64_t left = st->left;
 			_cleanup_free_ char *data = NULL;
 			_cleanup_close_ int fd = -1;
 			size_t len = 0;
@@ -534,7 +522,7 @@ static int download(struct nsbox_session *s, const char *remote, int dirfd, int 
 				r = -1;
 				break;
 			}
-			if (len && dl_charge(st, len) < 0) {
+			if (len && block_charge(&st->left, len, st->block) < 0) {
 				r = err_set(err, EFBIG, "download: more than %llu bytes in all (each file counts in whole "
 					    "blocks of the host's file system)", (unsigned long long)st->max_bytes);
 				break;
@@ -554,7 +542,7 @@ static int download(struct nsbox_session *s, const char *remote, int dirfd, int 
 int session_download_dir(struct nsbox_session *s, const char *remote, const char *local, uint64_t max_bytes,
 			 uint64_t max_files, uint64_t file_max, uint64_t *files, struct nsbox_err *err)
 {
-	struct dl_state st = { .max_bytes = max_bytes, .max_files = max_files, .file_max = file_max };
+	struct dl_state st = { .left = max_bytes, .max_bytes = max_bytes, .max_files = max_files, .file_max = file_max };
 	_cleanup_close_ int root = -1;
 
 	if (mkdir(local, 0755) < 0 && errno != EEXIST)
@@ -562,13 +550,7 @@ int session_download_dir(struct nsbox_session *s, const char *remote, const char
 	root = open(local, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (root < 0)
 		return err_sys(err, "download %s: open %s", remote, local);
-	{
-		struct statfs sfs;
-
-		st.block = 4096;
-		if (fstatfs(root, &sfs) == 0 && sfs.f_bsize > 0 && sfs.f_bsize <= (1 << 20))
-			st.block = (uint64_t)sfs.f_bsize;
-	}
+	st.block = fs_block_size(root);
 	if (download(s, remote, root, 0, &st, err) < 0)
 		return -1;
 	*files = st.files;

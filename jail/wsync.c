@@ -14,7 +14,6 @@
 #include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -32,7 +31,7 @@ struct wsync {
 	unsigned tmp_seq;
 	char path[4096]; /* the entry at hand, for messages */
 	size_t path_len;
-	uint64_t left;	/* bytes the host directory may still grow by */
+	uint64_t left;	/* bytes the host directory may still grow by (block_charge) */
 	uint64_t block; /* the host file system's block size */
 };
 
@@ -51,21 +50,6 @@ static int fail(struct wsync *w, int code, const char *what)
 		err_set(&w->err, code, "copy /workspace/%s back: %s", w->path, what);
 	}
 	return -1;
-}
-
-/* What an entry costs the host's file system, at most: its data rounded up
- * to whole blocks, and a block for a directory or a symlink (which cost
- * the sandbox's tmpfs nothing: 16,000 empty directories grew an ext4 host
- * directory by 64 MiB past a 64M limit).  0 when it fits; the caller says
- * what was not written. */
-static int charge(struct wsync *w, uint64_t bytes)
-{
-	uint64_t n = bytes ? (bytes + w->block - 1) / w->block * w->block : w->block;
-
-	if (bytes > UINT64_MAX - w->block || n > w->left)
-		return -1;
-	w->left -= n;
-	return 0;
 }
 
 /* One name beneath dirfd, never through a symlink or onto another mount. */
@@ -210,7 +194,7 @@ static int copy_file(struct wsync *w, int upper, int host, const char *name)
 	/* Charged at its size in whole blocks: sparse holes and hard links
 	 * cost the upper layer nothing, but the copy writes them whole.  An
 	 * empty file takes no block. */
-	if (st.st_size && charge(w, (uint64_t)st.st_size) < 0)
+	if (st.st_size && block_charge(&w->left, (uint64_t)st.st_size, w->block) < 0)
 		return fail(w, EFBIG,
 			    "the write-back would exceed the workspace's limit (WorkspaceSize; a sparse "
 			    "file's holes and each name of a hard link count in full, in whole blocks): "
@@ -237,7 +221,7 @@ static int copy_symlink(struct wsync *w, int upper, int host, const char *name)
 	if (n < 0)
 		return fail(w, errno, "read the symlink");
 	target[n] = '\0';
-	if (charge(w, 0) < 0)
+	if (block_charge(&w->left, 0, w->block) < 0)
 		return fail(w, EFBIG,
 			    "the write-back would exceed the workspace's limit (WorkspaceSize; a symlink "
 			    "counts as a block of the host's file system): not made");
@@ -280,7 +264,7 @@ static int copy_subdir(struct wsync *w, int upper, int host, const char *name, i
 			return fail(w, errno, "remove what the directory replaces");
 		have = false;
 	}
-	if (!have && charge(w, 0) < 0)
+	if (!have && block_charge(&w->left, 0, w->block) < 0)
 		return fail(w, EFBIG,
 			    "the write-back would exceed the workspace's limit (WorkspaceSize; a directory "
 			    "counts as a block of the host's file system): not made, nor what is in it");
@@ -365,13 +349,12 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 		return err_sys(err, "copy /workspace back: fork");
 	}
 	if (pid == 0) {
-		struct statfs sfs;
-
 		memset(&w, 0, sizeof(w));
 		w.left = budget;
-		w.block = fstatfs(host, &sfs) == 0 && sfs.f_bsize > 0 && sfs.f_bsize <= (1 << 20)
-				  ? (uint64_t)sfs.f_bsize
-				  : 4096;
+		/* Each entry costs the host what its file system charges:
+		 * 16,000 empty directories (nothing in the sandbox's tmpfs)
+		 * grew an ext4 host directory by 64 MiB past a 64M limit. */
+		w.block = fs_block_size(host);
 		close(pipefd[0]);
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || drop_rights(uid, gid) < 0) {
 			err_set(&w.err, errno, "copy /workspace back: become uid %u gid %u without capabilities",
