@@ -264,6 +264,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		err_step(err, "namespaces");
 		goto fail;
 	}
+	c.owned_by_host_uid = owner.changed;
 	pid = do_clone(flags, cg ? cg->v2_fd : -1, &pidfd);
 	if (pid < 0 && (errno == ENOSYS || errno == EINVAL) && cg && cg->v2_fd >= 0) {
 		pid = do_clone(flags, -1, &pidfd);

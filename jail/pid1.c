@@ -123,19 +123,23 @@ static int pid1_netns_start(struct pid1 *s, struct nsbox_err *err)
 	return s->c->p->share_net ? 0 : netns_start(&s->nj, err);
 }
 
-/* Before the id maps: /proc/self is ours to write until we are not
- * dumpable, and the launcher is busy meanwhile.  A root launcher that
- * cloned us with a HostUid='s euid (launch.c, owner_begin) left its
- * memory, and so ours, not dumpable (the kernel does that to a changed
- * euid), so /proc/self is host root's: dumpable again until the step
- * that ends it.  Nothing of the sandbox runs yet, and our real and saved
- * uid are still the launcher's 0, which ptrace would have to match. */
+/* A root launcher that cloned us with a HostUid='s euid (launch.c,
+ * owner_begin) left its memory, and so ours, not dumpable (the kernel does
+ * that to a changed euid): /proc/self would be host root's, not ours to
+ * write (the time step).  Dumpable again until pid1_not_dumpable; nothing
+ * of the sandbox runs yet, and our real and saved uid are still the
+ * launcher's 0, which ptrace would have to match. */
+static int pid1_own_proc(struct pid1 *s, struct nsbox_err *err)
+{
+	if (s->c->owned_by_host_uid && prctl(PR_SET_DUMPABLE, 1) < 0)
+		return err_sys(err, "prctl(PR_SET_DUMPABLE)");
+	return 0;
+}
+
+/* Before the id maps, while the launcher is busy writing them. */
 static int pid1_timens(struct pid1 *s, struct nsbox_err *err)
 {
 	long hz = sysconf(_SC_CLK_TCK);
-
-	if (prctl(PR_GET_DUMPABLE) == 0 && prctl(PR_SET_DUMPABLE, 1) < 0)
-		return err_sys(err, "prctl(PR_SET_DUMPABLE)");
 
 	return timens_setup(s->start_ticks * (1000000000ull / (unsigned long long)(hz > 0 ? hz : 100)), err);
 }
@@ -295,6 +299,7 @@ struct pid1_step {
 static const struct pid1_step pid1_setup[] = {
 	{ "pid1", pid1_hide_cmdline },
 	{ "pid1", pid1_deathsig },
+	{ "pid1", pid1_own_proc },
 	{ "pid1", pid1_own_pgrp },
 	{ "network", pid1_netns_start },
 	{ "time", pid1_timens },

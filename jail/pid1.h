@@ -19,6 +19,7 @@ struct child_ctx {
 	 * launcher's ATTACHED message; otherwise rlimits stand in). */
 	bool cg_mem, cg_pids;
 	bool host_root;
+	bool owned_by_host_uid;	/* cloned with a HostUid='s euid (launch.c, owner_begin) */
 	int sync_fd;
 	int exec_src_fd;	/* spec->exec_file, opened by the launcher, or -1 */
 	int bound_exec_fd;	/* in pid 1: the file to execute, or -1 */
