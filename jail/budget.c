@@ -71,8 +71,10 @@ static int share_rlimit(int res, const char *name, struct nsbox_err *err)
 	return 0;
 }
 
-int budget_apply(const struct nsbox_policy *p, const struct budget_host *h, struct nsbox_err *err)
+int budget_apply(const struct nsbox_policy *p, const struct budget_host *h, int procfd, struct nsbox_err *err)
 {
+	int dir = procfd >= 0 ? procfd : AT_FDCWD;
+	const char *prefix = procfd >= 0 ? "" : "/proc/";
 	char path[96], val[32];
 
 	err_step(err, "budget");
@@ -96,17 +98,18 @@ int budget_apply(const struct nsbox_policy *p, const struct budget_host *h, stru
 		}
 		/* Our own user namespace, whatever mount /proc is: the sysctl
 		 * set is the writer's (kernel/ucount.c set_lookup). */
-		snprintf(path, sizeof(path), "/proc/%s", userns_files[i]);
+		snprintf(path, sizeof(path), "%s%s", prefix, userns_files[i]);
 		snprintf(val, sizeof(val), "%lld", v);
-		if (write_file(path, val) < 0) {
+		if (write_file_at(dir, path, val) < 0) {
 			/* Kernels without the file (fanotify: 5.19, time: 5.6). */
 			if (errno == ENOENT)
 				continue;
-			return err_sys(err, "write %lld to %s", v, path);
+			return err_sys(err, "write %lld to /proc/%s", v, userns_files[i]);
 		}
 	}
 	/* With the host's network namespace none is made (budget_netns). */
-	if (p->share_net && write_file("/proc/sys/user/max_net_namespaces", "0") < 0 && errno != ENOENT)
+	snprintf(path, sizeof(path), "%ssys/user/max_net_namespaces", prefix);
+	if (p->share_net && write_file_at(dir, path, "0") < 0 && errno != ENOENT)
 		return err_sys(err, "write 0 to /proc/sys/user/max_net_namespaces");
 	/* Signals queued and POSIX timers (each preallocates its sigqueue,
 	 * counted here: timer_create fails with EAGAIN past it), POSIX

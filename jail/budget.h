@@ -51,9 +51,10 @@ void budget_probe(struct budget_host *h);
  * network thread caps once it has made its own; under Seccomp=enforce of
  * those zeros only max_user_namespaces, budget.c says why) and lower the
  * per-user rlimits to a share of pid 1's, for pid 1 and everything it
- * forks.
+ * forks.  procfd: the host's /proc (O_PATH; the network thread's, which
+ * may run after the main thread has pivoted), or -1 for the path "/proc".
  * Returns 0, or -1 with err set (step "budget"). */
-int budget_apply(const struct nsbox_policy *p, const struct budget_host *h, struct nsbox_err *err);
+int budget_apply(const struct nsbox_policy *p, const struct budget_host *h, int procfd, struct nsbox_err *err);
 
 /* On the thread that made the new network namespace, inside it: no more
  * network namespaces, and per-socket buffer caps for the namespace (so

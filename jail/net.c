@@ -108,7 +108,8 @@ static void *netns_thread(void *arg)
 {
 	struct netns_job *job = arg;
 
-	job->failed = make_netns(job->procfd, job->egress_fd, &job->nsfd, &job->err) < 0;
+	job->failed = make_netns(job->procfd, job->egress_fd, &job->nsfd, &job->err) < 0 ||
+		      (job->budget && budget_apply(job->p, job->budget, job->procfd, &job->err) < 0);
 	return NULL;
 }
 
@@ -141,6 +142,7 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 	job->nsfd = -1;
 	job->failed = false;
 	job->threaded = false;
+	job->budget_threaded = false;
 	memset(&job->err, 0, sizeof(job->err));
 	/* The thread pays only on a CPU that is idle meanwhile: with one CPU
 	 * to run on, or the others all busy, it only takes turns (the join
@@ -177,6 +179,7 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 		pthread_attr_destroy(&attr);
 		if (r == 0) {
 			job->threaded = true;
+			job->budget_threaded = job->budget != NULL;
 			return 0;
 		}
 	}

@@ -115,11 +115,14 @@ static int pid1_deathsig(struct pid1 *s, struct nsbox_err *err)
 }
 
 /* The network namespace is made on a thread of its own while the launcher
- * writes our id maps and we build the root (net.c); the capabilities the
- * clone gave us in the new user namespace are enough. */
+ * writes our id maps and we build the root (net.c), and the per-user
+ * budgets are lowered there too; the capabilities the clone gave us in the
+ * new user namespace are enough. */
 static int pid1_netns_start(struct pid1 *s, struct nsbox_err *err)
 {
 	s->nj.egress_fd = s->c->egress_fd;
+	s->nj.p = s->c->p;
+	s->nj.budget = &s->c->budget;
 	return s->c->p->share_net ? 0 : netns_start(&s->nj, err);
 }
 
@@ -167,10 +170,12 @@ static int pid1_not_dumpable(struct pid1 *s, struct nsbox_err *err)
 }
 
 /* The user namespace's own budgets, lowered while pid 1 still holds its
- * capabilities there (budget.c). */
+ * capabilities there (budget.c): here, unless the network thread took them
+ * (its credentials are its own, so ids below does not take its
+ * capabilities; it is joined before the payload is forked). */
 static int pid1_budget(struct pid1 *s, struct nsbox_err *err)
 {
-	return budget_apply(s->c->p, &s->c->budget, err);
+	return s->nj.budget_threaded ? 0 : budget_apply(s->c->p, &s->c->budget, -1, err);
 }
 
 static int pid1_ids(struct pid1 *s, struct nsbox_err *err)

@@ -70,6 +70,11 @@ struct netns_job {
 	int procfd;		/* the host's /proc, O_PATH */
 	int nsfd;		/* the new namespace, from the thread */
 	int egress_fd;		/* >= 0: make the egress sockets there and send them (egress.h) */
+	/* Set: the thread also applies the per-user budgets (budget_apply),
+	 * off the main thread's path; budget_threaded says it took them. */
+	const struct nsbox_policy *p;
+	const struct budget_host *budget;
+	bool budget_threaded;
 	struct nsbox_err err;	/* the thread's error */
 };
 int netns_start(struct netns_job *job, struct nsbox_err *err);
