@@ -1351,10 +1351,30 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *audit
 	/* And no more than the sandbox's memory limit pays for (at least 4). */
 	if (p->memory && p->memory / TUNNEL_MEM < open_max)
 		open_max = p->memory / TUNNEL_MEM > 4 ? (unsigned)(p->memory / TUNNEL_MEM) : 4;
+	term_fd = signalfd(-1, &term, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (term_fd < 0)
+		_exit(1);
+	/* Nothing more until the sandbox first asks: most sandboxes with an
+	 * allowlist start, run and end without a connection or a lookup, and
+	 * a proxy of one thread costs their start and their end less (the
+	 * threads' stacks, and the kill and reap of four threads at the end).
+	 * A connection or a query waits meanwhile in its socket's queue. */
+	{
+		struct pollfd pf[] = { { .fd = fds[EGRESS_NS_HTTP], .events = POLLIN },
+				       { .fd = fds[EGRESS_NS_SOCKS], .events = POLLIN },
+				       { .fd = fds[EGRESS_NS_DNS], .events = POLLIN },
+				       { .fd = term_fd, .events = POLLIN } };
+		int n;
+
+		while ((n = poll(pf, ARRAY_SIZE(pf), -1)) < 0 && errno == EINTR)
+			;
+		/* Stopped before any request: no tunnel, no audit line. */
+		if (n < 0 || pf[3].revents)
+			_exit(0);
+	}
 	relay_ep = epoll_create1(EPOLL_CLOEXEC);
 	relay_wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	term_fd = signalfd(-1, &term, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (relay_ep < 0 || relay_wake < 0 || term_fd < 0 ||
+	if (relay_ep < 0 || relay_wake < 0 ||
 	    epoll_ctl(relay_ep, EPOLL_CTL_ADD, relay_wake, &(struct epoll_event){ .events = EPOLLIN }) < 0 ||
 	    epoll_ctl(relay_ep, EPOLL_CTL_ADD, term_fd,
 		      &(struct epoll_event){ .events = EPOLLIN, .data.ptr = &relay_stop }) < 0 ||
