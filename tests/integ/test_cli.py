@@ -319,8 +319,11 @@ def test_tmpfs_counts_toward_memory():
 
 def _pty_session(argv, steps, tmo=20):
     """Run argv on a fresh pty (its controlling terminal, like a login
-    shell's), send each input of steps and collect what comes back."""
+    shell's), send each input of steps, (data, seconds[, pattern]), and
+    collect what comes back for that long, or until the pattern (a bytes
+    regex) shows up in it."""
     import pty
+    import re
     import select
     import time
     pid, fd = pty.fork()
@@ -328,9 +331,9 @@ def _pty_session(argv, steps, tmo=20):
         os.execv(argv[0], argv)
     outs = []
 
-    def read_for(t):
+    def read_for(t, until=None):
         out, end = b"", time.monotonic() + t
-        while time.monotonic() < end:
+        while time.monotonic() < end and not (until and re.search(until, out)):
             r, _, _ = select.select([fd], [], [], 0.1)
             if r:
                 try:
@@ -342,10 +345,10 @@ def _pty_session(argv, steps, tmo=20):
                 out += d
         return out.decode(errors="replace")
     try:
-        outs.append(read_for(2))
-        for data, wait in steps:
+        outs.append(read_for(10, rb"[$#] $"))      # the first prompt
+        for data, wait, *until in steps:
             os.write(fd, data)
-            outs.append(read_for(wait))
+            outs.append(read_for(wait, *until))
         _, status = os.waitpid(pid, 0)
     finally:
         os.close(fd)
@@ -354,12 +357,12 @@ def _pty_session(argv, steps, tmo=20):
 
 def test_run_shell_on_a_terminal_has_job_control():
     rc, outs = _pty_session([NSBOX, "run", "--quiet", "--", "sh", "-i"], [
-        (b"python3.11 -c 'import os; print(\"FG\", os.tcgetpgrp(0) == os.getpgrp())'\n", 3),
-        (b"sleep 100\n", 1), (b"\x03", 1),          # ^C: SIGINT inside, through the pty's own line discipline
-        (b"echo status $?\n", 1),
+        (b"python3.11 -c 'import os; print(\"FG\", os.tcgetpgrp(0) == os.getpgrp())'\n", 10, rb"FG (True|False)"),
+        (b"sleep 100\n", 0.5), (b"\x03", 10, rb"[$#] $"),   # ^C: SIGINT inside, through the pty's own line discipline
+        (b"echo status $?\n", 10, rb"status \d+"),
         (b"python3.11 -c 'import fcntl, termios\ntry: fcntl.ioctl(0, termios.TIOCSTI, b\"x\")\n"
-         b"except OSError as e: print(\"TIOCSTI\", e.errno)'\n", 3),
-        (b"exit 7\n", 2)])
+         b"except OSError as e: print(\"TIOCSTI\", e.errno)'\n", 10, rb"TIOCSTI -?\d+"),
+        (b"exit 7\n", 10)])
     text = "".join(outs)
     assert rc == 7, text
     assert "can't access tty" not in text and "job control turned off" not in text, text

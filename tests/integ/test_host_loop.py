@@ -85,9 +85,9 @@ async def main():
         await a.execute("x = 1")
         # A thread of the sandbox's own holds the runner's interpreter lock
         # for a few seconds (a C loop never releases it).
-        await a.execute("import threading, time\ndef hog():\n    time.sleep(0.5)\n    sum(range(4 * 10**8))\n"
+        await a.execute("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(2 * 10**8))\n"
                         "threading.Thread(target=hog, daemon=True).start()")
-        await asyncio.sleep(1)              # the hog is running
+        await asyncio.sleep(0.6)            # the hog is running
         t = asyncio.ensure_future(ticker())
         t0 = time.monotonic()
         v = await a.get_variable("x")
@@ -119,9 +119,9 @@ import nsbox
 async def main():
     a = nsbox.AsyncSandbox(timeout=60)
     await a.execute("x = 1")
-    await a.execute("import threading, time\ndef hog():\n    time.sleep(0.5)\n    sum(range(4 * 10**8))\n"
+    await a.execute("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(2 * 10**8))\n"
                     "threading.Thread(target=hog, daemon=True).start()")
-    await asyncio.sleep(1)                  # the hog holds the runner
+    await asyncio.sleep(0.6)                # the hog holds the runner
     task = asyncio.ensure_future(a.get_variable("x"))
     await asyncio.sleep(0.2)                # its call is in the executor
     a.close()                               # a plain method: frees the session
