@@ -105,6 +105,18 @@ static int pid1_hide_cmdline(struct pid1 *s, struct nsbox_err *err)
 	return 0;
 }
 
+/* The launcher's CPUs back (launch.c, spread_child), before the
+ * network thread and the payload inherit ours.  It can only fail if those
+ * CPUs all went offline meanwhile: then the sandbox runs on the ones it
+ * has, which the launcher was allowed too. */
+static int pid1_cpus(struct pid1 *s, struct nsbox_err *err)
+{
+	(void)err;
+	if (s->c->spread)
+		(void)sched_setaffinity(0, sizeof(s->c->cpus), &s->c->cpus);
+	return 0;
+}
+
 /* Die with the launcher.  If it is already gone the "go" read below sees
  * EOF. */
 static int pid1_deathsig(struct pid1 *s, struct nsbox_err *err)
@@ -302,6 +314,7 @@ struct pid1_step {
 };
 
 static const struct pid1_step pid1_setup[] = {
+	{ "pid1", pid1_cpus },
 	{ "pid1", pid1_hide_cmdline },
 	{ "pid1", pid1_deathsig },
 	{ "pid1", pid1_own_proc },

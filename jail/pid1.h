@@ -3,6 +3,7 @@
 #ifndef NSBOX_PID1_H
 #define NSBOX_PID1_H
 
+#include <sched.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -31,6 +32,10 @@ struct child_ctx {
 	 * lock; launch.c, rootfs_lock_open); -1 */
 	int rootfs_lock;
 	struct budget_host budget;	/* the launcher's per-user limits (budget.h) */
+	/* The launcher's CPUs, when it moved pid 1 off its own for the setup
+	 * (launch.c, spread_child): pid 1 takes them back first. */
+	bool spread;
+	cpu_set_t cpus;
 };
 
 /* pid1.c: the clone's child, pid 1 of the new pid namespace.  Runs its

@@ -417,3 +417,19 @@ def test_pid1_is_not_reachable_through_proc(tmp_path):
     assert out.splitlines() == ["/proc/1/exe refused", "/proc/1/fd/0 refused", "/proc/1/fd/1 refused",
                                 "/proc/1/root refused", "write-refused", "/usr/bin/readlink"], out
     assert "PWNED" not in out
+
+
+def test_payload_runs_on_the_callers_cpus():
+    """The launcher moves pid 1 off its own CPU for the setup (launch.c,
+    spread_child); pid 1 takes the caller's CPUs back before anything
+    inherits them: the command runs where its caller may, on all of them
+    or on the one taskset gave it."""
+    cpus = sorted(os.sched_getaffinity(0))
+    rc, out, err = run(["run", "--", "grep", "^Cpus_allowed_list", "/proc/self/status", "/proc/1/status"])
+    assert rc == 0, err
+    mine = open("/proc/self/status").read().split("Cpus_allowed_list:")[1].split()[0]
+    assert [l.split()[-1] for l in out.splitlines()] == [mine, mine], (out, mine)
+    one = str(cpus[-1])
+    p = subprocess.run(["taskset", "-c", one, NSBOX, "run", "--", "grep", "^Cpus_allowed_list", "/proc/self/status"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.split()[-1] == one, (p.stdout, p.stderr)
