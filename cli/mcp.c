@@ -32,6 +32,7 @@
 #define MCP_LIST_CAP 1000	/* entries per list_files */
 #define MCP_TAIL 512		/* bytes of output carried by a progress notification */
 #define MCP_PROGRESS_EVERY 2.0	/* seconds */
+#define MCP_STOP_GRACE 1.0	/* seconds a stopping server gives a cancelled exec before the kill */
 #define MCP_MAX_PENDING 16	/* code-mode calls in flight per exec (threads inside) */
 
 static const char *const versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
@@ -93,10 +94,19 @@ struct server {
  * sandbox: nobody else would remove its cgroup), the other MCP servers are
  * stopped, and the signal is raised again. */
 static volatile sig_atomic_t stop_signal;
+/* A pipe the handler writes to, polled beside everything else: a signal
+ * that lands between a loop's check of stop_signal and its poll still
+ * wakes that poll (it waited for the exec's own deadline, up to 30 s). */
+static int stop_pipe[2] = { -1, -1 };
 
 static void on_stop_signal(int sig)
 {
+	int saved = errno;
+
 	stop_signal = sig;
+	if (stop_pipe[1] >= 0)
+		(void)!write(stop_pipe[1], "", 1);
+	errno = saved;
 }
 
 static double now(void)
@@ -822,8 +832,9 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	struct nsbox_event ev = { .struct_size = sizeof(ev) };
 	nsbox_error_t *e = NULL;
 	struct tail tail = { .n = 0 };
-	double start = now(), next_progress = start + MCP_PROGRESS_EVERY;
+	double start = now(), next_progress = start + MCP_PROGRESS_EVERY, stop_at = 0;
 	int fd = nsbox_session_fd(s), k;
+	bool killed = false;
 
 	if (fd < 0) {
 		snprintf(msg, msz, "session fd: %s", strerror(errno));
@@ -840,7 +851,7 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	srv->cur_cancelled = false;
 	/* Advance before the first poll: deadlines are armed by advancing. */
 	for (;;) {
-		struct pollfd p[2 + MCPUP_MAX_SERVERS] = { { fd, POLLIN, 0 }, { srv->eof ? -1 : 0, POLLIN, 0 } };
+		struct pollfd p[3 + MCPUP_MAX_SERVERS] = { { fd, POLLIN, 0 }, { srv->eof ? -1 : 0, POLLIN, 0 } };
 		int wait = -1;
 
 		while ((k = nsbox_exec_advance(s, &ev, &e)) > 0) {
@@ -885,13 +896,30 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 			if (wait < 0 || w < wait)
 				wait = w;
 		}
+		if (stop_at > 0 && !killed) {
+			int w = cli_poll_ms(stop_at + MCP_STOP_GRACE - now());
+
+			if (wait < 0 || w < wait)
+				wait = w;
+		}
 		for (size_t j = 0; j < srv->n_up; j++)
 			p[2 + j] = (struct pollfd){ srv->up[j].fd, POLLIN, 0 };
-		if (poll(p, 2 + srv->n_up, wait) < 0 && errno != EINTR)
+		/* Until the stop is seen (then the grace's timeout wakes us). */
+		p[2 + srv->n_up] = (struct pollfd){ stop_at > 0 ? -1 : stop_pipe[0], POLLIN, 0 };
+		if (poll(p, 3 + srv->n_up, wait) < 0 && errno != EINTR)
 			break;
 		if (stop_signal && !srv->cur_cancelled) {
 			srv->cur_cancelled = true; /* no answer: the client is gone */
 			nsbox_cancel(s);
+		}
+		/* A stop is a stop: code that does not take the cancel (a thread
+		 * of its own holding the interpreter in C, where the
+		 * KeyboardInterrupt never runs) has its sandbox killed. */
+		if (stop_signal && stop_at == 0)
+			stop_at = now();
+		if (stop_at > 0 && !killed && now() >= stop_at + MCP_STOP_GRACE) {
+			nsbox_session_kill(s);
+			killed = true;
 		}
 		pump_up(srv, p + 2);
 		if (srv->n_pend)
@@ -1643,10 +1671,13 @@ static json_t *tool_close_session(struct server *srv, json_t *args, char *msg, s
 	return tool_result("closed", false);
 }
 
-/* File operations as fixed snippets; arguments arrive in a global set with
- * nsbox_set_var (never formatted into code), and the last expression pops
- * both names so the user's globals are left as they were.  (Until libnsbox
- * has nsbox_read_file & co.) */
+/* File operations as fixed snippets, each defining _nsbox_mcp_op(args);
+ * file_op appends the call, the arguments' JSON in a base64 literal (its
+ * alphabet can't end the string: nothing the client sent is ever code),
+ * and the expression pops the name so the user's globals are left as they
+ * were.  One exec, driven like run_python's: a runner held by the
+ * sandbox's own code keeps the tool waiting (until its timeout), not the
+ * server (a set_var before it waited on the loop's thread). */
 static const char read_snippet[] =
 	"def _nsbox_mcp_op(a):\n"
 	"    import base64\n"
@@ -1658,7 +1689,7 @@ static const char read_snippet[] =
 	"        return {'text': data.decode('utf-8'), 'size': len(data)}\n"
 	"    except UnicodeDecodeError:\n"
 	"        return {'base64': base64.b64encode(data).decode('ascii'), 'size': len(data)}\n"
-	"globals().pop('_nsbox_mcp_op')(globals().pop('_nsbox_mcp_args'))\n";
+	;
 static const char write_snippet[] =
 	"def _nsbox_mcp_op(a):\n"
 	"    import base64, os\n"
@@ -1669,7 +1700,7 @@ static const char write_snippet[] =
 	"    with open(a['path'], 'wb') as f:\n"
 	"        f.write(data)\n"
 	"    return {'size': len(data), 'path': os.path.abspath(a['path'])}\n"
-	"globals().pop('_nsbox_mcp_op')(globals().pop('_nsbox_mcp_args'))\n";
+	;
 static const char list_snippet[] =
 	"def _nsbox_mcp_op(a):\n"
 	"    import os\n"
@@ -1682,17 +1713,21 @@ static const char list_snippet[] =
 	"            kind = 'dir' if e.is_dir(follow_symlinks=False) else 'link' if e.is_symlink() else 'file'\n"
 	"            out.append([e.name, kind, st.st_size])\n"
 	"    return {'path': os.path.abspath(a['path']), 'entries': sorted(out)}\n"
-	"globals().pop('_nsbox_mcp_op')(globals().pop('_nsbox_mcp_args'))\n";
+	;
 
 static json_t *file_op(struct server *srv, const char *handle, const char *snippet, json_t *fargs, json_t *id,
 		       json_t **value)
 {
 	struct msess *m;
 	json_t *err = NULL, *out;
-	nsbox_error_t *e = NULL;
 	nsbox_result_t *res = NULL;
 	bool suppress = false;
 	char *text;
+	static const char call_head[] = "globals().pop('_nsbox_mcp_op')(__import__('json').loads("
+					"__import__('base64').b64decode('",
+			  call_tail[] = "')))\n";
+	char *code, *b64;
+	size_t blen, slen = strlen(snippet);
 
 	m = pick_session(srv, handle, &err);
 	if (!m) {
@@ -1701,16 +1736,20 @@ static json_t *file_op(struct server *srv, const char *handle, const char *snipp
 	}
 	text = json_dumps(fargs, JSON_COMPACT);
 	json_decref(fargs);
-	if (!text || nsbox_set_var(m->s, "_nsbox_mcp_args", text, &e) < 0) {
-		free(text);
-		out = tool_errorf("%s", e ? nsbox_error_message(e) : "out of memory");
-		nsbox_error_free(e);
-		if (!alive(m->s))
-			close_msess(m);
-		return out;
-	}
+	b64 = text ? b64_encode(text, strlen(text), &blen) : NULL;
 	free(text);
-	out = exec_on(srv, m, snippet, true, call_timeout(srv, m, 30), id, NULL, &suppress, &res);
+	code = b64 ? malloc(slen + sizeof(call_head) + blen + sizeof(call_tail)) : NULL;
+	if (!code) {
+		free(b64);
+		return tool_errorf("out of memory");
+	}
+	memcpy(code, snippet, slen);
+	memcpy(code + slen, call_head, sizeof(call_head) - 1);
+	memcpy(code + slen + sizeof(call_head) - 1, b64, blen);
+	memcpy(code + slen + sizeof(call_head) - 1 + blen, call_tail, sizeof(call_tail));
+	free(b64);
+	out = exec_on(srv, m, code, true, call_timeout(srv, m, 30), id, NULL, &suppress, &res);
+	free(code);
 	if (res && nsbox_result_status(res) == NSBOX_OK) {
 		*value = json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 		if (*value) {
@@ -2570,6 +2609,11 @@ bad_value:
 		struct sigaction sa = { .sa_handler = on_stop_signal, .sa_flags = SA_RESTART };
 
 		sigemptyset(&sa.sa_mask);
+		if (pipe2(stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+			fprintf(stderr, "nsbox mcp: pipe: %s\n", strerror(errno));
+			rc = NSBOX_EXIT_SETUP;
+			goto out;
+		}
 		/* A client that closed our stdout: EPIPE (send_msg), so that the
 		 * sessions are closed before nsbox dies of it. */
 		signal(SIGPIPE, SIG_IGN);
@@ -2581,7 +2625,7 @@ bad_value:
 	for (;;) {
 		json_t *m;
 		double next;
-		struct pollfd pf[1 + MCPUP_MAX_SERVERS] = { { 0, POLLIN, 0 } };
+		struct pollfd pf[2 + MCPUP_MAX_SERVERS] = { { 0, POLLIN, 0 } };
 
 		while (!stop_signal && (m = dequeue(&srv))) {
 			handle(&srv, m);
@@ -2609,7 +2653,8 @@ bad_value:
 		 * notifications must not fill the socket. */
 		for (size_t k = 0; k < srv.n_up; k++)
 			pf[1 + k] = (struct pollfd){ srv.up[k].fd, POLLIN, 0 };
-		if (poll(pf, 1 + srv.n_up, next < 0 ? -1 : cli_poll_ms(next)) < 0 && errno != EINTR)
+		pf[1 + srv.n_up] = (struct pollfd){ stop_pipe[0], POLLIN, 0 };
+		if (poll(pf, 2 + srv.n_up, next < 0 ? -1 : cli_poll_ms(next)) < 0 && errno != EINTR)
 			break;
 		pump_up(&srv, pf + 1);
 		json_array_clear(srv.up_responses); /* late answers to calls given up */

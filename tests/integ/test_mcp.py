@@ -721,3 +721,48 @@ def test_batches_in_the_revision_that_has_them():
     assert out[3]["id"] == 5 and len(out) == 4  # the batch of one notification has no answer
     rc, out, err = raw([init("2025-06-18"), batch])
     assert out[1]["error"]["code"] == -32600 and "batches" in out[1]["error"]["message"], out
+
+
+def test_file_tool_on_a_held_runner_does_not_hold_the_server():
+    """read_file on a session whose own thread holds its interpreter (a C
+    loop that never lets go, ~20 s) waits as run_python would, serving the
+    client meanwhile: a ping sent after it is answered, at once, while
+    read_file still waits.  Its arguments went in with a set_var that
+    waited on the server's only thread, and the ping waited for the hog
+    (red team, pass 2)."""
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, bufsize=1)
+    try:
+        def send(line):
+            p.stdin.write(line + "\n")
+            p.stdin.flush()
+        send(req(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                   "clientInfo": {"name": "raw", "version": "0"}}))
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        hog = ("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(3 * 10**9))\n"
+               "threading.Thread(target=hog, daemon=True).start()\n'started'")
+        send(req(2, "tools/call", {"name": "run_python", "arguments": {"code": hog}}))
+        order = []
+        while 2 not in order:
+            order.append(json.loads(p.stdout.readline()).get("id"))
+        time.sleep(0.5)                     # the hog holds the runner
+        send(req(3, "tools/call", {"name": "read_file", "arguments": {"path": "/etc/passwd"}}))
+        time.sleep(0.2)                     # read_file waits on the runner
+        t0 = time.monotonic()
+        send(req(4, "ping"))
+        while 4 not in order:
+            order.append(json.loads(p.stdout.readline()).get("id"))
+        waited = time.monotonic() - t0
+        # Not a speed check: the hog has ~20 s left; a server held by it
+        # answers after that, a free one in milliseconds.
+        assert 3 not in order and waited < 10, (order, waited)
+    finally:
+        # At EOF the server would finish read_file first (a piped batch gets
+        # its answers); SIGTERM is the stdio transport's "stop now": the
+        # exec is cancelled, and its sandbox, where the cancel can't run
+        # (the hog holds the interpreter), killed after a second, not left
+        # to run to read_file's 30 s timeout.
+        p.terminate()
+        rc = p.wait(timeout=15)
+        p.stdin.close()
+        assert rc == -signal.SIGTERM
