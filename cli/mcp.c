@@ -2657,6 +2657,12 @@ bad_value:
 		if (poll(pf, 2 + srv.n_up, next < 0 ? -1 : cli_poll_ms(next)) < 0 && errno != EINTR)
 			break;
 		pump_up(&srv, pf + 1);
+		if (pf[1 + srv.n_up].revents) { /* stop_signal is set: only emptied */
+			char drain[16];
+
+			while (read(stop_pipe[0], drain, sizeof(drain)) > 0)
+				;
+		}
 		json_array_clear(srv.up_responses); /* late answers to calls given up */
 		if (pf[0].revents)
 			read_input(&srv, false);

@@ -105,10 +105,12 @@ static int pid1_hide_cmdline(struct pid1 *s, struct nsbox_err *err)
 	return 0;
 }
 
-/* The launcher's CPUs back (launch.c, spread_child), before the
- * network thread and the payload inherit ours.  It can only fail if those
- * CPUs all went offline meanwhile: then the sandbox runs on the ones it
- * has, which the launcher was allowed too. */
+/* The launcher's CPUs back (launch.c, spread_child): first thing, so that
+ * the network thread's are worked out from them, and again after GO, which
+ * the launcher sends only once its sched_setaffinity has returned (we may
+ * have run before it did), so that the payload inherits them.  It can only
+ * fail if those CPUs all went offline meanwhile: then the sandbox runs on
+ * the ones it has, which the launcher was allowed too. */
 static int pid1_cpus(struct pid1 *s, struct nsbox_err *err)
 {
 	(void)err;
@@ -151,7 +153,9 @@ static int pid1_own_proc(struct pid1 *s, struct nsbox_err *err)
 	return 0;
 }
 
-/* Before the id maps, while the launcher is busy writing them. */
+/* Before the id maps, while the launcher is busy writing them, and before
+ * the network thread, which under Seccomp=log lowers
+ * user.max_time_namespaces to 0 (budget.c). */
 static int pid1_timens(struct pid1 *s, struct nsbox_err *err)
 {
 	long hz = sysconf(_SC_CLK_TCK);
@@ -319,9 +323,10 @@ static const struct pid1_step pid1_setup[] = {
 	{ "pid1", pid1_deathsig },
 	{ "pid1", pid1_own_proc },
 	{ "pid1", pid1_own_pgrp },
-	{ "network", pid1_netns_start },
 	{ "time", pid1_timens },
+	{ "network", pid1_netns_start },
 	{ "pid1", pid1_wait_go },
+	{ "pid1", pid1_cpus },
 	{ "pid1", pid1_not_dumpable },
 	{ "exec", pid1_exec },
 	{ "budget", pid1_budget },
