@@ -113,11 +113,8 @@ static void *netns_thread(void *arg)
 	return NULL;
 }
 
-/* Whether the n other CPUs we may run on all have something to run now:
- * the count of runnable tasks in /proc/loadavg (proc(5); the whole host's,
- * of this instant), less ours (pid 1, and the launcher, which sleeps
- * through most of the setup).  Unknown: not busy. */
-static bool cpus_busy(int n)
+/* steps.h */
+bool cpus_busy(int n)
 {
 	char buf[128], *slash, *p;
 	ssize_t len = read_file("/proc/loadavg", buf, sizeof(buf));

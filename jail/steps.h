@@ -78,6 +78,13 @@ struct netns_job {
 	struct nsbox_err err;	/* the thread's error */
 };
 int netns_start(struct netns_job *job, struct nsbox_err *err);
+/* Whether the n other CPUs we may run on all have something to run now:
+ * the count of runnable tasks in /proc/loadavg (proc(5); the whole host's,
+ * of this instant), less ours (pid 1, and the launcher, which sleeps
+ * through most of the setup).  Unknown: not busy.  Then a second thread of
+ * pid 1's (net.c) or pid 1 moved off the launcher's CPU (launch.c) only
+ * takes turns with whatever keeps that CPU busy. */
+bool cpus_busy(int n);
 int netns_join(struct netns_job *job, struct nsbox_err *err);
 
 /* caps.c: lock securebits, empty the bounding, ambient, inheritable,
