@@ -908,15 +908,17 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 		p[2 + srv->n_up] = (struct pollfd){ stop_at > 0 ? -1 : stop_pipe[0], POLLIN, 0 };
 		if (poll(p, 3 + srv->n_up, wait) < 0 && errno != EINTR)
 			break;
-		if (stop_signal && !srv->cur_cancelled) {
-			srv->cur_cancelled = true; /* no answer: the client is gone */
-			nsbox_cancel(s);
-		}
-		/* A stop is a stop: code that does not take the cancel (a thread
-		 * of its own holding the interpreter in C, where the
+		/* A stop is a stop: the exec is cancelled (no answer: the client
+		 * is gone), and code that does not take the cancel (a thread of
+		 * its own holding the interpreter in C, where the
 		 * KeyboardInterrupt never runs) has its sandbox killed. */
-		if (stop_signal && stop_at == 0)
+		if (stop_signal && stop_at == 0) {
 			stop_at = now();
+			if (!srv->cur_cancelled) {
+				srv->cur_cancelled = true;
+				nsbox_cancel(s);
+			}
+		}
 		if (stop_at > 0 && !killed && now() >= stop_at + MCP_STOP_GRACE) {
 			nsbox_session_kill(s);
 			killed = true;
@@ -1672,10 +1674,10 @@ static json_t *tool_close_session(struct server *srv, json_t *args, char *msg, s
 }
 
 /* File operations as fixed snippets, each defining _nsbox_mcp_op(args);
- * file_op appends the call, the arguments' JSON in a base64 literal (its
- * alphabet can't end the string: nothing the client sent is ever code),
- * and the expression pops the name so the user's globals are left as they
- * were.  One exec, driven like run_python's: a runner held by the
+ * file_op appends the arguments' JSON in a base64 literal (its alphabet
+ * can't end the string: nothing the client sent is ever code) and the
+ * call, whose expression pops both names so the user's globals are left
+ * as they were.  One exec, driven like run_python's: a runner held by the
  * sandbox's own code keeps the tool waiting (until its timeout), not the
  * server (a set_var before it waited on the loop's thread). */
 static const char read_snippet[] =
@@ -1688,8 +1690,7 @@ static const char read_snippet[] =
 	"    try:\n"
 	"        return {'text': data.decode('utf-8'), 'size': len(data)}\n"
 	"    except UnicodeDecodeError:\n"
-	"        return {'base64': base64.b64encode(data).decode('ascii'), 'size': len(data)}\n"
-	;
+	"        return {'base64': base64.b64encode(data).decode('ascii'), 'size': len(data)}\n";
 static const char write_snippet[] =
 	"def _nsbox_mcp_op(a):\n"
 	"    import base64, os\n"
@@ -1699,8 +1700,7 @@ static const char write_snippet[] =
 	"        os.makedirs(d, exist_ok=True)\n"
 	"    with open(a['path'], 'wb') as f:\n"
 	"        f.write(data)\n"
-	"    return {'size': len(data), 'path': os.path.abspath(a['path'])}\n"
-	;
+	"    return {'size': len(data), 'path': os.path.abspath(a['path'])}\n";
 static const char list_snippet[] =
 	"def _nsbox_mcp_op(a):\n"
 	"    import os\n"
@@ -1712,8 +1712,7 @@ static const char list_snippet[] =
 	"            st = e.stat(follow_symlinks=False)\n"
 	"            kind = 'dir' if e.is_dir(follow_symlinks=False) else 'link' if e.is_symlink() else 'file'\n"
 	"            out.append([e.name, kind, st.st_size])\n"
-	"    return {'path': os.path.abspath(a['path']), 'entries': sorted(out)}\n"
-	;
+	"    return {'path': os.path.abspath(a['path']), 'entries': sorted(out)}\n";
 
 static json_t *file_op(struct server *srv, const char *handle, const char *snippet, json_t *fargs, json_t *id,
 		       json_t **value)
@@ -1723,11 +1722,7 @@ static json_t *file_op(struct server *srv, const char *handle, const char *snipp
 	nsbox_result_t *res = NULL;
 	bool suppress = false;
 	char *text;
-	static const char call_head[] = "globals().pop('_nsbox_mcp_op')(__import__('json').loads("
-					"__import__('base64').b64decode('",
-			  call_tail[] = "')))\n";
-	char *code, *b64;
-	size_t blen, slen = strlen(snippet);
+	char *code = NULL, *b64;
 
 	m = pick_session(srv, handle, &err);
 	if (!m) {
@@ -1736,17 +1731,16 @@ static json_t *file_op(struct server *srv, const char *handle, const char *snipp
 	}
 	text = json_dumps(fargs, JSON_COMPACT);
 	json_decref(fargs);
-	b64 = text ? b64_encode(text, strlen(text), &blen) : NULL;
+	b64 = text ? b64_encode(text, strlen(text), NULL) : NULL;
 	free(text);
-	code = b64 ? malloc(slen + sizeof(call_head) + blen + sizeof(call_tail)) : NULL;
-	if (!code) {
+	/* The arguments on a line of their own: a traceback through the
+	 * call quotes the call's line, not up to a megabyte of base64. */
+	if (!b64 || asprintf(&code, "%s_nsbox_mcp_args = '%s'\n"
+				   "globals().pop('_nsbox_mcp_op')(__import__('json').loads(__import__('base64')."
+				   "b64decode(globals().pop('_nsbox_mcp_args'))))\n", snippet, b64) < 0) {
 		free(b64);
 		return tool_errorf("out of memory");
 	}
-	memcpy(code, snippet, slen);
-	memcpy(code + slen, call_head, sizeof(call_head) - 1);
-	memcpy(code + slen + sizeof(call_head) - 1, b64, blen);
-	memcpy(code + slen + sizeof(call_head) - 1 + blen, call_tail, sizeof(call_tail));
 	free(b64);
 	out = exec_on(srv, m, code, true, call_timeout(srv, m, 30), id, NULL, &suppress, &res);
 	free(code);

@@ -47,19 +47,22 @@
 /* A new child is queued on its parent's CPU, and an idle CPU takes it
  * only at its next balance: meanwhile it waits for the launcher to sleep
  * (for the cgroups to be made, ~0.45 ms).  So where another CPU is
- * allowed and idle, pid 1 is moved there at once (onto a busy one it only
- * took turns with its load: +1-2 ms with one CPU spinning); it takes the
- * launcher's CPUs back in its first steps (pid1.c, pid1_cpus). */
-static void spread_child(pid_t pid, struct child_ctx *c)
+ * allowed and idle, pid 1 is moved there right after the clone (onto a
+ * busy one it only took turns with its load: +1-2 ms with one CPU
+ * spinning), and takes the launcher's CPUs, c->cpus, back in its first
+ * steps (pid1.c, pid1_cpus).  Decided before the clone, so that pid 1
+ * knows (c->spread) and restores nothing when it was not moved; *others
+ * is where it goes. */
+static void spread_decide(struct child_ctx *c, cpu_set_t *others)
 {
-	cpu_set_t others = c->cpus;
 	int cpu = sched_getcpu();
 
-	if (!c->spread || cpu < 0 || cpu >= CPU_SETSIZE)
+	c->spread = false;
+	if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof(c->cpus), &c->cpus) < 0)
 		return;
-	CPU_CLR(cpu, &others);
-	if (CPU_COUNT(&others) > 0 && !cpus_busy(CPU_COUNT(&others)))
-		(void)sched_setaffinity(pid, sizeof(others), &others);
+	*others = c->cpus;
+	CPU_CLR(cpu, others);
+	c->spread = CPU_COUNT(others) > 0 && !cpus_busy(CPU_COUNT(others), 1);
 }
 
 static pid_t do_clone(unsigned long long flags, int cgroup_fd, int *pidfd)
@@ -204,6 +207,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	bool v2_attached = false, cg_early = cgroup_host_v2();
 	struct sync_msg m;
 	struct owner_ids owner = { 0 };
+	cpu_set_t spread_to;
 	pid_t pid;
 
 	memset(j, 0, sizeof(*j));
@@ -283,7 +287,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		goto fail;
 	}
 	c.owned_by_host_uid = owner.changed;
-	c.spread = sched_getaffinity(0, sizeof(c.cpus), &c.cpus) == 0 && CPU_COUNT(&c.cpus) > 1;
+	spread_decide(&c, &spread_to);
 	pid = do_clone(flags, cg ? cg->v2_fd : -1, &pidfd);
 	if (pid < 0 && (errno == ENOSYS || errno == EINVAL) && cg && cg->v2_fd >= 0) {
 		pid = do_clone(flags, -1, &pidfd);
@@ -304,7 +308,8 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 		close(sv[0]);
 		pid1_main(&c);
 	}
-	spread_child(pid, &c);
+	if (c.spread)
+		(void)sched_setaffinity(pid, sizeof(spread_to), &spread_to);
 	close(sv[1]);
 	sv[1] = -1;
 	if (egress_fd >= 0) {

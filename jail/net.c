@@ -109,12 +109,12 @@ static void *netns_thread(void *arg)
 	struct netns_job *job = arg;
 
 	job->failed = make_netns(job->procfd, job->egress_fd, &job->nsfd, &job->err) < 0 ||
-		      (job->budget && budget_apply(job->p, job->budget, job->procfd, &job->err) < 0);
+		      budget_apply(job->p, job->budget, job->procfd, &job->err) < 0;
 	return NULL;
 }
 
 /* steps.h */
-bool cpus_busy(int n)
+bool cpus_busy(int n, int ours)
 {
 	char buf[128], *slash, *p;
 	ssize_t len = read_file("/proc/loadavg", buf, sizeof(buf));
@@ -123,7 +123,7 @@ bool cpus_busy(int n)
 		return false;
 	*slash = '\0';
 	p = strrchr(buf, ' ');
-	return p && atol(p + 1) - 2 >= n;
+	return p && atol(p + 1) - ours >= n;
 }
 
 int netns_start(struct netns_job *job, struct nsbox_err *err)
@@ -139,14 +139,13 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 	job->nsfd = -1;
 	job->failed = false;
 	job->threaded = false;
-	job->budget_threaded = false;
 	memset(&job->err, 0, sizeof(job->err));
 	/* The thread pays only on a CPU that is idle meanwhile: with one CPU
 	 * to run on, or the others all busy, it only takes turns (the join
 	 * waited 0.2-2.8 ms with one CPU spinning, where the namespace made
 	 * here costs ~0.6). */
 	other_cpu = cpu >= 0 && cpu < CPU_SETSIZE && sched_getaffinity(0, sizeof(set), &set) == 0 &&
-		    (CPU_CLR(cpu, &set), CPU_COUNT(&set) > 0) && !cpus_busy(CPU_COUNT(&set));
+		    (CPU_CLR(cpu, &set), CPU_COUNT(&set) > 0) && !cpus_busy(CPU_COUNT(&set), 2);
 	job->procfd = other_cpu ? open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (job->procfd >= 0 && pthread_attr_init(&attr) == 0) {
 		/* A new thread is queued on its creator's CPU, and the
@@ -176,7 +175,6 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 		pthread_attr_destroy(&attr);
 		if (r == 0) {
 			job->threaded = true;
-			job->budget_threaded = job->budget != NULL;
 			return 0;
 		}
 	}

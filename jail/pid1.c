@@ -105,7 +105,7 @@ static int pid1_hide_cmdline(struct pid1 *s, struct nsbox_err *err)
 	return 0;
 }
 
-/* The launcher's CPUs back (launch.c, spread_child): first thing, so that
+/* The launcher's CPUs back (launch.c, spread_decide): first thing, so that
  * the network thread's are worked out from them, and again after GO, which
  * the launcher sends only once its sched_setaffinity has returned (we may
  * have run before it did), so that the payload inherits them.  It can only
@@ -191,7 +191,7 @@ static int pid1_not_dumpable(struct pid1 *s, struct nsbox_err *err)
  * capabilities; it is joined before the payload is forked). */
 static int pid1_budget(struct pid1 *s, struct nsbox_err *err)
 {
-	return s->nj.budget_threaded ? 0 : budget_apply(s->c->p, &s->c->budget, -1, err);
+	return s->nj.threaded ? 0 : budget_apply(s->c->p, &s->c->budget, -1, err);
 }
 
 static int pid1_ids(struct pid1 *s, struct nsbox_err *err)

@@ -32,8 +32,8 @@ struct child_ctx {
 	 * lock; launch.c, rootfs_lock_open); -1 */
 	int rootfs_lock;
 	struct budget_host budget;	/* the launcher's per-user limits (budget.h) */
-	/* The launcher's CPUs, when it moved pid 1 off its own for the setup
-	 * (launch.c, spread_child): pid 1 takes them back first. */
+	/* The launcher's CPUs, when it moves pid 1 off its own for the setup
+	 * (launch.c, spread_decide): pid 1 takes them back. */
 	bool spread;
 	cpu_set_t cpus;
 };

@@ -70,21 +70,21 @@ struct netns_job {
 	int procfd;		/* the host's /proc, O_PATH */
 	int nsfd;		/* the new namespace, from the thread */
 	int egress_fd;		/* >= 0: make the egress sockets there and send them (egress.h) */
-	/* Set: the thread also applies the per-user budgets (budget_apply),
-	 * off the main thread's path; budget_threaded says it took them. */
+	/* The thread also applies the per-user budgets (budget_apply), off
+	 * the main thread's path: where threaded, they are its. */
 	const struct nsbox_policy *p;
 	const struct budget_host *budget;
-	bool budget_threaded;
 	struct nsbox_err err;	/* the thread's error */
 };
 int netns_start(struct netns_job *job, struct nsbox_err *err);
 /* Whether the n other CPUs we may run on all have something to run now:
  * the count of runnable tasks in /proc/loadavg (proc(5); the whole host's,
- * of this instant), less ours (pid 1, and the launcher, which sleeps
- * through most of the setup).  Unknown: not busy.  Then a second thread of
- * pid 1's (net.c) or pid 1 moved off the launcher's CPU (launch.c) only
- * takes turns with whatever keeps that CPU busy. */
-bool cpus_busy(int n);
+ * of this instant), less the `ours` among them (pid 1's network thread
+ * counts pid 1 and the launcher, which sleeps through most of the setup;
+ * the launcher before its clone, itself).  Unknown: not busy.  Then a
+ * second thread of pid 1's (net.c) or pid 1 moved off the launcher's CPU
+ * (launch.c) only takes turns with whatever keeps that CPU busy. */
+bool cpus_busy(int n, int ours);
 int netns_join(struct netns_job *job, struct nsbox_err *err);
 
 /* caps.c: lock securebits, empty the bounding, ambient, inheritable,
