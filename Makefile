@@ -118,7 +118,7 @@ $(B)/obj/%.o: %.c
 
 # The seccomp filter is compiled once at build time (scripts/gen-seccomp.c).
 GEN_SECCOMP_SRCS := scripts/gen-seccomp.c base/error.c base/util.c policy/policy.c policy/netrule.c \
-	policy/seccomp-rules.c
+	policy/seccomp-rules.c policy/seccomp-compile.c
 $(B)/gen-seccomp: $(GEN_SECCOMP_SRCS) policy/seccomp-rules.h policy/policy.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 $(WARN) -O1 -D_GNU_SOURCE -Ibase -Ipolicy -o $@ $(GEN_SECCOMP_SRCS) $(PKG_LIBS)
@@ -253,7 +253,10 @@ check-integ: all
 	NSBOX_BUILD=$(CURDIR)/$(B) NSBOX_SANITIZE=$(SANITIZE) scripts/run-integ.sh
 check-vm: all
 	tests/vm/run-vm.sh
-bench: all
+# The kernel's cost of loading the seccomp filter: libseccomp's program against nsbox's.
+$(B)/seccomp-load: bench/seccomp-load.c $(B)/libnsbox-core.a
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libnsbox-core.a $(PKG_LIBS)
+bench: all $(B)/seccomp-load
 	bench/run.sh
 
 # 20,000 sessions opened, used and closed through one nsboxd; its fds and

@@ -142,6 +142,14 @@ if [ "$migration" = slow ] && [ "$(id -u)" = 0 ] && [ -n "$FDM_MNT" ] && [ "${NS
 	} >> "$out/table"
 	restore_fdm || exit 1
 fi
+# The seccomp filter's load, the kernel's part of every start.
+if [ -x "$B/seccomp-load" ]; then
+	{
+		echo "# loading the seccomp filter (seccomp(2) in a fresh child; the kernel converts and JITs it)"
+		"$B/seccomp-load" "$RUNS"
+		echo
+	} >> "$out/table"
+fi
 if [ "${NSBOX_BENCH_BUSY:-1}" != 0 ] && [ -x "$B/nsbox-runner" ]; then
 	if [ "$(nproc)" -ge 2 ]; then
 		busy_block >> "$out/table"

@@ -1,7 +1,8 @@
 /* The seccomp policy as data: one table of {syscall, action, argument
- * condition} rows for x86_64, compiled to classic BPF with libseccomp, and a
- * pure evaluator of classic seccomp BPF so the table can be tested offline
- * as (syscall, arguments) -> action.
+ * condition} rows for x86_64, compiled to classic BPF (by nsbox's compiler,
+ * policy/seccomp-compile.c, and by libseccomp as the reference), and a pure
+ * evaluator of classic seccomp BPF so the table can be tested offline as
+ * (syscall, arguments) -> action.
  *
  * Pure code: building touches no kernel state (the program is exported
  * through a memfd, nothing is loaded).  jail/seccomp.c loads it. */
@@ -57,6 +58,13 @@ struct seccomp_prog {
  * Returns 0, or -1 with err set (out untouched): unknown syscall name,
  * libseccomp failure, or a program too long for the kernel. */
 int seccomp_prog_build(const struct nsbox_policy *p, struct seccomp_prog *out, struct nsbox_err *err);
+
+/* Compile the same table with nsbox's own compiler (policy/seccomp-compile.c):
+ * a binary search over runs of syscall numbers, about a quarter of
+ * libseccomp's length, with the same action for every input (tested against
+ * seccomp_prog_build).  This is the program the jail loads.  Same contract as
+ * seccomp_prog_build. */
+int seccomp_prog_compile(const struct nsbox_policy *p, struct seccomp_prog *out, struct nsbox_err *err);
 
 /* Free prog->insns and zero *prog.  Accepts NULL and a zeroed prog. */
 void seccomp_prog_free(struct seccomp_prog *prog);

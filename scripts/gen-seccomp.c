@@ -1,8 +1,9 @@
-/* Build-time generator: compiles the seccomp rule table with libseccomp
- * once, for each Seccomp= mode, and writes the BPF as C arrays.  The
+/* Build-time generator: compiles the seccomp rule table once, for each
+ * Seccomp= mode, with nsbox's compiler (policy/seccomp-compile.c; libseccomp
+ * resolves the names), and writes the BPF as C arrays.  The
  * launcher then loads a precompiled filter instead of spending ~3 ms of
  * libseccomp per sandbox; tests/unit/test-seccomp-prebuilt.c checks that
- * the arrays equal a fresh compile. */
+ * the arrays equal a fresh compile and act as libseccomp's program does. */
 #include <stdio.h>
 
 #include "policy.h"
@@ -14,7 +15,7 @@ static int emit(const char *name, enum policy_seccomp mode)
 	struct seccomp_prog prog;
 	struct nsbox_err err = { 0 };
 
-	if (seccomp_prog_build(&p, &prog, &err) < 0) {
+	if (seccomp_prog_compile(&p, &prog, &err) < 0) {
 		fprintf(stderr, "gen-seccomp: %s\n", err.msg);
 		return -1;
 	}

@@ -434,20 +434,20 @@ int main(void)
 	ok(p.seccomp == SECCOMP_ENFORCE, "default policy enforces seccomp");
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	r = seccomp_prog_build(&p, &prog, &err);
+	r = seccomp_prog_compile(&p, &prog, &err);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	printf("# build took %lld us (%u instructions)\n",
 	       (long long)((t1.tv_sec - t0.tv_sec) * 1000000LL + (t1.tv_nsec - t0.tv_nsec) / 1000),
 	       prog.len);
-	ok(r == 0, "seccomp_prog_build(default) %s", r ? err.msg : "");
+	ok(r == 0, "seccomp_prog_compile(default) %s", r ? err.msg : "");
 	if (r) {
 		policy_free(&p);
 		tap_done();
 	}
 
 	p.seccomp = SECCOMP_LOG;
-	r = seccomp_prog_build(&p, &logprog, &err);
-	ok(r == 0, "seccomp_prog_build(log) %s", r ? err.msg : "");
+	r = seccomp_prog_compile(&p, &logprog, &err);
+	ok(r == 0, "seccomp_prog_compile(log) %s", r ? err.msg : "");
 	if (r) {
 		seccomp_prog_free(&prog);
 		policy_free(&p);
