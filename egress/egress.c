@@ -100,6 +100,12 @@ int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, pid_t *pid
 	return 0;
 }
 
+void egress_stop_begin(pid_t pid, bool audited)
+{
+	if (pid > 0 && !audited)
+		kill(pid, SIGKILL);
+}
+
 void egress_stop(pid_t pid, bool audited)
 {
 	int pidfd;

@@ -81,6 +81,12 @@ int egress_ns_listen(int ns_fd, struct nsbox_err *err);
  * threads to end cost each such sandbox ~0.2 ms).  Accepts 0. */
 void egress_stop(pid_t pid, bool audited);
 
+/* The start of egress_stop, for a caller with other teardown to do before
+ * it reaps: SIGKILL now when audited is false (the proxy's exit then runs
+ * beside that teardown; egress_stop reaps it), nothing otherwise.
+ * Accepts 0. */
+void egress_stop_begin(pid_t pid, bool audited);
+
 /* The proxy's body (proxy.c); never returns. */
 __attribute__((noreturn)) void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *audit_fds,
 						 size_t n_audit_fds);
