@@ -63,9 +63,9 @@ void egress_prep_close(struct egress_prep *ep)
 	ep->proxy_fd = ep->log_fd = -1;
 }
 
-int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, pid_t *pid, struct nsbox_err *err)
+int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks, pid_t *pid,
+		struct nsbox_err *err)
 {
-	static const int stops[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT };
 	pid_t parent = getpid(), c;
 
 	c = fork();
@@ -76,13 +76,15 @@ int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, pid_t *pid
 		return -1;
 	}
 	if (c == 0) {
-		int keep[2 + EGRESS_AUDIT_FDS] = { ep->proxy_fd }, fds[1 + EGRESS_AUDIT_FDS];
+		int keep[2 + EGRESS_AUDIT_FDS + EGRESS_NS_SOCKETS] = { ep->proxy_fd }, fds[1 + EGRESS_AUDIT_FDS];
 		size_t nk = 1, nf = 0;
 
-		/* Not the caller's handlers (nsbox run forwards these to the
-		 * sandbox): a stop before the proxy reads SIGTERM ends it. */
-		for (size_t i = 0; i < ARRAY_SIZE(stops); i++)
-			signal(stops[i], SIG_DFL);
+		/* None of the caller's handlers (nsbox run forwards signals to
+		 * the sandbox; a lazy proxy is forked after they are set): a
+		 * stop before the proxy reads SIGTERM ends it. */
+		for (int sig = 1; sig < NSIG; sig++)
+			if (sig != SIGKILL && sig != SIGSTOP)
+				signal(sig, SIG_DFL);
 		/* Dies with the launcher; the launcher kills it with the sandbox. */
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 			_exit(1);
@@ -91,9 +93,11 @@ int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, pid_t *pid
 		for (size_t i = 0; i < ep->n_audit_fds; i++)
 			if (ep->audit_fds[i] >= 0)
 				keep[nk++] = fds[nf++] = ep->audit_fds[i];
+		for (size_t i = 0; socks && i < EGRESS_NS_SOCKETS; i++)
+			keep[nk++] = socks[i];
 		if (close_fds_except(3, keep, nk) < 0)
 			_exit(1);
-		egress_proxy_main(p, ep->proxy_fd, fds, nf);
+		egress_proxy_main(p, ep->proxy_fd, socks, fds, nf);
 	}
 	egress_prep_close(ep);
 	*pid = c;

@@ -12,7 +12,9 @@
  * pid 1's network thread makes both sockets in the new namespace before
  * anything of the sandbox runs there (egress_ns_listen) and sends them
  * with SCM_RIGHTS to a proxy process the launcher forks once the sandbox
- * is in its cgroups (egress_fork): that process lives in the host's network namespace and
+ * is in its cgroups (egress_fork), or, for a caller that waits in
+ * jail_wait_with (nsbox run), at the first connection or query queued on
+ * them (jail_spec.egress_lazy, egress_recv_socks): that process lives in the host's network namespace and
  * the launcher's cgroup, not the sandbox's, so the sandbox can neither
  * reach the host's network except through it nor starve it.  It resolves
  * names itself (pinning a name's addresses for the DNS answers' TTL, the
@@ -64,7 +66,13 @@ struct egress_prep {
 };
 int egress_prepare(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, struct egress_prep *ep,
 		   int *ns_fd, struct nsbox_err *err);
-int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, pid_t *pid, struct nsbox_err *err);
+int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks, pid_t *pid,
+		struct nsbox_err *err);
+/* For a proxy forked later (jail_spec.egress_lazy): read pid 1's sockets
+ * from the pair's end (ep->proxy_fd) without waiting, into socks (CLOEXEC,
+ * the caller's); egress_fork then takes them (socks non-NULL: the child
+ * uses them instead of reading the pair).  -1 if they are not there. */
+int egress_recv_socks(int proxy_fd, int socks[EGRESS_NS_SOCKETS]);
 void egress_prep_close(struct egress_prep *ep);
 
 /* In the sandbox's new network namespace, with lo up: make the proxies'
@@ -88,7 +96,7 @@ void egress_stop(pid_t pid, bool audited);
 void egress_stop_begin(pid_t pid, bool audited);
 
 /* The proxy's body (proxy.c); never returns. */
-__attribute__((noreturn)) void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *audit_fds,
-						 size_t n_audit_fds);
+__attribute__((noreturn)) void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *socks,
+						 const int *audit_fds, size_t n_audit_fds);
 
 #endif

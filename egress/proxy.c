@@ -1290,7 +1290,7 @@ static void *dns_thread(void *arg)
 
 /* ---- main ---- */
 
-static int recv_fds(int sock, int fds[EGRESS_NS_SOCKETS])
+static int recv_fds(int sock, int fds[EGRESS_NS_SOCKETS], int flags)
 {
 	char c;
 	struct iovec iov = { .iov_base = &c, .iov_len = 1 };
@@ -1301,16 +1301,33 @@ static int recv_fds(int sock, int fds[EGRESS_NS_SOCKETS])
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
 	struct cmsghdr *cm;
 
-	if (recvmsg(sock, &mh, MSG_CMSG_CLOEXEC) != 1)
+	if (recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | flags) != 1)
 		return -1;
 	cm = CMSG_FIRSTHDR(&mh);
-	if (!cm || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(EGRESS_NS_SOCKETS * sizeof(int)))
+	if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+	    cm->cmsg_len != CMSG_LEN(EGRESS_NS_SOCKETS * sizeof(int))) {
+		/* Whatever came is closed, not kept. */
+		for (; cm; cm = CMSG_NXTHDR(&mh, cm))
+			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+				for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+					int fd;
+
+					memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(fd));
+					close(fd);
+				}
 		return -1;
+	}
 	memcpy(fds, CMSG_DATA(cm), EGRESS_NS_SOCKETS * sizeof(int));
 	return 0;
 }
 
-void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *audit_fds, size_t n_audit_fds)
+int egress_recv_socks(int proxy_fd, int socks[EGRESS_NS_SOCKETS])
+{
+	return recv_fds(proxy_fd, socks, MSG_DONTWAIT);
+}
+
+void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *socks, const int *audit_fds,
+		       size_t n_audit_fds)
 {
 	pthread_attr_t attr;
 	pthread_t t;
@@ -1330,7 +1347,9 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *audit
 	max_in = p->net_max_in;
 	max_conns = p->net_max_conns;
 	/* EOF here: pid 1 died before its network was made. */
-	if (recv_fds(ns_fd, fds) < 0)
+	if (socks)
+		memcpy(fds, socks, sizeof(fds));
+	else if (recv_fds(ns_fd, fds, 0) < 0)
 		_exit(0);
 	close(ns_fd);
 	/* From here SIGTERM is read by the relay loop (stop), and every

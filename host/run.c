@@ -189,7 +189,9 @@ static int run_here(const struct nsbox_policy *p, char *const argv[], const stru
 				  .exec_fd = -1,
 				  .warn = o->warn,
 				  .warn_ctx = o->warn_ctx,
-				  .controlling_tty = o->controlling_tty };
+				  .controlling_tty = o->controlling_tty,
+				  /* jail_wait_with below forks the proxy at first use. */
+				  .egress_lazy = true };
 	/* The audit descriptor, copied above 2 first: the caller's may be
 	 * one of 0-2, which the stdio shuffle below replaces. */
 	_cleanup_close_ int log_fd = -1;

@@ -14,6 +14,7 @@
 #include <sys/types.h>
 
 #include "error.h"
+#include "egress.h"
 #include "policy.h"
 
 /* NSBOX_EXIT_*: the exit statuses, in the public header (nsbox.h). */
@@ -59,6 +60,12 @@ struct jail_spec {
 	 * the sandbox ever holds one. */
 	const int *net_audit_fds;
 	size_t n_net_audit_fds;
+	/* With an allowlist and no audit destination: the proxy is forked at
+	 * the sandbox's first connection or DNS query, not at the start
+	 * (jail_wait_with watches its sockets meanwhile).  Only for a caller
+	 * that waits in jail_wait_with, single-threaded, with policy alive
+	 * until then. */
+	bool egress_lazy;
 };
 
 struct jail_status {
@@ -90,6 +97,13 @@ struct jail {
 	struct jail_status status;
 	pid_t egress_pid;	/* the egress proxy ([Network] Allow=), 0 = none */
 	bool egress_audited;	/* it has a Log= or audit fds: stopped gently (egress_stop) */
+	/* jail_spec.egress_lazy: the proxy not forked yet.  Its prepared pair
+	 * (until pid 1's sockets are read from it), the sockets (owned), and
+	 * the policy it will run (borrowed). */
+	bool egress_pending, egress_have_socks;
+	struct egress_prep egress_prep;
+	int egress_socks[EGRESS_NS_SOCKETS];
+	const struct nsbox_policy *egress_policy;
 	/* WorkspaceSize=: the overlay's upper layer (from pid 1) and the host
 	 * directory, copied back by jail_sync_workspace (wsync.h); -1 none. */
 	int ws_upper_fd, ws_host_fd;

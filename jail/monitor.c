@@ -87,6 +87,35 @@ int jail_try_reap(struct jail *j, struct nsbox_err *err)
 	return r;
 }
 
+/* A lazy proxy (jail_spec.egress_lazy) not forked yet: its pair and pid
+ * 1's sockets are let go. */
+static void egress_release(struct jail *j)
+{
+	if (!j->egress_pending)
+		return;
+	egress_prep_close(&j->egress_prep);
+	for (int i = 0; j->egress_have_socks && i < EGRESS_NS_SOCKETS; i++)
+		close(j->egress_socks[i]);
+	j->egress_pending = j->egress_have_socks = false;
+}
+
+/* The sandbox's first connection or DNS query is queued on one of the
+ * sockets: fork the proxy with them; it takes the queued ones first. */
+static int egress_start(struct jail *j, struct nsbox_err *err)
+{
+	int r = egress_fork(j->egress_policy, &j->egress_prep, j->egress_socks, &j->egress_pid, err);
+
+	for (int i = 0; i < EGRESS_NS_SOCKETS; i++)
+		close(j->egress_socks[i]);
+	j->egress_pending = j->egress_have_socks = false;
+	if (r < 0) {
+		/* Its network would hang: the sandbox ends instead. */
+		jail_kill(j);
+		return -1;
+	}
+	return 0;
+}
+
 int jail_wait(struct jail *j, struct jail_status *st, struct nsbox_err *err)
 {
 	return jail_wait_with(j, st, -1, NULL, NULL, err);
@@ -98,10 +127,16 @@ int jail_wait_with(struct jail *j, struct jail_status *st, int fd, bool (*on_fd)
 	unsigned long long deadline = j->time_limit > 0 ? j->start_ns + (unsigned long long)(j->time_limit * 1e9) : 0;
 
 	while (!j->reaped) {
+		bool lazy = j->egress_pending && j->egress_have_socks;
 		/* A negative fd is ignored by poll(2). */
-		struct pollfd pfd[3] = { { .fd = j->pidfd, .events = POLLIN },
-					 { .fd = j->sync_fd, .events = POLLIN },
-					 { .fd = on_fd ? fd : -1, .events = POLLIN } };
+		struct pollfd pfd[3 + EGRESS_NS_SOCKETS] = {
+			{ .fd = j->pidfd, .events = POLLIN },
+			{ .fd = j->sync_fd, .events = POLLIN },
+			{ .fd = on_fd ? fd : -1, .events = POLLIN },
+			{ .fd = lazy ? j->egress_socks[EGRESS_NS_HTTP] : -1, .events = POLLIN },
+			{ .fd = lazy ? j->egress_socks[EGRESS_NS_SOCKS] : -1, .events = POLLIN },
+			{ .fd = lazy ? j->egress_socks[EGRESS_NS_DNS] : -1, .events = POLLIN },
+		};
 		int timeout = -1;
 
 		if (deadline && !j->status.time_limit) {
@@ -114,11 +149,13 @@ int jail_wait_with(struct jail *j, struct jail_status *st, int fd, bool (*on_fd)
 			unsigned long long ms = (deadline - now + 999999) / 1000000;
 			timeout = ms > 1000000000ULL ? 1000000000 : (int)ms;
 		}
-		int n = poll(pfd, 3, timeout);
+		int n = poll(pfd, ARRAY_SIZE(pfd), timeout);
 		if (n < 0 && errno != EINTR)
 			return err_sys(err, "poll");
 		if (n <= 0)
 			continue;
+		if (lazy && (pfd[3].revents || pfd[4].revents || pfd[5].revents) && egress_start(j, err) < 0)
+			return -1;
 		if (pfd[2].revents && !on_fd(ctx))
 			fd = -1;
 		if (pfd[1].revents)
@@ -171,6 +208,7 @@ void jail_destroy(struct jail *j)
 	/* An unaudited proxy is killed now and reaped last: its exit (~0.15
 	 * ms to the reap, here) runs beside the cgroups' removal. */
 	egress_stop_begin(j->egress_pid, j->egress_audited);
+	egress_release(j);
 	(void)jail_sync_workspace(j, NULL);
 	if (j->ws_upper_fd >= 0)
 		close(j->ws_upper_fd);

@@ -910,3 +910,67 @@ print(json.dumps(R))
     assert out["head"].startswith("HTTP/1.1 200")
     e = [e for e in log if e["kind"] == "connect"]
     assert len(e) == 1 and e[0]["reason"] == "the sandbox ended" and e[0]["bytes_out"] == 5, log
+
+
+def _children(pid):
+    """The host pids of pid's children (all its threads')."""
+    out = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            out += [int(c) for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        except FileNotFoundError:
+            pass
+    return sorted(out)
+
+
+@pytest.mark.parametrize("first", ["http", "socks", "dns"])
+def test_proxy_forked_at_first_use_without_an_audit(upstream, first):
+    """nsbox run with an allowlist and no audit destination forks the proxy
+    at the sandbox's first connection or DNS query, not at the start
+    (jail_spec.egress_lazy): checked from the host by the launcher's
+    children, before and after; the queued first request is served."""
+    import subprocess
+    get = f"GET http://{UP}:{upstream}/ HTTP/1.1\\r\\nHost: {UP}:{upstream}\\r\\nConnection: close\\r\\n\\r\\n"
+    use = {
+        "http": f'R["got"] = raw("{get}")[0]',
+        "socks": SOCKS + f'R["got"] = socks(b"\\x01" + socket.inet_aton("{UP}"), {upstream}, '
+                 f'payload=b"GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n")',
+        # Answered by the proxy's responder (NXDOMAIN); with nobody
+        # reading the socket the resolver would time out instead.
+        "dns": 'try:\n    R["got"] = socket.getaddrinfo("unlisted.example.", 80, socket.AF_INET)\n'
+               'except socket.gaierror as e:\n    R["got"] = e.errno',
+    }[first]
+    script = PRELUDE + f'''
+import sys
+print("ready", flush=True)
+sys.stdin.readline()
+{use}
+print(json.dumps(R), flush=True)
+sys.stdin.readline()
+'''
+    p = subprocess.Popen([NSBOX, "run", "--allow-net", f"{UP}:{upstream}", "--allow-net", "*.allowed.test", "--",
+                          PY, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout.readline() == b"ready\n"
+        before = _children(p.pid)
+        assert len(before) == 1, f"the launcher has {before} before any use: a proxy forked at the start"
+        p.stdin.write(b"go\n")
+        p.stdin.flush()
+        out = json.loads(p.stdout.readline())
+        after = _children(p.pid)
+        assert len(after) == 2 and before[0] in after, f"no proxy after the first use: {before} -> {after}"
+        p.stdin.write(b"end\n")
+        p.stdin.close()
+        assert p.wait(timeout=30) == 0, p.stderr.read().decode()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    if first == "dns":
+        assert out["got"] == socket.EAI_NONAME, out
+    elif first == "http":
+        assert out["got"] == "HTTP/1.0 200 OK", out  # http.server answers 1.0
+    else:
+        assert out["got"]["rep"] == 0 and out["got"]["data"].startswith("HTTP/1.0 200"), out
