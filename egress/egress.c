@@ -67,8 +67,16 @@ int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int 
 		struct nsbox_err *err)
 {
 	pid_t parent = getpid(), c;
+	sigset_t all, old;
 
+	/* No handler of the caller's runs in the child before they are reset
+	 * below (nsbox run forwards signals to the sandbox, and a lazy proxy
+	 * is forked after its handlers are set). */
+	sigfillset(&all);
+	sigprocmask(SIG_SETMASK, &all, &old);
 	c = fork();
+	if (c != 0)
+		sigprocmask(SIG_SETMASK, &old, NULL);
 	if (c < 0) {
 		err_sys(err, "fork the egress proxy");
 		err_step(err, "egress");
@@ -79,12 +87,22 @@ int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int 
 		int keep[2 + EGRESS_AUDIT_FDS + EGRESS_NS_SOCKETS] = { ep->proxy_fd }, fds[1 + EGRESS_AUDIT_FDS];
 		size_t nk = 1, nf = 0;
 
-		/* None of the caller's handlers (nsbox run forwards signals to
-		 * the sandbox; a lazy proxy is forked after they are set): a
-		 * stop before the proxy reads SIGTERM ends it. */
-		for (int sig = 1; sig < NSIG; sig++)
-			if (sig != SIGKILL && sig != SIGSTOP)
+		/* The caller's handlers become the default; what it ignores
+		 * stays ignored (nohup), except SIGTERM, which the proxy reads
+		 * (egress_stop).  The proxy's mask is set in egress_proxy_main. */
+		for (int sig = 1; sig < NSIG; sig++) {
+			struct sigaction sa;
+
+			if (sig == SIGKILL || sig == SIGSTOP || sigaction(sig, NULL, &sa) < 0)
+				continue;
+			if (sa.sa_handler != SIG_IGN || sig == SIGTERM)
 				signal(sig, SIG_DFL);
+		}
+		/* A process group of its own: a Ctrl-C or hangup at the
+		 * caller's terminal goes to nsbox run, which forwards it to the
+		 * sandbox, and must not end the sandbox's network under it. */
+		(void)setpgid(0, 0);
+		signal(SIGTTOU, SIG_IGN);	/* a Log= on the terminal, from the background */
 		/* Dies with the launcher; the launcher kills it with the sandbox. */
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 			_exit(1);

@@ -281,16 +281,20 @@ static void emit_tree(struct code *c, const struct run *runs, size_t n)
 	free(right.insns);
 }
 
-/* Fill leaves[0..NR_LIMIT) from the table; leaves past the table keep the
- * default. */
-static int classify(struct leaf *leaves, bool log, uint32_t def, struct nsbox_err *err)
+/* Fill leaves[0..NR_LIMIT) from rules[0..n); numbers no row names keep
+ * the default.  What this compiler can't express exactly is refused, by
+ * name: a syscall's conditional rows must compare one argument under one
+ * mask, with distinct values, at most MAX_VALS of them and at most one
+ * OTHERWISE, and none beside an unconditional row. */
+static int classify(const struct seccomp_rule *rules, size_t nrules, struct leaf *leaves, bool log, uint32_t def,
+		    struct nsbox_err *err)
 {
-	bool named[NR_LIMIT] = { false };
+	bool named[NR_LIMIT] = { false }, other_set[NR_LIMIT] = { false };
 
 	for (size_t i = 0; i < NR_LIMIT; i++)
 		leaves[i] = (struct leaf){ .ret = def };
-	for (size_t i = 0; i < seccomp_n_rules; i++) {
-		const struct seccomp_rule *s = &seccomp_rules[i];
+	for (size_t i = 0; i < nrules; i++) {
+		const struct seccomp_rule *s = &rules[i];
 		int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, s->name);
 		struct leaf *l;
 
@@ -306,20 +310,35 @@ static int classify(struct leaf *leaves, bool log, uint32_t def, struct nsbox_er
 			l->ret = ret_of(s->action, log);
 			continue;
 		}
+		if (s->cmp != SRULE_MASKED_EQ && s->cmp != SRULE_OTHERWISE)
+			return err_set(err, EINVAL, "seccomp: %s: bad row", s->name);
 		if (named[nr] && !l->complex)
 			return err_set(err, EINVAL, "seccomp: %s: a conditional row beside an unconditional one",
 				       s->name);
 		if (!l->complex)
-			*l = (struct leaf){ .complex = true, .other = def, .arg = s->arg, .mask = s->mask };
+			*l = (struct leaf){ .complex = true, .other = def };
 		named[nr] = true;
 		if (s->cmp == SRULE_OTHERWISE) {
+			if (other_set[nr])
+				return err_set(err, EINVAL, "seccomp: %s: two OTHERWISE rows", s->name);
+			other_set[nr] = true;
 			l->other = ret_of(s->action, log);
 			continue;
 		}
-		if (s->cmp != SRULE_MASKED_EQ || s->arg > 5 || s->mask == 0 || (s->value & ~s->mask) ||
-		    s->arg != l->arg || s->mask != l->mask || l->n == MAX_VALS)
-			return err_set(err, EINVAL, "seccomp: %s: rows must compare one argument under one mask",
+		if (s->arg > 5 || s->mask == 0 || (s->value & ~s->mask))
+			return err_set(err, EINVAL, "seccomp: %s: bad condition (arg %u, mask %#llx, value %#llx)",
+				       s->name, s->arg, (unsigned long long)s->mask, (unsigned long long)s->value);
+		if (l->n == 0) {
+			l->arg = s->arg;
+			l->mask = s->mask;
+		} else if (s->arg != l->arg || s->mask != l->mask) {
+			return err_set(err, EINVAL,
+				       "seccomp: %s: conditional rows must compare one argument under "
+				       "one mask",
 				       s->name);
+		}
+		if (l->n == MAX_VALS)
+			return err_set(err, EINVAL, "seccomp: %s: more than %d conditional rows", s->name, MAX_VALS);
 		for (unsigned int j = 0; j < l->n; j++)
 			if (l->vals[j] == s->value)
 				return err_set(err, EINVAL, "seccomp: %s: value %#llx twice", s->name,
@@ -333,9 +352,9 @@ static int classify(struct leaf *leaves, bool log, uint32_t def, struct nsbox_er
 	return 0;
 }
 
-int seccomp_prog_compile(const struct nsbox_policy *p, struct seccomp_prog *out, struct nsbox_err *err)
+int seccomp_prog_compile_rules(const struct seccomp_rule *rules, size_t nrules, bool log, struct seccomp_prog *out,
+			       struct nsbox_err *err)
 {
-	bool log = p && p->seccomp == SECCOMP_LOG;
 	uint32_t def = log ? SECCOMP_RET_LOG : SECCOMP_RET_ERRNO | SECCOMP_RULES_DEFAULT_ERRNO;
 	_cleanup_free_ struct leaf *leaves = NULL;
 	_cleanup_free_ struct run *runs = NULL;
@@ -347,7 +366,7 @@ int seccomp_prog_compile(const struct nsbox_policy *p, struct seccomp_prog *out,
 	runs = calloc(NR_LIMIT + 1, sizeof(*runs));
 	if (!leaves || !runs)
 		return err_set(err, ENOMEM, "seccomp: compile");
-	if (classify(leaves, log, def, err) < 0)
+	if (classify(rules, nrules, leaves, log, def, err) < 0)
 		return -1;
 	for (uint32_t nr = 0; nr < NR_LIMIT; nr++)
 		if (n == 0 || !leaf_eq(runs[n - 1].leaf, &leaves[nr]))
@@ -376,4 +395,9 @@ int seccomp_prog_compile(const struct nsbox_policy *p, struct seccomp_prog *out,
 	out->insns = c.insns;
 	out->len = (unsigned short)c.len;
 	return 0;
+}
+
+int seccomp_prog_compile(const struct nsbox_policy *p, struct seccomp_prog *out, struct nsbox_err *err)
+{
+	return seccomp_prog_compile_rules(seccomp_rules, seccomp_n_rules, p && p->seccomp == SECCOMP_LOG, out, err);
 }

@@ -65,6 +65,10 @@ int seccomp_prog_build(const struct nsbox_policy *p, struct seccomp_prog *out, s
  * seccomp_prog_build).  This is the program the jail loads.  Same contract as
  * seccomp_prog_build. */
 int seccomp_prog_compile(const struct nsbox_policy *p, struct seccomp_prog *out, struct nsbox_err *err);
+/* The same for any table (tests/unit/test-seccomp-prebuilt.c gives it
+ * synthetic ones): log picks Seccomp=log's actions. */
+int seccomp_prog_compile_rules(const struct seccomp_rule *rules, size_t nrules, bool log, struct seccomp_prog *out,
+			       struct nsbox_err *err);
 
 /* Free prog->insns and zero *prog.  Accepts NULL and a zeroed prog. */
 void seccomp_prog_free(struct seccomp_prog *prog);

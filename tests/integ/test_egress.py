@@ -974,3 +974,46 @@ sys.stdin.readline()
         assert out["got"] == "HTTP/1.0 200 OK", out  # http.server answers 1.0
     else:
         assert out["got"]["rep"] == 0 and out["got"]["data"].startswith("HTTP/1.0 200"), out
+
+
+@pytest.mark.parametrize("audited", [False, True])
+def test_ctrl_c_reaches_the_sandbox_not_its_proxy(upstream, audited):
+    """A Ctrl-C at the terminal signals nsbox run's whole process group;
+    nsbox run forwards it to the sandbox.  The proxy is in a process group
+    of its own: a sandboxed program that handles SIGINT keeps its network
+    (the proxy used to take SIGINT's default action and die)."""
+    import signal
+    import subprocess
+    get = f"GET http://{UP}:{upstream}/ HTTP/1.1\\r\\nHost: {UP}:{upstream}\\r\\nConnection: close\\r\\n\\r\\n"
+    script = PRELUDE + f'''
+import signal, time
+got = []
+signal.signal(signal.SIGINT, lambda *a: got.append("SIGINT"))
+R["before"] = raw("{get}")[0]
+print(json.dumps(R), flush=True)
+end = time.monotonic() + 30
+while not got and time.monotonic() < end:
+    time.sleep(0.01)
+R["signals"] = got
+R["after"] = raw("{get}")[0]
+print(json.dumps(R), flush=True)
+'''
+    log = tempfile.NamedTemporaryFile(prefix="nsbox-test-netlog-", suffix=".jsonl")
+    args = ["--net-log", log.name] if audited else []
+    p = subprocess.Popen([NSBOX, "run"] + args + ["--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
+    try:
+        first = json.loads(p.stdout.readline())
+        assert first["before"] == "HTTP/1.0 200 OK", first
+        os.killpg(p.pid, signal.SIGINT)   # what ^C at a terminal does to the foreground job
+        out = json.loads(p.stdout.readline())
+        assert p.wait(timeout=30) == 0, p.stderr.read().decode()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+        log.close()
+    assert out["signals"] == ["SIGINT"], out
+    assert out["after"] == "HTTP/1.0 200 OK", out

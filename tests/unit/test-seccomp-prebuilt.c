@@ -7,12 +7,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <seccomp.h>
 
 #include "seccomp-prebuilt.h"
 #include "seccomp-rules.h"
 #include "tap.h"
+
+#define LOW32_MASK 0xffffffffULL
 
 static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 
@@ -122,6 +128,251 @@ static void equivalent(const struct seccomp_prog *ref, const struct seccomp_prog
 	   p.checked, p.bad);
 }
 
+/* ---- synthetic tables: the compiler's paths the real table does not take
+ * (masks with high-word bits, programs longer than a conditional jump
+ * reaches, OTHERWISE before its rows), against the table's meaning read
+ * directly, and loaded into the kernel. */
+
+#define SYN_NR 460
+
+struct syn {
+	struct seccomp_rule rows[SYN_NR * 10];
+	int nrs[SYN_NR * 10]; /* rows[i]'s syscall number */
+	size_t n;
+	char *names[SYN_NR];
+};
+
+static uint32_t act_ret(enum seccomp_rule_action a, bool log)
+{
+	switch (a) {
+	case SRULE_ALLOW:
+		return SECCOMP_RET_ALLOW;
+	case SRULE_EPERM:
+		return log ? SECCOMP_RET_LOG : SECCOMP_RET_ERRNO | EPERM;
+	case SRULE_ENOSYS:
+		return SECCOMP_RET_ERRNO | ENOSYS;
+	}
+	return 0;
+}
+
+/* What the table says for d, read row by row. */
+static uint32_t table_says(const struct syn *t, bool log, const struct seccomp_data *d)
+{
+	uint32_t def = log ? SECCOMP_RET_LOG : SECCOMP_RET_ERRNO | ENOSYS, other = def;
+	bool cond = false;
+
+	if (d->arch != AUDIT_ARCH_X86_64)
+		return SECCOMP_RET_KILL_PROCESS;
+	if ((uint32_t)d->nr >= 0x40000000U && (uint32_t)d->nr != 0xffffffffU)
+		return SECCOMP_RET_KILL_PROCESS;
+	for (size_t i = 0; i < t->n; i++) {
+		const struct seccomp_rule *r = &t->rows[i];
+
+		if (t->nrs[i] != d->nr)
+			continue;
+		if (r->cmp == SRULE_ANY)
+			return act_ret(r->action, log);
+		if (r->cmp == SRULE_OTHERWISE) {
+			other = act_ret(r->action, log);
+			continue;
+		}
+		cond = true;
+		if ((d->args[r->arg] & r->mask) == r->value)
+			return act_ret(r->action, log);
+	}
+	return cond ? other : def;
+}
+
+static uint64_t syn_mask(void)
+{
+	switch (rand64() % 5) {
+	case 0:
+		return 0xffffffffULL;
+	case 1:
+		return rand64() & 0xffff0000ffff0000ULL; /* both words */
+	case 2:
+		return rand64() & 0xffffffff00000000ULL; /* high word only */
+	case 3:
+		return ~0ULL;
+	default:
+		return (rand64() & 0xffff) | 1;
+	}
+}
+
+static void syn_make(struct syn *t)
+{
+	static const enum seccomp_rule_action acts[] = { SRULE_ALLOW, SRULE_EPERM, SRULE_ENOSYS };
+
+	t->n = 0;
+	for (int nr = 0; nr < SYN_NR; nr++) {
+		char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_X86_64, nr);
+		unsigned int kind = (unsigned int)(rand64() % 20);
+
+		t->names[nr] = name;
+		if (!name)
+			continue;
+		/* The child that loads it must be able to exit. */
+		if (strcmp(name, "exit") == 0 || strcmp(name, "exit_group") == 0)
+			kind = 0;
+		if (kind < 9) { /* one action for the whole syscall */
+			t->rows[t->n++] = (struct seccomp_rule){ name,	    kind < 5 ? SRULE_ALLOW : acts[kind % 3],
+								 SRULE_ANY, 0,
+								 0,	    0 };
+		} else if (kind < 14) { /* argument rows, OTHERWISE first or last or none */
+			unsigned int arg = (unsigned int)(rand64() % 6), nv = 1 + (unsigned int)(rand64() % 8);
+			uint64_t mask = syn_mask(), vals[8];
+			int where = (int)(rand64() % 3);
+			size_t k = 0;
+
+			if (where == 0)
+				t->rows[t->n++] = (struct seccomp_rule){
+					name, acts[rand64() % 3], SRULE_OTHERWISE, 0, 0, 0
+				};
+			while (k < nv) {
+				uint64_t v = rand64() & mask;
+				size_t j;
+
+				for (j = 0; j < k && vals[j] != v; j++)
+					;
+				if (j < k) {
+					if (mask == 1 || __builtin_popcountll(mask) <= 3)
+						break; /* few distinct values under this mask */
+					continue;
+				}
+				vals[k++] = v;
+				t->rows[t->n++] = (struct seccomp_rule){
+					name, acts[rand64() % 3], SRULE_MASKED_EQ, arg, mask, v
+				};
+			}
+			if (where == 1)
+				t->rows[t->n++] = (struct seccomp_rule){
+					name, acts[rand64() % 3], SRULE_OTHERWISE, 0, 0, 0
+				};
+		} /* else: no row, the default */
+	}
+	for (size_t i = 0; i < t->n; i++)
+		t->nrs[i] = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, t->rows[i].name);
+}
+
+static void syn_free(struct syn *t)
+{
+	for (int nr = 0; nr < SYN_NR; nr++)
+		free(t->names[nr]);
+}
+
+static bool loads(const struct seccomp_prog *pr)
+{
+	struct sock_fprog f = { .len = pr->len, .filter = pr->insns };
+	pid_t c = fork();
+	int st;
+
+	if (c == 0) {
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
+		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &f) < 0)
+			_exit(1);
+		_exit(0);
+	}
+	return c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void synthetic(void)
+{
+	static struct syn t;
+	size_t checked = 0, bad = 0, longest = 0, ja = 0, rejected = 0, refused = 0;
+
+	for (int round = 0; round < 12; round++) {
+		bool log = round & 1;
+		struct seccomp_prog pr;
+		struct nsbox_err err = { 0 };
+
+		syn_make(&t);
+		if (seccomp_prog_compile_rules(t.rows, t.n, log, &pr, &err) < 0) {
+			printf("# synthetic table %d: %s\n", round, err.msg);
+			refused++;
+			syn_free(&t);
+			continue;
+		}
+		if (pr.len > longest)
+			longest = pr.len;
+		for (unsigned i = 0; i < pr.len; i++)
+			ja += pr.insns[i].code == (BPF_JMP | BPF_JA);
+		rejected += !loads(&pr);
+		for (uint32_t nr = 0; nr < SYN_NR + 40; nr++) {
+			struct seccomp_data d = { .nr = (int)nr, .arch = AUDIT_ARCH_X86_64 };
+
+			for (int k = 0; k < 24; k++) {
+				for (int a = 0; a < 6; a++)
+					d.args[a] = rand64();
+				/* Now and then a row's own value, or one bit off it. */
+				for (size_t i = 0; k % 3 && i < t.n; i++)
+					if (t.rows[i].cmp == SRULE_MASKED_EQ && t.nrs[i] == (int)nr && rand64() % 2)
+						d.args[t.rows[i].arg] = ((d.args[t.rows[i].arg] & ~t.rows[i].mask) |
+									 t.rows[i].value) ^
+									(k % 3 == 2 ? 1ULL << (rand64() % 64) : 0);
+				checked++;
+				if (seccomp_prog_eval(&pr, &d) != table_says(&t, log, &d) && bad++ < 10)
+					printf("# synthetic %d: nr %u args[0..1] %#llx %#llx: program %#x, table %#x\n",
+					       round, nr, (unsigned long long)d.args[0], (unsigned long long)d.args[1],
+					       seccomp_prog_eval(&pr, &d), table_says(&t, log, &d));
+			}
+		}
+		seccomp_prog_free(&pr);
+		syn_free(&t);
+	}
+	ok(refused == 0, "synthetic tables all compile (%zu refused)", refused);
+	ok(bad == 0 && checked > 100000,
+	   "synthetic tables: the program does what the table says on %zu inputs (%zu differ)", checked, bad);
+	ok(longest > 255 && ja > 0, "synthetic tables reach the long paths (longest %zu instructions, %zu JA)", longest,
+	   ja);
+	ok(rejected == 0, "the kernel loads every synthetic program (%zu refused)", rejected);
+}
+
+/* Tables the compiler can't express exactly are refused by name. */
+static void refusals(void)
+{
+	static const struct {
+		struct seccomp_rule rows[3];
+		size_t n;
+		const char *want;
+	} cases[] = {
+		{ { { "ioctl", SRULE_ALLOW, SRULE_ANY, 0, 0, 0 },
+		    { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, 0xff, 1 } },
+		  2,
+		  "beside an unconditional" },
+		{ { { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, 0xff, 1 },
+		    { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 2, 0xff, 2 } },
+		  2,
+		  "one argument under one mask" },
+		{ { { "ioctl", SRULE_ALLOW, SRULE_OTHERWISE, 0, 0, 0 } }, 1, "OTHERWISE without conditional rows" },
+		{ { { "ioctl", SRULE_ALLOW, SRULE_OTHERWISE, 0, 0, 0 },
+		    { "ioctl", SRULE_EPERM, SRULE_OTHERWISE, 0, 0, 0 },
+		    { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, 0xff, 1 } },
+		  3,
+		  "two OTHERWISE rows" },
+		{ { { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, 0xff, 0x100 } }, 1, "bad condition" },
+		{ { { "no_such_call", SRULE_ALLOW, SRULE_ANY, 0, 0, 0 } }, 1, "unknown x86_64 syscall" },
+	};
+	struct seccomp_rule first[] = { { "ioctl", SRULE_ALLOW, SRULE_OTHERWISE, 0, 0, 0 },
+					{ "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, LOW32_MASK, 0x5412 } };
+	struct seccomp_prog pr;
+	struct nsbox_err err = { 0 };
+	struct seccomp_data d = { .nr = 16, .arch = AUDIT_ARCH_X86_64, .args = { 0, 0x5412 } };
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		memset(&err, 0, sizeof(err));
+		ok(seccomp_prog_compile_rules(cases[i].rows, cases[i].n, false, &pr, &err) < 0 &&
+			   strstr(err.msg, cases[i].want),
+		   "refused: %s (%s)", cases[i].want, err.msg);
+	}
+	memset(&err, 0, sizeof(err));
+	ok(seccomp_prog_compile_rules(first, 2, false, &pr, &err) == 0, "OTHERWISE before its rows compiles: %s",
+	   err.msg);
+	ok(seccomp_prog_eval(&pr, &d) == (SECCOMP_RET_ERRNO | EPERM), "... and denies the row's value");
+	d.args[1] = 0x5413;
+	ok(seccomp_prog_eval(&pr, &d) == SECCOMP_RET_ALLOW, "... and allows the others");
+	seccomp_prog_free(&pr);
+}
+
 int main(void)
 {
 	for (int mode = SECCOMP_ENFORCE; mode <= SECCOMP_LOG; mode++) {
@@ -143,5 +394,7 @@ int main(void)
 		seccomp_prog_free(&fresh);
 		seccomp_prog_free(&ref);
 	}
+	synthetic();
+	refusals();
 	tap_done();
 }
