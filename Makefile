@@ -68,6 +68,9 @@ UNIT_SRCS := $(wildcard tests/unit/test-*.c)
 UNIT_BINS := $(UNIT_SRCS:tests/unit/%.c=$(B)/tests/%)
 PROBE_SRCS := $(wildcard tests/probe/*.c tests/escape/*.c)
 PROBE_BINS := $(PROBE_SRCS:tests/%.c=$(B)/tests/%)
+# Preload shims for the tests (tests/shim/*.c -> build/tests/shim/*.so).
+SHIM_SRCS := $(wildcard tests/shim/*.c)
+SHIM_LIBS := $(SHIM_SRCS:tests/%.c=$(B)/tests/%.so)
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz-*.c)
 FUZZ_BINS := $(FUZZ_SRCS:tests/fuzz/%.c=$(B)/fuzz/%)
 
@@ -91,7 +94,7 @@ TARGETS += $(LIB_TARGETS) $(B)/examples/agent
 
 .PHONY: soak all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib \
 	check-layers check-format sync-version uninstall
-all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS) $(MAN_GEN)
+all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS) $(SHIM_LIBS) $(MAN_GEN)
 
 $(B)/obj/runner/%.o: runner/%.c
 	@mkdir -p $(dir $@)
@@ -197,6 +200,9 @@ $(B)/tests/test-svc: tests/unit/test-svc.c service/config.c service/config.h $(B
 $(B)/tests/test-%: tests/unit/test-%.c $(B)/libnsbox-core.a tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libnsbox-core.a $(PKG_LIBS)
+$(B)/tests/shim/%.so: tests/shim/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(filter-out -fsanitize=% -fno-sanitize-recover=%,$(ALL_CFLAGS)) -shared -o $@ $< -ldl
 # Probes run inside the sandbox: static where possible so they need nothing from /usr.
 # Probes and hostile test programs are payloads, not nsbox: never sanitized
 # (ASan's runtime can't work under the sandbox's seccomp filter).

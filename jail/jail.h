@@ -75,6 +75,7 @@ struct jail_status {
 	bool time_limit;	/* killed by the wall-clock limit */
 	bool oom_killed;	/* the memory limit killed something */
 	int exec_errno;		/* execve failed inside with this errno (then exit_code is 126/127) */
+	bool setup_failed;	/* killed because the host side failed (a lazy egress proxy's fork) */
 	uint64_t peak_memory;	/* bytes; cgroup peak, else ru_maxrss */
 	double cpu_user, cpu_system;	/* seconds */
 	double wall;		/* seconds from clone to exit */

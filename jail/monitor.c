@@ -37,11 +37,12 @@ static void finish(struct jail *j, int pid1_status, const struct rusage *ru)
 	struct jail_status *st = &j->status;
 	int ws = j->have_payload_status ? j->payload_status : pid1_status;
 	double cpu_usec;
-	bool tl = st->time_limit;
+	bool tl = st->time_limit, setup_failed = st->setup_failed;
 	int exec_errno = st->exec_errno;
 
 	memset(st, 0, sizeof(*st));
 	st->time_limit = tl;
+	st->setup_failed = setup_failed;
 	st->exec_errno = exec_errno;
 	st->wall = (double)(now_ns() - j->start_ns) / 1e9;
 	st->exited = WIFEXITED(ws);
@@ -109,7 +110,9 @@ static int egress_start(struct jail *j, struct nsbox_err *err)
 		close(j->egress_socks[i]);
 	j->egress_pending = j->egress_have_socks = false;
 	if (r < 0) {
-		/* Its network would hang: the sandbox ends instead. */
+		/* Its network would hang: the sandbox ends instead, with
+		 * NSBOX_EXIT_SETUP (jail_exit_code). */
+		j->status.setup_failed = true;
 		jail_kill(j);
 		return -1;
 	}
@@ -229,6 +232,8 @@ void jail_destroy(struct jail *j)
 
 int jail_exit_code(const struct jail_status *st)
 {
+	if (st->setup_failed)
+		return NSBOX_EXIT_SETUP;
 	if (st->time_limit)
 		return NSBOX_EXIT_TIMEOUT;
 	if (st->oom_killed && !st->exited)

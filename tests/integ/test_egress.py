@@ -1000,8 +1000,12 @@ print(json.dumps(R), flush=True)
 '''
     log = tempfile.NamedTemporaryFile(prefix="nsbox-test-netlog-", suffix=".jsonl")
     args = ["--net-log", log.name] if audited else []
+    # SIGINT at its default in nsbox run, as in a terminal's foreground job:
+    # a test run started in the background (CI) inherits it ignored, and
+    # nsbox run keeps an ignored signal ignored (nothing is forwarded).
     p = subprocess.Popen([NSBOX, "run"] + args + ["--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0)
+                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         first = json.loads(p.stdout.readline())
         assert first["before"] == "HTTP/1.0 200 OK", first
@@ -1017,3 +1021,29 @@ print(json.dumps(R), flush=True)
         log.close()
     assert out["signals"] == ["SIGINT"], out
     assert out["after"] == "HTTP/1.0 200 OK", out
+
+
+def test_lazy_proxy_fork_failure_ends_the_sandbox_with_the_setup_status(upstream):
+    """nsbox run's proxy is forked at first use; if that fork fails (here
+    made to by a preloaded shim), the sandbox, whose network would hang,
+    is ended and nsbox run exits 125 (setup) saying why."""
+    import subprocess
+    from conftest import BUILD
+    # Under make check SANITIZE=..., the ASan runtime must come first.
+    preload = [os.environ.get("NSBOX_ASAN_PRELOAD", ""), os.path.join(BUILD, "tests", "shim", "failfork.so")]
+    env = dict(os.environ, LD_PRELOAD=" ".join(x for x in preload if x), NSBOX_TEST_FAIL_FORK="1")
+    if os.environ.get("NSBOX_ASAN_PRELOAD"):
+        env["ASAN_OPTIONS"] = "detect_leaks=0"
+    script = 'import socket\ntry:\n    socket.getaddrinfo("unlisted.example.", 80)\nexcept OSError:\n    pass\n' \
+             'print("still here")\n'
+    p = subprocess.run([NSBOX, "run", "--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script], env=env,
+                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    err = p.stderr.decode(errors="replace")
+    assert p.returncode == 125, (p.returncode, err)
+    assert "fork the egress proxy" in err, err
+    assert b"still here" not in p.stdout
+    # Without the variable the shim forks as usual: the same run works.
+    env.pop("NSBOX_TEST_FAIL_FORK")
+    p = subprocess.run([NSBOX, "run", "--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script], env=env,
+                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0 and p.stdout == b"still here\n", p

@@ -270,7 +270,10 @@ static bool loads(const struct seccomp_prog *pr)
 		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 ||
 		    syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &f) < 0)
 			_exit(1);
-		_exit(0);
+		/* Straight to exit_group (allowed by every synthetic table):
+		 * _exit's sanitizer hooks make calls the filter may deny. */
+		for (;;)
+			syscall(SYS_exit_group, 0);
 	}
 	return c > 0 && waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0;
 }
