@@ -98,10 +98,10 @@ struct jail {
 	struct jail_status status;
 	pid_t egress_pid;	/* the egress proxy ([Network] Allow=), 0 = none */
 	bool egress_audited;	/* it has a Log= or audit fds: stopped gently (egress_stop) */
-	/* jail_spec.egress_lazy: the proxy not forked yet.  Its prepared pair
-	 * (until pid 1's sockets are read from it), the sockets (owned), and
-	 * the policy it will run (borrowed). */
-	bool egress_pending, egress_have_socks;
+	/* jail_spec.egress_lazy, from READY on: the proxy not forked yet.
+	 * Its prepared pair, pid 1's sockets (owned), and the policy it will
+	 * run (borrowed). */
+	bool egress_pending;
 	struct egress_prep egress_prep;
 	int egress_socks[EGRESS_NS_SOCKETS];
 	const struct nsbox_policy *egress_policy;

@@ -62,7 +62,7 @@ static void spread_decide(struct child_ctx *c, cpu_set_t *others)
 		return;
 	*others = c->cpus;
 	CPU_CLR(cpu, others);
-	c->spread = CPU_COUNT(others) > 0 && !cpus_busy(CPU_COUNT(others), 1);
+	c->spread = CPU_COUNT(others) > 0 && !cpus_busy(CPU_COUNT(others));
 }
 
 static pid_t do_clone(unsigned long long flags, int cgroup_fd, int *pidfd)
@@ -362,24 +362,23 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	 * at the first of those (jail_wait_with): most sandboxes with an
 	 * allowlist never connect, and the fork and the reap of the proxy
 	 * were ~0.25 ms of their start and end. */
-	if (eprep.proxy_fd >= 0 && spec->egress_lazy && !j->egress_audited) {
+	if (eprep.proxy_fd >= 0 && !(spec->egress_lazy && !j->egress_audited) &&
+	    egress_fork(p, &eprep, NULL, &j->egress_pid, err) < 0)
+		goto fail_child;
+	r = sync_recv_fd(sv[0], &m, 0, &j->ws_upper_fd);
+	/* A lazy proxy's pair is still ours: pid 1's network thread sent the
+	 * sockets over it before READY.  The jail holds both from here. */
+	if (r == 1 && m.type == SYNC_READY && eprep.proxy_fd >= 0) {
+		if (egress_recv_socks(eprep.proxy_fd, j->egress_socks) < 0) {
+			err_set(err, EPROTO, "the sandbox's pid 1 sent no egress sockets");
+			err_step(err, "egress");
+			goto fail_child;
+		}
 		j->egress_prep = eprep;
 		j->egress_policy = p;
 		j->egress_pending = true;
 		eprep.proxy_fd = eprep.log_fd = -1;
-	} else if (eprep.proxy_fd >= 0 && egress_fork(p, &eprep, NULL, &j->egress_pid, err) < 0) {
-		goto fail_child;
 	}
-	r = sync_recv_fd(sv[0], &m, 0, &j->ws_upper_fd);
-	/* pid 1's network thread sent the sockets before READY. */
-	if (r == 1 && m.type == SYNC_READY && j->egress_pending &&
-	    egress_recv_socks(j->egress_prep.proxy_fd, j->egress_socks) < 0) {
-		err_set(err, EPROTO, "the sandbox's pid 1 sent no egress sockets");
-		err_step(err, "egress");
-		goto fail_child;
-	}
-	if (j->egress_pending && r == 1 && m.type == SYNC_READY)
-		j->egress_have_socks = true;
 	if (r == 1 && m.type == SYNC_READY) {
 		if (j->ws_host_fd >= 0 && j->ws_upper_fd < 0) {
 			err_set(err, EPROTO, "the sandbox's pid 1 sent no workspace layer");

@@ -95,9 +95,9 @@ static void egress_release(struct jail *j)
 	if (!j->egress_pending)
 		return;
 	egress_prep_close(&j->egress_prep);
-	for (int i = 0; j->egress_have_socks && i < EGRESS_NS_SOCKETS; i++)
+	for (int i = 0; i < EGRESS_NS_SOCKETS; i++)
 		close(j->egress_socks[i]);
-	j->egress_pending = j->egress_have_socks = false;
+	j->egress_pending = false;
 }
 
 /* The sandbox's first connection or DNS query is queued on one of the
@@ -108,7 +108,7 @@ static int egress_start(struct jail *j, struct nsbox_err *err)
 
 	for (int i = 0; i < EGRESS_NS_SOCKETS; i++)
 		close(j->egress_socks[i]);
-	j->egress_pending = j->egress_have_socks = false;
+	j->egress_pending = false;
 	if (r < 0) {
 		/* Its network would hang: the sandbox ends instead, with
 		 * NSBOX_EXIT_SETUP (jail_exit_code). */
@@ -130,7 +130,7 @@ int jail_wait_with(struct jail *j, struct jail_status *st, int fd, bool (*on_fd)
 	unsigned long long deadline = j->time_limit > 0 ? j->start_ns + (unsigned long long)(j->time_limit * 1e9) : 0;
 
 	while (!j->reaped) {
-		bool lazy = j->egress_pending && j->egress_have_socks;
+		bool lazy = j->egress_pending;
 		/* A negative fd is ignored by poll(2). */
 		struct pollfd pfd[3 + EGRESS_NS_SOCKETS] = {
 			{ .fd = j->pidfd, .events = POLLIN },

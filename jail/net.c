@@ -114,7 +114,7 @@ static void *netns_thread(void *arg)
 }
 
 /* steps.h */
-bool cpus_busy(int n, int ours)
+bool cpus_busy(int n)
 {
 	char buf[128], *slash, *p;
 	ssize_t len = read_file("/proc/loadavg", buf, sizeof(buf));
@@ -123,7 +123,7 @@ bool cpus_busy(int n, int ours)
 		return false;
 	*slash = '\0';
 	p = strrchr(buf, ' ');
-	return p && atol(p + 1) - ours >= n;
+	return p && atol(p + 1) - 1 >= n;
 }
 
 int netns_start(struct netns_job *job, struct nsbox_err *err)
@@ -133,7 +133,7 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 	int r;
 
 	int cpu = sched_getcpu();
-	cpu_set_t set;
+	cpu_set_t set = job->cpus;
 	bool other_cpu;
 
 	job->nsfd = -1;
@@ -143,9 +143,9 @@ int netns_start(struct netns_job *job, struct nsbox_err *err)
 	/* The thread pays only on a CPU that is idle meanwhile: with one CPU
 	 * to run on, or the others all busy, it only takes turns (the join
 	 * waited 0.2-2.8 ms with one CPU spinning, where the namespace made
-	 * here costs ~0.6). */
-	other_cpu = cpu >= 0 && cpu < CPU_SETSIZE && sched_getaffinity(0, sizeof(set), &set) == 0 &&
-		    (CPU_CLR(cpu, &set), CPU_COUNT(&set) > 0) && !cpus_busy(CPU_COUNT(&set), 2);
+	 * here costs ~0.6).  Whether they were idle, the launcher has just
+	 * looked (job->idle_cpu): not read again here. */
+	other_cpu = job->idle_cpu && cpu >= 0 && cpu < CPU_SETSIZE && (CPU_CLR(cpu, &set), CPU_COUNT(&set) > 0);
 	job->procfd = other_cpu ? open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (job->procfd >= 0 && pthread_attr_init(&attr) == 0) {
 		/* A new thread is queued on its creator's CPU, and the

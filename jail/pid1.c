@@ -137,6 +137,8 @@ static int pid1_netns_start(struct pid1 *s, struct nsbox_err *err)
 	s->nj.egress_fd = s->c->egress_fd;
 	s->nj.p = s->c->p;
 	s->nj.budget = &s->c->budget;
+	s->nj.idle_cpu = s->c->spread;
+	s->nj.cpus = s->c->cpus;
 	return s->c->p->share_net ? 0 : netns_start(&s->nj, err);
 }
 

@@ -4,6 +4,7 @@
 #define NSBOX_STEPS_H
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <sys/types.h>
 
@@ -70,6 +71,11 @@ struct netns_job {
 	int procfd;		/* the host's /proc, O_PATH */
 	int nsfd;		/* the new namespace, from the thread */
 	int egress_fd;		/* >= 0: make the egress sockets there and send them (egress.h) */
+	/* Another of the CPUs was idle when the launcher looked, just before
+	 * the clone (launch.c, spread_decide; child_ctx.spread), and cpus
+	 * the set pid 1 runs on: the thread goes to one of the others. */
+	bool idle_cpu;
+	cpu_set_t cpus;
 	/* The thread also applies the per-user budgets (budget_apply), off
 	 * the main thread's path: where threaded, they are its. */
 	const struct nsbox_policy *p;
@@ -77,14 +83,13 @@ struct netns_job {
 	struct nsbox_err err;	/* the thread's error */
 };
 int netns_start(struct netns_job *job, struct nsbox_err *err);
-/* Whether the n other CPUs we may run on all have something to run now:
- * the count of runnable tasks in /proc/loadavg (proc(5); the whole host's,
- * of this instant), less the `ours` among them (pid 1's network thread
- * counts pid 1 and the launcher, which sleeps through most of the setup;
- * the launcher before its clone, itself).  Unknown: not busy.  Then a
- * second thread of pid 1's (net.c) or pid 1 moved off the launcher's CPU
- * (launch.c) only takes turns with whatever keeps that CPU busy. */
-bool cpus_busy(int n, int ours);
+/* Whether the n other CPUs the caller may run on all have something to
+ * run now: the count of runnable tasks in /proc/loadavg (proc(5); the
+ * whole host's, of this instant), less the caller.  Unknown: not busy.
+ * Then pid 1 moved off the launcher's CPU (launch.c), or a second thread
+ * of pid 1's (net.c, netns_job.idle_cpu), only takes turns with whatever
+ * keeps that CPU busy. */
+bool cpus_busy(int n);
 int netns_join(struct netns_job *job, struct nsbox_err *err);
 
 /* caps.c: lock securebits, empty the bounding, ambient, inheritable,

@@ -77,19 +77,6 @@ static void append(struct code *c, const struct code *d)
 		c->oom = true;
 }
 
-static uint32_t ret_of(enum seccomp_rule_action a, bool log)
-{
-	switch (a) {
-	case SRULE_ALLOW:
-		return SECCOMP_RET_ALLOW;
-	case SRULE_EPERM:
-		return log ? SECCOMP_RET_LOG : SECCOMP_RET_ERRNO | EPERM;
-	case SRULE_ENOSYS:
-		return SECCOMP_RET_ERRNO | ENOSYS;
-	}
-	return SECCOMP_RET_KILL_PROCESS;
-}
-
 static bool leaf_eq(const struct leaf *a, const struct leaf *b)
 {
 	return !a->complex && !b->complex && a->ret == b->ret;
@@ -307,7 +294,7 @@ static int classify(const struct seccomp_rule *rules, size_t nrules, struct leaf
 			if (named[nr])
 				return err_set(err, EINVAL, "seccomp: %s: an unconditional row beside others", s->name);
 			named[nr] = true;
-			l->ret = ret_of(s->action, log);
+			l->ret = seccomp_rule_ret(s->action, log);
 			continue;
 		}
 		if (s->cmp != SRULE_MASKED_EQ && s->cmp != SRULE_OTHERWISE)
@@ -322,7 +309,7 @@ static int classify(const struct seccomp_rule *rules, size_t nrules, struct leaf
 			if (other_set[nr])
 				return err_set(err, EINVAL, "seccomp: %s: two OTHERWISE rows", s->name);
 			other_set[nr] = true;
-			l->other = ret_of(s->action, log);
+			l->other = seccomp_rule_ret(s->action, log);
 			continue;
 		}
 		if (s->arg > 5 || s->mask == 0 || (s->value & ~s->mask))
@@ -344,7 +331,7 @@ static int classify(const struct seccomp_rule *rules, size_t nrules, struct leaf
 				return err_set(err, EINVAL, "seccomp: %s: value %#llx twice", s->name,
 					       (unsigned long long)s->value);
 		l->vals[l->n] = s->value;
-		l->rets[l->n++] = ret_of(s->action, log);
+		l->rets[l->n++] = seccomp_rule_ret(s->action, log);
 	}
 	for (size_t i = 0; i < NR_LIMIT; i++)
 		if (leaves[i].complex && leaves[i].n == 0)

@@ -248,19 +248,17 @@ const struct seccomp_rule seccomp_rules[] = {
 };
 const size_t seccomp_n_rules = ARRAY_SIZE(seccomp_rules);
 
-static uint32_t action_of(enum seccomp_rule_action a, const struct nsbox_policy *p)
+uint32_t seccomp_rule_ret(enum seccomp_rule_action a, bool log)
 {
-	bool log = p && p->seccomp == SECCOMP_LOG;
-
 	switch (a) {
 	case SRULE_ALLOW:
-		return SCMP_ACT_ALLOW;
+		return SECCOMP_RET_ALLOW;
 	case SRULE_EPERM:
-		return log ? SCMP_ACT_LOG : SCMP_ACT_ERRNO(EPERM);
+		return log ? SECCOMP_RET_LOG : SECCOMP_RET_ERRNO | EPERM;
 	case SRULE_ENOSYS:
-		return SCMP_ACT_ERRNO(ENOSYS);
+		return SECCOMP_RET_ERRNO | ENOSYS;
 	}
-	return SCMP_ACT_KILL_PROCESS;
+	return SECCOMP_RET_KILL_PROCESS;
 }
 
 static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, unsigned int nargs,
@@ -362,7 +360,8 @@ static int add_table(scmp_filter_ctx ctx, const struct nsbox_policy *p, uint32_t
 
 	for (i = 0; i < seccomp_n_rules; i++) {
 		const struct seccomp_rule *s = &seccomp_rules[i];
-		uint32_t act = action_of(s->action, p);
+		/* libseccomp's SCMP_ACT_* values are the kernel's. */
+		uint32_t act = seccomp_rule_ret(s->action, p && p->seccomp == SECCOMP_LOG);
 		int nr;
 
 		/* Fail loudly: a misspelt name would silently become ENOSYS. */

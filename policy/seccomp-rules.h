@@ -47,6 +47,10 @@ extern const size_t seccomp_n_rules;
 /* Action for syscalls missing from the table (enforce mode). */
 #define SECCOMP_RULES_DEFAULT_ERRNO 38	/* ENOSYS */
 
+/* The SECCOMP_RET_* value of a row's action (log: Seccomp=log, where
+ * SRULE_EPERM only logs). */
+uint32_t seccomp_rule_ret(enum seccomp_rule_action a, bool log);
+
 /* A compiled filter.  insns is malloc'ed and owned by the struct. */
 struct seccomp_prog {
 	struct sock_filter *insns;

@@ -6,8 +6,10 @@ import contextlib
 import http.server
 import json
 import os
+import signal
 import socket
 import socketserver
+import subprocess
 import tempfile
 import threading
 
@@ -912,6 +914,27 @@ print(json.dumps(R))
     assert len(e) == 1 and e[0]["reason"] == "the sandbox ended" and e[0]["bytes_out"] == 5, log
 
 
+@contextlib.contextmanager
+def _nsbox_run(args, **kw):
+    """nsbox run ARGS, its stdout and stderr piped; killed and closed on
+    the way out whatever the test did."""
+    p = subprocess.Popen([NSBOX, "run"] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    try:
+        yield p
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            if f:
+                f.close()
+
+
+def _get(port):
+    """A raw() request for the upstream's / through the HTTP proxy."""
+    return f"GET http://{UP}:{port}/ HTTP/1.1\\r\\nHost: {UP}:{port}\\r\\nConnection: close\\r\\n\\r\\n"
+
+
 def _children(pid):
     """The host pids of pid's children (all its threads')."""
     out = []
@@ -929,10 +952,8 @@ def test_proxy_forked_at_first_use_without_an_audit(upstream, first):
     at the sandbox's first connection or DNS query, not at the start
     (jail_spec.egress_lazy): checked from the host by the launcher's
     children, before and after; the queued first request is served."""
-    import subprocess
-    get = f"GET http://{UP}:{upstream}/ HTTP/1.1\\r\\nHost: {UP}:{upstream}\\r\\nConnection: close\\r\\n\\r\\n"
     use = {
-        "http": f'R["got"] = raw("{get}")[0]',
+        "http": f'R["got"] = raw("{_get(upstream)}")[0]',
         "socks": SOCKS + f'R["got"] = socks(b"\\x01" + socket.inet_aton("{UP}"), {upstream}, '
                  f'payload=b"GET / HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n")',
         # Answered by the proxy's responder (NXDOMAIN); with nobody
@@ -948,9 +969,8 @@ sys.stdin.readline()
 print(json.dumps(R), flush=True)
 sys.stdin.readline()
 '''
-    p = subprocess.Popen([NSBOX, "run", "--allow-net", f"{UP}:{upstream}", "--allow-net", "*.allowed.test", "--",
-                          PY, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
+    with _nsbox_run(["--allow-net", f"{UP}:{upstream}", "--allow-net", "*.allowed.test", "--", PY, "-c", script],
+                    stdin=subprocess.PIPE) as p:
         assert p.stdout.readline() == b"ready\n"
         before = _children(p.pid)
         assert len(before) == 1, f"the launcher has {before} before any use: a proxy forked at the start"
@@ -962,12 +982,6 @@ sys.stdin.readline()
         p.stdin.write(b"end\n")
         p.stdin.close()
         assert p.wait(timeout=30) == 0, p.stderr.read().decode()
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stdout.close()
-        p.stderr.close()
     if first == "dns":
         assert out["got"] == socket.EAI_NONAME, out
     elif first == "http":
@@ -982,9 +996,7 @@ def test_ctrl_c_reaches_the_sandbox_not_its_proxy(upstream, audited):
     nsbox run forwards it to the sandbox.  The proxy is in a process group
     of its own: a sandboxed program that handles SIGINT keeps its network
     (the proxy used to take SIGINT's default action and die)."""
-    import signal
-    import subprocess
-    get = f"GET http://{UP}:{upstream}/ HTTP/1.1\\r\\nHost: {UP}:{upstream}\\r\\nConnection: close\\r\\n\\r\\n"
+    get = _get(upstream)
     script = PRELUDE + f'''
 import signal, time
 got = []
@@ -1003,22 +1015,13 @@ print(json.dumps(R), flush=True)
     # SIGINT at its default in nsbox run, as in a terminal's foreground job:
     # a test run started in the background (CI) inherits it ignored, and
     # nsbox run keeps an ignored signal ignored (nothing is forwarded).
-    p = subprocess.Popen([NSBOX, "run"] + args + ["--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, process_group=0,
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
+    with log, _nsbox_run(args + ["--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script], stdin=subprocess.DEVNULL,
+                         process_group=0, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) as p:
         first = json.loads(p.stdout.readline())
         assert first["before"] == "HTTP/1.0 200 OK", first
         os.killpg(p.pid, signal.SIGINT)   # what ^C at a terminal does to the foreground job
         out = json.loads(p.stdout.readline())
         assert p.wait(timeout=30) == 0, p.stderr.read().decode()
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        p.stdout.close()
-        p.stderr.close()
-        log.close()
     assert out["signals"] == ["SIGINT"], out
     assert out["after"] == "HTTP/1.0 200 OK", out
 
@@ -1027,7 +1030,6 @@ def test_lazy_proxy_fork_failure_ends_the_sandbox_with_the_setup_status(upstream
     """nsbox run's proxy is forked at first use; if that fork fails (here
     made to by a preloaded shim), the sandbox, whose network would hang,
     is ended and nsbox run exits 125 (setup) saying why."""
-    import subprocess
     from conftest import BUILD
     # Under make check SANITIZE=..., the ASan runtime must come first.
     preload = [os.environ.get("NSBOX_ASAN_PRELOAD", ""), os.path.join(BUILD, "tests", "shim", "failfork.so")]
@@ -1036,14 +1038,13 @@ def test_lazy_proxy_fork_failure_ends_the_sandbox_with_the_setup_status(upstream
         env["ASAN_OPTIONS"] = "detect_leaks=0"
     script = 'import socket\ntry:\n    socket.getaddrinfo("unlisted.example.", 80)\nexcept OSError:\n    pass\n' \
              'print("still here")\n'
-    p = subprocess.run([NSBOX, "run", "--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script], env=env,
-                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    argv = [NSBOX, "run", "--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script]
+    p = subprocess.run(argv, env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     err = p.stderr.decode(errors="replace")
     assert p.returncode == 125, (p.returncode, err)
     assert "fork the egress proxy" in err, err
     assert b"still here" not in p.stdout
     # Without the variable the shim forks as usual: the same run works.
     env.pop("NSBOX_TEST_FAIL_FORK")
-    p = subprocess.run([NSBOX, "run", "--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script], env=env,
-                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    p = subprocess.run(argv, env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 0 and p.stdout == b"still here\n", p

@@ -142,19 +142,6 @@ struct syn {
 	char *names[SYN_NR];
 };
 
-static uint32_t act_ret(enum seccomp_rule_action a, bool log)
-{
-	switch (a) {
-	case SRULE_ALLOW:
-		return SECCOMP_RET_ALLOW;
-	case SRULE_EPERM:
-		return log ? SECCOMP_RET_LOG : SECCOMP_RET_ERRNO | EPERM;
-	case SRULE_ENOSYS:
-		return SECCOMP_RET_ERRNO | ENOSYS;
-	}
-	return 0;
-}
-
 /* What the table says for d, read row by row. */
 static uint32_t table_says(const struct syn *t, bool log, const struct seccomp_data *d)
 {
@@ -171,14 +158,14 @@ static uint32_t table_says(const struct syn *t, bool log, const struct seccomp_d
 		if (t->nrs[i] != d->nr)
 			continue;
 		if (r->cmp == SRULE_ANY)
-			return act_ret(r->action, log);
+			return seccomp_rule_ret(r->action, log);
 		if (r->cmp == SRULE_OTHERWISE) {
-			other = act_ret(r->action, log);
+			other = seccomp_rule_ret(r->action, log);
 			continue;
 		}
 		cond = true;
 		if ((d->args[r->arg] & r->mask) == r->value)
-			return act_ret(r->action, log);
+			return seccomp_rule_ret(r->action, log);
 	}
 	return cond ? other : def;
 }
