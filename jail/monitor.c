@@ -106,17 +106,19 @@ static int egress_start(struct jail *j, struct nsbox_err *err)
 {
 	int r = egress_fork(j->egress_policy, &j->egress_prep, j->egress_socks, &j->egress_pid, err);
 
+	if (r < 0) {
+		/* Its network would hang: the sandbox ends instead, with
+		 * NSBOX_EXIT_SETUP (jail_exit_code).  The sockets are closed
+		 * only once it is dead: a closed DNS socket answers the query
+		 * with a port-unreachable, and the program would go on. */
+		j->status.setup_failed = true;
+		jail_kill(j);
+		(void)reap(j, 0);
+	}
 	for (int i = 0; i < EGRESS_NS_SOCKETS; i++)
 		close(j->egress_socks[i]);
 	j->egress_pending = false;
-	if (r < 0) {
-		/* Its network would hang: the sandbox ends instead, with
-		 * NSBOX_EXIT_SETUP (jail_exit_code). */
-		j->status.setup_failed = true;
-		jail_kill(j);
-		return -1;
-	}
-	return 0;
+	return r;
 }
 
 int jail_wait(struct jail *j, struct jail_status *st, struct nsbox_err *err)
