@@ -77,6 +77,12 @@ const struct seccomp_rule seccomp_rules[] = {
 	 * (fs/pipe.c, too_many_pipe_buffers_soft).  A pipe keeps the default
 	 * 16 pages here; shrinking it is not asked for by anything we run. */
 	WHEN("fcntl", SRULE_EPERM, 1, LOW32, F_SETPIPE_SZ),
+	/* F_SETLEASE: the sandbox's user owns the host files its uid maps to,
+	 * so it could lease one shared read-only (--ro-bind, /usr under a root
+	 * launcher) and every host open() of it for writing would wait
+	 * lease-break-time (45 s) each time, while the sandbox re-takes it
+	 * (fcntl(2), Leases; red team 3). */
+	WHEN("fcntl", SRULE_EPERM, 1, LOW32, F_SETLEASE),
 	OTHERWISE("fcntl", SRULE_ALLOW),
 	ALLOW("flock"),
 	ALLOW("fsync"), ALLOW("fdatasync"), ALLOW("syncfs"), ALLOW("sync"), ALLOW("sync_file_range"),

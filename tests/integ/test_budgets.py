@@ -216,3 +216,40 @@ def test_userns_limits_inside():
         assert rc == 0 and out.strip() == "done", (extra, out, err)
     host = int(_sysctl("user/max_inotify_instances")[0])
     assert int(got["max_inotify_instances"]) <= max(1, host // SHARE)
+
+
+def test_no_lease_on_a_shared_host_file(tmp_path):
+    # The sandbox's user owns the host files of the uid it maps to: with a
+    # read lease on one it is given read-only, every host open() of the file
+    # for writing waited lease-break-time (45 s), again at each new lease.
+    # F_SETLEASE is EPERM (seccomp); a host writer's non-blocking open
+    # (EWOULDBLOCK while a lease stands) succeeds while the sandbox holds the file.
+    shared = tmp_path / "f"
+    shared.write_text("data\n")
+    code = ("import fcntl, os, signal, sys\n"
+            "signal.signal(signal.SIGIO, signal.SIG_IGN)\n"
+            "fd = os.open('/shared/f', os.O_RDONLY)\n"
+            "try:\n"
+            "    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK); print('leased', flush=True)\n"
+            "except OSError as e:\n"
+            "    print('refused', e.errno, flush=True)\n"
+            "sys.stdin.read()\n")
+    p = subprocess.Popen([NSBOX, "run", "--ro-bind", f"{tmp_path}:/shared", "--", "/usr/bin/python3", "-c", code],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        said = p.stdout.readline().decode().split()
+        try:
+            fd = os.open(shared, os.O_WRONLY | os.O_NONBLOCK)
+            os.close(fd)
+            host = "opened"
+        except BlockingIOError:
+            host = "EWOULDBLOCK"
+    finally:
+        p.stdin.close()
+        rc = p.wait(timeout=60)
+        err = p.stderr.read()
+        p.stdout.close()
+        p.stderr.close()
+    assert said == ["refused", str(1)], (said, err)  # EPERM
+    assert host == "opened", host
+    assert rc == 0, err

@@ -170,9 +170,12 @@ static void test_cases(void)
 	   "legacy AIO (fs.aio-max-nr, host-wide): ENOSYS");
 	ok(ev(&prog, "fcntl", 3, F_SETPIPE_SZ) == RET_EPERM &&
 		   ev(&prog, "fcntl", 3, F_SETPIPE_SZ | (1ULL << 32)) == RET_EPERM &&
+		   ev(&prog, "fcntl", 3, F_SETLEASE) == RET_EPERM &&
+		   ev(&prog, "fcntl", 3, F_SETLEASE | (1ULL << 32)) == RET_EPERM &&
+		   ev(&prog, "fcntl", 3, F_GETLEASE) == SECCOMP_RET_ALLOW &&
 		   ev(&prog, "fcntl", 3, F_GETPIPE_SZ) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETFL) == SECCOMP_RET_ALLOW &&
 		   ev(&prog, "fcntl", 3, F_DUPFD_CLOEXEC) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETLK) == SECCOMP_RET_ALLOW,
-	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user) EPERM, the rest ALLOW");
+	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user) and F_SETLEASE (host writers wait) EPERM, the rest ALLOW");
 	ok(ev(&prog, "socket", 40, 1) == RET_EPERM && ev(&prog, "socket", 17, 3) == RET_EPERM &&
 		   ev(&prog, "socket", 0x100000028ULL, 1) == RET_EPERM,
 	   "socket(AF_VSOCK, AF_PACKET, AF_VSOCK with high bits): EPERM");
