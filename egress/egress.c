@@ -40,9 +40,10 @@ int egress_prepare(const struct nsbox_policy *p, const int *audit_fds, size_t n_
 	if (n_audit_fds > EGRESS_AUDIT_FDS)
 		return err_set(err, EINVAL, "too many network audit descriptors");
 	if (p->net_log) {
-		ep->log_fd = open(p->net_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+		ep->log_fd = open_append_log(p->net_log);
 		if (ep->log_fd < 0)
-			return err_sys(err, "open the network log %s", p->net_log);
+			return err_sys(err, "open the network log %s%s", p->net_log,
+				       errno == ENXIO ? " (a FIFO with no reader?)" : "");
 	}
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
 		err_sys(err, "socketpair");

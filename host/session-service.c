@@ -221,9 +221,10 @@ static int net_add(json_t *m, const struct nsbox_policy *p, const struct nsbox_p
 	if (!n || json_object_set_new(m, "net", n) < 0)
 		return err_set(err, ENOMEM, "OPEN message");
 	if (p->net_log) {
-		fd = open(p->net_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY, 0600);
+		fd = open_append_log(p->net_log);
 		if (fd < 0)
-			return err_sys(err, "open the network log %s", p->net_log);
+			return err_sys(err, "open the network log %s%s", p->net_log,
+				       errno == ENXIO ? " (a FIFO with no reader?)" : "");
 	} else if (spec->n_net_audit_fds) {
 		fd = fcntl(spec->net_audit_fds[0], F_DUPFD_CLOEXEC, 3);
 		if (fd < 0)

@@ -1048,3 +1048,24 @@ def test_lazy_proxy_fork_failure_ends_the_sandbox_with_the_setup_status(upstream
     env.pop("NSBOX_TEST_FAIL_FORK")
     p = subprocess.run(argv, env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 0 and p.stdout == b"still here\n", p
+
+
+def test_net_log_fifo_without_a_reader_fails_at_once(tmp_path):
+    # The log was opened blocking while nsbox run caught SIGINT and SIGTERM
+    # (SA_RESTART, to forward them): a FIFO with no reader held it in open()
+    # for good, past timeout(1) and Ctrl-C.  Now ENXIO, named, at the setup;
+    # a FIFO with a reader gets the lines.
+    fifo = tmp_path / "log"
+    os.mkfifo(fifo)
+    rc, out, err = run(["run", "--net-log", str(fifo), "--allow-net", "example.com", "--", "true"], timeout=30)
+    assert rc == 125 and "open the network log" in err and "FIFO with no reader" in err, (rc, err)
+    rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # a reader, before the writer comes
+    try:
+        rc, out, err = run(["run", "--net-log", str(fifo), "--allow-net", "example.com", "--", PY, "-c",
+                            "import socket\ntry: socket.getaddrinfo('nope.invalid', 80)\nexcept OSError: pass"],
+                           timeout=60)
+        got = os.read(rfd, 65536).decode()
+    finally:
+        os.close(rfd)
+    assert rc == 0, err
+    assert '"host":"nope.invalid"' in got and '"kind":"dns"' in got, got
