@@ -259,6 +259,12 @@ fail_sys:
 	return -1;
 }
 
+/* Code and a script's source travel in one frame, at most 16 MiB
+ * (nsbox-protocol(7)): reading more (a /dev/zero, an endless pipe) only
+ * grows the host's memory until malloc fails. */
+#define PY_SOURCE_MAX (16u << 20)
+
+/* All of f, NUL-terminated; NULL with errno EFBIG past PY_SOURCE_MAX. */
 static char *read_all(FILE *f, size_t *len)
 {
 	size_t cap = 65536, n = 0;
@@ -270,6 +276,11 @@ static char *read_all(FILE *f, size_t *len)
 		n += k;
 		if (k == 0)
 			break;
+		if (n > PY_SOURCE_MAX) {
+			free(buf);
+			errno = EFBIG;
+			return NULL;
+		}
 		if (cap - n < 2) {
 			char *nb = realloc(buf, cap * 2);
 
@@ -1022,6 +1033,7 @@ int cmd_python(int argc, char **argv)
 		size_t len;
 		_cleanup_free_ char *raw = NULL;
 		_cleanup_free_ char *inside = NULL;
+		int read_errno;
 
 		if (!f) {
 			py_err("can't open file '%s': %s\n", file, strerror(errno));
@@ -1031,9 +1043,14 @@ int cmd_python(int argc, char **argv)
 			return 2; /* python's status for a missing script */
 		}
 		raw = read_all(f, &len);
+		read_errno = errno;
 		fclose(f);
 		if (!raw) {
-			py_err("cannot read %s\n", file);
+			if (read_errno == EFBIG)
+				py_err("%s: too large (over %u MiB, what one exec can carry)\n", file,
+				       PY_SOURCE_MAX >> 20);
+			else
+				py_err("cannot read %s\n", file);
 			free(py_argv);
 			json_decref(cli);
 			goto usage_quiet;
@@ -1049,7 +1066,11 @@ int cmd_python(int argc, char **argv)
 
 		owned_code = read_all(stdin, &len);
 		if (!owned_code || strlen(owned_code) != len) {
-			py_err("cannot read the code from stdin (or it holds a NUL byte)\n");
+			if (!owned_code && errno == EFBIG)
+				py_err("the code from stdin is too large (over %u MiB, what one exec can carry)\n",
+				       PY_SOURCE_MAX >> 20);
+			else
+				py_err("cannot read the code from stdin (or it holds a NUL byte)\n");
 			free(py_argv);
 			json_decref(cli);
 			goto usage_quiet;

@@ -858,3 +858,20 @@ def test_a_closed_pipe_under_json_is_not_a_success():
     p = subprocess.run(["/bin/bash", "-c", '"$0" python --json -c "print(\'x\' * 10**6)" | head -c5; '
                         'echo " ${PIPESTATUS[0]}"', NSBOX], capture_output=True, text=True, timeout=60)
     assert p.stdout == '{"val 141\n', (p.stdout, p.stderr)
+
+
+def test_endless_script_or_stdin_is_refused_past_one_frame():
+    # nsbox python /dev/zero (or an endless stdin) read until malloc failed:
+    # a red-team run took 24 GiB and the host's OOM killer.  Past the one
+    # frame (16 MiB) that carries the code it stops, named, status 120.
+    # RLIMIT_AS bounds this test's own host side should it come back.
+    import resource
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    for args in (["python", "/dev/zero"], ["python", "-"], ["python"]):
+        p = subprocess.run([NSBOX] + args, stdin=open("/dev/zero", "rb"), capture_output=True, timeout=60,
+                           preexec_fn=cap)
+        err = p.stderr.decode(errors="replace")
+        assert p.returncode == 120 and "too large (over 16 MiB" in err, (args, p.returncode, err)
