@@ -518,13 +518,19 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 	if (!n)
 		return;
 	/* Any JSON value parses: one that isn't an object is an invalid
-	 * request (-32600), not a parse error. */
-	m = json_loadb(line, n, JSON_DECODE_ANY, &jerr);
+	 * request (-32600), not a parse error.  jansson's lexer reads a raw NUL
+	 * between tokens as a blank, which RFC 8259 does not allow and a
+	 * C-string reader in front of us would take as the message's end. */
+	m = memchr(line, '\0', n) ? NULL : json_loadb(line, n, JSON_DECODE_ANY, &jerr);
 	if (!m) {
 		char msg[512];
 
 		/* Answered in turn, after the requests before it. */
-		snprintf(msg, sizeof(msg), "parse error: %s (column %d)", jerr.text, jerr.column);
+		if (memchr(line, '\0', n))
+			snprintf(msg, sizeof(msg), "parse error: a NUL byte in the message (column %d)",
+				 (int)((const char *)memchr(line, '\0', n) - line) + 1);
+		else
+			snprintf(msg, sizeof(msg), "parse error: %s (column %d)", jerr.text, jerr.column);
 		m = json_pack("{s:s}", "_nsbox_parse_error", msg);
 		if (m)
 			enqueue(srv, m);

@@ -691,6 +691,16 @@ def test_nul_in_output_and_values():
     assert out[0]["result"]["content"][0]["text"] == "[stdout]\na\0b\n'x\\x00'", out
     assert out[1]["result"]["content"][0]["text"] == "42", out
 
+def test_raw_nul_byte_is_a_parse_error():
+    # jansson reads a raw NUL between tokens as a blank: this line was
+    # answered as a ping.  RFC 8259 has no such blank, and a reader that
+    # stops at the NUL would see another message than the server.
+    rc, out, err = raw(['{"jsonrpc":"2.0","id":1\0,"method":"ping"}', req(2, "ping")])
+    assert rc == 0, err
+    assert out[0]["id"] is None and out[0]["error"]["code"] == -32700 and "NUL" in out[0]["error"]["message"], out
+    assert out[1]["id"] == 2 and out[1]["result"] == {}, out
+
+
 def test_invalid_requests_are_invalid():
     rc, out, err = raw(["5", '"x"', json.dumps({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
                         json.dumps({"id": 2, "method": "ping"}), req(3, "ping")])
