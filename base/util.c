@@ -214,6 +214,9 @@ int parse_double(const char *s, double *out)
 
 	if (!s || !(isdigit((unsigned char)s[0]) || s[0] == '.'))
 		return -EINVAL;
+	/* Decimal only: strtod also reads C99 hex floats ("0x1p3" is 8). */
+	if (strpbrk(s, "xX"))
+		return -EINVAL;
 	errno = 0;
 	v = strtod_c(s, &end);
 	if (errno || *end || !isfinite(v) || v < 0)

@@ -325,6 +325,10 @@ static void test_good_effects(void)
 	check(policy_set(&p, "Limits", "CPUs", "0.25", &err) == 0 && p.cpus == 0.25, "CPUs=0.25");
 	check(policy_set(&p, "Limits", "TimeLimit", "2.5", &err) == 0 && p.time_limit == 2.5,
 	   "TimeLimit=2.5");
+	check(policy_set(&p, "Limits", "CPUs", "0x1p3", &err) < 0 && p.cpus == 0.25 &&
+		      policy_set(&p, "Limits", "TimeLimit", "0x10", &err) < 0 && p.time_limit == 2.5 &&
+		      strstr(err.msg, "not a decimal number"),
+	      "CPUs=0x1p3 and TimeLimit=0x10 (hex floats, which strtod reads) are refused");
 	check(policy_set(&p, "Limits", "Pids", "infinity", &err) == 0 && p.pids == 0, "Pids=infinity");
 	check(policy_set(&p, "Sandbox", "Uid", "0", &err) == 0 && p.uid == 0, "Uid=0");
 	check(policy_set(&p, "Sandbox", "Network", "host", &err) == 0 && p.share_net, "Network=host");
