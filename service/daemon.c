@@ -771,9 +771,13 @@ static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus)
 		if (c->uid != uid)
 			continue;
 		for (struct sess *x = c->sessions; x; x = x->next) {
+			/* One that ended by itself holds its place (and one of
+			 * the service's MaxSessions) until CLOSE: counted, or a
+			 * uid could fill the service with ended sessions.  Its
+			 * memory and CPUs are back. */
+			(*n)++;
 			if (x->ended)
 				continue;
-			(*n)++;
 			*mem += x->memory;
 			*cpus += x->cpus;
 		}
@@ -1028,7 +1032,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	}
 	uid_usage(c->uid, &n_live, &mem, &cpus);
 	if (n_live >= rule->max_sessions) {
-		reply_error(c, id, EDQUOT, "uid %u has %u live sessions, the most [%s] MaxSessions allows",
+		reply_error(c, id, EDQUOT, "uid %u has %u sessions (ended ones count until CLOSE), the most [%s] MaxSessions allows",
 			    (unsigned)c->uid, n_live, rule->section);
 		return;
 	}

@@ -285,6 +285,42 @@ def test_cross_connection_handles_refused(daemon):
     b.close()
 
 
+def test_ended_unclosed_sessions_count_towards_the_uids_quota():
+    """A session whose sandbox ended by itself stays until CLOSE and holds
+    a slot of the service's MaxSessions: it counts towards its uid's
+    MaxSessions too, or one uid (here [Default] MaxSessions=2) could fill
+    the service (MaxSessions=6) with ended sessions and refuse everyone."""
+    d = Daemon("[Service]\nMaxSessions=6\nPoolSize=0\n[Default]\nMaxSessions=2\n")
+    try:
+        c = svcclient.Client(d.sock)
+        ended = []
+        for _ in range(2):
+            sb, m = c.open()
+            assert sb, m
+            sb.sock.close()     # the runner reads EOF and exits: the sandbox ends by itself
+            while True:
+                t, m, _, _ = c.recv()
+                if t == "EXITED":
+                    break
+            assert m["handle"] == sb.handle
+            assert wait_gone(sb.pid)
+            ended.append(sb)
+        sb, m = c.open()
+        assert sb is None and m["error"] == "EDQUOT" and "MaxSessions" in m["message"], m
+        # CLOSE gives the place back.
+        t, m, _ = c.request("CLOSE", {"handle": ended[0].handle})
+        assert t == "CLOSED" and m["status"]["exited"], m
+        os.close(ended[0].pidfd)
+        sb, m = c.open()
+        assert sb, m
+        assert sb.exec("1 + 1")["value"] == 2
+        sb.close()
+        os.close(ended[1].pidfd)
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
 @pytest.mark.parametrize("bad", [b"garbage", b"\x00" * 16, struct.pack("<IIHHI", 0x4442534E, 2, 2, 0, 1) + b"[]",
                                  struct.pack("<IIHHI", 0x4442534E, 2, 99, 0, 1) + b"{}", b"x" * 70000])
 def test_malformed_closes_only_that_connection(daemon, bad):
