@@ -75,7 +75,7 @@ int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, 
 	size_t pre = n; /* the first object refused without the client's ids */
 	int pre_code = 0, dumpable, n_mine, err = 0;
 	size_t bad = 0;
-	gid_t mine[NGROUPS_MAX];
+	static gid_t mine[NGROUPS_MAX]; /* 256 KiB: not on the stack; one caller, the loop */
 	uid_t my_uid = geteuid();
 	gid_t my_gid = getegid();
 
