@@ -22,7 +22,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/epoll.h>
+#include <sys/fsuid.h>
 #include <sys/random.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -1625,6 +1627,102 @@ static void handle_signals(void)
 	}
 }
 
+/* --listen PATH: the socket is made with its mode (the umask) and its
+ * group (this thread's fsgid) from the start, in the directory opened
+ * first, and nothing is done to it by name once it exists: another user
+ * who may write that directory could have swapped it for a symlink or a
+ * hard link meanwhile (a root nsboxd's chown and chmod of the path
+ * followed a symlink to any file: /etc/shadow mode 0666).  An unprivileged
+ * nsboxd can't take a supplementary group as its fsgid: it sets the group
+ * afterwards, never through a symlink.  Returns the listening socket. */
+static int listen_on(const char *path, const char *group, mode_t mode)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+	char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+	bool chown_after = false;
+	gid_t gid = (gid_t)-1;
+	struct stat st;
+	mode_t old_umask;
+	int dfd = -1, fd = -1, r, e;
+
+	if (!dir || !*base || !strcmp(base, ".") || !strcmp(base, "..") || strlen(path) >= sizeof(sa.sun_path)) {
+		logmsg("--listen %s: %s", path, dir ? "not a path to a new socket, or too long" : "out of memory");
+		goto fail;
+	}
+	if (group) {
+		struct group *g = getgrnam(group);
+		char *end;
+		long v = g ? (long)g->gr_gid : strtol(group, &end, 10);
+
+		if (!g && (*end || v < 0 || v >= (long)UINT32_MAX)) {
+			logmsg("--group %s: no such group", group);
+			goto fail;
+		}
+		gid = (gid_t)v;
+	}
+	dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fstat(dfd, &st) < 0) {
+		logmsg("--listen %s: %s: %s", path, dir, strerror(errno));
+		goto fail;
+	}
+	/* A set-group-ID directory gives its own group to what is made in it. */
+	if (group && (st.st_mode & S_ISGID) && st.st_gid != gid) {
+		logmsg("--listen %s: %s is set-group-ID (group %u): the socket would get that group, not --group's", path,
+		       dir, (unsigned)st.st_gid);
+		goto fail;
+	}
+	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", dfd, base) >= (int)sizeof(sa.sun_path)) {
+		logmsg("--listen %s: path too long", path);
+		goto fail;
+	}
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		logmsg("socket: %s", strerror(errno));
+		goto fail;
+	}
+	(void)unlinkat(dfd, base, 0);
+	old_umask = umask(~mode & 0777);
+	/* setfsgid answers the fsgid it replaced: asked twice, whether it took. */
+	if (group) {
+		setfsgid(gid);
+		chown_after = (gid_t)setfsgid(gid) != gid;
+	}
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	e = errno;
+	if (group)
+		setfsgid(getegid());
+	umask(old_umask);
+	if (r < 0 || listen(fd, 128) < 0) {
+		logmsg("--listen %s: %s", path, strerror(r < 0 ? e : errno));
+		goto fail;
+	}
+	if (chown_after && fchownat(dfd, base, (uid_t)-1, gid, AT_SYMLINK_NOFOLLOW) < 0) {
+		logmsg("--group %s: %s", group, strerror(errno));
+		goto fail;
+	}
+	/* What the name holds now: a check (a directory's default ACL may
+	 * give another mode), not a repair by name. */
+	if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode)) {
+		logmsg("--listen %s: not our socket any more (replaced by another user who may write %s?)", path, dir);
+		goto fail;
+	}
+	if ((st.st_mode & 07777) != mode || (group && st.st_gid != gid))
+		logmsg("--listen %s: the socket has mode %04o, group %u (--mode %04o%s): a default ACL of %s?", path,
+		       (unsigned)(st.st_mode & 07777), (unsigned)st.st_gid, (unsigned)mode, group ? ", --group" : "",
+		       dir);
+	close(dfd);
+	free(dir);
+	return fd;
+fail:
+	if (fd >= 0)
+		close(fd);
+	if (dfd >= 0)
+		close(dfd);
+	free(dir);
+	return -1;
+}
+
 static int open_listener(void)
 {
 	int n = sd_listen_fds(1);
@@ -1652,43 +1750,8 @@ static int open_listener(void)
 		logmsg("no socket: use --listen PATH, or socket activation (nsboxd.socket)");
 		return -1;
 	}
-	{
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-		int fd;
-
-		if (strlen(D.o->listen_path) >= sizeof(sa.sun_path)) {
-			logmsg("--listen %s: path too long", D.o->listen_path);
-			return -1;
-		}
-		strcpy(sa.sun_path, D.o->listen_path);
-		fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd < 0)
-			return logmsg("socket: %s", strerror(errno)), -1;
-		(void)unlink(D.o->listen_path);
-		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
-			logmsg("--listen %s: %s", D.o->listen_path, strerror(errno));
-			close(fd);
-			return -1;
-		}
-		if (D.o->listen_group) {
-			struct group *g = getgrnam(D.o->listen_group);
-			char *end;
-			long gid = g ? (long)g->gr_gid : strtol(D.o->listen_group, &end, 10);
-
-			if ((!g && *end) || chown(D.o->listen_path, (uid_t)-1, (gid_t)gid) < 0) {
-				logmsg("--group %s: %s", D.o->listen_group, g || !*end ? strerror(errno) : "no such group");
-				close(fd);
-				return -1;
-			}
-		}
-		if (chmod(D.o->listen_path, (mode_t)D.o->listen_mode) < 0) {
-			logmsg("chmod %s: %s", D.o->listen_path, strerror(errno));
-			close(fd);
-			return -1;
-		}
-		D.listen.fd = fd;
-	}
-	return 0;
+	D.listen.fd = listen_on(D.o->listen_path, D.o->listen_group, (mode_t)D.o->listen_mode);
+	return D.listen.fd < 0 ? -1 : 0;
 }
 
 static void shutdown_all(void)

@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -93,8 +94,8 @@ class Daemon:
             args = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *args]
         args = [*wrap, *args]
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        # Ready when it says so: the socket exists before its group and
-        # mode are set (--group, --mode), and a sanitized nsboxd is slow.
+        # Ready when it says so: the socket exists before nsboxd has
+        # checked it and listens, and a sanitized nsboxd is slow.
         end = time.time() + 30
         while time.time() < end and not (os.path.exists(self.sock) and (activate or "ready (" in self.logtext())):
             if self.p.poll() is not None:
@@ -645,6 +646,58 @@ print(out)
         p = subprocess.run(who + [NSBOX, "python", "--connect", d.sock, "--share-net", "-c", "1"],
                            capture_output=True, timeout=60, env=env)
         assert p.returncode != 0 and b"AllowShareNet=no" in p.stderr, p.stderr
+    finally:
+        assert d.stop() == 0
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: a root nsboxd and another user's directory")
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace is missing (scripts/install-deps.sh installs it)")
+def test_listen_socket_swapped_for_a_symlink():
+    """--listen in a directory another user may write: that user swaps the
+    new socket for a symlink to a root-owned file between bind() and the
+    socket's chown/chmod (strace delays bind's return 2 s, so the race is
+    won every time).  Before: root's chown and chmod followed it (the file
+    became mode 0666, group 4242).  Now the socket is made with its mode
+    and group, nothing is done to it by name after, and nsboxd refuses to
+    go on with a name that is not its socket."""
+    top = pathlib.Path(tempfile.mkdtemp(prefix="nsbxd-listen-"))
+    os.chmod(top, 0o755)
+    victim, alice, conf, log = top / "victim", top / "alice", top / "conf", top / "log"
+    victim.write_text("secret\n")
+    os.chmod(victim, 0o600)
+    alice.mkdir()
+    os.chown(alice, 65534, 65534)
+    conf.write_text("")
+    sock = alice / "s.sock"
+    try:
+        with open(log, "w") as lf:
+            p = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=bind", "-e",
+                                  "inject=bind:delay_exit=2000000", NSBOXD, "--listen", str(sock), "--config",
+                                  str(conf), "--group", "4242", "--mode", "0666"], stdout=lf, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL,
+                                 env=dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") +
+                                          ":detect_leaks=0"))
+        try:
+            assert wait_until(lambda: sock.exists(), 20)
+            subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+                            f"rm -f {sock} && ln -s {victim} {sock}"], check=True, timeout=10)
+            p.wait(30)
+        finally:
+            if p.poll() is None:
+                for k in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split():
+                    os.kill(int(k), signal.SIGTERM)
+                p.wait(30)
+        out = log.read_text()
+        st = os.stat(victim)
+        assert st.st_mode & 0o7777 == 0o600 and st.st_gid == 0, oct(st.st_mode)
+        assert p.returncode != 0 and "not our socket any more" in out, out
+    finally:
+        shutil.rmtree(top)
+    # and unraced, the socket has its mode and group from the start
+    d = Daemon("", extra=("--group", "4242", "--mode", "0604"))
+    try:
+        st = os.lstat(d.sock)
+        assert stat.S_ISSOCK(st.st_mode) and st.st_gid == 4242 and st.st_mode & 0o7777 == 0o604, oct(st.st_mode)
     finally:
         assert d.stop() == 0
 
