@@ -121,6 +121,7 @@ static struct {
 	struct conf conf;
 	int ep;
 	struct { enum ev_kind kind; int fd; } listen, sig, worker;
+	int listen_dir;		/* --listen's directory, opened once (listen_on) */
 	bool activated;		/* sd_listen_fds */
 	bool stopping;
 	struct conn *conns;
@@ -1711,7 +1712,7 @@ static int listen_on(const char *path, const char *group, mode_t mode)
 		logmsg("--listen %s: the socket has mode %04o, group %u (--mode %04o%s): a default ACL of %s?", path,
 		       (unsigned)(st.st_mode & 07777), (unsigned)st.st_gid, (unsigned)mode, group ? ", --group" : "",
 		       dir);
-	close(dfd);
+	D.listen_dir = dfd;	/* its socket is removed there at exit */
 	free(dir);
 	return fd;
 fail:
@@ -1790,7 +1791,7 @@ int daemon_run(const struct daemon_opts *o)
 	D.o = o;
 	D.listen.kind = EV_LISTEN;
 	D.sig.kind = EV_SIGNAL;
-	D.listen.fd = D.sig.fd = -1;
+	D.listen.fd = D.sig.fd = D.listen_dir = -1;
 	if (load_config(&D.conf) < 0)
 		return 2;
 	apply_config();
@@ -1904,8 +1905,16 @@ int daemon_run(const struct daemon_opts *o)
 	}
 	shutdown_all();
 	logmsg("stopped: %llu sessions served (%llu from the pool)", D.opened, D.pool_hits);
-	if (!D.activated && o->listen_path)
-		(void)unlink(o->listen_path);
+	/* In the directory opened at the start, and only our socket: the
+	 * path's directories may name other ones by now. */
+	if (!D.activated && o->listen_path && D.listen_dir >= 0) {
+		const char *base = strrchr(o->listen_path, '/') ? strrchr(o->listen_path, '/') + 1 : o->listen_path;
+		struct stat st;
+
+		if (fstatat(D.listen_dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode))
+			(void)unlinkat(D.listen_dir, base, 0);
+		close(D.listen_dir);
+	}
 	close(D.ep);
 	close(D.sig.fd);
 	close(D.listen.fd);
