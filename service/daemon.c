@@ -26,6 +26,7 @@
 #include <sys/epoll.h>
 #include <sys/fsuid.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1782,6 +1783,30 @@ static void shutdown_all(void)
 	}
 }
 
+/* Each live session holds about five descriptors here (its pidfd, and
+ * its session's socket, pidfd, ready fd...), so MaxSessions=1024 needs
+ * thousands.  The unit sets LimitNOFILE=65536, but started by hand from a
+ * shell whose soft limit is 1024, OPENs failed from the ~200th session
+ * (EIO, "getrandom or dup failed"): take the hard limit (the sandboxes
+ * get their own, OpenFiles=), and say so if that is still short. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	unsigned long long need = (unsigned long long)D.conf.max_sessions * 6 + 256;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			(void)getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && (unsigned long long)rl.rlim_cur < need)
+		logmsg("RLIMIT_NOFILE is %llu: MaxSessions=%u may need %llu descriptors (raise the hard limit, or "
+		       "LimitNOFILE= in the unit)",
+		       (unsigned long long)rl.rlim_cur, D.conf.max_sessions, need);
+}
+
 int daemon_run(const struct daemon_opts *o)
 {
 	sigset_t mask;
@@ -1795,6 +1820,7 @@ int daemon_run(const struct daemon_opts *o)
 	if (load_config(&D.conf) < 0)
 		return 2;
 	apply_config();
+	raise_nofile();
 	/* Before any thread or helper process exists: cgroup.procs moves the
 	 * whole process, and the helpers are forked into nsboxd's cgroup. */
 	{

@@ -702,6 +702,38 @@ def test_listen_socket_swapped_for_a_symlink():
         assert d.stop() == 0
 
 
+@pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit (util-linux) is missing")
+def test_started_by_hand_takes_the_hard_descriptor_limit():
+    """Each live session holds about five of nsboxd's descriptors: under a
+    shell's soft limit (128 here, often 1024) OPENs failed from the ~22nd
+    (the ~200th) session.  nsboxd takes the hard limit, and says so when
+    even that is short of what MaxSessions may need."""
+    d = Daemon("[Service]\nPoolSize=0\nMaxSessions=30\n[Default]\nMaxSessions=30\n", wrap=("prlimit", "--nofile=128:4096"))
+    try:
+        with open(f"/proc/{d.p.pid}/limits") as f:
+            soft = next(line for line in f if line.startswith("Max open files")).split()[3]
+        assert soft == "4096", soft
+        c = svcclient.Client(d.sock)
+        held = []
+        for _ in range(25):
+            sb, m = c.open()
+            assert sb, m
+            held.append(sb)
+        assert held[-1].exec("6*7")["value"] == 42
+        c.close()
+        for sb in held:
+            sb.sock.close()
+            os.close(sb.pidfd)
+            assert wait_gone(sb.pid)
+    finally:
+        assert d.stop() == 0
+    d = Daemon("[Service]\nPoolSize=0\n", wrap=("prlimit", "--nofile=128:128"))
+    try:
+        assert "RLIMIT_NOFILE is 128: MaxSessions=1024 may need" in d.logtext(), d.logtext()
+    finally:
+        assert d.stop() == 0
+
+
 DEPUTY_OPEN = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
