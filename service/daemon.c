@@ -75,6 +75,7 @@ struct sess {
 	bool uid_owned;		/* host_uid came from uid_alloc: free it on reap */
 	uint64_t memory;	/* limits charged to the owner's uid */
 	double cpus;
+	uint64_t pids;
 	bool ended;
 	struct svc_status st;
 	struct nsbox_session_info info;	/* from the worker, at creation */
@@ -766,11 +767,12 @@ static struct sess *sess_find(struct conn *c, const json_t *m, struct sess ***li
 }
 
 /* What uid has in use across all its connections. */
-static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus)
+static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus, uint64_t *pids)
 {
 	*n = 0;
 	*mem = 0;
 	*cpus = 0;
+	*pids = 0;
 	for (struct conn *c = D.conns; c; c = c->next) {
 		if (c->uid != uid)
 			continue;
@@ -784,6 +786,7 @@ static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus)
 				continue;
 			*mem += x->memory;
 			*cpus += x->cpus;
+			*pids += x->pids;
 		}
 	}
 }
@@ -888,16 +891,17 @@ static void finish_open(struct conn *c, struct sess *x)
 	int out_fds[2] = { -1, -1 }, code = 0;
 	unsigned char rnd[SVC_HANDLE_LEN / 2];
 	unsigned n_live;
-	uint64_t mem;
+	uint64_t mem, pids;
 	double cpus;
 	json_t *hj;
 
 	x->state = S_LIVE;
 	x->memory = x->info.memory_limit;
 	x->cpus = x->info.cpus_limit;
+	x->pids = x->info.pids_limit;
 	/* What the uid has besides this one. */
 	sess_unlink(c, x);
-	uid_usage(c->uid, &n_live, &mem, &cpus);
+	uid_usage(c->uid, &n_live, &mem, &cpus, &pids);
 	if (rule->max_memory && (!x->memory || mem + x->memory > rule->max_memory))
 		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
 					x->memory ? "memory" : "no memory limit", (unsigned)c->uid,
@@ -907,6 +911,11 @@ static void finish_open(struct conn *c, struct sess *x)
 		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %g CPUs, [%s] MaxCPUs is %g",
 					x->cpus > 0 ? "CPUs" : "no CPU limit", (unsigned)c->uid, cpus + x->cpus,
 					rule->section, rule->max_cpus);
+	else if (rule->max_pids && (!x->pids || pids + x->pids > rule->max_pids))
+		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu processes, [%s] MaxPids is %llu",
+					x->pids ? "pids" : "no pids limit", (unsigned)c->uid,
+					(unsigned long long)(pids + x->pids), rule->section,
+					(unsigned long long)rule->max_pids);
 	if (!code && nsbox_session_handoff(x->s, &out_fds[0], &out_fds[1], &hello, &ne) < 0)
 		code = EIO, snprintf(eb, sizeof(eb), "%s", nsbox_error_message(ne));
 	drop_error(ne);
@@ -981,7 +990,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 
 	_Static_assert(SVC_MAX_FDS <= sizeof(j->fds) / sizeof(j->fds[0]), "a job holds an OPEN's descriptors");
 	unsigned n_live;
-	uint64_t mem;
+	uint64_t mem, pids;
 	double cpus;
 	int profile, code = 0;
 	bool share_net;
@@ -1034,7 +1043,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, code, "%s", eb);
 		return;
 	}
-	uid_usage(c->uid, &n_live, &mem, &cpus);
+	uid_usage(c->uid, &n_live, &mem, &cpus, &pids);
 	if (n_live >= rule->max_sessions) {
 		reply_error(c, id, EDQUOT, "uid %u has %u sessions (ended ones count until CLOSE), the most [%s] MaxSessions allows",
 			    (unsigned)c->uid, n_live, rule->section);
@@ -1055,6 +1064,12 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	if (rule->max_cpus > 0 && o.cpus > 0 && cpus + o.cpus > rule->max_cpus + 1e-9) {
 		reply_error(c, id, EDQUOT, "CPUs: uid %u would have %g CPUs, [%s] MaxCPUs is %g", (unsigned)c->uid,
 			    cpus + o.cpus, rule->section, rule->max_cpus);
+		return;
+	}
+	if (rule->max_pids && o.pids && pids + o.pids > rule->max_pids) {
+		reply_error(c, id, EDQUOT, "pids: uid %u would have %llu processes, [%s] MaxPids is %llu",
+			    (unsigned)c->uid, (unsigned long long)(pids + o.pids), rule->section,
+			    (unsigned long long)rule->max_pids);
 		return;
 	}
 	/* No confused deputy: every host object arrives as the client's own
@@ -1197,9 +1212,9 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 		c->hello = true;
 		D.n_nohello--;
 		reply(c, SVC_HELLO, id,
-		      json_pack("{s:i,s:s,s:s,s:{s:i,s:I,s:f}}", "version", SVC_VERSION, "server", "nsboxd",
+		      json_pack("{s:i,s:s,s:s,s:{s:i,s:I,s:f,s:I}}", "version", SVC_VERSION, "server", "nsboxd",
 				"library", nsbox_version(), "limits", "max_sessions", (int)r->max_sessions, "max_memory",
-				(json_int_t)r->max_memory, "max_cpus", r->max_cpus));
+				(json_int_t)r->max_memory, "max_cpus", r->max_cpus, "max_pids", (json_int_t)r->max_pids));
 		return;
 	}
 	case SVC_OPEN:

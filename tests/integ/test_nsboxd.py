@@ -734,6 +734,36 @@ def test_started_by_hand_takes_the_hard_descriptor_limit():
         assert d.stop() == 0
 
 
+def test_max_pids_bounds_what_opens_may_ask():
+    """OPEN's pids overrides the profile's: a uid allowed only strict (32)
+    could ask for a million per session, and nsboxd's unit has
+    TasksMax=infinity.  MaxPids bounds the sum of a uid's pids limits,
+    asked (refused before a sandbox is made) or the profile's (default's
+    128 here: strict requires cgroups, which the no-delegation pass lacks)."""
+    d = Daemon("[Service]\nPoolSize=0\n[Default]\nMaxPids=300\n")
+    try:
+        c = svcclient.Client(d.sock)
+        t, m, _ = c.request("HELLO", {"version": 1})
+        assert m["limits"]["max_pids"] == 300, m
+        sb, m = c.open(profile="strict", pids=1000000)
+        assert sb is None and m["error"] == "EDQUOT" and "MaxPids is 300" in m["message"], m
+        held = []
+        for _ in range(2):      # 2 x 128 = 256
+            sb, m = c.open()
+            assert sb and m["limits"]["pids"] == 128, m
+            held.append(sb)
+        sb, m = c.open()
+        assert sb is None and m["error"] == "EDQUOT" and "would have 384 processes" in m["message"], m
+        sb, m = c.open(pids=40)
+        assert sb and m["limits"]["pids"] == 40, m
+        held.append(sb)
+        for sb in held:
+            sb.close()
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
 DEPUTY_OPEN = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])

@@ -289,6 +289,8 @@ static void test_conf(void)
 		{ "[Service]\nBogus=1\n", "unknown key 'Bogus' in [Service]" },
 		{ "[Default]\nMaxMemory=lots\n", "MaxMemory" },
 		{ "[Default]\nMaxCPUs=-1\n", "MaxCPUs" },
+		{ "[Default]\nMaxPids=0\n", "MaxPids" },
+		{ "[Default]\nMaxPids=lots\n", "MaxPids" },
 		{ "[Default]\nAllowShareNet=maybe\n", "AllowShareNet" },
 		{ "[Default]\nAllowNet=sometimes\n", "AllowNet: 'sometimes' is not yes or no" },
 		{ "[Default]\nAllowProfiles=root\n", "unknown profile" },
@@ -306,14 +308,15 @@ static void test_conf(void)
 	   "an empty file: the documented defaults");
 	ok(conf("# comment\n; another\n\n[Service]\n  PoolSize = 4 \nPoolProfiles=strict permissive\n"
 		"HostUidRange=524288-589823\nIdleExitSec=0.5\nAllowUsers=0 65534\nAllowGroups=4242\n"
-		"[Default]\nMaxSessions=8\nMaxMemory=4G\nMaxCPUs=2.5\nAllowBinds=yes\n"
+		"[Default]\nMaxSessions=8\nMaxMemory=4G\nMaxCPUs=2.5\nMaxPids=300\nAllowBinds=yes\n"
 		"[Group:4242]\nMaxSessions=64\nAllowShareNet=yes\nAllowNet=yes\n[User:65534]\nAllowWorkspace=no\n",
 		&c, eb, sizeof(eb)) == 0,
 	   "a full file parses (%s)", eb);
 	ok(c.pool_size == 4 && !c.pool_profile[0] && c.pool_profile[1] && c.pool_profile[2] && c.idle_exit == 0.5,
 	   "[Service] pool and idle settings");
 	ok(c.uid_first == 524288 && c.uid_count == 65536, "HostUidRange=524288-589823: 65536 uids from 524288");
-	ok(c.dflt.max_memory == 4ull << 30 && c.dflt.max_cpus == 2.5 && c.dflt.binds, "[Default] limits");
+	ok(c.dflt.max_memory == 4ull << 30 && c.dflt.max_cpus == 2.5 && c.dflt.max_pids == 300 && c.dflt.binds,
+	   "[Default] limits");
 	r = conf_rule_for(&c, 1000, 1000, &g4242, 1);
 	ok(r && !strcmp(r->section, "Group:4242") && r->max_sessions == 64 && r->share_net && r->net && r->binds &&
 		   r->max_memory == 4ull << 30,
