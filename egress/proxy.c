@@ -24,6 +24,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <resolv.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -325,6 +326,23 @@ static int resolve_pinned(const char *name, struct pinned *out)
 			return 0;
 		}
 	pthread_mutex_unlock(&pin_lock);
+	/* The name the sandbox chose, and no other: resolv.conf's search
+	 * list would send a query for NAME.corp.example (any NAME, under a
+	 * wildcard rule) to the host's resolver when NAME has no address
+	 * (glibc's res_search: RES_DNSRCH, and RES_DEFNAMES for a name with
+	 * no dot).  _res is this thread's.  res_init from the default options
+	 * loads the current resolv.conf (a stat(2) when unchanged, so a new
+	 * one is still read); the options cleared after it make glibc take
+	 * the state as the caller's own, which getaddrinfo keeps.  (res_init
+	 * over already cleared options makes a configuration of them that
+	 * getaddrinfo then swaps for resolv.conf's, with the search list:
+	 * every second lookup leaked.)  An absolute name ("NAME.") would skip
+	 * the search list too, but /etc/hosts never matches one.  NSS modules
+	 * other than dns (resolve, mdns) read their own configuration. */
+	_res.options = RES_DEFAULT;
+	if (res_init() < 0)
+		return -1;
+	_res.options &= ~(unsigned long)(RES_DNSRCH | RES_DEFNAMES);
 	if (getaddrinfo(name, NULL, &hints, &res) != 0 || !res)
 		return -1;
 	snprintf(out->name, sizeof(out->name), "%s", name);

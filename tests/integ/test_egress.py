@@ -534,11 +534,13 @@ echo "direct: $(curl -sSk --noproxy '*' https://localhost:{port}/ 2>&1 | head -c
 # A resolver for the host side, on 127.0.0.53, logging every query ("name
 # qtype").  A queries get 192.0.2.7 (TEST-NET-1: nothing is ever sent
 # there), or, with "flip", 127.0.0.2 for a name's first query and 127.0.0.3
-# for every later one; AAAA: none.
+# for every later one; AAAA: none.  With "nx", names starting "nx" get
+# NXDOMAIN.
 RESOLVER = r"""
 import socket, struct, sys
 log, ready = sys.argv[1], sys.argv[2]
 flip = sys.argv[3:] == ["flip"]
+nx = sys.argv[3:] == ["nx"]
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(("127.0.0.53", 53))
 open(ready, "w").close()
@@ -555,6 +557,9 @@ while True:
     with open(log, "a") as f:
         f.write("%s %d\n" % (name, qtype))
     an = b""
+    if nx and name.startswith("nx"):
+        s.sendto(q[:2] + b"\x81\x83" + struct.pack(">HHHH", 1, 0, 0, 0) + q[12:p + 5], peer)
+        continue
     if qtype == 1:
         addr = [127, 0, 0, 3 if name in seen else 2] if flip else [192, 0, 2, 7]
         an = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes(addr)
@@ -564,16 +569,17 @@ while True:
 """
 
 
-def _own_resolver_run(d, inside, allow, mode="", start="", pids=""):
+def _own_resolver_run(d, inside, allow, mode="", start="", pids="", resolv=""):
     """nsbox run of inside (Python) with --allow-net allow, in a network and
     mount namespace of the test's own (and, unprivileged, a user namespace
     to own them), where /etc/resolv.conf names RESOLVER (in mode) on
     127.0.0.53.  start: shell run after the resolver starts (servers whose
-    pids it leaves in the variables pids names).  Returns the sandbox's
+    pids it leaves in the variables pids names); resolv: more lines for
+    resolv.conf.  Returns the sandbox's
     last line as JSON, the resolver's queries as [name, qtype] and the
     network log's records."""
     import subprocess
-    (d / "resolv.conf").write_text("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n")
+    (d / "resolv.conf").write_text("nameserver 127.0.0.53\noptions attempts:1 timeout:2\n" + resolv)
     (d / "resolver.py").write_text(RESOLVER)
     (d / "queries.log").write_text("")
     (d / "inside.py").write_text(inside)
@@ -641,6 +647,37 @@ print(json.dumps(R))
     assert {e["host"] for e in log if e["decision"] == "deny"} >= {"secret-data.exfil.test", "c2vjcmv0.exfil.test",
                                                                    "more-secrets.exfil.test",
                                                                    "socks-secret.exfil.test"}
+
+
+def test_no_search_list_for_the_sandboxs_names(tmp_path):
+    """The host's resolv.conf may have a search list: glibc then asks for
+    NAME.corp.test when NAME has no address (res_search), a query for a
+    name the sandbox chose (any label under a wildcard rule) that is on no
+    list.  The host side asks for the name itself and nothing else,
+    however often, by DNS and by proxy.  Before the fix the resolver saw
+    nx-secret.listed.test.corp.test &c.; with only res_init each time,
+    every second lookup still did."""
+    inside = PRELUDE + r"""
+def q(name):
+    try:
+        return sorted({a[4][0] for a in socket.getaddrinfo(name, 443, socket.AF_INET)})
+    except socket.gaierror as e:
+        return e.errno
+R["nx"] = [q("nx-secret%d.listed.test" % i) for i in range(3)]
+R["single"] = q("nxlabel")
+R["proxy"] = [raw("CONNECT nx-more%d.listed.test:443 HTTP/1.1\r\n\r\n" % i) for i in range(3)]
+R["listed"] = q("api.listed.test")
+print(json.dumps(R))
+"""
+    out, asked, log = _own_resolver_run(tmp_path, inside, ["*.listed.test", "nxlabel"], mode="nx",
+                                        resolv="search corp.test\ndomain corp.test\n")
+    names = [a[0] for a in asked]
+    # Listed but without an address: an empty answer (EAI_NODATA), not NXDOMAIN.
+    assert out["nx"] == [socket.EAI_NODATA] * 3 and out["listed"] == ["192.0.2.7"]
+    assert all(p[1] == "cannot resolve the name on the host" for p in out["proxy"]), out
+    assert not [n for n in names if "corp" in n], names
+    # Each lookup did reach the resolver (nothing is pinned for a failure).
+    assert names.count("nx-more1.listed.test") >= 1 and "nxlabel" in names, names
 
 
 def test_proxy_goes_where_the_dns_answer_said(tmp_path):
