@@ -204,7 +204,16 @@ static const struct special specials[] = {
 	{ AF_INET6, { 0 }, 128, "unspecified (::)" },
 	{ AF_INET6, { [15] = 1 }, 128, "loopback (::1)" },
 	{ AF_INET6, { [10] = 0xff, [11] = 0xff }, 96, "IPv4-mapped (::ffff:0:0/96)" },
+	/* Each of these embeds an IPv4 address that a host with the
+	 * matching translator or tunnel (a sit device, miredo, a local
+	 * NAT64) goes to: 10.0.0.1 or 169.254.169.254 behind a name or a
+	 * [::/0] rule, held to nothing here.  Refused whole, as the mapped
+	 * and NAT64 ranges are (RFC 4291 2.5.5.1, 6052, 8215, 3056, 4380). */
+	{ AF_INET6, { 0 }, 96, "IPv4-compatible (::/96)" },
 	{ AF_INET6, { 0, 0x64, 0xff, 0x9b }, 96, "NAT64 (64:ff9b::/96)" },
+	{ AF_INET6, { 0, 0x64, 0xff, 0x9b, 0, 1 }, 48, "NAT64 local-use (64:ff9b:1::/48)" },
+	{ AF_INET6, { 0x20, 0x02 }, 16, "6to4 (2002::/16)" },
+	{ AF_INET6, { 0x20, 0x01, 0, 0 }, 32, "Teredo (2001::/32)" },
 	{ AF_INET6, { 0xfc }, 7, "unique-local or cloud metadata (fc00::/7)" },
 	{ AF_INET6, { 0xfe, 0x80 }, 10, "link-local (fe80::/10)" },
 	{ AF_INET6, { 0xff }, 8, "multicast (ff00::/8)" },

@@ -680,6 +680,35 @@ print(json.dumps(R))
     assert names.count("nx-more1.listed.test") >= 1 and "nxlabel" in names, names
 
 
+def test_ipv6_forms_of_ipv4_addresses_are_refused(tmp_path):
+    """IPv4-compatible, 6to4, Teredo and local-use NAT64 addresses carry an
+    IPv4 address that a host with a tunnel or translator for them goes to
+    (here 127.0.0.2 and 169.254.169.254): refused like the IPv4-mapped and
+    NAT64 ones, even to [::/0].  In a network namespace of the test's own
+    (_own_resolver_run), so that nothing is sent off this machine before
+    the fix either (then: a connect, and no route)."""
+    inside = PRELUDE + r"""
+import ipaddress
+def socks6(addr):
+    s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+    s.sendall(b"\x05\x01\x00\x05\x01\x00\x04" + ipaddress.IPv6Address(addr).packed + (8080).to_bytes(2, "big"))
+    got = b""
+    while len(got) < 12:
+        b = s.recv(12 - len(got))
+        if not b: break
+        got += b
+    return got[3] if len(got) > 3 else None   # after the method reply (05 00): 05 REP
+R["rep"] = [socks6(a) for a in ("::7f00:2", "2002:7f00:2::1", "2001:0:4136:e378:8000:63bf:80ff:fffd",
+                                "64:ff9b:1::a9fe:a9fe")]
+print(json.dumps(R))
+"""
+    out, asked, log = _own_resolver_run(tmp_path, inside, ["[::/0]:8080"])
+    assert out["rep"] == [2, 2, 2, 2], out     # connection not allowed by ruleset
+    reasons = sorted(e["reason"] for e in log if e["kind"] == "socks")
+    assert reasons == ["6to4 (2002::/16)", "IPv4-compatible (::/96)", "NAT64 local-use (64:ff9b:1::/48)",
+                       "Teredo (2001::/32)"], reasons
+
+
 def test_proxy_goes_where_the_dns_answer_said(tmp_path):
     """A name is resolved once and its addresses pinned (for the answers'
     60 s TTL), shared by the DNS responder and the proxies: after the
