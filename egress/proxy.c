@@ -569,10 +569,22 @@ static int open_upstream(struct req *r)
 	return 0;
 }
 
-static void count_out(struct req *r, size_t n)
+/* The first bytes a connection sends (a ClientHello, a plain request's
+ * head, what came behind a CONNECT head), counted before they go: if they
+ * would take the sandbox past MaxBytesOut they do not go, and the
+ * connection ends.  (open_upstream's check alone let each connection set
+ * up at once send them: 16,000 bytes reached an upstream under a 1 KiB
+ * limit.)  Returns 0, or -1 with r's reason set. */
+static int count_out(struct req *r, size_t n)
 {
-	atomic_fetch_add(&total_out, n);
+	uint64_t before = atomic_fetch_add(&total_out, n);
+
+	if (max_out && before + n > max_out) {
+		r->reason = "byte limit (MaxBytesOut)";
+		return -1;
+	}
 	r->out += n;
+	return 0;
 }
 
 /* A tunnel to a name (CONNECT or SOCKS) must open with a TLS ClientHello
@@ -609,7 +621,8 @@ static int check_tunnel(struct req *r, const uint8_t *buf, size_t have)
 	else if (!net_name_normalize(r->sni, norm) || strcmp(norm, r->t.host) != 0)
 		refuse(r, R_POLICY, "TLS server name (SNI) is not the CONNECT host");
 	else {
-		count_out(r, hl);
+		if (count_out(r, hl) < 0)
+			return -1;
 		return send_all(r->up, hello, hl);
 	}
 	(void)send_all(r->fd, alert, sizeof(alert));
@@ -1078,8 +1091,8 @@ static int serve_http(struct req *r)
 			if (check_tunnel(r, (const uint8_t *)head + h.body_at, have - h.body_at) < 0)
 				return -1;
 		} else if (have > h.body_at) {
-			count_out(r, have - h.body_at);
-			if (send_all(r->up, head + h.body_at, have - h.body_at) < 0)
+			if (count_out(r, have - h.body_at) < 0 ||
+			    send_all(r->up, head + h.body_at, have - h.body_at) < 0)
 				return -1;
 		}
 	} else {
@@ -1088,8 +1101,9 @@ static int serve_http(struct req *r)
 		/* The body's bytes that came with the head; what follows them
 		 * (a pipelined request) is not relayed. */
 		first = have - h.body_at < body ? have - h.body_at : (size_t)body;
+		if (count_out(r, (size_t)outlen + first) < 0)
+			return deny_http(r, 403, r->reason);
 		r->decision = "allow";
-		count_out(r, (size_t)outlen + first);
 		if (send_all(r->up, out, (size_t)outlen) < 0 || send_all(r->up, head + h.body_at, first) < 0)
 			return -1;
 		return relay(r, body - first);
@@ -1177,8 +1191,7 @@ static int serve_socks(struct req *r)
 		if (check_tunnel(r, buf + n, have) < 0)
 			return -1;
 	} else if (have) {
-		count_out(r, have);
-		if (send_all(r->up, buf + n, have) < 0)
+		if (count_out(r, have) < 0 || send_all(r->up, buf + n, have) < 0)
 			return -1;
 	}
 	return relay(r, UINT64_MAX);

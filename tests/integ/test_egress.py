@@ -376,6 +376,33 @@ print(json.dumps(R))
     assert total_in <= 200 * 1024
 
 
+def test_first_bytes_count_against_the_byte_limit(echo, recorder):
+    """What a connection sends with its set-up (bytes behind a CONNECT or
+    SOCKS head, a ClientHello, a plain request's head and body) is held
+    to MaxBytesOut before it goes: under a 1 KiB limit, 8,000 bytes behind
+    a CONNECT head reached the server before the fix, and a plain POST's
+    4,000.  Now neither goes (the server sees a connection, no byte), the
+    tunnel ends, the request gets a 403."""
+    port, seen, conns = echo
+    rport, rseen, rconns = recorder
+    out, log = sandbox(["--allow-net", f"127.0.0.1:{port}", "--allow-net", f"127.0.0.1:{rport}",
+                        "--net-max-bytes-out", "1K"], PRELUDE + f'''
+R["connect"] = raw("CONNECT 127.0.0.1:{port} HTTP/1.1\\r\\n\\r\\n" + "z" * 8000)
+print(json.dumps(R))
+''')
+    conns.settle()
+    assert out["connect"][0] == "HTTP/1.1 200 Connection established"
+    assert sum(len(b) for b in seen) == 0, seen
+    assert [e["reason"] for e in log if e["kind"] == "connect"] == ["byte limit (MaxBytesOut)"]
+    out, log = sandbox(["--allow-net", f"127.0.0.1:{rport}", "--net-max-bytes-out", "1K"], PRELUDE + f'''
+R["post"] = raw("POST http://127.0.0.1:{rport}/ HTTP/1.1\\r\\nContent-Length: 4000\\r\\n\\r\\n" + "p" * 4000)
+print(json.dumps(R))
+''')
+    rconns.settle()
+    assert out["post"][:2] == ["HTTP/1.1 403 Forbidden", "byte limit (MaxBytesOut)"], out
+    assert b"".join(rseen) == b"", rseen     # connected to, sent nothing
+
+
 def test_policy_checks():
     rc, _, err = run(["run", "--share-net", "--allow-net", "example.com", "--", "/bin/true"])
     assert rc != 0 and "Network=none" in err
