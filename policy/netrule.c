@@ -208,8 +208,9 @@ static const struct special specials[] = {
 	 * matching translator or tunnel (a sit device, miredo, a local
 	 * NAT64) goes to: 10.0.0.1 or 169.254.169.254 behind a name or a
 	 * [::/0] rule, held to nothing here.  Refused whole, as the mapped
-	 * and NAT64 ranges are (RFC 4291 2.5.5.1, 6052, 8215, 3056, 4380). */
+	 * and NAT64 ranges are (RFC 4291 2.5.5.1, 2765, 6052, 8215, 3056, 4380). */
 	{ AF_INET6, { 0 }, 96, "IPv4-compatible (::/96)" },
+	{ AF_INET6, { [8] = 0xff, [9] = 0xff }, 96, "IPv4-translated (::ffff:0:0:0/96)" },
 	{ AF_INET6, { 0, 0x64, 0xff, 0x9b }, 96, "NAT64 (64:ff9b::/96)" },
 	{ AF_INET6, { 0, 0x64, 0xff, 0x9b, 0, 1 }, 48, "NAT64 local-use (64:ff9b:1::/48)" },
 	{ AF_INET6, { 0x20, 0x02 }, 16, "6to4 (2002::/16)" },

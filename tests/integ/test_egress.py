@@ -709,7 +709,7 @@ print(json.dumps(R))
 
 
 def test_ipv6_forms_of_ipv4_addresses_are_refused(tmp_path):
-    """IPv4-compatible, 6to4, Teredo and local-use NAT64 addresses carry an
+    """IPv4-compatible, IPv4-translated, 6to4, Teredo and local-use NAT64 addresses carry an
     IPv4 address that a host with a tunnel or translator for them goes to
     (here 127.0.0.2 and 169.254.169.254): refused like the IPv4-mapped and
     NAT64 ones, even to [::/0].  In a network namespace of the test's own
@@ -726,15 +726,15 @@ def socks6(addr):
         if not b: break
         got += b
     return got[3] if len(got) > 3 else None   # after the method reply (05 00): 05 REP
-R["rep"] = [socks6(a) for a in ("::7f00:2", "2002:7f00:2::1", "2001:0:4136:e378:8000:63bf:80ff:fffd",
+R["rep"] = [socks6(a) for a in ("::7f00:2", "::ffff:0:7f00:2", "2002:7f00:2::1", "2001:0:4136:e378:8000:63bf:80ff:fffd",
                                 "64:ff9b:1::a9fe:a9fe")]
 print(json.dumps(R))
 """
     out, asked, log = _own_resolver_run(tmp_path, inside, ["[::/0]:8080"])
-    assert out["rep"] == [2, 2, 2, 2], out     # connection not allowed by ruleset
+    assert out["rep"] == [2] * 5, out     # connection not allowed by ruleset
     reasons = sorted(e["reason"] for e in log if e["kind"] == "socks")
-    assert reasons == ["6to4 (2002::/16)", "IPv4-compatible (::/96)", "NAT64 local-use (64:ff9b:1::/48)",
-                       "Teredo (2001::/32)"], reasons
+    assert reasons == ["6to4 (2002::/16)", "IPv4-compatible (::/96)", "IPv4-translated (::ffff:0:0:0/96)",
+                       "NAT64 local-use (64:ff9b:1::/48)", "Teredo (2001::/32)"], reasons
 
 
 def test_requests_are_paced():

@@ -64,7 +64,7 @@ int main(void)
 		 * tunnel: refused to a name, and to [::/0] as to 0.0.0.0/0. */
 		{
 			static const char *const v6all[] = { "[::/0]" };
-			static const char *const embedded[] = { "::a00:1", "64:ff9b:1::a9fe:a9fe", "2002:a9fe:a9fe::1",
+			static const char *const embedded[] = { "::a00:1", "::ffff:0:a00:1", "64:ff9b:1::a9fe:a9fe", "2002:a9fe:a9fe::1",
 								"2001:0:4136:e378:8000:63bf:f5ff:fffe" };
 
 			for (size_t i = 0; i < sizeof(embedded) / sizeof(embedded[0]); i++) {
