@@ -1,7 +1,6 @@
 #include "netrule.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,10 @@ bool net_name_normalize(const char *in, char *out)
 {
 	size_t n = strlen(in);
 
+	/* out is "" unless in is a name: the audit line of a refused
+	 * request names no host, not the part of it before the first bad
+	 * byte ("secretpart" of "secretpart%zz.example.com"). */
+	out[0] = '\0';
 	if (n > 0 && in[n - 1] == '.')	/* the root label */
 		n--;
 	/* "example.com.." has an empty label: no name (found by fuzz-egress). */
@@ -24,11 +27,16 @@ bool net_name_normalize(const char *in, char *out)
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)in[i];
 
-		if (!isalnum(c) && c != '-' && c != '.' && c != '_')
+		/* ASCII, whatever the caller's locale (an SDK's Python sets
+		 * LC_CTYPE, and the proxy inherits it: isalnum(3) in a Latin-1
+		 * locale takes 0xe9). */
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+
+		if ((!alnum && c != '-' && c != '.' && c != '_') || (c == '.' && (i == 0 || in[i - 1] == '.'))) {
+			out[0] = '\0';
 			return false;
-		if (c == '.' && (i == 0 || in[i - 1] == '.'))
-			return false;
-		out[i] = (char)tolower(c);
+		}
+		out[i] = (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
 	}
 	out[n] = '\0';
 	return true;

@@ -29,6 +29,14 @@ int main(void)
 	static const char *const bad[] = { "*.com", "exa mple.com", "10.0.0.0/33", "example.com:0", "::1",
 					   "example.com:70000", "127.1", "*.*.example.com", "", "[::1", "a..b", "a.example.." };
 
+	{
+		char out[NET_NAME_MAX + 1] = "stale";
+
+		ok(!net_name_normalize("secretpart%zz.example.com", out) && out[0] == '\0',
+		   "a name with a bad byte leaves no part of it behind");
+		ok(net_name_normalize("Api.Example.COM.", out) && strcmp(out, "api.example.com") == 0,
+		   "a name: lowercased, no root dot");
+	}
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
 		ok(net_rule_parse(good[i], &r, NULL) == 0, "accepted: %s", good[i]);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
