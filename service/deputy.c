@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -59,11 +60,22 @@ static int thread_ids(uid_t euid, gid_t egid, size_t n_groups, const gid_t *grou
 	return 0;
 }
 
-/* Back to root's: the uid first, which gives the capabilities back. */
-static int thread_ids_back(uid_t euid, gid_t egid, size_t n_groups, const gid_t *groups)
+/* This thread's capabilities (raw: libcap's are the same calls). */
+static int thread_caps(bool set, struct __user_cap_data_struct data[2])
 {
-	if (syscall(SYS_setresuid, -1, euid, -1) < 0 || syscall(SYS_setresgid, -1, egid, -1) < 0 ||
-	    syscall(SYS_setgroups, n_groups, groups) < 0)
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+
+	return (int)syscall(set ? SYS_capset : SYS_capget, &hdr, data);
+}
+
+/* Back to root's: the uid first, then the capabilities as they were
+ * (the uid gives them back unless SECBIT_NO_SETUID_FIXUP), then what
+ * needs CAP_SETGID. */
+static int thread_ids_back(uid_t euid, gid_t egid, size_t n_groups, const gid_t *groups,
+			   struct __user_cap_data_struct caps[2])
+{
+	if (syscall(SYS_setresuid, -1, euid, -1) < 0 || thread_caps(true, caps) < 0 ||
+	    syscall(SYS_setresgid, -1, egid, -1) < 0 || syscall(SYS_setgroups, n_groups, groups) < 0)
 		return -1;
 	return 0;
 }
@@ -76,6 +88,7 @@ int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, 
 	int pre_code = 0, dumpable, n_mine, err = 0;
 	size_t bad = 0;
 	static gid_t mine[NGROUPS_MAX]; /* 256 KiB: not on the stack; one caller, the loop */
+	struct __user_cap_data_struct caps[2], none[2], now[2];
 	uid_t my_uid = geteuid();
 	gid_t my_gid = getegid();
 
@@ -112,13 +125,19 @@ int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, 
 	 * refused OPENs slow every other client's requests 40-fold). */
 	n_mine = getgroups(NGROUPS_MAX, mine);
 	dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
-	if (n_mine < 0 || dumpable < 0 || n_groups > NGROUPS_MAX) {
+	if (n_mine < 0 || dumpable < 0 || n_groups > NGROUPS_MAX || thread_caps(false, caps) < 0) {
 		*failed = 0;
 		snprintf(errbuf, errlen, "getgroups or prctl: %s", strerror(errno ? errno : EINVAL));
 		return EIO;
 	}
-	/* Taking the ids failing refuses the first object. */
-	if (thread_ids(uid, gid, n_groups, groups) < 0)
+	/* Taking the ids failing refuses the first object.  With
+	 * SECBIT_NO_SETUID_FIXUP (a unit's SecureBits=) the uid change keeps
+	 * the capabilities, and CAP_DAC_OVERRIDE would pass every check:
+	 * none may be in effect for them. */
+	memcpy(none, caps, sizeof(none));
+	none[0].effective = none[1].effective = 0;
+	if (thread_ids(uid, gid, n_groups, groups) < 0 || thread_caps(true, none) < 0 || thread_caps(false, now) < 0 ||
+	    now[0].effective || now[1].effective)
 		err = EPERM;
 	else
 		for (size_t i = 0; i < pre; i++)
@@ -129,7 +148,8 @@ int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, 
 			}
 	/* Back to ours, or nothing this process does after could be trusted:
 	 * the loop would go on with a client's ids. */
-	if (thread_ids_back(my_uid, my_gid, (size_t)n_mine, mine) < 0 || geteuid() != my_uid || getegid() != my_gid) {
+	if (thread_ids_back(my_uid, my_gid, (size_t)n_mine, mine, caps) < 0 || geteuid() != my_uid ||
+	    getegid() != my_gid) {
 		fprintf(stderr, "nsboxd: can't take back its own ids after a check: %s\n", strerror(errno));
 		abort();
 	}

@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -391,6 +393,16 @@ static bool ids_are_root(void)
 	return getresuid(&r, &e, &s) == 0 && getresgid(&gr, &ge, &gs) == 0 && !r && !e && !s && !gr && !ge && !gs;
 }
 
+/* This thread's effective capabilities are its permitted ones. */
+static bool effective_caps_whole(void)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2];
+
+	return syscall(SYS_capget, &hdr, d) == 0 && d[0].effective == d[0].permitted && d[1].effective == d[1].permitted &&
+	       d[0].permitted;
+}
+
 static void test_deputy(void)
 {
 	char dir[] = "/tmp/nsbox-deputy-XXXXXX", f640[64], ws[64], errbuf[256];
@@ -448,9 +460,26 @@ static void test_deputy(void)
 	ok(atomic_load(&watch_seen_other) == 0, "deputy: another thread kept root's ids (%ld of %ld looks were not)",
 	   (long)atomic_load(&watch_seen_other), (long)atomic_load(&watch_polls));
 	na = getgroups(64, after);
-	ok(ids_are_root() && na == nb && (nb <= 0 || !memcmp(before, after, (size_t)nb * sizeof(gid_t))),
-	   "deputy: the checking thread's uids, gids and groups are root's again");
+	ok(ids_are_root() && effective_caps_whole() && na == nb &&
+		   (nb <= 0 || !memcmp(before, after, (size_t)nb * sizeof(gid_t))),
+	   "deputy: the checking thread's uids, gids, groups and capabilities are root's again");
 	ok(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == dumpable, "deputy: dumpable as before (%d)", dumpable);
+	/* With SECBIT_NO_SETUID_FIXUP (a unit's SecureBits=, say) a change of
+	 * uid keeps the capabilities: CAP_DAC_OVERRIDE would pass everything. */
+	{
+		int sb = prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
+
+		if (sb >= 0 && prctl(PR_SET_SECUREBITS, sb | SECBIT_NO_SETUID_FIXUP, 0, 0, 0) == 0) {
+			code = deputy_check(&(struct deputy_obj){ fd_file, false }, 1, 65534, 65534, NULL, 0, &failed,
+					    errbuf, sizeof(errbuf));
+			ok(code == EACCES, "deputy: refused under SECBIT_NO_SETUID_FIXUP too (%d, %s)", code, errbuf);
+			ok(ids_are_root() && effective_caps_whole(),
+			   "deputy: root's ids and capabilities back under SECBIT_NO_SETUID_FIXUP");
+			prctl(PR_SET_SECUREBITS, sb, 0, 0, 0);
+		} else {
+			ok(0, "PR_SET_SECUREBITS: %s", strerror(errno));
+		}
+	}
 	close(fd_file);
 	close(fd_ws);
 	unlink(f640);
