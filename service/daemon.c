@@ -1829,6 +1829,15 @@ int daemon_run(const struct daemon_opts *o)
 
 	memset(&D, 0, sizeof(D));
 	D.o = o;
+	/* nsboxd makes its sandboxes itself.  An NSBOX_CONNECT inherited from
+	 * the shell that started it (set there for its agents) had its
+	 * workers ask a service for each: its own socket (every OPEN hung,
+	 * the pool never filled) or another nsboxd, as root, which then saw
+	 * root's rights instead of the client's.  Before any thread or helper. */
+	if (getenv("NSBOX_CONNECT")) {
+		logmsg("NSBOX_CONNECT=%s ignored: nsboxd makes its sandboxes itself", getenv("NSBOX_CONNECT"));
+		unsetenv("NSBOX_CONNECT");
+	}
 	D.listen.kind = EV_LISTEN;
 	D.sig.kind = EV_SIGNAL;
 	D.listen.fd = D.sig.fd = D.listen_dir = -1;

@@ -764,6 +764,24 @@ def test_max_pids_bounds_what_opens_may_ask():
         assert d.stop() == 0
 
 
+def test_inherited_nsbox_connect_is_ignored():
+    """Started by hand from a shell that exported NSBOX_CONNECT for its
+    agents, nsboxd's workers made every sandbox through that service
+    (pointing at nsboxd's own socket, every OPEN hung); here it names
+    no socket at all, and OPENs failed.  nsboxd makes its own."""
+    d = Daemon("[Service]\nPoolSize=0\n", wrap=("env", "NSBOX_CONNECT=/nonexistent/nsboxd.sock"))
+    try:
+        c = svcclient.Client(d.sock)
+        sb, m = c.open()
+        assert sb, m
+        assert sb.exec("6*7")["value"] == 42
+        sb.close()
+        c.close()
+        assert "NSBOX_CONNECT=/nonexistent/nsboxd.sock ignored" in d.logtext()
+    finally:
+        assert d.stop() == 0
+
+
 DEPUTY_OPEN = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
