@@ -1204,3 +1204,41 @@ def test_lazy_proxy_fork_failure_ends_the_sandbox_with_the_setup_status(upstream
     env.pop("NSBOX_TEST_FAIL_FORK")
     p = subprocess.run(argv, env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
     assert p.returncode == 0 and p.stdout == b"still here\n", p
+
+
+def _status(pid):
+    return dict(line.split(":\t", 1) for line in open(f"/proc/{pid}/status").read().splitlines() if ":\t" in line)
+
+
+@pytest.mark.parametrize("audited", [False, True])
+def test_the_proxy_keeps_no_privilege(upstream, audited):
+    """The proxy parses what the sandbox sends, on the host: it keeps no
+    capability (as root, not even in its bounding set) and runs with
+    no_new_privs (the Landlock domain that forbids it writes needs that).
+    Read from the host in /proc/PID/status; before, root's proxy had all
+    of root's capabilities."""
+    script = PRELUDE + f'''
+import sys
+R["got"] = raw("{_get(upstream)}")[0]
+print(json.dumps(R), flush=True)
+sys.stdin.readline()
+'''
+    log = tempfile.NamedTemporaryFile(prefix="nsbox-test-netlog-", suffix=".jsonl")
+    args = ["--net-log", log.name] if audited else []
+    with log, _nsbox_run(args + ["--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script],
+                         stdin=subprocess.PIPE) as p:
+        out = json.loads(p.stdout.readline())
+        assert out["got"] == "HTTP/1.0 200 OK", out
+        # The launcher's children: pid 1 (pid 1 in its own namespace too)
+        # and the proxy (in none but the host's).
+        proxies = [c for c in _children(p.pid) if len(_status(c)["NSpid"].split()) == 1]
+        assert len(proxies) == 1, [(c, _status(c)["NSpid"]) for c in _children(p.pid)]
+        st = _status(proxies[0])
+        assert st["NoNewPrivs"].strip() == "1", st
+        for k in ("CapInh", "CapPrm", "CapEff", "CapAmb"):
+            assert int(st[k], 16) == 0, (k, st[k])
+        if os.geteuid() == 0:
+            assert int(st["CapBnd"], 16) == 0, st["CapBnd"]
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        assert p.wait(timeout=30) == 0, p.stderr.read().decode()
