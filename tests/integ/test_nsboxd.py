@@ -782,6 +782,58 @@ def test_inherited_nsbox_connect_is_ignored():
         assert d.stop() == 0
 
 
+FAKE_NSBOXD = """
+import json, socket, struct, sys
+M = 0x4442534E
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(sys.argv[1])
+s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+for _ in range(2):
+    data, fds, _, _ = socket.recv_fds(c, 65536, 16)
+    if not data:
+        break
+    typ, id_ = struct.unpack("<IIHHI", data[:16])[2], struct.unpack("<IIHHI", data[:16])[4]
+    if typ == 1:
+        p = json.dumps({"version": 1, "server": "nsboxd", "library": "x",
+                        "limits": {"max_sessions": 1, "max_memory": 0, "max_cpus": 0}}).encode()
+        c.send(struct.pack("<IIHHI", M, len(p), 1, 0, id_) + p)
+    else:
+        print("descriptors", len(fds), flush=True)
+        p = json.dumps({"errno": 5, "error": "EIO", "message": "fake"}).encode()
+        c.send(struct.pack("<IIHHI", M, len(p), 10, 0, id_) + p)
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: a listener of another uid")
+def test_descriptors_go_only_to_a_root_or_own_service():
+    """Whoever listens at the path NSBOX_CONNECT or --connect names gets the
+    OPEN's descriptors: the workspace, binds and network log, opened with
+    the client's rights.  libnsbox sends them only to a service that is root
+    or the client itself (another user's nsboxd could not check them); uid
+    65534's fake nsboxd used to receive root's workspace descriptor."""
+    top = tempfile.mkdtemp(prefix="nsbxd-fake-")
+    os.chmod(top, 0o777)
+    sock, ws = os.path.join(top, "s.sock"), os.path.join(top, "ws")
+    os.mkdir(ws, 0o700)
+    fake = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                             FAKE_NSBOXD, sock], stdout=subprocess.PIPE, text=True)
+    try:
+        assert fake.stdout.readline().strip() == "ready"
+        p = subprocess.run([NSBOX, "python", "--connect", sock, "--workspace", ws, "-c", "1"], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode != 0 and "neither root nor this user" in p.stderr, p.stderr
+        fake.wait(10)
+        assert "descriptors" not in fake.stdout.read()
+    finally:
+        if fake.poll() is None:
+            fake.kill()
+            fake.wait()
+        fake.stdout.close()
+        shutil.rmtree(top)
+
+
 DEPUTY_OPEN = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
@@ -954,7 +1006,8 @@ def test_unprivileged_nsboxd_other_uids():
     """An unprivileged nsboxd (uid 65534) with a socket anyone may connect
     to: a uid AllowUsers= does not name is refused; one it names gets a
     session, but not with a workspace (an unprivileged service can't check
-    another user's rights to a descriptor)."""
+    another user's rights to a descriptor): libnsbox does not send it one,
+    and a raw client's is refused by nsboxd."""
     d = Daemon("[Service]\nPoolSize=1\nWorkers=1\nAllowUsers=65532\n", user=UNPRIV, extra=("--mode", "0666"))
     ws = tempfile.mkdtemp(prefix="nsbxd-ws-")
     try:
@@ -970,7 +1023,18 @@ def test_unprivileged_nsboxd_other_uids():
         assert p.returncode == 0 and p.stdout == b"1000\n", p.stderr
         p = subprocess.run(as_user(65532) + [NSBOX, "python", "--connect", d.sock, "--workspace", ws, "-c", "1"],
                            capture_output=True, timeout=60, env=env)
-        assert p.returncode == 125 and b"can't check another user's rights" in p.stderr, p.stderr
+        assert p.returncode == 125 and b"runs as uid 65534, neither root nor this user" in p.stderr, p.stderr
+        raw = f"""
+import os, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import svcclient
+c = svcclient.Client({d.sock!r})
+sb, m = c.open(fds=[os.open({ws!r}, os.O_PATH)], workspace={{"fd": 0}})
+print(sb is None, m.get("message"))
+"""
+        p = subprocess.run(as_user(65532) + [sys.executable, "-c", raw], capture_output=True, timeout=60, env=env)
+        assert p.returncode == 0 and p.stdout.startswith(b"True") and b"can't check another user's rights" in p.stdout, \
+            (p.stdout, p.stderr)
         assert os.listdir(ws) == []
     finally:
         assert d.stop() == 0, d.logtext()
