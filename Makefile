@@ -194,9 +194,11 @@ $(B)/tests/test-args: tests/unit/test-args.c cli/args.c cli/args.h cli/cli.h $(B
 	@mkdir -p $(dir $@)
 	$(CC) $(FRONT_CFLAGS) -Icli $(LDFLAGS) -o $@ $< cli/args.c -L$(B) -lnsbox -Wl,-rpath,'$$ORIGIN/..'
 # nsboxd's configuration parser is service/, not the core: linked in.
-$(B)/tests/test-svc: tests/unit/test-svc.c service/config.c service/config.h $(B)/libnsbox-core.a tests/unit/tap.h
+$(B)/tests/test-svc: tests/unit/test-svc.c service/config.c service/config.h service/deputy.c service/deputy.h \
+		$(B)/libnsbox-core.a tests/unit/tap.h
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -Iservice $(LDFLAGS) -o $@ $< service/config.c $(B)/libnsbox-core.a $(PKG_LIBS) -lm
+	$(CC) $(ALL_CFLAGS) -Iservice $(LDFLAGS) -o $@ $< service/config.c service/deputy.c $(B)/libnsbox-core.a \
+		$(PKG_LIBS) -lm -pthread
 $(B)/tests/test-%: tests/unit/test-%.c $(B)/libnsbox-core.a tests/unit/tap.h
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -o $@ $< $(B)/libnsbox-core.a $(PKG_LIBS)

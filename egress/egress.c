@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -64,8 +65,8 @@ void egress_prep_close(struct egress_prep *ep)
 	ep->proxy_fd = ep->log_fd = -1;
 }
 
-int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks, pid_t *pid,
-		struct nsbox_err *err)
+int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks,
+		int (*confine)(struct nsbox_err *err), pid_t *pid, struct nsbox_err *err)
 {
 	pid_t parent = getpid(), c;
 	sigset_t all, old;
@@ -116,6 +117,14 @@ int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int 
 			keep[nk++] = socks[i];
 		if (close_fds_except(3, keep, nk) < 0)
 			_exit(1);
+		if (confine) {
+			struct nsbox_err e = { 0 };
+
+			if (confine(&e) < 0) {
+				fprintf(stderr, "nsbox: egress proxy: %s\n", e.msg);
+				_exit(1);
+			}
+		}
 		egress_proxy_main(p, ep->proxy_fd, socks, fds, nf);
 	}
 	egress_prep_close(ep);

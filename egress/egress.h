@@ -56,7 +56,11 @@ extern const char *const egress_env[];
  * one is full (a pipe its reader does not drain holds the sandbox's
  * network back; no line is dropped).  egress_fork, once the sandbox is in
  * its cgroups: forks the proxy (*pid: egress_stop it); ep is closed either
- * way.  egress_prep_close drops a prepared proxy that is not forked.  The
+ * way.  confine (may be NULL) runs in the proxy before it reads anything
+ * the sandbox sends: it parses what the sandbox chose, so it keeps no
+ * capability and writes nothing through a path (jail's confine_proxy); if
+ * confine fails the proxy says why on stderr and exits, and the sandbox's
+ * connections are refused.  egress_prep_close drops a prepared proxy that is not forked.  The
  * caller must be single-threaded. */
 struct egress_prep {
 	int proxy_fd;		/* the proxy's end of the pair, or -1 */
@@ -66,8 +70,8 @@ struct egress_prep {
 };
 int egress_prepare(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, struct egress_prep *ep,
 		   int *ns_fd, struct nsbox_err *err);
-int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks, pid_t *pid,
-		struct nsbox_err *err);
+int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks,
+		int (*confine)(struct nsbox_err *err), pid_t *pid, struct nsbox_err *err);
 /* For a proxy forked later (jail_spec.egress_lazy): read pid 1's sockets
  * from the pair's end (ep->proxy_fd) without waiting, into socks (CLOEXEC,
  * the caller's); egress_fork then takes them (socks non-NULL: the child

@@ -24,6 +24,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <resolv.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -306,6 +307,52 @@ static void sa_bytes(const struct sockaddr *sa, int *family, const uint8_t **a)
 				      : (const uint8_t *)&((const struct sockaddr_in6 *)sa)->sin6_addr;
 }
 
+/* ---- pacing: what the sandbox can make the host side do ----
+ *
+ * Every DNS query and every connection costs the proxy CPU outside the
+ * sandbox's cgroup (its cpu.max does not hold it), an audit line in the
+ * caller's --net-log file, and for a listed name a lookup or two at the
+ * host's resolver.  Unpaced, a DNS flood from a sandbox held to --cpus
+ * 0.2 made the proxy spend as much CPU again and write 8 MB/s of audit
+ * lines (110,000 lines/s unlimited), and the host's resolver was asked
+ * 11,800 times a second (A and AAAA for names under a wildcard rule).
+ * So the requests of both proxies and the responder share one token
+ * bucket: PACE_BURST at once, then PACE_RATE a second; one over it waits
+ * its turn (none is refused and each decided one is audited; a flood of
+ * queries overflows the DNS socket's queue, as at any resolver).  That
+ * bounds the lines' rate (about 125 KB/s), not their total: a budget for
+ * that is a policy decision (Log= has none). */
+#define PACE_RATE 500
+#define PACE_BURST 2000
+
+static pthread_mutex_t pace_lock = PTHREAD_MUTEX_INITIALIZER;
+static double pace_tokens = PACE_BURST;
+static uint64_t pace_last_ms;
+
+static void pace(void)
+{
+	uint64_t now = now_ms();
+	double wait_ms;
+
+	pthread_mutex_lock(&pace_lock);
+	if (pace_last_ms)
+		pace_tokens += (double)(now - pace_last_ms) * PACE_RATE / 1000;
+	if (pace_tokens > PACE_BURST)
+		pace_tokens = PACE_BURST;
+	pace_last_ms = now;
+	/* Taken now, below zero if need be: the waiters' turns queue up. */
+	pace_tokens -= 1;
+	wait_ms = pace_tokens < 0 ? -pace_tokens * 1000 / PACE_RATE : 0;
+	pthread_mutex_unlock(&pace_lock);
+	if (wait_ms > 0) {
+		uint64_t ns = (uint64_t)(wait_ms * 1000000);
+		struct timespec ts = { .tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000) };
+
+		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+			;
+	}
+}
+
 /* The addresses of host name (lowercase, no trailing dot) into *out: the
  * pinned ones while they last, else the host's resolver's (both families,
  * in its order), pinned from now.  A failed lookup is not pinned.
@@ -325,6 +372,23 @@ static int resolve_pinned(const char *name, struct pinned *out)
 			return 0;
 		}
 	pthread_mutex_unlock(&pin_lock);
+	/* The name the sandbox chose, and no other: resolv.conf's search
+	 * list would send a query for NAME.corp.example (any NAME, under a
+	 * wildcard rule) to the host's resolver when NAME has no address
+	 * (glibc's res_search: RES_DNSRCH, and RES_DEFNAMES for a name with
+	 * no dot).  _res is this thread's.  res_init from the default options
+	 * loads the current resolv.conf (a stat(2) when unchanged, so a new
+	 * one is still read); the options cleared after it make glibc take
+	 * the state as the caller's own, which getaddrinfo keeps.  (res_init
+	 * over already cleared options makes a configuration of them that
+	 * getaddrinfo then swaps for resolv.conf's, with the search list:
+	 * every second lookup leaked.)  An absolute name ("NAME.") would skip
+	 * the search list too, but /etc/hosts never matches one.  NSS modules
+	 * other than dns (resolve, mdns) read their own configuration. */
+	_res.options = RES_DEFAULT;
+	if (res_init() < 0)
+		return -1;
+	_res.options &= ~(unsigned long)(RES_DNSRCH | RES_DEFNAMES);
 	if (getaddrinfo(name, NULL, &hints, &res) != 0 || !res)
 		return -1;
 	snprintf(out->name, sizeof(out->name), "%s", name);
@@ -505,10 +569,22 @@ static int open_upstream(struct req *r)
 	return 0;
 }
 
-static void count_out(struct req *r, size_t n)
+/* The first bytes a connection sends (a ClientHello, a plain request's
+ * head, what came behind a CONNECT head), counted before they go: if they
+ * would take the sandbox past MaxBytesOut they do not go, and the
+ * connection ends.  (open_upstream's check alone let each connection set
+ * up at once send them: 16,000 bytes reached an upstream under a 1 KiB
+ * limit.)  Returns 0, or -1 with r's reason set. */
+static int count_out(struct req *r, size_t n)
 {
-	atomic_fetch_add(&total_out, n);
+	uint64_t before = atomic_fetch_add(&total_out, n);
+
+	if (max_out && before + n > max_out) {
+		r->reason = "byte limit (MaxBytesOut)";
+		return -1;
+	}
 	r->out += n;
+	return 0;
 }
 
 /* A tunnel to a name (CONNECT or SOCKS) must open with a TLS ClientHello
@@ -545,7 +621,8 @@ static int check_tunnel(struct req *r, const uint8_t *buf, size_t have)
 	else if (!net_name_normalize(r->sni, norm) || strcmp(norm, r->t.host) != 0)
 		refuse(r, R_POLICY, "TLS server name (SNI) is not the CONNECT host");
 	else {
-		count_out(r, hl);
+		if (count_out(r, hl) < 0)
+			return -1;
 		return send_all(r->up, hello, hl);
 	}
 	(void)send_all(r->fd, alert, sizeof(alert));
@@ -1014,8 +1091,8 @@ static int serve_http(struct req *r)
 			if (check_tunnel(r, (const uint8_t *)head + h.body_at, have - h.body_at) < 0)
 				return -1;
 		} else if (have > h.body_at) {
-			count_out(r, have - h.body_at);
-			if (send_all(r->up, head + h.body_at, have - h.body_at) < 0)
+			if (count_out(r, have - h.body_at) < 0 ||
+			    send_all(r->up, head + h.body_at, have - h.body_at) < 0)
 				return -1;
 		}
 	} else {
@@ -1024,8 +1101,9 @@ static int serve_http(struct req *r)
 		/* The body's bytes that came with the head; what follows them
 		 * (a pipelined request) is not relayed. */
 		first = have - h.body_at < body ? have - h.body_at : (size_t)body;
+		if (count_out(r, (size_t)outlen + first) < 0)
+			return deny_http(r, 403, r->reason);
 		r->decision = "allow";
-		count_out(r, (size_t)outlen + first);
 		if (send_all(r->up, out, (size_t)outlen) < 0 || send_all(r->up, head + h.body_at, first) < 0)
 			return -1;
 		return relay(r, body - first);
@@ -1113,8 +1191,7 @@ static int serve_socks(struct req *r)
 		if (check_tunnel(r, buf + n, have) < 0)
 			return -1;
 	} else if (have) {
-		count_out(r, have);
-		if (send_all(r->up, buf + n, have) < 0)
+		if (count_out(r, have) < 0 || send_all(r->up, buf + n, have) < 0)
 			return -1;
 	}
 	return relay(r, UINT64_MAX);
@@ -1199,6 +1276,7 @@ static void *worker_thread(void *arg)
 		if (spawn)
 			pthread_cond_signal(&need_worker);
 		pthread_cond_signal(&lead_free);
+		pace();
 		serve(c, socks);
 		/* Back to the lead if no one has it (no one else is woken). */
 		pthread_mutex_lock(&slot_lock);
@@ -1249,7 +1327,10 @@ static void *dns_thread(void *arg)
 		int rcode = 0;
 		size_t o;
 
-		if (n < 0 || egress_dns_parse(q, (size_t)n, &d) < 0)
+		if (n < 0)
+			continue;
+		pace();
+		if (egress_dns_parse(q, (size_t)n, &d) < 0)
 			continue;
 		snprintf(r.kind, sizeof(r.kind), "dns");
 		snprintf(r.t.host, sizeof(r.t.host), "%s", d.name);

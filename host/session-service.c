@@ -390,6 +390,21 @@ static int service_start(struct sandbox *sb, const struct sandbox_spec *spec, in
 	m = open_msg(spec->policy, spec, out_fds, &n_out, err);
 	if (!m)
 		goto out;
+	/* Our descriptors (workspace, binds, the log: opened with our rights)
+	 * go only to a service that is root or ourselves: another user's
+	 * could not check them (nsboxd(8)), and one who put a socket at the
+	 * path we were given would get them. */
+	if (n_out) {
+		struct ucred cr;
+		socklen_t cl = sizeof(cr);
+
+		if (getsockopt(v->ctl, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || (cr.uid != 0 && cr.uid != geteuid())) {
+			json_decref(m);
+			err_set(err, EACCES, "nsboxd at %s runs as uid %d, neither root nor this user: the workspace, binds "
+				"and network log are not handed to it", spec->connect, cl == sizeof(cr) ? (int)cr.uid : -1);
+			goto out;
+		}
+	}
 	if (ctl_call(v, SVC_OPEN, m, out_fds, n_out, SVC_OPENED, &a, in_fds, &n_in, err) < 0)
 		goto out;
 	h = json_string_value(json_object_get(a, "handle"));

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "landlock.h"
 #include "steps.h"
 
 int caps_lock_bounding(struct nsbox_err *err)
@@ -52,6 +53,26 @@ int caps_drop_all(struct nsbox_err *err)
 	if (caps_lock_bounding(err) < 0)
 		return -1;
 	return caps_clear(err);
+}
+
+int confine_proxy(struct nsbox_err *err)
+{
+	cap_flag_value_t setpcap = CAP_CLEAR;
+	cap_t now = cap_get_proc();
+
+	/* Root's launcher: the bounding set and securebits go too (it may,
+	 * with CAP_SETPCAP); an unprivileged one has nothing to drop. */
+	if (now) {
+		(void)cap_get_flag(now, CAP_SETPCAP, CAP_EFFECTIVE, &setpcap);
+		cap_free(now);
+	}
+	if (setpcap == CAP_SET && caps_lock_bounding(err) < 0)
+		return -1;
+	if (caps_clear(err) < 0)
+		return -1;
+	/* Reads stay open (the resolver's configuration, NSS modules); the
+	 * audit log was opened before the fork. */
+	return landlock_apply(NULL, 0, -1, WANT_AUTO, NULL, err);
 }
 
 int ids_switch(uid_t uid, gid_t gid, bool may_setgroups, struct nsbox_err *err)

@@ -363,7 +363,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	 * allowlist never connect, and the fork and the reap of the proxy
 	 * were ~0.25 ms of their start and end. */
 	if (eprep.proxy_fd >= 0 && !(spec->egress_lazy && !j->egress_audited) &&
-	    egress_fork(p, &eprep, NULL, &j->egress_pid, err) < 0)
+	    egress_fork(p, &eprep, NULL, confine_proxy, &j->egress_pid, err) < 0)
 		goto fail_child;
 	r = sync_recv_fd(sv[0], &m, 0, &j->ws_upper_fd);
 	/* A lazy proxy's pair is still ours: pid 1's network thread sent the

@@ -13,6 +13,7 @@
 #include "cgroup.h"
 #include "egress.h"
 #include "jail.h"
+#include "steps.h"
 #include "sync.h"
 #include "util.h"
 #include "wsync.h"
@@ -104,7 +105,8 @@ static void egress_release(struct jail *j)
  * sockets: fork the proxy with them; it takes the queued ones first. */
 static int egress_start(struct jail *j, struct nsbox_err *err)
 {
-	int r = egress_fork(j->egress_policy, &j->egress_prep, j->egress_socks, &j->egress_pid, err);
+	int r = egress_fork(j->egress_policy, &j->egress_prep, j->egress_socks, confine_proxy, &j->egress_pid,
+			    err);
 
 	if (r < 0) {
 		/* Its network would hang: the sandbox ends instead, with

@@ -1,7 +1,6 @@
 #include "netrule.h"
 
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +15,10 @@ bool net_name_normalize(const char *in, char *out)
 {
 	size_t n = strlen(in);
 
+	/* out is "" unless in is a name: the audit line of a refused
+	 * request names no host, not the part of it before the first bad
+	 * byte ("secretpart" of "secretpart%zz.example.com"). */
+	out[0] = '\0';
 	if (n > 0 && in[n - 1] == '.')	/* the root label */
 		n--;
 	/* "example.com.." has an empty label: no name (found by fuzz-egress). */
@@ -24,11 +27,16 @@ bool net_name_normalize(const char *in, char *out)
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)in[i];
 
-		if (!isalnum(c) && c != '-' && c != '.' && c != '_')
+		/* ASCII, whatever the caller's locale (an SDK's Python sets
+		 * LC_CTYPE, and the proxy inherits it: isalnum(3) in a Latin-1
+		 * locale takes 0xe9). */
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+
+		if ((!alnum && c != '-' && c != '.' && c != '_') || (c == '.' && (i == 0 || in[i - 1] == '.'))) {
+			out[0] = '\0';
 			return false;
-		if (c == '.' && (i == 0 || in[i - 1] == '.'))
-			return false;
-		out[i] = (char)tolower(c);
+		}
+		out[i] = (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
 	}
 	out[n] = '\0';
 	return true;
@@ -204,7 +212,17 @@ static const struct special specials[] = {
 	{ AF_INET6, { 0 }, 128, "unspecified (::)" },
 	{ AF_INET6, { [15] = 1 }, 128, "loopback (::1)" },
 	{ AF_INET6, { [10] = 0xff, [11] = 0xff }, 96, "IPv4-mapped (::ffff:0:0/96)" },
+	/* Each of these embeds an IPv4 address that a host with the
+	 * matching translator or tunnel (a sit device, miredo, a local
+	 * NAT64) goes to: 10.0.0.1 or 169.254.169.254 behind a name or a
+	 * [::/0] rule, held to nothing here.  Refused whole, as the mapped
+	 * and NAT64 ranges are (RFC 4291 2.5.5.1, 2765, 6052, 8215, 3056, 4380). */
+	{ AF_INET6, { 0 }, 96, "IPv4-compatible (::/96)" },
+	{ AF_INET6, { [8] = 0xff, [9] = 0xff }, 96, "IPv4-translated (::ffff:0:0:0/96)" },
 	{ AF_INET6, { 0, 0x64, 0xff, 0x9b }, 96, "NAT64 (64:ff9b::/96)" },
+	{ AF_INET6, { 0, 0x64, 0xff, 0x9b, 0, 1 }, 48, "NAT64 local-use (64:ff9b:1::/48)" },
+	{ AF_INET6, { 0x20, 0x02 }, 16, "6to4 (2002::/16)" },
+	{ AF_INET6, { 0x20, 0x01, 0, 0 }, 32, "Teredo (2001::/32)" },
 	{ AF_INET6, { 0xfc }, 7, "unique-local or cloud metadata (fc00::/7)" },
 	{ AF_INET6, { 0xfe, 0x80 }, 10, "link-local (fe80::/10)" },
 	{ AF_INET6, { 0xff }, 8, "multicast (ff00::/8)" },

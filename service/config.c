@@ -29,6 +29,7 @@ static void rule_defaults(struct conf_rule *r)
 	r->max_sessions = 16;
 	r->max_memory = 0;
 	r->max_cpus = 0;
+	r->max_pids = 0;
 	r->share_net = false;
 	r->binds = false;
 	r->net = false;	/* the proxy connects with nsboxd's network identity: nsboxd(8) */
@@ -195,6 +196,13 @@ static int rule_key(struct conf_rule *r, const char *k, char *v, char *errbuf, s
 	} else if (!strcmp(k, "MaxMemory")) {
 		if (!parse_size(v, &r->max_memory))
 			return bad(errbuf, errlen, origin, line, "MaxMemory: '%s' is not a size", v);
+	} else if (!strcmp(k, "MaxPids")) {
+		if (!strcmp(v, "infinity"))
+			r->max_pids = 0;
+		else if (!parse_uint(v, 1ULL << 32, &n) || !n)
+			return bad(errbuf, errlen, origin, line, "MaxPids: '%s' is not a count above 0 (or infinity)", v);
+		else
+			r->max_pids = n;
 	} else if (!strcmp(k, "MaxCPUs")) {
 		if (!parse_number(v, &r->max_cpus))
 			return bad(errbuf, errlen, origin, line, "MaxCPUs: '%s' is not a number", v);
@@ -446,6 +454,10 @@ static void print_rule(FILE *f, const struct conf_rule *r)
 		fprintf(f, "MaxCPUs=%g\n", r->max_cpus);
 	else
 		fprintf(f, "MaxCPUs=infinity\n");
+	if (r->max_pids)
+		fprintf(f, "MaxPids=%llu\n", (unsigned long long)r->max_pids);
+	else
+		fprintf(f, "MaxPids=infinity\n");
 	fprintf(f, "AllowShareNet=%s\nAllowNet=%s\nAllowBinds=%s\nAllowWorkspace=%s\nAllowProfiles=",
 		r->share_net ? "yes" : "no", r->net ? "yes" : "no", r->binds ? "yes" : "no", r->workspace ? "yes" : "no");
 	print_profiles(f, r->profiles);

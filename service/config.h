@@ -21,6 +21,7 @@ struct conf_rule {
 	unsigned max_sessions;		/* live sessions of one uid; 0: none allowed */
 	uint64_t max_memory;		/* bytes: sum of the sessions' memory limits; 0: no cap */
 	double max_cpus;		/* sum of the sessions' CPU limits; 0: no cap */
+	uint64_t max_pids;		/* sum of the sessions' pids limits; 0: no cap */
 	bool share_net, binds, workspace;	/* may ask for these */
 	bool net;			/* AllowNet: an egress allowlist ([Network] Allow=) */
 	bool profiles[CONF_MAX_PROFILES];	/* default, strict, permissive */

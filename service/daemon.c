@@ -22,8 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/epoll.h>
+#include <sys/fsuid.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -72,6 +75,7 @@ struct sess {
 	bool uid_owned;		/* host_uid came from uid_alloc: free it on reap */
 	uint64_t memory;	/* limits charged to the owner's uid */
 	double cpus;
+	uint64_t pids;
 	bool ended;
 	struct svc_status st;
 	struct nsbox_session_info info;	/* from the worker, at creation */
@@ -119,6 +123,7 @@ static struct {
 	struct conf conf;
 	int ep;
 	struct { enum ev_kind kind; int fd; } listen, sig, worker;
+	int listen_dir;		/* --listen's directory, opened once (listen_on) */
 	bool activated;		/* sd_listen_fds */
 	bool stopping;
 	struct conn *conns;
@@ -762,20 +767,26 @@ static struct sess *sess_find(struct conn *c, const json_t *m, struct sess ***li
 }
 
 /* What uid has in use across all its connections. */
-static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus)
+static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus, uint64_t *pids)
 {
 	*n = 0;
 	*mem = 0;
 	*cpus = 0;
+	*pids = 0;
 	for (struct conn *c = D.conns; c; c = c->next) {
 		if (c->uid != uid)
 			continue;
 		for (struct sess *x = c->sessions; x; x = x->next) {
+			/* One that ended by itself holds its place (and one of
+			 * the service's MaxSessions) until CLOSE: counted, or a
+			 * uid could fill the service with ended sessions.  Its
+			 * memory and CPUs are back. */
+			(*n)++;
 			if (x->ended)
 				continue;
-			(*n)++;
 			*mem += x->memory;
 			*cpus += x->cpus;
+			*pids += x->pids;
 		}
 	}
 }
@@ -880,16 +891,17 @@ static void finish_open(struct conn *c, struct sess *x)
 	int out_fds[2] = { -1, -1 }, code = 0;
 	unsigned char rnd[SVC_HANDLE_LEN / 2];
 	unsigned n_live;
-	uint64_t mem;
+	uint64_t mem, pids;
 	double cpus;
 	json_t *hj;
 
 	x->state = S_LIVE;
 	x->memory = x->info.memory_limit;
 	x->cpus = x->info.cpus_limit;
+	x->pids = x->info.pids_limit;
 	/* What the uid has besides this one. */
 	sess_unlink(c, x);
-	uid_usage(c->uid, &n_live, &mem, &cpus);
+	uid_usage(c->uid, &n_live, &mem, &cpus, &pids);
 	if (rule->max_memory && (!x->memory || mem + x->memory > rule->max_memory))
 		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
 					x->memory ? "memory" : "no memory limit", (unsigned)c->uid,
@@ -899,6 +911,11 @@ static void finish_open(struct conn *c, struct sess *x)
 		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %g CPUs, [%s] MaxCPUs is %g",
 					x->cpus > 0 ? "CPUs" : "no CPU limit", (unsigned)c->uid, cpus + x->cpus,
 					rule->section, rule->max_cpus);
+	else if (rule->max_pids && (!x->pids || pids + x->pids > rule->max_pids))
+		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu processes, [%s] MaxPids is %llu",
+					x->pids ? "pids" : "no pids limit", (unsigned)c->uid,
+					(unsigned long long)(pids + x->pids), rule->section,
+					(unsigned long long)rule->max_pids);
 	if (!code && nsbox_session_handoff(x->s, &out_fds[0], &out_fds[1], &hello, &ne) < 0)
 		code = EIO, snprintf(eb, sizeof(eb), "%s", nsbox_error_message(ne));
 	drop_error(ne);
@@ -973,7 +990,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 
 	_Static_assert(SVC_MAX_FDS <= sizeof(j->fds) / sizeof(j->fds[0]), "a job holds an OPEN's descriptors");
 	unsigned n_live;
-	uint64_t mem;
+	uint64_t mem, pids;
 	double cpus;
 	int profile, code = 0;
 	bool share_net;
@@ -1026,9 +1043,9 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, code, "%s", eb);
 		return;
 	}
-	uid_usage(c->uid, &n_live, &mem, &cpus);
+	uid_usage(c->uid, &n_live, &mem, &cpus, &pids);
 	if (n_live >= rule->max_sessions) {
-		reply_error(c, id, EDQUOT, "uid %u has %u live sessions, the most [%s] MaxSessions allows",
+		reply_error(c, id, EDQUOT, "uid %u has %u sessions (ended ones count until CLOSE), the most [%s] MaxSessions allows",
 			    (unsigned)c->uid, n_live, rule->section);
 		return;
 	}
@@ -1047,6 +1064,12 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	if (rule->max_cpus > 0 && o.cpus > 0 && cpus + o.cpus > rule->max_cpus + 1e-9) {
 		reply_error(c, id, EDQUOT, "CPUs: uid %u would have %g CPUs, [%s] MaxCPUs is %g", (unsigned)c->uid,
 			    cpus + o.cpus, rule->section, rule->max_cpus);
+		return;
+	}
+	if (rule->max_pids && o.pids && pids + o.pids > rule->max_pids) {
+		reply_error(c, id, EDQUOT, "pids: uid %u would have %llu processes, [%s] MaxPids is %llu",
+			    (unsigned)c->uid, (unsigned long long)(pids + o.pids), rule->section,
+			    (unsigned long long)rule->max_pids);
 		return;
 	}
 	/* No confused deputy: every host object arrives as the client's own
@@ -1189,9 +1212,9 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 		c->hello = true;
 		D.n_nohello--;
 		reply(c, SVC_HELLO, id,
-		      json_pack("{s:i,s:s,s:s,s:{s:i,s:I,s:f}}", "version", SVC_VERSION, "server", "nsboxd",
+		      json_pack("{s:i,s:s,s:s,s:{s:i,s:I,s:f,s:I}}", "version", SVC_VERSION, "server", "nsboxd",
 				"library", nsbox_version(), "limits", "max_sessions", (int)r->max_sessions, "max_memory",
-				(json_int_t)r->max_memory, "max_cpus", r->max_cpus));
+				(json_int_t)r->max_memory, "max_cpus", r->max_cpus, "max_pids", (json_int_t)r->max_pids));
 		return;
 	}
 	case SVC_OPEN:
@@ -1621,6 +1644,102 @@ static void handle_signals(void)
 	}
 }
 
+/* --listen PATH: the socket is made with its mode (the umask) and its
+ * group (this thread's fsgid) from the start, in the directory opened
+ * first, and nothing is done to it by name once it exists: another user
+ * who may write that directory could have swapped it for a symlink or a
+ * hard link meanwhile (a root nsboxd's chown and chmod of the path
+ * followed a symlink to any file: /etc/shadow mode 0666).  An unprivileged
+ * nsboxd can't take a supplementary group as its fsgid: it sets the group
+ * afterwards, never through a symlink.  Returns the listening socket. */
+static int listen_on(const char *path, const char *group, mode_t mode)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+	char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+	bool chown_after = false;
+	gid_t gid = (gid_t)-1;
+	struct stat st;
+	mode_t old_umask;
+	int dfd = -1, fd = -1, r, e;
+
+	if (!dir || !*base || !strcmp(base, ".") || !strcmp(base, "..") || strlen(path) >= sizeof(sa.sun_path)) {
+		logmsg("--listen %s: %s", path, dir ? "not a path to a new socket, or too long" : "out of memory");
+		goto fail;
+	}
+	if (group) {
+		struct group *g = getgrnam(group);
+		char *end;
+		long v = g ? (long)g->gr_gid : strtol(group, &end, 10);
+
+		if (!g && (*end || v < 0 || v >= (long)UINT32_MAX)) {
+			logmsg("--group %s: no such group", group);
+			goto fail;
+		}
+		gid = (gid_t)v;
+	}
+	dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fstat(dfd, &st) < 0) {
+		logmsg("--listen %s: %s: %s", path, dir, strerror(errno));
+		goto fail;
+	}
+	/* A set-group-ID directory gives its own group to what is made in it. */
+	if (group && (st.st_mode & S_ISGID) && st.st_gid != gid) {
+		logmsg("--listen %s: %s is set-group-ID (group %u): the socket would get that group, not --group's", path,
+		       dir, (unsigned)st.st_gid);
+		goto fail;
+	}
+	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "/proc/self/fd/%d/%s", dfd, base) >= (int)sizeof(sa.sun_path)) {
+		logmsg("--listen %s: path too long", path);
+		goto fail;
+	}
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0) {
+		logmsg("socket: %s", strerror(errno));
+		goto fail;
+	}
+	(void)unlinkat(dfd, base, 0);
+	old_umask = umask(~mode & 0777);
+	/* setfsgid answers the fsgid it replaced: asked twice, whether it took. */
+	if (group) {
+		setfsgid(gid);
+		chown_after = (gid_t)setfsgid(gid) != gid;
+	}
+	r = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	e = errno;
+	if (group)
+		setfsgid(getegid());
+	umask(old_umask);
+	if (r < 0 || listen(fd, 128) < 0) {
+		logmsg("--listen %s: %s", path, strerror(r < 0 ? e : errno));
+		goto fail;
+	}
+	if (chown_after && fchownat(dfd, base, (uid_t)-1, gid, AT_SYMLINK_NOFOLLOW) < 0) {
+		logmsg("--group %s: %s", group, strerror(errno));
+		goto fail;
+	}
+	/* What the name holds now: a check (a directory's default ACL may
+	 * give another mode), not a repair by name. */
+	if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISSOCK(st.st_mode)) {
+		logmsg("--listen %s: not our socket any more (replaced by another user who may write %s?)", path, dir);
+		goto fail;
+	}
+	if ((st.st_mode & 07777) != mode || (group && st.st_gid != gid))
+		logmsg("--listen %s: the socket has mode %04o, group %u (--mode %04o%s): a default ACL of %s?", path,
+		       (unsigned)(st.st_mode & 07777), (unsigned)st.st_gid, (unsigned)mode, group ? ", --group" : "",
+		       dir);
+	D.listen_dir = dfd;	/* its socket is removed there at exit */
+	free(dir);
+	return fd;
+fail:
+	if (fd >= 0)
+		close(fd);
+	if (dfd >= 0)
+		close(dfd);
+	free(dir);
+	return -1;
+}
+
 static int open_listener(void)
 {
 	int n = sd_listen_fds(1);
@@ -1648,43 +1767,8 @@ static int open_listener(void)
 		logmsg("no socket: use --listen PATH, or socket activation (nsboxd.socket)");
 		return -1;
 	}
-	{
-		struct sockaddr_un sa = { .sun_family = AF_UNIX };
-		int fd;
-
-		if (strlen(D.o->listen_path) >= sizeof(sa.sun_path)) {
-			logmsg("--listen %s: path too long", D.o->listen_path);
-			return -1;
-		}
-		strcpy(sa.sun_path, D.o->listen_path);
-		fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-		if (fd < 0)
-			return logmsg("socket: %s", strerror(errno)), -1;
-		(void)unlink(D.o->listen_path);
-		if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(fd, 128) < 0) {
-			logmsg("--listen %s: %s", D.o->listen_path, strerror(errno));
-			close(fd);
-			return -1;
-		}
-		if (D.o->listen_group) {
-			struct group *g = getgrnam(D.o->listen_group);
-			char *end;
-			long gid = g ? (long)g->gr_gid : strtol(D.o->listen_group, &end, 10);
-
-			if ((!g && *end) || chown(D.o->listen_path, (uid_t)-1, (gid_t)gid) < 0) {
-				logmsg("--group %s: %s", D.o->listen_group, g || !*end ? strerror(errno) : "no such group");
-				close(fd);
-				return -1;
-			}
-		}
-		if (chmod(D.o->listen_path, (mode_t)D.o->listen_mode) < 0) {
-			logmsg("chmod %s: %s", D.o->listen_path, strerror(errno));
-			close(fd);
-			return -1;
-		}
-		D.listen.fd = fd;
-	}
-	return 0;
+	D.listen.fd = listen_on(D.o->listen_path, D.o->listen_group, (mode_t)D.o->listen_mode);
+	return D.listen.fd < 0 ? -1 : 0;
 }
 
 static void shutdown_all(void)
@@ -1714,6 +1798,30 @@ static void shutdown_all(void)
 	}
 }
 
+/* Each live session holds about five descriptors here (its pidfd, and
+ * its session's socket, pidfd, ready fd...), so MaxSessions=1024 needs
+ * thousands.  The unit sets LimitNOFILE=65536, but started by hand from a
+ * shell whose soft limit is 1024, OPENs failed from the ~200th session
+ * (EIO, "getrandom or dup failed"): take the hard limit (the sandboxes
+ * get their own, OpenFiles=), and say so if that is still short. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+	unsigned long long need = (unsigned long long)D.conf.max_sessions * 6 + 256;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) < 0)
+			(void)getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && (unsigned long long)rl.rlim_cur < need)
+		logmsg("RLIMIT_NOFILE is %llu: MaxSessions=%u may need %llu descriptors (raise the hard limit, or "
+		       "LimitNOFILE= in the unit)",
+		       (unsigned long long)rl.rlim_cur, D.conf.max_sessions, need);
+}
+
 int daemon_run(const struct daemon_opts *o)
 {
 	sigset_t mask;
@@ -1721,12 +1829,22 @@ int daemon_run(const struct daemon_opts *o)
 
 	memset(&D, 0, sizeof(D));
 	D.o = o;
+	/* nsboxd makes its sandboxes itself.  An NSBOX_CONNECT inherited from
+	 * the shell that started it (set there for its agents) had its
+	 * workers ask a service for each: its own socket (every OPEN hung,
+	 * the pool never filled) or another nsboxd, as root, which then saw
+	 * root's rights instead of the client's.  Before any thread or helper. */
+	if (getenv("NSBOX_CONNECT")) {
+		logmsg("NSBOX_CONNECT=%s ignored: nsboxd makes its sandboxes itself", getenv("NSBOX_CONNECT"));
+		unsetenv("NSBOX_CONNECT");
+	}
 	D.listen.kind = EV_LISTEN;
 	D.sig.kind = EV_SIGNAL;
-	D.listen.fd = D.sig.fd = -1;
+	D.listen.fd = D.sig.fd = D.listen_dir = -1;
 	if (load_config(&D.conf) < 0)
 		return 2;
 	apply_config();
+	raise_nofile();
 	/* Before any thread or helper process exists: cgroup.procs moves the
 	 * whole process, and the helpers are forked into nsboxd's cgroup. */
 	{
@@ -1837,8 +1955,16 @@ int daemon_run(const struct daemon_opts *o)
 	}
 	shutdown_all();
 	logmsg("stopped: %llu sessions served (%llu from the pool)", D.opened, D.pool_hits);
-	if (!D.activated && o->listen_path)
-		(void)unlink(o->listen_path);
+	/* In the directory opened at the start, and only our socket: the
+	 * path's directories may name other ones by now. */
+	if (!D.activated && o->listen_path && D.listen_dir >= 0) {
+		const char *base = strrchr(o->listen_path, '/') ? strrchr(o->listen_path, '/') + 1 : o->listen_path;
+		struct stat st;
+
+		if (fstatat(D.listen_dir, base, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(st.st_mode))
+			(void)unlinkat(D.listen_dir, base, 0);
+		close(D.listen_dir);
+	}
 	close(D.ep);
 	close(D.sig.fd);
 	close(D.listen.fd);

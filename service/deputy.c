@@ -3,12 +3,15 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #ifndef AT_EMPTY_PATH
@@ -42,22 +45,52 @@ static int deputy_mode(int fd, bool writable, int *mode, char *errbuf, size_t er
 	return 0;
 }
 
-/* The child's answer: the index of the first object refused (n: none) and
- * the errno of its check. */
-struct deputy_answer {
-	uint32_t index;
-	int32_t err;
-};
+/* The ids of this thread alone: raw system calls, not glibc's (which set
+ * every thread's).  Only the effective ids change: the real and saved uid
+ * stay root's, so the switch back is allowed, the effective capabilities
+ * come back from the permitted set, and a client's processes can't signal
+ * or trace this one meanwhile (both need its real or saved uid). */
+static int thread_ids(uid_t euid, gid_t egid, size_t n_groups, const gid_t *groups)
+{
+	/* Groups and gid while the uid is still root's (they need
+	 * CAP_SETGID), the uid last: it takes the effective capabilities. */
+	if (syscall(SYS_setgroups, n_groups, groups) < 0 || syscall(SYS_setresgid, -1, egid, -1) < 0 ||
+	    syscall(SYS_setresuid, -1, euid, -1) < 0)
+		return -1;
+	return 0;
+}
+
+/* This thread's capabilities (raw: libcap's are the same calls). */
+static int thread_caps(bool set, struct __user_cap_data_struct data[2])
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+
+	return (int)syscall(set ? SYS_capset : SYS_capget, &hdr, data);
+}
+
+/* Back to root's: the uid first, then the capabilities as they were
+ * (the uid gives them back unless SECBIT_NO_SETUID_FIXUP), then what
+ * needs CAP_SETGID. */
+static int thread_ids_back(uid_t euid, gid_t egid, size_t n_groups, const gid_t *groups,
+			   struct __user_cap_data_struct caps[2])
+{
+	if (syscall(SYS_setresuid, -1, euid, -1) < 0 || thread_caps(true, caps) < 0 ||
+	    syscall(SYS_setresgid, -1, egid, -1) < 0 || syscall(SYS_setgroups, n_groups, groups) < 0)
+		return -1;
+	return 0;
+}
 
 int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, const gid_t *groups,
 		 size_t n_groups, size_t *failed, char *errbuf, size_t errlen)
 {
 	int modes[DEPUTY_MAX_OBJS];
-	struct deputy_answer a = { .index = (uint32_t)n };
 	size_t pre = n; /* the first object refused without the client's ids */
-	int pre_code = 0, wst, p[2] = { -1, -1 };
-	ssize_t got;
-	pid_t pid;
+	int pre_code = 0, dumpable, n_mine, err = 0;
+	size_t bad = 0;
+	static gid_t mine[NGROUPS_MAX]; /* 256 KiB: not on the stack; one caller, the loop */
+	struct __user_cap_data_struct caps[2], none[2], now[2];
+	uid_t my_uid = geteuid();
+	gid_t my_gid = getegid();
 
 	if (n > DEPUTY_MAX_OBJS) {
 		*failed = 0;
@@ -71,7 +104,7 @@ int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, 
 	 * one by one they would have been: an earlier refusal wins. */
 	if (pre == 0)
 		goto refused_pre;
-	if (uid == geteuid() && gid == getegid()) {
+	if (uid == my_uid && gid == my_gid) {
 		for (size_t i = 0; i < pre; i++)
 			if (access_fd(objs[i].fd, modes[i]) < 0) {
 				int e = errno;
@@ -82,65 +115,53 @@ int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, 
 			}
 		goto refused_pre;
 	}
-	if (geteuid() != 0) {
+	if (my_uid != 0) {
 		*failed = 0;
 		snprintf(errbuf, errlen, "the service is not root and can't check another user's rights");
 		return EPERM;
 	}
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		int e = errno;
-
+	/* In this thread, with the client's ids for the checks: no child per
+	 * OPEN (a fork on the event loop's thread for each OPEN let one uid's
+	 * refused OPENs slow every other client's requests 40-fold). */
+	n_mine = getgroups(NGROUPS_MAX, mine);
+	dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+	if (n_mine < 0 || dumpable < 0 || n_groups > NGROUPS_MAX || thread_caps(false, caps) < 0) {
 		*failed = 0;
-		snprintf(errbuf, errlen, "pipe: %s", strerror(e));
-		return e;
-	}
-	pid = fork();
-	if (pid < 0) {
-		int e = errno;
-
-		close(p[0]);
-		close(p[1]);
-		*failed = 0;
-		snprintf(errbuf, errlen, "fork: %s", strerror(e));
-		return e;
-	}
-	if (pid == 0) {
-		/* Dropping the ids failing refuses the first object, as it did
-		 * when each object had its own child. */
-		if (setgroups(n_groups, groups) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
-			a = (struct deputy_answer){ 0, EPERM };
-		else
-			for (size_t i = 0; i < pre; i++)
-				if (access_fd(objs[i].fd, modes[i]) < 0) {
-					a = (struct deputy_answer){ (uint32_t)i, errno ? errno : EIO };
-					break;
-				}
-		_exit(write(p[1], &a, sizeof(a)) == (ssize_t)sizeof(a) ? 0 : 1);
-	}
-	close(p[1]);
-	do
-		got = read(p[0], &a, sizeof(a));
-	while (got < 0 && errno == EINTR);
-	close(p[0]);
-	while (waitpid(pid, &wst, 0) < 0)
-		if (errno != EINTR) {
-			int e = errno;
-
-			*failed = 0;
-			snprintf(errbuf, errlen, "waitpid: %s", strerror(e));
-			return e;
-		}
-	if (!WIFEXITED(wst) || WEXITSTATUS(wst) || got != (ssize_t)sizeof(a) || a.index > pre ||
-	    (a.index < pre && a.err <= 0)) {
-		*failed = 0;
-		snprintf(errbuf, errlen, "the check was killed");
+		snprintf(errbuf, errlen, "getgroups or prctl: %s", strerror(errno ? errno : EINVAL));
 		return EIO;
 	}
-	if (a.index < pre) {
-		*failed = a.index;
-		snprintf(errbuf, errlen, "uid %u may not %s it: %s", (unsigned)uid, objs[a.index].writable ? "write" : "read",
-			 strerror(a.err));
-		return a.err;
+	/* Taking the ids failing refuses the first object.  With
+	 * SECBIT_NO_SETUID_FIXUP (a unit's SecureBits=) the uid change keeps
+	 * the capabilities, and CAP_DAC_OVERRIDE would pass every check:
+	 * none may be in effect for them. */
+	memcpy(none, caps, sizeof(none));
+	none[0].effective = none[1].effective = 0;
+	if (thread_ids(uid, gid, n_groups, groups) < 0 || thread_caps(true, none) < 0 || thread_caps(false, now) < 0 ||
+	    now[0].effective || now[1].effective)
+		err = EPERM;
+	else
+		for (size_t i = 0; i < pre; i++)
+			if (access_fd(objs[i].fd, modes[i]) < 0) {
+				err = errno ? errno : EIO;
+				bad = i;
+				break;
+			}
+	/* Back to ours, or nothing this process does after could be trusted:
+	 * the loop would go on with a client's ids. */
+	if (thread_ids_back(my_uid, my_gid, (size_t)n_mine, mine, caps) < 0 || geteuid() != my_uid ||
+	    getegid() != my_gid) {
+		fprintf(stderr, "nsboxd: can't take back its own ids after a check: %s\n", strerror(errno));
+		abort();
+	}
+	/* A change of the effective uid left the process not dumpable (the
+	 * kernel's rule for set-id programs): as it was before. */
+	if (prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != dumpable)
+		(void)prctl(PR_SET_DUMPABLE, dumpable, 0, 0, 0);
+	if (err) {
+		*failed = bad;
+		snprintf(errbuf, errlen, "uid %u may not %s it: %s", (unsigned)uid, objs[bad].writable ? "write" : "read",
+			 strerror(err));
+		return err;
 	}
 refused_pre:
 	if (pre < n) {

@@ -21,10 +21,11 @@ struct deputy_obj {
 };
 
 /* Whether uid/gid/groups may read (and with writable, write) each file or
- * directory objs[i].fd refers to, in order, checked by one child process
- * that takes those ids (faccessat2 with AT_EACCESS on the fd itself: no
- * path is resolved) for all of them: one fork per OPEN, not one per
- * descriptor.  Returns 0, or a positive errno with *failed set to the
+ * directory objs[i].fd refers to, in order, checked by the calling thread
+ * with those ids taken for the checks alone (faccessat2 with AT_EACCESS on
+ * the fd itself: no path is resolved; the effective ids only, of this
+ * thread only, and its own back before it returns): no child process.
+ * Returns 0, or a positive errno with *failed set to the
  * index of the first object refused and a message about it in errbuf (the
  * same as checking the objects one by one would give). */
 int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, const gid_t *groups,

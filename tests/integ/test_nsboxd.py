@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -93,8 +94,8 @@ class Daemon:
             args = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *args]
         args = [*wrap, *args]
         self.p = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        # Ready when it says so: the socket exists before its group and
-        # mode are set (--group, --mode), and a sanitized nsboxd is slow.
+        # Ready when it says so: the socket exists before nsboxd has
+        # checked it and listens, and a sanitized nsboxd is slow.
         end = time.time() + 30
         while time.time() < end and not (os.path.exists(self.sock) and (activate or "ready (" in self.logtext())):
             if self.p.poll() is not None:
@@ -283,6 +284,42 @@ def test_cross_connection_handles_refused(daemon):
     sb.close()
     a.close()
     b.close()
+
+
+def test_ended_unclosed_sessions_count_towards_the_uids_quota():
+    """A session whose sandbox ended by itself stays until CLOSE and holds
+    a slot of the service's MaxSessions: it counts towards its uid's
+    MaxSessions too, or one uid (here [Default] MaxSessions=2) could fill
+    the service (MaxSessions=6) with ended sessions and refuse everyone."""
+    d = Daemon("[Service]\nMaxSessions=6\nPoolSize=0\n[Default]\nMaxSessions=2\n")
+    try:
+        c = svcclient.Client(d.sock)
+        ended = []
+        for _ in range(2):
+            sb, m = c.open()
+            assert sb, m
+            sb.sock.close()     # the runner reads EOF and exits: the sandbox ends by itself
+            while True:
+                t, m, _, _ = c.recv()
+                if t == "EXITED":
+                    break
+            assert m["handle"] == sb.handle
+            assert wait_gone(sb.pid)
+            ended.append(sb)
+        sb, m = c.open()
+        assert sb is None and m["error"] == "EDQUOT" and "MaxSessions" in m["message"], m
+        # CLOSE gives the place back.
+        t, m, _ = c.request("CLOSE", {"handle": ended[0].handle})
+        assert t == "CLOSED" and m["status"]["exited"], m
+        os.close(ended[0].pidfd)
+        sb, m = c.open()
+        assert sb, m
+        assert sb.exec("1 + 1")["value"] == 2
+        sb.close()
+        os.close(ended[1].pidfd)
+        c.close()
+    finally:
+        assert d.stop() == 0
 
 
 @pytest.mark.parametrize("bad", [b"garbage", b"\x00" * 16, struct.pack("<IIHHI", 0x4442534E, 2, 2, 0, 1) + b"[]",
@@ -613,6 +650,190 @@ print(out)
         assert d.stop() == 0
 
 
+@pytest.mark.skipif(not ROOT, reason="needs root: a root nsboxd and another user's directory")
+@pytest.mark.skipif(not shutil.which("strace"), reason="strace is missing (scripts/install-deps.sh installs it)")
+def test_listen_socket_swapped_for_a_symlink():
+    """--listen in a directory another user may write: that user swaps the
+    new socket for a symlink to a root-owned file between bind() and the
+    socket's chown/chmod (strace delays bind's return 2 s, so the race is
+    won every time).  Before: root's chown and chmod followed it (the file
+    became mode 0666, group 4242).  Now the socket is made with its mode
+    and group, nothing is done to it by name after, and nsboxd refuses to
+    go on with a name that is not its socket."""
+    top = pathlib.Path(tempfile.mkdtemp(prefix="nsbxd-listen-"))
+    os.chmod(top, 0o755)
+    victim, alice, conf, log = top / "victim", top / "alice", top / "conf", top / "log"
+    victim.write_text("secret\n")
+    os.chmod(victim, 0o600)
+    alice.mkdir()
+    os.chown(alice, 65534, 65534)
+    conf.write_text("")
+    sock = alice / "s.sock"
+    try:
+        with open(log, "w") as lf:
+            p = subprocess.Popen(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=bind", "-e",
+                                  "inject=bind:delay_exit=2000000", NSBOXD, "--listen", str(sock), "--config",
+                                  str(conf), "--group", "4242", "--mode", "0666"], stdout=lf, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL,
+                                 env=dict(os.environ, ASAN_OPTIONS=os.environ.get("ASAN_OPTIONS", "") +
+                                          ":detect_leaks=0"))
+        try:
+            assert wait_until(lambda: sock.exists(), 20)
+            subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c",
+                            f"rm -f {sock} && ln -s {victim} {sock}"], check=True, timeout=10)
+            p.wait(30)
+        finally:
+            if p.poll() is None:
+                for k in open(f"/proc/{p.pid}/task/{p.pid}/children").read().split():
+                    os.kill(int(k), signal.SIGTERM)
+                p.wait(30)
+        out = log.read_text()
+        st = os.stat(victim)
+        assert st.st_mode & 0o7777 == 0o600 and st.st_gid == 0, oct(st.st_mode)
+        assert p.returncode != 0 and "not our socket any more" in out, out
+    finally:
+        shutil.rmtree(top)
+    # and unraced, the socket has its mode and group from the start
+    d = Daemon("", extra=("--group", "4242", "--mode", "0604"))
+    try:
+        st = os.lstat(d.sock)
+        assert stat.S_ISSOCK(st.st_mode) and st.st_gid == 4242 and st.st_mode & 0o7777 == 0o604, oct(st.st_mode)
+    finally:
+        assert d.stop() == 0
+
+
+@pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit (util-linux) is missing")
+def test_started_by_hand_takes_the_hard_descriptor_limit():
+    """Each live session holds about five of nsboxd's descriptors: under a
+    shell's soft limit (128 here, often 1024) OPENs failed from the ~22nd
+    (the ~200th) session.  nsboxd takes the hard limit, and says so when
+    even that is short of what MaxSessions may need."""
+    d = Daemon("[Service]\nPoolSize=0\nMaxSessions=30\n[Default]\nMaxSessions=30\n", wrap=("prlimit", "--nofile=128:4096"))
+    try:
+        with open(f"/proc/{d.p.pid}/limits") as f:
+            soft = next(line for line in f if line.startswith("Max open files")).split()[3]
+        assert soft == "4096", soft
+        c = svcclient.Client(d.sock)
+        held = []
+        for _ in range(25):
+            sb, m = c.open()
+            assert sb, m
+            held.append(sb)
+        assert held[-1].exec("6*7")["value"] == 42
+        c.close()
+        for sb in held:
+            sb.sock.close()
+            os.close(sb.pidfd)
+            assert wait_gone(sb.pid)
+    finally:
+        assert d.stop() == 0
+    d = Daemon("[Service]\nPoolSize=0\n", wrap=("prlimit", "--nofile=128:128"))
+    try:
+        assert "RLIMIT_NOFILE is 128: MaxSessions=1024 may need" in d.logtext(), d.logtext()
+    finally:
+        assert d.stop() == 0
+
+
+def test_max_pids_bounds_what_opens_may_ask():
+    """OPEN's pids overrides the profile's: a uid allowed only strict (32)
+    could ask for a million per session, and nsboxd's unit has
+    TasksMax=infinity.  MaxPids bounds the sum of a uid's pids limits,
+    asked (refused before a sandbox is made) or the profile's (default's
+    128 here: strict requires cgroups, which the no-delegation pass lacks)."""
+    d = Daemon("[Service]\nPoolSize=0\n[Default]\nMaxPids=300\n")
+    try:
+        c = svcclient.Client(d.sock)
+        t, m, _ = c.request("HELLO", {"version": 1})
+        assert m["limits"]["max_pids"] == 300, m
+        sb, m = c.open(profile="strict", pids=1000000)
+        assert sb is None and m["error"] == "EDQUOT" and "MaxPids is 300" in m["message"], m
+        held = []
+        for _ in range(2):      # 2 x 128 = 256
+            sb, m = c.open()
+            assert sb and m["limits"]["pids"] == 128, m
+            held.append(sb)
+        sb, m = c.open()
+        assert sb is None and m["error"] == "EDQUOT" and "would have 384 processes" in m["message"], m
+        sb, m = c.open(pids=40)
+        assert sb and m["limits"]["pids"] == 40, m
+        held.append(sb)
+        for sb in held:
+            sb.close()
+        c.close()
+    finally:
+        assert d.stop() == 0
+
+
+def test_inherited_nsbox_connect_is_ignored():
+    """Started by hand from a shell that exported NSBOX_CONNECT for its
+    agents, nsboxd's workers made every sandbox through that service
+    (pointing at nsboxd's own socket, every OPEN hung); here it names
+    no socket at all, and OPENs failed.  nsboxd makes its own."""
+    d = Daemon("[Service]\nPoolSize=0\n", wrap=("env", "NSBOX_CONNECT=/nonexistent/nsboxd.sock"))
+    try:
+        c = svcclient.Client(d.sock)
+        sb, m = c.open()
+        assert sb, m
+        assert sb.exec("6*7")["value"] == 42
+        sb.close()
+        c.close()
+        assert "NSBOX_CONNECT=/nonexistent/nsboxd.sock ignored" in d.logtext()
+    finally:
+        assert d.stop() == 0
+
+
+FAKE_NSBOXD = """
+import json, socket, struct, sys
+M = 0x4442534E
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(sys.argv[1])
+s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+for _ in range(2):
+    data, fds, _, _ = socket.recv_fds(c, 65536, 16)
+    if not data:
+        break
+    typ, id_ = struct.unpack("<IIHHI", data[:16])[2], struct.unpack("<IIHHI", data[:16])[4]
+    if typ == 1:
+        p = json.dumps({"version": 1, "server": "nsboxd", "library": "x",
+                        "limits": {"max_sessions": 1, "max_memory": 0, "max_cpus": 0}}).encode()
+        c.send(struct.pack("<IIHHI", M, len(p), 1, 0, id_) + p)
+    else:
+        print("descriptors", len(fds), flush=True)
+        p = json.dumps({"errno": 5, "error": "EIO", "message": "fake"}).encode()
+        c.send(struct.pack("<IIHHI", M, len(p), 10, 0, id_) + p)
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: a listener of another uid")
+def test_descriptors_go_only_to_a_root_or_own_service():
+    """Whoever listens at the path NSBOX_CONNECT or --connect names gets the
+    OPEN's descriptors: the workspace, binds and network log, opened with
+    the client's rights.  libnsbox sends them only to a service that is root
+    or the client itself (another user's nsboxd could not check them); uid
+    65534's fake nsboxd used to receive root's workspace descriptor."""
+    top = tempfile.mkdtemp(prefix="nsbxd-fake-")
+    os.chmod(top, 0o777)
+    sock, ws = os.path.join(top, "s.sock"), os.path.join(top, "ws")
+    os.mkdir(ws, 0o700)
+    fake = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                             FAKE_NSBOXD, sock], stdout=subprocess.PIPE, text=True)
+    try:
+        assert fake.stdout.readline().strip() == "ready"
+        p = subprocess.run([NSBOX, "python", "--connect", sock, "--workspace", ws, "-c", "1"], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode != 0 and "neither root nor this user" in p.stderr, p.stderr
+        fake.wait(10)
+        assert "descriptors" not in fake.stdout.read()
+    finally:
+        if fake.poll() is None:
+            fake.kill()
+            fake.wait()
+        fake.stdout.close()
+        shutil.rmtree(top)
+
+
 DEPUTY_OPEN = """
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
@@ -631,10 +852,12 @@ print(json.dumps([sb is None, m.get("error"), m.get("message")]))
 @pytest.mark.skipif(not ROOT, reason="needs root: another user's client through a group-owned socket")
 @pytest.mark.skipif(not shutil.which("strace"), reason="strace is missing (scripts/install-deps.sh installs it)")
 def test_confused_deputy_one_check_per_open(tmp_path):
-    """nsboxd checks all of an OPEN's descriptors with the client's ids in
-    one child (one fork per OPEN, counted with strace on nsboxd's main
-    process), and says which one it refused: the first refused, in the
-    order workspace, binds, as one child per descriptor did."""
+    """nsboxd checks all of an OPEN's descriptors with the client's ids
+    taken by its loop's thread for the checks alone: no child process (a
+    fork per OPEN on the loop's thread let one uid's refused OPENs slow
+    every other client 40-fold; clones counted with strace on nsboxd's
+    main process), its own ids back after each; and it says which one it
+    refused: the first refused, in the order workspace, binds."""
     trace = tmp_path / "clones"
     d = Daemon("[Service]\nAllowGroups=4242\nPoolSize=0\n[Default]\nAllowBinds=yes\n",
                extra=("--group", "4242", "--mode", "0660"),
@@ -644,6 +867,9 @@ def test_confused_deputy_one_check_per_open(tmp_path):
                      "strace", "-qq", "-e", "trace=clone,clone3,fork,vfork", "-o", str(trace)))
     ws = tempfile.mkdtemp(prefix="nsbxd-ws-")
     os.chown(ws, 65534, 65534)
+
+    def nsboxd_pid():     # strace's child
+        return int(open(f"/proc/{d.p.pid}/task/{d.p.pid}/children").read().split()[0])
 
     def clones():
         with open(trace) as f:
@@ -667,7 +893,10 @@ def test_confused_deputy_one_check_per_open(tmp_path):
             refused, err, msg = json.loads(p.stdout)
             assert refused and err == "EACCES" and msg.startswith(want), (objs, err, msg)
             # strace writes a clone's line when it returns: the reply came after.
-            assert clones() - before == 1, (objs, clones() - before, open(trace).read())
+            assert clones() - before == 0, (objs, clones() - before, open(trace).read())
+            with open(f"/proc/{nsboxd_pid()}/status") as f:
+                ids = {k: v.split() for k, v in (line.split(":", 1) for line in f) if k in ("Uid", "Gid", "Groups")}
+            assert ids["Uid"] == ["0"] * 4 and ids["Gid"] == ["0"] * 4 and ids["Groups"] == [], ids
         # and what passes every check is served
         p = subprocess.run(who + [sys.executable, "-c", DEPUTY_OPEN.replace("sb is None", "sb is not None"),
                                   os.path.dirname(__file__), d.sock, json.dumps([[ws, "ws"], ["/usr/share", "/a"]])],
@@ -777,7 +1006,8 @@ def test_unprivileged_nsboxd_other_uids():
     """An unprivileged nsboxd (uid 65534) with a socket anyone may connect
     to: a uid AllowUsers= does not name is refused; one it names gets a
     session, but not with a workspace (an unprivileged service can't check
-    another user's rights to a descriptor)."""
+    another user's rights to a descriptor): libnsbox does not send it one,
+    and a raw client's is refused by nsboxd."""
     d = Daemon("[Service]\nPoolSize=1\nWorkers=1\nAllowUsers=65532\n", user=UNPRIV, extra=("--mode", "0666"))
     ws = tempfile.mkdtemp(prefix="nsbxd-ws-")
     try:
@@ -793,7 +1023,18 @@ def test_unprivileged_nsboxd_other_uids():
         assert p.returncode == 0 and p.stdout == b"1000\n", p.stderr
         p = subprocess.run(as_user(65532) + [NSBOX, "python", "--connect", d.sock, "--workspace", ws, "-c", "1"],
                            capture_output=True, timeout=60, env=env)
-        assert p.returncode == 125 and b"can't check another user's rights" in p.stderr, p.stderr
+        assert p.returncode == 125 and b"runs as uid 65534, neither root nor this user" in p.stderr, p.stderr
+        raw = f"""
+import os, sys
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import svcclient
+c = svcclient.Client({d.sock!r})
+sb, m = c.open(fds=[os.open({ws!r}, os.O_PATH)], workspace={{"fd": 0}})
+print(sb is None, m.get("message"))
+"""
+        p = subprocess.run(as_user(65532) + [sys.executable, "-c", raw], capture_output=True, timeout=60, env=env)
+        assert p.returncode == 0 and p.stdout.startswith(b"True") and b"can't check another user's rights" in p.stdout, \
+            (p.stdout, p.stderr)
         assert os.listdir(ws) == []
     finally:
         assert d.stop() == 0, d.logtext()

@@ -29,6 +29,14 @@ int main(void)
 	static const char *const bad[] = { "*.com", "exa mple.com", "10.0.0.0/33", "example.com:0", "::1",
 					   "example.com:70000", "127.1", "*.*.example.com", "", "[::1", "a..b", "a.example.." };
 
+	{
+		char out[NET_NAME_MAX + 1] = "stale";
+
+		ok(!net_name_normalize("secretpart%zz.example.com", out) && out[0] == '\0',
+		   "a name with a bad byte leaves no part of it behind");
+		ok(net_name_normalize("Api.Example.COM.", out) && strcmp(out, "api.example.com") == 0,
+		   "a name: lowercased, no root dot");
+	}
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
 		ok(net_rule_parse(good[i], &r, NULL) == 0, "accepted: %s", good[i]);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
@@ -60,6 +68,22 @@ int main(void)
 		ok(verdict(name_only, 1, true, "::ffff:127.0.0.1", 80) != NULL, "a name rule: not v4-mapped");
 		ok(verdict(name_only, 1, true, "fd00:ec2::254", 80) != NULL, "a name rule: not fc00::/7");
 		ok(verdict(name_only, 1, true, "fe80::1", 80) != NULL, "a name rule: not fe80::/10");
+		/* IPv6 forms that carry an IPv4 address to a translator or
+		 * tunnel: refused to a name, and to [::/0] as to 0.0.0.0/0. */
+		{
+			static const char *const v6all[] = { "[::/0]" };
+			static const char *const embedded[] = { "::a00:1", "::ffff:0:a00:1", "64:ff9b:1::a9fe:a9fe", "2002:a9fe:a9fe::1",
+								"2001:0:4136:e378:8000:63bf:f5ff:fffe" };
+
+			for (size_t i = 0; i < sizeof(embedded) / sizeof(embedded[0]); i++) {
+				ok(verdict(name_only, 1, true, embedded[i], 443) != NULL, "a name rule: not %s",
+				   embedded[i]);
+				ok(verdict(v6all, 1, false, embedded[i], 443) != NULL, "[::/0]: not %s", embedded[i]);
+			}
+			ok(verdict(v6all, 1, false, "2001:db8::1", 443) == NULL &&
+				   verdict(name_only, 1, true, "2606:4700::1", 443) == NULL,
+			   "[::/0] and a name: public IPv6 still");
+		}
 		ok(verdict(name_only, 1, false, "93.184.216.34", 443) != NULL, "no name matched: not any address");
 		ok(verdict(net, 1, false, "10.99.0.7", 443) == NULL, "10.99.0.0/24 unlocks 10.99.0.7");
 		ok(verdict(net, 1, false, "10.99.1.7", 443) != NULL, "... not 10.99.1.7");

@@ -1,9 +1,20 @@
 /* The service protocol (proto/svc.c) and nsboxd.conf(5) (service/config.c),
- * offline: good and bad messages and configurations, as nsboxd reads them. */
+ * offline: good and bad messages and configurations, as nsboxd reads them;
+ * and, as root, the confused-deputy check (service/deputy.c). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <linux/capability.h>
+#include <linux/securebits.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "config.h"
+#include "deputy.h"
 #include "svc.h"
 #include "tap.h"
 
@@ -280,6 +291,8 @@ static void test_conf(void)
 		{ "[Service]\nBogus=1\n", "unknown key 'Bogus' in [Service]" },
 		{ "[Default]\nMaxMemory=lots\n", "MaxMemory" },
 		{ "[Default]\nMaxCPUs=-1\n", "MaxCPUs" },
+		{ "[Default]\nMaxPids=0\n", "MaxPids" },
+		{ "[Default]\nMaxPids=lots\n", "MaxPids" },
 		{ "[Default]\nAllowShareNet=maybe\n", "AllowShareNet" },
 		{ "[Default]\nAllowNet=sometimes\n", "AllowNet: 'sometimes' is not yes or no" },
 		{ "[Default]\nAllowProfiles=root\n", "unknown profile" },
@@ -297,14 +310,15 @@ static void test_conf(void)
 	   "an empty file: the documented defaults");
 	ok(conf("# comment\n; another\n\n[Service]\n  PoolSize = 4 \nPoolProfiles=strict permissive\n"
 		"HostUidRange=524288-589823\nIdleExitSec=0.5\nAllowUsers=0 65534\nAllowGroups=4242\n"
-		"[Default]\nMaxSessions=8\nMaxMemory=4G\nMaxCPUs=2.5\nAllowBinds=yes\n"
+		"[Default]\nMaxSessions=8\nMaxMemory=4G\nMaxCPUs=2.5\nMaxPids=300\nAllowBinds=yes\n"
 		"[Group:4242]\nMaxSessions=64\nAllowShareNet=yes\nAllowNet=yes\n[User:65534]\nAllowWorkspace=no\n",
 		&c, eb, sizeof(eb)) == 0,
 	   "a full file parses (%s)", eb);
 	ok(c.pool_size == 4 && !c.pool_profile[0] && c.pool_profile[1] && c.pool_profile[2] && c.idle_exit == 0.5,
 	   "[Service] pool and idle settings");
 	ok(c.uid_first == 524288 && c.uid_count == 65536, "HostUidRange=524288-589823: 65536 uids from 524288");
-	ok(c.dflt.max_memory == 4ull << 30 && c.dflt.max_cpus == 2.5 && c.dflt.binds, "[Default] limits");
+	ok(c.dflt.max_memory == 4ull << 30 && c.dflt.max_cpus == 2.5 && c.dflt.max_pids == 300 && c.dflt.binds,
+	   "[Default] limits");
 	r = conf_rule_for(&c, 1000, 1000, &g4242, 1);
 	ok(r && !strcmp(r->section, "Group:4242") && r->max_sessions == 64 && r->share_net && r->net && r->binds &&
 		   r->max_memory == 4ull << 30,
@@ -351,11 +365,134 @@ static void test_conf(void)
 	}
 }
 
+/* Another thread's ids, watched while the loop's thread checks: the check
+ * takes the client's ids in its own thread only. */
+static atomic_bool watch_stop;
+static atomic_long watch_seen_other, watch_polls;
+
+static void *watch_ids(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&watch_stop)) {
+		uid_t r, e, s;
+
+		/* raw: glibc's getresuid reads the calling thread's ids too,
+		 * but say so */
+		if (syscall(SYS_getresuid, &r, &e, &s) == 0 && (r || e || s))
+			atomic_fetch_add(&watch_seen_other, 1);
+		atomic_fetch_add(&watch_polls, 1);
+	}
+	return NULL;
+}
+
+static bool ids_are_root(void)
+{
+	uid_t r, e, s;
+	gid_t gr, ge, gs;
+
+	return getresuid(&r, &e, &s) == 0 && getresgid(&gr, &ge, &gs) == 0 && !r && !e && !s && !gr && !ge && !gs;
+}
+
+/* This thread's effective capabilities are its permitted ones. */
+static bool effective_caps_whole(void)
+{
+	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
+	struct __user_cap_data_struct d[2];
+
+	return syscall(SYS_capget, &hdr, d) == 0 && d[0].effective == d[0].permitted && d[1].effective == d[1].permitted &&
+	       d[0].permitted;
+}
+
+static void test_deputy(void)
+{
+	char dir[] = "/tmp/nsbox-deputy-XXXXXX", f640[64], ws[64], errbuf[256];
+	gid_t before[64], after[64], g4242 = 4242;
+	int nb, na, dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0), fd_file, fd_ws, code;
+	size_t failed = 99;
+	pthread_t th;
+
+	if (geteuid() != 0) {
+		ok(1, "# SKIP deputy_check: needs root (it takes a client's ids)");
+		return;
+	}
+	if (!mkdtemp(dir)) {
+		ok(0, "mkdtemp");
+		return;
+	}
+	chmod(dir, 0755);
+	snprintf(f640, sizeof(f640), "%s/group-file", dir);
+	snprintf(ws, sizeof(ws), "%s/ws", dir);
+	close(open(f640, O_CREAT | O_WRONLY, 0640));
+	chown(f640, 0, 4242);
+	chmod(f640, 0640);
+	mkdir(ws, 0700);
+	chown(ws, 65534, 65534);
+	fd_file = open(f640, O_PATH);
+	fd_ws = open(ws, O_PATH);
+	nb = getgroups(64, before);
+
+	/* uid 65534 without group 4242 may not read the file; with it, it may */
+	code = deputy_check(&(struct deputy_obj){ fd_file, false }, 1, 65534, 65534, NULL, 0, &failed, errbuf,
+			    sizeof(errbuf));
+	ok(code == EACCES && failed == 0 && strstr(errbuf, "uid 65534 may not read it"), "deputy: refused (%d, %s)",
+	   code, errbuf);
+	failed = 99;
+	code = deputy_check(&(struct deputy_obj){ fd_file, false }, 1, 65534, 65534, &g4242, 1, &failed, errbuf,
+			    sizeof(errbuf));
+	ok(code == 0, "deputy: a supplementary group counts (%d)", code);
+	code = deputy_check(&(struct deputy_obj){ fd_file, true }, 1, 65534, 65534, &g4242, 1, &failed, errbuf,
+			    sizeof(errbuf));
+	ok(code == EACCES && failed == 0 && strstr(errbuf, "may not write"), "deputy: read, not write (%s)", errbuf);
+	/* the first object refused is named: the workspace passes, the file not */
+	code = deputy_check((struct deputy_obj[]){ { fd_ws, true }, { fd_file, false } }, 2, 65534, 65534, NULL, 0,
+			    &failed, errbuf, sizeof(errbuf));
+	ok(code == EACCES && failed == 1, "deputy: the second of two refused (%d, %zu)", code, failed);
+
+	/* Ours back after each, and never another thread's meanwhile. */
+	pthread_create(&th, NULL, watch_ids, NULL);
+	while (atomic_load(&watch_polls) == 0)
+		;
+	for (int i = 0; i < 2000; i++)
+		deputy_check(&(struct deputy_obj){ fd_file, false }, 1, 65534, 65534, NULL, 0, &failed, errbuf,
+			     sizeof(errbuf));
+	atomic_store(&watch_stop, true);
+	pthread_join(th, NULL);
+	ok(atomic_load(&watch_seen_other) == 0, "deputy: another thread kept root's ids (%ld of %ld looks were not)",
+	   (long)atomic_load(&watch_seen_other), (long)atomic_load(&watch_polls));
+	na = getgroups(64, after);
+	ok(ids_are_root() && effective_caps_whole() && na == nb &&
+		   (nb <= 0 || !memcmp(before, after, (size_t)nb * sizeof(gid_t))),
+	   "deputy: the checking thread's uids, gids, groups and capabilities are root's again");
+	ok(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == dumpable, "deputy: dumpable as before (%d)", dumpable);
+	/* With SECBIT_NO_SETUID_FIXUP (a unit's SecureBits=, say) a change of
+	 * uid keeps the capabilities: CAP_DAC_OVERRIDE would pass everything. */
+	{
+		int sb = prctl(PR_GET_SECUREBITS, 0, 0, 0, 0);
+
+		if (sb >= 0 && prctl(PR_SET_SECUREBITS, sb | SECBIT_NO_SETUID_FIXUP, 0, 0, 0) == 0) {
+			code = deputy_check(&(struct deputy_obj){ fd_file, false }, 1, 65534, 65534, NULL, 0, &failed,
+					    errbuf, sizeof(errbuf));
+			ok(code == EACCES, "deputy: refused under SECBIT_NO_SETUID_FIXUP too (%d, %s)", code, errbuf);
+			ok(ids_are_root() && effective_caps_whole(),
+			   "deputy: root's ids and capabilities back under SECBIT_NO_SETUID_FIXUP");
+			prctl(PR_SET_SECUREBITS, sb, 0, 0, 0);
+		} else {
+			ok(0, "PR_SET_SECUREBITS: %s", strerror(errno));
+		}
+	}
+	close(fd_file);
+	close(fd_ws);
+	unlink(f640);
+	rmdir(ws);
+	rmdir(dir);
+}
+
 int main(void)
 {
 	test_decode();
 	test_open();
 	json_decref(last_msg);
 	test_conf();
+	test_deputy();
 	tap_done();
 }
