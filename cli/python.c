@@ -1047,8 +1047,7 @@ int cmd_python(int argc, char **argv)
 		fclose(f);
 		if (!raw) {
 			if (read_errno == EFBIG)
-				py_err("%s: too large (over %u MiB, what one exec can carry)\n", file,
-				       PY_SOURCE_MAX >> 20);
+				py_err("%s: exceeds the frame limit of one exec (%u MiB)\n", file, PY_SOURCE_MAX >> 20);
 			else
 				py_err("cannot read %s\n", file);
 			free(py_argv);
@@ -1067,7 +1066,7 @@ int cmd_python(int argc, char **argv)
 		owned_code = read_all(stdin, &len);
 		if (!owned_code || strlen(owned_code) != len) {
 			if (!owned_code && errno == EFBIG)
-				py_err("the code from stdin is too large (over %u MiB, what one exec can carry)\n",
+				py_err("the code from stdin exceeds the frame limit of one exec (%u MiB)\n",
 				       PY_SOURCE_MAX >> 20);
 			else
 				py_err("cannot read the code from stdin (or it holds a NUL byte)\n");

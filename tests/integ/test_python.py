@@ -874,4 +874,4 @@ def test_endless_script_or_stdin_is_refused_past_one_frame():
         p = subprocess.run([NSBOX] + args, stdin=open("/dev/zero", "rb"), capture_output=True, timeout=60,
                            preexec_fn=cap)
         err = p.stderr.decode(errors="replace")
-        assert p.returncode == 120 and "too large (over 16 MiB" in err, (args, p.returncode, err)
+        assert p.returncode == 120 and "exceeds the frame limit of one exec (16 MiB)" in err, (args, p.returncode, err)
