@@ -931,3 +931,14 @@ def test_stale_takes_a_killed_build_not_one_under_way(tmp_path):
     assert p.returncode == 0 and "removed %s" % running in p.stdout and "removed %s" % young in p.stdout, p.stdout
     assert "removed %s" % old in p.stdout, p.stdout
     assert os.listdir(cache) == [] and (tmp_path / "cache").is_dir()
+
+
+def test_remove_checks_the_whole_name(tmp_path):
+    # The names were checked with echo | grep -E '^...$', which grep applies
+    # line by line (and dash's echo makes "\n" a newline): "a<newline>b" and
+    # "a\nb" passed the check as tree names.
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for arg in ("a\nb", "a\\nb", "small\n..", "a\\c"):
+        p = nsbox("rootfs", "remove", arg, env=_rm_env(cache))
+        assert p.returncode == 120 and "is not a tree name nor a build" in p.stderr, (arg, p.returncode, p.stderr)
