@@ -96,6 +96,10 @@ int budget_apply(const struct nsbox_policy *p, const struct budget_host *h, int 
 				continue;
 			v = share(h->userns[i]);
 		}
+		/* The clone's cgroup namespace and the one pid 1 makes once the
+		 * launcher has moved it (pid1.c, SYNC_CG_MOVED): none more. */
+		if (i == BUDGET_CGROUP_NS)
+			v = 2;
 		/* Our own user namespace, whatever mount /proc is: the sysctl
 		 * set is the writer's (kernel/ucount.c set_lookup). */
 		snprintf(path, sizeof(path), "%s%s", prefix, userns_files[i]);

@@ -509,14 +509,21 @@ fail:
 int cgroup_attach(struct cgroup_handle *h, pid_t pid, bool v2_too, struct nsbox_err *err)
 {
 	char val[32];
+	int moved = 0;
 
 	snprintf(val, sizeof(val), "%d", (int)pid);
 	for (int c = 0; c < CTRL__N; c++)
-		if (h->v1_dir[c][0] && cg_write(h->v1_dir[c], "cgroup.procs", val, err) < 0)
+		if (h->v1_dir[c][0]) {
+			if (cg_write(h->v1_dir[c], "cgroup.procs", val, err) < 0)
+				return err_step(err, "cgroup attach");
+			moved = 1;
+		}
+	if (v2_too && h->v2_dir[0]) {
+		if (cg_write(h->v2_dir, "cgroup.procs", val, err) < 0)
 			return err_step(err, "cgroup attach");
-	if (v2_too && h->v2_dir[0] && cg_write(h->v2_dir, "cgroup.procs", val, err) < 0)
-		return err_step(err, "cgroup attach");
-	return 0;
+		moved = 1;
+	}
+	return moved;
 }
 
 static void kill_listed(const char *dir)

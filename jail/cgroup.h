@@ -76,7 +76,9 @@ struct cgroup_handle {
 int cgroup_create(const struct nsbox_policy *p, struct cgroup_handle **out,
 		  void (*warn)(void *ctx, const char *msg), void *warn_ctx, struct nsbox_err *err);
 
-/* Move pid into the v1 cgroups (and the v2 one when clone3 could not). */
+/* Move pid into the v1 cgroups (and the v2 one when clone3 could not).
+ * Returns 1 if it moved pid anywhere, 0 if there was nothing to move it
+ * into, -1 with err set. */
 int cgroup_attach(struct cgroup_handle *h, pid_t pid, bool v2_too, struct nsbox_err *err);
 
 /* SIGKILL every process in the sandbox's cgroups (cgroup.kill on v2). */

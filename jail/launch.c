@@ -351,11 +351,13 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	 * ms, unless the host mounts cgroup2 with favordynmods: `nsbox info`);
 	 * the child builds its root meanwhile and forks the payload only
 	 * after ATTACHED, so the payload starts inside every cgroup. */
-	if (cg && cgroup_attach(cg, pid, v2_attached, err) < 0)
+	r = cg ? cgroup_attach(cg, pid, v2_attached, err) : 0;
+	if (r < 0)
 		goto fail_child;
 	/* If this fails the child has died; its ERROR is read below. */
 	(void)sync_send(sv[0], SYNC_ATTACHED,
-		       (j->cg_enforced[CTRL_MEMORY] ? SYNC_CG_MEMORY : 0) | (j->cg_enforced[CTRL_PIDS] ? SYNC_CG_PIDS : 0),
+		       (j->cg_enforced[CTRL_MEMORY] ? SYNC_CG_MEMORY : 0) | (j->cg_enforced[CTRL_PIDS] ? SYNC_CG_PIDS : 0) |
+			       (r > 0 ? SYNC_CG_MOVED : 0),
 		       NULL);
 	/* The proxy, while pid 1 starts the payload: the sockets pid 1 sent
 	 * wait in the pair, connections in their listen queues.  Or, lazily,

@@ -308,6 +308,16 @@ static int pid1_wait_attached(struct pid1 *s, struct nsbox_err *err)
 		return PID1_LAUNCHER_GONE;
 	s->c->cg_mem = m.arg & SYNC_CG_MEMORY;
 	s->c->cg_pids = m.arg & SYNC_CG_PIDS;
+	/* Moved into its cgroups after the clone (cgroup v1, or v2 without
+	 * CLONE_INTO_CGROUP), pid 1's cgroup namespace, made at the clone, is
+	 * rooted at the cgroup above them: /proc/self/cgroup would name
+	 * nsbox-PID-N, the launcher's host pid.  A new one is rooted at the
+	 * sandbox's own (the payload, forked next, takes it).  The seccomp
+	 * filter lets unshare(CLONE_NEWCGROUP) reach the kernel, which
+	 * refuses it to everything in the sandbox but pid 1: the only one
+	 * with CAP_SYS_ADMIN. */
+	if ((m.arg & SYNC_CG_MOVED) && unshare(CLONE_NEWCGROUP) < 0)
+		return err_sys(err, "unshare the cgroup namespace");
 	return 0;
 }
 

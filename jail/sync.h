@@ -13,6 +13,7 @@ enum sync_type { SYNC_GO = 1, SYNC_READY, SYNC_ERROR, SYNC_EXEC_ERROR, SYNC_STAT
 
 #define SYNC_CG_MEMORY 1
 #define SYNC_CG_PIDS 2
+#define SYNC_CG_MOVED 4		/* moved after the clone: its cgroup namespace's root is the cgroup above */
 
 struct sync_msg {
 	int type;

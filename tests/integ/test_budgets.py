@@ -186,18 +186,21 @@ def test_tcp_per_socket_cap():
 
 
 ALL_ZERO = ("max_user_namespaces", "max_mnt_namespaces", "max_pid_namespaces", "max_net_namespaces",
-            "max_ipc_namespaces", "max_uts_namespaces", "max_cgroup_namespaces", "max_fanotify_groups",
-            "max_fanotify_marks")
+            "max_ipc_namespaces", "max_uts_namespaces", "max_fanotify_groups", "max_fanotify_marks")
 
 
 def test_userns_limits_inside_seccomp_log():
-    # With the filter only logging, every namespace and fanotify limit is 0.
+    # With the filter only logging, every namespace and fanotify limit is 0
+    # but cgroup namespaces': the sandbox's own and the one pid 1 makes once
+    # the launcher has moved it into its cgroups (none can be made inside:
+    # test_userns_limits_inside).
     rc, out, err = run(["run", "--seccomp-log", "--", "/bin/sh", "-c",
                         "cd /proc/sys/user && for f in *; do echo $f $(cat $f); done"])
     assert rc == 0, err
     got = dict(l.split() for l in out.splitlines())
     for k in ALL_ZERO:
         assert got.get(k, "0") == "0", (k, got)
+    assert got["max_cgroup_namespaces"] == "2", got
 
 
 def test_userns_limits_inside():

@@ -83,3 +83,29 @@ def test_runner_path_not_in_mountinfo():
 def test_kernel_version_and_cpus_visible():
     rc, out, err = run(["run", "--", "/bin/sh", "-c", "uname -r; nproc"])
     assert rc == 0 and out.split()[0] == os.uname().release and int(out.split()[1]) >= 1
+
+
+CGROUP_VIEW = ("import ctypes, os\n"
+               "for p in ('/proc/self/cgroup', '/proc/1/cgroup'):\n"
+               "    print(open(p).read().strip().replace(chr(10), ' '))\n"
+               "libc = ctypes.CDLL(None, use_errno=True)\n"
+               "print(libc.unshare(0x02000000), ctypes.get_errno())\n")
+
+
+def test_cgroup_paths_name_nothing_of_the_host():
+    """/proc/self/cgroup and pid 1's show every hierarchy at its root: the
+    sandbox's cgroup is the root of its cgroup namespace.  Where the
+    launcher moves pid 1 in after the clone (cgroup v1, as on this hybrid
+    host), pid 1 makes that namespace again once moved; before, the v1
+    lines read nsbox-PID-N, the launcher's host pid.  The payload itself
+    may not make one (EPERM: no CAP_SYS_ADMIN)."""
+    for argv in (["run", "--", "/usr/bin/python3.11", "-c", CGROUP_VIEW], ["python", "-c", CGROUP_VIEW]):
+        rc, out, err = run(argv)
+        assert rc == 0, err
+        lines = out.strip().split("\n")
+        assert len(lines) == 3, out
+        for line in lines[:2]:
+            paths = [entry.split(":", 2)[2] for entry in line.split()]
+            assert paths and all(p == "/" for p in paths), (argv, line)
+        assert "nsbox-" not in out and str(os.getpid()) not in out, out
+        assert lines[2] == "-1 1", (argv, lines[2])  # EPERM

@@ -176,6 +176,13 @@ static void test_cases(void)
 		   ev(&prog, "fcntl", 3, F_GETPIPE_SZ) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETFL) == SECCOMP_RET_ALLOW &&
 		   ev(&prog, "fcntl", 3, F_DUPFD_CLOEXEC) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETLK) == SECCOMP_RET_ALLOW,
 	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user) and F_SETLEASE (host writers wait) EPERM, the rest ALLOW");
+	/* pid 1 makes its cgroup namespace again once attached (pid1.c);
+	 * without CAP_SYS_ADMIN the kernel refuses it to the payload. */
+	ok(ev(&prog, "unshare", CLONE_NEWCGROUP, 0) == SECCOMP_RET_ALLOW &&
+		   ev(&prog, "unshare", CLONE_NEWCGROUP | CLONE_NEWUSER, 0) == RET_EPERM &&
+		   ev(&prog, "unshare", CLONE_NEWCGROUP | (1ULL << 32), 0) == RET_EPERM &&
+		   ev(&prog, "unshare", CLONE_NEWNS, 0) == RET_EPERM && ev(&prog, "unshare", 0, 0) == RET_EPERM,
+	   "unshare: CLONE_NEWCGROUP alone reaches the kernel, everything else EPERM");
 	ok(ev(&prog, "socket", 40, 1) == RET_EPERM && ev(&prog, "socket", 17, 3) == RET_EPERM &&
 		   ev(&prog, "socket", 0x100000028ULL, 1) == RET_EPERM,
 	   "socket(AF_VSOCK, AF_PACKET, AF_VSOCK with high bits): EPERM");
