@@ -81,24 +81,6 @@ int write_file_at(int dirfd, const char *path, const char *data)
 	return 0;
 }
 
-int open_append_log(const char *path)
-{
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0600);
-	int fl;
-
-	if (fd < 0)
-		return -1;
-	/* Writes stay blocking: a log line is never dropped for a slow reader. */
-	if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-		int e = errno;
-
-		close(fd);
-		errno = e;
-		return -1;
-	}
-	return fd;
-}
-
 int write_file(const char *path, const char *data)
 {
 	return write_file_at(AT_FDCWD, path, data);

@@ -74,10 +74,6 @@ ssize_t read_full(int fd, void *buf, size_t len);
 int write_file(const char *path, const char *data);
 /* Same, relative to dirfd. */
 int write_file_at(int dirfd, const char *path, const char *data);
-/* Open a log file for appending (created 0600), CLOEXEC and blocking once
- * open; a FIFO with no reader is ENXIO instead of a wait no signal ends (a
- * launcher catches SIGINT and SIGTERM with SA_RESTART).  fd or -1 + errno. */
-int open_append_log(const char *path);
 /* Read up to size-1 bytes of a file into buf, NUL-terminated; returns length or -1. */
 /* poll()'s timeout for an absolute deadline on now_ns()'s clock (-1 for
  * deadline 0, none), rounded up: a poll that wakes early only polls again. */

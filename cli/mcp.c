@@ -511,7 +511,7 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 {
 	json_error_t jerr;
 	json_t *m;
-	const char *method;
+	const char *method, *nul;
 
 	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
 		n--;
@@ -521,14 +521,15 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 	 * request (-32600), not a parse error.  jansson's lexer reads a raw NUL
 	 * between tokens as a blank, which RFC 8259 does not allow and a
 	 * C-string reader in front of us would take as the message's end. */
-	m = memchr(line, '\0', n) ? NULL : json_loadb(line, n, JSON_DECODE_ANY, &jerr);
+	nul = memchr(line, '\0', n);
+	m = nul ? NULL : json_loadb(line, n, JSON_DECODE_ANY, &jerr);
 	if (!m) {
 		char msg[512];
 
 		/* Answered in turn, after the requests before it. */
-		if (memchr(line, '\0', n))
+		if (nul)
 			snprintf(msg, sizeof(msg), "parse error: a NUL byte in the message (column %d)",
-				 (int)((const char *)memchr(line, '\0', n) - line) + 1);
+				 (int)(nul - line) + 1);
 		else
 			snprintf(msg, sizeof(msg), "parse error: %s (column %d)", jerr.text, jerr.column);
 		m = json_pack("{s:s}", "_nsbox_parse_error", msg);

@@ -40,12 +40,8 @@ int egress_prepare(const struct nsbox_policy *p, const int *audit_fds, size_t n_
 	err_step(err, "egress");
 	if (n_audit_fds > EGRESS_AUDIT_FDS)
 		return err_set(err, EINVAL, "too many network audit descriptors");
-	if (p->net_log) {
-		ep->log_fd = open_append_log(p->net_log);
-		if (ep->log_fd < 0)
-			return err_sys(err, "open the network log %s%s", p->net_log,
-				       errno == ENXIO ? " (a FIFO with no reader?)" : "");
-	}
+	if (p->net_log && (ep->log_fd = egress_open_log(p->net_log, err)) < 0)
+		return -1;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
 		err_sys(err, "socketpair");
 		egress_prep_close(ep);
@@ -63,6 +59,22 @@ void egress_prep_close(struct egress_prep *ep)
 	if (ep->log_fd >= 0)
 		close(ep->log_fd);
 	ep->proxy_fd = ep->log_fd = -1;
+}
+
+int egress_open_log(const char *path, struct nsbox_err *err)
+{
+	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0600);
+	int fl;
+
+	if (fd < 0)
+		return err_sys(err, "open the network log %s%s", path, errno == ENXIO ? " (a FIFO with no reader?)" : "");
+	/* Writes stay blocking: a line is never dropped for a slow reader. */
+	if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		err_sys(err, "the network log %s", path);
+		close(fd);
+		return -1;
+	}
+	return fd;
 }
 
 int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks,

@@ -68,6 +68,11 @@ struct egress_prep {
 	const int *audit_fds;
 	size_t n_audit_fds;
 };
+/* Open Log= (path) for appending, created 0600, with the caller's rights:
+ * CLOEXEC, and blocking once open.  A FIFO with no reader is an error at
+ * once (ENXIO) instead of a wait no signal ends (nsbox run catches SIGINT
+ * and SIGTERM with SA_RESTART).  fd, or -1 with err set. */
+int egress_open_log(const char *path, struct nsbox_err *err);
 int egress_prepare(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, struct egress_prep *ep,
 		   int *ns_fd, struct nsbox_err *err);
 int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks,

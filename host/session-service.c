@@ -18,6 +18,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "egress.h"
 #include "session-backend.h"
 #include "svc.h"
 #include "util.h"
@@ -221,10 +222,9 @@ static int net_add(json_t *m, const struct nsbox_policy *p, const struct nsbox_p
 	if (!n || json_object_set_new(m, "net", n) < 0)
 		return err_set(err, ENOMEM, "OPEN message");
 	if (p->net_log) {
-		fd = open_append_log(p->net_log);
+		fd = egress_open_log(p->net_log, err);
 		if (fd < 0)
-			return err_sys(err, "open the network log %s%s", p->net_log,
-				       errno == ENXIO ? " (a FIFO with no reader?)" : "");
+			return -1;
 	} else if (spec->n_net_audit_fds) {
 		fd = fcntl(spec->net_audit_fds[0], F_DUPFD_CLOEXEC, 3);
 		if (fd < 0)

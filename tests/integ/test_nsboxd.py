@@ -148,6 +148,16 @@ class Daemon:
         return self.p.returncode
 
 
+def serves(sock):
+    """One session through the service at sock: opened, used, closed."""
+    c = svcclient.Client(sock)
+    sb, m = c.open()
+    assert sb, m
+    assert sb.exec("6 * 7")["value"] == 42
+    sb.close()
+    c.close()
+
+
 @pytest.fixture
 def daemon():
     d = Daemon("[Default]\nMaxSessions=200\n[Service]\nPoolSize=2\n")
@@ -239,12 +249,7 @@ print(asyncio.run(main()))
 def test_socket_activation():
     d = Daemon("[Service]\nIdleExitSec=1\nPoolSize=1\n", activate=True)
     try:
-        c = svcclient.Client(d.sock)
-        sb, m = c.open()
-        assert sb, m
-        assert sb.exec("6 * 7")["value"] == 42
-        sb.close()
-        c.close()
+        serves(d.sock)
         # idle: nsboxd exits; systemd-socket-activate then exits with it
         d.p.wait(20)
         assert "idle for 1 s: exiting" in d.logtext()
@@ -771,12 +776,7 @@ def test_inherited_nsbox_connect_is_ignored():
     no socket at all, and OPENs failed.  nsboxd makes its own."""
     d = Daemon("[Service]\nPoolSize=0\n", wrap=("env", "NSBOX_CONNECT=/nonexistent/nsboxd.sock"))
     try:
-        c = svcclient.Client(d.sock)
-        sb, m = c.open()
-        assert sb, m
-        assert sb.exec("6*7")["value"] == 42
-        sb.close()
-        c.close()
+        serves(d.sock)
         assert "NSBOX_CONNECT=/nonexistent/nsboxd.sock ignored" in d.logtext()
     finally:
         assert d.stop() == 0
