@@ -1,5 +1,7 @@
 /* nsbox: run commands and Python in a kernel-isolated sandbox.  A thin
  * front end: every subcommand lives in its own file over the core. */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +35,21 @@ static int (*find_command(const char *name))(int, char **)
 	return NULL;
 }
 
+/* Started with 0, 1 or 2 closed, the first descriptor nsbox opens would
+ * take its place: an internal eventfd would be the
+ * sandbox's stdin, a session's socket the command's stdout.  /dev/null goes on each closed one first, as
+ * sudo and ssh do. */
+static int stdio_ensure(void)
+{
+	for (int fd = 0; fd <= 2; fd++) {
+		if (fcntl(fd, F_GETFD) >= 0 || errno != EBADF)
+			continue;
+		if (open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY) != fd)
+			return -1;
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	int (*fn)(int, char **);
@@ -40,6 +57,10 @@ int main(int argc, char **argv)
 	/* A parent that ignored SIGCHLD would break waiting (bubblewrap main). */
 	signal(SIGCHLD, SIG_DFL);
 	signal(SIGPIPE, SIG_DFL);
+	if (stdio_ensure() < 0) {
+		perror("nsbox: open /dev/null for a closed stdin, stdout or stderr");
+		return NSBOX_EXIT_SETUP;
+	}
 	if (argc < 2) {
 		fputs(usage, stderr);
 		return NSBOX_EXIT_USAGE;

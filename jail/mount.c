@@ -71,20 +71,45 @@ static int mkdir_p(const char *path, mode_t mode)
 	return 0;
 }
 
+/* Why a mount point can't be made, as the sandbox will see it (dst
+ * without NEWROOT): a read-only parent says so, not just EROFS. */
+static int mountpoint_failed(const char *what, const char *dst, struct nsbox_err *err)
+{
+	const char *name = dst + strlen(NEWROOT);
+
+	if (errno == EROFS)
+		return err_fail(err, NULL, EROFS,
+				"%s does not exist in the sandbox and can't be made there: its directory is read-only "
+				"(bind onto a path that exists, or under a writable one such as /tmp)",
+				name);
+	return err_sys(err, "%s %s", what, name);
+}
+
 /* Create the mount point for a bind of srcfd at dst (a path under NEWROOT).
- * Most parents exist: they are made only when the first try says not. */
+ * Most parents exist: they are made only when the first try says not.  A
+ * directory goes onto a directory and anything else onto a non-directory:
+ * the mismatch is named here, not left to the mount's EINVAL. */
 static int make_mountpoint(int srcfd, const char *dst, struct nsbox_err *err)
 {
-	struct stat st;
+	struct stat st, have;
 	char parent[4096];
 	char *slash;
 	int fd;
 
 	if (fstat(srcfd, &st) < 0)
-		return err_sys(err, "stat source of %s", dst);
+		return err_sys(err, "stat the source of %s", dst + strlen(NEWROOT));
+	if (lstat(dst, &have) == 0 && !S_ISLNK(have.st_mode)) {
+		if (S_ISDIR(have.st_mode) != S_ISDIR(st.st_mode))
+			return err_fail(err, NULL, S_ISDIR(st.st_mode) ? ENOTDIR : EISDIR,
+					"%s is a %s in the sandbox and the source is %s: bind a directory onto a "
+					"directory and a file onto a file",
+					dst + strlen(NEWROOT), S_ISDIR(have.st_mode) ? "directory" : "file",
+					S_ISDIR(st.st_mode) ? "a directory" : "not");
+		return 0;
+	}
 	if (S_ISDIR(st.st_mode)) {
 		if (mkdir(dst, 0755) < 0 && errno != EEXIST && (errno != ENOENT || mkdir_p(dst, 0755) < 0))
-			return err_sys(err, "mkdir %s", dst);
+			return mountpoint_failed("mkdir", dst, err);
 		return 0;
 	}
 	fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
@@ -94,12 +119,12 @@ static int make_mountpoint(int srcfd, const char *dst, struct nsbox_err *err)
 		if (slash && slash != parent) {
 			*slash = '\0';
 			if (mkdir_p(parent, 0755) < 0)
-				return err_sys(err, "mkdir %s", parent);
+				return mountpoint_failed("mkdir", parent, err);
 		}
 		fd = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
 	}
 	if (fd < 0 && errno != EEXIST)
-		return err_sys(err, "create mount point %s", dst);
+		return mountpoint_failed("create the mount point", dst, err);
 	if (fd >= 0)
 		close(fd);
 	return 0;

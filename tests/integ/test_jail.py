@@ -164,6 +164,18 @@ def test_workspace_and_binds(tmp_path):
     assert not (ro / "y").exists() and "Read-only" in err
 
 
+@pytest.mark.parametrize("src,dst,says", [
+    ("/etc", "/usr/nsbox-no-such-dir", "/usr/nsbox-no-such-dir does not exist in the sandbox and can't be made"
+     " there: its directory is read-only"),
+    ("/etc", "/usr/bin/python3.11", "/usr/bin/python3.11 is a file in the sandbox and the source is a directory"),
+    ("/etc/hostname", "/tmp", "/tmp is a directory in the sandbox and the source is not"),
+])
+def test_a_bind_that_cant_go_where_asked_says_why_in_the_sandboxs_terms(src, dst, says):
+    rc, out, err = run(["run", "--bind", f"{src}:{dst}", "--", "/bin/true"])
+    assert rc == 125 and says in err, err
+    assert "/proc/" not in err and "Invalid argument" not in err
+
+
 def test_exit_status_and_signal():
     assert run(["run", "--", "/bin/sh", "-c", "exit 42"])[0] == 42
     assert run(["run", "--", "/bin/sh", "-c", "kill -TERM $$"])[0] == 128 + 15

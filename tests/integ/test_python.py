@@ -198,6 +198,18 @@ def test_file_and_stdin_and_argv(tmp_path):
     assert p.stdout == "42\n" and p.returncode == 0
 
 
+def test_closed_stdio_is_dev_null_not_one_of_nsboxs_own_descriptors(tmp_path):
+    # Started with 0 and 1 closed, nsbox's first descriptors (an eventfd, a
+    # session's socket) would take their places: the sandbox would read and
+    # write one of the host's own.  They are /dev/null instead.
+    code = ("import os, sys; os.write(2, (os.readlink('/proc/self/fd/0') + ' ' + repr(sys.stdin.read())).encode()); "
+            "print('to nowhere')")
+    p = subprocess.run(["/bin/sh", "-c", 'exec "$0" python -c "$1" <&- >&-', NSBOX, code],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr == "/dev/null ''", p.stderr
+
+
 def test_argv_like_python():
     # Quotes, backslashes, control characters, non-ASCII and bytes that are
     # not UTF-8 reach sys.argv as CPython itself would put them there.
