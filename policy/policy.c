@@ -160,7 +160,10 @@ static int value_size(const char *v, bool allow_inf, uint64_t min, uint64_t *out
 	return 0;
 }
 
-static int value_count(const char *v, unsigned long max, uint64_t *out, struct nsbox_err *err)
+/* A whole number in [min, max], or 0 / infinity for no limit; below min
+ * (why says what needs that many) is refused here, not met at setup. */
+static int value_count(const char *v, unsigned long min, const char *why, unsigned long max, uint64_t *out,
+		       struct nsbox_err *err)
 {
 	unsigned long n;
 	int r;
@@ -174,6 +177,9 @@ static int value_count(const char *v, unsigned long max, uint64_t *out, struct n
 		return err_fail(err, "policy", ERANGE, "too large (at most %lu, or infinity)", max);
 	if (r < 0)
 		return err_fail(err, "policy", EINVAL, "not a number (use a whole number, 0 or infinity for no limit)");
+	if (n && n < min)
+		return err_fail(err, "policy", ERANGE, "too small (at least %lu: %s; 0 or infinity for no limit)", min,
+				why);
 	*out = n;
 	return 0;
 }
@@ -394,7 +400,7 @@ static int set_memory(struct nsbox_policy *p, const char *v, struct nsbox_err *e
 
 static int set_pids(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
-	return value_count(v, PIDS_MAX, &p->pids, err);
+	return value_count(v, 2, "the sandbox's pid 1 and its command", PIDS_MAX, &p->pids, err);
 }
 
 static int set_cpus(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
@@ -431,7 +437,7 @@ static int set_file_size(struct nsbox_policy *p, const char *v, struct nsbox_err
 
 static int set_nofile(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
-	return value_count(v, NOFILE_MAX, &p->nofile, err);
+	return value_count(v, 16, "what the sandbox's own setup and runner hold open", NOFILE_MAX, &p->nofile, err);
 }
 
 static int set_cgroups(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
@@ -754,7 +760,7 @@ static int set_net_max_in(struct nsbox_policy *p, const char *v, struct nsbox_er
 
 static int set_net_max_conns(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
-	return value_count(v, 1UL << 30, &p->net_max_conns, err);
+	return value_count(v, 0, "", 1UL << 30, &p->net_max_conns, err);
 }
 
 /* Base= is handled by the parser: it needs to know whether it came first. */
