@@ -39,6 +39,7 @@ static const struct jail_opt opts[] = {
 	{ "net-max-bytes-out", "Network", "MaxBytesOut", NULL, 0 },
 	{ "net-max-bytes-in", "Network", "MaxBytesIn", NULL, 0 },
 	{ "net-max-connections", "Network", "MaxConnections", NULL, 0 },
+	{ "net-max-log-bytes", "Network", "MaxLogBytes", NULL, 0 },
 	{ "bind", "Filesystem", "Bind", NULL, 2 },
 	{ "ro-bind", "Filesystem", "ReadOnlyBind", NULL, 2 },
 	{ "workspace", "Filesystem", "Workspace", NULL, 1 },

@@ -35,6 +35,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +71,10 @@ static unsigned n_rules;
  * was given (a library's pipe, a service client's descriptor). */
 static int log_fds[1 + EGRESS_AUDIT_FDS];
 static size_t n_log_fds;
+/* What each may still take (MaxLogBytes=): a regular file fills the host's
+ * disk, so it gets that many bytes of this sandbox's lines; a pipe or
+ * socket has a reader that holds the proxy back instead (UINT64_MAX). */
+static uint64_t log_room[1 + EGRESS_AUDIT_FDS];
 static uint64_t max_out, max_in, max_conns;
 static atomic_uint_fast64_t total_out, total_in, total_conns;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -149,6 +154,24 @@ static void log_write(int *fd, const char *line, size_t len)
 	}
 }
 
+/* Room kept for log_full's line (its bytes are at most this). */
+#define LOG_FULL_LINE 160
+
+/* File i has no room for another line: say so in it, once, and write it no
+ * more (the other destinations go on). */
+static void log_full(size_t i, const struct timespec *ts)
+{
+	char line[LOG_FULL_LINE];
+	int n = snprintf(line, sizeof(line),
+			 "{\"time\":%lld.%03ld,\"kind\":\"log-full\",\"decision\":\"none\","
+			 "\"reason\":\"MaxLogBytes= reached: no more lines go to this file\"}\n",
+			 (long long)ts->tv_sec, ts->tv_nsec / 1000000);
+
+	if (n > 0 && (size_t)n < sizeof(line))
+		log_write(&log_fds[i], line, (size_t)n);
+	log_fds[i] = -1;
+}
+
 static void audit(const struct req *r)
 {
 	char line[EGRESS_AUDIT_LINE_MAX], host[600], sni[600], reason[300];
@@ -169,9 +192,17 @@ static void audit(const struct req *r)
 	if (n <= 0 || (size_t)n >= sizeof(line))
 		return;
 	pthread_mutex_lock(&log_lock);
-	for (size_t i = 0; i < n_log_fds; i++)
-		if (log_fds[i] >= 0)
-			log_write(&log_fds[i], line, (size_t)n);
+	for (size_t i = 0; i < n_log_fds; i++) {
+		if (log_fds[i] < 0)
+			continue;
+		if (log_room[i] < (size_t)n + LOG_FULL_LINE) {
+			log_full(i, &ts);
+			continue;
+		}
+		if (log_room[i] != UINT64_MAX)
+			log_room[i] -= (size_t)n;
+		log_write(&log_fds[i], line, (size_t)n);
+	}
 	pthread_mutex_unlock(&log_lock);
 }
 
@@ -1422,8 +1453,14 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *socks
 	for (size_t i = 0; i < p->n_net_allow && n_rules < POLICY_MAX_NET_RULES; i++)
 		if (net_rule_parse(p->net_allow[i], &rules[n_rules], NULL) == 0)
 			n_rules++;
-	for (size_t i = 0; i < n_audit_fds && n_log_fds < ARRAY_SIZE(log_fds); i++)
+	for (size_t i = 0; i < n_audit_fds && n_log_fds < ARRAY_SIZE(log_fds); i++) {
+		struct stat st;
+
+		log_room[n_log_fds] = UINT64_MAX;
+		if (p->net_max_log && fstat(audit_fds[i], &st) == 0 && S_ISREG(st.st_mode))
+			log_room[n_log_fds] = p->net_max_log;
 		log_fds[n_log_fds++] = audit_fds[i];
+	}
 	max_out = p->net_max_out;
 	max_in = p->net_max_in;
 	max_conns = p->net_max_conns;

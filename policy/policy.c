@@ -154,8 +154,9 @@ static int value_size(const char *v, bool allow_inf, uint64_t min, uint64_t *out
 		return err_fail(err, "policy", EINVAL, allow_inf ? "not a size (" SIZE_HINT ")"
 						   : "not a size (use a number with optional K, M, G, T suffix)");
 	if (n != 0 && n < min)
-		return err_fail(err, "policy", ERANGE, "too small (at least %lluM%s)", (unsigned long long)min >> 20,
-			    allow_inf ? ", or infinity" : "");
+		return err_fail(err, "policy", ERANGE, "too small (at least %llu%c%s)",
+				(unsigned long long)min >> (min >> 20 ? 20 : 10), min >> 20 ? 'M' : 'K',
+				allow_inf ? ", or infinity" : "");
 	*out = n;
 	return 0;
 }
@@ -753,6 +754,12 @@ static int set_net_max_out(struct nsbox_policy *p, const char *v, struct nsbox_e
 	return value_size(v, true, 0, &p->net_max_out, err);
 }
 
+/* A file on the host's disk: at least one line must fit. */
+static int set_net_max_log(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
+{
+	return value_size(v, true, 4096, &p->net_max_log, err);
+}
+
 static int set_net_max_in(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
 	return value_size(v, true, 0, &p->net_max_in, err);
@@ -812,6 +819,7 @@ static const struct policy_key keys[] = {
 	{ "Network", "Allow", set_net_allow, 0 },
 	{ "Network", "Log", set_net_log, KEY_EMPTY_OK },
 	{ "Network", "MaxBytesOut", set_net_max_out, 0 },
+	{ "Network", "MaxLogBytes", set_net_max_log, 0 },
 	{ "Network", "MaxBytesIn", set_net_max_in, 0 },
 	{ "Network", "MaxConnections", set_net_max_conns, 0 },
 };
@@ -947,6 +955,7 @@ int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_e
 		.net_max_out = 1ULL << 30,
 		.net_max_in = 4ULL << 30,
 		.net_max_conns = 1024,
+		.net_max_log = 64ULL << 20,
 	};
 
 	if (!p)
@@ -1510,4 +1519,5 @@ void policy_print(const struct nsbox_policy *p, FILE *out)
 	print_size(out, "MaxBytesOut", p->net_max_out, "infinity");
 	print_size(out, "MaxBytesIn", p->net_max_in, "infinity");
 	print_count(out, "MaxConnections", p->net_max_conns);
+	print_size(out, "MaxLogBytes", p->net_max_log, "infinity");
 }

@@ -98,6 +98,7 @@ struct nsbox_policy {
 	uint64_t net_max_out;	/* MaxBytesOut= bytes sent, whole sandbox, 0 = no limit */
 	uint64_t net_max_in;	/* MaxBytesIn= bytes received */
 	uint64_t net_max_conns;	/* MaxConnections= proxied connections and DNS answers */
+	uint64_t net_max_log;	/* MaxLogBytes= written to a regular-file audit log, 0 = no limit */
 };
 
 /* Is s a built root tree's name (RootFS=NAME): [a-z0-9][a-z0-9_-]*, at

@@ -792,6 +792,35 @@ print(json.dumps(R))
     assert [e["host"] for e in log if e["kind"] == "connect"] == ["unlisted.test"]
 
 
+def test_the_log_file_is_bounded_and_says_so(tmp_path):
+    """A sandbox's lines are paced, not counted: 500 a second for a day
+    would put gigabytes in the caller's file.  A regular file gets at most
+    MaxLogBytes= of them (64M by default; 4K here), the last line saying
+    so, while a pipe's reader (the SDK's callback) keeps getting them all.
+    The sandbox's requests go on being decided either way."""
+    log = tmp_path / "net.jsonl"
+    rc, out, err = run(["run", "--net-log", str(log), "--net-max-log-bytes", "4K", "--allow-net", "allowed.test",
+                        "--", PY, "-c", PRELUDE + r'''
+import socket
+for i in range(200):
+    try:
+        socket.getaddrinfo("n%d.unlisted.test" % i, 443)
+    except socket.gaierror:
+        pass
+R["after"] = raw("CONNECT unlisted.test:443 HTTP/1.1\r\n\r\n")
+print(json.dumps(R))
+'''], timeout=120)
+    assert rc == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["after"][1] == "name not on the allowlist"
+    data = log.read_bytes()
+    assert 0 < len(data) <= 4096, len(data)
+    lines = [json.loads(line) for line in data.decode().splitlines()]
+    assert lines[-1]["kind"] == "log-full" and "MaxLogBytes=" in lines[-1]["reason"]
+    assert all(e["kind"] == "dns" for e in lines[:-1]) and len(lines) > 3
+    rc, out, _ = run(["policy", "show"])
+    assert "MaxLogBytes=64M" in out
+
+
 def test_proxy_goes_where_the_dns_answer_said(tmp_path):
     """A name is resolved once and its addresses pinned (for the answers'
     60 s TTL), shared by the DNS responder and the proxies: after the
