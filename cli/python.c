@@ -33,6 +33,9 @@ static void py_usage(FILE *f)
 		"usage: nsbox python [OPTIONS] [-c CODE | -m MODULE | FILE | -] [ARG...]\n"
 		"  -c CODE               run CODE\n"
 		"  -m MODULE             run a module as __main__ (e.g. -m unittest test.test_json)\n"
+		"  -u, -W ARG, -X OPT    as python's (-X: utf8, int_max_str_digits=N, faulthandler,\n"
+		"                        tracemalloc[=N]); -B -E -s -S -I -P -R\n"
+		"                        are what the sandbox's interpreter does anyway; -V the version\n"
 		"  --json                print one JSON object: value, stdout, stderr, error, usage,\n"
 		"                        displays, files\n"
 		"  --display-dir DIR     write displays (display-001.png, ...) and /out files (DIR/out)\n"
@@ -829,6 +832,109 @@ static int exec_fail_status(const nsbox_error_t *e)
 	return c == -EINVAL || c == -EMSGSIZE ? NSBOX_EXIT_USAGE : NSBOX_EXIT_PROTOCOL;
 }
 
+/* python's one-letter options, as python parses them: clustered ("-uc
+ * CODE", "-Wd"), an argument either attached or the next word.  What the
+ * sandbox's interpreter already does is accepted as it is: -B (it writes no
+ * bytecode), -E, -s, -S, -I and -P (it is isolated: no environment, no user
+ * site, no site, no script directory), -R (hashes are randomised) and -q.
+ * What it can take after initialisation is passed on: -u, -W, and the -X
+ * options the runtime can still set.  The rest would need the interpreter
+ * initialised with them, which the sandbox's was before these flags were
+ * known: refused, saying so, not ignored. */
+struct py_flags {
+	bool unbuffered, version, help, quiet;
+	const char *code, *module;
+	json_t *warnoptions, *xoptions;
+};
+
+/* Whether a is a cluster whose -c or -m ends nsbox's options (what follows
+ * is the program's); -W and -X take the rest of theirs. */
+static bool py_cluster_ends(const char *a)
+{
+	if (a[0] != '-' || a[1] == '-')
+		return false;
+	for (const char *c = a + 1; *c && *c != 'W' && *c != 'X'; c++)
+		if (*c == 'c' || *c == 'm')
+			return true;
+	return false;
+}
+
+static int py_cluster(int argc, char **argv, int *i, struct py_flags *f)
+{
+	const char *a = argv[*i];
+
+	for (const char *c = a + 1; *c; c++) {
+		const char *val;
+
+		switch (*c) {
+		case 'B':
+		case 'E':
+		case 's':
+		case 'S':
+		case 'I':
+		case 'P':
+		case 'R':
+			continue;
+		case 'q':
+			f->quiet = true;
+			continue;
+		case 'u':
+			f->unbuffered = true;
+			continue;
+		case 'V':
+			f->version = true;
+			continue;
+		case 'h':
+		case '?':
+			f->help = true;
+			continue;
+		case 'c':
+		case 'm':
+		case 'W':
+		case 'X':
+			if (c[1])
+				val = c + 1;
+			else if (*i + 1 < argc)
+				val = argv[++*i];
+			else {
+				py_err("-%c needs an argument\n", *c);
+				return -1;
+			}
+			if (*c == 'c')
+				f->code = val;
+			else if (*c == 'm')
+				f->module = val;
+			else if (json_array_append_new(*c == 'W' ? f->warnoptions : f->xoptions, json_string(val)) <
+				 0) {
+				py_err("-%c %s: not UTF-8\n", *c, val);
+				return -1;
+			}
+			if (*c == 'X' && strcmp(val, "utf8") && strcmp(val, "utf8=1") &&
+			    strncmp(val, "int_max_str_digits=", 19) && strcmp(val, "faulthandler") &&
+			    strcmp(val, "tracemalloc") && strncmp(val, "tracemalloc=", 12)) {
+				py_err("-X %s: not supported: the sandbox's interpreter is initialised before this flag is "
+				       "known (supported: utf8, int_max_str_digits=N, faulthandler, tracemalloc[=N])\n",
+				       val);
+				return -1;
+			}
+			return 0;
+		case 'O':
+		case 'b':
+		case 'd':
+		case 'i':
+		case 'v':
+		case 'x':
+			py_err("-%c: not supported: the sandbox's interpreter is initialised before this flag is known\n",
+			       *c);
+			return -1;
+		default:
+			py_err("unknown option -%c\n", *c);
+			return -1;
+		}
+	}
+	return 0;
+}
+
 int cmd_python(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
@@ -850,12 +956,13 @@ int cmd_python(int argc, char **argv)
 	json_t *cli = NULL;
 	_cleanup_free_ char *launcher = NULL;
 	bool pass_stdin = false, launch;
+	struct py_flags pyf = { .warnoptions = json_array(), .xoptions = json_array() };
 	int i, r, rc;
 
 	/* EPIPE, not SIGPIPE: see out_broken.  The sandbox's processes start
 	 * with every signal at its default (jail/payload.c). */
 	signal(SIGPIPE, SIG_IGN);
-	for (i = 1; i < argc && strcmp(argv[i], "--") && strcmp(argv[i], "-c") && strcmp(argv[i], "-m"); i++)
+	for (i = 1; i < argc && strcmp(argv[i], "--") && !py_cluster_ends(argv[i]); i++)
 		json_errors |= !strcmp(argv[i], "--json");
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
 		py_err("%s\n", err.msg);
@@ -871,22 +978,36 @@ int cmd_python(int argc, char **argv)
 		}
 		if (a[0] != '-' || !strcmp(a, "-"))
 			break;
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+		if (a[1] != '-') {
+			if (py_cluster(argc, argv, &i, &pyf) < 0)
+				goto usage;
+			if (pyf.help) {
+				py_usage(stdout);
+				json_decref(pyf.warnoptions);
+				json_decref(pyf.xoptions);
+				nsbox_policy_free(p);
+				return 0;
+			}
+			if (pyf.quiet)
+				so.warn = NULL;
+			if (pyf.code || pyf.module) {
+				code = pyf.code;
+				module = pyf.module;
+				i++;
+				break;
+			}
+			continue;
+		}
+		if (!strcmp(a, "--version")) {
+			pyf.version = true;
+			continue;
+		}
+		if (!strcmp(a, "--help")) {
 			py_usage(stdout);
+			json_decref(pyf.warnoptions);
+			json_decref(pyf.xoptions);
 			nsbox_policy_free(p);
 			return 0;
-		}
-		if (!strcmp(a, "-c") || !strcmp(a, "-m")) {
-			if (i + 1 >= argc) {
-				py_err("%s needs an argument\n", a);
-				goto usage;
-			}
-			if (a[1] == 'c')
-				code = argv[++i];
-			else
-				module = argv[++i];
-			i++;
-			break;
 		}
 		if (!strcmp(a, "--json")) {
 			json_mode = true;
@@ -910,7 +1031,7 @@ int cmd_python(int argc, char **argv)
 			display_dir = v;
 			continue;
 		}
-		if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+		if (!strcmp(a, "--quiet")) {
 			so.warn = NULL;
 			continue;
 		}
@@ -1060,7 +1181,7 @@ int cmd_python(int argc, char **argv)
 		json_object_set_new(cli, "path", inside ? json_string(inside) : json_null());
 		json_object_set_new(cli, "source", latin1_json(raw, len));
 		pass_stdin = true;
-	} else if (file || (!code && !module && !isatty(0))) {
+	} else if (!pyf.version && (file || (!code && !module && !isatty(0)))) {
 		size_t len;
 
 		owned_code = read_all(stdin, &len);
@@ -1087,6 +1208,12 @@ int cmd_python(int argc, char **argv)
 	} else {
 		json_object_set_new(cli, "mode", json_string("repl"));
 	}
+	if (pyf.unbuffered)
+		json_object_set_new(cli, "unbuffered", json_true());
+	if (json_array_size(pyf.warnoptions))
+		json_object_set(cli, "warnoptions", pyf.warnoptions);
+	if (json_array_size(pyf.xoptions))
+		json_object_set(cli, "xoptions", pyf.xoptions);
 
 	/* Without --json all output is shown as produced and RESULT's copy
 	 * is never read: keep little of it (the runner copies each chunk into
@@ -1119,6 +1246,20 @@ int cmd_python(int argc, char **argv)
 			nsbox_error_free(e);
 			goto out;
 		}
+	if (pyf.version) {
+		/* python -V: the version of the interpreter that would run. */
+		struct nsbox_session_info info = { .struct_size = sizeof(info) };
+
+		if (nsbox_session_info(s, &info, &e) < 0) {
+			py_err("%s\n", nsbox_error_message(e));
+			nsbox_error_free(e);
+			rc = NSBOX_EXIT_PROTOCOL;
+		} else {
+			printf("Python %s\n", info.python);
+			rc = 0;
+		}
+		goto out;
+	}
 	active = s;
 	{
 		struct sigaction sa = { .sa_handler = on_sigint };
@@ -1149,7 +1290,9 @@ int cmd_python(int argc, char **argv)
 		free(arg);
 	}
 	launch = !code && (module || file); /* FILE and -m run in the launcher; -c, stdin and the REPL after it */
-	show_output = launch;
+	/* Shown in every mode: what cli_run prints (an invalid -W, a bad -X
+	 * value) is python's own start-up complaint. */
+	show_output = true;
 	eo.filename = "<nsbox-runner>";
 	eo.repl = false;
 	if (nsbox_exec(s, launcher, &eo, &res, &e) < 0) {
@@ -1158,7 +1301,6 @@ int cmd_python(int argc, char **argv)
 		nsbox_error_free(e);
 		goto out;
 	}
-	show_output = true;
 	if (!launch) {
 		if (nsbox_result_status(res) != NSBOX_OK) {
 			rc = report(s, res, json_mode, !json_mode);
@@ -1198,6 +1340,8 @@ out:
 	}
 	active = NULL;
 	json_decref(cli);
+	json_decref(pyf.warnoptions);
+	json_decref(pyf.xoptions);
 	nsbox_result_free(res);
 	nsbox_session_free(s);
 	free_tools(ctools, n_tools);
@@ -1208,6 +1352,8 @@ usage:
 		fputs("(see nsbox python --help)\n", stderr);
 usage_quiet:
 	py_err_json(NSBOX_EXIT_USAGE);
+	json_decref(pyf.warnoptions);
+	json_decref(pyf.xoptions);
 	free_tools(ctools, n_tools);
 	nsbox_policy_free(p);
 	return NSBOX_EXIT_USAGE;

@@ -1438,6 +1438,43 @@ class _SourceLoader:
         return importlib.util.decode_source(self._data)
 
 
+def _cli_flags(o):
+    """python's flags that the initialised interpreter can still take
+    (nsbox python checked them): -u, -W and some -X."""
+    import io
+    if o.get("unbuffered"):
+        # As python -u: stdout's binary layer unbuffered, the text layer
+        # writing through (stderr is already).
+        sys.stdout.flush()
+        sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+            io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+            write_through=True)
+    w = o.get("warnoptions")
+    if w:
+        import warnings
+        sys.warnoptions[:] = w
+        warnings._processoptions(w)
+    for x in o.get("xoptions") or ():
+        name, eq, val = x.partition("=")
+        sys._xoptions[name] = val if eq else True
+        if name == "int_max_str_digits":
+            try:
+                sys.set_int_max_str_digits(int(val))
+            except ValueError:
+                raise SystemExit("-X int_max_str_digits: invalid limit; must be >= 640 or 0 for "
+                                 "unlimited.") from None
+        elif name == "faulthandler":
+            __import__("faulthandler").enable()
+        elif name == "tracemalloc":
+            try:
+                n = int(val) if eq else 1
+                if n < 1:
+                    raise ValueError
+            except ValueError:
+                raise SystemExit("-X tracemalloc=NFRAME: invalid number of frames") from None
+            __import__("tracemalloc").start(n)
+
+
 def cli_run(settings):
     """nsbox-python(1)'s launcher, run as an exec with the filename
     RUNNER_FILE (hidden from tracebacks).  settings is a JSON text:
@@ -1449,6 +1486,7 @@ def cli_run(settings):
     global _cancel_interrupts, _path_added
     o = _loads(settings)
     _cancel_interrupts = True
+    _cli_flags(o)
     mode = o.get("mode")
     path = o.get("path")
     if mode == "file":

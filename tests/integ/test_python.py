@@ -210,6 +210,57 @@ def test_closed_stdio_is_dev_null_not_one_of_nsboxs_own_descriptors(tmp_path):
     assert p.stderr == "/dev/null ''", p.stderr
 
 
+PY_FLAG_CASES = [
+    # (flags, code): the same stdout, stderr's last line and status as python3.11 itself
+    (["-u"], "import sys; print(type(sys.stdout.buffer).__name__, sys.stdout.write_through)"),
+    (["-uc"], None),
+    (["-W", "error"], "import warnings; warnings.warn('x')"),
+    (["-Wignore"], "import warnings; warnings.warn('x'); print('quiet')"),
+    (["-W", "bogus:::"], "print('after')"),
+    (["-X", "int_max_str_digits=700"], "import sys; print(sys.get_int_max_str_digits(), sys._xoptions)"),
+    (["-X", "int_max_str_digits=5"], "print('never')"),
+    (["-X", "faulthandler", "-X", "tracemalloc=3"],
+     "import faulthandler, tracemalloc; print(faulthandler.is_enabled(), tracemalloc.get_traceback_limit())"),
+    (["-BEsSIRPq"], "import sys; print(sys.flags.isolated, sys.flags.no_site, sys.dont_write_bytecode)"),
+    (["-V"], None),
+    (["--version"], None),
+]
+
+
+@pytest.mark.parametrize("flags,code", PY_FLAG_CASES, ids=[" ".join(f) for f, _ in PY_FLAG_CASES])
+def test_pythons_own_flags_do_what_they_do_in_python(flags, code):
+    if flags == ["-uc"]:
+        args = ["-uc", "import sys; print(type(sys.stdout.buffer).__name__)"]
+    else:
+        args = flags + (["-c", code] if code else [])
+    want = subprocess.run(["/usr/bin/python3.11", *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    got = run(*args)
+    assert got.returncode == want.returncode, (got.stderr, want.stderr)
+    assert got.stdout == want.stdout
+    if "int_max_str_digits=5" in flags:     # python's is a fatal error at initialisation: the same words
+        assert got.stderr.strip() in want.stderr and got.stderr.strip(), got.stderr
+    else:
+        assert got.stderr.strip().splitlines()[-1:] == want.stderr.strip().splitlines()[-1:], got.stderr
+
+
+def test_unbuffered_output_arrives_before_the_code_ends():
+    p = subprocess.Popen([NSBOX, "python", "-u", "-c", "import time; print('first'); time.sleep(30)"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert p.stdout.readline() == "first\n"    # within the sleep: not held for the end
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+
+
+@pytest.mark.parametrize("flag", ["-O", "-OO", "-b", "-d", "-i", "-v", "-x", "-X dev", "-X importtime", "-z"])
+def test_flags_the_initialised_interpreter_cant_take_are_refused_by_name(flag):
+    p = run(*flag.split(), "-c", "print('ran')")
+    assert p.returncode == 120 and "ran" not in p.stdout
+    first = flag.split()[-1] if flag.startswith("-X") else flag[:2]
+    assert first in p.stderr and ("not supported" in p.stderr or "unknown option" in p.stderr), p.stderr
+
+
 def test_argv_like_python():
     # Quotes, backslashes, control characters, non-ASCII and bytes that are
     # not UTF-8 reach sys.argv as CPython itself would put them there.
