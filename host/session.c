@@ -620,8 +620,10 @@ static void end_session(struct nsbox_session *s, struct session_result *res, boo
 		result_msg(res, SESSION_CRASHED, 128 + s->sb.st.term_signal, "the runner was killed by signal %d",
 			   s->sb.st.term_signal);
 	} else {
-		result_msg(res, SESSION_CRASHED, s->sb.st.exit_code ? s->sb.st.exit_code : 1,
-			   "the runner exited with status %d", s->sb.st.exit_code);
+		/* Its own status, 0 too, as python's when code calls os._exit(N):
+		 * the outcome (crashed) says the session is gone. */
+		result_msg(res, SESSION_CRASHED, s->sb.st.exit_code, "the runner exited with status %d",
+			   s->sb.st.exit_code);
 	}
 }
 

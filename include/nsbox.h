@@ -316,7 +316,9 @@ NSBOX_API void nsbox_result_usage(const nsbox_result_t *r, double *wall, double 
 				  unsigned *tool_calls);
 /* The exit status nsbox-python(1) would end with for this result: 0, the
  * code of an uncaught SystemExit, 1 for another exception, and for limit
- * kills the statuses of nsbox(1) (123 memory, 124 time, 121 protocol). */
+ * kills the statuses of nsbox(1) (123 memory, 124 time, 121 protocol).
+ * With NSBOX_CRASHED: the runner's own status when it exited (os._exit(N),
+ * 0 included, as python's), 128+N when signal N killed it. */
 NSBOX_API int nsbox_result_exit_code(const nsbox_result_t *r);
 /* The runner's whole RESULT message as JSON (nsbox-protocol(7)), with the
  * fields that have no accessor (stdout_truncated, stdout_tail, ...);

@@ -884,7 +884,11 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	r->status = map[res->outcome];
 	if (res->outcome == SESSION_OK && json_is_true(json_object_get(m, "incomplete")))
 		r->status = NSBOX_INCOMPLETE;
-	r->exit_code = res->outcome == SESSION_OK ? res->exit_code : res->exit_code ? res->exit_code : 1;
+	/* A runner that exited by itself (os._exit(N)) ends with its status,
+	 * 0 too, as python would; any other failure is never 0. */
+	r->exit_code = res->exit_code;
+	if (!r->exit_code && res->outcome != SESSION_OK && res->outcome != SESSION_CRASHED)
+		r->exit_code = 1;
 	/* As text only when asked for: json_dumps() of a RESULT is ~4 us,
 	 * a tenth of an exec round trip here. */
 	r->msg = json_incref((json_t *)m);

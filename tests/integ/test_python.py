@@ -261,6 +261,12 @@ def test_flags_the_initialised_interpreter_cant_take_are_refused_by_name(flag):
     assert first in p.stderr and ("not supported" in p.stderr or "unknown option" in p.stderr), p.stderr
 
 
+@pytest.mark.parametrize("status", [0, 7])
+def test_os_exit_ends_with_its_status_as_in_python(status):
+    p = run("-c", "import os; os._exit(%d)" % status)
+    assert p.returncode == status, p.stderr
+
+
 def test_argv_like_python():
     # Quotes, backslashes, control characters, non-ASCII and bytes that are
     # not UTF-8 reach sys.argv as CPython itself would put them there.
