@@ -59,6 +59,19 @@ def test_tmp_is_size_capped():
     assert "No space left" in out and size <= 8 << 20
 
 
+def test_tmpfs_files_are_capped_with_the_size():
+    # size= bounds pages, not files: an empty file takes none, and the kernel's
+    # default inode cap is half the host's pages, each inode ~1 KiB of kernel
+    # memory that only a memory cgroup charges (2 million empty files in
+    # /dev/shm took 1.6 GiB of the host's without one: red team 4).  One
+    # inode per 4 KiB of the size, at least 1024, as the workspace's layer.
+    rc, out, err = run(["run", "--cgroups", "off", "--quiet", "--tmp-size", "8M", "--tmpfs", "/scratch:16M", "--",
+                        "/bin/sh", "-c", "stat -f -c %c /tmp /dev/shm /scratch /out; cd /dev/shm; i=0; "
+                        "while [ $i -lt 3000 ] && { true > f$i; } 2>/dev/null; do i=$((i + 1)); done; echo $i"])
+    assert rc == 0, err
+    assert out.split() == ["2048", "2048", "4096", "4096", "2047"], out
+
+
 def test_file_size_rlimit():
     rc, out, err = run(["run", "--file-size", "1M", "--", "/bin/sh", "-c",
                         "dd if=/dev/zero of=/tmp/big bs=1M count=4 2>/dev/null; stat -c %s /tmp/big"])
