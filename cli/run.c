@@ -32,7 +32,7 @@ int cmd_run(int argc, char **argv)
 	};
 	struct nsbox_run_status st = { .struct_size = sizeof(st) };
 	struct cli_tty tty = { .slave = -1, .relay = -1 };
-	int i, r, stdio[3], code = NSBOX_EXIT_USAGE;
+	int i, r, term, stdio[3], code = NSBOX_EXIT_USAGE;
 
 	if (args_load_policy(&p, argc, argv, &err) < 0) {
 		fprintf(stderr, "nsbox run: %s\n", err.msg);
@@ -102,18 +102,20 @@ int cmd_run(int argc, char **argv)
 		goto out;
 	}
 	/* A terminal on stdin: the command gets a pty of its own as its
-	 * controlling terminal (cli/tty.c), never ours. */
-	if (isatty(0)) {
-		if (cli_tty_start(&tty, &err) < 0) {
+	 * controlling terminal (cli/tty.c), never ours.  On stdout or stderr
+	 * only: a pty of its own for them, stdin as it is. */
+	term = isatty(0) ? 0 : isatty(1) ? 1 : isatty(2) ? 2 : -1;
+	if (term >= 0) {
+		if (cli_tty_start(&tty, term, &err) < 0) {
 			fprintf(stderr, "nsbox run: %s\n", err.msg);
 			code = NSBOX_EXIT_SETUP;
 			goto out;
 		}
-		stdio[0] = tty.slave;
+		stdio[0] = term == 0 ? tty.slave : 0;
 		stdio[1] = isatty(1) ? tty.slave : 1;
 		stdio[2] = isatty(2) ? tty.slave : 2;
 		o.stdio = stdio;
-		o.controlling_tty = true;
+		o.controlling_tty = term == 0;
 	}
 	r = nsbox_run(p, argv + i, &o, &st, &e);
 	cli_tty_stop(&tty);

@@ -29,6 +29,19 @@ int umount2(const char *target, int flags);
 #define NEWROOT "/tmp"	/* host /tmp is only hidden in our mount namespace */
 #define DEFAULT_TMP_SIZE (64ULL << 20)
 
+/* A tmpfs's inode cap for a size cap: one inode per 4 KiB, at least 1024 and
+ * at most 2^20.  size= bounds the pages, not the files: an empty file, a
+ * directory or a short symlink takes none, and the kernel's default is half
+ * the host's pages (3 million here), each inode and dentry ~1 KiB of kernel
+ * memory that only a memory cgroup charges (2 million empty files in /dev/shm
+ * took 1.6 GiB of the host's from --memory 64M without one: red team 4). */
+static unsigned long long tmpfs_inodes(uint64_t size)
+{
+	uint64_t n = size / 4096;
+
+	return n < 1024 ? 1024 : n > (1u << 20) ? 1u << 20 : n;
+}
+
 static int set_attr(const char *path, unsigned long long set, bool recursive, struct nsbox_err *err)
 {
 	struct mount_attr attr = { .attr_set = set };
@@ -278,8 +291,9 @@ static int make_dev(const struct nsbox_policy *p, bool batch, struct nsbox_err *
 	if (mount("devpts", NEWROOT "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 		  "newinstance,ptmxmode=0666,mode=620,max=64") < 0)
 		return err_sys(err, "mount devpts");
-	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
-		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
+	snprintf(opts, sizeof(opts), "mode=1777,size=%llu,nr_inodes=%llu",
+		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE),
+		 tmpfs_inodes(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
 	if (mount("tmpfs", NEWROOT "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, opts) < 0)
 		return err_sys(err, "mount tmpfs on /dev/shm");
 	return 0;
@@ -541,7 +555,6 @@ static int reopen_here(int *fd, const char *what, struct nsbox_err *err)
 static int mount_ws_overlay(int wsfd, bool detached, uint64_t size, int *upper, struct nsbox_err *err)
 {
 	const char *lower = NEWROOT "/.nsbox-wsl", *tmp = NEWROOT "/.nsbox-wsu";
-	unsigned long long inodes = size / 4096;
 	char opts[256];
 	struct stat st;
 
@@ -552,7 +565,7 @@ static int mount_ws_overlay(int wsfd, bool detached, uint64_t size, int *upper, 
 	if (mkdir(tmp, 0700) < 0)
 		return err_sys(err, "mkdir %s", tmp + strlen(NEWROOT));
 	snprintf(opts, sizeof(opts), "mode=0700,size=%llu,nr_inodes=%llu", (unsigned long long)size,
-		 inodes < 1024 ? 1024 : inodes > (1u << 20) ? 1u << 20 : inodes);
+		 tmpfs_inodes(size));
 	if (mount("tmpfs", tmp, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
 		return err_sys(err, "mount the workspace's tmpfs (%s)", opts);
 	if (mkdir(NEWROOT "/.nsbox-wsu/u", st.st_mode & 07777) < 0 || mkdir(NEWROOT "/.nsbox-wsu/w", 0700) < 0 ||
@@ -710,8 +723,9 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		goto out;
 	if (make_dev(p, batch, err) < 0)
 		goto out;
-	snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
-		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
+	snprintf(opts, sizeof(opts), "mode=1777,size=%llu,nr_inodes=%llu",
+		 (unsigned long long)(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE),
+		 tmpfs_inodes(p->tmp_size ? p->tmp_size : DEFAULT_TMP_SIZE));
 	if (mount("tmpfs", NEWROOT "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
 		err_sys(err, "mount tmpfs on /tmp");
 		goto out;
@@ -736,8 +750,9 @@ int mount_setup(const struct nsbox_policy *p, struct mount_srcs *srcs, bool host
 		if (!p->mounts[i].src) {
 			/* TmpFS=: sized like /tmp, and like /tmp charged to the
 			 * memory cgroup of whoever writes it. */
-			snprintf(opts, sizeof(opts), "mode=1777,size=%llu",
-				 (unsigned long long)(p->mounts[i].tmpfs ?: p->tmp_size ?: DEFAULT_TMP_SIZE));
+			snprintf(opts, sizeof(opts), "mode=1777,size=%llu,nr_inodes=%llu",
+				 (unsigned long long)(p->mounts[i].tmpfs ?: p->tmp_size ?: DEFAULT_TMP_SIZE),
+				 tmpfs_inodes(p->mounts[i].tmpfs ?: p->tmp_size ?: DEFAULT_TMP_SIZE));
 			if (mkdir_p(path, 0755) < 0 || mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0) {
 				err_sys(err, "--tmpfs %s", p->mounts[i].dst);
 				goto out;

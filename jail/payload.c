@@ -118,8 +118,7 @@ static int payload_rlimits(struct payload *pl, struct nsbox_err *err)
 	const struct nsbox_policy *p = pl->c->p;
 	bool mem = pl->c->cg_mem, pids = pl->c->cg_pids;
 
-	if (set_rlimit(RLIMIT_CORE, "RLIMIT_CORE", 0, err) < 0)
-		return -1;
+	/* RLIMIT_CORE is pid 1's (pid1_no_core), set before the filter. */
 	if (p->file_size && set_rlimit(RLIMIT_FSIZE, "RLIMIT_FSIZE", p->file_size, err) < 0)
 		return -1;
 	if (p->nofile && set_rlimit(RLIMIT_NOFILE, "RLIMIT_NOFILE", p->nofile, err) < 0)

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <stdint.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -286,6 +287,27 @@ static int pid1_lock_caps(struct pid1 *s, struct nsbox_err *err)
 	return caps_lock_bounding(err);
 }
 
+/* RLIMIT_CORE 1, not 0, for pid 1 and the payload (inherited across
+ * fork): no core file (1 byte is less than the ELF dumper's minimum), and
+ * no dump to a core_pattern pipe either, which 0 does not stop: the kernel
+ * skips the pipe's helper only at 1 (fs/coredump.c, coredump_pipe), and
+ * that helper (systemd-coredump, apport) runs as root outside the
+ * sandbox's namespaces and cgroup and stores the dump on the host's disk,
+ * at every crash inside.  The filter, loaded next, refuses to change it.
+ * A launcher whose hard limit is 0 can't raise it: 0 then. */
+static int pid1_no_core(struct pid1 *s, struct nsbox_err *err)
+{
+	struct rlimit rl;
+
+	(void)s;
+	if (getrlimit(RLIMIT_CORE, &rl) < 0)
+		return err_sys(err, "getrlimit(RLIMIT_CORE)");
+	rl.rlim_cur = rl.rlim_max = rl.rlim_max ? 1 : 0;
+	if (setrlimit(RLIMIT_CORE, &rl) < 0)
+		return err_sys(err, "setrlimit(RLIMIT_CORE, %llu)", (unsigned long long)rl.rlim_max);
+	return 0;
+}
+
 /* The allowlist goes on here, once, and the payload inherits it with the
  * fork: loading (and JIT-compiling) it costs ~0.3 ms a time, spent while
  * the launcher still attaches the cgroups and brings lo up.  Nothing pid 1
@@ -348,6 +370,7 @@ static const struct pid1_step pid1_setup[] = {
 	{ "network", pid1_netns_join },
 	{ "pid1", pid1_signals },
 	{ "capabilities", pid1_lock_caps },
+	{ "rlimits", pid1_no_core },
 	{ "seccomp", pid1_seccomp },
 	{ "pid1", pid1_wait_attached },
 };

@@ -41,8 +41,10 @@
 struct leaf {
 	bool complex;
 	uint32_t ret; /* the action, when !complex */
-	/* when complex: (arg & mask) == vals[i] -> rets[i], else other */
-	unsigned int arg, n;
+	/* when complex: (arg & mask) == vals[i] -> rets[i], else other; a row
+	 * with sets[i] (1 + an argument's index) only when that argument is
+	 * non-zero, else other */
+	unsigned int arg, n, sets[MAX_VALS];
 	uint64_t mask, vals[MAX_VALS];
 	uint32_t rets[MAX_VALS], other;
 };
@@ -99,8 +101,11 @@ static void emit_complex(struct code *c, const struct leaf *l)
 {
 	uint32_t mhi = (uint32_t)(l->mask >> 32), mlo = (uint32_t)l->mask;
 	unsigned int i;
+	bool sets = false;
 
-	if (mhi == 0) {
+	for (i = 0; i < l->n; i++)
+		sets |= l->sets[i] != 0;
+	if (mhi == 0 && !sets) {
 		/* ld; and; jeq v0 -> R(v0); ...; then the returns, other first,
 		 * each action once. */
 		uint32_t pool[MAX_VALS + 1] = { l->other };
@@ -122,14 +127,27 @@ static void emit_complex(struct code *c, const struct leaf *l)
 			emit(c, BPF_RET | BPF_K, 0, 0, pool[j]);
 		return;
 	}
-	/* Both words: per row, ld hi; and; jeq -> ld lo; and; jeq -> ret. */
+	/* Per row: [ld hi; and; jeq ->] ld lo; and; jeq -> the row's tail,
+	 * else the next row.  The tail is ret, or for a row with sets[i]:
+	 * ld lo of that argument; jeq 0 -> ld hi; jeq 0 -> ret other; and
+	 * ret the row's action for a non-zero word. */
 	for (i = 0; i < l->n; i++) {
-		uint8_t lo_len = mlo == 0xffffffffU ? 1 : 2;
+		uint8_t lo_len = mlo == 0xffffffffU ? 1 : 2, tail = l->sets[i] ? 6 : 1;
 
-		emit_word(c, ARG_HI(l->arg), mhi);
-		emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, (uint8_t)(lo_len + 2), (uint32_t)(l->vals[i] >> 32));
+		if (mhi != 0) {
+			emit_word(c, ARG_HI(l->arg), mhi);
+			emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, (uint8_t)(lo_len + 1 + tail),
+			     (uint32_t)(l->vals[i] >> 32));
+		}
 		emit_word(c, ARG_LO(l->arg), mlo);
-		emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, 1, (uint32_t)l->vals[i]);
+		emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, tail, (uint32_t)l->vals[i]);
+		if (l->sets[i]) {
+			emit(c, BPF_LD | BPF_W | BPF_ABS, 0, 0, ARG_LO(l->sets[i] - 1));
+			emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, 3, 0);
+			emit(c, BPF_LD | BPF_W | BPF_ABS, 0, 0, ARG_HI(l->sets[i] - 1));
+			emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0);
+			emit(c, BPF_RET | BPF_K, 0, 0, l->other);
+		}
 		emit(c, BPF_RET | BPF_K, 0, 0, l->rets[i]);
 	}
 	emit(c, BPF_RET | BPF_K, 0, 0, l->other);
@@ -312,7 +330,7 @@ static int classify(const struct seccomp_rule *rules, size_t nrules, struct leaf
 			l->other = seccomp_rule_ret(s->action, log);
 			continue;
 		}
-		if (s->arg > 5 || s->mask == 0 || (s->value & ~s->mask))
+		if (s->arg > 5 || s->mask == 0 || (s->value & ~s->mask) || s->if_set > 6 || s->if_set == s->arg + 1)
 			return err_set(err, EINVAL, "seccomp: %s: bad condition (arg %u, mask %#llx, value %#llx)",
 				       s->name, s->arg, (unsigned long long)s->mask, (unsigned long long)s->value);
 		if (l->n == 0) {
@@ -331,6 +349,7 @@ static int classify(const struct seccomp_rule *rules, size_t nrules, struct leaf
 				return err_set(err, EINVAL, "seccomp: %s: value %#llx twice", s->name,
 					       (unsigned long long)s->value);
 		l->vals[l->n] = s->value;
+		l->sets[l->n] = s->if_set;
 		l->rets[l->n++] = seccomp_rule_ret(s->action, log);
 	}
 	for (size_t i = 0; i < NR_LIMIT; i++)

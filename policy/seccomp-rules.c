@@ -27,6 +27,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -48,11 +49,13 @@
  * bits and TIOCSTI | 1 << 32 went through). */
 #define LOW32 0xffffffffULL
 
-#define ALLOW(n) { n, SRULE_ALLOW, SRULE_ANY, 0, 0, 0 }
-#define EPERM_(n) { n, SRULE_EPERM, SRULE_ANY, 0, 0, 0 }
-#define ENOSYS_(n) { n, SRULE_ENOSYS, SRULE_ANY, 0, 0, 0 }
-#define WHEN(n, act, a, m, v) { n, act, SRULE_MASKED_EQ, a, m, v }
-#define OTHERWISE(n, act) { n, act, SRULE_OTHERWISE, 0, 0, 0 }
+#define ALLOW(n) { n, SRULE_ALLOW, SRULE_ANY, 0, 0, 0, 0 }
+#define EPERM_(n) { n, SRULE_EPERM, SRULE_ANY, 0, 0, 0, 0 }
+#define ENOSYS_(n) { n, SRULE_ENOSYS, SRULE_ANY, 0, 0, 0, 0 }
+#define WHEN(n, act, a, m, v) { n, act, SRULE_MASKED_EQ, a, m, v, 0 }
+/* WHEN, and argument a2 non-zero; with a2 zero, the OTHERWISE row decides. */
+#define WHEN_SET(n, act, a, m, v, a2) { n, act, SRULE_MASKED_EQ, a, m, v, (a2) + 1 }
+#define OTHERWISE(n, act) { n, act, SRULE_OTHERWISE, 0, 0, 0, 0 }
 /* Allowed unless the mode argument carries S_ISUID or S_ISGID. */
 #define NOSUID_MODE(n, a) WHEN(n, SRULE_EPERM, a, 06000, 04000), WHEN(n, SRULE_EPERM, a, 06000, 02000), \
 	WHEN(n, SRULE_EPERM, a, 06000, 06000), OTHERWISE(n, SRULE_ALLOW)
@@ -164,7 +167,16 @@ const struct seccomp_rule seccomp_rules[] = {
 	ALLOW("setuid"), ALLOW("setgid"), ALLOW("setreuid"), ALLOW("setregid"),
 	ALLOW("setresuid"), ALLOW("setresgid"), ALLOW("setfsuid"), ALLOW("setfsgid"),
 	ALLOW("capget"), ALLOW("capset"),
-	ALLOW("getrlimit"), ALLOW("setrlimit"), ALLOW("prlimit64"), ALLOW("getrusage"),
+	ALLOW("getrlimit"), ALLOW("getrusage"),
+	/* RLIMIT_CORE is 1 and stays 1 (payload.c): the kernel skips a core
+	 * dump to a pipe only at that value (fs/coredump.c, coredump_pipe;
+	 * 0 means no limit there), so a sandbox that lowered it could run the
+	 * host's core_pattern helper (systemd-coredump, apport: root, outside
+	 * its cgroup, writing the dump to the host's disk) at every crash.
+	 * Reading it stays allowed: glibc's getrlimit is prlimit64 with no new
+	 * limit. */
+	WHEN("setrlimit", SRULE_EPERM, 0, LOW32, RLIMIT_CORE), OTHERWISE("setrlimit", SRULE_ALLOW),
+	WHEN_SET("prlimit64", SRULE_EPERM, 1, LOW32, RLIMIT_CORE, 2), OTHERWISE("prlimit64", SRULE_ALLOW),
 	ALLOW("sysinfo"), ALLOW("uname"), ALLOW("getpriority"), ALLOW("setpriority"),
 	ALLOW("ioprio_get"), ALLOW("ioprio_set"), ALLOW("getcpu"), ALLOW("getrandom"),
 
@@ -283,6 +295,21 @@ static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name,
 	return 0;
 }
 
+/* A row with if_set: its condition and argument if_set - 1 compared to 0
+ * (op: SCMP_CMP_NE for the row itself, SCMP_CMP_EQ for its complement). */
+static int add_rule_set(scmp_filter_ctx ctx, uint32_t act, int nr, const struct seccomp_rule *s,
+			enum scmp_compare op, struct nsbox_err *err)
+{
+	struct scmp_arg_cmp cmp[2] = { SCMP_CMP(s->arg, SCMP_CMP_MASKED_EQ, s->mask, s->value),
+				       SCMP_CMP(s->if_set - 1, op, 0) };
+	int r;
+
+	r = seccomp_rule_add_exact_array(ctx, act, nr, 2, cmp);
+	if (r < 0)
+		return err_set(err, -r, "seccomp: rule for %s", s->name);
+	return 0;
+}
+
 /* Rows matching every x with (x & fixed) == val whose bits under rest
  * match none of vals[] that agree with val on fixed: a binary trie over
  * the bits of rest, highest first, with one row per empty branch.  At
@@ -338,6 +365,10 @@ static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *
 		arg = s->arg;
 		mask = s->mask;
 		vals[n++] = s->value;
+		/* The row's value with its other argument zero is OTHERWISE's
+		 * too: the trie below leaves the value out. */
+		if (s->if_set && (r = add_rule_set(ctx, act, nr, s, SCMP_CMP_EQ, err)) < 0)
+			return r;
 	}
 	if (n == 0 || mask == 0)
 		return err_set(err, EINVAL, "seccomp: %s: OTHERWISE without conditional rows", name);
@@ -388,9 +419,10 @@ static int add_table(scmp_filter_ctx ctx, const struct nsbox_policy *p, uint32_t
 			r = add_rule(ctx, act, nr, s->name, 0, 0, 0, 0, err);
 			break;
 		case SRULE_MASKED_EQ:
-			if (s->arg > 5 || s->mask == 0)
+			if (s->arg > 5 || s->mask == 0 || s->if_set > 6 || s->if_set == s->arg + 1)
 				return err_set(err, EINVAL, "seccomp: %s: bad condition", s->name);
-			r = add_rule(ctx, act, nr, s->name, 1, s->arg, s->mask, s->value, err);
+			r = s->if_set ? add_rule_set(ctx, act, nr, s, SCMP_CMP_NE, err)
+				      : add_rule(ctx, act, nr, s->name, 1, s->arg, s->mask, s->value, err);
 			break;
 		case SRULE_OTHERWISE:
 			r = add_otherwise(ctx, act, nr, s->name, err);

@@ -25,7 +25,8 @@ enum seccomp_rule_action {
 
 enum seccomp_rule_cmp {
 	SRULE_ANY = 0,		/* no condition: every call of the syscall */
-	SRULE_MASKED_EQ,	/* (arg & mask) == value */
+	SRULE_MASKED_EQ,	/* (arg & mask) == value, and argument if_set - 1
+				 * non-zero when if_set is (a pointer given) */
 	SRULE_OTHERWISE,	/* every call the syscall's SRULE_MASKED_EQ rows miss
 				 * (they must share one arg and mask) */
 };
@@ -37,6 +38,11 @@ struct seccomp_rule {
 	unsigned int arg;	/* argument index 0..5 when cmp != SRULE_ANY */
 	uint64_t mask;
 	uint64_t value;
+	/* 0, or 1 + the index of an argument that must be non-zero for an
+	 * SRULE_MASKED_EQ row to match (prlimit64's new limit: a set, not a
+	 * get); a call matching the row's condition with that argument zero
+	 * gets the syscall's OTHERWISE action. */
+	unsigned int if_set;
 };
 
 /* The allowlist.  Rows for one syscall with conditions are complementary

@@ -381,6 +381,39 @@ def test_run_restores_the_terminal(tmp_path):
     assert before.strip() in text                      # the command saw the caller's settings
 
 
+def test_run_with_a_terminal_on_output_only_gets_a_pty_of_its_own():
+    # stdin a pipe, stdout and stderr a terminal (`... | nsbox run -- cmd` in a
+    # shell): the command got the caller's terminal as fd 1 and 2, and its
+    # ioctls there outlived it (here: echo off; TIOCEXCL, every later open
+    # EBUSY; TCXONC, output stopped).  Now a pty of its own, relayed out
+    # (red team 4).
+    import pty
+    import termios
+    master, slave = pty.openpty()
+    try:
+        code = ("import os, sys, termios\n"
+                "a = termios.tcgetattr(1); a[3] &= ~termios.ECHO; termios.tcsetattr(1, termios.TCSANOW, a)\n"
+                "print('RDEV', os.fstat(1).st_rdev, os.fstat(2).st_rdev, os.isatty(0), os.isatty(1), os.isatty(2))\n"
+                "print('IN', sys.stdin.read().strip())\n")
+        p = subprocess.run([NSBOX, "run", "--quiet", "--", "/usr/bin/python3.11", "-S", "-c", code], input=b"piped\n",
+                           stdout=slave, stderr=slave, timeout=60)
+        assert termios.tcgetattr(slave)[3] & termios.ECHO       # the caller's terminal as it was
+        out = b""
+        while True:
+            import select
+            if not select.select([master], [], [], 1)[0]:
+                break
+            out += os.read(master, 65536)
+        text = out.decode(errors="replace")
+        assert p.returncode == 0, text
+        words = text.split("RDEV", 1)[1].split()
+        assert int(words[0]) != os.fstat(slave).st_rdev and words[0] == words[1], text
+        assert words[2:5] == ["False", "True", "True"] and "IN piped" in text, text
+    finally:
+        os.close(master)
+        os.close(slave)
+
+
 def test_json_exit_code_is_nsbox_status():
     # nsbox(1): exit_code is nsbox's exit status, KeyboardInterrupt's 130 too.
     p = subprocess.run([NSBOX, "python", "--json", "-c", "raise KeyboardInterrupt"], capture_output=True, text=True,

@@ -124,6 +124,30 @@ static void equivalent(const struct seccomp_prog *ref, const struct seccomp_prog
 			}
 		}
 	}
+	/* A row that matches only with another argument non-zero: its value
+	 * (any bits outside the mask) with that argument zero and over the
+	 * values, and that argument zero with the first over the values. */
+	for (size_t i = 0; i < seccomp_n_rules; i++) {
+		const struct seccomp_rule *s = &seccomp_rules[i];
+		int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, s->name);
+
+		if (nr < 0 || s->cmp != SRULE_MASKED_EQ || !s->if_set)
+			continue;
+		for (size_t j = 0; j < nv; j++) {
+			memset(&d, 0, sizeof(d));
+			d.arch = AUDIT_ARCH_X86_64;
+			d.nr = nr;
+			for (int o = 0; o < 6; o++)
+				d.args[o] = rand64();
+			d.args[s->arg] = s->value | (rand64() & ~s->mask);
+			d.args[s->if_set - 1] = vals[j];
+			check(&p, &d);
+			d.args[s->if_set - 1] = 0;
+			check(&p, &d);
+			d.args[s->arg] = vals[j];
+			check(&p, &d);
+		}
+	}
 	ok(p.bad == 0 && p.checked > 20000, "%s: nsbox's program acts as libseccomp's on %zu inputs (%zu differ)", mode,
 	   p.checked, p.bad);
 }
@@ -164,7 +188,7 @@ static uint32_t table_says(const struct syn *t, bool log, const struct seccomp_d
 			continue;
 		}
 		cond = true;
-		if ((d->args[r->arg] & r->mask) == r->value)
+		if ((d->args[r->arg] & r->mask) == r->value && (!r->if_set || d->args[r->if_set - 1]))
 			return seccomp_rule_ret(r->action, log);
 	}
 	return cond ? other : def;
@@ -228,7 +252,9 @@ static void syn_make(struct syn *t)
 				}
 				vals[k++] = v;
 				t->rows[t->n++] = (struct seccomp_rule){
-					name, acts[rand64() % 3], SRULE_MASKED_EQ, arg, mask, v
+					name, acts[rand64() % 3], SRULE_MASKED_EQ, arg, mask, v,
+					/* now and then only with another argument set */
+					rand64() % 4 ? 0 : 1 + (arg + 1 + (unsigned int)(rand64() % 5)) % 6
 				};
 			}
 			if (where == 1)
@@ -295,10 +321,16 @@ static void synthetic(void)
 					d.args[a] = rand64();
 				/* Now and then a row's own value, or one bit off it. */
 				for (size_t i = 0; k % 3 && i < t.n; i++)
-					if (t.rows[i].cmp == SRULE_MASKED_EQ && t.nrs[i] == (int)nr && rand64() % 2)
+					if (t.rows[i].cmp == SRULE_MASKED_EQ && t.nrs[i] == (int)nr && rand64() % 2) {
 						d.args[t.rows[i].arg] = ((d.args[t.rows[i].arg] & ~t.rows[i].mask) |
 									 t.rows[i].value) ^
 									(k % 3 == 2 ? 1ULL << (rand64() % 64) : 0);
+						/* the other argument zero, or one word of it */
+						if (t.rows[i].if_set && rand64() % 2)
+							d.args[t.rows[i].if_set - 1] &= rand64() % 3   ? 0
+											: rand64() % 2 ? 0xffffffffULL
+												       : ~0xffffffffULL;
+					}
 				checked++;
 				if (seccomp_prog_eval(&pr, &d) != table_says(&t, log, &d) && bad++ < 10)
 					printf("# synthetic %d: nr %u args[0..1] %#llx %#llx: program %#x, table %#x\n",
@@ -340,6 +372,8 @@ static void refusals(void)
 		  3,
 		  "two OTHERWISE rows" },
 		{ { { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, 0xff, 0x100 } }, 1, "bad condition" },
+		{ { { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, 0xff, 1, 2 } }, 1, "bad condition" },
+		{ { { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, 0xff, 1, 7 } }, 1, "bad condition" },
 		{ { { "no_such_call", SRULE_ALLOW, SRULE_ANY, 0, 0, 0 } }, 1, "unknown x86_64 syscall" },
 	};
 	struct seccomp_rule first[] = { { "ioctl", SRULE_ALLOW, SRULE_OTHERWISE, 0, 0, 0 },

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -52,6 +53,19 @@ static uint32_t ev(const struct seccomp_prog *pr, const char *name, uint64_t a0,
 		return 0xdeadbeef;
 	}
 	return eval_arch(pr, AUDIT_ARCH_X86_64, nr, a0, a1);
+}
+
+static uint32_t ev3(const struct seccomp_prog *pr, const char *name, uint64_t a0, uint64_t a1, uint64_t a2)
+{
+	struct seccomp_data d;
+
+	memset(&d, 0, sizeof(d));
+	d.nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, name);
+	d.arch = AUDIT_ARCH_X86_64;
+	d.args[0] = a0;
+	d.args[1] = a1;
+	d.args[2] = a2;
+	return seccomp_prog_eval(pr, &d);
 }
 
 /* The ioctl commands the table denies, on the low 32 bits. */
@@ -176,6 +190,18 @@ static void test_cases(void)
 		   ev(&prog, "fcntl", 3, F_GETPIPE_SZ) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETFL) == SECCOMP_RET_ALLOW &&
 		   ev(&prog, "fcntl", 3, F_DUPFD_CLOEXEC) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETLK) == SECCOMP_RET_ALLOW,
 	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user) and F_SETLEASE (host writers wait) EPERM, the rest ALLOW");
+	/* RLIMIT_CORE stays 1, the value at which the kernel runs no
+	 * core_pattern pipe helper (payload.c): read, never set. */
+	ok(ev3(&prog, "prlimit64", 0, RLIMIT_CORE, 0x7ffd0000) == RET_EPERM &&
+		   ev3(&prog, "prlimit64", 0, RLIMIT_CORE | (1ULL << 32), 1ULL << 32) == RET_EPERM &&
+		   ev3(&prog, "prlimit64", 0, RLIMIT_CORE, 0) == SECCOMP_RET_ALLOW &&
+		   ev3(&prog, "prlimit64", 0, RLIMIT_NOFILE, 0x7ffd0000) == SECCOMP_RET_ALLOW &&
+		   ev3(&prog, "prlimit64", 0, RLIMIT_CPU, 0x7ffd0000) == SECCOMP_RET_ALLOW &&
+		   ev(&prog, "setrlimit", RLIMIT_CORE, 0x7ffd0000) == RET_EPERM &&
+		   ev(&prog, "setrlimit", RLIMIT_CORE | (1ULL << 32), 0x7ffd0000) == RET_EPERM &&
+		   ev(&prog, "setrlimit", RLIMIT_NOFILE, 0x7ffd0000) == SECCOMP_RET_ALLOW &&
+		   ev(&prog, "getrlimit", RLIMIT_CORE, 0x7ffd0000) == SECCOMP_RET_ALLOW,
+	   "RLIMIT_CORE: prlimit64 with a new limit and setrlimit EPERM; reading it and setting others ALLOW");
 	/* pid 1 makes its cgroup namespace again once attached (pid1.c);
 	 * without CAP_SYS_ADMIN the kernel refuses it to the payload. */
 	ok(ev(&prog, "unshare", CLONE_NEWCGROUP, 0) == SECCOMP_RET_ALLOW &&
@@ -382,6 +408,15 @@ static int live_child(void)
 		if (pipe(p) < 0 || write(p[1], "ab", 2) != 2 || ioctl(p[0], FIONREAD, &avail) < 0 || avail != 2)
 			fail |= 128;
 	}
+	/* RLIMIT_CORE reads but does not change; other limits still do. */
+	{
+		struct rlimit rl = { 0, 0 }, nf;
+
+		errno = 0;
+		if (setrlimit(RLIMIT_CORE, &rl) != -1 || errno != EPERM || getrlimit(RLIMIT_CORE, &rl) < 0 ||
+		    getrlimit(RLIMIT_NOFILE, &nf) < 0 || setrlimit(RLIMIT_NOFILE, &nf) < 0)
+			fail |= 256;
+	}
 	/* Threads and fork still work. */
 	{
 		pid_t pid = fork();
@@ -411,7 +446,7 @@ static void test_live(void)
 	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 	   "live: getpid works, unshare(CLONE_NEWUSER) EPERM, clone3 ENOSYS, nr 999 ENOSYS, "
 	   "ioctl(TIOCSTI|high bits) EPERM, mount EPERM, fork works, ioctl(TIOCSETD|1<<32) EPERM, "
-	   "FIONREAD works (status %#x)",
+	   "FIONREAD works, setrlimit(RLIMIT_CORE) EPERM, RLIMIT_NOFILE set (status %#x)",
 	   st);
 
 	/* x32 from the native ABI: the process dies with SIGSYS. */
