@@ -162,25 +162,66 @@ static int take_error(struct cli_err *err, nsbox_error_t *e)
 	return -1;
 }
 
-int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct cli_err *err)
+/* Whether the long option arg ("--name", no '=') takes the next word as its
+ * value: a jail option without a fixed value, or one of the front end's
+ * own (own_values). */
+static bool takes_value(const char *arg, const char *const *own_values)
+{
+	size_t len = opt_name_len(arg);
+
+	if (arg[2 + len] == '=')
+		return false;
+	for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++)
+		if (strlen(opts[k].name) == len && !strncmp(arg + 2, opts[k].name, len))
+			return !opts[k].fixed;
+	for (const char *const *o = own_values; *o; o++)
+		if (strlen(*o) == len && !strncmp(arg + 2, *o, len))
+			return true;
+	return false;
+}
+
+int args_load_policy(nsbox_policy_t **p, int argc, char **argv, const char *const *own_values, struct cli_err *err)
 {
 	const char *name = "default";
 	nsbox_error_t *e = NULL;
 
 	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--") == 0)
+		const char *a = argv[i];
+
+		if (strcmp(a, "--") == 0)
 			break;
-		if (strcmp(argv[i], "--policy") == 0) {
+		if (strcmp(a, "--policy") == 0) {
 			if (i + 1 >= argc)
 				return cli_err_set(err, 0, "--policy needs a value");
 			name = argv[i + 1];
 			break;
 		}
-		if (strncmp(argv[i], "--policy=", 9) == 0) {
-			name = argv[i] + 9;
+		if (strncmp(a, "--policy=", 9) == 0) {
+			name = a + 9;
 			break;
 		}
+		if (!own_values)
+			continue;
+		/* Where the command, program or script begins, the rest is its
+		 * own: `nsbox python -c CODE --policy x` is sys.argv. */
+		if (a[0] != '-' || !a[1])
+			break;
+		if (a[1] == '-') {
+			i += takes_value(a, own_values);
+			continue;
+		}
+		/* python's clusters: -c and -m end the options, -W and -X take
+		 * the rest or the next word. */
+		for (const char *c = a + 1; *c; c++) {
+			if (*c == 'c' || *c == 'm')
+				goto found;
+			if (*c == 'W' || *c == 'X') {
+				i += !c[1];
+				break;
+			}
+		}
 	}
+found:
 	if (nsbox_policy_new(name, p, &e) < 0)
 		return take_error(err, e);
 	return 0;

@@ -10,8 +10,11 @@
 
 /* Load the policy named by the first --policy NAME|FILE (or --policy=...)
  * before "--", or the built-in "default", into a new *p (the caller frees
- * it with nsbox_policy_free).  Returns 0, or -1 with err set. */
-int args_load_policy(nsbox_policy_t **p, int argc, char **argv, struct cli_err *err);
+ * it with nsbox_policy_free).  With own_values (the front end's long
+ * options that take the next word, NULL-ended), the search ends where the
+ * command or program begins; NULL: every word is searched (no command
+ * follows the options).  Returns 0, or -1 with err set. */
+int args_load_policy(nsbox_policy_t **p, int argc, char **argv, const char *const *own_values, struct cli_err *err);
 
 /* If argv[*i] is a jail option, apply it to p, advance *i past its value
  * and return 1.  Return 0 if it is not a jail option (*i unchanged), -1 on

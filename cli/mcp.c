@@ -313,7 +313,7 @@ static int make_policy(struct server *srv, nsbox_policy_t **out, char *msg, size
 	struct cli_err err = { 0 };
 	nsbox_policy_t *p = NULL;
 
-	if (args_load_policy(&p, srv->argc, srv->argv, &err) < 0)
+	if (args_load_policy(&p, srv->argc, srv->argv, NULL, &err) < 0)
 		goto fail;
 	for (int i = 1; i < srv->argc; i++)
 		if (args_parse_jail_option(p, srv->argc, srv->argv, &i, &err) < 0)
@@ -2388,7 +2388,7 @@ int cmd_mcp(int argc, char **argv)
 	srv.max_memory = 4ULL << 30;
 	srv.output_limit = 64 << 10;
 	srv.up_timeout = 60;
-	if (args_load_policy(&p, argc, argv, &err) < 0) {
+	if (args_load_policy(&p, argc, argv, NULL, &err) < 0) {
 		fprintf(stderr, "nsbox mcp: %s\n", err.msg);
 		return NSBOX_EXIT_USAGE;
 	}

@@ -50,7 +50,7 @@ static int show(int argc, char **argv)
 	struct cli_err err = { 0 };
 	char *text;
 
-	if (args_load_policy(&p, argc, argv, &err) < 0) {
+	if (args_load_policy(&p, argc, argv, NULL, &err) < 0) {
 		fprintf(stderr, "nsbox policy show: %s\n", err.msg);
 		return NSBOX_EXIT_USAGE;
 	}

@@ -52,6 +52,9 @@ static void py_usage(FILE *f)
 		args_jail_help);
 }
 
+/* Its own long options that take the next word (args_load_policy). */
+static const char *const py_values[] = { "tool", "output-limit", "connect", "display-dir", NULL };
+
 /* python's own options, for "did you mean". */
 static const char *const py_opts[] = {
 	"json", "tool", "output-limit", "connect", "quiet", "list-packages", "help", NULL
@@ -964,7 +967,7 @@ int cmd_python(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	for (i = 1; i < argc && strcmp(argv[i], "--") && !py_cluster_ends(argv[i]); i++)
 		json_errors |= !strcmp(argv[i], "--json");
-	if (args_load_policy(&p, argc, argv, &err) < 0) {
+	if (args_load_policy(&p, argc, argv, py_values, &err) < 0) {
 		py_err("%s\n", err.msg);
 		py_err_json(NSBOX_EXIT_USAGE);
 		return NSBOX_EXIT_USAGE;

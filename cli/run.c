@@ -20,6 +20,9 @@ static void run_usage(FILE *f)
 		args_jail_help);
 }
 
+/* run's own options that take the next word (args_load_policy). */
+static const char *const run_values[] = { "json-status", "connect", NULL };
+
 int cmd_run(int argc, char **argv)
 {
 	nsbox_policy_t *p = NULL;
@@ -34,7 +37,7 @@ int cmd_run(int argc, char **argv)
 	struct cli_tty tty = { .slave = -1, .relay = -1 };
 	int i, r, term, stdio[3], code = NSBOX_EXIT_USAGE;
 
-	if (args_load_policy(&p, argc, argv, &err) < 0) {
+	if (args_load_policy(&p, argc, argv, run_values, &err) < 0) {
 		fprintf(stderr, "nsbox run: %s\n", err.msg);
 		return NSBOX_EXIT_USAGE;
 	}

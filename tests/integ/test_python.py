@@ -267,6 +267,15 @@ def test_os_exit_ends_with_its_status_as_in_python(status):
     assert p.returncode == status, p.stderr
 
 
+def test_options_after_the_program_are_the_programs():
+    # --policy after -c CODE or a script was read by nsbox too: a strict or
+    # missing policy chosen by the program's own argv.
+    p = run("-c", "import sys; print(sys.argv)", "--policy", "no-such-policy")
+    assert p.returncode == 0 and p.stdout == "['-c', '--policy', 'no-such-policy']\n", p.stderr
+    rc = subprocess.run([NSBOX, "run", "/bin/echo", "--policy", "no-such-policy"], capture_output=True, text=True)
+    assert rc.returncode == 0 and rc.stdout == "--policy no-such-policy\n", rc.stderr
+
+
 def test_argv_like_python():
     # Quotes, backslashes, control characters, non-ASCII and bytes that are
     # not UTF-8 reach sys.argv as CPython itself would put them there.

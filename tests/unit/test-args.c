@@ -34,7 +34,7 @@ static struct parsed parse_v(const char *first, va_list ap)
 	for (const char *a = first; a && argc <= MAX_ARGS; a = va_arg(ap, const char *))
 		argv[argc++] = (char *)a;
 	argv[argc] = NULL;
-	if (args_load_policy(&p, argc, argv, &out.err) < 0) {
+	if (args_load_policy(&p, argc, argv, NULL, &out.err) < 0) {
 		out.rc = -1;
 		return out;
 	}
@@ -217,6 +217,52 @@ static void test_policy(void)
 	r = parse("--policy", "/nonexistent/nsbox.policy", NULL);
 	ok(r.rc == -1 && strstr(r.err.msg, "/nonexistent/nsbox.policy"), "a missing policy file is named: '%s'",
 	   r.err.msg);
+}
+
+/* Which policy args_load_policy picks for a front end with a command or
+ * program after its options (own: its value-taking options). */
+static const char *picked(const char *const *own, const char *const *words)
+{
+	static char name[32];
+	char *argv[16] = { "cmd" };
+	int argc = 1;
+	nsbox_policy_t *p = NULL;
+	struct cli_err err = { 0 };
+	char *text;
+
+	for (; *words && argc < 15; words++)
+		argv[argc++] = (char *)*words;
+	if (args_load_policy(&p, argc, argv, own, &err) < 0)
+		return "error";
+	text = nsbox_policy_to_string(p);
+	snprintf(name, sizeof(name), "%s", text && strstr(text, "# nsbox policy: strict ") ? "strict" : "default");
+	free(text);
+	nsbox_policy_free(p);
+	return name;
+}
+
+static void test_policy_ends_with_the_options(void)
+{
+	static const char *const own[] = { "tool", "json-status", NULL };
+	static const struct {
+		const char *words[8], *want;
+	} cases[] = {
+		{ { "-c", "code", "--policy", "strict" }, "default" },
+		{ { "-uc", "code", "--policy", "strict" }, "default" },
+		{ { "script.py", "--policy=strict" }, "default" },
+		{ { "--memory", "64M", "/bin/echo", "--policy", "strict" }, "default" },
+		{ { "--tool", "t=cmd", "--policy", "strict", "x.py" }, "strict" },
+		{ { "-W", "error", "--policy", "strict", "-c", "x" }, "strict" },
+		{ { "--share-net", "--policy", "strict", "cmd" }, "strict" },
+		{ { "--json-status", "f", "--policy", "strict", "cmd" }, "strict" },
+	};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		const char *got = picked(own, cases[k].words);
+
+		ok(!strcmp(got, cases[k].want), "case %zu (%s %s ...): --policy %s (got %s)", k, cases[k].words[0],
+		   cases[k].words[1], !strcmp(cases[k].want, "strict") ? "is nsbox's" : "belongs to the program", got);
+	}
 }
 
 static void test_stops(void)
@@ -420,6 +466,7 @@ int main(void)
 	test_repeated();
 	test_paths();
 	test_policy();
+	test_policy_ends_with_the_options();
 	test_stops();
 	test_dirs();
 	test_bwrap_habits();
