@@ -614,7 +614,9 @@ static void end_session(struct nsbox_session *s, struct session_result *res, boo
 	proc_finish(s, kill_now);
 	res->dead = true;
 	res->peak_memory = s->sb.st.peak_memory;
-	if (res->outcome == SESSION_TIMEOUT || res->outcome == SESSION_PROTOCOL)
+	/* The host's own reason to kill stands (on_deadline: a cancel the
+	 * code did not heed was reported as "killed by signal 9"). */
+	if (res->outcome == SESSION_TIMEOUT || res->outcome == SESSION_PROTOCOL || res->outcome == SESSION_CANCELLED)
 		return;
 	if (s->sb.st.oom_killed) {
 		result_msg(res, SESSION_MEMORY, NSBOX_EXIT_MEMORY, "memory limit exceeded (peak %.1f MiB)",

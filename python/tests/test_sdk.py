@@ -598,6 +598,21 @@ def test_cancel_from_another_thread(sb):
     assert sb.execute("5") == 5
 
 
+def test_cancel_the_code_ignores_is_reported_as_cancelled(libnsbox):
+    """Code that swallows nsbox.Cancelled is killed after the grace: the
+    exec is Cancelled, the sandbox lost (it was "the runner was killed by
+    signal 9", a SandboxCrashed)."""
+    with nsbox.Sandbox(timeout=20) as s:
+        timer = threading.Timer(0.5, s.cancel)
+        timer.start()
+        with pytest.raises(nsbox.Cancelled) as ei:
+            s.execute("import time\nwhile True:\n    try:\n        time.sleep(100)\n"
+                      "    except BaseException:\n        pass\n")
+        timer.join()
+        assert ei.value.session_lost and "did not stop" in str(ei.value), str(ei.value)
+        assert s.execute("5") == 5
+
+
 # ---- policy, info, life cycle ---------------------------------------------
 
 def test_bad_policy_and_limits(libnsbox):

@@ -224,4 +224,4 @@ def test_cancel_reaches_a_runner_that_stops_reading():
                        timeout=120)
     assert p.returncode == 0, p.stderr
     span, err = p.stdout.split()
-    assert float(span) < 10 and err in ("Cancelled", "SandboxCrashed"), p.stdout
+    assert float(span) < 10 and err == "Cancelled", p.stdout
