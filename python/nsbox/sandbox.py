@@ -178,6 +178,17 @@ def run_awaitable(aw: Any, timeout: Optional[float] = None) -> Any:
     return box.get("value")
 
 
+def _exit_code(msg):
+    """SystemExit's code from str() of it, text from inside: an int when it
+    is one in ASCII digits within int()'s digit limit, else the text
+    (None when empty).  str.isdigit() also takes "²", which int() refuses,
+    and "--5" passed lstrip("-"): execute() raised a bare ValueError."""
+    digits = msg[1:] if msg.startswith("-") else msg
+    if digits and len(digits) <= 4000 and digits.isascii() and digits.isdigit():
+        return int(msg)
+    return msg or None
+
+
 class _Dispatch:
     """The tool table and the callbacks' state.  The C callbacks reference
     this object, never the Sandbox, so that dropping the last reference to a
@@ -734,7 +745,7 @@ class _SandboxBase:
                     cls = SandboxedMemoryError
                 code = None
                 if etype == "SystemExit":
-                    code = int(msg) if msg.lstrip("-").isdigit() else (msg or None)
+                    code = _exit_code(msg)
                 e = cls(etype, msg, tb, out, errtext, code)
                 if cls is SandboxedToolError and msg in self._dispatch.failures:
                     e.__cause__ = self._dispatch.failures[msg]

@@ -334,6 +334,21 @@ def test_sandboxed_exception(sb):
     assert sb.execute("'still alive'") == "still alive"
 
 
+@pytest.mark.parametrize("text,code", [("\u00b2", "\u00b2"), ("--5", "--5"), ("1" * 5000, "1" * 5000), ("-7", -7),
+                                       ("\u0663", "\u0663")], ids=["sup2", "dashdash", "5000", "minus7", "arabic3"])
+def test_system_exit_with_any_text_is_a_sandboxed_exception(sb, text, code):
+    """str.isdigit() took "\u00b2" and lstrip("-") took "--5", which int()
+    refuses, as it does 5000 digits: execute() and run() raised a bare
+    ValueError for the code's own SystemExit(text)."""
+    src = "raise SystemExit(%r)" % text
+    try:
+        sb.execute(src)
+    except nsbox.SandboxedException as e:
+        assert e.type_name == "SystemExit" and e.exit_code == code
+    r = sb.run(src)
+    assert r.error is None or (isinstance(r.error, nsbox.SandboxedException) and r.error.exit_code == code)
+
+
 # ---- variables, reset ----------------------------------------------------
 
 def test_variables(sb):
