@@ -219,7 +219,7 @@ class _Dispatch:
             for k, x in kwargs.items():
                 if type(x) in _values.NESTED:
                     kwargs[k] = _values.decode(x)
-        except (RecursionError, MemoryError, ValueError, UnicodeError, KeyError, TypeError) as e:
+        except _values.DECODE_ERRORS as e:
             # Chosen by the sandbox: the call fails (a ToolError inside),
             # the function is not called.
             raise UndecodableValue("the sandbox sent tool %s arguments the host cannot decode (%s: %s)"

@@ -1675,7 +1675,7 @@ def test_tool_arguments_and_results_keep_their_types(sb):
     '{"$set": [[1]]}', '{"$dict": [[[1], 2]]}', '{"$dict": [[1]]}', '{"$dict": [1]}', '{"$bytes": "@@"}',
     '{"$bytes": 5}', '{"$bytearray": "a"}', '{"$complex": [1]}', '{"$complex": ["1", 2]}',
     '{"$complex": [{"$tuple": []}, 1]}', '{"$frozenset": {}}', '{"$int": "1e5"}', '{"$float": "1j"}',
-    '{"$tuple": 3}', '{"$set": [{"$set": []}]}',
+    '{"$tuple": 3}', '{"$set": [{"$set": []}]}', '{"$complex": [{"$int": "1%s"}, 0]}' % ("0" * 400),
     # Deeper than the runner ever nests (100 levels), under the frame
     # parser's own cap (256, a protocol error).
     '[' * 200 + ']' * 200,
@@ -1700,7 +1700,9 @@ def test_malformed_tags_from_inside_are_errors(sb, arg):
 @pytest.mark.parametrize("text", [b'{"$set":[[1]]}', b'{"$dict":[[1]]}', b'{"$bytes":"@"}', b'{"$complex":[1]}',
                                   b'{"$complex":[true,1]}', b'{"$bytearray":1}', b'{"$dict":[[{"$set":[]},1]]}',
                                   b'[' * 120 + b']' * 120, b"[" * 5000 + b"]" * 5000, b'{"$int":"12z"}',
-                                  b'{"$float":"nope"}', b'{"$tuple":[{"$int":"0xg"}]}'])
+                                  b'{"$float":"nope"}', b'{"$tuple":[{"$int":"0xg"}]}',
+                                  # a part past a float's range: OverflowError
+                                  b'{"$complex":[{"$int":"1' + b'0' * 400 + b'"},0]}'])
 def test_malformed_tags_are_undecodable(text):
     with pytest.raises(nsbox.SandboxError) as ei:  # never a bare RecursionError or ValueError
         _values.loads(text)
