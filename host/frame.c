@@ -29,6 +29,13 @@ static int wait_writable(struct frame_io *io, uint16_t type, unsigned long long 
 	return 0;
 }
 
+void frame_io_release(struct frame_io *io)
+{
+	free(io->out);
+	io->out = NULL;
+	io->out_off = io->out_len = io->out_cap = 0;
+}
+
 int frame_flush(struct frame_io *io, struct nsbox_err *err)
 {
 	while (frame_queued(io)) {
@@ -47,6 +54,9 @@ int frame_flush(struct frame_io *io, struct nsbox_err *err)
 	}
 	io->out_off = io->out_len = 0;
 	io->out_deadline = 0;
+	/* An answer of many megabytes is not kept for the session's life. */
+	if (io->out_cap > (1u << 20))
+		frame_io_release(io);
 	return 0;
 }
 
@@ -54,6 +64,21 @@ int frame_queue_buf(struct frame_io *io, uint16_t type, const char *buf, size_t 
 		    struct nsbox_err *err)
 {
 	if (!frame_queued(io)) {
+		/* Nothing waits: straight from buf, only the rest is copied. */
+		while (len) {
+			ssize_t n = send(io->sock, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+				break;
+			if (n < 0)
+				return err_sys(err, "send %s", proto_type_name(type));
+			buf += n;
+			len -= (size_t)n;
+		}
+		if (!len)
+			return 0;
 		io->out_off = io->out_len = 0;
 		io->out_type = type;
 		io->out_deadline = deadline;
@@ -91,13 +116,6 @@ bool frame_stalled(const struct frame_io *io, unsigned long long now, struct nsb
 		return false;
 	err_set(err, ETIMEDOUT, "the runner stopped reading (sending %s)", proto_type_name(io->out_type));
 	return true;
-}
-
-void frame_io_release(struct frame_io *io)
-{
-	free(io->out);
-	io->out = NULL;
-	io->out_off = io->out_len = io->out_cap = 0;
 }
 
 int frame_send_buf_fd(struct frame_io *io, uint16_t type, const char *buf, size_t len, int fd,
