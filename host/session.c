@@ -56,6 +56,10 @@ struct exec_state {
 	double timeout, grace;
 	unsigned long long t0, soft, hard; /* ns; 0: none */
 	bool soft_sent, cancelled;
+	/* The runner's socket ended (EOF) in a non-blocking step: by when
+	 * the sandbox must have ended by itself (proc_finish's wait, kept
+	 * off the caller's thread); 0: not so. */
+	unsigned long long gone;
 	uint64_t out_bytes;
 	uint32_t *pending; /* CALLs not yet answered */
 	size_t n_pending, cap_pending;
@@ -709,6 +713,9 @@ static unsigned long long next_deadline(const struct nsbox_session *s)
 	unsigned long long d = x->soft_sent ? x->hard : x->soft;
 	unsigned long long q = frame_queued(&s->io) && !x->soft_sent ? s->io.out_deadline : 0;
 
+	if (x->gone)
+		return x->gone;
+
 	return q && (!d || q < d) ? q : d;
 }
 
@@ -718,13 +725,16 @@ static unsigned long long next_deadline(const struct nsbox_session *s)
  * frame then, and a readable socket would wake the loop for nothing). */
 static void step_pause(struct nsbox_session *s)
 {
-	uint32_t want = frame_queued(&s->io) ? EPOLLOUT : EPOLLIN;
+	uint32_t want = s->x.gone ? 0 : frame_queued(&s->io) ? EPOLLOUT : EPOLLIN;
 
 	arm_timer(s, next_deadline(s));
 	if (s->epoll_fd >= 0 && s->sock_events != want) {
 		struct epoll_event e = { .events = want, .data.fd = s->io.sock };
 
-		if (epoll_ctl(s->epoll_fd, EPOLL_CTL_MOD, s->io.sock, &e) == 0)
+		/* A socket at its end is always ready (EPOLLHUP even with no
+		 * events asked): out of the set, the pidfd and the timer wake
+		 * the caller. */
+		if (epoll_ctl(s->epoll_fd, want ? EPOLL_CTL_MOD : EPOLL_CTL_DEL, s->io.sock, &e) == 0)
 			s->sock_events = want;
 	}
 }
@@ -1080,6 +1090,20 @@ static int exec_step(struct nsbox_session *s, bool block, struct session_event *
 		ev->kind = SESSION_EV_DONE;
 		return 1;
 	}
+	if (x->gone) {
+		struct pollfd p = { s->sb.pidfd, POLLIN, 0 };
+		bool due = now_ns() >= x->gone;
+
+		audit_drain(s);
+		if (!due && poll(&p, 1, 0) == 0 && !block)
+			return 0;
+		/* Ended by itself (its status is read: an OOM kill), or not
+		 * in time: killed now. */
+		end_session(s, &x->res, due);
+		exec_done(s);
+		ev->kind = SESSION_EV_DONE;
+		return 1;
+	}
 	if (!block) {
 		uint64_t drain;
 
@@ -1148,6 +1172,14 @@ static int exec_step(struct nsbox_session *s, bool block, struct session_event *
 			continue;
 		}
 		if (k < 0) {
+			if (frame_peer_gone(&s->io, &e) && !block && s->sb.pidfd >= 0) {
+				/* proc_finish would wait here for the sandbox to
+				 * end by itself (2 s when its code closed the
+				 * socket and lives on), on an event loop's thread:
+				 * the step comes back when it has, or then. */
+				x->gone = now_ns() + REAP_WAIT_NS;
+				return 0;
+			}
 			if (frame_peer_gone(&s->io, &e))
 				end_session(s, &x->res, false);
 			else

@@ -225,3 +225,26 @@ def test_cancel_reaches_a_runner_that_stops_reading():
     assert p.returncode == 0, p.stderr
     span, err = p.stdout.split()
     assert float(span) < 10 and err == "Cancelled", p.stdout
+
+
+SHUT = PRELUDE + r'''
+import socket
+s = socket.socket(fileno=os.dup(fd))
+s.shutdown(socket.SHUT_RDWR)
+time.sleep(30)
+'''
+
+
+def test_a_runner_that_closes_its_socket_does_not_hold_the_loop():
+    """At the socket's end the library waited up to 2 s for the sandbox to
+    end by itself (its status, an OOM kill's, must be read), on the thread
+    driving the exec: code that shut its socket down and lived on froze
+    an asyncio loop 2 s per exec.  The step comes back when the sandbox
+    has ended, or when the wait is over."""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR))
+    p = subprocess.run([sys.executable, "-c", DEAF_HOST], input=SHUT, capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    stall, span, err = p.stdout.split()
+    assert err == "SandboxCrashed" and float(span) >= 1.5, p.stdout
+    assert float(stall) < 1.0, p.stdout
