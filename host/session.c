@@ -640,9 +640,10 @@ static void protocol_error(struct nsbox_session *s, struct session_result *res, 
 {
 	json_auto_t *m = json_pack("{s:s}", "message", what);
 
-	/* Best effort: tell the runner why, then kill it. */
-	if (m)
-		frame_send_msg(&s->io, PROTO_ERROR, 0, m, now_ns() + 100000000ull, NULL);
+	/* Best effort: tell the runner why, then kill it.  Never waited
+	 * for (a runner that stopped reading held the caller 100 ms). */
+	if (m && !frame_queued(&s->io))
+		frame_queue_msg(&s->io, PROTO_ERROR, 0, m, 0, NULL);
 	result_msg(res, SESSION_PROTOCOL, NSBOX_EXIT_PROTOCOL, "protocol error: %s", what);
 	end_session(s, res, true);
 }
