@@ -248,3 +248,41 @@ def test_a_runner_that_closes_its_socket_does_not_hold_the_loop():
     stall, span, err = p.stdout.split()
     assert err == "SandboxCrashed" and float(span) >= 1.5, p.stdout
     assert float(stall) < 1.0, p.stdout
+
+
+ACLOSE = r'''
+import asyncio, time
+import nsbox
+
+async def main():
+    ticks, done = [], []
+    async def ticker():
+        while not done:
+            await asyncio.sleep(0.02)
+            ticks.append(time.monotonic())
+    a = nsbox.AsyncSandbox(timeout=60)
+    await a.execute("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(3 * 10**9))\n"
+                    "threading.Thread(target=hog, daemon=True).start()")
+    await asyncio.sleep(0.6)                # the hog holds the runner
+    t = asyncio.ensure_future(ticker())
+    t0 = time.monotonic()
+    await a.aclose()
+    t1 = time.monotonic()
+    done.append(1)
+    await t
+    marks = [t0] + [x for x in ticks if t0 < x < t1] + [t1]
+    print(round(max(y - x for x, y in zip(marks, marks[1:])), 2), round(t1 - t0, 1), a.closed)
+
+asyncio.run(main())
+'''
+
+
+def test_aclose_of_a_held_runner_does_not_hold_the_loop():
+    """aclose() freed the session on the loop's thread: the BYE a held
+    runner never answers (1 s) and its exit (2 s) froze the loop 3 s.  The
+    free runs in the executor now."""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR))
+    p = subprocess.run([sys.executable, "-c", ACLOSE], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    stall, span, closed = p.stdout.split()
+    assert closed == "True" and float(span) >= 1.0 and float(stall) < 1.0, p.stdout
