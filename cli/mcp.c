@@ -382,8 +382,15 @@ fail:
 	return -1;
 }
 
-static void close_msess(struct msess *m)
+static void close_msess(struct server *srv, struct msess *m)
 {
+	/* Killed first: the goodbye was waited for (its BYE up to 1 s, its
+	 * exit up to 2 s) on the server's only thread, and a session whose
+	 * own code held its interpreter stopped the server 3 s (red team 4).
+	 * With a workspace or binds the code's exit may still write to the
+	 * host: then it gets its goodbye. */
+	if (m->s && !srv->host_writes)
+		nsbox_session_kill(m->s);
 	nsbox_session_free(m->s);
 	m->s = NULL;
 	m->handle[0] = '\0';
@@ -420,7 +427,7 @@ static double expire_idle(struct server *srv)
 		if (left <= 0) {
 			fprintf(stderr, "nsbox mcp: closing idle session %s\n",
 				m->handle[0] ? m->handle : "(implicit)");
-			close_msess(m);
+			close_msess(srv, m);
 		} else if (next < 0 || left < next) {
 			next = left;
 		}
@@ -1624,7 +1631,7 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 
 	r = run_exec(srv, m->s, code, repl, timeout, id, token, &res, msg, sizeof(msg));
 	if (r == -2 && !m->handle[0]) { /* the implicit sandbox died idle: once more, afresh */
-		close_msess(m);
+		close_msess(srv, m);
 		if (start_session(srv, 0, &m->s, msg, sizeof(msg)) < 0)
 			return tool_errorf("%s", msg);
 		r = run_exec(srv, m->s, code, repl, timeout, id, token, &res, msg, sizeof(msg));
@@ -1632,7 +1639,7 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	m->last_used = now();
 	if (r < 0) {
 		if (!alive(m->s))
-			close_msess(m);
+			close_msess(srv, m);
 		return tool_errorf("%s", msg);
 	}
 	*suppress = srv->cur_cancelled;
@@ -1641,7 +1648,7 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	 * a file tool's). */
 	out = format_result(res, dead, m->handle, !keep, srv->structured && !keep);
 	if (dead)
-		close_msess(m);
+		close_msess(srv, m);
 	if (keep)
 		*keep = res;
 	else
@@ -1712,7 +1719,7 @@ static json_t *tool_close_session(struct server *srv, json_t *args, char *msg, s
 	m = find_handle(srv, handle);
 	if (!m)
 		return tool_errorf("unknown or expired session '%.64s'", handle);
-	close_msess(m);
+	close_msess(srv, m);
 	return tool_result("closed", false);
 }
 
@@ -2766,8 +2773,8 @@ bad_value:
 		json_decref(dequeue(&srv));
 	rc = 0;
 	for (unsigned i = 0; i < srv.max_sessions; i++)
-		close_msess(&srv.sess[i]);
-	close_msess(&srv.implicit);
+		close_msess(&srv, &srv.sess[i]);
+	close_msess(&srv, &srv.implicit);
 	free(srv.buf);
 out:
 	if (srv.argv != argv) /* the jail options' copy */
