@@ -382,8 +382,15 @@ fail:
 	return -1;
 }
 
-static void close_msess(struct msess *m)
+static void close_msess(struct server *srv, struct msess *m)
 {
+	/* Killed first: the goodbye was waited for (its BYE up to 1 s, its
+	 * exit up to 2 s) on the server's only thread, and a session whose
+	 * own code held its interpreter stopped the server 3 s (red team 4).
+	 * With a workspace or binds the code's exit may still write to the
+	 * host: then it gets its goodbye. */
+	if (m->s && !srv->host_writes)
+		nsbox_session_kill(m->s);
 	nsbox_session_free(m->s);
 	m->s = NULL;
 	m->handle[0] = '\0';
@@ -420,7 +427,7 @@ static double expire_idle(struct server *srv)
 		if (left <= 0) {
 			fprintf(stderr, "nsbox mcp: closing idle session %s\n",
 				m->handle[0] ? m->handle : "(implicit)");
-			close_msess(m);
+			close_msess(srv, m);
 		} else if (next < 0 || left < next) {
 			next = left;
 		}
@@ -985,6 +992,42 @@ static int b64_digit(char c)
 	if (c >= '0' && c <= '9')
 		return c - '0' + 52;
 	return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+/* Canonical base64 (RFC 4648, padded, no line breaks, unused bits zero)
+ * to a new buffer, or NULL. */
+static char *b64_decode(const char *s, size_t n, size_t *olen)
+{
+	size_t pad = n >= 1 && s[n - 1] == '=' ? (n >= 2 && s[n - 2] == '=' ? 2 : 1) : 0, len = 0;
+	unsigned acc = 0;
+	int bits = 0;
+	char *out;
+
+	if (n % 4)
+		return NULL;
+	out = malloc(n / 4 * 3 + 1);
+	if (!out)
+		return NULL;
+	for (size_t i = 0; i < n - pad; i++) {
+		int d = b64_digit(s[i]);
+
+		if (d < 0) {
+			free(out);
+			return NULL;
+		}
+		acc = ((acc << 6) | (unsigned)d) & 0xffffu;
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[len++] = (char)(acc >> bits);
+		}
+	}
+	if (acc & ((1u << bits) - 1)) {
+		free(out);
+		return NULL;
+	}
+	*olen = len;
+	return out;
 }
 
 /* {"$bytes": base64} as Python shows bytes: b'...' ("bytearray(b'...')"
@@ -1588,7 +1631,7 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 
 	r = run_exec(srv, m->s, code, repl, timeout, id, token, &res, msg, sizeof(msg));
 	if (r == -2 && !m->handle[0]) { /* the implicit sandbox died idle: once more, afresh */
-		close_msess(m);
+		close_msess(srv, m);
 		if (start_session(srv, 0, &m->s, msg, sizeof(msg)) < 0)
 			return tool_errorf("%s", msg);
 		r = run_exec(srv, m->s, code, repl, timeout, id, token, &res, msg, sizeof(msg));
@@ -1596,7 +1639,7 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	m->last_used = now();
 	if (r < 0) {
 		if (!alive(m->s))
-			close_msess(m);
+			close_msess(srv, m);
 		return tool_errorf("%s", msg);
 	}
 	*suppress = srv->cur_cancelled;
@@ -1605,7 +1648,7 @@ static json_t *exec_on(struct server *srv, struct msess *m, const char *code, bo
 	 * a file tool's). */
 	out = format_result(res, dead, m->handle, !keep, srv->structured && !keep);
 	if (dead)
-		close_msess(m);
+		close_msess(srv, m);
 	if (keep)
 		*keep = res;
 	else
@@ -1676,7 +1719,7 @@ static json_t *tool_close_session(struct server *srv, json_t *args, char *msg, s
 	m = find_handle(srv, handle);
 	if (!m)
 		return tool_errorf("unknown or expired session '%.64s'", handle);
-	close_msess(m);
+	close_msess(srv, m);
 	return tool_result("closed", false);
 }
 
@@ -1721,21 +1764,39 @@ static const char list_snippet[] =
 	"            out.append([e.name, kind, st.st_size])\n"
 	"    return {'path': os.path.abspath(a['path']), 'entries': sorted(out)}\n";
 
-static json_t *file_op(struct server *srv, const char *handle, const char *snippet, json_t *fargs, json_t *id,
-		       json_t **value)
+/* resources/read's: the file's bytes in base64 (decoded and checked here),
+ * or {"gone"}, or {"big"}; a fifo or device is an error, never waited on
+ * (O_NONBLOCK, then fstat), as in nsbox-protocol(7), FILES. */
+static const char resource_snippet[] =
+	"def _nsbox_mcp_op(a):\n"
+	"    import base64, os, stat\n"
+	"    try:\n"
+	"        fd = os.open(a['path'], os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)\n"
+	"    except FileNotFoundError:\n"
+	"        return {'gone': True}\n"
+	"    except OSError as e:\n"
+	"        return {'error': str(e)}\n"
+	"    if not stat.S_ISREG(os.fstat(fd).st_mode):\n"
+	"        os.close(fd)\n"
+	"        return {'error': 'not a regular file'}\n"
+	"    with open(fd, 'rb') as f:\n"
+	"        try:\n"
+	"            data = f.read(a['cap'] + 1)\n"
+	"        except OSError as e:\n"
+	"            return {'error': str(e)}\n"
+	"    if len(data) > a['cap']:\n"
+	"        return {'big': True}\n"
+	"    return {'b64': base64.b64encode(data).decode('ascii')}\n";
+
+/* One file snippet run on session m (file_op). */
+static json_t *file_op_on(struct server *srv, struct msess *m, const char *snippet, json_t *fargs, json_t *id,
+			  bool *suppress, json_t **value)
 {
-	struct msess *m;
-	json_t *err = NULL, *out;
+	json_t *out;
 	nsbox_result_t *res = NULL;
-	bool suppress = false;
 	char *text;
 	char *code = NULL, *b64;
 
-	m = pick_session(srv, handle, &err);
-	if (!m) {
-		json_decref(fargs);
-		return err;
-	}
 	text = json_dumps(fargs, JSON_COMPACT);
 	json_decref(fargs);
 	b64 = text ? b64_encode(text, strlen(text), NULL) : NULL;
@@ -1749,7 +1810,7 @@ static json_t *file_op(struct server *srv, const char *handle, const char *snipp
 		return tool_errorf("out of memory");
 	}
 	free(b64);
-	out = exec_on(srv, m, code, true, call_timeout(srv, m, 30), id, NULL, &suppress, &res);
+	out = exec_on(srv, m, code, true, call_timeout(srv, m, 30), id, NULL, suppress, &res);
 	free(code);
 	if (res && nsbox_result_status(res) == NSBOX_OK) {
 		*value = json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
@@ -1760,6 +1821,20 @@ static json_t *file_op(struct server *srv, const char *handle, const char *snipp
 	}
 	nsbox_result_free(res);
 	return out;
+}
+
+static json_t *file_op(struct server *srv, const char *handle, const char *snippet, json_t *fargs, json_t *id,
+		       json_t **value)
+{
+	json_t *err = NULL;
+	struct msess *m = pick_session(srv, handle, &err);
+	bool suppress = false;
+
+	if (!m) {
+		json_decref(fargs);
+		return err;
+	}
+	return file_op_on(srv, m, snippet, fargs, id, &suppress, value);
 }
 
 static json_t *tool_read_file(struct server *srv, json_t *args, json_t *id, char *msg, size_t msz)
@@ -2087,9 +2162,9 @@ static void handle_read(struct server *srv, json_t *id, const json_t *params)
 	char handle[40], name[256], path[300], *data = NULL;
 	size_t n = 0, len = 0;
 	struct msess *m = NULL;
-	nsbox_error_t *e = NULL;
-	json_t *c;
-	int r;
+	json_t *c, *out, *ans = NULL;
+	const char *b64;
+	bool suppress = false;
 
 	if (!uri) {
 		send_error(id, -32602, "resources/read: missing 'uri' (a string)");
@@ -2130,20 +2205,37 @@ static void handle_read(struct server *srv, json_t *id, const json_t *params)
 		return;
 	}
 	snprintf(path, sizeof(path), "/out/%s", name);
-	r = nsbox_read_file(m->s, path, &data, &len, MCP_RESOURCE_CAP, &e);
-	m->last_used = now();
-	if (r == -EFBIG) {
+	/* One exec, driven like run_python's: nsbox_read_file waited on the
+	 * server's only thread, and a session whose own thread held its
+	 * interpreter kept every other request (a ping) waiting for up to
+	 * the control timeout (red team 4). */
+	out = file_op_on(srv, m, resource_snippet,
+			 json_pack("{s:s,s:I}", "path", path, "cap", (json_int_t)MCP_RESOURCE_CAP), id, &suppress, &ans);
+	b64 = json_string_value(json_object_get(ans, "b64"));
+	if (suppress) {
+		/* cancelled: no answer */
+	} else if (out) {
+		const char *t = json_string_value(json_object_get(json_array_get(json_object_get(out, "content"), 0),
+								  "text"));
+
+		send_error(id, -32603, "resources/read %.300s: %.600s", uri, t ? t : "failed");
+	} else if (json_is_string(json_object_get(ans, "error"))) {
+		const char *why = json_string_value(json_object_get(ans, "error"));
+
+		send_error(id, -32603, "resources/read %.300s: %.300s", uri, cli_text_inert(why) ? why : "failed");
+	} else if (json_is_true(json_object_get(ans, "gone"))) {
+		send_error(id, -32002, "resources/read %.300s: resource not found (the file is gone)", uri);
+	} else if (json_is_true(json_object_get(ans, "big"))) {
 		send_error(id, -32603,
 			   "resources/read %.300s: the file is larger than %u MiB: read it in parts with "
 			   "run_python",
 			   uri, MCP_RESOURCE_CAP >> 20);
-	} else if (r < 0) {
-		send_error(id, r == -ENOENT ? -32002 : -32603, "resources/read %.300s: %s", uri,
-			   r == -ENOENT ? "resource not found (the file is gone)"
-			   : e		? nsbox_error_message(e)
-					: strerror(-r));
-		if (!alive(m->s))
-			close_msess(m);
+	} else if (!b64 || !(data = b64_decode(b64, json_string_length(json_object_get(ans, "b64")), &len)) ||
+		   len > MCP_RESOURCE_CAP) {
+		/* The sandbox's own code may have changed what the snippet
+		 * calls: anything else is its error. */
+		send_error(id, -32603, "resources/read %.300s: the sandbox answered something else than the "
+			   "file's content", uri);
 	} else {
 		const char *mime = mime_of_name(name);
 		json_t *t = text_mime(mime) && !memchr(data, '\0', len) ? json_stringn(data, len) : NULL;
@@ -2161,8 +2253,9 @@ static void handle_read(struct server *srv, json_t *id, const json_t *params)
 		else
 			send_error(id, -32603, "resources/read: out of memory");
 	}
-	nsbox_free(data);
-	nsbox_error_free(e);
+	free(data);
+	json_decref(out);
+	json_decref(ans);
 	return;
 bad:
 	send_error(id, -32602,
@@ -2680,8 +2773,8 @@ bad_value:
 		json_decref(dequeue(&srv));
 	rc = 0;
 	for (unsigned i = 0; i < srv.max_sessions; i++)
-		close_msess(&srv.sess[i]);
-	close_msess(&srv.implicit);
+		close_msess(&srv, &srv.sess[i]);
+	close_msess(&srv, &srv.implicit);
 	free(srv.buf);
 out:
 	if (srv.argv != argv) /* the jail options' copy */

@@ -21,6 +21,13 @@ struct frame_io {
 	struct proto_reader *rd;
 	uint32_t max_frame;		/* payload cap for what we send */
 	struct spinwait spin;		/* the adaptive spin before sleeping (proto/spinwait.h) */
+	/* Frames queued for the runner (frame_queue_buf): an exec's EXEC,
+	 * answers and CANCELs wait here, not in a send() on the thread that
+	 * drives the exec, when the runner stops reading. */
+	char *out;
+	size_t out_off, out_len, out_cap;
+	uint16_t out_type;		   /* the first frame still waiting, for messages */
+	unsigned long long out_deadline; /* when it must be gone (ns) */
 };
 
 
@@ -32,9 +39,32 @@ int frame_send_buf(struct frame_io *io, uint16_t type, const char *buf, size_t l
  * (SCM_RIGHTS): the memfd of a FILE_* request (files.c). */
 int frame_send_buf_fd(struct frame_io *io, uint16_t type, const char *buf, size_t len, int fd,
 		      unsigned long long deadline, struct nsbox_err *err);
-/* Encode msg (borrowed) as a frame of type and id, and send it. */
+/* Encode msg (borrowed) as a frame of type and id, and send it.  The
+ * sends above first drain the queue below, within the same deadline. */
 int frame_send_msg(struct frame_io *io, uint16_t type, uint32_t id, const json_t *msg,
 		   unsigned long long deadline, struct nsbox_err *err);
+
+/* Queue one whole frame and send what the socket takes now, never
+ * waiting: the rest goes with frame_flush() (or the next blocking send).
+ * deadline: by when the runner must have taken it (frame_stalled()).
+ * 0, or -1 with err (EMSGSIZE: too big for a frame, nothing queued; the
+ * socket's errors). */
+int frame_queue_buf(struct frame_io *io, uint16_t type, const char *buf, size_t len, unsigned long long deadline,
+		    struct nsbox_err *err);
+int frame_queue_msg(struct frame_io *io, uint16_t type, uint32_t id, const json_t *msg,
+		    unsigned long long deadline, struct nsbox_err *err);
+/* Send what the socket takes of the queue now: 0 when it is empty, 1 when
+ * bytes are left, -1 with err. */
+int frame_flush(struct frame_io *io, struct nsbox_err *err);
+/* Whether frames wait in the queue; while they do, the session reads no
+ * frame (a runner that does not read gets nothing more answered). */
+static inline bool frame_queued(const struct frame_io *io)
+{
+	return io->out_off < io->out_len;
+}
+/* The queue's deadline has passed with bytes still waiting: err says so. */
+bool frame_stalled(const struct frame_io *io, unsigned long long now, struct nsbox_err *err);
+void frame_io_release(struct frame_io *io);
 
 enum frame_wait_res {
 	W_FRAME = 1,

@@ -56,6 +56,10 @@ struct exec_state {
 	double timeout, grace;
 	unsigned long long t0, soft, hard; /* ns; 0: none */
 	bool soft_sent, cancelled;
+	/* The runner's socket ended (EOF) in a non-blocking step: by when
+	 * the sandbox must have ended by itself (proc_finish's wait, kept
+	 * off the caller's thread); 0: not so. */
+	unsigned long long gone;
 	uint64_t out_bytes;
 	uint32_t *pending; /* CALLs not yet answered */
 	size_t n_pending, cap_pending;
@@ -71,6 +75,8 @@ struct nsbox_session {
 	int cancel_fd; /* eventfd: session_cancel() */
 	atomic_bool cancel_req;
 	int epoll_fd, timer_fd;		/* session_fd(), made on first use */
+	uint32_t sock_events;		/* what epoll_fd waits for on the socket: EPOLLIN, or
+					 * EPOLLOUT while frames are queued (frame_queued) */
 	unsigned long long timer_armed; /* the deadline timer_fd is armed to (0: disarmed) */
 	struct sandbox sb;
 	bool dead;
@@ -351,6 +357,7 @@ static void session_free(struct nsbox_session *s)
 	if (s->sb.priv)
 		s->sb.ops->destroy(&s->sb);
 	free(s->sb.priv);
+	frame_io_release(&s->io);
 	if (s->io.rd) {
 		proto_reader_free(s->io.rd);
 		free(s->io.rd);
@@ -611,7 +618,9 @@ static void end_session(struct nsbox_session *s, struct session_result *res, boo
 	proc_finish(s, kill_now);
 	res->dead = true;
 	res->peak_memory = s->sb.st.peak_memory;
-	if (res->outcome == SESSION_TIMEOUT || res->outcome == SESSION_PROTOCOL)
+	/* The host's own reason to kill stands (on_deadline: a cancel the
+	 * code did not heed was reported as "killed by signal 9"). */
+	if (res->outcome == SESSION_TIMEOUT || res->outcome == SESSION_PROTOCOL || res->outcome == SESSION_CANCELLED)
 		return;
 	if (s->sb.st.oom_killed) {
 		result_msg(res, SESSION_MEMORY, NSBOX_EXIT_MEMORY, "memory limit exceeded (peak %.1f MiB)",
@@ -631,9 +640,10 @@ static void protocol_error(struct nsbox_session *s, struct session_result *res, 
 {
 	json_auto_t *m = json_pack("{s:s}", "message", what);
 
-	/* Best effort: tell the runner why, then kill it. */
-	if (m)
-		frame_send_msg(&s->io, PROTO_ERROR, 0, m, now_ns() + 100000000ull, NULL);
+	/* Best effort: tell the runner why, then kill it.  Never waited
+	 * for (a runner that stopped reading held the caller 100 ms). */
+	if (m && !frame_queued(&s->io))
+		frame_queue_msg(&s->io, PROTO_ERROR, 0, m, 0, NULL);
 	result_msg(res, SESSION_PROTOCOL, NSBOX_EXIT_PROTOCOL, "protocol error: %s", what);
 	end_session(s, res, true);
 }
@@ -694,6 +704,42 @@ static void wake(struct nsbox_session *s)
 
 static void arm_timer(struct nsbox_session *s, unsigned long long deadline);
 
+/* The exec's next deadline (0: none): its time limit, or sooner the one
+ * by which the runner must take what is queued for it (frame_queue_buf);
+ * once CANCEL is on its way, the grace after it and nothing else (the
+ * exec then ends as timed out or cancelled, the sandbox killed). */
+static unsigned long long next_deadline(const struct nsbox_session *s)
+{
+	const struct exec_state *x = &s->x;
+	unsigned long long d = x->soft_sent ? x->hard : x->soft;
+	unsigned long long q = frame_queued(&s->io) && !x->soft_sent ? s->io.out_deadline : 0;
+
+	if (x->gone)
+		return x->gone;
+
+	return q && (!d || q < d) ? q : d;
+}
+
+/* Before an event loop waits on the session fd again: the timer at the
+ * next deadline, and the socket watched for what the exec waits for,
+ * room to send while frames are queued (not readable: the step reads no
+ * frame then, and a readable socket would wake the loop for nothing). */
+static void step_pause(struct nsbox_session *s)
+{
+	uint32_t want = s->x.gone ? 0 : frame_queued(&s->io) ? EPOLLOUT : EPOLLIN;
+
+	arm_timer(s, next_deadline(s));
+	if (s->epoll_fd >= 0 && s->sock_events != want) {
+		struct epoll_event e = { .events = want, .data.fd = s->io.sock };
+
+		/* A socket at its end is always ready (EPOLLHUP even with no
+		 * events asked): out of the set, the pidfd and the timer wake
+		 * the caller. */
+		if (epoll_ctl(s->epoll_fd, want ? EPOLL_CTL_MOD : EPOLL_CTL_DEL, s->io.sock, &e) == 0)
+			s->sock_events = want;
+	}
+}
+
 int session_exec_start(struct nsbox_session *s, const struct session_exec_req *req, struct nsbox_err *err)
 {
 	struct exec_state *x = &s->x;
@@ -720,7 +766,7 @@ int session_exec_start(struct nsbox_session *s, const struct session_exec_req *r
 	x->t0 = now_ns();
 	x->soft = timeout > 0 ? x->t0 + (unsigned long long)(timeout * 1e9) : 0;
 	x->id = s->next_id++;
-	if (frame_send_buf(&s->io, PROTO_EXEC, frame, flen, d, err) < 0) {
+	if (frame_queue_buf(&s->io, PROTO_EXEC, frame, flen, d, err) < 0) {
 		/* A runner that died is reported as such (signal, OOM). */
 		if (err->code == EPIPE || err->code == ECONNRESET) {
 			end_session(s, &x->res, false);
@@ -735,8 +781,7 @@ int session_exec_start(struct nsbox_session *s, const struct session_exec_req *r
 	/* An event-loop caller polls the session fd before its first
 	 * advance: the time limit must be able to wake it (no timerfd, and
 	 * nothing to do, on the blocking path). */
-	if (x->soft)
-		arm_timer(s, x->soft);
+	step_pause(s);
 	/* A cancel before this exec is not for it (no read() when there was
 	 * none: this is on every exec's round trip). */
 	if (atomic_exchange(&s->cancel_req, false))
@@ -745,8 +790,8 @@ int session_exec_start(struct nsbox_session *s, const struct session_exec_req *r
 	return 0;
 }
 
-/* Send the answer to CALL id (the caller's deadline).  -1 with err when
- * the session must end. */
+/* Queue the answer to CALL id (sent as the runner takes it, by the
+ * caller's deadline).  -1 with err when the session must end. */
 static int send_answer(struct nsbox_session *s, uint32_t id, const char *name, uint16_t type, json_t *ans,
 		       struct nsbox_err *err)
 {
@@ -759,7 +804,7 @@ static int send_answer(struct nsbox_session *s, uint32_t id, const char *name, u
 
 	if (!ans)
 		return err_set(err, ENOMEM, "tool answer");
-	r = frame_send_msg(&s->io, type, id, ans, deadline, err);
+	r = frame_queue_msg(&s->io, type, id, ans, deadline, err);
 	if (r < 0 && err->code == EMSGSIZE) {
 		/* The host's answer is too big for a frame: the caller inside
 		 * gets a clear ToolError instead. */
@@ -770,7 +815,7 @@ static int send_answer(struct nsbox_session *s, uint32_t id, const char *name, u
 		small = json_pack("{s:s}", "message", buf);
 		if (!small)
 			return err_set(err, ENOMEM, "tool answer");
-		r = frame_send_msg(&s->io, PROTO_RAISE, id, small, deadline, err);
+		r = frame_queue_msg(&s->io, PROTO_RAISE, id, small, deadline, err);
 	}
 	return r;
 }
@@ -842,7 +887,7 @@ static void on_deadline(struct nsbox_session *s)
 		x->soft_sent = true;
 		x->hard = now_ns() + (unsigned long long)(x->grace * 1e9);
 		if (c)
-			frame_send_msg(&s->io, PROTO_CANCEL, x->id, c, x->hard, NULL);
+			frame_queue_msg(&s->io, PROTO_CANCEL, x->id, c, x->hard, NULL);
 		return;
 	}
 	if (x->cancelled && !(x->soft && now_ns() >= x->soft))
@@ -861,7 +906,7 @@ static void on_cancel(struct nsbox_session *s)
 
 	x->cancelled = true;
 	if (c)
-		frame_send_msg(&s->io, PROTO_CANCEL, x->id, c, now_ns() + 1000000000ull, NULL);
+		frame_queue_msg(&s->io, PROTO_CANCEL, x->id, c, now_ns() + 1000000000ull, NULL);
 	if (!x->soft_sent) {
 		/* Same grace as a time limit: then the sandbox goes. */
 		x->soft_sent = true;
@@ -1032,7 +1077,7 @@ static void arm_timer(struct nsbox_session *s, unsigned long long deadline)
 		s->timer_armed = deadline;
 }
 
-int session_exec_step(struct nsbox_session *s, bool block, struct session_event *ev, struct nsbox_err *err)
+static int exec_step(struct nsbox_session *s, bool block, struct session_event *ev, struct nsbox_err *err)
 {
 	struct exec_state *x = &s->x;
 	unsigned handled = 0;
@@ -1043,6 +1088,20 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 		return err_set(err, EINVAL, "no exec in progress");
 	release_frame(s);
 	if (x->done) {
+		ev->kind = SESSION_EV_DONE;
+		return 1;
+	}
+	if (x->gone) {
+		struct pollfd p = { s->sb.pidfd, POLLIN, 0 };
+		bool due = now_ns() >= x->gone;
+
+		audit_drain(s);
+		if (!due && poll(&p, 1, 0) == 0 && !block)
+			return 0;
+		/* Ended by itself (its status is read: an OOM kill), or not
+		 * in time: killed now. */
+		end_session(s, &x->res, due);
+		exec_done(s);
 		ev->kind = SESSION_EV_DONE;
 		return 1;
 	}
@@ -1065,6 +1124,7 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 		unsigned long long deadline = x->soft_sent ? x->hard : x->soft;
 		struct nsbox_err e = { 0 };
 		struct pollfd p[4];
+		bool queued;
 		int k;
 
 		if (!x->cancelled && atomic_exchange(&s->cancel_req, false)) {
@@ -1079,7 +1139,25 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 			}
 			continue;
 		}
-		k = try_read ? proto_reader_read(s->io.rd, s->io.sock, &x->cur_frame, &e) : 0;
+		/* What waits for the runner goes first; while it waits no frame
+		 * is read (the host answers nothing more to a runner that does
+		 * not read), and none of it is waited for here: a runner that
+		 * stopped reading held the thread in send() until the deadline,
+		 * an event loop's thread too (red team 4). */
+		if (frame_queued(&s->io)) {
+			k = frame_flush(&s->io, &e);
+			if (k < 0 || (k > 0 && !x->soft_sent && frame_stalled(&s->io, now_ns(), &e))) {
+				if (e.code == EPIPE || e.code == ECONNRESET)
+					end_session(s, &x->res, false);
+				else
+					protocol_error(s, &x->res, e.msg);
+				exec_done(s);
+				ev->kind = SESSION_EV_DONE;
+				return 1;
+			}
+		}
+		queued = frame_queued(&s->io);
+		k = try_read && !queued ? proto_reader_read(s->io.rd, s->io.sock, &x->cur_frame, &e) : 0;
 		try_read = true;
 		if (k == 1) {
 			if (on_frame(s, ev))
@@ -1090,13 +1168,19 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 			 * end kept an event loop's host here, every other session
 			 * on that loop starved.  Back to the loop after a batch,
 			 * the socket still readable. */
-			if (!block && ++handled >= SESSION_STEP_FRAMES) {
-				arm_timer(s, deadline);
+			if (!block && ++handled >= SESSION_STEP_FRAMES)
 				return 0;
-			}
 			continue;
 		}
 		if (k < 0) {
+			if (frame_peer_gone(&s->io, &e) && !block && s->sb.pidfd >= 0) {
+				/* proc_finish would wait here for the sandbox to
+				 * end by itself (2 s when its code closed the
+				 * socket and lives on), on an event loop's thread:
+				 * the step comes back when it has, or then. */
+				x->gone = now_ns() + REAP_WAIT_NS;
+				return 0;
+			}
 			if (frame_peer_gone(&s->io, &e))
 				end_session(s, &x->res, false);
 			else
@@ -1105,7 +1189,7 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 			ev->kind = SESSION_EV_DONE;
 			return 1;
 		}
-		p[0] = (struct pollfd){ s->io.sock, POLLIN, 0 };
+		p[0] = (struct pollfd){ s->io.sock, queued ? POLLOUT : POLLIN, 0 };
 		p[1] = (struct pollfd){ s->sb.pidfd, POLLIN, 0 };
 		p[2] = (struct pollfd){ x->cancelled ? -1 : s->cancel_fd, POLLIN, 0 };
 		p[3] = (struct pollfd){ s->audit && !s->audit->eof ? s->audit->fd : -1, POLLIN, 0 };
@@ -1113,7 +1197,7 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 			/* Spin briefly before sleeping: a reply often comes within
 			 * tens of microseconds, and a cross-CPU wake-up costs about
 			 * as much. */
-			k = spinwait_poll(&s->io.spin, p, p[3].fd >= 0 ? 4 : 3, deadline);
+			k = spinwait_poll(&s->io.spin, p, p[3].fd >= 0 ? 4 : 3, next_deadline(s));
 		} else {
 			k = poll(p, 2, 0);
 		}
@@ -1142,11 +1226,18 @@ int session_exec_step(struct nsbox_session *s, bool block, struct session_event 
 		}
 		if (block && p[3].revents)
 			audit_drain(s);
-		if (!block && !(p[0].revents & POLLIN)) {
-			arm_timer(s, deadline);
+		if (!block && !p[0].revents)
 			return 0;
-		}
 	}
+}
+
+int session_exec_step(struct nsbox_session *s, bool block, struct session_event *ev, struct nsbox_err *err)
+{
+	int r = exec_step(s, block, ev, err);
+
+	if (!block && s->x.active)
+		step_pause(s);
+	return r;
 }
 
 int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value, const char *error,
@@ -1189,6 +1280,7 @@ int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value
 		wake(s);
 		return err_set(err, EPIPE, "the session has ended (%s)", x->res.message);
 	}
+	step_pause(s);
 	return 0;
 }
 
@@ -1297,6 +1389,8 @@ int session_fd(struct nsbox_session *s, struct nsbox_err *err)
 		int fd = i < 3 ? fds[i] : i == 3 ? s->sb.pidfd : s->audit && !s->audit->eof ? s->audit->fd : -1;
 		struct epoll_event e = { .events = EPOLLIN, .data.fd = fd };
 
+		if (i == 0 && frame_queued(&s->io))
+			e.events = EPOLLOUT;
 		if (fd >= 0 && epoll_ctl(s->epoll_fd, EPOLL_CTL_ADD, fd, &e) < 0) {
 			err_sys(err, "epoll_ctl");
 			close(s->epoll_fd);
@@ -1304,9 +1398,10 @@ int session_fd(struct nsbox_session *s, struct nsbox_err *err)
 			return -1;
 		}
 	}
+	s->sock_events = frame_queued(&s->io) ? EPOLLOUT : EPOLLIN;
 	/* An exec already running: its deadline counts from now on. */
 	if (s->x.active && !s->x.done)
-		arm_timer(s, s->x.soft_sent ? s->x.hard : s->x.soft);
+		arm_timer(s, next_deadline(s));
 	return s->epoll_fd;
 }
 
@@ -1602,6 +1697,8 @@ int session_handoff(struct nsbox_session *s, int *sock, int *pidfd, struct nsbox
 		return err_set(err, EBUSY, "an exec is in progress");
 	if (s->io.rd->buf_start < s->io.rd->buf_end || s->io.rd->hdr_have)
 		return err_set(err, EBUSY, "the runner socket has unread bytes");
+	if (frame_queued(&s->io))
+		return err_set(err, EBUSY, "the runner has not taken all that was sent to it");
 	pfd = s->sb.pidfd >= 0 ? fcntl(s->sb.pidfd, F_DUPFD_CLOEXEC, 3) : -1;
 	if (pfd < 0)
 		return err_sys(err, "dup the sandbox's pidfd");

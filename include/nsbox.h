@@ -384,6 +384,8 @@ NSBOX_API bool nsbox_result_files_truncated(const nsbox_result_t *r);
  * tool call as an event, whether or not the tool was registered with a
  * callback (nsbox_session_add_tool() accepts fn NULL for such hosts); the
  * session's output callback is not called: output arrives as events.
+ * Nothing sent during the exec waits for the sandbox to read it: what its
+ * socket does not take is queued, and the fd waits for room meanwhile.
  * One exec at a time per session; different sessions are independent. */
 
 /* The fd to poll (POLLIN) for session s: readable whenever

@@ -1,6 +1,7 @@
 #include "proto.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -792,15 +793,58 @@ int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **ou
 			       NSBOX_PROTO_COST_FACTOR, NSBOX_PROTO_COST_SLACK >> 20);
 	/* Duplicate keys could make the two sides see different messages. */
 	msg = json_loadb(f->payload, jlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
-	if (!msg)
+	if (!msg) {
+		char text[sizeof(jerr.text) * 2];
+
+		/* jansson quotes the input it stopped at: the peer's bytes. */
 		return err_set(err, EPROTO, "%s payload is not valid JSON: %s at byte %d",
-			       proto_type_name(f->hdr.type), jerr.text, jerr.position);
+			       proto_type_name(f->hdr.type), proto_text_inert(jerr.text, text, sizeof(text)),
+			       jerr.position);
+	}
 	if (proto_msg_check(f->hdr.type, dir, msg, err) < 0) {
 		json_decref(msg);
 		return -1;
 	}
 	*out = msg;
 	return 0;
+}
+
+static int utf8_seq(const unsigned char *s, size_t n);
+
+const char *proto_text_inert(const char *s, char *out, size_t size)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t w = 0, n = strlen(s);
+
+	for (size_t r = 0; r < n;) {
+		int k = utf8_seq(p + r, n - r);
+		uint32_t cp = k == 2   ? (uint32_t)(p[r] & 0x1f) << 6 | (p[r + 1] & 0x3f)
+			      : k == 3 ? (uint32_t)(p[r] & 0x0f) << 12 | (uint32_t)(p[r + 1] & 0x3f) << 6 |
+					 (p[r + 2] & 0x3f)
+				       : p[r];
+		char esc[8];
+		const char *piece = (const char *)p + r;
+		size_t len = k > 0 ? (size_t)k : 1;
+
+		if (k <= 0 || (k == 1 && (cp < 0x20 || cp == 0x7f))) {
+			snprintf(esc, sizeof(esc), "\\x%02x", p[r]);
+			piece = esc;
+			len = 4;
+			k = 1;
+		} else if ((k == 2 && cp <= 0x9f) || (k == 3 && ((cp >= 0x202a && cp <= 0x202e) ||
+								 (cp >= 0x2066 && cp <= 0x2069)))) {
+			snprintf(esc, sizeof(esc), "\\u%04x", (unsigned)cp);
+			piece = esc;
+			len = 6;
+		}
+		if (w + len >= size)
+			break;
+		memcpy(out + w, piece, len);
+		w += len;
+		r += (size_t)k;
+	}
+	out[w] = '\0';
+	return out;
 }
 
 /* Length of the valid UTF-8 sequence at s (max n bytes): >0 valid length,

@@ -209,6 +209,15 @@ bool proto_tool_name_reserved(const char *s);
  * surrogates or code points past U+10FFFF), as jansson requires. */
 bool proto_utf8_valid(const char *s, size_t n);
 
+/* s (NUL-terminated) for a message: printable ASCII and valid UTF-8 as
+ * they are, controls (C0, DEL, C1), bidirectional overrides and isolates
+ * and bytes that are not UTF-8 as \xNN or \uNNNN, cut to fit out[size]
+ * (size > 0).  For text from a peer (jansson's error quotes the input it
+ * stopped at, a runner's error message) that the host puts in its own
+ * messages: none of it may drive the terminal that shows them.  Returns
+ * out. */
+const char *proto_text_inert(const char *s, char *out, size_t size);
+
 /* The number of code points in s[0..n) (valid UTF-8). */
 size_t proto_utf8_chars(const char *s, size_t n);
 

@@ -82,8 +82,12 @@ int svc_decode(const void *buf, size_t len, uint16_t *type, uint32_t *id, json_t
 	if (!proto_utf8_valid((const char *)p + SVC_HDR_SIZE, plen))
 		return err_set(err, EPROTO, "%s message is not UTF-8", svc_type_name(t));
 	m = json_loadb((const char *)p + SVC_HDR_SIZE, plen, JSON_REJECT_DUPLICATES, &jerr);
-	if (!m)
-		return err_set(err, EPROTO, "%s message is not JSON: %s", svc_type_name(t), jerr.text);
+	if (!m) {
+		char text[sizeof(jerr.text) * 2];
+
+		return err_set(err, EPROTO, "%s message is not JSON: %s", svc_type_name(t),
+			       proto_text_inert(jerr.text, text, sizeof(text)));
+	}
 	if (!json_is_object(m)) {
 		json_decref(m);
 		return err_set(err, EPROTO, "%s message is not a JSON object", svc_type_name(t));

@@ -189,6 +189,11 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
         h = self._sess
         if h is not None and not self._restart_pending:
             return h
+        if h is not None:
+            # A pending restart (set_limits): the old one freed off the
+            # loop first, then _needs_start's checks as for no session.
+            self._check_restart()
+            await self._adrop()
         if self._needs_start():
             await self._astart()
         return self._sess
@@ -235,14 +240,49 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
 
     async def aclose(self) -> None:
         """Close after the exec in progress (if any) has ended: it is
-        cancelled first.  close() closes at once."""
+        cancelled first.  close() closes at once (and waits, on the calling
+        thread, for what aclose() waits for in the executor)."""
         if self._closed:
             return
         cur = self._cur
         if cur is not None:
             self._lib.nsbox_cancel(cur.h)
         async with self._lock_for_loop("close"):
-            self.close()
+            if self._closed:
+                return
+            with self._lock:
+                h = self._close_begin()
+            try:
+                if h:
+                    await self._afree(h)
+            finally:
+                self._close_end()
+
+    async def _afree(self, h):
+        """nsbox_session_free(h) in the default executor.  Freeing waits for
+        the sandbox: its BYE (up to 1 s), its exit (up to 2 s), a bounded
+        workspace's write-back; a sandbox whose own thread held its
+        interpreter froze the loop 3 s in aclose() (red team 4).  The
+        network records handed over meanwhile reach on_net_request here,
+        on the loop, once it is done.  Cancelled, the free runs on and is
+        waited for."""
+        d = self._dispatch
+        d.net_hold = []
+        fut = asyncio.get_running_loop().run_in_executor(None, self._lib.nsbox_session_free, h)
+        try:
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                while not fut.done():
+                    try:
+                        await asyncio.wait([fut])
+                    except asyncio.CancelledError:
+                        pass
+                raise
+        finally:
+            held, d.net_hold = d.net_hold, None
+            for rec in held:
+                d.deliver(rec)
 
     async def restart(self) -> None:
         """Start a fresh sandbox now (variables are lost; tools and limits
@@ -250,8 +290,21 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
         self._check_restart()
         async with self._lock_for_loop("restart"):
             self._check_restart()
-            self._drop()
+            await self._adrop()
             await self._astart()
+
+    async def _adrop(self):
+        """_drop(), the session freed off the loop (_afree)."""
+        self._fd = -1
+        with self._hlock:
+            h = self._sess
+            self._sess = None
+            self._dispatch.handle = None
+        if h:
+            await self._afree(h)
+            e = self._dispatch.take_net_error()
+            if e is not None:
+                raise e
 
     def cancel(self) -> None:
         """Interrupt the code running now (the awaiting execute() raises

@@ -264,13 +264,19 @@ _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 _scalar = {b"null": None, b"true": True, b"false": False}
 
 
+# What decoding a value from inside can raise: the text is the sandboxed
+# code's choice.  ArithmeticError: a $complex part that is a $int past a
+# float's range (float() raises OverflowError).
+DECODE_ERRORS = (RecursionError, MemoryError, ValueError, UnicodeError, KeyError, TypeError, ArithmeticError)
+
+
 def loads(b):
     """JSON text (bytes) from libnsbox -> a Python value.  The text is chosen
     by the sandboxed code: whatever decoding it makes fail is an
     UndecodableValue (a SandboxError), never a bare RecursionError."""
     try:
         return _loads(b)
-    except (RecursionError, MemoryError, ValueError, UnicodeError, KeyError, TypeError) as e:
+    except DECODE_ERRORS as e:
         raise UndecodableValue("the sandbox sent a value the host cannot decode (%s: %s)"
                                % (type(e).__name__, str(e)[:200])) from e
 

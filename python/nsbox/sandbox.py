@@ -178,6 +178,17 @@ def run_awaitable(aw: Any, timeout: Optional[float] = None) -> Any:
     return box.get("value")
 
 
+def _exit_code(msg):
+    """SystemExit's code from str() of it, text from inside: an int when it
+    is one in ASCII digits within int()'s digit limit, else the text
+    (None when empty).  str.isdigit() also takes "²", which int() refuses,
+    and "--5" passed lstrip("-"): execute() raised a bare ValueError."""
+    digits = msg[1:] if msg.startswith("-") else msg
+    if digits and len(digits) <= 4000 and digits.isascii() and digits.isdigit():
+        return int(msg)
+    return msg or None
+
+
 class _Dispatch:
     """The tool table and the callbacks' state.  The C callbacks reference
     this object, never the Sandbox, so that dropping the last reference to a
@@ -193,6 +204,7 @@ class _Dispatch:
         self.on_output = None
         self.on_net_request = None
         self.net_error = None    # what on_net_request raised first, raised after the call
+        self.net_hold = None     # a list: records held while the session is freed off the loop
 
     # The steps of a tool call, shared with AsyncSandbox: invoke() decodes
     # the call and calls the function (whose result may be an awaitable);
@@ -208,7 +220,7 @@ class _Dispatch:
             for k, x in kwargs.items():
                 if type(x) in _values.NESTED:
                     kwargs[k] = _values.decode(x)
-        except (RecursionError, MemoryError, ValueError, UnicodeError, KeyError, TypeError) as e:
+        except _values.DECODE_ERRORS as e:
             # Chosen by the sandbox: the call fails (a ToolError inside),
             # the function is not called.
             raise UndecodableValue("the sandbox sent tool %s arguments the host cannot decode (%s: %s)"
@@ -283,10 +295,17 @@ class _Dispatch:
         exception is kept and raised when that call returns; later records
         still reach on_net_request.  A KeyboardInterrupt also cancels the
         running exec, as one in a tool does."""
+        if self.net_hold is not None:
+            self.net_hold.append(ctypes.string_at(record, length))
+            return
+        self.deliver(ctypes.string_at(record, length))
+
+    def deliver(self, record):
+        """One record (JSON bytes) to on_net_request, as net() does."""
         try:
             fn = self.on_net_request
             if fn is not None:
-                fn(json.loads(ctypes.string_at(record, length)))
+                fn(json.loads(record))
         except BaseException as e:  # noqa: B036 (KeyboardInterrupt too: re-raised after the C call)
             if self.net_error is None:
                 self.net_error = e
@@ -606,26 +625,44 @@ class _SandboxBase:
         with self._lock:
             if self._closed:
                 return
-            if self._busy_in_tool():
-                raise SandboxError("a tool cannot close the sandbox that is calling it", _errno.EBUSY)
-            self._closed = True
-            _live.discard(self)
-            if os.getpid() != self._owner_pid:
-                # A forked child inherited the object, not the sandbox: the
-                # parent still owns the session and the helper.
-                self._sess = self._policy = None
-                return
-            self._before_close()
+            h = self._close_begin()
             try:
-                self._drop()
+                if h:
+                    self._lib.nsbox_session_free(h)
             finally:
-                p, self._policy = self._policy, None
-                if p:
-                    self._lib.nsbox_policy_free(p)
-            # The last records come while the session is freed.
-            e = self._dispatch.take_net_error()
-            if e is not None:
-                raise e
+                self._close_end()
+
+    def _close_begin(self):
+        """close() up to freeing the session: marks it closed and returns
+        the handle to free (None: nothing to free); _close_end() after."""
+        if self._busy_in_tool():
+            raise SandboxError("a tool cannot close the sandbox that is calling it", _errno.EBUSY)
+        self._closed = True
+        _live.discard(self)
+        if os.getpid() != self._owner_pid:
+            # A forked child inherited the object, not the sandbox: the
+            # parent still owns the session and the helper.
+            self._sess = self._policy = None
+            return None
+        self._before_close()
+        with self._hlock:
+            h = self._sess
+            self._sess = None
+            self._dispatch.handle = None
+        self._policy_to_free = True
+        return h
+
+    def _close_end(self):
+        if not getattr(self, "_policy_to_free", False):
+            return
+        self._policy_to_free = False
+        p, self._policy = self._policy, None
+        if p:
+            self._lib.nsbox_policy_free(p)
+        # The last records come while the session is freed.
+        e = self._dispatch.take_net_error()
+        if e is not None:
+            raise e
 
     def _before_close(self):
         pass
@@ -734,7 +771,7 @@ class _SandboxBase:
                     cls = SandboxedMemoryError
                 code = None
                 if etype == "SystemExit":
-                    code = int(msg) if msg.lstrip("-").isdigit() else (msg or None)
+                    code = _exit_code(msg)
                 e = cls(etype, msg, tb, out, errtext, code)
                 if cls is SandboxedToolError and msg in self._dispatch.failures:
                     e.__cause__ = self._dispatch.failures[msg]

@@ -334,6 +334,21 @@ def test_sandboxed_exception(sb):
     assert sb.execute("'still alive'") == "still alive"
 
 
+@pytest.mark.parametrize("text,code", [("\u00b2", "\u00b2"), ("--5", "--5"), ("1" * 5000, "1" * 5000), ("-7", -7),
+                                       ("\u0663", "\u0663")], ids=["sup2", "dashdash", "5000", "minus7", "arabic3"])
+def test_system_exit_with_any_text_is_a_sandboxed_exception(sb, text, code):
+    """str.isdigit() took "\u00b2" and lstrip("-") took "--5", which int()
+    refuses, as it does 5000 digits: execute() and run() raised a bare
+    ValueError for the code's own SystemExit(text)."""
+    src = "raise SystemExit(%r)" % text
+    try:
+        sb.execute(src)
+    except nsbox.SandboxedException as e:
+        assert e.type_name == "SystemExit" and e.exit_code == code
+    r = sb.run(src)
+    assert r.error is None or (isinstance(r.error, nsbox.SandboxedException) and r.error.exit_code == code)
+
+
 # ---- variables, reset ----------------------------------------------------
 
 def test_variables(sb):
@@ -596,6 +611,21 @@ def test_cancel_from_another_thread(sb):
     assert time.monotonic() - t0 < 10
     timer.join()
     assert sb.execute("5") == 5
+
+
+def test_cancel_the_code_ignores_is_reported_as_cancelled(libnsbox):
+    """Code that swallows nsbox.Cancelled is killed after the grace: the
+    exec is Cancelled, the sandbox lost (it was "the runner was killed by
+    signal 9", a SandboxCrashed)."""
+    with nsbox.Sandbox(timeout=20) as s:
+        timer = threading.Timer(0.5, s.cancel)
+        timer.start()
+        with pytest.raises(nsbox.Cancelled) as ei:
+            s.execute("import time\nwhile True:\n    try:\n        time.sleep(100)\n"
+                      "    except BaseException:\n        pass\n")
+        timer.join()
+        assert ei.value.session_lost and "did not stop" in str(ei.value), str(ei.value)
+        assert s.execute("5") == 5
 
 
 # ---- policy, info, life cycle ---------------------------------------------
@@ -1645,7 +1675,7 @@ def test_tool_arguments_and_results_keep_their_types(sb):
     '{"$set": [[1]]}', '{"$dict": [[[1], 2]]}', '{"$dict": [[1]]}', '{"$dict": [1]}', '{"$bytes": "@@"}',
     '{"$bytes": 5}', '{"$bytearray": "a"}', '{"$complex": [1]}', '{"$complex": ["1", 2]}',
     '{"$complex": [{"$tuple": []}, 1]}', '{"$frozenset": {}}', '{"$int": "1e5"}', '{"$float": "1j"}',
-    '{"$tuple": 3}', '{"$set": [{"$set": []}]}',
+    '{"$tuple": 3}', '{"$set": [{"$set": []}]}', '{"$complex": [{"$int": "1%s"}, 0]}' % ("0" * 400),
     # Deeper than the runner ever nests (100 levels), under the frame
     # parser's own cap (256, a protocol error).
     '[' * 200 + ']' * 200,
@@ -1670,7 +1700,9 @@ def test_malformed_tags_from_inside_are_errors(sb, arg):
 @pytest.mark.parametrize("text", [b'{"$set":[[1]]}', b'{"$dict":[[1]]}', b'{"$bytes":"@"}', b'{"$complex":[1]}',
                                   b'{"$complex":[true,1]}', b'{"$bytearray":1}', b'{"$dict":[[{"$set":[]},1]]}',
                                   b'[' * 120 + b']' * 120, b"[" * 5000 + b"]" * 5000, b'{"$int":"12z"}',
-                                  b'{"$float":"nope"}', b'{"$tuple":[{"$int":"0xg"}]}'])
+                                  b'{"$float":"nope"}', b'{"$tuple":[{"$int":"0xg"}]}',
+                                  # a part past a float's range: OverflowError
+                                  b'{"$complex":[{"$int":"1' + b'0' * 400 + b'"},0]}'])
 def test_malformed_tags_are_undecodable(text):
     with pytest.raises(nsbox.SandboxError) as ei:  # never a bare RecursionError or ValueError
         _values.loads(text)

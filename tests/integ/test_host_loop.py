@@ -142,3 +142,147 @@ def test_close_waits_for_a_call_in_the_executor():
     p = subprocess.run([sys.executable, "-c", CLOSE], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() in ("1", "closed 9"), p.stdout
+
+
+# The runner stops reading its socket (a pipe dup'd over the descriptor its
+# reader thread reads), and the code sends CALLs to a name with no tool on a
+# copy of it: the library's RAISE answers fill the socket's buffers.
+DEAF = PRELUDE + r'''
+s = os.dup(fd)
+r, w = os.pipe()
+os.dup2(r, fd)
+os.set_blocking(s, True)
+p = b'{"name":"nope","args":[],"kwargs":{}}'
+one = struct.pack("<IIHHI", 0x4e534258, len(p), 5, 0, 7) + p
+t0 = time.monotonic()
+while time.monotonic() - t0 < 60:
+    os.write(s, one * 100)
+'''
+
+DEAF_HOST = r'''
+import asyncio, sys, time
+import nsbox
+DEAF = sys.stdin.read()
+
+async def main():
+    ticks, done = [], []
+    async def ticker():
+        while not done:
+            await asyncio.sleep(0.02)
+            ticks.append(time.monotonic())
+    async with nsbox.AsyncSandbox(timeout=4) as a:
+        await a.execute("1")
+        t = asyncio.ensure_future(ticker())
+        t0 = time.monotonic()
+        r = await a.run(DEAF)
+        t1 = time.monotonic()
+        done.append(1)
+        await t
+    marks = [t0] + [x for x in ticks if t0 < x < t1] + [t1]
+    gaps = [y - x for x, y in zip(marks, marks[1:])]
+    print(round(max(gaps), 2), round(t1 - t0, 1), type(r.error).__name__)
+
+asyncio.run(main())
+'''
+
+
+def test_a_runner_that_stops_reading_does_not_hold_the_loop():
+    """The library's answers waited in send() for room on the socket, until
+    the exec's deadline (time limit + 1 s; 30 s without one), on the
+    thread driving the exec: a sandbox whose runner stopped reading froze
+    an asyncio loop for its whole time limit.  They are queued now, and
+    the session fd waits for room."""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR))
+    p = subprocess.run([sys.executable, "-c", DEAF_HOST], input=DEAF, capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    stall, span, err = p.stdout.split()
+    # The exec ends at its deadline (the runner never takes the answers);
+    # the 20 ms ticker is never held for long meanwhile.
+    assert float(span) >= 3 and err in ("ProtocolError", "TimeLimitExceeded"), p.stdout
+    assert float(stall) < 1.0, p.stdout
+
+
+DEAF_CANCEL = r'''
+import sys, threading, time
+import nsbox
+DEAF = sys.stdin.read()
+with nsbox.Sandbox(timeout=60) as sb:
+    sb.execute("1")
+    threading.Timer(1.5, sb.cancel).start()
+    t0 = time.monotonic()
+    r = sb.run(DEAF)
+    print(round(time.monotonic() - t0, 1), type(r.error).__name__)
+'''
+
+
+def test_cancel_reaches_a_runner_that_stops_reading():
+    """Blocked in send(), the library watched neither the cancel request
+    nor the sandbox: Sandbox.cancel() waited for the exec's deadline."""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR))
+    p = subprocess.run([sys.executable, "-c", DEAF_CANCEL], input=DEAF, capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    span, err = p.stdout.split()
+    assert float(span) < 10 and err == "Cancelled", p.stdout
+
+
+SHUT = PRELUDE + r'''
+import socket
+s = socket.socket(fileno=os.dup(fd))
+s.shutdown(socket.SHUT_RDWR)
+time.sleep(30)
+'''
+
+
+def test_a_runner_that_closes_its_socket_does_not_hold_the_loop():
+    """At the socket's end the library waited up to 2 s for the sandbox to
+    end by itself (its status, an OOM kill's, must be read), on the thread
+    driving the exec: code that shut its socket down and lived on froze
+    an asyncio loop 2 s per exec.  The step comes back when the sandbox
+    has ended, or when the wait is over."""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR))
+    p = subprocess.run([sys.executable, "-c", DEAF_HOST], input=SHUT, capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    stall, span, err = p.stdout.split()
+    assert err == "SandboxCrashed" and float(span) >= 1.5, p.stdout
+    assert float(stall) < 1.0, p.stdout
+
+
+ACLOSE = r'''
+import asyncio, time
+import nsbox
+
+async def main():
+    ticks, done = [], []
+    async def ticker():
+        while not done:
+            await asyncio.sleep(0.02)
+            ticks.append(time.monotonic())
+    a = nsbox.AsyncSandbox(timeout=60)
+    await a.execute("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(3 * 10**9))\n"
+                    "threading.Thread(target=hog, daemon=True).start()")
+    await asyncio.sleep(0.6)                # the hog holds the runner
+    t = asyncio.ensure_future(ticker())
+    t0 = time.monotonic()
+    await a.aclose()
+    t1 = time.monotonic()
+    done.append(1)
+    await t
+    marks = [t0] + [x for x in ticks if t0 < x < t1] + [t1]
+    print(round(max(y - x for x, y in zip(marks, marks[1:])), 2), round(t1 - t0, 1), a.closed)
+
+asyncio.run(main())
+'''
+
+
+def test_aclose_of_a_held_runner_does_not_hold_the_loop():
+    """aclose() freed the session on the loop's thread: the BYE a held
+    runner never answers (1 s) and its exit (2 s) froze the loop 3 s.  The
+    free runs in the executor now."""
+    env = sdk_env(NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0"), PYTHONPATH=os.path.abspath(PYDIR))
+    p = subprocess.run([sys.executable, "-c", ACLOSE], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == 0, p.stderr
+    stall, span, closed = p.stdout.split()
+    assert closed == "True" and float(span) >= 1.0 and float(stall) < 1.0, p.stdout

@@ -733,6 +733,90 @@ def test_batches_in_the_revision_that_has_them():
     assert out[1]["error"]["code"] == -32600 and "batches" in out[1]["error"]["message"], out
 
 
+def test_resource_read_on_a_held_runner_does_not_hold_the_server():
+    """resources/read of an /out file on a session whose own thread holds
+    its interpreter: nsbox_read_file waited on the server's only thread, so
+    a ping sent after it was answered when the hog ended or the control
+    timeout killed the sandbox (28 s in the red team's run, pass 4).  It is
+    an exec now, driven like run_python's."""
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, bufsize=1)
+    try:
+        def send(line):
+            p.stdin.write(line + "\n")
+            p.stdin.flush()
+        got = {}
+
+        def wait_for(i):
+            while i not in got:
+                m = json.loads(p.stdout.readline())
+                got[m.get("id")] = m
+            return got[i]
+        send(req(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                   "clientInfo": {"name": "raw", "version": "0"}}))
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        send(req(2, "tools/call", {"name": "run_python", "arguments": {"code": "open('/out/a.txt', 'w').write('hi')"}}))
+        (link,) = [c for c in wait_for(2)["result"]["content"] if c["type"] == "resource_link"]
+        send(req(3, "resources/read", {"uri": link["uri"]}))
+        assert wait_for(3)["result"]["contents"] == [{"uri": link["uri"], "mimeType": "text/plain", "text": "hi"}]
+        hog = ("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(3 * 10**9))\n"
+               "threading.Thread(target=hog, daemon=True).start()\n'started'")
+        send(req(4, "tools/call", {"name": "run_python", "arguments": {"code": hog}}))
+        wait_for(4)
+        time.sleep(0.5)                     # the hog holds the runner
+        send(req(5, "resources/read", {"uri": link["uri"]}))
+        time.sleep(0.2)                     # resources/read waits on the runner
+        t0 = time.monotonic()
+        send(req(6, "ping"))
+        wait_for(6)
+        waited = time.monotonic() - t0
+        assert 5 not in got and waited < 10, (sorted(got, key=str), waited)
+    finally:
+        p.terminate()
+        rc = p.wait(timeout=15)
+        p.stdin.close()
+        assert rc == -signal.SIGTERM
+
+
+def test_close_session_of_a_held_runner_does_not_hold_the_server():
+    """close_session freed the session with its goodbye (BYE up to 1 s, the
+    exit up to 2 s) on the server's only thread: a session whose own thread
+    held its interpreter kept a ping waiting 3 s (red team 4).  Without a
+    workspace or binds it is killed first."""
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, bufsize=1)
+    try:
+        def send(line):
+            p.stdin.write(line + "\n")
+            p.stdin.flush()
+        got = {}
+
+        def wait_for(i):
+            while i not in got:
+                m = json.loads(p.stdout.readline())
+                got[m.get("id")] = m
+            return got[i]
+        send(req(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                   "clientInfo": {"name": "raw", "version": "0"}}))
+        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        send(req(2, "tools/call", {"name": "new_session", "arguments": {}}))
+        h = json.loads(wait_for(2)["result"]["content"][0]["text"].split("\n")[0])["session"]
+        hog = ("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(3 * 10**9))\n"
+               "threading.Thread(target=hog, daemon=True).start()")
+        send(req(3, "tools/call", {"name": "run_python", "arguments": {"code": hog, "session": h}}))
+        wait_for(3)
+        time.sleep(0.6)                     # the hog holds the runner
+        t0 = time.monotonic()
+        send(req(4, "tools/call", {"name": "close_session", "arguments": {"session": h}}))
+        send(req(5, "ping"))
+        wait_for(5)
+        waited = time.monotonic() - t0
+        assert not wait_for(4)["result"]["isError"] and waited < 1.0, (got[4], waited)
+    finally:
+        p.stdin.close()
+        p.wait(timeout=30)
+
+
 def test_file_tool_on_a_held_runner_does_not_hold_the_server():
     """read_file on a session whose own thread holds its interpreter (a C
     loop that never lets go, ~20 s) waits as run_python would, serving the

@@ -258,3 +258,16 @@ def test_hostile_bytes_over_the_cap():
     r = json.loads(p.stdout)
     assert "bytes of displays and files, over the cap" in r["message"], r["message"]
     assert r["displays"] == []     # nothing of the refused frame
+
+
+@pytest.mark.parametrize("payload", [r"'{\x1b]0;pwned\x07\x1b[31m'", r"'[\x1b[2J]'",
+                                     r"'{\"a\":1,\"\u202egnp.exe\":2,\"\u202egnp.exe\":3}'.encode()"])
+def test_protocol_errors_quote_no_terminal_controls(payload):
+    """A frame that is not JSON: jansson's message quotes the input where it
+    stopped, and nsbox python printed the sandbox's raw ESC (or a bidi
+    override from a repeated key) on the host's stderr (red team 4)."""
+    p = subprocess.run([NSBOX, "python", "-c", PRELUDE + "frame(3, 1, %s)\ntime.sleep(3)\n" % payload],
+                       capture_output=True, timeout=60)
+    err = p.stderr.decode("utf-8", "surrogateescape")
+    assert p.returncode == 121 and "not valid JSON" in err, err
+    assert not any(c < " " and c != "\n" or c in "\x7f\u202e" for c in err), repr(err)

@@ -690,8 +690,52 @@ static void test_reserved_names(void)
 	CHECK(!proto_is_reserved_name(NULL), "NULL is not reserved");
 }
 
+/* Nothing in s that drives a terminal: C0, DEL, C1 (UTF-8 c2 80..c2 9f),
+ * RLO and friends (e2 80 aa..ae, e2 81 a6..a9), or bytes that are not UTF-8. */
+static bool inert(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	if (!proto_utf8_valid(s, strlen(s)))
+		return false;
+	for (; *p; p++)
+		if (*p < 0x20 || *p == 0x7f || (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) ||
+		    (p[0] == 0xe2 && p[1] == 0x80 && p[2] >= 0xaa && p[2] <= 0xae) ||
+		    (p[0] == 0xe2 && p[1] == 0x81 && p[2] >= 0xa6 && p[2] <= 0xa9))
+			return false;
+	return true;
+}
+
+/* jansson's error quotes the input where it stopped ("near '...'"): a
+ * hostile runner's bytes, printed by nsbox python on the host's terminal
+ * (red team 4: a raw ESC). */
+static void test_parse_errors_are_inert(void)
+{
+	static const char *const bad[] = {
+		"{\x1b]0;pwned\x07\x1b[31m",				  /* ESC, BEL outside strings */
+		"[\x1b[2J]",
+		"{\"a\":1,\"\xc2\x9b" "31m\":2,\"\xc2\x9b" "31m\":3}",	  /* a C1 CSI in a repeated key */
+		"{\"a\":1,\"\xe2\x80\xae" "gnp.exe\":2,\"\xe2\x80\xae" "gnp.exe\":3}", /* RLO */
+		"{\"a\":\x7f}",
+		"{\"a\":tru\x08}",
+	};
+	struct nsbox_err err = { 0 };
+	char out[32];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int r = parse_str(PROTO_ERROR, PROTO_TO_HOST, bad[i], &err);
+
+		CHECK(r < 0 && strstr(err.msg, "not valid JSON") && inert(err.msg), "parse error %zu is inert: %s", i,
+		      err.msg);
+	}
+	CHECK(!strcmp(proto_text_inert("a\x1b\xc3\xa9\xff\xc2\x85z", out, sizeof(out)), "a\\x1b\xc3\xa9\\xff\\u0085z"),
+	      "escapes controls and bad bytes, keeps UTF-8");
+	CHECK(!strcmp(proto_text_inert("abcdefgh\x01\x02\x03", out, 12), "abcdefgh"), "cut at a whole escape");
+}
+
 int main(void)
 {
+	test_parse_errors_are_inert();
 	test_reserved_names();
 	test_b64();
 	test_header();
