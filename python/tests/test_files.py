@@ -229,7 +229,16 @@ R._file_list = lying
         assert os.listdir(tmp_path / "n") == []
 
 
-def test_download_caps_count_directories_and_listings(sb, tmp_path):
+def test_download_caps_count_directories_and_listings(tmp_path):
+    # /tmp's files go with its size (one per 4 KiB: 16,384 in the default
+    # 64M); this test makes 50,001 empty ones.
+    pol = tmp_path / "big-tmp.policy"
+    pol.write_text("[Limits]\nTmpSize=256M\n")
+    with nsbox.Sandbox(policy=str(pol), timeout=30) as sb:
+        _download_caps(sb, tmp_path)
+
+
+def _download_caps(sb, tmp_path):
     # Empty directories are entries: 30 of them don't fit in max_files=10.
     sb.execute("import os\nfor i in range(30): os.makedirs('/tmp/dirs/%d' % i)")
     with pytest.raises(SandboxFileError) as ei:
