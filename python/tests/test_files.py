@@ -379,14 +379,19 @@ def test_async_file_call_cancelled_midway_keeps_its_session(libnsbox, tmp_path):
     async def main():
         sb = nsbox.AsyncSandbox(timeout=60)
         await sb.start()
-        await sb.execute("import os\nos.makedirs('/tmp/d')\nfor i in range(1500): open('/tmp/d/f%d' % i, 'wb')"
+        await sb.execute("import os\nos.makedirs('/tmp/d')\nfor i in range(6000): open('/tmp/d/f%d' % i, 'wb')"
                          ".write(b'y' * 1000)")
         task = asyncio.ensure_future(sb.download_dir("/tmp/d", tmp_path / "dst"))
-        await asyncio.sleep(0.05)
+        # Cancelled once it has begun (a fixed sleep let a fast download
+        # end first, 1 run in 8).
+        end = time.monotonic() + 20
+        while not (tmp_path / "dst").is_dir() or not os.listdir(tmp_path / "dst"):
+            assert time.monotonic() < end and not task.done()
+            await asyncio.sleep(0.001)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         n = len(os.listdir(tmp_path / "dst"))
         await sb.aclose()
         return n
-    assert asyncio.run(main()) == 1500
+    assert asyncio.run(main()) == 6000
