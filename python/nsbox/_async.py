@@ -474,7 +474,7 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
 
     async def set_variable(self, name: str, value: Any) -> None:
         """Bind a global inside to value (the built-in types, as for Sandbox)."""
-        _tools.check_name(name)
+        _tools.check_name(name, "variable name")
         data = _values.dumps(value)
         async with self._lock_for_loop():
             h = await self._asession()
@@ -482,7 +482,7 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
 
     async def get_variable(self, name: str, default: Any = _MISSING) -> Any:
         """A global's value; UndefinedVariable (a KeyError) unless default."""
-        _tools.check_name(name)
+        _tools.check_name(name, "variable name")
         async with self._lock_for_loop():
             h = await self._asession()
             return await self._off_loop(h, lambda: self._get_var(h, name, default))

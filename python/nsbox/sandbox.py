@@ -421,18 +421,22 @@ class _SandboxBase:
         # Kept for the life of the object: libnsbox holds these pointers.
         self._tool_cb = self._make_tool_cb()
         self._output_cb = self._make_output_cb(on_output)
+        if on_output is not None and not callable(on_output):
+            raise TypeError("on_output must be callable, not %r" % (on_output,))
         d.on_output = on_output
         # The sink holds no reference to the Sandbox (see _Dispatch).
         self._warn = _policy.WarnSink(on_warning, defer=self._defer_warnings)
         self._warn_cb = _lib.WARN_FN(self._warn)
         self._sess_opts = _lib.SessionOpts(struct_size=sizeof(_lib.SessionOpts), cold=bool(cold),
                                            output_limit=_policy.check_output_limit(output_limit),
-                                           max_tool_calls=int(max_tool_calls or 0), output=self._output_cb,
+                                           max_tool_calls=_policy.check_uint(max_tool_calls or 0, "max_tool_calls",
+                                                                             1 << 32),
+                                           output=self._output_cb,
                                            warn=self._warn_cb, spare=spare is True, no_spare=spare is False,
                                            # ctypes may run Python threads: always the helper
                                            in_process=False)
         # nsboxd(8): kept alive with the options, which point at it.
-        self._connect = os.fsencode(connect) if connect is not None else None
+        self._connect = _policy.to_bytes(os.fsencode(connect), "connect") if connect is not None else None
         self._sess_opts.connect = self._connect
         if on_net_request is not None:
             if not callable(on_net_request):
@@ -496,9 +500,7 @@ class _SandboxBase:
         plain = mode != 2
         if timeout is None:
             return self._plain_opts if plain else self._exec_opts
-        timeout = float(timeout)
-        if not timeout > 0:
-            raise ValueError("timeout must be a positive number of seconds, not %r" % (timeout,))
+        timeout = _policy.check_timeout(timeout)
         return _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=timeout, repl=True,
                              flags=_lib.EXEC_PLAIN if plain else 0)
 
@@ -1029,7 +1031,7 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
         bool, int, float, complex, str, bytes, bytearray, list, tuple, set,
         frozenset, dict) nested in any way up to 100 levels.  TypeError for
         another type, ValueError for a cycle or deeper nesting."""
-        _tools.check_name(name)
+        _tools.check_name(name, "variable name")
         data = _values.dumps(value)
         with self._lock:
             self._set_var(self._session(), name, data)
@@ -1037,7 +1039,7 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
     def get_variable(self, name: str, default: Any = _MISSING) -> Any:
         """A global's value (a ReprValue when it has no JSON form).  Raises
         UndefinedVariable (a KeyError) unless default is given."""
-        _tools.check_name(name)
+        _tools.check_name(name, "variable name")
         with self._lock:
             return self._get_var(self._session(), name, default)
 

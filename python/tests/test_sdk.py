@@ -1918,3 +1918,58 @@ def test_nul_characters_cross(sb):
     with pytest.raises(nsbox.SandboxedException):
         sb.execute("raise ValueError('m\\0n')")
     assert sb.execute("1 + 1") == 2
+
+
+
+def test_limits_do_not_wrap_through_ctypes(libnsbox):
+    """ctypes keeps an int's low bits: pids=2**64 was 0 (no limit),
+    memory=2**70 no limit, max_tool_calls=2**32+1 was 1, -1 was 2**32-1."""
+    for kw in (dict(pids=2 ** 64), dict(pids=2 ** 64 + 5), dict(memory=2 ** 70), dict(memory=2 ** 64 + (256 << 20))):
+        with pytest.raises(nsbox.PolicyError, match="too large"):
+            nsbox.Sandbox(**kw)
+    with pytest.raises(nsbox.PolicyError, match="max_tool_calls is too large"):
+        nsbox.Sandbox(max_tool_calls=2 ** 32 + 1)
+    with pytest.raises(nsbox.PolicyError, match="max_tool_calls must not be negative"):
+        nsbox.Sandbox(max_tool_calls=-1)
+    with pytest.raises(nsbox.PolicyError, match="memory must be"):
+        nsbox.Sandbox(memory=float("inf"))
+    with pytest.raises(nsbox.PolicyError, match="cpus must be"):
+        nsbox.Sandbox(cpus=[1])
+    with nsbox.Sandbox(pids="12", cpus="0.5") as s:      # numeric strings still do
+        i = s.info()
+        assert i["pids_limit"] == 12 and i["cpus_limit"] == 0.5
+    for kw in (dict(pids=2 ** 64), dict(memory=2 ** 70)):
+        with pytest.raises(nsbox.PolicyError, match="too large"):
+            nsbox.run(["true"], **kw)
+
+
+def test_timeout_out_of_range_is_refused(sb):
+    """An infinite or huge timeout killed the code at once ('time limit
+    exceeded (inf s)') and lost the session."""
+    sb.set_variable("keep", 1)
+    for bad in (float("inf"), 1e300, 2e9):
+        with pytest.raises(ValueError, match="at most"):
+            nsbox.Sandbox(timeout=bad)
+        with pytest.raises(ValueError, match="at most"):
+            sb.execute("1", timeout=bad)
+        with pytest.raises(ValueError, match="at most"):
+            sb.set_limits(timeout=bad)
+    assert sb.execute("keep") == 1
+    assert sb.execute("2", timeout=1e9) == 2
+
+
+def test_wrong_types_are_type_errors(sb):
+    """Code that is not str/bytes ran as its str(): execute(None) ran
+    'None'.  Names of variables are reported as such."""
+    for bad in (None, 5, ["1"], object()):
+        with pytest.raises(TypeError, match="code must be str or bytes"):
+            sb.execute(bad)
+        with pytest.raises(TypeError, match="code must be str or bytes"):
+            sb.run(bad)
+    assert sb.execute(bytearray(b"6*7")) == 42
+    with pytest.raises(TypeError, match="variable name"):
+        sb.set_variable(5, 1)
+    with pytest.raises(ValueError, match="variable name must be a Python identifier"):
+        sb.get_variable("1x")
+    with pytest.raises(TypeError, match="on_output must be callable"):
+        nsbox.Sandbox(on_output=5)
