@@ -54,16 +54,22 @@ class _Exec:
     def stop_reading(self):
         if self.reading:
             self.reading = False
-            self.loop.remove_reader(self.fd)
+            if not self.loop.is_closed():
+                self.loop.remove_reader(self.fd)
 
     def finish(self, error=None):
         """The exec is over (DONE, a failure, or the sandbox closed)."""
         self.stop_reading()
+        if error is not None and self.error is None:
+            self.error = error
+        if self.loop.is_closed():
+            # Closed with this exec pending (close() after the loop ended):
+            # nothing can be scheduled on it, and nobody awaits it any more.
+            self.tools.clear()
+            return
         for t in self.tools.values():
             t.cancel()
         self.tools.clear()
-        if error is not None and self.error is None:
-            self.error = error
         if not self.done.done():
             self.done.set_result(None)
 

@@ -3,7 +3,10 @@
 Threading: a Sandbox may be shared between threads (calls are serialised by
 a lock); different Sandboxes run in parallel, since ctypes releases the GIL
 around every libnsbox call.  Tool functions run on the thread that called
-execute().  cancel() may be called from any thread.
+execute().  cancel() may be called from any thread; close() from another
+thread cancels the running code before taking the lock.  A forked child
+gets fresh locks (_after_fork_in_child): the parent's sandboxes are not its
+own, and a lock held by a parent thread at the fork would never be freed.
 
 _SandboxBase holds what Sandbox and AsyncSandbox (_async.py) share: the
 options, the policy, starting and dropping the session, tools, limits, and
@@ -56,6 +59,23 @@ def _close_all():
             sb.close()
         except Exception:
             pass
+
+
+def _after_fork_in_child():
+    # A child forked while another thread was inside a call on a Sandbox
+    # inherits that Sandbox's locks held by a thread that does not exist
+    # here: its first call, or its close at exit, waited for them forever.
+    # The child owns none of the parent's sandboxes (libnsbox refuses them:
+    # "belongs to the parent process"), so it gets fresh locks and no call
+    # in progress.
+    for sb in list(_live):
+        sb._lock = threading.RLock()
+        sb._hlock = threading.Lock()
+        sb._in_exec = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class ExecResult:
@@ -602,10 +622,20 @@ class _SandboxBase:
             raise SandboxError("a tool cannot restart the sandbox that is calling it", _errno.EBUSY)
 
     def close(self) -> None:
-        """Kill the sandbox and free everything.  Idempotent."""
+        """Kill the sandbox and free everything.  Idempotent.  From another
+        thread while a call runs, the running code is cancelled first
+        (that call raises Cancelled), instead of waiting for it to end."""
         if self._closed:
             return
-        with self._lock:
+        lock = self._lock
+        if not lock.acquire(blocking=False):
+            # Another thread is in a call: an execute() may run for its whole
+            # time limit, or forever without one.
+            with self._hlock:
+                if self._sess:
+                    self._lib.nsbox_cancel(self._sess)
+            lock.acquire()
+        try:
             if self._closed:
                 return
             if self._busy_in_tool():
@@ -614,20 +644,29 @@ class _SandboxBase:
             _live.discard(self)
             if os.getpid() != self._owner_pid:
                 # A forked child inherited the object, not the sandbox: the
-                # parent still owns the session and the helper.
-                self._sess = self._policy = None
-                return
-            self._before_close()
-            try:
+                # parent still owns the session and the helper.  Freeing
+                # the handle here only closes the child's copies of its fds
+                # (nsbox_session_free abandons a parent's session).
+                self._policy = None
                 self._drop()
+                return
+            try:
+                # What _before_close raises (AsyncSandbox: its loop is
+                # closed) must not leave the sandbox running.
+                self._before_close()
             finally:
-                p, self._policy = self._policy, None
-                if p:
-                    self._lib.nsbox_policy_free(p)
+                try:
+                    self._drop()
+                finally:
+                    p, self._policy = self._policy, None
+                    if p:
+                        self._lib.nsbox_policy_free(p)
             # The last records come while the session is freed.
             e = self._dispatch.take_net_error()
             if e is not None:
                 raise e
+        finally:
+            lock.release()
 
     def _before_close(self):
         pass

@@ -493,3 +493,28 @@ def test_ctrl_c_ignored_does_not_hang(libnsbox, tmp_path):
                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert out.returncode == 0, out.stderr
     assert out.stdout == "value slept\nafter 42\n", out.stderr
+
+
+def test_close_after_its_loop_closed_with_an_exec_pending(libnsbox):
+    """close() of an AsyncSandbox whose loop ended while an execute() was
+    pending raised RuntimeError('Event loop is closed') and left the sandbox
+    running for the rest of the process (close() then returned early)."""
+    async def start():
+        s = nsbox.AsyncSandbox(timeout=30)
+        await s.start()
+        pid = (await s.info())["pid"]
+        task = asyncio.ensure_future(s.execute("import time; time.sleep(10)"))
+        await asyncio.sleep(0.3)
+        return s, pid, task
+
+    loop = asyncio.new_event_loop()
+    s, pid, task = loop.run_until_complete(start())
+    loop.close()
+    s.close()
+    assert s.closed
+    for _ in range(100):
+        if not os.path.exists("/proc/%d" % pid):
+            break
+        time.sleep(0.05)
+    assert not os.path.exists("/proc/%d" % pid), "the sandbox outlived close()"
+    task._log_destroy_pending = False

@@ -1920,6 +1920,50 @@ def test_nul_characters_cross(sb):
     assert sb.execute("1 + 1") == 2
 
 
+# ---- red team 4: the host misusing the SDK ----
+
+def _wait_child(pid, limit=20.0):
+    """The child's wait status, killing it when it outlives limit (a hang)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return st
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
+
+
+def test_fork_while_another_thread_is_in_a_call(sb):
+    """A child forked while another thread runs execute() inherits the
+    Sandbox's lock held by a thread it does not have: its first call on it,
+    and its close at exit, waited forever.  Now the child is refused at once
+    (the sandbox is the parent's) and closes, and the parent is untouched."""
+    sb.set_variable("x", 42)
+    box = {}
+    t = threading.Thread(target=lambda: box.update(v=sb.execute("import time; time.sleep(1.5); x")))
+    t.start()
+    time.sleep(0.5)
+    pid = os.fork()
+    if pid == 0:
+        rc = 1
+        try:
+            try:
+                sb.execute("1")
+            except nsbox.SandboxError as e:
+                if "parent process" in str(e):
+                    rc = 0
+            sb.close()
+            nsbox.sandbox._close_all()          # what the child's exit runs
+        finally:
+            os._exit(rc)
+    st = _wait_child(pid)
+    t.join()
+    assert st is not None, "the forked child hung on the Sandbox's lock"
+    assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0
+    assert box["v"] == 42 and sb.execute("x") == 42
+
 
 def test_limits_do_not_wrap_through_ctypes(libnsbox):
     """ctypes keeps an int's low bits: pids=2**64 was 0 (no limit),
@@ -1973,3 +2017,34 @@ def test_wrong_types_are_type_errors(sb):
         sb.get_variable("1x")
     with pytest.raises(TypeError, match="on_output must be callable"):
         nsbox.Sandbox(on_output=5)
+
+
+def test_close_from_another_thread_cancels_the_running_code(libnsbox):
+    """close() from another thread waited for the running execute(): with
+    no time limit, forever."""
+    s = nsbox.Sandbox()
+    pid = s.pid
+    box = {}
+
+    def run():
+        try:
+            s.execute("while True: pass")
+        except BaseException as e:  # noqa: B036
+            box["e"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    closer = threading.Thread(target=s.close, daemon=True)
+    closer.start()
+    closer.join(10)
+    if closer.is_alive():
+        s.cancel()
+        closer.join(10)
+        t.join(10)
+        pytest.fail("close() from another thread waited for the running execute()")
+    t.join(10)
+    assert time.monotonic() - t0 < 5
+    assert isinstance(box.get("e"), nsbox.Cancelled)
+    assert s.closed and not os.path.exists("/proc/%d" % pid)
