@@ -381,3 +381,32 @@ def test_async_file_call_cancelled_midway_keeps_its_session(libnsbox, tmp_path):
         await sb.aclose()
         return n
     assert asyncio.run(main()) == 1500
+
+
+def test_file_arguments_are_checked_not_wrapped(sb, tmp_path):
+    """ctypes kept an int's low bits and bytes() took an int as a length:
+    write_file(p, 5) wrote five NUL bytes, mode=2**40 made a file with mode
+    0, mode="644" was int("644") (0o1204), max_bytes=2**64+1 a 1-byte cap."""
+    with pytest.raises(TypeError, match="data must be str or bytes"):
+        sb.write_file("/tmp/a", 5)
+    with pytest.raises(TypeError, match="data must be str or bytes"):
+        sb.write_file("/tmp/a", [1, 2])
+    for bad in (2 ** 40, 2 ** 32 + 0o644, -2, 0o10000):
+        with pytest.raises(ValueError, match="write_file: mode must be between"):
+            sb.write_file("/tmp/a", b"x", mode=bad)
+        with pytest.raises(ValueError, match="make_dir: mode must be between"):
+            sb.make_dir("/tmp/d", mode=bad)
+    with pytest.raises(TypeError, match="mode must be an int"):
+        sb.write_file("/tmp/a", b"x", mode="644")
+    assert sb.execute("import os; os.path.exists('/tmp/a') or os.path.exists('/tmp/d')") is False
+    sb.write_file("/tmp/a", memoryview(b"hello"), mode=0o600)
+    assert sb.execute("oct(os.stat('/tmp/a').st_mode & 0o7777)") == "0o600"
+    with pytest.raises(ValueError, match="max_bytes must be between"):
+        sb.read_file("/tmp/a", max_bytes=2 ** 64 + 1)
+    with pytest.raises(TypeError, match="max_bytes must be an int"):
+        sb.read_file("/tmp/a", max_bytes="10")
+    assert sb.read_file("/tmp/a", max_bytes=5.0) == b"hello"
+    with pytest.raises(ValueError, match="max_files must be between"):
+        sb.download_dir("/tmp", tmp_path / "x", max_files=2 ** 64)
+    with pytest.raises(ValueError, match="max_bytes must be between"):
+        sb.download_dir("/tmp", tmp_path / "y", max_bytes=2 ** 70)
