@@ -400,6 +400,8 @@ class Tool:
         self.schema_json = _values.json.dumps(schema).encode() if schema is not None else None
         if description is None:
             description = parse_docstring(inspect.getdoc(fn))[0]
+        elif not isinstance(description, str):
+            raise TypeError("tool %s: description must be a str, not %s" % (name, type(description).__name__))
         self.description = description or ""
 
     def check(self, args, kwargs):

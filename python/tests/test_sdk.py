@@ -2017,6 +2017,9 @@ def test_wrong_types_are_type_errors(sb):
         sb.get_variable("1x")
     with pytest.raises(TypeError, match="on_output must be callable"):
         nsbox.Sandbox(on_output=5)
+    with pytest.raises(TypeError, match="tool h: description must be a str"):
+        sb.register_function("h", len, description=5)     # was AttributeError from .encode()
+    assert sb.describe_tools() == ""
 
 
 def test_close_from_another_thread_cancels_the_running_code(libnsbox):
