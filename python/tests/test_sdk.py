@@ -2051,3 +2051,14 @@ def test_close_from_another_thread_cancels_the_running_code(libnsbox):
     assert time.monotonic() - t0 < 5
     assert isinstance(box.get("e"), nsbox.Cancelled)
     assert s.closed and not os.path.exists("/proc/%d" % pid)
+
+
+def test_too_large_tool_answer_names_the_tool(sb):
+    """The ToolError for an answer over the frame limit said tool '?'."""
+    @sb.tool
+    def huge_answer():
+        return "x" * (20 << 20)
+
+    with pytest.raises(nsbox.SandboxedToolError, match="the answer of tool 'huge_answer' is too large"):
+        sb.execute("huge_answer()")
+    assert sb.execute("1 + 1") == 2
