@@ -183,16 +183,39 @@ def run_awaitable(aw: Any, timeout: Optional[float] = None) -> Any:
     except RuntimeError:
         return asyncio.run(main())
     box: Dict[str, Any] = {}
+    started = threading.Event()
+
+    async def in_thread() -> Any:
+        box["loop"] = asyncio.get_running_loop()
+        box["task"] = asyncio.current_task()
+        started.set()
+        return await main()
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(main())
+            box["value"] = asyncio.run(in_thread())
         except BaseException as e:  # noqa: B036 (re-raised on the calling thread)
             box["error"] = e
+        finally:
+            started.set()
 
     t = threading.Thread(target=target, name="nsbox-async-tool", daemon=True)
     t.start()
-    t.join()
+    try:
+        t.join()
+    except BaseException:
+        # Ctrl-C (or another exception) while waiting: cancel the tool's
+        # coroutine in its thread, which would otherwise run on unowned,
+        # for good with no time limit.
+        started.wait(1)
+        loop, task = box.get("loop"), box.get("task")
+        if loop is not None and task is not None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:
+                pass  # its loop has ended already
+        t.join(5)
+        raise
     if "error" in box:
         raise box["error"]
     return box.get("value")

@@ -2062,3 +2062,45 @@ def test_too_large_tool_answer_names_the_tool(sb):
     with pytest.raises(nsbox.SandboxedToolError, match="the answer of tool 'huge_answer' is too large"):
         sb.execute("huge_answer()")
     assert sb.execute("1 + 1") == 2
+
+
+_ASYNC_TOOL_SIGINT_CHILD = r"""
+import asyncio, os, signal, threading, time
+import nsbox
+
+sb = nsbox.Sandbox()            # no time limit
+
+
+@sb.tool
+async def forever():
+    await asyncio.sleep(3600)
+
+
+async def main():
+    # asyncio.run's SIGINT handler: the first Ctrl-C cancels the main task
+    # (blocked in execute), the second raises KeyboardInterrupt.
+    for d in (0.7, 1.4):
+        threading.Timer(d, os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        sb.execute("forever()")
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    print("after", sb.execute("1 + 1"), flush=True)
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    pass
+time.sleep(0.5)
+print("threads", sorted(t.name for t in threading.enumerate() if t.name.startswith("nsbox-async")), flush=True)
+"""
+
+
+def test_interrupted_async_tool_in_a_helper_thread_is_cancelled(libnsbox):
+    """A Sandbox's async tool called while an event loop runs on the thread
+    runs on a helper thread; a KeyboardInterrupt while execute() waited for
+    it left that thread running the coroutine for good (here an hour)."""
+    p = subprocess.run([sys.executable, "-c", _ASYNC_TOOL_SIGINT_CHILD], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nsbox.__file__))))
+    assert "interrupted" in p.stdout and "after 2" in p.stdout, p.stdout + p.stderr
+    assert "threads []" in p.stdout, p.stdout + p.stderr
