@@ -704,6 +704,17 @@ class _SandboxBase:
     def closed(self) -> bool:
         return self._closed
 
+    # A copy would share the session handle: closing one freed it under the
+    # other (use after free, then a double free: a segfault).
+    def __copy__(self) -> Any:
+        raise TypeError("a %s cannot be copied: it owns a running sandbox (make a new one)" % self._kind)
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise TypeError("a %s cannot be copied: it owns a running sandbox (make a new one)" % self._kind)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a %s cannot be pickled: it owns a running sandbox" % self._kind)
+
     # ---- results ----
 
     def _text(self, fn, r):

@@ -2104,3 +2104,24 @@ def test_interrupted_async_tool_in_a_helper_thread_is_cancelled(libnsbox):
                        timeout=60, env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nsbox.__file__))))
     assert "interrupted" in p.stdout and "after 2" in p.stdout, p.stdout + p.stderr
     assert "threads []" in p.stdout, p.stdout + p.stderr
+
+
+def test_sandbox_cannot_be_copied_or_pickled(sb):
+    """copy.copy(sb) shared the session handle: closing the copy freed it,
+    and the original then used freed memory and freed it again (SIGSEGV)."""
+    import copy
+    import pickle
+    for fn in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match="cannot be (copied|pickled)"):
+            fn(sb)
+    assert sb.execute("6 * 7") == 42
+
+
+def test_async_sandbox_cannot_be_copied(libnsbox):
+    import copy
+    s = nsbox.AsyncSandbox()
+    try:
+        with pytest.raises(TypeError, match="AsyncSandbox cannot be copied"):
+            copy.copy(s)
+    finally:
+        s.close()
