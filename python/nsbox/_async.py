@@ -13,6 +13,7 @@ import contextvars
 import ctypes
 import errno as _errno
 import inspect
+import threading
 from ctypes import byref, c_void_p, sizeof
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -74,6 +75,51 @@ class _Exec:
             self.done.set_result(None)
 
 
+class _LoopLock:
+    """One call's hold on an AsyncSandbox's asyncio.Lock.  Calls from a
+    second event loop (another thread's asyncio.run()) while calls of the
+    first are running or waiting are refused: an asyncio.Lock wakes its
+    waiters with no thread safety, so a waiter on the other loop slept
+    forever."""
+
+    __slots__ = ("sb", "what", "lock")
+
+    def __init__(self, sb, what):
+        self.sb = sb
+        self.what = what
+        self.lock = None
+
+    async def __aenter__(self):
+        sb = self.sb
+        loop = asyncio.get_running_loop()
+        with sb._loop_guard:
+            if sb._alock_loop is not loop:
+                if sb._alock_users and not sb._alock_loop.is_closed():
+                    raise SandboxError("cannot %s the AsyncSandbox from this event loop: it is in use by "
+                                       "another one (another thread's); use it from one loop at a time"
+                                       % self.what, _errno.EBUSY)
+                # (Calls of a closed loop never come back to leave.)
+                sb._alock = asyncio.Lock()
+                sb._alock_loop = loop
+                sb._alock_users = 0
+            sb._alock_users += 1
+            self.lock = sb._alock
+        try:
+            await self.lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+        return self.lock
+
+    async def __aexit__(self, *exc):
+        self.lock.release()
+        self._leave()
+
+    def _leave(self):
+        with self.sb._loop_guard:
+            self.sb._alock_users -= 1
+
+
 class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
     __doc__ = """A Python session in a kernel-isolated sandbox, for asyncio.
 
@@ -94,7 +140,10 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
     it completes.  set_variable, get_variable, reset and info are one short
     blocking round trip to the sandbox each, made directly on the loop's
     thread (libnsbox has no asynchronous form of them); a restart they
-    trigger runs in the executor.  Calls on one AsyncSandbox are serialised.
+    trigger runs in the executor.  Calls on one AsyncSandbox are serialised,
+    on one event loop at a time: a call from another loop (another thread's
+    asyncio.run()) while calls of the first run or wait raises SandboxError
+    (EBUSY).
 
     Cancelling the task awaiting execute() (task.cancel(), asyncio.wait_for,
     asyncio.timeout) cancels the code (nsbox_cancel), waits for the sandbox to
@@ -117,6 +166,8 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
                  net_max_connections: Optional[int] = None) -> None:
         self._alock: Optional[asyncio.Lock] = None
         self._alock_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._alock_users = 0       # calls holding or awaiting _alock
+        self._loop_guard = threading.Lock()
         self._cur: Optional[_Exec] = None
         self._ev = _lib.Event(struct_size=sizeof(_lib.Event))
         self._aerr = c_void_p()
@@ -179,15 +230,12 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
     # ---- life cycle ----
 
     def _lock_for_loop(self, what="call"):
-        """The lock serialising this sandbox's calls, made for the running
-        loop (a new loop, e.g. a second asyncio.run(), gets a new one)."""
+        """An async context manager serialising this sandbox's calls on the
+        running loop (a new loop, e.g. a second asyncio.run(), gets a new
+        lock once the last one's calls are over)."""
         if _tool_of.get() is self:
             raise SandboxError("a tool cannot %s the sandbox that is calling it" % what, _errno.EBUSY)
-        loop = asyncio.get_running_loop()
-        if self._alock is None or (self._alock_loop is not loop and not self._alock.locked()):
-            self._alock = asyncio.Lock()
-            self._alock_loop = loop
-        return self._alock
+        return _LoopLock(self, what)
 
     async def _asession(self):
         """The live session; a (re)start runs nsbox_session_new in the

@@ -72,6 +72,8 @@ def _after_fork_in_child():
         sb._lock = threading.RLock()
         sb._hlock = threading.Lock()
         sb._in_exec = 0
+        if hasattr(sb, "_loop_guard"):
+            sb._loop_guard = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -3,6 +3,7 @@ and Ctrl-C during a blocking execute().  asyncio tests are plain functions
 driving asyncio.run (no pytest-asyncio)."""
 
 import asyncio
+import errno
 import os
 import signal
 import subprocess
@@ -518,3 +519,31 @@ def test_close_after_its_loop_closed_with_an_exec_pending(libnsbox):
         time.sleep(0.05)
     assert not os.path.exists("/proc/%d" % pid), "the sandbox outlived close()"
     task._log_destroy_pending = False
+
+
+def test_calls_from_two_event_loops_at_once_are_refused_not_hung(libnsbox):
+    """Two threads each running asyncio.run(sb.execute(...)) on one
+    AsyncSandbox: the second waited on an asyncio.Lock of the first loop,
+    whose release never woke it (not thread-safe): a hang for good."""
+    s = nsbox.AsyncSandbox(timeout=30)
+    out = []
+
+    def worker(i):
+        try:
+            out.append(asyncio.run(s.execute("import time; time.sleep(0.5); %d" % i)))
+        except nsbox.SandboxError as e:
+            out.append(e)
+
+    try:
+        ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        assert not any(t.is_alive() for t in ts), "a call from a second event loop hung"
+        errors = [e for e in out if isinstance(e, nsbox.SandboxError)]
+        assert len(out) == 3 and len(errors) >= 1
+        assert all("in use by another one" in str(e) and e.errno == errno.EBUSY for e in errors)
+        assert asyncio.run(s.execute("6 * 7")) == 42          # one loop after another is fine
+    finally:
+        s.close()
