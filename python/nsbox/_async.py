@@ -75,6 +75,16 @@ class _Exec:
             self.done.set_result(None)
 
 
+def _loop_elsewhere(loop):
+    """Whether loop is running on another thread than this one."""
+    if not loop.is_running():
+        return False
+    try:
+        return asyncio.get_running_loop() is not loop
+    except RuntimeError:
+        return True
+
+
 class _LoopLock:
     """One call's hold on an AsyncSandbox's asyncio.Lock.  Calls from a
     second event loop (another thread's asyncio.run()) while calls of the
@@ -204,7 +214,32 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
             # close() while an exec runs (from another task, or a finaliser):
             # the exec ends with an error; the handle is freed next.
             self._lib.nsbox_cancel(cur.h)
-            cur.finish(SandboxError("the sandbox was closed during execute()", _errno.EBADF))
+            error = SandboxError("the sandbox was closed during execute()", _errno.EBADF)
+            if _loop_elsewhere(cur.loop):
+                # From another thread than the loop's: the exec's future and
+                # reader belong to that loop (a result set from here never
+                # woke the awaiting task), and its thread may be inside
+                # nsbox_exec_advance on the handle about to be freed.  Finish
+                # there, and wait for it.
+                done = threading.Event()
+
+                def finish():
+                    try:
+                        cur.finish(error)
+                        if self._cur is cur:
+                            self._cur = None
+                    finally:
+                        done.set()
+
+                try:
+                    cur.loop.call_soon_threadsafe(finish)
+                except RuntimeError:
+                    pass  # closed meanwhile: nothing runs there any more
+                else:
+                    while not done.wait(0.1):
+                        if not cur.loop.is_running():
+                            break
+            cur.finish(error)
             self._cur = None
         self._fd = -1
 

@@ -547,3 +547,32 @@ def test_calls_from_two_event_loops_at_once_are_refused_not_hung(libnsbox):
         assert asyncio.run(s.execute("6 * 7")) == 42          # one loop after another is fine
     finally:
         s.close()
+
+
+def test_close_from_another_thread_ends_the_exec_on_its_loop(libnsbox):
+    """close() from a thread other than the loop's while an execute() ran:
+    the exec's future was resolved from the wrong thread, so the awaiting
+    task never woke (a hang for good), and the handle was freed while the
+    loop's thread could still be driving it."""
+    s = nsbox.AsyncSandbox()            # no time limit
+    box = {}
+    started = threading.Event()
+
+    def worker():
+        async def main():
+            await s.start()
+            started.set()
+            try:
+                await s.execute("while True: pass")
+            except BaseException as e:  # noqa: B036
+                box["e"] = e
+        asyncio.run(main())
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    assert started.wait(20)
+    time.sleep(0.5)
+    s.close()
+    t.join(15)
+    assert not t.is_alive(), "the execute() awaiting on the loop never woke after close()"
+    assert isinstance(box.get("e"), nsbox.SandboxError) and "closed during execute" in str(box["e"])
