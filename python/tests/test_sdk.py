@@ -2125,3 +2125,15 @@ def test_async_sandbox_cannot_be_copied(libnsbox):
             copy.copy(s)
     finally:
         s.close()
+
+
+def test_run_stream_fds_are_checked_not_wrapped(libnsbox):
+    """stdin=2**32 went through ctypes as fd 0 (the host's own stdin),
+    stdout=2**40 as fd 0 too; a StringIO raised a bare 'fileno'."""
+    import io
+    for what in ("stdin", "stdout", "stderr"):
+        for bad in (2 ** 32, 2 ** 40, -1):
+            with pytest.raises(ValueError, match="%s: bad file descriptor" % what):
+                nsbox.run(["true"], **{what: bad})
+    with pytest.raises(TypeError, match="stdout: .* has no file descriptor"):
+        nsbox.run(["echo", "hi"], stdout=io.StringIO())
