@@ -556,13 +556,16 @@ class _SandboxBase:
             raise ValueError("code contains a NUL character")
         return b
 
-    def _new_session(self):
+    def _new_session(self, out=None):
         """nsbox_session_new: the blocking part of a start (1-20 ms); may run
         in a worker thread.  Returns the handle, or raises with the queued
-        warnings flushed first."""
+        warnings flushed first.  out: a c_void_p the handle is also left
+        in, for a caller that must free it should an exception (a Ctrl-C
+        handled as the call returns) come before it is adopted."""
         lib = self._lib
         err = c_void_p()
-        out = c_void_p()
+        if out is None:
+            out = c_void_p()
         policy = self._policy
         if policy is None:
             raise SandboxError("the sandbox is closed", _errno.EBADF)
@@ -571,14 +574,17 @@ class _SandboxBase:
             raise _lib.error_from(rc, err.value, "starting the sandbox")
         return out.value
 
-    def _install(self, h):
-        """Adopt a new session handle: warnings, tools.  Frees h on failure."""
+    def _install(self, h, out=None):
+        """Adopt a new session handle: warnings, tools.  Frees h on failure
+        (and then clears out, the c_void_p _start keeps it in)."""
         lib = self._lib
         try:
             self._warn.flush()
             for t in self._dispatch.tools.values():
                 self._add_tool(h, t)
         except BaseException:
+            if out is not None:
+                out.value = None
             lib.nsbox_session_free(h)
             raise
         with self._hlock:
@@ -588,16 +594,26 @@ class _SandboxBase:
         self._dead = None
 
     def _start(self):
+        # A SIGINT during nsbox_session_new is handled as it returns: the
+        # KeyboardInterrupt came before the new handle was kept anywhere,
+        # and its sandbox ran on, owned by nobody, until the process ended.
+        out = c_void_p()
         try:
-            h = self._new_session()
-        except SandboxError as e:
             try:
-                # The warnings may say why (a fallback that failed).
-                self._warn.flush()
-            except BaseException as w:
-                e.__context__ = w
+                h = self._new_session(out)
+            except SandboxError as e:
+                try:
+                    # The warnings may say why (a fallback that failed).
+                    self._warn.flush()
+                except BaseException as w:
+                    e.__context__ = w
+                raise
+            self._install(h, out)
+        except BaseException:
+            h, out.value = out.value, None
+            if h and self._sess != h:
+                self._lib.nsbox_session_free(h)
             raise
-        self._install(h)
 
     def _add_tool(self, h, t):
         err = c_void_p()

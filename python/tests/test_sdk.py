@@ -2,6 +2,7 @@
 no sandbox, then every Sandbox method against real sandboxes through
 libnsbox."""
 
+import ctypes
 import gc
 import math
 import os
@@ -2137,3 +2138,43 @@ def test_run_stream_fds_are_checked_not_wrapped(libnsbox):
                 nsbox.run(["true"], **{what: bad})
     with pytest.raises(TypeError, match="stdout: .* has no file descriptor"):
         nsbox.run(["echo", "hi"], stdout=io.StringIO())
+
+
+def test_ctrl_c_while_a_sandbox_is_made_does_not_leak_it(libnsbox):
+    """A SIGINT during nsbox_session_new is handled as the call returns: the
+    KeyboardInterrupt came before the new handle was kept, and its sandbox
+    ran on, owned by nobody, until the host process ended.  Simulated
+    exactly: the signal is raised as the C call returns."""
+    import signal
+    from nsbox import _lib as lib_mod
+    lib = lib_mod.load()
+    real = lib.nsbox_session_new
+    pids = []
+
+    def interrupted(policy, opts, out, err):
+        rc = real(policy, opts, out, err)
+        h = ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p))[0]
+        info = lib_mod.SessionInfo(struct_size=ctypes.sizeof(lib_mod.SessionInfo))
+        e = ctypes.c_void_p()
+        assert lib.nsbox_session_info(h, ctypes.byref(info), ctypes.byref(e)) == 0
+        pids.append(info.pid)
+        os.kill(os.getpid(), signal.SIGINT)
+        return rc
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    lib.nsbox_session_new = interrupted
+    try:
+        for _ in range(3):
+            with pytest.raises(KeyboardInterrupt):
+                nsbox.Sandbox(spare=False)
+    finally:
+        lib.nsbox_session_new = real
+        signal.signal(signal.SIGINT, old)
+    assert len(pids) == 3 and all(pids)
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(os.path.exists("/proc/%d" % p) for p in pids):
+        time.sleep(0.05)
+    assert not [p for p in pids if os.path.exists("/proc/%d" % p)], "sandboxes left running"
+    with nsbox.Sandbox(spare=False) as s:
+        assert s.execute("1") == 1
