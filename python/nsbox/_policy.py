@@ -207,6 +207,10 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
     refused, with nothing leaked."""
     err = c_void_p()
     out = c_void_p()
+    # Truthiness would make share_net="no" (or "false" from a config file)
+    # share the host's network: only a bool (or 0/1) says it.
+    if share_net not in (True, False) or not isinstance(share_net, (bool, int)):
+        raise TypeError("share_net must be True or False, not %r" % (share_net,))
     name = None if policy is None else to_bytes(os.fspath(policy), "policy")
     _lib.check(lib.nsbox_policy_new(name, byref(out), byref(err)), err, "policy %s" % (policy,), PolicyError)
     p = out.value

@@ -2178,3 +2178,14 @@ def test_ctrl_c_while_a_sandbox_is_made_does_not_leak_it(libnsbox):
     assert not [p for p in pids if os.path.exists("/proc/%d" % p)], "sandboxes left running"
     with nsbox.Sandbox(spare=False) as s:
         assert s.execute("1") == 1
+
+
+def test_share_net_takes_a_bool_only(libnsbox):
+    """share_net="no" (truthy) shared the host's network."""
+    for bad in ("no", "false", "0", [], None, 2):
+        with pytest.raises(TypeError, match="share_net must be True or False"):
+            nsbox.Sandbox(share_net=bad)
+        with pytest.raises(TypeError, match="share_net must be True or False"):
+            nsbox.run(["true"], share_net=bad)
+    with nsbox.Sandbox(share_net=0) as s:
+        assert s.execute("1") == 1
