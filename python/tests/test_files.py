@@ -410,3 +410,35 @@ def test_file_arguments_are_checked_not_wrapped(sb, tmp_path):
         sb.download_dir("/tmp", tmp_path / "x", max_files=2 ** 64)
     with pytest.raises(ValueError, match="max_bytes must be between"):
         sb.download_dir("/tmp", tmp_path / "y", max_bytes=2 ** 70)
+
+
+def test_interrupted_read_file_frees_its_buffer(sb):
+    """A KeyboardInterrupt handled as nsbox_read_file returns never resumed
+    the operation, whose buffer (up to 64 MiB) was then never freed."""
+    import gc
+    import signal
+    lib = sb._lib
+    sb.write_file("/tmp/r", b"z" * 100000)
+    real_read, real_free = lib.nsbox_read_file, lib.nsbox_free
+    freed = []
+
+    def read(*a):
+        rc = real_read(*a)
+        os.kill(os.getpid(), signal.SIGINT)
+        return rc
+
+    def free(p):
+        freed.append(p)
+        return real_free(p)
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    lib.nsbox_read_file, lib.nsbox_free = read, free
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sb.read_file("/tmp/r")
+        gc.collect()
+    finally:
+        lib.nsbox_read_file, lib.nsbox_free = real_read, real_free
+        signal.signal(signal.SIGINT, old)
+    assert len(freed) == 1 and freed[0]
+    assert sb.read_file("/tmp/r") == b"z" * 100000
