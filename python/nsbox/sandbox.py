@@ -875,18 +875,21 @@ class _SandboxBase:
     def _get_var(self, h, name, default):
         err = c_void_p()
         out = c_void_p()
-        rc = self._lib.nsbox_get_var(h, name.encode(), byref(out), byref(err))
-        if rc == -_errno.ENOENT:
-            if err.value:
-                self._lib.nsbox_error_free(err.value)
-            if default is not _MISSING:
-                return default
-            raise UndefinedVariable("the sandbox has no global named %r" % name, _errno.ENOENT)
-        self._check_state(rc, err, "get_variable %s" % name)
-        p = out.value
+        # One try from the call on: a KeyboardInterrupt handled as it
+        # returns must not leak the value's buffer.
         try:
+            rc = self._lib.nsbox_get_var(h, name.encode(), byref(out), byref(err))
+            if rc == -_errno.ENOENT:
+                if err.value:
+                    self._lib.nsbox_error_free(err.value)
+                if default is not _MISSING:
+                    return default
+                raise UndefinedVariable("the sandbox has no global named %r" % name, _errno.ENOENT)
+            self._check_state(rc, err, "get_variable %s" % name)
+            p = out.value
             return _values.loads(ctypes.string_at(p)) if p else None
         finally:
+            p, out.value = out.value, None
             if p:
                 self._lib.nsbox_free(p)
 

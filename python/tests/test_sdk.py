@@ -2189,3 +2189,33 @@ def test_share_net_takes_a_bool_only(libnsbox):
             nsbox.run(["true"], share_net=bad)
     with nsbox.Sandbox(share_net=0) as s:
         assert s.execute("1") == 1
+
+
+def test_interrupted_get_variable_frees_its_buffer(sb):
+    """A KeyboardInterrupt handled as nsbox_get_var returned leaked the
+    value's buffer (the free was in a try entered after the call)."""
+    import signal
+    lib = sb._lib
+    sb.set_variable("big", "v" * 100000)
+    real_get, real_free = lib.nsbox_get_var, lib.nsbox_free
+    freed = []
+
+    def get(*a):
+        rc = real_get(*a)
+        os.kill(os.getpid(), signal.SIGINT)
+        return rc
+
+    def free(p):
+        freed.append(p)
+        return real_free(p)
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    lib.nsbox_get_var, lib.nsbox_free = get, free
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sb.get_variable("big")
+    finally:
+        lib.nsbox_get_var, lib.nsbox_free = real_get, real_free
+        signal.signal(signal.SIGINT, old)
+    assert len(freed) == 1 and freed[0]
+    assert sb.get_variable("big") == "v" * 100000
