@@ -13,6 +13,7 @@ import contextvars
 import ctypes
 import errno as _errno
 import inspect
+import os
 import threading
 from ctypes import byref, c_void_p, sizeof
 from typing import Any, Dict, List, Optional, Tuple, Union
@@ -366,7 +367,7 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
                 fd = lib.nsbox_session_fd(h)
                 if fd < 0:
                     err = ctypes.get_errno() or _errno.EIO
-                    raise SandboxError("nsbox_session_fd failed", err)
+                    raise SandboxError("execute: nsbox_session_fd: %s" % os.strerror(err), err)
                 self._fd = fd
             err = self._aerr
             rc = lib.nsbox_exec_start(h, b, opts, byref(err))

@@ -576,3 +576,34 @@ def test_close_from_another_thread_ends_the_exec_on_its_loop(libnsbox):
     t.join(15)
     assert not t.is_alive(), "the execute() awaiting on the loop never woke after close()"
     assert isinstance(box.get("e"), nsbox.SandboxError) and "closed during execute" in str(box["e"])
+
+
+def test_session_fd_failure_says_why(libnsbox):
+    """With no fd free, the first execute() of an AsyncSandbox failed with
+    'nsbox_session_fd failed' and errno EIO: libnsbox was loaded without
+    use_errno, so its errno never reached ctypes.get_errno()."""
+    import resource
+
+    async def main():
+        s = nsbox.AsyncSandbox(timeout=30)
+        await s.start()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        keep = []
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+            try:
+                while True:
+                    keep.append(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+            except OSError:
+                pass
+            with pytest.raises(nsbox.SandboxError) as ei:
+                await s.execute("1")
+        finally:
+            for k in keep:
+                os.close(k)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert ei.value.errno == errno.EMFILE and "nsbox_session_fd: Too many open files" in str(ei.value)
+        assert await s.execute("6 * 7") == 42
+        await s.aclose()
+
+    asyncio.run(main())
