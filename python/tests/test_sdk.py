@@ -3,6 +3,7 @@ no sandbox, then every Sandbox method against real sandboxes through
 libnsbox."""
 
 import ctypes
+import errno
 import gc
 import math
 import os
@@ -2219,3 +2220,55 @@ def test_interrupted_get_variable_frees_its_buffer(sb):
         signal.signal(signal.SIGINT, old)
     assert len(freed) == 1 and freed[0]
     assert sb.get_variable("big") == "v" * 100000
+
+
+def _descendants():
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = set(), [os.getpid()]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+def test_fd_exhaustion_in_one_start_spares_the_other_sandboxes(libnsbox):
+    """At RLIMIT_NOFILE, a start whose answer carried fds the process had
+    no room for (MSG_CTRUNC) was taken for a broken helper: the helper was
+    dropped, and every other sandbox of the process died with it ('the
+    runner was killed by signal 9' at their next call)."""
+    import resource
+    warm = nsbox.Sandbox(timeout=30)
+    warm.execute("1")
+    warm.close()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    boxes, errors = [], []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 10, hard))
+        for _ in range(8):
+            try:
+                boxes.append(nsbox.Sandbox(timeout=30, spare=False))
+            except nsbox.SandboxError as e:
+                errors.append(e)
+        before = _descendants()
+        assert boxes and errors
+        assert all(b.execute("6 * 7") == 42 for b in boxes), "a failed start killed the other sandboxes"
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert any("RLIMIT_NOFILE" in str(e) for e in errors), [(e.errno, str(e)) for e in errors]
+    # EMFILE is documented as ENOSPC (libnsbox(3), ERRORS).
+    assert all(e.errno == errno.ENOSPC for e in errors), [(e.errno, str(e)) for e in errors]
+    for b in boxes:
+        b.close()
+    time.sleep(0.3)
+    # What the helper made for the failed starts is gone, not left running.
+    assert len(_descendants()) <= len(before) - len(boxes)
