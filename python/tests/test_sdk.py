@@ -2272,3 +2272,25 @@ def test_fd_exhaustion_in_one_start_spares_the_other_sandboxes(libnsbox):
     time.sleep(0.3)
     # What the helper made for the failed starts is gone, not left running.
     assert len(_descendants()) <= len(before) - len(boxes)
+
+
+_LOW_NOFILE_CHILD = r"""
+import resource, sys
+import nsbox
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+with nsbox.Sandbox(timeout=30) as s:
+    print("sandbox", s.execute("6 * 7"))
+with nsbox.Sandbox(timeout=30, cold=True, spare=False) as s:
+    print("cold", s.execute("6 * 7"))
+print("run", nsbox.run(["true"], timeout=30).exit_code)
+"""
+
+
+def test_a_host_started_with_a_low_fd_limit_can_make_sandboxes(libnsbox):
+    """A host process with RLIMIT_NOFILE 64 (ulimit -n 64) could make no
+    sandbox at all: "setup step 'fds' failed: dup fd 6: Invalid argument"
+    (the payload parked fds at a fixed 100, past the limit it inherits)."""
+    p = subprocess.run([sys.executable, "-c", _LOW_NOFILE_CHILD], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nsbox.__file__))))
+    assert p.returncode == 0 and "sandbox 42" in p.stdout and "cold 42" in p.stdout and "run 0" in p.stdout, \
+        p.stdout + p.stderr
