@@ -195,6 +195,30 @@ static bool helper_usable(struct helper *h)
 	return true;
 }
 
+static int transact(struct helper *h, const struct helper_req *req, const void *payload, const int *fds_in, size_t n_in,
+		    struct helper_rep *rep, int *fd_out, int *fd_out2, struct nsbox_err *err);
+
+/* Kill and destroy the sandbox the helper made for req (its answer rep)
+ * when this process could not take its descriptors. */
+static void forget_made(struct helper *h, const struct helper_req *req, const struct helper_rep *rep)
+{
+	struct helper_rep *r;
+	struct nsbox_err e = { 0 };
+
+	if (rep->failed || !rep->id || (req->op != HELPER_SPAWN && req->op != HELPER_RUN) || rep->exec_failed)
+		return;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return;
+	for (uint32_t op = HELPER_KILL; op <= HELPER_DESTROY; op++) {
+		struct helper_req k = { .magic = HELPER_MAGIC, .op = op, .id = rep->id };
+
+		if (transact(h, &k, NULL, NULL, 0, r, NULL, NULL, &e) < 0)
+			break;
+	}
+	free(r);
+}
+
 /* One request, one answer, with the lock held.  fds_in[0..n_in) are sent
  * along (SCM_RIGHTS); *fd_out and *fd_out2 receive passed fds when not
  * NULL.  On a broken connection the helper is dropped (errno ECONNRESET). */
@@ -261,6 +285,21 @@ static int transact(struct helper *h, const struct helper_req *req, const void *
 			memcpy(&got, CMSG_DATA(c), sizeof(int));
 			if (c->cmsg_len >= CMSG_LEN(2 * sizeof(int)))
 				memcpy(&got2, CMSG_DATA(c) + sizeof(int), sizeof(int));
+		}
+		if (n == (ssize_t)sizeof(*rep) && rep->magic == HELPER_MAGIC && (mh.msg_flags & MSG_CTRUNC)) {
+			/* A sound answer whose descriptors did not fit: this
+			 * process is out of fds (RLIMIT_NOFILE), the helper is
+			 * fine.  Dropping it, as for a broken answer, killed
+			 * every other sandbox it held.  What it made for this
+			 * request is ended instead. */
+			if (got >= 0)
+				close(got);
+			if (got2 >= 0)
+				close(got2);
+			forget_made(h, req, rep);
+			return err_set(err, EMFILE,
+				       "the nsbox helper's answer carries descriptors this process has no room for "
+				       "(RLIMIT_NOFILE reached)");
 		}
 		if (n != (ssize_t)sizeof(*rep) || rep->magic != HELPER_MAGIC || (mh.msg_flags & MSG_CTRUNC)) {
 			if (got >= 0)

@@ -61,7 +61,10 @@ struct exec_state {
 	 * off the caller's thread); 0: not so. */
 	unsigned long long gone;
 	uint64_t out_bytes;
-	uint32_t *pending; /* CALLs not yet answered */
+	struct pending_call {
+		uint32_t id;
+		const char *tool; /* its name, for messages (the tool's own string: lives with the session) */
+	} *pending;			   /* CALLs not yet answered */
 	size_t n_pending, cap_pending;
 	struct proto_frame cur_frame; /* the last event's frame and message, */
 	json_t *cur_msg;	      /* which its borrowed pointers point into */
@@ -856,18 +859,18 @@ static int on_call(struct nsbox_session *s, uint32_t id, json_t *m, struct sessi
 		return refuse_call(s, id, name, err);
 	x->res.tool_calls++;
 	for (size_t i = 0; i < x->n_pending; i++)
-		if (x->pending[i] == id)
+		if (x->pending[i].id == id)
 			return err_set(err, EPROTO, "CALL %u while call %u is unanswered", id, id);
 	if (x->n_pending == x->cap_pending) {
 		size_t cap = x->cap_pending ? 2 * x->cap_pending : 4;
-		uint32_t *p = realloc(x->pending, cap * sizeof(*p));
+		struct pending_call *p = realloc(x->pending, cap * sizeof(*p));
 
 		if (!p)
 			return err_set(err, ENOMEM, "tool call");
 		x->pending = p;
 		x->cap_pending = cap;
 	}
-	x->pending[x->n_pending++] = id;
+	x->pending[x->n_pending++] = (struct pending_call){ id, t->name };
 	ev->kind = SESSION_EV_CALL;
 	ev->call_id = id;
 	ev->tool = t;
@@ -1244,16 +1247,17 @@ int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value
 			struct nsbox_err *err)
 {
 	struct exec_state *x = &s->x;
-	const char *name = "?";
+	const char *name;
 	json_auto_t *ans = NULL;
 	size_t i;
 
 	if (!x->active || x->done)
 		return err_set(err, EINVAL, "no exec in progress");
-	for (i = 0; i < x->n_pending && x->pending[i] != call_id; i++)
+	for (i = 0; i < x->n_pending && x->pending[i].id != call_id; i++)
 		;
 	if (i == x->n_pending)
 		return err_set(err, EINVAL, "no tool call %u is waiting for an answer", call_id);
+	name = x->pending[i].tool;
 	x->pending[i] = x->pending[--x->n_pending];
 	if (x->soft && now_ns() >= x->soft) {
 		/* Past the time limit (a tool that returned late, or an event

@@ -251,7 +251,7 @@ NSBOX_API int nsbox_session_add_tool(nsbox_session_t *s, const char *name, const
 
 struct nsbox_exec_opts {
 	size_t struct_size;	/* sizeof(struct nsbox_exec_opts) */
-	double timeout;		/* seconds; 0: the policy's TimeLimit (0 there: none) */
+	double timeout;		/* seconds, up to 1e9; 0: the policy's TimeLimit (0 there: none) */
 	bool repl;		/* return the last expression's value like a REPL */
 	const char *filename;	/* shown in tracebacks; NULL: "<exec>" */
 	/* Since 0.2.0.  One line of an interactive console: an expression

@@ -225,12 +225,16 @@ static int payload_fds(struct payload *pl, struct nsbox_err *err)
 
 	if (n > 32)
 		return err_set(err, EINVAL, "too many fds to pass (%zu)", n);
+	/* Parked at 3 + n and up, above every target of the dup2s below (so
+	 * none has fd == newfd, nor overwrites a parked copy).  Not at a fixed
+	 * 100: F_DUPFD fails with EINVAL at or past RLIMIT_NOFILE, which a host
+	 * started with `ulimit -n 64` passes on, and no sandbox could start. */
 	for (size_t i = 0; i < n; i++)
-		if ((hi[i] = fcntl(s->pass_fds[i], F_DUPFD_CLOEXEC, 100)) < 0)
+		if ((hi[i] = fcntl(s->pass_fds[i], F_DUPFD_CLOEXEC, 3 + (int)n)) < 0)
 			return err_sys(err, "dup fd %d", s->pass_fds[i]);
-	if (pl->exec_fd >= 0 && (pl->exec_fd = fcntl(pl->exec_fd, F_DUPFD_CLOEXEC, 100)) < 0)
+	if (pl->exec_fd >= 0 && (pl->exec_fd = fcntl(pl->exec_fd, F_DUPFD_CLOEXEC, 3 + (int)n)) < 0)
 		return err_sys(err, "dup exec fd");
-	if ((pl->err_fd = fcntl(pl->err_fd, F_DUPFD_CLOEXEC, 100)) < 0)
+	if ((pl->err_fd = fcntl(pl->err_fd, F_DUPFD_CLOEXEC, 3 + (int)n)) < 0)
 		return err_sys(err, "dup error pipe");
 	for (size_t i = 0; i < n; i++)
 		if (dup2(hi[i], 3 + (int)i) < 0)

@@ -927,6 +927,16 @@ static nsbox_result_t *make_result(const struct session_result *res)
 	return r;
 }
 
+/* The session turns a timeout into a deadline in nanoseconds: an infinite
+ * or huge one would wrap it into the past and kill the code at once. */
+static int check_timeout(double t, nsbox_error_t **err, const char *what)
+{
+	if (!(t >= 0) || t > POLICY_TIME_LIMIT_MAX)
+		return fail(err, -EINVAL, "%s: timeout %g is out of range (0 for the policy's, else up to %g seconds)",
+			    what, t, POLICY_TIME_LIMIT_MAX);
+	return 0;
+}
+
 static void exec_req(struct session_exec_req *req, const char *code, const struct nsbox_exec_opts *o)
 {
 	req->code = code;
@@ -955,8 +965,8 @@ int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opt
 		return k;
 	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_exec_opts") < 0)
 		return -EINVAL;
-	if (!(o.timeout >= 0))
-		return fail(err, -EINVAL, "nsbox_exec: timeout %g is negative", o.timeout);
+	if (check_timeout(o.timeout, err, "nsbox_exec") < 0)
+		return -EINVAL;
 	if (!enter(s))
 		return busy(err, "nsbox_exec");
 	exec_req(&req, code, &o);
@@ -1030,8 +1040,8 @@ int nsbox_exec_start(nsbox_session_t *s, const char *code, const struct nsbox_ex
 		return k;
 	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_exec_opts") < 0)
 		return -EINVAL;
-	if (!(o.timeout >= 0))
-		return fail(err, -EINVAL, "nsbox_exec_start: timeout %g is negative", o.timeout);
+	if (check_timeout(o.timeout, err, "nsbox_exec_start") < 0)
+		return -EINVAL;
 	if (!enter(s))
 		return busy(err, "nsbox_exec_start");
 	exec_req(&req, code, &o);

@@ -31,7 +31,6 @@
 #define PIDS_MAX 4194304UL		/* PID_MAX_LIMIT on 64-bit, proc(5) */
 #define NOFILE_MAX 1048576UL		/* fs.nr_open default: setrlimit(2) fails above it */
 #define CPUS_MAX 65536.0
-#define TIME_LIMIT_MAX 1e9		/* about 31 years */
 #define ID_MAX 4294967294UL		/* (uid_t)-1 means "no change" to setresuid(2) */
 
 #define SIZE_HINT "use a number with optional K, M, G, T suffix, or infinity"
@@ -412,7 +411,7 @@ static int set_cpus(struct nsbox_policy *p, const char *v, struct nsbox_err *err
 
 static int set_time_limit(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
-	return value_decimal(v, 0.001, TIME_LIMIT_MAX, "30 or 2.5", &p->time_limit, err);
+	return value_decimal(v, 0.001, POLICY_TIME_LIMIT_MAX, "30 or 2.5", &p->time_limit, err);
 }
 
 static int set_tmp_size(struct nsbox_policy *p, const char *v, struct nsbox_err *err)

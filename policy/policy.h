@@ -36,6 +36,7 @@ struct policy_mount {
 #define POLICY_MAX_NET_RULES 64
 #define POLICY_TREE_NAME_MAX 64	/* RootFS=NAME */
 #define POLICY_PRELOAD_MAX 1024	/* Preload= */
+#define POLICY_TIME_LIMIT_MAX 1e9	/* seconds, about 31 years: TimeLimit=, an exec's timeout */
 
 struct nsbox_policy {
 	char *name;		/* "default", "strict", "permissive" or the file path */

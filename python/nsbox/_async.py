@@ -13,6 +13,8 @@ import contextvars
 import ctypes
 import errno as _errno
 import inspect
+import os
+import threading
 from ctypes import byref, c_void_p, sizeof
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -54,18 +56,79 @@ class _Exec:
     def stop_reading(self):
         if self.reading:
             self.reading = False
-            self.loop.remove_reader(self.fd)
+            if not self.loop.is_closed():
+                self.loop.remove_reader(self.fd)
 
     def finish(self, error=None):
         """The exec is over (DONE, a failure, or the sandbox closed)."""
         self.stop_reading()
+        if error is not None and self.error is None:
+            self.error = error
+        if self.loop.is_closed():
+            # Closed with this exec pending (close() after the loop ended):
+            # nothing can be scheduled on it, and nobody awaits it any more.
+            self.tools.clear()
+            return
         for t in self.tools.values():
             t.cancel()
         self.tools.clear()
-        if error is not None and self.error is None:
-            self.error = error
         if not self.done.done():
             self.done.set_result(None)
+
+
+def _loop_elsewhere(loop):
+    """Whether loop is running on another thread than this one."""
+    if not loop.is_running():
+        return False
+    try:
+        return asyncio.get_running_loop() is not loop
+    except RuntimeError:
+        return True
+
+
+class _LoopLock:
+    """One call's hold on an AsyncSandbox's asyncio.Lock.  Calls from a
+    second event loop (another thread's asyncio.run()) while calls of the
+    first are running or waiting are refused: an asyncio.Lock wakes its
+    waiters with no thread safety, so a waiter on the other loop slept
+    forever."""
+
+    __slots__ = ("sb", "what", "lock")
+
+    def __init__(self, sb, what):
+        self.sb = sb
+        self.what = what
+        self.lock = None
+
+    async def __aenter__(self):
+        sb = self.sb
+        loop = asyncio.get_running_loop()
+        with sb._loop_guard:
+            if sb._alock_loop is not loop:
+                if sb._alock_users and not sb._alock_loop.is_closed():
+                    raise SandboxError("cannot %s the AsyncSandbox from this event loop: it is in use by "
+                                       "another one (another thread's); use it from one loop at a time"
+                                       % self.what, _errno.EBUSY)
+                # (Calls of a closed loop never come back to leave.)
+                sb._alock = asyncio.Lock()
+                sb._alock_loop = loop
+                sb._alock_users = 0
+            sb._alock_users += 1
+            self.lock = sb._alock
+        try:
+            await self.lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+        return self.lock
+
+    async def __aexit__(self, *exc):
+        self.lock.release()
+        self._leave()
+
+    def _leave(self):
+        with self.sb._loop_guard:
+            self.sb._alock_users -= 1
 
 
 class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
@@ -88,7 +151,10 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
     it completes.  set_variable, get_variable, reset and info are one short
     blocking round trip to the sandbox each, made directly on the loop's
     thread (libnsbox has no asynchronous form of them); a restart they
-    trigger runs in the executor.  Calls on one AsyncSandbox are serialised.
+    trigger runs in the executor.  Calls on one AsyncSandbox are serialised,
+    on one event loop at a time: a call from another loop (another thread's
+    asyncio.run()) while calls of the first run or wait raises SandboxError
+    (EBUSY).
 
     Cancelling the task awaiting execute() (task.cancel(), asyncio.wait_for,
     asyncio.timeout) cancels the code (nsbox_cancel), waits for the sandbox to
@@ -111,6 +177,8 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
                  net_max_connections: Optional[int] = None) -> None:
         self._alock: Optional[asyncio.Lock] = None
         self._alock_loop: Optional[asyncio.AbstractEventLoop] = None
+        self._alock_users = 0       # calls holding or awaiting _alock
+        self._loop_guard = threading.Lock()
         self._cur: Optional[_Exec] = None
         self._ev = _lib.Event(struct_size=sizeof(_lib.Event))
         self._aerr = c_void_p()
@@ -147,7 +215,32 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
             # close() while an exec runs (from another task, or a finaliser):
             # the exec ends with an error; the handle is freed next.
             self._lib.nsbox_cancel(cur.h)
-            cur.finish(SandboxError("the sandbox was closed during execute()", _errno.EBADF))
+            error = SandboxError("the sandbox was closed during execute()", _errno.EBADF)
+            if _loop_elsewhere(cur.loop):
+                # From another thread than the loop's: the exec's future and
+                # reader belong to that loop (a result set from here never
+                # woke the awaiting task), and its thread may be inside
+                # nsbox_exec_advance on the handle about to be freed.  Finish
+                # there, and wait for it.
+                done = threading.Event()
+
+                def finish():
+                    try:
+                        cur.finish(error)
+                        if self._cur is cur:
+                            self._cur = None
+                    finally:
+                        done.set()
+
+                try:
+                    cur.loop.call_soon_threadsafe(finish)
+                except RuntimeError:
+                    pass  # closed meanwhile: nothing runs there any more
+                else:
+                    while not done.wait(0.1):
+                        if not cur.loop.is_running():
+                            break
+            cur.finish(error)
             self._cur = None
         self._fd = -1
 
@@ -173,15 +266,12 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
     # ---- life cycle ----
 
     def _lock_for_loop(self, what="call"):
-        """The lock serialising this sandbox's calls, made for the running
-        loop (a new loop, e.g. a second asyncio.run(), gets a new one)."""
+        """An async context manager serialising this sandbox's calls on the
+        running loop (a new loop, e.g. a second asyncio.run(), gets a new
+        lock once the last one's calls are over)."""
         if _tool_of.get() is self:
             raise SandboxError("a tool cannot %s the sandbox that is calling it" % what, _errno.EBUSY)
-        loop = asyncio.get_running_loop()
-        if self._alock is None or (self._alock_loop is not loop and not self._alock.locked()):
-            self._alock = asyncio.Lock()
-            self._alock_loop = loop
-        return self._alock
+        return _LoopLock(self, what)
 
     async def _asession(self):
         """The live session; a (re)start runs nsbox_session_new in the
@@ -330,7 +420,7 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
                 fd = lib.nsbox_session_fd(h)
                 if fd < 0:
                     err = ctypes.get_errno() or _errno.EIO
-                    raise SandboxError("nsbox_session_fd failed", err)
+                    raise SandboxError("execute: nsbox_session_fd: %s" % os.strerror(err), err)
                 self._fd = fd
             err = self._aerr
             rc = lib.nsbox_exec_start(h, b, opts, byref(err))
@@ -527,7 +617,7 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
 
     async def set_variable(self, name: str, value: Any) -> None:
         """Bind a global inside to value (the built-in types, as for Sandbox)."""
-        _tools.check_name(name)
+        _tools.check_name(name, "variable name")
         data = _values.dumps(value)
         async with self._lock_for_loop():
             h = await self._asession()
@@ -535,7 +625,7 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
 
     async def get_variable(self, name: str, default: Any = _MISSING) -> Any:
         """A global's value; UndefinedVariable (a KeyError) unless default."""
-        _tools.check_name(name)
+        _tools.check_name(name, "variable name")
         async with self._lock_for_loop():
             h = await self._asession()
             return await self._off_loop(h, lambda: self._get_var(h, name, default))

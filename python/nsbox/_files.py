@@ -100,28 +100,64 @@ def _finish(step, x):
     raise RuntimeError("a file operation made more than one call")
 
 
+def _int(value, what, lo, hi):
+    """value as an int in [lo, hi] for a C integer: ctypes would keep its
+    low bits (mode=2**40 made the file with mode 0, max_bytes=2**64+1 was a
+    cap of 1 byte), and int() would take "644" as decimal."""
+    if isinstance(value, float) and value.is_integer():
+        n = int(value)
+    elif isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise TypeError("%s must be an int, not %r" % (what, value))
+    else:
+        n = value.__index__()
+    if not lo <= n <= hi:
+        raise ValueError("%s must be between %d and %d, not %r" % (what, lo, hi, value))
+    return n
+
+
+def _mode(mode, what):
+    return _int(mode, what + ": mode", 0, 0o7777)
+
+
+_U64_MAX = (1 << 64) - 1
+
+
 def _op_write_file(lib, path, data, mode):
     if isinstance(data, str):
         data = data.encode("utf-8")
-    data = bytes(data)
-    yield "write_file", lib.nsbox_write_file, (_path(path), data, len(data), int(mode))
+    elif isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data)
+    else:
+        # bytes(5) is five NUL bytes, bytes([1, 2]) a list's: never what was meant.
+        raise TypeError("write_file: data must be str or bytes, not %s" % type(data).__name__)
+    mode = _mode(mode, "write_file")
+    yield "write_file", lib.nsbox_write_file, (_path(path), data, len(data), mode)
 
 
 def _op_read_file(lib, path, max_bytes):
-    if max_bytes is not None and not max_bytes >= 1:
-        raise ValueError("read_file: max_bytes must be at least 1, not %r" % (max_bytes,))
+    if max_bytes is not None:
+        max_bytes = _int(max_bytes, "read_file: max_bytes", 1, _U64_MAX)
     out = c_void_p()
     n = c_size_t()
-    yield "read_file", lib.nsbox_read_file, (_path(path), byref(out), byref(n), int(max_bytes or 0))
+    # The yield is inside the try: a KeyboardInterrupt handled as the C call
+    # returns never resumes this generator, and its close (at garbage
+    # collection) frees the buffer here, up to 64 MiB that leaked before.
     try:
+        yield "read_file", lib.nsbox_read_file, (_path(path), byref(out), byref(n), max_bytes or 0)
         return ctypes.string_at(out.value, n.value) if n.value else b""
     finally:
-        lib.nsbox_free(out.value)
+        if out.value:
+            lib.nsbox_free(out.value)
 
 
 def _op_list_files(lib, path):
     out = c_void_p()
-    yield "list_files", lib.nsbox_list_files, (_path(path), byref(out))
+    try:
+        yield "list_files", lib.nsbox_list_files, (_path(path), byref(out))
+    except GeneratorExit:
+        if out.value:
+            lib.nsbox_free(out.value)
+        raise
     v = json.loads(_lib.take_string(out.value))
     ents = FileList(v["entries"])
     ents.truncated = v.get("truncated") is True
@@ -129,7 +165,7 @@ def _op_list_files(lib, path):
 
 
 def _op_make_dir(lib, path, mode):
-    yield "make_dir", lib.nsbox_make_dir, (_path(path), int(mode))
+    yield "make_dir", lib.nsbox_make_dir, (_path(path), _mode(mode, "make_dir"))
 
 
 def _op_upload_dir(lib, local, remote):
@@ -137,12 +173,12 @@ def _op_upload_dir(lib, local, remote):
 
 
 def _op_download_dir(lib, remote, local, max_bytes, max_files):
-    if not max_bytes > 0 or not max_files > 0:
-        raise ValueError("download_dir: max_bytes and max_files must be positive")
+    max_bytes = _int(max_bytes, "download_dir: max_bytes", 1, _U64_MAX)
+    max_files = _int(max_files, "download_dir: max_files", 1, _U64_MAX)
     os.makedirs(local, exist_ok=True)
     try:
         return (yield "download_dir", lib.nsbox_download_dir,
-                (_path(remote), os.fsencode(local), int(max_bytes), int(max_files)))
+                (_path(remote), os.fsencode(local), max_bytes, max_files))
     except SandboxFileError as e:
         if e.errno == _errno.EEXIST:  # on the host, where nothing is overwritten
             raise FileExistsError(e.errno, e.message) from None

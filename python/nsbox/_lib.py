@@ -253,7 +253,9 @@ def load():
     handle = None
     for cand in _candidates():
         try:
-            handle = ctypes.CDLL(cand)
+            # use_errno: the functions documented as "-1 with errno set"
+            # (nsbox_session_fd) report why through ctypes.get_errno().
+            handle = ctypes.CDLL(cand, use_errno=True)
             library_path = cand
             break
         except OSError as e:

@@ -20,24 +20,60 @@ _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def to_bytes(s, what):
-    """s as bytes for a C string; ValueError for an embedded NUL."""
-    if isinstance(s, bytes):
-        b = s
+    """s (str or bytes) as bytes for a C string; TypeError for another type
+    (str() of it would be passed on as if it were text: execute(None) ran
+    "None"), ValueError for an embedded NUL."""
+    if isinstance(s, (bytes, bytearray, memoryview)):
+        b = bytes(s)
+    elif isinstance(s, str):
+        b = s.encode("utf-8", "surrogateescape")
     else:
-        b = str(s).encode("utf-8", "surrogateescape")
+        raise TypeError("%s must be str or bytes, not %s" % (what, type(s).__name__))
     if b"\0" in b:
         raise ValueError("%s contains a NUL character" % what)
     return b
 
 
+# libnsbox's bound on a timeout (POLICY_TIME_LIMIT_MAX, about 31 years):
+# past it, nsbox_exec refuses it (an infinite one killed the code at once).
+TIMEOUT_MAX = 1e9
+
+
 def check_timeout(timeout):
-    """None, or timeout as a positive float."""
+    """None, or timeout as a positive float of at most TIMEOUT_MAX seconds."""
     if timeout is None:
         return None
-    t = float(timeout)
+    try:
+        if isinstance(timeout, bool):
+            raise TypeError
+        t = float(timeout)
+    except (TypeError, ValueError):
+        raise TypeError("timeout must be a number of seconds, not %r" % (timeout,)) from None
     if not t > 0:
         raise ValueError("timeout must be a positive number of seconds, not %r" % (timeout,))
+    if not t <= TIMEOUT_MAX:
+        raise ValueError("timeout must be at most %g seconds (None for the policy's), not %r"
+                         % (TIMEOUT_MAX, timeout))
     return t
+
+
+_U64 = 1 << 64
+
+
+def check_uint(value, what, limit=_U64):
+    """value as an int in [0, limit) for a C unsigned parameter; ctypes
+    would silently keep its low bits (pids=2**64 was 0: no limit)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        n = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise PolicyError("%s must be a whole number, not %r" % (what, value), _errno.EINVAL) from None
+    if n < 0:
+        raise PolicyError("%s must not be negative, not %r" % (what, value), _errno.EINVAL)
+    if n >= limit:
+        raise PolicyError("%s is too large: %r (at most %d)" % (what, value, limit - 1), _errno.ERANGE)
+    return n
 
 
 OUTPUT_LIMIT_MIN = 16
@@ -79,17 +115,25 @@ def apply_limits(lib, p, memory=None, pids=None, cpus=None):
         if isinstance(memory, str):
             rc = lib.nsbox_policy_set(p, b"Limits", b"Memory", to_bytes(memory, "memory"), byref(err))
         else:
-            if isinstance(memory, bool) or int(memory) < 0:
+            if isinstance(memory, bool) or not isinstance(memory, (int, float)) or not memory >= 0:
                 raise PolicyError("memory must be a number of bytes or a size such as '256M', not %r"
                                   % (memory,), _errno.EINVAL)
-            rc = lib.nsbox_policy_set_memory(p, int(memory), byref(err))
+            rc = lib.nsbox_policy_set_memory(p, check_uint(memory, "memory"), byref(err))
         _lib.check(rc, err, "policy memory", PolicyError)
     if pids is not None:
-        if isinstance(pids, bool) or int(pids) < 0:
+        if isinstance(pids, bool) or isinstance(pids, (int, float)) and not pids >= 0:
             raise PolicyError("pids must be a count, not %r" % (pids,), _errno.EINVAL)
-        _lib.check(lib.nsbox_policy_set_pids(p, int(pids), byref(err)), err, "policy pids", PolicyError)
+        _lib.check(lib.nsbox_policy_set_pids(p, check_uint(pids, "pids"), byref(err)), err, "policy pids",
+                   PolicyError)
     if cpus is not None:
-        _lib.check(lib.nsbox_policy_set_cpus(p, float(cpus), byref(err)), err, "policy cpus", PolicyError)
+        try:
+            if isinstance(cpus, bool):
+                raise TypeError
+            c = float(cpus)
+        except (TypeError, ValueError):
+            raise PolicyError("cpus must be a number of CPUs (0.5 = half a CPU), not %r" % (cpus,),
+                              _errno.EINVAL) from None
+        _lib.check(lib.nsbox_policy_set_cpus(p, c, byref(err)), err, "policy cpus", PolicyError)
 
 
 def check_policy(lib, p, remote=False):
@@ -163,6 +207,10 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
     refused, with nothing leaked."""
     err = c_void_p()
     out = c_void_p()
+    # Truthiness would make share_net="no" (or "false" from a config file)
+    # share the host's network: only a bool (or 0/1) says it.
+    if share_net not in (True, False) or not isinstance(share_net, (bool, int)):
+        raise TypeError("share_net must be True or False, not %r" % (share_net,))
     name = None if policy is None else to_bytes(os.fspath(policy), "policy")
     _lib.check(lib.nsbox_policy_new(name, byref(out), byref(err)), err, "policy %s" % (policy,), PolicyError)
     p = out.value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import errno as _errno
+import io
 import json
 import os
 from typing import IO, Any, Callable, Dict, List, Optional, Sequence, Union
@@ -74,8 +75,13 @@ def _fd(f, default, what):
         flush = getattr(f, "flush", None)
         if flush is not None and what != "stdin":
             flush()
-        fd = fileno()
-    if fd < 0:
+        try:
+            fd = fileno()
+        except io.UnsupportedOperation:
+            raise TypeError("%s: %r has no file descriptor (use an open file, a pipe or a socket)"
+                            % (what, f)) from None
+    # ctypes keeps the low bits: stdin=2**32 was fd 0, the host's own stdin.
+    if not 0 <= fd < 1 << 31:
         raise ValueError("%s: bad file descriptor %d" % (what, fd))
     return fd
 

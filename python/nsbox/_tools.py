@@ -30,9 +30,11 @@ _PY_NAMES = {"integer": "int", "number": "float", "string": "str", "boolean": "b
              "array": "list", "object": "dict"}
 
 
-def check_name(name):
-    if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
-        raise ValueError("tool name must be a Python identifier, not %r" % (name,))
+def check_name(name, what="tool name"):
+    if not isinstance(name, str):
+        raise TypeError("%s must be a str (a Python identifier), not %r" % (what, name))
+    if not name.isidentifier() or keyword.iskeyword(name):
+        raise ValueError("%s must be a Python identifier, not %r" % (what, name))
 
 
 def check_tool_name(name):
@@ -398,6 +400,8 @@ class Tool:
         self.schema_json = _values.json.dumps(schema).encode() if schema is not None else None
         if description is None:
             description = parse_docstring(inspect.getdoc(fn))[0]
+        elif not isinstance(description, str):
+            raise TypeError("tool %s: description must be a str, not %s" % (name, type(description).__name__))
         self.description = description or ""
 
     def check(self, args, kwargs):

@@ -3,7 +3,10 @@
 Threading: a Sandbox may be shared between threads (calls are serialised by
 a lock); different Sandboxes run in parallel, since ctypes releases the GIL
 around every libnsbox call.  Tool functions run on the thread that called
-execute().  cancel() may be called from any thread.
+execute().  cancel() may be called from any thread; close() from another
+thread cancels the running code before taking the lock.  A forked child
+gets fresh locks (_after_fork_in_child): the parent's sandboxes are not its
+own, and a lock held by a parent thread at the fork would never be freed.
 
 _SandboxBase holds what Sandbox and AsyncSandbox (_async.py) share: the
 options, the policy, starting and dropping the session, tools, limits, and
@@ -56,6 +59,25 @@ def _close_all():
             sb.close()
         except Exception:
             pass
+
+
+def _after_fork_in_child():
+    # A child forked while another thread was inside a call on a Sandbox
+    # inherits that Sandbox's locks held by a thread that does not exist
+    # here: its first call, or its close at exit, waited for them forever.
+    # The child owns none of the parent's sandboxes (libnsbox refuses them:
+    # "belongs to the parent process"), so it gets fresh locks and no call
+    # in progress.
+    for sb in list(_live):
+        sb._lock = threading.RLock()
+        sb._hlock = threading.Lock()
+        sb._in_exec = 0
+        if hasattr(sb, "_loop_guard"):
+            sb._loop_guard = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class ExecResult:
@@ -163,16 +185,39 @@ def run_awaitable(aw: Any, timeout: Optional[float] = None) -> Any:
     except RuntimeError:
         return asyncio.run(main())
     box: Dict[str, Any] = {}
+    started = threading.Event()
+
+    async def in_thread() -> Any:
+        box["loop"] = asyncio.get_running_loop()
+        box["task"] = asyncio.current_task()
+        started.set()
+        return await main()
 
     def target() -> None:
         try:
-            box["value"] = asyncio.run(main())
+            box["value"] = asyncio.run(in_thread())
         except BaseException as e:  # noqa: B036 (re-raised on the calling thread)
             box["error"] = e
+        finally:
+            started.set()
 
     t = threading.Thread(target=target, name="nsbox-async-tool", daemon=True)
     t.start()
-    t.join()
+    try:
+        t.join()
+    except BaseException:
+        # Ctrl-C (or another exception) while waiting: cancel the tool's
+        # coroutine in its thread, which would otherwise run on unowned,
+        # for good with no time limit.
+        started.wait(1)
+        loop, task = box.get("loop"), box.get("task")
+        if loop is not None and task is not None:
+            try:
+                loop.call_soon_threadsafe(task.cancel)
+            except RuntimeError:
+                pass  # its loop has ended already
+        t.join(5)
+        raise
     if "error" in box:
         raise box["error"]
     return box.get("value")
@@ -440,18 +485,22 @@ class _SandboxBase:
         # Kept for the life of the object: libnsbox holds these pointers.
         self._tool_cb = self._make_tool_cb()
         self._output_cb = self._make_output_cb(on_output)
+        if on_output is not None and not callable(on_output):
+            raise TypeError("on_output must be callable, not %r" % (on_output,))
         d.on_output = on_output
         # The sink holds no reference to the Sandbox (see _Dispatch).
         self._warn = _policy.WarnSink(on_warning, defer=self._defer_warnings)
         self._warn_cb = _lib.WARN_FN(self._warn)
         self._sess_opts = _lib.SessionOpts(struct_size=sizeof(_lib.SessionOpts), cold=bool(cold),
                                            output_limit=_policy.check_output_limit(output_limit),
-                                           max_tool_calls=int(max_tool_calls or 0), output=self._output_cb,
+                                           max_tool_calls=_policy.check_uint(max_tool_calls or 0, "max_tool_calls",
+                                                                             1 << 32),
+                                           output=self._output_cb,
                                            warn=self._warn_cb, spare=spare is True, no_spare=spare is False,
                                            # ctypes may run Python threads: always the helper
                                            in_process=False)
         # nsboxd(8): kept alive with the options, which point at it.
-        self._connect = os.fsencode(connect) if connect is not None else None
+        self._connect = _policy.to_bytes(os.fsencode(connect), "connect") if connect is not None else None
         self._sess_opts.connect = self._connect
         if on_net_request is not None:
             if not callable(on_net_request):
@@ -515,9 +564,7 @@ class _SandboxBase:
         plain = mode != 2
         if timeout is None:
             return self._plain_opts if plain else self._exec_opts
-        timeout = float(timeout)
-        if not timeout > 0:
-            raise ValueError("timeout must be a positive number of seconds, not %r" % (timeout,))
+        timeout = _policy.check_timeout(timeout)
         return _lib.ExecOpts(struct_size=sizeof(_lib.ExecOpts), timeout=timeout, repl=True,
                              flags=_lib.EXEC_PLAIN if plain else 0)
 
@@ -528,13 +575,16 @@ class _SandboxBase:
             raise ValueError("code contains a NUL character")
         return b
 
-    def _new_session(self):
+    def _new_session(self, out=None):
         """nsbox_session_new: the blocking part of a start (1-20 ms); may run
         in a worker thread.  Returns the handle, or raises with the queued
-        warnings flushed first."""
+        warnings flushed first.  out: a c_void_p the handle is also left
+        in, for a caller that must free it should an exception (a Ctrl-C
+        handled as the call returns) come before it is adopted."""
         lib = self._lib
         err = c_void_p()
-        out = c_void_p()
+        if out is None:
+            out = c_void_p()
         policy = self._policy
         if policy is None:
             raise SandboxError("the sandbox is closed", _errno.EBADF)
@@ -543,14 +593,17 @@ class _SandboxBase:
             raise _lib.error_from(rc, err.value, "starting the sandbox")
         return out.value
 
-    def _install(self, h):
-        """Adopt a new session handle: warnings, tools.  Frees h on failure."""
+    def _install(self, h, out=None):
+        """Adopt a new session handle: warnings, tools.  Frees h on failure
+        (and then clears out, the c_void_p _start keeps it in)."""
         lib = self._lib
         try:
             self._warn.flush()
             for t in self._dispatch.tools.values():
                 self._add_tool(h, t)
         except BaseException:
+            if out is not None:
+                out.value = None
             lib.nsbox_session_free(h)
             raise
         with self._hlock:
@@ -560,16 +613,26 @@ class _SandboxBase:
         self._dead = None
 
     def _start(self):
+        # A SIGINT during nsbox_session_new is handled as it returns: the
+        # KeyboardInterrupt came before the new handle was kept anywhere,
+        # and its sandbox ran on, owned by nobody, until the process ended.
+        out = c_void_p()
         try:
-            h = self._new_session()
-        except SandboxError as e:
             try:
-                # The warnings may say why (a fallback that failed).
-                self._warn.flush()
-            except BaseException as w:
-                e.__context__ = w
+                h = self._new_session(out)
+            except SandboxError as e:
+                try:
+                    # The warnings may say why (a fallback that failed).
+                    self._warn.flush()
+                except BaseException as w:
+                    e.__context__ = w
+                raise
+            self._install(h, out)
+        except BaseException:
+            h, out.value = out.value, None
+            if h and self._sess != h:
+                self._lib.nsbox_session_free(h)
             raise
-        self._install(h)
 
     def _add_tool(self, h, t):
         err = c_void_p()
@@ -619,10 +682,20 @@ class _SandboxBase:
             raise SandboxError("a tool cannot restart the sandbox that is calling it", _errno.EBUSY)
 
     def close(self) -> None:
-        """Kill the sandbox and free everything.  Idempotent."""
+        """Kill the sandbox and free everything.  Idempotent.  From another
+        thread while a call runs, the running code is cancelled first
+        (that call raises Cancelled), instead of waiting for it to end."""
         if self._closed:
             return
-        with self._lock:
+        lock = self._lock
+        if not lock.acquire(blocking=False):
+            # Another thread is in a call: an execute() may run for its whole
+            # time limit, or forever without one.
+            with self._hlock:
+                if self._sess:
+                    self._lib.nsbox_cancel(self._sess)
+            lock.acquire()
+        try:
             if self._closed:
                 return
             h = self._close_begin()
@@ -631,36 +704,48 @@ class _SandboxBase:
                     self._lib.nsbox_session_free(h)
             finally:
                 self._close_end()
+        finally:
+            lock.release()
 
     def _close_begin(self):
         """close() up to freeing the session: marks it closed and returns
-        the handle to free (None: nothing to free); _close_end() after."""
+        the handle to free (None: nothing to free); _close_end() after,
+        always: it raises what _before_close raised, once the handle is
+        freed (AsyncSandbox's loop closed must not leave the sandbox
+        running)."""
         if self._busy_in_tool():
             raise SandboxError("a tool cannot close the sandbox that is calling it", _errno.EBUSY)
         self._closed = True
         _live.discard(self)
+        self._close_error = None
         if os.getpid() != self._owner_pid:
             # A forked child inherited the object, not the sandbox: the
-            # parent still owns the session and the helper.
-            self._sess = self._policy = None
-            return None
-        self._before_close()
+            # parent still owns the session and the helper.  Freeing the
+            # handle here only closes the child's copies of its fds
+            # (nsbox_session_free abandons a parent's session).
+            self._policy = None
+        else:
+            try:
+                self._before_close()
+            except BaseException as e:
+                self._close_error = e
+            self._policy_to_free = True
         with self._hlock:
             h = self._sess
             self._sess = None
             self._dispatch.handle = None
-        self._policy_to_free = True
         return h
 
     def _close_end(self):
-        if not getattr(self, "_policy_to_free", False):
-            return
-        self._policy_to_free = False
-        p, self._policy = self._policy, None
-        if p:
-            self._lib.nsbox_policy_free(p)
-        # The last records come while the session is freed.
-        e = self._dispatch.take_net_error()
+        e, self._close_error = getattr(self, "_close_error", None), None
+        if getattr(self, "_policy_to_free", False):
+            self._policy_to_free = False
+            p, self._policy = self._policy, None
+            if p:
+                self._lib.nsbox_policy_free(p)
+            if e is None:
+                # The last records come while the session is freed.
+                e = self._dispatch.take_net_error()
         if e is not None:
             raise e
 
@@ -676,6 +761,17 @@ class _SandboxBase:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    # A copy would share the session handle: closing one freed it under the
+    # other (use after free, then a double free: a segfault).
+    def __copy__(self) -> Any:
+        raise TypeError("a %s cannot be copied: it owns a running sandbox (make a new one)" % self._kind)
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        raise TypeError("a %s cannot be copied: it owns a running sandbox (make a new one)" % self._kind)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError("a %s cannot be pickled: it owns a running sandbox" % self._kind)
 
     # ---- results ----
 
@@ -819,18 +915,21 @@ class _SandboxBase:
     def _get_var(self, h, name, default):
         err = c_void_p()
         out = c_void_p()
-        rc = self._lib.nsbox_get_var(h, name.encode(), byref(out), byref(err))
-        if rc == -_errno.ENOENT:
-            if err.value:
-                self._lib.nsbox_error_free(err.value)
-            if default is not _MISSING:
-                return default
-            raise UndefinedVariable("the sandbox has no global named %r" % name, _errno.ENOENT)
-        self._check_state(rc, err, "get_variable %s" % name)
-        p = out.value
+        # One try from the call on: a KeyboardInterrupt handled as it
+        # returns must not leak the value's buffer.
         try:
+            rc = self._lib.nsbox_get_var(h, name.encode(), byref(out), byref(err))
+            if rc == -_errno.ENOENT:
+                if err.value:
+                    self._lib.nsbox_error_free(err.value)
+                if default is not _MISSING:
+                    return default
+                raise UndefinedVariable("the sandbox has no global named %r" % name, _errno.ENOENT)
+            self._check_state(rc, err, "get_variable %s" % name)
+            p = out.value
             return _values.loads(ctypes.string_at(p)) if p else None
         finally:
+            p, out.value = out.value, None
             if p:
                 self._lib.nsbox_free(p)
 
@@ -1066,7 +1165,7 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
         bool, int, float, complex, str, bytes, bytearray, list, tuple, set,
         frozenset, dict) nested in any way up to 100 levels.  TypeError for
         another type, ValueError for a cycle or deeper nesting."""
-        _tools.check_name(name)
+        _tools.check_name(name, "variable name")
         data = _values.dumps(value)
         with self._lock:
             self._set_var(self._session(), name, data)
@@ -1074,7 +1173,7 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
     def get_variable(self, name: str, default: Any = _MISSING) -> Any:
         """A global's value (a ReprValue when it has no JSON form).  Raises
         UndefinedVariable (a KeyError) unless default is given."""
-        _tools.check_name(name)
+        _tools.check_name(name, "variable name")
         with self._lock:
             return self._get_var(self._session(), name, default)
 

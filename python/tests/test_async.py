@@ -3,6 +3,7 @@ and Ctrl-C during a blocking execute().  asyncio tests are plain functions
 driving asyncio.run (no pytest-asyncio)."""
 
 import asyncio
+import errno
 import os
 import signal
 import subprocess
@@ -493,3 +494,116 @@ def test_ctrl_c_ignored_does_not_hang(libnsbox, tmp_path):
                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert out.returncode == 0, out.stderr
     assert out.stdout == "value slept\nafter 42\n", out.stderr
+
+
+def test_close_after_its_loop_closed_with_an_exec_pending(libnsbox):
+    """close() of an AsyncSandbox whose loop ended while an execute() was
+    pending raised RuntimeError('Event loop is closed') and left the sandbox
+    running for the rest of the process (close() then returned early)."""
+    async def start():
+        s = nsbox.AsyncSandbox(timeout=30)
+        await s.start()
+        pid = (await s.info())["pid"]
+        task = asyncio.ensure_future(s.execute("import time; time.sleep(10)"))
+        await asyncio.sleep(0.3)
+        return s, pid, task
+
+    loop = asyncio.new_event_loop()
+    s, pid, task = loop.run_until_complete(start())
+    loop.close()
+    s.close()
+    assert s.closed
+    for _ in range(100):
+        if not os.path.exists("/proc/%d" % pid):
+            break
+        time.sleep(0.05)
+    assert not os.path.exists("/proc/%d" % pid), "the sandbox outlived close()"
+    task._log_destroy_pending = False
+
+
+def test_calls_from_two_event_loops_at_once_are_refused_not_hung(libnsbox):
+    """Two threads each running asyncio.run(sb.execute(...)) on one
+    AsyncSandbox: the second waited on an asyncio.Lock of the first loop,
+    whose release never woke it (not thread-safe): a hang for good."""
+    s = nsbox.AsyncSandbox(timeout=30)
+    out = []
+
+    def worker(i):
+        try:
+            out.append(asyncio.run(s.execute("import time; time.sleep(0.5); %d" % i)))
+        except nsbox.SandboxError as e:
+            out.append(e)
+
+    try:
+        ts = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(3)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(20)
+        assert not any(t.is_alive() for t in ts), "a call from a second event loop hung"
+        errors = [e for e in out if isinstance(e, nsbox.SandboxError)]
+        assert len(out) == 3 and len(errors) >= 1
+        assert all("in use by another one" in str(e) and e.errno == errno.EBUSY for e in errors)
+        assert asyncio.run(s.execute("6 * 7")) == 42          # one loop after another is fine
+    finally:
+        s.close()
+
+
+def test_close_from_another_thread_ends_the_exec_on_its_loop(libnsbox):
+    """close() from a thread other than the loop's while an execute() ran:
+    the exec's future was resolved from the wrong thread, so the awaiting
+    task never woke (a hang for good), and the handle was freed while the
+    loop's thread could still be driving it."""
+    s = nsbox.AsyncSandbox()            # no time limit
+    box = {}
+    started = threading.Event()
+
+    def worker():
+        async def main():
+            await s.start()
+            started.set()
+            try:
+                await s.execute("while True: pass")
+            except BaseException as e:  # noqa: B036
+                box["e"] = e
+        asyncio.run(main())
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+    assert started.wait(20)
+    time.sleep(0.5)
+    s.close()
+    t.join(15)
+    assert not t.is_alive(), "the execute() awaiting on the loop never woke after close()"
+    assert isinstance(box.get("e"), nsbox.SandboxError) and "closed during execute" in str(box["e"])
+
+
+def test_session_fd_failure_says_why(libnsbox):
+    """With no fd free, the first execute() of an AsyncSandbox failed with
+    'nsbox_session_fd failed' and errno EIO: libnsbox was loaded without
+    use_errno, so its errno never reached ctypes.get_errno()."""
+    import resource
+
+    async def main():
+        s = nsbox.AsyncSandbox(timeout=30)
+        await s.start()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        keep = []
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+            try:
+                while True:
+                    keep.append(os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC))
+            except OSError:
+                pass
+            with pytest.raises(nsbox.SandboxError) as ei:
+                await s.execute("1")
+        finally:
+            for k in keep:
+                os.close(k)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert ei.value.errno == errno.EMFILE and "nsbox_session_fd: Too many open files" in str(ei.value)
+        assert await s.execute("6 * 7") == 42
+        await s.aclose()
+
+    asyncio.run(main())

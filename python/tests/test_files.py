@@ -395,3 +395,64 @@ def test_async_file_call_cancelled_midway_keeps_its_session(libnsbox, tmp_path):
         await sb.aclose()
         return n
     assert asyncio.run(main()) == 6000
+
+
+def test_file_arguments_are_checked_not_wrapped(sb, tmp_path):
+    """ctypes kept an int's low bits and bytes() took an int as a length:
+    write_file(p, 5) wrote five NUL bytes, mode=2**40 made a file with mode
+    0, mode="644" was int("644") (0o1204), max_bytes=2**64+1 a 1-byte cap."""
+    with pytest.raises(TypeError, match="data must be str or bytes"):
+        sb.write_file("/tmp/a", 5)
+    with pytest.raises(TypeError, match="data must be str or bytes"):
+        sb.write_file("/tmp/a", [1, 2])
+    for bad in (2 ** 40, 2 ** 32 + 0o644, -2, 0o10000):
+        with pytest.raises(ValueError, match="write_file: mode must be between"):
+            sb.write_file("/tmp/a", b"x", mode=bad)
+        with pytest.raises(ValueError, match="make_dir: mode must be between"):
+            sb.make_dir("/tmp/d", mode=bad)
+    with pytest.raises(TypeError, match="mode must be an int"):
+        sb.write_file("/tmp/a", b"x", mode="644")
+    assert sb.execute("import os; os.path.exists('/tmp/a') or os.path.exists('/tmp/d')") is False
+    sb.write_file("/tmp/a", memoryview(b"hello"), mode=0o600)
+    assert sb.execute("oct(os.stat('/tmp/a').st_mode & 0o7777)") == "0o600"
+    with pytest.raises(ValueError, match="max_bytes must be between"):
+        sb.read_file("/tmp/a", max_bytes=2 ** 64 + 1)
+    with pytest.raises(TypeError, match="max_bytes must be an int"):
+        sb.read_file("/tmp/a", max_bytes="10")
+    assert sb.read_file("/tmp/a", max_bytes=5.0) == b"hello"
+    with pytest.raises(ValueError, match="max_files must be between"):
+        sb.download_dir("/tmp", tmp_path / "x", max_files=2 ** 64)
+    with pytest.raises(ValueError, match="max_bytes must be between"):
+        sb.download_dir("/tmp", tmp_path / "y", max_bytes=2 ** 70)
+
+
+def test_interrupted_read_file_frees_its_buffer(sb):
+    """A KeyboardInterrupt handled as nsbox_read_file returns never resumed
+    the operation, whose buffer (up to 64 MiB) was then never freed."""
+    import gc
+    import signal
+    lib = sb._lib
+    sb.write_file("/tmp/r", b"z" * 100000)
+    real_read, real_free = lib.nsbox_read_file, lib.nsbox_free
+    freed = []
+
+    def read(*a):
+        rc = real_read(*a)
+        os.kill(os.getpid(), signal.SIGINT)
+        return rc
+
+    def free(p):
+        freed.append(p)
+        return real_free(p)
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    lib.nsbox_read_file, lib.nsbox_free = read, free
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sb.read_file("/tmp/r")
+        gc.collect()
+    finally:
+        lib.nsbox_read_file, lib.nsbox_free = real_read, real_free
+        signal.signal(signal.SIGINT, old)
+    assert len(freed) == 1 and freed[0]
+    assert sb.read_file("/tmp/r") == b"z" * 100000

@@ -2,6 +2,8 @@
 no sandbox, then every Sandbox method against real sandboxes through
 libnsbox."""
 
+import ctypes
+import errno
 import gc
 import math
 import os
@@ -1950,3 +1952,377 @@ def test_nul_characters_cross(sb):
     with pytest.raises(nsbox.SandboxedException):
         sb.execute("raise ValueError('m\\0n')")
     assert sb.execute("1 + 1") == 2
+
+
+# ---- red team 4: the host misusing the SDK ----
+
+def _wait_child(pid, limit=20.0):
+    """The child's wait status, killing it when it outlives limit (a hang)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        done, st = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return st
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    return None
+
+
+def test_fork_while_another_thread_is_in_a_call(sb):
+    """A child forked while another thread runs execute() inherits the
+    Sandbox's lock held by a thread it does not have: its first call on it,
+    and its close at exit, waited forever.  Now the child is refused at once
+    (the sandbox is the parent's) and closes, and the parent is untouched."""
+    sb.set_variable("x", 42)
+    box = {}
+    t = threading.Thread(target=lambda: box.update(v=sb.execute("import time; time.sleep(1.5); x")))
+    t.start()
+    time.sleep(0.5)
+    pid = os.fork()
+    if pid == 0:
+        rc = 1
+        try:
+            try:
+                sb.execute("1")
+            except nsbox.SandboxError as e:
+                if "parent process" in str(e):
+                    rc = 0
+            sb.close()
+            nsbox.sandbox._close_all()          # what the child's exit runs
+        finally:
+            os._exit(rc)
+    st = _wait_child(pid)
+    t.join()
+    assert st is not None, "the forked child hung on the Sandbox's lock"
+    assert os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0
+    assert box["v"] == 42 and sb.execute("x") == 42
+
+
+def test_limits_do_not_wrap_through_ctypes(libnsbox):
+    """ctypes keeps an int's low bits: pids=2**64 was 0 (no limit),
+    memory=2**70 no limit, max_tool_calls=2**32+1 was 1, -1 was 2**32-1."""
+    for kw in (dict(pids=2 ** 64), dict(pids=2 ** 64 + 5), dict(memory=2 ** 70), dict(memory=2 ** 64 + (256 << 20))):
+        with pytest.raises(nsbox.PolicyError, match="too large"):
+            nsbox.Sandbox(**kw)
+    with pytest.raises(nsbox.PolicyError, match="max_tool_calls is too large"):
+        nsbox.Sandbox(max_tool_calls=2 ** 32 + 1)
+    with pytest.raises(nsbox.PolicyError, match="max_tool_calls must not be negative"):
+        nsbox.Sandbox(max_tool_calls=-1)
+    with pytest.raises(nsbox.PolicyError, match="memory must be"):
+        nsbox.Sandbox(memory=float("inf"))
+    with pytest.raises(nsbox.PolicyError, match="cpus must be"):
+        nsbox.Sandbox(cpus=[1])
+    with nsbox.Sandbox(pids="12", cpus="0.5") as s:      # numeric strings still do
+        i = s.info()
+        assert i["pids_limit"] == 12 and i["cpus_limit"] == 0.5
+    for kw in (dict(pids=2 ** 64), dict(memory=2 ** 70)):
+        with pytest.raises(nsbox.PolicyError, match="too large"):
+            nsbox.run(["true"], **kw)
+
+
+def test_timeout_out_of_range_is_refused(sb):
+    """An infinite or huge timeout killed the code at once ('time limit
+    exceeded (inf s)') and lost the session."""
+    sb.set_variable("keep", 1)
+    for bad in (float("inf"), 1e300, 2e9):
+        with pytest.raises(ValueError, match="at most"):
+            nsbox.Sandbox(timeout=bad)
+        with pytest.raises(ValueError, match="at most"):
+            sb.execute("1", timeout=bad)
+        with pytest.raises(ValueError, match="at most"):
+            sb.set_limits(timeout=bad)
+    assert sb.execute("keep") == 1
+    assert sb.execute("2", timeout=1e9) == 2
+
+
+def test_wrong_types_are_type_errors(sb):
+    """Code that is not str/bytes ran as its str(): execute(None) ran
+    'None'.  Names of variables are reported as such."""
+    for bad in (None, 5, ["1"], object()):
+        with pytest.raises(TypeError, match="code must be str or bytes"):
+            sb.execute(bad)
+        with pytest.raises(TypeError, match="code must be str or bytes"):
+            sb.run(bad)
+    assert sb.execute(bytearray(b"6*7")) == 42
+    with pytest.raises(TypeError, match="variable name"):
+        sb.set_variable(5, 1)
+    with pytest.raises(ValueError, match="variable name must be a Python identifier"):
+        sb.get_variable("1x")
+    with pytest.raises(TypeError, match="on_output must be callable"):
+        nsbox.Sandbox(on_output=5)
+    with pytest.raises(TypeError, match="tool h: description must be a str"):
+        sb.register_function("h", len, description=5)     # was AttributeError from .encode()
+    assert sb.describe_tools() == ""
+
+
+def test_close_from_another_thread_cancels_the_running_code(libnsbox):
+    """close() from another thread waited for the running execute(): with
+    no time limit, forever."""
+    s = nsbox.Sandbox()
+    pid = s.pid
+    box = {}
+
+    def run():
+        try:
+            s.execute("while True: pass")
+        except BaseException as e:  # noqa: B036
+            box["e"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    closer = threading.Thread(target=s.close, daemon=True)
+    closer.start()
+    closer.join(10)
+    if closer.is_alive():
+        s.cancel()
+        closer.join(10)
+        t.join(10)
+        pytest.fail("close() from another thread waited for the running execute()")
+    t.join(10)
+    assert time.monotonic() - t0 < 5
+    assert isinstance(box.get("e"), nsbox.Cancelled)
+    assert s.closed and not os.path.exists("/proc/%d" % pid)
+
+
+def test_too_large_tool_answer_names_the_tool(sb):
+    """The ToolError for an answer over the frame limit said tool '?'."""
+    @sb.tool
+    def huge_answer():
+        return "x" * (20 << 20)
+
+    with pytest.raises(nsbox.SandboxedToolError, match="the answer of tool 'huge_answer' is too large"):
+        sb.execute("huge_answer()")
+    assert sb.execute("1 + 1") == 2
+
+
+_ASYNC_TOOL_SIGINT_CHILD = r"""
+import asyncio, os, signal, threading, time
+import nsbox
+
+sb = nsbox.Sandbox()            # no time limit
+
+
+@sb.tool
+async def forever():
+    await asyncio.sleep(3600)
+
+
+async def main():
+    # asyncio.run's SIGINT handler: the first Ctrl-C cancels the main task
+    # (blocked in execute), the second raises KeyboardInterrupt.
+    for d in (0.7, 1.4):
+        threading.Timer(d, os.kill, (os.getpid(), signal.SIGINT)).start()
+    try:
+        sb.execute("forever()")
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    print("after", sb.execute("1 + 1"), flush=True)
+
+try:
+    asyncio.run(main())
+except KeyboardInterrupt:
+    pass
+time.sleep(0.5)
+print("threads", sorted(t.name for t in threading.enumerate() if t.name.startswith("nsbox-async")), flush=True)
+"""
+
+
+def test_interrupted_async_tool_in_a_helper_thread_is_cancelled(libnsbox):
+    """A Sandbox's async tool called while an event loop runs on the thread
+    runs on a helper thread; a KeyboardInterrupt while execute() waited for
+    it left that thread running the coroutine for good (here an hour)."""
+    p = subprocess.run([sys.executable, "-c", _ASYNC_TOOL_SIGINT_CHILD], capture_output=True, text=True,
+                       timeout=60, env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nsbox.__file__))))
+    assert "interrupted" in p.stdout and "after 2" in p.stdout, p.stdout + p.stderr
+    assert "threads []" in p.stdout, p.stdout + p.stderr
+
+
+def test_sandbox_cannot_be_copied_or_pickled(sb):
+    """copy.copy(sb) shared the session handle: closing the copy freed it,
+    and the original then used freed memory and freed it again (SIGSEGV)."""
+    import copy
+    import pickle
+    for fn in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match="cannot be (copied|pickled)"):
+            fn(sb)
+    assert sb.execute("6 * 7") == 42
+
+
+def test_async_sandbox_cannot_be_copied(libnsbox):
+    import copy
+    s = nsbox.AsyncSandbox()
+    try:
+        with pytest.raises(TypeError, match="AsyncSandbox cannot be copied"):
+            copy.copy(s)
+    finally:
+        s.close()
+
+
+def test_run_stream_fds_are_checked_not_wrapped(libnsbox):
+    """stdin=2**32 went through ctypes as fd 0 (the host's own stdin),
+    stdout=2**40 as fd 0 too; a StringIO raised a bare 'fileno'."""
+    import io
+    for what in ("stdin", "stdout", "stderr"):
+        for bad in (2 ** 32, 2 ** 40, -1):
+            with pytest.raises(ValueError, match="%s: bad file descriptor" % what):
+                nsbox.run(["true"], **{what: bad})
+    with pytest.raises(TypeError, match="stdout: .* has no file descriptor"):
+        nsbox.run(["echo", "hi"], stdout=io.StringIO())
+
+
+def test_ctrl_c_while_a_sandbox_is_made_does_not_leak_it(libnsbox):
+    """A SIGINT during nsbox_session_new is handled as the call returns: the
+    KeyboardInterrupt came before the new handle was kept, and its sandbox
+    ran on, owned by nobody, until the host process ended.  Simulated
+    exactly: the signal is raised as the C call returns."""
+    import signal
+    from nsbox import _lib as lib_mod
+    lib = lib_mod.load()
+    real = lib.nsbox_session_new
+    pids = []
+
+    def interrupted(policy, opts, out, err):
+        rc = real(policy, opts, out, err)
+        h = ctypes.cast(out, ctypes.POINTER(ctypes.c_void_p))[0]
+        info = lib_mod.SessionInfo(struct_size=ctypes.sizeof(lib_mod.SessionInfo))
+        e = ctypes.c_void_p()
+        assert lib.nsbox_session_info(h, ctypes.byref(info), ctypes.byref(e)) == 0
+        pids.append(info.pid)
+        os.kill(os.getpid(), signal.SIGINT)
+        return rc
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    lib.nsbox_session_new = interrupted
+    try:
+        for _ in range(3):
+            with pytest.raises(KeyboardInterrupt):
+                nsbox.Sandbox(spare=False)
+    finally:
+        lib.nsbox_session_new = real
+        signal.signal(signal.SIGINT, old)
+    assert len(pids) == 3 and all(pids)
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(os.path.exists("/proc/%d" % p) for p in pids):
+        time.sleep(0.05)
+    assert not [p for p in pids if os.path.exists("/proc/%d" % p)], "sandboxes left running"
+    with nsbox.Sandbox(spare=False) as s:
+        assert s.execute("1") == 1
+
+
+def test_share_net_takes_a_bool_only(libnsbox):
+    """share_net="no" (truthy) shared the host's network."""
+    for bad in ("no", "false", "0", [], None, 2):
+        with pytest.raises(TypeError, match="share_net must be True or False"):
+            nsbox.Sandbox(share_net=bad)
+        with pytest.raises(TypeError, match="share_net must be True or False"):
+            nsbox.run(["true"], share_net=bad)
+    with nsbox.Sandbox(share_net=0) as s:
+        assert s.execute("1") == 1
+
+
+def test_interrupted_get_variable_frees_its_buffer(sb):
+    """A KeyboardInterrupt handled as nsbox_get_var returned leaked the
+    value's buffer (the free was in a try entered after the call)."""
+    import signal
+    lib = sb._lib
+    sb.set_variable("big", "v" * 100000)
+    real_get, real_free = lib.nsbox_get_var, lib.nsbox_free
+    freed = []
+
+    def get(*a):
+        rc = real_get(*a)
+        os.kill(os.getpid(), signal.SIGINT)
+        return rc
+
+    def free(p):
+        freed.append(p)
+        return real_free(p)
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    lib.nsbox_get_var, lib.nsbox_free = get, free
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            sb.get_variable("big")
+    finally:
+        lib.nsbox_get_var, lib.nsbox_free = real_get, real_free
+        signal.signal(signal.SIGINT, old)
+    assert len(freed) == 1 and freed[0]
+    assert sb.get_variable("big") == "v" * 100000
+
+
+def _descendants():
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = set(), [os.getpid()]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            if k not in out:
+                out.add(k)
+                todo.append(k)
+    return out
+
+
+def test_fd_exhaustion_in_one_start_spares_the_other_sandboxes(libnsbox):
+    """At RLIMIT_NOFILE, a start whose answer carried fds the process had
+    no room for (MSG_CTRUNC) was taken for a broken helper: the helper was
+    dropped, and every other sandbox of the process died with it ('the
+    runner was killed by signal 9' at their next call)."""
+    import resource
+    warm = nsbox.Sandbox(timeout=30)
+    warm.execute("1")
+    warm.close()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    boxes, errors = [], []
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 10, hard))
+        for _ in range(8):
+            try:
+                boxes.append(nsbox.Sandbox(timeout=30, spare=False))
+            except nsbox.SandboxError as e:
+                errors.append(e)
+        before = _descendants()
+        assert boxes and errors
+        assert all(b.execute("6 * 7") == 42 for b in boxes), "a failed start killed the other sandboxes"
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert any("RLIMIT_NOFILE" in str(e) for e in errors), [(e.errno, str(e)) for e in errors]
+    # EMFILE is documented as ENOSPC (libnsbox(3), ERRORS).
+    assert all(e.errno == errno.ENOSPC for e in errors), [(e.errno, str(e)) for e in errors]
+    for b in boxes:
+        b.close()
+    time.sleep(0.3)
+    # What the helper made for the failed starts is gone, not left running.
+    assert len(_descendants()) <= len(before) - len(boxes)
+
+
+_LOW_NOFILE_CHILD = r"""
+import resource, sys
+import nsbox
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+with nsbox.Sandbox(timeout=30) as s:
+    print("sandbox", s.execute("6 * 7"))
+with nsbox.Sandbox(timeout=30, cold=True, spare=False) as s:
+    print("cold", s.execute("6 * 7"))
+print("run", nsbox.run(["true"], timeout=30).exit_code)
+"""
+
+
+def test_a_host_started_with_a_low_fd_limit_can_make_sandboxes(libnsbox):
+    """A host process with RLIMIT_NOFILE 64 (ulimit -n 64) could make no
+    sandbox at all: "setup step 'fds' failed: dup fd 6: Invalid argument"
+    (the payload parked fds at a fixed 100, past the limit it inherits)."""
+    p = subprocess.run([sys.executable, "-c", _LOW_NOFILE_CHILD], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(nsbox.__file__))))
+    assert p.returncode == 0 and "sandbox 42" in p.stdout and "cold 42" in p.stdout and "run 0" in p.stdout, \
+        p.stdout + p.stderr

@@ -10,6 +10,7 @@
  * `test-api --forward MODE DELAY_US` is one case of test_run's (forward_one). */
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <fcntl.h>
 #include <locale.h>
 #include <poll.h>
@@ -1202,6 +1203,18 @@ static void test_misuse(nsbox_policy_t *p)
 		CHECK(nsbox_exec(s, "\xff\xfe", NULL, &r, &e) == -EINVAL && !r, "exec of invalid UTF-8: -EINVAL (%s)",
 		      emsg(e));
 		clear(&e);
+		/* The deadline is in nanoseconds: an infinite or huge timeout
+		 * wrapped it into the past, and the code was killed at once. */
+		for (int i = 0; i < 2; i++) {
+			struct nsbox_exec_opts big = { .struct_size = sizeof(big), .timeout = i ? 1e300 : INFINITY };
+
+			CHECK(nsbox_exec(s, "1", &big, &r, &e) == -EINVAL && !r && strstr(emsg(e), "timeout"),
+			      "exec with timeout %g: -EINVAL (%s)", big.timeout, emsg(e));
+			clear(&e);
+			CHECK(nsbox_exec_start(s, "1", &big, &e) == -EINVAL && strstr(emsg(e), "out of range"),
+			      "exec_start with timeout %g: -EINVAL (%s)", big.timeout, emsg(e));
+			clear(&e);
+		}
 		CHECK(!strcmp(value_of(s, "'fine'"), "\"fine\""), "the session is fine after misuse");
 	}
 	nsbox_session_free(s);
