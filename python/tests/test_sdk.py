@@ -2102,6 +2102,10 @@ _ASYNC_TOOL_SIGINT_CHILD = r"""
 import asyncio, os, signal, threading, time
 import nsbox
 
+# Started from a background job (CI's), SIGINT is ignored and Python keeps
+# it so: the Ctrl-C below would never come.  As an interactive python.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 sb = nsbox.Sandbox()            # no time limit
 
 
