@@ -850,6 +850,12 @@ struct py_flags {
 	json_t *warnoptions, *xoptions;
 };
 
+static void py_flags_free(struct py_flags *f)
+{
+	json_decref(f->warnoptions);
+	json_decref(f->xoptions);
+}
+
 /* Whether a is a cluster whose -c or -m ends nsbox's options (what follows
  * is the program's); -W and -X take the rest of theirs. */
 static bool py_cluster_ends(const char *a)
@@ -959,7 +965,9 @@ int cmd_python(int argc, char **argv)
 	json_t *cli = NULL;
 	_cleanup_free_ char *launcher = NULL;
 	bool pass_stdin = false, launch;
-	struct py_flags pyf = { .warnoptions = json_array(), .xoptions = json_array() };
+	/* Freed on every return (cleanup): the early ones too. */
+	struct py_flags pyf
+		__attribute__((cleanup(py_flags_free))) = { .warnoptions = json_array(), .xoptions = json_array() };
 	int i, r, rc;
 
 	/* EPIPE, not SIGPIPE: see out_broken.  The sandbox's processes start
@@ -986,8 +994,6 @@ int cmd_python(int argc, char **argv)
 				goto usage;
 			if (pyf.help) {
 				py_usage(stdout);
-				json_decref(pyf.warnoptions);
-				json_decref(pyf.xoptions);
 				nsbox_policy_free(p);
 				return 0;
 			}
@@ -1007,8 +1013,6 @@ int cmd_python(int argc, char **argv)
 		}
 		if (!strcmp(a, "--help")) {
 			py_usage(stdout);
-			json_decref(pyf.warnoptions);
-			json_decref(pyf.xoptions);
 			nsbox_policy_free(p);
 			return 0;
 		}
@@ -1343,8 +1347,6 @@ out:
 	}
 	active = NULL;
 	json_decref(cli);
-	json_decref(pyf.warnoptions);
-	json_decref(pyf.xoptions);
 	nsbox_result_free(res);
 	nsbox_session_free(s);
 	free_tools(ctools, n_tools);
@@ -1355,8 +1357,6 @@ usage:
 		fputs("(see nsbox python --help)\n", stderr);
 usage_quiet:
 	py_err_json(NSBOX_EXIT_USAGE);
-	json_decref(pyf.warnoptions);
-	json_decref(pyf.xoptions);
 	free_tools(ctools, n_tools);
 	nsbox_policy_free(p);
 	return NSBOX_EXIT_USAGE;
