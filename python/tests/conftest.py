@@ -2,7 +2,9 @@
 libnsbox is there (a missing library skips with the reason, or fails when
 NSBOX_MUST_WORK=1, as in CI)."""
 
+import contextlib
 import os
+import signal
 import sys
 
 import pytest
@@ -42,3 +44,32 @@ def sb(libnsbox):
     s = nsbox.Sandbox(timeout=30)
     yield s
     s.close()
+
+
+@contextlib.contextmanager
+def ctrl_c_after(lib, name):
+    """lib.NAME raises SIGINT (Python's handler on) as it returns, and
+    nsbox_free is counted: yields the list of the pointers freed meanwhile.
+    For "a KeyboardInterrupt right after the C call leaks its buffer"."""
+    real, real_free = getattr(lib, name), lib.nsbox_free
+    freed = []
+
+    def call(*a):
+        rc = real(*a)
+        os.kill(os.getpid(), signal.SIGINT)
+        return rc
+
+    def free(p):
+        freed.append(p)
+        return real_free(p)
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    setattr(lib, name, call)
+    lib.nsbox_free = free
+    try:
+        yield freed
+    finally:
+        setattr(lib, name, real)
+        lib.nsbox_free = real_free
+        signal.signal(signal.SIGINT, old)
+

@@ -430,29 +430,11 @@ def test_interrupted_read_file_frees_its_buffer(sb):
     """A KeyboardInterrupt handled as nsbox_read_file returns never resumed
     the operation, whose buffer (up to 64 MiB) was then never freed."""
     import gc
-    import signal
-    lib = sb._lib
+    from conftest import ctrl_c_after
     sb.write_file("/tmp/r", b"z" * 100000)
-    real_read, real_free = lib.nsbox_read_file, lib.nsbox_free
-    freed = []
-
-    def read(*a):
-        rc = real_read(*a)
-        os.kill(os.getpid(), signal.SIGINT)
-        return rc
-
-    def free(p):
-        freed.append(p)
-        return real_free(p)
-
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    lib.nsbox_read_file, lib.nsbox_free = read, free
-    try:
+    with ctrl_c_after(sb._lib, "nsbox_read_file") as freed:
         with pytest.raises(KeyboardInterrupt):
             sb.read_file("/tmp/r")
         gc.collect()
-    finally:
-        lib.nsbox_read_file, lib.nsbox_free = real_read, real_free
-        signal.signal(signal.SIGINT, old)
     assert len(freed) == 1 and freed[0]
     assert sb.read_file("/tmp/r") == b"z" * 100000

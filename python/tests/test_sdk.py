@@ -2231,29 +2231,11 @@ def test_share_net_takes_a_bool_only(libnsbox):
 def test_interrupted_get_variable_frees_its_buffer(sb):
     """A KeyboardInterrupt handled as nsbox_get_var returned leaked the
     value's buffer (the free was in a try entered after the call)."""
-    import signal
-    lib = sb._lib
+    from conftest import ctrl_c_after
     sb.set_variable("big", "v" * 100000)
-    real_get, real_free = lib.nsbox_get_var, lib.nsbox_free
-    freed = []
-
-    def get(*a):
-        rc = real_get(*a)
-        os.kill(os.getpid(), signal.SIGINT)
-        return rc
-
-    def free(p):
-        freed.append(p)
-        return real_free(p)
-
-    old = signal.signal(signal.SIGINT, signal.default_int_handler)
-    lib.nsbox_get_var, lib.nsbox_free = get, free
-    try:
+    with ctrl_c_after(sb._lib, "nsbox_get_var") as freed:
         with pytest.raises(KeyboardInterrupt):
             sb.get_variable("big")
-    finally:
-        lib.nsbox_get_var, lib.nsbox_free = real_get, real_free
-        signal.signal(signal.SIGINT, old)
     assert len(freed) == 1 and freed[0]
     assert sb.get_variable("big") == "v" * 100000
 
@@ -2268,12 +2250,12 @@ def _descendants():
             except (OSError, IndexError, ValueError):
                 continue
             kids.setdefault(ppid, []).append(int(d))
-    out, todo = set(), [os.getpid()]
-    while todo:
-        for k in kids.get(todo.pop(), []):
+    out, queue = set(), [os.getpid()]
+    while queue:
+        for k in kids.get(queue.pop(), []):
             if k not in out:
                 out.add(k)
-                todo.append(k)
+                queue.append(k)
     return out
 
 
