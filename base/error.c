@@ -8,7 +8,13 @@ static void append_errno(struct nsbox_err *err, int code)
 {
 	size_t len = strlen(err->msg);
 
-	if (code > 0 && len < sizeof(err->msg))
+	if (code <= 0 || len >= sizeof(err->msg))
+		return;
+	/* EMFILE is this process's own RLIMIT_NOFILE, not the system's
+	 * (ENFILE): say which limit, once. */
+	if (code == EMFILE && !strstr(err->msg, "RLIMIT_NOFILE"))
+		snprintf(err->msg + len, sizeof(err->msg) - len, ": %s (RLIMIT_NOFILE reached)", strerror(code));
+	else
 		snprintf(err->msg + len, sizeof(err->msg) - len, ": %s", strerror(code));
 }
 
