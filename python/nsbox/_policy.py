@@ -60,6 +60,17 @@ def check_timeout(timeout):
 _U64 = 1 << 64
 
 
+def check_bool(value, what, none_ok=False):
+    """value as a bool: True, False (or 1, 0), and None where it means
+    "the default".  Truthiness would make "no" or "false" from a config
+    file mean yes."""
+    if value is None and none_ok:
+        return None
+    if value not in (True, False) or not isinstance(value, (bool, int)):
+        raise TypeError("%s must be True or False%s, not %r" % (what, " or None" if none_ok else "", value))
+    return bool(value)
+
+
 def check_uint(value, what, limit=_U64):
     """value as an int in [0, limit) for a C unsigned parameter; ctypes
     would silently keep its low bits (pids=2**64 was 0: no limit)."""
@@ -207,10 +218,8 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
     refused, with nothing leaked."""
     err = c_void_p()
     out = c_void_p()
-    # Truthiness would make share_net="no" (or "false" from a config file)
-    # share the host's network: only a bool (or 0/1) says it.
-    if share_net not in (True, False) or not isinstance(share_net, (bool, int)):
-        raise TypeError("share_net must be True or False, not %r" % (share_net,))
+    # share_net="no" (or "false" from a config file) would share the host's network.
+    check_bool(share_net, "share_net")
     name = None if policy is None else to_bytes(os.fspath(policy), "policy")
     _lib.check(lib.nsbox_policy_new(name, byref(out), byref(err)), err, "policy %s" % (policy,), PolicyError)
     p = out.value

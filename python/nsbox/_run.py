@@ -142,6 +142,7 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
     if not args:
         raise ValueError("argv is empty")
     timeout = _policy.check_timeout(timeout)
+    forward_signals = _policy.check_bool(forward_signals, "forward_signals")
     if on_net_request is not None and not callable(on_net_request):
         raise TypeError("on_net_request must be callable, not %r" % (on_net_request,))
     sink = _policy.WarnSink(on_warning)
@@ -172,7 +173,7 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
         # The helper makes the sandbox: a Python process may have threads,
         # so in_process (a clone from this process) is never used.
         opts = _lib.RunOpts(struct_size=sizeof(_lib.RunOpts), warn=warn_cb,
-                            forward_signals=bool(forward_signals), in_process=False)
+                            forward_signals=forward_signals, in_process=False)
         if on_net_request is not None:
             net_cb = _lib.NET_AUDIT_FN(on_record)
             opts.net_audit = net_cb

@@ -478,7 +478,9 @@ class _SandboxBase:
         self._in_exec = 0
         self._restart_pending = False
         self._dead = None
-        self._auto_restart = bool(auto_restart)
+        self._auto_restart = _policy.check_bool(auto_restart, "auto_restart")
+        cold = _policy.check_bool(cold, "cold")
+        spare = _policy.check_bool(spare, "spare", none_ok=True)
         self._dispatch = d = _Dispatch()
         self._lib = lib = _lib.load()
         self._check_library()

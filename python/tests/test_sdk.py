@@ -2228,6 +2228,20 @@ def test_share_net_takes_a_bool_only(libnsbox):
         assert s.execute("1") == 1
 
 
+def test_switches_take_a_bool_only(libnsbox):
+    """spare, cold, auto_restart and run()'s forward_signals took any truthy
+    value: cold="no" started a cold sandbox, auto_restart="false" restarted."""
+    for name in ("cold", "auto_restart", "spare"):
+        for bad in ("no", "false", [], 2) + ((None,) if name != "spare" else ()):
+            with pytest.raises(TypeError, match="%s must be True or False" % name):
+                nsbox.Sandbox(**{name: bad})
+    for bad in ("no", None, 2):
+        with pytest.raises(TypeError, match="forward_signals must be True or False"):
+            nsbox.run(["true"], forward_signals=bad)
+    with nsbox.Sandbox(spare=None, cold=0, auto_restart=1) as s:
+        assert s.execute("1") == 1
+
+
 def test_interrupted_get_variable_frees_its_buffer(sb):
     """A KeyboardInterrupt handled as nsbox_get_var returned leaked the
     value's buffer (the free was in a try entered after the call)."""
