@@ -49,7 +49,15 @@ try:
         opens.append(time.perf_counter() - t0)
         assert m["pooled"], m
         sb.close()
-    line("nsboxd: session open from the warm pool (OPEN -> OPENED with fds)", opens)
+    line("nsboxd: session open from the warm pool, raw Python client (OPEN -> OPENED with fds)", opens)
+    # The same hand-off as a C host gets it: nsbox_session_new with a
+    # connect option (bench/session-bench.c, built by bench/runner.sh).
+    # The raw client above adds Python's own json and socket work (~0.15 ms).
+    sb_bin = os.path.join(B, "session-bench")
+    if os.access(sb_bin, os.X_OK):
+        out = subprocess.run([sb_bin, str(RUNS), "connect", sock], check=True, capture_output=True, text=True).stdout
+        label, vals = out.strip().split("\t")
+        line(label, [float(v) / 1e6 for v in vals.split()])
     for label, kw in (("direct (libnsbox's own sandbox)", {}), ("through nsboxd (handed over)", {"connect": sock})):
         with nsbox.Sandbox(**kw) as s:
             for _ in range(50):

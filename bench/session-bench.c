@@ -8,7 +8,10 @@
  * table goes to stderr.  Usage: session-bench RUNS
  * `session-bench RUNS spare` prints only the default session's time to
  * ready, and create + exec + destroy, with the helper's warm spare sandbox
- * (the library's default since 0.3.0; the other lines turn it off). */
+ * (the library's default since 0.3.0; the other lines turn it off).
+ * `session-bench RUNS connect SOCK` times nsbox_session_new through the
+ * nsboxd at SOCK (a hand-off from its warm pool), 50 ms apart so that the
+ * pool refills between, and prints only that line (bench/nsboxd.py). */
 #include <nsbox.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,6 +197,25 @@ int main(int argc, char **argv)
 	b = calloc((size_t)(n > 1000 ? n : 1000), sizeof(double));
 	if (!a || !b || nsbox_policy_new("default", &p, &e) < 0)
 		die("policy", e);
+	if (argc > 3 && !strcmp(argv[2], "connect")) {
+		struct nsbox_session_opts o = { .struct_size = sizeof(o), .connect = argv[3] };
+
+		for (int i = 0; i < n; i++) {
+			double t0;
+
+			usleep(50000);
+			t0 = now_us();
+			if (nsbox_session_new(p, &o, &s, &e) < 0)
+				die("session_new through nsboxd", e);
+			b[i] = now_us() - t0;
+			nsbox_session_free(s);
+		}
+		line("nsboxd: session open from the warm pool, libnsbox (nsbox_session_new with connect)", b, n);
+		nsbox_policy_free(p);
+		free(a);
+		free(b);
+		return 0;
+	}
 	nsbox_session_free(new_session(p, false, false));	/* start the helper */
 	if (argc > 2 && !strcmp(argv[2], "spare")) {
 		/* The same interleaving as below, so that the helper has the
