@@ -1,6 +1,7 @@
 #!/usr/bin/python3.11
 """nsboxd's numbers (make bench): session open from the warm pool, the exec
-round trip through a handed-over sandbox vs a sandbox libnsbox made itself,
+and tool-call round trips through a handed-over sandbox vs a sandbox libnsbox
+made itself,
 sessions opened+used+closed per second with several clients, and
 `nsbox python --connect SOCK -c 'print(1)'` vs `python3.11 -c 'print(1)'`.
 usage: bench/nsboxd.py BUILD RUNS"""
@@ -58,8 +59,12 @@ try:
         out = subprocess.run([sb_bin, str(RUNS), "connect", sock], check=True, capture_output=True, text=True).stdout
         label, vals = out.strip().split("\t")
         line(label, [float(v) / 1e6 for v in vals.split()])
+    tool_lines = []
     for label, kw in (("direct (libnsbox's own sandbox)", {}), ("through nsboxd (handed over)", {"connect": sock})):
         with nsbox.Sandbox(**kw) as s:
+            @s.tool
+            def noop():
+                return None
             for _ in range(50):
                 s.execute("1+1")
             ts = []
@@ -67,7 +72,16 @@ try:
                 t0 = time.perf_counter()
                 s.execute("1+1")
                 ts.append(time.perf_counter() - t0)
+            # Timed inside, around each call: the round trip to this host
+            # process and back (the tool runs here in both cases: a
+            # handed-over sandbox's calls never pass through nsboxd).
+            ns = s.execute("import time\nd = []\nfor i in range(%d):\n"
+                           "    t = time.perf_counter_ns(); noop(); d.append(time.perf_counter_ns() - t)\nd"
+                           % max(200, RUNS * 10))
         line(f"exec round trip of 1+1, SDK, {label}", ts, "us", 1e6)
+        tool_lines.append((f"tool-call round trip (timed inside), SDK, {label}", [x / 1e9 for x in ns]))
+    for label, xs in tool_lines:
+        line(label, xs, "us", 1e6)
     # 400+ sessions: with 80 (RUNS=40) the rate moved by 20% between runs.
     nthreads, per = 4, max(100, RUNS * 2)
     done = []
