@@ -733,49 +733,67 @@ def test_batches_in_the_revision_that_has_them():
     assert out[1]["error"]["code"] == -32600 and "batches" in out[1]["error"]["message"], out
 
 
+class RawMcp:
+    """`nsbox mcp` driven line by line, initialized: send() a request,
+    wait_for() an answer by id (the others that came first are kept in
+    got)."""
+
+    # A thread of the session's own that holds its interpreter for ~20 s.
+    HOG = ("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(3 * 10**9))\n"
+           "threading.Thread(target=hog, daemon=True).start()\n'started'")
+
+    def __init__(self):
+        self.p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.got = {}
+        self.send(req(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                        "clientInfo": {"name": "raw", "version": "0"}}))
+        self.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+
+    def send(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+
+    def wait_for(self, i):
+        while i not in self.got:
+            m = json.loads(self.p.stdout.readline())
+            self.got[m.get("id")] = m
+        return self.got[i]
+
+    def stop(self):
+        """SIGTERM, the stdio transport's "stop now": the exec is cancelled
+        and its sandbox, where the cancel can't run (a hog holds the
+        interpreter), killed after a second."""
+        self.p.terminate()
+        rc = self.p.wait(timeout=15)
+        self.p.stdin.close()
+        assert rc == -signal.SIGTERM
+
+
 def test_resource_read_on_a_held_runner_does_not_hold_the_server():
     """resources/read of an /out file on a session whose own thread holds
     its interpreter: nsbox_read_file waited on the server's only thread, so
     a ping sent after it was answered when the hog ended or the control
     timeout killed the sandbox (28 s in the red team's run, pass 4).  It is
     an exec now, driven like run_python's."""
-    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, bufsize=1)
+    m = RawMcp()
     try:
-        def send(line):
-            p.stdin.write(line + "\n")
-            p.stdin.flush()
-        got = {}
-
-        def wait_for(i):
-            while i not in got:
-                m = json.loads(p.stdout.readline())
-                got[m.get("id")] = m
-            return got[i]
-        send(req(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                   "clientInfo": {"name": "raw", "version": "0"}}))
-        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        send(req(2, "tools/call", {"name": "run_python", "arguments": {"code": "open('/out/a.txt', 'w').write('hi')"}}))
-        (link,) = [c for c in wait_for(2)["result"]["content"] if c["type"] == "resource_link"]
-        send(req(3, "resources/read", {"uri": link["uri"]}))
-        assert wait_for(3)["result"]["contents"] == [{"uri": link["uri"], "mimeType": "text/plain", "text": "hi"}]
-        hog = ("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(3 * 10**9))\n"
-               "threading.Thread(target=hog, daemon=True).start()\n'started'")
-        send(req(4, "tools/call", {"name": "run_python", "arguments": {"code": hog}}))
-        wait_for(4)
+        m.send(req(2, "tools/call", {"name": "run_python", "arguments": {"code": "open('/out/a.txt', 'w').write('hi')"}}))
+        (link,) = [c for c in m.wait_for(2)["result"]["content"] if c["type"] == "resource_link"]
+        m.send(req(3, "resources/read", {"uri": link["uri"]}))
+        assert m.wait_for(3)["result"]["contents"] == [{"uri": link["uri"], "mimeType": "text/plain", "text": "hi"}]
+        m.send(req(4, "tools/call", {"name": "run_python", "arguments": {"code": RawMcp.HOG}}))
+        m.wait_for(4)
         time.sleep(0.5)                     # the hog holds the runner
-        send(req(5, "resources/read", {"uri": link["uri"]}))
+        m.send(req(5, "resources/read", {"uri": link["uri"]}))
         time.sleep(0.2)                     # resources/read waits on the runner
         t0 = time.monotonic()
-        send(req(6, "ping"))
-        wait_for(6)
+        m.send(req(6, "ping"))
+        m.wait_for(6)
         waited = time.monotonic() - t0
-        assert 5 not in got and waited < 10, (sorted(got, key=str), waited)
+        assert 5 not in m.got and waited < 10, (sorted(m.got, key=str), waited)
     finally:
-        p.terminate()
-        rc = p.wait(timeout=15)
-        p.stdin.close()
-        assert rc == -signal.SIGTERM
+        m.stop()
 
 
 def test_close_session_of_a_held_runner_does_not_hold_the_server():
@@ -783,38 +801,22 @@ def test_close_session_of_a_held_runner_does_not_hold_the_server():
     exit up to 2 s) on the server's only thread: a session whose own thread
     held its interpreter kept a ping waiting 3 s (red team 4).  Without a
     workspace or binds it is killed first."""
-    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, bufsize=1)
+    m = RawMcp()
     try:
-        def send(line):
-            p.stdin.write(line + "\n")
-            p.stdin.flush()
-        got = {}
-
-        def wait_for(i):
-            while i not in got:
-                m = json.loads(p.stdout.readline())
-                got[m.get("id")] = m
-            return got[i]
-        send(req(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                   "clientInfo": {"name": "raw", "version": "0"}}))
-        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        send(req(2, "tools/call", {"name": "new_session", "arguments": {}}))
-        h = json.loads(wait_for(2)["result"]["content"][0]["text"].split("\n")[0])["session"]
-        hog = ("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(3 * 10**9))\n"
-               "threading.Thread(target=hog, daemon=True).start()")
-        send(req(3, "tools/call", {"name": "run_python", "arguments": {"code": hog, "session": h}}))
-        wait_for(3)
+        m.send(req(2, "tools/call", {"name": "new_session", "arguments": {}}))
+        h = json.loads(m.wait_for(2)["result"]["content"][0]["text"].split("\n")[0])["session"]
+        m.send(req(3, "tools/call", {"name": "run_python", "arguments": {"code": RawMcp.HOG, "session": h}}))
+        m.wait_for(3)
         time.sleep(0.6)                     # the hog holds the runner
         t0 = time.monotonic()
-        send(req(4, "tools/call", {"name": "close_session", "arguments": {"session": h}}))
-        send(req(5, "ping"))
-        wait_for(5)
+        m.send(req(4, "tools/call", {"name": "close_session", "arguments": {"session": h}}))
+        m.send(req(5, "ping"))
+        m.wait_for(5)
         waited = time.monotonic() - t0
-        assert not wait_for(4)["result"]["isError"] and waited < 1.0, (got[4], waited)
+        assert not m.wait_for(4)["result"]["isError"] and waited < 1.0, (m.got[4], waited)
     finally:
-        p.stdin.close()
-        p.wait(timeout=30)
+        m.p.stdin.close()
+        m.p.wait(timeout=30)
 
 
 def test_file_tool_on_a_held_runner_does_not_hold_the_server():
@@ -824,39 +826,22 @@ def test_file_tool_on_a_held_runner_does_not_hold_the_server():
     read_file still waits.  Its arguments went in with a set_var that
     waited on the server's only thread, and the ping waited for the hog
     (red team, pass 2)."""
-    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, bufsize=1)
+    m = RawMcp()
     try:
-        def send(line):
-            p.stdin.write(line + "\n")
-            p.stdin.flush()
-        send(req(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
-                                   "clientInfo": {"name": "raw", "version": "0"}}))
-        send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-        hog = ("import threading, time\ndef hog():\n    time.sleep(0.2)\n    sum(range(3 * 10**9))\n"
-               "threading.Thread(target=hog, daemon=True).start()\n'started'")
-        send(req(2, "tools/call", {"name": "run_python", "arguments": {"code": hog}}))
-        order = []
-        while 2 not in order:
-            order.append(json.loads(p.stdout.readline()).get("id"))
+        m.send(req(2, "tools/call", {"name": "run_python", "arguments": {"code": RawMcp.HOG}}))
+        m.wait_for(2)
         time.sleep(0.5)                     # the hog holds the runner
-        send(req(3, "tools/call", {"name": "read_file", "arguments": {"path": "/etc/passwd"}}))
+        m.send(req(3, "tools/call", {"name": "read_file", "arguments": {"path": "/etc/passwd"}}))
         time.sleep(0.2)                     # read_file waits on the runner
         t0 = time.monotonic()
-        send(req(4, "ping"))
-        while 4 not in order:
-            order.append(json.loads(p.stdout.readline()).get("id"))
+        m.send(req(4, "ping"))
+        m.wait_for(4)
         waited = time.monotonic() - t0
         # Not a speed check: the hog has ~20 s left; a server held by it
         # answers after that, a free one in milliseconds.
-        assert 3 not in order and waited < 10, (order, waited)
+        assert 3 not in m.got and waited < 10, (sorted(m.got, key=str), waited)
     finally:
         # At EOF the server would finish read_file first (a piped batch gets
-        # its answers); SIGTERM is the stdio transport's "stop now": the
-        # exec is cancelled, and its sandbox, where the cancel can't run
-        # (the hog holds the interpreter), killed after a second, not left
-        # to run to read_file's 30 s timeout.
-        p.terminate()
-        rc = p.wait(timeout=15)
-        p.stdin.close()
-        assert rc == -signal.SIGTERM
+        # its answers); SIGTERM stops it now, not at read_file's 30 s
+        # timeout.
+        m.stop()
