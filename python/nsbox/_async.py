@@ -290,22 +290,41 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
 
     async def _astart(self):
         loop = asyncio.get_running_loop()
-        fut = loop.run_in_executor(None, self._new_session)
+        # A start given up while its sandbox is being made (its task
+        # cancelled or thrown into, the loop then closed at once) frees that
+        # sandbox: on the worker thread once it is made, or here if it is
+        # made already.  A done callback on the loop, as before, never ran
+        # on a loop closed before the worker returned.
+        lock = threading.Lock()
+        made = {}
+
+        def make():
+            h = self._new_session()
+            with lock:
+                if "gone" not in made:
+                    made["h"] = h
+                    return h
+            self._lib.nsbox_session_free(h)
+            return None
+
+        fut = loop.run_in_executor(None, make)
         try:
             h = await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            # The sandbox being made is freed when it is ready.
-            def free(f):
-                if not f.cancelled() and f.exception() is None:
-                    self._lib.nsbox_session_free(f.result())
-            fut.add_done_callback(free)
-            raise
-        except SandboxError as e:
+        except BaseException as e:
+            with lock:
+                made["gone"] = True
+                h = made.pop("h", None)
+            if h is not None:
+                self._lib.nsbox_session_free(h)
+            if not isinstance(e, SandboxError):
+                raise
             try:
                 self._warn.flush()
             except BaseException as w:  # noqa: B036
                 e.__context__ = w
             raise
+        with lock:
+            made.pop("h", None)
         if self._closed:
             # Closed while it was being made.
             self._lib.nsbox_session_free(h)

@@ -196,6 +196,69 @@ def test_tool_cannot_reenter_its_own_sandbox(aio):
     arun(main())
 
 
+_ABANDONED_START = r"""
+import asyncio, os, sys, threading, time
+import nsbox
+
+def below():
+    # Every live process below this one: the helper, and each sandbox's
+    # pid 1 and runner.
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    st = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if st[0] != "Z":
+                kids.setdefault(int(st[1]), []).append(int(d))
+    out, todo = [], [os.getpid()]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return len(out)
+
+async def one():
+    async with nsbox.AsyncSandbox(timeout=30, spare=False) as s:
+        await s.execute("1")
+asyncio.run(one())                      # the helper is up
+base = below()
+sb = nsbox.AsyncSandbox(timeout=30, spare=False)
+making = threading.Event()
+real = sb._new_session
+def slow(*a):
+    making.set()
+    time.sleep(0.3)                     # the start is given up meanwhile
+    return real(*a)
+sb._new_session = slow
+loop = asyncio.new_event_loop()
+task = loop.create_task(sb.start())
+while not making.is_set():
+    loop.run_until_complete(asyncio.sleep(0.01))
+task.cancel()
+loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
+loop.close()                            # not asyncio.run(): nothing waits for the worker
+time.sleep(1.5)
+print(base, below(), task.cancelled())
+"""
+
+
+def test_an_abandoned_start_frees_its_sandbox(libnsbox, tmp_path):
+    """A start cancelled while its sandbox was being made freed it from a
+    done callback on the loop: a loop closed before the worker returned
+    (one not run by asyncio.run(), which waits for the executor) never ran
+    it, and the sandbox lived as long as the process."""
+    script = tmp_path / "abandoned.py"
+    script.write_text(_ABANDONED_START)
+    out = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=PYDIR),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    base, after, cancelled = out.stdout.split()
+    assert cancelled == "True" and int(after) == int(base), (out.stdout, out.stderr)
+
+
 def test_cancellation_leaves_the_session_usable(aio):
     async def main():
         async with nsbox.AsyncSandbox(timeout=60) as sb:
