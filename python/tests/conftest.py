@@ -73,3 +73,28 @@ def ctrl_c_after(lib, name):
         lib.nsbox_free = real_free
         signal.signal(signal.SIGINT, old)
 
+
+def descendants(root=None):
+    """Every process below root (default: this one), zombies as negative pids."""
+    root = os.getpid() if root is None else root
+    children = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z":
+            children.setdefault(int(fields[1]), []).append(-int(pid))  # zombies count too
+        else:
+            children.setdefault(int(fields[1]), []).append(int(pid))
+    out = []
+    queue = [root]
+    while queue:
+        for c in children.get(abs(queue.pop()), []):
+            out.append(c)
+            queue.append(c)
+    return sorted(out)

@@ -197,34 +197,15 @@ def test_tool_cannot_reenter_its_own_sandbox(aio):
 
 
 _ABANDONED_START = r"""
-import asyncio, os, sys, threading, time
+import asyncio, sys, threading, time
 import nsbox
-
-def below():
-    # Every live process below this one: the helper, and each sandbox's
-    # pid 1 and runner.
-    kids = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    st = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if st[0] != "Z":
-                kids.setdefault(int(st[1]), []).append(int(d))
-    out, todo = [], [os.getpid()]
-    while todo:
-        for k in kids.get(todo.pop(), []):
-            out.append(k)
-            todo.append(k)
-    return len(out)
 
 async def one():
     async with nsbox.AsyncSandbox(timeout=30, spare=False) as s:
         await s.execute("1")
 asyncio.run(one())                      # the helper is up
-base = below()
+print("counted", flush=True)
+sys.stdin.readline()
 sb = nsbox.AsyncSandbox(timeout=30, spare=False)
 making = threading.Event()
 real = sb._new_session
@@ -241,7 +222,8 @@ task.cancel()
 loop.run_until_complete(asyncio.gather(task, return_exceptions=True))
 loop.close()                            # not asyncio.run(): nothing waits for the worker
 time.sleep(1.5)
-print(base, below(), task.cancelled())
+print(task.cancelled(), flush=True)
+sys.stdin.readline()
 """
 
 
@@ -250,13 +232,26 @@ def test_an_abandoned_start_frees_its_sandbox(libnsbox, tmp_path):
     done callback on the loop: a loop closed before the worker returned
     (one not run by asyncio.run(), which waits for the executor) never ran
     it, and the sandbox lived as long as the process."""
+    from conftest import descendants
     script = tmp_path / "abandoned.py"
     script.write_text(_ABANDONED_START)
-    out = subprocess.run([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=PYDIR),
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    base, after, cancelled = out.stdout.split()
-    assert cancelled == "True" and int(after) == int(base), (out.stdout, out.stderr)
+    p = subprocess.Popen([sys.executable, str(script)], env=dict(os.environ, PYTHONPATH=PYDIR),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline() == "counted\n"
+        base = [x for x in descendants(p.pid) if x > 0]          # the helper
+        p.stdin.write("\n")
+        p.stdin.flush()
+        cancelled = p.stdout.readline()
+        after = [x for x in descendants(p.pid) if x > 0]
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert cancelled == "True\n" and after == base, (cancelled, base, after)
 
 
 def test_cancellation_leaves_the_session_usable(aio):

@@ -224,30 +224,7 @@ def test_missing_library_is_reported(tmp_path):
 
 # ---- helpers for live tests ----------------------------------------------
 
-def descendants(root=None):
-    """Every process below root (default: this one)."""
-    root = os.getpid() if root is None else root
-    children = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % pid) as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] == "Z":
-            children.setdefault(int(fields[1]), []).append(-int(pid))  # zombies count too
-        else:
-            children.setdefault(int(fields[1]), []).append(int(pid))
-    out = []
-    todo = [root]
-    while todo:
-        for c in children.get(abs(todo.pop()), []):
-            out.append(c)
-            todo.append(c)
-    return sorted(out)
+from conftest import descendants  # noqa: E402 (shared with test_async.py)
 
 
 def open_fds():
@@ -2254,25 +2231,6 @@ def test_interrupted_get_variable_frees_its_buffer(sb):
     assert sb.get_variable("big") == "v" * 100000
 
 
-def _descendants():
-    kids = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open("/proc/%s/stat" % d) as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(d))
-    out, queue = set(), [os.getpid()]
-    while queue:
-        for k in kids.get(queue.pop(), []):
-            if k not in out:
-                out.add(k)
-                queue.append(k)
-    return out
-
-
 def test_fd_exhaustion_in_one_start_spares_the_other_sandboxes(libnsbox):
     """At RLIMIT_NOFILE, a start whose answer carried fds the process had
     no room for (MSG_CTRUNC) was taken for a broken helper: the helper was
@@ -2296,7 +2254,7 @@ def test_fd_exhaustion_in_one_start_spares_the_other_sandboxes(libnsbox):
             except nsbox.SandboxError as e:
                 errors.append(e)
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-        before = _descendants()
+        before = descendants()
         assert boxes and errors
         assert all(b.execute("6 * 7") == 42 for b in boxes), "a failed start killed the other sandboxes"
     finally:
@@ -2309,7 +2267,7 @@ def test_fd_exhaustion_in_one_start_spares_the_other_sandboxes(libnsbox):
         b.close()
     time.sleep(0.3)
     # What the helper made for the failed starts is gone, not left running.
-    assert len(_descendants()) <= len(before) - len(boxes)
+    assert len(descendants()) <= len(before) - len(boxes)
 
 
 _LOW_NOFILE_CHILD = r"""
