@@ -323,8 +323,6 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
             except BaseException as w:  # noqa: B036
                 e.__context__ = w
             raise
-        with lock:
-            made.pop("h", None)
         if self._closed:
             # Closed while it was being made.
             self._lib.nsbox_session_free(h)
@@ -377,17 +375,8 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
         waited for."""
         d = self._dispatch
         d.net_hold = []
-        fut = asyncio.get_running_loop().run_in_executor(None, self._lib.nsbox_session_free, h)
         try:
-            try:
-                await asyncio.shield(fut)
-            except asyncio.CancelledError:
-                while not fut.done():
-                    try:
-                        await asyncio.wait([fut])
-                    except asyncio.CancelledError:
-                        pass
-                raise
+            await _files.to_the_end(asyncio.get_running_loop().run_in_executor(None, self._lib.nsbox_session_free, h))
         finally:
             held, d.net_hold = d.net_hold, None
             for rec in held:

@@ -40,6 +40,20 @@ DOWNLOAD_MAX_BYTES = 1 << 30
 DOWNLOAD_MAX_FILES = 100000
 
 
+async def to_the_end(fut):
+    """fut's result (an executor's job).  Cancelled meanwhile, it still
+    waits for the job to end (it holds the session or frees it) and then
+    raises CancelledError."""
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        while not fut.done():
+            try:
+                await asyncio.wait([fut])
+            except asyncio.CancelledError:
+                pass
+        raise
+
 class FileList(list):
     """list_files' entries; truncated is True when the directory held more
     than one listing gives (50000)."""
@@ -273,16 +287,7 @@ class AsyncFilesMixin:
                 if self._closed or self._sess is not h:
                     return _CLOSED
                 return call()
-        fut = asyncio.get_running_loop().run_in_executor(None, locked)
-        try:
-            r = await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            while not fut.done():
-                try:
-                    await asyncio.wait([fut])
-                except asyncio.CancelledError:
-                    pass
-            raise
+        r = await to_the_end(asyncio.get_running_loop().run_in_executor(None, locked))
         if r is _CLOSED:
             raise SandboxError("the sandbox is closed", _errno.EBADF)
         return r
