@@ -696,6 +696,19 @@ static void exec_done(struct nsbox_session *s)
 	s->x.res.wall = (double)(now_ns() - s->x.t0) / 1e9;
 }
 
+/* The exec ends here, as an event: its sandbox gone (its status read, or
+ * killed first with kill_now) or, given why, a protocol error.  Returns 1. */
+static int exec_ends(struct nsbox_session *s, struct session_event *ev, const char *why, bool kill_now)
+{
+	if (why)
+		protocol_error(s, &s->x.res, why);
+	else
+		end_session(s, &s->x.res, kill_now);
+	exec_done(s);
+	ev->kind = SESSION_EV_DONE;
+	return 1;
+}
+
 static void wake(struct nsbox_session *s)
 {
 	uint64_t one = 1;
@@ -1103,10 +1116,7 @@ static int exec_step(struct nsbox_session *s, bool block, struct session_event *
 			return 0;
 		/* Ended by itself (its status is read: an OOM kill), or not
 		 * in time: killed now. */
-		end_session(s, &x->res, due);
-		exec_done(s);
-		ev->kind = SESSION_EV_DONE;
-		return 1;
+		return exec_ends(s, ev, NULL, due);
 	}
 	if (!block) {
 		uint64_t drain;
@@ -1149,15 +1159,8 @@ static int exec_step(struct nsbox_session *s, bool block, struct session_event *
 		 * an event loop's thread too (red team 4). */
 		if (frame_queued(&s->io)) {
 			k = frame_flush(&s->io, &e);
-			if (k < 0 || (k > 0 && !x->soft_sent && frame_stalled(&s->io, now_ns(), &e))) {
-				if (e.code == EPIPE || e.code == ECONNRESET)
-					end_session(s, &x->res, false);
-				else
-					protocol_error(s, &x->res, e.msg);
-				exec_done(s);
-				ev->kind = SESSION_EV_DONE;
-				return 1;
-			}
+			if (k < 0 || (k > 0 && !x->soft_sent && frame_stalled(&s->io, now_ns(), &e)))
+				return exec_ends(s, ev, e.code == EPIPE || e.code == ECONNRESET ? NULL : e.msg, false);
 		}
 		queued = frame_queued(&s->io);
 		k = try_read && !queued ? proto_reader_read(s->io.rd, s->io.sock, &x->cur_frame, &e) : 0;
@@ -1184,13 +1187,7 @@ static int exec_step(struct nsbox_session *s, bool block, struct session_event *
 				x->gone = now_ns() + REAP_WAIT_NS;
 				return 0;
 			}
-			if (frame_peer_gone(&s->io, &e))
-				end_session(s, &x->res, false);
-			else
-				protocol_error(s, &x->res, e.msg);
-			exec_done(s);
-			ev->kind = SESSION_EV_DONE;
-			return 1;
+			return exec_ends(s, ev, frame_peer_gone(&s->io, &e) ? NULL : e.msg, false);
 		}
 		p[0] = (struct pollfd){ s->io.sock, queued ? POLLOUT : POLLIN, 0 };
 		p[1] = (struct pollfd){ s->sb.pidfd, POLLIN, 0 };
@@ -1208,18 +1205,12 @@ static int exec_step(struct nsbox_session *s, bool block, struct session_event *
 			if (errno == EINTR)
 				continue;
 			err_sys(&e, "poll");
-			protocol_error(s, &x->res, e.msg);
-			exec_done(s);
-			ev->kind = SESSION_EV_DONE;
-			return 1;
+			return exec_ends(s, ev, e.msg, false);
 		}
 		if (p[1].revents && !(p[0].revents & POLLIN)) {
 			/* The sandbox's process ended; its socket may live on in a
 			 * forked child, so do not wait for EOF. */
-			end_session(s, &x->res, false);
-			exec_done(s);
-			ev->kind = SESSION_EV_DONE;
-			return 1;
+			return exec_ends(s, ev, NULL, false);
 		}
 		if (block && p[2].revents) {
 			uint64_t drain;
