@@ -1590,18 +1590,25 @@ void session_close(struct nsbox_session *s, struct jail_status *st)
 		json_auto_t *m = json_object();
 		struct nsbox_err e;
 
-		/* Orderly BYE; whatever the runner does, it is killed below. */
+		bool answered = false;
+
+		/* Orderly BYE.  A runner that answers it (or is gone already)
+		 * gets REAP_WAIT_NS to finish its exit; one that does not within
+		 * the second is killed at once: it is busy, or not a runner (a
+		 * forged RESULT ended the host's exec while its code ran on). */
 		if (m && frame_send_msg(&s->io, PROTO_BYE, s->next_id++, m, deadline, &e) == 0) {
 			for (;;) {
 				_cleanup_frame_ struct proto_frame f = { 0 };
+				int w = frame_wait(&s->io, s->sb.pidfd, -1, deadline, &f, &e);
 
-				if (frame_wait(&s->io, s->sb.pidfd, -1, deadline, &f, &e) != W_FRAME ||
-				    f.hdr.type == PROTO_BYE)
+				if (w != W_FRAME || f.hdr.type == PROTO_BYE) {
+					answered = w == W_FRAME || w == W_DEAD;
 					break;
+				}
 			}
 		}
 		s->dead = true;
-		proc_finish(s, false);
+		proc_finish(s, !answered);
 	}
 	if (!s->sb.reaped)
 		proc_finish(s, true);
