@@ -42,18 +42,15 @@ bool cli_out_name_ok(const char *name);
 bool cli_text_inert(const char *s);
 /* nsbox run's terminal (cli/tty.c): a pty whose slave is the command's
  * stdin and controlling terminal, with a relay process to the caller's
- * terminal, which is raw until cli_tty_stop; or, with a terminal on stdout
- * or stderr only, a pty for the command's output alone. */
+ * terminal (stdin), which is raw until cli_tty_stop. */
 struct cli_tty {
 	int slave;	      /* for the command's stdio; closed by cli_tty_stop */
 	pid_t relay;	      /* the relay process */
 	bool raw;	      /* the caller's terminal was set raw */
 	struct termios saved; /* and is restored to this */
 };
-/* term: the caller's terminal, 0 (stdin: the pty is the command's
- * controlling terminal and takes the input) or 1 or 2 (output only, relayed
- * to that fd).  Returns 0, or -1 with err set (nothing left behind). */
-int cli_tty_start(struct cli_tty *t, int term, struct cli_err *err);
+/* Returns 0, or -1 with err set (nothing left behind). */
+int cli_tty_start(struct cli_tty *t, struct cli_err *err);
 /* After the run: close the slave, wait for the relay, restore the
  * terminal.  Safe to call more than once. */
 void cli_tty_stop(struct cli_tty *t);

@@ -35,7 +35,7 @@ int cmd_run(int argc, char **argv)
 	};
 	struct nsbox_run_status st = { .struct_size = sizeof(st) };
 	struct cli_tty tty = { .slave = -1, .relay = -1 };
-	int i, r, term, stdio[3], code = NSBOX_EXIT_USAGE;
+	int i, r, stdio[3], code = NSBOX_EXIT_USAGE;
 
 	if (args_load_policy(&p, argc, argv, run_values, &err) < 0) {
 		fprintf(stderr, "nsbox run: %s\n", err.msg);
@@ -106,19 +106,18 @@ int cmd_run(int argc, char **argv)
 	}
 	/* A terminal on stdin: the command gets a pty of its own as its
 	 * controlling terminal (cli/tty.c), never ours.  On stdout or stderr
-	 * only: a pty of its own for them, stdin as it is. */
-	term = isatty(0) ? 0 : isatty(1) ? 1 : isatty(2) ? 2 : -1;
-	if (term >= 0) {
-		if (cli_tty_start(&tty, term, &err) < 0) {
+	 * only, libnsbox gives it a pty of its own for them (host/ttyrelay.c). */
+	if (isatty(0)) {
+		if (cli_tty_start(&tty, &err) < 0) {
 			fprintf(stderr, "nsbox run: %s\n", err.msg);
 			code = NSBOX_EXIT_SETUP;
 			goto out;
 		}
-		stdio[0] = term == 0 ? tty.slave : 0;
+		stdio[0] = tty.slave;
 		stdio[1] = isatty(1) ? tty.slave : 1;
 		stdio[2] = isatty(2) ? tty.slave : 2;
 		o.stdio = stdio;
-		o.controlling_tty = term == 0;
+		o.controlling_tty = true;
 	}
 	r = nsbox_run(p, argv + i, &o, &st, &e);
 	cli_tty_stop(&tty);

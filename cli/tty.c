@@ -7,11 +7,11 @@
  * caller's terminal the sandbox's (CVE-2017-5226); TIOCSTI is denied by
  * seccomp either way.
  *
- * With a terminal on stdout or stderr only (`... | nsbox run -- cmd`), the
- * command's output goes to a pty of its own the same way, relayed out, and
- * stdin stays as it is: the caller's terminal itself, as fd 1 or 2, took
- * ioctls that outlive the sandbox (TIOCEXCL: every later open of it fails
- * with EBUSY; TCXONC: its output stopped; TCSETS, TCFLSH, TIOCSWINSZ). */
+ * With a terminal on stdout or stderr only (`... | nsbox run -- cmd`),
+ * libnsbox itself gives the command a pty for them (host/ttyrelay.c), as it
+ * does for every nsbox_run: the caller's terminal, as fd 1 or 2, took ioctls
+ * that outlive the sandbox (TIOCEXCL: every later open of it fails with
+ * EBUSY; TCXONC: its output stopped; TCSETS, TCFLSH, TIOCSWINSZ). */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -49,13 +49,13 @@ static int write_all(int fd, const char *buf, size_t n)
 	return 0;
 }
 
-/* The relay: caller's stdin -> master (with input), master -> out, until
- * the master reads EIO or EOF (every slave closed: the sandbox is gone).
- * The window size follows term's. */
-static __attribute__((noreturn)) void relay(int master, int term, int out, bool input)
+/* The relay: the caller's stdin -> master, master -> stdout, until the
+ * master reads EIO or EOF (every slave closed: the sandbox is gone).  The
+ * window size follows stdin's. */
+static __attribute__((noreturn)) void relay(int master)
 {
 	struct sigaction sa = { .sa_handler = on_winch };
-	bool in_open = input;
+	bool in_open = true;
 	char buf[16384];
 
 	sigemptyset(&sa.sa_mask);
@@ -70,7 +70,7 @@ static __attribute__((noreturn)) void relay(int master, int term, int out, bool 
 			struct winsize ws;
 
 			winch = 0;
-			if (ioctl(term, TIOCGWINSZ, &ws) == 0)
+			if (ioctl(0, TIOCGWINSZ, &ws) == 0)
 				(void)ioctl(master, TIOCSWINSZ, &ws);
 		}
 		k = poll(p, in_open ? 2 : 1, -1);
@@ -85,7 +85,7 @@ static __attribute__((noreturn)) void relay(int master, int term, int out, bool 
 				continue;
 			if (n <= 0)
 				_exit(0);
-			if (write_all(out, buf, (size_t)n) < 0)
+			if (write_all(1, buf, (size_t)n) < 0)
 				_exit(1);
 		}
 		if (in_open && p[1].revents) {
@@ -99,21 +99,16 @@ static __attribute__((noreturn)) void relay(int master, int term, int out, bool 
 	}
 }
 
-int cli_tty_start(struct cli_tty *t, int term, struct cli_err *err)
+int cli_tty_start(struct cli_tty *t, struct cli_err *err)
 {
-	struct termios raw, mode;
+	struct termios raw;
 	struct winsize ws;
 	char name[64];
 	int master = -1;
 
 	*t = (struct cli_tty){ .slave = -1, .relay = -1 };
-	if (tcgetattr(term, &t->saved) < 0)
-		return cli_err_set(err, errno, "%s terminal", term == 0 ? "stdin" : term == 1 ? "stdout" : "stderr");
-	mode = t->saved;
-	/* Output only: the caller's terminal stays as it is and does the
-	 * output processing (a newline to CR LF), once. */
-	if (term != 0)
-		mode.c_oflag &= ~(tcflag_t)OPOST;
+	if (tcgetattr(0, &t->saved) < 0)
+		return cli_err_set(err, errno, "stdin terminal");
 	master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
 	if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 || ptsname_r(master, name, sizeof(name)) != 0) {
 		cli_err_set(err, errno, "a pseudo-terminal for the sandbox");
@@ -125,8 +120,8 @@ int cli_tty_start(struct cli_tty *t, int term, struct cli_err *err)
 		goto fail;
 	}
 	/* The command sees the caller's settings and size. */
-	if (tcsetattr(t->slave, TCSANOW, &mode) < 0 ||
-	    (ioctl(term, TIOCGWINSZ, &ws) == 0 && ioctl(t->slave, TIOCSWINSZ, &ws) < 0)) {
+	if (tcsetattr(t->slave, TCSANOW, &t->saved) < 0 ||
+	    (ioctl(0, TIOCGWINSZ, &ws) == 0 && ioctl(t->slave, TIOCSWINSZ, &ws) < 0)) {
 		cli_err_set(err, errno, "set up %s", name);
 		goto fail;
 	}
@@ -138,11 +133,9 @@ int cli_tty_start(struct cli_tty *t, int term, struct cli_err *err)
 	}
 	if (t->relay == 0) {
 		close(t->slave);
-		relay(master, term, term == 0 ? 1 : term, term == 0);
+		relay(master);
 	}
 	close(master);
-	if (term != 0)
-		return 0;
 	raw = t->saved;
 	cfmakeraw(&raw); /* no output processing either: the pty's own did it */
 	t->raw = tcsetattr(0, TCSADRAIN, &raw) == 0;

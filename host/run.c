@@ -13,6 +13,7 @@
 
 #include "helper.h"
 #include "netaudit.h"
+#include "ttyrelay.h"
 #include "util.h"
 
 int process_threads(void)
@@ -283,7 +284,6 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 {
 	/* The audit pipe's write end: ours until the proxy has it. */
 	_cleanup_close_ int wr = audit_wr;
-	int std[3] = { 0, 1, 2 }, devnull = -1;
 	struct helper_sandbox sb = { .pidfd = -1 };
 	struct nsbox_err e2 = { 0 };
 	unsigned long long deadline = 0;
@@ -295,27 +295,12 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 		audit_fds[n_audit++] = o->net_log_fd;
 	if (wr >= 0)
 		audit_fds[n_audit++] = wr;
-	/* The caller's 0-2 by default; one the caller has closed (a daemon)
-	 * becomes /dev/null, as it would be for a fresh process. */
-	if (!o->stdio)
-		for (int i = 0; i < 3; i++)
-			if (fcntl(i, F_GETFD) < 0) {
-				if (devnull < 0 && (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
-					return err_sys(err, "open /dev/null");
-				std[i] = devnull;
-			}
-	if (o->forward_signals && forward_claim(err) < 0) {
-		if (devnull >= 0)
-			close(devnull);
+	if (o->forward_signals && forward_claim(err) < 0)
 		return -1;
-	}
-	r = helper_run(p, argv, o->stdio ? o->stdio : std, audit_fds, n_audit, o->warn, o->warn_ctx, &sb, &res->st,
-		       err);
+	r = helper_run(p, argv, o->stdio, audit_fds, n_audit, o->warn, o->warn_ctx, &sb, &res->st, err);
 	/* Only the proxy keeps the write end: EOF once it is gone. */
 	closep(&wr);
 	wr = -1;
-	if (devnull >= 0)
-		close(devnull);
 	if (r <= 0 && o->forward_signals)
 		forward_stop();
 	if (r < 0)
@@ -371,21 +356,45 @@ int run_command(const struct nsbox_policy *p, char *const argv[], const struct r
 		struct nsbox_err *err)
 {
 	struct run_audit ra = { .a.fd = -1, .o = o };
-	int r, audit_wr = -1;
+	struct ttyrelay tty = { .slave = -1, .in_rd = -1 };
+	struct run_opts with = *o;
+	_cleanup_close_ int devnull = -1;
+	int r, audit_wr = -1, std[3] = { 0, 1, 2 };
 
 	memset(res, 0, sizeof(*res));
 	if (!argv || !argv[0])
 		return err_set(err, EINVAL, "no command given");
 	if (policy_validate(p, err) < 0)
 		return -1;
-	if (o->net_audit && p->n_net_allow && !p->share_net) {
-		if (netaudit_open(&ra.a, o->net_audit, o->net_audit_ctx, &audit_wr, err) < 0)
-			return err_step(err, "egress");
+	/* The caller's 0-2 by default; one the caller has closed (a daemon)
+	 * becomes /dev/null, as it would be for a fresh process. */
+	if (!o->stdio)
+		for (int i = 0; i < 3; i++)
+			if (fcntl(i, F_GETFD) < 0) {
+				if (devnull < 0 && (devnull = open("/dev/null", O_RDWR | O_CLOEXEC)) < 0)
+					return err_sys(err, "open /dev/null");
+				std[i] = devnull;
+			}
+	with.stdio = o->stdio ? o->stdio : std;
+	/* A terminal is never handed over (host/ttyrelay.c), but for the
+	 * caller's own pseudo-terminal made to be the controlling one. */
+	if (!o->controlling_tty) {
+		if (ttyrelay_start(&tty, with.stdio, err) < 0)
+			return err_step(err, "stdio");
+		with.stdio = tty.stdio;
 	}
-	r = o->in_process ? run_here(p, argv, o, &ra, audit_wr, res, err)
-			  : run_helper(p, argv, o, &ra, audit_wr, res, err);
+	if (o->net_audit && p->n_net_allow && !p->share_net) {
+		if (netaudit_open(&ra.a, o->net_audit, o->net_audit_ctx, &audit_wr, err) < 0) {
+			ttyrelay_stop(&tty);
+			return err_step(err, "egress");
+		}
+	}
+	r = o->in_process ? run_here(p, argv, &with, &ra, audit_wr, res, err)
+			  : run_helper(p, argv, &with, &ra, audit_wr, res, err);
 	/* Every record before we return (the proxy is gone by now). */
 	audit_finish(&ra);
+	/* And every byte of the output. */
+	ttyrelay_stop(&tty);
 	if (r < 0)
 		return -1;
 	res->exit_code = jail_exit_code(&res->st);

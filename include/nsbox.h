@@ -542,7 +542,10 @@ NSBOX_API int nsbox_upload_dir(nsbox_session_t *s, const char *local, const char
 struct nsbox_run_opts {
 	size_t struct_size;		/* sizeof(struct nsbox_run_opts) */
 	/* The command's stdin, stdout and stderr (3 fds, borrowed), or NULL
-	 * for the caller's 0, 1 and 2. */
+	 * for the caller's 0, 1 and 2.  Since 0.5.0 a terminal among them is
+	 * never handed over: output bound for it goes to a pseudo-terminal of
+	 * the command's own and input from it through a pipe, relayed by a
+	 * process of ours until the command ends (but controlling_tty). */
 	const int *stdio;
 	nsbox_warn_fn warn;		/* may be NULL */
 	void *warn_userdata;

@@ -112,10 +112,13 @@ def run(argv: Sequence[_Arg], policy: Optional[Union[str, "os.PathLike[str]"]] =
     stdin, stdout, stderr: None (this process's fd 0, 1, 2), a file
                  descriptor, or a file object with fileno() (a pipe, an open
                  file).  The output is not captured: pass a pipe or a file.
-                 They are handed over as they are: a terminal among them
-                 (this process's, by default, under a shell) takes the
-                 command's ioctls, which outlive it (TIOCEXCL, TCXONC, its
-                 modes); pass pipes for untrusted code.
+                 A terminal among them (this process's, by default, under
+                 a shell) is never handed over, as its ioctls would
+                 outlive the command (TIOCEXCL, TCXONC, its modes): output
+                 bound for it goes to a pseudo-terminal of the command's
+                 own, relayed, and input from it through a pipe; the
+                 terminal keeps its modes and its Ctrl-C (see
+                 forward_signals).
     forward_signals: pass SIGINT, SIGTERM, SIGHUP and SIGQUIT this process
                  receives on to the command while it runs (one such run at a
                  time per process).  Otherwise a Ctrl-C reaches Python only

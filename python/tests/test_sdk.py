@@ -1160,6 +1160,65 @@ def test_run_stdin_and_file_objects(libnsbox, tmp_path):
     assert out.read_text() == "before\nLINE ONE\nLINE TWO\noops\n"
 
 
+# Inside: what the command sees of its stdio, then its ioctls on them: echo
+# off (TCSETS) and exclusive mode (TIOCEXCL) on each, then a typed line.
+TTY_CODE = r'''
+import fcntl, os, sys, termios
+print("tty", os.isatty(0), os.isatty(1), os.isatty(2), flush=True)
+for fd in (0, 1, 2):
+    try:
+        a = termios.tcgetattr(fd)
+        a[3] &= ~termios.ECHO
+        termios.tcsetattr(fd, termios.TCSANOW, a)
+        fcntl.ioctl(fd, termios.TIOCEXCL)
+    except (OSError, termios.error):
+        pass
+print("got", sys.stdin.readline().strip(), flush=True)
+'''
+
+
+def test_run_never_hands_over_a_terminal(libnsbox):
+    # A terminal as the command's stdio (this process's own, under a
+    # shell): its output goes to a pty of its own, relayed, its input
+    # through a pipe, and the caller's terminal keeps its modes and can be
+    # opened again.  Handed over, it was left with echo off and exclusive.
+    import pty
+    import termios
+    master, slave = pty.openpty()
+    got: List[bytes] = []
+    typed: List[int] = []
+
+    def read_master():
+        while True:
+            try:
+                b = os.read(master, 4096)
+            except OSError:
+                return
+            if not b:
+                return
+            got.append(b)
+            if b"tty" in b and not typed:
+                typed.append(os.write(master, b"hello\n"))     # typed once the command is up
+    t = threading.Thread(target=read_master, daemon=True)
+    t.start()
+    try:
+        modes = termios.tcgetattr(slave)
+        res = nsbox.run(["python3", "-c", TTY_CODE], stdin=slave, stdout=slave,
+                        stderr=slave, timeout=30)
+        assert res.exit_code == 0, (res, got)
+        assert termios.tcgetattr(slave) == modes
+        os.close(os.open(os.ttyname(slave), os.O_RDWR | os.O_NOCTTY))   # not EBUSY
+        # A command that does not read its input ends the run at once.
+        assert nsbox.run(["true"], stdin=slave, stdout=slave, timeout=30).exit_code == 0
+    finally:
+        os.close(slave)
+        t.join(10)
+        os.close(master)
+    out = b"".join(got).decode()
+    assert "tty False True True" in out, out
+    assert "got hello" in out, out
+
+
 def test_run_missing_command(libnsbox):
     import errno
     res = nsbox.run(["no-such-command-anywhere"], timeout=30)
