@@ -755,6 +755,34 @@ print(json.dumps(R))
                        "NAT64 local-use (64:ff9b:1::/48)", "Teredo (2001::/32)"], reasons
 
 
+def test_azure_wireserver_is_refused_like_the_metadata_address(tmp_path):
+    """168.63.129.16 (Azure's WireServer: every VM's goal state, extension
+    settings, certificates) is in a public range, so 0.0.0.0/0 reached it
+    (before the fix: a connect, here no route in the test's own network
+    namespace, reply 4); now it is refused like 169.254.169.254 (reply 2),
+    and a rule naming it unlocks it."""
+    inside = PRELUDE + r"""
+def socks4(addr, port):
+    s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+    s.sendall(b"\x05\x01\x00\x05\x01\x00\x01" + socket.inet_aton(addr) + port.to_bytes(2, "big"))
+    got = b""
+    while len(got) < 12:
+        b = s.recv(12 - len(got))
+        if not b: break
+        got += b
+    return got[3] if len(got) > 3 else None
+R["rep"] = [socks4("168.63.129.16", 80), socks4("168.63.129.16", 32526), socks4("169.254.169.254", 80)]
+R["named"] = socks4("168.63.129.16", 8080)
+print(json.dumps(R))
+"""
+    out, asked, log = _own_resolver_run(tmp_path, inside, ["0.0.0.0/0:80", "0.0.0.0/0:32526",
+                                                           "168.63.129.16:8080"])
+    assert out["rep"] == [2, 2, 2], out       # connection not allowed by ruleset
+    assert out["named"] != 2, out             # allowed; no route here
+    reasons = [e["reason"] for e in log if e["kind"] == "socks" and e["addr"] == "168.63.129.16"]
+    assert reasons[:2] == ["cloud platform endpoint (Azure WireServer 168.63.129.16)"] * 2, log
+
+
 def test_requests_are_paced():
     """Each DNS query and connection costs the host side CPU outside the
     sandbox's cgroup and an audit line in the caller's file: a flood of
