@@ -9,7 +9,10 @@ beneath the directory it was given."""
 import asyncio
 import errno
 import hashlib
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -256,6 +259,53 @@ def _download_caps(sb, tmp_path):
     assert ei.value.errno == errno.EFBIG and "in one directory" in str(ei.value)
     assert os.listdir(tmp_path / "m") == []
     assert sb.execute("1 + 1") == 2
+
+
+HELD_HOST = r"""
+import json, os, sys, tempfile
+sys.path.insert(0, %(pydir)r)
+import nsbox
+
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+
+with nsbox.Sandbox(timeout=60) as sb:
+    sb.execute('''
+import sys
+R = sys.modules["_nsbox_runner"]
+rest = [{"name": "e%%05d" %% i + "x" * 240, "type": %(type)r, "size": 0} for i in range(49999)]
+R._file_list = lambda msg: {"entries": [{"name": "d", "type": "dir", "size": 0}] + rest, "truncated": False}
+''')
+    before = hwm()
+    try:
+        sb.download_dir("/tmp/x", os.path.join(tempfile.mkdtemp(), "out"))
+        err = None
+    except nsbox.SandboxError as e:
+        err = [e.errno, str(e)]
+    print(json.dumps({"grew": hwm() - before, "err": err}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "file"])
+def test_download_holds_no_listing_past_the_caps(libnsbox, kind):
+    """download_dir waits, at every level on the way down, to copy the
+    entries after the subdirectory it is in.  A runner whose every
+    listing names a subdirectory first and 49,999 other entries (250-byte
+    names) made the host hold 64 parsed listings (the depth cap) while
+    counting 64 entries: 2.8 GiB.  Now a listing is parsed, reduced to the
+    entries to copy and freed before anything below it is listed, and
+    those entries count against max_files as they are listed (skipped
+    kinds are not kept at all)."""
+    src = HELD_HOST % {"pydir": os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "type": kind}
+    p = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = json.loads(p.stdout.strip().splitlines()[-1])
+    assert m["err"] and m["err"][0] in (errno.ELOOP, errno.EFBIG), m
+    # One listing's parse (~45 MB at 50,000 entries) and, for "file",
+    # max_files (100,000) names: well under 2.8 GiB.
+    assert m["grew"] < 300 << 20, m
 
 
 def test_bad_arguments(sb):
