@@ -447,7 +447,7 @@ struct dl_state {
 	 * 20,000 directories and 1-byte files under max_bytes 1 MiB took
 	 * 146 MB of ext4 when only their bytes counted. */
 	uint64_t max_bytes, left, block;
-	/* listed: entries taken from listings so far, each counted against
+	/* listed: entries read from listings so far, each counted against
 	 * max_files as its listing is read, not as it is copied: the entries
 	 * of every directory on the way down wait, in the host's memory, for
 	 * their subdirectories to be copied.  Counted as they were copied, a
@@ -499,15 +499,21 @@ static int dl_list(struct nsbox_session *s, const char *remote, struct dl_state 
 		const char *name = json_string_value(json_object_get(e, "name"));
 		const char *type = json_string_value(json_object_get(e, "type"));
 
+		/* Every entry listed counts, copied or not: the host parsed it.
+		 * (Counting only directories and files, listings of a few
+		 * directories each and 49,990 fifos made the host parse 50,000
+		 * entries per directory counted: five billion under the default
+		 * max_files.) */
+		if (st->listed >= st->max_files) {
+			*over = true;
+			break;
+		}
+		st->listed++;
 		/* Names come from the sandbox: one component, nothing more. */
 		if (!name || json_object_get(e, "name_hex") || !proto_out_name_valid(name, strlen(name)) || !type)
 			continue;
 		if (strcmp(type, "dir") && strcmp(type, "file"))
 			continue;	/* symlinks, fifos, devices: not copied */
-		if (st->listed >= st->max_files) {
-			*over = true;
-			break;
-		}
 		d[k].dir = !strcmp(type, "dir");
 		if (!(d[k].name = strdup(name))) {
 			json_decref(v);
@@ -515,7 +521,6 @@ static int dl_list(struct nsbox_session *s, const char *remote, struct dl_state 
 			return err_set(err, ENOMEM, "download %s", remote);
 		}
 		k++;
-		st->listed++;
 	}
 	json_decref(v);
 	*out = d;

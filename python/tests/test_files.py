@@ -308,6 +308,32 @@ def test_download_holds_no_listing_past_the_caps(libnsbox, kind):
     assert m["grew"] < 300 << 20, m
 
 
+def test_download_counts_every_entry_it_parses(sb, tmp_path):
+    """Entries download_dir skips (fifos here) cost the host their parse
+    as much as those it copies: counted only as directories and files,
+    listings of ten subdirectories and 49,990 fifos each made the host
+    parse 50,000 entries for every ten counted (~10 listings under
+    max_files=100; five billion entries under the default caps).  Every
+    entry listed counts now: one listing's worth, then EFBIG."""
+    sb.execute(r"""
+import sys
+R = sys.modules["_nsbox_runner"]
+R.n_lists = 0
+fifos = [{"name": "f%05d" % i, "type": "fifo", "size": 0} for i in range(49990)]
+def wide(msg):
+    R.n_lists += 1
+    return {"entries": [{"name": "d%d" % i, "type": "dir", "size": 0} for i in range(10)] + fifos,
+            "truncated": False}
+R._file_list = wide
+""")
+    with pytest.raises(SandboxFileError) as ei:
+        sb.download_dir("/tmp/w", tmp_path / "w", max_files=100)
+    assert ei.value.errno == errno.EFBIG and "more than 100 entries" in str(ei.value), ei.value
+    # The top listing, then d0's, in which nothing fits: EFBIG there.
+    assert sb.execute("R.n_lists") == 2, sb.execute("R.n_lists")
+    assert os.listdir(tmp_path / "w") == ["d0"]
+
+
 def test_bad_arguments(sb):
     with pytest.raises(ValueError):
         sb.read_file("/etc/hostname", max_bytes=0)
