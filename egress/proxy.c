@@ -456,23 +456,27 @@ static int route_is_local(int family, const uint8_t *a)
  * 0.0.0.0/0 or 10.0.0.0/8 around the host's 10.0.0.5, unlocks it no more
  * than 0.0.0.0/0 unlocks loopback), or refused when the kernel cannot
  * tell.  Loopback itself passed net_addr_verdict only through a rule
- * inside 127.0.0.0/8 or naming ::1: the host, asked for. */
-static const char *addr_verdict(bool name_ok, int family, const uint8_t *a, uint16_t port)
+ * inside 127.0.0.0/8 or naming ::1: the host, asked for.  *local caches
+ * the kernel's answer for this address across ports (start it at
+ * LOCAL_UNKNOWN): the responder asks for every port a rule names, and a
+ * query per port and address was up to 32 x 66 netlink round trips. */
+#define LOCAL_UNKNOWN (-2)
+static const char *addr_verdict(bool name_ok, int family, const uint8_t *a, uint16_t port, int *local)
 {
 	static const uint8_t v6_loopback[16] = { [15] = 1 };
 	const char *v = net_addr_verdict(rules, n_rules, name_ok, family, a, port);
 	unsigned full = family == AF_INET ? 32 : 128;
-	int local;
 
 	if (v || (family == AF_INET ? a[0] == 127 : !memcmp(a, v6_loopback, 16)))
 		return v;
 	for (unsigned i = 0; i < n_rules; i++)
 		if (rules[i].prefix == full && net_rule_match_addr(&rules[i], family, a, port))
 			return NULL;
-	local = route_is_local(family, a);
-	if (local < 0)
+	if (*local == LOCAL_UNKNOWN)
+		*local = route_is_local(family, a);
+	if (*local < 0)
 		return "cannot tell whether the address is the host's own";
-	return local ? "the host's own address" : NULL;
+	return *local ? "the host's own address" : NULL;
 }
 
 /* The addresses of host name (lowercase, no trailing dot) into *out: the
@@ -570,7 +574,7 @@ static int literal_checked(struct req *r, struct sockaddr_storage *out, socklen_
 	}
 	sa_bytes(res->ai_addr, &family, &a);
 	inet_ntop(family, a, r->addr, sizeof(r->addr));
-	v = addr_verdict(false, family, a, r->t.port);
+	v = addr_verdict(false, family, a, r->t.port, &(int){ LOCAL_UNKNOWN });
 	if (!v) {
 		memcpy(out, res->ai_addr, res->ai_addrlen);
 		*outlen = res->ai_addrlen;
@@ -603,7 +607,7 @@ static int resolve_checked(struct req *r, struct sockaddr_storage *out, socklen_
 	for (unsigned i = 0; i < p.n; i++) {
 		int family = p.addr[i].family;
 		const uint8_t *a = p.addr[i].a;
-		const char *v = addr_verdict(true, family, a, r->t.port);
+		const char *v = addr_verdict(true, family, a, r->t.port, &(int){ LOCAL_UNKNOWN });
 
 		if (!why || !v)
 			inet_ntop(family, a, r->addr, sizeof(r->addr));
@@ -1425,10 +1429,12 @@ static bool dns_name_allowed(const char *name)
  * names (443 and 80 for rules without one). */
 static bool dns_addr_allowed(int family, const uint8_t *ad)
 {
-	if (!addr_verdict(true, family, ad, 443) || !addr_verdict(true, family, ad, 80))
+	int local = LOCAL_UNKNOWN;
+
+	if (!addr_verdict(true, family, ad, 443, &local) || !addr_verdict(true, family, ad, 80, &local))
 		return true;
 	for (unsigned i = 0; i < n_rules; i++)
-		if (rules[i].port && !addr_verdict(true, family, ad, rules[i].port))
+		if (rules[i].port && !addr_verdict(true, family, ad, rules[i].port, &local))
 			return true;
 	return false;
 }
