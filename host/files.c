@@ -34,12 +34,14 @@ static bool runner_has_files(const struct nsbox_session *s)
 }
 
 /* The runner's errno, trusted only to name an error: anything outside the
- * kernel's range becomes EIO. */
+ * kernel's range becomes EIO.  Its message is the sandbox's text: quoted
+ * inert (proto_text_inert), as it lands in the host's own error message. */
 static int answer_error(const json_t *a, const char *op, const char *path, struct nsbox_err *err)
 {
 	json_t *e = json_object_get(a, "error");
 	json_int_t no;
 	const char *msg;
+	char quoted[401];
 
 	if (!json_is_object(e))
 		return 0;
@@ -49,7 +51,7 @@ static int answer_error(const json_t *a, const char *op, const char *path, struc
 	msg = json_string_value(json_object_get(e, "message"));
 	if (!msg || !strcmp(msg, strerror((int)no)))
 		return err_set(err, (int)no, "%s %s", op, path);
-	return err_set(err, (int)no, "%s %s (%.400s)", op, path, msg);
+	return err_set(err, (int)no, "%s %s (%s)", op, path, proto_text_inert(msg, quoted, sizeof(quoted)));
 }
 
 /* One FILE_* request: data (NULL: none) sent raw after msg; the answer's

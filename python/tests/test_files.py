@@ -334,6 +334,33 @@ R._file_list = wide
     assert os.listdir(tmp_path / "w") == ["d0"]
 
 
+def test_runner_error_text_is_quoted_inert(sb):
+    """A file operation's and get_variable's error message carry the
+    runner's text, which sandboxed code chooses (it can replace the
+    runner's handlers): an OSC that retitles the host's terminal, a
+    screen clear and a bidi override reached the host's SandboxFileError
+    and SandboxError messages raw.  Quoted as \\xNN / \\uNNNN now, as
+    jansson's quotes of a bad frame are."""
+    sb.execute(r"""
+import sys
+R = sys.modules["_nsbox_runner"]
+def bad(msg):
+    raise OSError(2, "gone\x1b]0;owned\x07\x1b[2J\u202etxt.exe")
+R._file_list = bad
+R._file_read = bad
+R.do_var = lambda typ, msg: {"error": {"type": "Name\x1b[31mError", "message": "x\x1b[2J\u202e", "traceback": None}}
+""")
+    msgs = []
+    for f in (lambda: sb.list_files("/tmp"), lambda: sb.read_file("/tmp/x"), lambda: sb.get_variable("v"),
+              lambda: sb.set_variable("v", 1)):
+        with pytest.raises(nsbox.SandboxError) as ei:
+            f()
+        msgs.append(str(ei.value))
+    assert all("\\x1b]0;owned\\x07" in m or "\\x1b[" in m for m in msgs), msgs
+    assert not [m for m in msgs if any(c < " " or c in "\x7f\u202e" for c in m)], msgs
+    assert msgs[0].startswith("list_files: list /tmp (gone\\x1b]0;owned\\x07\\x1b[2J\\u202etxt.exe)"), msgs
+
+
 def test_bad_arguments(sb):
     with pytest.raises(ValueError):
         sb.read_file("/etc/hostname", max_bytes=0)
