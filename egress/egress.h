@@ -19,7 +19,8 @@
  * reach the host's network except through it nor starve it.  It resolves
  * names itself (pinning a name's addresses for the DNS answers' TTL, the
  * same for the responder and the proxies), checks every resolved address
- * for each use (policy/netrule.h), connects to the address it checked, and
+ * for each use (policy/netrule.h, and the host's own addresses, which only
+ * a rule naming that one address unlocks), connects to the address it checked, and
  * checks a CONNECT's TLS server name. */
 #ifndef NSBOX_EGRESS_H
 #define NSBOX_EGRESS_H

@@ -19,6 +19,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -384,6 +386,99 @@ static void pace(void)
 	}
 }
 
+/* ---- the host's own addresses ----
+ *
+ * The proxy lives in the host's network namespace: an address of the
+ * host's own (its public address on eth0, a local route's range) reached
+ * from there is the host itself, every service bound to 0.0.0.0 or to
+ * that address, which no firewall in front of the machine guards.  Such an
+ * address is in no special range (net_addr_special), so a name rule whose
+ * answer pointed there, or 0.0.0.0/0, reached it.  The kernel tells: the
+ * route to the address is of type local (or anycast) in the host's
+ * routing.  A netlink RTM_GETROUTE sends nothing anywhere. */
+
+/* 1 if the kernel would deliver the address to this host, 0 if not, -1 if
+ * it cannot be told. */
+static int route_is_local(int family, const uint8_t *a)
+{
+	struct {
+		struct nlmsghdr nh;
+		struct rtmsg rt;
+		struct rtattr rta;
+		uint8_t addr[16];
+	} q;
+	union {
+		struct nlmsghdr nh;
+		char buf[4096];
+	} ans;
+	size_t alen = family == AF_INET ? 4 : 16;
+	_cleanup_close_ int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	struct timeval tv = { .tv_sec = 2 };
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	(void)setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	memset(&q, 0, sizeof(q));
+	q.nh.nlmsg_len = (uint32_t)NLMSG_LENGTH(sizeof(struct rtmsg) + RTA_LENGTH(alen));
+	q.nh.nlmsg_type = RTM_GETROUTE;
+	q.nh.nlmsg_flags = NLM_F_REQUEST;
+	q.nh.nlmsg_seq = 1;
+	q.rt.rtm_family = (unsigned char)family;
+	q.rt.rtm_dst_len = (unsigned char)(8 * alen);
+	q.rta.rta_type = RTA_DST;
+	q.rta.rta_len = (unsigned short)RTA_LENGTH(alen);
+	memcpy(q.addr, a, alen);
+	if (send(fd, &q, q.nh.nlmsg_len, 0) != (ssize_t)q.nh.nlmsg_len)
+		return -1;
+	do
+		n = recv(fd, &ans, sizeof(ans), 0);
+	while (n < 0 && errno == EINTR);
+	if (n < (ssize_t)NLMSG_HDRLEN || !NLMSG_OK(&ans.nh, (size_t)n))
+		return -1;
+	if (ans.nh.nlmsg_type == NLMSG_ERROR) {
+		const struct nlmsgerr *e = NLMSG_DATA(&ans.nh);
+
+		/* No route at all: not this host. */
+		return ans.nh.nlmsg_len >= NLMSG_LENGTH(sizeof(*e)) && e->error != 0 ? 0 : -1;
+	}
+	if (ans.nh.nlmsg_type != RTM_NEWROUTE || ans.nh.nlmsg_len < NLMSG_LENGTH(sizeof(struct rtmsg)))
+		return -1;
+	{
+		const struct rtmsg *rt = NLMSG_DATA(&ans.nh);
+
+		return rt->rtm_type == RTN_LOCAL || rt->rtm_type == RTN_ANYCAST;
+	}
+}
+
+/* net_addr_verdict, and then the host's own addresses: refused unless an
+ * address rule names that one address (a /32 or /128; a wider range, as
+ * 0.0.0.0/0 or 10.0.0.0/8 around the host's 10.0.0.5, unlocks it no more
+ * than 0.0.0.0/0 unlocks loopback), or refused when the kernel cannot
+ * tell.  Loopback itself passed net_addr_verdict only through a rule
+ * inside 127.0.0.0/8 or naming ::1: the host, asked for.  *local caches
+ * the kernel's answer for this address across ports (start it at
+ * LOCAL_UNKNOWN): the responder asks for every port a rule names, and a
+ * query per port and address was up to 32 x 66 netlink round trips. */
+#define LOCAL_UNKNOWN (-2)
+static const char *addr_verdict(bool name_ok, int family, const uint8_t *a, uint16_t port, int *local)
+{
+	static const uint8_t v6_loopback[16] = { [15] = 1 };
+	const char *v = net_addr_verdict(rules, n_rules, name_ok, family, a, port);
+	unsigned full = family == AF_INET ? 32 : 128;
+
+	if (v || (family == AF_INET ? a[0] == 127 : !memcmp(a, v6_loopback, 16)))
+		return v;
+	for (unsigned i = 0; i < n_rules; i++)
+		if (rules[i].prefix == full && net_rule_match_addr(&rules[i], family, a, port))
+			return NULL;
+	if (*local == LOCAL_UNKNOWN)
+		*local = route_is_local(family, a);
+	if (*local < 0)
+		return "cannot tell whether the address is the host's own";
+	return *local ? "the host's own address" : NULL;
+}
+
 /* The addresses of host name (lowercase, no trailing dot) into *out: the
  * pinned ones while they last, else the host's resolver's (both families,
  * in its order), pinned from now.  A failed lookup is not pinned.
@@ -479,7 +574,7 @@ static int literal_checked(struct req *r, struct sockaddr_storage *out, socklen_
 	}
 	sa_bytes(res->ai_addr, &family, &a);
 	inet_ntop(family, a, r->addr, sizeof(r->addr));
-	v = net_addr_verdict(rules, n_rules, false, family, a, r->t.port);
+	v = addr_verdict(false, family, a, r->t.port, &(int){ LOCAL_UNKNOWN });
 	if (!v) {
 		memcpy(out, res->ai_addr, res->ai_addrlen);
 		*outlen = res->ai_addrlen;
@@ -512,7 +607,7 @@ static int resolve_checked(struct req *r, struct sockaddr_storage *out, socklen_
 	for (unsigned i = 0; i < p.n; i++) {
 		int family = p.addr[i].family;
 		const uint8_t *a = p.addr[i].a;
-		const char *v = net_addr_verdict(rules, n_rules, true, family, a, r->t.port);
+		const char *v = addr_verdict(true, family, a, r->t.port, &(int){ LOCAL_UNKNOWN });
 
 		if (!why || !v)
 			inet_ntop(family, a, r->addr, sizeof(r->addr));
@@ -1334,11 +1429,12 @@ static bool dns_name_allowed(const char *name)
  * names (443 and 80 for rules without one). */
 static bool dns_addr_allowed(int family, const uint8_t *ad)
 {
-	if (!net_addr_verdict(rules, n_rules, true, family, ad, 443) ||
-	    !net_addr_verdict(rules, n_rules, true, family, ad, 80))
+	int local = LOCAL_UNKNOWN;
+
+	if (!addr_verdict(true, family, ad, 443, &local) || !addr_verdict(true, family, ad, 80, &local))
 		return true;
 	for (unsigned i = 0; i < n_rules; i++)
-		if (rules[i].port && !net_addr_verdict(rules, n_rules, true, family, ad, rules[i].port))
+		if (rules[i].port && !addr_verdict(true, family, ad, rules[i].port, &local))
 			return true;
 	return false;
 }

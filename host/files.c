@@ -34,12 +34,14 @@ static bool runner_has_files(const struct nsbox_session *s)
 }
 
 /* The runner's errno, trusted only to name an error: anything outside the
- * kernel's range becomes EIO. */
+ * kernel's range becomes EIO.  Its message is the sandbox's text: quoted
+ * inert (proto_text_inert), as it lands in the host's own error message. */
 static int answer_error(const json_t *a, const char *op, const char *path, struct nsbox_err *err)
 {
 	json_t *e = json_object_get(a, "error");
 	json_int_t no;
 	const char *msg;
+	char quoted[401];
 
 	if (!json_is_object(e))
 		return 0;
@@ -49,7 +51,7 @@ static int answer_error(const json_t *a, const char *op, const char *path, struc
 	msg = json_string_value(json_object_get(e, "message"));
 	if (!msg || !strcmp(msg, strerror((int)no)))
 		return err_set(err, (int)no, "%s %s", op, path);
-	return err_set(err, (int)no, "%s %s (%.400s)", op, path, msg);
+	return err_set(err, (int)no, "%s %s (%s)", op, path, proto_text_inert(msg, quoted, sizeof(quoted)));
 }
 
 /* One FILE_* request: data (NULL: none) sent raw after msg; the answer's
@@ -447,18 +449,41 @@ struct dl_state {
 	 * 20,000 directories and 1-byte files under max_bytes 1 MiB took
 	 * 146 MB of ext4 when only their bytes counted. */
 	uint64_t max_bytes, left, block;
-	uint64_t entries, max_files, files, file_max;
+	/* listed: entries read from listings so far, each counted against
+	 * max_files as its listing is read, not as it is copied: the entries
+	 * of every directory on the way down wait, in the host's memory, for
+	 * their subdirectories to be copied.  Counted as they were copied, a
+	 * listing that names one subdirectory first and 50,000 entries after
+	 * it held 64 listings (the depth cap) at once: 2.8 GiB of the host's
+	 * memory for 64 entries copied. */
+	uint64_t listed, max_files, files, file_max;
 };
 
-static int download(struct nsbox_session *s, const char *remote, int dirfd, int depth, struct dl_state *st,
-		    struct nsbox_err *err)
-{
-	json_t *v = NULL, *e;
-	size_t i;
-	int r = 0;
+/* An entry of a listing to copy: a name checked, and whether a directory. */
+struct dl_ent {
+	char *name;
+	bool dir;
+};
 
-	if (depth > SESSION_DIR_MAX_DEPTH)
-		return err_set(err, ELOOP, "download %s: deeper than %d levels", remote, SESSION_DIR_MAX_DEPTH);
+static void dl_ents_free(struct dl_ent *ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(ents[i].name);
+	free(ents);
+}
+
+/* remote's listing, reduced to the entries to copy (names checked,
+ * directories and regular files), at most what is left of max_files:
+ * *over when it had more.  The parsed listing is freed here, before
+ * anything below it is listed. */
+static int dl_list(struct nsbox_session *s, const char *remote, struct dl_state *st, struct dl_ent **out, size_t *n,
+		   bool *over, struct nsbox_err *err)
+{
+	json_t *v = NULL, *ents, *e;
+	struct dl_ent *d;
+	size_t i, k = 0;
+
+	*over = false;
 	if (session_file_list(s, remote, &v, err) < 0)
 		return -1;
 	if (json_is_true(json_object_get(v, "truncated"))) {
@@ -466,24 +491,64 @@ static int download(struct nsbox_session *s, const char *remote, int dirfd, int 
 		return err_set(err, EFBIG, "download %s: more than %d entries in one directory", remote,
 			       SESSION_LIST_MAX);
 	}
-	json_array_foreach(json_object_get(v, "entries"), i, e) {
+	ents = json_object_get(v, "entries");
+	d = calloc(json_array_size(ents) + 1, sizeof(*d));
+	if (!d) {
+		json_decref(v);
+		return err_set(err, ENOMEM, "download %s", remote);
+	}
+	json_array_foreach(ents, i, e) {
 		const char *name = json_string_value(json_object_get(e, "name"));
 		const char *type = json_string_value(json_object_get(e, "type"));
-		char src[4096];
 
+		/* Every entry listed counts, copied or not: the host parsed it.
+		 * (Counting only directories and files, listings of a few
+		 * directories each and 49,990 fifos made the host parse 50,000
+		 * entries per directory counted: five billion under the default
+		 * max_files.) */
+		if (st->listed >= st->max_files) {
+			*over = true;
+			break;
+		}
+		st->listed++;
 		/* Names come from the sandbox: one component, nothing more. */
 		if (!name || json_object_get(e, "name_hex") || !proto_out_name_valid(name, strlen(name)) || !type)
 			continue;
 		if (strcmp(type, "dir") && strcmp(type, "file"))
 			continue;	/* symlinks, fifos, devices: not copied */
-		if (++st->entries > st->max_files) {
-			r = err_set(err, EFBIG, "download %s: more than %llu entries", remote,
-				    (unsigned long long)st->max_files);
-			break;
+		d[k].dir = !strcmp(type, "dir");
+		if (!(d[k].name = strdup(name))) {
+			json_decref(v);
+			dl_ents_free(d, k);
+			return err_set(err, ENOMEM, "download %s", remote);
 		}
+		k++;
+	}
+	json_decref(v);
+	*out = d;
+	*n = k;
+	return 0;
+}
+
+static int download(struct nsbox_session *s, const char *remote, int dirfd, int depth, struct dl_state *st,
+		    struct nsbox_err *err)
+{
+	struct dl_ent *ents = NULL;
+	size_t n = 0;
+	bool over;
+	int r = 0;
+
+	if (depth > SESSION_DIR_MAX_DEPTH)
+		return err_set(err, ELOOP, "download %s: deeper than %d levels", remote, SESSION_DIR_MAX_DEPTH);
+	if (dl_list(s, remote, st, &ents, &n, &over, err) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		const char *name = ents[i].name;
+		char src[4096];
+
 		if ((r = join(src, sizeof(src), remote, name, err)) < 0)
 			break;
-		if (!strcmp(type, "dir")) {
+		if (ents[i].dir) {
 			int sub;
 
 			if (block_charge(&st->left, 0, st->block) < 0) {
@@ -535,7 +600,11 @@ static int download(struct nsbox_session *s, const char *remote, int dirfd, int 
 			st->files++;
 		}
 	}
-	json_decref(v);
+	/* The entries past max_files: after those that fit were copied, as
+	 * when they were counted one by one. */
+	if (r == 0 && over)
+		r = err_set(err, EFBIG, "download %s: more than %llu entries", remote, (unsigned long long)st->max_files);
+	dl_ents_free(ents, n);
 	return r;
 }
 

@@ -72,8 +72,11 @@ int session_file_mkdir(struct nsbox_session *s, const char *path, int mode, stru
  * RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) O_CREAT | O_EXCL |
  * O_NOFOLLOW: nothing is overwritten (EEXIST) or followed.  Regular files
  * and directories only; an entry swapped for something else meanwhile is
- * skipped.  Caps: max_bytes in all, max_files files, file_max per file
- * (EFBIG).  *files: the files copied. */
+ * skipped.  Caps: max_bytes in all, max_files entries (every entry
+ * listed, copied or not, counted as each listing is read: the host parses
+ * at most that many and one listing past them, holds at most that many
+ * names and one parsed listing at a time), file_max per file (EFBIG).  *files: the files
+ * copied. */
 int session_download_dir(struct nsbox_session *s, const char *remote, const char *local, uint64_t max_bytes,
 			 uint64_t max_files, uint64_t file_max, uint64_t *files, struct nsbox_err *err);
 /* Copy the host directory local to remote inside (made, with parents):

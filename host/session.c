@@ -413,7 +413,10 @@ static int handshake(struct nsbox_session *s, struct nsbox_err *err)
 	if (!h)
 		return -1;
 	if (f.hdr.type == PROTO_ERROR) {
-		err_set(err, 0, "the runner failed to start: %s", json_string_value(json_object_get(h, "message")));
+		const char *why = json_string_value(json_object_get(h, "message"));
+		char q[512];
+
+		err_set(err, 0, "the runner failed to start: %s", why ? proto_text_inert(why, q, sizeof(q)) : "(no message)");
 		json_decref(h);
 		return -1;
 	}
@@ -1490,6 +1493,18 @@ static int control(struct nsbox_session *s, uint16_t type, json_t *msg, uint16_t
 	return control_data(s, type, msg, NULL, 0, -1, want, answer, NULL, 0, NULL, err);
 }
 
+/* A SET_VAR or GET_VAR error: the exception's type and message are the
+ * sandbox's text, quoted inert (proto_text_inert) in the host's message. */
+static int var_error(const json_t *e, int code, struct nsbox_err *err)
+{
+	const char *type = json_string_value(json_object_get(e, "type"));
+	const char *msg = json_string_value(json_object_get(e, "message"));
+	char qt[256], qm[1024];
+
+	return err_set(err, code, "%s: %s", type ? proto_text_inert(type, qt, sizeof(qt)) : "(null)",
+		       msg ? proto_text_inert(msg, qm, sizeof(qm)) : "(null)");
+}
+
 int session_set_var(struct nsbox_session *s, const char *name, json_t *value, struct nsbox_err *err)
 {
 	json_t *a = NULL, *e;
@@ -1499,8 +1514,7 @@ int session_set_var(struct nsbox_session *s, const char *name, json_t *value, st
 		return r;
 	e = json_object_get(a, "error");
 	if (json_is_object(e))
-		r = err_set(err, EINVAL, "%s: %s", json_string_value(json_object_get(e, "type")),
-			    json_string_value(json_object_get(e, "message")));
+		r = var_error(e, EINVAL, err);
 	json_decref(a);
 	return r;
 }
@@ -1516,8 +1530,7 @@ int session_get_var(struct nsbox_session *s, const char *name, json_t **value, s
 	if (json_is_object(e)) {
 		const char *type = json_string_value(json_object_get(e, "type"));
 
-		r = err_set(err, type && !strcmp(type, "NameError") ? ENOENT : EINVAL, "%s: %s", type,
-			    json_string_value(json_object_get(e, "message")));
+		r = var_error(e, type && !strcmp(type, "NameError") ? ENOENT : EINVAL, err);
 	} else {
 		json_t *v = json_object_get(a, "value");
 

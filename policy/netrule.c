@@ -196,8 +196,12 @@ struct special {
 
 /* Refused unless a rule names them (RFC 6890 and the clouds' metadata
  * addresses: 169.254.169.254 is link-local, fd00:ec2::254 unique-local,
- * Alibaba's 100.100.100.200 CGNAT). */
+ * Alibaba's 100.100.100.200 CGNAT; Azure's WireServer, 168.63.129.16, is
+ * in a public range, answers every VM on the platform and serves its
+ * goal state, extension settings and certificates: it has an entry of
+ * its own, else 0.0.0.0/0 or a name resolving there reached it). */
 static const struct special specials[] = {
+	{ AF_INET, { 168, 63, 129, 16 }, 32, "cloud platform endpoint (Azure WireServer 168.63.129.16)" },
 	{ AF_INET, { 0 }, 8, "unspecified (0.0.0.0/8)" },
 	{ AF_INET, { 127 }, 8, "loopback (127.0.0.0/8)" },
 	{ AF_INET, { 10 }, 8, "private (10.0.0.0/8)" },

@@ -260,7 +260,9 @@ class FilesMixin:
         devices and names that are not UTF-8 inside are skipped, and a name
         that is not one plain path component (a "/", ".", "..", a control
         character) too.  Caps: max_bytes in all, max_files entries
-        (directories count), 50000 in one directory, depth 64: else
+        (directories and skipped entries count, each as its directory is
+        listed: the host holds at most max_files names), 50000 in one
+        directory, depth 64: else
         SandboxFileError(EFBIG or ELOOP), keeping what was copied.  Returns
         the number of files (nsbox_download_dir)."""
         return self._file_op(_op_download_dir(_fns(self._lib), remote, local, max_bytes, max_files))

@@ -17,8 +17,9 @@ nsbox-protocol(7), VALUES.
 
 Decoding what the sandbox sent never evaluates anything: each tag builds
 its value with int(), float(), base64 and the container's constructor, and
-a malformed tag, an unhashable set member or key, or nesting deeper than
-the runner produces is an UndecodableValue.  The text itself is bounded by
+a malformed tag, an unhashable set member or key, more than 32 set members
+or $dict keys with one hash (a hash flood: int and tuple hashes have no
+seed), or nesting deeper than the runner produces is an UndecodableValue.  The text itself is bounded by
 libnsbox's frame limit before it gets here.
 """
 
@@ -160,6 +161,31 @@ def _pair(p, depth):
     return (decode(k, depth) if type(k) in NESTED else k), (decode(x, depth) if type(x) in NESTED else x)
 
 
+# Members of one set (or keys of one $dict) that may hash alike.  hash() of
+# an int is n mod 2**61 - 1, of a tuple a fixed function of its members':
+# no seed, unlike str's.  A $set of 40,000 multiples of 2**61 - 1 (1.5 MB,
+# a tenth of a frame) took the host 6.4 s to build, each member probing
+# every earlier one: quadratic, on the SDK's thread, under the GIL.  Real
+# data rarely has a handful alike ({1, 1.0} is one member; -1 and -2 share
+# one).
+HASH_ALIKE_MAX = 32
+
+
+def _hashed(items, what):
+    """items (a list), checked before a set or dict is built of them: each
+    hashable, and at most HASH_ALIKE_MAX with any one hash.  The counts are
+    keyed by the hash values, which are ints below 2**61 - 1: each its own
+    hash, so that table floods no more than any set of distinct hashes."""
+    seen = {}
+    for y in items:
+        h = hash(y)
+        n = seen.get(h, 0) + 1
+        if n > HASH_ALIKE_MAX:
+            raise ValueError("more than %d %s with one hash (a hash flood)" % (HASH_ALIKE_MAX, what))
+        seen[h] = n
+    return items
+
+
 def _tag(k, x, depth):
     """The value of the tag {k: x}; _NOT_A_TAG when k is no tag of ours."""
     tx = type(x)
@@ -176,10 +202,12 @@ def _tag(k, x, depth):
         if tx is dict:
             return {a: decode(b, depth) if type(b) in NESTED else b for a, b in x.items()}
         if tx is list:
-            return dict(_pair(p, depth) for p in x)
+            pairs = [_pair(p, depth) for p in x]
+            _hashed([p[0] for p in pairs], "$dict keys")
+            return dict(pairs)
     elif k == "$set" or k == "$frozenset":
         if tx is list:
-            items = (decode(y, depth) if type(y) in NESTED else y for y in x)
+            items = _hashed([decode(y, depth) if type(y) in NESTED else y for y in x], k + " members")
             return set(items) if k == "$set" else frozenset(items)
     elif k == "$bytes" or k == "$bytearray":
         if tx is str:

@@ -9,7 +9,10 @@ beneath the directory it was given."""
 import asyncio
 import errno
 import hashlib
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -256,6 +259,106 @@ def _download_caps(sb, tmp_path):
     assert ei.value.errno == errno.EFBIG and "in one directory" in str(ei.value)
     assert os.listdir(tmp_path / "m") == []
     assert sb.execute("1 + 1") == 2
+
+
+HELD_HOST = r"""
+import json, os, sys, tempfile
+sys.path.insert(0, %(pydir)r)
+import nsbox
+
+def hwm():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+
+with nsbox.Sandbox(timeout=60) as sb:
+    sb.execute('''
+import sys
+R = sys.modules["_nsbox_runner"]
+rest = [{"name": "e%%05d" %% i + "x" * 240, "type": %(type)r, "size": 0} for i in range(49999)]
+R._file_list = lambda msg: {"entries": [{"name": "d", "type": "dir", "size": 0}] + rest, "truncated": False}
+''')
+    before = hwm()
+    try:
+        sb.download_dir("/tmp/x", os.path.join(tempfile.mkdtemp(), "out"))
+        err = None
+    except nsbox.SandboxError as e:
+        err = [e.errno, str(e)]
+    print(json.dumps({"grew": hwm() - before, "err": err}))
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "file"])
+def test_download_holds_no_listing_past_the_caps(libnsbox, kind):
+    """download_dir waits, at every level on the way down, to copy the
+    entries after the subdirectory it is in.  A runner whose every
+    listing names a subdirectory first and 49,999 other entries (250-byte
+    names) made the host hold 64 parsed listings (the depth cap) while
+    counting 64 entries: 2.8 GiB.  Now a listing is parsed, reduced to the
+    entries to copy and freed before anything below it is listed, and
+    those entries count against max_files as they are listed (skipped
+    kinds are not kept at all)."""
+    src = HELD_HOST % {"pydir": os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "type": kind}
+    p = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    m = json.loads(p.stdout.strip().splitlines()[-1])
+    assert m["err"] and m["err"][0] in (errno.ELOOP, errno.EFBIG), m
+    # One listing's parse (~45 MB at 50,000 entries) and, for "file",
+    # max_files (100,000) names: well under 2.8 GiB.
+    assert m["grew"] < 300 << 20, m
+
+
+def test_download_counts_every_entry_it_parses(sb, tmp_path):
+    """Entries download_dir skips (fifos here) cost the host their parse
+    as much as those it copies: counted only as directories and files,
+    listings of ten subdirectories and 49,990 fifos each made the host
+    parse 50,000 entries for every ten counted (~10 listings under
+    max_files=100; five billion entries under the default caps).  Every
+    entry listed counts now: one listing's worth, then EFBIG."""
+    sb.execute(r"""
+import sys
+R = sys.modules["_nsbox_runner"]
+R.n_lists = 0
+fifos = [{"name": "f%05d" % i, "type": "fifo", "size": 0} for i in range(49990)]
+def wide(msg):
+    R.n_lists += 1
+    return {"entries": [{"name": "d%d" % i, "type": "dir", "size": 0} for i in range(10)] + fifos,
+            "truncated": False}
+R._file_list = wide
+""")
+    with pytest.raises(SandboxFileError) as ei:
+        sb.download_dir("/tmp/w", tmp_path / "w", max_files=100)
+    assert ei.value.errno == errno.EFBIG and "more than 100 entries" in str(ei.value), ei.value
+    # The top listing, then d0's, in which nothing fits: EFBIG there.
+    assert sb.execute("R.n_lists") == 2, sb.execute("R.n_lists")
+    assert os.listdir(tmp_path / "w") == ["d0"]
+
+
+def test_runner_error_text_is_quoted_inert(sb):
+    """A file operation's and get_variable's error message carry the
+    runner's text, which sandboxed code chooses (it can replace the
+    runner's handlers): an OSC that retitles the host's terminal, a
+    screen clear and a bidi override reached the host's SandboxFileError
+    and SandboxError messages raw.  Quoted as \\xNN / \\uNNNN now, as
+    jansson's quotes of a bad frame are."""
+    sb.execute(r"""
+import sys
+R = sys.modules["_nsbox_runner"]
+def bad(msg):
+    raise OSError(2, "gone\x1b]0;owned\x07\x1b[2J\u202etxt.exe")
+R._file_list = bad
+R._file_read = bad
+R.do_var = lambda typ, msg: {"error": {"type": "Name\x1b[31mError", "message": "x\x1b[2J\u202e", "traceback": None}}
+""")
+    msgs = []
+    for f in (lambda: sb.list_files("/tmp"), lambda: sb.read_file("/tmp/x"), lambda: sb.get_variable("v"),
+              lambda: sb.set_variable("v", 1)):
+        with pytest.raises(nsbox.SandboxError) as ei:
+            f()
+        msgs.append(str(ei.value))
+    assert all("\\x1b]0;owned\\x07" in m or "\\x1b[" in m for m in msgs), msgs
+    assert not [m for m in msgs if any(c < " " or c in "\x7f\u202e" for c in m)], msgs
+    assert msgs[0].startswith("list_files: list /tmp (gone\\x1b]0;owned\\x07\\x1b[2J\\u202etxt.exe)"), msgs
 
 
 def test_bad_arguments(sb):

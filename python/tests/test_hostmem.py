@@ -126,8 +126,11 @@ def test_honest_values_still_cross(libnsbox):
         assert sb.execute("1 + 1") == 2
 
 
+# The last: a set of ints that all hash alike (multiples of 2**61 - 1), a hash flood.
 @pytest.mark.parametrize("value", ['{"$set":[[1]]}', '{"$dict":[[{"$set":[]},1]]}', '{"$bytes":"%%%"}',
-                                   '{"$complex":["x",1]}', '{"$frozenset":[{"$bytearray":"AA=="}]}'])
+                                   '{"$complex":["x",1]}', '{"$frozenset":[{"$bytearray":"AA=="}]}',
+                                   pytest.param('{"$set":[%s]}' % ",".join('{"$int":"%d"}' % (((1 << 61) - 1) * (i + 1))
+                                                                           for i in range(40)), id="hash-flood")])
 def test_forged_result_with_malformed_tags_is_a_sandbox_error(libnsbox, value):
     # The RESULT of the running exec (id 2: the host's first exec after the
     # handshake is 1), written by hand with a value no runner would send.

@@ -5,6 +5,7 @@ libnsbox."""
 import ctypes
 import errno
 import gc
+import json
 import math
 import os
 import re
@@ -1745,6 +1746,31 @@ def test_malformed_tags_are_undecodable(text):
     with pytest.raises(nsbox.SandboxError) as ei:  # never a bare RecursionError or ValueError
         _values.loads(text)
     assert isinstance(ei.value, nsbox.UndecodableValue)
+
+
+P61 = (1 << 61) - 1   # hash(n) is n mod P61 for an int: no seed
+
+
+@pytest.mark.parametrize("tag", ["$set", "$frozenset", "$dict"])
+def test_hash_floods_are_undecodable(tag):
+    """A set (or $dict keys) from inside whose members all hash alike made
+    the host's decode quadratic: 40,000 multiples of 2**61 - 1 (1.5 MB)
+    took 6.4 s to build; a frame's cap of 262,144 objects, about 4.5 minutes of the
+    host's thread under the GIL.  More than 32 alike are refused, at once;
+    32 still cross, as do large sets of distinct hashes that share bits."""
+    def text(members):
+        items = [{"$int": str(m)} for m in members]
+        return json.dumps({tag: [[i, 0] for i in items] if tag == "$dict" else items}).encode()
+    t = time.monotonic()
+    with pytest.raises(nsbox.UndecodableValue, match="hash flood"):
+        _values.loads(text(P61 * (i + 1) for i in range(40000)))
+    assert time.monotonic() - t < 1
+    with pytest.raises(nsbox.UndecodableValue):
+        _values.loads(text(P61 * (i + 1) for i in range(33)))
+    assert len(_values.loads(text(P61 * (i + 1) for i in range(32)))) == 32
+    t = time.monotonic()
+    assert len(_values.loads(text((i + 1) << 54 for i in range(100000)))) == 100000
+    assert time.monotonic() - t < 5
 
 
 # ---- tool argument checking and names --------------------------------------

@@ -579,12 +579,14 @@ echo "direct: $(curl -sSk --noproxy '*' https://localhost:{port}/ 2>&1 | head -c
 # qtype").  A queries get 192.0.2.7 (TEST-NET-1: nothing is ever sent
 # there), or, with "flip", 127.0.0.2 for a name's first query and 127.0.0.3
 # for every later one; AAAA: none.  With "nx", names starting "nx" get
-# NXDOMAIN.
+# NXDOMAIN; with "own", A is 198.51.100.7 (an address the test puts on its
+# namespace's lo).
 RESOLVER = r"""
 import socket, struct, sys
 log, ready = sys.argv[1], sys.argv[2]
 flip = sys.argv[3:] == ["flip"]
 nx = sys.argv[3:] == ["nx"]
+own = sys.argv[3:] == ["own"]
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.bind(("127.0.0.53", 53))
 open(ready, "w").close()
@@ -605,7 +607,7 @@ while True:
         s.sendto(q[:2] + b"\x81\x83" + struct.pack(">HHHH", 1, 0, 0, 0) + q[12:p + 5], peer)
         continue
     if qtype == 1:
-        addr = [127, 0, 0, 3 if name in seen else 2] if flip else [192, 0, 2, 7]
+        addr = [127, 0, 0, 3 if name in seen else 2] if flip else [198, 51, 100, 7] if own else [192, 0, 2, 7]
         an = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04" + bytes(addr)
         seen.add(name)
     hdr = q[:2] + b"\x81\x80" + struct.pack(">HHHH", 1, 1 if an else 0, 0, 0)
@@ -753,6 +755,34 @@ print(json.dumps(R))
                        "NAT64 local-use (64:ff9b:1::/48)", "Teredo (2001::/32)"], reasons
 
 
+def test_azure_wireserver_is_refused_like_the_metadata_address(tmp_path):
+    """168.63.129.16 (Azure's WireServer: every VM's goal state, extension
+    settings, certificates) is in a public range, so 0.0.0.0/0 reached it
+    (before the fix: a connect, here no route in the test's own network
+    namespace, reply 4); now it is refused like 169.254.169.254 (reply 2),
+    and a rule naming it unlocks it."""
+    inside = PRELUDE + r"""
+def socks4(addr, port):
+    s = socket.create_connection(("127.0.0.1", 1080), timeout=10)
+    s.sendall(b"\x05\x01\x00\x05\x01\x00\x01" + socket.inet_aton(addr) + port.to_bytes(2, "big"))
+    got = b""
+    while len(got) < 12:
+        b = s.recv(12 - len(got))
+        if not b: break
+        got += b
+    return got[3] if len(got) > 3 else None
+R["rep"] = [socks4("168.63.129.16", 80), socks4("168.63.129.16", 32526), socks4("169.254.169.254", 80)]
+R["named"] = socks4("168.63.129.16", 8080)
+print(json.dumps(R))
+"""
+    out, asked, log = _own_resolver_run(tmp_path, inside, ["0.0.0.0/0:80", "0.0.0.0/0:32526",
+                                                           "168.63.129.16:8080"])
+    assert out["rep"] == [2, 2, 2], out       # connection not allowed by ruleset
+    assert out["named"] != 2, out             # allowed; no route here
+    reasons = [e["reason"] for e in log if e["kind"] == "socks" and e["addr"] == "168.63.129.16"]
+    assert reasons[:2] == ["cloud platform endpoint (Azure WireServer 168.63.129.16)"] * 2, log
+
+
 def test_requests_are_paced():
     """Each DNS query and connection costs the host side CPU outside the
     sandbox's cgroup and an audit line in the caller's file: a flood of
@@ -870,6 +900,70 @@ done"""
     # be after the next request's refusal.  So the lines as a set.
     assert sorted(http) == sorted([(8080, "127.0.0.2", "allow"), (8080, "127.0.0.2", "allow"),
                                    (8081, "127.0.0.2", "deny"), (8080, "127.0.0.3", "allow")]), http
+
+
+def test_the_hosts_own_addresses_need_a_rule_naming_them(tmp_path):
+    """The proxy connects from the host's network namespace: an address of
+    the host's own (a public one on eth0; here 198.51.100.7 on the test
+    namespace's lo) is the host itself, with every service bound to
+    0.0.0.0 or to that address.  It is in no special range, so before the
+    fix a listed name resolving there, and 0.0.0.0/0, reached it (the
+    fetches on 8080 got the file).  Now only a rule naming that one
+    address unlocks it (8081), as only a rule inside loopback unlocks
+    loopback; the DNS responder gives the sandbox none of it either."""
+    d = tmp_path
+    (d / "www").mkdir()
+    (d / "www" / "secret").write_text("the host's own service\n")
+    inside = PRELUDE + r"""
+def q(name):
+    try:
+        return sorted({a[4][0] for a in socket.getaddrinfo(name, 8080, socket.AF_INET)})
+    except socket.gaierror as e:
+        return e.errno
+R["dns_before"] = q("own.test")
+R["name"] = raw("GET http://own.test:8080/secret HTTP/1.1\r\nHost: own.test:8080\r\n\r\n")
+R["literal"] = raw("GET http://198.51.100.7:8080/secret HTTP/1.1\r\n\r\n")
+R["connect"] = raw("CONNECT 198.51.100.7:8080 HTTP/1.1\r\n\r\n")
+R["named_name"] = raw("GET http://own.test:8081/secret HTTP/1.1\r\nHost: own.test:8081\r\n\r\n")
+R["named_literal"] = raw("GET http://198.51.100.7:8081/secret HTTP/1.1\r\n\r\n")
+print(json.dumps(R))
+"""
+    servers = f"""ip addr add 198.51.100.7/32 dev lo
+{PY} -m http.server -b 198.51.100.7 -d {d}/www 8080 >/dev/null 2>&1 &
+s1=$!
+{PY} -m http.server -b 198.51.100.7 -d {d}/www 8081 >/dev/null 2>&1 &
+s2=$!
+for p in 8080 8081; do
+    i=0; while ! {PY} -c "import socket; socket.create_connection(('198.51.100.7', $p))" 2>/dev/null; do
+        [ $i -lt 100 ] || exit 9; sleep 0.05; i=$((i+1)); done
+done"""
+    out, asked, log = _own_resolver_run(d, inside, ["own.test:8080", "0.0.0.0/0:8080", "own.test:8081",
+                                                    "198.51.100.7:8081"],
+                                        mode="own", start=servers, pids="$s1 $s2")
+    for k in ("name", "literal", "connect"):
+        assert out[k][0].startswith("HTTP/1.1 403") and out[k][1] == "the host's own address", (k, out)
+    # The responder answers with what some rule would let the proxy reach:
+    # here 8081's exact rule does.
+    assert out["dns_before"] == ["198.51.100.7"], out
+    for k in ("named_name", "named_literal"):
+        assert out[k][0].startswith("HTTP/1.0 200"), (k, out)
+    denied = {(e["host"], e["port"], e["reason"]) for e in log if e["decision"] == "deny"}
+    assert ("own.test", 8080, "the host's own address") in denied, log
+
+
+def test_the_hosts_own_address_alone_in_dns(tmp_path):
+    """With no rule naming it, the DNS responder gives the sandbox no
+    address of the host's own (the name is listed: an empty answer)."""
+    inside = PRELUDE + r"""
+try:
+    R["dns"] = sorted({a[4][0] for a in socket.getaddrinfo("own.test", 443, socket.AF_INET)})
+except socket.gaierror as e:
+    R["dns"] = e.errno
+print(json.dumps(R))
+"""
+    out, asked, log = _own_resolver_run(tmp_path, inside, ["own.test", "0.0.0.0/0"], mode="own",
+                                        start="ip addr add 198.51.100.7/32 dev lo")
+    assert out["dns"] == socket.EAI_NODATA, out
 
 
 def test_pip_install_from_an_allowed_index(tmp_path):

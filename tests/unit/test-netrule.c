@@ -65,6 +65,10 @@ int main(void)
 		ok(verdict(name_only, 1, true, "10.1.2.3", 443) != NULL, "a name rule: not RFC 1918");
 		ok(verdict(name_only, 1, true, "169.254.169.254", 80) != NULL, "a name rule: not the metadata address");
 		ok(verdict(name_only, 1, true, "100.100.100.200", 80) != NULL, "a name rule: not CGNAT");
+		ok(verdict(name_only, 1, true, "168.63.129.16", 80) != NULL &&
+			   verdict(all, 1, false, "168.63.129.16", 80) != NULL,
+		   "a name rule, 0.0.0.0/0: not Azure's WireServer");
+		ok(verdict(name_only, 1, true, "168.63.129.17", 80) == NULL, "... its neighbour is public");
 		ok(verdict(name_only, 1, true, "::ffff:127.0.0.1", 80) != NULL, "a name rule: not v4-mapped");
 		ok(verdict(name_only, 1, true, "fd00:ec2::254", 80) != NULL, "a name rule: not fc00::/7");
 		ok(verdict(name_only, 1, true, "fe80::1", 80) != NULL, "a name rule: not fe80::/10");
