@@ -123,6 +123,70 @@ static void mcp_warn(void *ud, const char *msg)
 	fprintf(stderr, "nsbox mcp: warning: %s\n", msg);
 }
 
+/* The length of the UTF-8 sequence at p (n > 0 bytes left): 1 to 4; 0
+ * when it is not one (RFC 3629: no overlong form, surrogate or code point
+ * past U+10FFFF); -1 when the end cuts it. */
+static int utf8_len(const unsigned char *p, size_t n)
+{
+	int k = p[0] < 0x80 ? 1 : p[0] < 0xC2 ? 0 : p[0] < 0xE0 ? 2 : p[0] < 0xF0 ? 3 : p[0] < 0xF5 ? 4 : 0;
+	unsigned cp;
+
+	if (k <= 1)
+		return k;
+	cp = p[0] & (0x3Fu >> (k - 1));
+	for (int i = 1; i < k; i++) {
+		if ((size_t)i >= n)
+			return -1;
+		if ((p[i] & 0xC0) != 0x80)
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3Fu);
+	}
+	if ((k == 3 && cp < 0x800) || (k == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+		return 0;
+	return k;
+}
+
+/* A string for JSON from bytes that may be cut anywhere (a %.200s of the
+ * client's text, a tail of output) or be no UTF-8 at all: a sequence cut
+ * at either end is dropped, each byte of an invalid one becomes U+FFFD (as
+ * the runner does), U+0000 stays.  Everything quoted in a message goes
+ * through here: json_pack refuses invalid UTF-8, and a message it refused
+ * was never sent (the request went unanswered). */
+static json_t *text_json(const char *p, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)p;
+	json_t *j;
+	char *buf, *o;
+
+	while (n && (*s & 0xC0) == 0x80) { /* a cut at the start */
+		s++;
+		n--;
+	}
+	if ((j = json_stringn((const char *)s, n)))
+		return j;
+	buf = o = malloc(n * 3 + 1);
+	if (!buf)
+		return NULL;
+	for (size_t i = 0; i < n;) {
+		int k = utf8_len(s + i, n - i);
+
+		if (k < 0) /* ... and at the end */
+			break;
+		if (k == 0) {
+			memcpy(o, "\xEF\xBF\xBD", 3);
+			o += 3;
+			i++;
+			continue;
+		}
+		memcpy(o, s + i, (size_t)k);
+		o += k;
+		i += (size_t)k;
+	}
+	j = json_stringn(buf, (size_t)(o - buf));
+	free(buf);
+	return j;
+}
+
 /* ---- output ------------------------------------------------------------ */
 
 /* A JSON-RPC batch being answered (revision 2025-03-26 allows them): the
@@ -175,8 +239,16 @@ static void send_msg(json_t *m) /* consumes m */
  * its result then says resultType and who answered. */
 static bool reply_modern;
 
+static void send_error(json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* result: consumed; NULL (it could not be made) is answered with an
+ * internal error, never left unanswered. */
 static void send_result_as(json_t *id, json_t *result, bool modern)
 {
+	if (!result) {
+		send_error(id, -32603, "internal error: the answer could not be made (out of memory?)");
+		return;
+	}
 	if (modern && json_is_object(result)) {
 		json_t *meta = json_object_get(result, "_meta");
 
@@ -196,7 +268,6 @@ static void send_result(json_t *id, json_t *result)
 	send_result_as(id, result, reply_modern);
 }
 
-static void send_error(json_t *id, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void send_error(json_t *id, int code, const char *fmt, ...)
 {
 	char msg[1024];
@@ -205,8 +276,8 @@ static void send_error(json_t *id, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	send_msg(json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", "code",
-			   code, "message", msg));
+	send_msg(json_pack("{s:s,s:O,s:{s:i,s:o}}", "jsonrpc", "2.0", "id", id ? id : json_null(), "error", "code",
+			   code, "message", text_json(msg, strlen(msg)) ?: json_string("")));
 }
 
 static int envelope_error(json_t *id, const char *key, const char *problem)
@@ -244,46 +315,12 @@ static int check_envelope(json_t *id, const json_t *params)
 		char msg[300];
 
 		snprintf(msg, sizeof(msg), "Unsupported protocol version: %.200s", json_string_value(v));
-		send_msg(json_pack("{s:s,s:O,s:{s:i,s:s,s:{s:[s],s:O}}}", "jsonrpc", "2.0", "id", id, "error", "code",
-				   -32022, "message", msg, "data", "supported", MCP_MODERN, "requested", v));
+		send_msg(json_pack("{s:s,s:O,s:{s:i,s:o,s:{s:[s],s:O}}}", "jsonrpc", "2.0", "id", id, "error", "code",
+				   -32022, "message", text_json(msg, strlen(msg)) ?: json_string(""), "data",
+				   "supported", MCP_MODERN, "requested", v));
 		return -1;
 	}
 	return 1;
-}
-
-/* A string for JSON from bytes that may end inside a UTF-8 sequence. */
-static json_t *text_json(const char *p, size_t n)
-{
-	json_t *j;
-	char *copy;
-
-	while (n && ((unsigned char)*p & 0xC0) == 0x80) { /* a cut at the start */
-		p++;
-		n--;
-	}
-	for (size_t back = 0; back < 4 && back < n; back++) { /* ... and at the end */
-		unsigned char c = (unsigned char)p[n - 1 - back];
-
-		if ((c & 0xC0) == 0xC0) {
-			size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
-
-			if (back + 1 < need)
-				n -= back + 1;
-			break;
-		}
-		if (c < 0x80)
-			break;
-	}
-	j = json_stringn(p, n);
-	if (j)
-		return j;
-	copy = strndup(p, n);
-	for (size_t i = 0; copy && i < n; i++)
-		if ((unsigned char)copy[i] >= 0x80 || copy[i] == '\0')
-			copy[i] = '?';
-	j = json_string(copy ? copy : "");
-	free(copy);
-	return j;
 }
 
 static json_t *tool_result(const char *text, bool is_error)

@@ -709,6 +709,25 @@ def test_invalid_requests_are_invalid():
     assert out[4]["id"] == 3 and out[4]["result"] == {}
 
 
+def test_every_request_is_answered_when_its_error_quotes_a_cut_character():
+    # An error message quotes the client's text cut to a size (%.200s, a
+    # 1 KiB buffer); a cut inside a UTF-8 sequence made the message
+    # invalid, json_pack refused it and the request was never answered.
+    modern = {"io.modelcontextprotocol/protocolVersion": "x" * 199 + "é",
+              "io.modelcontextprotocol/clientCapabilities": {}}
+    rc, out, err = raw([req(1, "a" * 199 + "é"),
+                        req(2, "tools/call", {"name": "x" * 199 + "é"}),
+                        req(3, "tools/call", {"name": "é" * 600 + "x", "arguments": 5}),
+                        req(4, "resources/read", {"uri": "nsbox://session/" + "é" * 200}),
+                        req(5, "tools/list", {"_meta": modern}),
+                        req(6, "ping")])
+    assert rc == 0, err
+    assert [m["id"] for m in out] == [1, 2, 3, 4, 5, 6], (out, err)
+    assert [m["error"]["code"] for m in out[:5]] == [-32601, -32602, -32602, -32602, -32022]
+    assert out[0]["error"]["message"] == "method not found: " + "a" * 199  # the cut character left out
+    assert out[4]["error"]["data"]["requested"] == "x" * 199 + "é"
+
+
 def test_batches_in_the_revision_that_has_them():
     # 2025-03-26 allowed JSON-RPC batches: answered as one array (none for
     # notifications); later revisions removed them and they are refused.
