@@ -5,6 +5,7 @@
 #define NSBOX_CLI_H
 
 #include <stdlib.h>
+#include <string.h>
 
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -31,6 +32,17 @@ struct cli_err {
 int cli_err_set(struct cli_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* Prefix err's message with context ("ctx: old").  Returns -1. */
 int cli_err_wrap(struct cli_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The length of s's first max bytes or fewer, never cutting a UTF-8
+ * sequence (JSON encoders refuse a cut one). */
+static inline size_t cli_utf8_prefix(const char *s, size_t max)
+{
+	size_t n = strnlen(s, max);
+
+	while (n == max && n && ((unsigned char)s[n] & 0xC0) == 0x80)
+		max = --n;
+	return n;
+}
 
 /* poll(2)'s timeout for s seconds (>= 0), rounded up and capped at a day:
  * a longer wait (timeouts go up to 1e7 s) wakes to look again. */

@@ -683,14 +683,24 @@ static void tail_add(struct tail *t, const char *d, size_t n)
 	t->n += n;
 }
 
+/* Answer a call from inside with result (JSON) or error (text; made
+ * valid UTF-8 here: it quotes the other server's or a host tool's text, cut
+ * to a size).  An answer the library refuses is replaced by a plain error:
+ * the sandbox waits for one, and a call never answered held its exec until
+ * the time limit. */
 static void answer(nsbox_session_t *s, uint64_t call_id, const char *tool, const char *result, const char *error)
 {
 	nsbox_error_t *e = NULL;
+	json_t *valid = error ? text_json(error, strlen(error)) : NULL;
 
+	if (valid)
+		error = json_string_value(valid);
 	if (nsbox_exec_answer(s, call_id, error ? NULL : result, error, &e) < 0) {
 		fprintf(stderr, "nsbox mcp: answering tool %s: %s\n", tool, nsbox_error_message(e));
 		nsbox_error_free(e);
+		nsbox_exec_answer(s, call_id, NULL, "nsbox mcp could not pass on the answer (see its stderr)", NULL);
 	}
+	json_decref(valid);
 }
 
 /* A call to NAME.tool from inside: forwarded to that MCP server as a
@@ -846,7 +856,6 @@ static void pump_up(struct server *srv, const struct pollfd *p)
 static void answer_tool_call(struct server *srv, nsbox_session_t *s, const struct nsbox_event *ev)
 {
 	char *result = NULL, *error = NULL;
-	nsbox_error_t *e = NULL;
 	const struct cli_tool *t = NULL;
 
 	if (strchr(ev->tool, '.')) {
@@ -863,10 +872,7 @@ static void answer_tool_call(struct server *srv, nsbox_session_t *s, const struc
 		error = strdup("no such tool");
 	else if (cli_tool_run((void *)t, ev->tool, ev->args_json, &result, &error) != 0 && !error)
 		error = strdup("the tool failed");
-	if (nsbox_exec_answer(s, ev->call_id, error ? NULL : result, error ? error : NULL, &e) < 0) {
-		fprintf(stderr, "nsbox mcp: answering tool %s: %s\n", ev->tool, nsbox_error_message(e));
-		nsbox_error_free(e);
-	}
+	answer(s, ev->call_id, ev->tool, result, error ? error : result ? NULL : "out of memory");
 	free(result);
 	free(error);
 }
@@ -2014,13 +2020,16 @@ static char *run_python_description(const struct server *srv)
 				const char *d = t->description ? t->description : "";
 				size_t n = strcspn(d, "\n");
 
+				if (n > 200)
+					n = cli_utf8_prefix(d, 200);
+
 				if (ftell(f) > (long)MCP_DESC_MAX - 512) {
 					fputs("\n(more: dir(NAME) inside lists them)", f);
 					free(sig);
 					goto done;
 				}
 				fprintf(f, "\n- %s.%s%s%s%.*s", srv->up[k].name, t->py, sig ? sig : "(**kwargs)",
-					n ? ": " : "", (int)(n > 200 ? 200 : n), d);
+					n ? ": " : "", (int)n, d);
 				free(sig);
 			}
 	}

@@ -355,7 +355,7 @@ static int add_tools(struct mcpup *u, const json_t *list)
 		nt->py = py_name(u, orig);
 		nt->orig = strdup(orig);
 		if (desc)
-			nt->description = strndup(desc, MCPUP_MAX_DESC);
+			nt->description = strndup(desc, cli_utf8_prefix(desc, MCPUP_MAX_DESC));
 		if (!nt->py || !nt->orig) {
 			free(nt->py);
 			free(nt->orig);

@@ -471,6 +471,67 @@ def test_code_mode_oversize_message(node):
     assert _procs_with(tag) == []
 
 
+# A raw MCP server in Python for what the SDK's server won't send: its
+# tools/list is argv[1] (JSON); tools/call answers argv[2][name] (a JSON-RPC
+# response's members, JSON) or echoes the arguments.
+RAW_UP = r'''
+import json, sys
+tools, answers = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m or "method" not in m:
+        continue
+    r = {"result": {}}
+    if m["method"] == "initialize":
+        r = {"result": {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "raw", "version": "0"}}}
+    elif m["method"] == "tools/list":
+        r = {"result": {"tools": tools}}
+    elif m["method"] == "tools/call":
+        r = answers.get(m["params"]["name"]) or {"result": {"content": [
+            {"type": "text", "text": json.dumps(m["params"].get("arguments"))}]}}
+    print(json.dumps(dict(r, jsonrpc="2.0", id=m["id"])), flush=True)
+'''
+
+
+def _raw_up(tmp_path, tools, answers=None, name="u"):
+    script = tmp_path / "raw_up.py"
+    script.write_text(RAW_UP)
+    tag = "nsbox-rawup-%d-%d" % (os.getpid(), time.monotonic_ns())
+    return ["--mcp-server", "%s=exec /usr/bin/python3.11 %s %s %s %s" % (
+        name, script, _sh(json.dumps(tools)), _sh(json.dumps(answers or {})), tag)], tag
+
+
+def _sh(s):
+    return "'" + s.replace("'", "'\\''") + "'"
+
+
+def test_code_mode_text_cut_inside_a_character(tmp_path):
+    # The other server's text is cut to a size on its way: a tool's first
+    # description line to 200 bytes in run_python's description (tools/list
+    # was never answered), its description to 2000 bytes, an error's text
+    # to 1500 or 1792 bytes (the answer was refused and the sandbox's call
+    # waited for the time limit).
+    tools = [{"name": "short", "description": "a" * 199 + "é and more", "inputSchema": {"type": "object"}},
+             {"name": "long", "description": "b" * 1999 + "é" * 10, "inputSchema": {"type": "object"}},
+             {"name": "rpcerr", "inputSchema": {"type": "object"}},
+             {"name": "iserr", "inputSchema": {"type": "object"}}]
+    answers = {"rpcerr": {"error": {"code": 1, "message": "e" * 1499 + "é" * 9}},
+               "iserr": {"result": {"content": [{"type": "text", "text": "c" * 1790 + "é" * 50}], "isError": True}}}
+    args, tag = _raw_up(tmp_path, tools, answers)
+    code = ("import nsbox\nout = []\nfor f in (u.rpcerr, u.iserr):\n    try:\n        f()\n"
+            "    except nsbox.ToolError as e:\n        out.append(str(e)[-3:])\nout, len(u.long.__doc__) > 1900")
+    rc, out, err = raw([req(1, "tools/list"),
+                        req(2, "tools/call", {"name": "run_python", "arguments": {"code": code, "timeout_s": 20}})],
+                       *args)
+    assert rc == 0, err
+    assert [m["id"] for m in out] == [1, 2], out
+    desc = out[0]["result"]["tools"][0]["description"]
+    assert "\n- u.short(**kwargs): " + "a" * 199 + "\n" in desc, desc
+    assert out[1]["result"] == {"content": [{"type": "text", "text": "(['eee', 'ccc'], True)"}], "isError": False}
+    assert _procs_with(tag) == []
+
+
 # ---- the stateless 2026-07-28 revision ----------------------------------------
 
 CLIENT2 = os.path.join(MCPDIR, "client2.mjs")
