@@ -34,6 +34,9 @@
 #define MCP_PROGRESS_EVERY 2.0	/* seconds */
 #define MCP_STOP_GRACE 1.0	/* seconds a stopping server gives a cancelled exec before the kill */
 #define MCP_MAX_PENDING 16	/* code-mode calls in flight per exec (threads inside) */
+#define MCP_MAX_VALUES 65536	/* JSON values in one message (a jansson tree costs ~100 bytes each) */
+#define MCP_QUEUE_MAX 1024	/* messages waiting while an exec runs ... */
+#define MCP_QUEUE_BYTES (64u << 20) /* ... and their weight: then stdin waits */
 
 static const char *const versions[] = { "2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05" };
 
@@ -44,9 +47,12 @@ struct msess {
 	double call_timeout; /* new_session's timeout_s; 0: the server's */
 };
 
-/* A parsed message waiting its turn. */
+/* A parsed message waiting its turn, or (code != 0) an error to send in
+ * its turn, msg its text. */
 struct queued {
 	json_t *msg;
+	int code;
+	size_t weight; /* what it holds, about: its line and ~128 bytes a value */
 	struct queued *next;
 };
 
@@ -70,6 +76,7 @@ struct server {
 	size_t len, cap;
 	bool skipping, eof;
 	struct queued *qhead, *qtail;
+	size_t q_count, q_weight;
 	/* the exec in flight */
 	json_t *cur_id;
 	nsbox_session_t *cur_s;
@@ -474,7 +481,7 @@ static double expire_idle(struct server *srv)
 
 /* ---- stdin ---------------------------------------------------------------- */
 
-static void enqueue(struct server *srv, json_t *msg)
+static void enqueue(struct server *srv, json_t *msg, int code, size_t weight)
 {
 	struct queued *q = calloc(1, sizeof(*q));
 
@@ -483,6 +490,10 @@ static void enqueue(struct server *srv, json_t *msg)
 		return;
 	}
 	q->msg = msg;
+	q->code = code;
+	q->weight = weight;
+	srv->q_count++;
+	srv->q_weight += weight;
 	if (srv->qtail)
 		srv->qtail->next = q;
 	else
@@ -490,7 +501,7 @@ static void enqueue(struct server *srv, json_t *msg)
 	srv->qtail = q;
 }
 
-static json_t *dequeue(struct server *srv)
+static json_t *dequeue(struct server *srv, int *code)
 {
 	struct queued *q = srv->qhead;
 	json_t *m;
@@ -500,9 +511,43 @@ static json_t *dequeue(struct server *srv)
 	srv->qhead = q->next;
 	if (!srv->qhead)
 		srv->qtail = NULL;
+	srv->q_count--;
+	srv->q_weight -= q->weight;
 	m = q->msg;
+	*code = q->code;
 	free(q);
 	return m;
+}
+
+/* Whether stdin should wait: while an exec runs, the messages that come
+ * are parsed and queued (ping and cancel are answered at once); a client
+ * that sent on and on (a queued parse error costs ~500 bytes for a 2-byte
+ * line, a tree ~40 times its line) grew the server by gigabytes. */
+static bool queue_full(const struct server *srv)
+{
+	return srv->q_count >= MCP_QUEUE_MAX || srv->q_weight >= MCP_QUEUE_BYTES;
+}
+
+/* The JSON values of a line, about (commas and opening brackets outside
+ * strings, plus one), counted before it is parsed. */
+static size_t json_values(const char *p, size_t n)
+{
+	size_t k = 1;
+	bool in_str = false;
+
+	for (size_t i = 0; i < n; i++) {
+		if (in_str) {
+			if (p[i] == '\\')
+				i++;
+			else if (p[i] == '"')
+				in_str = false;
+		} else if (p[i] == '"') {
+			in_str = true;
+		} else if (p[i] == ',' || p[i] == '[' || p[i] == '{') {
+			k++;
+		}
+	}
+	return k;
 }
 
 static const char *method_of(const json_t *m)
@@ -526,10 +571,12 @@ static void on_cancelled(struct server *srv, const json_t *m)
 	for (struct queued **pq = &srv->qhead, *prev = NULL; *pq; prev = *pq, pq = &(*pq)->next) {
 		struct queued *q = *pq;
 
-		if (json_equal(json_object_get(q->msg, "id"), rid) && method_of(q->msg)) {
+		if (!q->code && json_equal(json_object_get(q->msg, "id"), rid) && method_of(q->msg)) {
 			*pq = q->next;
 			if (srv->qtail == q)
 				srv->qtail = prev;
+			srv->q_count--;
+			srv->q_weight -= q->weight;
 			json_decref(q->msg);
 			free(q);
 			return;
@@ -556,11 +603,20 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 	json_error_t jerr;
 	json_t *m;
 	const char *method, *nul;
+	size_t values;
 
 	while (n && (line[n - 1] == '\r' || line[n - 1] == ' ' || line[n - 1] == '\t'))
 		n--;
 	if (!n)
 		return;
+	/* Counted first: an 8 MiB line of "[]," was a tree of 350 MB. */
+	values = json_values(line, n);
+	if (values > MCP_MAX_VALUES) {
+		m = json_string("invalid request: more than 65536 JSON values in one message");
+		if (m)
+			enqueue(srv, m, -32600, 512);
+		return;
+	}
 	/* Any JSON value parses: one that isn't an object is an invalid
 	 * request (-32600), not a parse error.  jansson's lexer reads a raw NUL
 	 * between tokens as a blank, which RFC 8259 does not allow and a
@@ -576,9 +632,9 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 				 (int)(nul - line) + 1);
 		else
 			snprintf(msg, sizeof(msg), "parse error: %s (column %d)", jerr.text, jerr.column);
-		m = json_pack("{s:s}", "_nsbox_parse_error", msg);
+		m = json_string(msg);
 		if (m)
-			enqueue(srv, m);
+			enqueue(srv, m, -32700, 512);
 		return;
 	}
 	method = method_of(m);
@@ -595,7 +651,7 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 		json_decref(m);
 		return;
 	}
-	enqueue(srv, m);
+	enqueue(srv, m, 0, n + 128 * values);
 }
 
 /* Append to the line being read; false past MCP_MAX_LINE or out of
@@ -908,7 +964,8 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	srv->cur_cancelled = false;
 	/* Advance before the first poll: deadlines are armed by advancing. */
 	for (;;) {
-		struct pollfd p[3 + MCPUP_MAX_SERVERS] = { { fd, POLLIN, 0 }, { srv->eof ? -1 : 0, POLLIN, 0 } };
+		struct pollfd p[3 + MCPUP_MAX_SERVERS] = { { fd, POLLIN, 0 },
+							   { srv->eof || queue_full(srv) ? -1 : 0, POLLIN, 0 } };
 		int wait = -1;
 
 		while ((k = nsbox_exec_advance(s, &ev, &e)) > 0) {
@@ -2353,10 +2410,6 @@ static void handle(struct server *srv, json_t *m)
 	json_t *params = json_object_get(m, "params");
 	int era;
 
-	if (json_is_string(json_object_get(m, "_nsbox_parse_error"))) {
-		send_error(NULL, -32700, "%s", json_string_value(json_object_get(m, "_nsbox_parse_error")));
-		return;
-	}
 	if (json_is_array(m) && srv->batches && !batch_out) {
 		handle_batch(srv, m);
 		return;
@@ -2443,6 +2496,19 @@ static void handle(struct server *srv, json_t *m)
 		send_error(id, -32601, "method not found: %.200s", method);
 	}
 	reply_modern = false;
+}
+
+/* The message (or error) first in the queue. */
+static void handle_next(struct server *srv)
+{
+	int code = 0;
+	json_t *m = dequeue(srv, &code);
+
+	if (code)
+		send_error(NULL, code, "%s", json_string_value(m));
+	else
+		handle(srv, m);
+	json_decref(m);
 }
 
 /* ---- main ------------------------------------------------------------------ */
@@ -2763,14 +2829,11 @@ bad_value:
 	}
 	fprintf(stderr, "nsbox mcp %s: serving MCP on stdin/stdout\n", nsbox_version());
 	for (;;) {
-		json_t *m;
 		double next;
 		struct pollfd pf[2 + MCPUP_MAX_SERVERS] = { { 0, POLLIN, 0 } };
 
-		while (!stop_signal && (m = dequeue(&srv))) {
-			handle(&srv, m);
-			json_decref(m);
-		}
+		while (!stop_signal && srv.qhead)
+			handle_next(&srv);
 		if (srv.eof || stop_signal)
 			break;
 		/* A client that has said hello will run code soon, after its
@@ -2809,14 +2872,13 @@ bad_value:
 	}
 	if (srv.len && !srv.skipping && !stop_signal) /* a last line without its newline */
 		take_line(&srv, srv.buf, srv.len, false);
-	while (srv.qhead && !stop_signal) {
-		json_t *m = dequeue(&srv);
+	while (srv.qhead && !stop_signal)
+		handle_next(&srv);
+	while (srv.qhead) { /* left by a stop signal */
+		int code = 0;
 
-		handle(&srv, m);
-		json_decref(m);
+		json_decref(dequeue(&srv, &code));
 	}
-	while (srv.qhead) /* left by a stop signal */
-		json_decref(dequeue(&srv));
 	rc = 0;
 	for (unsigned i = 0; i < srv.max_sessions; i++)
 		close_msess(&srv, &srv.sess[i]);

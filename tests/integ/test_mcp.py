@@ -789,6 +789,53 @@ def test_every_request_is_answered_when_its_error_quotes_a_cut_character():
     assert out[4]["error"]["data"]["requested"] == "x" * 199 + "é"
 
 
+def _hwm_kib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int([l for l in f if l.startswith("VmHWM:")][0].split()[1])
+
+
+def test_what_a_client_sends_during_an_exec_is_bounded():
+    # While an exec runs, stdin is read (ping and cancel are answered at
+    # once) and the rest parsed and queued: without a bound, a client that
+    # sends on grew the server by gigabytes (a jansson tree costs ~40 times
+    # its line).  Now a line of more than 65536 values is refused before it
+    # is parsed, and stdin waits while 1024 messages or 64 MiB wait.
+    import threading
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {
+            "code": "import time; time.sleep(5); 'slept'"}}) + "\n").encode())
+        p.stdin.flush()
+        time.sleep(1)
+        wide = b"[" + b"[]," * (2500 * 1000) + b"[]]\n"                     # 7.5 MiB, 2.5 M values
+        many = (json.dumps({"jsonrpc": "2.0", "method": "notifications/x", "params": {"a": [[]] * 100}})
+                + "\n").encode() * 50000                                   # 16 MiB, 5 M values
+
+        def send():
+            try:
+                p.stdin.write(wide + many + (req(2, "ping") + "\n").encode())
+                p.stdin.close()
+            except BrokenPipeError:
+                pass
+        t = threading.Thread(target=send)
+        t.start()
+        time.sleep(3)
+        hwm = _hwm_kib(p.pid)
+        out = [json.loads(l) for l in p.stdout]
+        t.join()
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    assert hwm < 100 * 1024, hwm  # it was ~1 GB
+    assert out[0]["id"] == 1 and out[0]["result"]["content"][0]["text"] == "'slept'", out[0]
+    assert out[1]["id"] is None and out[1]["error"]["code"] == -32600 and "65536" in out[1]["error"]["message"]
+    assert out[2] == {"jsonrpc": "2.0", "id": 2, "result": {}} and len(out) == 3, out[2:]
+
+
 def test_batches_in_the_revision_that_has_them():
     # 2025-03-26 allowed JSON-RPC batches: answered as one array (none for
     # notifications); later revisions removed them and they are refused.
