@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <limits.h>
 #include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -213,9 +216,49 @@ static bool in_batch(const json_t *m)
 	return false;
 }
 
+/* Write s (n bytes, its newline included) to stdout.  The wait for room
+ * is a poll beside the stop pipe: a client that stopped reading kept a
+ * blocking write(2) waiting, and SA_RESTART restarted it after SIGTERM, so
+ * the server never ended (the client's SIGKILL then left the sandbox's
+ * cgroup behind).  After POLLOUT a pipe takes PIPE_BUF bytes without
+ * waiting; a socket (node's stdio) takes what fits (MSG_DONTWAIT).  Nothing
+ * is written after a stop.  Returns 0, or -1 with errno (EINTR: a stop). */
+static int write_out(const char *s, size_t n)
+{
+	static int sock = -1;
+
+	if (sock < 0) {
+		struct stat st;
+
+		sock = fstat(1, &st) == 0 && S_ISSOCK(st.st_mode);
+	}
+	while (n) {
+		struct pollfd p[2] = { { 1, POLLOUT, 0 }, { stop_pipe[0], POLLIN, 0 } };
+		ssize_t w;
+
+		if (stop_signal) {
+			errno = EINTR;
+			return -1;
+		}
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return -1;
+		if (!p[0].revents)
+			continue;
+		w = sock ? send(1, s, n, MSG_DONTWAIT | MSG_NOSIGNAL) : write(1, s, n < PIPE_BUF ? n : PIPE_BUF);
+		if (w < 0 && errno != EAGAIN && errno != EINTR)
+			return -1;
+		if (w > 0) {
+			s += w;
+			n -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
 static void send_msg(json_t *m) /* consumes m */
 {
 	char *s;
+	size_t n;
 
 	if (in_batch(m)) {
 		json_array_append_new(batch_out, m);
@@ -230,7 +273,9 @@ static void send_msg(json_t *m) /* consumes m */
 	}
 	/* Only protocol on stdout; one message per line (JSON_COMPACT escapes
 	 * newlines inside strings). */
-	if ((fputs(s, stdout) < 0 || fputc('\n', stdout) < 0 || fflush(stdout) != 0) && errno == EPIPE && !stop_signal)
+	n = strlen(s);
+	s[n++] = '\n'; /* over the NUL: written by length */
+	if (write_out(s, n) < 0 && errno == EPIPE && !stop_signal)
 		stop_signal = SIGPIPE; /* the client is gone: as SIGTERM, then SIGPIPE's own end */
 	free(s);
 }

@@ -692,6 +692,29 @@ def test_sigterm_closes_everything(node):
     assert _procs_with(tag) == []
 
 
+def test_sigterm_stops_a_server_whose_client_does_not_read():
+    # A client that stopped reading stdout: the server waits to write (the
+    # pipe is full), and SIGTERM must still end it.  The write was a
+    # blocking write(2) that SA_RESTART restarted after the signal: the
+    # server never ended, and the client's SIGKILL left the default
+    # session's cgroup behind (host_intact checks).
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {"code": "1"}}) + "\n").encode())
+        p.stdin.write(b"".join((req(100 + i, "tools/list") + "\n").encode() for i in range(100)))  # ~400 KiB
+        p.stdin.flush()
+        time.sleep(2)
+        assert p.poll() is None
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            f.close()
+
+
 def test_large_lines_in_pieces():
     # Lines longer than one read, one after another, each arriving in
     # pieces: the server's line buffer grows (and never shrinks under its
