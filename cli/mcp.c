@@ -197,6 +197,16 @@ static json_t *text_json(const char *p, size_t n)
 	return j;
 }
 
+/* A JSON string as a C string, or NULL: not a string, or one with U+0000
+ * (messages are parsed with JSON_ALLOW_NUL, as RFC 8259 allows it, and a
+ * C string would be its prefix: "ping\u0000x" was a ping). */
+static const char *cstr(const json_t *v)
+{
+	const char *s = json_string_value(v);
+
+	return s && strlen(s) == json_string_length(v) ? s : NULL;
+}
+
 /* ---- output ------------------------------------------------------------ */
 
 /* A JSON-RPC batch being answered (revision 2025-03-26 allows them): the
@@ -363,7 +373,7 @@ static int check_envelope(json_t *id, const json_t *params)
 	if (info &&
 	    (!json_is_string(json_object_get(info, "name")) || !json_is_string(json_object_get(info, "version"))))
 		return envelope_error(id, META_CLIENT, "expected an object with string name and version");
-	if (strcmp(json_string_value(v), MCP_MODERN)) {
+	if (!cstr(v) || strcmp(cstr(v), MCP_MODERN)) {
 		char msg[300];
 
 		snprintf(msg, sizeof(msg), "Unsupported protocol version: %.200s", json_string_value(v));
@@ -597,7 +607,7 @@ static size_t json_values(const char *p, size_t n)
 
 static const char *method_of(const json_t *m)
 {
-	return json_string_value(json_object_get(m, "method"));
+	return cstr(json_object_get(m, "method"));
 }
 
 /* notifications/cancelled: stop the exec in flight, or drop a queued
@@ -638,7 +648,7 @@ static bool jsonrpc_ok(const json_t *m)
 {
 	const json_t *v = json_object_get(m, "jsonrpc");
 
-	return json_is_string(v) && !strcmp(json_string_value(v), "2.0");
+	return cstr(v) && !strcmp(cstr(v), "2.0");
 }
 
 /* One complete line.  While an exec runs (busy), ping and cancellation are
@@ -667,7 +677,7 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 	 * between tokens as a blank, which RFC 8259 does not allow and a
 	 * C-string reader in front of us would take as the message's end. */
 	nul = memchr(line, '\0', n);
-	m = nul ? NULL : json_loadb(line, n, JSON_DECODE_ANY, &jerr);
+	m = nul ? NULL : json_loadb(line, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
 	if (!m) {
 		char msg[512];
 
@@ -1690,8 +1700,11 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, const char *h
 
 /* ---- tools ----------------------------------------------------------------- */
 
-/* Arguments: -1 sets msg for a -32602 error. */
-static int arg_string(json_t *args, const char *name, bool required, const char **out, char *msg, size_t msz)
+/* Arguments: -1 sets msg for a -32602 error.  A string with U+0000 is
+ * refused (code, paths and handles are C strings), unless len is given:
+ * then *len is its length (write_file's text). */
+static int arg_text(json_t *args, const char *name, bool required, const char **out, size_t *len, char *msg,
+		    size_t msz)
 {
 	json_t *v = json_object_get(args, name);
 
@@ -1707,8 +1720,19 @@ static int arg_string(json_t *args, const char *name, bool required, const char 
 		snprintf(msg, msz, "argument '%s' must be a string", name);
 		return -1;
 	}
+	if (!len && !cstr(v)) {
+		snprintf(msg, msz, "argument '%s' must not contain U+0000", name);
+		return -1;
+	}
 	*out = json_string_value(v);
+	if (len)
+		*len = json_string_length(v);
 	return 0;
+}
+
+static int arg_string(json_t *args, const char *name, bool required, const char **out, char *msg, size_t msz)
+{
+	return arg_text(args, name, required, out, NULL, msg, msz);
 }
 
 static int arg_number(json_t *args, const char *name, double min, double max, double *out, char *msg, size_t msz)
@@ -2018,23 +2042,27 @@ static json_t *tool_write_file(struct server *srv, json_t *args, json_t *id, cha
 	const char *handle, *path, *text, *b64;
 	json_t *v = NULL, *out;
 	char buf[4200];
+	size_t tlen = 0;
 
 	if (arg_string(args, "session", false, &handle, msg, msz) < 0 ||
 	    arg_string(args, "path", true, &path, msg, msz) < 0 ||
-	    arg_string(args, "text", false, &text, msg, msz) < 0 ||
+	    arg_text(args, "text", false, &text, &tlen, msg, msz) < 0 ||
 	    arg_string(args, "base64", false, &b64, msg, msz) < 0)
 		return NULL;
 	if (!text == !b64) {
 		snprintf(msg, msz, "give exactly one of the arguments 'text' and 'base64'");
 		return NULL;
 	}
-	if (strlen(text ? text : b64) > (text ? MCP_FILE_CAP : MCP_FILE_CAP / 3 * 4 + 4)) {
+	if (text ? tlen > MCP_FILE_CAP : strlen(b64) > MCP_FILE_CAP / 3 * 4 + 4) {
 		snprintf(msg, msz, "argument '%s' is too long (at most %u bytes of content)", text ? "text" : "base64",
 			 MCP_FILE_CAP);
 		return NULL;
 	}
+	/* The text with its U+0000, by length. */
 	out = file_op(srv, handle, write_snippet,
-		      json_pack("{s:s,s:s,s:b}", "path", path, "data", text ? text : b64, "b64", !text), id, &v);
+		      json_pack("{s:s,s:s%,s:b}", "path", path, "data", text ? text : b64, text ? tlen : strlen(b64),
+				"b64", !text),
+		      id, &v);
 	if (out)
 		return out;
 	snprintf(buf, sizeof(buf), "wrote %lld bytes to %.4000s",
@@ -2250,7 +2278,7 @@ static json_t *tools_list(const struct server *srv)
 
 static void handle_call(struct server *srv, json_t *id, json_t *params)
 {
-	const char *name = json_string_value(json_object_get(params, "name"));
+	const char *name = cstr(json_object_get(params, "name"));
 	json_t *args = json_object_get(params, "arguments");
 	json_t *token = json_object_get(json_object_get(params, "_meta"), "progressToken");
 	char msg[1024] = "";
@@ -2258,7 +2286,7 @@ static void handle_call(struct server *srv, json_t *id, json_t *params)
 	json_t *res;
 
 	if (!name) {
-		send_error(id, -32602, "tools/call: missing 'name'");
+		send_error(id, -32602, "tools/call: missing 'name' (a string without U+0000)");
 		return;
 	}
 	if (args && !json_is_object(args)) {
@@ -2305,7 +2333,7 @@ static const char instructions[] =
  * one name, no '/', not "." or "..", no control characters. */
 static void handle_read(struct server *srv, json_t *id, const json_t *params)
 {
-	const char *uri = json_string_value(json_object_get(params, "uri"));
+	const char *uri = cstr(json_object_get(params, "uri"));
 	const char *h, *slash;
 	char handle[40], name[256], path[300], *data = NULL;
 	size_t n = 0, len = 0;
@@ -2315,7 +2343,7 @@ static void handle_read(struct server *srv, json_t *id, const json_t *params)
 	bool suppress = false;
 
 	if (!uri) {
-		send_error(id, -32602, "resources/read: missing 'uri' (a string)");
+		send_error(id, -32602, "resources/read: missing 'uri' (a string without U+0000)");
 		return;
 	}
 	if (strncmp(uri, MCP_URI_PREFIX, strlen(MCP_URI_PREFIX)) ||
@@ -2471,7 +2499,10 @@ static void handle(struct server *srv, json_t *m)
 		return;
 	}
 	if (!method) {
-		if (!json_object_get(m, "result") && !json_object_get(m, "error"))
+		if (json_object_get(m, "method"))
+			send_error(is_request_id(id) ? id : NULL, -32600,
+				   "invalid request: method must be a string without U+0000");
+		else if (!json_object_get(m, "result") && !json_object_get(m, "error"))
 			send_error(id, -32600, "invalid request: no method");
 		return; /* a response: this server sends no requests */
 	}
@@ -2502,7 +2533,7 @@ static void handle(struct server *srv, json_t *m)
 						  "listChanged", 0, "instructions", instructions, "ttlMs", 0,
 						  "cacheScope", "private"));
 	} else if (!strcmp(method, "initialize")) {
-		const char *asked = json_string_value(json_object_get(params, "protocolVersion"));
+		const char *asked = cstr(json_object_get(params, "protocolVersion"));
 		const char *v = versions[0];
 
 		for (size_t i = 0; asked && i < ARRAY_SIZE(versions); i++)

@@ -785,6 +785,33 @@ def test_raw_nul_byte_is_a_parse_error():
     assert out[1]["id"] == 2 and out[1]["result"] == {}, out
 
 
+def test_escaped_nul_is_json():
+    # RFC 8259 allows \u0000 in a string: such a request was a parse error
+    # answered with id null, so the client never got an answer for its id.
+    # Where a string is used as a C string (a method, code, a path) U+0000
+    # is refused by name; write_file's text keeps it.
+    rc, out, err = raw([
+        req(1, "tools/call", {"name": "write_file", "arguments": {"path": "/tmp/n.txt", "text": "a\0b"}}),
+        req(2, "tools/call", {"name": "run_python", "arguments": {
+            "code": "open('/tmp/n.txt', 'rb').read()"}}),
+        req(3, "tools/call", {"name": "run_python", "arguments": {"code": "1\0; import os"}}),
+        req(4, "tools/call", {"name": "read_file", "arguments": {"path": "/tmp/n.txt\0.png"}}),
+        req(5, "ping\0x"),
+        req("6\0", "ping"),
+        req(7, "tools/call", {"name": "run_python\0", "arguments": {"code": "1"}}),
+    ])
+    assert rc == 0, err
+    by_id = {m["id"]: m for m in out}
+    assert sorted(by_id, key=str) == [1, 2, 3, 4, 5, "6\0", 7], out
+    assert by_id[1]["result"]["content"][0]["text"] == "wrote 3 bytes to /tmp/n.txt"
+    assert by_id[2]["result"]["content"][0]["text"] == "b'a\\x00b'"
+    for i, what in ((3, "'code' must not contain U+0000"), (4, "'path' must not contain U+0000"),
+                    (7, "'name' (a string without U+0000)")):
+        assert by_id[i]["error"]["code"] == -32602 and what in by_id[i]["error"]["message"], by_id[i]
+    assert by_id[5]["error"]["code"] == -32600 and "U+0000" in by_id[5]["error"]["message"]
+    assert by_id["6\0"]["result"] == {}
+
+
 def test_invalid_requests_are_invalid():
     rc, out, err = raw(["5", '"x"', json.dumps({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
                         json.dumps({"id": 2, "method": "ping"}), req(3, "ping")])
