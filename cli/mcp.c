@@ -210,20 +210,68 @@ static const char *cstr(const json_t *v)
 /* ---- output ------------------------------------------------------------ */
 
 /* A JSON-RPC batch being answered (revision 2025-03-26 allows them): the
- * responses to its requests, sent as one array when it is done; its
- * requests' ids, so that anything else (a ping answered during an exec,
- * notifications) still goes out at once. */
-static json_t *batch_out, *batch_ids;
+ * responses to its requests, encoded, sent as one array when it is done
+ * (batch_out, "[" and the responses, each after a comma); its requests'
+ * ids, so that anything else (a ping answered during an exec,
+ * notifications) still goes out at once.  The array is capped: a line of
+ * thousands of calls, each with 64 KiB of output or 8 MiB of images, was
+ * held whole (2000 calls: 400 MB). */
+#define MCP_BATCH_BYTES (64u << 20)
+static char *batch_out;
+static size_t batch_len, batch_cap, batch_n;
+static json_t *batch_ids;
 
 static bool in_batch(const json_t *m)
 {
 	const json_t *id = json_object_get(m, "id"), *x;
 	size_t i;
 
-	if (!batch_out || !id || (!json_object_get(m, "result") && !json_object_get(m, "error")))
+	if (!batch_ids || !id || (!json_object_get(m, "result") && !json_object_get(m, "error")))
 		return false;
 	json_array_foreach(batch_ids, i, x) if (json_equal(x, id)) return true;
 	return false;
+}
+
+/* Add a response (consumed) to the batch's array.  Past the cap, a
+ * result (or a large error) is replaced by an error saying so, and the
+ * members left are not run (handle_batch). */
+static bool batch_over;
+
+static void batch_add(json_t *m)
+{
+	char *s = json_dumps(m, JSON_COMPACT | JSON_ENSURE_ASCII);
+	size_t n = s ? strlen(s) : 0;
+
+	if (!s || ((batch_over || batch_len + n > MCP_BATCH_BYTES) && (json_object_get(m, "result") || n > 4096))) {
+		json_t *e = json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", json_object_get(m, "id"), "error",
+				      "code", -32603, "message",
+				      "the batch's answer is over 64 MiB: this response was left out (send fewer "
+				      "requests per batch)");
+
+		free(s);
+		s = e ? json_dumps(e, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
+		n = s ? strlen(s) : 0;
+		json_decref(e);
+		batch_over = true;
+	}
+	json_decref(m);
+	if (!s)
+		return;
+	if (batch_len + n + 3 > batch_cap) { /* room for ',' or '[', and "]\n" */
+		size_t nc = (batch_len + n + 3) * 2;
+		char *nb = realloc(batch_out, nc);
+
+		if (!nb) {
+			free(s);
+			return;
+		}
+		batch_out = nb;
+		batch_cap = nc;
+	}
+	batch_out[batch_len++] = batch_n++ ? ',' : '[';
+	memcpy(batch_out + batch_len, s, n);
+	batch_len += n;
+	free(s);
 }
 
 /* Write s (n bytes, its newline included) to stdout.  The wait for room
@@ -265,13 +313,20 @@ static int write_out(const char *s, size_t n)
 	return 0;
 }
 
+/* A message (s, n bytes with its newline) to stdout. */
+static void emit(const char *s, size_t n)
+{
+	if (write_out(s, n) < 0 && errno == EPIPE && !stop_signal)
+		stop_signal = SIGPIPE; /* the client is gone: as SIGTERM, then SIGPIPE's own end */
+}
+
 static void send_msg(json_t *m) /* consumes m */
 {
 	char *s;
 	size_t n;
 
 	if (in_batch(m)) {
-		json_array_append_new(batch_out, m);
+		batch_add(m);
 		return;
 	}
 	s = json_dumps(m, JSON_COMPACT | JSON_ENSURE_ASCII);
@@ -285,8 +340,7 @@ static void send_msg(json_t *m) /* consumes m */
 	 * newlines inside strings). */
 	n = strlen(s);
 	s[n++] = '\n'; /* over the NUL: written by length */
-	if (write_out(s, n) < 0 && errno == EPIPE && !stop_signal)
-		stop_signal = SIGPIPE; /* the client is gone: as SIGTERM, then SIGPIPE's own end */
+	emit(s, n);
 	free(s);
 }
 
@@ -2446,34 +2500,43 @@ static void handle(struct server *srv, json_t *m);
  * batch of notifications; an empty one is an invalid request. */
 static void handle_batch(struct server *srv, json_t *m)
 {
-	json_t *x, *out;
+	json_t *x;
 	size_t i;
 
 	if (!json_array_size(m)) {
 		send_error(NULL, -32600, "invalid request: an empty batch");
 		return;
 	}
-	batch_out = json_array();
 	batch_ids = json_array();
-	if (!batch_out || !batch_ids) {
-		json_decref(batch_out);
-		json_decref(batch_ids);
-		batch_out = batch_ids = NULL;
+	if (!batch_ids) {
 		send_error(NULL, -32603, "out of memory for a batch");
 		return;
 	}
 	json_array_foreach(m, i, x) if (json_is_object(x) && json_object_get(x, "id"))
 		json_array_append(batch_ids, json_object_get(x, "id"));
 	json_array_append_new(batch_ids, json_null()); /* the errors that can't name a request */
-	json_array_foreach(m, i, x) handle(srv, x);
-	out = batch_out;
-	batch_out = NULL;
+	json_array_foreach(m, i, x)
+	{
+		if (stop_signal)
+			break;
+		if (batch_over && json_is_object(x) && is_request_id(json_object_get(x, "id")) && method_of(x))
+			send_error(json_object_get(x, "id"), -32603,
+				   "the batch's answer is over 64 MiB: this request was not run (send fewer requests "
+				   "per batch)");
+		else
+			handle(srv, x);
+	}
 	json_decref(batch_ids);
 	batch_ids = NULL;
-	if (json_array_size(out))
-		send_msg(out);
-	else
-		json_decref(out);
+	if (batch_n) {
+		batch_out[batch_len++] = ']';
+		batch_out[batch_len++] = '\n';
+		emit(batch_out, batch_len);
+	}
+	free(batch_out);
+	batch_out = NULL;
+	batch_len = batch_cap = batch_n = 0;
+	batch_over = false;
 }
 
 static void handle(struct server *srv, json_t *m)
@@ -2483,13 +2546,13 @@ static void handle(struct server *srv, json_t *m)
 	json_t *params = json_object_get(m, "params");
 	int era;
 
-	if (json_is_array(m) && srv->batches && !batch_out) {
+	if (json_is_array(m) && srv->batches && !batch_ids) {
 		handle_batch(srv, m);
 		return;
 	}
 	if (!json_is_object(m)) {
 		send_error(NULL, -32600, "invalid request: %s",
-			   json_is_array(m) ? (batch_out ? "a batch inside a batch"
+			   json_is_array(m) ? (batch_ids ? "a batch inside a batch"
 							 : "batches are not supported in this protocol revision")
 					    : "not an object");
 		return;

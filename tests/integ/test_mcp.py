@@ -910,6 +910,42 @@ def test_batches_in_the_revision_that_has_them():
     assert out[1]["error"]["code"] == -32600 and "batches" in out[1]["error"]["message"], out
 
 
+def test_a_batch_answer_is_capped():
+    # A batch's responses are sent as one array when its last member is
+    # done: 1500 calls that each print 64 KiB were ~100 MB held whole (and
+    # a line holds thousands more, a result up to 8 MiB of images).  Past
+    # 64 MiB a response is left out and the members left are not run, each
+    # answered with -32603 in its place.
+    init = req(0, "initialize", {"protocolVersion": "2025-03-26", "capabilities": {},
+                                 "clientInfo": {"name": "raw", "version": "0"}})
+    call = {"name": "run_python", "arguments": {"code": "print('x' * 70000)"}}
+    batch = "[%s]" % ",".join(req(i, "tools/call", call) for i in range(1, 1501))
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write((init + "\n" + batch + "\n").encode())
+        p.stdin.flush()
+        assert json.loads(p.stdout.readline())["id"] == 0
+        line = p.stdout.readline()
+        hwm = _hwm_kib(p.pid)
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    out = json.loads(line)
+    assert [m["id"] for m in out] == list(range(1, 1501))
+    ok = [m for m in out if "result" in m]
+    assert 900 < len(ok) < 1100 and all(m["result"]["content"][0]["text"].startswith("[stdout]\nxxx") for m in ok)
+    assert out[:len(ok)] == ok  # the first ones, then errors
+    errs = [m["error"] for m in out[len(ok):]]
+    assert all(e["code"] == -32603 and "over 64 MiB" in e["message"] for e in errs)
+    assert "left out" in errs[0]["message"] and "not run" in errs[-1]["message"]
+    assert len(line) < 70 << 20 and hwm < 160 * 1024, (len(line), hwm)
+
+
 class RawMcp:
     """`nsbox mcp` driven line by line, initialized: send() a request,
     wait_for() an answer by id (the others that came first are kept in
