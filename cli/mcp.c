@@ -2351,6 +2351,9 @@ static void handle_call(struct server *srv, json_t *id, json_t *params)
 		args = json_object_get(params, "arguments"); /* NULL: json_object_get(NULL, ...) is NULL */
 	if (token && !json_is_string(token) && !json_is_integer(token))
 		token = NULL;
+	/* Set by a cancel of this call's exec: the file tools' too (they
+	 * answered a cancelled call with "cancelled"). */
+	srv->cur_cancelled = false;
 	if (!strcmp(name, "run_python"))
 		res = tool_run_python(srv, args, id, token, &suppress, msg, sizeof(msg));
 	else if (!strcmp(name, "new_session"))
@@ -2371,7 +2374,7 @@ static void handle_call(struct server *srv, json_t *id, json_t *params)
 		send_error(id, -32602, "tools/call %s: %s", name, msg);
 		return;
 	}
-	if (suppress) { /* cancelled: the spec asks for no response */
+	if (suppress || srv->cur_cancelled) { /* cancelled: the spec asks for no response */
 		json_decref(res);
 		return;
 	}

@@ -979,8 +979,27 @@ class RawMcp:
         interpreter), killed after a second."""
         self.p.terminate()
         rc = self.p.wait(timeout=15)
-        self.p.stdin.close()
+        for f in (self.p.stdin, self.p.stdout, self.p.stderr):
+            f.close()
         assert rc == -signal.SIGTERM
+
+
+def test_a_cancelled_file_tool_is_not_answered():
+    # notifications/cancelled of a read_file (waiting in open() of a fifo
+    # with no writer): no response, as for run_python; it answered
+    # "cancelled" (isError).
+    m = RawMcp()
+    try:
+        m.send(req(2, "tools/call", {"name": "run_python", "arguments": {"code": "import os; os.mkfifo('/tmp/f')"}}))
+        assert not m.wait_for(2)["result"]["isError"]
+        m.send(req(3, "tools/call", {"name": "read_file", "arguments": {"path": "/tmp/f"}}))
+        time.sleep(0.5)
+        m.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 3}}))
+        m.send(req(4, "tools/call", {"name": "run_python", "arguments": {"code": "'after'"}}))
+        assert m.wait_for(4)["result"]["content"][0]["text"] == "'after'"
+        assert 3 not in m.got, m.got[3]
+    finally:
+        m.stop()
 
 
 def test_resource_read_on_a_held_runner_does_not_hold_the_server():
