@@ -731,7 +731,10 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 	 * between tokens as a blank, which RFC 8259 does not allow and a
 	 * C-string reader in front of us would take as the message's end. */
 	nul = memchr(line, '\0', n);
-	m = nul ? NULL : json_loadb(line, n, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+	/* A key given twice is refused: jansson keeps the last, a gateway in
+	 * front may judge the first ("method":"tools/list","method":"tools/call"
+	 * would pass one that allows listing and run code here). */
+	m = nul ? NULL : json_loadb(line, n, JSON_DECODE_ANY | JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &jerr);
 	if (!m) {
 		char msg[512];
 

@@ -812,6 +812,22 @@ def test_escaped_nul_is_json():
     assert by_id["6\0"]["result"] == {}
 
 
+def test_duplicate_keys_are_a_parse_error():
+    # jansson kept the last of two equal keys; a gateway that reads the
+    # first would see list_files (or id 2) where this server ran code (and
+    # answered id 3).  RFC 8259 leaves such a message's meaning open.
+    rc, out, err = raw([
+        '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"list_files","arguments":{}},'
+        '"params":{"name":"run_python","arguments":{"code":"print(42)"}}}',
+        '{"jsonrpc":"2.0","id":2,"id":3,"method":"ping"}',
+        '{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"run_python","arguments":'
+        '{"code":"1","code":"2"}}}',
+        req(5, "ping")])
+    assert rc == 0, err
+    assert [(m["id"], m.get("error", {}).get("code")) for m in out] == [(None, -32700)] * 3 + [(5, None)], out
+    assert all("duplicate" in m["error"]["message"] for m in out[:3])
+
+
 def test_invalid_requests_are_invalid():
     rc, out, err = raw(["5", '"x"', json.dumps({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
                         json.dumps({"id": 2, "method": "ping"}), req(3, "ping")])
