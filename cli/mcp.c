@@ -750,7 +750,9 @@ static void take_line(struct server *srv, const char *line, size_t n, bool busy)
 		return;
 	}
 	method = method_of(m);
-	if (method && !strcmp(method, "notifications/cancelled")) {
+	/* With an id it is a request, answered in turn (-32601), as
+	 * notifications/initialized with one: it went unanswered. */
+	if (method && !strcmp(method, "notifications/cancelled") && !json_object_get(m, "id")) {
 		on_cancelled(srv, m);
 		json_decref(m);
 		return;

@@ -828,6 +828,17 @@ def test_duplicate_keys_are_a_parse_error():
     assert all("duplicate" in m["error"]["message"] for m in out[:3])
 
 
+def test_a_cancellation_with_an_id_is_a_request_and_answered():
+    # notifications/cancelled was taken as the notification whatever it
+    # carried: one with an id (a request, per JSON-RPC) was never answered.
+    rc, out, err = raw([json.dumps({"jsonrpc": "2.0", "id": 7, "method": "notifications/cancelled",
+                                    "params": {"requestId": 5}}),
+                        json.dumps({"jsonrpc": "2.0", "id": 8, "method": "notifications/initialized"}),
+                        req(9, "ping")])
+    assert rc == 0, err
+    assert [(m["id"], m.get("error", {}).get("code")) for m in out] == [(7, -32601), (8, -32601), (9, None)], out
+
+
 def test_invalid_requests_are_invalid():
     rc, out, err = raw(["5", '"x"', json.dumps({"jsonrpc": "1.0", "id": 1, "method": "ping"}),
                         json.dumps({"id": 2, "method": "ping"}), req(3, "ping")])
