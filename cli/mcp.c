@@ -281,6 +281,15 @@ static void batch_add(json_t *m)
  * cgroup behind).  After POLLOUT a pipe takes PIPE_BUF bytes without
  * waiting; a socket (node's stdio) takes what fits (MSG_DONTWAIT).  Nothing
  * is written after a stop.  Returns 0, or -1 with errno (EINTR: a stop). */
+/* The exec in flight, for write_out: its limit holds while the server
+ * waits to write (a client that stopped reading held the loop that
+ * enforces it, and code with timeout_s 2 ran its 8 s to the end). */
+static struct {
+	nsbox_session_t *s;
+	double kill_at; /* its deadline and the grace a cancel gets */
+	bool killed;	/* so: its result says the time limit */
+} out_exec;
+
 static int write_out(const char *s, size_t n)
 {
 	static int sock = -1;
@@ -294,13 +303,21 @@ static int write_out(const char *s, size_t n)
 		struct pollfd p[2] = { { 1, POLLOUT, 0 }, { stop_pipe[0], POLLIN, 0 } };
 		ssize_t w;
 
+		int r;
+
 		if (stop_signal) {
 			errno = EINTR;
 			return -1;
 		}
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
+		r = poll(p, 2, out_exec.s ? cli_poll_ms(out_exec.kill_at - now()) : -1);
+		if (r < 0 && errno != EINTR)
 			return -1;
-		if (!p[0].revents)
+		if (r == 0 && out_exec.s && now() >= out_exec.kill_at) {
+			nsbox_session_kill(out_exec.s);
+			out_exec.s = NULL;
+			out_exec.killed = true;
+		}
+		if (r <= 0 || !p[0].revents)
 			continue;
 		w = sock ? send(1, s, n, MSG_DONTWAIT | MSG_NOSIGNAL) : write(1, s, n < PIPE_BUF ? n : PIPE_BUF);
 		if (w < 0 && errno != EAGAIN && errno != EINTR)
@@ -1076,6 +1093,9 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	srv->cur_id = id;
 	srv->cur_s = s;
 	srv->cur_cancelled = false;
+	out_exec.s = s;
+	out_exec.kill_at = start + timeout + MCP_STOP_GRACE;
+	out_exec.killed = false;
 	/* Advance before the first poll: deadlines are armed by advancing. */
 	for (;;) {
 		struct pollfd p[3 + MCPUP_MAX_SERVERS] = { { fd, POLLIN, 0 },
@@ -1095,6 +1115,7 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 			nsbox_error_free(e);
 			srv->cur_id = NULL;
 			srv->cur_s = NULL;
+			out_exec.s = NULL;
 			settle_up(srv, NULL, "the exec ended");
 			return -1;
 		}
@@ -1162,6 +1183,7 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	}
 	srv->cur_id = NULL;
 	srv->cur_s = NULL;
+	out_exec.s = NULL;
 	/* Calls the sandbox no longer waits for (a limit or a cancel ended
 	 * the exec): the servers are told, their late answers dropped. */
 	settle_up(srv, NULL, "the exec ended");
@@ -1725,6 +1747,10 @@ static json_t *format_result(const nsbox_result_t *res, bool dead, const char *h
 				nsbox_result_error_message(res) ?: "");
 	} else if (st == NSBOX_CANCELLED) {
 		fputs("cancelled\n", f);
+	} else if (st == NSBOX_CRASHED && out_exec.killed) {
+		fputs("nsbox: stopped by the time limit: the server was waiting to write to its client, and the "
+		      "sandbox was killed at the call's limit\n",
+		      f);
 	} else {
 		fprintf(f, "nsbox: stopped by the %s: %s\n", limit_name(st) ?: "sandbox",
 			nsbox_result_error_message(res) ?: "");

@@ -715,6 +715,36 @@ def test_sigterm_stops_a_server_whose_client_does_not_read():
             f.close()
 
 
+def test_a_client_that_stops_reading_does_not_stretch_the_time_limit():
+    # The time limit is enforced by the loop that advances the exec; while
+    # the server waited to write to a client that stopped reading (pings
+    # answered during the exec filled its pipe), code with timeout_s 2 ran
+    # its 6 s to the end.  Now the sandbox is killed at the limit (and the
+    # grace a cancel gets).
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        code = "import time\nfor _ in range(60):\n    time.sleep(0.1)\nprint('ran to the end')"
+        p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {"code": code, "timeout_s": 2}})
+                       + "\n").encode())
+        p.stdin.flush()
+        time.sleep(1)
+        p.stdin.write(b"".join((req(1000 + i, "ping") + "\n").encode() for i in range(4000)))  # ~150 KiB of answers
+        p.stdin.flush()
+        time.sleep(6)
+        p.stdin.close()
+        out = {m["id"]: m for m in map(json.loads, p.stdout)}
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    text = out[1]["result"]["content"][0]["text"]
+    assert "ran to the end" not in text and "time limit" in text, text
+    assert len(out) == 4001
+
+
 def test_large_lines_in_pieces():
     # Lines longer than one read, one after another, each arriving in
     # pieces: the server's line buffer grows (and never shrinks under its
