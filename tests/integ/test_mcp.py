@@ -472,11 +472,11 @@ def test_code_mode_oversize_message(node):
 
 
 # A raw MCP server in Python for what the SDK's server won't send: its
-# tools/list is argv[1] (JSON); tools/call answers argv[2][name] (a JSON-RPC
-# response's members, JSON) or echoes the arguments.
+# tools/list is in the file argv[1] (JSON); tools/call answers argv[2][name]
+# (a JSON-RPC response's members, JSON) or echoes the arguments.
 RAW_UP = r'''
 import json, sys
-tools, answers = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+tools, answers = json.load(open(sys.argv[1])), json.loads(sys.argv[2])
 for line in sys.stdin:
     m = json.loads(line)
     if "id" not in m or "method" not in m:
@@ -495,11 +495,12 @@ for line in sys.stdin:
 
 
 def _raw_up(tmp_path, tools, answers=None, name="u"):
-    script = tmp_path / "raw_up.py"
+    script, listed = tmp_path / "raw_up.py", tmp_path / ("%s-tools.json" % name)
     script.write_text(RAW_UP)
+    listed.write_text(json.dumps(tools))
     tag = "nsbox-rawup-%d-%d" % (os.getpid(), time.monotonic_ns())
     return ["--mcp-server", "%s=exec /usr/bin/python3.11 %s %s %s %s" % (
-        name, script, _sh(json.dumps(tools)), _sh(json.dumps(answers or {})), tag)], tag
+        name, script, listed, _sh(json.dumps(answers or {})), tag)], tag
 
 
 def _sh(s):
@@ -529,6 +530,42 @@ def test_code_mode_text_cut_inside_a_character(tmp_path):
     desc = out[0]["result"]["tools"][0]["description"]
     assert "\n- u.short(**kwargs): " + "a" * 199 + "\n" in desc, desc
     assert out[1]["result"] == {"content": [{"type": "text", "text": "(['eee', 'ccc'], True)"}], "isError": False}
+    assert _procs_with(tag) == []
+
+
+def test_code_mode_many_tools_start_a_session_quickly(tmp_path):
+    # Each tool went to the runner in a TOOLS message that carried the
+    # whole list, and the runner made every tool of it again: a session
+    # with a server's 256 tools (~2 KB each) took 4.7 s to start, the
+    # server answering nothing meanwhile.  Now each TOOLS carries the new
+    # tool alone.
+    props = {"p%d" % i: {"type": "string", "description": "x" * 40} for i in range(20)}
+    tools = [{"name": "t%d" % i, "description": "d" * 1999, "inputSchema": {"type": "object", "properties": props}}
+             for i in range(256)]
+    args, tag = _raw_up(tmp_path, tools)
+    p = subprocess.Popen([NSBOX, "mcp", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        took = []
+        for i, (name, a) in enumerate((("run_python", {"code": "len(u.__all__), u.t255(p3='x')"}),
+                                       ("new_session", {}))):
+            t0 = time.monotonic()
+            p.stdin.write(req(i, "tools/call", {"name": name, "arguments": a}) + "\n")
+            p.stdin.flush()
+            r = json.loads(p.stdout.readline())
+            took.append(time.monotonic() - t0)
+            assert r["id"] == i and not r["result"]["isError"], r
+            if i == 0:
+                assert r["result"]["content"][0]["text"] == "(256, '{\"p3\": \"x\"}')"
+        p.stdin.close()
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    assert max(took) < 1.5, took
     assert _procs_with(tag) == []
 
 
