@@ -1078,7 +1078,7 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	struct tail tail = { .n = 0 };
 	double start = now(), next_progress = start + MCP_PROGRESS_EVERY, stop_at = 0;
 	int fd = nsbox_session_fd(s), k;
-	bool killed = false;
+	bool killed = false, no_stdout = false;
 
 	if (fd < 0) {
 		snprintf(msg, msz, "session fd: %s", strerror(errno));
@@ -1098,7 +1098,7 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 	out_exec.killed = false;
 	/* Advance before the first poll: deadlines are armed by advancing. */
 	for (;;) {
-		struct pollfd p[3 + MCPUP_MAX_SERVERS] = { { fd, POLLIN, 0 },
+		struct pollfd p[4 + MCPUP_MAX_SERVERS] = { { fd, POLLIN, 0 },
 							   { srv->eof || queue_full(srv) ? -1 : 0, POLLIN, 0 } };
 		int wait = -1;
 
@@ -1155,8 +1155,15 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 			p[2 + j] = (struct pollfd){ srv->up[j].fd, POLLIN, 0 };
 		/* Until the stop is seen (then the grace's timeout wakes us). */
 		p[2 + srv->n_up] = (struct pollfd){ stop_at > 0 ? -1 : stop_pipe[0], POLLIN, 0 };
-		if (poll(p, 3 + srv->n_up, wait) < 0 && errno != EINTR)
+		/* Our stdout: POLLERR once the client closed its end.  A client
+		 * gone was seen only when the answer was written, and the code
+		 * ran to its end (up to --max-call-timeout) for nobody. */
+		p[3 + srv->n_up] = (struct pollfd){ stop_at > 0 || no_stdout ? -1 : 1, 0, 0 };
+		if (poll(p, 4 + srv->n_up, wait) < 0 && errno != EINTR)
 			break;
+		if ((p[3 + srv->n_up].revents & (POLLERR | POLLHUP)) && !stop_signal)
+			stop_signal = SIGPIPE; /* as a write would have found: send_msg's EPIPE */
+		no_stdout |= p[3 + srv->n_up].revents & POLLNVAL; /* fd 1 not open: not watched (it would spin) */
 		/* A stop is a stop: the exec is cancelled (no answer: the client
 		 * is gone), and code that does not take the cancel (a thread of
 		 * its own holding the interpreter in C, where the

@@ -832,6 +832,29 @@ def test_client_closing_stdout_closes_everything():
 
 
 
+def test_a_client_gone_mid_call_stops_the_call():
+    # A client that goes away (both pipes closed) during a long call: it
+    # was seen only when the answer was written, so the code ran on to its
+    # end (up to --max-call-timeout) for nobody.  Its stdout's POLLERR
+    # stops it now, as SIGPIPE would.
+    p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {
+            "code": "import time; time.sleep(30)"}}) + "\n").encode())
+        p.stdin.flush()
+        time.sleep(1.5)
+        t = time.monotonic()
+        p.stdin.close()
+        p.stdout.close()
+        assert p.wait(timeout=60) == -signal.SIGPIPE
+        assert time.monotonic() - t < 5
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stderr.close()
+
+
 def test_nul_in_output_and_values():
     # U+0000 is output and value like any character: shown as python shows
     # it, the session alive (it was a protocol error).
