@@ -142,6 +142,10 @@ static struct {
 	unsigned long long idle_since;
 	unsigned long long opened, pool_hits;
 	unsigned long long freed;	/* sessions and connections freed: events after one may be stale */
+	struct {
+		uint64_t memory, pids;
+		double cpus;
+	} prof[CONF_MAX_PROFILES];	/* each profile's limits, read at start (load_profile_limits) */
 } D;
 
 static unsigned long long mono_ns(void)
@@ -881,6 +885,32 @@ static void sess_link(struct conn *c, struct sess *x)
 	c->sessions = x;
 }
 
+/* EDQUOT (and why, in eb) when a session with these limits (0: none) would
+ * take uid past its rule's MaxMemory, MaxCPUs or MaxPids, given what its
+ * other sessions hold (mem, cpus, pids); else 0.  With a cap, a session
+ * without that limit is refused. */
+static int quota_refused(const struct conf_rule *rule, uid_t uid, uint64_t mem, double cpus, uint64_t pids,
+			 uint64_t x_mem, double x_cpus, uint64_t x_pids, char *eb, size_t el)
+{
+	if (rule->max_memory && (!x_mem || mem + x_mem > rule->max_memory)) {
+		snprintf(eb, el, "%s: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
+			 x_mem ? "memory" : "no memory limit", (unsigned)uid, (unsigned long long)(mem + x_mem), rule->section,
+			 (unsigned long long)rule->max_memory);
+		return EDQUOT;
+	}
+	if (rule->max_cpus > 0 && (!(x_cpus > 0) || cpus + x_cpus > rule->max_cpus + 1e-9)) {
+		snprintf(eb, el, "%s: uid %u would have %g CPUs, [%s] MaxCPUs is %g", x_cpus > 0 ? "CPUs" : "no CPU limit",
+			 (unsigned)uid, cpus + x_cpus, rule->section, rule->max_cpus);
+		return EDQUOT;
+	}
+	if (rule->max_pids && (!x_pids || pids + x_pids > rule->max_pids)) {
+		snprintf(eb, el, "%s: uid %u would have %llu processes, [%s] MaxPids is %llu", x_pids ? "pids" : "no pids limit",
+			 (unsigned)uid, (unsigned long long)(pids + x_pids), rule->section, (unsigned long long)rule->max_pids);
+		return EDQUOT;
+	}
+	return 0;
+}
+
 /* x's sandbox exists (from the pool, or just made): check what the client's
  * uid may have, hand it over, answer OPENED. */
 static void finish_open(struct conn *c, struct sess *x)
@@ -902,20 +932,7 @@ static void finish_open(struct conn *c, struct sess *x)
 	/* What the uid has besides this one. */
 	sess_unlink(c, x);
 	uid_usage(c->uid, &n_live, &mem, &cpus, &pids);
-	if (rule->max_memory && (!x->memory || mem + x->memory > rule->max_memory))
-		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
-					x->memory ? "memory" : "no memory limit", (unsigned)c->uid,
-					(unsigned long long)(mem + x->memory), rule->section,
-					(unsigned long long)rule->max_memory);
-	else if (rule->max_cpus > 0 && (!(x->cpus > 0) || cpus + x->cpus > rule->max_cpus + 1e-9))
-		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %g CPUs, [%s] MaxCPUs is %g",
-					x->cpus > 0 ? "CPUs" : "no CPU limit", (unsigned)c->uid, cpus + x->cpus,
-					rule->section, rule->max_cpus);
-	else if (rule->max_pids && (!x->pids || pids + x->pids > rule->max_pids))
-		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu processes, [%s] MaxPids is %llu",
-					x->pids ? "pids" : "no pids limit", (unsigned)c->uid,
-					(unsigned long long)(pids + x->pids), rule->section,
-					(unsigned long long)rule->max_pids);
+	code = quota_refused(rule, c->uid, mem, cpus, pids, x->memory, x->cpus, x->pids, eb, sizeof(eb));
 	if (!code && nsbox_session_handoff(x->s, &out_fds[0], &out_fds[1], &hello, &ne) < 0)
 		code = EIO, snprintf(eb, sizeof(eb), "%s", nsbox_error_message(ne));
 	drop_error(ne);
@@ -990,8 +1007,8 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 
 	_Static_assert(SVC_MAX_FDS <= sizeof(j->fds) / sizeof(j->fds[0]), "a job holds an OPEN's descriptors");
 	unsigned n_live;
-	uint64_t mem, pids;
-	double cpus;
+	uint64_t mem, pids, x_mem, x_pids;
+	double cpus, x_cpus;
 	int profile, code = 0;
 	bool share_net;
 	char eb[1024] = "";
@@ -1053,23 +1070,17 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, EAGAIN, "the service has %u sessions, its MaxSessions", D.n_sessions);
 		return;
 	}
-	/* Limits the OPEN names are judged before a sandbox is made for them
-	 * (finish_open judges the sandbox's own, the profile's included). */
-	if (rule->max_memory && o.memory && mem + o.memory > rule->max_memory) {
-		reply_error(c, id, EDQUOT, "memory: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
-			    (unsigned)c->uid, (unsigned long long)(mem + o.memory), rule->section,
-			    (unsigned long long)rule->max_memory);
-		return;
-	}
-	if (rule->max_cpus > 0 && o.cpus > 0 && cpus + o.cpus > rule->max_cpus + 1e-9) {
-		reply_error(c, id, EDQUOT, "CPUs: uid %u would have %g CPUs, [%s] MaxCPUs is %g", (unsigned)c->uid,
-			    cpus + o.cpus, rule->section, rule->max_cpus);
-		return;
-	}
-	if (rule->max_pids && o.pids && pids + o.pids > rule->max_pids) {
-		reply_error(c, id, EDQUOT, "pids: uid %u would have %llu processes, [%s] MaxPids is %llu",
-			    (unsigned)c->uid, (unsigned long long)(pids + o.pids), rule->section,
-			    (unsigned long long)rule->max_pids);
+	/* The limits the session will have (the OPEN's, else its profile's)
+	 * are judged before a sandbox is made or taken for it, and charged to
+	 * the uid from now on: judged only once the sandbox existed, every
+	 * OPEN of a uid at its cap had one made (or a pooled one used) and
+	 * killed, and OPENs sent together were each judged without the others
+	 * (finish_open judges the sandbox's own again). */
+	x_mem = o.memory ? o.memory : D.prof[profile].memory;
+	x_cpus = o.cpus > 0 ? o.cpus : D.prof[profile].cpus;
+	x_pids = o.pids ? o.pids : D.prof[profile].pids;
+	if ((code = quota_refused(rule, c->uid, mem, cpus, pids, x_mem, x_cpus, x_pids, eb, sizeof(eb)))) {
+		reply_error(c, id, code, "%s", eb);
 		return;
 	}
 	/* No confused deputy: every host object arrives as the client's own
@@ -1104,6 +1115,9 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	x->kind = EV_SESS;
 	x->pidfd = -1;
 	x->open_id = id;
+	x->memory = x_mem;
+	x->cpus = x_cpus;
+	x->pids = x_pids;
 	if (poolable(&o) && (pooled = pool_take(profile))) {
 		x->s = pooled->s;
 		x->info = pooled->info;
@@ -1580,6 +1594,30 @@ static void check_mount_ns(void)
 		       "will be refused (nsboxd(8), SYSTEMD UNIT)");
 }
 
+/* What a session of each profile has unless its OPEN says otherwise: the
+ * built-in policies' limits, judged against a uid's quota before a sandbox
+ * is made (handle_open). */
+static int load_profile_limits(void)
+{
+	for (int i = 0; i < CONF_MAX_PROFILES; i++) {
+		nsbox_policy_t *p = NULL;
+		nsbox_error_t *e = NULL;
+		char *text = NULL;
+		int r = nsbox_policy_new(conf_profiles[i], &p, &e) < 0 || !(text = nsbox_policy_to_string(p)) ? -1
+			: conf_policy_limits(text, &D.prof[i].memory, &D.prof[i].pids, &D.prof[i].cpus);
+
+		if (r < 0)
+			logmsg("profile %s: can't read its limits: %s", conf_profiles[i],
+			       e ? nsbox_error_message(e) : "out of memory or unreadable");
+		nsbox_free(text);
+		nsbox_policy_free(p);
+		drop_error(e);
+		if (r < 0)
+			return -1;
+	}
+	return 0;
+}
+
 static void apply_config(void)
 {
 	unsigned n;
@@ -1843,6 +1881,8 @@ int daemon_run(const struct daemon_opts *o)
 	D.listen.fd = D.sig.fd = D.listen_dir = -1;
 	if (load_config(&D.conf) < 0)
 		return 2;
+	if (load_profile_limits() < 0)
+		return 1;
 	apply_config();
 	raise_nofile();
 	/* Before any thread or helper process exists: cgroup.procs moves the

@@ -1375,7 +1375,9 @@ def test_memory_and_cpu_quotas_refuse_what_the_open_names():
     d = Daemon("[Default]\nMaxMemory=256M\nMaxCPUs=1\n[Service]\nPoolSize=0\n")
     try:
         for flags, text in [(["--memory", "512M"], "[Default] MaxMemory is 268435456"),
-                            (["--cpus", "2"], "[Default] MaxCPUs is 1")]:
+                            (["--memory", "128M", "--cpus", "2"], "[Default] MaxCPUs is 1"),
+                            # the profile's own 512M, judged before a sandbox is made
+                            ([], "would have 536870912 bytes of memory limits")]:
             p = subprocess.run([NSBOX, "python", "--connect", d.sock] + flags + ["-c", "print('ran')"],
                                capture_output=True, text=True, timeout=60)
             assert p.returncode != 0 and "ran" not in p.stdout and text in p.stderr, p.stderr
@@ -1383,6 +1385,54 @@ def test_memory_and_cpu_quotas_refuse_what_the_open_names():
         p = subprocess.run([NSBOX, "python", "--connect", d.sock, "--memory", "128M", "--cpus", "0.5", "-c",
                             "print('ran')"], capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and p.stdout == "ran\n", p.stderr
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+def test_quota_judged_before_a_sandbox_is_made():
+    """A uid at its MaxMemory cap sent OPENs naming no memory (the profile's
+    512M applies): each was judged only once a sandbox had been made for
+    it (or taken from the pool), then killed, 5 ms of a worker each, so a
+    client refused over and over kept every worker making sandboxes for
+    nothing.  OPENs sent together were each made before any was judged.
+    Now the limits a session will have are judged, and charged to its uid,
+    before its sandbox is made: no sandbox is made for a refused OPEN."""
+    d = Daemon("[Default]\nMaxMemory=600M\nMaxSessions=100\n[Service]\nPoolSize=0\nWorkers=1\n")
+    try:
+        c = svcclient.Client(d.sock)
+        a, m = c.open()                                   # the default profile's 512M: at the cap
+        assert a and m["limits"]["memory"] == 512 << 20, m
+        cg = cgroups_of(a.pid)
+        if not cg:
+            pytest.skip("sandboxes have no cgroup here: the cgroups made can't be counted")
+        first = int(cg[0].rsplit("-", 1)[1])              # nsbox-LAUNCHER-N: one helper counts them all
+        for _ in range(10):
+            t, m, _ = c.request("OPEN", {})
+            assert t == "ERROR" and m["error"] == "EDQUOT", (t, m)
+            assert "no memory limit" not in m["message"] and "[Default] MaxMemory is 629145600" in m["message"], m
+        # Sent together: 80M fits once (592M), not twice.
+        ids = [c.send("OPEN", {"memory": 80 << 20}) for _ in range(6)]
+        got, kept = {}, []
+        while len(got) < len(ids):
+            t, m, rid, fds = c.recv()
+            if t == "EXITED":
+                continue
+            got[rid] = (t, m)
+            kept += fds                                   # closed, they would end their sandboxes
+        opened = [m for t, m in got.values() if t == "OPENED"]
+        assert len(opened) == 1, got
+        assert all(m["error"] == "EDQUOT" for t, m in got.values() if t == "ERROR"), got
+        a.close()
+        assert c.request("CLOSE", {"handle": opened[0]["handle"]})[0] == "CLOSED"
+        for f in kept:
+            os.close(f)
+        b, m = c.open()
+        assert b, m
+        last = int(cgroups_of(b.pid)[0].rsplit("-", 1)[1])
+        # a, the 80M one, b: none for the 15 refused.
+        assert last - first == 2, (first, last)
+        b.close()
+        c.close()
     finally:
         assert d.stop() == 0, d.logtext()
 
