@@ -61,6 +61,8 @@ struct conn;
 struct sess {
 	enum ev_kind kind;	/* EV_SESS: epoll data points here */
 	struct sess *next;	/* in its connection's list */
+	struct sess *all_next, *all_prev;	/* in D.sessions, from OPEN until freed */
+	uid_t uid;		/* its client's: charged to it until freed, with or without its connection */
 	struct conn *conn;	/* NULL once the connection is gone */
 	enum sess_state state;
 	uint32_t open_id;	/* PENDING: the OPEN to answer */
@@ -130,6 +132,7 @@ static struct {
 	unsigned n_conns;
 	unsigned n_nohello;	/* connections that have not said HELLO yet */
 	unsigned n_sessions;
+	struct sess *sessions;	/* every session, whatever its state or connection (sess_count) */
 	struct pooled *pool;
 	unsigned pool_n[CONF_MAX_PROFILES];
 	unsigned refilling;	/* pool creations with the workers (fewer than the workers: OPENs that miss get one) */
@@ -671,6 +674,12 @@ static void sess_unlink(struct conn *c, struct sess *x)
 /* x is not in any list, and the worker is done with it. */
 static void sess_free(struct sess *x)
 {
+	if (x->all_prev)
+		x->all_prev->all_next = x->all_next;
+	else
+		D.sessions = x->all_next;
+	if (x->all_next)
+		x->all_next->all_prev = x->all_prev;
 	D.n_sessions--;
 	D.freed++;
 	free(x);
@@ -770,29 +779,42 @@ static struct sess *sess_find(struct conn *c, const json_t *m, struct sess ***li
 	return NULL;
 }
 
-/* What uid has in use across all its connections. */
-static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus, uint64_t *pids)
+/* What uid has in use besides except: every session of its until it is
+ * freed, also those whose connection is gone (still being made, or being
+ * reaped): counted only while their connection lived, a client that
+ * closed its connection with OPENs pending and connected again had its
+ * MaxSessions anew each time, while the sandboxes were still made. */
+static void uid_usage(uid_t uid, const struct sess *except, unsigned *n, uint64_t *mem, double *cpus, uint64_t *pids)
 {
 	*n = 0;
 	*mem = 0;
 	*cpus = 0;
 	*pids = 0;
-	for (struct conn *c = D.conns; c; c = c->next) {
-		if (c->uid != uid)
+	for (struct sess *x = D.sessions; x; x = x->all_next) {
+		if (x->uid != uid || x == except)
 			continue;
-		for (struct sess *x = c->sessions; x; x = x->next) {
-			/* One that ended by itself holds its place (and one of
-			 * the service's MaxSessions) until CLOSE: counted, or a
-			 * uid could fill the service with ended sessions.  Its
-			 * memory and CPUs are back. */
-			(*n)++;
-			if (x->ended)
-				continue;
-			*mem += x->memory;
-			*cpus += x->cpus;
-			*pids += x->pids;
-		}
+		/* One that ended by itself holds its place (and one of the
+		 * service's MaxSessions) until CLOSE: counted, or a uid could
+		 * fill the service with ended sessions.  Its memory and CPUs
+		 * are back. */
+		(*n)++;
+		if (x->ended)
+			continue;
+		*mem += x->memory;
+		*cpus += x->cpus;
+		*pids += x->pids;
 	}
+}
+
+/* A new session counts from here (sess_free ends it). */
+static void sess_count(struct sess *x)
+{
+	x->all_prev = NULL;
+	x->all_next = D.sessions;
+	if (D.sessions)
+		D.sessions->all_prev = x;
+	D.sessions = x;
+	D.n_sessions++;
 }
 
 static int net_limit(nsbox_policy_t *p, const char *key, int64_t v, nsbox_error_t **e)
@@ -931,7 +953,7 @@ static void finish_open(struct conn *c, struct sess *x)
 	x->pids = x->info.pids_limit;
 	/* What the uid has besides this one. */
 	sess_unlink(c, x);
-	uid_usage(c->uid, &n_live, &mem, &cpus, &pids);
+	uid_usage(c->uid, x, &n_live, &mem, &cpus, &pids);
 	code = quota_refused(rule, c->uid, mem, cpus, pids, x->memory, x->cpus, x->pids, eb, sizeof(eb));
 	if (!code && nsbox_session_handoff(x->s, &out_fds[0], &out_fds[1], &hello, &ne) < 0)
 		code = EIO, snprintf(eb, sizeof(eb), "%s", nsbox_error_message(ne));
@@ -1060,7 +1082,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, code, "%s", eb);
 		return;
 	}
-	uid_usage(c->uid, &n_live, &mem, &cpus, &pids);
+	uid_usage(c->uid, NULL, &n_live, &mem, &cpus, &pids);
 	if (n_live >= rule->max_sessions) {
 		reply_error(c, id, EDQUOT, "uid %u has %u sessions (ended ones count until CLOSE), the most [%s] MaxSessions allows",
 			    (unsigned)c->uid, n_live, rule->section);
@@ -1115,6 +1137,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	x->kind = EV_SESS;
 	x->pidfd = -1;
 	x->open_id = id;
+	x->uid = c->uid;
 	x->memory = x_mem;
 	x->cpus = x_cpus;
 	x->pids = x_pids;
@@ -1127,7 +1150,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		free(pooled);
 		D.pool_hits++;
 		sess_link(c, x);
-		D.n_sessions++;
+		sess_count(x);
 		finish_open(c, x);
 		return;
 	}
@@ -1140,7 +1163,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		pooled->waiter = x;
 		x->state = S_PENDING;
 		sess_link(c, x);
-		D.n_sessions++;
+		sess_count(x);
 		return;
 	}
 	/* Made by the worker: the loop serves everyone else meanwhile.  Files
@@ -1197,7 +1220,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	j->net_log_fd = o.net_log_fd >= 0 ? dup_fds[o.net_log_fd] : -1;
 	x->state = S_PENDING;
 	sess_link(c, x);
-	D.n_sessions++;
+	sess_count(x);
 	worker_submit(j);
 }
 

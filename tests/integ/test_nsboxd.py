@@ -1437,6 +1437,50 @@ def test_quota_judged_before_a_sandbox_is_made():
         assert d.stop() == 0, d.logtext()
 
 
+ORPHANS = r"""
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import svcclient
+said = []
+for r in range(10):
+    c = svcclient.Client(sys.argv[1])
+    for i in range(4):
+        c.send("OPEN", {"cold": True})
+    if r == 9:
+        t, m, rid, fds = c.recv()
+        said.append([t, m.get("error")])
+    c.close()
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs a second uid (setpriv)")
+def test_sessions_count_towards_their_uid_until_freed():
+    """uid 65534, allowed 4 sessions, sent 4 OPENs and closed its connection,
+    ten times: the OPENs of a gone connection stopped counting towards the
+    uid at once while their sandboxes were still made (then killed), and
+    counted towards the service's MaxSessions: the uid filled the
+    service's 40 and queued 40 sandboxes ahead of everyone (root's OPEN:
+    EAGAIN).  Now a session counts towards its uid until it is freed."""
+    d = Daemon("[Service]\nAllowUsers=65534\nMaxSessions=40\nPoolSize=0\nWorkers=1\n[Default]\nMaxSessions=4\n",
+               extra=("--mode", "0666"))
+    try:
+        os.chmod(d.dir, 0o755)
+        here = os.path.dirname(os.path.abspath(__file__))
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            ORPHANS, d.sock, here], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        # The last connection's first OPEN: the uid still had 4 being made or reaped.
+        assert json.loads(p.stdout) == [["ERROR", "EDQUOT"]], p.stdout
+        c = svcclient.Client(d.sock)
+        sb, m = c.open(cold=True)
+        assert sb, m
+        sb.close()
+        c.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
 # ---- the egress allowlist through the service ([Network], AllowNet=) ----
 
 @pytest.fixture(scope="module")
