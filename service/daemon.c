@@ -45,7 +45,7 @@
 #include "worker.h"
 
 #define MAX_OUT 64		/* queued replies per connection before it is dropped */
-#define MAX_BATCH 16		/* requests read from one connection per wake-up */
+#define MAX_BATCH 16		/* requests read from one uid's connections per wake-up */
 #define MAX_GROUPS 64
 
 enum ev_kind { EV_LISTEN = 1, EV_SIGNAL, EV_CONN, EV_SESS, EV_WORKER, EV_POOLED };
@@ -1353,12 +1353,38 @@ static void conn_close(struct conn *c)
 	notify_status();
 }
 
-/* Read up to MAX_BATCH requests.  Returns -1 when c was closed. */
+/* Requests read per uid in this wake-up of the loop (round_used): at most
+ * MAX_BATCH over all of a uid's connections, not per connection, so one
+ * uid's many connections get one share of the loop, not one each.  A
+ * connection not read is read at a later wake-up (epoll is level-triggered). */
+static struct {
+	uid_t uid;
+	unsigned n;
+} round_uids[64];
+static unsigned n_round_uids;
+
+static unsigned *round_used(uid_t uid)
+{
+	for (unsigned i = 0; i < n_round_uids; i++)
+		if (round_uids[i].uid == uid)
+			return &round_uids[i].n;
+	if (n_round_uids == sizeof(round_uids) / sizeof(round_uids[0]))
+		return NULL;
+	round_uids[n_round_uids].uid = uid;
+	round_uids[n_round_uids].n = 0;
+	return &round_uids[n_round_uids++].n;
+}
+
+/* Read requests while c's uid has some of this wake-up's MAX_BATCH left.
+ * Returns -1 when c was closed. */
 static int conn_read(struct conn *c)
 {
 	static char buf[SVC_MAX_MSG];
+	unsigned spare = 0, *used = round_used(c->uid);
 
-	for (int k = 0; k < MAX_BATCH && c->reading; k++) {
+	if (!used)
+		used = &spare;
+	for (; *used < MAX_BATCH && c->reading; (*used)++) {
 		union {
 			char b[CMSG_SPACE(SVC_MAX_FDS * sizeof(int))];
 			struct cmsghdr align;
@@ -1976,6 +2002,7 @@ int daemon_run(const struct daemon_opts *o)
 				timeout = h;
 		}
 		n = epoll_wait(D.ep, evs, 64, timeout);
+		n_round_uids = 0;
 		if (n < 0 && errno != EINTR) {
 			logmsg("epoll_wait: %s", strerror(errno));
 			break;

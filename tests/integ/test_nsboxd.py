@@ -1481,6 +1481,77 @@ def test_sessions_count_towards_their_uid_until_freed():
         assert d.stop() == 0, d.logtext()
 
 
+CONNECT_AS = r"""
+import array, socket, sys
+sys.path.insert(0, sys.argv[2])
+import svcclient
+back = socket.socket(fileno=int(sys.argv[4]))
+cs = [svcclient.Client(sys.argv[1]) for _ in range(int(sys.argv[3]))]
+back.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [c.s.fileno() for c in cs]))])
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs a second uid (setpriv)")
+def test_one_uid_gets_one_share_of_the_loop():
+    """The loop read up to 16 requests from each ready connection per
+    wake-up: uid 65534 with 64 connections flooding small requests got 64
+    shares of nsboxd against one for every other client (OPEN + INFO +
+    CLOSE of another user 5.6 ms quiet, 72 ms under the flood).  Now the
+    16 are per uid, over all its connections.  With nsboxd stopped, 16
+    connections of uid 65534 queue 64 requests each and root queues one
+    last: root's answer is sent after 16 of uid 65534's, not 256 (the
+    kernel stamps each answer when it is sent: SO_TIMESTAMPNS)."""
+    d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=0\nMaxConnectionsPerUser=16\n", extra=("--mode", "0666"))
+    closing = []
+    try:
+        os.chmod(d.dir, 0o755)
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        here = os.path.dirname(os.path.abspath(__file__))
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            CONNECT_AS, d.sock, here, "16", str(b.fileno())], pass_fds=(b.fileno(),),
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        _, fds, _, _ = socket.recv_fds(a, 1, 16)
+        a.close()
+        b.close()
+        flood = [socket.socket(fileno=f) for f in fds]
+        root = svcclient.Client(d.sock)
+        closing = flood + [root.s]
+        SO_TIMESTAMPNS = 35
+        for s in closing:
+            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+
+        def sent_at(s):
+            _, anc, _, _ = s.recvmsg(65536, 64)
+            sec, ns = struct.unpack("qq", [x for x in anc if x[1] == SO_TIMESTAMPNS][0][2][:16])
+            return sec * 10**9 + ns
+
+        body = json.dumps({"handle": "0" * 32}).encode()
+        pkt = struct.pack("<IIHHI", svcclient.SVC_MAGIC, len(body), svcclient.T["INFO"], 0, 5) + body
+        os.kill(d.p.pid, signal.SIGSTOP)
+        try:
+            assert wait_until(lambda: open(f"/proc/{d.p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T")
+            for s in flood:
+                for _ in range(64):
+                    s.send(pkt)
+            root.s.send(pkt)
+        finally:
+            os.kill(d.p.pid, signal.SIGCONT)
+        t_root = sent_at(root.s)
+        answered, before = 0, 0
+        for s in flood:
+            s.settimeout(10)
+            for _ in range(64):
+                before += sent_at(s) < t_root
+                answered += 1
+        assert answered == 16 * 64
+        assert before <= 32, before     # 16: the one wake-up's share
+    finally:
+        for s in closing:
+            s.close()
+        assert d.stop() == 0, d.logtext()
+
+
 # ---- the egress allowlist through the service ([Network], AllowNet=) ----
 
 @pytest.fixture(scope="module")
