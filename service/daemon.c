@@ -38,6 +38,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "cleanup.h"
+#include "closer.h"
 #include "deputy.h"
 #include "nsbox.h"
 #include "owncg.h"
@@ -47,8 +48,9 @@
 #define MAX_OUT 64		/* queued replies per connection before it is dropped */
 #define MAX_BATCH 16		/* requests read from one uid's connections per wake-up */
 #define MAX_GROUPS 64
+#define MAX_RECV_FDS 253	/* SCM_MAX_FD: the most one packet can carry */
 
-enum ev_kind { EV_LISTEN = 1, EV_SIGNAL, EV_CONN, EV_SESS, EV_WORKER, EV_POOLED };
+enum ev_kind { EV_LISTEN = 1, EV_SIGNAL, EV_CONN, EV_SESS, EV_WORKER, EV_POOLED, EV_CLOSER };
 
 /* A session's life: made by the worker (PENDING), handed over (LIVE), ended
  * and reaped by the worker (ENDING), its status kept for CLOSE (ENDED).  The
@@ -115,6 +117,7 @@ struct conn {
 	bool hello;
 	unsigned long long accepted;	/* mono_ns(): HELLO is due HelloTimeoutSec after */
 	bool reading;		/* EPOLLIN armed */
+	bool throttled;		/* not read while CLOSER_UID_MAX of its uid's descriptors wait to be closed */
 	struct sess *sessions;
 	struct outmsg *out, *out_tail;
 	unsigned n_out;
@@ -124,7 +127,7 @@ static struct {
 	const struct daemon_opts *o;
 	struct conf conf;
 	int ep;
-	struct { enum ev_kind kind; int fd; } listen, sig, worker;
+	struct { enum ev_kind kind; int fd; } listen, sig, worker, closer;
 	int listen_dir;		/* --listen's directory, opened once (listen_on) */
 	bool activated;		/* sd_listen_fds */
 	bool stopping;
@@ -512,7 +515,7 @@ static void out_free(struct outmsg *m)
 static int conn_rearm(struct conn *c)
 {
 	struct epoll_event ev = { .data.ptr = c };
-	bool read = c->n_out == 0;
+	bool read = c->n_out == 0 && !c->throttled;
 
 	ev.events = (read ? EPOLLIN : 0) | (c->n_out ? EPOLLOUT : 0);
 	c->reading = read;
@@ -1187,6 +1190,8 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		}
 	}
 	j = job_new(JOB_CREATE, x);
+	if (j)
+		j->client_uid = c->uid;
 	/* The policy names the client's descriptors by /proc/self/fd path, and
 	 * the worker opens them after this request's own are closed: it gets
 	 * copies, closed when it is done. */
@@ -1205,8 +1210,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		if (j) {
 			nsbox_policy_free(j->pol);
 			for (int i = 0; i < j->n_fds; i++)
-				if (j->fds[i] >= 0)
-					close(j->fds[i]);
+				closer_close(j->fds[i], c->uid);
 			free(j);
 		}
 		if (x->uid_owned)
@@ -1353,6 +1357,19 @@ static void conn_close(struct conn *c)
 	notify_status();
 }
 
+/* Connections held back while their uid's descriptors waited to be
+ * closed: read again once fewer wait. */
+static void unthrottle(void)
+{
+	for (struct conn *c = D.conns, *next; c; c = next) {
+		next = c->next;
+		if (c->throttled && closer_pending(c->uid) < CLOSER_UID_MAX) {
+			c->throttled = false;
+			conn_rearm(c);
+		}
+	}
+}
+
 /* Requests read per uid in this wake-up of the loop (round_used): at most
  * MAX_BATCH over all of a uid's connections, not per connection, so one
  * uid's many connections get one share of the loop, not one each.  A
@@ -1385,14 +1402,24 @@ static int conn_read(struct conn *c)
 	if (!used)
 		used = &spare;
 	for (; *used < MAX_BATCH && c->reading; (*used)++) {
+		/* Room for every descriptor a packet can carry (SCM_MAX_FD):
+		 * those the kernel can't hand over it closes itself, on this
+		 * thread, and such a close may wait (closer.h). */
 		union {
-			char b[CMSG_SPACE(SVC_MAX_FDS * sizeof(int))];
+			char b[CMSG_SPACE(MAX_RECV_FDS * sizeof(int))];
 			struct cmsghdr align;
 		} u;
 		struct iovec iov = { buf, sizeof(buf) };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-		int fds[SVC_MAX_FDS];
+		int fds[MAX_RECV_FDS];
 		size_t n_fds = 0;
+
+		/* A uid whose descriptors wait to be closed sends no more
+		 * until they are (the closer's eventfd reads it again). */
+		if (closer_pending(c->uid) >= CLOSER_UID_MAX) {
+			c->throttled = true;
+			return conn_rearm(c);
+		}
 		struct nsbox_err e = { 0 };
 		uint16_t type;
 		uint32_t id;
@@ -1415,15 +1442,15 @@ static int conn_read(struct conn *c)
 					int fd;
 
 					memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-					if (n_fds < SVC_MAX_FDS)
+					if (n_fds < MAX_RECV_FDS)
 						fds[n_fds++] = fd;
 					else
-						close(fd);
+						closer_close(fd, c->uid);
 				}
 			}
-		if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || n_fds > SVC_MAX_FDS) {
 			for (size_t i = 0; i < n_fds; i++)
-				close(fds[i]);
+				closer_close(fds[i], c->uid);
 			logmsg("uid %u pid %d: message over %u bytes or %d descriptors; closing", (unsigned)c->uid,
 			       (int)c->pid, SVC_MAX_MSG, SVC_MAX_FDS);
 			/* A reply that could not be sent closed c already. */
@@ -1434,7 +1461,7 @@ static int conn_read(struct conn *c)
 		}
 		if (svc_decode(buf, (size_t)n, &type, &id, &m, &e) < 0) {
 			for (size_t i = 0; i < n_fds; i++)
-				close(fds[i]);
+				closer_close(fds[i], c->uid);
 			logmsg("uid %u pid %d: %s; closing", (unsigned)c->uid, (int)c->pid, e.msg);
 			if (reply_error(c, 0, EPROTO, "%s", e.msg) == 0)
 				conn_close(c);
@@ -1442,11 +1469,12 @@ static int conn_read(struct conn *c)
 		}
 		{
 			struct conn *alive = c;
+			uid_t uid = c->uid;
 
 			handle_request(c, type, id, m, fds, n_fds);
 			json_decref(m);
 			for (size_t i = 0; i < n_fds; i++)
-				close(fds[i]);
+				closer_close(fds[i], uid);
 			/* A reply that could not be queued closed c. */
 			for (alive = D.conns; alive && alive != c; alive = alive->next)
 				;
@@ -1979,6 +2007,19 @@ int daemon_run(const struct daemon_opts *o)
 	D.worker.fd = worker_fd();
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &D.worker };
 	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.worker.fd, &ev);
+	/* After the signals are blocked, like the workers. */
+	{
+		int r = closer_start();
+
+		if (r < 0) {
+			logmsg("cannot start the closer thread: %s", strerror(-r));
+			return 1;
+		}
+	}
+	D.closer.kind = EV_CLOSER;
+	D.closer.fd = closer_fd();
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &D.closer };
+	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.closer.fd, &ev);
 	D.idle_since = mono_ns();
 	sd_notify(0, "READY=1");
 	check_mount_ns();
@@ -2031,6 +2072,9 @@ int daemon_run(const struct daemon_opts *o)
 				sess_died((struct sess *)k);
 			} else if (*k == EV_WORKER) {
 				worker_collect();
+			} else if (*k == EV_CLOSER) {
+				closer_drain();
+				unthrottle();
 			}
 			/* Later events of this batch may name what was freed; epoll
 			 * is level-triggered, so they come again. */

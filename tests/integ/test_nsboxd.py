@@ -1552,6 +1552,102 @@ def test_one_uid_gets_one_share_of_the_loop():
         assert d.stop() == 0, d.logtext()
 
 
+LINGERING = r"""
+import array, json, socket, struct, sys, time
+sys.path.insert(0, sys.argv[2])
+import svcclient
+path, linger, count, nested = sys.argv[1], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "nested"
+lst = socket.socket()
+lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+lst.bind(("127.0.0.1", 0))
+lst.listen(4096)
+
+
+def lingering():
+    # Unsent data the listener never reads, and SO_LINGER: its last
+    # close waits up to linger seconds for the data to go.
+    t = socket.socket()
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    t.connect(lst.getsockname())
+    t.setblocking(False)
+    try:
+        while True:
+            t.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, linger))
+    if not nested:
+        return t
+    # In flight in a unix socket: nsboxd can't reach it.
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    b.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [t.fileno()]))])
+    t.close()
+    b.close()
+    return a
+
+
+c = svcclient.Client(path)
+c.s.setblocking(False)
+sent = 0
+for _ in range(count):
+    x = lingering()
+    try:
+        c.send("INFO", {"handle": "0" * 32}, [x.fileno()])
+        sent += 1
+    except BlockingIOError:
+        pass
+    x.close()
+print(sent, flush=True)
+time.sleep(3600)
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs a second uid (setpriv)")
+def test_client_descriptors_never_hold_the_loop():
+    """nsboxd closed the descriptors a client sent on its event loop's
+    thread: a TCP socket with unsent data and SO_LINGER 60, sent with any
+    request by uid 65534 (which then closed its copy), held every client
+    of nsboxd for 60 s in that close().  Now a socket's linger is taken
+    away and every client descriptor is closed on a thread of its own
+    (service/closer.c).  One that still waits there (a lingering socket in
+    flight inside a unix socket) holds back only its uid's connections
+    once 64 of its descriptors wait: nsboxd's descriptors stay bounded."""
+    d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=1\n", extra=("--mode", "0666"))
+    evil = []
+    try:
+        os.chmod(d.dir, 0o755)
+        fds0 = d.settled_fds()
+        here = os.path.dirname(os.path.abspath(__file__))
+        for how, count in (("direct", 1), ("nested", 200)):
+            e = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                                  LINGERING, d.sock, here, "60", str(count), how], stdout=subprocess.PIPE, text=True)
+            evil.append(e)
+            assert int(e.stdout.readline()) >= 1
+            time.sleep(0.3)
+            t0 = time.time()
+            c = svcclient.Client(d.sock, timeout=20)
+            sb, m = c.open()
+            assert sb, m
+            assert sb.exec("6 * 7")["value"] == 42
+            sb.close()
+            c.close()
+            assert time.time() - t0 < 10, (how, time.time() - t0)
+        # The nested ones wait on the closer: at most 64 held (and the
+        # few read in the same wake-up), the rest left in uid 65534's socket.
+        assert d.fds() <= fds0 + 64 + 16 + 8, d.fds()
+        # Gone with their listener (a reset ends each wait): all closed.
+        for e in evil:
+            e.kill()
+            e.wait()
+        assert wait_until(lambda: d.fds() <= fds0, timeout=30), (fds0, d.fds())
+    finally:
+        for e in evil:
+            e.kill()
+            e.wait()
+            e.stdout.close()
+        assert d.stop() == 0, d.logtext()
+
+
 # ---- the egress allowlist through the service ([Network], AllowNet=) ----
 
 @pytest.fixture(scope="module")
