@@ -1250,8 +1250,13 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 				    (long long)json_integer_value(v), SVC_VERSION);
 			return;
 		}
-		c->hello = true;
-		D.n_nohello--;
+		/* Once: a second HELLO counted the connection out of those
+		 * waiting for theirs again, and the count, wrapped or short,
+		 * left other connections' silence unswept. */
+		if (!c->hello) {
+			c->hello = true;
+			D.n_nohello--;
+		}
 		reply(c, SVC_HELLO, id,
 		      json_pack("{s:i,s:s,s:s,s:{s:i,s:I,s:f,s:I}}", "version", SVC_VERSION, "server", "nsboxd",
 				"library", nsbox_version(), "limits", "max_sessions", (int)r->max_sessions, "max_memory",

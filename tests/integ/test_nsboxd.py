@@ -1648,6 +1648,31 @@ def test_client_descriptors_never_hold_the_loop():
         assert d.stop() == 0, d.logtext()
 
 
+def test_second_hello_does_not_hide_silent_connections():
+    """A second HELLO on a connection counted it out of those waiting for
+    their HELLO a second time: with one silent connection beside it, the
+    count came to 0 and hello_sweep never looked, so the silent one was
+    never timed out (HelloTimeoutSec)."""
+    d = Daemon("[Service]\nPoolSize=0\nHelloTimeoutSec=1\n")
+    try:
+        a = svcclient.Client(d.sock)
+        silent = svcclient.Client(d.sock, hello=False)
+        t, m, _ = a.request("HELLO", {"version": 1})
+        assert t == "HELLO", m
+        silent.s.settimeout(10)
+        t, m, _, _ = silent.recv()
+        assert t == "ERROR" and m["error"] == "ETIMEDOUT", m
+        with pytest.raises(EOFError):
+            silent.recv()
+        # a, which said HELLO, is still served
+        t, m, _ = a.request("INFO", {"handle": "0" * 32})
+        assert t == "ERROR" and m["error"] == "ENOENT", m
+        a.close()
+        silent.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
 # ---- the egress allowlist through the service ([Network], AllowNet=) ----
 
 @pytest.fixture(scope="module")
