@@ -2073,6 +2073,11 @@ int daemon_run(const struct daemon_opts *o)
 				}
 				if (freed == D.freed && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->reading)
 					conn_read(c);
+				/* Hung up while not read (throttled): epoll says so
+				 * whatever it was asked, at every wake-up, until the
+				 * connection is closed. */
+				else if (freed == D.freed && (evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->n_out)
+					conn_close(c);
 			} else if (*k == EV_SESS) {
 				sess_died((struct sess *)k);
 			} else if (*k == EV_WORKER) {

@@ -1598,6 +1598,10 @@ for _ in range(count):
         pass
     x.close()
 print(sent, flush=True)
+if nested:
+    # Hung up while held back: nsboxd must not spin on the hang-up.
+    time.sleep(0.5)
+    c.close()
 time.sleep(3600)
 """
 
@@ -1611,7 +1615,9 @@ def test_client_descriptors_never_hold_the_loop():
     away and every client descriptor is closed on a thread of its own
     (service/closer.c).  One that still waits there (a lingering socket in
     flight inside a unix socket) holds back only its uid's connections
-    once 64 of its descriptors wait: nsboxd's descriptors stay bounded."""
+    once 64 of its descriptors wait: nsboxd's descriptors stay bounded,
+    and one of them that hangs up meanwhile is closed (epoll reports the
+    hang-up at every wake-up: nsboxd spun)."""
     d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=1\n", extra=("--mode", "0666"))
     evil = []
     try:
@@ -1635,6 +1641,14 @@ def test_client_descriptors_never_hold_the_loop():
         # The nested ones wait on the closer: at most 64 held (and the
         # few read in the same wake-up), the rest left in uid 65534's socket.
         assert d.fds() <= fds0 + 64 + 16 + 8, d.fds()
+        time.sleep(1)
+
+        def cpu():
+            f = open(f"/proc/{d.p.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        c0 = cpu()
+        time.sleep(2)
+        assert cpu() - c0 < 0.5, "nsboxd spins on the hang-up of a connection it does not read"
         # Gone with their listener (a reset ends each wait): all closed.
         for e in evil:
             e.kill()
