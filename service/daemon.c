@@ -1345,7 +1345,9 @@ static void conn_close(struct conn *c)
 		out_free(m);
 	}
 	epoll_ctl(D.ep, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
+	/* Requests it did not read may carry descriptors: dropped with the
+	 * socket, their last close may wait (closer.h). */
+	closer_close(c->fd, c->uid);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -1491,8 +1493,8 @@ static int conn_read(struct conn *c)
 }
 
 /* Said in one packet, then closed: a connection refused before it is one. */
-static void refuse(int fd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void refuse(int fd, int code, const char *fmt, ...)
+static void refuse(int fd, uid_t uid, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void refuse(int fd, uid_t uid, int code, const char *fmt, ...)
 {
 	char msg[256], *b = NULL;
 	size_t bl;
@@ -1507,7 +1509,8 @@ static void refuse(int fd, int code, const char *fmt, ...)
 		(void)send(fd, b, bl, MSG_NOSIGNAL | MSG_DONTWAIT);
 	free(b);
 	json_decref(m);
-	close(fd);
+	/* What it sent before it was refused goes with the socket. */
+	closer_close(fd, uid);
 }
 
 static void accept_one(void)
@@ -1524,7 +1527,7 @@ static void accept_one(void)
 	if (fd < 0)
 		return;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
-		close(fd);
+		closer_close(fd, (uid_t)-1);
 		return;
 	}
 	/* Every group, or no connection: rules for a group the client is in
@@ -1532,16 +1535,16 @@ static void accept_one(void)
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) < 0) {
 		logmsg("uid %u pid %d: its groups: %s (over %d?); refused", (unsigned)cr.uid, (int)cr.pid,
 		       strerror(errno), MAX_GROUPS);
-		close(fd);
+		closer_close(fd, cr.uid);
 		return;
 	}
 	n_groups = glen / sizeof(gid_t);
 	if (!conf_allowed(&D.conf, cr.uid, cr.gid, groups, n_groups)) {
-		refuse(fd, EACCES, "this user may not use nsboxd (nsboxd.conf(5) AllowUsers, AllowGroups)");
+		refuse(fd, cr.uid, EACCES, "this user may not use nsboxd (nsboxd.conf(5) AllowUsers, AllowGroups)");
 		return;
 	}
 	if (D.n_conns >= D.conf.max_connections) {
-		refuse(fd, EAGAIN, "nsboxd has %u connections, its MaxConnections= (nsboxd.conf(5))", D.n_conns);
+		refuse(fd, cr.uid, EAGAIN, "nsboxd has %u connections, its MaxConnections= (nsboxd.conf(5))", D.n_conns);
 		return;
 	}
 	/* One user can't hold every connection: root and nsboxd's own user
@@ -1554,14 +1557,14 @@ static void accept_one(void)
 		if (mine >= D.conf.max_conns_per_user) {
 			logmsg("uid %u pid %d: refused, it has %u connections (MaxConnectionsPerUser=)", (unsigned)cr.uid,
 			       (int)cr.pid, mine);
-			refuse(fd, EAGAIN, "uid %u has %u connections to nsboxd, its MaxConnectionsPerUser= (nsboxd.conf(5))",
+			refuse(fd, cr.uid, EAGAIN, "uid %u has %u connections to nsboxd, its MaxConnectionsPerUser= (nsboxd.conf(5))",
 			       (unsigned)cr.uid, mine);
 			return;
 		}
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		close(fd);
+		closer_close(fd, cr.uid);
 		return;
 	}
 	c->kind = EV_CONN;
@@ -1576,7 +1579,7 @@ static void accept_one(void)
 	c->accepted = mono_ns();
 	ev.data.ptr = c;
 	if (epoll_ctl(D.ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
-		close(fd);
+		closer_close(fd, cr.uid);
 		free(c);
 		return;
 	}

@@ -1586,16 +1586,18 @@ def lingering():
     return a
 
 
-c = svcclient.Client(path)
+c = svcclient.Client(path, hello=False)   # nsboxd is stopped: HELLO is sent, not waited for
+c.send("HELLO", {"version": 1})
 c.s.setblocking(False)
-sent = 0
+sent, unsent = 0, []
 for _ in range(count):
     x = lingering()
     try:
         c.send("INFO", {"handle": "0" * 32}, [x.fileno()])
         sent += 1
     except BlockingIOError:
-        pass
+        unsent.append(x)   # closed here, the wait would be ours
+        continue
     x.close()
 print(sent, flush=True)
 if nested:
@@ -1617,7 +1619,9 @@ def test_client_descriptors_never_hold_the_loop():
     flight inside a unix socket) holds back only its uid's connections
     once 64 of its descriptors wait: nsboxd's descriptors stay bounded,
     and one of them that hangs up meanwhile is closed (epoll reports the
-    hang-up at every wake-up: nsboxd spun)."""
+    hang-up at every wake-up: nsboxd spun), its socket on the closer too:
+    the requests it did not read go with it, lingering descriptors and
+    all."""
     d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=1\n", extra=("--mode", "0666"))
     evil = []
     try:
@@ -1625,13 +1629,21 @@ def test_client_descriptors_never_hold_the_loop():
         fds0 = d.settled_fds()
         here = os.path.dirname(os.path.abspath(__file__))
         for how, count in (("direct", 1), ("nested", 200)):
-            e = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
-                                  LINGERING, d.sock, here, "60", str(count), how], stdout=subprocess.PIPE, text=True)
-            evil.append(e)
-            assert int(e.stdout.readline()) >= 1
+            # nsboxd stopped meanwhile: uid 65534 closes its own copies
+            # first, and nsboxd's close is the last (the one that waits).
+            c = svcclient.Client(d.sock)
+            os.kill(d.p.pid, signal.SIGSTOP)
+            try:
+                e = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                                      "-c", LINGERING, d.sock, here, "60", str(count), how], stdout=subprocess.PIPE,
+                                     text=True)
+                evil.append(e)
+                assert int(e.stdout.readline()) >= 1
+            finally:
+                os.kill(d.p.pid, signal.SIGCONT)
             time.sleep(0.3)
             t0 = time.time()
-            c = svcclient.Client(d.sock, timeout=20)
+            c.s.settimeout(20)
             sb, m = c.open()
             assert sb, m
             assert sb.exec("6 * 7")["value"] == 42
@@ -1649,6 +1661,15 @@ def test_client_descriptors_never_hold_the_loop():
         c0 = cpu()
         time.sleep(2)
         assert cpu() - c0 < 0.5, "nsboxd spins on the hang-up of a connection it does not read"
+        # Its socket, closed with requests unread, dropped their lingering
+        # descriptors: on the loop's thread, that close waited too.
+        t0 = time.time()
+        c = svcclient.Client(d.sock, timeout=20)
+        sb, m = c.open()
+        assert sb, m
+        sb.close()
+        c.close()
+        assert time.time() - t0 < 10, time.time() - t0
         # Gone with their listener (a reset ends each wait): all closed.
         for e in evil:
             e.kill()
