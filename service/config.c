@@ -286,6 +286,42 @@ static char *trim(char *s)
 	return s;
 }
 
+int conf_policy_limits(const char *text, uint64_t *memory, uint64_t *pids, double *cpus)
+{
+	char *copy = strdup(text), *save = NULL, *ln;
+	bool in_limits = false;
+	unsigned seen = 0;
+	uint64_t mem = 0, n = 0;
+	double cpu = 0;
+
+	if (!copy)
+		return -1;
+	for (ln = strtok_r(copy, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+		char *l = trim(ln), *eq;
+
+		if (*l == '[') {
+			in_limits = !strcmp(l, "[Limits]");
+			continue;
+		}
+		if (!in_limits || !(eq = strchr(l, '=')))
+			continue;
+		*eq = '\0';
+		if (!strcmp(trim(l), "Memory") && parse_size(trim(eq + 1), &mem))
+			seen |= 1;
+		else if (!strcmp(trim(l), "Pids") && parse_size(trim(eq + 1), &n))
+			seen |= 2;
+		else if (!strcmp(trim(l), "CPUs") && parse_number(trim(eq + 1), &cpu))
+			seen |= 4;
+	}
+	free(copy);
+	if (seen != 7)
+		return -1;
+	*memory = mem;
+	*pids = n;
+	*cpus = cpu;
+	return 0;
+}
+
 int conf_parse(struct conf *c, const char *text, size_t len, const char *origin, char *errbuf, size_t errlen)
 {
 	char *copy = strndup(text, len);

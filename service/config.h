@@ -58,6 +58,11 @@ int conf_load(struct conf *c, const char *path, bool may_be_missing, char *errbu
 bool conf_allowed(const struct conf *c, uid_t uid, gid_t gid, const gid_t *groups, size_t n_groups);
 const struct conf_rule *conf_rule_for(const struct conf *c, uid_t uid, gid_t gid, const gid_t *groups,
 				      size_t n_groups);
+/* A policy's [Limits] Memory=, Pids= and CPUs= (0: none), read from its
+ * text as nsbox_policy_to_string() writes it (nsbox-policy(5)): what a
+ * session of that profile will have unless its OPEN says otherwise.
+ * Returns 0, or -1 when one of the three is missing or unreadable. */
+int conf_policy_limits(const char *text, uint64_t *memory, uint64_t *pids, double *cpus);
 /* The configuration as a file (nsboxd --check-config prints it). */
 void conf_print(const struct conf *c, FILE *f);
 

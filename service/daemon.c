@@ -38,6 +38,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "cleanup.h"
+#include "closer.h"
 #include "deputy.h"
 #include "nsbox.h"
 #include "owncg.h"
@@ -45,10 +46,11 @@
 #include "worker.h"
 
 #define MAX_OUT 64		/* queued replies per connection before it is dropped */
-#define MAX_BATCH 16		/* requests read from one connection per wake-up */
+#define MAX_BATCH 16		/* requests read from one uid's connections per wake-up */
 #define MAX_GROUPS 64
+#define MAX_RECV_FDS 253	/* SCM_MAX_FD: the most one packet can carry */
 
-enum ev_kind { EV_LISTEN = 1, EV_SIGNAL, EV_CONN, EV_SESS, EV_WORKER, EV_POOLED };
+enum ev_kind { EV_LISTEN = 1, EV_SIGNAL, EV_CONN, EV_SESS, EV_WORKER, EV_POOLED, EV_CLOSER };
 
 /* A session's life: made by the worker (PENDING), handed over (LIVE), ended
  * and reaped by the worker (ENDING), its status kept for CLOSE (ENDED).  The
@@ -61,6 +63,8 @@ struct conn;
 struct sess {
 	enum ev_kind kind;	/* EV_SESS: epoll data points here */
 	struct sess *next;	/* in its connection's list */
+	struct sess *all_next, *all_prev;	/* in D.sessions, from OPEN until freed */
+	uid_t uid;		/* its client's: charged to it until freed, with or without its connection */
 	struct conn *conn;	/* NULL once the connection is gone */
 	enum sess_state state;
 	uint32_t open_id;	/* PENDING: the OPEN to answer */
@@ -113,6 +117,7 @@ struct conn {
 	bool hello;
 	unsigned long long accepted;	/* mono_ns(): HELLO is due HelloTimeoutSec after */
 	bool reading;		/* EPOLLIN armed */
+	bool throttled;		/* not read while CLOSER_UID_MAX of its uid's descriptors wait to be closed */
 	struct sess *sessions;
 	struct outmsg *out, *out_tail;
 	unsigned n_out;
@@ -122,7 +127,7 @@ static struct {
 	const struct daemon_opts *o;
 	struct conf conf;
 	int ep;
-	struct { enum ev_kind kind; int fd; } listen, sig, worker;
+	struct { enum ev_kind kind; int fd; } listen, sig, worker, closer;
 	int listen_dir;		/* --listen's directory, opened once (listen_on) */
 	bool activated;		/* sd_listen_fds */
 	bool stopping;
@@ -130,6 +135,7 @@ static struct {
 	unsigned n_conns;
 	unsigned n_nohello;	/* connections that have not said HELLO yet */
 	unsigned n_sessions;
+	struct sess *sessions;	/* every session, whatever its state or connection (sess_count) */
 	struct pooled *pool;
 	unsigned pool_n[CONF_MAX_PROFILES];
 	unsigned refilling;	/* pool creations with the workers (fewer than the workers: OPENs that miss get one) */
@@ -142,6 +148,10 @@ static struct {
 	unsigned long long idle_since;
 	unsigned long long opened, pool_hits;
 	unsigned long long freed;	/* sessions and connections freed: events after one may be stale */
+	struct {
+		uint64_t memory, pids;
+		double cpus;
+	} prof[CONF_MAX_PROFILES];	/* each profile's limits, read at start (load_profile_limits) */
 } D;
 
 static unsigned long long mono_ns(void)
@@ -505,7 +515,7 @@ static void out_free(struct outmsg *m)
 static int conn_rearm(struct conn *c)
 {
 	struct epoll_event ev = { .data.ptr = c };
-	bool read = c->n_out == 0;
+	bool read = c->n_out == 0 && !c->throttled;
 
 	ev.events = (read ? EPOLLIN : 0) | (c->n_out ? EPOLLOUT : 0);
 	c->reading = read;
@@ -667,6 +677,12 @@ static void sess_unlink(struct conn *c, struct sess *x)
 /* x is not in any list, and the worker is done with it. */
 static void sess_free(struct sess *x)
 {
+	if (x->all_prev)
+		x->all_prev->all_next = x->all_next;
+	else
+		D.sessions = x->all_next;
+	if (x->all_next)
+		x->all_next->all_prev = x->all_prev;
 	D.n_sessions--;
 	D.freed++;
 	free(x);
@@ -766,29 +782,42 @@ static struct sess *sess_find(struct conn *c, const json_t *m, struct sess ***li
 	return NULL;
 }
 
-/* What uid has in use across all its connections. */
-static void uid_usage(uid_t uid, unsigned *n, uint64_t *mem, double *cpus, uint64_t *pids)
+/* What uid has in use besides except: every session of its until it is
+ * freed, also those whose connection is gone (still being made, or being
+ * reaped): counted only while their connection lived, a client that
+ * closed its connection with OPENs pending and connected again had its
+ * MaxSessions anew each time, while the sandboxes were still made. */
+static void uid_usage(uid_t uid, const struct sess *except, unsigned *n, uint64_t *mem, double *cpus, uint64_t *pids)
 {
 	*n = 0;
 	*mem = 0;
 	*cpus = 0;
 	*pids = 0;
-	for (struct conn *c = D.conns; c; c = c->next) {
-		if (c->uid != uid)
+	for (struct sess *x = D.sessions; x; x = x->all_next) {
+		if (x->uid != uid || x == except)
 			continue;
-		for (struct sess *x = c->sessions; x; x = x->next) {
-			/* One that ended by itself holds its place (and one of
-			 * the service's MaxSessions) until CLOSE: counted, or a
-			 * uid could fill the service with ended sessions.  Its
-			 * memory and CPUs are back. */
-			(*n)++;
-			if (x->ended)
-				continue;
-			*mem += x->memory;
-			*cpus += x->cpus;
-			*pids += x->pids;
-		}
+		/* One that ended by itself holds its place (and one of the
+		 * service's MaxSessions) until CLOSE: counted, or a uid could
+		 * fill the service with ended sessions.  Its memory and CPUs
+		 * are back. */
+		(*n)++;
+		if (x->ended)
+			continue;
+		*mem += x->memory;
+		*cpus += x->cpus;
+		*pids += x->pids;
 	}
+}
+
+/* A new session counts from here (sess_free ends it). */
+static void sess_count(struct sess *x)
+{
+	x->all_prev = NULL;
+	x->all_next = D.sessions;
+	if (D.sessions)
+		D.sessions->all_prev = x;
+	D.sessions = x;
+	D.n_sessions++;
 }
 
 static int net_limit(nsbox_policy_t *p, const char *key, int64_t v, nsbox_error_t **e)
@@ -881,6 +910,32 @@ static void sess_link(struct conn *c, struct sess *x)
 	c->sessions = x;
 }
 
+/* EDQUOT (and why, in eb) when a session with these limits (0: none) would
+ * take uid past its rule's MaxMemory, MaxCPUs or MaxPids, given what its
+ * other sessions hold (mem, cpus, pids); else 0.  With a cap, a session
+ * without that limit is refused. */
+static int quota_refused(const struct conf_rule *rule, uid_t uid, uint64_t mem, double cpus, uint64_t pids,
+			 uint64_t x_mem, double x_cpus, uint64_t x_pids, char *eb, size_t el)
+{
+	if (rule->max_memory && (!x_mem || mem + x_mem > rule->max_memory)) {
+		snprintf(eb, el, "%s: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
+			 x_mem ? "memory" : "no memory limit", (unsigned)uid, (unsigned long long)(mem + x_mem), rule->section,
+			 (unsigned long long)rule->max_memory);
+		return EDQUOT;
+	}
+	if (rule->max_cpus > 0 && (!(x_cpus > 0) || cpus + x_cpus > rule->max_cpus + 1e-9)) {
+		snprintf(eb, el, "%s: uid %u would have %g CPUs, [%s] MaxCPUs is %g", x_cpus > 0 ? "CPUs" : "no CPU limit",
+			 (unsigned)uid, cpus + x_cpus, rule->section, rule->max_cpus);
+		return EDQUOT;
+	}
+	if (rule->max_pids && (!x_pids || pids + x_pids > rule->max_pids)) {
+		snprintf(eb, el, "%s: uid %u would have %llu processes, [%s] MaxPids is %llu", x_pids ? "pids" : "no pids limit",
+			 (unsigned)uid, (unsigned long long)(pids + x_pids), rule->section, (unsigned long long)rule->max_pids);
+		return EDQUOT;
+	}
+	return 0;
+}
+
 /* x's sandbox exists (from the pool, or just made): check what the client's
  * uid may have, hand it over, answer OPENED. */
 static void finish_open(struct conn *c, struct sess *x)
@@ -901,21 +956,8 @@ static void finish_open(struct conn *c, struct sess *x)
 	x->pids = x->info.pids_limit;
 	/* What the uid has besides this one. */
 	sess_unlink(c, x);
-	uid_usage(c->uid, &n_live, &mem, &cpus, &pids);
-	if (rule->max_memory && (!x->memory || mem + x->memory > rule->max_memory))
-		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
-					x->memory ? "memory" : "no memory limit", (unsigned)c->uid,
-					(unsigned long long)(mem + x->memory), rule->section,
-					(unsigned long long)rule->max_memory);
-	else if (rule->max_cpus > 0 && (!(x->cpus > 0) || cpus + x->cpus > rule->max_cpus + 1e-9))
-		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %g CPUs, [%s] MaxCPUs is %g",
-					x->cpus > 0 ? "CPUs" : "no CPU limit", (unsigned)c->uid, cpus + x->cpus,
-					rule->section, rule->max_cpus);
-	else if (rule->max_pids && (!x->pids || pids + x->pids > rule->max_pids))
-		code = EDQUOT, snprintf(eb, sizeof(eb), "%s: uid %u would have %llu processes, [%s] MaxPids is %llu",
-					x->pids ? "pids" : "no pids limit", (unsigned)c->uid,
-					(unsigned long long)(pids + x->pids), rule->section,
-					(unsigned long long)rule->max_pids);
+	uid_usage(c->uid, x, &n_live, &mem, &cpus, &pids);
+	code = quota_refused(rule, c->uid, mem, cpus, pids, x->memory, x->cpus, x->pids, eb, sizeof(eb));
 	if (!code && nsbox_session_handoff(x->s, &out_fds[0], &out_fds[1], &hello, &ne) < 0)
 		code = EIO, snprintf(eb, sizeof(eb), "%s", nsbox_error_message(ne));
 	drop_error(ne);
@@ -990,8 +1032,8 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 
 	_Static_assert(SVC_MAX_FDS <= sizeof(j->fds) / sizeof(j->fds[0]), "a job holds an OPEN's descriptors");
 	unsigned n_live;
-	uint64_t mem, pids;
-	double cpus;
+	uint64_t mem, pids, x_mem, x_pids;
+	double cpus, x_cpus;
 	int profile, code = 0;
 	bool share_net;
 	char eb[1024] = "";
@@ -1043,7 +1085,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, code, "%s", eb);
 		return;
 	}
-	uid_usage(c->uid, &n_live, &mem, &cpus, &pids);
+	uid_usage(c->uid, NULL, &n_live, &mem, &cpus, &pids);
 	if (n_live >= rule->max_sessions) {
 		reply_error(c, id, EDQUOT, "uid %u has %u sessions (ended ones count until CLOSE), the most [%s] MaxSessions allows",
 			    (unsigned)c->uid, n_live, rule->section);
@@ -1053,23 +1095,17 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		reply_error(c, id, EAGAIN, "the service has %u sessions, its MaxSessions", D.n_sessions);
 		return;
 	}
-	/* Limits the OPEN names are judged before a sandbox is made for them
-	 * (finish_open judges the sandbox's own, the profile's included). */
-	if (rule->max_memory && o.memory && mem + o.memory > rule->max_memory) {
-		reply_error(c, id, EDQUOT, "memory: uid %u would have %llu bytes of memory limits, [%s] MaxMemory is %llu",
-			    (unsigned)c->uid, (unsigned long long)(mem + o.memory), rule->section,
-			    (unsigned long long)rule->max_memory);
-		return;
-	}
-	if (rule->max_cpus > 0 && o.cpus > 0 && cpus + o.cpus > rule->max_cpus + 1e-9) {
-		reply_error(c, id, EDQUOT, "CPUs: uid %u would have %g CPUs, [%s] MaxCPUs is %g", (unsigned)c->uid,
-			    cpus + o.cpus, rule->section, rule->max_cpus);
-		return;
-	}
-	if (rule->max_pids && o.pids && pids + o.pids > rule->max_pids) {
-		reply_error(c, id, EDQUOT, "pids: uid %u would have %llu processes, [%s] MaxPids is %llu",
-			    (unsigned)c->uid, (unsigned long long)(pids + o.pids), rule->section,
-			    (unsigned long long)rule->max_pids);
+	/* The limits the session will have (the OPEN's, else its profile's)
+	 * are judged before a sandbox is made or taken for it, and charged to
+	 * the uid from now on: judged only once the sandbox existed, every
+	 * OPEN of a uid at its cap had one made (or a pooled one used) and
+	 * killed, and OPENs sent together were each judged without the others
+	 * (finish_open judges the sandbox's own again). */
+	x_mem = o.memory ? o.memory : D.prof[profile].memory;
+	x_cpus = o.cpus > 0 ? o.cpus : D.prof[profile].cpus;
+	x_pids = o.pids ? o.pids : D.prof[profile].pids;
+	if ((code = quota_refused(rule, c->uid, mem, cpus, pids, x_mem, x_cpus, x_pids, eb, sizeof(eb)))) {
+		reply_error(c, id, code, "%s", eb);
 		return;
 	}
 	/* No confused deputy: every host object arrives as the client's own
@@ -1104,6 +1140,10 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	x->kind = EV_SESS;
 	x->pidfd = -1;
 	x->open_id = id;
+	x->uid = c->uid;
+	x->memory = x_mem;
+	x->cpus = x_cpus;
+	x->pids = x_pids;
 	if (poolable(&o) && (pooled = pool_take(profile))) {
 		x->s = pooled->s;
 		x->info = pooled->info;
@@ -1113,7 +1153,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		free(pooled);
 		D.pool_hits++;
 		sess_link(c, x);
-		D.n_sessions++;
+		sess_count(x);
 		finish_open(c, x);
 		return;
 	}
@@ -1126,7 +1166,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		pooled->waiter = x;
 		x->state = S_PENDING;
 		sess_link(c, x);
-		D.n_sessions++;
+		sess_count(x);
 		return;
 	}
 	/* Made by the worker: the loop serves everyone else meanwhile.  Files
@@ -1150,6 +1190,8 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		}
 	}
 	j = job_new(JOB_CREATE, x);
+	if (j)
+		j->client_uid = c->uid;
 	/* The policy names the client's descriptors by /proc/self/fd path, and
 	 * the worker opens them after this request's own are closed: it gets
 	 * copies, closed when it is done. */
@@ -1168,8 +1210,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		if (j) {
 			nsbox_policy_free(j->pol);
 			for (int i = 0; i < j->n_fds; i++)
-				if (j->fds[i] >= 0)
-					close(j->fds[i]);
+				closer_close(j->fds[i], c->uid);
 			free(j);
 		}
 		if (x->uid_owned)
@@ -1183,7 +1224,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	j->net_log_fd = o.net_log_fd >= 0 ? dup_fds[o.net_log_fd] : -1;
 	x->state = S_PENDING;
 	sess_link(c, x);
-	D.n_sessions++;
+	sess_count(x);
 	worker_submit(j);
 }
 
@@ -1209,8 +1250,13 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 				    (long long)json_integer_value(v), SVC_VERSION);
 			return;
 		}
-		c->hello = true;
-		D.n_nohello--;
+		/* Once: a second HELLO counted the connection out of those
+		 * waiting for theirs again, and the count, wrapped or short,
+		 * left other connections' silence unswept. */
+		if (!c->hello) {
+			c->hello = true;
+			D.n_nohello--;
+		}
 		reply(c, SVC_HELLO, id,
 		      json_pack("{s:i,s:s,s:s,s:{s:i,s:I,s:f,s:I}}", "version", SVC_VERSION, "server", "nsboxd",
 				"library", nsbox_version(), "limits", "max_sessions", (int)r->max_sessions, "max_memory",
@@ -1299,7 +1345,9 @@ static void conn_close(struct conn *c)
 		out_free(m);
 	}
 	epoll_ctl(D.ep, EPOLL_CTL_DEL, c->fd, NULL);
-	close(c->fd);
+	/* Requests it did not read may carry descriptors: dropped with the
+	 * socket, their last close may wait (closer.h). */
+	closer_close(c->fd, c->uid);
 	if (c->prev)
 		c->prev->next = c->next;
 	else
@@ -1316,20 +1364,69 @@ static void conn_close(struct conn *c)
 	notify_status();
 }
 
-/* Read up to MAX_BATCH requests.  Returns -1 when c was closed. */
+/* Connections held back while their uid's descriptors waited to be
+ * closed: read again once fewer wait. */
+static void unthrottle(void)
+{
+	for (struct conn *c = D.conns, *next; c; c = next) {
+		next = c->next;
+		if (c->throttled && closer_pending(c->uid) < CLOSER_UID_MAX) {
+			c->throttled = false;
+			conn_rearm(c);
+		}
+	}
+}
+
+/* Requests read per uid in this wake-up of the loop (round_used): at most
+ * MAX_BATCH over all of a uid's connections, not per connection, so one
+ * uid's many connections get one share of the loop, not one each.  A
+ * connection not read is read at a later wake-up (epoll is level-triggered). */
+static struct {
+	uid_t uid;
+	unsigned n;
+} round_uids[64];
+static unsigned n_round_uids;
+
+static unsigned *round_used(uid_t uid)
+{
+	for (unsigned i = 0; i < n_round_uids; i++)
+		if (round_uids[i].uid == uid)
+			return &round_uids[i].n;
+	if (n_round_uids == sizeof(round_uids) / sizeof(round_uids[0]))
+		return NULL;
+	round_uids[n_round_uids].uid = uid;
+	round_uids[n_round_uids].n = 0;
+	return &round_uids[n_round_uids++].n;
+}
+
+/* Read requests while c's uid has some of this wake-up's MAX_BATCH left.
+ * Returns -1 when c was closed. */
 static int conn_read(struct conn *c)
 {
 	static char buf[SVC_MAX_MSG];
+	unsigned spare = 0, *used = round_used(c->uid);
 
-	for (int k = 0; k < MAX_BATCH && c->reading; k++) {
+	if (!used)
+		used = &spare;
+	for (; *used < MAX_BATCH && c->reading; (*used)++) {
+		/* Room for every descriptor a packet can carry (SCM_MAX_FD):
+		 * those the kernel can't hand over it closes itself, on this
+		 * thread, and such a close may wait (closer.h). */
 		union {
-			char b[CMSG_SPACE(SVC_MAX_FDS * sizeof(int))];
+			char b[CMSG_SPACE(MAX_RECV_FDS * sizeof(int))];
 			struct cmsghdr align;
 		} u;
 		struct iovec iov = { buf, sizeof(buf) };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-		int fds[SVC_MAX_FDS];
+		int fds[MAX_RECV_FDS];
 		size_t n_fds = 0;
+
+		/* A uid whose descriptors wait to be closed sends no more
+		 * until they are (the closer's eventfd reads it again). */
+		if (closer_pending(c->uid) >= CLOSER_UID_MAX) {
+			c->throttled = true;
+			return conn_rearm(c);
+		}
 		struct nsbox_err e = { 0 };
 		uint16_t type;
 		uint32_t id;
@@ -1352,15 +1449,15 @@ static int conn_read(struct conn *c)
 					int fd;
 
 					memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-					if (n_fds < SVC_MAX_FDS)
+					if (n_fds < MAX_RECV_FDS)
 						fds[n_fds++] = fd;
 					else
-						close(fd);
+						closer_close(fd, c->uid);
 				}
 			}
-		if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || n_fds > SVC_MAX_FDS) {
 			for (size_t i = 0; i < n_fds; i++)
-				close(fds[i]);
+				closer_close(fds[i], c->uid);
 			logmsg("uid %u pid %d: message over %u bytes or %d descriptors; closing", (unsigned)c->uid,
 			       (int)c->pid, SVC_MAX_MSG, SVC_MAX_FDS);
 			/* A reply that could not be sent closed c already. */
@@ -1371,7 +1468,7 @@ static int conn_read(struct conn *c)
 		}
 		if (svc_decode(buf, (size_t)n, &type, &id, &m, &e) < 0) {
 			for (size_t i = 0; i < n_fds; i++)
-				close(fds[i]);
+				closer_close(fds[i], c->uid);
 			logmsg("uid %u pid %d: %s; closing", (unsigned)c->uid, (int)c->pid, e.msg);
 			if (reply_error(c, 0, EPROTO, "%s", e.msg) == 0)
 				conn_close(c);
@@ -1379,11 +1476,12 @@ static int conn_read(struct conn *c)
 		}
 		{
 			struct conn *alive = c;
+			uid_t uid = c->uid;
 
 			handle_request(c, type, id, m, fds, n_fds);
 			json_decref(m);
 			for (size_t i = 0; i < n_fds; i++)
-				close(fds[i]);
+				closer_close(fds[i], uid);
 			/* A reply that could not be queued closed c. */
 			for (alive = D.conns; alive && alive != c; alive = alive->next)
 				;
@@ -1395,8 +1493,8 @@ static int conn_read(struct conn *c)
 }
 
 /* Said in one packet, then closed: a connection refused before it is one. */
-static void refuse(int fd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void refuse(int fd, int code, const char *fmt, ...)
+static void refuse(int fd, uid_t uid, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void refuse(int fd, uid_t uid, int code, const char *fmt, ...)
 {
 	char msg[256], *b = NULL;
 	size_t bl;
@@ -1411,7 +1509,8 @@ static void refuse(int fd, int code, const char *fmt, ...)
 		(void)send(fd, b, bl, MSG_NOSIGNAL | MSG_DONTWAIT);
 	free(b);
 	json_decref(m);
-	close(fd);
+	/* What it sent before it was refused goes with the socket. */
+	closer_close(fd, uid);
 }
 
 static void accept_one(void)
@@ -1428,7 +1527,7 @@ static void accept_one(void)
 	if (fd < 0)
 		return;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
-		close(fd);
+		closer_close(fd, (uid_t)-1);
 		return;
 	}
 	/* Every group, or no connection: rules for a group the client is in
@@ -1436,16 +1535,16 @@ static void accept_one(void)
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) < 0) {
 		logmsg("uid %u pid %d: its groups: %s (over %d?); refused", (unsigned)cr.uid, (int)cr.pid,
 		       strerror(errno), MAX_GROUPS);
-		close(fd);
+		closer_close(fd, cr.uid);
 		return;
 	}
 	n_groups = glen / sizeof(gid_t);
 	if (!conf_allowed(&D.conf, cr.uid, cr.gid, groups, n_groups)) {
-		refuse(fd, EACCES, "this user may not use nsboxd (nsboxd.conf(5) AllowUsers, AllowGroups)");
+		refuse(fd, cr.uid, EACCES, "this user may not use nsboxd (nsboxd.conf(5) AllowUsers, AllowGroups)");
 		return;
 	}
 	if (D.n_conns >= D.conf.max_connections) {
-		refuse(fd, EAGAIN, "nsboxd has %u connections, its MaxConnections= (nsboxd.conf(5))", D.n_conns);
+		refuse(fd, cr.uid, EAGAIN, "nsboxd has %u connections, its MaxConnections= (nsboxd.conf(5))", D.n_conns);
 		return;
 	}
 	/* One user can't hold every connection: root and nsboxd's own user
@@ -1458,14 +1557,14 @@ static void accept_one(void)
 		if (mine >= D.conf.max_conns_per_user) {
 			logmsg("uid %u pid %d: refused, it has %u connections (MaxConnectionsPerUser=)", (unsigned)cr.uid,
 			       (int)cr.pid, mine);
-			refuse(fd, EAGAIN, "uid %u has %u connections to nsboxd, its MaxConnectionsPerUser= (nsboxd.conf(5))",
+			refuse(fd, cr.uid, EAGAIN, "uid %u has %u connections to nsboxd, its MaxConnectionsPerUser= (nsboxd.conf(5))",
 			       (unsigned)cr.uid, mine);
 			return;
 		}
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
-		close(fd);
+		closer_close(fd, cr.uid);
 		return;
 	}
 	c->kind = EV_CONN;
@@ -1480,7 +1579,7 @@ static void accept_one(void)
 	c->accepted = mono_ns();
 	ev.data.ptr = c;
 	if (epoll_ctl(D.ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
-		close(fd);
+		closer_close(fd, cr.uid);
 		free(c);
 		return;
 	}
@@ -1578,6 +1677,30 @@ static void check_mount_ns(void)
 	    (self.st_dev != init.st_dev || self.st_ino != init.st_ino))
 		logmsg("nsboxd runs in a mount namespace other than init's: workspaces and binds of clients in init's "
 		       "will be refused (nsboxd(8), SYSTEMD UNIT)");
+}
+
+/* What a session of each profile has unless its OPEN says otherwise: the
+ * built-in policies' limits, judged against a uid's quota before a sandbox
+ * is made (handle_open). */
+static int load_profile_limits(void)
+{
+	for (int i = 0; i < CONF_MAX_PROFILES; i++) {
+		nsbox_policy_t *p = NULL;
+		nsbox_error_t *e = NULL;
+		char *text = NULL;
+		int r = nsbox_policy_new(conf_profiles[i], &p, &e) < 0 || !(text = nsbox_policy_to_string(p)) ? -1
+			: conf_policy_limits(text, &D.prof[i].memory, &D.prof[i].pids, &D.prof[i].cpus);
+
+		if (r < 0)
+			logmsg("profile %s: can't read its limits: %s", conf_profiles[i],
+			       e ? nsbox_error_message(e) : "out of memory or unreadable");
+		nsbox_free(text);
+		nsbox_policy_free(p);
+		drop_error(e);
+		if (r < 0)
+			return -1;
+	}
+	return 0;
 }
 
 static void apply_config(void)
@@ -1843,6 +1966,8 @@ int daemon_run(const struct daemon_opts *o)
 	D.listen.fd = D.sig.fd = D.listen_dir = -1;
 	if (load_config(&D.conf) < 0)
 		return 2;
+	if (load_profile_limits() < 0)
+		return 1;
 	apply_config();
 	raise_nofile();
 	/* Before any thread or helper process exists: cgroup.procs moves the
@@ -1890,6 +2015,19 @@ int daemon_run(const struct daemon_opts *o)
 	D.worker.fd = worker_fd();
 	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &D.worker };
 	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.worker.fd, &ev);
+	/* After the signals are blocked, like the workers. */
+	{
+		int r = closer_start();
+
+		if (r < 0) {
+			logmsg("cannot start the closer thread: %s", strerror(-r));
+			return 1;
+		}
+	}
+	D.closer.kind = EV_CLOSER;
+	D.closer.fd = closer_fd();
+	ev = (struct epoll_event){ .events = EPOLLIN, .data.ptr = &D.closer };
+	epoll_ctl(D.ep, EPOLL_CTL_ADD, D.closer.fd, &ev);
 	D.idle_since = mono_ns();
 	sd_notify(0, "READY=1");
 	check_mount_ns();
@@ -1913,6 +2051,7 @@ int daemon_run(const struct daemon_opts *o)
 				timeout = h;
 		}
 		n = epoll_wait(D.ep, evs, 64, timeout);
+		n_round_uids = 0;
 		if (n < 0 && errno != EINTR) {
 			logmsg("epoll_wait: %s", strerror(errno));
 			break;
@@ -1937,10 +2076,18 @@ int daemon_run(const struct daemon_opts *o)
 				}
 				if (freed == D.freed && (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->reading)
 					conn_read(c);
+				/* Hung up while not read (throttled): epoll says so
+				 * whatever it was asked, at every wake-up, until the
+				 * connection is closed. */
+				else if (freed == D.freed && (evs[i].events & (EPOLLHUP | EPOLLERR)) && !c->n_out)
+					conn_close(c);
 			} else if (*k == EV_SESS) {
 				sess_died((struct sess *)k);
 			} else if (*k == EV_WORKER) {
 				worker_collect();
+			} else if (*k == EV_CLOSER) {
+				closer_drain();
+				unthrottle();
 			}
 			/* Later events of this batch may name what was freed; epoll
 			 * is level-triggered, so they come again. */

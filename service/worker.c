@@ -3,6 +3,7 @@
  * at a time.  A session's jobs never overlap: the loop submits its end only
  * after its creation came back. */
 #include "worker.h"
+#include "closer.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -46,9 +47,9 @@ static void run_create(struct job *j)
 	nsbox_error_free(e);
 	nsbox_policy_free(j->pol);
 	j->pol = NULL;
+	/* The client's: their last close may wait (closer.h). */
 	for (int i = 0; i < j->n_fds; i++)
-		if (j->fds[i] >= 0)
-			close(j->fds[i]);
+		closer_close(j->fds[i], j->client_uid);
 	j->n_fds = 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "nsbox.h"
 
@@ -28,6 +29,7 @@ struct job {
 	int fds[16];		/* what the policy names by /proc/self/fd: closed by the worker */
 	int n_fds;
 	int net_log_fd;		/* one of fds: the client's network audit sink, -1 none */
+	uid_t client_uid;	/* whose fds are (closer_close) */
 	unsigned free_uid;	/* JOB_END: a host uid the loop frees once it is back */
 	/* JOB_CREATE's result, JOB_END's input */
 	nsbox_session_t *s;

@@ -1375,7 +1375,9 @@ def test_memory_and_cpu_quotas_refuse_what_the_open_names():
     d = Daemon("[Default]\nMaxMemory=256M\nMaxCPUs=1\n[Service]\nPoolSize=0\n")
     try:
         for flags, text in [(["--memory", "512M"], "[Default] MaxMemory is 268435456"),
-                            (["--cpus", "2"], "[Default] MaxCPUs is 1")]:
+                            (["--memory", "128M", "--cpus", "2"], "[Default] MaxCPUs is 1"),
+                            # the profile's own 512M, judged before a sandbox is made
+                            ([], "would have 536870912 bytes of memory limits")]:
             p = subprocess.run([NSBOX, "python", "--connect", d.sock] + flags + ["-c", "print('ran')"],
                                capture_output=True, text=True, timeout=60)
             assert p.returncode != 0 and "ran" not in p.stdout and text in p.stderr, p.stderr
@@ -1383,6 +1385,327 @@ def test_memory_and_cpu_quotas_refuse_what_the_open_names():
         p = subprocess.run([NSBOX, "python", "--connect", d.sock, "--memory", "128M", "--cpus", "0.5", "-c",
                             "print('ran')"], capture_output=True, text=True, timeout=60)
         assert p.returncode == 0 and p.stdout == "ran\n", p.stderr
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+def test_quota_judged_before_a_sandbox_is_made():
+    """A uid at its MaxMemory cap sent OPENs naming no memory (the profile's
+    512M applies): each was judged only once a sandbox had been made for
+    it (or taken from the pool), then killed, 5 ms of a worker each, so a
+    client refused over and over kept every worker making sandboxes for
+    nothing.  OPENs sent together were each made before any was judged.
+    Now the limits a session will have are judged, and charged to its uid,
+    before its sandbox is made: no sandbox is made for a refused OPEN."""
+    d = Daemon("[Default]\nMaxMemory=600M\nMaxSessions=100\n[Service]\nPoolSize=0\nWorkers=1\n")
+    try:
+        c = svcclient.Client(d.sock)
+        a, m = c.open()                                   # the default profile's 512M: at the cap
+        assert a and m["limits"]["memory"] == 512 << 20, m
+        cg = cgroups_of(a.pid)
+        if not cg:
+            a.close()
+            c.close()
+            pytest.skip("sandboxes have no cgroup here: the cgroups made can't be counted")
+        first = int(cg[0].rsplit("-", 1)[1])              # nsbox-LAUNCHER-N: one helper counts them all
+        for _ in range(10):
+            t, m, _ = c.request("OPEN", {})
+            assert t == "ERROR" and m["error"] == "EDQUOT", (t, m)
+            assert "no memory limit" not in m["message"] and "[Default] MaxMemory is 629145600" in m["message"], m
+        # Sent together: 80M fits once (592M), not twice.
+        ids = [c.send("OPEN", {"memory": 80 << 20}) for _ in range(6)]
+        got, kept = {}, []
+        while len(got) < len(ids):
+            t, m, rid, fds = c.recv()
+            if t == "EXITED":
+                continue
+            got[rid] = (t, m)
+            kept += fds                                   # closed, they would end their sandboxes
+        opened = [m for t, m in got.values() if t == "OPENED"]
+        assert len(opened) == 1, got
+        assert all(m["error"] == "EDQUOT" for t, m in got.values() if t == "ERROR"), got
+        a.close()
+        assert c.request("CLOSE", {"handle": opened[0]["handle"]})[0] == "CLOSED"
+        for f in kept:
+            os.close(f)
+        b, m = c.open()
+        assert b, m
+        last = int(cgroups_of(b.pid)[0].rsplit("-", 1)[1])
+        # a, the 80M one, b: none for the 15 refused.
+        assert last - first == 2, (first, last)
+        b.close()
+        c.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+ORPHANS = r"""
+import json, sys
+sys.path.insert(0, sys.argv[2])
+import svcclient
+said = []
+for r in range(10):
+    c = svcclient.Client(sys.argv[1])
+    for i in range(4):
+        c.send("OPEN", {"cold": True})
+    if r == 9:
+        t, m, rid, fds = c.recv()
+        said.append([t, m.get("error")])
+    c.close()
+print(json.dumps(said))
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs a second uid (setpriv)")
+def test_sessions_count_towards_their_uid_until_freed():
+    """uid 65534, allowed 4 sessions, sent 4 OPENs and closed its connection,
+    ten times: the OPENs of a gone connection stopped counting towards the
+    uid at once while their sandboxes were still made (then killed), and
+    counted towards the service's MaxSessions: the uid filled the
+    service's 40 and queued 40 sandboxes ahead of everyone (root's OPEN:
+    EAGAIN).  Now a session counts towards its uid until it is freed."""
+    d = Daemon("[Service]\nAllowUsers=65534\nMaxSessions=40\nPoolSize=0\nWorkers=1\n[Default]\nMaxSessions=4\n",
+               extra=("--mode", "0666"))
+    try:
+        os.chmod(d.dir, 0o755)
+        here = os.path.dirname(os.path.abspath(__file__))
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            ORPHANS, d.sock, here], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        # The last connection's first OPEN: the uid still had 4 being made or reaped.
+        assert json.loads(p.stdout) == [["ERROR", "EDQUOT"]], p.stdout
+        c = svcclient.Client(d.sock)
+        sb, m = c.open(cold=True)
+        assert sb, m
+        sb.close()
+        c.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+CONNECT_AS = r"""
+import array, socket, sys
+sys.path.insert(0, sys.argv[2])
+import svcclient
+back = socket.socket(fileno=int(sys.argv[4]))
+cs = [svcclient.Client(sys.argv[1]) for _ in range(int(sys.argv[3]))]
+back.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [c.s.fileno() for c in cs]))])
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs a second uid (setpriv)")
+def test_one_uid_gets_one_share_of_the_loop():
+    """The loop read up to 16 requests from each ready connection per
+    wake-up: uid 65534 with 64 connections flooding small requests got 64
+    shares of nsboxd against one for every other client (OPEN + INFO +
+    CLOSE of another user 5.6 ms quiet, 72 ms under the flood).  Now the
+    16 are per uid, over all its connections.  With nsboxd stopped, 16
+    connections of uid 65534 queue 64 requests each and root queues one
+    last: root's answer is sent after 16 of uid 65534's, not 256 (the
+    kernel stamps each answer when it is sent: SO_TIMESTAMPNS)."""
+    d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=0\nMaxConnectionsPerUser=16\n", extra=("--mode", "0666"))
+    closing = []
+    try:
+        os.chmod(d.dir, 0o755)
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        here = os.path.dirname(os.path.abspath(__file__))
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            CONNECT_AS, d.sock, here, "16", str(b.fileno())], pass_fds=(b.fileno(),),
+                           capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        _, fds, _, _ = socket.recv_fds(a, 1, 16)
+        a.close()
+        b.close()
+        flood = [socket.socket(fileno=f) for f in fds]
+        root = svcclient.Client(d.sock)
+        closing = flood + [root.s]
+        SO_TIMESTAMPNS = 35
+        for s in closing:
+            s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+
+        def sent_at(s):
+            _, anc, _, _ = s.recvmsg(65536, 64)
+            sec, ns = struct.unpack("qq", [x for x in anc if x[1] == SO_TIMESTAMPNS][0][2][:16])
+            return sec * 10**9 + ns
+
+        body = json.dumps({"handle": "0" * 32}).encode()
+        pkt = struct.pack("<IIHHI", svcclient.SVC_MAGIC, len(body), svcclient.T["INFO"], 0, 5) + body
+        os.kill(d.p.pid, signal.SIGSTOP)
+        try:
+            assert wait_until(lambda: open(f"/proc/{d.p.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T")
+            for s in flood:
+                for _ in range(64):
+                    s.send(pkt)
+            root.s.send(pkt)
+        finally:
+            os.kill(d.p.pid, signal.SIGCONT)
+        t_root = sent_at(root.s)
+        answered, before = 0, 0
+        for s in flood:
+            s.settimeout(10)
+            for _ in range(64):
+                before += sent_at(s) < t_root
+                answered += 1
+        assert answered == 16 * 64
+        assert before <= 32, before     # 16: the one wake-up's share
+    finally:
+        for s in closing:
+            s.close()
+        assert d.stop() == 0, d.logtext()
+
+
+LINGERING = r"""
+import array, json, socket, struct, sys, time
+sys.path.insert(0, sys.argv[2])
+import svcclient
+path, linger, count, nested = sys.argv[1], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] == "nested"
+lst = socket.socket()
+lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+lst.bind(("127.0.0.1", 0))
+lst.listen(4096)
+
+
+def lingering():
+    # Unsent data the listener never reads, and SO_LINGER: its last
+    # close waits up to linger seconds for the data to go.
+    t = socket.socket()
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    t.connect(lst.getsockname())
+    t.setblocking(False)
+    try:
+        while True:
+            t.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, linger))
+    if not nested:
+        return t
+    # In flight in a unix socket: nsboxd can't reach it.
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    b.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [t.fileno()]))])
+    t.close()
+    b.close()
+    return a
+
+
+c = svcclient.Client(path, hello=False)   # nsboxd is stopped: HELLO is sent, not waited for
+c.send("HELLO", {"version": 1})
+c.s.setblocking(False)
+sent, unsent = 0, []
+for _ in range(count):
+    x = lingering()
+    try:
+        c.send("INFO", {"handle": "0" * 32}, [x.fileno()])
+        sent += 1
+    except BlockingIOError:
+        unsent.append(x)   # closed here, the wait would be ours
+        continue
+    x.close()
+print(sent, flush=True)
+if nested:
+    # Hung up while held back: nsboxd must not spin on the hang-up.
+    time.sleep(0.5)
+    c.close()
+time.sleep(3600)
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs a second uid (setpriv)")
+def test_client_descriptors_never_hold_the_loop():
+    """nsboxd closed the descriptors a client sent on its event loop's
+    thread: a TCP socket with unsent data and SO_LINGER 60, sent with any
+    request by uid 65534 (which then closed its copy), held every client
+    of nsboxd for 60 s in that close().  Now a socket's linger is taken
+    away and every client descriptor is closed on a thread of its own
+    (service/closer.c).  One that still waits there (a lingering socket in
+    flight inside a unix socket) holds back only its uid's connections
+    once 64 of its descriptors wait: nsboxd's descriptors stay bounded,
+    and one of them that hangs up meanwhile is closed (epoll reports the
+    hang-up at every wake-up: nsboxd spun), its socket on the closer too:
+    the requests it did not read go with it, lingering descriptors and
+    all."""
+    d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=1\n", extra=("--mode", "0666"))
+    evil = []
+    try:
+        os.chmod(d.dir, 0o755)
+        fds0 = d.settled_fds()
+        here = os.path.dirname(os.path.abspath(__file__))
+        for how, count in (("direct", 1), ("nested", 200)):
+            # nsboxd stopped meanwhile: uid 65534 closes its own copies
+            # first, and nsboxd's close is the last (the one that waits).
+            c = svcclient.Client(d.sock)
+            os.kill(d.p.pid, signal.SIGSTOP)
+            try:
+                e = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                                      "-c", LINGERING, d.sock, here, "60", str(count), how], stdout=subprocess.PIPE,
+                                     text=True)
+                evil.append(e)
+                assert int(e.stdout.readline()) >= 1
+            finally:
+                os.kill(d.p.pid, signal.SIGCONT)
+            time.sleep(0.3)
+            t0 = time.time()
+            c.s.settimeout(20)
+            sb, m = c.open()
+            assert sb, m
+            assert sb.exec("6 * 7")["value"] == 42
+            sb.close()
+            c.close()
+            assert time.time() - t0 < 10, (how, time.time() - t0)
+        # The nested ones wait on the closer: at most 64 held (and the
+        # few read in the same wake-up), the rest left in uid 65534's socket.
+        assert d.fds() <= fds0 + 64 + 16 + 8, d.fds()
+        time.sleep(1)
+
+        def cpu():
+            f = open(f"/proc/{d.p.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+        c0 = cpu()
+        time.sleep(2)
+        assert cpu() - c0 < 0.5, "nsboxd spins on the hang-up of a connection it does not read"
+        # Its socket, closed with requests unread, dropped their lingering
+        # descriptors: on the loop's thread, that close waited too.
+        t0 = time.time()
+        c = svcclient.Client(d.sock, timeout=20)
+        sb, m = c.open()
+        assert sb, m
+        sb.close()
+        c.close()
+        assert time.time() - t0 < 10, time.time() - t0
+        # Gone with their listener (a reset ends each wait): all closed.
+        for e in evil:
+            e.kill()
+            e.wait()
+        assert wait_until(lambda: d.fds() <= fds0, timeout=30), (fds0, d.fds())
+    finally:
+        for e in evil:
+            e.kill()
+            e.wait()
+            e.stdout.close()
+        assert d.stop() == 0, d.logtext()
+
+
+def test_second_hello_does_not_hide_silent_connections():
+    """A second HELLO on a connection counted it out of those waiting for
+    their HELLO a second time: with one silent connection beside it, the
+    count came to 0 and hello_sweep never looked, so the silent one was
+    never timed out (HelloTimeoutSec)."""
+    d = Daemon("[Service]\nPoolSize=0\nHelloTimeoutSec=1\n")
+    try:
+        a = svcclient.Client(d.sock)
+        silent = svcclient.Client(d.sock, hello=False)
+        t, m, _ = a.request("HELLO", {"version": 1})
+        assert t == "HELLO", m
+        silent.s.settimeout(10)
+        t, m, _, _ = silent.recv()
+        assert t == "ERROR" and m["error"] == "ETIMEDOUT", m
+        with pytest.raises(EOFError):
+            silent.recv()
+        # a, which said HELLO, is still served
+        t, m, _ = a.request("INFO", {"handle": "0" * 32})
+        assert t == "ERROR" and m["error"] == "ENOENT", m
+        a.close()
+        silent.close()
     finally:
         assert d.stop() == 0, d.logtext()
 

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "nsbox.h"
 #include "config.h"
 #include "deputy.h"
 #include "svc.h"
@@ -487,12 +488,48 @@ static void test_deputy(void)
 	rmdir(dir);
 }
 
+/* Each profile's limits, as nsboxd reads them to judge a quota before it
+ * makes a sandbox: from the policy's own text. */
+static void test_profile_limits(void)
+{
+	static const struct { const char *name; uint64_t mem, pids; double cpus; } want[] = {
+		{ "default", 512ULL << 20, 128, 1 }, { "strict", 256ULL << 20, 32, 0.5 },
+		{ "permissive", 2ULL << 30, 1024, 2 },
+	};
+	uint64_t mem, pids;
+	double cpus;
+
+	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		nsbox_policy_t *p = NULL;
+		char *text = NULL;
+		int r = nsbox_policy_new(want[i].name, &p, NULL) < 0 || !(text = nsbox_policy_to_string(p)) ? -1 :
+			conf_policy_limits(text, &mem, &pids, &cpus);
+
+		ok(r == 0 && mem == want[i].mem && pids == want[i].pids && cpus == want[i].cpus,
+		   "profile %s: its limits read from its text", want[i].name);
+		if (p && nsbox_policy_set(p, "Limits", "Memory", "infinity", NULL) == 0) {
+			nsbox_free(text);
+			text = nsbox_policy_to_string(p);
+			ok(text && conf_policy_limits(text, &mem, &pids, &cpus) == 0 && mem == 0,
+			   "profile %s with Memory=infinity: 0", want[i].name);
+		}
+		nsbox_free(text);
+		nsbox_policy_free(p);
+	}
+	mem = 7;
+	ok(conf_policy_limits("[Limits]\nMemory=1G\nPids=3\n", &mem, &pids, &cpus) < 0 && mem == 7,
+	   "a text without CPUs=: refused, nothing written");
+	ok(conf_policy_limits("[Other]\nMemory=1G\nPids=3\nCPUs=1\n", &mem, &pids, &cpus) < 0,
+	   "keys outside [Limits] are not limits");
+}
+
 int main(void)
 {
 	test_decode();
 	test_open();
 	json_decref(last_msg);
 	test_conf();
+	test_profile_limits();
 	test_deputy();
 	tap_done();
 }
