@@ -1180,8 +1180,9 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 			killed = true;
 		}
 		pump_up(srv, p + 2);
-		if (srv->n_pend)
-			settle_up(srv, s, NULL);
+		/* Also with no call in flight: what a server sent unasked is
+		 * dropped now, not kept to the exec's end. */
+		settle_up(srv, s, NULL);
 		/* At EOF the exec runs on to its end (a piped batch of
 		 * requests still gets its answers); a client that stops
 		 * waiting sends SIGTERM, as the stdio transport says. */

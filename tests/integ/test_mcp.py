@@ -1009,6 +1009,57 @@ def test_what_a_client_sends_during_an_exec_is_bounded():
     assert out[2] == {"jsonrpc": "2.0", "id": 2, "result": {}} and len(out) == 3, out[2:]
 
 
+# A code-mode server that, once listed, sends responses nobody asked for:
+# 60,000 of ~1 KiB with an id no call has.
+FLOOD_UP = r'''
+import json, sys, threading
+def flood():
+    line = json.dumps({"jsonrpc": "2.0", "id": 987654321, "result": {"pad": "x" * 1000}}) + "\n"
+    for _ in range(600):
+        sys.stdout.write(line * 100)
+        sys.stdout.flush()
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m or "method" not in m:
+        continue
+    r = {"result": {}}
+    if m["method"] == "initialize":
+        r = {"result": {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                        "serverInfo": {"name": "flood", "version": "0"}}}
+    elif m["method"] == "tools/list":
+        r = {"result": {"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}}
+    print(json.dumps(dict(r, jsonrpc="2.0", id=m["id"])), flush=True)
+    if m["method"] == "tools/list":
+        threading.Thread(target=flood, daemon=True).start()
+'''
+
+
+def test_what_a_code_mode_server_sends_unasked_is_not_kept(tmp_path):
+    # Its responses were kept until the exec ended unless a call of the
+    # sandbox's was in flight: 60 MiB of them grew the server by ~170 MB.
+    script = tmp_path / "flood_up.py"
+    script.write_text(FLOOD_UP)
+    p = subprocess.Popen([NSBOX, "mcp", "--mcp-server", "f=exec /usr/bin/python3.11 %s" % script],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=LEAN)
+    try:
+        p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {
+            "code": "import time; time.sleep(4); 'slept'"}}) + "\n").encode())
+        p.stdin.flush()
+        out = [json.loads(p.stdout.readline())]
+        hwm = _hwm_kib(p.pid)
+        p.stdin.close()
+        out += [json.loads(l) for l in p.stdout]
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    assert out[0]["id"] == 1 and out[0]["result"]["content"][0]["text"] == "'slept'" and len(out) == 1, out
+    assert hwm < 60 * 1024, hwm
+
+
 def test_batches_in_the_revision_that_has_them():
     # 2025-03-26 allowed JSON-RPC batches: answered as one array (none for
     # notifications); later revisions removed them and they are refused.
