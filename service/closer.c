@@ -9,77 +9,124 @@
 #include <unistd.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 
 struct item {
 	struct item *next;
 	int fd;
+};
+
+/* One uid's queue, and the thread that closes it (while it has any): a
+ * close that waits for good holds that uid's lane only, and the uid is
+ * throttled at CLOSER_UID_MAX; every other uid's closes go on. */
+struct lane {
+	struct lane *next;
 	uid_t uid;
+	struct item *head, *tail;
+	unsigned pending; /* queued, and being closed */
+	bool served;	  /* a thread is on it */
 };
 
 static struct {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	pthread_t thread;
+	pthread_cond_t cond; /* something was queued (CLOCK_MONOTONIC) */
 	bool running;
 	int efd;
-	struct item *head, *tail;
-	struct item *busy; /* taken from the queue, being closed */
-} C = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .efd = -1 };
+	struct lane *lanes;
+	unsigned total;
+	pthread_attr_t attr;
+} C = { .lock = PTHREAD_MUTEX_INITIALIZER, .efd = -1 };
 
-static void *closer_main(void *arg)
+/* Close l's descriptors as they come; once none came for LANE_IDLE_S,
+ * free l and end. */
+#define LANE_IDLE_S 2
+static void *lane_main(void *arg)
 {
-	(void)arg;
+	struct lane *l = arg;
+
 	pthread_mutex_lock(&C.lock);
 	for (;;) {
-		struct item *it = C.head;
+		struct item *it = l->head;
 		uint64_t one = 1;
 
 		if (!it) {
-			pthread_cond_wait(&C.cond, &C.lock);
+			struct timespec until;
+
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_sec += LANE_IDLE_S;
+			while (!l->head && pthread_cond_timedwait(&C.cond, &C.lock, &until) == 0)
+				;
+			if (!l->head)
+				break;
 			continue;
 		}
-		C.head = it->next;
-		if (!C.head)
-			C.tail = NULL;
-		C.busy = it;
+		l->head = it->next;
+		if (!l->head)
+			l->tail = NULL;
 		pthread_mutex_unlock(&C.lock);
 		close(it->fd);
-		pthread_mutex_lock(&C.lock);
-		C.busy = NULL;
 		free(it);
+		pthread_mutex_lock(&C.lock);
+		l->pending--;
+		C.total--;
 		if (write(C.efd, &one, sizeof(one)) < 0 && errno != EAGAIN)
 			continue;
 	}
+	for (struct lane **pp = &C.lanes; *pp; pp = &(*pp)->next)
+		if (*pp == l) {
+			*pp = l->next;
+			break;
+		}
+	pthread_mutex_unlock(&C.lock);
+	free(l);
 	return NULL;
 }
 
 int closer_start(void)
 {
-	sigset_t all, old;
 	int r;
 
+	pthread_condattr_t ca;
+
+	if ((r = pthread_condattr_init(&ca)) || (r = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC)) ||
+	    (r = pthread_cond_init(&C.cond, &ca)))
+		return -r;
+	pthread_condattr_destroy(&ca);
 	C.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (C.efd < 0)
 		return -errno;
-	/* Signals are the loop's (its signalfd).  The thread is never joined:
-	 * it may wait in a close for good, and nsboxd's exit ends it. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	r = pthread_create(&C.thread, NULL, closer_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	if (r) {
+	/* Lane threads are never joined (one may wait in a close for good:
+	 * nsboxd's exit ends it), and a close needs little stack. */
+	if ((r = pthread_attr_init(&C.attr)) || (r = pthread_attr_setdetachstate(&C.attr, PTHREAD_CREATE_DETACHED)) ||
+	    (r = pthread_attr_setstacksize(&C.attr, 256 * 1024))) {
 		close(C.efd);
 		C.efd = -1;
 		return -r;
 	}
-	pthread_detach(C.thread);
 	C.running = true;
 	return 0;
+}
+
+static struct lane *lane_of(uid_t uid)
+{
+	struct lane *l;
+
+	for (l = C.lanes; l; l = l->next)
+		if (l->uid == uid)
+			return l;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return NULL;
+	l->uid = uid;
+	l->next = C.lanes;
+	C.lanes = l;
+	return l;
 }
 
 void closer_close(int fd, uid_t uid)
 {
 	struct item *it;
+	struct lane *l;
 	int type;
 	socklen_t len = sizeof(type);
 
@@ -97,14 +144,41 @@ void closer_close(int fd, uid_t uid)
 	}
 	it->next = NULL;
 	it->fd = fd;
-	it->uid = uid;
 	pthread_mutex_lock(&C.lock);
-	if (C.tail)
-		C.tail->next = it;
+	l = lane_of(uid);
+	if (l && !l->served) {
+		sigset_t all, old;
+		pthread_t t;
+
+		/* Signals are the loop's (its signalfd). */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		l->served = pthread_create(&t, &C.attr, lane_main, l) == 0;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+	}
+	if (!l || !l->served) {
+		/* No thread to take it (out of memory or threads): here. */
+		if (l && !l->pending) {
+			for (struct lane **pp = &C.lanes; *pp; pp = &(*pp)->next)
+				if (*pp == l) {
+					*pp = l->next;
+					break;
+				}
+			free(l);
+		}
+		pthread_mutex_unlock(&C.lock);
+		free(it);
+		close(fd);
+		return;
+	}
+	if (l->tail)
+		l->tail->next = it;
 	else
-		C.head = it;
-	C.tail = it;
-	pthread_cond_signal(&C.cond);
+		l->head = it;
+	l->tail = it;
+	l->pending++;
+	C.total++;
+	pthread_cond_broadcast(&C.cond);
 	pthread_mutex_unlock(&C.lock);
 }
 
@@ -115,9 +189,19 @@ unsigned closer_pending(uid_t uid)
 	if (!C.running)
 		return 0;
 	pthread_mutex_lock(&C.lock);
-	for (struct item *it = C.head; it; it = it->next)
-		n += it->uid == uid;
-	n += C.busy && C.busy->uid == uid;
+	for (struct lane *l = C.lanes; l; l = l->next)
+		if (l->uid == uid)
+			n = l->pending;
+	pthread_mutex_unlock(&C.lock);
+	return n;
+}
+
+unsigned closer_total(void)
+{
+	unsigned n;
+
+	pthread_mutex_lock(&C.lock);
+	n = C.total;
 	pthread_mutex_unlock(&C.lock);
 	return n;
 }

@@ -130,6 +130,7 @@ static struct {
 	struct { enum ev_kind kind; int fd; } listen, sig, worker, closer;
 	int listen_dir;		/* --listen's directory, opened once (listen_on) */
 	bool activated;		/* sd_listen_fds */
+	bool listen_paused;	/* listen_paused(): not accepting */
 	bool stopping;
 	struct conn *conns;
 	unsigned n_conns;
@@ -1364,10 +1365,30 @@ static void conn_close(struct conn *c)
 	notify_status();
 }
 
+/* No connection is accepted while CLOSER_TOTAL_MAX descriptors wait to be
+ * closed (closer.h): each refused or closed one would add its socket.
+ * Pauses or resumes accepting as that says; true while paused. */
+static bool listen_paused(void)
+{
+	bool pause = closer_total() >= CLOSER_TOTAL_MAX;
+
+	if (pause != D.listen_paused && D.listen.fd >= 0) {
+		struct epoll_event ev = { .events = pause ? 0 : EPOLLIN, .data.ptr = &D.listen };
+
+		if (epoll_ctl(D.ep, EPOLL_CTL_MOD, D.listen.fd, &ev) == 0) {
+			D.listen_paused = pause;
+			logmsg("%s connections: %u client descriptors wait to be closed", pause ? "not accepting" : "accepting",
+			       closer_total());
+		}
+	}
+	return pause;
+}
+
 /* Connections held back while their uid's descriptors waited to be
  * closed: read again once fewer wait. */
 static void unthrottle(void)
 {
+	(void)listen_paused();
 	for (struct conn *c = D.conns, *next; c; c = next) {
 		next = c->next;
 		if (c->throttled && closer_pending(c->uid) < CLOSER_UID_MAX) {
@@ -2061,7 +2082,7 @@ int daemon_run(const struct daemon_opts *o)
 			unsigned long long freed = D.freed;
 
 			if (*k == EV_LISTEN) {
-				for (int j = 0; j < 16; j++)
+				for (int j = 0; j < 16 && !listen_paused(); j++)
 					accept_one();
 			} else if (*k == EV_SIGNAL) {
 				handle_signals();

@@ -881,7 +881,9 @@ def test_confused_deputy_one_check_per_open(tmp_path):
 
     def clones():
         with open(trace) as f:
-            return sum(1 for line in f if line.split("(", 1)[0] in ("clone", "clone3", "fork", "vfork"))
+            # Processes, not threads (the closer's, one per uid: closer.h).
+            return sum(1 for line in f
+                       if line.split("(", 1)[0] in ("clone", "clone3", "fork", "vfork") and "CLONE_THREAD" not in line)
 
     try:
         who = ["setpriv", "--reuid=65534", "--regid=65534", "--groups=4242"]
@@ -1616,10 +1618,10 @@ def test_client_descriptors_never_hold_the_loop():
     thread: a TCP socket with unsent data and SO_LINGER 60, sent with any
     request by uid 65534 (which then closed its copy), held every client
     of nsboxd for 60 s in that close().  Now a socket's linger is taken
-    away and every client descriptor is closed on a thread of its own
-    (service/closer.c).  One that still waits there (a lingering socket in
-    flight inside a unix socket) holds back only its uid's connections
-    once 64 of its descriptors wait: nsboxd's descriptors stay bounded,
+    away and every client descriptor is closed on a thread of its own, one
+    per uid (service/closer.c).  One that still waits there (a lingering
+    socket in flight inside a unix socket) holds back only its uid's
+    closes, and its connections once 64 of its descriptors wait: nsboxd's descriptors stay bounded,
     and one of them that hangs up meanwhile is closed (epoll reports the
     hang-up at every wake-up: nsboxd spun), its socket on the closer too:
     the requests it did not read go with it, lingering descriptors and
@@ -1663,6 +1665,14 @@ def test_client_descriptors_never_hold_the_loop():
         c0 = cpu()
         time.sleep(2)
         assert cpu() - c0 < 0.5, "nsboxd spins on the hang-up of a connection it does not read"
+        # Another uid's closes do not queue behind the one that waits (a
+        # closer lane per uid): root connects and hangs up 80 times, past
+        # CLOSER_UID_MAX, each served at once, its sockets all closed.
+        # With one closer for every uid, root's sockets queued behind
+        # uid 65534's lingering one and root was held back after 64.
+        for _ in range(80):
+            svcclient.Client(d.sock, timeout=5).close()
+        assert wait_until(lambda: d.fds() <= fds0 + 64 + 16 + 8, timeout=10), d.fds()
         # Its socket, closed with requests unread, dropped their lingering
         # descriptors: on the loop's thread, that close waited too.
         t0 = time.time()
