@@ -21,7 +21,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -45,6 +47,14 @@ static bool write_all(int fd, const char *buf, size_t n)
 	while (n) {
 		ssize_t k = write(fd, buf, n);
 
+		if (k < 0 && errno == EAGAIN) {
+			/* The caller's description is non-blocking (asyncio's,
+			 * node's): wait for room, lose nothing. */
+			struct pollfd p = { fd, POLLOUT, 0 };
+
+			(void)poll(&p, 1, -1);
+			continue;
+		}
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0)
@@ -53,6 +63,18 @@ static bool write_all(int fd, const char *buf, size_t n)
 		n -= (size_t)k;
 	}
 	return true;
+}
+
+/* The caller's terminal fd opened afresh (a description of our own: its
+ * O_NONBLOCK is ours to set, not the caller's), or fd itself. */
+static int reopen(int fd, int flags)
+{
+	char path[64];
+	int r;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	r = open(path, flags | O_NOCTTY | O_CLOEXEC);
+	return r >= 0 ? r : fd;
 }
 
 /* Close every fd but those in keep[] (-1s ignored). */
@@ -89,6 +111,9 @@ static __attribute__((noreturn)) void relay(int master, int out, int term_in, in
 	size_t ilen = 0, ioff = 0;
 
 	close_others(keep, ARRAY_SIZE(keep));
+	for (int sig = 1; sig < NSIG; sig++)
+		if (sig != SIGKILL && sig != SIGSTOP)
+			signal(sig, SIG_DFL);
 	/* The caller's process group gets the terminal's signals: they are
 	 * the caller's (^C, ^\, ^Z stops us with it).  Read from the
 	 * background, the terminal is at its end for us (EIO), not a stop. */
@@ -102,6 +127,8 @@ static __attribute__((noreturn)) void relay(int master, int out, int term_in, in
 	sigemptyset(&sa.sa_mask);
 	if (master >= 0)
 		sigaction(SIGWINCH, &sa, NULL);
+	/* Blocked across the fork; the caller's thread may block more. */
+	sigprocmask(SIG_SETMASK, &sa.sa_mask, NULL);
 	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
 	while (master >= 0 || in_wr >= 0) {
 		struct pollfd p[3] = { { master, POLLIN, 0 },
@@ -123,7 +150,7 @@ static __attribute__((noreturn)) void relay(int master, int out, int term_in, in
 		if (p[0].revents) {
 			ssize_t n = read(master, obuf, sizeof(obuf));
 
-			if (n < 0 && errno == EINTR)
+			if (n < 0 && (errno == EINTR || errno == EAGAIN))
 				continue;
 			/* EIO: the command's copies are all closed. */
 			if (n <= 0 || !write_all(out, obuf, (size_t)n)) {
@@ -145,7 +172,9 @@ static __attribute__((noreturn)) void relay(int master, int out, int term_in, in
 
 			if (n > 0) {
 				ilen = (size_t)n;
-			} else if (n == 0 || errno != EINTR) {
+			} else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+				/* EAGAIN: another reader of the terminal took
+				 * the line (ours is a non-blocking description). */
 				/* ^D, a hangup, or read from the background:
 				 * the command's stdin ends. */
 				close(in_wr);
@@ -166,7 +195,8 @@ static void close_fd(int *fd)
 int ttyrelay_start(struct ttyrelay *r, const int stdio[3], struct nsbox_err *err)
 {
 	bool tty_in = isatty(stdio[0]), tty_out = isatty(stdio[1]), tty_err = isatty(stdio[2]);
-	int master = -1, out = tty_out ? stdio[1] : stdio[2], in[2] = { -1, -1 };
+	int master = -1, out = tty_out ? stdio[1] : stdio[2], in[2] = { -1, -1 }, out_own = -1, in_own = -1;
+	sigset_t all, old;
 	char name[64];
 
 	*r = (struct ttyrelay){ .stdio = { stdio[0], stdio[1], stdio[2] }, .slave = -1, .in_rd = -1 };
@@ -207,18 +237,39 @@ int ttyrelay_start(struct ttyrelay *r, const int stdio[3], struct nsbox_err *err
 		}
 		r->in_rd = r->stdio[0] = in[0];
 	}
+	/* Descriptions of the relay's own: a blocking one to write (the
+	 * caller's may be non-blocking), a non-blocking one to read (a line
+	 * another reader of the terminal took must not block the relay). */
+	if (tty_out || tty_err)
+		out_own = reopen(out, O_WRONLY);
+	if (tty_in) {
+		in_own = reopen(stdio[0], O_RDONLY | O_NONBLOCK);
+		if (in_own == stdio[0])
+			in_own = -1;
+	}
+	/* The caller's handlers must not run in the relay before it has
+	 * set its own (Python's writes to a wakeup fd the two share). */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	r->pid = _Fork();
+	if (r->pid == 0)
+		relay(master, out_own >= 0 ? out_own : out, in_own >= 0 ? in_own : tty_in ? stdio[0] : -1, in[1]);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r->pid < 0) {
 		r->pid = 0;
 		err_sys(err, "fork the terminal relay");
 		goto fail;
 	}
-	if (r->pid == 0)
-		relay(master, out, tty_in ? stdio[0] : -1, in[1]);
+	if (out_own != out)
+		close_fd(&out_own);
+	close_fd(&in_own);
 	close_fd(&master);
 	close_fd(&in[1]);
 	return 0;
 fail:
+	if (out_own != out)
+		close_fd(&out_own);
+	close_fd(&in_own);
 	close_fd(&master);
 	close_fd(&in[1]);
 	close_fd(&r->slave);

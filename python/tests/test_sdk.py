@@ -1211,13 +1211,19 @@ def test_run_never_hands_over_a_terminal(libnsbox):
         os.close(os.open(os.ttyname(slave), os.O_RDWR | os.O_NOCTTY))   # not EBUSY
         # A command that does not read its input ends the run at once.
         assert nsbox.run(["true"], stdin=slave, stdout=slave, timeout=30).exit_code == 0
+        # The caller's terminal non-blocking (asyncio's, node's): nothing
+        # of a large output is lost when the terminal is full.
+        os.set_blocking(slave, False)
+        res = nsbox.run(["python3", "-c", "print('z' * 400000, end='|')"], stdout=slave, timeout=30)
+        assert res.exit_code == 0, res
     finally:
         os.close(slave)
         t.join(10)
         os.close(master)
     out = b"".join(got).decode()
-    assert "tty False True True" in out, out
-    assert "got hello" in out, out
+    assert "tty False True True" in out, out[:300]
+    assert "got hello" in out, out[:300]
+    assert out.count("z") == 400000 and out.endswith("|"), (out.count("z"), out[-20:])
 
 
 def test_run_missing_command(libnsbox):
