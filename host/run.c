@@ -356,7 +356,7 @@ int run_command(const struct nsbox_policy *p, char *const argv[], const struct r
 		struct nsbox_err *err)
 {
 	struct run_audit ra = { .a.fd = -1, .o = o };
-	struct ttyrelay tty = { .slave = -1, .in_rd = -1 };
+	struct ttyrelay tty = { .slave = -1, .in_rd = -1, .ctl = -1 };
 	struct run_opts with = *o;
 	_cleanup_close_ int devnull = -1;
 	int r, audit_wr = -1, std[3] = { 0, 1, 2 };

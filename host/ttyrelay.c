@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -99,14 +100,36 @@ static void close_others(int keep[], size_t n)
 	(void)close_range(next, ~0U, 0);
 }
 
+/* What the pty still holds, until it has been quiet for 100 ms or every
+ * slave is closed (EIO). */
+static void drain(int master, int out)
+{
+	char buf[16384];
+
+	for (;;) {
+		struct pollfd p = { master, POLLIN, 0 };
+		ssize_t n;
+
+		if (poll(&p, 1, 100) <= 0)
+			return;
+		n = read(master, buf, sizeof(buf));
+		if ((n < 0 && errno != EINTR && errno != EAGAIN) || n == 0 ||
+		    (n > 0 && !write_all(out, buf, (size_t)n)))
+			return;
+	}
+}
+
 /* master -> out (until EIO: every slave closed), term_in -> in_wr (until
- * its reader is gone, or the terminal ends).  in_wr is non-blocking: what
- * the command has not read waits in buf, and the terminal is not read
- * meanwhile, so output never waits for the command to read its input. */
-static __attribute__((noreturn)) void relay(int master, int out, int term_in, int in_wr)
+ * its reader is gone, or the terminal ends), until ctl says the command
+ * has ended (a copy of a slave or of the pipe that a fork of the caller
+ * made meanwhile would hold EIO back for as long as it lives).  in_wr is
+ * non-blocking: what the command has not read waits in buf, and the
+ * terminal is not read meanwhile, so output never waits for the command to
+ * read its input. */
+static __attribute__((noreturn)) void relay(int master, int out, int term_in, int in_wr, int ctl)
 {
 	struct sigaction sa = { .sa_handler = on_winch };
-	int keep[] = { master, out, term_in, in_wr };
+	int keep[] = { master, out, term_in, in_wr, ctl };
 	char obuf[16384], ibuf[4096];
 	size_t ilen = 0, ioff = 0;
 
@@ -131,9 +154,10 @@ static __attribute__((noreturn)) void relay(int master, int out, int term_in, in
 	sigprocmask(SIG_SETMASK, &sa.sa_mask, NULL);
 	(void)prctl(PR_SET_PDEATHSIG, SIGKILL);
 	while (master >= 0 || in_wr >= 0) {
-		struct pollfd p[3] = { { master, POLLIN, 0 },
+		struct pollfd p[4] = { { master, POLLIN, 0 },
 				       { ilen ? -1 : term_in, POLLIN, 0 },
-				       { in_wr, ilen ? POLLOUT : 0, 0 } };
+				       { in_wr, ilen ? POLLOUT : 0, 0 },
+				       { ctl, POLLIN, 0 } };
 
 		if (winch) {
 			struct winsize ws;
@@ -142,10 +166,15 @@ static __attribute__((noreturn)) void relay(int master, int out, int term_in, in
 			if (ioctl(out, TIOCGWINSZ, &ws) == 0)
 				(void)ioctl(master, TIOCSWINSZ, &ws);
 		}
-		if (poll(p, 3, -1) < 0) {
+		if (poll(p, 4, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			_exit(1);
+		}
+		if (p[3].revents) {
+			if (master >= 0)
+				drain(master, out);
+			_exit(0);
 		}
 		if (p[0].revents) {
 			ssize_t n = read(master, obuf, sizeof(obuf));
@@ -195,11 +224,12 @@ static void close_fd(int *fd)
 int ttyrelay_start(struct ttyrelay *r, const int stdio[3], struct nsbox_err *err)
 {
 	bool tty_in = isatty(stdio[0]), tty_out = isatty(stdio[1]), tty_err = isatty(stdio[2]);
-	int master = -1, out = tty_out ? stdio[1] : stdio[2], in[2] = { -1, -1 }, out_own = -1, in_own = -1;
+	int master = -1, out = tty_out ? stdio[1] : stdio[2], in[2] = { -1, -1 }, ctl[2] = { -1, -1 }, out_own = -1,
+	    in_own = -1;
 	sigset_t all, old;
 	char name[64];
 
-	*r = (struct ttyrelay){ .stdio = { stdio[0], stdio[1], stdio[2] }, .slave = -1, .in_rd = -1 };
+	*r = (struct ttyrelay){ .stdio = { stdio[0], stdio[1], stdio[2] }, .slave = -1, .in_rd = -1, .ctl = -1 };
 	if (!tty_in && !tty_out && !tty_err)
 		return 0;
 	if (tty_out || tty_err) {
@@ -237,6 +267,11 @@ int ttyrelay_start(struct ttyrelay *r, const int stdio[3], struct nsbox_err *err
 		}
 		r->in_rd = r->stdio[0] = in[0];
 	}
+	/* A socket: sending to a relay already gone raises no SIGPIPE. */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0) {
+		err_sys(err, "a pipe for the terminal relay");
+		goto fail;
+	}
 	/* Descriptions of the relay's own: a blocking one to write (the
 	 * caller's may be non-blocking), a non-blocking one to read (a line
 	 * another reader of the terminal took must not block the relay). */
@@ -253,7 +288,11 @@ int ttyrelay_start(struct ttyrelay *r, const int stdio[3], struct nsbox_err *err
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	r->pid = _Fork();
 	if (r->pid == 0)
-		relay(master, out_own >= 0 ? out_own : out, in_own >= 0 ? in_own : tty_in ? stdio[0] : -1, in[1]);
+		relay(master, out_own >= 0 ? out_own : out,
+		      in_own >= 0 ? in_own
+		      : tty_in	  ? stdio[0]
+				  : -1,
+		      in[1], ctl[0]);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (r->pid < 0) {
 		r->pid = 0;
@@ -265,8 +304,12 @@ int ttyrelay_start(struct ttyrelay *r, const int stdio[3], struct nsbox_err *err
 	close_fd(&in_own);
 	close_fd(&master);
 	close_fd(&in[1]);
+	close_fd(&ctl[0]);
+	r->ctl = ctl[1];
 	return 0;
 fail:
+	close_fd(&ctl[0]);
+	close_fd(&ctl[1]);
 	if (out_own != out)
 		close_fd(&out_own);
 	close_fd(&in_own);
@@ -282,6 +325,10 @@ void ttyrelay_stop(struct ttyrelay *r)
 {
 	close_fd(&r->slave);
 	close_fd(&r->in_rd);
+	/* Written, not only closed: a fork of the caller may hold a copy. */
+	while (r->ctl >= 0 && send(r->ctl, "", 1, MSG_NOSIGNAL) < 0 && errno == EINTR)
+		;
+	close_fd(&r->ctl);
 	if (r->pid > 0) {
 		/* ECHILD: a caller that reaps every child (SIGCHLD ignored, or
 		 * its own waitpid(-1)) has it already. */

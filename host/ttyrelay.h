@@ -12,6 +12,7 @@ struct ttyrelay {
 	int stdio[3]; /* what the command gets: the caller's fd, or ours below */
 	int slave;    /* the pseudo-terminal the output goes to (-1: none) */
 	int in_rd;    /* the pipe the input comes through (-1: none) */
+	int ctl;      /* written to when the command has ended (-1: none) */
 	pid_t pid;    /* the relay process (0: none) */
 };
 

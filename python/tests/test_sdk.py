@@ -1226,6 +1226,46 @@ def test_run_never_hands_over_a_terminal(libnsbox):
     assert out.count("z") == 400000 and out.endswith("|"), (out.count("z"), out[-20:])
 
 
+def test_run_on_a_terminal_ends_when_the_command_does(libnsbox):
+    # A fork of the caller made while the command runs holds copies of the
+    # relay's pty and pipe ends: the relay waited for every copy to close,
+    # and run() for the relay, as long as that child lived.
+    import pty
+    master, slave = pty.openpty()
+    kids = []
+
+    def fork_meanwhile():
+        time.sleep(0.3)
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        kids.append(pid)
+
+    def drain():
+        try:
+            while os.read(master, 4096):
+                pass
+        except OSError:
+            pass
+    threading.Thread(target=drain, daemon=True).start()
+    t = threading.Thread(target=fork_meanwhile)
+    t.start()
+    try:
+        t0 = time.monotonic()
+        res = nsbox.run(["sh", "-c", "sleep 1; echo done"], stdin=slave, stdout=slave, timeout=30)
+        took = time.monotonic() - t0
+        assert res.exit_code == 0, res
+        assert took < 15, took
+    finally:
+        t.join()
+        for pid in kids:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        os.close(slave)
+        os.close(master)
+
+
 def test_run_missing_command(libnsbox):
     import errno
     res = nsbox.run(["no-such-command-anywhere"], timeout=30)
