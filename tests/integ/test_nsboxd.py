@@ -1695,6 +1695,65 @@ def test_client_descriptors_never_hold_the_loop():
         assert d.stop() == 0, d.logtext()
 
 
+CONNECT_FLOOD = r"""
+import socket, sys, time
+n, done, end = int(sys.argv[2]), 0, time.monotonic() + 60
+while done < n and time.monotonic() < end:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(2)
+    try:
+        s.connect(sys.argv[1])
+        done += 1
+    except OSError:
+        time.sleep(0.01)    # the backlog is full: nsboxd accepts slower than this loop connects
+    s.close()
+print(done, flush=True)
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs a second uid (setpriv)")
+def test_a_stuck_closer_stops_accepting_before_descriptors_run_away():
+    """A uid whose close waits for good (a lingering socket in flight)
+    still has each of its connections' sockets handed to its closer: with
+    no bound, one that connects and hangs up again and again made nsboxd
+    hold a descriptor each.  Once 1,024 wait in all, nsboxd accepts no
+    connection, its descriptors stay bounded, and it accepts again (and
+    serves) once they are closed."""
+    d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=0\n", extra=("--mode", "0666"))
+    evil = None
+    try:
+        os.chmod(d.dir, 0o755)
+        fds0 = d.settled_fds()
+        here = os.path.dirname(os.path.abspath(__file__))
+        who = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
+        os.kill(d.p.pid, signal.SIGSTOP)
+        try:
+            evil = subprocess.Popen(who + [LINGERING, d.sock, here, "60", "1", "nested"], stdout=subprocess.PIPE,
+                                    text=True)
+            assert int(evil.stdout.readline()) == 1
+        finally:
+            os.kill(d.p.pid, signal.SIGCONT)
+        time.sleep(0.5)
+        p = subprocess.run(who + [CONNECT_FLOOD, d.sock, "1200"], capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert wait_until(lambda: "not accepting connections" in d.logtext(), timeout=30), (p.stdout, d.fds(), d.logtext().count("refused"), d.logtext()[:1500])
+        assert d.fds() <= fds0 + 1024 + 64 + 16, d.fds()
+        # The listener gone, a reset ends the wait: every close is done,
+        # connections are accepted again and served.
+        evil.kill()
+        evil.wait()
+        assert wait_until(lambda: d.logtext().rsplit("not accepting connections", 1)[1].count(
+            "accepting connections") > 0, timeout=30), d.logtext()[-2000:]
+        svcclient.Client(d.sock, timeout=20).close()
+        assert wait_until(lambda: d.fds() <= fds0 + 2, timeout=30), (fds0, d.fds())
+    finally:
+        if evil:
+            evil.kill()
+            evil.wait()
+            evil.stdout.close()
+        assert d.stop() == 0, d.logtext()
+
+
 def test_second_hello_does_not_hide_silent_connections():
     """A second HELLO on a connection counted it out of those waiting for
     their HELLO a second time: with one silent connection beside it, the
