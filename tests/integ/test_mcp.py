@@ -475,8 +475,14 @@ def test_code_mode_oversize_message(node):
 # tools/list is in the file argv[1] (JSON); tools/call answers argv[2][name]
 # (a JSON-RPC response's members, JSON) or echoes the arguments.
 RAW_UP = r'''
-import json, sys
+import json, sys, threading
 tools, answers = json.load(open(sys.argv[1])), json.loads(sys.argv[2])
+def flood(n):
+    # answers["$flood"]: n responses nobody asked for, once listed
+    line = json.dumps({"jsonrpc": "2.0", "id": 987654321, "result": {"pad": "x" * 1000}}) + "\n"
+    for _ in range(n // 100):
+        sys.stdout.write(line * 100)
+        sys.stdout.flush()
 for line in sys.stdin:
     m = json.loads(line)
     if "id" not in m or "method" not in m:
@@ -491,6 +497,8 @@ for line in sys.stdin:
         r = answers.get(m["params"]["name"]) or {"result": {"content": [
             {"type": "text", "text": json.dumps(m["params"].get("arguments"))}]}}
     print(json.dumps(dict(r, jsonrpc="2.0", id=m["id"])), flush=True)
+    if m["method"] == "tools/list" and "$flood" in answers:
+        threading.Thread(target=flood, args=(answers["$flood"],), daemon=True).start()
 '''
 
 
@@ -1009,38 +1017,13 @@ def test_what_a_client_sends_during_an_exec_is_bounded():
     assert out[2] == {"jsonrpc": "2.0", "id": 2, "result": {}} and len(out) == 3, out[2:]
 
 
-# A code-mode server that, once listed, sends responses nobody asked for:
-# 60,000 of ~1 KiB with an id no call has.
-FLOOD_UP = r'''
-import json, sys, threading
-def flood():
-    line = json.dumps({"jsonrpc": "2.0", "id": 987654321, "result": {"pad": "x" * 1000}}) + "\n"
-    for _ in range(600):
-        sys.stdout.write(line * 100)
-        sys.stdout.flush()
-for line in sys.stdin:
-    m = json.loads(line)
-    if "id" not in m or "method" not in m:
-        continue
-    r = {"result": {}}
-    if m["method"] == "initialize":
-        r = {"result": {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                        "serverInfo": {"name": "flood", "version": "0"}}}
-    elif m["method"] == "tools/list":
-        r = {"result": {"tools": [{"name": "t", "inputSchema": {"type": "object"}}]}}
-    print(json.dumps(dict(r, jsonrpc="2.0", id=m["id"])), flush=True)
-    if m["method"] == "tools/list":
-        threading.Thread(target=flood, daemon=True).start()
-'''
-
-
 def test_what_a_code_mode_server_sends_unasked_is_not_kept(tmp_path):
     # Its responses were kept until the exec ended unless a call of the
     # sandbox's was in flight: 60 MiB of them grew the server by ~170 MB.
-    script = tmp_path / "flood_up.py"
-    script.write_text(FLOOD_UP)
-    p = subprocess.Popen([NSBOX, "mcp", "--mcp-server", "f=exec /usr/bin/python3.11 %s" % script],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=LEAN)
+    # 60,000 responses of ~1 KiB with an id no call has (RAW_UP's $flood).
+    args, _ = _raw_up(tmp_path, [{"name": "t", "inputSchema": {"type": "object"}}], {"$flood": 60000})
+    p = subprocess.Popen([NSBOX, "mcp", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=LEAN)
     try:
         p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {
             "code": "import time; time.sleep(4); 'slept'"}}) + "\n").encode())
@@ -1092,7 +1075,7 @@ def test_a_batch_answer_is_capped():
     # answered with -32603 in its place.
     init = req(0, "initialize", {"protocolVersion": "2025-03-26", "capabilities": {},
                                  "clientInfo": {"name": "raw", "version": "0"}})
-    call = {"name": "run_python", "arguments": {"code": "print('x' * 70000)"}}
+    call = {"name": "run_python", "arguments": {"code": "print('payload' * 10000)"}}
     batch = "[%s]" % ",".join(req(i, "tools/call", call) for i in range(1, 1501))
     p = subprocess.Popen([NSBOX, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          env=LEAN)
@@ -1113,7 +1096,7 @@ def test_a_batch_answer_is_capped():
     out = json.loads(line)
     assert [m["id"] for m in out] == list(range(1, 1501))
     ok = [m for m in out if "result" in m]
-    assert 900 < len(ok) < 1100 and all(m["result"]["content"][0]["text"].startswith("[stdout]\nxxx") for m in ok)
+    assert 900 < len(ok) < 1100 and all(m["result"]["content"][0]["text"].startswith("[stdout]\npayloadpayload") for m in ok)
     assert out[:len(ok)] == ok  # the first ones, then errors
     errs = [m["error"] for m in out[len(ok):]]
     assert all(e["code"] == -32603 and "over 64 MiB" in e["message"] for e in errs)
