@@ -621,25 +621,13 @@ static int reply(struct conn *c, uint16_t type, uint32_t id, json_t *msg)
 	return reply_fds(c, type, id, msg, NULL, 0);
 }
 
+/* The symbolic name of an errno for ERROR's "error" (its number goes in
+ * "errno"): every one, as EXDEV for a FUSE object, not only the common. */
 static const char *errno_name(int e)
 {
-	switch (e) {
-	case EACCES: return "EACCES";
-	case EPERM: return "EPERM";
-	case EINVAL: return "EINVAL";
-	case ENOENT: return "ENOENT";
-	case EDQUOT: return "EDQUOT";
-	case EAGAIN: return "EAGAIN";
-	case EPROTO: return "EPROTO";
-	case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
-	case ENOMEM: return "ENOMEM";
-	case EIO: return "EIO";
-	case EBADF: return "EBADF";
-	case EBUSY: return "EBUSY";
-	case ESHUTDOWN: return "ESHUTDOWN";
-	case ETIMEDOUT: return "ETIMEDOUT";
-	default: return "EIO";
-	}
+	const char *n = strerrorname_np(e);
+
+	return n ? n : "EIO";
 }
 
 static int reply_error(struct conn *c, uint32_t id, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));

@@ -25,15 +25,89 @@ static int access_fd(int fd, int mode)
 	return (int)syscall(SYS_faccessat2, fd, "", mode, AT_EACCESS | AT_EMPTY_PATH);
 }
 
+/* fd's mount id, from /proc/self/fdinfo: the VFS's own record, read
+ * without asking the file's filesystem anything.  -1 if it can't be read. */
+static long fd_mount_id(int fd)
+{
+	char path[64], buf[512];
+	const char *p;
+	ssize_t len;
+	int f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return -1;
+	len = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (len <= 0)
+		return -1;
+	buf[len] = 0;
+	p = strstr(buf, "\nmnt_id:");
+	return p ? strtol(p + 8, NULL, 10) : -1;
+}
+
+/* Whether mount id mnt is, in this process's mount namespace, of a FUSE
+ * type (fuse, fuseblk, fuse.*): its name in fstype, which has room for
+ * 64 bytes.  0 yes, 1 no (or not a mount of ours: pipes, sockets, memfds
+ * and another namespace's mounts are not listed), -1 unreadable. */
+static int mount_is_fuse(long mnt, char *fstype, size_t len)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+	int found = 1;
+
+	if (!f)
+		return -1;
+	while (found == 1 && getline(&line, &cap, f) > 0) {
+		char *sep, *end;
+
+		if (strtol(line, &end, 10) != mnt || *end != ' ' || !(sep = strstr(end, " - ")))
+			continue;
+		sep += 3;
+		snprintf(fstype, len, "%.*s", (int)strcspn(sep, " \n"), sep);
+		found = (!strcmp(fstype, "fuse") || !strcmp(fstype, "fuseblk") || !strncmp(fstype, "fuse.", 5)) ? 0 : 1;
+		break;
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/* FUSE objects are refused before anything touches them: a stat or an
+ * access check of one is a request to its server, which the client may
+ * run (a user's allow_other mount), and the loop's thread would wait for
+ * its answer for good (0, or a positive errno and errbuf). */
+static int deputy_fs(int fd, char *errbuf, size_t errlen)
+{
+	char fstype[64];
+	long mnt = fd_mount_id(fd);
+	int fuse = mnt < 0 ? -1 : mount_is_fuse(mnt, fstype, sizeof(fstype));
+
+	if (fuse < 0) {
+		snprintf(errbuf, errlen, "can't tell its mount from /proc/self: %s", strerror(errno ? errno : EIO));
+		return EIO;
+	}
+	if (fuse == 0) {
+		snprintf(errbuf, errlen, "on a FUSE mount (%s): nsboxd takes no host object from FUSE, whose server "
+			 "could hold the service", fstype);
+		return EXDEV;
+	}
+	return 0;
+}
+
 /* What can be said without the client's ids: the object's type, and the
  * access mode the sandbox needs (0, or a positive errno and errbuf). */
 static int deputy_mode(int fd, bool writable, int *mode, char *errbuf, size_t errlen)
 {
 	struct stat st;
+	int e;
 
+	if ((e = deputy_fs(fd, errbuf, errlen)))
+		return e;
 	if (fstat(fd, &st) < 0) {
-		int e = errno;
-
+		e = errno;
 		snprintf(errbuf, errlen, "stat: %s", strerror(e));
 		return e;
 	}
@@ -175,8 +249,10 @@ refused_pre:
 int deputy_check_log(int fd, char *errbuf, size_t errlen)
 {
 	struct stat st;
-	int fl = fcntl(fd, F_GETFL);
+	int fl = fcntl(fd, F_GETFL), e;
 
+	if ((e = deputy_fs(fd, errbuf, errlen)))
+		return e;
 	if (fl < 0 || fstat(fd, &st) < 0) {
 		snprintf(errbuf, errlen, "%s", strerror(errno));
 		return errno;

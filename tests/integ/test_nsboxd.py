@@ -930,6 +930,76 @@ def test_confused_deputy_one_check_per_open(tmp_path):
         shutil.rmtree(ws)
 
 
+def mute_fuse_mount(where):
+    """A FUSE mount at where (allow_other, as a user's fusermount with
+    user_allow_other makes one) whose server answers INIT and then nothing:
+    a stat or access check of anything on it waits for good.  Returns the
+    /dev/fuse descriptor; closing it aborts the connection (every waiting
+    request fails with ENOTCONN), then unmount."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+    opts = b"fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other" % fd
+    if libc.mount(b"nsbox-mute", str(where).encode(), b"fuse.mute", 0x2 | 0x4, opts) < 0:  # nosuid, nodev
+        e = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(e, "mount fuse: " + os.strerror(e))
+    req = os.read(fd, 1 << 17)
+    length, opcode, unique = struct.unpack_from("<IIQ", req)
+    assert opcode == 26 and length == len(req), (opcode, length, len(req))   # FUSE_INIT
+    major, minor = struct.unpack_from("<II", req, 40)
+    # fuse_init_out: major, minor, max_readahead, flags, max_background,
+    # congestion_threshold, max_write, time_gran, max_pages, map_alignment,
+    # flags2, unused[7]; answered with the kernel's major and minor <= 31.
+    body = struct.pack("<IIIIHHIIHHI28x", major, min(minor, 31), 0, 0, 1, 1, 4096, 1, 1, 0, 0)
+    os.write(fd, struct.pack("<IiQ", 16 + len(body), 0, unique) + body)
+    return fd
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: a FUSE mount other users' requests reach (allow_other)")
+def test_fuse_objects_are_refused_before_anything_touches_them(tmp_path):
+    """A stat or access check of a file on FUSE is a request to its server,
+    which a client may run itself (fusermount with user_allow_other); nsboxd
+    checked an OPEN's workspace and binds on its loop's thread with fstat
+    and faccessat2, so a server that never answers froze the service for
+    every client.  Now a descriptor on a FUSE mount is refused by its mount
+    (/proc/self/fdinfo's mnt_id, mountinfo's type: the VFS's own records,
+    no request), before anything touches it, with an error saying so; and
+    the loop goes on serving everyone."""
+    d = Daemon("[Service]\nPoolSize=0\n[Default]\nAllowBinds=yes\n")
+    mnt = tmp_path / "mute"
+    mnt.mkdir()
+    fuse = mute_fuse_mount(mnt)
+    obj, c = os.open(mnt, os.O_PATH), None
+    try:
+        c = svcclient.Client(d.sock, timeout=10)
+        for req, want in (({"workspace": {"fd": 0}}, "workspace refused: on a FUSE mount (fuse.mute): "),
+                          ({"binds": [{"fd": 0, "dst": "/m"}]}, "bind /m refused: on a FUSE mount (fuse.mute): ")):
+            t0 = time.time()
+            try:
+                sb, m = c.open(fds=[obj], **req)
+            except (socket.timeout, TimeoutError):
+                pytest.fail("nsboxd did not answer an OPEN with a FUSE descriptor in 10 s: its loop waits on "
+                            "the FUSE server")
+            assert sb is None and m.get("error") == "EXDEV" and m.get("message", "").startswith(want), m
+            assert "nsboxd takes no host object from FUSE" in m["message"], m
+            assert time.time() - t0 < 10
+        # The loop serves on: another client, and this one.
+        other = svcclient.Client(d.sock, timeout=10)
+        sb, m = other.open()
+        assert sb, m
+        assert sb.exec("6 * 7")["value"] == 42
+        sb.close()
+        other.close()
+    finally:
+        if c:
+            c.close()
+        os.close(obj)
+        os.close(fuse)
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        assert d.stop() == 0, d.logtext()
+
+
 def as_user(uid, groups=None):
     """The command prefix to run as uid (root), or nothing (already uid)."""
     if os.geteuid() == uid:
