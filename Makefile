@@ -92,7 +92,7 @@ MAN_GEN := $(MAN_SRCS:man/%=$(B)/man/%)
 LIB_TARGETS := $(B)/libnsbox.so.0 $(B)/libnsbox.so $(B)/libnsbox.a $(B)/nsbox.pc
 TARGETS += $(LIB_TARGETS) $(B)/examples/agent
 
-.PHONY: soak all clean check check-unit check-integ check-vm bench fuzz install deps man check-valgrind install-lib \
+.PHONY: soak all clean check check-unit check-integ check-vm bench fuzz fuzz-bins install deps man check-valgrind install-lib \
 	check-layers check-format sync-version uninstall
 all: $(TARGETS) $(UNIT_BINS) $(PROBE_BINS) $(SHIM_LIBS) $(MAN_GEN)
 
@@ -224,6 +224,7 @@ $(B)/fuzz/fuzz-svc: tests/fuzz/fuzz-svc.c service/config.c service/config.h $(CO
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_FLAGS) -Iservice -o $@ $< service/config.c $(CORE_SRCS) $(PKG_LIBS) -lm
 FUZZ_TIME ?= 20
+fuzz-bins: $(FUZZ_BINS)
 fuzz: $(FUZZ_BINS)
 	@set -e; for f in $(FUZZ_BINS); do n=$$(basename $$f); mkdir -p $(B)/fuzz/corpus-$$n; \
 		echo "== $$n ($(FUZZ_TIME) s)"; \
