@@ -364,6 +364,7 @@ static void fill_sandbox(struct helper *h, struct helper_sandbox *sb, const stru
 {
 	sb->id = rep->id;
 	sb->gen = h->gen;
+	sb->slot = (unsigned)(h - HS);
 	sb->pid = rep->pid;
 	sb->pidfd = pidfd;
 	snprintf(sb->cgroup, sizeof(sb->cgroup), "%s", rep->cgroup);
@@ -420,21 +421,20 @@ static struct helper *helper_pick(void)
 	return h;
 }
 
-/* The helper that made sb, locked, or NULL when it is gone. */
+/* The helper that made sb, locked, or NULL when it is gone.  Only its own
+ * lock is taken: going through every helper's waited on each busy one (a
+ * workspace's write-back, a cold start) before reaching the right one. */
 static struct helper *helper_of(const struct helper_sandbox *sb)
 {
-	for (int i = 0; i < HELPER_MAX; i++) {
-		struct helper *h = &HS[i];
+	struct helper *h;
 
-		pthread_mutex_lock(&h->lock);
-		if (sb->gen && h->gen == sb->gen) {
-			if (helper_usable(h))
-				return h;
-			pthread_mutex_unlock(&h->lock);
-			return NULL;
-		}
-		pthread_mutex_unlock(&h->lock);
-	}
+	if (!sb->gen || sb->slot >= HELPER_MAX)
+		return NULL;
+	h = &HS[sb->slot];
+	pthread_mutex_lock(&h->lock);
+	if (h->gen == sb->gen && helper_usable(h))
+		return h;
+	pthread_mutex_unlock(&h->lock);
 	return NULL;
 }
 
@@ -639,11 +639,40 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 	return r;
 }
 
+/* A cgroup's counter, or false when the file is not there. */
+static bool read_counter(const char *dir, const char *file, uint64_t *v)
+{
+	char path[sizeof(((struct helper_sandbox *)0)->cgroup) + 32], buf[64];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if (read_file(path, buf, sizeof(buf)) <= 0)
+		return false;
+	*v = strtoull(buf, NULL, 10);
+	return true;
+}
+
 int helper_info(const struct helper_sandbox *sb, uint64_t *current, uint64_t *peak, struct nsbox_err *err)
 {
-	struct helper_rep *rep = calloc(1, sizeof(*rep));
+	struct helper_rep *rep;
 	int r;
 
+	/* The memory cgroup's own counters, read here (the helper made the
+	 * cgroup and named it; it is ours to read): asking the helper waited
+	 * for whatever it was doing, a write-back of seconds, and nsboxd asks
+	 * on its event loop's thread.  The helper answers only where they
+	 * can't be read. */
+	*current = *peak = 0;
+	if (!sb->cgroup[0])
+		return 0;
+	if (read_counter(sb->cgroup, "memory.current", current)) {
+		(void)read_counter(sb->cgroup, "memory.peak", peak);	/* Linux 5.19 on */
+		return 0;
+	}
+	if (read_counter(sb->cgroup, "memory.usage_in_bytes", current)) {	/* v1 */
+		(void)read_counter(sb->cgroup, "memory.max_usage_in_bytes", peak);
+		return 0;
+	}
+	rep = calloc(1, sizeof(*rep));
 	if (!rep)
 		return err_set(err, ENOMEM, "helper answer");
 	r = simple(sb, HELPER_INFO, rep, err);

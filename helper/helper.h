@@ -101,6 +101,7 @@ struct helper_rep {
 struct helper_sandbox {
 	uint64_t id;
 	uint64_t gen;		/* which helper made it */
+	unsigned slot;		/* and where that helper is (its lock alone is taken) */
 	pid_t pid;
 	int pidfd;		/* owned; closed by helper_destroy */
 	char cgroup[256];

@@ -746,6 +746,9 @@ static void sess_end_start(struct sess *x, bool kill)
 	}
 	j->s = x->s;
 	j->kill = kill;
+	/* Its workspace's write-back, if any, is on its client's share. */
+	j->client_uid = x->uid;
+	j->for_client = true;
 	x->s = NULL;
 	worker_submit(j);
 }
@@ -1179,8 +1182,10 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 		}
 	}
 	j = job_new(JOB_CREATE, x);
-	if (j)
+	if (j) {
 		j->client_uid = c->uid;
+		j->for_client = true;
+	}
 	/* The policy names the client's descriptors by /proc/self/fd path, and
 	 * the worker opens them after this request's own are closed: it gets
 	 * copies, closed when it is done. */
@@ -1292,13 +1297,15 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 			struct nsbox_session_info info = { .struct_size = sizeof(info) };
 
 			/* Only a live session's may be asked (the worker holds an
-			 * ending one's). */
+			 * ending one's).  alive is nsboxd's own record: the
+			 * library's is false from the hand-off on (INFO said a
+			 * live session was not). */
 			if (x->state == S_LIVE)
 				nsbox_session_info(x->s, &info, NULL);
 			else
 				info.pid = x->info.pid;
 			reply(c, SVC_INFO, id,
-			      json_pack("{s:s,s:b,s:i,s:I,s:I,s:I}", "handle", x->handle, "alive", !x->ended && info.alive,
+			      json_pack("{s:s,s:b,s:i,s:I,s:I,s:I}", "handle", x->handle, "alive", !x->ended && x->state == S_LIVE,
 					"pid", (int)info.pid, "memory_current", (json_int_t)info.memory_current,
 					"memory_peak", (json_int_t)(x->ended ? x->st.peak_memory : info.memory_peak),
 					"host_uid", sess_host_uid(x)));

@@ -24,6 +24,8 @@ static struct {
 	struct job *ends, *ends_tail;	/* the same, ends: they go first */
 	struct job *done, *done_tail;	/* finished, not collected */
 	unsigned pending;
+	struct job *running[WORKER_MAX];	/* each thread's, or NULL */
+	unsigned share;			/* a uid's running jobs at most */
 } W = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .efd = -1 };
 
 static void run_create(struct job *j)
@@ -63,38 +65,73 @@ static void run_end(struct job *j)
 	}
 }
 
+/* Whether j may start now: the pool's always (it keeps a worker free
+ * itself), a client's while its uid has fewer than n - 1 running.  Without
+ * that share, one uid closing three sessions with big workspaces held every
+ * worker through the write-backs, and another user's cold OPEN waited. */
+static bool may_start(const struct job *j)
+{
+	unsigned n = 0;
+
+	if (!j->for_client)
+		return true;
+	for (unsigned i = 0; i < WORKER_MAX; i++)
+		n += W.running[i] && W.running[i]->for_client && W.running[i]->client_uid == j->client_uid;
+	return n < W.share;
+}
+
+/* Take the first job of a queue that may start, or NULL. */
+static struct job *take(struct job **head, struct job **tail)
+{
+	struct job *prev = NULL;
+
+	for (struct job *j = *head; j; prev = j, j = j->next) {
+		if (!may_start(j))
+			continue;
+		if (prev)
+			prev->next = j->next;
+		else
+			*head = j->next;
+		if (*tail == j)
+			*tail = prev;
+		j->next = NULL;
+		return j;
+	}
+	return NULL;
+}
+
 static void *worker_main(void *arg)
 {
-	(void)arg;
+	unsigned me = (unsigned)(uintptr_t)arg;
+
 	pthread_mutex_lock(&W.lock);
 	for (;;) {
-		struct job *j = W.ends ? W.ends : W.todo;
+		/* An end frees what a client waits for (CLOSED) and what others
+		 * may need (memory, a host uid): it goes before creations. */
+		struct job *j = take(&W.ends, &W.ends_tail);
 		uint64_t one = 1;
 
+		if (!j)
+			j = take(&W.todo, &W.todo_tail);
 		if (!j) {
-			if (W.stop)
+			/* Stop once nothing is queued: a job held back by its
+			 * uid's share starts when one of that uid's ends. */
+			if (W.stop && !W.ends && !W.todo)
 				break;
 			pthread_cond_wait(&W.cond, &W.lock);
 			continue;
 		}
-		/* An end frees what a client waits for (CLOSED) and what others
-		 * may need (memory, a host uid): it goes before creations. */
-		if (j == W.ends) {
-			W.ends = j->next;
-			if (!W.ends)
-				W.ends_tail = NULL;
-		} else {
-			W.todo = j->next;
-			if (!W.todo)
-				W.todo_tail = NULL;
-		}
+		W.running[me] = j;
 		pthread_mutex_unlock(&W.lock);
-		j->next = NULL;
 		if (j->kind == JOB_CREATE)
 			run_create(j);
 		else
 			run_end(j);
 		pthread_mutex_lock(&W.lock);
+		W.running[me] = NULL;
+		/* A job its uid's share held back may start now, on any thread. */
+		if (W.ends || W.todo)
+			pthread_cond_broadcast(&W.cond);
 		if (W.done_tail)
 			W.done_tail->next = j;
 		else
@@ -117,10 +154,12 @@ int worker_start(unsigned n)
 	W.efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (W.efd < 0)
 		return -errno;
+	W.share = n > 1 ? n - 1 : 1;
 	/* Signals are the loop's (its signalfd): the threads block them all. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
-	while (W.n_threads < n && !(r = pthread_create(&W.threads[W.n_threads], NULL, worker_main, NULL)))
+	while (W.n_threads < n && !(r = pthread_create(&W.threads[W.n_threads], NULL, worker_main,
+								 (void *)(uintptr_t)W.n_threads)))
 		W.n_threads++;
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (W.n_threads < n) {

@@ -29,7 +29,8 @@ struct job {
 	int fds[16];		/* what the policy names by /proc/self/fd: closed by the worker */
 	int n_fds;
 	int net_log_fd;		/* one of fds: the client's network audit sink, -1 none */
-	uid_t client_uid;	/* whose fds are (closer_close) */
+	uid_t client_uid;	/* whose fds are (closer_close), and whose share of the workers it takes */
+	bool for_client;	/* a client's (a cold OPEN, a session's end), not the pool's */
 	unsigned free_uid;	/* JOB_END: a host uid the loop frees once it is back */
 	/* JOB_CREATE's result, JOB_END's input */
 	nsbox_session_t *s;
@@ -49,7 +50,10 @@ struct job {
 int worker_start(unsigned n);
 /* The eventfd the loop polls: readable when jobs are done. */
 int worker_fd(void);
-/* Hand a job over: the worker owns it until worker_done returns it. */
+/* Hand a job over: the worker owns it until worker_done returns it.  Ends
+ * go before creations, and a client's job starts only while its uid has
+ * fewer than n - 1 running (n >= 2): one uid's long jobs (workspace
+ * write-backs, cold makes) leave a worker for everyone else's. */
 void worker_submit(struct job *j);
 /* The jobs done since the last call, oldest first (and the eventfd
  * drained), or NULL. */

@@ -1000,6 +1000,136 @@ def test_fuse_objects_are_refused_before_anything_touches_them(tmp_path):
         assert d.stop() == 0, d.logtext()
 
 
+COLD_OPEN_ON_CUE = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import svcclient
+c = svcclient.Client(sys.argv[2], timeout=60)
+print("ready", flush=True)
+sys.stdin.readline()
+t0 = time.monotonic()
+sb, m = c.open(cold=True)
+t = time.monotonic()
+assert sb, m
+sb.close()
+print(t, t0, flush=True)
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs a second uid (setpriv)")
+def test_one_uids_write_backs_leave_a_worker_for_others(tmp_path):
+    """Every worker could be one uid's: root closing three sessions with
+    200 MB workspaces had all three workers copy them back, and uid 65534's
+    cold OPEN, sent just after, waited for one of them to finish.  Now a
+    client's jobs take at most n - 1 of the n workers (ends and cold makes
+    alike, service/worker.c): the other user's sandbox is made beside the
+    write-backs and is OPENED before the first of them is CLOSED.  (Before,
+    that order was impossible: its make could only start on a worker one of
+    the ends had left.)"""
+    d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=0\nWorkers=3\n", extra=("--mode", "0666"))
+    os.chmod(d.dir, 0o755)
+    here = os.path.dirname(os.path.abspath(__file__))
+    c = svcclient.Client(d.sock, timeout=60)
+    b, sbs = None, []
+    try:
+        for i in range(3):
+            ws = tmp_path / f"ws{i}"
+            ws.mkdir()
+            fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+            sb, m = c.open(fds=[fd], workspace={"fd": 0})
+            os.close(fd)
+            assert sb, m
+            sb.exec("import os\nos.mkdir('/workspace/many')\nfor i in range(30000):\n"
+                    "    with open('/workspace/many/%d' % i, 'wb') as f:\n        f.write(b'x' * 4096)\n"
+                    "open('/workspace/big', 'wb').write(b'x' * (100 << 20))")
+            sbs.append(sb)
+        b = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                              COLD_OPEN_ON_CUE, here, d.sock], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env=dict(os.environ, HOME="/tmp"))
+        assert b.stdout.readline() == "ready\n"
+        for sb in sbs:
+            c.send("CLOSE", {"handle": sb.handle})
+        time.sleep(0.05)    # the three ends submitted first
+        go = time.monotonic()
+        b.stdin.write("go\n")
+        b.stdin.flush()
+        closed = []
+        while len(closed) < 3:
+            t, m, _, _ = c.recv()
+            if t == "EXITED":
+                continue
+            assert t == "CLOSED", (t, m)
+            closed.append(time.monotonic())
+        opened = b.stdout.readline()
+        assert b.wait(60) == 0 and opened, opened
+        opened, sent = map(float, opened.split())
+        assert opened < closed[0], ("uid 65534's cold OPEN waited for root's write-backs",
+                                    [x - go for x in (sent, opened, *closed)])
+        for i in range(3):
+            assert (tmp_path / f"ws{i}" / "big").stat().st_size == 100 << 20
+            assert len(os.listdir(tmp_path / f"ws{i}" / "many")) == 30000
+    finally:
+        for sb in sbs:
+            sb.sock.close()
+            os.close(sb.pidfd)
+        c.close()
+        if b:
+            if b.poll() is None:
+                b.kill()
+                b.wait()
+            b.stdin.close()
+            b.stdout.close()
+        assert d.stop() == 0, d.logtext()
+
+
+def test_info_never_waits_for_a_helper(tmp_path):
+    """INFO is answered on nsboxd's loop, and asked libnsbox's helper for
+    the session's memory: behind that helper's lock, which a workspace's
+    write-back holds for as long as it copies (and the search for it took
+    every helper's lock in turn).  One client closing a session with a big
+    workspace froze the loop for every client until the copy was done.  Now
+    the counters are read from the session's cgroup by the caller, and a
+    session's helper is found without taking the others' locks: another
+    client's INFO is answered before the CLOSE that is still copying."""
+    d = Daemon("[Service]\nPoolSize=0\nWorkers=3\n")
+    c, other = svcclient.Client(d.sock, timeout=60), svcclient.Client(d.sock, timeout=60)
+    sbs = []
+    try:
+        ws = tmp_path / "ws"
+        ws.mkdir()
+        fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+        sb, m = c.open(fds=[fd], workspace={"fd": 0})
+        os.close(fd)
+        assert sb, m
+        sbs.append(sb)
+        sb.exec("import os\nos.mkdir('/workspace/many')\nfor i in range(30000):\n"
+                "    with open('/workspace/many/%d' % i, 'wb') as f:\n        f.write(b'x' * 4096)\n")
+        sb2, m = other.open()
+        assert sb2, m
+        sbs.append(sb2)
+        c.send("CLOSE", {"handle": sb.handle})
+        time.sleep(0.1)     # its write-back under way
+        t, m, _ = other.request("INFO", {"handle": sb2.handle})
+        info_at = time.monotonic()
+        assert t == "INFO" and m["alive"] and m["memory_current"] > 0, (t, m)
+        while True:
+            t, m, _, _ = c.recv()
+            if t != "EXITED":
+                break
+        assert t == "CLOSED", (t, m)
+        closed_at = time.monotonic()
+        assert info_at < closed_at, ("INFO waited for another session's write-back", closed_at - info_at)
+        assert len(os.listdir(ws / "many")) == 30000
+        assert sb2.exec("6 * 7")["value"] == 42
+    finally:
+        for x in sbs:
+            x.sock.close()
+            os.close(x.pidfd)
+        c.close()
+        other.close()
+        assert d.stop() == 0, d.logtext()
+
+
 def as_user(uid, groups=None):
     """The command prefix to run as uid (root), or nothing (already uid)."""
     if os.geteuid() == uid:
