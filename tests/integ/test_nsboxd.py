@@ -1111,7 +1111,8 @@ def test_info_never_waits_for_a_helper(tmp_path):
         time.sleep(0.1)     # its write-back under way
         t, m, _ = other.request("INFO", {"handle": sb2.handle})
         info_at = time.monotonic()
-        assert t == "INFO" and m["alive"] and m["memory_current"] > 0, (t, m)
+        # (no memory cgroup without delegation: nothing to count)
+        assert t == "INFO" and m["alive"] and (m["memory_current"] > 0) == (MODE != "nodeleg"), (t, m)
         while True:
             t, m, _, _ = c.recv()
             if t != "EXITED":
