@@ -144,12 +144,49 @@ int net_rule_parse(const char *s, struct net_rule *r, struct nsbox_err *err)
 			if (wild && !strchr(r->name, '.'))
 				return err_set(err, EINVAL, "*.%s: a wildcard needs at least two labels (*.example.com)",
 					       r->name);
+			/* So would "*.co.uk" or "*.github.io": names anyone can
+			 * register, and a DNS under them the sandbox could
+			 * send anything to.  Without the list, only the above. */
+			if (wild && net_public_suffix(r->name, NET_PSL_PATH) == 1)
+				return err_set(err, EINVAL,
+					       "*.%s: %s is a public suffix (%s): anyone can register a name under it; "
+					       "list the names meant (*.example.%s)",
+					       r->name, r->name, NET_PSL_PATH, r->name);
 			r->kind = wild ? NET_RULE_WILD : NET_RULE_NAME;
 		}
 	}
 	if (port && parse_port(port, &r->port) < 0)
 		return err_set(err, EINVAL, "bad port '%s' (use 1 to 65535)", port);
 	return 0;
+}
+
+int net_public_suffix(const char *name, const char *path)
+{
+	const char *parent = strchr(name, '.');
+	bool exact = false, wild = false, except = false;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t len;
+	FILE *f = fopen(path, "re");
+
+	if (!f)
+		return -1;
+	while ((len = getline(&line, &cap, f)) > 0) {
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r' || line[len - 1] == ' ' ||
+				   line[len - 1] == '\t'))
+			line[--len] = '\0';
+		if (!len || line[0] == '/')
+			continue;
+		if (line[0] == '!')
+			except |= !strcmp(line + 1, name);
+		else if (line[0] == '*' && line[1] == '.')
+			wild |= parent && !strcmp(line + 2, parent + 1);
+		else
+			exact |= !strcmp(line, name);
+	}
+	free(line);
+	fclose(f);
+	return exact || (wild && !except);
 }
 
 static bool port_ok(const struct net_rule *r, uint16_t port)

@@ -32,6 +32,13 @@ struct net_rule {
 
 /* Parse one rule.  Returns 0, or -1 with err saying what is accepted. */
 int net_rule_parse(const char *s, struct net_rule *r, struct nsbox_err *err);
+/* Where Debian's publicsuffix package puts the Public Suffix List. */
+#define NET_PSL_PATH "/usr/share/publicsuffix/public_suffix_list.dat"
+/* Whether name (normalized: lower case, no trailing dot) is itself a public
+ * suffix by the list at path (its ICANN and private sections: co.uk,
+ * github.io): a rule naming it, or a wildcard rule naming its parent
+ * without an exception for it.  1 yes, 0 no, -1 no list to read. */
+int net_public_suffix(const char *name, const char *path);
 
 /* A host name as a request gives it: letters, digits, '-', '.', '_';
  * lowercased into out (NET_NAME_MAX + 1 bytes).  Returns false if not a

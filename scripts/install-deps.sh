@@ -3,7 +3,7 @@
 set -e
 export DEBIAN_FRONTEND=noninteractive
 PKGS="build-essential pkg-config mmdebstrap fakechroot fakeroot uidmap clang clang-format libclang-rt-14-dev libseccomp-dev libcap-dev \
-libjansson-dev libsystemd-dev libedit-dev tmux libpython3.11-dev python3.11 python3-pytest libpython3.11-testsuite python3-setuptools python3-pip \
+libjansson-dev libsystemd-dev libedit-dev tmux libpython3.11-dev python3.11 python3-pytest libpython3.11-testsuite python3-setuptools python3-pip publicsuffix \
 python3-wheel python3-mypy python3-matplotlib python3-pandas curl openssl \
 python3.11-venv bubblewrap hyperfine strace \
 systemd util-linux procps iproute2 locales valgrind qemu-system-x86 linux-image-cloud-amd64 busybox-static cpio"

@@ -2,8 +2,10 @@
  * and the special ranges a name rule never unlocks. */
 #include <arpa/inet.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "netrule.h"
 #include "tap.h"
@@ -41,6 +43,43 @@ int main(void)
 		ok(net_rule_parse(good[i], &r, NULL) == 0, "accepted: %s", good[i]);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ok(net_rule_parse(bad[i], &r, NULL) < 0, "refused: '%s'", bad[i]);
+
+	{
+		/* The Public Suffix List's three kinds of rule, comments, CRLF. */
+		char path[] = "/tmp/nsbox-unit-psl-XXXXXX";
+		int fd = mkstemp(path);
+		FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+
+		if (f) {
+			fputs("// ===BEGIN ICANN DOMAINS===\nuk\nco.uk\r\n*.ck\n!www.ck\n\n// x.example\ngithub.io\n", f);
+			fclose(f);
+		}
+		ok(f && net_public_suffix("co.uk", path) == 1 && net_public_suffix("github.io", path) == 1,
+		   "public suffix: a rule naming it (CRLF too)");
+		ok(net_public_suffix("foo.ck", path) == 1 && net_public_suffix("www.ck", path) == 0,
+		   "public suffix: a wildcard rule's names, not its exception");
+		ok(net_public_suffix("example.co.uk", path) == 0 && net_public_suffix("x.example", path) == 0 &&
+			   net_public_suffix("a.foo.ck", path) == 0,
+		   "public suffix: not a name below one, nor a comment");
+		ok(net_public_suffix("co.uk", "/nonexistent/psl") == -1, "public suffix: no list, -1");
+		unlink(path);
+	}
+	if (access(NET_PSL_PATH, R_OK) == 0) {
+		static const char *const wide[] = { "*.co.uk", "*.github.io", "*.s3.amazonaws.com", "*.foo.ck" };
+		static const char *const narrow[] = { "*.example.co.uk", "*.www.ck", "*.amazonaws.com", "*.example.com" };
+		struct nsbox_err e = { 0 };
+
+		for (size_t i = 0; i < sizeof(wide) / sizeof(wide[0]); i++)
+			ok(net_rule_parse(wide[i], &r, &e) < 0 && strstr(e.msg, "is a public suffix"), "refused: %s (%s)",
+			   wide[i], e.msg);
+		for (size_t i = 0; i < sizeof(narrow) / sizeof(narrow[0]); i++)
+			ok(net_rule_parse(narrow[i], &r, NULL) == 0, "accepted: %s (not a public suffix itself)",
+			   narrow[i]);
+	} else {
+		printf("# %s is missing (Debian's publicsuffix): wildcards over public suffixes not checked\n",
+		       NET_PSL_PATH);
+		ok(getenv("NSBOX_MUST_WORK") == NULL, "the Public Suffix List is installed where CI needs it");
+	}
 
 	net_rule_parse("*.example.com", &r, NULL);
 	ok(net_rule_match_name(&r, "a.example.com", 443) && net_rule_match_name(&r, "a.b.example.com", 80),
