@@ -653,35 +653,21 @@ static bool read_counter(const char *dir, const char *file, uint64_t *v)
 
 int helper_info(const struct helper_sandbox *sb, uint64_t *current, uint64_t *peak, struct nsbox_err *err)
 {
-	struct helper_rep *rep;
-	int r;
-
+	(void)err;
 	/* The memory cgroup's own counters, read here (the helper made the
 	 * cgroup and named it; it is ours to read): asking the helper waited
-	 * for whatever it was doing, a write-back of seconds, and nsboxd asks
-	 * on its event loop's thread.  The helper answers only where they
-	 * can't be read. */
+	 * behind its lock for whatever it was doing, a write-back of seconds,
+	 * and nsboxd asks on its event loop's thread.  0 where there are none
+	 * to read (no cgroup; v2 without the memory controller), as the helper
+	 * answered. */
 	*current = *peak = 0;
 	if (!sb->cgroup[0])
 		return 0;
-	if (read_counter(sb->cgroup, "memory.current", current)) {
+	if (read_counter(sb->cgroup, "memory.current", current))
 		(void)read_counter(sb->cgroup, "memory.peak", peak);	/* Linux 5.19 on */
-		return 0;
-	}
-	if (read_counter(sb->cgroup, "memory.usage_in_bytes", current)) {	/* v1 */
+	else if (read_counter(sb->cgroup, "memory.usage_in_bytes", current))	/* v1 */
 		(void)read_counter(sb->cgroup, "memory.max_usage_in_bytes", peak);
-		return 0;
-	}
-	rep = calloc(1, sizeof(*rep));
-	if (!rep)
-		return err_set(err, ENOMEM, "helper answer");
-	r = simple(sb, HELPER_INFO, rep, err);
-	if (r == 0) {
-		*current = rep->mem_current;
-		*peak = rep->mem_peak;
-	}
-	free(rep);
-	return r;
+	return 0;
 }
 
 pid_t helper_pid(void)

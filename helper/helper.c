@@ -561,18 +561,6 @@ out:
 	return pidfd;
 }
 
-static uint64_t read_u64(const char *dir, const char *file)
-{
-	char path[700], buf[64];
-
-	if (!dir[0])
-		return 0;
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	if (read_file(path, buf, sizeof(buf)) <= 0)
-		return 0;
-	return strtoull(buf, NULL, 10);
-}
-
 static void handle(const struct helper_req *req, char *text, const int fds_in[HELPER_MAX_FDS],
 		   struct helper_rep *rep, int *fd_out, int *sock_out)
 {
@@ -606,15 +594,6 @@ static void handle(const struct helper_req *req, char *text, const int fds_in[HE
 		jail_destroy(&sl->j);
 		rep->st = sl->j.status;
 		memset(sl, 0, sizeof(*sl));
-		break;
-	}
-	case HELPER_INFO: {
-		const char *d = mem_cgroup(&sl->j);
-		bool v1 = sl->j.cg && sl->j.cg->v1_dir[CTRL_MEMORY][0];
-
-		snprintf(rep->cgroup, sizeof(rep->cgroup), "%s", d);
-		rep->mem_current = read_u64(d, v1 ? "memory.usage_in_bytes" : "memory.current");
-		rep->mem_peak = read_u64(d, v1 ? "memory.max_usage_in_bytes" : "memory.peak");
 		break;
 	}
 	default:

@@ -61,7 +61,7 @@ enum helper_op {
 	HELPER_SPAWN = 1,
 	HELPER_KILL,
 	HELPER_DESTROY,
-	HELPER_INFO,
+	HELPER_INFO_RETIRED,	/* no longer sent: the client reads the counters itself */
 	HELPER_RUN,
 };
 
@@ -89,9 +89,7 @@ struct helper_rep {
 	int32_t cg_mode;	/* SPAWN, RUN: enum cgroup_mode */
 	uint8_t cg_enforced[4];	/* SPAWN, RUN: memory, pids, cpu limits enforced by a cgroup */
 	struct jail_status st;	/* DESTROY; RUN when exec_failed */
-	uint64_t mem_current;	/* INFO */
-	uint64_t mem_peak;
-	char cgroup[256];	/* SPAWN, INFO: the sandbox's memory cgroup, "" if none */
+	char cgroup[256];	/* SPAWN: the sandbox's memory cgroup, "" if none */
 	char warnings[NSBOX_ERR_MSG_MAX];	/* SPAWN, RUN success: the jail's warnings, one per line */
 	struct nsbox_err err;	/* failed: errno, setup step and message, complete */
 };

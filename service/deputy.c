@@ -25,97 +25,123 @@ static int access_fd(int fd, int mode)
 	return (int)syscall(SYS_faccessat2, fd, "", mode, AT_EACCESS | AT_EMPTY_PATH);
 }
 
-/* fd's mount id, from /proc/self/fdinfo: the VFS's own record, read
- * without asking the file's filesystem anything.  -1 if it can't be read. */
-static long fd_mount_id(int fd)
+/* What a descriptor is, asked of no filesystem.  Its /proc/self/fd link
+ * says whether it is a path, a pipe or something else (a socket, an
+ * anonymous inode); for a path, statx with AT_STATX_DONT_SYNC gives the
+ * inode's type and mount id as the kernel holds them (FUSE answers from
+ * its cache and sends its server nothing).  Not fstat: on FUSE that is a
+ * request to a server the client may run, and the loop's thread would
+ * wait for it for good.  Not /proc/self/fdinfo: for an epoll it takes a
+ * lock a client's thread can hold. */
+enum fd_kind { FD_PATH, FD_PIPE, FD_OTHER };
+
+struct fd_look {
+	enum fd_kind kind;
+	mode_t type;		/* FD_PATH: S_IFDIR, S_IFREG... */
+	uint64_t mnt;		/* FD_PATH: its mount's id */
+};
+
+static int fd_look(int fd, struct fd_look *l, char *errbuf, size_t errlen)
 {
-	char path[64], buf[512];
-	const char *p;
-	ssize_t len;
-	int f;
+	char link[64], target[16];
+	struct statx stx;
+	ssize_t n;
 
-	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
-	f = open(path, O_RDONLY | O_CLOEXEC);
-	if (f < 0)
-		return -1;
-	len = read(f, buf, sizeof(buf) - 1);
-	close(f);
-	if (len <= 0)
-		return -1;
-	buf[len] = 0;
-	p = strstr(buf, "\nmnt_id:");
-	return p ? strtol(p + 8, NULL, 10) : -1;
-}
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, target, sizeof(target));
+	if (n <= 0) {
+		int e = n < 0 ? errno : EIO;
 
-/* Whether mount id mnt is, in this process's mount namespace, of a FUSE
- * type (fuse, fuseblk, fuse.*): its name in fstype, which has room for
- * 64 bytes.  0 yes, 1 no (or not a mount of ours: pipes, sockets, memfds
- * and another namespace's mounts are not listed), -1 unreadable. */
-static int mount_is_fuse(long mnt, char *fstype, size_t len)
-{
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	char *line = NULL;
-	size_t cap = 0;
-	int found = 1;
-
-	if (!f)
-		return -1;
-	while (found == 1 && getline(&line, &cap, f) > 0) {
-		char *sep, *end;
-
-		if (strtol(line, &end, 10) != mnt || *end != ' ' || !(sep = strstr(end, " - ")))
-			continue;
-		sep += 3;
-		snprintf(fstype, len, "%.*s", (int)strcspn(sep, " \n"), sep);
-		found = (!strcmp(fstype, "fuse") || !strcmp(fstype, "fuseblk") || !strncmp(fstype, "fuse.", 5)) ? 0 : 1;
-		break;
+		snprintf(errbuf, errlen, "can't tell what it is (%s): %s", link, strerror(e));
+		return e;
 	}
-	free(line);
-	fclose(f);
-	return found;
-}
-
-/* FUSE objects are refused before anything touches them: a stat or an
- * access check of one is a request to its server, which the client may
- * run (a user's allow_other mount), and the loop's thread would wait for
- * its answer for good (0, or a positive errno and errbuf). */
-static int deputy_fs(int fd, char *errbuf, size_t errlen)
-{
-	char fstype[64];
-	long mnt = fd_mount_id(fd);
-	int fuse = mnt < 0 ? -1 : mount_is_fuse(mnt, fstype, sizeof(fstype));
-
-	if (fuse < 0) {
-		snprintf(errbuf, errlen, "can't tell its mount from /proc/self: %s", strerror(errno ? errno : EIO));
-		return EIO;
+	if (target[0] != '/') {
+		l->kind = n >= 6 && !memcmp(target, "pipe:[", 6) ? FD_PIPE : FD_OTHER;
+		return 0;
 	}
-	if (fuse == 0) {
-		snprintf(errbuf, errlen, "on a FUSE mount (%s): nsboxd takes no host object from FUSE, whose server "
-			 "could hold the service", fstype);
-		return EXDEV;
+	l->kind = FD_PATH;
+	if (statx(fd, "", AT_EMPTY_PATH | AT_STATX_DONT_SYNC, STATX_TYPE | STATX_MNT_ID, &stx) < 0 ||
+	    !(stx.stx_mask & STATX_MNT_ID)) {
+		int e = errno ? errno : ENOSYS;
+
+		snprintf(errbuf, errlen, "statx: %s", strerror(e));
+		return e;
 	}
+	l->type = stx.stx_mode & S_IFMT;
+	l->mnt = stx.stx_mnt_id;
 	return 0;
 }
 
-/* What can be said without the client's ids: the object's type, and the
- * access mode the sandbox needs (0, or a positive errno and errbuf). */
-static int deputy_mode(int fd, bool writable, int *mode, char *errbuf, size_t errlen)
+/* FUSE's types: fuse, fuseblk, and either with a .subtype. */
+static bool fuse_type(const char *t)
 {
-	struct stat st;
+	size_t n = !strncmp(t, "fuseblk", 7) ? 7 : !strncmp(t, "fuse", 4) ? 4 : 0;
+
+	return n && (t[n] == '\0' || t[n] == '.');
+}
+
+/* Whether each of n mount ids is one of this process's mount namespace,
+ * and not FUSE: one read of /proc/self/mountinfo for all of them.
+ * Returns the index of the first refused (n when none) with errbuf and
+ * *code set, or -1 when mountinfo can't be read. */
+static long mounts_refused(const uint64_t *mnts, size_t n, int *code, char *errbuf, size_t errlen)
+{
+	char types[DEPUTY_MAX_OBJS][32];
+	bool seen[DEPUTY_MAX_OBJS] = { false };
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char *line = NULL;
+	size_t cap = 0;
+
+	if (!f)
+		return -1;
+	while (getline(&line, &cap, f) > 0) {
+		char *end, *sep;
+		unsigned long long id = strtoull(line, &end, 10);
+
+		if (*end != ' ' || !(sep = strstr(end, " - ")))
+			continue;
+		sep += 3;
+		for (size_t i = 0; i < n; i++)
+			if (!seen[i] && mnts[i] == id) {
+				seen[i] = true;
+				snprintf(types[i], sizeof(types[i]), "%.*s", (int)strcspn(sep, " \n"), sep);
+			}
+	}
+	free(line);
+	fclose(f);
+	for (size_t i = 0; i < n; i++) {
+		if (!seen[i]) {
+			*code = EXDEV;
+			snprintf(errbuf, errlen, "not on a mount of nsboxd's mount namespace (one unmounted since, or of "
+				 "another mount namespace: nsboxd must run in its clients', nsboxd(8) SYSTEMD UNIT)");
+			return (long)i;
+		}
+		if (fuse_type(types[i])) {
+			*code = EXDEV;
+			snprintf(errbuf, errlen, "on a FUSE mount (%s): nsboxd takes no host object from FUSE, whose "
+				 "server could hold the service", types[i]);
+			return (long)i;
+		}
+	}
+	return (long)n;
+}
+
+/* What can be said without the client's ids and without touching the
+ * object: its kind and type, and the access mode the sandbox needs (0, or
+ * a positive errno and errbuf). */
+static int deputy_mode(int fd, bool writable, int *mode, uint64_t *mnt, char *errbuf, size_t errlen)
+{
+	struct fd_look l;
 	int e;
 
-	if ((e = deputy_fs(fd, errbuf, errlen)))
+	if ((e = fd_look(fd, &l, errbuf, errlen)))
 		return e;
-	if (fstat(fd, &st) < 0) {
-		e = errno;
-		snprintf(errbuf, errlen, "stat: %s", strerror(e));
-		return e;
-	}
-	if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+	if (l.kind != FD_PATH || (l.type != S_IFDIR && l.type != S_IFREG)) {
 		snprintf(errbuf, errlen, "not a directory or a regular file");
 		return EINVAL;
 	}
-	*mode = R_OK | (S_ISDIR(st.st_mode) ? X_OK : 0) | (writable ? W_OK : 0);
+	*mode = R_OK | (l.type == S_IFDIR ? X_OK : 0) | (writable ? W_OK : 0);
+	*mnt = l.mnt;
 	return 0;
 }
 
@@ -158,6 +184,7 @@ int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, 
 		 size_t n_groups, size_t *failed, char *errbuf, size_t errlen)
 {
 	int modes[DEPUTY_MAX_OBJS];
+	uint64_t mnts[DEPUTY_MAX_OBJS];
 	size_t pre = n; /* the first object refused without the client's ids */
 	int pre_code = 0, dumpable, n_mine, err = 0;
 	size_t bad = 0;
@@ -172,8 +199,26 @@ int deputy_check(const struct deputy_obj *objs, size_t n, uid_t uid, gid_t gid, 
 		return E2BIG;
 	}
 	for (size_t i = 0; i < n && pre == n; i++)
-		if ((pre_code = deputy_mode(objs[i].fd, objs[i].writable, &modes[i], errbuf, errlen)))
+		if ((pre_code = deputy_mode(objs[i].fd, objs[i].writable, &modes[i], &mnts[i], errbuf, errlen)))
 			pre = i;
+	/* Their mounts, before anything touches them (the access checks
+	 * below reach the filesystem): an earlier one refused here wins. */
+	if (pre > 0) {
+		int code = 0;
+		char mb[256];
+		long m = mounts_refused(mnts, pre, &code, mb, sizeof(mb));
+
+		if (m < 0) {
+			*failed = 0;
+			snprintf(errbuf, errlen, "can't read /proc/self/mountinfo: %s", strerror(errno ? errno : EIO));
+			return EIO;
+		}
+		if ((size_t)m < pre) {
+			pre = (size_t)m;
+			pre_code = code;
+			snprintf(errbuf, errlen, "%s", mb);
+		}
+	}
 	/* The objects before it are checked with the client's ids first, as
 	 * one by one they would have been: an earlier refusal wins. */
 	if (pre == 0)
@@ -248,12 +293,10 @@ refused_pre:
 
 int deputy_check_log(int fd, char *errbuf, size_t errlen)
 {
-	struct stat st;
-	int fl = fcntl(fd, F_GETFL), e;
+	struct fd_look l;
+	int fl = fcntl(fd, F_GETFL), e, code = 0;
 
-	if ((e = deputy_fs(fd, errbuf, errlen)))
-		return e;
-	if (fl < 0 || fstat(fd, &st) < 0) {
+	if (fl < 0) {
 		snprintf(errbuf, errlen, "%s", strerror(errno));
 		return errno;
 	}
@@ -263,9 +306,21 @@ int deputy_check_log(int fd, char *errbuf, size_t errlen)
 		snprintf(errbuf, errlen, "the descriptor is not open for writing");
 		return EBADF;
 	}
-	if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode)) {
+	if ((e = fd_look(fd, &l, errbuf, errlen)))
+		return e;
+	if (l.kind == FD_PIPE)
+		return 0;
+	if (l.kind != FD_PATH || (l.type != S_IFREG && l.type != S_IFIFO)) {
 		snprintf(errbuf, errlen, "not a regular file or a pipe");
 		return EINVAL;
 	}
-	return 0;
+	switch (mounts_refused(&l.mnt, 1, &code, errbuf, errlen)) {
+	case -1:
+		snprintf(errbuf, errlen, "can't read /proc/self/mountinfo: %s", strerror(errno ? errno : EIO));
+		return EIO;
+	case 0:
+		return code;
+	default:
+		return 0;
+	}
 }

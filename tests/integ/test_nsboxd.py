@@ -5,6 +5,7 @@ import errno
 import json
 import os
 import pathlib
+import select
 import shutil
 import signal
 import socket
@@ -930,30 +931,71 @@ def test_confused_deputy_one_check_per_open(tmp_path):
         shutil.rmtree(ws)
 
 
-def mute_fuse_mount(where):
+def fuse_attr(ino, mode):
+    # struct fuse_attr: ino size blocks atime mtime ctime, then
+    # atimensec mtimensec ctimensec mode nlink uid gid rdev blksize flags
+    return struct.pack("<QQQQQQIIIIIIIIII", ino, 0, 0, 0, 0, 0, 0, 0, 0, mode, 1, 0, 0, 0, 4096, 0)
+
+
+def half_mute_fuse_mount(where, name, muted):
     """A FUSE mount at where (allow_other, as a user's fusermount with
-    user_allow_other makes one) whose server answers INIT and then nothing:
-    a stat or access check of anything on it waits for good.  Returns the
-    /dev/fuse descriptor; closing it aborts the connection (every waiting
-    request fails with ENOTCONN), then unmount."""
+    user_allow_other makes one) holding one file, f, whose server answers
+    INIT, LOOKUP, OPEN, FLUSH and RELEASE, and GETATTR until the file muted
+    exists; never ACCESS or POLL.  Attributes are never valid for long:
+    once muted, a stat or access check waits for good, and so does an
+    epoll_ctl adding f.  The server is a process of its own (in this one,
+    its thread would need the GIL that a fork holds while the child's
+    close of f waits for FLUSH's answer); `umount -f` aborts the connection
+    (every waiting request fails with ENOTCONN) and ends it.  Returns its
+    pid, to wait for."""
     import ctypes
-    libc = ctypes.CDLL(None, use_errno=True)
-    fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
-    opts = b"fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other" % fd
-    if libc.mount(b"nsbox-mute", str(where).encode(), b"fuse.mute", 0x2 | 0x4, opts) < 0:  # nosuid, nodev
-        e = ctypes.get_errno()
-        os.close(fd)
-        raise OSError(e, "mount fuse: " + os.strerror(e))
-    req = os.read(fd, 1 << 17)
-    length, opcode, unique = struct.unpack_from("<IIQ", req)
-    assert opcode == 26 and length == len(req), (opcode, length, len(req))   # FUSE_INIT
-    major, minor = struct.unpack_from("<II", req, 40)
-    # fuse_init_out: major, minor, max_readahead, flags, max_background,
-    # congestion_threshold, max_write, time_gran, max_pages, map_alignment,
-    # flags2, unused[7]; answered with the kernel's major and minor <= 31.
-    body = struct.pack("<IIIIHHIIHHI28x", major, min(minor, 31), 0, 0, 1, 1, 4096, 1, 1, 0, 0)
-    os.write(fd, struct.pack("<IiQ", 16 + len(body), 0, unique) + body)
-    return fd
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(w)
+        ok = os.read(r, 1) == b"1"
+        os.close(r)
+        if not ok:
+            os.waitpid(pid, 0)
+            raise OSError("the FUSE server could not mount " + str(where))
+        return pid
+    try:
+        os.close(r)
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open("/dev/fuse", os.O_RDWR | os.O_CLOEXEC)
+        opts = b"fd=%d,rootmode=40000,user_id=0,group_id=0,allow_other" % fd
+        if libc.mount(b"nsbox-mute", str(where).encode(), b"fuse." + name.encode(), 0x2 | 0x4, opts) < 0:
+            os._exit(1)
+        os.write(w, b"1")
+        os.close(w)
+        while True:
+            try:
+                req = os.read(fd, 1 << 17)
+            except OSError:
+                break       # aborted, or unmounted
+            _, opcode, unique = struct.unpack_from("<IIQ", req)
+            body = None
+            if opcode == 26:        # INIT: major, minor, max_readahead, flags, max_background,
+                # congestion_threshold, max_write, time_gran, max_pages, map_alignment, flags2, unused[7]
+                major, minor = struct.unpack_from("<II", req, 40)
+                body = struct.pack("<IIIIHHIIHHI28x", major, min(minor, 31), 0, 0, 1, 1, 4096, 1, 1, 0, 0)
+            elif opcode == 1:       # LOOKUP: nodeid, generation, entry_valid, attr_valid (0: stale at once)
+                body = struct.pack("<QQQQII", 2, 0, 60, 0, 0, 0) + fuse_attr(2, 0o100644)
+            elif opcode == 3 and not os.path.exists(muted):     # GETATTR: attr_valid 0, its nsec, dummy
+                nodeid = struct.unpack_from("<Q", req, 16)[0]
+                body = struct.pack("<QII", 0, 0, 0) + fuse_attr(nodeid, 0o40755 if nodeid == 1 else 0o100644)
+            elif opcode in (14, 27):    # OPEN, OPENDIR: fh, open_flags
+                body = struct.pack("<QII", 1, 0, 0)
+            elif opcode in (18, 25, 29):    # RELEASE, FLUSH, RELEASEDIR
+                body = b""
+            # GETATTR once muted, ACCESS (34), POLL (40) and the rest: never answered
+            if body is not None:
+                try:
+                    os.write(fd, struct.pack("<IiQ", 16 + len(body), 0, unique) + body)
+                except OSError:
+                    pass    # ENOENT: the request was interrupted meanwhile
+    finally:
+        os._exit(0)
 
 
 @pytest.mark.skipif(not ROOT, reason="needs root: a FUSE mount other users' requests reach (allow_other)")
@@ -962,28 +1004,46 @@ def test_fuse_objects_are_refused_before_anything_touches_them(tmp_path):
     which a client may run itself (fusermount with user_allow_other); nsboxd
     checked an OPEN's workspace and binds on its loop's thread with fstat
     and faccessat2, so a server that never answers froze the service for
-    every client.  Now a descriptor on a FUSE mount is refused by its mount
-    (/proc/self/fdinfo's mnt_id, mountinfo's type: the VFS's own records,
-    no request), before anything touches it, with an error saying so; and
-    the loop goes on serving everyone."""
+    every client.  Now nsboxd learns what a descriptor is from the kernel
+    alone (its /proc/self/fd link; statx with AT_STATX_DONT_SYNC, which FUSE
+    answers from its cache) and refuses, before anything touches it, one on
+    a FUSE mount, one on a mount not in its namespace (here a FUSE mount
+    lazily unmounted since the client opened it), and anything not a path
+    (here an epoll whose lock a client's thread holds while its epoll_ctl
+    waits on the FUSE server: reading /proc/self/fdinfo of it waited too),
+    each with an error saying so; and the loop goes on serving everyone."""
     d = Daemon("[Service]\nPoolSize=0\n[Default]\nAllowBinds=yes\n")
-    mnt = tmp_path / "mute"
+    mnt, gone = tmp_path / "mute", tmp_path / "gone"
     mnt.mkdir()
-    fuse = mute_fuse_mount(mnt)
-    obj, c = os.open(mnt, os.O_PATH), None
+    gone.mkdir()
+    muted = tmp_path / "muted"
+    servers = [half_mute_fuse_mount(mnt, "mute", muted), half_mute_fuse_mount(gone, "gone", muted)]
+    fds, c, ep = [], None, None
     try:
+        root = os.open(mnt, os.O_PATH)
+        f = os.open(mnt / "f", os.O_RDONLY)
+        left = os.open(gone / "f", os.O_PATH)
+        fds += [root, f, left]
+        subprocess.run(["umount", "-l", str(gone)], check=True)
+        muted.touch()
+        ep = select.epoll()
+        threading.Thread(target=lambda: ep.register(f, select.EPOLLIN), daemon=True).start()
+        time.sleep(0.3)     # its epoll_ctl waits on the server, holding the epoll's lock
         c = svcclient.Client(d.sock, timeout=10)
-        for req, want in (({"workspace": {"fd": 0}}, "workspace refused: on a FUSE mount (fuse.mute): "),
-                          ({"binds": [{"fd": 0, "dst": "/m"}]}, "bind /m refused: on a FUSE mount (fuse.mute): ")):
-            t0 = time.time()
+        fuse_says = "on a FUSE mount (fuse.mute): nsboxd takes no host object from FUSE"
+        for obj, req, want in (
+                (root, {"workspace": {"fd": 0}}, "workspace refused: " + fuse_says),
+                (root, {"binds": [{"fd": 0, "dst": "/m"}]}, "bind /m refused: " + fuse_says),
+                (f, {"binds": [{"fd": 0, "dst": "/m"}]}, "bind /m refused: " + fuse_says),
+                (left, {"binds": [{"fd": 0, "dst": "/m"}]},
+                 "bind /m refused: not on a mount of nsboxd's mount namespace"),
+                (ep.fileno(), {"workspace": {"fd": 0}}, "workspace refused: not a directory or a regular file")):
             try:
                 sb, m = c.open(fds=[obj], **req)
             except (socket.timeout, TimeoutError):
-                pytest.fail("nsboxd did not answer an OPEN with a FUSE descriptor in 10 s: its loop waits on "
-                            "the FUSE server")
-            assert sb is None and m.get("error") == "EXDEV" and m.get("message", "").startswith(want), m
-            assert "nsboxd takes no host object from FUSE" in m["message"], m
-            assert time.time() - t0 < 10
+                pytest.fail("nsboxd did not answer an OPEN in 10 s (%s): its loop waits on the FUSE server" % want)
+            assert sb is None and m.get("message", "").startswith(want), (want, m)
+            assert m.get("error") == ("EINVAL" if obj == ep.fileno() else "EXDEV"), m
         # The loop serves on: another client, and this one.
         other = svcclient.Client(d.sock, timeout=10)
         sb, m = other.open()
@@ -994,9 +1054,25 @@ def test_fuse_objects_are_refused_before_anything_touches_them(tmp_path):
     finally:
         if c:
             c.close()
-        os.close(obj)
-        os.close(fuse)
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        # Aborted: the waiting epoll_ctl (and, before the fix, nsboxd's
+        # fstat) fail with ENOTCONN, and the server ends.
+        subprocess.run(["umount", "-f", str(mnt)], check=False, capture_output=True)
+        time.sleep(0.2)
+        if ep:
+            ep.close()
+        for x in fds:
+            try:
+                os.close(x)
+            except OSError:     # ENOTCONN: FLUSH failed, the descriptor is closed all the same
+                pass
+        subprocess.run(["umount", "-l", str(mnt)], check=False, capture_output=True)
+        os.waitpid(servers[0], 0)
+        # The lazily unmounted one's connection ends with its last file.
+        try:
+            os.kill(servers[1], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(servers[1], 0)
         assert d.stop() == 0, d.logtext()
 
 
