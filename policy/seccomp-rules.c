@@ -86,6 +86,8 @@ const struct seccomp_rule seccomp_rules[] = {
 	 * lease-break-time (45 s) each time, while the sandbox re-takes it
 	 * (fcntl(2), Leases; red team 3). */
 	WHEN("fcntl", SRULE_EPERM, 1, LOW32, F_SETLEASE),
+	/* F_NOTIFY (dnotify): see inotify below. */
+	WHEN("fcntl", SRULE_EPERM, 1, LOW32, F_NOTIFY),
 	OTHERWISE("fcntl", SRULE_ALLOW),
 	ALLOW("flock"),
 	ALLOW("fsync"), ALLOW("fdatasync"), ALLOW("syncfs"), ALLOW("sync"), ALLOW("sync_file_range"),
@@ -110,8 +112,15 @@ const struct seccomp_rule seccomp_rules[] = {
 	ALLOW("removexattr"), ALLOW("lremovexattr"), ALLOW("fremovexattr"),
 	ALLOW("fadvise64"), ALLOW("readahead"),
 	ALLOW("sendfile"), ALLOW("copy_file_range"), ALLOW("splice"), ALLOW("tee"), ALLOW("vmsplice"),
-	ALLOW("inotify_init"), ALLOW("inotify_init1"), ALLOW("inotify_add_watch"),
-	ALLOW("inotify_rm_watch"),
+	/* inotify and dnotify report accesses to an inode from every process
+	 * on the host, and every inode of /usr, the /etc binds, the device
+	 * nodes and a root tree is shared with the host and every other
+	 * sandbox: a watch on /usr/bin named each program the host ran, and
+	 * when, and two sandboxes could signal through opens of one file
+	 * (red team 6).  No mount option or Landlock right limits a watch to
+	 * the sandbox's own files; fanotify is denied below. */
+	EPERM_("inotify_init"), EPERM_("inotify_init1"), EPERM_("inotify_add_watch"),
+	EPERM_("inotify_rm_watch"),
 	/* ioctls on the caller's stdio, which may be the user's terminal.
 	 * TIOCSTI (CVE-2017-5226) and TIOCLINUX (selection paste, the same
 	 * attack on a VT) inject input; the jail also calls setsid().

@@ -145,7 +145,8 @@ static void test_cases(void)
 		"name_to_handle_at", "setns", "unshare", "quotactl", "lookup_dcookie", "iopl", "ioperm",
 		"syslog", "vhangup", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
 		"sethostname", "setdomainname", "kcmp", "process_madvise", "nfsservctl", "uselib",
-		"_sysctl", "fanotify_init", "fanotify_mark", "setgroups",
+		"_sysctl", "fanotify_init", "fanotify_mark", "setgroups", "inotify_init", "inotify_init1",
+		"inotify_add_watch", "inotify_rm_watch",
 	};
 	static const char *const allow[] = {
 		"read", "write", "openat", "close", "newfstatat", "statx", "mmap", "mprotect",
@@ -186,10 +187,13 @@ static void test_cases(void)
 		   ev(&prog, "fcntl", 3, F_SETPIPE_SZ | (1ULL << 32)) == RET_EPERM &&
 		   ev(&prog, "fcntl", 3, F_SETLEASE) == RET_EPERM &&
 		   ev(&prog, "fcntl", 3, F_SETLEASE | (1ULL << 32)) == RET_EPERM &&
+		   ev(&prog, "fcntl", 3, F_NOTIFY) == RET_EPERM &&
+		   ev(&prog, "fcntl", 3, F_NOTIFY | (1ULL << 32)) == RET_EPERM &&
 		   ev(&prog, "fcntl", 3, F_GETLEASE) == SECCOMP_RET_ALLOW &&
 		   ev(&prog, "fcntl", 3, F_GETPIPE_SZ) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETFL) == SECCOMP_RET_ALLOW &&
 		   ev(&prog, "fcntl", 3, F_DUPFD_CLOEXEC) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETLK) == SECCOMP_RET_ALLOW,
-	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user) and F_SETLEASE (host writers wait) EPERM, the rest ALLOW");
+	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user), F_SETLEASE (host writers wait) and F_NOTIFY (host accesses) "
+	   "EPERM, the rest ALLOW");
 	/* RLIMIT_CORE stays 1, the value at which the kernel runs no
 	 * core_pattern pipe helper (payload.c): read, never set. */
 	ok(ev3(&prog, "prlimit64", 0, RLIMIT_CORE, 0x7ffd0000) == RET_EPERM &&
