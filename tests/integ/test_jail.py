@@ -503,3 +503,22 @@ def test_host_accesses_to_shared_inodes_cannot_be_watched(tmp_path):
     assert "inotify Operation not permitted" in out, (out, err)
     assert "dnotify Operation not permitted" in out, (out, err)
     assert "inotify-bytes 0 dnotify-signals 0" in out, (out, err)
+
+
+def test_locks_of_the_host_and_other_sandboxes_are_not_listed(tmp_path):
+    # /proc/locks lists every OFD lock on the host whatever the reader's pid
+    # namespace: the device, inode and range of a host file no path inside
+    # names, and, through the ranges of a lock on a file of its own, a
+    # channel from one sandbox to every other.
+    import fcntl
+    import struct
+    path = tmp_path / "held"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 4242, 17, 0))
+        ino = os.stat(path).st_ino
+        rc, out, err = run(["run", "--", "/bin/sh", "-c", "cat /proc/locks; echo end"])
+    finally:
+        os.close(fd)
+    assert rc == 0 and out.endswith("end\n"), (rc, out, err)
+    assert f":{ino} " not in out and "OFDLCK" not in out, out
