@@ -522,3 +522,28 @@ def test_locks_of_the_host_and_other_sandboxes_are_not_listed(tmp_path):
         os.close(fd)
     assert rc == 0 and out.endswith("end\n"), (rc, out, err)
     assert f":{ino} " not in out and "OFDLCK" not in out, out
+
+
+NETLINK_PROTOCOLS = r"""
+import errno, socket
+opened, other = [], set()
+for proto in range(32):
+    try:
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, proto).close()
+        opened.append(proto)
+    except OSError as e:
+        if proto:
+            other.add(errno.errorcode[e.errno])
+print("opened", opened, "refused", sorted(other))
+print("if_nameindex", [n for _, n in socket.if_nameindex()])
+"""
+
+
+def test_only_netlink_route_opens():
+    # Any other netlink protocol, and a generic netlink or sock_diag family
+    # named on one, makes the kernel load the module that serves it, as root
+    # on the host (net-pf-16-proto-N: scsi_transport_iscsi, CVE-2021-27365).
+    rc, out, err = run(["python", "-c", NETLINK_PROTOCOLS])
+    assert rc == 0, err
+    assert "opened [0] refused ['EPERM']" in out, out
+    assert "if_nameindex ['lo']" in out, out
