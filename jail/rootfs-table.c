@@ -40,7 +40,13 @@ static const char *const skip_top[] = { ".",         "..",   "proc", "dev",  "sy
 static const char *const proc_masked[] = { "keys", "key-users", "timer_list", "sched_debug", "latency_stats",
 					   "timer_stats", "kcore", "sysrq-trigger",
 					   /* the host's boot command line: root=UUID=, host names */
-					   "cmdline" };
+					   "cmdline",
+					   /* every OFD lock on the host (fs/locks.c shows those
+					    * whatever the pid namespace): device, inode and range
+					    * of the files the host's and other sandboxes' processes
+					    * lock, and a channel between sandboxes through the
+					    * ranges of a lock on a file of their own */
+					   "locks" };
 static const char *const proc_masked_root[] = { "kpagecount", "kpageflags", "kpagecgroup", "slabinfo",
 						"pagetypeinfo", "vmallocinfo", "iomem", "mtrr" };
 

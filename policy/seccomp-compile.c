@@ -43,8 +43,9 @@ struct leaf {
 	uint32_t ret; /* the action, when !complex */
 	/* when complex: (arg & mask) == vals[i] -> rets[i], else other; a row
 	 * with sets[i] (1 + an argument's index) only when that argument is
-	 * non-zero, else other */
+	 * non-zero (zero when zeros[i]), else other */
 	unsigned int arg, n, sets[MAX_VALS];
+	bool zeros[MAX_VALS];
 	uint64_t mask, vals[MAX_VALS];
 	uint32_t rets[MAX_VALS], other;
 };
@@ -130,7 +131,8 @@ static void emit_complex(struct code *c, const struct leaf *l)
 	/* Per row: [ld hi; and; jeq ->] ld lo; and; jeq -> the row's tail,
 	 * else the next row.  The tail is ret, or for a row with sets[i]:
 	 * ld lo of that argument; jeq 0 -> ld hi; jeq 0 -> ret other; and
-	 * ret the row's action for a non-zero word. */
+	 * ret the row's action for a non-zero word (the two returns swapped
+	 * for zeros[i]). */
 	for (i = 0; i < l->n; i++) {
 		uint8_t lo_len = mlo == 0xffffffffU ? 1 : 2, tail = l->sets[i] ? 6 : 1;
 
@@ -146,9 +148,9 @@ static void emit_complex(struct code *c, const struct leaf *l)
 			emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, 3, 0);
 			emit(c, BPF_LD | BPF_W | BPF_ABS, 0, 0, ARG_HI(l->sets[i] - 1));
 			emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0);
-			emit(c, BPF_RET | BPF_K, 0, 0, l->other);
+			emit(c, BPF_RET | BPF_K, 0, 0, l->zeros[i] ? l->rets[i] : l->other);
 		}
-		emit(c, BPF_RET | BPF_K, 0, 0, l->rets[i]);
+		emit(c, BPF_RET | BPF_K, 0, 0, l->sets[i] && l->zeros[i] ? l->other : l->rets[i]);
 	}
 	emit(c, BPF_RET | BPF_K, 0, 0, l->other);
 }
@@ -350,6 +352,7 @@ static int classify(const struct seccomp_rule *rules, size_t nrules, struct leaf
 					       (unsigned long long)s->value);
 		l->vals[l->n] = s->value;
 		l->sets[l->n] = s->if_set;
+		l->zeros[l->n] = s->if_set && s->if_zero;
 		l->rets[l->n++] = seccomp_rule_ret(s->action, log);
 	}
 	for (size_t i = 0; i < NR_LIMIT; i++)

@@ -54,7 +54,9 @@
 #define ENOSYS_(n) { n, SRULE_ENOSYS, SRULE_ANY, 0, 0, 0, 0 }
 #define WHEN(n, act, a, m, v) { n, act, SRULE_MASKED_EQ, a, m, v, 0 }
 /* WHEN, and argument a2 non-zero; with a2 zero, the OTHERWISE row decides. */
-#define WHEN_SET(n, act, a, m, v, a2) { n, act, SRULE_MASKED_EQ, a, m, v, (a2) + 1 }
+#define WHEN_SET(n, act, a, m, v, a2) { n, act, SRULE_MASKED_EQ, a, m, v, (a2) + 1, false }
+/* WHEN, and argument a2 zero; with a2 non-zero, the OTHERWISE row decides. */
+#define WHEN_ZERO(n, act, a, m, v, a2) { n, act, SRULE_MASKED_EQ, a, m, v, (a2) + 1, true }
 #define OTHERWISE(n, act) { n, act, SRULE_OTHERWISE, 0, 0, 0, 0 }
 /* Allowed unless the mode argument carries S_ISUID or S_ISGID. */
 #define NOSUID_MODE(n, a) WHEN(n, SRULE_EPERM, a, 06000, 04000), WHEN(n, SRULE_EPERM, a, 06000, 02000), \
@@ -86,6 +88,8 @@ const struct seccomp_rule seccomp_rules[] = {
 	 * lease-break-time (45 s) each time, while the sandbox re-takes it
 	 * (fcntl(2), Leases; red team 3). */
 	WHEN("fcntl", SRULE_EPERM, 1, LOW32, F_SETLEASE),
+	/* F_NOTIFY (dnotify): see inotify below. */
+	WHEN("fcntl", SRULE_EPERM, 1, LOW32, F_NOTIFY),
 	OTHERWISE("fcntl", SRULE_ALLOW),
 	ALLOW("flock"),
 	ALLOW("fsync"), ALLOW("fdatasync"), ALLOW("syncfs"), ALLOW("sync"), ALLOW("sync_file_range"),
@@ -110,8 +114,15 @@ const struct seccomp_rule seccomp_rules[] = {
 	ALLOW("removexattr"), ALLOW("lremovexattr"), ALLOW("fremovexattr"),
 	ALLOW("fadvise64"), ALLOW("readahead"),
 	ALLOW("sendfile"), ALLOW("copy_file_range"), ALLOW("splice"), ALLOW("tee"), ALLOW("vmsplice"),
-	ALLOW("inotify_init"), ALLOW("inotify_init1"), ALLOW("inotify_add_watch"),
-	ALLOW("inotify_rm_watch"),
+	/* inotify and dnotify report accesses to an inode from every process
+	 * on the host, and every inode of /usr, the /etc binds, the device
+	 * nodes and a root tree is shared with the host and every other
+	 * sandbox: a watch on /usr/bin named each program the host ran, and
+	 * when, and two sandboxes could signal through opens of one file
+	 * (red team 6).  No mount option or Landlock right limits a watch to
+	 * the sandbox's own files; fanotify is denied below. */
+	EPERM_("inotify_init"), EPERM_("inotify_init1"), EPERM_("inotify_add_watch"),
+	EPERM_("inotify_rm_watch"),
 	/* ioctls on the caller's stdio, which may be the user's terminal.
 	 * TIOCSTI (CVE-2017-5226) and TIOCLINUX (selection paste, the same
 	 * attack on a VT) inject input; the jail also calls setsid().
@@ -128,11 +139,17 @@ const struct seccomp_rule seccomp_rules[] = {
 	/* socket(): the families CPython and the shell tools use.  The empty
 	 * network namespace cuts IP; AF_VSOCK is not namespaced and reaches the
 	 * hypervisor, so everything else is denied (as Docker's profile does
-	 * for AF_VSOCK). */
+	 * for AF_VSOCK).  Netlink: NETLINK_ROUTE (protocol 0) only, what
+	 * getifaddrs, if_nameindex, getaddrinfo's AI_ADDRCONFIG and ip(8)
+	 * use.  Creating a socket of any other protocol, or naming a generic
+	 * netlink family or a sock_diag family, makes the kernel load the
+	 * module that serves it (net-pf-16-proto-N: scsi_transport_iscsi,
+	 * the way in of CVE-2021-27365, rdma, crypto_user, tipc, ...), as
+	 * root on the host, for any unprivileged caller. */
 	WHEN("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_UNIX),
 	WHEN("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_INET),
 	WHEN("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_INET6),
-	WHEN("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_NETLINK),
+	WHEN_ZERO("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_NETLINK, 2),
 	OTHERWISE("socket", SRULE_EPERM),
 
 	/* Memory.  mbind/set_mempolicy/get_mempolicy: numpy and OpenBLAS. */
@@ -296,10 +313,12 @@ static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name,
 }
 
 /* A row with if_set: its condition and argument if_set - 1 compared to 0
- * (op: SCMP_CMP_NE for the row itself, SCMP_CMP_EQ for its complement). */
+ * (the row itself when complement is false, else its complement: the
+ * OTHERWISE action's share of the row's value). */
 static int add_rule_set(scmp_filter_ctx ctx, uint32_t act, int nr, const struct seccomp_rule *s,
-			enum scmp_compare op, struct nsbox_err *err)
+			bool complement, struct nsbox_err *err)
 {
+	enum scmp_compare op = s->if_zero != complement ? SCMP_CMP_EQ : SCMP_CMP_NE;
 	struct scmp_arg_cmp cmp[2] = { SCMP_CMP(s->arg, SCMP_CMP_MASKED_EQ, s->mask, s->value),
 				       SCMP_CMP(s->if_set - 1, op, 0) };
 	int r;
@@ -365,9 +384,10 @@ static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *
 		arg = s->arg;
 		mask = s->mask;
 		vals[n++] = s->value;
-		/* The row's value with its other argument zero is OTHERWISE's
-		 * too: the trie below leaves the value out. */
-		if (s->if_set && (r = add_rule_set(ctx, act, nr, s, SCMP_CMP_EQ, err)) < 0)
+		/* The row's value with its other argument zero (non-zero for
+		 * if_zero) is OTHERWISE's too: the trie below leaves the value
+		 * out. */
+		if (s->if_set && (r = add_rule_set(ctx, act, nr, s, true, err)) < 0)
 			return r;
 	}
 	if (n == 0 || mask == 0)
@@ -421,7 +441,7 @@ static int add_table(scmp_filter_ctx ctx, const struct nsbox_policy *p, uint32_t
 		case SRULE_MASKED_EQ:
 			if (s->arg > 5 || s->mask == 0 || s->if_set > 6 || s->if_set == s->arg + 1)
 				return err_set(err, EINVAL, "seccomp: %s: bad condition", s->name);
-			r = s->if_set ? add_rule_set(ctx, act, nr, s, SCMP_CMP_NE, err)
+			r = s->if_set ? add_rule_set(ctx, act, nr, s, false, err)
 				      : add_rule(ctx, act, nr, s->name, 1, s->arg, s->mask, s->value, err);
 			break;
 		case SRULE_OTHERWISE:

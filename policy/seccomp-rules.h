@@ -9,6 +9,7 @@
 #ifndef NSBOX_SECCOMP_RULES_H
 #define NSBOX_SECCOMP_RULES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <linux/filter.h>
@@ -41,8 +42,11 @@ struct seccomp_rule {
 	/* 0, or 1 + the index of an argument that must be non-zero for an
 	 * SRULE_MASKED_EQ row to match (prlimit64's new limit: a set, not a
 	 * get); a call matching the row's condition with that argument zero
-	 * gets the syscall's OTHERWISE action. */
+	 * gets the syscall's OTHERWISE action.  With if_zero, the argument
+	 * must be zero instead (socket's protocol), and a non-zero one gets
+	 * OTHERWISE's. */
 	unsigned int if_set;
+	bool if_zero;
 };
 
 /* The allowlist.  Rows for one syscall with conditions are complementary

@@ -445,3 +445,105 @@ def test_payload_runs_on_the_callers_cpus():
     p = subprocess.run(["taskset", "-c", one, NSBOX, "run", "--", "grep", "^Cpus_allowed_list", "/proc/self/status"],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.split()[-1] == one, (p.stdout, p.stderr)
+
+
+WATCH_SHARED = r"""
+import ctypes, fcntl, os, select, signal, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+got = []
+fd = libc.inotify_init1(os.O_NONBLOCK)
+if fd < 0:
+    print("inotify", os.strerror(ctypes.get_errno()))
+else:
+    for p in (b"/usr/bin", b"/etc/ld.so.cache", b"/dev/null"):
+        if libc.inotify_add_watch(fd, p, 0xfff) < 0:
+            print("watch", p, os.strerror(ctypes.get_errno()))
+n = [0]
+signal.signal(signal.SIGRTMIN + 1, lambda *a: n.__setitem__(0, n[0] + 1))
+d = os.open("/usr/bin", os.O_RDONLY | os.O_DIRECTORY)
+try:
+    fcntl.fcntl(d, fcntl.F_SETSIG, signal.SIGRTMIN + 1)
+    fcntl.fcntl(d, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MODIFY | fcntl.DN_MULTISHOT)
+except OSError as e:
+    print("dnotify", e.strerror)
+print("ready", flush=True)
+sys.stdin.readline()
+time.sleep(0.3)
+if fd >= 0 and select.select([fd], [], [], 0)[0]:
+    got.append(len(os.read(fd, 65536)))
+print("inotify-bytes", sum(got), "dnotify-signals", n[0], flush=True)
+"""
+
+
+def test_host_accesses_to_shared_inodes_cannot_be_watched(tmp_path):
+    # /usr, the /etc binds and the device nodes are the host's own inodes,
+    # shared with every sandbox: inotify and dnotify on them reported each
+    # program the host ran (IN_OPEN on /usr/bin/NAME, /etc/ld.so.cache) and
+    # its writes to /dev/null, and let two sandboxes signal each other.
+    script = tmp_path / "watch.py"
+    script.write_text(WATCH_SHARED)
+    p = subprocess.Popen([NSBOX, "run", "--ro-bind", f"{tmp_path}:/t", "--", "/usr/bin/python3", "/t/watch.py"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = []
+        while not first or first[-1] not in ("ready\n", ""):
+            first.append(p.stdout.readline())
+        for _ in range(3):
+            subprocess.run(["/usr/bin/true"], check=True)
+            with open("/usr/bin/true", "rb") as f:
+                f.read(1)
+            with open("/dev/null", "w") as f:
+                f.write("x")
+        p.stdin.write("\n")
+        p.stdin.flush()
+        out, err = p.communicate(timeout=60)
+        out = "".join(first) + out
+    finally:
+        p.kill()
+    assert "inotify Operation not permitted" in out, (out, err)
+    assert "dnotify Operation not permitted" in out, (out, err)
+    assert "inotify-bytes 0 dnotify-signals 0" in out, (out, err)
+
+
+def test_locks_of_the_host_and_other_sandboxes_are_not_listed(tmp_path):
+    # /proc/locks lists every OFD lock on the host whatever the reader's pid
+    # namespace: the device, inode and range of a host file no path inside
+    # names, and, through the ranges of a lock on a file of its own, a
+    # channel from one sandbox to every other.
+    import fcntl
+    import struct
+    path = tmp_path / "held"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.fcntl(fd, fcntl.F_OFD_SETLK, struct.pack("hhqqi", fcntl.F_WRLCK, 0, 4242, 17, 0))
+        ino = os.stat(path).st_ino
+        rc, out, err = run(["run", "--", "/bin/sh", "-c", "cat /proc/locks; echo end"])
+    finally:
+        os.close(fd)
+    assert rc == 0 and out.endswith("end\n"), (rc, out, err)
+    assert f":{ino} " not in out and "OFDLCK" not in out, out
+
+
+NETLINK_PROTOCOLS = r"""
+import errno, socket
+opened, other = [], set()
+for proto in range(32):
+    try:
+        socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, proto).close()
+        opened.append(proto)
+    except OSError as e:
+        if proto:
+            other.add(errno.errorcode[e.errno])
+print("opened", opened, "refused", sorted(other))
+print("if_nameindex", [n for _, n in socket.if_nameindex()])
+"""
+
+
+def test_only_netlink_route_opens():
+    # Any other netlink protocol, and a generic netlink or sock_diag family
+    # named on one, makes the kernel load the module that serves it, as root
+    # on the host (net-pf-16-proto-N: scsi_transport_iscsi, CVE-2021-27365).
+    rc, out, err = run(["python", "-c", NETLINK_PROTOCOLS])
+    assert rc == 0, err
+    assert "opened [0] refused ['EPERM']" in out, out
+    assert "if_nameindex ['lo']" in out, out

@@ -20,10 +20,18 @@
 
 static void show_file(const char *key, const char *path)
 {
-	char buf[8192];
+	char buf[16384];
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+	ssize_t n = fd < 0 ? -1 : 0, r;
 
+	/* A seq_file (mountinfo) gives a page per read. */
+	while (fd >= 0 && (size_t)n < sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - n)) != 0) {
+		if (r < 0) {
+			n = -1;
+			break;
+		}
+		n += r;
+	}
 	if (fd >= 0)
 		close(fd);
 	printf("\"%s\": \"", key);

@@ -73,7 +73,8 @@ int main(void)
 
 	/* /proc masks: the mode-0400 ones only when the user is host root. */
 	n = rootfs_proc_masked(false, v, ARRAY_SIZE(v));
-	ok(has(v, n, "kcore") && has(v, n, "sysrq-trigger") && has(v, n, "keys") && !has(v, n, "kpageflags"),
+	ok(has(v, n, "kcore") && has(v, n, "sysrq-trigger") && has(v, n, "keys") && has(v, n, "locks") &&
+		   !has(v, n, "kpageflags"),
 	   "proc masks for an unprivileged host user (%zu)", n);
 	size_t nroot = rootfs_proc_masked(true, v, ARRAY_SIZE(v));
 	ok(nroot > n && has(v, nroot, "kpageflags") && has(v, nroot, "iomem") && has(v, nroot, "kcore"),

@@ -124,7 +124,7 @@ static void equivalent(const struct seccomp_prog *ref, const struct seccomp_prog
 			}
 		}
 	}
-	/* A row that matches only with another argument non-zero: its value
+	/* A row that matches only with another argument non-zero (or zero): its value
 	 * (any bits outside the mask) with that argument zero and over the
 	 * values, and that argument zero with the first over the values. */
 	for (size_t i = 0; i < seccomp_n_rules; i++) {
@@ -188,7 +188,8 @@ static uint32_t table_says(const struct syn *t, bool log, const struct seccomp_d
 			continue;
 		}
 		cond = true;
-		if ((d->args[r->arg] & r->mask) == r->value && (!r->if_set || d->args[r->if_set - 1]))
+		if ((d->args[r->arg] & r->mask) == r->value &&
+		    (!r->if_set || (d->args[r->if_set - 1] != 0) != r->if_zero))
 			return seccomp_rule_ret(r->action, log);
 	}
 	return cond ? other : def;
@@ -253,8 +254,10 @@ static void syn_make(struct syn *t)
 				vals[k++] = v;
 				t->rows[t->n++] = (struct seccomp_rule){
 					name, acts[rand64() % 3], SRULE_MASKED_EQ, arg, mask, v,
-					/* now and then only with another argument set */
-					rand64() % 4 ? 0 : 1 + (arg + 1 + (unsigned int)(rand64() % 5)) % 6
+					/* now and then only with another argument set, or
+					 * zero */
+					rand64() % 4 ? 0 : 1 + (arg + 1 + (unsigned int)(rand64() % 5)) % 6,
+					rand64() % 2 == 0
 				};
 			}
 			if (where == 1)

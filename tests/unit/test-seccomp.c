@@ -145,7 +145,8 @@ static void test_cases(void)
 		"name_to_handle_at", "setns", "unshare", "quotactl", "lookup_dcookie", "iopl", "ioperm",
 		"syslog", "vhangup", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
 		"sethostname", "setdomainname", "kcmp", "process_madvise", "nfsservctl", "uselib",
-		"_sysctl", "fanotify_init", "fanotify_mark", "setgroups",
+		"_sysctl", "fanotify_init", "fanotify_mark", "setgroups", "inotify_init", "inotify_init1",
+		"inotify_add_watch", "inotify_rm_watch",
 	};
 	static const char *const allow[] = {
 		"read", "write", "openat", "close", "newfstatat", "statx", "mmap", "mprotect",
@@ -175,8 +176,16 @@ static void test_cases(void)
 	/* socket: unix, inet, inet6 and netlink only; AF_VSOCK reaches the
 	 * hypervisor (not namespaced). */
 	ok(ev(&prog, "socket", 1, 1) == SECCOMP_RET_ALLOW && ev(&prog, "socket", 2, 1) == SECCOMP_RET_ALLOW &&
-		   ev(&prog, "socket", 10, 2) == SECCOMP_RET_ALLOW && ev(&prog, "socket", 16, 3) == SECCOMP_RET_ALLOW,
-	   "socket(AF_UNIX, AF_INET, AF_INET6, AF_NETLINK): ALLOW");
+		   ev(&prog, "socket", 10, 2) == SECCOMP_RET_ALLOW && ev3(&prog, "socket", 16, 3, 0) == SECCOMP_RET_ALLOW,
+	   "socket(AF_UNIX, AF_INET, AF_INET6, AF_NETLINK NETLINK_ROUTE): ALLOW");
+	/* Netlink protocols but NETLINK_ROUTE load the module serving them. */
+	bad = 0;
+	for (uint64_t proto = 1; proto < 64; proto++)
+		if (ev3(&prog, "socket", 16, 3, proto) != RET_EPERM || ev3(&prog, "socket", 16, 2, proto << 32) != RET_EPERM)
+			bad++;
+	ok(bad == 0 && ev3(&prog, "socket", 16 | (1ULL << 40), 3, 0) == SECCOMP_RET_ALLOW &&
+		   ev3(&prog, "socket", 1, 1, 5) == SECCOMP_RET_ALLOW,
+	   "socket(AF_NETLINK, any protocol but NETLINK_ROUTE, also in the high word): EPERM");
 	/* Host-wide and per-user budgets (README, the budget table). */
 	ok(ev(&prog, "io_setup", 1, 0) == RET_ENOSYS && ev(&prog, "io_submit", 0, 1) == RET_ENOSYS &&
 		   ev(&prog, "io_getevents", 0, 1) == RET_ENOSYS && ev(&prog, "io_destroy", 0, 0) == RET_ENOSYS &&
@@ -186,10 +195,13 @@ static void test_cases(void)
 		   ev(&prog, "fcntl", 3, F_SETPIPE_SZ | (1ULL << 32)) == RET_EPERM &&
 		   ev(&prog, "fcntl", 3, F_SETLEASE) == RET_EPERM &&
 		   ev(&prog, "fcntl", 3, F_SETLEASE | (1ULL << 32)) == RET_EPERM &&
+		   ev(&prog, "fcntl", 3, F_NOTIFY) == RET_EPERM &&
+		   ev(&prog, "fcntl", 3, F_NOTIFY | (1ULL << 32)) == RET_EPERM &&
 		   ev(&prog, "fcntl", 3, F_GETLEASE) == SECCOMP_RET_ALLOW &&
 		   ev(&prog, "fcntl", 3, F_GETPIPE_SZ) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETFL) == SECCOMP_RET_ALLOW &&
 		   ev(&prog, "fcntl", 3, F_DUPFD_CLOEXEC) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETLK) == SECCOMP_RET_ALLOW,
-	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user) and F_SETLEASE (host writers wait) EPERM, the rest ALLOW");
+	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user), F_SETLEASE (host writers wait) and F_NOTIFY (host accesses) "
+	   "EPERM, the rest ALLOW");
 	/* RLIMIT_CORE stays 1, the value at which the kernel runs no
 	 * core_pattern pipe helper (payload.c): read, never set. */
 	ok(ev3(&prog, "prlimit64", 0, RLIMIT_CORE, 0x7ffd0000) == RET_EPERM &&
@@ -217,7 +229,7 @@ static void test_cases(void)
 		uint32_t want = (fam == AF_UNIX || fam == AF_INET || fam == AF_INET6 || fam == AF_NETLINK) ?
 					SECCOMP_RET_ALLOW : RET_EPERM;
 
-		if (ev(&prog, "socket", fam, 1) != want || ev(&prog, "socket", fam | (fam << 40), 1) != want)
+		if (ev3(&prog, "socket", fam, 1, 0) != want || ev3(&prog, "socket", fam | (fam << 40), 1, 0) != want)
 			bad++;
 	}
 	ok(bad == 0, "socket sweep (all 16-bit families, also with high bits): only unix/inet/inet6/netlink");
