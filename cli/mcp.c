@@ -114,6 +114,7 @@ static void on_stop_signal(int sig)
 	int saved = errno;
 
 	stop_signal = sig;
+	cli_tool_stop = 1; /* a --tool command running now is stopped */
 	if (stop_pipe[1] >= 0)
 		(void)!write(stop_pipe[1], "", 1);
 	errno = saved;
@@ -1053,11 +1054,12 @@ static void answer_tool_call(struct server *srv, nsbox_session_t *s, const struc
 	for (size_t k = 0; k < srv->n_tools; k++)
 		if (!strcmp(srv->tools[k].name, ev->tool))
 			t = &srv->tools[k];
-	/* The command blocks the loop while it runs: host tools are the
-	 * user's own, short programs. */
+	/* The command blocks the loop while it runs (host tools are the
+	 * user's own, short programs), at most to the exec's time limit or a
+	 * stop signal. */
 	if (!t)
 		error = strdup("no such tool");
-	else if (cli_tool_run((void *)t, ev->tool, ev->args_json, &result, &error) != 0 && !error)
+	else if (cli_tool_call(t, s, ev->tool, ev->args_json, &result, &error) != 0 && !error)
 		error = strdup("the tool failed");
 	answer(s, ev->call_id, ev->tool, result, error ? error : result ? NULL : "out of memory");
 	free(result);

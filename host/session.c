@@ -1254,6 +1254,10 @@ int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value
 		return err_set(err, EINVAL, "no tool call %u is waiting for an answer", call_id);
 	name = x->pending[i].tool;
 	x->pending[i] = x->pending[--x->n_pending];
+	/* A cancel asked for while the tool ran (the signal that stopped
+	 * it, too) reaches the code before the tool's answer does. */
+	if (!x->cancelled && atomic_exchange(&s->cancel_req, false))
+		on_cancel(s);
 	if (x->soft && now_ns() >= x->soft) {
 		/* Past the time limit (a tool that returned late, or an event
 		 * loop answering after the deadline): the code is cancelled

@@ -760,6 +760,55 @@ def test_sigterm_stops_a_server_whose_client_does_not_read():
             f.close()
 
 
+def _sleeps(tag):
+    """The pids of `sleep TAG` processes."""
+    return [pid for pid in _procs_with(tag) if _cmdline(pid) == b"sleep\0" + tag.encode() + b"\0"]
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def test_a_host_tool_command_ends_at_the_time_limit_and_on_sigterm():
+    # A --tool command runs on the server's only thread: it ran to its own
+    # end (30 s here) past run_python's timeout_s, and SIGTERM waited for
+    # it.  Now its process group is killed at the limit, and on SIGTERM.
+    tag = "33.%d" % os.getpid()
+    tool = "slow=sleep %s; echo 1" % tag
+    t0 = time.time()
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": "slow()",
+                                                                               "timeout_s": 1}})],
+                       "--tool", tool)
+    assert rc == 0 and time.time() - t0 < 15, (rc, time.time() - t0, err)
+    assert "time limit" in out[0]["result"]["content"][0]["text"], out
+    assert not _sleeps(tag)
+    p = subprocess.Popen([NSBOX, "mcp", "--tool", tool], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {"code": "slow()"}}) + "\n").encode())
+        p.stdin.flush()
+        for _ in range(100):
+            if _sleeps(tag):
+                break
+            time.sleep(0.1)
+        assert _sleeps(tag)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == -signal.SIGTERM
+        assert not _sleeps(tag)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            f.close()
+        for pid in _sleeps(tag):
+            os.kill(pid, 9)
+
+
 def test_a_client_that_stops_reading_does_not_stretch_the_time_limit():
     # The time limit is enforced by the loop that advances the exec; while
     # the server waited to write to a client that stopped reading (pings
