@@ -1142,7 +1142,10 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 		}
 		for (size_t j = 0; j < srv->n_pend; j++) {
 			double left = srv->pend[j].deadline - now();
-			int w = cli_poll_ms(left);
+			/* A server found stopped by a write (forward_call's, a
+			 * cancel's) is not polled: its calls are answered now,
+			 * not at their deadline. */
+			int w = srv->pend[j].u->fd < 0 ? 0 : cli_poll_ms(left);
 
 			if (wait < 0 || w < wait)
 				wait = w;

@@ -475,7 +475,7 @@ def test_code_mode_oversize_message(node):
 # tools/list is in the file argv[1] (JSON); tools/call answers argv[2][name]
 # (a JSON-RPC response's members, JSON) or echoes the arguments.
 RAW_UP = r'''
-import json, sys, threading
+import json, os, socket, sys, threading, time
 tools, answers = json.load(open(sys.argv[1])), json.loads(sys.argv[2])
 def flood(n):
     # answers["$flood"]: n responses nobody asked for, once listed
@@ -493,6 +493,11 @@ for line in sys.stdin:
                         "serverInfo": {"name": "raw", "version": "0"}}}
     elif m["method"] == "tools/list":
         r = {"result": {"tools": tools}}
+    elif m["method"] == "tools/call" and m["params"]["name"] == answers.get("$deaf"):
+        # answers["$deaf"]: a tool whose call is never answered, and after
+        # which the server reads no more (writes to it fail) but lives on
+        socket.socket(fileno=0).shutdown(socket.SHUT_RD)
+        time.sleep(600)
     elif m["method"] == "tools/call":
         r = answers.get(m["params"]["name"]) or {"result": {"content": [
             {"type": "text", "text": json.dumps(m["params"].get("arguments"))}]}}
@@ -538,6 +543,30 @@ def test_code_mode_text_cut_inside_a_character(tmp_path):
     desc = out[0]["result"]["tools"][0]["description"]
     assert "\n- u.short(**kwargs): " + "a" * 199 + "\n" in desc, desc
     assert out[1]["result"] == {"content": [{"type": "text", "text": "(['eee', 'ccc'], True)"}], "isError": False}
+    assert _procs_with(tag) == []
+
+
+def test_code_mode_calls_to_a_server_found_stopped_by_a_write_end_at_once(tmp_path):
+    # A server found stopped by a write (here: it reads no more, the next
+    # call's write fails) is not polled any more: the calls still waiting
+    # for it were answered only at --mcp-timeout (30 s here), the code
+    # held until then.  Now at once.
+    tools = [{"name": "deaf", "inputSchema": {"type": "object"}},
+             {"name": "echo", "inputSchema": {"type": "object"}}]
+    args, tag = _raw_up(tmp_path, tools, {"$deaf": "deaf"})
+    code = ("import threading, time\nr = {}\ndef a():\n    try:\n        u.deaf()\n"
+            "    except Exception as e:\n        r['deaf'] = str(e)\n"
+            "t = threading.Thread(target=a)\nt.start()\ntime.sleep(1)\n"
+            "try:\n    u.echo()\nexcept Exception as e:\n    r['echo'] = str(e)\nt.join()\nr")
+    t0 = time.time()
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": code, "timeout_s": 50}})],
+                       "--mcp-timeout", "30", *args)
+    took = time.time() - t0
+    assert rc == 0, err
+    text = out[0]["result"]["content"][0]["text"]
+    assert "u.deaf(): the MCP server u stopped during the call" in text, text
+    assert "u.echo(): the MCP server u is not running" in text, text
+    assert took < 15, (took, text)
     assert _procs_with(tag) == []
 
 
