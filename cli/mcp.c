@@ -1029,6 +1029,8 @@ static void pump_up(struct server *srv, const struct pollfd *p)
 
 		if (srv->up[k].fd < 0 || !p[k].revents)
 			continue;
+		if (p[k].revents & POLLOUT)
+			mcpup_flush(&srv->up[k]);
 		got = json_array();
 		if (mcpup_pump(&srv->up[k], got) < 0)
 			fprintf(stderr, "nsbox mcp: the MCP server %s stopped: %s\n", srv->up[k].name, srv->up[k].why);
@@ -1157,7 +1159,8 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 				wait = w;
 		}
 		for (size_t j = 0; j < srv->n_up; j++)
-			p[2 + j] = (struct pollfd){ srv->up[j].fd, POLLIN, 0 };
+			p[2 + j] = (struct pollfd){ srv->up[j].fd,
+						    POLLIN | (mcpup_wants_write(&srv->up[j]) ? POLLOUT : 0), 0 };
 		/* Until the stop is seen (then the grace's timeout wakes us). */
 		p[2 + srv->n_up] = (struct pollfd){ stop_at > 0 ? -1 : stop_pipe[0], POLLIN, 0 };
 		/* Our stdout: POLLERR once the client closed its end.  A client
@@ -3041,7 +3044,8 @@ bad_value:
 		/* The other servers are read between calls too: their
 		 * notifications must not fill the socket. */
 		for (size_t k = 0; k < srv.n_up; k++)
-			pf[1 + k] = (struct pollfd){ srv.up[k].fd, POLLIN, 0 };
+			pf[1 + k] = (struct pollfd){ srv.up[k].fd, POLLIN | (mcpup_wants_write(&srv.up[k]) ? POLLOUT : 0),
+						     0 };
 		pf[1 + srv.n_up] = (struct pollfd){ stop_pipe[0], POLLIN, 0 };
 		if (poll(pf, 2 + srv.n_up, next < 0 ? -1 : cli_poll_ms(next)) < 0 && errno != EINTR)
 			break;

@@ -498,6 +498,9 @@ for line in sys.stdin:
         # which the server reads no more (writes to it fail) but lives on
         socket.socket(fileno=0).shutdown(socket.SHUT_RD)
         time.sleep(600)
+    elif m["method"] == "tools/call" and m["params"]["name"] == answers.get("$busy"):
+        time.sleep(answers["$busy_s"])  # answers["$busy"]: a call during which it reads nothing
+        r = {"result": {"content": [{"type": "text", "text": "done"}]}}
     elif m["method"] == "tools/call":
         r = answers.get(m["params"]["name"]) or {"result": {"content": [
             {"type": "text", "text": json.dumps(m["params"].get("arguments"))}]}}
@@ -567,6 +570,45 @@ def test_code_mode_calls_to_a_server_found_stopped_by_a_write_end_at_once(tmp_pa
     assert "u.deaf(): the MCP server u stopped during the call" in text, text
     assert "u.echo(): the MCP server u is not running" in text, text
     assert took < 15, (took, text)
+    assert _procs_with(tag) == []
+
+
+def test_code_mode_a_busy_server_is_not_stopped_by_a_large_call(tmp_path):
+    # A server busy with one call (reading nothing meanwhile, as a plain
+    # sequential server does) and a second call with 8 MB of arguments: the
+    # write waited on the loop's only thread (pings unanswered) and after
+    # 10 s the server was killed as "stopped reading its input", for good.
+    # Now calls are queued and written as it reads.
+    tools = [{"name": "busy", "inputSchema": {"type": "object"}},
+             {"name": "echo", "inputSchema": {"type": "object"}}]
+    args, tag = _raw_up(tmp_path, tools, {"$busy": "busy", "$busy_s": 11})
+    code = ("import threading, time\nr = {}\nt = threading.Thread(target=lambda: r.update(busy=u.busy()))\n"
+            "t.start()\ntime.sleep(0.5)\nr['echo'] = len(u.echo(x='a' * 8_000_000))\nt.join()\nr")
+    p = subprocess.Popen([NSBOX, "mcp", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        t0 = time.time()
+        p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {"code": code, "timeout_s": 50}})
+                       + "\n").encode())
+        p.stdin.flush()
+        time.sleep(3)
+        p.stdin.write((req(2, "ping") + "\n" + req(3, "tools/call", {
+            "name": "run_python", "arguments": {"code": "u.echo(x='later')"}}) + "\n").encode())
+        p.stdin.close()
+        got = {}
+        for line in p.stdout:
+            m = json.loads(line)
+            got[m["id"]] = (time.time() - t0, m)
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    assert got[2][0] < 6, got[2]
+    assert got[1][1]["result"]["content"][0]["text"] == "{'busy': 'done', 'echo': 8000009}", got[1]
+    assert got[3][1]["result"]["content"][0]["text"] == "'{\"x\": \"later\"}'", got[3]
     assert _procs_with(tag) == []
 
 
