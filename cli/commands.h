@@ -3,6 +3,7 @@
 #define NSBOX_COMMANDS_H
 
 #include <jansson.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/types.h>
 #include <termios.h>
@@ -23,9 +24,19 @@ struct cli_tool {
 	char *name;
 	const char *command;
 };
-/* An nsbox_tool_fn running a cli_tool (ud) on the host: the call's JSON on
- * the command's stdin, a JSON value expected on its stdout. */
+/* Run t on the host for one call from s's running exec (s may be NULL):
+ * the call's JSON on the command's stdin, a JSON value expected on its
+ * stdout.  At the exec's time limit, or once cli_tool_stop is set (by a
+ * handler of SIGINT, SIGTERM or SIGHUP, which are taken only while it
+ * waits), the command's process group is killed and the call fails.
+ * 0 with *result_json, or -1 with *error (NULL: out of memory); both
+ * malloc'ed, the caller's to free. */
+int cli_tool_call(const struct cli_tool *t, nsbox_session_t *s, const char *name, const char *args_json,
+		  char **result_json, char **error);
+/* An nsbox_tool_fn running a cli_tool (ud) for nsbox python's session. */
 int cli_tool_run(void *ud, const char *name, const char *args_json, char **result_json, char **error);
+/* Set from a signal handler: the host tool command running now is stopped. */
+extern volatile sig_atomic_t cli_tool_stop;
 
 /* nsbox python --display-dir (cli/display.c): make and open DIR (-1, with
  * the reason in eb, on failure); save a result's displays and /out files in it

@@ -114,6 +114,7 @@ static void on_stop_signal(int sig)
 	int saved = errno;
 
 	stop_signal = sig;
+	cli_tool_stop = 1; /* a --tool command running now is stopped */
 	if (stop_pipe[1] >= 0)
 		(void)!write(stop_pipe[1], "", 1);
 	errno = saved;
@@ -1028,6 +1029,8 @@ static void pump_up(struct server *srv, const struct pollfd *p)
 
 		if (srv->up[k].fd < 0 || !p[k].revents)
 			continue;
+		if (p[k].revents & POLLOUT)
+			mcpup_flush(&srv->up[k]);
 		got = json_array();
 		if (mcpup_pump(&srv->up[k], got) < 0)
 			fprintf(stderr, "nsbox mcp: the MCP server %s stopped: %s\n", srv->up[k].name, srv->up[k].why);
@@ -1053,11 +1056,12 @@ static void answer_tool_call(struct server *srv, nsbox_session_t *s, const struc
 	for (size_t k = 0; k < srv->n_tools; k++)
 		if (!strcmp(srv->tools[k].name, ev->tool))
 			t = &srv->tools[k];
-	/* The command blocks the loop while it runs: host tools are the
-	 * user's own, short programs. */
+	/* The command blocks the loop while it runs (host tools are the
+	 * user's own, short programs), at most to the exec's time limit or a
+	 * stop signal. */
 	if (!t)
 		error = strdup("no such tool");
-	else if (cli_tool_run((void *)t, ev->tool, ev->args_json, &result, &error) != 0 && !error)
+	else if (cli_tool_call(t, s, ev->tool, ev->args_json, &result, &error) != 0 && !error)
 		error = strdup("the tool failed");
 	answer(s, ev->call_id, ev->tool, result, error ? error : result ? NULL : "out of memory");
 	free(result);
@@ -1140,7 +1144,10 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 		}
 		for (size_t j = 0; j < srv->n_pend; j++) {
 			double left = srv->pend[j].deadline - now();
-			int w = cli_poll_ms(left);
+			/* A server found stopped by a write (forward_call's, a
+			 * cancel's) is not polled: its calls are answered now,
+			 * not at their deadline. */
+			int w = srv->pend[j].u->fd < 0 ? 0 : cli_poll_ms(left);
 
 			if (wait < 0 || w < wait)
 				wait = w;
@@ -1152,7 +1159,8 @@ static int run_exec(struct server *srv, nsbox_session_t *s, const char *code, bo
 				wait = w;
 		}
 		for (size_t j = 0; j < srv->n_up; j++)
-			p[2 + j] = (struct pollfd){ srv->up[j].fd, POLLIN, 0 };
+			p[2 + j] = (struct pollfd){ srv->up[j].fd,
+						    POLLIN | (mcpup_wants_write(&srv->up[j]) ? POLLOUT : 0), 0 };
 		/* Until the stop is seen (then the grace's timeout wakes us). */
 		p[2 + srv->n_up] = (struct pollfd){ stop_at > 0 ? -1 : stop_pipe[0], POLLIN, 0 };
 		/* Our stdout: POLLERR once the client closed its end.  A client
@@ -3036,7 +3044,8 @@ bad_value:
 		/* The other servers are read between calls too: their
 		 * notifications must not fill the socket. */
 		for (size_t k = 0; k < srv.n_up; k++)
-			pf[1 + k] = (struct pollfd){ srv.up[k].fd, POLLIN, 0 };
+			pf[1 + k] = (struct pollfd){ srv.up[k].fd, POLLIN | (mcpup_wants_write(&srv.up[k]) ? POLLOUT : 0),
+						     0 };
 		pf[1 + srv.n_up] = (struct pollfd){ stop_pipe[0], POLLIN, 0 };
 		if (poll(pf, 2 + srv.n_up, next < 0 ? -1 : cli_poll_ms(next)) < 0 && errno != EINTR)
 			break;

@@ -66,6 +66,9 @@ static void gone(struct mcpup *u, const char *fmt, ...)
 		close(u->fd);
 		u->fd = -1;
 	}
+	free(u->out); /* never to be written */
+	u->out = NULL;
+	u->out_off = u->out_len = 0;
 	va_start(ap, fmt);
 	vsnprintf(u->why, sizeof(u->why), fmt, ap);
 	va_end(ap);
@@ -91,12 +94,43 @@ static void gone(struct mcpup *u, const char *fmt, ...)
 	}
 }
 
-/* Write all of s and a newline before the deadline (the fd is
- * non-blocking: a server that reads nothing can't stall us). */
+/* Write what the socket takes of the lines waiting (the fd is
+ * non-blocking); a write error means the server is gone. */
+void mcpup_flush(struct mcpup *u)
+{
+	while (u->fd >= 0 && u->out_off < u->out_len) {
+		ssize_t w = send(u->fd, u->out + u->out_off, u->out_len - u->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+		if (w > 0) {
+			u->out_off += (size_t)w;
+			continue;
+		}
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EAGAIN)
+			return;
+		gone(u, "it closed its input (%s)", strerror(errno));
+	}
+	free(u->out);
+	u->out = NULL;
+	u->out_off = u->out_len = 0;
+}
+
+bool mcpup_wants_write(const struct mcpup *u)
+{
+	return u->fd >= 0 && u->out_off < u->out_len;
+}
+
+/* Queue m's line (with its newline) behind the lines waiting and write
+ * what the socket takes.  With a deadline (> 0), wait until all is
+ * written, or the server is gone at the deadline (it stopped reading);
+ * without (0), the rest waits for mcpup_flush: a server busy with a call,
+ * not reading meanwhile, is not a server gone.  -1 when it is gone, or
+ * (errno ENOBUFS) when m does not fit behind the lines waiting. */
 static int send_line(struct mcpup *u, json_t *m, double deadline) /* consumes m */
 {
 	char *s = m ? json_dumps(m, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
-	size_t n, off = 0;
+	size_t n;
 
 	json_decref(m);
 	if (!s || u->fd < 0) {
@@ -105,31 +139,47 @@ static int send_line(struct mcpup *u, json_t *m, double deadline) /* consumes m 
 	}
 	n = strlen(s);
 	s[n++] = '\n'; /* over the NUL: written by length */
-	while (off < n) {
-		ssize_t w = send(u->fd, s + off, n - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (u->out_off == u->out_len) {
+		free(u->out);
+		u->out = s;
+		u->out_off = 0;
+		u->out_len = n;
+	} else {
+		size_t waiting = u->out_len - u->out_off;
+		char *q;
 
-		if (w > 0) {
-			off += (size_t)w;
-			continue;
+		if (waiting + n > MCPUP_MAX_QUEUED) {
+			free(s);
+			errno = ENOBUFS;
+			return -1;
 		}
-		if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-			struct pollfd p = { u->fd, POLLOUT, 0 };
-			double left = deadline - mono();
-
-			if (left <= 0) {
-				free(s);
-				gone(u, "it stopped reading its input");
-				return -1;
-			}
-			poll(&p, 1, cli_poll_ms(left));
-			continue;
+		memmove(u->out, u->out + u->out_off, waiting);
+		u->out_off = 0;
+		u->out_len = waiting;
+		q = realloc(u->out, waiting + n);
+		if (!q) {
+			free(s);
+			errno = ENOMEM;
+			return -1;
 		}
+		memcpy(q + waiting, s, n);
 		free(s);
-		gone(u, "it closed its input (%s)", strerror(errno));
-		return -1;
+		u->out = q;
+		u->out_len = waiting + n;
 	}
-	free(s);
-	return 0;
+	mcpup_flush(u);
+	while (deadline > 0 && mcpup_wants_write(u)) {
+		struct pollfd p = { u->fd, POLLOUT, 0 };
+		double left = deadline - mono();
+
+		if (left <= 0) {
+			gone(u, "it stopped reading its input");
+			return -1;
+		}
+		poll(&p, 1, cli_poll_ms(left));
+		mcpup_flush(u);
+	}
+	return u->fd >= 0 ? 0 : -1;
 }
 
 static void take(struct mcpup *u, const char *line, size_t n, json_t *responses)
@@ -146,12 +196,12 @@ static void take(struct mcpup *u, const char *line, size_t n, json_t *responses)
 	if (method && id) {
 		/* A request to us: we declared no client capabilities. */
 		if (!strcmp(method, "ping"))
-			send_line(u, json_pack("{s:s,s:O,s:{}}", "jsonrpc", "2.0", "id", id, "result"), mono() + 5);
+			send_line(u, json_pack("{s:s,s:O,s:{}}", "jsonrpc", "2.0", "id", id, "result"), 0);
 		else
 			send_line(u,
 				  json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id, "error", "code",
 					    -32601, "message", "nsbox mcp (code mode) supports no client requests"),
-				  mono() + 5);
+				  0);
 	} else if (!method && id && responses) {
 		json_array_append(responses, m);
 	}
@@ -456,12 +506,20 @@ long long mcpup_send_call(struct mcpup *u, const struct mcpup_tool *t, json_t *a
 {
 	long long id = u->next_id++;
 
+	/* Queued, not waited for: the server may be busy with another call
+	 * (the call's own deadline is the caller's). */
 	if (u->fd < 0 || send_line(u,
 				   json_pack("{s:s,s:I,s:s,s:{s:s,s:O}}", "jsonrpc", "2.0", "id", (json_int_t)id,
 					     "method", "tools/call", "params", "name", t->orig, "arguments", args),
-				   mono() + 10) < 0) {
-		snprintf(msg, msz, "%s.%s(): the MCP server %s is not running: %s", u->name, t->py, u->name,
-			 u->why[0] ? u->why : "?");
+				   0) < 0) {
+		if (u->fd >= 0)
+			snprintf(msg, msz,
+				 "%s.%s(): the MCP server %s has not read the calls before it yet (over %u bytes "
+				 "waiting)",
+				 u->name, t->py, u->name, MCPUP_MAX_QUEUED);
+		else
+			snprintf(msg, msz, "%s.%s(): the MCP server %s is not running: %s", u->name, t->py, u->name,
+				 u->why[0] ? u->why : "?");
 		return -1;
 	}
 	return id;
@@ -473,7 +531,7 @@ void mcpup_send_cancel(struct mcpup *u, long long id, const char *reason)
 		send_line(u,
 			  json_pack("{s:s,s:s,s:{s:I,s:s}}", "jsonrpc", "2.0", "method", "notifications/cancelled",
 				    "params", "requestId", (json_int_t)id, "reason", reason),
-			  mono() + 1);
+			  0);
 }
 
 void mcpup_stop(struct mcpup *u)
@@ -509,6 +567,9 @@ void mcpup_stop(struct mcpup *u)
 	u->tools = NULL;
 	u->n_tools = 0;
 	free(u->buf);
+	free(u->out);
+	u->out = NULL;
+	u->out_off = u->out_len = 0;
 	u->buf = NULL;
 	u->len = u->cap = 0;
 }

@@ -17,6 +17,7 @@
 #define MCPUP_MAX_SCHEMA (64u << 10) /* an input schema, as JSON; larger: no signature */
 #define MCPUP_MAX_DESC 2000	     /* bytes of a tool's description kept */
 #define MCPUP_MAX_RESULT (8u << 20)  /* a call's result handed to the sandbox, as JSON */
+#define MCPUP_MAX_QUEUED (64u << 20) /* lines not yet written to the server, beyond one */
 
 struct mcpup_tool {
 	char *py;	   /* the Python identifier inside (NAME.py) */
@@ -34,6 +35,8 @@ struct mcpup {
 	int fd;		     /* our end of its stdin and stdout (a socketpair); -1 once dead */
 	char *buf;	     /* a partial line */
 	size_t len, cap;
+	char *out; /* lines not yet written to it, from out_off */
+	size_t out_off, out_len;
 	long long next_id;
 	struct mcpup_tool *tools;
 	size_t n_tools;
@@ -51,6 +54,11 @@ long long mcpup_send_call(struct mcpup *u, const struct mcpup_tool *t, json_t *a
 
 /* notifications/cancelled for request id (best effort). */
 void mcpup_send_cancel(struct mcpup *u, long long id, const char *reason);
+
+/* Calls and notifications are queued and written as the server reads:
+ * whether lines wait (poll u->fd for POLLOUT), and write what it takes. */
+bool mcpup_wants_write(const struct mcpup *u);
+void mcpup_flush(struct mcpup *u);
 
 /* Read what the server sent (u->fd polled readable), answer its requests
  * (ping; everything else: method not found), drop its notifications, and

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <editline/readline.h>
@@ -100,10 +101,12 @@ static volatile sig_atomic_t got_sigint;
  * for a cancel, set up by cli_run), or at the REPL's prompt, a fresh one. */
 static void on_sigint(int sig)
 {
-	if (sig == SIGINT && in_repl && !in_exec)
+	if (sig == SIGINT && in_repl && !in_exec) {
 		got_sigint = 1;
-	else if (active)
+	} else if (active) {
+		cli_tool_stop = 1;    /* a host tool command running now goes first */
 		nsbox_cancel(active); /* async-signal-safe */
+	}
 }
 
 /* The reader of our stdout or stderr went away (`nsbox python ... | head`):
@@ -127,17 +130,38 @@ static void on_output(void *ud, int stream, const char *data, size_t len)
 	}
 }
 
-/* A host tool implemented by a command: the call's JSON on its stdin, a
- * JSON value on its stdout.  The command runs on the host, unsandboxed: it
- * is the user's own program. */
+volatile sig_atomic_t cli_tool_stop;
+
+static unsigned long long mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
 int cli_tool_run(void *ud, const char *name, const char *args_json, char **result_json, char **error)
 {
-	const struct cli_tool *t = ud;
+	return cli_tool_call(ud, active, name, args_json, result_json, error);
+}
+
+/* A host tool implemented by a command: the call's JSON on its stdin, a
+ * JSON value on its stdout.  The command runs on the host, unsandboxed: it
+ * is the user's own program, but the sandbox chooses when to call it and
+ * with what, so it is bounded like the exec: at the exec's time limit, or
+ * on a stop (cli_tool_stop), its process group is killed. */
+int cli_tool_call(const struct cli_tool *t, nsbox_session_t *s, const char *name, const char *args_json,
+		  char **result_json, char **error)
+{
 	const char *in = args_json;
 	_cleanup_free_ char *out = NULL;
 	size_t out_len = 0, in_len, in_done = 0;
 	bool overflow = false;
 	int pin[2] = { -1, -1 }, pout[2] = { -1, -1 };
+	double left = s ? nsbox_exec_time_left(s) : -1;
+	unsigned long long deadline = left >= 0 ? mono_ns() + (unsigned long long)(left * 1e9) : 0;
+	const char *stopped = NULL;
+	sigset_t stop_set, old_mask;
 	json_error_t jerr;
 	json_t *check;
 	pid_t pid;
@@ -145,16 +169,33 @@ int cli_tool_run(void *ud, const char *name, const char *args_json, char **resul
 
 	if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0)
 		goto fail_sys;
-	pid = fork();
-	if (pid < 0)
+	/* The stop signals are taken only inside ppoll below, so that one
+	 * that comes before it still ends the wait. */
+	sigemptyset(&stop_set);
+	sigaddset(&stop_set, SIGINT);
+	sigaddset(&stop_set, SIGTERM);
+	sigaddset(&stop_set, SIGHUP);
+	if (sigprocmask(SIG_BLOCK, &stop_set, &old_mask) < 0)
 		goto fail_sys;
+	pid = fork();
+	if (pid < 0) {
+		int saved = errno;
+
+		(void)sigprocmask(SIG_SETMASK, &old_mask, NULL);
+		errno = saved;
+		goto fail_sys;
+	}
 	if (pid == 0) {
+		/* Its own process group: what it starts goes with it. */
+		(void)setpgid(0, 0);
 		signal(SIGPIPE, SIG_DFL);
+		(void)sigprocmask(SIG_SETMASK, &old_mask, NULL);
 		if (dup2(pin[0], 0) < 0 || dup2(pout[1], 1) < 0)
 			_exit(127);
 		execl("/bin/sh", "sh", "-c", t->command, (char *)NULL);
 		_exit(127);
 	}
+	(void)setpgid(pid, pid); /* as the child does: whichever runs first */
 	close(pin[0]);
 	close(pout[1]);
 	pin[0] = pout[1] = -1;
@@ -163,10 +204,24 @@ int cli_tool_run(void *ud, const char *name, const char *args_json, char **resul
 	/* Feed stdin and drain stdout together: either may fill a pipe. */
 	while (pout[0] >= 0) {
 		struct pollfd p[2] = { { pout[0], POLLIN, 0 }, { pin[1], POLLOUT, 0 } };
+		unsigned long long now = mono_ns();
+		struct timespec wait;
+		int k;
 
-		if (poll(p, pin[1] >= 0 ? 2 : 1, -1) < 0) {
+		if (cli_tool_stop || (deadline && now >= deadline)) {
+			stopped = cli_tool_stop ? "interrupted" : "stopped at the exec's time limit";
+			kill(-pid, SIGKILL);
+			break;
+		}
+		if (deadline) {
+			wait.tv_sec = (time_t)((deadline - now) / 1000000000ull);
+			wait.tv_nsec = (long)((deadline - now) % 1000000000ull);
+		}
+		k = ppoll(p, pin[1] >= 0 ? 2 : 1, deadline ? &wait : NULL, &old_mask);
+		if (k < 0) {
 			if (errno == EINTR)
 				continue;
+			kill(-pid, SIGKILL); /* no way to wait for it: it must not outlive the call */
 			break;
 		}
 		if (pin[1] >= 0 && p[1].revents) {
@@ -228,8 +283,16 @@ int cli_tool_run(void *ud, const char *name, const char *args_json, char **resul
 	}
 	if (pin[1] >= 0)
 		close(pin[1]);
+	if (pout[0] >= 0)
+		close(pout[0]);
 	while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
 		;
+	(void)sigprocmask(SIG_SETMASK, &old_mask, NULL);
+	if (stopped) {
+		if (asprintf(error, "tool %s: the command was %s (its process group killed)", name, stopped) < 0)
+			*error = NULL;
+		return -1;
+	}
 	if (!WIFEXITED(ws) || WEXITSTATUS(ws) != 0) {
 		if (asprintf(error, "tool %s: command failed (%s %d)", name, WIFEXITED(ws) ? "exit status" : "signal",
 			     WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws)) < 0)
@@ -702,6 +765,7 @@ static int repl(nsbox_session_t *s)
 		free(line);
 		in_exec = true;
 		got_sigint = 0;
+		cli_tool_stop = 0;
 		if (nsbox_exec(s, buf, &eo, &res, &e) < 0) {
 			in_exec = false;
 			fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));

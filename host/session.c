@@ -63,9 +63,11 @@ struct exec_state {
 	uint64_t out_bytes;
 	struct pending_call {
 		uint32_t id;
+		uint32_t bytes;	  /* its CALL's payload */
 		const char *tool; /* its name, for messages (the tool's own string: lives with the session) */
 	} *pending;			   /* CALLs not yet answered */
 	size_t n_pending, cap_pending;
+	uint64_t pending_bytes; /* their payloads together: at most the frame limit */
 	struct proto_frame cur_frame; /* the last event's frame and message, */
 	json_t *cur_msg;	      /* which its borrowed pointers point into */
 	struct session_result res;
@@ -697,6 +699,7 @@ static void exec_done(struct nsbox_session *s)
 {
 	s->x.done = true;
 	s->x.n_pending = 0;
+	s->x.pending_bytes = 0;
 	s->x.res.wall = (double)(now_ns() - s->x.t0) / 1e9;
 }
 
@@ -863,10 +866,11 @@ static int refuse_call(struct nsbox_session *s, uint32_t id, const char *name, s
 	return raise_in(s, id, name, buf, err);
 }
 
-/* One CALL: answered at once when it can only fail (over the cap, unknown
- * tool: returns 0), else pending and reported (returns 1).  -1 with err
- * when the session must end. */
-static int on_call(struct nsbox_session *s, uint32_t id, json_t *m, struct session_event *ev, struct nsbox_err *err)
+/* One CALL of bytes payload: answered at once when it can only fail (over
+ * the cap, unknown tool, too much in flight: returns 0), else pending and
+ * reported (returns 1).  -1 with err when the session must end. */
+static int on_call(struct nsbox_session *s, uint32_t id, uint32_t bytes, json_t *m, struct session_event *ev,
+		   struct nsbox_err *err)
 {
 	struct exec_state *x = &s->x;
 	const char *name = json_string_value(json_object_get(m, "name"));
@@ -878,6 +882,17 @@ static int on_call(struct nsbox_session *s, uint32_t id, json_t *m, struct sessi
 	for (size_t i = 0; i < x->n_pending; i++)
 		if (x->pending[i].id == id)
 			return err_set(err, EPROTO, "CALL %u while call %u is unanswered", id, id);
+	/* What the caller holds for the calls in flight (their arguments,
+	 * decoded: an event loop's pending tasks) is bounded like one frame,
+	 * not by the calls' count times the frame limit. */
+	if (x->n_pending && x->pending_bytes + bytes > s->o.max_frame) {
+		char buf[256];
+
+		snprintf(buf, sizeof(buf),
+			 "the tool calls in flight hold more than %u bytes of arguments: wait for some to return",
+			 s->o.max_frame);
+		return raise_in(s, id, name, buf, err);
+	}
 	if (x->n_pending == x->cap_pending) {
 		size_t cap = x->cap_pending ? 2 * x->cap_pending : 4;
 		struct pending_call *p = realloc(x->pending, cap * sizeof(*p));
@@ -887,7 +902,8 @@ static int on_call(struct nsbox_session *s, uint32_t id, json_t *m, struct sessi
 		x->pending = p;
 		x->cap_pending = cap;
 	}
-	x->pending[x->n_pending++] = (struct pending_call){ id, t->name };
+	x->pending[x->n_pending++] = (struct pending_call){ id, bytes, t->name };
+	x->pending_bytes += bytes;
 	ev->kind = SESSION_EV_CALL;
 	ev->call_id = id;
 	ev->tool = t;
@@ -1015,7 +1031,7 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 		return output_event(s, ev);
 	}
 	if (f->hdr.type == PROTO_CALL) {
-		k = on_call(s, f->hdr.id, m, ev, &e);
+		k = on_call(s, f->hdr.id, f->hdr.len, m, ev, &e);
 		if (k >= 0)
 			return k;
 		snprintf(what, sizeof(what), "answering a tool call: %s", e.msg);
@@ -1253,7 +1269,12 @@ int session_exec_answer(struct nsbox_session *s, uint32_t call_id, json_t *value
 	if (i == x->n_pending)
 		return err_set(err, EINVAL, "no tool call %u is waiting for an answer", call_id);
 	name = x->pending[i].tool;
+	x->pending_bytes -= x->pending[i].bytes;
 	x->pending[i] = x->pending[--x->n_pending];
+	/* A cancel asked for while the tool ran (the signal that stopped
+	 * it, too) reaches the code before the tool's answer does. */
+	if (!x->cancelled && atomic_exchange(&s->cancel_req, false))
+		on_cancel(s);
 	if (x->soft && now_ns() >= x->soft) {
 		/* Past the time limit (a tool that returned late, or an event
 		 * loop answering after the deadline): the code is cancelled

@@ -475,7 +475,7 @@ def test_code_mode_oversize_message(node):
 # tools/list is in the file argv[1] (JSON); tools/call answers argv[2][name]
 # (a JSON-RPC response's members, JSON) or echoes the arguments.
 RAW_UP = r'''
-import json, sys, threading
+import json, os, socket, sys, threading, time
 tools, answers = json.load(open(sys.argv[1])), json.loads(sys.argv[2])
 def flood(n):
     # answers["$flood"]: n responses nobody asked for, once listed
@@ -493,6 +493,14 @@ for line in sys.stdin:
                         "serverInfo": {"name": "raw", "version": "0"}}}
     elif m["method"] == "tools/list":
         r = {"result": {"tools": tools}}
+    elif m["method"] == "tools/call" and m["params"]["name"] == answers.get("$deaf"):
+        # answers["$deaf"]: a tool whose call is never answered, and after
+        # which the server reads no more (writes to it fail) but lives on
+        socket.socket(fileno=0).shutdown(socket.SHUT_RD)
+        time.sleep(600)
+    elif m["method"] == "tools/call" and m["params"]["name"] == answers.get("$busy"):
+        time.sleep(answers["$busy_s"])  # answers["$busy"]: a call during which it reads nothing
+        r = {"result": {"content": [{"type": "text", "text": "done"}]}}
     elif m["method"] == "tools/call":
         r = answers.get(m["params"]["name"]) or {"result": {"content": [
             {"type": "text", "text": json.dumps(m["params"].get("arguments"))}]}}
@@ -538,6 +546,69 @@ def test_code_mode_text_cut_inside_a_character(tmp_path):
     desc = out[0]["result"]["tools"][0]["description"]
     assert "\n- u.short(**kwargs): " + "a" * 199 + "\n" in desc, desc
     assert out[1]["result"] == {"content": [{"type": "text", "text": "(['eee', 'ccc'], True)"}], "isError": False}
+    assert _procs_with(tag) == []
+
+
+def test_code_mode_calls_to_a_server_found_stopped_by_a_write_end_at_once(tmp_path):
+    # A server found stopped by a write (here: it reads no more, the next
+    # call's write fails) is not polled any more: the calls still waiting
+    # for it were answered only at --mcp-timeout (30 s here), the code
+    # held until then.  Now at once.
+    tools = [{"name": "deaf", "inputSchema": {"type": "object"}},
+             {"name": "echo", "inputSchema": {"type": "object"}}]
+    args, tag = _raw_up(tmp_path, tools, {"$deaf": "deaf"})
+    code = ("import threading, time\nr = {}\ndef a():\n    try:\n        u.deaf()\n"
+            "    except Exception as e:\n        r['deaf'] = str(e)\n"
+            "t = threading.Thread(target=a)\nt.start()\ntime.sleep(1)\n"
+            "try:\n    u.echo()\nexcept Exception as e:\n    r['echo'] = str(e)\nt.join()\nr")
+    t0 = time.time()
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": code, "timeout_s": 50}})],
+                       "--mcp-timeout", "30", *args)
+    took = time.time() - t0
+    assert rc == 0, err
+    text = out[0]["result"]["content"][0]["text"]
+    assert "u.deaf(): the MCP server u stopped during the call" in text, text
+    assert "u.echo(): the MCP server u is not running" in text, text
+    assert took < 15, (took, text)
+    assert _procs_with(tag) == []
+
+
+def test_code_mode_a_busy_server_is_not_stopped_by_a_large_call(tmp_path):
+    # A server busy with one call (reading nothing meanwhile, as a plain
+    # sequential server does) and a second call with 8 MB of arguments: the
+    # write waited on the loop's only thread (pings unanswered) and after
+    # 10 s the server was killed as "stopped reading its input", for good.
+    # Now calls are queued and written as it reads.
+    tools = [{"name": "busy", "inputSchema": {"type": "object"}},
+             {"name": "echo", "inputSchema": {"type": "object"}}]
+    args, tag = _raw_up(tmp_path, tools, {"$busy": "busy", "$busy_s": 11})
+    code = ("import threading, time\nr = {}\nt = threading.Thread(target=lambda: r.update(busy=u.busy()))\n"
+            "t.start()\ntime.sleep(0.5)\nr['echo'] = len(u.echo(x='a' * 8_000_000))\nt.join()\nr")
+    p = subprocess.Popen([NSBOX, "mcp", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        t0 = time.time()
+        p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {"code": code, "timeout_s": 50}})
+                       + "\n").encode())
+        p.stdin.flush()
+        time.sleep(3)
+        p.stdin.write((req(2, "ping") + "\n" + req(3, "tools/call", {
+            "name": "run_python", "arguments": {"code": "u.echo(x='later')"}}) + "\n").encode())
+        p.stdin.close()
+        got = {}
+        for line in p.stdout:
+            m = json.loads(line)
+            got[m["id"]] = (time.time() - t0, m)
+        assert p.wait(timeout=30) == 0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+        p.stderr.close()
+    assert got[2][0] < 6, got[2]
+    assert got[1][1]["result"]["content"][0]["text"] == "{'busy': 'done', 'echo': 8000009}", got[1]
+    assert got[3][1]["result"]["content"][0]["text"] == "'{\"x\": \"later\"}'", got[3]
     assert _procs_with(tag) == []
 
 
@@ -758,6 +829,55 @@ def test_sigterm_stops_a_server_whose_client_does_not_read():
             p.wait()
         for f in (p.stdin, p.stdout, p.stderr):
             f.close()
+
+
+def _sleeps(tag):
+    """The pids of `sleep TAG` processes."""
+    return [pid for pid in _procs_with(tag) if _cmdline(pid) == b"sleep\0" + tag.encode() + b"\0"]
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def test_a_host_tool_command_ends_at_the_time_limit_and_on_sigterm():
+    # A --tool command runs on the server's only thread: it ran to its own
+    # end (30 s here) past run_python's timeout_s, and SIGTERM waited for
+    # it.  Now its process group is killed at the limit, and on SIGTERM.
+    tag = "33.%d" % os.getpid()
+    tool = "slow=sleep %s; echo 1" % tag
+    t0 = time.time()
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": "slow()",
+                                                                               "timeout_s": 1}})],
+                       "--tool", tool)
+    assert rc == 0 and time.time() - t0 < 15, (rc, time.time() - t0, err)
+    assert "time limit" in out[0]["result"]["content"][0]["text"], out
+    assert not _sleeps(tag)
+    p = subprocess.Popen([NSBOX, "mcp", "--tool", tool], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        p.stdin.write((req(1, "tools/call", {"name": "run_python", "arguments": {"code": "slow()"}}) + "\n").encode())
+        p.stdin.flush()
+        for _ in range(100):
+            if _sleeps(tag):
+                break
+            time.sleep(0.1)
+        assert _sleeps(tag)
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=10) == -signal.SIGTERM
+        assert not _sleeps(tag)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for f in (p.stdin, p.stdout, p.stderr):
+            f.close()
+        for pid in _sleeps(tag):
+            os.kill(pid, 9)
 
 
 def test_a_client_that_stops_reading_does_not_stretch_the_time_limit():

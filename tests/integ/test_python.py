@@ -846,13 +846,71 @@ def test_repl_blocks_interrupt_history_completion_exit(tmp_path):
 
 
 def test_tool_time_counts_toward_the_time_limit():
-    # The command can't be interrupted: the exec fails when it returns late,
-    # and its result never reaches the code.
+    # The exec fails at its limit, and the tool's result never reaches the
+    # code.  The command is stopped there (it ran its 20 s before: the
+    # sandbox, which chooses when and with what to call a tool, held the
+    # host past --time-limit for as long as the command ran).
     t0 = time.time()
-    p = run("--time-limit", "0.5", "--tool", "slow=sleep 1.5; echo 1", "-c", "x = slow(); print('got', x)")
+    p = run("--time-limit", "0.5", "--tool", "slow=sleep 20; echo 1", "-c", "x = slow(); print('got', x)")
     assert p.returncode == 124, p.stderr
     assert "got" not in p.stdout and "time limit exceeded" in p.stderr
-    assert 1.5 <= time.time() - t0 < 10
+    assert time.time() - t0 < 10
+
+
+def _sleeps(tag):
+    return [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid) == ["sleep", tag]]
+
+
+def _cmdline(pid):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as f:
+            return [a.decode(errors="replace") for a in f.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def test_a_tool_command_and_what_it_starts_end_at_the_time_limit():
+    # A background child of the command held its stdout: nsbox read on
+    # until that child ended (30 s here), then left it running.  Now the
+    # command's process group is killed at the exec's time limit.
+    tag = "31.%d" % os.getpid()
+    t0 = time.time()
+    p = run("--time-limit", "1", "--tool", "bg=(sleep %s &); echo 1" % tag, "-c", "print(bg())")
+    took = time.time() - t0
+    left = _sleeps(tag)
+    for pid in left:
+        os.kill(int(pid), 9)
+    assert p.returncode == 124, p.stderr
+    assert took < 15, took
+    assert not left, "the tool command's child outlived the call"
+
+
+def test_sigterm_stops_a_running_tool_command():
+    # SIGTERM (or Ctrl-C) cancels the exec; while a tool command ran it was
+    # taken only after the command ended (a 30 s command: 30 s).  Now the
+    # command is stopped and the code is interrupted as it would be
+    # anywhere else (KeyboardInterrupt, status 130).
+    tag = "32.%d" % os.getpid()
+    p = subprocess.Popen([NSBOX, "python", "--tool", "slow=sleep %s; echo 1" % tag, "-c", "slow()"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            if _sleeps(tag):
+                break
+            time.sleep(0.1)
+        t0 = time.time()
+        p.terminate()
+        out, err = p.communicate(timeout=20)
+        took = time.time() - t0
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        for pid in _sleeps(tag):
+            os.kill(int(pid), 9)
+    assert took < 5, took
+    assert p.returncode == 130, (p.returncode, err)
+    assert "KeyboardInterrupt" in err, err
 
 
 @pytest.mark.parametrize("name", ["len", "print", "class", "__name__"])
