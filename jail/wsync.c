@@ -348,11 +348,12 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 {
 	int pipefd[2], st;
 	struct wsync w;
-	pid_t pid;
+	pid_t pid, parent;
 	ssize_t n;
 
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return err_sys(err, "copy /workspace back: pipe");
+	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
 		close(pipefd[0]);
@@ -367,7 +368,9 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 		 * grew an ext4 host directory by 64 MiB past a 64M limit. */
 		w.block = fs_block_size(host);
 		close(pipefd[0]);
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || drop_rights(uid, gid) < 0) {
+		/* After the drop: a change of ids clears the death signal (and
+		 * then a killed launcher left its copy running). */
+		if (drop_rights(uid, gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent) {
 			err_set(&w.err, errno, "copy /workspace back: become uid %u gid %u without capabilities",
 				(unsigned)uid, (unsigned)gid);
 			w.failed = true;
