@@ -434,3 +434,14 @@ bool proc_tree_stopped(pid_t pid)
 
 	return tree_stopped(pid, &budget);
 }
+
+pid_t pidfd_pid(int pidfd)
+{
+	char path[64], buf[2048];
+	const char *l;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+	if (pidfd < 0 || read_file(path, buf, sizeof(buf)) <= 0 || !(l = strstr(buf, "\nPid:")))
+		return -1;
+	return (pid_t)strtol(l + 5, NULL, 10);
+}

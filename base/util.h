@@ -87,6 +87,9 @@ ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
  * them, and that the caller waits for, are checked with this while it
  * waits (the launcher's setup, the handshake). */
 bool proc_tree_stopped(pid_t pid);
+/* The pid a pidfd refers to as /proc numbers it (its fdinfo's Pid: line),
+ * which is what proc_tree_stopped looks up; -1 unknown. */
+pid_t pidfd_pid(int pidfd);
 /* Monotonic clock in nanoseconds. */
 unsigned long long now_ns(void);
 /* Parse "123", "64K", "256M", "2G", "1T" (binary units) into bytes. */

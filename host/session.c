@@ -383,18 +383,6 @@ static const struct session_backend_ops *backend_of(const struct session_opts *o
 	return o->unjailed ? &session_backend_unjailed : &session_backend_local;
 }
 
-/* The pid a pidfd refers to, in our pid namespace (-1 unknown). */
-static pid_t pidfd_pid(int pidfd)
-{
-	char path[64], buf[2048];
-	const char *l;
-
-	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
-	if (pidfd < 0 || read_file(path, buf, sizeof(buf)) <= 0 || !(l = strstr(buf, "\nPid:")))
-		return -1;
-	return (pid_t)strtol(l + 5, NULL, 10);
-}
-
 /* Our HELLO (tools, limits), then the runner's. */
 static int handshake(struct nsbox_session *s, struct nsbox_err *err)
 {

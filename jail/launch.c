@@ -153,6 +153,8 @@ static void warn_none(void *ctx, const char *msg)
 static int wait_setup(struct jail *j, int fd, struct nsbox_err *err)
 {
 	unsigned long long deadline = now_ns() + SETUP_TIMEOUT_S * 1000000000ULL;
+	/* As /proc numbers it, which may not be our pid namespace's. */
+	pid_t pid = j->pidfd >= 0 ? pidfd_pid(j->pidfd) : j->pid;
 
 	for (;;) {
 		struct pollfd p = { fd, POLLIN, 0 };
@@ -162,7 +164,7 @@ static int wait_setup(struct jail *j, int fd, struct nsbox_err *err)
 			return 0;
 		if (n < 0 && errno != EINTR)
 			return 0; /* the read says what is wrong */
-		if (proc_tree_stopped(j->pid)) {
+		if (pid > 0 && proc_tree_stopped(pid)) {
 			err_set(err, EINTR, "a process of the sandbox was stopped (SIGSTOP) during setup: killed");
 			return err_step(err, "launch"), -1;
 		}
