@@ -385,3 +385,63 @@ int block_charge(uint64_t *left, uint64_t len, uint64_t block)
 	*left -= cost;
 	return 0;
 }
+
+static bool tree_stopped(pid_t pid, int *budget)
+{
+	char path[64], buf[512];
+	const char *c;
+	ssize_t n;
+
+	if (--*budget < 0)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	n = read_file(path, buf, sizeof(buf));
+	if (n <= 0 || !(c = strrchr(buf, ')')) || c[1] != ' ')
+		return false;
+	if (c[2] == 'T')
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	bool stopped = false;
+
+	if (!d)
+		return false;
+	/* Each thread's children (CONFIG_PROC_CHILDREN): a sandbox's pid 1
+	 * has a thread for the network. */
+	for (struct dirent *e; !stopped && (e = readdir(d));) {
+		char kids[256];
+
+		if (e->d_name[0] < '0' || e->d_name[0] > '9')
+			continue;
+		snprintf(path, sizeof(path), "%s/children", e->d_name);
+		if (read_file_at(dirfd(d), path, kids, sizeof(kids)) <= 0)
+			continue;
+		for (char *k = kids, *end; !stopped && *k; k = end) {
+			long kid = strtol(k, &end, 10);
+
+			if (end == k)
+				break;
+			stopped = tree_stopped((pid_t)kid, budget);
+		}
+	}
+	closedir(d);
+	return stopped;
+}
+
+bool proc_tree_stopped(pid_t pid)
+{
+	int budget = 64;
+
+	return tree_stopped(pid, &budget);
+}
+
+pid_t pidfd_pid(int pidfd)
+{
+	char path[64], buf[2048];
+	const char *l;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", pidfd);
+	if (pidfd < 0 || read_file(path, buf, sizeof(buf)) <= 0 || !(l = strstr(buf, "\nPid:")))
+		return -1;
+	return (pid_t)strtol(l + 5, NULL, 10);
+}

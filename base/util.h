@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -80,6 +81,15 @@ int write_file_at(int dirfd, const char *path, const char *data);
 int deadline_ms(unsigned long long deadline);
 ssize_t read_file(const char *path, char *buf, size_t size);
 ssize_t read_file_at(int dirfd, const char *path, char *buf, size_t size);
+/* Whether process pid or one below it (at most 64 looked at) is stopped
+ * by a signal: state T in /proc/PID/stat (not t, a tracer's stop: strace -f
+ * stops them at every call).  Processes that run as a user who may stop
+ * them, and that the caller waits for, are checked with this while it
+ * waits (the launcher's setup, the handshake). */
+bool proc_tree_stopped(pid_t pid);
+/* The pid a pidfd refers to as /proc numbers it (its fdinfo's Pid: line),
+ * which is what proc_tree_stopped looks up; -1 unknown. */
+pid_t pidfd_pid(int pidfd);
 /* Monotonic clock in nanoseconds. */
 unsigned long long now_ns(void);
 /* Parse "123", "64K", "256M", "2G", "1T" (binary units) into bytes. */

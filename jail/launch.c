@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -133,6 +134,45 @@ static void warn_none(void *ctx, const char *msg)
 {
 	(void)ctx;
 	(void)msg;
+}
+
+/* Setup's processes (pid 1, the payload before its exec) run as the
+ * sandbox's host user, who may stop them: under a root nsboxd with a
+ * workspace, the client.  One stopped in setup held the launcher's wait for
+ * READY, a helper's only thread, until nsboxd gave the helper up after 60 s
+ * with every other sandbox it held (red team 6).  So that wait polls: a
+ * stopped process of the sandbox ends the start at once, and the whole
+ * setup has SETUP_TIMEOUT_S, within nsboxd's and libnsbox's 60 s for a
+ * helper's answer. */
+#define SETUP_TIMEOUT_S 30
+#define SETUP_POLL_MS 20
+
+/* Wait for pid 1's answer to GO and ATTACHED on fd: 0 when there is one
+ * to read, -1 with err when the sandbox was stopped or setup took too long
+ * (the caller kills it). */
+static int wait_setup(struct jail *j, int fd, struct nsbox_err *err)
+{
+	unsigned long long deadline = now_ns() + SETUP_TIMEOUT_S * 1000000000ULL;
+	/* As /proc numbers it, which may not be our pid namespace's. */
+	pid_t pid = j->pidfd >= 0 ? pidfd_pid(j->pidfd) : j->pid;
+
+	for (;;) {
+		struct pollfd p = { fd, POLLIN, 0 };
+		int n = poll(&p, 1, SETUP_POLL_MS);
+
+		if (n > 0)
+			return 0;
+		if (n < 0 && errno != EINTR)
+			return 0; /* the read says what is wrong */
+		if (pid > 0 && proc_tree_stopped(pid)) {
+			err_set(err, EINTR, "a process of the sandbox was stopped (SIGSTOP) during setup: killed");
+			return err_step(err, "launch"), -1;
+		}
+		if (now_ns() >= deadline) {
+			err_set(err, ETIMEDOUT, "the sandbox's setup took more than %d s: killed", SETUP_TIMEOUT_S);
+			return err_step(err, "launch"), -1;
+		}
+	}
 }
 
 /* The lock of a built tree (rootfs/nsbox-rootfs): CACHE/NAME-HASH/lock
@@ -367,7 +407,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 	if (eprep.proxy_fd >= 0 && !(spec->egress_lazy && !j->egress_audited) &&
 	    egress_fork(p, &eprep, NULL, confine_proxy, &j->egress_pid, err) < 0)
 		goto fail_child;
-	r = sync_recv_fd(sv[0], &m, 0, &j->ws_upper_fd);
+	r = wait_setup(j, sv[0], err) < 0 ? -2 : sync_recv_fd(sv[0], &m, 0, &j->ws_upper_fd);
 	/* A lazy proxy's pair is still ours: pid 1's network thread sent the
 	 * sockets over it before READY.  The jail holds both from here. */
 	if (r == 1 && m.type == SYNC_READY && eprep.proxy_fd >= 0) {
@@ -403,7 +443,7 @@ int jail_start(struct jail *j, const struct jail_spec *spec, struct nsbox_err *e
 			/* prog is static */
 			return -2;
 		}
-	} else {
+	} else if (r != -2) {
 		err_set(err, r < 0 ? errno : 0, "the sandbox died during setup");
 		err_step(err, "launch");
 	}

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/fsuid.h>
 #include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -314,7 +315,12 @@ static void copy_dir(struct wsync *w, int upper, int host, int depth)
 		fail(w, errno, "read the upper layer");
 }
 
-/* Become the sandbox's host user with no capabilities. */
+/* Write as the sandbox's host user, with no capabilities.  A root caller
+ * changes only its file-system ids, which alone decide what the copy may
+ * write: its real, effective and saved ids stay root's, so that user (under
+ * nsboxd, a client) can't signal, stop, renice, prlimit or trace the copy.
+ * A SIGSTOP sent to a copy that had become the client's uid held the
+ * launcher's wait, and with it an nsboxd worker, for good (red team 6). */
 static int drop_rights(uid_t uid, gid_t gid)
 {
 	struct __user_cap_header_struct hdr = { .version = _LINUX_CAPABILITY_VERSION_3 };
@@ -323,8 +329,13 @@ static int drop_rights(uid_t uid, gid_t gid)
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return -1;
 	if (geteuid() == 0) {
-		if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0)
+		if (setgroups(0, NULL) < 0)
 			return -1;
+		/* They answer the id they replaced: asked again, whether it took. */
+		(void)setfsgid(gid);
+		(void)setfsuid(uid);
+		if ((gid_t)setfsgid((gid_t)-1) != gid || (uid_t)setfsuid((uid_t)-1) != uid)
+			return errno = EPERM, -1;
 	} else if (geteuid() != uid || getegid() != gid) {
 		return errno = EPERM, -1;
 	}
@@ -337,11 +348,12 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 {
 	int pipefd[2], st;
 	struct wsync w;
-	pid_t pid;
+	pid_t pid, parent;
 	ssize_t n;
 
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return err_sys(err, "copy /workspace back: pipe");
+	parent = getpid();
 	pid = fork();
 	if (pid < 0) {
 		close(pipefd[0]);
@@ -356,7 +368,9 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 		 * grew an ext4 host directory by 64 MiB past a 64M limit. */
 		w.block = fs_block_size(host);
 		close(pipefd[0]);
-		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || drop_rights(uid, gid) < 0) {
+		/* After the drop: a change of ids clears the death signal (and
+		 * then a killed launcher left its copy running). */
+		if (drop_rights(uid, gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent) {
 			err_set(&w.err, errno, "copy /workspace back: become uid %u gid %u without capabilities",
 				(unsigned)uid, (unsigned)gid);
 			w.failed = true;

@@ -2,8 +2,10 @@
  * sandbox changed in /workspace lives in the overlay's upper layer, a
  * tmpfs; once the sandbox is dead it is copied into the host directory.
  *
- * Done in a child process of the launcher with the sandbox's own host ids,
- * no capabilities and no_new_privs, so it can write nothing the sandbox's
+ * Done in a child process of the launcher that writes with the sandbox's
+ * own host ids (a root launcher's child changes only its file-system ids,
+ * so that user can't stop the copy the launcher waits for), with no
+ * capabilities and no_new_privs, so it can write nothing the sandbox's
  * user could not.  Nothing is opened through a symlink on either side:
  * host entries are reached one name at a time with openat2
  * (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS |

@@ -483,6 +483,177 @@ sb.close()
         assert d.stop() == 0, d.logtext()
 
 
+# The client's own process: it stops every process of its uid below nsboxd
+# (and nothing else) while its workspace sessions are closed.
+STOPPER = """
+import os, signal, sys, threading, time
+sys.path.insert(0, {here!r})
+import svcclient
+ND, UID = {nd}, os.getuid()
+
+def below(pid):
+    kids = {{}}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{{p}}/stat") as f:
+                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(p))
+            except OSError:
+                pass
+    out, todo = set(), list(kids.get(pid, []))
+    while todo:
+        q = todo.pop()
+        out.add(q)
+        todo.extend(kids.get(q, []))
+    return out
+
+def ruid(p):
+    try:
+        with open(f"/proc/{{p}}/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("Uid:"))
+    except (OSError, StopIteration):
+        return -1
+
+stopped, done = set(), threading.Event()
+
+def stopper():
+    while not done.is_set():
+        for p in below(ND) - stopped:
+            if ruid(p) == UID:
+                try:
+                    os.kill(p, signal.SIGSTOP)
+                    stopped.add(p)
+                except OSError:
+                    pass
+
+c = svcclient.Client({sock!r}, timeout=20)
+fd = os.open({ws!r}, os.O_RDONLY | os.O_DIRECTORY)
+sb, m = c.open(fds=[fd], workspace={{"fd": 0}})
+assert sb, m
+# Enough to copy that the stopper sees the copy.
+r = sb.exec("for i in range(4):\\n    open(f'/workspace/f{{i}}', 'wb').write(b'x' * (40 << 20))")
+assert "error" not in r or not r["error"], r
+t = threading.Thread(target=stopper)
+t.start()
+try:
+    print("closed", c.request("CLOSE", {{"handle": sb.handle}})[0], flush=True)
+except TimeoutError:
+    print("closed never", flush=True)
+done.set()
+t.join()
+print("stopped", *sorted(stopped), flush=True)
+"""
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: a root nsboxd and a client of another uid")
+def test_client_can_not_stop_its_workspace_write_back():
+    """A workspace is written back by a child of the root helper that writes
+    as the client's uid.  It used to become that uid whole, so the client
+    could SIGSTOP it, and the helper waited for it for good: with Workers=1
+    (or one such close per worker) nsboxd made and reaped no sandbox for
+    anyone again.  Its real, effective and saved ids stay root's now."""
+    d = Daemon("[Service]\nAllowGroups=4242\nWorkers=1\nPoolSize=0\n", extra=("--group", "4242", "--mode", "0660"))
+    top = tempfile.mkdtemp(prefix="nsbxd-ws-")
+    os.chmod(top, 0o755)
+    ws = pathlib.Path(top) / "ws"
+    ws.mkdir()
+    os.chown(ws, UNPRIV, UNPRIV)
+    stopped = []
+    try:
+        script = STOPPER.format(here=os.path.dirname(__file__), nd=d.p.pid, sock=d.sock, ws=str(ws))
+        p = subprocess.run(as_user(UNPRIV, 4242) + [sys.executable, "-c", script], capture_output=True,
+                           timeout=90, env=dict(os.environ, HOME="/tmp"))
+        out = p.stdout.decode()
+        stopped = [int(x) for ln in out.splitlines() if ln.startswith("stopped") for x in ln.split()[1:]]
+        assert p.returncode == 0, (out, p.stderr.decode()[-2000:], d.logtext())
+        assert "closed CLOSED" in out, (out, d.logtext())
+        # The copy was made, as the client.
+        for i in range(4):
+            st = (ws / f"f{i}").stat()
+            assert (st.st_size, st.st_uid, st.st_gid) == (40 << 20, UNPRIV, UNPRIV)
+        # And the worker makes sandboxes for others.
+        c = svcclient.Client(d.sock, timeout=20)
+        sb, m = c.open(memory=200 << 20)
+        assert sb, m
+        assert sb.exec("6 * 7")["value"] == 42
+        sb.close()
+        c.close()
+    finally:
+        for pid in stopped:         # what the client stopped, should it have worked
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        shutil.rmtree(top)
+        assert d.stop() == 0, d.logtext()
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: a root nsboxd and a client of another uid")
+def test_client_stopping_its_sandbox_in_setup_holds_no_worker():
+    """A sandbox with a workspace runs as the client's uid from its setup
+    on, so the client may SIGSTOP it there.  The launcher waited for pid 1's
+    READY without a bound, then libnsbox for the runner's HELLO for 30 s:
+    the worker made nothing for anyone, and after 60 s nsboxd gave up its
+    helper, killing every other sandbox the helper held (here root's).  A
+    stopped sandbox now fails its own start at once."""
+    d = Daemon("[Service]\nAllowGroups=4242\nWorkers=1\nPoolSize=0\n", extra=("--group", "4242", "--mode", "0660"))
+    top = tempfile.mkdtemp(prefix="nsbxd-ws-")
+    os.chmod(top, 0o755)
+    ws = pathlib.Path(top) / "ws"
+    ws.mkdir()
+    os.chown(ws, UNPRIV, UNPRIV)
+    head = STOPPER.split("c = svcclient.Client(")[0].format(here=os.path.dirname(__file__), nd=d.p.pid)
+    script = head + f"""
+t = threading.Thread(target=stopper)
+t.start()
+try:
+    for i in range(3):
+        c = svcclient.Client({d.sock!r}, timeout=10)
+        fd = os.open({str(ws)!r}, os.O_RDONLY | os.O_DIRECTORY)
+        t0 = time.time()
+        try:
+            sb, m = c.open(fds=[fd], workspace={{"fd": 0}})
+            print("open", "OPENED" if sb else m.get("message"), round(time.time() - t0, 1), flush=True)
+        except TimeoutError:
+            print("open never", flush=True)
+            break
+        c.close()
+        os.close(fd)
+finally:
+    done.set()
+    t.join()
+print("stopped", *sorted(stopped), flush=True)
+"""
+    stopped = []
+    c = svcclient.Client(d.sock, timeout=20)
+    try:
+        mine, m = c.open(memory=200 << 20)     # made by the same (only) helper
+        assert mine, m
+        p = subprocess.run(as_user(UNPRIV, 4242) + [sys.executable, "-c", script], capture_output=True,
+                           timeout=120, env=dict(os.environ, HOME="/tmp"))
+        out = p.stdout.decode()
+        stopped = [int(x) for ln in out.splitlines() if ln.startswith("stopped") for x in ln.split()[1:]]
+        assert p.returncode == 0, (out, p.stderr.decode()[-2000:], d.logtext())
+        assert "open never" not in out and out.count("open ") == 3, (out, d.logtext())
+        assert stopped, out           # it did stop something of its own
+        assert mine.exec("6 * 7")["value"] == 42
+        c2 = svcclient.Client(d.sock, timeout=20)
+        sb, m = c2.open(memory=200 << 20)
+        assert sb, m
+        sb.close()
+        c2.close()
+        mine.close()
+    finally:
+        for pid in stopped:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        c.close()
+        shutil.rmtree(top)
+        assert d.stop() == 0, d.logtext()
+
+
 def test_silent_client_and_slow_reader_hold_nobody_up(daemon):
     silent = svcclient.Client(daemon.sock, hello=False)
     slow = svcclient.Client(daemon.sock)

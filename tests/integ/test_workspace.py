@@ -249,3 +249,54 @@ def test_write_back_of_a_sandbox_killed_mid_swap(tmp_path, attempt):
             assert os.readlink(p) in (str(outside), str(outside / "f"), "/etc/passwd")
     if (ws / "d").is_dir() and not (ws / "d").is_symlink():
         assert os.listdir(ws / "d") in ([], ["f"])
+
+
+def test_the_copy_dies_with_its_launcher(tmp_path):
+    """The write-back runs in a child of the launcher that asks to be killed
+    when the launcher dies (PR_SET_PDEATHSIG), but a change of ids clears
+    that: as root (and under nsboxd) a killed launcher left its copy writing
+    into the host directory, out of reach of whoever killed it.  Asked after
+    the change now."""
+    import signal
+    import subprocess
+    import time
+    from conftest import NSBOX, _launcher_pid, _nsbox_cgroups
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    code = "import os\nfor i in range(600):\n    open(f'/workspace/f{i}', 'wb').write(os.urandom(1 << 20))\n"
+    p = subprocess.Popen([NSBOX, "run", "--workspace", str(ws), "--workspace-size", "1G", "--memory", "2G", "--",
+                          "/usr/bin/python3.11", "-S", "-c", code])
+    seen, copy = set(), None
+    try:
+        end = time.time() + 60
+        while copy is None and p.poll() is None and time.time() < end:
+            try:
+                kids = [int(k) for t in os.listdir(f"/proc/{p.pid}/task")
+                        for k in open(f"/proc/{p.pid}/task/{t}/children").read().split()]
+            except OSError:
+                continue
+            if seen and kids and not seen & set(kids):
+                copy = kids[0]      # pid 1 is gone: the copy
+            seen |= set(kids)
+        assert copy is not None, "never saw the copy"
+        p.kill()
+        p.wait()
+        # The copy follows its launcher at once; it had ~600 MiB to write.
+        for _ in range(100):
+            if not os.path.exists(f"/proc/{copy}"):
+                break
+            time.sleep(0.01)
+        time.sleep(0.5)
+        n = len(os.listdir(ws))
+        assert n < 600, f"the copy ran on after its launcher was killed: {n} files written"
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        # A killed launcher leaves its (empty) cgroups to the next launch.
+        for d in sorted(_nsbox_cgroups(), key=len, reverse=True):
+            if _launcher_pid(d) == p.pid:
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
