@@ -20,7 +20,7 @@ static struct {
 	unsigned n_threads;
 	bool stop;
 	int efd;
-	struct job *todo, *todo_tail;	/* submitted, not started: creations */
+	struct job *makes, *makes_tail;	/* submitted, not started: creations */
 	struct job *ends, *ends_tail;	/* the same, ends: they go first */
 	struct job *done, *done_tail;	/* finished, not collected */
 	unsigned pending;
@@ -112,11 +112,11 @@ static void *worker_main(void *arg)
 		uint64_t one = 1;
 
 		if (!j)
-			j = take(&W.todo, &W.todo_tail);
+			j = take(&W.makes, &W.makes_tail);
 		if (!j) {
 			/* Stop once nothing is queued: a job held back by its
 			 * uid's share starts when one of that uid's ends. */
-			if (W.stop && !W.ends && !W.todo)
+			if (W.stop && !W.ends && !W.makes)
 				break;
 			pthread_cond_wait(&W.cond, &W.lock);
 			continue;
@@ -130,7 +130,7 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&W.lock);
 		W.running[me] = NULL;
 		/* A job its uid's share held back may start now, on any thread. */
-		if (W.ends || W.todo)
+		if (W.ends || W.makes)
 			pthread_cond_broadcast(&W.cond);
 		if (W.done_tail)
 			W.done_tail->next = j;
@@ -180,8 +180,8 @@ int worker_fd(void)
 
 void worker_submit(struct job *j)
 {
-	struct job **head = j->kind == JOB_END ? &W.ends : &W.todo;
-	struct job **tail = j->kind == JOB_END ? &W.ends_tail : &W.todo_tail;
+	struct job **head = j->kind == JOB_END ? &W.ends : &W.makes;
+	struct job **tail = j->kind == JOB_END ? &W.ends_tail : &W.makes_tail;
 
 	j->next = NULL;
 	pthread_mutex_lock(&W.lock);

@@ -2,6 +2,7 @@
 the CLI, the SDK and a raw client (svcclient.py) that can also misbehave.
 Every test checks from the host that what the service made is gone."""
 import errno
+import inspect
 import json
 import os
 import pathlib
@@ -61,11 +62,11 @@ def tree_of(pid):
                     kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(d))
             except OSError:
                 pass
-    out, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
+    out, pending = set(), [pid]
+    while pending:
+        p = pending.pop()
         out.add(p)
-        todo.extend(kids.get(p, []))
+        pending.extend(kids.get(p, []))
     return out
 
 
@@ -491,22 +492,6 @@ sys.path.insert(0, {here!r})
 import svcclient
 ND, UID = {nd}, os.getuid()
 
-def below(pid):
-    kids = {{}}
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{{p}}/stat") as f:
-                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(p))
-            except OSError:
-                pass
-    out, todo = set(), list(kids.get(pid, []))
-    while todo:
-        q = todo.pop()
-        out.add(q)
-        todo.extend(kids.get(q, []))
-    return out
-
 def ruid(p):
     try:
         with open(f"/proc/{{p}}/status") as f:
@@ -518,7 +503,7 @@ stopped, done = set(), threading.Event()
 
 def stopper():
     while not done.is_set():
-        for p in below(ND) - stopped:
+        for p in tree_of(ND) - {{ND}} - stopped:    # tree_of: this file's, sent along
             if ruid(p) == UID:
                 try:
                     os.kill(p, signal.SIGSTOP)
@@ -560,7 +545,8 @@ def test_client_can_not_stop_its_workspace_write_back():
     os.chown(ws, UNPRIV, UNPRIV)
     stopped = []
     try:
-        script = STOPPER.format(here=os.path.dirname(__file__), nd=d.p.pid, sock=d.sock, ws=str(ws))
+        script = inspect.getsource(tree_of) + STOPPER.format(here=os.path.dirname(__file__), nd=d.p.pid,
+                                                             sock=d.sock, ws=str(ws))
         p = subprocess.run(as_user(UNPRIV, 4242) + [sys.executable, "-c", script], capture_output=True,
                            timeout=90, env=dict(os.environ, HOME="/tmp"))
         out = p.stdout.decode()
@@ -602,7 +588,8 @@ def test_client_stopping_its_sandbox_in_setup_holds_no_worker():
     ws = pathlib.Path(top) / "ws"
     ws.mkdir()
     os.chown(ws, UNPRIV, UNPRIV)
-    head = STOPPER.split("c = svcclient.Client(")[0].format(here=os.path.dirname(__file__), nd=d.p.pid)
+    head = inspect.getsource(tree_of) + STOPPER.split("c = svcclient.Client(")[0].format(
+        here=os.path.dirname(__file__), nd=d.p.pid)
     script = head + f"""
 t = threading.Thread(target=stopper)
 t.start()
@@ -1637,14 +1624,14 @@ def ids_of(pid):
 
 def sandbox_pids(pid1):
     """pid 1 and every process below it, from the host."""
-    out, todo = [], [pid1]
-    while todo:
-        p = todo.pop()
+    out, pending = [], [pid1]
+    while pending:
+        p = pending.pop()
         out.append(p)
         for t in os.listdir(f"/proc/{p}/task"):
             try:
                 with open(f"/proc/{p}/task/{t}/children") as f:
-                    todo += [int(x) for x in f.read().split()]
+                    pending += [int(x) for x in f.read().split()]
             except OSError:
                 pass
     return out
