@@ -144,14 +144,6 @@ int net_rule_parse(const char *s, struct net_rule *r, struct nsbox_err *err)
 			if (wild && !strchr(r->name, '.'))
 				return err_set(err, EINVAL, "*.%s: a wildcard needs at least two labels (*.example.com)",
 					       r->name);
-			/* So would "*.co.uk" or "*.github.io": names anyone can
-			 * register, and a DNS under them the sandbox could
-			 * send anything to.  Without the list, only the above. */
-			if (wild && net_public_suffix(r->name, NET_PSL_PATH) == 1)
-				return err_set(err, EINVAL,
-					       "*.%s: %s is a public suffix (%s): anyone can register a name under it; "
-					       "list the names meant (*.example.%s)",
-					       r->name, r->name, NET_PSL_PATH, r->name);
 			r->kind = wild ? NET_RULE_WILD : NET_RULE_NAME;
 		}
 	}

@@ -731,6 +731,15 @@ static int set_net_allow(struct nsbox_policy *p, const char *v, struct nsbox_err
 
 	if (net_rule_parse(v, &r, err) < 0)
 		return -1;
+	/* "*.co.uk" or "*.github.io" would be too wide to be meant, as "*.com"
+	 * is: names anyone can register, and a DNS under them the sandbox
+	 * could send anything to.  Judged here, where a rule enters a policy,
+	 * once (the proxy and policy_check parse it again, without the list).
+	 * Without the list, only the two labels net_rule_parse asks for. */
+	if (r.kind == NET_RULE_WILD && net_public_suffix(r.name, NET_PSL_PATH) == 1)
+		return err_fail(err, "policy", EINVAL,
+				"*.%s: %s is a public suffix (%s): anyone can register a name under it; list the names "
+				"meant (*.example.%s)", r.name, r.name, NET_PSL_PATH, r.name);
 	for (size_t i = 0; i < p->n_net_allow; i++)
 		if (strcmp(p->net_allow[i], v) == 0)
 			return 0;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "netrule.h"
+#include "policy.h"
 #include "tap.h"
 
 static const char *verdict(const char *const *rs, unsigned n, bool name_ok, const char *addr, unsigned port)
@@ -69,12 +70,20 @@ int main(void)
 		static const char *const narrow[] = { "*.example.co.uk", "*.www.ck", "*.amazonaws.com", "*.example.com" };
 		struct nsbox_err e = { 0 };
 
-		for (size_t i = 0; i < sizeof(wide) / sizeof(wide[0]); i++)
-			ok(net_rule_parse(wide[i], &r, &e) < 0 && strstr(e.msg, "is a public suffix"), "refused: %s (%s)",
-			   wide[i], e.msg);
-		for (size_t i = 0; i < sizeof(narrow) / sizeof(narrow[0]); i++)
-			ok(net_rule_parse(narrow[i], &r, NULL) == 0, "accepted: %s (not a public suffix itself)",
-			   narrow[i]);
+		for (size_t i = 0; i < sizeof(wide) / sizeof(wide[0]); i++) {
+			struct nsbox_policy p = { 0 };
+
+			ok(policy_set(&p, "Network", "Allow", wide[i], &e) < 0 && strstr(e.msg, "is a public suffix"),
+			   "refused: %s (%s)", wide[i], e.msg);
+			policy_free(&p);
+		}
+		for (size_t i = 0; i < sizeof(narrow) / sizeof(narrow[0]); i++) {
+			struct nsbox_policy p = { 0 };
+
+			ok(policy_set(&p, "Network", "Allow", narrow[i], NULL) == 0,
+			   "accepted: %s (not a public suffix itself)", narrow[i]);
+			policy_free(&p);
+		}
 	} else {
 		printf("# %s is missing (Debian's publicsuffix): wildcards over public suffixes not checked\n",
 		       NET_PSL_PATH);
