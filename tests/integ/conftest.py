@@ -46,15 +46,27 @@ def probe(extra=None):
 
 
 def _nsbox_cgroups():
+    """Sandbox cgroups (nsbox-PID-N) this pass could have made: as root,
+    none under the unprivileged passes' delegated cgroups (run-integ.sh's
+    nsbox-test-deleg-PID, which .ci/run's user passes fill while the root
+    passes run); unprivileged, only those this uid owns."""
     found = []
+    me = os.geteuid()
     for root in CG_ROOTS:
         for dirpath, dirnames, _ in os.walk(root):
             if dirpath.count("/") > 9:
                 dirnames[:] = []
                 continue
+            if me == 0:
+                dirnames[:] = [d for d in dirnames if not d.startswith("nsbox-test-deleg-")]
             for d in dirnames:
                 if d.startswith("nsbox-") and not d.startswith("nsbox-test"):
-                    found.append(os.path.join(dirpath, d))
+                    path = os.path.join(dirpath, d)
+                    try:
+                        if me == 0 or os.stat(path).st_uid == me:
+                            found.append(path)
+                    except FileNotFoundError:
+                        pass
     return sorted(found)
 
 
