@@ -21,7 +21,9 @@
  *   binary search over [lo, hi) runs of numbers -> a leaf:
  *     ret ACTION, or for a syscall with argument rows:
  *     ld the argument's word(s); and mask; jeq value -> ret its action ...;
- *     ret the OTHERWISE action (the default when there is none). */
+ *     ret the OTHERWISE action (the default when there is none).  A row
+ *     with pairs (socket's inet type and protocol) checks them after its
+ *     value: emit_pairs. */
 #include <errno.h>
 #include <linux/audit.h>
 #include <seccomp.h>
@@ -46,6 +48,7 @@ struct leaf {
 	 * non-zero (zero when zeros[i]), else other */
 	unsigned int arg, n, sets[MAX_VALS];
 	bool zeros[MAX_VALS];
+	const struct seccomp_pairs *pairs[MAX_VALS];
 	uint64_t mask, vals[MAX_VALS];
 	uint32_t rets[MAX_VALS], other;
 };
@@ -96,6 +99,52 @@ static void emit_word(struct code *c, uint32_t off, uint32_t mask)
 		emit(c, BPF_ALU | BPF_AND | BPF_K, 0, 0, mask);
 }
 
+/* The pairs' distinct a values, in order of first appearance. */
+static unsigned int pair_groups(const struct seccomp_pairs *p, uint32_t *as)
+{
+	unsigned int na = 0, i, j;
+
+	for (i = 0; i < p->n; i++) {
+		for (j = 0; j < na && as[j] != p->va[i]; j++)
+			;
+		if (j == na)
+			as[na++] = p->va[i];
+	}
+	return na;
+}
+
+/* What a row with pairs runs once its own condition matched: per distinct
+ * a value, ld a; [and;] jeq a -> (ld b; jeq b1 -> ret act; ...; ret other),
+ * else the next; ret other after the last.  Returns its length; emits it
+ * when c is not NULL. */
+static unsigned int emit_pairs(struct code *c, const struct seccomp_pairs *p, uint32_t act, uint32_t other)
+{
+	uint32_t as[SECCOMP_MAX_PAIRS];
+	unsigned int na = pair_groups(p, as), len = 1, g, i;
+	uint8_t and_len = p->mask_a == 0xffffffffU ? 0 : 1;
+
+	for (g = 0; g < na; g++) {
+		unsigned int k = 0, j = 0;
+
+		for (i = 0; i < p->n; i++)
+			k += p->va[i] == as[g];
+		len += 1 + and_len + 1 + 1 + k + 2;
+		if (!c)
+			continue;
+		emit_word(c, ARG_LO(p->a), p->mask_a);
+		emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, (uint8_t)(k + 3), as[g]);
+		emit(c, BPF_LD | BPF_W | BPF_ABS, 0, 0, ARG_LO(p->b));
+		for (i = 0; i < p->n; i++)
+			if (p->va[i] == as[g])
+				emit(c, BPF_JMP | BPF_JEQ | BPF_K, (uint8_t)(k - ++j + 1), 0, p->vb[i]);
+		emit(c, BPF_RET | BPF_K, 0, 0, other);
+		emit(c, BPF_RET | BPF_K, 0, 0, act);
+	}
+	if (c)
+		emit(c, BPF_RET | BPF_K, 0, 0, other);
+	return len;
+}
+
 /* The argument checks of one syscall.  The rows are disjoint (distinct
  * values under one mask), so their order does not matter. */
 static void emit_complex(struct code *c, const struct leaf *l)
@@ -105,7 +154,7 @@ static void emit_complex(struct code *c, const struct leaf *l)
 	bool sets = false;
 
 	for (i = 0; i < l->n; i++)
-		sets |= l->sets[i] != 0;
+		sets |= l->sets[i] != 0 || l->pairs[i];
 	if (mhi == 0 && !sets) {
 		/* ld; and; jeq v0 -> R(v0); ...; then the returns, other first,
 		 * each action once. */
@@ -132,9 +181,15 @@ static void emit_complex(struct code *c, const struct leaf *l)
 	 * else the next row.  The tail is ret, or for a row with sets[i]:
 	 * ld lo of that argument; jeq 0 -> ld hi; jeq 0 -> ret other; and
 	 * ret the row's action for a non-zero word (the two returns swapped
-	 * for zeros[i]). */
+	 * for zeros[i]); for a row with pairs, emit_pairs. */
 	for (i = 0; i < l->n; i++) {
-		uint8_t lo_len = mlo == 0xffffffffU ? 1 : 2, tail = l->sets[i] ? 6 : 1;
+		unsigned int tail_len = l->pairs[i] ? emit_pairs(NULL, l->pairs[i], 0, 0) : l->sets[i] ? 6 : 1;
+		uint8_t lo_len = mlo == 0xffffffffU ? 1 : 2, tail = (uint8_t)tail_len;
+
+		if (tail_len + lo_len + 1 > 255) {
+			c->oom = true; /* SECCOMP_MAX_PAIRS keeps it far below */
+			return;
+		}
 
 		if (mhi != 0) {
 			emit_word(c, ARG_HI(l->arg), mhi);
@@ -143,6 +198,10 @@ static void emit_complex(struct code *c, const struct leaf *l)
 		}
 		emit_word(c, ARG_LO(l->arg), mlo);
 		emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, tail, (uint32_t)l->vals[i]);
+		if (l->pairs[i]) {
+			emit_pairs(c, l->pairs[i], l->rets[i], l->other);
+			continue;
+		}
 		if (l->sets[i]) {
 			emit(c, BPF_LD | BPF_W | BPF_ABS, 0, 0, ARG_LO(l->sets[i] - 1));
 			emit(c, BPF_JMP | BPF_JEQ | BPF_K, 0, 3, 0);
@@ -332,7 +391,8 @@ static int classify(const struct seccomp_rule *rules, size_t nrules, struct leaf
 			l->other = seccomp_rule_ret(s->action, log);
 			continue;
 		}
-		if (s->arg > 5 || s->mask == 0 || (s->value & ~s->mask) || s->if_set > 6 || s->if_set == s->arg + 1)
+		if (s->arg > 5 || s->mask == 0 || (s->value & ~s->mask) || s->if_set > 6 || s->if_set == s->arg + 1 ||
+		    !seccomp_pairs_valid(s))
 			return err_set(err, EINVAL, "seccomp: %s: bad condition (arg %u, mask %#llx, value %#llx)",
 				       s->name, s->arg, (unsigned long long)s->mask, (unsigned long long)s->value);
 		if (l->n == 0) {
@@ -353,6 +413,7 @@ static int classify(const struct seccomp_rule *rules, size_t nrules, struct leaf
 		l->vals[l->n] = s->value;
 		l->sets[l->n] = s->if_set;
 		l->zeros[l->n] = s->if_set && s->if_zero;
+		l->pairs[l->n] = s->pairs;
 		l->rets[l->n++] = seccomp_rule_ret(s->action, log);
 	}
 	for (size_t i = 0; i < NR_LIMIT; i++)

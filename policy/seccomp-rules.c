@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <seccomp.h>
 #include <string.h>
@@ -57,10 +58,33 @@
 #define WHEN_SET(n, act, a, m, v, a2) { n, act, SRULE_MASKED_EQ, a, m, v, (a2) + 1, false }
 /* WHEN, and argument a2 zero; with a2 non-zero, the OTHERWISE row decides. */
 #define WHEN_ZERO(n, act, a, m, v, a2) { n, act, SRULE_MASKED_EQ, a, m, v, (a2) + 1, true }
+/* WHEN, and (args[pairs->a] & mask_a, args[pairs->b]) one of the pairs; for
+ * another pair, the OTHERWISE row decides. */
+#define WHEN_PAIRS(n, act, a, m, v, pairs) { n, act, SRULE_MASKED_EQ, a, m, v, 0, false, pairs }
 #define OTHERWISE(n, act) { n, act, SRULE_OTHERWISE, 0, 0, 0, 0 }
 /* Allowed unless the mode argument carries S_ISUID or S_ISGID. */
 #define NOSUID_MODE(n, a) WHEN(n, SRULE_EPERM, a, 06000, 04000), WHEN(n, SRULE_EPERM, a, 06000, 02000), \
 	WHEN(n, SRULE_EPERM, a, 06000, 06000), OTHERWISE(n, SRULE_ALLOW)
+
+/* socket(AF_INET or AF_INET6, type, protocol): TCP and UDP, named by their
+ * protocol number or by 0, and ICMP echo ("ping") sockets.  For any other
+ * pair inet_create() looks for a protocol built in and, finding none, has
+ * the kernel run modprobe as root on the host (net-pf-2-proto-P-type-T,
+ * then net-pf-2-proto-P): SCTP, DCCP, L2TP, SMC, each with a history of
+ * CVEs, for any caller, from any network namespace.  Built-in protocols
+ * besides TCP and UDP (MPTCP, UDP-Lite, SCTP where it is built in) are
+ * refused too: code the sandbox has no use for.  The type is compared
+ * under SOCK_TYPE_MASK (0xf): SOCK_NONBLOCK and SOCK_CLOEXEC pass. */
+static const struct seccomp_pairs inet_pairs = {
+	1, 2, 0xf, 5,
+	{ SOCK_STREAM, SOCK_STREAM, SOCK_DGRAM, SOCK_DGRAM, SOCK_DGRAM },
+	{ 0, IPPROTO_TCP, 0, IPPROTO_UDP, IPPROTO_ICMP },
+};
+static const struct seccomp_pairs inet6_pairs = {
+	1, 2, 0xf, 5,
+	{ SOCK_STREAM, SOCK_STREAM, SOCK_DGRAM, SOCK_DGRAM, SOCK_DGRAM },
+	{ 0, IPPROTO_TCP, 0, IPPROTO_UDP, IPPROTO_ICMPV6 },
+};
 
 const struct seccomp_rule seccomp_rules[] = {
 	/* Files and directories.  What may be written is decided by the
@@ -145,10 +169,11 @@ const struct seccomp_rule seccomp_rules[] = {
 	 * netlink family or a sock_diag family, makes the kernel load the
 	 * module that serves it (net-pf-16-proto-N: scsi_transport_iscsi,
 	 * the way in of CVE-2021-27365, rdma, crypto_user, tipc, ...), as
-	 * root on the host, for any unprivileged caller. */
+	 * root on the host, for any unprivileged caller.  Inet and inet6:
+	 * TCP, UDP and ping only (inet_pairs, above), for the same reason. */
 	WHEN("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_UNIX),
-	WHEN("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_INET),
-	WHEN("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_INET6),
+	WHEN_PAIRS("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_INET, &inet_pairs),
+	WHEN_PAIRS("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_INET6, &inet6_pairs),
 	WHEN_ZERO("socket", SRULE_ALLOW, 0, 0xffffffffULL, AF_NETLINK, 2),
 	OTHERWISE("socket", SRULE_EPERM),
 
@@ -300,13 +325,39 @@ uint32_t seccomp_rule_ret(enum seccomp_rule_action a, bool log)
 	return SECCOMP_RET_KILL_PROCESS;
 }
 
-static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, unsigned int nargs,
-		    unsigned int arg, uint64_t mask, uint64_t value, struct nsbox_err *err)
+bool seccomp_pairs_valid(const struct seccomp_rule *s)
 {
-	struct scmp_arg_cmp cmp = SCMP_CMP(arg, SCMP_CMP_MASKED_EQ, mask, value);
+	const struct seccomp_pairs *p = s->pairs;
+
+	if (!p)
+		return true;
+	if (s->if_set || p->a > 5 || p->b > 5 || p->a == p->b || p->a == s->arg || p->b == s->arg || !p->mask_a ||
+	    p->n == 0 || p->n > SECCOMP_MAX_PAIRS)
+		return false;
+	for (unsigned int i = 0; i < p->n; i++) {
+		if (p->va[i] & ~p->mask_a)
+			return false;
+		for (unsigned int j = 0; j < i; j++)
+			if (p->va[j] == p->va[i] && p->vb[j] == p->vb[i])
+				return false;
+	}
+	return true;
+}
+
+/* One rule: pre[0..npre), and (argument arg & mask) == value unless mask
+ * is 0 (no condition of its own). */
+static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, const struct scmp_arg_cmp *pre,
+		    unsigned int npre, unsigned int arg, uint64_t mask, uint64_t value, struct nsbox_err *err)
+{
+	struct scmp_arg_cmp cmp[4];
+	unsigned int n = 0;
 	int r;
 
-	r = seccomp_rule_add_exact_array(ctx, act, nr, nargs, nargs ? &cmp : NULL);
+	for (; n < npre && n < ARRAY_SIZE(cmp) - 1; n++)
+		cmp[n] = pre[n];
+	if (mask)
+		cmp[n++] = SCMP_CMP(arg, SCMP_CMP_MASKED_EQ, mask, value);
+	r = seccomp_rule_add_exact_array(ctx, act, nr, n, n ? cmp : NULL);
 	if (r < 0)
 		return err_set(err, -r, "seccomp: rule for %s", name);
 	return 0;
@@ -329,13 +380,13 @@ static int add_rule_set(scmp_filter_ctx ctx, uint32_t act, int nr, const struct 
 	return 0;
 }
 
-/* Rows matching every x with (x & fixed) == val whose bits under rest
- * match none of vals[] that agree with val on fixed: a binary trie over
- * the bits of rest, highest first, with one row per empty branch.  At
- * most n rows per bit of rest. */
-static int add_otherwise_trie(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, unsigned int arg,
-			      const uint64_t *vals, size_t n, uint64_t fixed, uint64_t val, uint64_t rest,
-			      struct nsbox_err *err)
+/* Rows matching every call with pre[] and (x & fixed) == val whose bits
+ * under rest match none of vals[] that agree with val on fixed: a binary
+ * trie over the bits of rest, highest first, with one row per empty
+ * branch.  At most n rows per bit of rest. */
+static int add_not_in_trie(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name,
+			   const struct scmp_arg_cmp *pre, unsigned int npre, unsigned int arg, const uint64_t *vals,
+			   size_t n, uint64_t fixed, uint64_t val, uint64_t rest, struct nsbox_err *err)
 {
 	bool live = false;
 	uint64_t b;
@@ -345,29 +396,93 @@ static int add_otherwise_trie(scmp_filter_ctx ctx, uint32_t act, int nr, const c
 	for (i = 0; i < n; i++)
 		live |= (vals[i] & fixed) == val;
 	if (!live)
-		return add_rule(ctx, act, nr, name, 1, arg, fixed, val, err);
+		return add_rule(ctx, act, nr, name, pre, npre, arg, fixed, val, err);
 	if (!rest)
 		return 0;	/* a member of S: its own row decides */
 	b = 1ULL << (63 - __builtin_clzll(rest));
-	r = add_otherwise_trie(ctx, act, nr, name, arg, vals, n, fixed | b, val, rest & ~b, err);
+	r = add_not_in_trie(ctx, act, nr, name, pre, npre, arg, vals, n, fixed | b, val, rest & ~b, err);
 	if (r < 0)
 		return r;
-	return add_otherwise_trie(ctx, act, nr, name, arg, vals, n, fixed | b, val | b, rest & ~b, err);
+	return add_not_in_trie(ctx, act, nr, name, pre, npre, arg, vals, n, fixed | b, val | b, rest & ~b, err);
 }
 
-/* Add rows with action act matching every call of syscall nr whose
- * argument `arg` satisfies (x & mask) not in S, where S holds the values
- * of the syscall's SRULE_MASKED_EQ rows (all with this arg and mask).
+/* Add rows with action act matching every call of syscall nr with pre[]
+ * whose argument `arg` satisfies (x & mask) not in S = vals[0..n).
  *
  * Let C be the mask bits on which all of S agree (pattern P there) and D
  * the rest.  x & mask is outside S exactly when x differs from P on some
  * bit of C, or its D bits equal no member's D bits.  That gives one row
  * (x & b) == (~P & b) per bit b of C, and for D the empty branches of a
- * trie over S's D bits (add_otherwise_trie); none of them matches a
- * member of S. */
+ * trie over S's D bits (add_not_in_trie); none of them matches a member
+ * of S. */
+static int add_not_in(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, const struct scmp_arg_cmp *pre,
+		      unsigned int npre, unsigned int arg, uint64_t mask, const uint64_t *vals, size_t n,
+		      struct nsbox_err *err)
+{
+	uint64_t common = mask, pattern, diff;
+	size_t i;
+	int r;
+
+	for (i = 1; i < n; i++)
+		common &= ~(vals[i] ^ vals[0]);
+	pattern = vals[0] & common;
+	diff = mask & ~common;
+	for (i = 0; i < 64; i++) {
+		uint64_t b = 1ULL << i;
+
+		if (!(common & b))
+			continue;
+		r = add_rule(ctx, act, nr, name, pre, npre, arg, b, ~pattern & b, err);
+		if (r < 0)
+			return r;
+	}
+	if (!diff)
+		return 0;
+	return add_not_in_trie(ctx, act, nr, name, pre, npre, arg, vals, n, 0, 0, diff, err);
+}
+
+/* A row with pairs: one rule per pair (complement false), or its
+ * complement, the OTHERWISE action's share of the row's value: a not
+ * among the pairs' a values, or a one of them and b not among the b
+ * values paired with it. */
+static int add_rule_pairs(scmp_filter_ctx ctx, uint32_t act, int nr, const struct seccomp_rule *s, bool complement,
+			  struct nsbox_err *err)
+{
+	const struct seccomp_pairs *p = s->pairs;
+	struct scmp_arg_cmp pre[2] = { SCMP_CMP(s->arg, SCMP_CMP_MASKED_EQ, s->mask, s->value) };
+	uint64_t as[SECCOMP_MAX_PAIRS], bs[SECCOMP_MAX_PAIRS];
+	size_t na = 0, nb, i, j;
+	int r;
+
+	for (i = 0; i < p->n; i++) {
+		pre[1] = SCMP_CMP(p->a, SCMP_CMP_MASKED_EQ, p->mask_a, p->va[i]);
+		if (!complement && (r = add_rule(ctx, act, nr, s->name, pre, 2, p->b, LOW32, p->vb[i], err)) < 0)
+			return r;
+		for (j = 0; j < na && as[j] != p->va[i]; j++)
+			;
+		if (j == na)
+			as[na++] = p->va[i];
+	}
+	if (!complement)
+		return 0;
+	r = add_not_in(ctx, act, nr, s->name, pre, 1, p->a, p->mask_a, as, na, err);
+	for (i = 0; r == 0 && i < na; i++) {
+		pre[1] = SCMP_CMP(p->a, SCMP_CMP_MASKED_EQ, p->mask_a, as[i]);
+		for (nb = 0, j = 0; j < p->n; j++)
+			if (p->va[j] == as[i])
+				bs[nb++] = p->vb[j];
+		r = add_not_in(ctx, act, nr, s->name, pre, 2, p->b, LOW32, bs, nb, err);
+	}
+	return r;
+}
+
+/* Add rows with action act matching every call of syscall nr that its
+ * SRULE_MASKED_EQ rows (all comparing one argument under one mask) miss:
+ * values in none of them, and a row's value whose other argument (if_set)
+ * or pairs miss. */
 static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, struct nsbox_err *err)
 {
-	uint64_t vals[8], mask = 0, common, pattern, diff;
+	uint64_t vals[8], mask = 0;
 	unsigned int arg = 0;
 	size_t n = 0, i;
 	int r;
@@ -385,32 +500,16 @@ static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *
 		mask = s->mask;
 		vals[n++] = s->value;
 		/* The row's value with its other argument zero (non-zero for
-		 * if_zero) is OTHERWISE's too: the trie below leaves the value
-		 * out. */
+		 * if_zero), or with no pair of its own, is OTHERWISE's too:
+		 * add_not_in below leaves the value out. */
 		if (s->if_set && (r = add_rule_set(ctx, act, nr, s, true, err)) < 0)
+			return r;
+		if (s->pairs && (r = add_rule_pairs(ctx, act, nr, s, true, err)) < 0)
 			return r;
 	}
 	if (n == 0 || mask == 0)
 		return err_set(err, EINVAL, "seccomp: %s: OTHERWISE without conditional rows", name);
-
-	common = mask;
-	for (i = 1; i < n; i++)
-		common &= ~(vals[i] ^ vals[0]);
-	pattern = vals[0] & common;
-	diff = mask & ~common;
-
-	for (i = 0; i < 64; i++) {
-		uint64_t b = 1ULL << i;
-
-		if (!(common & b))
-			continue;
-		r = add_rule(ctx, act, nr, name, 1, arg, b, ~pattern & b, err);
-		if (r < 0)
-			return r;
-	}
-	if (!diff)
-		return 0;
-	return add_otherwise_trie(ctx, act, nr, name, arg, vals, n, 0, 0, diff, err);
+	return add_not_in(ctx, act, nr, name, NULL, 0, arg, mask, vals, n, err);
 }
 
 static int add_table(scmp_filter_ctx ctx, const struct nsbox_policy *p, uint32_t def_act,
@@ -436,13 +535,15 @@ static int add_table(scmp_filter_ctx ctx, const struct nsbox_policy *p, uint32_t
 
 		switch (s->cmp) {
 		case SRULE_ANY:
-			r = add_rule(ctx, act, nr, s->name, 0, 0, 0, 0, err);
+			r = add_rule(ctx, act, nr, s->name, NULL, 0, 0, 0, 0, err);
 			break;
 		case SRULE_MASKED_EQ:
-			if (s->arg > 5 || s->mask == 0 || s->if_set > 6 || s->if_set == s->arg + 1)
+			if (s->arg > 5 || s->mask == 0 || s->if_set > 6 || s->if_set == s->arg + 1 ||
+			    !seccomp_pairs_valid(s))
 				return err_set(err, EINVAL, "seccomp: %s: bad condition", s->name);
-			r = s->if_set ? add_rule_set(ctx, act, nr, s, false, err)
-				      : add_rule(ctx, act, nr, s->name, 1, s->arg, s->mask, s->value, err);
+			r = s->if_set  ? add_rule_set(ctx, act, nr, s, false, err)
+			    : s->pairs ? add_rule_pairs(ctx, act, nr, s, false, err)
+				       : add_rule(ctx, act, nr, s->name, NULL, 0, s->arg, s->mask, s->value, err);
 			break;
 		case SRULE_OTHERWISE:
 			r = add_otherwise(ctx, act, nr, s->name, err);

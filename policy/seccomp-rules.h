@@ -32,6 +32,18 @@ enum seccomp_rule_cmp {
 				 * (they must share one arg and mask) */
 };
 
+/* Pairs of values two other arguments of a row may take together, compared
+ * on their low 32 bits (int arguments, of which the kernel reads no more):
+ * socket()'s type under SOCK_TYPE_MASK and protocol, where what the kernel
+ * does (or which module it loads) depends on the pair. */
+#define SECCOMP_MAX_PAIRS 8
+struct seccomp_pairs {
+	unsigned int a, b;	/* argument indexes, distinct, and not the row's */
+	uint32_t mask_a;	/* a is compared under mask_a, b whole */
+	unsigned int n;		/* 1..SECCOMP_MAX_PAIRS, no pair twice */
+	uint32_t va[SECCOMP_MAX_PAIRS], vb[SECCOMP_MAX_PAIRS];
+};
+
 struct seccomp_rule {
 	const char *name;	/* x86_64 syscall name as libseccomp spells it */
 	enum seccomp_rule_action action;
@@ -47,12 +59,21 @@ struct seccomp_rule {
 	 * OTHERWISE's. */
 	unsigned int if_set;
 	bool if_zero;
+	/* NULL, or an SRULE_MASKED_EQ row (without if_set) that matches only
+	 * when the call's (args[a] & mask_a, args[b]) is one of these pairs;
+	 * a call matching the row's condition with no pair gets OTHERWISE's
+	 * action. */
+	const struct seccomp_pairs *pairs;
 };
 
 /* The allowlist.  Rows for one syscall with conditions are complementary
  * (every call matches exactly one row), see seccomp-rules.c. */
 extern const struct seccomp_rule seccomp_rules[];
 extern const size_t seccomp_n_rules;
+
+/* Whether s->pairs (if any) is one both compilers take: see struct
+ * seccomp_pairs; not beside if_set. */
+bool seccomp_pairs_valid(const struct seccomp_rule *s);
 
 /* Action for syscalls missing from the table (enforce mode). */
 #define SECCOMP_RULES_DEFAULT_ERRNO 38	/* ENOSYS */

@@ -539,6 +539,55 @@ print("if_nameindex", [n for _, n in socket.if_nameindex()])
 """
 
 
+INET_PROTOCOLS = r"""
+import errno, socket
+S, D = socket.SOCK_STREAM, socket.SOCK_DGRAM
+cases = {"tcp": (S, 0), "tcp6": (S, 6), "udp": (D, 0), "udp17": (D, 17),
+         "sctp": (S, 132), "sctp-seq": (socket.SOCK_SEQPACKET, 0), "mptcp": (S, 262), "udplite": (D, 136),
+         "l2tp": (D, 115), "smc": (S, 256), "dccp": (6, 0), "dccp33": (6, 33), "tcp-dgram": (D, 6),
+         "udp-stream": (S, 17), "raw": (socket.SOCK_RAW, 1)}
+for fam in (socket.AF_INET, socket.AF_INET6):
+    for name, (t, p) in cases.items():
+        try:
+            socket.socket(fam, t | socket.SOCK_CLOEXEC, p).close()
+            out = "ok"
+        except OSError as e:
+            out = errno.errorcode[e.errno]
+        print(int(fam), name, out)
+# What getaddrinfo hands create_connection (protocol 6) still connects.
+srv = socket.create_server(("127.0.0.1", 0))
+c = socket.create_connection(srv.getsockname())
+print("connected", c.proto)
+"""
+
+
+def _loaded_modules():
+    try:
+        with open("/proc/modules") as f:
+            return sorted(line.split()[0] for line in f)
+    except FileNotFoundError:
+        return None     # a kernel without modules (this CI's)
+
+
+def test_inet_sockets_are_tcp_udp_and_ping_only():
+    # Any other (type, protocol) pair makes inet_create() ask modprobe, as
+    # root on the host, for the module serving it (SCTP, DCCP, L2TP, SMC),
+    # and built-in ones (MPTCP, UDP-Lite) are kernel code nothing needs.
+    before = _loaded_modules()
+    rc, out, err = run(["python", "-c", INET_PROTOCOLS])
+    assert rc == 0, err
+    got = {tuple(l.split()[:2]): l.split()[2] for l in out.splitlines() if l[:1].isdigit()}
+    for fam in ("2", "10"):
+        for name in ("tcp", "tcp6", "udp", "udp17"):
+            assert got[(fam, name)] == "ok", out
+        for name in ("sctp", "sctp-seq", "mptcp", "udplite", "l2tp", "smc", "dccp", "dccp33", "tcp-dgram",
+                     "udp-stream", "raw"):
+            assert got[(fam, name)] == "EPERM", (fam, name, out)
+    assert "connected 6" in out, out
+    # From the host: no module came in meanwhile.
+    assert _loaded_modules() == before
+
+
 def test_only_netlink_route_opens():
     # Any other netlink protocol, and a generic netlink or sock_diag family
     # named on one, makes the kernel load the module that serves it, as root

@@ -76,6 +76,12 @@ static size_t interesting(uint64_t *v, size_t cap)
 		for (int b = 0; b < 64; b++)
 			if (s->mask & (1ULL << b))
 				ADD(s->value ^ (1ULL << b));
+		for (unsigned int k = 0; s->pairs && k < s->pairs->n; k++) {
+			ADD(s->pairs->va[k]);
+			ADD(s->pairs->va[k] | (~(uint64_t)s->pairs->mask_a & ~0xffffULL));
+			ADD(s->pairs->vb[k]);
+			ADD(s->pairs->vb[k] | 0xffffffff00000000ULL);
+		}
 	}
 	for (int i = 0; i < 64; i++)
 		ADD(rand64());
@@ -148,6 +154,49 @@ static void equivalent(const struct seccomp_prog *ref, const struct seccomp_prog
 			check(&p, &d);
 		}
 	}
+	/* A row with pairs: its value with each pair, each pair's a value with
+	 * every pair's b value and one bit off each, bits outside the masks
+	 * set, and both over the values. */
+	for (size_t i = 0; i < seccomp_n_rules; i++) {
+		const struct seccomp_rule *s = &seccomp_rules[i];
+		const struct seccomp_pairs *q = s->pairs;
+		int nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, s->name);
+
+		if (nr < 0 || s->cmp != SRULE_MASKED_EQ || !q)
+			continue;
+		for (unsigned int x = 0; x < q->n; x++) {
+			for (unsigned int y = 0; y < q->n; y++) {
+				for (int bit = -1; bit < 64; bit++) {
+					uint64_t flip = bit < 0 ? 0 : 1ULL << bit;
+
+					memset(&d, 0, sizeof(d));
+					d.arch = AUDIT_ARCH_X86_64;
+					d.nr = nr;
+					for (int o = 0; o < 6; o++)
+						d.args[o] = rand64();
+					d.args[s->arg] = s->value | (rand64() & ~s->mask);
+					d.args[q->a] = (q->va[x] | (rand64() & ~(uint64_t)q->mask_a)) ^ flip;
+					d.args[q->b] = q->vb[y] | (rand64() & 0xffffffff00000000ULL);
+					check(&p, &d);
+					d.args[q->a] = q->va[x] | (rand64() & ~(uint64_t)q->mask_a);
+					d.args[q->b] = q->vb[y] ^ flip;
+					check(&p, &d);
+				}
+			}
+			for (size_t j = 0; j < nv; j++) {
+				memset(&d, 0, sizeof(d));
+				d.arch = AUDIT_ARCH_X86_64;
+				d.nr = nr;
+				d.args[s->arg] = s->value;
+				d.args[q->a] = q->va[x];
+				d.args[q->b] = vals[j];
+				check(&p, &d);
+				d.args[q->a] = vals[j];
+				d.args[q->b] = q->vb[x];
+				check(&p, &d);
+			}
+		}
+	}
 	ok(p.bad == 0 && p.checked > 20000, "%s: nsbox's program acts as libseccomp's on %zu inputs (%zu differ)", mode,
 	   p.checked, p.bad);
 }
@@ -161,7 +210,8 @@ static void equivalent(const struct seccomp_prog *ref, const struct seccomp_prog
 
 struct syn {
 	struct seccomp_rule rows[SYN_NR * 10];
-	int nrs[SYN_NR * 10]; /* rows[i]'s syscall number */
+	struct seccomp_pairs pairs[SYN_NR * 10]; /* rows[i]'s, when it has them */
+	int nrs[SYN_NR * 10];			 /* rows[i]'s syscall number */
 	size_t n;
 	char *names[SYN_NR];
 };
@@ -188,8 +238,16 @@ static uint32_t table_says(const struct syn *t, bool log, const struct seccomp_d
 			continue;
 		}
 		cond = true;
-		if ((d->args[r->arg] & r->mask) == r->value &&
-		    (!r->if_set || (d->args[r->if_set - 1] != 0) != r->if_zero))
+		if ((d->args[r->arg] & r->mask) != r->value)
+			continue;
+		if (r->pairs) {
+			for (unsigned int k = 0; k < r->pairs->n; k++)
+				if (((uint32_t)d->args[r->pairs->a] & r->pairs->mask_a) == r->pairs->va[k] &&
+				    (uint32_t)d->args[r->pairs->b] == r->pairs->vb[k])
+					return seccomp_rule_ret(r->action, log);
+			continue; /* the value is this row's alone: OTHERWISE decides */
+		}
+		if (!r->if_set || (d->args[r->if_set - 1] != 0) != r->if_zero)
 			return seccomp_rule_ret(r->action, log);
 	}
 	return cond ? other : def;
@@ -209,6 +267,34 @@ static uint64_t syn_mask(void)
 	default:
 		return (rand64() & 0xffff) | 1;
 	}
+}
+
+/* Random pairs for row r: two other arguments, a mask of few or many bits,
+ * 1..SECCOMP_MAX_PAIRS distinct pairs, a values often shared. */
+static void syn_pairs(struct seccomp_pairs *q, struct seccomp_rule *r)
+{
+	static const uint32_t masks[] = { 0xf, 0xffffffffU, 0x00ff00f0U, 1 };
+
+	q->a = (r->arg + 1 + (unsigned int)(rand64() % 5)) % 6;
+	do
+		q->b = (unsigned int)(rand64() % 6);
+	while (q->b == q->a || q->b == r->arg);
+	q->mask_a = masks[rand64() % 4];
+	q->n = 0;
+	for (unsigned int want = 1 + (unsigned int)(rand64() % (rand64() % 4 ? 3 : SECCOMP_MAX_PAIRS)), tries = 0;
+	     q->n < want && tries < 64; tries++) {
+		uint32_t va = (q->n && rand64() % 2 ? q->va[rand64() % q->n] : (uint32_t)rand64()) & q->mask_a;
+		uint32_t vb = rand64() % 3 ? (uint32_t)(rand64() % 8) : (uint32_t)rand64();
+		unsigned int j;
+
+		for (j = 0; j < q->n && !(q->va[j] == va && q->vb[j] == vb); j++)
+			;
+		if (j < q->n)
+			continue;
+		q->va[q->n] = va;
+		q->vb[q->n++] = vb;
+	}
+	r->pairs = q;
 }
 
 static void syn_make(struct syn *t)
@@ -252,13 +338,17 @@ static void syn_make(struct syn *t)
 					continue;
 				}
 				vals[k++] = v;
-				t->rows[t->n++] = (struct seccomp_rule){
+				t->rows[t->n] = (struct seccomp_rule){
 					name, acts[rand64() % 3], SRULE_MASKED_EQ, arg, mask, v,
 					/* now and then only with another argument set, or
 					 * zero */
 					rand64() % 4 ? 0 : 1 + (arg + 1 + (unsigned int)(rand64() % 5)) % 6,
 					rand64() % 2 == 0
 				};
+				/* or with pairs of two other arguments */
+				if (!t->rows[t->n].if_set && rand64() % 16 == 0)
+					syn_pairs(&t->pairs[t->n], &t->rows[t->n]);
+				t->n++;
 			}
 			if (where == 1)
 				t->rows[t->n++] = (struct seccomp_rule){
@@ -328,6 +418,19 @@ static void synthetic(void)
 						d.args[t.rows[i].arg] = ((d.args[t.rows[i].arg] & ~t.rows[i].mask) |
 									 t.rows[i].value) ^
 									(k % 3 == 2 ? 1ULL << (rand64() % 64) : 0);
+						/* one of its pairs, or one bit off one */
+						if (t.rows[i].pairs && rand64() % 4) {
+							const struct seccomp_pairs *q = t.rows[i].pairs;
+							unsigned int x = (unsigned int)(rand64() % q->n);
+
+							d.args[q->a] = (d.args[q->a] & ~(uint64_t)q->mask_a) | q->va[x];
+							d.args[q->b] = (d.args[q->b] & ~0xffffffffULL) |
+								       q->vb[rand64() % 2 ? x : rand64() % q->n];
+							if (rand64() % 3 == 0)
+								d.args[rand64() % 2 ? q->a : q->b] ^= 1ULL
+												      << (rand64() %
+													  40);
+						}
 						/* the other argument zero, or one word of it */
 						if (t.rows[i].if_set && rand64() % 2)
 							d.args[t.rows[i].if_set - 1] &= rand64() % 3   ? 0
@@ -355,6 +458,12 @@ static void synthetic(void)
 /* Tables the compiler can't express exactly are refused by name. */
 static void refusals(void)
 {
+	/* a on the row's argument; a value outside mask_a; no pair; a pair
+	 * twice; an argument past 5; a good one beside if_set. */
+	static const struct seccomp_pairs bad_pairs[] = {
+		{ 0, 2, 0xf, 1, { 1 }, { 0 } },	      { 1, 2, 0xf, 1, { 0x10 }, { 0 } }, { 1, 2, 0xf, 0, { 0 }, { 0 } },
+		{ 1, 2, 0xf, 2, { 1, 1 }, { 6, 6 } }, { 1, 6, 0xf, 1, { 1 }, { 0 } },	 { 1, 2, 0xf, 1, { 1 }, { 0 } },
+	};
 	static const struct {
 		struct seccomp_rule rows[3];
 		size_t n;
@@ -378,6 +487,24 @@ static void refusals(void)
 		{ { { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, 0xff, 1, 2 } }, 1, "bad condition" },
 		{ { { "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, 0xff, 1, 7 } }, 1, "bad condition" },
 		{ { { "no_such_call", SRULE_ALLOW, SRULE_ANY, 0, 0, 0 } }, 1, "unknown x86_64 syscall" },
+		{ { { "socket", SRULE_ALLOW, SRULE_MASKED_EQ, 0, 0xff, 2, 0, false, &bad_pairs[0] } },
+		  1,
+		  "bad condition" },
+		{ { { "socket", SRULE_ALLOW, SRULE_MASKED_EQ, 0, 0xff, 2, 0, false, &bad_pairs[1] } },
+		  1,
+		  "bad condition" },
+		{ { { "socket", SRULE_ALLOW, SRULE_MASKED_EQ, 0, 0xff, 2, 0, false, &bad_pairs[2] } },
+		  1,
+		  "bad condition" },
+		{ { { "socket", SRULE_ALLOW, SRULE_MASKED_EQ, 0, 0xff, 2, 0, false, &bad_pairs[3] } },
+		  1,
+		  "bad condition" },
+		{ { { "socket", SRULE_ALLOW, SRULE_MASKED_EQ, 0, 0xff, 2, 0, false, &bad_pairs[4] } },
+		  1,
+		  "bad condition" },
+		{ { { "socket", SRULE_ALLOW, SRULE_MASKED_EQ, 0, 0xff, 2, 4, false, &bad_pairs[5] } },
+		  1,
+		  "bad condition" },
 	};
 	struct seccomp_rule first[] = { { "ioctl", SRULE_ALLOW, SRULE_OTHERWISE, 0, 0, 0 },
 					{ "ioctl", SRULE_EPERM, SRULE_MASKED_EQ, 1, LOW32_MASK, 0x5412 } };

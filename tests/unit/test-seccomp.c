@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -233,6 +234,35 @@ static void test_cases(void)
 			bad++;
 	}
 	ok(bad == 0, "socket sweep (all 16-bit families, also with high bits): only unix/inet/inet6/netlink");
+	/* Inet and inet6: a (type, protocol) pair no protocol built in serves
+	 * makes the kernel run modprobe for it, as root on the host. */
+	bad = 0;
+	for (int f = 0; f < 2; f++) {
+		uint64_t fam = f ? AF_INET6 : AF_INET, ping = f ? IPPROTO_ICMPV6 : IPPROTO_ICMP;
+
+		for (uint64_t type = 0; type < 16; type++) {
+			for (uint64_t proto = 0; proto < 512; proto++) {
+				bool tcp = type == SOCK_STREAM && (proto == 0 || proto == IPPROTO_TCP);
+				bool udp = type == SOCK_DGRAM && (proto == 0 || proto == IPPROTO_UDP || proto == ping);
+				uint32_t want = tcp || udp ? SECCOMP_RET_ALLOW : RET_EPERM;
+				/* The kernel reads type and protocol as ints, the
+				 * type under SOCK_TYPE_MASK. */
+				uint64_t flags = SOCK_NONBLOCK | SOCK_CLOEXEC | (proto << 40);
+
+				if (ev3(&prog, "socket", fam, type, proto) != want ||
+				    ev3(&prog, "socket", fam, type | flags, proto | (type << 33)) != want)
+					bad++;
+			}
+		}
+	}
+	ok(bad == 0 && ev3(&prog, "socket", AF_INET, SOCK_STREAM, IPPROTO_SCTP) == RET_EPERM &&
+		   ev3(&prog, "socket", AF_INET6, SOCK_SEQPACKET, 0) == RET_EPERM &&
+		   ev3(&prog, "socket", AF_INET, SOCK_STREAM, IPPROTO_MPTCP) == RET_EPERM &&
+		   ev3(&prog, "socket", AF_INET, SOCK_DGRAM, 115 /* L2TP */) == RET_EPERM &&
+		   ev3(&prog, "socket", AF_INET, SOCK_DGRAM, IPPROTO_TCP) == RET_EPERM &&
+		   ev3(&prog, "socket", AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP) == SECCOMP_RET_ALLOW,
+	   "socket sweep (inet, inet6: 16 types x 512 protocols, also with flags and high bits): TCP, UDP, ping only "
+	   "(%zu differ)", bad);
 
 	/* clone */
 	ok(ev(&prog, "clone", CLONE_NEWUSER | SIGCHLD, 0) == RET_EPERM, "clone(CLONE_NEWUSER): EPERM");
