@@ -581,6 +581,39 @@ t_budget_aio_tcp() {
 	[ "${3:-0}" -le $((96 << 20)) ] || { why="queued ${3:-?} bytes under --memory 64M"; return 1; }
 }
 
+# Module requests (the kernel running modprobe as root for an alias):
+# /proc/sys/kernel/modprobe points at a script that logs what it was asked.
+# Outside any sandbox, root's SCTP, L2TP and netlink sockets are asked for
+# (the check can fail); from a sandbox, nothing may be.
+MODREQ_PY='import socket
+for fam, t, p in [(2, 1, 132), (10, 1, 132), (2, 5, 0), (2, 2, 115), (10, 2, 115), (2, 6, 33), (2, 1, 256),
+                  (16, 3, 9), (16, 3, 31), (38, 5, 0), (40, 1, 0), (2, 1, 262), (2, 2, 136)]:
+    try:
+        socket.socket(fam, t, p).close()
+    except OSError:
+        pass
+print("asked")'
+t_module_requests() {
+	have_nsbox || return
+	[ -w /proc/sys/kernel/modprobe ] || { why="no /proc/sys/kernel/modprobe (a kernel without modules)"; return 77; }
+	old=$(cat /proc/sys/kernel/modprobe)
+	printf '#!/bin/sh\necho "$*" >>%s/modreq\nexit 1\n' "$T" >"$T/modprobe"
+	chmod 755 "$T/modprobe"
+	echo "$T/modprobe" >/proc/sys/kernel/modprobe
+	: >"$T/modreq"
+	$PY -c "$MODREQ_PY" >/dev/null 2>&1
+	control=$(sort -u "$T/modreq" | tr '\n' ' ')
+	: >"$T/modreq"
+	timeout 60 "$NSBOX" python -c "$MODREQ_PY" >"$T/out" 2>"$T/err"
+	rc=$?
+	echo "$old" >/proc/sys/kernel/modprobe
+	echo "# outside: $control"
+	case $control in *net-pf-2-proto-132*) ;; *) why="outside, no SCTP request was logged: '$control'"; return 1 ;; esac
+	grep -q asked "$T/out" || { why="the sandbox's probe did not run"; return 1; }
+	[ ! -s "$T/modreq" ] || { why="from a sandbox: $(sort -u "$T/modreq" | tr '\n' ' ')"; return 1; }
+	expect_rc 0
+}
+
 t_boot_id() {
 	have_nsbox || return
 	nsbox_run -- cat /proc/sys/kernel/random/boot_id
@@ -811,6 +844,7 @@ esac
 check "a sandbox holding inotify instances leaves the host user theirs" t_budget_inotify
 check "AIO denied; TCP buffers charged to --memory" t_budget_aio_tcp
 check "boot_id is the sandbox's own" t_boot_id
+[ "$role" = root ] && check "a sandbox's sockets make the kernel ask modprobe for nothing" t_module_requests
 case $role in
 root|deleg) check "--policy strict runs where cgroups work" t_strict_runs ;;
 esac
