@@ -254,8 +254,14 @@ const struct seccomp_rule seccomp_rules[] = {
 	ALLOW("epoll_create"), ALLOW("epoll_create1"), ALLOW("epoll_ctl"), ALLOW("epoll_wait"),
 	ALLOW("epoll_pwait"), ALLOW("epoll_pwait2"), ALLOW("eventfd"), ALLOW("eventfd2"),
 
-	/* Sockets: any family.  The network namespace holds only loopback. */
-	ALLOW("socketpair"), ALLOW("bind"), ALLOW("listen"),
+	/* Sockets (socket() above).  The network namespace holds only
+	 * loopback.  socketpair() creates its two sockets (sock_create) before
+	 * it asks the family for a pair, which only AF_UNIX makes: any other
+	 * family, inet protocol or netlink protocol would have the kernel load
+	 * its module just as socket() would, and then fail. */
+	WHEN("socketpair", SRULE_ALLOW, 0, 0xffffffffULL, AF_UNIX),
+	OTHERWISE("socketpair", SRULE_EPERM),
+	ALLOW("bind"), ALLOW("listen"),
 	ALLOW("accept"), ALLOW("accept4"), ALLOW("connect"),
 	ALLOW("getsockname"), ALLOW("getpeername"), ALLOW("sendto"), ALLOW("recvfrom"),
 	ALLOW("sendmsg"), ALLOW("recvmsg"), ALLOW("sendmmsg"), ALLOW("recvmmsg"),

@@ -554,6 +554,16 @@ for fam in (socket.AF_INET, socket.AF_INET6):
         except OSError as e:
             out = errno.errorcode[e.errno]
         print(int(fam), name, out)
+# socketpair() creates both sockets (and loads their module) before the
+# family says it makes no pairs.
+for fam, t, p in [(socket.AF_INET, S, 132), (socket.AF_NETLINK, socket.SOCK_RAW, 9), (38, 5, 0)]:
+    try:
+        socket.socketpair(fam, t, p)
+        print("pair", fam, "ok")
+    except OSError as e:
+        print("pair", int(fam), errno.errorcode[e.errno])
+a, b = socket.socketpair()
+print("unix pair", a.family == socket.AF_UNIX)
 # What getaddrinfo hands create_connection (protocol 6) still connects.
 srv = socket.create_server(("127.0.0.1", 0))
 c = socket.create_connection(srv.getsockname())
@@ -584,6 +594,8 @@ def test_inet_sockets_are_tcp_udp_and_ping_only():
                      "udp-stream", "raw"):
             assert got[(fam, name)] == "EPERM", (fam, name, out)
     assert "connected 6" in out, out
+    assert "pair 2 EPERM" in out and "pair 16 EPERM" in out and "pair 38 EPERM" in out, out
+    assert "unix pair True" in out, out
     # From the host: no module came in meanwhile.
     assert _loaded_modules() == before
 

@@ -583,13 +583,17 @@ t_budget_aio_tcp() {
 
 # Module requests (the kernel running modprobe as root for an alias):
 # /proc/sys/kernel/modprobe points at a script that logs what it was asked.
-# Outside any sandbox, root's SCTP, L2TP and netlink sockets are asked for
-# (the check can fail); from a sandbox, nothing may be.
+# Outside any sandbox, root's SCTP, L2TP and netlink sockets and socket
+# pairs are asked for (the check can fail); from a sandbox, nothing may be.
 MODREQ_PY='import socket
 for fam, t, p in [(2, 1, 132), (10, 1, 132), (2, 5, 0), (2, 2, 115), (10, 2, 115), (2, 6, 33), (2, 1, 256),
                   (16, 3, 9), (16, 3, 31), (38, 5, 0), (40, 1, 0), (2, 1, 262), (2, 2, 136)]:
     try:
         socket.socket(fam, t, p).close()
+    except OSError:
+        pass
+    try:
+        socket.socketpair(fam, t, p)
     except OSError:
         pass
 print("asked")'
