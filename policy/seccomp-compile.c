@@ -37,8 +37,8 @@
 #define X32_SYSCALL_BIT 0x40000000U
 /* Highest x86_64 syscall number the table may name, plus one. */
 #define NR_LIMIT 1024
-/* Argument rows per syscall (add_otherwise in seccomp-rules.c has 8). */
-#define MAX_VALS 8
+/* Argument rows per syscall (add_otherwise in seccomp-rules.c has as many). */
+#define MAX_VALS 16
 
 struct leaf {
 	bool complex;

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -159,6 +160,19 @@ const struct seccomp_rule seccomp_rules[] = {
 	WHEN("ioctl", SRULE_EPERM, 1, LOW32, TIOCLINUX),
 	WHEN("ioctl", SRULE_EPERM, 1, LOW32, TIOCSETD),
 	WHEN("ioctl", SRULE_EPERM, 1, LOW32, TIOCCONS),
+	/* Socket ioctls that have the kernel run modprobe, as root on the
+	 * host, for the module serving them when it is not loaded, with no
+	 * capability asked first (net/socket.c): bridge (SIOCGIFBR,
+	 * SIOCSIFBR, SIOCBRADDBR, SIOCBRDELBR), 8021q (SIOCGIFVLAN,
+	 * SIOCSIFVLAN) and dlci (SIOCADDDLCI, SIOCDELDLCI). */
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCGIFBR),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCSIFBR),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCBRADDBR),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCBRDELBR),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCGIFVLAN),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCSIFVLAN),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCADDDLCI),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCDELDLCI),
 	OTHERWISE("ioctl", SRULE_ALLOW),
 	/* socket(): the families CPython and the shell tools use.  The empty
 	 * network namespace cuts IP; AF_VSOCK is not namespaced and reaches the
@@ -488,7 +502,7 @@ static int add_rule_pairs(scmp_filter_ctx ctx, uint32_t act, int nr, const struc
  * or pairs miss. */
 static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, struct nsbox_err *err)
 {
-	uint64_t vals[8], mask = 0;
+	uint64_t vals[16], mask = 0;
 	unsigned int arg = 0;
 	size_t n = 0, i;
 	int r;

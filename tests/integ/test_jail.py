@@ -564,6 +564,15 @@ for fam, t, p in [(socket.AF_INET, S, 132), (socket.AF_NETLINK, socket.SOCK_RAW,
         print("pair", int(fam), errno.errorcode[e.errno])
 a, b = socket.socketpair()
 print("unix pair", a.family == socket.AF_UNIX)
+# Bridge, VLAN and DLCI ioctls load their module before anything else.
+import fcntl
+u = socket.socket(socket.AF_INET, D)
+for cmd in (0x8940, 0x8941, 0x89a0, 0x89a1, 0x8982, 0x8983, 0x8980, 0x8981):
+    try:
+        fcntl.ioctl(u, cmd, bytearray(64))
+        print("ioctl", hex(cmd), "ok")
+    except OSError as e:
+        print("ioctl", hex(cmd), errno.errorcode[e.errno])
 # What getaddrinfo hands create_connection (protocol 6) still connects.
 srv = socket.create_server(("127.0.0.1", 0))
 c = socket.create_connection(srv.getsockname())
@@ -583,6 +592,7 @@ def test_inet_sockets_are_tcp_udp_and_ping_only():
     # Any other (type, protocol) pair makes inet_create() ask modprobe, as
     # root on the host, for the module serving it (SCTP, DCCP, L2TP, SMC),
     # and built-in ones (MPTCP, UDP-Lite) are kernel code nothing needs.
+    # socketpair() and the bridge, VLAN and DLCI ioctls ask the same way.
     before = _loaded_modules()
     rc, out, err = run(["python", "-c", INET_PROTOCOLS])
     assert rc == 0, err
@@ -596,6 +606,8 @@ def test_inet_sockets_are_tcp_udp_and_ping_only():
     assert "connected 6" in out, out
     assert "pair 2 EPERM" in out and "pair 16 EPERM" in out and "pair 38 EPERM" in out, out
     assert "unix pair True" in out, out
+    ioctls = [l.split()[2] for l in out.splitlines() if l.startswith("ioctl ")]
+    assert ioctls == ["EPERM"] * 8, out
     # From the host: no module came in meanwhile.
     assert _loaded_modules() == before
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -74,7 +75,9 @@ static bool denied_ioctl(uint64_t cmd)
 {
 	uint32_t lo = (uint32_t)cmd;
 
-	return lo == TIOCSTI || lo == TIOCLINUX || lo == TIOCSETD || lo == TIOCCONS;
+	return lo == TIOCSTI || lo == TIOCLINUX || lo == TIOCSETD || lo == TIOCCONS || lo == SIOCGIFBR ||
+	       lo == SIOCSIFBR || lo == SIOCBRADDBR || lo == SIOCBRDELBR || lo == SIOCGIFVLAN || lo == SIOCSIFVLAN ||
+	       lo == SIOCADDDLCI || lo == SIOCDELDLCI;
 }
 
 static uint32_t expected(enum seccomp_rule_action a, bool log)
@@ -354,7 +357,8 @@ static void test_cases(void)
 				bad++;
 		}
 	}
-	ok(bad == 0, "ioctl sweep (all 16-bit cmds, random 64-bit values): only TIOCSTI/TIOCLINUX/TIOCSETD/TIOCCONS denied");
+	ok(bad == 0, "ioctl sweep (all 16-bit cmds, random 64-bit values): only TIOCSTI/TIOCLINUX/TIOCSETD/TIOCCONS and the "
+	   "module-loading socket ioctls denied");
 
 	/* personality */
 	ok(ev(&prog, "personality", 0xffffffff, 0) == SECCOMP_RET_ALLOW, "personality(query): ALLOW");

@@ -583,8 +583,9 @@ t_budget_aio_tcp() {
 
 # Module requests (the kernel running modprobe as root for an alias):
 # /proc/sys/kernel/modprobe points at a script that logs what it was asked.
-# Outside any sandbox, root's SCTP, L2TP and netlink sockets and socket
-# pairs are asked for (the check can fail); from a sandbox, nothing may be.
+# Outside any sandbox, root's SCTP, L2TP and netlink sockets, socket pairs
+# and bridge and VLAN ioctls are asked for (the check can fail); from a
+# sandbox, nothing may be.
 MODREQ_PY='import socket
 for fam, t, p in [(2, 1, 132), (10, 1, 132), (2, 5, 0), (2, 2, 115), (10, 2, 115), (2, 6, 33), (2, 1, 256),
                   (16, 3, 9), (16, 3, 31), (38, 5, 0), (40, 1, 0), (2, 1, 262), (2, 2, 136)]:
@@ -594,6 +595,13 @@ for fam, t, p in [(2, 1, 132), (10, 1, 132), (2, 5, 0), (2, 2, 115), (10, 2, 115
         pass
     try:
         socket.socketpair(fam, t, p)
+    except OSError:
+        pass
+import fcntl
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for cmd in (0x8940, 0x8941, 0x89a0, 0x89a1, 0x8982, 0x8983, 0x8980, 0x8981):
+    try:
+        fcntl.ioctl(s, cmd, bytearray(64))
     except OSError:
         pass
 print("asked")'
