@@ -21,6 +21,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/fscrypt.h>
+#include <linux/fsverity.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -173,6 +175,13 @@ const struct seccomp_rule seccomp_rules[] = {
 	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCSIFVLAN),
 	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCADDDLCI),
 	WHEN("ioctl", SRULE_EPERM, 1, LOW32, SIOCDELDLCI),
+	/* fs-verity and fscrypt on a writable bind of an ext4, f2fs or btrfs
+	 * that has them: each loads the crypto module its algorithm names
+	 * (crypto-sha512, xts, cts), and a v2 encryption key needs no
+	 * capability.  Nothing in a sandbox has a use for either. */
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, FS_IOC_ENABLE_VERITY),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, FS_IOC_ADD_ENCRYPTION_KEY),
+	WHEN("ioctl", SRULE_EPERM, 1, LOW32, FS_IOC_SET_ENCRYPTION_POLICY),
 	OTHERWISE("ioctl", SRULE_ALLOW),
 	/* socket(): the families CPython and the shell tools use.  The empty
 	 * network namespace cuts IP; AF_VSOCK is not namespaced and reaches the
@@ -279,7 +288,12 @@ const struct seccomp_rule seccomp_rules[] = {
 	ALLOW("accept"), ALLOW("accept4"), ALLOW("connect"),
 	ALLOW("getsockname"), ALLOW("getpeername"), ALLOW("sendto"), ALLOW("recvfrom"),
 	ALLOW("sendmsg"), ALLOW("recvmsg"), ALLOW("sendmmsg"), ALLOW("recvmmsg"),
-	ALLOW("shutdown"), ALLOW("setsockopt"), ALLOW("getsockopt"),
+	ALLOW("shutdown"), ALLOW("getsockopt"),
+	/* Kernel TLS's keys (SOL_TLS, after TCP_ULP "tls" where the host has
+	 * tls.ko loaded) load the cipher's crypto module (gcm(aes), ccm,
+	 * chacha20poly1305), and kTLS is kernel code nothing inside needs. */
+	WHEN("setsockopt", SRULE_EPERM, 1, LOW32, SOL_TLS),
+	OTHERWISE("setsockopt", SRULE_ALLOW),
 
 	/* SysV and POSIX IPC: the IPC namespace is private. */
 	ALLOW("shmget"), ALLOW("shmat"), ALLOW("shmdt"), ALLOW("shmctl"),

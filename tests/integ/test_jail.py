@@ -573,6 +573,20 @@ for cmd in (0x8940, 0x8941, 0x89a0, 0x89a1, 0x8982, 0x8983, 0x8980, 0x8981):
         print("ioctl", hex(cmd), "ok")
     except OSError as e:
         print("ioctl", hex(cmd), errno.errorcode[e.errno])
+# fs-verity and fscrypt (crypto modules), kernel TLS's keys (ciphers).
+with open("/tmp/f", "wb") as f:
+    for cmd in (0x40806685, 0xc0506617, 0x800c6613):
+        try:
+            fcntl.ioctl(f, cmd, bytearray(256))
+            print("fsioctl", hex(cmd), "ok")
+        except OSError as e:
+            print("fsioctl", hex(cmd), errno.errorcode[e.errno])
+t = socket.socket(socket.AF_INET, S)
+try:
+    t.setsockopt(282, 1, bytes(56))
+    print("sol_tls ok")
+except OSError as e:
+    print("sol_tls", errno.errorcode[e.errno])
 # What getaddrinfo hands create_connection (protocol 6) still connects.
 srv = socket.create_server(("127.0.0.1", 0))
 c = socket.create_connection(srv.getsockname())
@@ -592,7 +606,8 @@ def test_inet_sockets_are_tcp_udp_and_ping_only():
     # Any other (type, protocol) pair makes inet_create() ask modprobe, as
     # root on the host, for the module serving it (SCTP, DCCP, L2TP, SMC),
     # and built-in ones (MPTCP, UDP-Lite) are kernel code nothing needs.
-    # socketpair() and the bridge, VLAN and DLCI ioctls ask the same way.
+    # socketpair() and the bridge, VLAN and DLCI ioctls ask the same way;
+    # fs-verity, fscrypt and kernel TLS's keys load crypto modules.
     before = _loaded_modules()
     rc, out, err = run(["python", "-c", INET_PROTOCOLS])
     assert rc == 0, err
@@ -608,6 +623,8 @@ def test_inet_sockets_are_tcp_udp_and_ping_only():
     assert "unix pair True" in out, out
     ioctls = [l.split()[2] for l in out.splitlines() if l.startswith("ioctl ")]
     assert ioctls == ["EPERM"] * 8, out
+    fsioctls = [l.split()[2] for l in out.splitlines() if l.startswith("fsioctl ")]
+    assert fsioctls == ["EPERM"] * 3 and "sol_tls EPERM" in out, out
     # From the host: no module came in meanwhile.
     assert _loaded_modules() == before
 

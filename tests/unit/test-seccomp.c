@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <linux/fscrypt.h>
+#include <linux/fsverity.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -77,7 +79,8 @@ static bool denied_ioctl(uint64_t cmd)
 
 	return lo == TIOCSTI || lo == TIOCLINUX || lo == TIOCSETD || lo == TIOCCONS || lo == SIOCGIFBR ||
 	       lo == SIOCSIFBR || lo == SIOCBRADDBR || lo == SIOCBRDELBR || lo == SIOCGIFVLAN || lo == SIOCSIFVLAN ||
-	       lo == SIOCADDDLCI || lo == SIOCDELDLCI;
+	       lo == SIOCADDDLCI || lo == SIOCDELDLCI || lo == FS_IOC_ENABLE_VERITY || lo == FS_IOC_ADD_ENCRYPTION_KEY ||
+	       lo == FS_IOC_SET_ENCRYPTION_POLICY;
 }
 
 static uint32_t expected(enum seccomp_rule_action a, bool log)
@@ -280,6 +283,13 @@ static void test_cases(void)
 		   ev3(&prog, "socketpair", AF_INET, SOCK_STREAM, IPPROTO_SCTP) == RET_EPERM &&
 		   ev3(&prog, "socketpair", AF_NETLINK, SOCK_RAW, 9) == RET_EPERM,
 	   "socketpair sweep (all 16-bit families, also with high bits): AF_UNIX only (%zu differ)", bad);
+	bad = 0;
+	for (uint64_t level = 0; level < 0x10000; level++)
+		if (ev3(&prog, "setsockopt", 3, level, 1) != (level == SOL_TLS ? RET_EPERM : SECCOMP_RET_ALLOW) ||
+		    ev3(&prog, "setsockopt", 3, level | (level << 40), 31) !=
+			    (level == SOL_TLS ? RET_EPERM : SECCOMP_RET_ALLOW))
+			bad++;
+	ok(bad == 0, "setsockopt sweep (all 16-bit levels, also with high bits): SOL_TLS only EPERM (%zu differ)", bad);
 
 	/* clone */
 	ok(ev(&prog, "clone", CLONE_NEWUSER | SIGCHLD, 0) == RET_EPERM, "clone(CLONE_NEWUSER): EPERM");
@@ -358,7 +368,7 @@ static void test_cases(void)
 		}
 	}
 	ok(bad == 0, "ioctl sweep (all 16-bit cmds, random 64-bit values): only TIOCSTI/TIOCLINUX/TIOCSETD/TIOCCONS and the "
-	   "module-loading socket ioctls denied");
+	   "module-loading socket, fs-verity and fscrypt ioctls denied");
 
 	/* personality */
 	ok(ev(&prog, "personality", 0xffffffff, 0) == SECCOMP_RET_ALLOW, "personality(query): ALLOW");
