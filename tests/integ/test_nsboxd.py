@@ -115,6 +115,33 @@ class Daemon:
     def fds(self):
         return len(os.listdir(f"/proc/{self.p.pid}/fd"))
 
+    def helpers(self):
+        """How many helpers (nsbox-runner --helper) nsboxd has."""
+        out = subprocess.run(["ps", "-o", "args=", "--ppid", str(self.p.pid)], capture_output=True, text=True).stdout
+        return sum(a.split()[1:2] == ["--helper"] for a in out.splitlines())
+
+    def client_kinds(self):
+        """nsboxd's descriptors that are TCP sockets or datagram unix
+        sockets: kinds it never makes itself, which only a client's
+        SCM_RIGHTS brings."""
+        inodes = set()
+        for n in os.listdir(f"/proc/{self.p.pid}/fd"):
+            try:
+                t = os.readlink(f"/proc/{self.p.pid}/fd/{n}")
+            except OSError:
+                continue
+            if t.startswith("socket:["):
+                inodes.add(t[8:-1])
+        found = []
+        for f in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(f) as fh:
+                found += ["tcp " + l.split()[9] for l in fh.readlines()[1:] if l.split()[9] in inodes]
+        with open("/proc/net/unix") as fh:
+            # Num RefCount Protocol Flags Type St Inode [Path]; Type 0002: datagram
+            found += ["unix-dgram " + l.split()[6] for l in fh.readlines()[1:]
+                      if l.split()[4] == "0002" and l.split()[6] in inodes]
+        return found
+
     def fd_targets(self):
         """What nsboxd's descriptors are, for a failing count's message."""
         out = []
@@ -2084,7 +2111,8 @@ def test_client_descriptors_never_hold_the_loop():
     try:
         os.chmod(d.dir, 0o755)
         fds0 = d.settled_fds()
-        targets0 = d.fd_targets()
+        targets0, helpers0 = d.fd_targets(), d.helpers()
+        assert d.client_kinds() == [], d.client_kinds()
         here = os.path.dirname(os.path.abspath(__file__))
         for how, count in (("direct", 1), ("nested", 200)):
             # nsboxd stopped meanwhile: uid 65534 closes its own copies
@@ -2111,6 +2139,8 @@ def test_client_descriptors_never_hold_the_loop():
         # The nested ones wait on the closer: at most 64 held (and the
         # few read in the same wake-up), the rest left in uid 65534's socket.
         assert d.fds() <= fds0 + 64 + 16 + 8, d.fds()
+        # ... and are seen as a client's (the final check's kind test).
+        assert len(d.client_kinds()) >= 8, d.client_kinds()
         time.sleep(1)
 
         def cpu():
@@ -2145,7 +2175,14 @@ def test_client_descriptors_never_hold_the_loop():
         for e in evil:
             e.kill()
             e.wait()
-        assert wait_until(lambda: d.fds() <= fds0, timeout=45), (targets0, d.fd_targets())
+        # Nothing a client sent is left (nsboxd itself holds no TCP or
+        # datagram socket), and no descriptor but a helper's: libnsbox
+        # starts another helper when the first is busy (a refill beside an
+        # end, under load), and keeps it, with 2 descriptors here.
+        def settled():
+            return not d.client_kinds() and d.fds() <= fds0 + 2 * (d.helpers() - helpers0)
+        assert wait_until(settled, timeout=45), (d.client_kinds(), d.helpers() - helpers0,
+                                                 sorted(set(d.fd_targets()) - set(targets0)))
     finally:
         for e in evil:
             e.kill()
