@@ -1529,7 +1529,8 @@ static void refuse(int fd, uid_t uid, int code, const char *fmt, ...)
 	closer_close(fd, uid);
 }
 
-static void accept_one(void)
+/* False when there was nothing to accept (or accept4 failed). */
+static bool accept_one(void)
 {
 	struct ucred cr;
 	socklen_t len = sizeof(cr);
@@ -1541,10 +1542,10 @@ static void accept_one(void)
 	size_t n_groups = 0;
 
 	if (fd < 0)
-		return;
+		return false;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
 		closer_close(fd, (uid_t)-1);
-		return;
+		return true;
 	}
 	/* Every group, or no connection: rules for a group the client is in
 	 * must not be skipped because it is in many (over MAX_GROUPS). */
@@ -1552,16 +1553,16 @@ static void accept_one(void)
 		logmsg("uid %u pid %d: its groups: %s (over %d?); refused", (unsigned)cr.uid, (int)cr.pid,
 		       strerror(errno), MAX_GROUPS);
 		closer_close(fd, cr.uid);
-		return;
+		return true;
 	}
 	n_groups = glen / sizeof(gid_t);
 	if (!conf_allowed(&D.conf, cr.uid, cr.gid, groups, n_groups)) {
 		refuse(fd, cr.uid, EACCES, "this user may not use nsboxd (nsboxd.conf(5) AllowUsers, AllowGroups)");
-		return;
+		return true;
 	}
 	if (D.n_conns >= D.conf.max_connections) {
 		refuse(fd, cr.uid, EAGAIN, "nsboxd has %u connections, its MaxConnections= (nsboxd.conf(5))", D.n_conns);
-		return;
+		return true;
 	}
 	/* One user can't hold every connection: root and nsboxd's own user
 	 * (who may stop it anyway) only count towards the total. */
@@ -1575,13 +1576,13 @@ static void accept_one(void)
 			       (int)cr.pid, mine);
 			refuse(fd, cr.uid, EAGAIN, "uid %u has %u connections to nsboxd, its MaxConnectionsPerUser= (nsboxd.conf(5))",
 			       (unsigned)cr.uid, mine);
-			return;
+			return true;
 		}
 	}
 	c = calloc(1, sizeof(*c));
 	if (!c) {
 		closer_close(fd, cr.uid);
-		return;
+		return true;
 	}
 	c->kind = EV_CONN;
 	c->fd = fd;
@@ -1597,7 +1598,7 @@ static void accept_one(void)
 	if (epoll_ctl(D.ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		closer_close(fd, cr.uid);
 		free(c);
-		return;
+		return true;
 	}
 	c->next = D.conns;
 	if (D.conns)
@@ -1606,6 +1607,7 @@ static void accept_one(void)
 	D.n_conns++;
 	D.n_nohello++;
 	notify_status();
+	return true;
 }
 
 /* Connections that said nothing for HelloTimeoutSec: told why, closed
@@ -2077,8 +2079,11 @@ int daemon_run(const struct daemon_opts *o)
 			unsigned long long freed = D.freed;
 
 			if (*k == EV_LISTEN) {
-				for (int j = 0; j < 16 && !listen_paused(); j++)
-					accept_one();
+				/* Up to 16 a wake-up, and no accept4 after the
+				 * first that finds none (it cost a syscall a
+				 * connection, 15 of them). */
+				for (int j = 0; j < 16 && !listen_paused() && accept_one(); j++)
+					;
 			} else if (*k == EV_SIGNAL) {
 				handle_signals();
 			} else if (*k == EV_CONN) {
