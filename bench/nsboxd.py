@@ -59,6 +59,15 @@ try:
         out = subprocess.run([sb_bin, str(RUNS), "connect", sock], check=True, capture_output=True, text=True).stdout
         label, vals = out.strip().split("\t")
         line(label, [float(v) / 1e6 for v in vals.split()])
+    # The machine's floor under both: one round trip between two processes
+    # after the same 50 ms idle (bench/pingpong.c, built by bench/runner.sh).
+    pp_bin = os.path.join(B, "pingpong")
+    for how in ([], ["split"]) if os.cpu_count() > 1 else ([],):
+        if not os.access(pp_bin, os.X_OK):
+            break
+        out = subprocess.run([pp_bin, str(RUNS), "50000", *how], check=True, capture_output=True, text=True).stdout
+        label, vals = out.strip().split("\t")
+        line(label, [float(v) / 1e6 for v in vals.split()])
     tool_lines = []
     for label, kw in (("direct (libnsbox's own sandbox)", {}), ("through nsboxd (handed over)", {"connect": sock})):
         with nsbox.Sandbox(**kw) as s:

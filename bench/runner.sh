@@ -11,6 +11,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 cc -O2 -std=gnu11 -Wall -Wextra -Werror -I"$top/include" -o "$B/session-bench" "$top/bench/session-bench.c" \
 	-L"$B" -lnsbox -Wl,-rpath,"$(cd "$B" && pwd)"
 [ -x "$B/spawn-times" ] || cc -O2 -o "$B/spawn-times" "$top/bench/spawn-times.c"
+cc -O2 -std=gnu11 -Wall -Wextra -Werror -o "$B/pingpong" "$top/bench/pingpong.c"
 env -u NSBOX_SPARE "$B/session-bench" "$RUNS"
 env -u NSBOX_SPARE "$B/session-bench" "$RUNS" spare
 BWRAP="/usr/bin/bwrap --unshare-all --die-with-parent --ro-bind /usr /usr --symlink usr/bin /bin --symlink usr/lib /lib
