@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -61,11 +62,38 @@ void egress_prep_close(struct egress_prep *ep)
 	ep->proxy_fd = ep->log_fd = -1;
 }
 
+/* Whether path is in /dev or /proc, where the sandbox can make nothing:
+ * a symlink there (/dev/stderr, /dev/fd/N, /proc/self/fd/N) is the
+ * caller's descriptor, followed. */
+static bool log_links_trusted(const char *path)
+{
+	return (!strncmp(path, "/dev/", 5) || !strncmp(path, "/proc/", 6)) && !strstr(path, "/..");
+}
+
 int egress_open_log(const char *path, struct nsbox_err *err)
 {
-	int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0600);
-	int fl;
+	/* No symlink in the path is followed: the log often sits in a
+	 * directory the sandbox writes (its workspace, whose symlinks the
+	 * write-back makes on the host, or a --bind), and a link planted there
+	 * as the log's name or as a directory above it had the next start
+	 * create and append to a file of the sandbox's choosing with the
+	 * launcher's rights (/etc/nologin as root). */
+	int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+	struct open_how how = { .flags = (uint64_t)flags,
+				.mode = 0600,
+				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
+	int fd, fl;
 
+	if (log_links_trusted(path))
+		fd = open(path, flags, 0600);
+	else if ((fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how))) < 0 && errno == ENOSYS)
+		/* Before Linux 5.6: the last component at least. */
+		fd = open(path, flags | O_NOFOLLOW, 0600);
+	if (fd < 0 && errno == ELOOP)
+		return err_set(err, ELOOP,
+			       "open the network log %s: a symbolic link in the path (not followed: give the path "
+			       "without links, as realpath(1) prints it)",
+			       path);
 	if (fd < 0)
 		return err_sys(err, "open the network log %s%s", path, errno == ENXIO ? " (a FIFO with no reader?)" : "");
 	/* Writes stay blocking: a line is never dropped for a slow reader. */

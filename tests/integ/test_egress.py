@@ -851,6 +851,36 @@ print(json.dumps(R))
     assert "MaxLogBytes=64M" in out
 
 
+def test_a_log_symlink_the_sandbox_planted_is_not_followed(tmp_path):
+    """The log often sits in a directory the sandbox writes: its workspace,
+    whose symlinks the write-back makes on the host.  A link planted where
+    --net-log points, or as a directory above it, had the next start
+    create, and append its lines to, a file of the sandbox's choosing with
+    the launcher's rights (/etc/nologin as root).  No symlink in the path
+    is followed (the start fails, 125, saying so); one in /dev or /proc
+    (/dev/stderr, /dev/fd/N) still is."""
+    ws, victim = tmp_path / "ws", tmp_path / "victim"
+    ws.mkdir()
+    (ws / "logs").mkdir()
+    victim.mkdir()
+    for d in (ws, ws / "logs"):
+        d.chmod(0o777)
+    plant = f"rm -rf /workspace/net.log /workspace/logs && ln -s {victim}/a /workspace/net.log && " \
+        f"ln -s {victim} /workspace/logs"
+    rc, _, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c", plant])
+    assert rc == 0, err
+    assert os.readlink(ws / "net.log") == f"{victim}/a" and os.readlink(ws / "logs") == str(victim)
+    for log in (ws / "net.log", ws / "logs" / "b"):
+        rc, _, err = run(["run", "--workspace", str(ws), "--allow-net", "allowed.test", "--net-log", str(log),
+                          "--", PY, "-c", "import socket\ntry: socket.getaddrinfo('allowed.test', 443)\n"
+                          "except OSError: pass"])
+        assert os.listdir(victim) == [], log
+        assert rc == 125 and "a symbolic link in the path (not followed" in err, (log, rc, err)
+    rc, _, err = run(["run", "--allow-net", "allowed.test", "--net-log", "/dev/stderr", "--", PY, "-c",
+                      "import socket\ntry: socket.getaddrinfo('n.unlisted.test', 443)\nexcept OSError: pass"])
+    assert rc == 0 and '"host":"n.unlisted.test"' in err, (rc, err)
+
+
 def test_proxy_goes_where_the_dns_answer_said(tmp_path):
     """A name is resolved once and its addresses pinned (for the answers'
     60 s TTL), shared by the DNS responder and the proxies: after the
