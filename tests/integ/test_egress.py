@@ -12,6 +12,7 @@ import socketserver
 import subprocess
 import tempfile
 import threading
+import time
 
 import pytest
 from conftest import NSBOX, run
@@ -1388,6 +1389,40 @@ sys.stdin.readline()
         p.stdin.write(b"\n")
         p.stdin.flush()
         assert p.wait(timeout=30) == 0, p.stderr.read().decode()
+
+
+def test_proxy_threads_follow_the_pids_limit():
+    """The setup workers are threads of the host (the launcher's cgroup,
+    nsboxd's), not charged to the sandbox: 64 idle connections from a
+    sandbox limited to 8 pids kept 64 of them (67 threads in the proxy).
+    Now no more workers than the sandbox's Pids= (at least 2), plus the
+    proxy's main, relay and DNS threads; the connections wait their turn
+    in the listener's queue, and a request after them is still served."""
+    script = PRELUDE + '''
+import sys
+held = [socket.create_connection(("127.0.0.1", 3128)) for _ in range(64)]
+print("held", flush=True)
+sys.stdin.readline()
+for c in held:
+    c.close()
+R["after"] = raw("CONNECT unlisted.test:443 HTTP/1.1\\r\\n\\r\\n")
+print(json.dumps(R), flush=True)
+'''
+    with _nsbox_run(["--pids", "8", "--allow-net", "allowed.test", "--", PY, "-c", script],
+                    stdin=subprocess.PIPE) as p:
+        assert p.stdout.readline().strip() == b"held"
+        proxies = [c for c in _children(p.pid) if len(_status(c)["NSpid"].split()) == 1]
+        assert len(proxies) == 1
+        tasks = 0
+        for _ in range(20):  # the workers start as connections are taken
+            time.sleep(0.1)
+            tasks = max(tasks, len(os.listdir(f"/proc/{proxies[0]}/task")))
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        out = json.loads(p.stdout.readline())
+        assert p.wait(timeout=60) == 0, p.stderr.read().decode()
+    assert 3 < tasks <= 8 + 3, tasks
+    assert out["after"][1] == "name not on the allowlist", out
 
 
 def test_net_log_fifo_without_a_reader_fails_at_once(tmp_path):
