@@ -62,12 +62,20 @@ void egress_prep_close(struct egress_prep *ep)
 	ep->proxy_fd = ep->log_fd = -1;
 }
 
-/* Whether path is in /dev or /proc, where the sandbox can make nothing:
- * a symlink there (/dev/stderr, /dev/fd/N, /proc/self/fd/N) is the
- * caller's descriptor, followed. */
-static bool log_links_trusted(const char *path)
+/* Whether path names one of the caller's descriptors: /dev/stdout,
+ * /dev/stderr, /dev/fd/N, /proc/self/fd/N (links the kernel or the
+ * system makes, where the sandbox can make nothing), followed. */
+static bool log_is_descriptor(const char *path)
 {
-	return (!strncmp(path, "/dev/", 5) || !strncmp(path, "/proc/", 6)) && !strstr(path, "/..");
+	const char *n = NULL;
+
+	if (!strcmp(path, "/dev/stdout") || !strcmp(path, "/dev/stderr"))
+		return true;
+	if (!strncmp(path, "/dev/fd/", 8))
+		n = path + 8;
+	else if (!strncmp(path, "/proc/self/fd/", 14))
+		n = path + 14;
+	return n && *n && strspn(n, "0123456789") == strlen(n);
 }
 
 int egress_open_log(const char *path, struct nsbox_err *err)
@@ -84,7 +92,7 @@ int egress_open_log(const char *path, struct nsbox_err *err)
 				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
 	int fd, fl;
 
-	if (log_links_trusted(path))
+	if (log_is_descriptor(path))
 		fd = open(path, flags, 0600);
 	else if ((fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how))) < 0 && errno == ENOSYS)
 		/* Before Linux 5.6: the last component at least. */

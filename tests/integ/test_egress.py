@@ -858,8 +858,8 @@ def test_a_log_symlink_the_sandbox_planted_is_not_followed(tmp_path):
     --net-log points, or as a directory above it, had the next start
     create, and append its lines to, a file of the sandbox's choosing with
     the launcher's rights (/etc/nologin as root).  No symlink in the path
-    is followed (the start fails, 125, saying so); one in /dev or /proc
-    (/dev/stderr, /dev/fd/N) still is."""
+    is followed (the start fails, 125, saying so); /dev/stderr, /dev/fd/N
+    and /proc/self/fd/N still are."""
     ws, victim = tmp_path / "ws", tmp_path / "victim"
     ws.mkdir()
     (ws / "logs").mkdir()
