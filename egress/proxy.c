@@ -5,7 +5,8 @@
  * resolution and then connected to by address (no second lookup, so no
  * DNS rebinding between check and use).
  *
- * Threads: setup workers (at most THREADS_MAX, started by the main thread
+ * Threads: setup workers (at most THREADS_MAX, and no more than the
+ * sandbox's Pids=, started by the main thread
  * as they are needed and kept) take turns to accept: one leads, waiting
  * on the listening sockets, and a connection it accepts it serves itself
  * through the blocking part (request, the name's pinned addresses,
@@ -89,6 +90,10 @@ static pthread_cond_t lead_free = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t need_worker = PTHREAD_COND_INITIALIZER;
 static unsigned active, workers, idle;
 static bool leading;
+/* THREADS_MAX, or fewer: the sandbox's own Pids= limit.  The workers are
+ * threads of the host (the launcher's cgroup, nsboxd's), uncharged to the
+ * sandbox: 64 idle connections from a sandbox of 8 pids kept 67 of them. */
+static unsigned threads_max = THREADS_MAX;
 
 /* Why a destination was refused, for the reply: HTTP status or SOCKS code. */
 enum refusal {
@@ -1394,7 +1399,7 @@ static void *worker_thread(void *arg)
 		idle--;
 		active++;
 		open_conns++;
-		spawn = !idle && workers < THREADS_MAX;
+		spawn = !idle && workers < threads_max;
 		pthread_mutex_unlock(&slot_lock);
 		/* The lead passes on; the main thread starts a worker when none
 		 * is idle, off this connection's path.  Signalled unlocked: the
@@ -1581,6 +1586,10 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *socks
 		    (nofile.rlim_cur - 32) / 6 < open_max)
 			open_max = nofile.rlim_cur > 6 * 8 + 32 ? (unsigned)((nofile.rlim_cur - 32) / 6) : 8;
 	}
+	/* No more setup workers than the sandbox may have tasks (at least 2:
+	 * one accepts while another serves). */
+	if (p->pids && p->pids < threads_max)
+		threads_max = p->pids > 2 ? (unsigned)p->pids : 2;
 	/* And no more than the sandbox's memory limit pays for (at least 4). */
 	if (p->memory && p->memory / TUNNEL_MEM < open_max)
 		open_max = p->memory / TUNNEL_MEM > 4 ? (unsigned)(p->memory / TUNNEL_MEM) : 4;
@@ -1615,10 +1624,10 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *socks
 	    pthread_create(&t, &attr, relay_thread, NULL) != 0)
 		_exit(1);
 	/* Start setup workers as they are needed: one at first, another
-	 * whenever none is idle (up to THREADS_MAX); they stay. */
+	 * whenever none is idle (up to threads_max); they stay. */
 	pthread_mutex_lock(&slot_lock);
 	for (;;) {
-		while (idle || workers >= THREADS_MAX)
+		while (idle || workers >= threads_max)
 			pthread_cond_wait(&need_worker, &slot_lock);
 		workers++;
 		idle++;

@@ -426,7 +426,8 @@ _DOC_OPTIONS = """
                  the host side (HTTP_PROXY & co. are set inside).  Added to
                  the policy's own rules.  A bad rule raises PolicyError.
     net_log:     a host file the proxy appends one JSON line to per
-                 connection or DNS query ([Network] Log=).
+                 connection or DNS query ([Network] Log=); no symlink in
+                 its path is followed (but /dev/fd/N and the like).
     on_net_request: fn(record) called with each audit record as a dict
                  (time, kind, host, port, addr, sni, decision, reason,
                  bytes_out, bytes_in), when its connection or query ends:

@@ -12,6 +12,7 @@ import socketserver
 import subprocess
 import tempfile
 import threading
+import time
 
 import pytest
 from conftest import NSBOX, run
@@ -851,6 +852,36 @@ print(json.dumps(R))
     assert "MaxLogBytes=64M" in out
 
 
+def test_a_log_symlink_the_sandbox_planted_is_not_followed(tmp_path):
+    """The log often sits in a directory the sandbox writes: its workspace,
+    whose symlinks the write-back makes on the host.  A link planted where
+    --net-log points, or as a directory above it, had the next start
+    create, and append its lines to, a file of the sandbox's choosing with
+    the launcher's rights (/etc/nologin as root).  No symlink in the path
+    is followed (the start fails, 125, saying so); /dev/stderr, /dev/fd/N
+    and /proc/self/fd/N still are."""
+    ws, victim = tmp_path / "ws", tmp_path / "victim"
+    ws.mkdir()
+    (ws / "logs").mkdir()
+    victim.mkdir()
+    for d in (ws, ws / "logs"):
+        d.chmod(0o777)
+    plant = f"rm -rf /workspace/net.log /workspace/logs && ln -s {victim}/a /workspace/net.log && " \
+        f"ln -s {victim} /workspace/logs"
+    rc, _, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c", plant])
+    assert rc == 0, err
+    assert os.readlink(ws / "net.log") == f"{victim}/a" and os.readlink(ws / "logs") == str(victim)
+    for log in (ws / "net.log", ws / "logs" / "b"):
+        rc, _, err = run(["run", "--workspace", str(ws), "--allow-net", "allowed.test", "--net-log", str(log),
+                          "--", PY, "-c", "import socket\ntry: socket.getaddrinfo('allowed.test', 443)\n"
+                          "except OSError: pass"])
+        assert os.listdir(victim) == [], log
+        assert rc == 125 and "a symbolic link in the path (not followed" in err, (log, rc, err)
+    rc, _, err = run(["run", "--allow-net", "allowed.test", "--net-log", "/dev/stderr", "--", PY, "-c",
+                      "import socket\ntry: socket.getaddrinfo('n.unlisted.test', 443)\nexcept OSError: pass"])
+    assert rc == 0 and '"host":"n.unlisted.test"' in err, (rc, err)
+
+
 def test_proxy_goes_where_the_dns_answer_said(tmp_path):
     """A name is resolved once and its addresses pinned (for the answers'
     60 s TTL), shared by the DNS responder and the proxies: after the
@@ -1358,6 +1389,40 @@ sys.stdin.readline()
         p.stdin.write(b"\n")
         p.stdin.flush()
         assert p.wait(timeout=30) == 0, p.stderr.read().decode()
+
+
+def test_proxy_threads_follow_the_pids_limit():
+    """The setup workers are threads of the host (the launcher's cgroup,
+    nsboxd's), not charged to the sandbox: 64 idle connections from a
+    sandbox limited to 8 pids kept 64 of them (67 threads in the proxy).
+    Now no more workers than the sandbox's Pids= (at least 2), plus the
+    proxy's main, relay and DNS threads; the connections wait their turn
+    in the listener's queue, and a request after them is still served."""
+    script = PRELUDE + '''
+import sys
+held = [socket.create_connection(("127.0.0.1", 3128)) for _ in range(64)]
+print("held", flush=True)
+sys.stdin.readline()
+for c in held:
+    c.close()
+R["after"] = raw("CONNECT unlisted.test:443 HTTP/1.1\\r\\n\\r\\n")
+print(json.dumps(R), flush=True)
+'''
+    with _nsbox_run(["--pids", "8", "--allow-net", "allowed.test", "--", PY, "-c", script],
+                    stdin=subprocess.PIPE) as p:
+        assert p.stdout.readline().strip() == b"held"
+        proxies = [c for c in _children(p.pid) if len(_status(c)["NSpid"].split()) == 1]
+        assert len(proxies) == 1
+        tasks = 0
+        for _ in range(20):  # the workers start as connections are taken
+            time.sleep(0.1)
+            tasks = max(tasks, len(os.listdir(f"/proc/{proxies[0]}/task")))
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        out = json.loads(p.stdout.readline())
+        assert p.wait(timeout=60) == 0, p.stderr.read().decode()
+    assert 3 < tasks <= 8 + 3, tasks
+    assert out["after"][1] == "name not on the allowlist", out
 
 
 def test_net_log_fifo_without_a_reader_fails_at_once(tmp_path):
