@@ -45,6 +45,16 @@ def probe(extra=None):
     return json.loads(out)
 
 
+def reap(p):
+    """Kill a spawned process that still runs, and close its pipes."""
+    if p.poll() is None:
+        p.kill()
+        p.wait()
+    for f in (p.stdin, p.stdout, p.stderr):
+        if f:
+            f.close()
+
+
 def _nsbox_cgroups():
     """Sandbox cgroups (nsbox-PID-N) this pass could have made: as root,
     none under the unprivileged passes' delegated cgroups (run-integ.sh's

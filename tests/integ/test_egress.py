@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from conftest import NSBOX, run
+from conftest import NSBOX, reap, run
 
 UP = "127.0.0.2"
 PY = "/usr/bin/python3.11"
@@ -1225,12 +1225,7 @@ def _nsbox_run(args, **kw):
     try:
         yield p
     finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        for f in (p.stdin, p.stdout, p.stderr):
-            if f:
-                f.close()
+        reap(p)
 
 
 def _get(port):

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from conftest import NSBOX, MODE
+from conftest import NSBOX, MODE, reap
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MCPDIR = os.path.join(HERE, "..", "mcp")
@@ -288,7 +288,7 @@ def test_idle_timeout_and_max_sessions():
         assert r["result"]["isError"] and "expired" in r["result"]["content"][0]["text"]
         assert p.wait(timeout=30) == 0
     finally:
-        _reap(p)
+        reap(p)
 
 
 def test_memory_caps_new_sessions():
@@ -345,16 +345,6 @@ def test_complex_values_show_readably():
 # ---- code mode: --mcp-server NAME=COMMAND -----------------------------------
 
 SERVER = os.path.join(MCPDIR, "server.mjs")
-
-
-def _reap(p):
-    """Kill a spawned nsbox mcp that still runs, and close its pipes."""
-    if p.poll() is None:
-        p.kill()
-        p.wait()
-    for f in (p.stdin, p.stdout, p.stderr):
-        if f:
-            f.close()
 
 
 def _procs_with(tag):
@@ -607,7 +597,7 @@ def test_code_mode_a_busy_server_is_not_stopped_by_a_large_call(tmp_path):
             got[m["id"]] = (time.time() - t0, m)
         assert p.wait(timeout=30) == 0
     finally:
-        _reap(p)
+        reap(p)
     assert got[2][0] < 6, got[2]
     assert got[1][1]["result"]["content"][0]["text"] == "{'busy': 'done', 'echo': 8000009}", got[1]
     assert got[3][1]["result"]["content"][0]["text"] == "'{\"x\": \"later\"}'", got[3]
@@ -641,7 +631,7 @@ def test_code_mode_many_tools_start_a_session_quickly(tmp_path):
         p.stdin.close()
         assert p.wait(timeout=30) == 0
     finally:
-        _reap(p)
+        reap(p)
     assert max(took) < 1.5, took
     assert _procs_with(tag) == []
 
@@ -797,7 +787,7 @@ def test_sigterm_closes_everything(node):
         assert time.monotonic() - t < 10
         assert p.stdout.read() == ""  # no answer to the call cut short
     finally:
-        _reap(p)
+        reap(p)
     assert _procs_with(tag) == []
 
 
@@ -817,7 +807,7 @@ def test_sigterm_stops_a_server_whose_client_does_not_read():
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=10) == -signal.SIGTERM
     finally:
-        _reap(p)
+        reap(p)
 
 
 def _sleeps(tag):
@@ -860,7 +850,7 @@ def test_a_host_tool_command_ends_at_the_time_limit_and_on_sigterm():
         assert p.wait(timeout=10) == -signal.SIGTERM
         assert not _sleeps(tag)
     finally:
-        _reap(p)
+        reap(p)
         for pid in _sleeps(tag):
             os.kill(pid, 9)
 
@@ -885,7 +875,7 @@ def test_a_client_that_stops_reading_does_not_stretch_the_time_limit():
         out = {m["id"]: m for m in map(json.loads, p.stdout)}
         assert p.wait(timeout=30) == 0
     finally:
-        _reap(p)
+        reap(p)
     text = out[1]["result"]["content"][0]["text"]
     assert "ran to the end" not in text and "time limit" in text, text
     assert len(out) == 4001
@@ -958,7 +948,7 @@ def test_a_client_gone_mid_call_stops_the_call():
         assert p.wait(timeout=60) == -signal.SIGPIPE
         assert time.monotonic() - t < 5
     finally:
-        _reap(p)
+        reap(p)
 
 
 def test_nul_in_output_and_values():
@@ -1104,7 +1094,7 @@ def test_what_a_client_sends_during_an_exec_is_bounded():
         t.join()
         assert p.wait(timeout=30) == 0
     finally:
-        _reap(p)
+        reap(p)
     assert hwm < 100 * 1024, hwm  # it was ~1 GB
     assert out[0]["id"] == 1 and out[0]["result"]["content"][0]["text"] == "'slept'", out[0]
     assert out[1]["id"] is None and out[1]["error"]["code"] == -32600 and "65536" in out[1]["error"]["message"]
@@ -1128,7 +1118,7 @@ def test_what_a_code_mode_server_sends_unasked_is_not_kept(tmp_path):
         out += [json.loads(l) for l in p.stdout]
         assert p.wait(timeout=30) == 0
     finally:
-        _reap(p)
+        reap(p)
     assert out[0]["id"] == 1 and out[0]["result"]["content"][0]["text"] == "'slept'" and len(out) == 1, out
     assert hwm < 60 * 1024, hwm
 
@@ -1178,7 +1168,7 @@ def test_a_batch_answer_is_capped():
         p.stdin.close()
         assert p.wait(timeout=60) == 0
     finally:
-        _reap(p)
+        reap(p)
     out = json.loads(line)
     assert [m["id"] for m in out] == list(range(1, 1501))
     ok = [m for m in out if "result" in m]
