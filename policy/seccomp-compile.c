@@ -37,8 +37,8 @@
 #define X32_SYSCALL_BIT 0x40000000U
 /* Highest x86_64 syscall number the table may name, plus one. */
 #define NR_LIMIT 1024
-/* Argument rows per syscall (add_otherwise in seccomp-rules.c has as many). */
-#define MAX_VALS 16
+/* Argument rows per syscall. */
+#define MAX_VALS SECCOMP_MAX_ROWS
 
 struct leaf {
 	bool complex;
@@ -99,20 +99,6 @@ static void emit_word(struct code *c, uint32_t off, uint32_t mask)
 		emit(c, BPF_ALU | BPF_AND | BPF_K, 0, 0, mask);
 }
 
-/* The pairs' distinct a values, in order of first appearance. */
-static unsigned int pair_groups(const struct seccomp_pairs *p, uint32_t *as)
-{
-	unsigned int na = 0, i, j;
-
-	for (i = 0; i < p->n; i++) {
-		for (j = 0; j < na && as[j] != p->va[i]; j++)
-			;
-		if (j == na)
-			as[na++] = p->va[i];
-	}
-	return na;
-}
-
 /* What a row with pairs runs once its own condition matched: per distinct
  * a value, ld a; [and;] jeq a -> (ld b; jeq b1 -> ret act; ...; ret other),
  * else the next; ret other after the last.  Returns its length; emits it
@@ -120,7 +106,7 @@ static unsigned int pair_groups(const struct seccomp_pairs *p, uint32_t *as)
 static unsigned int emit_pairs(struct code *c, const struct seccomp_pairs *p, uint32_t act, uint32_t other)
 {
 	uint32_t as[SECCOMP_MAX_PAIRS];
-	unsigned int na = pair_groups(p, as), len = 1, g, i;
+	unsigned int na = seccomp_pairs_a_values(p, as), len = 1, g, i;
 	uint8_t and_len = p->mask_a == 0xffffffffU ? 0 : 1;
 
 	for (g = 0; g < na; g++) {

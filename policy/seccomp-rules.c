@@ -378,8 +378,22 @@ bool seccomp_pairs_valid(const struct seccomp_rule *s)
 	return true;
 }
 
+unsigned int seccomp_pairs_a_values(const struct seccomp_pairs *p, uint32_t *as)
+{
+	unsigned int na = 0, i, j;
+
+	for (i = 0; i < p->n; i++) {
+		for (j = 0; j < na && as[j] != p->va[i]; j++)
+			;
+		if (j == na)
+			as[na++] = p->va[i];
+	}
+	return na;
+}
+
 /* One rule: pre[0..npre), and (argument arg & mask) == value unless mask
- * is 0 (no condition of its own). */
+ * is 0 (no condition of its own).  npre is at most 2 (a row's condition
+ * and a pair's a). */
 static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, const struct scmp_arg_cmp *pre,
 		    unsigned int npre, unsigned int arg, uint64_t mask, uint64_t value, struct nsbox_err *err)
 {
@@ -387,7 +401,9 @@ static int add_rule(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name,
 	unsigned int n = 0;
 	int r;
 
-	for (; n < npre && n < ARRAY_SIZE(cmp) - 1; n++)
+	if (npre >= ARRAY_SIZE(cmp))
+		return err_set(err, EINVAL, "seccomp: %s: %u conditions", name, npre + 1);
+	for (; n < npre; n++)
 		cmp[n] = pre[n];
 	if (mask)
 		cmp[n++] = SCMP_CMP(arg, SCMP_CMP_MASKED_EQ, mask, value);
@@ -484,21 +500,22 @@ static int add_rule_pairs(scmp_filter_ctx ctx, uint32_t act, int nr, const struc
 {
 	const struct seccomp_pairs *p = s->pairs;
 	struct scmp_arg_cmp pre[2] = { SCMP_CMP(s->arg, SCMP_CMP_MASKED_EQ, s->mask, s->value) };
-	uint64_t as[SECCOMP_MAX_PAIRS], bs[SECCOMP_MAX_PAIRS];
-	size_t na = 0, nb, i, j;
+	uint64_t as[SECCOMP_MAX_PAIRS] = { 0 }, bs[SECCOMP_MAX_PAIRS];
+	uint32_t a32[SECCOMP_MAX_PAIRS];
+	size_t na, nb, i, j;
 	int r;
 
-	for (i = 0; i < p->n; i++) {
-		pre[1] = SCMP_CMP(p->a, SCMP_CMP_MASKED_EQ, p->mask_a, p->va[i]);
-		if (!complement && (r = add_rule(ctx, act, nr, s->name, pre, 2, p->b, LOW32, p->vb[i], err)) < 0)
-			return r;
-		for (j = 0; j < na && as[j] != p->va[i]; j++)
-			;
-		if (j == na)
-			as[na++] = p->va[i];
-	}
-	if (!complement)
+	if (!complement) {
+		for (i = 0; i < p->n; i++) {
+			pre[1] = SCMP_CMP(p->a, SCMP_CMP_MASKED_EQ, p->mask_a, p->va[i]);
+			if ((r = add_rule(ctx, act, nr, s->name, pre, 2, p->b, LOW32, p->vb[i], err)) < 0)
+				return r;
+		}
 		return 0;
+	}
+	na = seccomp_pairs_a_values(p, a32);
+	for (i = 0; i < na; i++)
+		as[i] = a32[i];
 	r = add_not_in(ctx, act, nr, s->name, pre, 1, p->a, p->mask_a, as, na, err);
 	for (i = 0; r == 0 && i < na; i++) {
 		pre[1] = SCMP_CMP(p->a, SCMP_CMP_MASKED_EQ, p->mask_a, as[i]);
@@ -516,7 +533,7 @@ static int add_rule_pairs(scmp_filter_ctx ctx, uint32_t act, int nr, const struc
  * or pairs miss. */
 static int add_otherwise(scmp_filter_ctx ctx, uint32_t act, int nr, const char *name, struct nsbox_err *err)
 {
-	uint64_t vals[16], mask = 0;
+	uint64_t vals[SECCOMP_MAX_ROWS], mask = 0;
 	unsigned int arg = 0;
 	size_t n = 0, i;
 	int r;

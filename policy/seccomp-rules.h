@@ -75,6 +75,14 @@ extern const size_t seccomp_n_rules;
  * seccomp_pairs; not beside if_set. */
 bool seccomp_pairs_valid(const struct seccomp_rule *s);
 
+/* The pairs' distinct a values, in order of first appearance, into as[]
+ * (room for SECCOMP_MAX_PAIRS); returns how many.  Both compilers group a
+ * row's pairs by them. */
+unsigned int seccomp_pairs_a_values(const struct seccomp_pairs *p, uint32_t *as);
+
+/* Conditional rows one syscall may have (both compilers). */
+#define SECCOMP_MAX_ROWS 16
+
 /* Action for syscalls missing from the table (enforce mode). */
 #define SECCOMP_RULES_DEFAULT_ERRNO 38	/* ENOSYS */
 
