@@ -94,8 +94,11 @@ int egress_open_log(const char *path, struct nsbox_err *err)
 
 	if (log_is_descriptor(path))
 		fd = open(path, flags, 0600);
-	else if ((fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how))) < 0 && errno == ENOSYS)
-		/* Before Linux 5.6: the last component at least. */
+	else if ((fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how))) < 0 &&
+		 (errno == ENOSYS || errno == EPERM))
+		/* Before Linux 5.6, or under a container's seccomp profile
+		 * older than openat2 (Docker's before 20.10 said EPERM): the
+		 * last component at least. */
 		fd = open(path, flags | O_NOFOLLOW, 0600);
 	if (fd < 0 && errno == ELOOP)
 		return err_set(err, ELOOP,
