@@ -1406,7 +1406,14 @@ print(json.dumps(R), flush=True)
     with _nsbox_run(["--pids", "8", "--allow-net", "allowed.test", "--", PY, "-c", script],
                     stdin=subprocess.PIPE) as p:
         assert p.stdout.readline().strip() == b"held"
-        proxies = [c for c in _children(p.pid) if len(_status(c)["NSpid"].split()) == 1]
+        # The proxy is forked at the first connection (egress_lazy); the
+        # 64 wait in the listener's queue meanwhile, "held" comes first.
+        proxies = []
+        for _ in range(100):
+            proxies = [c for c in _children(p.pid) if len(_status(c)["NSpid"].split()) == 1]
+            if proxies:
+                break
+            time.sleep(0.1)
         assert len(proxies) == 1
         tasks = 0
         for _ in range(20):  # the workers start as connections are taken
