@@ -114,7 +114,7 @@ $(B)/gen/runner_pyc.h: runner/runner.py
 	$(PYTHON) -c 'import sys,marshal,importlib.util as u; c=marshal.dumps(compile(open(sys.argv[1],encoding="ascii").read(),"<nsbox-runner>","exec",dont_inherit=True,optimize=0)); print("static const long nsbox_runner_pyc_magic = %d;\nstatic const unsigned char nsbox_runner_pyc[] = {%s};" % (int.from_bytes(u.MAGIC_NUMBER,"little"), ",".join(map(str,c))))' $< >$@.tmp && mv $@.tmp $@
 $(B)/obj/cli/%.o: cli/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(FRONT_CFLAGS) -Icli -c -o $@ $<
+	$(CC) $(FRONT_CFLAGS) -Icli -Ibase -c -o $@ $<
 $(B)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<

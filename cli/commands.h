@@ -69,7 +69,9 @@ void cli_tty_stop(struct cli_tty *t);
 /* Shared by the front ends: print "nsbox: warning: MSG". */
 void cli_warn(void *ctx, const char *msg);
 /* Create (or empty) path, to find before running that it cannot be
- * written.  Returns 0, or -1 with err naming path. */
+ * written, with no symbolic link in it followed (base/hostpath.h).
+ * Returns the descriptor cli_write_status writes to, or -1 with err
+ * naming path. */
 int cli_open_status(const char *path, struct cli_err *err);
 /* Print v compactly as JSON, each real as the shortest text that reads
  * back the same (jansson prints 17 digits).  Returns 0 or -1. */
@@ -78,7 +80,8 @@ int cli_json_dump(const json_t *v, FILE *f);
  * {"outcome": outcome, "exit_code": status, "error": {"type": "NsboxError",
  * "message": msg}}. */
 void cli_json_error(const char *outcome, int status, const char *msg);
-/* Write how a run ended as JSON to path ("-" = stdout).  Returns 0 or -1. */
-int cli_write_status(const char *path, const struct nsbox_run_status *st);
+/* Write how a run ended as JSON to fd, which cli_open_status opened for
+ * path (fd -1: stdout).  Closes fd.  Returns 0 or -1. */
+int cli_write_status(const char *path, int fd, const struct nsbox_run_status *st);
 
 #endif

@@ -6,9 +6,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "commands.h"
+#include "hostpath.h"
 
 void cli_warn(void *ctx, const char *msg)
 {
@@ -18,12 +20,17 @@ void cli_warn(void *ctx, const char *msg)
 
 int cli_open_status(const char *path, struct cli_err *err)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0666);
+	/* No link in the path is followed (base/hostpath.h): the file often
+	 * sits in the workspace, whose links the write-back makes on the
+	 * host.  Opened once, here, and written through this descriptor after
+	 * the run: never opened by name again once the sandbox has run. */
+	int fd = host_path_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY, 0666);
 
+	if (fd < 0 && errno == ELOOP)
+		return cli_err_set(err, ELOOP, "%s: " HOST_PATH_LINK_HINT, path);
 	if (fd < 0)
 		return cli_err_set(err, errno, "%s", path);
-	close(fd);
-	return 0;
+	return fd;
 }
 
 /* A double as the shortest text that reads back as the same double (what
@@ -108,10 +115,10 @@ void cli_json_error(const char *outcome, int status, const char *msg)
 	json_decref(o);
 }
 
-int cli_write_status(const char *path, const struct nsbox_run_status *st)
+int cli_write_status(const char *path, int fd, const struct nsbox_run_status *st)
 {
 	json_t *o, *cg, *ctrls;
-	int r;
+	int r = 0;
 
 	cg = json_object();
 	ctrls = json_pack("{s:b, s:b, s:b}", "memory", st->memory_enforced, "pids", st->pids_enforced, "cpu",
@@ -128,17 +135,36 @@ int cli_write_status(const char *path, const struct nsbox_run_status *st)
 		      "cpu_system", st->cpu_system, "wall", st->wall, "status", st->exit_code,
 		      "cgroup", cg);
 	/* clang-format on */
-	if (!o)
+	if (!o) {
+		if (fd >= 0)
+			close(fd);
 		return -1;
+	}
 	if (st->exec_errno)
 		json_object_set_new(o, "exec_error", json_string(strerror(st->exec_errno)));
-	if (strcmp(path, "-") == 0) {
+	if (fd < 0) {
 		r = cli_json_dump(o, stdout);
 		fputc('\n', stdout);
 		fflush(stdout);
 	} else {
-		FILE *f = fopen(path, "we");
+		struct stat fst, lst;
+		bool reg = fstat(fd, &fst) == 0 && S_ISREG(fst.st_mode);
+		FILE *f;
 
+		/* Emptied again: the command may have written to it. */
+		if (reg && (ftruncate(fd, 0) < 0 || lseek(fd, 0, SEEK_SET) < 0))
+			r = -1;
+		/* The sandbox may have replaced the name meanwhile (a link
+		 * written back over it): the status goes to the file opened
+		 * before the run all the same, and the caller is told. */
+		if (reg && (lstat(path, &lst) < 0 || lst.st_dev != fst.st_dev || lst.st_ino != fst.st_ino))
+			fprintf(stderr,
+				"nsbox run: warning: --json-status %s was replaced during the run (by the sandbox?); the status "
+				"went to the file opened before it, which that name no longer shows\n",
+				path);
+		f = r == 0 ? fdopen(fd, "w") : NULL;
+		if (!f)
+			close(fd);
 		r = f ? cli_json_dump(o, f) : -1;
 		if (f && fputc('\n', f) == EOF)
 			r = -1;

@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "hostpath.h"
 
 static const struct {
 	const char *mime, *ext;
@@ -26,15 +27,13 @@ static const struct {
 
 int cli_display_open(const char *dir, char *eb, size_t el)
 {
-	int fd;
+	/* No link in the path is followed (base/hostpath.h): DIR may sit in
+	 * the workspace, whose links the write-back makes on the host, and the
+	 * sandbox's displays and /out files would land where one points. */
+	int fd = host_path_mkdir_open(dir, 0755);
 
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
-		snprintf(eb, el, "--display-dir %s: %s", dir, strerror(errno));
-		return -1;
-	}
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		snprintf(eb, el, "--display-dir %s: %s", dir, strerror(errno));
+		snprintf(eb, el, "--display-dir %s: %s", dir, errno == ELOOP ? HOST_PATH_LINK_HINT : strerror(errno));
 	return fd;
 }
 

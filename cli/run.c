@@ -29,6 +29,7 @@ int cmd_run(int argc, char **argv)
 	nsbox_error_t *e = NULL;
 	struct cli_err err = { 0 };
 	const char *json_status = NULL;
+	int status_fd = -1;
 	/* The CLI is single-threaded: launch from here, no helper to start. */
 	struct nsbox_run_opts o = {
 		.struct_size = sizeof(o), .warn = cli_warn, .forward_signals = true, .in_process = true
@@ -100,7 +101,7 @@ int cmd_run(int argc, char **argv)
 	}
 	/* Before the command runs, not after: a status that cannot be
 	 * written is a usage error, found while nothing has happened yet. */
-	if (json_status && strcmp(json_status, "-") != 0 && cli_open_status(json_status, &err) < 0) {
+	if (json_status && strcmp(json_status, "-") != 0 && (status_fd = cli_open_status(json_status, &err)) < 0) {
 		fprintf(stderr, "nsbox run: --json-status %s\n", err.msg);
 		goto out;
 	}
@@ -134,9 +135,16 @@ int cmd_run(int argc, char **argv)
 	else if (code == NSBOX_EXIT_MEMORY)
 		fprintf(stderr, "nsbox run: memory limit exceeded (peak %.1f MiB)\n",
 			(double)st.peak_memory / (1 << 20));
-	if (json_status && cli_write_status(json_status, &st) < 0)
-		fprintf(stderr, "nsbox run: cannot write --json-status %s: %s\n", json_status, strerror(errno));
+	if (json_status) {
+		int fd = status_fd;
+
+		status_fd = -1; /* cli_write_status closes it */
+		if (cli_write_status(json_status, fd, &st) < 0)
+			fprintf(stderr, "nsbox run: cannot write --json-status %s: %s\n", json_status, strerror(errno));
+	}
 out:
+	if (status_fd >= 0)
+		close(status_fd);
 	nsbox_error_free(e);
 	nsbox_policy_free(p);
 	return code;

@@ -1,10 +1,10 @@
 /* Starting and stopping the proxy process; the sockets inside.  See egress.h. */
 #include "egress.h"
+#include "hostpath.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -62,49 +62,18 @@ void egress_prep_close(struct egress_prep *ep)
 	ep->proxy_fd = ep->log_fd = -1;
 }
 
-/* Whether path names one of the caller's descriptors: /dev/stdout,
- * /dev/stderr, /dev/fd/N, /proc/self/fd/N (links the kernel or the
- * system makes, where the sandbox can make nothing), followed. */
-static bool log_is_descriptor(const char *path)
-{
-	const char *n = NULL;
-
-	if (!strcmp(path, "/dev/stdout") || !strcmp(path, "/dev/stderr"))
-		return true;
-	if (!strncmp(path, "/dev/fd/", 8))
-		n = path + 8;
-	else if (!strncmp(path, "/proc/self/fd/", 14))
-		n = path + 14;
-	return n && *n && strspn(n, "0123456789") == strlen(n);
-}
-
 int egress_open_log(const char *path, struct nsbox_err *err)
 {
-	/* No symlink in the path is followed: the log often sits in a
-	 * directory the sandbox writes (its workspace, whose symlinks the
-	 * write-back makes on the host, or a --bind), and a link planted there
-	 * as the log's name or as a directory above it had the next start
-	 * create and append to a file of the sandbox's choosing with the
-	 * launcher's rights (/etc/nologin as root). */
-	int flags = O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-	struct open_how how = { .flags = (uint64_t)flags,
-				.mode = 0600,
-				.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS };
-	int fd, fl;
+	/* No symlink in the path is followed (hostpath.h): the log often sits
+	 * in a directory the sandbox writes, and a link planted there as the
+	 * log's name or as a directory above it had the next start create and
+	 * append to a file of the sandbox's choosing with the launcher's
+	 * rights (/etc/nologin as root). */
+	int fd = host_path_open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOCTTY | O_NONBLOCK, 0600), fl;
 
-	if (log_is_descriptor(path))
-		fd = open(path, flags, 0600);
-	else if ((fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how))) < 0 &&
-		 (errno == ENOSYS || errno == EPERM))
-		/* Before Linux 5.6, or under a container's seccomp profile
-		 * older than openat2 (Docker's before 20.10 said EPERM): the
-		 * last component at least. */
-		fd = open(path, flags | O_NOFOLLOW, 0600);
 	if (fd < 0 && errno == ELOOP)
 		return err_set(err, ELOOP,
-			       "open the network log %s: a symbolic link in the path (not followed: give the path "
-			       "without links, as realpath(1) prints it)",
-			       path);
+			       "open the network log %s: " HOST_PATH_LINK_HINT, path);
 	if (fd < 0)
 		return err_sys(err, "open the network log %s%s", path, errno == ENXIO ? " (a FIFO with no reader?)" : "");
 	/* Writes stay blocking: a line is never dropped for a slow reader. */

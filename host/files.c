@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "hostpath.h"
 #include "proto.h"
 #include "session.h"
 #include "util.h"
@@ -614,11 +615,14 @@ int session_download_dir(struct nsbox_session *s, const char *remote, const char
 	struct dl_state st = { .left = max_bytes, .max_bytes = max_bytes, .max_files = max_files, .file_max = file_max };
 	_cleanup_close_ int root = -1;
 
-	if (mkdir(local, 0755) < 0 && errno != EEXIST)
-		return err_sys(err, "download %s: mkdir %s", remote, local);
-	root = open(local, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* No link followed on the way to local either (hostpath.h): it may
+	 * sit in a directory the sandbox wrote, and a link planted there
+	 * would have the sandbox's files created wherever it points. */
+	root = host_path_mkdir_open(local, 0755);
+	if (root < 0 && errno == ELOOP)
+		return err_set(err, ELOOP, "download %s: %s: " HOST_PATH_LINK_HINT, remote, local);
 	if (root < 0)
-		return err_sys(err, "download %s: open %s", remote, local);
+		return err_sys(err, "download %s: make or open %s", remote, local);
 	st.block = fs_block_size(root);
 	if (download(s, remote, root, 0, &st, err) < 0)
 		return -1;
@@ -710,9 +714,13 @@ static int upload(struct nsbox_session *s, int dirfd, const char *local, const c
 int session_upload_dir(struct nsbox_session *s, const char *local, const char *remote, uint64_t file_max,
 		       uint64_t *files, struct nsbox_err *err)
 {
-	_cleanup_close_ int root = open(local, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* Nor here: a planted link would hand the sandbox the host tree it
+	 * names. */
+	_cleanup_close_ int root = host_path_open(local, O_RDONLY | O_DIRECTORY, 0);
 	uint64_t n = 0;
 
+	if (root < 0 && errno == ELOOP)
+		return err_set(err, ELOOP, "upload %s: " HOST_PATH_LINK_HINT, local);
 	if (root < 0)
 		return err_sys(err, "upload %s", local);
 	if (session_file_mkdir(s, remote, -1, err) < 0 || upload(s, root, local, remote, 0, file_max, &n, err) < 0)

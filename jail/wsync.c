@@ -20,6 +20,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include "proto.h"
 #include "util.h"
 
 /* Deeper trees are not copied (the entry is reported): each level holds a
@@ -48,7 +49,12 @@ static int fail(struct wsync *w, int code, const char *what)
 {
 	if (!w->failed) {
 		w->failed = true;
-		err_set(&w->err, code, "copy /workspace/%s back: %s", w->path, what);
+		char q[1024];
+
+		/* The sandbox chose these names: quoted so that none of it
+		 * (C0 or C1 controls, bidi overrides, bytes that are not UTF-8)
+		 * can drive the terminal or log that shows the warning. */
+		err_set(&w->err, code, "copy /workspace/%s back: %s", proto_text_inert(w->path, q, sizeof(q)), what);
 	}
 	return -1;
 }
@@ -74,10 +80,6 @@ static void path_push(struct wsync *w, const char *name, size_t *saved)
 	*saved = w->path_len;
 	snprintf(w->path + w->path_len, sizeof(w->path) - w->path_len, "%s%s", w->path_len ? "/" : "", name);
 	w->path_len = strnlen(w->path, sizeof(w->path) - 1);
-	/* The sandbox chose these names: no terminal controls in messages. */
-	for (size_t i = *saved; i < w->path_len; i++)
-		if ((unsigned char)w->path[i] < 0x20 || w->path[i] == 0x7f)
-			w->path[i] = '?';
 }
 
 static void path_pop(struct wsync *w, size_t saved)

@@ -17,6 +17,7 @@ import ctypes
 import errno as _errno
 import json
 import os
+import stat as _stat
 from ctypes import POINTER, byref, c_char_p, c_int, c_size_t, c_uint64, c_void_p
 
 from . import _lib
@@ -186,10 +187,41 @@ def _op_upload_dir(lib, local, remote):
     return (yield "upload_dir", lib.nsbox_upload_dir, (os.fsencode(local), _path(remote)))
 
 
+def _make_parents(local):
+    """os.makedirs(local's parent, exist_ok=True), with no symbolic link in
+    the path followed (libnsbox makes local itself by the same rule,
+    base/hostpath.h): the path may sit in a workspace an earlier session
+    wrote back, links included."""
+    path = os.fsencode(local)
+    parts = [p for p in path.split(b"/") if p][:-1]
+    fd = os.open(b"/" if path.startswith(b"/") else b".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for p in parts:
+            try:
+                os.mkdir(p, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                sub = os.open(p, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except NotADirectoryError:
+                if not _stat.S_ISLNK(os.lstat(p, dir_fd=fd).st_mode):
+                    raise
+                sub = -1
+            if sub < 0 or _stat.S_ISLNK(os.fstat(sub).st_mode):
+                if sub >= 0:
+                    os.close(sub)
+                raise SandboxFileError("download_dir: %s: a symbolic link in the path (not followed: give the path "
+                                       "without links, as realpath(1) prints it)" % os.fsdecode(local), _errno.ELOOP)
+            os.close(fd)
+            fd = sub
+    finally:
+        os.close(fd)
+
+
 def _op_download_dir(lib, remote, local, max_bytes, max_files):
     max_bytes = _int(max_bytes, "download_dir: max_bytes", 1, _U64_MAX)
     max_files = _int(max_files, "download_dir: max_files", 1, _U64_MAX)
-    os.makedirs(local, exist_ok=True)
+    _make_parents(local)
     try:
         return (yield "download_dir", lib.nsbox_download_dir,
                 (_path(remote), os.fsencode(local), max_bytes, max_files))

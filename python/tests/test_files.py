@@ -178,6 +178,28 @@ def test_racing_symlink_swaps_stay_inside(libnsbox, tmp_path):
     assert n > 20, "too few round trips to have raced: %d" % n
 
 
+def test_tree_roots_follow_no_link_the_sandbox_planted(sb, tmp_path):
+    """download_dir's and upload_dir's local roots may sit in a workspace
+    an earlier session wrote back, links included: a planted link had the
+    sandbox's files created where it pointed (a cron directory as root) or
+    a host tree it named uploaded.  No link in the root's path is followed
+    (base/hostpath.h): refused, and nothing written or read."""
+    target = tmp_path / "target"
+    (target / "inner").mkdir(parents=True)
+    (target / "secret").write_text("s")
+    os.symlink(target, tmp_path / "results")
+    sb.execute("import os; os.makedirs('/tmp/o', exist_ok=True); open('/tmp/o/x', 'w').write('planted')")
+    for local in (tmp_path / "results", tmp_path / "results" / "inner" / "new"):
+        with pytest.raises(OSError, match="a symbolic link in the path") as e:
+            sb.download_dir("/tmp/o", local)
+        assert e.value.errno == errno.ELOOP
+    assert sorted(os.listdir(target)) == ["inner", "secret"] and os.listdir(target / "inner") == []
+    with pytest.raises(OSError, match="a symbolic link in the path") as e:
+        sb.upload_dir(tmp_path / "results", "/tmp/in")
+    assert e.value.errno == errno.ELOOP
+    assert sb.execute("import os; os.path.exists('/tmp/in/secret')") is False
+
+
 def test_upload_and_download_dir(sb, tmp_path):
     src = tmp_path / "src"
     (src / "sub" / "deep").mkdir(parents=True)

@@ -111,6 +111,45 @@ def test_json_status_unwritable_fails_before_running(tmp_path):
     assert rc == USAGE and out == "" and "--json-status" in err and "No such file" in err
 
 
+def test_host_files_the_cli_writes_follow_no_link_the_sandbox_planted(tmp_path):
+    """--json-status and --display-dir often name a path in the workspace,
+    whose symlinks the write-back makes on the host.  The status was
+    written by opening the name again after the run, so a link the command
+    put there had the host overwrite its target (/etc/shadow as root) in one
+    run; a link planted by an earlier run, as the name or as a directory
+    above it, sent the status or the displays where it pointed.  Now the
+    status file is opened once, before the run, and written through that
+    descriptor (a warning says the name was replaced), and no link in
+    either path is followed (base/hostpath.h): the run is refused, 120."""
+    ws, victim, vdir = tmp_path / "ws", tmp_path / "victim", tmp_path / "vdir"
+    ws.mkdir()
+    ws.chmod(0o777)
+    vdir.mkdir()
+    victim.write_text("precious\n")
+    st = ws / "status.json"
+    rc, _, err = run(["run", "--workspace", str(ws), "--json-status", str(st), "--", "/bin/sh", "-c",
+                      f"rm /workspace/status.json && ln -s {victim} /workspace/status.json"])
+    assert rc == 0, err
+    assert os.readlink(st) == str(victim), "the write-back made the link"
+    assert victim.read_text() == "precious\n", "the status went through the sandbox's link"
+    assert "--json-status" in err and "was replaced during the run" in err, err
+    # The link is there now: the next run refuses it, and so does a link
+    # as a directory above the name.
+    os.symlink(vdir, ws / "d")
+    for path in (st, ws / "d" / "status.json"):
+        rc, out, err = run(["run", "--json-status", str(path), "--", "echo", "ran"])
+        assert rc == USAGE and out == "" and "a symbolic link in the path (not followed" in err, (path, rc, err)
+    assert victim.read_text() == "precious\n" and os.listdir(vdir) == []
+    for disp in (ws / "d", ws / "d" / "shown"):
+        rc, out, err = run(["python", "--display-dir", str(disp), "-c",
+                            "display({'text/plain': 'x'}, raw=True); open('/out/a.txt', 'w').write('y')"])
+        assert rc == USAGE and "--display-dir" in err and "a symbolic link in the path" in err, (disp, rc, err)
+    assert os.listdir(vdir) == []
+    # Without links, both work as before.
+    rc, out, err = run(["run", "--json-status", str(tmp_path / "s.json"), "--", "true"])
+    assert rc == 0 and json.loads((tmp_path / "s.json").read_text())["exit_code"] == 0, err
+
+
 def test_tool_given_twice():
     rc, out, err = run(["python", "--tool", "t=cat", "--tool", "t=cat", "-c", "1"])
     assert rc == USAGE and "--tool t: given twice" in err

@@ -92,6 +92,27 @@ def test_write_back_is_held_to_the_limit(tmp_path):
     assert free0 - free_bytes(ws) <= (16 << 20) + (4 << 20)
 
 
+def test_write_back_warnings_quote_the_names_inert(tmp_path):
+    """A name the write-back fails on is the sandbox's choice, and its
+    warning reaches the host's terminal or log: C1 controls (a raw 0x9b, or
+    U+009B: CSI), bidi overrides and bytes that are not UTF-8 went through
+    as they were (only C0 and DEL were replaced).  Now quoted as \\xNN and
+    \\uNNNN (proto_text_inert, as every other message quoting the sandbox)."""
+    import subprocess
+    from conftest import NSBOX
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    code = ("import os; p = b'/workspace/a\\x9b2J\\xc2\\x9b31m\\xe2\\x80\\xaetxt\\x1b[0m';"
+            "open(p, 'w').write('x'); os.chmod(p, 0)")
+    p = subprocess.run([NSBOX, "run", "--workspace", str(ws), "--", "/usr/bin/python3.11", "-S", "-c", code],
+                       capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+    err = p.stderr
+    assert p.returncode == 0 and b"copy /workspace/a" in err and b"back:" in err, (p.returncode, err)
+    for raw in (b"\x9b", b"\xc2\x9b", b"\xe2\x80\xae", b"\x1b"):
+        assert raw not in err, (raw, err)
+    assert b"a\\x9b2J\\u009b31m\\u202etxt\\x1b[0m back" in err, err
+
+
 def test_write_back_charges_directories_and_blocks(tmp_path):
     """Only file data was charged: directories (a block each on ext4, none
     in the sandbox's tmpfs) were free, so a 64M workspace of 16,000 empty
