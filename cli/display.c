@@ -74,7 +74,7 @@ bool cli_out_name_ok(const char *name)
 {
 	size_t n = name ? strlen(name) : 0;
 
-	if (n == 0 || n > 255 || !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/'))
+	if (n == 0 || n > 255 || !strcmp(name, ".") || !strcmp(name, "..") || strchr(name, '/') || name[0] == '-')
 		return false;
 	return cli_text_inert(name);
 }

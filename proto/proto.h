@@ -302,8 +302,10 @@ bool proto_mime_valid(const char *s);
 bool proto_mime_text(const char *s);
 /* A file name from the sandbox as the host takes it (an /out file, an
  * entry nsbox_download_dir makes): 1..PROTO_OUT_NAME_MAX bytes of UTF-8,
- * no '/', not "." or "..", no control characters (C0, DEL, C1) or bidi
- * overrides. */
+ * no '/', not "." or "..", no leading '-', no control characters (C0,
+ * DEL, C1), bidi overrides or isolates, and none of the invisible
+ * U+00AD, U+061C, U+200B..U+200F, U+2028, U+2029, U+2060..U+2064,
+ * U+FEFF.  runner.py's _host_name_ok is the same rule. */
 bool proto_out_name_valid(const char *s, size_t n);
 /* Check a RESULT's displays, displays_truncated, files and files_truncated
  * against the rules and caps above (each optional).  0, or -1 with err

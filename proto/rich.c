@@ -51,19 +51,33 @@ bool proto_out_name_valid(const char *s, size_t n)
 {
 	const unsigned char *u = (const unsigned char *)s;
 
-	if (!s || n < 1 || n > PROTO_OUT_NAME_MAX || !strcmp(s, ".") || !strcmp(s, "..") || strlen(s) != n)
+	/* A leading '-' reads as an option where the host's user later runs
+	 * a command on the directory's names (tar cf x.tar *, rm *). */
+	if (!s || n < 1 || n > PROTO_OUT_NAME_MAX || !strcmp(s, ".") || !strcmp(s, "..") || strlen(s) != n ||
+	    s[0] == '-')
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		if (u[i] < 0x20 || u[i] == 0x7f || u[i] == '/')
 			return false;
-		/* C1 controls, U+0080..U+009F */
-		if (u[i] == 0xc2 && i + 1 < n && u[i + 1] >= 0x80 && u[i + 1] <= 0x9f)
+		/* C1 controls U+0080..U+009F, the soft hyphen U+00AD */
+		if (u[i] == 0xc2 && i + 1 < n && ((u[i + 1] >= 0x80 && u[i + 1] <= 0x9f) || u[i + 1] == 0xad))
 			return false;
-		/* bidi overrides, U+202A..U+202E and U+2066..U+2069: they
-		 * reorder how the name shows where the host's user lists it */
+		/* the Arabic letter mark U+061C */
+		if (u[i] == 0xd8 && i + 1 < n && u[i + 1] == 0x9c)
+			return false;
+		/* Invisible or reordering: U+200B..U+200F (zero widths, LRM,
+		 * RLM), U+2028/U+2029 (line and paragraph separators),
+		 * U+202A..U+202E and U+2066..U+2069 (bidi overrides and
+		 * isolates), U+2060..U+2064 (word joiner, invisible operators),
+		 * U+FEFF (zero-width no-break space): a name that shows as
+		 * another where the host's user lists it, or reorders the line */
 		if (u[i] == 0xe2 && i + 2 < n &&
-		    ((u[i + 1] == 0x80 && u[i + 2] >= 0xaa && u[i + 2] <= 0xae) ||
-		     (u[i + 1] == 0x81 && u[i + 2] >= 0xa6 && u[i + 2] <= 0xa9)))
+		    ((u[i + 1] == 0x80 && ((u[i + 2] >= 0x8b && u[i + 2] <= 0x8f) || u[i + 2] == 0xa8 ||
+					   u[i + 2] == 0xa9 || (u[i + 2] >= 0xaa && u[i + 2] <= 0xae))) ||
+		     (u[i + 1] == 0x81 &&
+		      ((u[i + 2] >= 0xa0 && u[i + 2] <= 0xa4) || (u[i + 2] >= 0xa6 && u[i + 2] <= 0xa9)))))
+			return false;
+		if (u[i] == 0xef && i + 2 < n && u[i + 1] == 0xbb && u[i + 2] == 0xbf)
 			return false;
 	}
 	return proto_utf8_valid(s, n);

@@ -756,6 +756,23 @@ else:
     _mpl_env(_posix.environ)
 
 
+_HOST_NAME_BAD = frozenset([0xad, 0x61c, 0x2028, 0x2029, 0xfeff]) | frozenset(range(0x200b, 0x2010)) | \
+    frozenset(range(0x202a, 0x202f)) | frozenset(range(0x2060, 0x2065)) | frozenset(range(0x2066, 0x206a))
+
+
+def _host_name_ok(name):
+    """Whether the host takes name for a file of its own (proto.h,
+    proto_out_name_valid, the same rule): 1..255 bytes of UTF-8, no
+    leading '-', no control or invisible characters.  ("/", "." and ".."
+    never come from a directory listing.)"""
+    try:
+        n = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        return False
+    return 0 < n <= 255 and name[0] != "-" and all(
+        ord(c) >= 0x20 and not 0x7f <= ord(c) <= 0x9f and ord(c) not in _HOST_NAME_BAD for c in name)
+
+
 def _scan_out(room):
     """The regular files in /out that are new or changed since the last
     scan (by inode, mtime and size): [{name, size, data?}], and whether
@@ -795,12 +812,7 @@ def _scan_out(room):
         if _out_seen.get(e.name) == sig:
             continue
         name = e.name
-        try:
-            ok = 0 < len(name.encode("utf-8")) <= 255 and all(
-                ord(c) >= 0x20 and not 0x7f <= ord(c) <= 0x9f for c in name)
-        except UnicodeEncodeError:
-            ok = False
-        if not ok or len(files) >= OUT_FILES_MAX:
+        if not _host_name_ok(name) or len(files) >= OUT_FILES_MAX:
             trunc = True
             continue
         ent = {"name": name, "size": s.st_size}

@@ -238,6 +238,8 @@ def test_display_dir_bad_argument(tmp_path):
     ('"displays":"x"', "displays has the wrong type"),
     ('"files":[{"name":"../../../tmp/x","size":1,"data":"eA=="}]', "has an invalid name"),
     ('"files":[{"name":"a/b","size":1,"data":"eA=="}]', "has an invalid name"),
+    ('"files":[{"name":"--checkpoint-action=exec=sh x","size":1,"data":"eA=="}]', "has an invalid name"),
+    ('"files":[{"name":"report\\u200b.pdf","size":1,"data":"eA=="}]', "has an invalid name"),
     ('"files":[{"name":"ok","size":100,"data":"eA=="}]', "its size says 100"),
     ('"files":[{"name":"x","size":0},{"name":"x","size":0}]', "repeats the name"),
     ('"displays_truncated":"no"', "displays_truncated is not a boolean"),
@@ -248,6 +250,23 @@ def test_hostile_result_frames(tmp_path, fields, text):
     assert p.returncode == 121, p.stderr
     assert "protocol error: RESULT: " in p.stderr and text in p.stderr, p.stderr
     assert os.listdir(d) == []
+
+
+def test_out_names_the_host_would_misread_are_left_out(tmp_path):
+    """/out names that become host files (--display-dir DIR/out,
+    download_dir): a leading '-' is an option to the host user's later
+    `tar cf x.tar *` or `rm *` in that directory, and invisible characters
+    (zero widths, LRM/RLM, line separators, U+FEFF) make a name show as
+    another.  The runner leaves them out (files_truncated, as for other
+    names the host refuses) and the host refuses them if sent anyway
+    (above); the sandbox's other files still come."""
+    d = tmp_path / "disp"
+    code = ("for n in ['-rf', '--checkpoint=1', 'a\\u200bb', 'c\\u2028d', '\\ufeffe', 'f\\u200eg', 'ok-1.txt']:\n"
+            "    open('/out/' + n, 'w').write('x')\n")
+    p, r = run_json("--display-dir", str(d), "-c", code)
+    assert p.returncode == 0, p.stderr
+    assert [f["name"] for f in r["files"]] == ["ok-1.txt"] and r["files_truncated"] is True, r["files"]
+    assert os.listdir(d / "out") == ["ok-1.txt"]
 
 
 def test_hostile_bytes_over_the_cap():
