@@ -142,8 +142,11 @@ $(B)/nsboxd: $(SVC_OBJS) $(B)/libnsbox-core.a
 # .gnu_debuglink by gdb, valgrind and addr2line where the runner runs from
 # its file; the symbol table stays, for the helper, which runs from a
 # memfd).  Sanitizer builds keep it all inline for their reports.
+# Bound at load (-z now): the helper's template has every symbol resolved
+# before it forks, where lazy binding made each sandbox resolve (and write
+# to the GOT pages of) the ones its own code first calls.
 $(B)/nsbox-runner: $(RUNNER_OBJS) $(B)/libnsbox-core.a runner/exports.list
-	$(CC) $(LDFLAGS) -o $@$(if $(SANITIZE),,.full) $(RUNNER_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) \
+	$(CC) $(LDFLAGS) -Wl,-z,now -o $@$(if $(SANITIZE),,.full) $(RUNNER_OBJS) $(B)/libnsbox-core.a $(PKG_LIBS) \
 		$(if $(SANITIZE),$(PY_LIBS),-no-pie -Wl,--dynamic-list=runner/exports.list $(PY_STATIC))
 ifeq ($(SANITIZE),)
 	objcopy --only-keep-debug $@.full $@.debug

@@ -659,7 +659,7 @@ int runner_helper_main(bool use_spare)
 			return 125;
 	}
 	if (runner_py_init(false, &err) < 0 || runner_py_preload(template_preload, ARRAY_SIZE(template_preload), &err) < 0 ||
-	    runner_py_freeze(&err) < 0)
+	    runner_py_template_stdio(&err) < 0 || runner_py_freeze(&err) < 0)
 		return 125;
 	for (;;) {
 		union {

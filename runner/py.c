@@ -10,6 +10,7 @@
 #include <malloc.h>
 #include <marshal.h>
 #include <signal.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/resource.h>
 
@@ -157,6 +158,37 @@ int runner_py_preload_list(const char *list, struct nsbox_err *err)
 		s += n;
 	}
 	return 0;
+}
+
+int runner_py_template_stdio(struct nsbox_err *err)
+{
+	int p[2], saved[3] = { -1, -1, -1 }, r = -1;
+	PyObject *res = NULL;
+
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return err_sys(err, "pipe2");
+	for (int i = 0; i < 3; i++)
+		if ((saved[i] = fcntl(i, F_DUPFD_CLOEXEC, 3)) < 0 || dup2(i ? p[1] : p[0], i) < 0) {
+			err_sys(err, "dup2 stdio");
+			goto out;
+		}
+	res = PyObject_CallMethod(runner_mod, "template_stdio", NULL);
+	if (!res) {
+		py_err("template_stdio", err);
+		goto out;
+	}
+	Py_DECREF(res);
+	r = 0;
+out:
+	for (int i = 0; i < 3; i++)
+		if (saved[i] >= 0) {
+			if (dup2(saved[i], i) < 0)
+				r = err_sys(err, "restore fd %d", i);
+			close(saved[i]);
+		}
+	close(p[0]);
+	close(p[1]);
+	return r;
 }
 
 int runner_py_freeze(struct nsbox_err *err)

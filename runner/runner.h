@@ -64,6 +64,9 @@ int runner_py_preload(const char *const *mods, size_t n, struct nsbox_err *err);
 int runner_py_preload_list(const char *list, struct nsbox_err *err);
 /* Collect, then gc.freeze(): a template's objects are never scanned (nor
  * their pages copied) by its sessions' collector.  Call last, before forking. */
+/* In the helper's template: make the session's stdio wrappers once, over
+ * pipes put on 0-2 meanwhile (runner.py, template_stdio). */
+int runner_py_template_stdio(struct nsbox_err *err);
 int runner_py_freeze(struct nsbox_err *err);
 
 /* helper.c: `nsbox-runner --helper [--spare]` (helper/helper.h); returns the

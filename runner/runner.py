@@ -1662,19 +1662,42 @@ def hello():
     return True
 
 
+def _make_stdio():
+    """stdout, stderr and stdin over fds 1, 2 and 0."""
+    return (io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False), 65536), encoding="utf-8",
+                             errors="backslashreplace"),
+            io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+                             write_through=True),
+            io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8"))
+
+
+_stdio_made = None
+
+
+def template_stdio():
+    """Called in the helper's template (runner_py_template_stdio), with
+    pipes on 0-2 as a session has them (capture.c): the wrappers a forked
+    session installs as they are, where making them cost each session
+    ~0.25 ms, nearly all of it copy-on-write faults.  A wrapper caches what
+    it learnt of its file at creation (seekable): serve() takes these only
+    where 0-2 are pipes again."""
+    global _stdio_made
+    _stdio_made = _make_stdio()
+
+
 def serve():
     _signal.signal(_nsbox.CANCEL_SIGNAL, _on_cancel_signal)
     # Block buffered, as python's stdout when it is not a terminal (it is
     # a pipe to the io thread): a write, and an OUTPUT frame, per 64 KiB
     # rather than per print.  Interactive lines switch to line buffering
     # (do_exec); every exec ends with a flush.
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
-        io.BufferedWriter(io.FileIO(1, "w", closefd=False), 65536), encoding="utf-8",
-        errors="backslashreplace")
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
-        io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
-        write_through=True)
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8")
+    global _stdio_made
+    std, _stdio_made = _stdio_made, None
+    if std is None or not all(_posix.fstat(fd).st_mode & 0o170000 == 0o010000 for fd in (0, 1, 2)):
+        std = _make_stdio()
+    sys.stdout = sys.__stdout__ = std[0]
+    sys.stderr = sys.__stderr__ = std[1]
+    sys.stdin = sys.__stdin__ = std[2]
     if not hello():
         return 2
     _nsbox.fast_setup(globals(), G, _limits, _sources, _split_ast, _fast_error, _fast_value,
