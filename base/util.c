@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -444,4 +445,14 @@ pid_t pidfd_pid(int pidfd)
 	if (pidfd < 0 || read_file(path, buf, sizeof(buf)) <= 0 || !(l = strstr(buf, "\nPid:")))
 		return -1;
 	return (pid_t)strtol(l + 5, NULL, 10);
+}
+
+void nofile_raise(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &rl);
+	}
 }

@@ -130,4 +130,13 @@ int sealed_copy_fd(int in);
 uint64_t fs_block_size(int fd);
 int block_charge(uint64_t *left, uint64_t len, uint64_t block);
 
+/* RLIMIT_NOFILE's soft limit raised to its hard one, in nsbox's own
+ * processes that pass descriptors over unix sockets (the helper, pid 1,
+ * nsboxd): the kernel refuses a sender (ETOOMANYREFS) once its user has
+ * more descriptors in flight than the sender's soft limit, a count kept
+ * per host user that a sandbox of the same user can raise to its own
+ * limit plus 253.  None of them uses select(); what they start sets its
+ * own limits. */
+void nofile_raise(void);
+
 #endif

@@ -1495,8 +1495,11 @@ static void *dns_thread(void *arg)
 			r.decision = "allow";
 		}
 		egress_dns_answer_finish(a, rcode, ancount);
-		(void)sendto(fd, a, o, MSG_NOSIGNAL, (struct sockaddr *)&from, fl);
+		/* Logged before the answer goes: once the sandbox has it, it
+		 * may end, and the proxy with it, before a line written after
+		 * (CI found the query missing from the log under load). */
 		audit(&r);
+		(void)sendto(fd, a, o, MSG_NOSIGNAL, (struct sockaddr *)&from, fl);
 	}
 	return NULL;
 }

@@ -248,6 +248,11 @@ static int transact(struct helper *h, const struct helper_req *req, const void *
 			drop_helper(h);
 			return err_set(err, ECONNRESET, "send to the nsbox helper");
 		}
+		if (e == ETOOMANYREFS)
+			return err_set(err, e,
+				       "send to the nsbox helper: this process's user has more descriptors in flight over "
+				       "unix sockets than its soft RLIMIT_NOFILE (a sandbox of the same user can hold "
+				       "them); raise the limit");
 		return err_set(err, e, "send to the nsbox helper");
 	}
 	for (;;) {

@@ -637,6 +637,10 @@ int runner_helper_main(bool use_spare)
 	devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	if (devnull < 0)
 		return 125;
+	/* Its answers carry descriptors (util.h, nofile_raise): a sandbox
+	 * holding its user's in-flight count up must not make them fail, and
+	 * the helper end every sandbox it holds. */
+	nofile_raise();
 	spare.enabled = use_spare;
 	signal(SIGPIPE, SIG_IGN);
 	/* Sandboxes are reaped by DESTROY; none may be auto-reaped. */

@@ -1480,6 +1480,16 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 	if (k < 0) {
 		if (err->code == EMSGSIZE)
 			return -1;
+		/* Nothing was sent (the descriptor goes with the first bytes):
+		 * the host's user has more descriptors in flight over unix
+		 * sockets than this process's RLIMIT_NOFILE, a count the
+		 * kernel keeps per user, which a sandbox of the same user can
+		 * fill.  This call fails; the session is intact. */
+		if (err->code == ETOOMANYREFS)
+			return err_set(err, ETOOMANYREFS,
+				       "%s: the host could not pass a descriptor: its user has too many in flight over unix "
+				       "sockets (a sandbox of the same user can hold them; raise this process's RLIMIT_NOFILE)",
+				       proto_type_name(type));
 		end_session(s, &res, true);
 		return err_wrap(err, "session ended");
 	}

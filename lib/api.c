@@ -1563,6 +1563,7 @@ static int file_fail(nsbox_error_t **err, const struct nsbox_err *e)
 	case ENOENT:
 	case EINVAL:
 	case EPERM:
+	case ETOOMANYREFS: /* the host could not pass its memfd (host/session.c) */
 		break;
 	default:
 		return fail_core(err, e, -EIO);

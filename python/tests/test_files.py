@@ -563,3 +563,79 @@ def test_interrupted_read_file_frees_its_buffer(sb):
         gc.collect()
     assert len(freed) == 1 and freed[0]
     assert sb.read_file("/tmp/r") == b"z" * 100000
+
+
+INFLIGHT_HOST = r"""
+import errno, json, os, resource, sys
+sys.path.insert(0, %(pydir)r)
+import nsbox
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+# A host process of the sandbox's user with Debian's default soft limit
+# (1024) or less: here 512.
+resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+b = nsbox.Sandbox(timeout=30)
+a = nsbox.Sandbox(timeout=30)
+held = a.execute('''
+import os, socket
+s1, s2 = socket.socketpair()
+s1.setblocking(False)
+fd = os.open("/dev/null", os.O_RDONLY)
+n = 0
+try:
+    while True:
+        socket.send_fds(s1, [b"x"], [fd] * 253)
+        n += 253
+except OSError as e:
+    why = e.errno
+n
+''')
+R = {"held": held}
+try:
+    b.write_file("/tmp/big", b"x" * (300 << 10))    # its memfd goes with the request
+    R["write"] = "ok"
+except OSError as e:
+    R["write"] = [e.errno, str(e)]
+R["after"] = b.execute("1+1")
+# A new sandbox meanwhile: the helper's answer carries its pidfd and
+# socket, and a helper refused there exited, ending b with it.
+try:
+    c = nsbox.Sandbox(timeout=30)
+    R["meanwhile"] = c.execute("3+3")
+    c.close()
+except nsbox.SandboxError as e:
+    R["meanwhile"] = str(e)
+R["after_new"] = b.execute("1+1")
+a.close()
+b.write_file("/tmp/big", b"x" * (300 << 10))
+R["after_close"] = b.execute("len(open('/tmp/big', 'rb').read())")
+c = nsbox.Sandbox(timeout=30)
+R["new"] = c.execute("2+2")
+c.close()
+b.close()
+print(json.dumps(R))
+"""
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root passes descriptors whatever its user holds in flight "
+                    "(CAP_SYS_RESOURCE): the unprivileged passes run this")
+def test_descriptors_a_sandbox_holds_in_flight_end_no_other_session(libnsbox):
+    """The kernel counts descriptors in flight over unix sockets per host
+    user and refuses a sender of that user whose soft RLIMIT_NOFILE is
+    lower (ETOOMANYREFS).  A sandbox holds its OpenFiles + 253 by sending
+    one descriptor over a socket pair it never reads (1265 at the default
+    1024).  A host file op that passes a memfd on another session of the
+    user then ended that session ("session ended"); now it fails alone
+    (ETOOMANYREFS, saying why) and the session goes on, and once the
+    holder is gone the same op works.  The helper, whose answers carry
+    descriptors, takes its hard limit (util.h, nofile_raise)."""
+    src = INFLIGHT_HOST % {"pydir": os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}
+    p = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, timeout=240)
+    assert p.returncode == 0, p.stderr[-3000:]
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    assert r["held"] > 512, r
+    assert "too many in flight" in r["write"][1], r
+    assert r["write"][0] == errno.ETOOMANYREFS, r
+    assert r["after"] == 2 and r["after_new"] == 2 and r["after_close"] == 300 << 10 and r["new"] == 4, r
+    # The library's own request to the helper carries descriptors too: from
+    # this process (soft limit 512) it fails, saying why; the helper lives.
+    assert r["meanwhile"] == 6 or "descriptors in flight" in r["meanwhile"], r
