@@ -614,6 +614,7 @@ int session_download_dir(struct nsbox_session *s, const char *remote, const char
 {
 	struct dl_state st = { .left = max_bytes, .max_bytes = max_bytes, .max_files = max_files, .file_max = file_max };
 	_cleanup_close_ int root = -1;
+	int r;
 
 	/* No link followed on the way to local either (hostpath.h): it may
 	 * sit in a directory the sandbox wrote, and a link planted there
@@ -624,7 +625,10 @@ int session_download_dir(struct nsbox_session *s, const char *remote, const char
 	if (root < 0)
 		return err_sys(err, "download %s: make or open %s", remote, local);
 	st.block = fs_block_size(root);
-	if (download(s, remote, root, 0, &st, err) < 0)
+	session_op_deadline(s, session_control_timeout(s) * SESSION_TREE_TIMEOUTS, "download_dir");
+	r = download(s, remote, root, 0, &st, err);
+	session_op_deadline(s, 0, NULL);
+	if (r < 0)
 		return -1;
 	*files = st.files;
 	return 0;
@@ -723,8 +727,12 @@ int session_upload_dir(struct nsbox_session *s, const char *local, const char *r
 		return err_set(err, ELOOP, "upload %s: " HOST_PATH_LINK_HINT, local);
 	if (root < 0)
 		return err_sys(err, "upload %s", local);
-	if (session_file_mkdir(s, remote, -1, err) < 0 || upload(s, root, local, remote, 0, file_max, &n, err) < 0)
+	session_op_deadline(s, session_control_timeout(s) * SESSION_TREE_TIMEOUTS, "upload_dir");
+	if (session_file_mkdir(s, remote, -1, err) < 0 || upload(s, root, local, remote, 0, file_max, &n, err) < 0) {
+		session_op_deadline(s, 0, NULL);
 		return -1;
+	}
+	session_op_deadline(s, 0, NULL);
 	*files = n;
 	return 0;
 }

@@ -45,6 +45,17 @@ int session_request_fd(struct nsbox_session *s, uint16_t type, json_t *msg, int 
 int session_request_data(struct nsbox_session *s, uint16_t type, json_t *msg, const void *data, size_t dlen,
 			 json_t **answer, void *rbuf, size_t rcap, size_t *rlen, struct nsbox_err *err);
 uint32_t session_max_frame(const struct nsbox_session *s);
+/* A deadline over the requests that follow, for an operation of many
+ * (download_dir, upload_dir): seconds from now, 0 to clear.  A request
+ * past it ends the session as one the runner did not answer in time. */
+void session_op_deadline(struct nsbox_session *s, double seconds, const char *what);
+/* The session's control timeout, in seconds. */
+double session_control_timeout(const struct nsbox_session *s);
+/* A tree operation's deadline in all: this many control timeouts (30 s
+ * each by default: 10 minutes).  A runner that answered every request just
+ * inside the control timeout held the host ~29 s per entry, days at the
+ * 100000 entries max_files allows. */
+#define SESSION_TREE_TIMEOUTS 20
 
 /* Write data[0..len) to path inside (created with mode, or truncated;
  * mode < 0: 0644), in chunks.  Errors carry the runner's errno (ENOENT,

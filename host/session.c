@@ -75,6 +75,9 @@ struct exec_state {
 
 struct nsbox_session {
 	struct session_opts o;
+	unsigned long long op_deadline; /* session_op_deadline(); 0: none */
+	double op_seconds;
+	const char *op_what;
 	struct session_tool *tools;
 	struct frame_io io;
 	int cancel_fd; /* eventfd: session_cancel() */
@@ -1450,6 +1453,7 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 			struct nsbox_err *err)
 {
 	unsigned long long deadline = now_ns() + (unsigned long long)(s->o.control_timeout * 1e9);
+	bool op_bound = s->op_deadline && s->op_deadline < deadline;
 	json_auto_t *owned = msg;
 	struct session_result res = { 0 };
 	_cleanup_frame_ struct proto_frame f = { 0 };
@@ -1465,6 +1469,8 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 		return err_set(err, EPIPE, "the session has ended");
 	if (!msg)
 		return err_set(err, ENOMEM, "%s message", proto_type_name(type));
+	if (op_bound)
+		deadline = s->op_deadline;
 	id = s->next_id++;
 	if (sdata || pass_fd >= 0) {
 		_cleanup_free_ char *buf = NULL;
@@ -1496,6 +1502,9 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 	k = frame_wait(&s->io, s->sb.pidfd, -1, deadline, &f, err);
 	if (k == W_TIMEOUT) {
 		end_session(s, &res, true);
+		if (op_bound)
+			return err_set(err, ETIMEDOUT, "%s: not done within %.0f s in all; session ended", s->op_what,
+				       s->op_seconds);
 		return err_set(err, 0, "the runner did not answer %s within %.0f s; session ended",
 			       proto_type_name(type), s->o.control_timeout);
 	}
@@ -1802,6 +1811,18 @@ void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *
 /* ---- for host/files.c (FILE_* requests): additive, see host/files.h ---- */
 
 #include "files.h"
+
+double session_control_timeout(const struct nsbox_session *s)
+{
+	return s->o.control_timeout;
+}
+
+void session_op_deadline(struct nsbox_session *s, double seconds, const char *what)
+{
+	s->op_deadline = seconds > 0 ? now_ns() + (unsigned long long)(seconds * 1e9) : 0;
+	s->op_seconds = seconds;
+	s->op_what = what;
+}
 
 int session_request(struct nsbox_session *s, uint16_t type, json_t *msg, json_t **answer, struct nsbox_err *err)
 {

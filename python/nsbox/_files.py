@@ -295,8 +295,10 @@ class FilesMixin:
         (directories and skipped entries count, each as its directory is
         listed: the host holds at most max_files names), 50000 in one
         directory, depth 64: else
-        SandboxFileError(EFBIG or ELOOP), keeping what was copied.  Returns
-        the number of files (nsbox_download_dir)."""
+        SandboxFileError(EFBIG or ELOOP), keeping what was copied.  The
+        whole call takes at most 20 control timeouts (10 minutes by
+        default), else the session ends (libnsbox(3)).  Returns the number
+        of files (nsbox_download_dir)."""
         return self._file_op(_op_download_dir(_fns(self._lib), remote, local, max_bytes, max_files))
 
 

@@ -5,9 +5,12 @@
  * without it the test says so and fails rather than skipping silently. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "locate.h"
 #include "session.h"
 #include "tap.h"
@@ -152,6 +155,54 @@ static void run_cases(struct nsbox_policy *p, bool unjailed, const char *tag)
 	session_close(s, NULL);
 }
 
+/* A tree operation's deadline in all (files.h, SESSION_TREE_TIMEOUTS): a
+ * runner answering each listing just inside the control timeout, with a
+ * subdirectory every time, held download_dir for depth x the timeout (and
+ * 100000 entries would be days).  Control timeout 1 s here: the whole
+ * download gives up at 20 s, where the depth cap (64 levels, 0.5 s each)
+ * would come at 32 s. */
+static void tree_deadline(struct nsbox_policy *p)
+{
+	struct session_opts o = { .policy = p, .unjailed = true, .control_timeout = 1.0 };
+	struct nsbox_session *s = NULL;
+	struct session_result res;
+	struct nsbox_err err = { 0 };
+	char dir[] = "/tmp/nsbox-tree-XXXXXX", local[64], cmd[96];
+	struct timespec t0, t1;
+	uint64_t files = 0;
+	const char *got;
+	double took;
+	int r;
+
+	if (session_start(&s, &o, &err) < 0) {
+		ok(0, "tree deadline: session starts (%s)", err.msg);
+		return;
+	}
+	got = exec_value(s,
+			 "import sys, time\nR = sys.modules['_nsbox_runner']\n"
+			 "def slow(msg):\n    time.sleep(0.5)\n"
+			 "    return {'entries': [{'name': 'd', 'type': 'dir', 'size': 0}], 'truncated': False}\n"
+			 "R._file_list = slow\n1",
+			 &res);
+	session_result_free(&res);
+	if (!mkdtemp(dir)) {
+		ok(0, "tree deadline: mkdtemp");
+		session_close(s, NULL);
+		return;
+	}
+	snprintf(local, sizeof(local), "%s/out", dir);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	r = session_download_dir(s, "/tmp", local, 1 << 20, 1000, 1 << 20, &files, &err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	ok(!strcmp(got, "1") && r < 0 && err.code == ETIMEDOUT && strstr(err.msg, "download_dir: not done within 20 s"),
+	   "tree deadline: download_dir gives up in all (%s, after %.1f s)", err.msg, took);
+	session_close(s, NULL);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (system(cmd) != 0)
+		ok(0, "tree deadline: clean up %s", dir);
+}
+
 int main(void)
 {
 	struct nsbox_policy p = { 0 };
@@ -168,6 +219,7 @@ int main(void)
 	}
 	run_cases(&p, true, "unjailed");
 	run_cases(&p, false, "jailed");
+	tree_deadline(&p);
 	policy_free(&p);
 	tap_done();
 }
