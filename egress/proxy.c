@@ -77,7 +77,11 @@ static size_t n_log_fds;
 /* What each may still take (MaxLogBytes=): a regular file fills the host's
  * disk, so it gets that many bytes of this sandbox's lines; a pipe or
  * socket has a reader that holds the proxy back instead (UINT64_MAX). */
-static uint64_t log_room[1 + EGRESS_AUDIT_FDS];
+/* MaxLogBytes= of a regular file (UINT64_MAX: none): a cap on the file,
+ * checked against its size before each line, so that restarts and
+ * sessions appending to the same file stop at it together (each
+ * proxy's own count let every start add the whole cap again). */
+static uint64_t log_cap[1 + EGRESS_AUDIT_FDS];
 static uint64_t max_out, max_in, max_conns;
 static atomic_uint_fast64_t total_out, total_in, total_conns;
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -174,9 +178,40 @@ static void log_full(size_t i, const struct timespec *ts)
 			 "\"reason\":\"MaxLogBytes= reached: no more lines go to this file\"}\n",
 			 (long long)ts->tv_sec, ts->tv_nsec / 1000000);
 
-	if (n > 0 && (size_t)n < sizeof(line))
+	struct stat st;
+
+	/* Once per file: a later start finding no room for it says nothing. */
+	if (n > 0 && (size_t)n < sizeof(line) && fstat(log_fds[i], &st) == 0 &&
+	    (uint64_t)st.st_size + (size_t)n <= log_cap[i])
 		log_write(&log_fds[i], line, (size_t)n);
 	log_fds[i] = -1;
+}
+
+/* Whether a regular log file of size st has no room left under cap:
+ * not even for the log-full line, or that line ends it already. */
+static bool log_says_full(int fd, const struct stat *st, uint64_t cap)
+{
+	char tail[LOG_FULL_LINE + 1];
+	ssize_t n;
+
+	if ((uint64_t)st->st_size + LOG_FULL_LINE > cap)
+		return true;
+	if (st->st_size <= 0)
+		return false;
+	n = pread(fd, tail, st->st_size < LOG_FULL_LINE ? (size_t)st->st_size : LOG_FULL_LINE,
+		  st->st_size < LOG_FULL_LINE ? 0 : st->st_size - LOG_FULL_LINE);
+	if (n <= 0)
+		return false;
+	tail[n] = '\0';
+	/* The last line (the one before the final newline). */
+	{
+		char *end = tail + n - 1, *line;
+
+		if (*end == '\n')
+			*end = '\0';
+		line = strrchr(tail, '\n');
+		return strstr(line ? line + 1 : tail, "\"kind\":\"log-full\"") != NULL;
+	}
 }
 
 static void audit(const struct req *r)
@@ -202,12 +237,14 @@ static void audit(const struct req *r)
 	for (size_t i = 0; i < n_log_fds; i++) {
 		if (log_fds[i] < 0)
 			continue;
-		if (log_room[i] < (size_t)n + LOG_FULL_LINE) {
-			log_full(i, &ts);
-			continue;
+		if (log_cap[i] != UINT64_MAX) {
+			struct stat st;
+
+			if (fstat(log_fds[i], &st) < 0 || (uint64_t)st.st_size + (size_t)n + LOG_FULL_LINE > log_cap[i]) {
+				log_full(i, &ts);
+				continue;
+			}
 		}
-		if (log_room[i] != UINT64_MAX)
-			log_room[i] -= (size_t)n;
 		log_write(&log_fds[i], line, (size_t)n);
 	}
 	pthread_mutex_unlock(&log_lock);
@@ -1560,9 +1597,17 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *socks
 	for (size_t i = 0; i < n_audit_fds && n_log_fds < ARRAY_SIZE(log_fds); i++) {
 		struct stat st;
 
-		log_room[n_log_fds] = UINT64_MAX;
-		if (p->net_max_log && fstat(audit_fds[i], &st) == 0 && S_ISREG(st.st_mode))
-			log_room[n_log_fds] = p->net_max_log;
+		log_cap[n_log_fds] = UINT64_MAX;
+		if (p->net_max_log && fstat(audit_fds[i], &st) == 0 && S_ISREG(st.st_mode)) {
+			log_cap[n_log_fds] = p->net_max_log;
+			/* Full already (an earlier start wrote it up to the
+			 * cap, its last line saying so): nothing more, not
+			 * even a shorter line that would still fit. */
+			if (log_says_full(audit_fds[i], &st, p->net_max_log)) {
+				close(audit_fds[i]);
+				continue;
+			}
+		}
 		log_fds[n_log_fds++] = audit_fds[i];
 	}
 	max_out = p->net_max_out;

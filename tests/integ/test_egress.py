@@ -825,9 +825,9 @@ print(json.dumps(R))
 
 def test_the_log_file_is_bounded_and_says_so(tmp_path):
     """A sandbox's lines are paced, not counted: 500 a second for a day
-    would put gigabytes in the caller's file.  A regular file gets at most
-    MaxLogBytes= of them (64M by default; 4K here), the last line saying
-    so, while a pipe's reader (the SDK's callback) keeps getting them all.
+    would put gigabytes in the caller's file.  A regular file holds at most
+    MaxLogBytes= (64M by default; 4K here), whoever wrote it, the last line
+    saying so, while a pipe's reader (the SDK's callback) keeps getting them all.
     The sandbox's requests go on being decided either way."""
     log = tmp_path / "net.jsonl"
     rc, out, err = run(["run", "--net-log", str(log), "--net-max-log-bytes", "4K", "--allow-net", "allowed.test",
@@ -848,6 +848,16 @@ print(json.dumps(R))
     lines = [json.loads(line) for line in data.decode().splitlines()]
     assert lines[-1]["kind"] == "log-full" and "MaxLogBytes=" in lines[-1]["reason"]
     assert all(e["kind"] == "dns" for e in lines[:-1]) and len(lines) > 3
+    # The cap is the file's: every later start appending to it (a restart,
+    # another session) found a fresh 4K of room, and a sandbox that
+    # crashed itself after each 64M grew the file without bound.
+    for _ in range(3):
+        rc, out, err = run(["run", "--net-log", str(log), "--net-max-log-bytes", "4K", "--allow-net", "allowed.test",
+                            "--", PY, "-c", "import socket\nfor i in range(100):\n    try:\n"
+                            "        socket.getaddrinfo('m%d.unlisted.test' % i, 443)\n"
+                            "    except socket.gaierror:\n        pass\n"], timeout=120)
+        assert rc == 0, err
+    assert log.read_bytes() == data, "lines were added past MaxLogBytes= by later starts"
     rc, out, _ = run(["policy", "show"])
     assert "MaxLogBytes=64M" in out
 
