@@ -240,7 +240,8 @@ static void audit(const struct req *r)
 		if (log_cap[i] != UINT64_MAX) {
 			struct stat st;
 
-			if (fstat(log_fds[i], &st) < 0 || (uint64_t)st.st_size + (size_t)n + LOG_FULL_LINE > log_cap[i]) {
+			if (fstat(log_fds[i], &st) < 0 ||
+			    (uint64_t)st.st_size + (size_t)n + LOG_FULL_LINE > log_cap[i]) {
 				log_full(i, &ts);
 				continue;
 			}
