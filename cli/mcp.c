@@ -1282,6 +1282,65 @@ static char *b64_decode(const char *s, size_t n, size_t *olen)
 	return out;
 }
 
+/* The value's repr is held to the output limit, as stdout is: a value such
+ * as b'\x80' * 12_000_000 rendered to 48 MB and went to the client whole
+ * (twice with --structured).  Rendering stops once past it (value_over). */
+static size_t value_cap = 64 << 10;
+static bool value_over;
+
+struct capped {
+	char *buf;
+	size_t len, cap;
+};
+
+static ssize_t capped_write(void *c, const char *b, size_t n)
+{
+	struct capped *k = c;
+	size_t take = k->len < k->cap ? (n < k->cap - k->len ? n : k->cap - k->len) : 0;
+
+	memcpy(k->buf + k->len, b, take);
+	k->len += take;
+	if (take < n)
+		value_over = true;
+	return (ssize_t)n;
+}
+
+static void put_repr(const json_t *v, FILE *f, int depth);
+
+/* v's repr, at most value_cap bytes (cut at a character's start) and a
+ * note when cut; NULL when out of memory.  Free it. */
+static char *value_repr(const json_t *v, size_t *len)
+{
+	static const char note[] = " [... the rest of the value is left out: over the output limit]";
+	struct capped k = { .cap = value_cap };
+	cookie_io_functions_t io = { .write = capped_write };
+	FILE *f;
+
+	k.buf = malloc(value_cap + sizeof(note));
+	if (!k.buf)
+		return NULL;
+	value_over = false;
+	f = fopencookie(&k, "w", io);
+	if (!f) {
+		free(k.buf);
+		return NULL;
+	}
+	put_repr(v, f, 0);
+	fclose(f);
+	if (value_over) {
+		while (k.len && ((unsigned char)k.buf[k.len - 1] & 0xc0) == 0x80)
+			k.len--;
+		if (k.len && (unsigned char)k.buf[k.len - 1] >= 0xc0)
+			k.len--;
+		memcpy(k.buf + k.len, note, sizeof(note) - 1);
+		k.len += sizeof(note) - 1;
+	}
+	value_over = false;
+	k.buf[k.len] = '\0';
+	*len = k.len;
+	return k.buf;
+}
+
 /* {"$bytes": base64} as Python shows bytes: b'...' ("bytearray(b'...')"
  * for $bytearray), in double quotes when they hold ' and no ". */
 static void put_bytes(const char *b64, bool array, FILE *f)
@@ -1306,7 +1365,7 @@ static void put_bytes(const char *b64, bool array, FILE *f)
 	}
 	q = memchr(buf, '\'', len) && !memchr(buf, '"', len) ? '"' : '\'';
 	fprintf(f, "%sb%c", array ? "bytearray(" : "", q);
-	for (size_t i = 0; i < len; i++) {
+	for (size_t i = 0; i < len && !value_over; i++) {
 		unsigned char c = buf[i];
 
 		if (c == '\\' || c == (unsigned char)q)
@@ -1322,8 +1381,6 @@ static void put_bytes(const char *b64, bool array, FILE *f)
 	free(buf);
 }
 
-static void put_repr(const json_t *v, FILE *f, int depth);
-
 /* The items of a $tuple, $set or $frozenset list, comma-separated. */
 static void put_items(const json_t *a, FILE *f, int depth)
 {
@@ -1332,6 +1389,8 @@ static void put_items(const json_t *a, FILE *f, int depth)
 
 	json_array_foreach(a, i, y)
 	{
+		if (value_over)
+			break;
 		fputs(i ? ", " : "", f);
 		put_repr(y, f, depth + 1);
 	}
@@ -1345,7 +1404,9 @@ static void put_repr(const json_t *v, FILE *f, int depth)
 	const char *k;
 	size_t i;
 
-	if (depth > 100) {
+	if (value_over) {
+		return;
+	} else if (depth > 100) {
 		fputs("...", f);
 	} else if (json_is_null(v)) {
 		fputs("None", f);
@@ -1423,6 +1484,8 @@ static void put_repr(const json_t *v, FILE *f, int depth)
 		fputc('{', f);
 		json_array_foreach(x, i, pair)
 		{
+			if (value_over)
+				break;
 			fputs(i ? ", " : "", f);
 			put_repr(json_array_get(pair, 0), f, depth + 1);
 			fputs(": ", f);
@@ -1454,8 +1517,13 @@ static void put_value(const nsbox_result_t *res, FILE *f)
 	json_t *v = json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
 
 	if (v && !json_is_null(v)) {
-		put_repr(v, f, 0);
+		size_t n = 0;
+		char *t = value_repr(v, &n);
+
+		if (t)
+			fwrite(t, 1, n, f);
 		fputc('\n', f);
+		free(t);
 	}
 	json_decref(v);
 }
@@ -1507,14 +1575,8 @@ static json_t *structured_result(const nsbox_result_t *res, bool dead)
 	size_t rlen = 0;
 
 	v = st == NSBOX_OK ? json_loads(nsbox_result_value(res), JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL) : NULL;
-	if (v && !json_is_null(v)) {
-		FILE *f = open_memstream(&repr, &rlen);
-
-		if (f) {
-			put_repr(v, f, 0);
-			fclose(f);
-		}
-	}
+	if (v && !json_is_null(v))
+		repr = value_repr(v, &rlen);
 	json_decref(v);
 	out = json_pack("{s:s,s:o,s:o,s:b,s:b,s:o,s:b}", "status", status_name(st), "stdout",
 			text_json(o ? o : "", o ? olen : 0) ?: json_string(""), "stderr",
@@ -3009,6 +3071,7 @@ bad_value:
 			rc = NSBOX_EXIT_SETUP;
 			goto out;
 		}
+		value_cap = (size_t)srv.output_limit;
 		/* A client that closed our stdout: EPIPE (send_msg), so that the
 		 * sessions are closed before nsbox dies of it. */
 		signal(SIGPIPE, SIG_IGN);

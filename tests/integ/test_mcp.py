@@ -336,6 +336,28 @@ def test_values_show_as_python_shows_them(code):
     assert out[0]["result"]["content"][0]["text"] == want.strip(), (code, out)
 
 
+@pytest.mark.parametrize("structured", [False, True])
+def test_a_value_is_held_to_the_output_limit(structured):
+    """The last expression's repr was rendered and sent whole: b'\\x80' *
+    3_000_000 made a 12 MB text (24 MB with --structured, where it shows
+    twice), whatever --output-limit said for stdout.  Now held to the same
+    limit, cut with a note; rendering stops there."""
+    code = "b'\\x80' * 3_000_000"
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": code}})],
+                       *(["--structured"] if structured else []))
+    assert rc == 0, err
+    res = out[0]["result"]
+    text = res["content"][0]["text"]
+    assert text.startswith("b'\\x80\\x80") and "the rest of the value is left out" in text, text[:200]
+    assert len(text) < (64 << 10) + 200, len(text)
+    if structured:
+        v = res["structuredContent"]["value"]
+        assert "the rest of the value is left out" in v and len(v) < (64 << 10) + 200, len(v)
+    # Under the limit, whole as before.
+    rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": "b'\\x80' * 1000"}})])
+    assert out[0]["result"]["content"][0]["text"] == "b'" + "\\x80" * 1000 + "'"
+
+
 def test_complex_values_show_readably():
     rc, out, err = raw([req(1, "tools/call", {"name": "run_python", "arguments": {"code": "1+2j"}})])
     assert rc == 0, err
