@@ -128,10 +128,41 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Warnings go to stderr only while it has room: a client that pipes our
+ * stderr and never reads it (the TypeScript SDK's stderr: "pipe") had a
+ * warning per session end fill it (a sandbox's failed write-back; each
+ * start's cgroup fallback without delegation), and the next held the
+ * server's one thread in write(2) for good.  A line that finds it full is
+ * counted, and the count is said with the next that fits.  (A line of at
+ * most 2 KiB into a pipe or socket that polls writable does not block.) */
 static void mcp_warn(void *ud, const char *msg)
 {
+	static unsigned long long dropped;
+	struct pollfd p = { 2, POLLOUT, 0 };
+	char line[2048];
+	int n;
+
 	(void)ud;
-	fprintf(stderr, "nsbox mcp: warning: %s\n", msg);
+	if (poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT)) {
+		dropped++;
+		return;
+	}
+	if (dropped)
+		n = snprintf(line, sizeof(line),
+			     "nsbox mcp: warning: %llu warnings left out (stderr was full)\nnsbox mcp: warning: %s\n",
+			     dropped, msg);
+	else
+		n = snprintf(line, sizeof(line), "nsbox mcp: warning: %s\n", msg);
+	if (n < 0)
+		return;
+	if ((size_t)n >= sizeof(line)) {
+		n = (int)sizeof(line) - 1;
+		line[n - 1] = '\n';
+	}
+	if (write(2, line, (size_t)n) == n)
+		dropped = 0;
+	else
+		dropped++;
 }
 
 /* The length of the UTF-8 sequence at p (n > 0 bytes left): 1 to 4; 0

@@ -13,6 +13,7 @@ import base64
 import json
 import os
 import shutil
+import select
 import signal
 import struct
 import subprocess
@@ -828,6 +829,56 @@ def test_sigterm_stops_a_server_whose_client_does_not_read():
         assert p.poll() is None
         p.send_signal(signal.SIGTERM)
         assert p.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        reap(p)
+
+
+def test_a_client_that_never_reads_stderr_does_not_hold_the_server(tmp_path):
+    """Warnings went to stderr with a blocking write: a session whose
+    write-back fails says so at its end (and each start's cgroup fallback,
+    without delegation), and a client that pipes stderr and never reads it
+    (the TypeScript SDK's stderr: "pipe") had the server stop for good once
+    the pipe was full, ~64 such ends here.  Now a warning that finds stderr
+    full is left out and counted; every call is answered."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ws.chmod(0o777)
+    # A file the write-back can't read (mode 000, its copy has no
+    # capability) under a ~1 KiB path: one ~1 KiB warning per session end.
+    code = ("import os\nd = '/workspace/' + '/'.join(['d' * 250] * 4)\nos.makedirs(d, exist_ok=True)\n"
+            "p = d + '/f'\nopen(p, 'w').close()\nos.chmod(p, 0)\nos._exit(1)")
+    p = subprocess.Popen([NSBOX, "mcp", "--workspace", str(ws)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        answered = 0
+        for i in range(120):
+            p.stdin.write((req(i, "tools/call", {"name": "run_python", "arguments": {"code": code}}) + "\n").encode())
+            p.stdin.flush()
+            ready, _, _ = select.select([p.stdout], [], [], 30)
+            assert ready, "no answer to call %d: the server is held" % i
+            assert json.loads(p.stdout.readline())["id"] == i
+            answered += 1
+        assert answered == 120
+
+        def drain():
+            got = b""
+            while select.select([p.stderr], [], [], 0.5)[0]:
+                chunk = os.read(p.stderr.fileno(), 65536)
+                if not chunk:
+                    break
+                got += chunk
+            return got.decode(errors="replace")
+        err = drain()
+        assert err.count("copy /workspace/") >= 20, err[-500:]
+        # Read now: the next warning fits, and says how many were left out.
+        p.stdin.write((req(999, "tools/call", {"name": "run_python", "arguments": {"code": code}}) + "\n").encode())
+        p.stdin.flush()
+        assert select.select([p.stdout], [], [], 30)[0] and json.loads(p.stdout.readline())["id"] == 999
+        time.sleep(0.5)
+        err = drain()
+        assert "warnings left out (stderr was full)" in err and "copy /workspace/" in err, err[-500:]
+        p.stdin.close()
+        assert p.wait(timeout=30) == 0
     finally:
         reap(p)
 
