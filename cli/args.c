@@ -180,10 +180,19 @@ static bool takes_value(const char *arg, const char *const *own_values)
 	return false;
 }
 
+/* Where args_load_policy found --policy (-1: nowhere): any other one
+ * args_parse_jail_option meets is a second, refused.  (The first won,
+ * and a later one was never loaded or checked: `--policy strict --policy
+ * /nonexistent` ran strict, status 0.) */
+static int policy_at = -1;
+static const char *policy_name;
+
 int args_load_policy(nsbox_policy_t **p, int argc, char **argv, const char *const *own_values, struct cli_err *err)
 {
 	const char *name = "default";
 	nsbox_error_t *e = NULL;
+
+	policy_at = -1;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -194,10 +203,12 @@ int args_load_policy(nsbox_policy_t **p, int argc, char **argv, const char *cons
 			if (i + 1 >= argc)
 				return cli_err_set(err, 0, "--policy needs a value");
 			name = argv[i + 1];
+			policy_at = i;
 			break;
 		}
 		if (strncmp(a, "--policy=", 9) == 0) {
 			name = a + 9;
+			policy_at = i;
 			break;
 		}
 		if (!own_values)
@@ -222,6 +233,7 @@ int args_load_policy(nsbox_policy_t **p, int argc, char **argv, const char *cons
 		}
 	}
 found:
+	policy_name = name;
 	if (nsbox_policy_new(name, p, &e) < 0)
 		return take_error(err, e);
 	return 0;
@@ -240,10 +252,15 @@ int args_parse_jail_option(nsbox_policy_t *p, int argc, char **argv, int *i, str
 	inline_val = arg[2 + len] == '=';
 	if (len == 6 && strncmp(arg + 2, "policy", 6) == 0) {
 		/* Applied first by args_load_policy(). */
+		int at = *i;
+
 		if (!inline_val)
 			(*i)++;
 		if (*i >= argc)
 			return cli_err_set(err, 0, "--policy needs a value");
+		if (policy_at >= 0 && at != policy_at)
+			return cli_err_set(err, 0, "--policy given twice (%s, then %s)", policy_name,
+					   inline_val ? arg + 9 : argv[*i]);
 		return 1;
 	}
 	for (size_t k = 0; k < sizeof(opts) / sizeof(opts[0]); k++) {

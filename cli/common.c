@@ -24,12 +24,22 @@ int cli_open_status(const char *path, struct cli_err *err)
 	 * sits in the workspace, whose links the write-back makes on the
 	 * host.  Opened once, here, and written through this descriptor after
 	 * the run: never opened by name again once the sandbox has run. */
-	int fd = host_path_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY, 0666);
+	/* Non-blocking for the open: a FIFO with no reader waited for one
+	 * before anything ran, for ever.  The writes after the run block. */
+	int fd = host_path_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOCTTY | O_NONBLOCK, 0666), fl;
 
 	if (fd < 0 && errno == ELOOP)
 		return cli_err_set(err, ELOOP, "%s: " HOST_PATH_LINK_HINT, path);
+	if (fd < 0 && errno == ENXIO)
+		return cli_err_set(err, ENXIO, "%s (a FIFO with no reader?)", path);
 	if (fd < 0)
 		return cli_err_set(err, errno, "%s", path);
+	if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		int e = errno;
+
+		close(fd);
+		return cli_err_set(err, e, "%s", path);
+	}
 	return fd;
 }
 

@@ -1,5 +1,6 @@
 #include "args.h"
 
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,12 +60,16 @@ int nsboxd_parse_args(int argc, char **argv, struct nsboxd_args *a, char *errbuf
 				char *end;
 				long m = strtol(v, &end, 8);
 
-				if (*end || m < 0 || m > 0777) {
+				if (end == v || *end || !isdigit((unsigned char)*v) || m < 0 || m > 0777) {
 					snprintf(errbuf, errlen, "--mode %s: an octal mode", v);
 					return -1;
 				}
 				a->d.listen_mode = (int)m;
 			} else {
+				if (!*v) {
+					snprintf(errbuf, errlen, "--group '': a group name or number");
+					return -1;
+				}
 				a->d.listen_group = v;
 			}
 		} else {

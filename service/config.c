@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define CONF_FILE_MAX (256 << 10)
@@ -236,8 +237,11 @@ static int service_key(struct conf *c, const char *k, char *v, char *errbuf, siz
 	} else if (!strcmp(k, "PoolProfiles")) {
 		return parse_profiles(v, c->pool_profile, errbuf, errlen, origin, line);
 	} else if (!strcmp(k, "IdleExitSec")) {
-		if (!parse_number(v, &c->idle_exit))
-			return bad(errbuf, errlen, origin, line, "IdleExitSec: '%s' is not a number of seconds", v);
+		/* Bounded: past ~1.8e10 s its nanoseconds overflowed to 0 in the
+		 * loop, and nsboxd told "never, nearly" exited at once. */
+		if (!parse_number(v, &c->idle_exit) || c->idle_exit > 1e9)
+			return bad(errbuf, errlen, origin, line,
+				   "IdleExitSec: '%s' is not a number of seconds from 0 to 1e9 (or infinity: never)", v);
 	} else if (!strcmp(k, "HelloTimeoutSec")) {
 		if (!parse_number(v, &c->hello_timeout) || c->hello_timeout <= 0 || c->hello_timeout > 3600)
 			return bad(errbuf, errlen, origin, line,
@@ -403,13 +407,26 @@ int conf_load(struct conf *c, const char *path, bool may_be_missing, char *errbu
 	char *buf;
 	ssize_t n;
 	size_t have = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	/* Non-blocking, and a regular file (or a character device such as
+	 * /dev/null, which reads at once or fails with EAGAIN): a FIFO or a
+	 * tty blocked the read, at start, in --check-config, and on SIGHUP in
+	 * the one event loop every client waits on. */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+	struct stat st;
 	int r;
 
 	if (fd < 0) {
 		if (errno == ENOENT && may_be_missing)
 			return 0;
 		snprintf(errbuf, errlen, "%s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (fstat(fd, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode))) {
+		int e = errno;
+		bool stat_failed = fstat(fd, &st) < 0;
+
+		snprintf(errbuf, errlen, "%s: %s", path, stat_failed ? strerror(e) : "not a regular file");
+		close(fd);
 		return -1;
 	}
 	buf = malloc(CONF_FILE_MAX + 1);

@@ -1813,7 +1813,7 @@ static int listen_on(const char *path, const char *group, mode_t mode)
 		char *end;
 		long v = g ? (long)g->gr_gid : strtol(group, &end, 10);
 
-		if (!g && (*end || v < 0 || v >= (long)UINT32_MAX)) {
+		if (!g && (end == group || *end || v < 0 || v >= (long)UINT32_MAX)) {
 			logmsg("--group %s: no such group", group);
 			goto fail;
 		}

@@ -77,6 +77,9 @@ def check_uint(value, what, limit=_U64):
     try:
         if isinstance(value, bool):
             raise TypeError
+        # A fraction was cut: memory=0.5 or pids=0.5 became 0, no limit.
+        if isinstance(value, float) and not value.is_integer():
+            raise ValueError
         n = int(value)
     except (TypeError, ValueError, OverflowError):
         raise PolicyError("%s must be a whole number, not %r" % (what, value), _errno.EINVAL) from None

@@ -2127,6 +2127,14 @@ def test_limits_do_not_wrap_through_ctypes(libnsbox):
     for kw in (dict(pids=2 ** 64), dict(memory=2 ** 70)):
         with pytest.raises(nsbox.PolicyError, match="too large"):
             nsbox.run(["true"], **kw)
+    # A fraction was cut, not refused: memory=0.5 and pids=0.5 became 0
+    # (no limit at all), pids=2.9 became 2.  Whole floats still do.
+    for kw in (dict(memory=0.5), dict(pids=0.5), dict(pids=2.9), dict(memory=1e8 + 0.5)):
+        with pytest.raises(nsbox.PolicyError, match="must be a whole number"):
+            nsbox.Sandbox(**kw)
+    with nsbox.Sandbox(pids=12.0, memory=256e6) as s:
+        i = s.info()
+        assert i["pids_limit"] == 12 and i["memory_limit"] == 256000000
 
 
 def test_timeout_out_of_range_is_refused(sb):

@@ -150,6 +150,29 @@ def test_host_files_the_cli_writes_follow_no_link_the_sandbox_planted(tmp_path):
     assert rc == 0 and json.loads((tmp_path / "s.json").read_text())["exit_code"] == 0, err
 
 
+def test_policy_given_twice_is_refused(tmp_path):
+    """The first --policy won and a later one was never loaded or checked:
+    `--policy strict --policy /nonexistent` ran strict, status 0.  Every
+    other flag lets the later one win; a second --policy is refused, as a
+    second --tool of one name is."""
+    for args in (["--policy", "strict", "--policy", "/nonexistent"], ["--policy=strict", "--policy=permissive"]):
+        rc, out, err = run(["policy", "show"] + args)
+        assert rc == USAGE and "--policy given twice" in err, (args, rc, err)
+        rc, out, err = run(["run"] + args + ["--", "true"])
+        assert rc == USAGE and "--policy given twice" in err, (args, rc, err)
+    # After -c, it is the code's argv.
+    rc, out, err = run(["python", "--policy", "strict", "-c", "import sys; print(sys.argv)", "--policy", "x"])
+    assert rc == 0 and "'--policy', 'x'" in out, err
+
+
+def test_json_status_fifo_without_a_reader_does_not_hang(tmp_path):
+    """It waited for a reader, before anything ran, for ever."""
+    fifo = tmp_path / "st"
+    os.mkfifo(fifo)
+    rc, out, err = run(["run", "--json-status", str(fifo), "--", "echo", "ran"], timeout=20)
+    assert rc == USAGE and "a FIFO with no reader" in err and out == "", err
+
+
 def test_tool_given_twice():
     rc, out, err = run(["python", "--tool", "t=cat", "--tool", "t=cat", "-c", "1"])
     assert rc == USAGE and "--tool t: given twice" in err

@@ -1637,6 +1637,27 @@ def test_check_config():
     assert b"AllowNet=no" in p.stdout  # the default
 
 
+def test_bad_operator_input_is_refused(tmp_path):
+    """A FIFO as the configuration hung nsboxd (at start, --check-config,
+    and SIGHUP in its one event loop); IdleExitSec= past ~1.8e10 s
+    overflowed to 0 and nsboxd exited at once; --mode '' gave the socket
+    mode 0000 and --group '' gid 0, silently.  Each is refused now, 2."""
+    fifo = tmp_path / "conf"
+    os.mkfifo(fifo)
+    p = subprocess.run([NSBOXD, "--check-config", str(fifo)], capture_output=True, timeout=10)
+    assert p.returncode == 2 and b"not a regular file" in p.stderr, p
+    big = tmp_path / "big.conf"
+    big.write_text("[Service]\nIdleExitSec=1e300\n")
+    p = subprocess.run([NSBOXD, "--check-config", str(big)], capture_output=True, timeout=10)
+    assert p.returncode == 2 and b"IdleExitSec: '1e300' is not a number of seconds from 0 to 1e9" in p.stderr, p
+    big.write_text("[Service]\nIdleExitSec=infinity\n")
+    p = subprocess.run([NSBOXD, "--check-config", str(big)], capture_output=True, timeout=10)
+    assert p.returncode == 0 and b"IdleExitSec=0\n" in p.stdout, p
+    for flag, text in (("--mode", b"--mode : an octal mode"), ("--group", b"--group '': a group name or number")):
+        p = subprocess.run([NSBOXD, flag, "", "--check-config", "/dev/null"], capture_output=True, timeout=10)
+        assert p.returncode == 2 and text in p.stderr, (flag, p)
+
+
 # ---- per-session host uids (HostUidRange, nsboxd(8) HOST UIDS) ----
 
 UID_FIRST = 231000      # not in /etc/passwd here; checked below
