@@ -138,6 +138,15 @@ static bool parse_number(const char *v, double *out)
 	return true;
 }
 
+/* The section already read for this uid or gid, if any. */
+static const struct conf_rule *rule_of(const struct conf *c, bool group, unsigned id)
+{
+	for (size_t i = 0; i < c->n_rules; i++)
+		if (c->rules[i].kind == (group ? RULE_GROUP : RULE_USER) && c->rules[i].id == id)
+			return &c->rules[i];
+	return NULL;
+}
+
 static bool resolve_id(const char *v, bool group, unsigned *out)
 {
 	unsigned long long n;
@@ -363,6 +372,7 @@ int conf_parse(struct conf *c, const char *text, size_t len, const char *origin,
 				sect = S_RULE, rule = &c->dflt;
 			else if (!strncmp(l + 1, "User:", 5) || !strncmp(l + 1, "Group:", 6)) {
 				bool group = l[1] == 'G';
+				const struct conf_rule *prev;
 				unsigned id;
 
 				if (c->n_rules >= CONF_MAX_RULES)
@@ -370,6 +380,10 @@ int conf_parse(struct conf *c, const char *text, size_t len, const char *origin,
 				else if (!resolve_id(l + (group ? 7 : 6), group, &id))
 					r = bad(errbuf, errlen, origin, line, "no such %s '%s'", group ? "group" : "user",
 						l + (group ? 7 : 6));
+				else if ((prev = rule_of(c, group, id)))
+					/* Only the first would ever apply. */
+					r = bad(errbuf, errlen, origin, line, "%s %u has a section already ([%s])",
+						group ? "gid" : "uid", id, prev->section);
 				else {
 					rule = &c->rules[c->n_rules++];
 					/* A section starts from [Default] as read so far. */

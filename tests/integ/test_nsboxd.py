@@ -1653,6 +1653,10 @@ def test_bad_operator_input_is_refused(tmp_path):
     big.write_text("[Service]\nIdleExitSec=infinity\n")
     p = subprocess.run([NSBOXD, "--check-config", str(big)], capture_output=True, timeout=10)
     assert p.returncode == 0 and b"IdleExitSec=0\n" in p.stdout, p
+    # A second section for one uid (by name, then by number) was silently dead.
+    big.write_text("[User:root]\nMaxSessions=3\n[User:0]\nMaxSessions=4\n")
+    p = subprocess.run([NSBOXD, "--check-config", str(big)], capture_output=True, timeout=10)
+    assert p.returncode == 2 and b":3: uid 0 has a section already ([User:root])" in p.stderr, p
     for flag, text in (("--mode", b"--mode : an octal mode"), ("--group", b"--group '': a group name or number")):
         p = subprocess.run([NSBOXD, flag, "", "--check-config", "/dev/null"], capture_output=True, timeout=10)
         assert p.returncode == 2 and text in p.stderr, (flag, p)

@@ -337,13 +337,17 @@ static void test_conf(void)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ok(conf(bad[i].text, &c, eb, sizeof(eb)) < 0 && strstr(eb, bad[i].msg), "refused: %s -> %s",
 		   bad[i].msg, eb);
+	ok(conf("[User:0]\nMaxSessions=3\n[Group:0]\n[User:root]\n", &c, eb, sizeof(eb)) < 0 &&
+		   strstr(eb, ":4: uid 0 has a section already ([User:0])"),
+	   "a second section for one uid is refused: %s", eb);
 	ok(conf_parse(&c, "[Service]\n\0PoolSize=1\n", 21, "t.conf", eb, sizeof(eb)) < 0 && strstr(eb, "NUL"),
 	   "a NUL byte in the file is refused");
 	{
 		char text[8192] = "";
 
+		/* Each uid its own section (a second for one uid is refused). */
 		for (int i = 0; i <= CONF_MAX_RULES; i++)
-			strcat(text, "[User:0]\n");
+			snprintf(text + strlen(text), sizeof(text) - strlen(text), "[User:%d]\n", 100000 + i);
 		ok(conf(text, &c, eb, sizeof(eb)) < 0 && strstr(eb, "sections"), "more than %d sections refused",
 		   CONF_MAX_RULES);
 	}
