@@ -166,6 +166,8 @@ static int ctl_connect(const char *path, struct nsbox_err *err)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd;
 
+	if (!*path)
+		return err_set(err, EINVAL, "nsboxd socket path is empty");
 	if (strlen(path) >= sizeof(sa.sun_path))
 		return err_set(err, ENAMETOOLONG, "nsboxd socket path %s is too long", path);
 	strcpy(sa.sun_path, path);

@@ -581,6 +581,13 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 		so.connect = opts && opts->struct_size >= need ? o.connect : NULL;
 		if (!so.connect && env && *env)
 			so.connect = env;
+		/* "" made an abstract address of NULs ("connect to nsboxd at :
+		 * Connection refused"); an empty NSBOX_CONNECT means unset. */
+		if (so.connect && !*so.connect) {
+			policy_free(&s->policy);
+			free(s);
+			return fail(err, -EINVAL, "nsbox_session_new: connect is empty (NULL: not through nsboxd)");
+		}
 	}
 	/* A tree's name goes to nsboxd as it is: the service resolves it
 	 * among its own builds (nsbox-protocol(7), OPEN). */

@@ -2107,6 +2107,17 @@ def test_fork_while_another_thread_is_in_a_call(sb):
     assert box["v"] == 42 and sb.execute("x") == 42
 
 
+def test_an_empty_connect_is_refused(libnsbox, monkeypatch):
+    """connect="" made an abstract socket address of NULs ("connect to
+    nsboxd at : Connection refused"); refused, saying why.  An empty
+    NSBOX_CONNECT means unset, as before."""
+    with pytest.raises(nsbox.SandboxError, match="connect is empty"):
+        nsbox.Sandbox(connect="")
+    monkeypatch.setenv("NSBOX_CONNECT", "")
+    with nsbox.Sandbox() as s:
+        assert s.execute("1 + 1") == 2
+
+
 def test_limits_do_not_wrap_through_ctypes(libnsbox):
     """ctypes keeps an int's low bits: pids=2**64 was 0 (no limit),
     memory=2**70 no limit, max_tool_calls=2**32+1 was 1, -1 was 2**32-1."""
