@@ -187,33 +187,6 @@ static void log_full(size_t i, const struct timespec *ts)
 	log_fds[i] = -1;
 }
 
-/* Whether a regular log file of size st has no room left under cap:
- * not even for the log-full line, or that line ends it already. */
-static bool log_says_full(int fd, const struct stat *st, uint64_t cap)
-{
-	char tail[LOG_FULL_LINE + 1];
-	ssize_t n;
-
-	if ((uint64_t)st->st_size + LOG_FULL_LINE > cap)
-		return true;
-	if (st->st_size <= 0)
-		return false;
-	n = pread(fd, tail, st->st_size < LOG_FULL_LINE ? (size_t)st->st_size : LOG_FULL_LINE,
-		  st->st_size < LOG_FULL_LINE ? 0 : st->st_size - LOG_FULL_LINE);
-	if (n <= 0)
-		return false;
-	tail[n] = '\0';
-	/* The last line (the one before the final newline). */
-	{
-		char *end = tail + n - 1, *line;
-
-		if (*end == '\n')
-			*end = '\0';
-		line = strrchr(tail, '\n');
-		return strstr(line ? line + 1 : tail, "\"kind\":\"log-full\"") != NULL;
-	}
-}
-
 static void audit(const struct req *r)
 {
 	char line[EGRESS_AUDIT_LINE_MAX], host[600], sni[600], reason[300];
@@ -1601,10 +1574,12 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *socks
 		log_cap[n_log_fds] = UINT64_MAX;
 		if (p->net_max_log && fstat(audit_fds[i], &st) == 0 && S_ISREG(st.st_mode)) {
 			log_cap[n_log_fds] = p->net_max_log;
-			/* Full already (an earlier start wrote it up to the
-			 * cap, its last line saying so): nothing more, not
-			 * even a shorter line that would still fit. */
-			if (log_says_full(audit_fds[i], &st, p->net_max_log)) {
+			/* Full already, by its size alone (an earlier start
+			 * wrote it up to the cap, its last line saying so; its
+			 * content, perhaps in the sandbox's workspace, is not
+			 * read): no room for a longest line and the log-full
+			 * line, so not even a shorter line goes after that. */
+			if ((uint64_t)st.st_size + EGRESS_AUDIT_LINE_MAX + LOG_FULL_LINE > p->net_max_log) {
 				close(audit_fds[i]);
 				continue;
 			}
