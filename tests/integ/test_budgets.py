@@ -164,14 +164,18 @@ def test_pipe_buffers_held():
 
 @pytest.mark.skipif(not LIMITED, reason="needs a memory cgroup (the nodeleg pass checks the per-socket cap)")
 def test_tcp_buffers_count_against_memory_limit():
-    def avail():
-        with open("/proc/meminfo") as f:
+    def tcp_mem():
+        # The kernel's count of TCP buffer pages, host-wide (every network
+        # namespace): MemAvailable moved by hundreds of MiB with CI's other
+        # track beside this test (run67), this does not.
+        with open("/proc/net/sockstat") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) << 10
-    before = avail()
+                if line.startswith("TCP:"):
+                    fields = line.split()
+                    return int(fields[fields.index("mem") + 1]) * os.sysconf("SC_PAGE_SIZE")
+    before = tcp_mem()
     with Hog("tcp", cap=768, flags=("--memory", "128M")) as h:
-        during = avail()
+        during = tcp_mem()
         line = h.line
         rc, err = h.close()
     if line.startswith("HOLD"):
@@ -181,9 +185,9 @@ def test_tcp_buffers_count_against_memory_limit():
         assert queued <= 160 << 20, f"the sandbox queued {queued >> 20} MiB in TCP buffers under --memory 128M"
     else:
         assert rc == 123, (rc, line, err)  # or the OOM killer ended it
-    # Noisy (a shared machine): only a fall of a whole unbounded sandbox's
-    # worth is an error.
-    assert before - during < 400 << 20, f"host MemAvailable fell {(before - during) >> 20} MiB"
+    # Seen from the host too: the host's TCP buffers grew by about the
+    # limit at most (other tests' sockets move it a little).
+    assert during - before < 200 << 20, f"the host's TCP buffers grew {(during - before) >> 20} MiB"
 
 
 def test_tcp_per_socket_cap():
