@@ -1234,6 +1234,7 @@ int cmd_python(int argc, char **argv)
 			json_decref(cli);
 			return 2; /* python's status for a missing script */
 		}
+		errno = 0;
 		raw = read_all(f, &len);
 		read_errno = errno;
 		fclose(f);
@@ -1241,12 +1242,19 @@ int cmd_python(int argc, char **argv)
 			if (read_errno == EFBIG)
 				py_err("%s: exceeds the frame limit of one exec (%u MiB)\n", file, PY_SOURCE_MAX >> 20);
 			else
-				py_err("cannot read %s\n", file);
+				py_err("cannot read %s: %s\n", file, read_errno ? strerror(read_errno) : "read failed");
 			free(py_argv);
 			json_decref(cli);
 			goto usage_quiet;
 		}
 		inside = sandbox_path(p, file);
+		/* Outside the workspace the sandbox gets the file's name alone
+		 * (as __file__, sys.argv[0], in tracebacks): its host path names
+		 * host users and directories the user did not share. */
+		if (!inside && strrchr(file, '/')) {
+			file = strrchr(file, '/') + 1;
+			py_argv[0] = file;
+		}
 		json_object_set_new(cli, "mode", json_string("file"));
 		json_object_set_new(cli, "name", json_string(file) ?: json_null());
 		json_object_set_new(cli, "path", inside ? json_string(inside) : json_null());

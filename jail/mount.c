@@ -400,37 +400,53 @@ static int fake_boot_id(struct nsbox_err *err)
 			MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, false, err);
 }
 
-/* /proc entries hidden under /dev/null (rootfs-table.c says which): the
- * first bind gets its flags, the others are binds of it and copy them. */
+/* /proc entries hidden (rootfs-table.c says which): files under /dev/null,
+ * directories under an empty directory of the new root's tmpfs, removed
+ * once bound (mountinfo then names nothing of the host for it, and nothing
+ * can be made in it).  The first bind of each kind gets the flags, the
+ * others are binds of it and copy them. */
 static int mask_proc(bool host_root, struct nsbox_err *err)
 {
+	static const char empty[] = NEWROOT "/.masked";
 	_cleanup_close_ int null = open_src("/dev/null", err);
-	const char *masked[32];
+	const char *masked[48];
 	size_t n = rootfs_proc_masked(host_root, masked, ARRAY_SIZE(masked));
-	char path[128], src[128];
-	bool first = true;
+	char path[128], src[128], dsrc[128];
+	bool first = true, dfirst = true;
+	int r = 0;
 
 	if (null < 0)
 		return -1;
+	if (mkdir(empty, 0555) < 0)
+		return err_sys(err, "mkdir %s", empty);
 	snprintf(src, sizeof(src), "/proc/self/fd/%d", null);
-	for (size_t i = 0; i < n; i++) {
-		snprintf(path, sizeof(path), NEWROOT "/proc/%s", masked[i]);
-		if (mount(src, path, NULL, MS_BIND, NULL) < 0) {
+	snprintf(dsrc, sizeof(dsrc), "%s", empty);
+	for (size_t i = 0; i < n && r == 0; i++) {
+		size_t len = strlen(masked[i]);
+		bool dir = len && masked[i][len - 1] == '/';
+		char *from = dir ? dsrc : src;
+		bool *once = dir ? &dfirst : &first;
+
+		snprintf(path, sizeof(path), NEWROOT "/proc/%.*s", (int)(dir ? len - 1 : len), masked[i]);
+		if (mount(from, path, NULL, MS_BIND, NULL) < 0) {
 			if (errno == ENOENT) /* not in this kernel's /proc */
 				continue;
-			return err_sys(err, "mask /proc/%s", masked[i]);
+			r = err_sys(err, "mask /proc/%s", masked[i]);
+			break;
 		}
-		if (first) {
+		if (*once) {
 			/* nodev: the node can't even be opened; read-only: nor
-			 * chmod'ed (it is the host's inode). */
-			if (set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
-				     false, err) < 0)
-				return -1;
-			snprintf(src, sizeof(src), "%s", path);
-			first = false;
+			 * chmod'ed (it is the host's inode), nor a file made in
+			 * the directory. */
+			r = set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+				     false, err);
+			snprintf(from, 128, "%s", path);
+			*once = false;
 		}
 	}
-	return 0;
+	if (rmdir(empty) < 0 && r == 0)
+		r = err_sys(err, "rmdir %s", empty);
+	return r;
 }
 
 /* exec_file opened by path in our mount namespace (O_PATH), if it is the

@@ -348,6 +348,9 @@ static int payload_entry(void *arg)
 
 	close(a->pipefd[0]);
 	close(a->c->sync_fd);
+	/* pid 1's name is not ours (an exec names us anyway). */
+	if (a->c->comm[0])
+		(void)prctl(PR_SET_NAME, a->c->comm);
 	payload_main(a->c, a->pipefd[1]);
 }
 

@@ -103,6 +103,10 @@ static int pid1_hide_cmdline(struct pid1 *s, struct nsbox_err *err)
 	s->c->spec = spec; /* pid 1's own memory: freed when it exits */
 	memset((void *)start, 0, end - start);
 	memcpy((void *)start, "nsbox-pid1", end - start > 10 ? 10 : end - start - 1);
+	/* The command name too (comm: an embedding program's own name). */
+	if (prctl(PR_GET_NAME, s->c->comm) < 0)
+		s->c->comm[0] = '\0';
+	(void)prctl(PR_SET_NAME, "nsbox-pid1");
 	return 0;
 }
 

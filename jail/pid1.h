@@ -36,6 +36,9 @@ struct child_ctx {
 	 * (launch.c, spread_decide): pid 1 takes them back. */
 	bool spread;
 	cpu_set_t cpus;
+	/* The launcher's command name, which pid 1 gives up for "nsbox-pid1"
+	 * (the payload reads /proc/1/comm) and the payload takes back. */
+	char comm[16];
 };
 
 /* pid1.c: the clone's child, pid 1 of the new pid namespace.  Runs its

@@ -46,9 +46,30 @@ static const char *const proc_masked[] = { "keys", "key-users", "timer_list", "s
 					    * of the files the host's and other sandboxes' processes
 					    * lock, and a channel between sandboxes through the
 					    * ranges of a lock on a file of their own */
-					   "locks" };
+					   "locks",
+					   /* every pty on the host (all devpts instances): its
+					    * logins and terminals, live */
+					   "sys/kernel/pty/nr",
+					   /* the number of cgroups per controller: the host's
+					    * services and the live sandboxes, counted */
+					   "cgroups",
+					   /* kernel addresses wherever kptr_restrict and
+					    * perf_event_paranoid let a reader have them */
+					   "kallsyms",
+					   /* the host's swap devices and files, by path */
+					   "swaps",
+					   /* the host's disks: names, sizes, live I/O counts */
+					   "diskstats", "partitions",
+					   /* device and firmware names (the hypervisor's), for
+					    * every launcher: not mode 0400 on every kernel */
+					   "iomem", "ioports",
+					   /* Directories (a trailing /: an empty one bound
+					    * over them): file systems' internals (ext4's free
+					    * extents of every block group, its mount options,
+					    * the block device), PCI and input devices, IRQs. */
+					   "fs/", "bus/", "irq/" };
 static const char *const proc_masked_root[] = { "kpagecount", "kpageflags", "kpagecgroup", "slabinfo",
-						"pagetypeinfo", "vmallocinfo", "iomem", "mtrr" };
+						"pagetypeinfo", "vmallocinfo", "mtrr" };
 
 size_t rootfs_dev_nodes(const char *const **out)
 {

@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "seccomp-rules.h"
@@ -94,7 +95,14 @@ const struct seccomp_rule seccomp_rules[] = {
 	 * read-only mounts and Landlock, not here. */
 	ALLOW("read"), ALLOW("write"), ALLOW("readv"), ALLOW("writev"),
 	ALLOW("pread64"), ALLOW("pwrite64"), ALLOW("preadv"), ALLOW("pwritev"),
-	ALLOW("preadv2"), ALLOW("pwritev2"),
+	/* RWF_NOWAIT (flags, argument 5: after pos_l and pos_h) fails with
+	 * EAGAIN where a page is not in the page cache: a per-page oracle of
+	 * which host files (/usr, a root tree, binds) the host's users and
+	 * other sandboxes read, and a channel between sandboxes, with no
+	 * timing needed (audit-infoleak).  Nothing we run asks for it; a
+	 * program that does gets EPERM and reads without it. */
+	WHEN("preadv2", SRULE_EPERM, 5, RWF_NOWAIT, RWF_NOWAIT), OTHERWISE("preadv2", SRULE_ALLOW),
+	WHEN("pwritev2", SRULE_EPERM, 5, RWF_NOWAIT, RWF_NOWAIT), OTHERWISE("pwritev2", SRULE_ALLOW),
 	NOSUID_MODE("open", 2), NOSUID_MODE("openat", 3), NOSUID_MODE("creat", 1),
 	/* openat2's mode sits in a struct the filter can't read; libc never
 	 * uses it, so it gets the default ENOSYS. */
@@ -202,7 +210,11 @@ const struct seccomp_rule seccomp_rules[] = {
 
 	/* Memory.  mbind/set_mempolicy/get_mempolicy: numpy and OpenBLAS. */
 	ALLOW("brk"), ALLOW("mmap"), ALLOW("munmap"), ALLOW("mprotect"), ALLOW("mremap"),
-	ALLOW("madvise"), ALLOW("mincore"), ALLOW("msync"),
+	/* mincore: the same page-cache oracle as RWF_NOWAIT, for a file the
+	 * caller owns or may write, which under a root launcher is all of
+	 * /usr (its owner, host root, is the sandbox's user).  glibc and
+	 * CPython never call it. */
+	ALLOW("madvise"), EPERM_("mincore"), ALLOW("msync"),
 	ALLOW("mlock"), ALLOW("mlock2"), ALLOW("munlock"), ALLOW("mlockall"), ALLOW("munlockall"),
 	ALLOW("membarrier"), ALLOW("memfd_create"),
 	ALLOW("get_mempolicy"), ALLOW("set_mempolicy"), ALLOW("mbind"),

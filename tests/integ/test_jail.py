@@ -583,3 +583,65 @@ def test_only_netlink_route_opens():
     assert rc == 0, err
     assert "opened [0] refused ['EPERM']" in out, out
     assert "if_nameindex ['lo']" in out, out
+
+
+HOST_ACTIVITY = r"""
+import ctypes, errno, mmap, os
+def readable(p):
+    try:
+        with open(p, "rb") as f:
+            return len(f.read(1 << 16))
+    except OSError as e:
+        return errno.errorcode[e.errno]
+for p in ("sys/kernel/pty/nr", "cgroups", "kallsyms", "swaps", "diskstats", "partitions", "iomem", "ioports"):
+    print("file", p, readable("/proc/" + p))
+for d in ("fs", "bus", "irq"):
+    try:
+        names = os.listdir("/proc/" + d)
+    except OSError as e:
+        names = errno.errorcode[e.errno]
+    try:
+        open("/proc/%s/x" % d, "w")
+        made = "made"
+    except OSError as e:
+        made = errno.errorcode[e.errno]
+    print("dir", d, names, made)
+fd = os.open("/usr/bin/sh", os.O_RDONLY)
+try:
+    os.preadv(fd, [bytearray(16)], 0, os.RWF_NOWAIT)
+    print("nowait allowed")
+except OSError as e:
+    print("nowait", errno.errorcode[e.errno])
+print("plain", os.preadv(fd, [bytearray(16)], 0))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+a = libc.mmap(None, 4096, mmap.PROT_READ, mmap.MAP_PRIVATE, fd, 0)
+vec = ctypes.create_string_buffer(1)
+r = libc.mincore(ctypes.c_void_p(a), ctypes.c_size_t(4096), vec)
+print("mincore", errno.errorcode[ctypes.get_errno()] if r else "allowed")
+print("comm", open("/proc/1/comm").read().strip(), open("/proc/self/comm").read().strip())
+"""
+
+
+def test_host_activity_files_are_masked_and_page_cache_is_not_told(tmp_path):
+    # The host's live pty and cgroup counts, disks, swap, kernel addresses,
+    # device and file-system internals, and the page cache's residency of
+    # the host's files (preadv2 RWF_NOWAIT), each readable before
+    # (audit-infoleak); and pid 1 wore the launcher's name.
+    script = tmp_path / "probe.py"
+    script.write_text(HOST_ACTIVITY)
+    rc, out, err = run(["run", "--ro-bind", f"{tmp_path}:/probe", "--", "/usr/bin/python3.11", "/probe/probe.py"])
+    assert rc == 0, (rc, out, err)
+    got = {}
+    for line in out.splitlines():
+        kind, name, *rest = line.split(" ", 2)
+        got[(kind, name)] = rest[0] if rest else ""
+    for p in ("sys/kernel/pty/nr", "cgroups", "kallsyms", "swaps", "diskstats", "partitions", "iomem", "ioports"):
+        # Masked: EACCES (a nodev /dev/null); a kernel without it: ENOENT.
+        assert got[("file", p)] in ("EACCES", "ENOENT"), (p, out)
+    for d in ("fs", "bus", "irq"):
+        names, made = got[("dir", d)].rsplit(" ", 1)
+        assert names in ("[]", "ENOENT") and made in ("EROFS", "ENOENT"), (d, out)
+    assert ("nowait", "EPERM") in got and ("plain", "16") in got and ("mincore", "EPERM") in got, out
+    assert got[("comm", "nsbox-pid1")] == "python3.11", out

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <linux/fscrypt.h>
@@ -69,6 +70,18 @@ static uint32_t ev3(const struct seccomp_prog *pr, const char *name, uint64_t a0
 	d.args[0] = a0;
 	d.args[1] = a1;
 	d.args[2] = a2;
+	return seccomp_prog_eval(pr, &d);
+}
+
+/* name with its sixth argument (index 5) a5, the others 0. */
+static uint32_t ev5(const struct seccomp_prog *pr, const char *name, uint64_t a5)
+{
+	struct seccomp_data d;
+
+	memset(&d, 0, sizeof(d));
+	d.nr = seccomp_syscall_resolve_name_arch(SCMP_ARCH_X86_64, name);
+	d.arch = AUDIT_ARCH_X86_64;
+	d.args[5] = a5;
 	return seccomp_prog_eval(pr, &d);
 }
 
@@ -209,6 +222,12 @@ static void test_cases(void)
 		   ev(&prog, "fcntl", 3, F_DUPFD_CLOEXEC) == SECCOMP_RET_ALLOW && ev(&prog, "fcntl", 3, F_SETLK) == SECCOMP_RET_ALLOW,
 	   "fcntl: F_SETPIPE_SZ (pipe-user-pages, per user), F_SETLEASE (host writers wait) and F_NOTIFY (host accesses) "
 	   "EPERM, the rest ALLOW");
+	/* The page cache's residency, per page, without timing. */
+	ok(ev5(&prog, "preadv2", RWF_NOWAIT) == RET_EPERM && ev5(&prog, "preadv2", RWF_NOWAIT | RWF_HIPRI) == RET_EPERM &&
+		   ev5(&prog, "pwritev2", RWF_NOWAIT) == RET_EPERM && ev5(&prog, "preadv2", 0) == SECCOMP_RET_ALLOW &&
+		   ev5(&prog, "preadv2", RWF_HIPRI) == SECCOMP_RET_ALLOW &&
+		   ev5(&prog, "pwritev2", RWF_APPEND) == SECCOMP_RET_ALLOW && ev(&prog, "mincore", 0, 0) == RET_EPERM,
+	   "preadv2/pwritev2 with RWF_NOWAIT and mincore (page-cache residency of host files): EPERM; other flags ALLOW");
 	/* RLIMIT_CORE stays 1, the value at which the kernel runs no
 	 * core_pattern pipe helper (payload.c): read, never set. */
 	ok(ev3(&prog, "prlimit64", 0, RLIMIT_CORE, 0x7ffd0000) == RET_EPERM &&
