@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/sendfile.h>
@@ -124,6 +125,22 @@ unsigned long long now_ns(void)
 	return (unsigned long long)ts.tv_sec * 1000000000ULL + (unsigned long long)ts.tv_nsec;
 }
 
+int env_switch(const char *name)
+{
+	static const char *const on[] = { "1", "yes", "true", "on" }, *const off[] = { "0", "no", "false", "off" };
+	const char *v = getenv(name);
+
+	if (!v || !*v)
+		return -1;
+	for (size_t i = 0; i < sizeof(on) / sizeof(on[0]); i++) {
+		if (!strcasecmp(v, on[i]))
+			return 1;
+		if (!strcasecmp(v, off[i]))
+			return 0;
+	}
+	return -2;
+}
+
 int parse_size(const char *s, unsigned long long *out)
 {
 	unsigned long long v, mult = 1;
@@ -217,9 +234,10 @@ int parse_ulong(const char *s, unsigned long max, unsigned long *out)
 		return -EINVAL;
 	errno = 0;
 	v = strtoul(s, &end, 10);
-	if (errno || *end)
+	if (*end)
 		return -EINVAL;
-	if (v > max)
+	/* All digits but past unsigned long: too large, not "not a number". */
+	if (errno == ERANGE || v > max)
 		return -ERANGE;
 	*out = v;
 	return 0;

@@ -92,6 +92,9 @@ bool proc_tree_stopped(pid_t pid);
 pid_t pidfd_pid(int pidfd);
 /* Monotonic clock in nanoseconds. */
 unsigned long long now_ns(void);
+/* An on/off environment variable: 1 for 1, yes, true or on; 0 for 0, no,
+ * false or off (any case); -1 unset or empty; -2 anything else. */
+int env_switch(const char *name);
 /* Parse "123", "64K", "256M", "2G", "1T" (binary units) into bytes. */
 int parse_size(const char *s, unsigned long long *out);
 /* Parse a non-negative decimal (e.g. "1.5") into a double; rejects junk. */
@@ -104,7 +107,8 @@ int format_double_c(char *buf, size_t size, const char *fmt, int prec, double v)
 	__attribute__((format(printf, 3, 0)));
 /* strtod() in the C locale. */
 double strtod_c(const char *s, char **end);
-/* Parse an unsigned decimal integer with range check. */
+/* Parse an unsigned decimal integer: -EINVAL if s is not all digits,
+ * -ERANGE above max (or above what unsigned long holds). */
 int parse_ulong(const char *s, unsigned long max, unsigned long *out);
 /* sendmsg() of iov[0..niov) with fds[0..nfds) attached as SCM_RIGHTS
  * (unix(7)), MSG_NOSIGNAL, retried on EINTR.  At most SEND_FDS_MAX fds.

@@ -29,6 +29,8 @@
 
 #define MCP_MAX_TOOLS 64
 #define MCP_MAX_SESSIONS_CAP 256
+#define MCP_STR_(x) #x
+#define MCP_STR(x) MCP_STR_(x)
 #define MCP_MAX_LINE (8u << 20) /* a request line; code is capped well below */
 #define MCP_MAX_CODE (1u << 20) /* bytes of code per run_python */
 #define MCP_FILE_CAP (1u << 20) /* bytes per read_file / write_file */
@@ -2825,15 +2827,18 @@ static int opt_value(int argc, char **argv, int *i, const char *name, const char
 	return 1;
 }
 
+/* Seconds as a plain decimal ("30", "0.5", "1e3"): no blanks, no sign, no
+ * hex float (strtod's "0x1p3"), above 0 and at most MCP_SECONDS_MAX. */
+#define MCP_SECONDS_MAX 1e7
 static int parse_seconds(const char *v, double *out)
 {
 	char *end;
 	double d;
 
-	if (!v)
+	if (!v || !(isdigit((unsigned char)v[0]) || v[0] == '.') || v[strspn(v, "0123456789.eE+-")])
 		return -1;
 	d = strtod(v, &end);
-	if (*end || !(d > 0) || d > 1e7)
+	if (*end || !(d > 0) || d > MCP_SECONDS_MAX)
 		return -1;
 	*out = d;
 	return 0;
@@ -2888,6 +2893,8 @@ int cmd_mcp(int argc, char **argv)
 			rc = 0;
 			goto out;
 		}
+		const char *want = "seconds, above 0 and at most 1e7";
+
 		if (opt_value(argc, argv, &i, "--idle-timeout", &v)) {
 			if (parse_seconds(v, &srv.idle_timeout) < 0)
 				goto bad_value;
@@ -2907,18 +2914,21 @@ int cmd_mcp(int argc, char **argv)
 			char *end;
 			unsigned long n = v ? strtoul(v, &end, 10) : 0;
 
-			if (!v || *end || n < 1 || n > MCP_MAX_SESSIONS_CAP)
+			want = "a whole number from 1 to " MCP_STR(MCP_MAX_SESSIONS_CAP);
+			if (!v || !isdigit((unsigned char)v[0]) || *end || n < 1 || n > MCP_MAX_SESSIONS_CAP)
 				goto bad_value;
 			srv.max_sessions = (unsigned)n;
 			continue;
 		}
 		if (opt_value(argc, argv, &i, "--max-memory", &v)) {
+			want = "a size of at least 16M (K, M, G, T: powers of 1024)";
 			if (!v || nsbox_parse_size(v, &srv.max_memory, NULL) < 0 || srv.max_memory < (16u << 20))
 				goto bad_value;
 			max_memory_given = true;
 			continue;
 		}
 		if (opt_value(argc, argv, &i, "--output-limit", &v)) {
+			want = "a size from 16 to 16M";
 			if (!v || nsbox_parse_size(v, &srv.output_limit, NULL) < 0 || srv.output_limit < 16 ||
 			    srv.output_limit > (16u << 20))
 				goto bad_value;
@@ -2947,10 +2957,11 @@ int cmd_mcp(int argc, char **argv)
 			/* NAME becomes a global inside: a plain identifier of its own. */
 			if (!u->name || nsbox_check_tool_name(u->name, &e) < 0 || strchr(u->name, '.') ||
 			    strlen(u->name) > 32) {
+				/* Not the tool rule's message: its length cap is another. */
 				fprintf(stderr,
 					"nsbox mcp: --mcp-server %.*s: NAME must be a Python identifier of at most 32 "
-					"characters, not a keyword, builtin or dunder (it is a global inside)%s%s\n",
-					(int)(eq - v), v, e ? ": " : "", e ? nsbox_error_message(e) : "");
+					"characters, not a keyword, builtin or dunder (it is a global inside)\n",
+					(int)(eq - v), v);
 				nsbox_error_free(e);
 				goto out;
 			}
@@ -3027,7 +3038,15 @@ int cmd_mcp(int argc, char **argv)
 		}
 		continue;
 bad_value:
-		fprintf(stderr, "nsbox mcp: %s: bad value '%s'\n", a, v ? v : "");
+		/* The option's name as given, without its "=value". */
+		fprintf(stderr, "nsbox mcp: %.*s: %s '%s' (expected %s)\n", (int)strcspn(a, "="), a,
+			v ? "bad value" : "needs a value", v ? v : "", want);
+		goto out;
+	}
+	if (srv.call_timeout > srv.max_call_timeout) {
+		/* Cut to the cap at each call before, without a word. */
+		fprintf(stderr, "nsbox mcp: --call-timeout %g is above --max-call-timeout %g\n", srv.call_timeout,
+			srv.max_call_timeout);
 		goto out;
 	}
 	if (!max_memory_given && cli_memory)

@@ -42,6 +42,8 @@ int cmd_rootfs(int argc, char **argv)
 	char path[PATH_MAX];
 
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		if (argc < 2)
+			fputs("nsbox rootfs: no command given\n", stderr);
 		fputs("usage: nsbox rootfs build [--force] NAME|FILE.tree\n"
 		      "       nsbox rootfs list\n"
 		      "       nsbox rootfs remove [--force] NAME|NAME-HASH... | [--force] --stale\n"

@@ -60,7 +60,7 @@ int cmd_run(int argc, char **argv)
 		}
 		if (strcmp(argv[i], "--json-status") == 0) {
 			if (i + 1 >= argc) {
-				fprintf(stderr, "nsbox run: --json-status needs a value (a file)\n");
+				fprintf(stderr, "nsbox run: --json-status needs a value (a file, or - for stdout)\n");
 				code = NSBOX_EXIT_USAGE;
 				goto out;
 			}
@@ -69,6 +69,11 @@ int cmd_run(int argc, char **argv)
 		}
 		if (strncmp(argv[i], "--json-status=", 14) == 0) {
 			json_status = argv[i] + 14;
+			if (!*json_status) {
+				fprintf(stderr, "nsbox run: --json-status needs a value (a file, or - for stdout)\n");
+				code = NSBOX_EXIT_USAGE;
+				goto out;
+			}
 			continue;
 		}
 		if (strcmp(argv[i], "--connect") == 0 || strncmp(argv[i], "--connect=", 10) == 0) {

@@ -106,8 +106,7 @@ static int start_helper(struct helper *h, struct nsbox_err *err)
 	posix_spawn_file_actions_t fa;
 	posix_spawnattr_t at;
 	sigset_t none, all;
-	const char *sp = getenv("NSBOX_SPARE");
-	char *argv[] = { "nsbox-runner", "--helper", sp && !strcmp(sp, "1") ? "--spare" : NULL, NULL };
+	char *argv[] = { "nsbox-runner", "--helper", env_switch("NSBOX_SPARE") == 1 ? "--spare" : NULL, NULL };
 	char *envp[] = { NULL };
 	/* Ours until it is the helper (h->pid), below. */
 	_cleanup_pid_ pid_t pid = 0;

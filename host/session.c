@@ -1445,6 +1445,21 @@ int session_fd(struct nsbox_session *s, struct nsbox_err *err)
 
 /* ---- control requests: one request, one answer ---- */
 
+/* Whether a cancel was asked for since the last look; the eventfd is
+ * emptied then, or always with woken (it woke a wait: for an earlier
+ * cancel, taken by a flag alone, it stays readable).  No read() when
+ * there was none: this is on every control request's round trip. */
+static bool cancel_take(struct nsbox_session *s, bool woken)
+{
+	bool asked = atomic_exchange(&s->cancel_req, false);
+	uint64_t drain;
+
+	if (asked || woken)
+		while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
+			;
+	return asked;
+}
+
 /* One request and its answer.  sdata (NULL: none) goes as the request's
  * raw data (PROTO_FLAG_DATA); rbuf (NULL: none may come) receives the
  * answer's, at most rcap bytes (more is a protocol error), *rlen its size. */
@@ -1471,6 +1486,10 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 		return err_set(err, ENOMEM, "%s message", proto_type_name(type));
 	if (op_bound)
 		deadline = s->op_deadline;
+	/* A cancel asked for before this request is not for it (within a
+	 * tree operation: before the operation, session_op_deadline). */
+	if (!s->op_deadline)
+		cancel_take(s, false);
 	id = s->next_id++;
 	if (sdata || pass_fd >= 0) {
 		_cleanup_free_ char *buf = NULL;
@@ -1499,7 +1518,16 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 		end_session(s, &res, true);
 		return err_wrap(err, "session ended");
 	}
-	k = frame_wait(&s->io, s->sb.pidfd, -1, deadline, &f, err);
+	/* nsbox_cancel ends the wait: the runner answers a request only when
+	 * done with it, so the session ends (as at a control timeout), and
+	 * close() from another thread need not wait out a sandbox that holds
+	 * its answers back (up to the control timeout each). */
+	while ((k = frame_wait(&s->io, s->sb.pidfd, s->cancel_fd, deadline, &f, err)) == W_CANCEL)
+		if (cancel_take(s, true)) {
+			end_session(s, &res, true);
+			return err_fail(err, NULL, ECANCELED, "%s: cancelled (nsbox_cancel); session ended",
+					s->op_deadline ? s->op_what : proto_type_name(type));
+		}
 	if (k == W_TIMEOUT) {
 		end_session(s, &res, true);
 		if (op_bound)
@@ -1819,6 +1847,8 @@ double session_control_timeout(const struct nsbox_session *s)
 
 void session_op_deadline(struct nsbox_session *s, double seconds, const char *what)
 {
+	if (seconds > 0)
+		cancel_take(s, false);
 	s->op_deadline = seconds > 0 ? now_ns() + (unsigned long long)(seconds * 1e9) : 0;
 	s->op_seconds = seconds;
 	s->op_what = what;

@@ -290,7 +290,9 @@ enum nsbox_status {
 NSBOX_API int nsbox_exec(nsbox_session_t *s, const char *code, const struct nsbox_exec_opts *opts,
 			 nsbox_result_t **out, nsbox_error_t **err);
 /* Interrupt the exec running on s (nsbox.Cancelled inside).  Any thread;
- * async-signal-safe (a SIGINT handler may call it). */
+ * async-signal-safe (a SIGINT handler may call it).  A call waiting on the
+ * runner's answer instead (a file call, nsbox_get_var...) fails with
+ * -ENOTCONN and the session ends (libnsbox(3)). */
 NSBOX_API void nsbox_cancel(nsbox_session_t *s);
 /* Since 0.5.0.  Seconds left before the time limit of the exec running on
  * s (0 once it has passed), or -1 when none runs or it has no limit.  For

@@ -543,6 +543,23 @@ static int check_session(nsbox_session_t *s, nsbox_error_t **err, const char *wh
 	return 0;
 }
 
+/* The environment variables libnsbox reads (libnsbox(3), ENVIRONMENT):
+ * a value it can't use is an error naming it, not the default in its
+ * place (NSBOX_FILE_MAX=128M was 64 MiB, NSBOX_SPARE=no a spare). */
+static int env_check(nsbox_error_t **err)
+{
+	const char *v = getenv("NSBOX_FILE_MAX");
+	unsigned long long n;
+
+	if (v && *v && (parse_size(v, &n) < 0 || !n))
+		return fail(err, -EINVAL,
+			    "nsbox_session_new: NSBOX_FILE_MAX=%s: not a size (bytes, or with K, M, G or T; not 0)", v);
+	if (env_switch("NSBOX_SPARE") == -2)
+		return fail(err, -EINVAL, "nsbox_session_new: NSBOX_SPARE=%s: use 0 or 1 (or no, yes; unset: the default)",
+			    getenv("NSBOX_SPARE"));
+	return 0;
+}
+
 int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *opts, nsbox_session_t **out,
 		      nsbox_error_t **err)
 {
@@ -555,6 +572,8 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	if (!p || !out)
 		return fail(err, -EINVAL, "nsbox_session_new: %s is NULL", p ? "out" : "the policy");
 	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_session_opts") < 0)
+		return -EINVAL;
+	if (env_check(err) < 0)
 		return -EINVAL;
 	/* no_spare (0.3.0) sits in what was the 0.2.0 struct's tail padding:
 	 * a 0.2.0 caller's struct_size covers it, with whatever was there. */
@@ -617,10 +636,9 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	 * who sets spare knowingly still gets one.  A built tree (RootFS=NAME)
 	 * is not replaced in place: a build makes a new directory. */
 	{
-		const char *env = getenv("NSBOX_SPARE");
 		bool host_paths = s->policy.workspace || s->policy.n_mounts || (s->policy.rootfs && !named_tree);
 
-		so.spare = !o.no_spare && !(env && !strcmp(env, "0")) && (o.spare || !host_paths);
+		so.spare = !o.no_spare && env_switch("NSBOX_SPARE") != 0 && (o.spare || !host_paths);
 	}
 	so.warn = o.warn;
 	so.warn_ctx = o.warn_userdata;
@@ -1304,6 +1322,16 @@ void nsbox_result_free(nsbox_result_t *r)
 		malloc_trim(0);
 }
 
+/* A request to the runner failed: a request that ended the session (its
+ * control timeout, nsbox_cancel, a protocol error) says so with ENOTCONN,
+ * as every later call would. */
+static int request_fail(nsbox_session_t *s, const struct nsbox_err *e, nsbox_error_t **err)
+{
+	if (!session_alive(s->s))
+		return fail_msg(err, -ENOTCONN, e->msg);
+	return fail_core(err, e, -EIO);
+}
+
 int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_error_t **err)
 {
 	struct nsbox_err e = { 0 };
@@ -1328,7 +1356,7 @@ int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_
 	r = session_set_var(s->s, name, v, &e);
 	leave(s);
 	json_decref(v);
-	return r < 0 ? fail_core(err, &e, -EIO) : 0;
+	return r < 0 ? request_fail(s, &e, err) : 0;
 }
 
 int nsbox_get_var(nsbox_session_t *s, const char *name, char **json, nsbox_error_t **err)
@@ -1349,7 +1377,7 @@ int nsbox_get_var(nsbox_session_t *s, const char *name, char **json, nsbox_error
 	r = session_get_var(s->s, name, &v, &e);
 	leave(s);
 	if (r < 0)
-		return fail_core(err, &e, -EIO);
+		return request_fail(s, &e, err);
 	text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
 	json_decref(v);
 	if (!text)
@@ -1369,7 +1397,7 @@ int nsbox_reset(nsbox_session_t *s, nsbox_error_t **err)
 		return busy(err, "nsbox_reset");
 	r = session_reset(s->s, &e);
 	leave(s);
-	return r < 0 ? fail_core(err, &e, -EIO) : 0;
+	return r < 0 ? request_fail(s, &e, err) : 0;
 }
 
 int nsbox_session_info(nsbox_session_t *s, struct nsbox_session_info *info, nsbox_error_t **err)
@@ -1522,18 +1550,16 @@ pid_t api_session_owner(const nsbox_session_t *s)
 
 /* ---- session file operations (since 0.5.0; host/files.c) ---- */
 
-/* The default cap per file per call: 64 MiB, or NSBOX_FILE_MAX (bytes). */
+/* The default cap per file per call: 64 MiB, or NSBOX_FILE_MAX (a size,
+ * checked by env_check when the session was made). */
 static uint64_t file_max(void)
 {
 	const char *v = getenv("NSBOX_FILE_MAX");
-	char *end;
 	unsigned long long n;
 
-	if (!v || !*v)
+	if (!v || !*v || parse_size(v, &n) < 0 || !n)
 		return SESSION_FILE_MAX_DEFAULT;
-	errno = 0;
-	n = strtoull(v, &end, 10);
-	return errno || *end || !n ? SESSION_FILE_MAX_DEFAULT : n;
+	return n;
 }
 
 static int file_call_begin(nsbox_session_t *s, const char *path, nsbox_error_t **err, const char *what)

@@ -35,7 +35,7 @@ static bool user_cache(char *buf, size_t size)
 {
 	const char *env = getenv("NSBOX_ROOTFS_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
 
-	if (env && env[0] == '/')
+	if (env && *env)
 		return snprintf(buf, size, "%s", env) < (int)size;
 	if (geteuid() == 0)
 		return snprintf(buf, size, "%s", SYSTEM_CACHE) < (int)size;
@@ -181,9 +181,15 @@ static bool info_get(const char *text, const char *key, char *out, size_t size)
 static int rootfs_find(const char *name, char *dir, size_t size, char *preload, size_t psize, struct nsbox_err *err)
 {
 	char cache[PATH_MAX], path[PATH_MAX + 8], text[INFO_MAX];
+	const char *env = getenv("NSBOX_ROOTFS_CACHE");
 	bool have = user_cache(cache, sizeof(cache));
 	_cleanup_close_ int fd = -1;
 	ssize_t n;
+
+	/* Not the default cache in its place: the user meant another. */
+	if (env && *env && env[0] != '/')
+		return err_fail(err, "rootfs", EINVAL,
+				"NSBOX_ROOTFS_CACHE=%s: not an absolute path (the cache of built root trees)", env);
 
 	/* The user's cache as the script checks it before a build or a
 	 * removal; root's, the fallback, is root's (trusted() checks its

@@ -100,55 +100,55 @@ int net_rule_parse(const char *s, struct net_rule *r, struct nsbox_err *err)
 
 	memset(r, 0, sizeof(*r));
 	if (!s || strlen(s) >= sizeof(buf))
-		return err_set(err, EINVAL, "not a rule (%s)", rule_help);
+		return err_fail(err, NULL, EINVAL, "not a rule (%s)", rule_help);
 	strcpy(buf, s);
 	if (buf[0] == '[') {
 		char *end = strchr(buf, ']');
 
 		if (!end || (end[1] && end[1] != ':'))
-			return err_set(err, EINVAL, "bad [IPV6] rule (%s)", rule_help);
+			return err_fail(err, NULL, EINVAL, "bad [IPV6] rule (%s)", rule_help);
 		*end = '\0';
 		host = buf + 1;
 		if (end[1] == ':')
 			port = end + 2;
 		if (strchr(host, '.') || parse_addr(host, r) < 0 || r->family != AF_INET6)
-			return err_set(err, EINVAL, "not an IPv6 address or range (%s)", rule_help);
+			return err_fail(err, NULL, EINVAL, "not an IPv6 address or range (%s)", rule_help);
 	} else {
 		char *colon = strchr(buf, ':');
 
 		if (colon && strchr(colon + 1, ':'))
-			return err_set(err, EINVAL, "an IPv6 rule goes in brackets ([2001:db8::/32]:443)");
+			return err_fail(err, NULL, EINVAL, "an IPv6 rule goes in brackets ([2001:db8::/32]:443)");
 		if (colon) {
 			*colon = '\0';
 			port = colon + 1;
 		}
 		if (parse_addr(host, r) == 0) {
 			if (r->family != AF_INET)
-				return err_set(err, EINVAL, "not a rule (%s)", rule_help);
+				return err_fail(err, NULL, EINVAL, "not a rule (%s)", rule_help);
 		} else if (strchr(host, '/')) {
-			return err_set(err, EINVAL, "not an address range (%s)", rule_help);
+			return err_fail(err, NULL, EINVAL, "not an address range (%s)", rule_help);
 		} else {
 			bool wild = strncmp(host, "*.", 2) == 0;
 
 			const char *last;
 
 			if (!net_name_normalize(wild ? host + 2 : host, r->name) || strchr(r->name, '*'))
-				return err_set(err, EINVAL, "not a host name (%s)", rule_help);
+				return err_fail(err, NULL, EINVAL, "not a host name (%s)", rule_help);
 			/* "127.1" is an address to inet_aton(3), and so to the
 			 * host's resolver: no top-level domain is all digits. */
 			last = strrchr(r->name, '.');
 			last = last ? last + 1 : r->name;
 			if (strspn(last, "0123456789") == strlen(last))
-				return err_set(err, EINVAL, "%s: not a host name nor an address (%s)", r->name, rule_help);
+				return err_fail(err, NULL, EINVAL, "%s: not a host name nor an address (%s)", r->name, rule_help);
 			/* "*.com" would be a whole top-level domain: too wide to be meant. */
 			if (wild && !strchr(r->name, '.'))
-				return err_set(err, EINVAL, "*.%s: a wildcard needs at least two labels (*.example.com)",
+				return err_fail(err, NULL, EINVAL, "*.%s: a wildcard needs at least two labels (*.example.com)",
 					       r->name);
 			r->kind = wild ? NET_RULE_WILD : NET_RULE_NAME;
 		}
 	}
 	if (port && parse_port(port, &r->port) < 0)
-		return err_set(err, EINVAL, "bad port '%s' (use 1 to 65535)", port);
+		return err_fail(err, NULL, EINVAL, "bad port '%s' (use 1 to 65535)", port);
 	return 0;
 }
 

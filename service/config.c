@@ -1,4 +1,5 @@
 #include "config.h"
+#include "nsbox.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -99,31 +100,17 @@ static bool parse_uint(const char *v, unsigned long long max, unsigned long long
 	return true;
 }
 
-/* "256M", "4G", "1048576", "infinity" (0). */
+/* A size as nsbox-policy(5) writes one ("256M", "4GiB", "1048576": whole
+ * numbers, binary units), or "infinity" (0). */
 static bool parse_size(const char *v, uint64_t *out)
 {
-	char *end;
-	double n;
-	double mult = 1;
-
 	if (!strcmp(v, "infinity"))
 		return *out = 0, true;
-	if (!isdigit((unsigned char)*v))
-		return false;
-	n = strtod(v, &end);
-	switch (*end) {
-	case 'K': case 'k': mult = 1024.0; end++; break;
-	case 'M': case 'm': mult = 1024.0 * 1024; end++; break;
-	case 'G': case 'g': mult = 1024.0 * 1024 * 1024; end++; break;
-	case 'T': case 't': mult = 1024.0 * 1024 * 1024 * 1024; end++; break;
-	default: break;
-	}
-	if (*end || !(n >= 0) || n * mult > 1.8e19)
-		return false;
-	*out = (uint64_t)(n * mult);
-	return true;
+	return nsbox_parse_size(v, out, NULL) == 0;
 }
 
+/* A plain decimal ("0.5", "30", "1e3"), or "infinity" (0): no blank, sign
+ * or hex float (strtod reads "0x1p3"), as the policy's numbers. */
 static bool parse_number(const char *v, double *out)
 {
 	char *end;
@@ -131,6 +118,8 @@ static bool parse_number(const char *v, double *out)
 
 	if (!strcmp(v, "infinity"))
 		return *out = 0, true;
+	if (!(isdigit((unsigned char)*v) || *v == '.') || v[strspn(v, "0123456789.eE+-")])
+		return false;
 	n = strtod(v, &end);
 	if (end == v || *end || !(n >= 0) || !isfinite(n))
 		return false;
@@ -204,8 +193,12 @@ static int rule_key(struct conf_rule *r, const char *k, char *v, char *errbuf, s
 			return bad(errbuf, errlen, origin, line, "MaxSessions: '%s' is not a count", v);
 		r->max_sessions = (unsigned)n;
 	} else if (!strcmp(k, "MaxMemory")) {
-		if (!parse_size(v, &r->max_memory))
-			return bad(errbuf, errlen, origin, line, "MaxMemory: '%s' is not a size", v);
+		/* A session has at least 1M (nsbox-policy(5), Memory=): below it
+		 * every OPEN would be refused. */
+		if (!parse_size(v, &r->max_memory) || (r->max_memory && r->max_memory < (1u << 20)))
+			return bad(errbuf, errlen, origin, line,
+				   "MaxMemory: '%s' is not a size of at least 1M (K, M, G, T: powers of 1024; or infinity)",
+				   v);
 	} else if (!strcmp(k, "MaxPids")) {
 		if (!strcmp(v, "infinity"))
 			r->max_pids = 0;
@@ -214,8 +207,9 @@ static int rule_key(struct conf_rule *r, const char *k, char *v, char *errbuf, s
 		else
 			r->max_pids = n;
 	} else if (!strcmp(k, "MaxCPUs")) {
-		if (!parse_number(v, &r->max_cpus))
-			return bad(errbuf, errlen, origin, line, "MaxCPUs: '%s' is not a number", v);
+		if (!parse_number(v, &r->max_cpus) || (r->max_cpus && r->max_cpus < 0.01))
+			return bad(errbuf, errlen, origin, line,
+				   "MaxCPUs: '%s' is not a number of CPUs of at least 0.01 (or infinity)", v);
 	} else if (!strcmp(k, "AllowShareNet") || !strcmp(k, "AllowBinds") || !strcmp(k, "AllowWorkspace") ||
 		   !strcmp(k, "AllowNet")) {
 		bool *b = k[5] == 'S' ? &r->share_net : k[5] == 'B' ? &r->binds : k[5] == 'N' ? &r->net : &r->workspace;
@@ -350,7 +344,9 @@ int conf_parse(struct conf *c, const char *text, size_t len, const char *origin,
 		free(copy);
 		return bad(errbuf, errlen, origin, 0, "a NUL byte in the file");
 	}
-	for (char *l = copy, *next; l && r == 0; l = next) {
+	/* A UTF-8 byte order mark, as some editors write (nsbox-policy(5)
+	 * skips it too). */
+	for (char *l = strncmp(copy, "\xef\xbb\xbf", 3) ? copy : copy + 3, *next; l && r == 0; l = next) {
 		char *k, *v, *eq;
 
 		next = strchr(l, '\n');

@@ -41,13 +41,16 @@ DOWNLOAD_MAX_BYTES = 1 << 30
 DOWNLOAD_MAX_FILES = 100000
 
 
-async def to_the_end(fut):
+async def to_the_end(fut, on_cancel=None):
     """fut's result (an executor's job).  Cancelled meanwhile, it still
     waits for the job to end (it holds the session or frees it) and then
-    raises CancelledError."""
+    raises CancelledError; on_cancel() (if given) is called once first, to
+    make the job end sooner."""
     try:
         return await asyncio.shield(fut)
     except asyncio.CancelledError:
+        if on_cancel is not None and not fut.done():
+            on_cancel()
         while not fut.done():
             try:
                 await asyncio.wait([fut])
@@ -316,14 +319,28 @@ class AsyncFilesMixin:
         answer, and on the loop's thread that froze the loop).  It runs
         under the thread lock too: close() (which frees the session) waits
         for it instead of freeing it under it; closed or replaced meanwhile,
-        EBADF.  Cancelled, the call runs on and the caller's loop lock is
-        kept until it ends, so that aclose() waits for it."""
+        EBADF.  Cancelled (asyncio.timeout, task.cancel()), the call is
+        ended with nsbox_cancel, which ends the session (the runner answers
+        only when done: libnsbox(3)), and the caller's loop lock is kept
+        until it has, so that aclose() waits for it.  A sandbox holding its
+        answers back so holds an executor worker only as long as the caller
+        lets it."""
+        gave_up = []
+
         def locked():
             with self._lock:
                 if self._closed or self._sess is not h:
                     return _CLOSED
+                if gave_up:   # cancelled before it began: not begun
+                    return None
                 return call()
-        r = await to_the_end(asyncio.get_running_loop().run_in_executor(None, locked))
+
+        def cancel():
+            gave_up.append(True)
+            with self._hlock:
+                if self._sess is h:
+                    self._lib.nsbox_cancel(h)
+        r = await to_the_end(asyncio.get_running_loop().run_in_executor(None, locked), cancel)
         if r is _CLOSED:
             raise SandboxError("the sandbox is closed", _errno.EBADF)
         return r
@@ -333,7 +350,16 @@ class AsyncFilesMixin:
         async with self._lock_for_loop("call %s on" % what):
             h = await self._asession()
             err = c_void_p()
-            rc = await self._off_loop(h, lambda: fn(h, *args, byref(err)))
+
+            def job():
+                rc = fn(h, *args, byref(err))
+                # The call ended the session (a cancel: the task may be
+                # gone and _outcome never run): dropped here, so that the
+                # next call starts a fresh one.
+                if rc == -_errno.ENOTCONN:
+                    self._drop("the session ended during %s" % what)
+                return rc
+            rc = await self._off_loop(h, job)
             return _outcome(self, gen, what, rc, err)
 
     async def write_file(self, path, data, mode=0o644):

@@ -497,18 +497,19 @@ def test_async_sandbox_files(libnsbox, tmp_path):
     assert (tmp_path / "dst" / "d" / "x.txt").read_text() == "x"
 
 
-def test_async_file_call_cancelled_midway_keeps_its_session(libnsbox, tmp_path):
-    # A file call can't be interrupted: a cancelled task waits for it to
-    # end before it lets the sandbox go, so aclose() never frees the session
-    # under the call (the library would use freed memory).
+def test_async_file_call_cancelled_midway_ends_with_its_session(libnsbox, tmp_path):
+    # A file call can't be interrupted inside: a cancelled task ends it
+    # with nsbox_cancel, which ends the session, and waits for the call to
+    # return before it lets the sandbox go, so aclose() never frees the
+    # session under the call (the library would use freed memory).  It
+    # ran the download to its end before (all 6000 files).
     async def main():
         sb = nsbox.AsyncSandbox(timeout=60)
         await sb.start()
         await sb.execute("import os\nos.makedirs('/tmp/d')\nfor i in range(6000): open('/tmp/d/f%d' % i, 'wb')"
-                         ".write(b'y' * 1000)")
+                         ".write(b'y' * 1000)\nimport sys, time\nr = sys.modules['_nsbox_runner']\n"
+                         "orig = r.do_file\nr.do_file = lambda *a: (time.sleep(0.002), orig(*a))[1]")
         task = asyncio.ensure_future(sb.download_dir("/tmp/d", tmp_path / "dst"))
-        # Cancelled once it has begun (a fixed sleep let a fast download
-        # end first, 1 run in 8).
         end = time.monotonic() + 20
         while not (tmp_path / "dst").is_dir() or not os.listdir(tmp_path / "dst"):
             assert time.monotonic() < end and not task.done()
@@ -517,9 +518,63 @@ def test_async_file_call_cancelled_midway_keeps_its_session(libnsbox, tmp_path):
         with pytest.raises(asyncio.CancelledError):
             await task
         n = len(os.listdir(tmp_path / "dst"))
+        # The session ended with the call: the next exec has a fresh one.
+        assert await sb.execute("'d' in __import__('os').listdir('/tmp')") is False
         await sb.aclose()
         return n
-    assert asyncio.run(main()) == 6000
+    n = asyncio.run(main())
+    assert 0 < n < 6000, n
+
+
+HOLD_FILES = ("import sys, time\nr = sys.modules['_nsbox_runner']\norig = r.do_file\n"
+              "r.do_file = lambda *a: (time.sleep(25), orig(*a))[1]")
+
+
+def test_close_ends_a_file_call_the_sandbox_holds(libnsbox):
+    """A runner that answers each file request just inside the control
+    timeout (30 s) held close() from another thread that long, behind the
+    call's lock (nsbox_cancel reached execs only): the call ends now, and
+    so does the session (ENOTCONN, saying it was cancelled)."""
+    import threading
+    sb = nsbox.Sandbox(timeout=60)
+    sb.execute(HOLD_FILES)
+    errs = []
+
+    def reader():
+        try:
+            sb.read_file("/etc/hostname")
+        except nsbox.SandboxError as e:
+            errs.append(e)
+    t = threading.Thread(target=reader)
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    sb.close()
+    t.join(30)
+    took = time.monotonic() - t0
+    assert not t.is_alive() and took < 15, took      # 25 s before
+    assert len(errs) == 1 and errs[0].errno == errno.ENOTCONN and "cancelled (nsbox_cancel)" in str(errs[0]), errs
+
+
+def test_async_file_call_timeout_frees_its_worker(libnsbox):
+    """asyncio.wait_for around a file call the sandbox holds: it gave up
+    on the caller's side, but the call ran on in an executor worker for the
+    control timeout (six such sessions held every worker of the loop's
+    default executor).  Now the call ends with the wait."""
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=60) as sb:
+            await sb.execute(HOLD_FILES)
+            t0 = time.monotonic()
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(sb.read_file("/etc/hostname"), 1)
+            took = time.monotonic() - t0
+            # A fresh session serves the next call (the held one ended).
+            assert await sb.execute("1 + 1") == 2
+            await sb.write_file("/tmp/x", b"y")
+            assert await sb.read_file("/tmp/x") == b"y"
+            return took
+    took = asyncio.run(main())
+    assert took < 15, took
 
 
 def test_file_arguments_are_checked_not_wrapped(sb, tmp_path):

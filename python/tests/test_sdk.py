@@ -2118,6 +2118,27 @@ def test_an_empty_connect_is_refused(libnsbox, monkeypatch):
         assert s.execute("1 + 1") == 2
 
 
+def test_bad_environment_values_are_refused(libnsbox, monkeypatch):
+    """NSBOX_FILE_MAX=128M was the 64 MiB default (strtoull stopped at the
+    M) and NSBOX_SPARE=no left the spare on: a value libnsbox can't use is
+    an error naming it now, and the spellings a user means work."""
+    for var, val in (("NSBOX_FILE_MAX", "128X"), ("NSBOX_FILE_MAX", "0"), ("NSBOX_FILE_MAX", "abc"),
+                     ("NSBOX_SPARE", "maybe")):
+        monkeypatch.setenv(var, val)
+        with pytest.raises(nsbox.SandboxError, match=f"{var}={val}: "):
+            nsbox.Sandbox()
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("NSBOX_FILE_MAX", "1K")
+    monkeypatch.setenv("NSBOX_SPARE", "No")
+    with nsbox.Sandbox() as s:
+        s.write_file("/tmp/a", b"x" * 1024)
+        with pytest.raises(nsbox.SandboxError, match="1024 bytes"):
+            s.write_file("/tmp/b", b"x" * 1025)
+    monkeypatch.setenv("NSBOX_ROOTFS_CACHE", "relative/cache")
+    with pytest.raises(nsbox.SandboxError, match="NSBOX_ROOTFS_CACHE=relative/cache: not an absolute path"):
+        nsbox.Sandbox(rootfs="datascience")
+
+
 def test_limits_do_not_wrap_through_ctypes(libnsbox):
     """ctypes keeps an int's low bits: pids=2**64 was 0 (no limit),
     memory=2**70 no limit, max_tool_calls=2**32+1 was 1, -1 was 2**32-1."""

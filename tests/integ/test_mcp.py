@@ -322,9 +322,23 @@ def test_eof_closes_and_exits():
 
 
 def test_bad_option():
-    p = subprocess.run([NSBOX, "mcp", "--max-sessions", "0"], capture_output=True, text=True,
-                       stdin=subprocess.DEVNULL, timeout=30)
-    assert p.returncode == 120 and "--max-sessions" in p.stderr and p.stdout == ""
+    # Each says what it expected (the range), names the option without its
+    # "=value", and takes no hex float or blank (strtod's "0x1p3", " 5").
+    for args, want in ((["--max-sessions", "0"], "--max-sessions: bad value '0' (expected a whole number from 1 to 256)"),
+                       (["--max-sessions", "+3"], "--max-sessions: bad value '+3'"),
+                       (["--idle-timeout=0"], "--idle-timeout: bad value '0' (expected seconds, above 0 and at most 1e7)"),
+                       (["--idle-timeout", "1e8"], "at most 1e7"),
+                       (["--call-timeout", "0x1p3"], "--call-timeout: bad value '0x1p3'"),
+                       (["--mcp-timeout", " 5"], "--mcp-timeout: bad value ' 5'"),
+                       (["--max-memory", "1M"], "(expected a size of at least 16M"),
+                       (["--output-limit", "15"], "(expected a size from 16 to 16M)"),
+                       (["--output-limit"], "--output-limit: needs a value"),
+                       (["--call-timeout", "700"], "--call-timeout 700 is above --max-call-timeout 600"),
+                       (["--mcp-server", "1x=true"], "--mcp-server 1x: NAME must be a Python identifier of at most 32")):
+        p = subprocess.run([NSBOX, "mcp", *args], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30)
+        assert p.returncode == 120 and p.stderr.startswith("nsbox mcp: ") and want in p.stderr and p.stdout == "", (
+            args, p.stderr)
+        assert "64 characters" not in p.stderr, p.stderr
 
 
 @pytest.mark.parametrize("code", ["{1: 2}", "{1, 2}", "set()", "frozenset({3})", "frozenset()",

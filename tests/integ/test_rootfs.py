@@ -111,8 +111,16 @@ def test_unknown_tree_is_a_usage_error():
     assert p.returncode == 120 and "tree name" in p.stderr, p.stderr
     p = nsbox("rootfs", "build", "nosuchtree")
     assert p.returncode == 120 and "no tree definition" in p.stderr, p.stderr
-    p = nsbox("rootfs", "frobnicate")
-    assert p.returncode == 120
+    # Each usage error says what was wrong before the usage lines.
+    for args, want in ((["frobnicate"], "unknown command 'frobnicate'"), ([], "no command given"),
+                       (["build"], "build takes one NAME"), (["build", "--force"], "build takes one NAME"),
+                       (["build", "--bogus"], "build: unknown option '--bogus'"),
+                       (["list", "extra"], "list takes no argument (got 'extra')"),
+                       (["list", "--bogus"], "list takes no argument"), (["remove"], "remove needs a NAME"),
+                       (["remove", "--stale", "x"], "remove --stale takes no NAME (got 'x')")):
+        p = nsbox("rootfs", *args)
+        assert p.returncode == 120 and p.stderr.startswith("nsbox rootfs: " + want) and "usage:" in p.stderr, (
+            args, p.returncode, p.stderr)
 
 
 def test_minimal_is_the_hosts_usr():

@@ -220,6 +220,9 @@ static const struct bad_case bad[] = {
 	{ "Limits", "Pids", "ten", "not a number" },
 	{ "Limits", "Pids", "4194305", "too large (at most 4194304, or infinity)" },
 	{ "Limits", "Pids", "1.5", "not a number" },
+	/* Past unsigned long: too large, as for sizes (it said "not a number"). */
+	{ "Limits", "Pids", "99999999999999999999", "too large (at most 4194304, or infinity)" },
+	{ "Limits", "OpenFiles", "99999999999999999999", "too large" },
 	{ "Limits", "CPUs", "-1", "not a decimal number" },
 	{ "Limits", "CPUs", "nan", "not a decimal number" },
 	{ "Limits", "CPUs", "0.001", "too small" },

@@ -291,6 +291,14 @@ static void test_conf(void)
 		{ "[Service]\nAllowGroups=no-such-group-xyzzy\n", "no such group" },
 		{ "[Service]\nBogus=1\n", "unknown key 'Bogus' in [Service]" },
 		{ "[Default]\nMaxMemory=lots\n", "MaxMemory" },
+		/* Sizes and numbers as nsbox-policy(5)'s (strtod took these). */
+		{ "[Default]\nMaxMemory=1.5G\n", "MaxMemory: '1.5G' is not a size of at least 1M" },
+		{ "[Default]\nMaxMemory=0x1p30\n", "MaxMemory" },
+		{ "[Default]\nMaxMemory=100\n", "at least 1M" },
+		{ "[Default]\nMaxCPUs=0.0000001\n", "MaxCPUs: '0.0000001' is not a number of CPUs of at least 0.01" },
+		{ "[Default]\nMaxCPUs=0x2\n", "MaxCPUs" },
+		{ "[Service]\nIdleExitSec=0x10\n", "IdleExitSec" },
+		{ "[Service]\nIdleExitSec= 5e\n", "IdleExitSec" },
 		{ "[Default]\nMaxCPUs=-1\n", "MaxCPUs" },
 		{ "[Default]\nMaxPids=0\n", "MaxPids" },
 		{ "[Default]\nMaxPids=lots\n", "MaxPids" },
@@ -334,6 +342,10 @@ static void test_conf(void)
 	   "AllowUsers, AllowGroups, root and our own uid may connect; others not");
 	ok(conf("[Service]\nHostUidRange=524288-589823\nHostUidRange=\n", &c, eb, sizeof(eb)) == 0 && !c.uid_count,
 	   "HostUidRange= (empty) turns it off");
+	ok(conf("\xef\xbb\xbf[Default]\nMaxMemory=4GB\nMaxCPUs=infinity\n[User:0]\nMaxMemory=4GiB\nMaxCPUs=1e1\n", &c,
+		eb, sizeof(eb)) == 0 &&
+		   c.dflt.max_memory == 4ull << 30 && c.rules[0].max_memory == 4ull << 30 && c.rules[0].max_cpus == 10,
+	   "a byte order mark, 4GB and 4GiB as the policy takes them (%s)", eb);
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		ok(conf(bad[i].text, &c, eb, sizeof(eb)) < 0 && strstr(eb, bad[i].msg), "refused: %s -> %s",
 		   bad[i].msg, eb);
