@@ -49,6 +49,11 @@ uint32_t session_max_frame(const struct nsbox_session *s);
  * (download_dir, upload_dir): seconds from now, 0 to clear.  A request
  * past it ends the session as one the runner did not answer in time. */
 void session_op_deadline(struct nsbox_session *s, double seconds, const char *what);
+/* An API call of one or more requests (a file call, a chunked read, a
+ * tree, set_var...): a cancel asked for before it is dropped now, and one
+ * during it ends the request under way (nsbox_cancel), whichever it is. */
+void session_call_begin(struct nsbox_session *s);
+void session_call_end(struct nsbox_session *s);
 /* The session's control timeout, in seconds. */
 double session_control_timeout(const struct nsbox_session *s);
 /* A tree operation's deadline in all: this many control timeouts (30 s

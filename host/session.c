@@ -89,6 +89,7 @@ struct nsbox_session {
 	struct sandbox sb;
 	bool dead;
 	bool trim; /* a big frame was freed since the last malloc_trim */
+	bool in_call; /* session_call_begin(): a cancel from before the call was dropped */
 	bool big;  /* a big frame came during the session */
 	uint32_t next_id;
 	json_t *hello;
@@ -1447,17 +1448,19 @@ int session_fd(struct nsbox_session *s, struct nsbox_err *err)
 
 /* Whether a cancel was asked for since the last look; the eventfd is
  * emptied then, or always with woken (it woke a wait: for an earlier
- * cancel, taken by a flag alone, it stays readable).  No read() when
- * there was none: this is on every control request's round trip. */
+ * cancel, taken by a flag alone, it stays readable).  Emptied before the
+ * flag is taken, so that a cancel coming in between leaves both set (its
+ * wake-up is not lost).  No read() when there was none: this is on every
+ * control request's round trip. */
 static bool cancel_take(struct nsbox_session *s, bool woken)
 {
-	bool asked = atomic_exchange(&s->cancel_req, false);
 	uint64_t drain;
 
-	if (asked || woken)
-		while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
-			;
-	return asked;
+	if (!woken && !atomic_load(&s->cancel_req))
+		return false;
+	while (read(s->cancel_fd, &drain, sizeof(drain)) > 0)
+		;
+	return atomic_exchange(&s->cancel_req, false);
 }
 
 /* One request and its answer.  sdata (NULL: none) goes as the request's
@@ -1486,9 +1489,9 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 		return err_set(err, ENOMEM, "%s message", proto_type_name(type));
 	if (op_bound)
 		deadline = s->op_deadline;
-	/* A cancel asked for before this request is not for it (within a
-	 * tree operation: before the operation, session_op_deadline). */
-	if (!s->op_deadline)
+	/* A cancel asked for before this request is not for it (within an
+	 * API call of several requests: before the call, session_call_begin). */
+	if (!s->in_call)
 		cancel_take(s, false);
 	id = s->next_id++;
 	if (sdata || pass_fd >= 0) {
@@ -1845,10 +1848,19 @@ double session_control_timeout(const struct nsbox_session *s)
 	return s->o.control_timeout;
 }
 
+void session_call_begin(struct nsbox_session *s)
+{
+	cancel_take(s, false);
+	s->in_call = true;
+}
+
+void session_call_end(struct nsbox_session *s)
+{
+	s->in_call = false;
+}
+
 void session_op_deadline(struct nsbox_session *s, double seconds, const char *what)
 {
-	if (seconds > 0)
-		cancel_take(s, false);
 	s->op_deadline = seconds > 0 ? now_ns() + (unsigned long long)(seconds * 1e9) : 0;
 	s->op_seconds = seconds;
 	s->op_what = what;

@@ -407,7 +407,8 @@ static int fake_boot_id(struct nsbox_err *err)
  * others are binds of it and copy them. */
 static int mask_proc(bool host_root, struct nsbox_err *err)
 {
-	static const char empty[] = NEWROOT "/.masked";
+	/* A name of its own: another root's top level may hold any other. */
+	char empty[] = NEWROOT "/.nsbox-mask-XXXXXX";
 	_cleanup_close_ int null = open_src("/dev/null", err);
 	const char *masked[48];
 	size_t n = rootfs_proc_masked(host_root, masked, ARRAY_SIZE(masked));
@@ -417,8 +418,13 @@ static int mask_proc(bool host_root, struct nsbox_err *err)
 
 	if (null < 0)
 		return -1;
-	if (mkdir(empty, 0555) < 0)
+	if (!mkdtemp(empty))
 		return err_sys(err, "mkdir %s", empty);
+	if (chmod(empty, 0555) < 0) {
+		err_sys(err, "chmod %s", empty);
+		(void)rmdir(empty);
+		return -1;
+	}
 	snprintf(src, sizeof(src), "/proc/self/fd/%d", null);
 	snprintf(dsrc, sizeof(dsrc), "%s", empty);
 	for (size_t i = 0; i < n && r == 0; i++) {

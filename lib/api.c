@@ -1353,7 +1353,9 @@ int nsbox_set_var(nsbox_session_t *s, const char *name, const char *json, nsbox_
 		json_decref(v);
 		return busy(err, "nsbox_set_var");
 	}
+	session_call_begin(s->s);
 	r = session_set_var(s->s, name, v, &e);
+	session_call_end(s->s);
 	leave(s);
 	json_decref(v);
 	return r < 0 ? request_fail(s, &e, err) : 0;
@@ -1374,7 +1376,9 @@ int nsbox_get_var(nsbox_session_t *s, const char *name, char **json, nsbox_error
 		return r;
 	if (!enter(s))
 		return busy(err, "nsbox_get_var");
+	session_call_begin(s->s);
 	r = session_get_var(s->s, name, &v, &e);
+	session_call_end(s->s);
 	leave(s);
 	if (r < 0)
 		return request_fail(s, &e, err);
@@ -1395,7 +1399,9 @@ int nsbox_reset(nsbox_session_t *s, nsbox_error_t **err)
 		return r;
 	if (!enter(s))
 		return busy(err, "nsbox_reset");
+	session_call_begin(s->s);
 	r = session_reset(s->s, &e);
+	session_call_end(s->s);
 	leave(s);
 	return r < 0 ? request_fail(s, &e, err) : 0;
 }
@@ -1574,6 +1580,7 @@ static int file_call_begin(nsbox_session_t *s, const char *path, nsbox_error_t *
 		return r;
 	if (!enter(s))
 		return busy(err, what);
+	session_call_begin(s->s);
 	return 0;
 }
 
@@ -1617,6 +1624,7 @@ static int file_fail(nsbox_error_t **err, const struct nsbox_err *e)
 
 static int file_call_end(nsbox_session_t *s, int r, const struct nsbox_err *e, nsbox_error_t **err)
 {
+	session_call_end(s->s);
 	leave(s);
 	if (r >= 0)
 		return 0;

@@ -1528,7 +1528,12 @@ def cli_run(settings):
         runpy._run_module_code(code, None, "__main__", spec)
     elif mode == "file":
         data = o["source"].encode("latin-1")
-        fname = path or __import__("os").path.abspath(o["name"])
+        # Outside the workspace the host sends the file's name alone: a
+        # path under a directory no one can make (the root is read-only),
+        # so that no file of the session's own stands in for it in a
+        # traceback (linecache reads a file found at __file__ before it
+        # asks the loader below).
+        fname = path or "/nsbox-script/" + o["name"].rpartition("/")[2]
         G["__file__"] = fname
         G["__cached__"] = None
         if not path:

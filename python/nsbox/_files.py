@@ -326,6 +326,8 @@ class AsyncFilesMixin:
         answers back so holds an executor worker only as long as the caller
         lets it."""
         gave_up = []
+        loop = asyncio.get_running_loop()
+        d = self._dispatch
 
         def locked():
             with self._lock:
@@ -333,14 +335,27 @@ class AsyncFilesMixin:
                     return _CLOSED
                 if gave_up:   # cancelled before it began: not begun
                     return None
-                return call()
+                # Network records the call hands over (a session it
+                # ends, as a cancel or a timeout does, gives the rest)
+                # go to on_net_request on the loop's thread, as
+                # documented, not on this one.
+                d.net_hold = []
+                try:
+                    return call()
+                finally:
+                    held, d.net_hold = d.net_hold, None
+                    if held:
+                        try:
+                            loop.call_soon_threadsafe(lambda: [d.deliver(r) for r in held])
+                        except RuntimeError:
+                            pass    # the loop closed meanwhile
 
         def cancel():
             gave_up.append(True)
             with self._hlock:
                 if self._sess is h:
                     self._lib.nsbox_cancel(h)
-        r = await to_the_end(asyncio.get_running_loop().run_in_executor(None, locked), cancel)
+        r = await to_the_end(loop.run_in_executor(None, locked), cancel)
         if r is _CLOSED:
             raise SandboxError("the sandbox is closed", _errno.EBADF)
         return r

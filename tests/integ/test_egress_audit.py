@@ -570,3 +570,49 @@ def test_bad_rules_are_refused():
     assert a.startswith("PolicyError: [Network] Allow=exa mple.com: not a host name"), a
     assert b.startswith("PolicyError: [Network] Allow=*.*.example.com: "), b
     assert c.startswith("TypeError: allow_net must be a list"), c
+
+
+# A file call the sandbox holds, cancelled (asyncio.wait_for): the call
+# ends the session on the executor's thread, where it is freed; the
+# sandbox's last records must still reach on_net_request on the loop's
+# thread, as AsyncSandbox documents.
+CANCELLED_FILE = r'''
+import asyncio, threading
+threads = []
+async def main():
+    loop_thread = threading.get_ident()
+    async with nsbox.AsyncSandbox(timeout=60, allow_net=A["rules"],
+                                  on_net_request=lambda r: threads.append((threading.get_ident(), r["host"]))) as sb:
+        await sb.execute("""
+import socket, struct, sys, threading, time
+def work():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    for i in range(1000000):
+        s.sendto(struct.pack(">HHHHHH", 7, 0x0100, 1, 0, 0, 0) + b"\\x06q%05d\\x06denied\\x04test\\0" % (i % 100000)
+                 + struct.pack(">HH", 1, 1), ("127.0.0.1", 53))
+        try:
+            s.recv(512)
+        except OSError:
+            pass
+threading.Thread(target=work, daemon=True).start()
+r = sys.modules["_nsbox_runner"]
+orig = r.do_file
+r.do_file = lambda *a: (time.sleep(25), orig(*a))[1]
+""")
+        try:
+            await asyncio.wait_for(sb.read_file("/etc/hostname"), 1)
+        except asyncio.TimeoutError:
+            OUT["timed_out"] = True
+        await asyncio.sleep(0.5)
+        OUT["after"] = await sb.execute("1 + 1")
+    OUT["n"] = len(threads)
+    OUT["off_loop"] = sorted({h for t, h in threads if t != loop_thread})[:5]
+asyncio.run(main())
+'''
+
+
+def test_records_of_a_session_a_cancelled_call_ended_reach_the_loop():
+    out = child(CANCELLED_FILE, rules=["allowed.test"])
+    assert out["timed_out"] is True and out["after"] == 2, out
+    assert out["n"] > 0 and out["off_loop"] == [], out

@@ -193,7 +193,7 @@ def test_file_and_stdin_and_argv(tmp_path):
     p = run(str(f), "a", "b")
     # Outside the workspace, the file's name alone (not its host path).
     assert p.stdout == "['prog.py', 'a', 'b']\n"
-    assert 'File "/tmp/prog.py", line 3' in p.stderr
+    assert 'File "/nsbox-script/prog.py", line 3' in p.stderr
     assert p.returncode == 1
     p = run("-", stdin="print(6 * 7)\n")
     assert p.stdout == "42\n" and p.returncode == 0
@@ -708,18 +708,23 @@ def test_source_encoding_pep263(tmp_path):
     bad.write_bytes(b"print(1)\nx = '\xff'\n")
     p = run(str(bad))
     assert p.returncode == 1 and p.stdout == ""
-    assert 'File "/tmp/bad.py", line 2' in p.stderr and "SyntaxError" in p.stderr, p.stderr
+    assert 'File "/nsbox-script/bad.py", line 2' in p.stderr and "SyntaxError" in p.stderr, p.stderr
 
 
 def test_a_file_outside_the_workspace_is_named_by_its_name_alone(tmp_path):
     # Its host path (/home/USER/clients/...) was __file__, sys.argv[0] and
     # the file name of every traceback inside (audit-infoleak).
+    # Nor can a file the code writes where __file__ points stand in for
+    # it in the traceback (linecache reads a file found there first).
     d = tmp_path / "secret-client-dir"
     d.mkdir()
-    (d / "t.py").write_text("import sys\nprint(__file__, sys.argv)\nraise KeyError(1)\n")
+    (d / "t.py").write_text("import sys\nprint(__file__, sys.argv)\n"
+                            "open('/tmp/t.py', 'w').write('FORGED\\n' * 9)\nraise KeyError(1)\n")
     p = run(str(d / "t.py"), "a")
     assert p.returncode == 1 and "secret-client-dir" not in p.stdout + p.stderr, (p.stdout, p.stderr)
-    assert p.stdout == "/tmp/t.py ['t.py', 'a']\n" and 'File "/tmp/t.py", line 3' in p.stderr, (p.stdout, p.stderr)
+    assert p.stdout == "/nsbox-script/t.py ['t.py', 'a']\n", p.stdout
+    assert 'File "/nsbox-script/t.py", line 4' in p.stderr and "raise KeyError(1)" in p.stderr, p.stderr
+    assert "FORGED" not in p.stderr, p.stderr
 
 
 def test_pythonpath_from_setenv():
