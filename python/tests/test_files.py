@@ -556,6 +556,25 @@ def test_close_ends_a_file_call_the_sandbox_holds(libnsbox):
     assert len(errs) == 1 and errs[0].errno == errno.ENOTCONN and "cancelled (nsbox_cancel)" in str(errs[0]), errs
 
 
+def test_a_cancel_from_before_a_call_is_not_for_it(libnsbox):
+    """nsbox_cancel with nothing running (a timer that fired late, a
+    Ctrl-C between calls) must not end the next file or state call, which
+    now end on a cancel: it is dropped when the call begins, as an exec
+    drops it."""
+    with nsbox.Sandbox(timeout=30) as sb:
+        sb.execute("x = 1")
+        sb._lib.nsbox_cancel(sb._sess)
+        sb.write_file("/tmp/a", b"y" * (3 << 20))      # more than one chunk
+        sb._lib.nsbox_cancel(sb._sess)
+        assert sb.read_file("/tmp/a") == b"y" * (3 << 20)
+        sb._lib.nsbox_cancel(sb._sess)
+        assert sb.get_variable("x") == 1
+        sb._lib.nsbox_cancel(sb._sess)
+        sb.set_variable("z", 2)
+        sb._lib.nsbox_cancel(sb._sess)
+        assert sb.execute("x + z") == 3
+
+
 def test_async_file_call_timeout_frees_its_worker(libnsbox):
     """asyncio.wait_for around a file call the sandbox holds: it gave up
     on the caller's side, but the call ran on in an executor worker for the
