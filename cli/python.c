@@ -1225,6 +1225,7 @@ int cmd_python(int argc, char **argv)
 		size_t len;
 		_cleanup_free_ char *raw = NULL;
 		_cleanup_free_ char *inside = NULL;
+		const char *slash;
 		int read_errno;
 
 		if (!f) {
@@ -1251,10 +1252,8 @@ int cmd_python(int argc, char **argv)
 		/* Outside the workspace the sandbox gets the file's name alone
 		 * (as __file__, sys.argv[0], in tracebacks): its host path names
 		 * host users and directories the user did not share. */
-		if (!inside && strrchr(file, '/')) {
-			file = strrchr(file, '/') + 1;
-			py_argv[0] = file;
-		}
+		if (!inside && (slash = strrchr(file, '/')))
+			py_argv[0] = file = slash + 1;
 		json_object_set_new(cli, "mode", json_string("file"));
 		json_object_set_new(cli, "name", json_string(file) ?: json_null());
 		json_object_set_new(cli, "path", inside ? json_string(inside) : json_null());

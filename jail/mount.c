@@ -407,8 +407,8 @@ static int fake_boot_id(struct nsbox_err *err)
  * others are binds of it and copy them. */
 static int mask_proc(bool host_root, struct nsbox_err *err)
 {
-	/* A name of its own: another root's top level may hold any other. */
-	char empty[] = NEWROOT "/.nsbox-mask-XXXXXX";
+	/* A name no other root brings (rootfs-table.c, skip_top). */
+	static const char empty[] = NEWROOT "/.proc_mask";
 	_cleanup_close_ int null = open_src("/dev/null", err);
 	const char *masked[48];
 	size_t n = rootfs_proc_masked(host_root, masked, ARRAY_SIZE(masked));
@@ -418,23 +418,18 @@ static int mask_proc(bool host_root, struct nsbox_err *err)
 
 	if (null < 0)
 		return -1;
-	if (!mkdtemp(empty))
+	if (mkdir(empty, 0555) < 0)
 		return err_sys(err, "mkdir %s", empty);
-	if (chmod(empty, 0555) < 0) {
-		err_sys(err, "chmod %s", empty);
-		(void)rmdir(empty);
-		return -1;
-	}
 	snprintf(src, sizeof(src), "/proc/self/fd/%d", null);
 	snprintf(dsrc, sizeof(dsrc), "%s", empty);
 	for (size_t i = 0; i < n && r == 0; i++) {
 		size_t len = strlen(masked[i]);
 		bool dir = len && masked[i][len - 1] == '/';
-		char *from = dir ? dsrc : src;
+		char(*from)[sizeof(src)] = dir ? &dsrc : &src;
 		bool *once = dir ? &dfirst : &first;
 
 		snprintf(path, sizeof(path), NEWROOT "/proc/%.*s", (int)(dir ? len - 1 : len), masked[i]);
-		if (mount(from, path, NULL, MS_BIND, NULL) < 0) {
+		if (mount(*from, path, NULL, MS_BIND, NULL) < 0) {
 			if (errno == ENOENT) /* not in this kernel's /proc */
 				continue;
 			r = err_sys(err, "mask /proc/%s", masked[i]);
@@ -446,7 +441,7 @@ static int mask_proc(bool host_root, struct nsbox_err *err)
 			 * the directory. */
 			r = set_attr(path, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
 				     false, err);
-			snprintf(from, 128, "%s", path);
+			snprintf(*from, sizeof(*from), "%s", path);
 			*once = false;
 		}
 	}

@@ -30,9 +30,12 @@ static const char *const etc_shared[] = { "matplotlibrc", "services", "protocols
  * its conf.d links name /usr/share/fontconfig, the root's own). */
 static const char *const etc_shared_dirs[] = { "alternatives", "fonts" };
 
+/* Top-level names of another root not shown: ours (the mount points, and
+ * the new root's own scratch names: jail/mount.c, fake_boot_id and
+ * mask_proc), and directories every sandbox gets empty or made. */
 static const char *const skip_top[] = { ".",         "..",   "proc", "dev",  "sys",  "tmp",
 					"etc",       "run",  "workspace", "out", "home", "root", "var",
-					"boot",      "mnt",  "media", "srv", "lost+found" };
+					"boot",      "mnt",  "media", "srv", "lost+found", ".boot_id", ".proc_mask" };
 
 /* Keyrings of the invoking user, and kernel layout that helps exploits.
  * The mode-0400 ones matter when the sandbox user maps to host root

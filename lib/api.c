@@ -58,6 +58,7 @@ struct nsbox_sess {
 	bool ev_done;	  /* ... and has reported DONE */
 	char *ev_args;	  /* the last TOOL_CALL event's args_json */
 	pid_t owner;	  /* the process that made it (fork check) */
+	uint64_t file_max; /* the file calls' default cap: NSBOX_FILE_MAX, read at nsbox_session_new */
 };
 
 struct nsbox_result {
@@ -543,18 +544,22 @@ static int check_session(nsbox_session_t *s, nsbox_error_t **err, const char *wh
 	return 0;
 }
 
-/* The environment variables libnsbox reads (libnsbox(3), ENVIRONMENT):
- * a value it can't use is an error naming it, not the default in its
- * place (NSBOX_FILE_MAX=128M was 64 MiB, NSBOX_SPARE=no a spare). */
-static int env_check(nsbox_error_t **err)
+/* The environment variables a session reads (libnsbox(3), ENVIRONMENT),
+ * once: NSBOX_FILE_MAX into *file_max, NSBOX_SPARE into *spare (as
+ * env_switch gives it).  A value it can't use is an error naming it, not
+ * the default in its place (NSBOX_FILE_MAX=128M was 64 MiB, NSBOX_SPARE=no
+ * a spare). */
+static int env_read(uint64_t *file_max, int *spare, nsbox_error_t **err)
 {
 	const char *v = getenv("NSBOX_FILE_MAX");
-	unsigned long long n;
+	unsigned long long n = SESSION_FILE_MAX_DEFAULT;
 
 	if (v && *v && (parse_size(v, &n) < 0 || !n))
 		return fail(err, -EINVAL,
 			    "nsbox_session_new: NSBOX_FILE_MAX=%s: not a size (bytes, or with K, M, G or T; not 0)", v);
-	if (env_switch("NSBOX_SPARE") == -2)
+	*file_max = n;
+	*spare = env_switch("NSBOX_SPARE");
+	if (*spare == -2)
 		return fail(err, -EINVAL, "nsbox_session_new: NSBOX_SPARE=%s: use 0 or 1 (or no, yes; unset: the default)",
 			    getenv("NSBOX_SPARE"));
 	return 0;
@@ -568,12 +573,14 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	struct nsbox_err e = { 0 };
 	bool named_tree;
 	nsbox_session_t *s;
+	uint64_t file_max = SESSION_FILE_MAX_DEFAULT;
+	int spare_env = -1;
 
 	if (!p || !out)
 		return fail(err, -EINVAL, "nsbox_session_new: %s is NULL", p ? "out" : "the policy");
 	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_session_opts") < 0)
 		return -EINVAL;
-	if (env_check(err) < 0)
+	if (env_read(&file_max, &spare_env, err) < 0)
 		return -EINVAL;
 	/* no_spare (0.3.0) sits in what was the 0.2.0 struct's tail padding:
 	 * a 0.2.0 caller's struct_size covers it, with whatever was there. */
@@ -583,6 +590,7 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	if (!s)
 		return fail(err, -ENOMEM, "nsbox_session_new: out of memory");
 	s->owner = getpid();
+	s->file_max = file_max;
 	if (policy_copy(&s->policy, &p->p, &e) < 0) {
 		free(s);
 		return fail_core(err, &e, -ENOMEM);
@@ -638,7 +646,7 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 	{
 		bool host_paths = s->policy.workspace || s->policy.n_mounts || (s->policy.rootfs && !named_tree);
 
-		so.spare = !o.no_spare && env_switch("NSBOX_SPARE") != 0 && (o.spare || !host_paths);
+		so.spare = !o.no_spare && spare_env != 0 && (o.spare || !host_paths);
 	}
 	so.warn = o.warn;
 	so.warn_ctx = o.warn_userdata;
@@ -1556,16 +1564,10 @@ pid_t api_session_owner(const nsbox_session_t *s)
 
 /* ---- session file operations (since 0.5.0; host/files.c) ---- */
 
-/* The default cap per file per call: 64 MiB, or NSBOX_FILE_MAX (a size,
- * checked by env_check when the session was made). */
-static uint64_t file_max(void)
+/* The default cap per file per call (NULL s: checked as such later). */
+static uint64_t file_max(const nsbox_session_t *s)
 {
-	const char *v = getenv("NSBOX_FILE_MAX");
-	unsigned long long n;
-
-	if (!v || !*v || parse_size(v, &n) < 0 || !n)
-		return SESSION_FILE_MAX_DEFAULT;
-	return n;
+	return s ? s->file_max : SESSION_FILE_MAX_DEFAULT;
 }
 
 static int file_call_begin(nsbox_session_t *s, const char *path, nsbox_error_t **err, const char *what)
@@ -1643,9 +1645,9 @@ int nsbox_write_file(nsbox_session_t *s, const char *path, const void *data, siz
 		return fail(err, -EINVAL, "nsbox_write_file: data is NULL");
 	if (mode > 07777)
 		return fail(err, -EINVAL, "nsbox_write_file: mode %o has bits beyond 07777", (unsigned)mode);
-	if (len > file_max()) {
+	if (len > file_max(s)) {
 		err_set(&e, EFBIG, "nsbox_write_file: %zu bytes is more than the cap of %llu bytes", len,
-			(unsigned long long)file_max());
+			(unsigned long long)file_max(s));
 		return file_fail(err, &e);
 	}
 	if ((r = file_call_begin(s, path, err, "nsbox_write_file")) < 0)
@@ -1665,7 +1667,7 @@ int nsbox_read_file(nsbox_session_t *s, const char *path, char **data, size_t *l
 		return fail(err, -EINVAL, "nsbox_read_file: %s is NULL", !data ? "data" : "len");
 	if ((r = file_call_begin(s, path, err, "nsbox_read_file")) < 0)
 		return r;
-	r = session_file_read(s->s, path, max ? max : file_max(), &buf, &n, &e);
+	r = session_file_read(s->s, path, max ? max : file_max(s), &buf, &n, &e);
 	if ((r = file_call_end(s, r, &e, err)) < 0)
 		return r;
 	*data = buf;
@@ -1687,7 +1689,7 @@ int nsbox_download_dir(nsbox_session_t *s, const char *path, const char *local, 
 	if ((r = file_call_begin(s, path, err, "nsbox_download_dir")) < 0)
 		return r;
 	r = session_download_dir(s->s, path, local, max_bytes ? max_bytes : NSBOX_DIR_MAX_BYTES,
-				 max_files ? max_files : NSBOX_DIR_MAX_FILES, file_max(), &n, &e);
+				 max_files ? max_files : NSBOX_DIR_MAX_FILES, file_max(s), &n, &e);
 	if ((r = file_call_end(s, r, &e, err)) < 0)
 		return r;
 	return (int)n;
@@ -1703,7 +1705,7 @@ int nsbox_upload_dir(nsbox_session_t *s, const char *local, const char *path, ns
 		return fail(err, -EINVAL, "nsbox_upload_dir: local is %s", local ? "empty" : "NULL");
 	if ((r = file_call_begin(s, path, err, "nsbox_upload_dir")) < 0)
 		return r;
-	r = session_upload_dir(s->s, local, path, file_max(), &n, &e);
+	r = session_upload_dir(s->s, local, path, file_max(s), &n, &e);
 	if ((r = file_call_end(s, r, &e, err)) < 0)
 		return r;
 	return n > INT_MAX ? INT_MAX : (int)n;

@@ -431,11 +431,9 @@ int conf_load(struct conf *c, const char *path, bool may_be_missing, char *errbu
 		snprintf(errbuf, errlen, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	if (fstat(fd, &st) < 0 || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode))) {
-		int e = errno;
-		bool stat_failed = fstat(fd, &st) < 0;
-
-		snprintf(errbuf, errlen, "%s: %s", path, stat_failed ? strerror(e) : "not a regular file");
+	r = fstat(fd, &st);
+	if (r < 0 || !(S_ISREG(st.st_mode) || S_ISCHR(st.st_mode))) {
+		snprintf(errbuf, errlen, "%s: %s", path, r < 0 ? strerror(errno) : "not a regular file");
 		close(fd);
 		return -1;
 	}
