@@ -885,15 +885,36 @@ static int refuse_call(struct nsbox_session *s, uint32_t id, const char *name, s
 	return raise_in(s, id, name, buf, err);
 }
 
+/* The call's text for the host, {"args":[...],"kwargs":{...}} (the two in
+ * the sandbox's order), written over its own payload p: each span moves
+ * towards the start, past nothing that is still to be read, and the text
+ * is shorter than the payload ("name" is gone).  Returns p. */
+static const char *call_text(char *p, const struct proto_call *c)
+{
+	bool args_first = c->args_off < c->kwargs_off;
+	const char *k1 = args_first ? "{\"args\":" : "{\"kwargs\":", *k2 = args_first ? ",\"kwargs\":" : ",\"args\":";
+	size_t o1 = args_first ? c->args_off : c->kwargs_off, n1 = args_first ? c->args_len : c->kwargs_len;
+	size_t o2 = args_first ? c->kwargs_off : c->args_off, n2 = args_first ? c->kwargs_len : c->args_len;
+	size_t w1 = strlen(k1), w2 = w1 + n1 + strlen(k2);
+
+	memmove(p + w1, p + o1, n1);
+	memmove(p + w2, p + o2, n2);
+	memcpy(p, k1, strlen(k1));
+	memcpy(p + w1 + n1, k2, strlen(k2));
+	p[w2 + n2] = '}';
+	p[w2 + n2 + 1] = '\0';
+	return p;
+}
+
 /* One CALL of bytes payload: answered at once when it can only fail (over
  * the cap, unknown tool, too much in flight: returns 0), else pending and
  * reported (returns 1).  -1 with err when the session must end. */
-static int on_call(struct nsbox_session *s, uint32_t id, uint32_t bytes, json_t *m, struct session_event *ev,
-		   struct nsbox_err *err)
+static int on_call(struct nsbox_session *s, uint32_t id, uint32_t bytes, const struct proto_call *c,
+		   struct session_event *ev, struct nsbox_err *err)
 {
 	struct exec_state *x = &s->x;
-	const char *name = json_string_value(json_object_get(m, "name"));
-	const struct session_tool *t = find_tool(s, name);
+	const char *name = c->name;
+	const struct session_tool *t = c->name_cut ? NULL : find_tool(s, name);
 
 	if (!t || x->res.tool_calls >= s->o.max_tool_calls)
 		return refuse_call(s, id, name, err);
@@ -926,8 +947,7 @@ static int on_call(struct nsbox_session *s, uint32_t id, uint32_t bytes, json_t 
 	ev->kind = SESSION_EV_CALL;
 	ev->call_id = id;
 	ev->tool = t;
-	ev->args = json_object_get(m, "args");
-	ev->kwargs = json_object_get(m, "kwargs");
+	ev->call_json = call_text(x->cur_frame.payload, c);
 	return 1;
 }
 
@@ -1024,6 +1044,23 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 			goto done;
 		}
 	}
+	if (f->hdr.type == PROTO_CALL) {
+		struct proto_call c;
+
+		/* Judged as the parser would, and passed on as the sandbox's
+		 * text: no tree of its arguments (a 16 MiB CALL of small
+		 * values was two seconds of jansson and some 270 MiB). */
+		if (proto_call_parse(f->payload, f->hdr.len, &c, &e) < 0) {
+			protocol_error(s, &x->res, e.msg);
+			goto done;
+		}
+		k = on_call(s, f->hdr.id, f->hdr.len, &c, ev, &e);
+		if (k >= 0)
+			return k;
+		snprintf(what, sizeof(what), "answering a tool call: %s", e.msg);
+		protocol_error(s, &x->res, what);
+		goto done;
+	}
 	if (f->hdr.type == PROTO_OUTPUT && f->hdr.id == x->id) {
 		/* The runner's own spelling, decoded in place (a jansson tree
 		 * per 64 KiB of output cost a third of nsbox python's printing
@@ -1048,14 +1085,6 @@ static int on_frame(struct nsbox_session *s, struct session_event *ev)
 		ev->data = json_string_value(d);
 		ev->len = json_string_length(d);
 		return output_event(s, ev);
-	}
-	if (f->hdr.type == PROTO_CALL) {
-		k = on_call(s, f->hdr.id, f->hdr.len, m, ev, &e);
-		if (k >= 0)
-			return k;
-		snprintf(what, sizeof(what), "answering a tool call: %s", e.msg);
-		protocol_error(s, &x->res, what);
-		goto done;
 	}
 	if (f->hdr.type == PROTO_RESULT && f->hdr.id == x->id) {
 		struct session_result *res = &x->res;
@@ -1364,7 +1393,7 @@ static int call_tool(struct nsbox_session *s, const struct session_event *ev, st
 	if (!t->fn)
 		return session_exec_answer(s, ev->call_id, NULL,
 					   "this tool is answered through the event API (nsbox_exec_advance)", err);
-	if (t->fn(t->ctx, t->name, ev->args, ev->kwargs, &value, &emsg) < 0)
+	if (t->fn(t->ctx, t->name, ev->call_json, &value, &emsg) < 0)
 		r = session_exec_answer(s, ev->call_id, NULL, emsg ? emsg : "the tool failed", err);
 	else
 		r = session_exec_answer(s, ev->call_id, value, NULL, err);

@@ -27,10 +27,10 @@ struct nsbox_session;
 
 /* A host tool.  On success return 0 with *value a new reference (NULL
  * means None).  On failure return -1 with *error a malloc'd message (or
- * NULL): the runner raises nsbox.ToolError(message).  args and kwargs are
- * borrowed, already checked to be an array and an object. */
-typedef int (*session_tool_fn)(void *ctx, const char *name, json_t *args, json_t *kwargs, json_t **value,
-			       char **error);
+ * NULL): the runner raises nsbox.ToolError(message).  call_json is the
+ * call's JSON text, {"args":[...],"kwargs":{...}} (judged as strictly as
+ * the parser would: proto_call_parse), borrowed. */
+typedef int (*session_tool_fn)(void *ctx, const char *name, const char *call_json, json_t **value, char **error);
 
 struct session_tool {
 	const char *name;		/* a Python identifier */
@@ -156,7 +156,7 @@ struct session_event {
 	size_t len;
 	uint32_t call_id;			/* CALL */
 	const struct session_tool *tool;	/* CALL: borrowed (its fn may be NULL) */
-	json_t *args, *kwargs;			/* CALL: borrowed until the next step */
+	const char *call_json;			/* CALL: {"args":[...],"kwargs":{...}}, borrowed until the next step */
 };
 
 /* Send code.  -1 with err when nothing ran: EPIPE dead session, EINVAL bad

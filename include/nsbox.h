@@ -222,12 +222,13 @@ NSBOX_API int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_sess
 NSBOX_API void nsbox_session_free(nsbox_session_t *s);
 
 /* A tool callback.  args_json is the call's JSON: {"args": [...],
- * "kwargs": {...}} (borrowed, valid during the call).  On success return 0
- * and set *result_json to a malloc'ed JSON text (NULL means None).  On
- * failure return non-zero and set *error_message to a malloc'ed message
- * (may stay NULL): sandboxed code sees nsbox.ToolError(message).  Invalid
- * JSON in *result_json also becomes a ToolError.  Runs on the thread that
- * called nsbox_exec(). */
+ * "kwargs": {...}} (borrowed, valid during the call; the runner's own
+ * spelling of the two, checked strictly: spacing and member order may
+ * vary).  On success return 0 and set *result_json to a malloc'ed JSON
+ * text (NULL means None).  On failure return non-zero and set
+ * *error_message to a malloc'ed message (may stay NULL): sandboxed code
+ * sees nsbox.ToolError(message).  Invalid JSON in *result_json also
+ * becomes a ToolError.  Runs on the thread that called nsbox_exec(). */
 typedef int (*nsbox_tool_fn)(void *userdata, const char *name, const char *args_json, char **result_json,
 			     char **error_message);
 

@@ -56,7 +56,6 @@ struct nsbox_sess {
 					 * from nsbox_exec_start() to nsbox_exec_result() */
 	bool ev_exec;	  /* an event-driven exec holds busy */
 	bool ev_done;	  /* ... and has reported DONE */
-	char *ev_args;	  /* the last TOOL_CALL event's args_json */
 	pid_t owner;	  /* the process that made it (fork check) */
 	uint64_t file_max; /* the file calls' default cap: NSBOX_FILE_MAX, read at nsbox_session_new */
 };
@@ -699,27 +698,19 @@ void nsbox_session_free(nsbox_session_t *s)
 		json_decref(t->schema);
 		free(t);
 	}
-	free(s->ev_args);
 	policy_free(&s->policy);
 	free(s);
 }
 
 /* The core's tool callback: JSON values in, the user's JSON text out. */
-static int call_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, json_t **value, char **error)
+static int call_tool(void *ctx, const char *name, const char *call_json, json_t **value, char **error)
 {
 	const struct api_tool *t = ctx;
-	json_t *call = json_pack("{s:O,s:O}", "args", args, "kwargs", kwargs);
-	_cleanup_free_ char *text = call ? json_dumps(call, JSON_COMPACT) : NULL;
 	char *res = NULL, *emsg = NULL;
 	json_error_t jerr;
 	int r;
 
-	json_decref(call);
-	if (!text) {
-		*error = strdup("out of memory encoding the tool call");
-		return -1;
-	}
-	r = t->fn(t->userdata, name, text, &res, &emsg);
+	r = t->fn(t->userdata, name, call_json, &res, &emsg);
 	if (r != 0) {
 		free(res);
 		*error = emsg;
@@ -1113,8 +1104,6 @@ int nsbox_exec_advance(nsbox_session_t *s, struct nsbox_event *ev, nsbox_error_t
 	if (s->ev_done)
 		return fail(err, -EINVAL, "nsbox_exec_advance: the exec has ended (DONE): take its result");
 	n = ev->struct_size;
-	free(s->ev_args);
-	s->ev_args = NULL;
 	k = session_exec_step(s->s, false, &se, &e);
 	if (k < 0)
 		return fail_core(err, &e, -EINVAL);
@@ -1128,21 +1117,12 @@ int nsbox_exec_advance(nsbox_session_t *s, struct nsbox_event *ev, nsbox_error_t
 		out.data = se.data;
 		out.len = se.len;
 		break;
-	case SESSION_EV_CALL: {
-		json_auto_t *call = json_pack("{s:O,s:O}", "args", se.args, "kwargs", se.kwargs);
-
-		s->ev_args = call ? json_dumps(call, JSON_COMPACT) : NULL;
-		if (!s->ev_args) {
-			/* The call stays pending; the sandbox sees a ToolError. */
-			session_exec_answer(s->s, se.call_id, NULL, "out of memory encoding the tool call", NULL);
-			return fail(err, -ENOMEM, "nsbox_exec_advance: out of memory");
-		}
+	case SESSION_EV_CALL:
 		out.kind = NSBOX_EVENT_TOOL_CALL;
 		out.call_id = se.call_id;
 		out.tool = se.tool->name;
-		out.args_json = s->ev_args;
+		out.args_json = se.call_json;
 		break;
-	}
 	case SESSION_EV_DONE:
 		out.kind = NSBOX_EVENT_DONE;
 		s->ev_done = true;
@@ -1191,8 +1171,6 @@ int nsbox_exec_result(nsbox_session_t *s, nsbox_result_t **out, nsbox_error_t **
 		return k;
 	if (session_exec_finish(s->s, &res, &e) < 0)
 		return fail_core(err, &e, -EINVAL);
-	free(s->ev_args);
-	s->ev_args = NULL;
 	s->ev_exec = s->ev_done = false;
 	leave(s);
 	r = make_result(&res);

@@ -759,9 +759,32 @@ void proto_json_scan(const char *p, size_t len, struct proto_json_scan *st)
 	st->cost += len;
 }
 
-int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **out, struct nsbox_err *err)
+int proto_payload_bounds(unsigned type, const char *p, size_t len, struct nsbox_err *err)
 {
 	struct proto_json_scan st;
+
+	/* A parsed JSON value costs up to ~100 times its text ("{}," is
+	 * three bytes, a jansson object with its table some 250), and the
+	 * parsers recurse per level: bound the count, the cost and the depth
+	 * of what the sandbox sent before parsing it. */
+	proto_json_scan(p, len, &st);
+	if (st.objects > NSBOX_PROTO_MAX_OBJECTS || st.elements + st.objects > NSBOX_PROTO_MAX_ELEMENTS)
+		return err_set(err, EPROTO, "%s payload has more than %u JSON objects or %u elements",
+			       proto_type_name(type), NSBOX_PROTO_MAX_OBJECTS, NSBOX_PROTO_MAX_ELEMENTS);
+	if (st.depth > NSBOX_PROTO_MAX_DEPTH)
+		return err_set(err, EPROTO, "%s payload nests deeper than %u levels", proto_type_name(type),
+			       NSBOX_PROTO_MAX_DEPTH);
+	if (st.cost > (uint64_t)NSBOX_PROTO_COST_FACTOR * len + NSBOX_PROTO_COST_SLACK)
+		return err_set(err, EPROTO,
+			       "%s payload of %zu bytes would cost about %llu MiB to parse (over %u times its size "
+			       "plus %u MiB): too many small values",
+			       proto_type_name(type), len, (unsigned long long)(st.cost >> 20),
+			       NSBOX_PROTO_COST_FACTOR, NSBOX_PROTO_COST_SLACK >> 20);
+	return 0;
+}
+
+int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **out, struct nsbox_err *err)
+{
 	json_error_t jerr;
 	json_t *msg;
 
@@ -774,23 +797,8 @@ int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **ou
 	 * the caller's to check (proto_frame_parts). */
 	if (proto_frame_parts(f, &jlen, &data, &dlen, err) < 0)
 		return -1;
-	/* A parsed JSON value costs up to ~100 times its text ("{}," is
-	 * three bytes, a jansson object with its table some 250), and the
-	 * parsers recurse per level: bound the count, the cost and the depth
-	 * of what the sandbox sent before parsing it. */
-	proto_json_scan(f->payload, jlen, &st);
-	if (st.objects > NSBOX_PROTO_MAX_OBJECTS || st.elements + st.objects > NSBOX_PROTO_MAX_ELEMENTS)
-		return err_set(err, EPROTO, "%s payload has more than %u JSON objects or %u elements",
-			       proto_type_name(f->hdr.type), NSBOX_PROTO_MAX_OBJECTS, NSBOX_PROTO_MAX_ELEMENTS);
-	if (st.depth > NSBOX_PROTO_MAX_DEPTH)
-		return err_set(err, EPROTO, "%s payload nests deeper than %u levels", proto_type_name(f->hdr.type),
-			       NSBOX_PROTO_MAX_DEPTH);
-	if (st.cost > (uint64_t)NSBOX_PROTO_COST_FACTOR * jlen + NSBOX_PROTO_COST_SLACK)
-		return err_set(err, EPROTO,
-			       "%s payload of %u bytes would cost about %llu MiB to parse (over %u times its size "
-			       "plus %u MiB): too many small values",
-			       proto_type_name(f->hdr.type), f->hdr.len, (unsigned long long)(st.cost >> 20),
-			       NSBOX_PROTO_COST_FACTOR, NSBOX_PROTO_COST_SLACK >> 20);
+	if (proto_payload_bounds(f->hdr.type, f->payload, jlen, err) < 0)
+		return -1;
 	/* Duplicate keys could make the two sides see different messages. */
 	msg = json_loadb(f->payload, jlen, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
 	if (!msg) {
@@ -809,7 +817,6 @@ int proto_msg_parse(const struct proto_frame *f, enum proto_dir dir, json_t **ou
 	return 0;
 }
 
-static int utf8_seq(const unsigned char *s, size_t n);
 
 const char *proto_text_inert(const char *s, char *out, size_t size)
 {
@@ -817,7 +824,7 @@ const char *proto_text_inert(const char *s, char *out, size_t size)
 	size_t w = 0, n = strlen(s);
 
 	for (size_t r = 0; r < n;) {
-		int k = utf8_seq(p + r, n - r);
+		int k = proto_utf8_seq(p + r, n - r);
 		uint32_t cp = k == 2   ? (uint32_t)(p[r] & 0x1f) << 6 | (p[r + 1] & 0x3f)
 			      : k == 3 ? (uint32_t)(p[r] & 0x0f) << 12 | (uint32_t)(p[r + 1] & 0x3f) << 6 |
 					 (p[r + 2] & 0x3f)
@@ -847,9 +854,7 @@ const char *proto_text_inert(const char *s, char *out, size_t size)
 	return out;
 }
 
-/* Length of the valid UTF-8 sequence at s (max n bytes): >0 valid length,
- * 0 incomplete but could become valid with more bytes, -1 invalid. */
-static int utf8_seq(const unsigned char *s, size_t n)
+int proto_utf8_seq(const unsigned char *s, size_t n)
 {
 	unsigned char c = s[0];
 	int need;
@@ -895,7 +900,7 @@ static int utf8_seq(const unsigned char *s, size_t n)
 bool proto_utf8_valid(const char *s, size_t n)
 {
 	for (size_t i = 0; i < n;) {
-		int k = utf8_seq((const unsigned char *)s + i, n - i);
+		int k = proto_utf8_seq((const unsigned char *)s + i, n - i);
 
 		if (k <= 0)
 			return false;
@@ -913,7 +918,7 @@ size_t proto_utf8_chars(const char *s, size_t n)
 	return k;
 }
 
-static int hex4(const char *p, uint32_t *out)
+int proto_hex4(const char *p, uint32_t *out)
 {
 	uint32_t v = 0;
 
@@ -934,7 +939,7 @@ static int hex4(const char *p, uint32_t *out)
 	return 0;
 }
 
-static size_t put_utf8(char *w, uint32_t cp)
+size_t proto_put_utf8(char *w, uint32_t cp)
 {
 	if (cp < 0x80) {
 		w[0] = (char)cp;
@@ -997,7 +1002,7 @@ int proto_output_decode(char *p, size_t len, int *stream, const char **data, siz
 		uint32_t cp, lo;
 
 		if (c >= 0x80) {
-			int k = utf8_seq((const unsigned char *)p + r, end - r);
+			int k = proto_utf8_seq((const unsigned char *)p + r, end - r);
 
 			if (k <= 0)
 				return -1;
@@ -1025,19 +1030,19 @@ int proto_output_decode(char *p, size_t len, int *stream, const char **data, siz
 		case 'u': break;
 		default: return -1;
 		}
-		if (end - r < 6 || hex4(p + r + 2, &cp) < 0)
+		if (end - r < 6 || proto_hex4(p + r + 2, &cp) < 0)
 			return -1;
 		r += 6;
 		if (cp >= 0xdc00 && cp <= 0xdfff)
 			return -1;
 		if (cp >= 0xd800 && cp <= 0xdbff) {
-			if (end - r < 6 || p[r] != '\\' || p[r + 1] != 'u' || hex4(p + r + 2, &lo) < 0 || lo < 0xdc00 ||
+			if (end - r < 6 || p[r] != '\\' || p[r + 1] != 'u' || proto_hex4(p + r + 2, &lo) < 0 || lo < 0xdc00 ||
 			    lo > 0xdfff)
 				return -1;
 			r += 6;
 			cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
 		}
-		w += put_utf8(p + w, cp);	/* U+0000 too: the data has its length */
+		w += proto_put_utf8(p + w, cp);	/* U+0000 too: the data has its length */
 	}
 	p[w] = '\0';
 	*data = p + np;
@@ -1244,7 +1249,7 @@ int proto_utf8_sanitize(const char *buf, size_t len, char **out, size_t *out_len
 			i = run;
 			continue;
 		}
-		k = utf8_seq(s + i, len - i);
+		k = proto_utf8_seq(s + i, len - i);
 		if (k > 0) {
 			memcpy(res + o, s + i, (size_t)k);
 			o += (size_t)k;

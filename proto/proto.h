@@ -247,6 +247,39 @@ int proto_output_decode(char *p, size_t len, int *stream, const char **data, siz
  * this way (then parse the frame). */
 int proto_call_name(const char *p, size_t len, char name[PROTO_TOOL_NAME_MAX + 1]);
 
+/* A CALL payload judged as proto_msg_parse() judges it (the same bounds,
+ * JSON as strict as jansson's with duplicate keys and \u0000 in keys
+ * refused, the schema's fields), without building a tree: a tool call's
+ * arguments are passed on as the sandbox's text, and a 16 MiB CALL costs
+ * one pass over it instead of a jansson tree some 16 times its size and a
+ * dump (proto/calljson.c).  Returns 0 with *c filled (offsets into p), or
+ * -1 with err (EPROTO) when proto_msg_parse() would refuse the payload as
+ * a CALL, or it holds a NUL byte (jansson drops one after a number or a
+ * literal: "[1\0,2]" is [1,2] to it; the text passed on must not hold
+ * one).  Never accepts what it refuses, nor reads anything differently
+ * (tests/fuzz/fuzz-proto.c checks both). */
+struct proto_call {
+	char name[PROTO_TOOL_NAME_MAX + 1]; /* the name, cut to fit when name_cut */
+	bool name_cut;			    /* longer than PROTO_TOOL_NAME_MAX bytes: no tool's */
+	size_t args_off, args_len;	    /* the "args" array's text */
+	size_t kwargs_off, kwargs_len;	    /* the "kwargs" object's text */
+};
+int proto_call_parse(const char *p, size_t len, struct proto_call *c, struct nsbox_err *err);
+
+/* proto_msg_parse()'s bounds on what a payload (len bytes of JSON) may
+ * cost to parse: its objects, elements, depth and estimated tree size.  0,
+ * or -1 with err (EPROTO) naming the frame type. */
+int proto_payload_bounds(unsigned type, const char *p, size_t len, struct nsbox_err *err);
+
+/* Pieces of JSON's and UTF-8's rules shared by the hand decoders: the
+ * length of the valid UTF-8 sequence at s (at most n bytes: >0 its length,
+ * 0 incomplete but could become valid, -1 invalid: no overlong forms,
+ * surrogates or code points past U+10FFFF); four hex digits (0, or -1);
+ * cp written as UTF-8 (returns its length, 1 to 4). */
+int proto_utf8_seq(const unsigned char *s, size_t n);
+int proto_hex4(const char *p, uint32_t *out);
+size_t proto_put_utf8(char *w, uint32_t cp);
+
 /* A growing buffer for frames written by hand, without a jansson tree and
  * dump, on the exec round trip (the host's EXEC, the runner's RESULT).
  * After a failed allocation it stays bad and ignores writes; otherwise it

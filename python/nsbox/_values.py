@@ -235,6 +235,10 @@ def decode(v, depth=0):
     if depth > DECODE_DEPTH:
         raise ValueError("value nested more than %d levels deep" % DECODE_DEPTH)
     if t is list:
+        # A long list of scalars (a tool's data) is taken as it is: one
+        # pass in C over its types instead of one in Python over its items.
+        if len(v) > 32 and not _NESTED_SET.intersection(map(type, v)):
+            return v
         return [decode(x, depth) if type(x) in NESTED else x for x in v]
     n = len(v)
     if n == 1:
@@ -252,6 +256,7 @@ def decode(v, depth=0):
 
 
 NESTED = (list, dict)
+_NESTED_SET = frozenset(NESTED)
 
 
 def dumps(v):

@@ -1782,6 +1782,69 @@ def test_malformed_tags_from_inside_are_errors(sb, arg):
     assert sb.execute("take(1)") == 1 and calls == [(1,)]
 
 
+# A forged CALL's arguments reach the tool as the sandbox spelt them
+# (libnsbox passes the text on, judged but not rebuilt): spaces, escapes,
+# kwargs before args and other members are all the same call.
+FORGED_CALLS = [
+    (' { "kwargs" : {"b": [1, 2]} , "x": [{}], "name":"echo", "args" : [ 1 , {"a": null, "\\u00e9": 1.5e300} ] } ',
+     [1, {"a": None, "\u00e9": 1.5e300}], {"b": [1, 2]}),
+    ('{"\\u006eame":"\\u0065cho","args":["\\ud83d\\ude00\\n", -0, 9223372036854775807],"kwargs":{"\\u006b":true}}',
+     ["\U0001F600\n", 0, 9223372036854775807], {"k": True}),
+]
+# Refused as the parser refuses them (the exec ends with a protocol error),
+# and one the parser took: a NUL after a number (jansson drops it) would cut
+# the text handed to the host.
+BAD_CALLS = ['{"name":"echo","args":[{"a":1,"\\u0061":2}],"kwargs":{}}',
+             '{"name":"echo","args":[],"kwargs":{"\\u0000":1}}',
+             '{"name":"echo","args":[9223372036854775808],"kwargs":{}}',
+             '{"name":"echo","args":[1.7976931348623159e308],"kwargs":{}}',
+             '{"name":"echo","args":["\\ud800"],"kwargs":{}}',
+             '{"name":"echo","args":[1\x00],"kwargs":{}}']
+
+
+def test_forged_calls_reach_the_tool_as_spelt(sb):
+    got = []
+
+    @sb.tool
+    def echo(*args, **kwargs):
+        got.append((list(args), kwargs))
+        return 1
+
+    for text, args, kwargs in FORGED_CALLS:
+        t, answer = sb.execute("import _nsbox, json\nt, _, a = _nsbox.call(%r.encode())\n(t, json.loads(a))" % text)
+        assert (t, answer) == (6, {"value": 1}) and got[-1] == (args, kwargs), (text, t, answer, got)
+    for text in BAD_CALLS:
+        n = len(got)
+        with pytest.raises(nsbox.SandboxError, match="protocol|CALL"):
+            sb.execute("import _nsbox\n_nsbox.call(%r.encode())" % text)
+        assert len(got) == n, text
+        assert sb.execute("echo(2)") == 1 and got[-1] == ([2], {})
+
+
+BIG_CALL = """
+import resource, nsbox
+with nsbox.Sandbox(memory="1G", timeout=120) as sb:
+    @sb.tool
+    def lookup(x: list) -> int:
+        return len(x)
+    n = sb.execute(
+        "import _nsbox, json\\n"
+        "p = json.dumps({'name': 'lookup', 'args': [[10] * 3_900_000], 'kwargs': {}}, separators=(',', ':')).encode()\\n"
+        "[json.loads(_nsbox.call(p)[2])['value'] for _ in range(2)]")
+print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
+"""
+
+
+def test_a_large_tool_call_is_not_rebuilt_on_the_host(libnsbox):
+    """A 12 MB CALL of 3.9M small values: libnsbox used to build a jansson
+    tree of it (some 16 times its size) and dump it again before the SDK
+    decoded it: the host's peak memory was ~260-290 MiB, ~100 after."""
+    out = subprocess.run([sys.executable, "-c", BIG_CALL], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n, rss = out.stdout.rsplit(" ", 1)
+    assert n == "[3900000, 3900000]" and int(rss) < 200, out.stdout
+
+
 @pytest.mark.parametrize("text", [b'{"$set":[[1]]}', b'{"$dict":[[1]]}', b'{"$bytes":"@"}', b'{"$complex":[1]}',
                                   b'{"$complex":[true,1]}', b'{"$bytearray":1}', b'{"$dict":[[{"$set":[]},1]]}',
                                   b'[' * 120 + b']' * 120, b"[" * 5000 + b"]" * 5000, b'{"$int":"12z"}',

@@ -85,6 +85,42 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				free(copy);
 			}
 			{
+				/* The host's CALL reader agrees with the parser: the
+				 * same verdict, and the same name, args and kwargs. */
+				struct proto_frame cf = f;
+				struct proto_call c;
+				json_t *ref = NULL;
+				int a, b;
+
+				cf.hdr.type = PROTO_CALL;
+				cf.hdr.flags = 0;
+				a = proto_call_parse(f.payload, f.hdr.len, &c, &err);
+				b = proto_msg_parse(&cf, PROTO_TO_HOST, &ref, &err);
+				/* Stricter in one thing: a NUL byte, which jansson
+				 * drops after a number or a literal ("1\0,2" is
+				 * [1,2] to it) but would cut the text passed on. */
+				if ((a == 0) != (b == 0) && !(a < 0 && f.hdr.len && memchr(f.payload, 0, f.hdr.len)))
+					abort();
+				if (a == 0) {
+					const char *n = json_string_value(json_object_get(ref, "name"));
+					size_t nl = strlen(n);
+					json_t *x = json_loadb(f.payload + c.args_off, c.args_len,
+							       JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
+					json_t *y = json_loadb(f.payload + c.kwargs_off, c.kwargs_len,
+							       JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, NULL);
+
+					if (c.name_cut != (nl > PROTO_TOOL_NAME_MAX) ||
+					    strncmp(c.name, n, PROTO_TOOL_NAME_MAX) || strlen(c.name) != (c.name_cut ? PROTO_TOOL_NAME_MAX : nl))
+						abort();
+					if (!json_equal(x, json_object_get(ref, "args")) ||
+					    !json_equal(y, json_object_get(ref, "kwargs")))
+						abort();
+					json_decref(x);
+					json_decref(y);
+				}
+				json_decref(ref);
+			}
+			{
 				char *o;
 				size_t ol, pend;
 

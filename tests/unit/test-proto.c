@@ -733,6 +733,107 @@ static void test_parse_errors_are_inert(void)
 	CHECK(!strcmp(proto_text_inert("abcdefgh\x01\x02\x03", out, 12), "abcdefgh"), "cut at a whole escape");
 }
 
+/* proto_call_parse: the parser's verdict on every CALL below (jansson's
+ * edges: escaped and duplicate keys at any depth, int64 and double range,
+ * surrogates, UTF-8, what may follow), the same name and argument texts. */
+static void test_call_parse(void)
+{
+	static const char *const cases[] = {
+		"{\"name\":\"f\",\"args\":[1,\"x\"],\"kwargs\":{\"k\":null}}",
+		" {\"kwargs\" : {} ,\"other\":[{}], \"args\": [ ] , \"name\" :\"f\"}\r\n",
+		"{\"\\u006eame\":\"\\u0066\",\"args\":[],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[{\"a\":1,\"\\u0061\":2}],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[{\"a\":1,\"b\":2,\"c\":3,\"d\":4,\"e\":5,\"g\":6,\"h\":7,\"i\":8,\"j\":9,\"a\":0}],"
+		"\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[{\"a\":{\"a\":1},\"b\":{\"a\":1}}],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[],\"kwargs\":{\"\\u0000\":1}}",
+		"{\"name\":\"f\\u0000\",\"args\":[],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\\u0000\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[9223372036854775807,-9223372036854775808],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[9223372036854775808],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[-9223372036854775809],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[1.7976931348623157e308,17976931348623157e292,0e999999,1e-400],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[1.7976931348623159e308],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[0.0000000000000000000001e330],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[-1e309],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[01],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[1.],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[1e+],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[-],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[True],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[nulls],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\\ud83d\\ude00\",\"\\u00e9\\/\\b\\f\\n\\r\\t\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\\ud800\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\\udc00\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\\ud800\\u0041\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\\x\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\xc3\xa9\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\xc0\xaf\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\xed\xa0\x80\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[\"\t\"],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[1,],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[],\"kwargs\":{},}",
+		"{\"name\":\"f\",\"args\":[],\"kwargs\":{}} x",
+		"{\"name\":\"f\",\"args\":[],\"kwargs\":{}}{}",
+		"[1]",
+		"\"f\"",
+		"",
+		"{\"name\":\"f\",\"args\":[],\"kwargs\":[]}",
+		"{\"name\":1,\"args\":[],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":{},\"kwargs\":{}}",
+		"{\"args\":[],\"kwargs\":{}}",
+		"{\"name\":\"f\",\"kwargs\":{}}",
+		"{\"name\":\"f\",\"args\":[]}",
+		"{\"name\":\"f\",\"name\":\"g\",\"args\":[],\"kwargs\":{}}",
+		"{\"name\":\"a123456789a123456789a123456789a123456789a123456789a123456789a1234\",\"args\":[],\"kwargs\":{}}",
+		"{\"name\":\"a123456789a123456789a123456789a123456789a123456789a123456789a123\",\"args\":[],\"kwargs\":{}}",
+	};
+	struct nsbox_err err = { 0 };
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len = strlen(cases[i]);
+		struct proto_frame f = { .hdr = { .len = (uint32_t)len, .type = PROTO_CALL } };
+		struct proto_call c;
+		json_t *m = NULL;
+		int a, b;
+
+		f.payload = strndup(cases[i], len);
+		a = proto_call_parse(cases[i], len, &c, &err);
+		b = proto_msg_parse(&f, PROTO_TO_HOST, &m, &err);
+		CHECK((a == 0) == (b == 0), "CALL case %zu: the parser's verdict (%d, %d: %s)", i, a, b,
+		      a || b ? err.msg : "");
+		if (a == 0 && b == 0) {
+			const char *n = json_string_value(json_object_get(m, "name"));
+			json_t *x = json_loadb(cases[i] + c.args_off, c.args_len, JSON_ALLOW_NUL, NULL);
+			json_t *y = json_loadb(cases[i] + c.kwargs_off, c.kwargs_len, JSON_ALLOW_NUL, NULL);
+
+			CHECK(!strncmp(c.name, n, PROTO_TOOL_NAME_MAX) && c.name_cut == (strlen(n) > PROTO_TOOL_NAME_MAX) &&
+				      json_equal(x, json_object_get(m, "args")) &&
+				      json_equal(y, json_object_get(m, "kwargs")),
+			      "CALL case %zu: the same name (%s%s), args and kwargs", i, c.name, c.name_cut ? "..." : "");
+			json_decref(x);
+			json_decref(y);
+		}
+		json_decref(m);
+		free(f.payload);
+	}
+	{
+		/* Stricter than jansson in one thing: it drops a NUL after a
+		 * number or literal, which would cut the text passed on. */
+		static const char nul[] = "{\"name\":\"f\",\"args\":[1\0,true\0],\"kwargs\":{}}";
+		struct proto_frame f = { .hdr = { .len = sizeof(nul) - 1, .type = PROTO_CALL } };
+		struct proto_call c;
+		json_t *m = NULL;
+
+		f.payload = malloc(sizeof(nul));
+		memcpy(f.payload, nul, sizeof(nul));
+		CHECK(proto_msg_parse(&f, PROTO_TO_HOST, &m, &err) == 0, "jansson takes [1\\0,true\\0] as [1,true]");
+		CHECK(proto_call_parse(nul, sizeof(nul) - 1, &c, &err) < 0, "a NUL byte is refused (%s)", err.msg);
+		json_decref(m);
+		free(f.payload);
+	}
+}
+
 int main(void)
 {
 	test_parse_errors_are_inert();
@@ -748,5 +849,6 @@ int main(void)
 	test_depth_and_cost();
 	test_rich();
 	test_output_decode();
+	test_call_parse();
 	tap_done();
 }

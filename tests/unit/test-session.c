@@ -21,24 +21,26 @@
 		ok(c_, __VA_ARGS__);     \
 	} while (0)
 
-static int add_tool(void *ctx, const char *name, json_t *args, json_t *kwargs, json_t **value, char **error)
+static int add_tool(void *ctx, const char *name, const char *call_json, json_t **value, char **error)
 {
+	json_t *call = json_loads(call_json, 0, NULL), *v;
 	json_int_t sum = 0;
 	size_t i;
-	json_t *v;
 	const char *k;
 
 	(void)ctx;
 	(void)name;
-	json_array_foreach(args, i, v) {
+	json_array_foreach(json_object_get(call, "args"), i, v) {
 		if (!json_is_integer(v)) {
 			*error = strdup("add: integers only");
+			json_decref(call);
 			return -1;
 		}
 		sum += json_integer_value(v);
 	}
-	json_object_foreach(kwargs, k, v)
+	json_object_foreach(json_object_get(call, "kwargs"), k, v)
 		sum += json_integer_value(v);
+	json_decref(call);
 	*value = json_integer(sum);
 	return 0;
 }
