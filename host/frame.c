@@ -19,14 +19,23 @@ int frame_send_buf(struct frame_io *io, uint16_t type, const char *buf, size_t l
 
 static int wait_writable(struct frame_io *io, uint16_t type, unsigned long long deadline, struct nsbox_err *err)
 {
-	struct pollfd p = { io->sock, POLLOUT, 0 };
-	int k = poll(&p, 1, deadline_ms(deadline));
+	struct pollfd p[2] = { { io->sock, POLLOUT, 0 }, { io->cancel_req ? io->cancel_fd : -1, POLLIN, 0 } };
 
-	if (k == 0)
-		return err_set(err, ETIMEDOUT, "the runner stopped reading (sending %s)", proto_type_name(type));
-	if (k < 0 && errno != EINTR)
-		return err_sys(err, "poll");
-	return 0;
+	for (;;) {
+		uint64_t drain;
+		int k = poll(p, 2, deadline_ms(deadline));
+
+		if (k == 0)
+			return err_set(err, ETIMEDOUT, "the runner stopped reading (sending %s)", proto_type_name(type));
+		if (k < 0)
+			return errno == EINTR ? 0 : err_sys(err, "poll");
+		if (p[0].revents || !(p[1].revents & POLLIN))
+			return 0;
+		while (read(io->cancel_fd, &drain, sizeof(drain)) > 0)
+			;
+		if (atomic_exchange(io->cancel_req, false))
+			return err_set(err, ECANCELED, "cancelled (nsbox_cancel) while sending %s", proto_type_name(type));
+	}
 }
 
 void frame_io_release(struct frame_io *io)

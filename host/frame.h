@@ -7,6 +7,7 @@
 #define NSBOX_FRAME_H
 
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -28,6 +29,11 @@ struct frame_io {
 	size_t out_off, out_len, out_cap;
 	uint16_t out_type;		   /* the first frame still waiting, for messages */
 	unsigned long long out_deadline; /* when it must be gone (ns) */
+	/* Set around a control request's send: a wait for room ends with
+	 * ECANCELED when the eventfd wakes it with the flag set (it is
+	 * emptied first, then the flag taken: session.c's cancel_take). */
+	int cancel_fd;			/* -1: none */
+	atomic_bool *cancel_req;
 };
 
 

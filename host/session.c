@@ -1523,6 +1523,10 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 	if (!s->in_call)
 		cancel_take(s, false);
 	id = s->next_id++;
+	/* The send watches the cancel too (a runner that stops reading holds
+	 * it up to the deadline otherwise). */
+	s->io.cancel_fd = s->cancel_fd;
+	s->io.cancel_req = &s->cancel_req;
 	if (sdata || pass_fd >= 0) {
 		_cleanup_free_ char *buf = NULL;
 		size_t len;
@@ -1534,9 +1538,15 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 	} else {
 		k = frame_send_msg(&s->io, type, id, msg, deadline, err);
 	}
+	s->io.cancel_req = NULL;
 	if (k < 0) {
 		if (err->code == EMSGSIZE)
 			return -1;
+		if (err->code == ECANCELED) {
+			end_session(s, &res, true);
+			return err_fail(err, NULL, ECANCELED, "%s: cancelled (nsbox_cancel) while sending; session ended",
+					s->op_deadline ? s->op_what : proto_type_name(type));
+		}
 		/* Nothing was sent (the descriptor goes with the first bytes):
 		 * the host's user has more descriptors in flight over unix
 		 * sockets than this process's RLIMIT_NOFILE, a count the

@@ -556,6 +556,60 @@ def test_close_ends_a_file_call_the_sandbox_holds(libnsbox):
     assert len(errs) == 1 and errs[0].errno == errno.ENOTCONN and "cancelled (nsbox_cancel)" in str(errs[0]), errs
 
 
+# The runner stops reading its socket (for 25 s) once it has answered the
+# next request (the exec's own loop is in C): a request bigger than the
+# socket's buffer (set_variable's value: one frame; a file goes through a
+# descriptor) then waits for room to send.
+HOLD_READS = ("import sys, time\nr = sys.modules['_nsbox_runner']\n"
+              "class Slow:\n"
+              "    def __init__(self, m): self.m = m\n"
+              "    def __getattr__(self, n): return getattr(self.m, n)\n"
+              "    def recv(self): time.sleep(25); return self.m.recv()\n"
+              "r._nsbox = Slow(r._nsbox)")
+
+
+def test_close_ends_a_call_the_runner_does_not_read(libnsbox):
+    """nsbox_cancel reached the waits for an answer, not a send waiting for
+    room: close() from another thread waited out a runner that stopped
+    reading (25 s here, up to the control timeout).  The send ends now,
+    and the session with it."""
+    import threading
+    sb = nsbox.Sandbox(timeout=60)
+    sb.execute(HOLD_READS)
+    sb.write_file("/tmp/small", b"x")
+    errs = []
+
+    def writer():
+        try:
+            sb.set_variable("big", "y" * (8 << 20))
+        except nsbox.SandboxError as e:
+            errs.append(e)
+    t = threading.Thread(target=writer)
+    t.start()
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    sb.close()
+    t.join(30)
+    took = time.monotonic() - t0
+    assert not t.is_alive() and took < 15, took      # 25 s before
+    assert len(errs) == 1 and errs[0].errno == errno.ENOTCONN and "cancelled (nsbox_cancel)" in str(errs[0]), errs
+
+
+def test_async_send_timeout_frees_its_worker(libnsbox):
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=60) as sb:
+            await sb.execute(HOLD_READS)
+            await sb.write_file("/tmp/small", b"x")
+            t0 = time.monotonic()
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(sb.set_variable("big", "y" * (8 << 20)), 1)
+            took = time.monotonic() - t0
+            assert await sb.execute("1 + 1") == 2     # a fresh session
+            return took
+    took = asyncio.run(main())
+    assert took < 15, took
+
+
 def test_a_cancel_from_before_a_call_is_not_for_it(libnsbox):
     """nsbox_cancel with nothing running (a timer that fired late, a
     Ctrl-C between calls) must not end the next file or state call, which
