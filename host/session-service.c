@@ -93,13 +93,18 @@ static int ctl_wait(struct svc_sandbox *v, uint32_t id, uint16_t *type, json_t *
 		 * clears it, so the ERROR is the next read. */
 		if (n < 0 && errno == ECONNRESET && (n = recvmsg(v->ctl, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT)) < 0)
 			errno = ECONNRESET;
-		if (n <= 0)
-			return n < 0 ? err_sys(err, "nsboxd: receive")
-				     : err_set(err, ECONNRESET, "nsboxd closed the connection");
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		/* Ours whatever n says: a packet of 0 bytes reads as the end
+		 * of the connection and may still carry descriptors. */
+		for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
 			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
 				for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int) && n_got < 4; i++)
 					memcpy(&got[n_got++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+		if (n <= 0) {
+			for (size_t i = 0; i < n_got; i++)
+				close(got[i]);
+			return n < 0 ? err_sys(err, "nsboxd: receive")
+				     : err_set(err, ECONNRESET, "nsboxd closed the connection");
+		}
 		if (svc_decode(buf, (size_t)n, type, &rid, msg, err) < 0 || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
 			for (size_t i = 0; i < n_got; i++)
 				close(got[i]);

@@ -1453,11 +1453,13 @@ static int conn_read(struct conn *c)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
-		if (n <= 0) {
-			conn_close(c);
-			return -1;
-		}
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		/* The descriptors are ours as soon as recvmsg returns, whatever
+		 * n says: a packet of 0 bytes reads as 0, like the end of the
+		 * connection, and still carries its descriptors (up to 253 a
+		 * packet: closing the connection without them left them open
+		 * here for good, and a client that connected again ran nsboxd
+		 * out of descriptors). */
+		for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
 			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
 				size_t k2 = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 
@@ -1471,6 +1473,12 @@ static int conn_read(struct conn *c)
 						closer_close(fd, c->uid);
 				}
 			}
+		if (n <= 0) {
+			for (size_t i = 0; i < n_fds; i++)
+				closer_close(fds[i], c->uid);
+			conn_close(c);
+			return -1;
+		}
 		if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || n_fds > SVC_MAX_FDS) {
 			for (size_t i = 0; i < n_fds; i++)
 				closer_close(fds[i], c->uid);
