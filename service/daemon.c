@@ -131,6 +131,7 @@ static struct {
 	int listen_dir;		/* --listen's directory, opened once (listen_on) */
 	bool activated;		/* sd_listen_fds */
 	bool listen_paused;	/* listen_paused(): not accepting */
+	unsigned long long accept_resume;	/* mono_ns(): accept4 ran out of descriptors or memory, retried then */
 	bool stopping;
 	struct conn *conns;
 	unsigned n_conns;
@@ -1361,20 +1362,30 @@ static void conn_close(struct conn *c)
 }
 
 /* No connection is accepted while CLOSER_TOTAL_MAX descriptors wait to be
- * closed (closer.h): each refused or closed one would add its socket.
- * Pauses or resumes accepting as that says; true while paused. */
+ * closed (closer.h): each refused or closed one would add its socket; nor
+ * until D.accept_resume after accept4 found no descriptor or memory for
+ * one.  Pauses or resumes accepting as those say; true while paused. */
 static bool listen_paused(void)
 {
-	bool pause = closer_total() >= CLOSER_TOTAL_MAX;
+	static bool closer_full_said;
+	bool closer_full = closer_total() >= CLOSER_TOTAL_MAX;
+	bool short_of = D.accept_resume && mono_ns() < D.accept_resume;
+	bool pause = closer_full || short_of;
 
+	if (!short_of)
+		D.accept_resume = 0;
 	if (pause != D.listen_paused && D.listen.fd >= 0) {
 		struct epoll_event ev = { .events = pause ? 0 : EPOLLIN, .data.ptr = &D.listen };
 
-		if (epoll_ctl(D.ep, EPOLL_CTL_MOD, D.listen.fd, &ev) == 0) {
+		if (epoll_ctl(D.ep, EPOLL_CTL_MOD, D.listen.fd, &ev) == 0)
 			D.listen_paused = pause;
-			logmsg("%s connections: %u client descriptors wait to be closed", pause ? "not accepting" : "accepting",
-			       closer_total());
-		}
+	}
+	/* Said when the closer's state changes (accepting again only once
+	 * the shortage's pause is over too). */
+	if (closer_full != closer_full_said && (closer_full || !pause) && D.listen_paused == pause) {
+		closer_full_said = closer_full;
+		logmsg("%s connections: %u client descriptors wait to be closed", closer_full ? "not accepting" : "accepting",
+		       closer_total());
 	}
 	return pause;
 }
@@ -1549,8 +1560,25 @@ static bool accept_one(void)
 	socklen_t glen = sizeof(groups);
 	size_t n_groups = 0;
 
-	if (fd < 0)
+	if (fd < 0) {
+		/* The connection stays in the backlog and the listener readable:
+		 * tried again at once, the loop spun on it (all of a CPU) for as
+		 * long as nsboxd had no descriptor to spare.  Tried again in
+		 * 100 ms; meanwhile the rest is served, and what ends frees some. */
+		int e = errno;
+
+		if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+			static unsigned long long said;
+
+			if (!said || mono_ns() - said > 60000000000ull) {
+				logmsg("accept: %s; not accepting for 100 ms at a time until it passes", strerror(e));
+				said = mono_ns();
+			}
+			D.accept_resume = mono_ns() + 100000000ull;
+			(void)listen_paused();
+		}
 		return false;
+	}
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0) {
 		closer_close(fd, (uid_t)-1);
 		return true;
@@ -2075,6 +2103,15 @@ int daemon_run(const struct daemon_opts *o)
 
 			if (h >= 0 && (timeout < 0 || h < timeout))
 				timeout = h;
+		}
+		if (D.accept_resume)
+			(void)listen_paused();	/* accepting again once its time has come */
+		if (D.accept_resume) {
+			unsigned long long now = mono_ns();
+			int a = now < D.accept_resume ? (int)((D.accept_resume - now) / 1000000 + 1) : 0;
+
+			if (timeout < 0 || a < timeout)
+				timeout = a;
 		}
 		n = epoll_wait(D.ep, evs, 64, timeout);
 		n_round_uids = 0;

@@ -970,6 +970,44 @@ def test_started_by_hand_takes_the_hard_descriptor_limit():
         assert d.stop() == 0
 
 
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        st = f.read().rsplit(")", 1)[1].split()
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit (util-linux) is missing")
+def test_out_of_descriptors_accept_does_not_spin():
+    """With no descriptor to spare (here a limit of 40; the empty packets
+    of test_empty_packet_descriptors_are_closed got there at 65,536),
+    accept4 fails with EMFILE, the connection stays in the backlog and the
+    listener readable: nsboxd tried again at once, all of a CPU (2.9 s in
+    3 s) for as long as it lasted.  It pauses accepting for 100 ms at a
+    time instead, says so once, and accepts again when descriptors are
+    back (the silent connections' HELLO timeout frees them here)."""
+    d = Daemon("[Service]\nPoolSize=0\nWorkers=1\nMaxConnections=1000\nHelloTimeoutSec=2\n",
+               wrap=("prlimit", "--nofile=40:40"))
+    held = []
+    try:
+        for _ in range(60):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.connect(d.sock)
+            held.append(s)
+        assert wait_until(lambda: d.fds() >= 39), d.fds()
+        c0 = cpu_seconds(d.p.pid)
+        time.sleep(1.5)
+        assert cpu_seconds(d.p.pid) - c0 < 0.5, d.logtext()
+        assert d.logtext().count("accept: Too many open files") == 1, d.logtext()
+        for s in held:
+            s.close()
+        held = []
+        serves(d.sock)
+    finally:
+        for s in held:
+            s.close()
+        assert d.stop() == 0, d.logtext()
+
+
 def test_max_pids_bounds_what_opens_may_ask():
     """OPEN's pids overrides the profile's: a uid allowed only strict (32)
     could ask for a million per session, and nsboxd's unit has
