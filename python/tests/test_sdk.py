@@ -1839,7 +1839,8 @@ def test_a_large_tool_call_is_not_rebuilt_on_the_host(libnsbox):
     """A 12 MB CALL of 3.9M small values: libnsbox used to build a jansson
     tree of it (some 16 times its size) and dump it again before the SDK
     decoded it: the host's peak memory was ~260-290 MiB, ~100 after."""
-    out = subprocess.run([sys.executable, "-c", BIG_CALL], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", BIG_CALL], env=dict(os.environ, PYTHONPATH=PYDIR), capture_output=True,
+                         text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     n, rss = out.stdout.rsplit(" ", 1)
     assert n == "[3900000, 3900000]" and int(rss) < 200, out.stdout

@@ -68,12 +68,25 @@ def child(body, timeout=120, spares=False, **args):
     return out
 
 
-# Inside: a fetch through the proxies (urllib reads HTTP_PROXY), a name off
-# the list at the DNS responder and at the proxy, and the descriptors the
-# sandbox's process holds.
+# Inside: a fetch through the proxy HTTP_PROXY names, read to its end (the
+# proxy passes the server's end on only once its side of the tunnel is
+# done: the record is whole before the sandbox ends, however late the
+# server's thread closes; urllib closed at the body's last byte, and under
+# load the record said "the sandbox ended"), a name off the list at the DNS
+# responder and at the proxy, and the descriptors the sandbox's process holds.
 FETCH = r'''
-import json, os, socket, urllib.request
-R = {"body": urllib.request.urlopen("http://%(up)s:%(port)d/", timeout=10).read().decode()}
+import json, os, socket, urllib.parse
+px = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+s = socket.create_connection((px.hostname, px.port), timeout=10)
+s.sendall(b"GET http://%(up)s:%(port)d/ HTTP/1.1\r\nHost: %(up)s:%(port)d\r\nConnection: close\r\n\r\n")
+got = b""
+while True:
+    b = s.recv(65536)
+    if not b:
+        break
+    got += b
+s.close()
+R = {"body": got.split(b"\r\n\r\n", 1)[1].decode()}
 try:
     socket.getaddrinfo("denied.example", 80)
     R["dns"] = "resolved"
