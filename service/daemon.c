@@ -75,8 +75,9 @@ struct sess {
 	char handle[SVC_HANDLE_LEN + 1];
 	nsbox_session_t *s;
 	int pidfd;		/* -1 once ended */
+	int sock;		/* the runner socket's host end, kept to empty it at the end (sess_drain); -1 */
 	unsigned host_uid;	/* what the sandbox's user maps to on the host */
-	bool uid_owned;		/* host_uid came from uid_alloc: free it on reap */
+	bool uid_owned;		/* host_uid came from uid_alloc: free it with the session (sess_free) */
 	uint64_t memory;	/* limits charged to the owner's uid */
 	double cpus;
 	uint64_t pids;
@@ -664,9 +665,53 @@ static void sess_unlink(struct conn *c, struct sess *x)
 	x->conn = NULL;
 }
 
-/* x is not in any list, and the worker is done with it. */
+/* What the sandbox left queued to its client (the runner socket is
+ * theirs, shared): the client is done with it, the sandbox is gone.  A
+ * hostile client that never reads, and keeps the socket after CLOSE, held
+ * it all on the host past every quota: up to a memory limit of other
+ * sockets' buffers passed in, and descriptors in flight, which the kernel
+ * counts against the sandbox's host uid (ETOOMANYREFS for the next session
+ * given that uid).  Read without waiting; what came with it goes to the
+ * closer (a close may block). */
+static void sess_drain(struct sess *x)
+{
+	static char data[65536];
+	union {
+		char b[CMSG_SPACE(253 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+
+	if (x->sock < 0)
+		return;
+	for (int round = 0; round < 100000; round++) {
+		struct iovec iov = { data, sizeof(data) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+		ssize_t n = recvmsg(x->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
+			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+				for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+					int fd;
+
+					memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+					closer_close(fd, x->uid);
+				}
+		if (n <= 0)
+			break;
+	}
+	close(x->sock);
+	x->sock = -1;
+}
+
+/* x is not in any list, and the worker is done with it: its sandbox is
+ * gone.  Its uid may be reused once what it left queued is gone. */
 static void sess_free(struct sess *x)
 {
+	sess_drain(x);
+	if (x->uid_owned)
+		uid_free(x->host_uid);
 	if (x->all_prev)
 		x->all_prev->all_next = x->all_next;
 	else
@@ -689,10 +734,9 @@ static void sess_ended(struct sess *x, const struct nsbox_run_status *rs)
 	x->st.term_signal = rs->term_signal;
 	x->st.oom_killed = rs->oom_killed;
 	x->st.peak_memory = rs->peak_memory;
-	/* Only now, with nothing of the sandbox left, may its uid be reused. */
-	if (x->uid_owned)
-		uid_free(x->host_uid);
-	x->uid_owned = false;
+	/* Its uid is reused once the session is freed (CLOSE, or its
+	 * connection gone: sess_free), not before: what the sandbox left
+	 * queued to its client is charged to it until then. */
 	if (x->close_wanted) {
 		struct conn *c = conn_by_serial(x->reply_serial);
 		json_t *st = svc_status_json(&x->st);
@@ -955,7 +999,8 @@ static void finish_open(struct conn *c, struct sess *x)
 		code = EIO, snprintf(eb, sizeof(eb), "%s", nsbox_error_message(ne));
 	drop_error(ne);
 	if (!code && (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd) ||
-		      (x->pidfd = fcntl(out_fds[1], F_DUPFD_CLOEXEC, 3)) < 0))
+		      (x->pidfd = fcntl(out_fds[1], F_DUPFD_CLOEXEC, 3)) < 0 ||
+		      (x->sock = fcntl(out_fds[0], F_DUPFD_CLOEXEC, 3)) < 0))
 		code = EIO, snprintf(eb, sizeof(eb), "getrandom or dup failed");
 	/* Its end must be seen (EXITED, its uid and quota back). */
 	if (!code && epoll_ctl(D.ep, EPOLL_CTL_ADD, x->pidfd, &(struct epoll_event){ .events = EPOLLIN, .data.ptr = x }) < 0)
@@ -993,11 +1038,9 @@ static void open_made(struct sess *x, struct job *j)
 	if (j->rc < 0) {
 		if (c)
 			sess_unlink(c, x);
-		if (x->uid_owned)
-			uid_free(x->host_uid);
 		if (c)
 			reply_error(c, x->open_id, EIO, "%s", j->err);
-		sess_free(x);
+		sess_free(x); /* its uid too */
 		return;
 	}
 	x->s = j->s;
@@ -1132,6 +1175,7 @@ static void handle_open(struct conn *c, uint32_t id, const json_t *m, int *fds, 
 	}
 	x->kind = EV_SESS;
 	x->pidfd = -1;
+	x->sock = -1;
 	x->open_id = id;
 	x->uid = c->uid;
 	x->memory = x_mem;

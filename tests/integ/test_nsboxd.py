@@ -351,7 +351,8 @@ def test_ended_unclosed_sessions_count_towards_the_uids_quota():
         for _ in range(2):
             sb, m = c.open()
             assert sb, m
-            sb.sock.close()     # the runner reads EOF and exits: the sandbox ends by itself
+            sb._send(2, 1, {"code": "import os\nos._exit(0)"})    # the sandbox ends by itself
+            sb.sock.close()
             while True:
                 t, m, _, _ = c.recv()
                 if t == "EXITED":
@@ -1921,6 +1922,64 @@ def test_host_uids_own_their_kernel_counters():
         assert host_timer_ok() == 0
         for sb in sbs:
             sb.close()
+        c.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+# Inside: descriptors sent to the runner socket (fd 3) until the kernel
+# refuses more: all in flight, charged to the sandbox's host uid.
+PARK_FDS = r'''
+import os, socket, array
+fd3 = socket.socket(fileno=os.dup(3))
+r, w = os.pipe()
+sent = 0
+try:
+    while sent < 4000:
+        fd3.sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [r] * 200))], socket.MSG_DONTWAIT)
+        sent += 200
+except OSError:
+    pass
+open("/tmp/sent", "w").write(str(sent))
+'''
+PASS_FD = ("import socket\na, b = socket.socketpair()\ntry:\n    socket.send_fds(a, [b'x'], [0])\n    r = 'passed'\n"
+           "except OSError as e:\n    r = str(e)\nr")
+
+
+@pytest.mark.skipif(not ROOT, reason="needs root: mapping another host uid needs CAP_SETUID")
+def test_what_a_sandbox_left_queued_is_gone_with_its_session():
+    """A sandbox sent descriptors to its runner socket, which its client
+    never read and kept after CLOSE: they stayed in flight, counted against
+    the sandbox's host uid, which nsboxd gave to the next session, another
+    client's (its send_fds failed with ETOOMANYREFS), and held whatever they
+    pinned on the host past every quota.  nsboxd empties the socket when the
+    session is freed, and gives the uid back only then."""
+    d = Daemon(f"[Service]\nPoolSize=0\nHostUidRange={UID_FIRST + 20}-{UID_FIRST + 20}\n")
+    try:
+        c = svcclient.Client(d.sock)
+        bad, m = c.open()
+        assert bad, m
+        bad.id += 1
+        bad._send(2, bad.id, {"code": PARK_FDS + "import time\ntime.sleep(60)", "want_value": False})
+        end = time.monotonic() + 30
+        while not os.path.exists(f"/proc/{bad.pid}/root/tmp/sent"):
+            assert time.monotonic() < end
+            time.sleep(0.05)
+        time.sleep(0.2)
+        parked = int(open(f"/proc/{bad.pid}/root/tmp/sent").read())
+        assert parked > 1024, parked
+        t, m2, _ = c.request("CLOSE", {"handle": bad.handle})
+        assert t == "CLOSED", m2
+        # The client keeps its socket (bad.sock), unread.  The next session
+        # has the same host uid, and may pass a descriptor.
+        c2 = svcclient.Client(d.sock)
+        sb, m3 = c2.open()
+        assert sb and m3["host_uid"] == m["host_uid"], (m, m3)
+        assert sb.exec(PASS_FD)["value"] == "passed"
+        sb.close()
+        c2.close()
+        bad.sock.close()
+        os.close(bad.pidfd)
         c.close()
     finally:
         assert d.stop() == 0, d.logtext()
