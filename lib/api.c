@@ -1604,14 +1604,22 @@ static int file_fail(nsbox_error_t **err, const struct nsbox_err *e)
 
 static int file_call_end(nsbox_session_t *s, int r, const struct nsbox_err *e, nsbox_error_t **err)
 {
+	struct nsbox_err q;
+
 	session_call_end(s->s);
 	leave(s);
 	if (r >= 0)
 		return 0;
+	/* Every message of a file call, made inert here once: they quote
+	 * paths, and a path may hold names the sandbox chose (upload_dir's
+	 * host tree an earlier session wrote back, download_dir's and the
+	 * runner's errors), which reached the caller's terminal raw. */
+	q = *e;
+	proto_text_inert(e->msg, q.msg, sizeof(q.msg));
 	/* A request that ended the session (timeout, protocol error) says so. */
 	if (!session_alive(s->s))
-		return fail_msg(err, -ENOTCONN, e->msg);
-	return file_fail(err, e);
+		return fail_msg(err, -ENOTCONN, q.msg);
+	return file_fail(err, &q);
 }
 
 int nsbox_write_file(nsbox_session_t *s, const char *path, const void *data, size_t len, int mode, nsbox_error_t **err)

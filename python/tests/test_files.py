@@ -383,6 +383,37 @@ R.do_var = lambda typ, msg: {"error": {"type": "Name\x1b[31mError", "message": "
     assert msgs[0].startswith("list_files: list /tmp (gone\\x1b]0;owned\\x07\\x1b[2J\\u202etxt.exe)"), msgs
 
 
+BAD_NAME = "\x1b]0;owned\x07\x1b[2J\u202etxt.exe"
+
+
+def test_names_in_file_call_messages_are_quoted_inert(libnsbox, tmp_path, monkeypatch):
+    """A file call's message quotes paths, and a path may hold names the
+    sandbox chose: upload_dir of a host tree an earlier session wrote back
+    (here: a file over the cap) put the name's OSC, screen clear and bidi
+    override in the host's SandboxFileError raw; so did a read of such a
+    name inside.  Every file call's message is quoted inert (libnsbox's one
+    exit for them)."""
+    monkeypatch.setenv("NSBOX_FILE_MAX", "1K")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with nsbox.Sandbox(workspace=str(ws), timeout=30) as sb:
+        sb.execute("import os; os.makedirs('/workspace/data')\n"
+                   "open('/workspace/data/' + %r, 'wb').write(b'x' * 4096)" % BAD_NAME)
+    assert os.listdir(ws / "data") == [BAD_NAME]
+    msgs = []
+    with nsbox.Sandbox(timeout=30) as sb:
+        sb.execute("import os; os.mkdir('/tmp/' + %r)" % BAD_NAME)
+        for f in (lambda: sb.upload_dir(str(ws / "data"), "/tmp/in"),
+                  lambda: sb.read_file("/tmp/" + BAD_NAME),
+                  lambda: sb.download_dir("/tmp/" + BAD_NAME + "/nope", str(tmp_path / "out"))):
+            with pytest.raises(nsbox.SandboxError) as ei:
+                f()
+            msgs.append(str(ei.value))
+    assert all("\\x1b]0;owned\\x07\\x1b[2J\\u202etxt.exe" in m for m in msgs), msgs
+    assert not [m for m in msgs if any(c < " " or c in "\x7f\u202e" for c in m)], msgs
+    assert "larger than the cap" in msgs[0], msgs
+
+
 def test_bad_arguments(sb):
     with pytest.raises(ValueError):
         sb.read_file("/etc/hostname", max_bytes=0)
