@@ -424,6 +424,7 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
             d.pending = None
             if d.failures:
                 d.failures.clear()
+                d.failure_bytes = 0
             if self._fd < 0:
                 fd = lib.nsbox_session_fd(h)
                 if fd < 0:
@@ -561,6 +562,9 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
         try:
             value = d.invoke(t, args_json)
         except Exception as e:
+            # This frame outlives the call as the f_back of the failure's
+            # traceback (_Dispatch.failed): not with the sandbox's JSON in it.
+            args_json = None
             self._answer(x, call_id, None, d.failed(e))
             return
         except BaseException as e:  # noqa: B036 (KeyboardInterrupt...: end the exec, re-raise after it)

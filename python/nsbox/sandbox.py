@@ -23,6 +23,7 @@ import inspect
 import json
 import os
 import threading
+import traceback
 import weakref
 from ctypes import byref, c_double, c_size_t, c_uint, c_uint64, c_void_p, sizeof
 from typing import Any, Callable, Dict, List, Optional, Tuple, TypeVar, Union, overload
@@ -234,17 +235,49 @@ def _exit_code(msg):
     return msg or None
 
 
+def _running(frame):
+    """Whether frame is still running; if not, its locals are cleared."""
+    try:
+        frame.clear()
+    except RuntimeError:
+        return True
+    return False
+
+
+def _forget_locals(e):
+    """Clear the local variables of the frames in e's traceback, and in
+    those of the exceptions it was raised from or during.  The frames at
+    its head still running are the dispatch's own (the handler that caught
+    it, holding the call's JSON text) and are left out of it; printed, the
+    rest of each traceback is unchanged."""
+    seen = set()
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        tb = x.__traceback__
+        while tb is not None and _running(tb.tb_frame):
+            tb = tb.tb_next
+        x.__traceback__ = tb
+        traceback.clear_frames(tb)
+        todo += [x.__cause__, x.__context__]
+
+
 class _Dispatch:
     """The tool table and the callbacks' state.  The C callbacks reference
     this object, never the Sandbox, so that dropping the last reference to a
     Sandbox frees it at once (no cycle through ctypes)."""
 
     MAX_FAILURES = 64
+    MAX_FAILURE_BYTES = 1 << 20
 
     def __init__(self):
         self.tools = {}
         self.pending = None      # a BaseException (KeyboardInterrupt...) to re-raise after exec
         self.failures = {}       # message sent inside -> the host exception, for __cause__
+        self.failure_bytes = 0   # the length of failures' messages, together
         self.handle = None       # the live session, to cancel it on KeyboardInterrupt
         self.on_output = None
         self.on_net_request = None
@@ -274,9 +307,20 @@ class _Dispatch:
 
     def failed(self, e):
         msg = _tools.error_message(e)
-        if len(self.failures) >= self.MAX_FAILURES:
+        # Kept past the call (until the next exec starts, for __cause__):
+        # its traceback's frames hold the call's arguments, which the
+        # sandbox chose, decoded (several times the frame's bytes).  60
+        # failing calls of 4 MiB held 1.3 GB of the host's memory after
+        # the exec.  The frames keep their file and line, not their
+        # locals; and the messages kept are bounded in bytes too (a tool's
+        # KeyError(name) quotes the sandbox's name).
+        _forget_locals(e)
+        if len(self.failures) >= self.MAX_FAILURES or self.failure_bytes + len(msg) > self.MAX_FAILURE_BYTES:
             self.failures.clear()
-        self.failures[msg] = e
+            self.failure_bytes = 0
+        if len(msg) <= self.MAX_FAILURE_BYTES:
+            self.failures[msg] = e
+            self.failure_bytes += len(msg)
         return msg
 
     @staticmethod
@@ -322,6 +366,10 @@ class _Dispatch:
             except BaseException:
                 pass
             return 1
+        finally:
+            # This frame outlives the call as the f_back of a failure's
+            # traceback (failed()): not with the sandbox's JSON in it.
+            args_json = value = None
 
     def time_left(self):
         """Seconds to the running exec's time limit (a little past it, so
@@ -1107,6 +1155,7 @@ class Sandbox(_files.FilesMixin, _SandboxBase):
             d.pending = None
             if d.failures:
                 d.failures.clear()
+                d.failure_bytes = 0
             # Preallocated out-params: this path is the per-exec overhead.
             res = self._res
             # In the main thread a Ctrl-C cancels the exec (_sigint); the

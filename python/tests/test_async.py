@@ -182,6 +182,38 @@ def test_tool_calls_in_flight_hold_at_most_one_frame_of_arguments(aio):
     assert 5_000_000 in out
 
 
+def test_failed_tool_calls_keep_none_of_their_arguments_async(aio):
+    """As test_sdk's: a failed call's kept exception (the __cause__ to be)
+    held the call's arguments through its frames, sync and async tools."""
+    import gc
+    import tracemalloc
+
+    async def main():
+        async with nsbox.AsyncSandbox(timeout=30) as sb:
+            @sb.tool
+            def total(items: list) -> int:
+                raise ValueError("no total for %d items" % len(items))
+
+            @sb.tool
+            async def atotal(items: list) -> int:
+                await asyncio.sleep(0)
+                raise ValueError("no async total for %d items" % len(items))
+
+            code = ("import nsbox\nn = 0\nfor i in range(8):\n    for f in (total, atotal):\n        try:\n"
+                    "            f(list(range(100000 + i)))\n        except nsbox.ToolError:\n            n += 1\nn")
+            await sb.execute("1")
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                assert await sb.execute(code) == 16
+                gc.collect()
+                return tracemalloc.get_traced_memory()[0] - base
+            finally:
+                tracemalloc.stop()
+    held = arun(main())
+    assert held < 2 << 20, "%d bytes held after the exec" % held
+
+
 def test_tools_that_raise_and_tool_errors(aio):
     async def main():
         async with nsbox.AsyncSandbox(timeout=30) as sb:

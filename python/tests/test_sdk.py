@@ -456,6 +456,41 @@ def test_tools_that_raise(sb):
     assert calls == ["value", "tool", "return", "value", "ok"]
 
 
+def test_failed_tool_calls_keep_none_of_their_arguments(sb):
+    """A failed call's host exception is kept after the exec (it becomes
+    the SandboxedToolError's __cause__), and with it its traceback's
+    frames, and through f_back the dispatch's frame: each held the call's
+    arguments, which the sandbox chose, as JSON text and decoded.  60
+    failing calls of 4 MiB each held 1.3 GB of the host's memory after the
+    exec.  Now the frames keep their file and line, not their locals."""
+    import tracemalloc
+    import traceback
+
+    @sb.tool
+    def total(items: list) -> int:
+        """Sum items."""
+        raise ValueError("no total for %d items" % len(items))
+
+    code = ("import nsbox\nn = 0\nfor i in range(8):\n    try:\n        total(list(range(100000 + i)))\n"
+            "    except nsbox.ToolError:\n        n += 1\nn")
+    sb.execute("1")
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        assert sb.execute(code) == 8
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - base
+    finally:
+        tracemalloc.stop()
+    assert held < 2 << 20, "%d bytes held after the exec" % held
+    # The cause is still there, and its traceback still names the tool.
+    with pytest.raises(nsbox.ToolError) as ei:
+        sb.execute("total([1, 2])")
+    cause = ei.value.__cause__
+    assert isinstance(cause, ValueError) and str(cause) == "no total for 2 items"
+    assert "in total" in "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+
+
 def test_tool_keyboard_interrupt_reaches_host(sb):
     @sb.tool
     def interrupt() -> None:
