@@ -107,7 +107,9 @@ NSBOX_API int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const cha
  * (nsbox_error_step()), and no other error of this call has that step.
  * Since 0.5.0 also -ENOENT, -EPERM or -EINVAL (not a directory) for
  * a workspace or bind source this process can't find, the message naming
- * the key and the path. */
+ * the key and the path.  -EPERM, here and from nsbox_run() and
+ * nsbox_session_new(), for a policy read from a file that lies beneath the
+ * workspace or a writable bind's source: the sandbox could rewrite it. */
 NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
 
 /* The Debian packages the policy's root tree provides (RootFS=NAME, a

@@ -37,6 +37,9 @@
 
 struct nsbox_policy_handle {
 	struct nsbox_policy p;
+	/* The real path of the file the policy was read from (NULL: a
+	 * built-in one), to refuse a workspace or writable bind holding it. */
+	char *file;
 };
 
 struct api_tool {
@@ -287,6 +290,13 @@ int nsbox_policy_new(const char *name_or_file, nsbox_policy_t **out, nsbox_error
 		free(h);
 		return fail_core(err, &e, -EINVAL);
 	}
+	if (name_or_file && !policy_is_builtin_name(name_or_file) && !(h->file = realpath(name_or_file, NULL))) {
+		int x = errno;
+
+		policy_free(&h->p);
+		free(h);
+		return fail(err, x == ENOMEM ? -ENOMEM : -EINVAL, "policy '%s': %s", name_or_file, strerror(x));
+	}
 	*out = h;
 	return 0;
 }
@@ -296,6 +306,7 @@ void nsbox_policy_free(nsbox_policy_t *p)
 	if (!p)
 		return;
 	policy_free(&p->p);
+	free(p->file);
 	free(p);
 }
 
@@ -448,6 +459,54 @@ static int check_host_path(nsbox_error_t **err, const char *key, const char *pat
 	return 0;
 }
 
+/* Whether the host object at path (a workspace, a writable bind's source)
+ * is the policy's file or one of the directories above it: walked up from
+ * the file's real path, compared by identity (so another path to the same
+ * directory counts too). */
+static bool holds_file(const char *file, const char *path)
+{
+	char up[PATH_MAX];
+	struct stat t, a;
+	size_t n = strlen(file);
+
+	if (stat(path, &t) < 0 || n >= sizeof(up))
+		return false;
+	memcpy(up, file, n + 1);
+	for (;;) {
+		char *slash;
+
+		if (stat(n ? up : "/", &a) == 0 && a.st_dev == t.st_dev && a.st_ino == t.st_ino)
+			return true;
+		if (!n || !(slash = strrchr(up, '/')))
+			return false;
+		*slash = '\0';
+		n = (size_t)(slash - up);
+	}
+}
+
+/* A policy read from a file that the sandbox may write (beneath its
+ * workspace or a writable bind, bounded or not: the write-back lands it)
+ * is refused: the sandbox would choose the next run's policy, a bind of
+ * the host's home directory included. */
+static int policy_file_exposed(const nsbox_policy_t *p, nsbox_error_t **err)
+{
+	const char *key = NULL, *where = NULL;
+
+	if (!p->file)
+		return 0;
+	if (p->p.workspace && holds_file(p->file, p->p.workspace))
+		key = "[Filesystem] Workspace=", where = p->p.workspace;
+	for (size_t i = 0; !key && i < p->p.n_mounts; i++)
+		if (p->p.mounts[i].src && p->p.mounts[i].rw && holds_file(p->file, p->p.mounts[i].src))
+			key = "[Filesystem] Bind=", where = p->p.mounts[i].src;
+	if (!key)
+		return 0;
+	return fail(err, -EPERM,
+		    "%s%s holds the policy file %s: the sandbox could rewrite the policy of the next run (keep the "
+		    "policy file outside what the sandbox may write)",
+		    key, where, p->file);
+}
+
 int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err)
 {
 	struct nsbox_err e = { 0 };
@@ -466,6 +525,8 @@ int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err)
 						   m->src, false)) < 0)
 			return r;
 	}
+	if ((r = policy_file_exposed(p, err)) < 0)
+		return r;
 	/* RootFS=NAME names a tree that must be built.  Its errors, and only
 	 * they, carry the step "rootfs": through nsboxd the name is the
 	 * service's to resolve, and the front ends leave exactly this to it. */
@@ -577,6 +638,8 @@ int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *
 
 	if (!p || !out)
 		return fail(err, -EINVAL, "nsbox_session_new: %s is NULL", p ? "out" : "the policy");
+	if (policy_file_exposed(p, err) < 0)
+		return -EPERM;
 	if (copy_opts(&o, sizeof(o), opts, err, "nsbox_session_opts") < 0)
 		return -EINVAL;
 	if (env_read(&file_max, &spare_env, err) < 0)
@@ -1453,6 +1516,8 @@ int nsbox_run(const nsbox_policy_t *p, char *const argv[], const struct nsbox_ru
 		return fail(err, -EINVAL, "nsbox_run: %s is NULL", !p ? "the policy" : !argv ? "argv" : "st");
 	if (!argv[0] || !argv[0][0])
 		return fail(err, -EINVAL, "nsbox_run: no command given");
+	if (policy_file_exposed(p, err) < 0)
+		return -EPERM;
 	n = st->struct_size;
 	if (n < sizeof(size_t))
 		return fail(err, -EINVAL, "nsbox_run: st->struct_size is %zu", n);

@@ -1213,6 +1213,11 @@ static bool is_builtin(const char *name)
 	return false;
 }
 
+bool policy_is_builtin_name(const char *name)
+{
+	return is_builtin(name);
+}
+
 int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_err *err)
 {
 	_cleanup_close_ int fd = -1;

@@ -116,6 +116,9 @@ int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_e
  * say [Policy] Base=strict|permissive|default as their first setting. */
 int policy_load(struct nsbox_policy *p, const char *name_or_file, struct nsbox_err *err);
 
+/* Whether policy_load takes name as a built-in policy (not a file). */
+bool policy_is_builtin_name(const char *name);
+
 /* Parse policy text (the file format) on top of *p.  `origin` names the
  * source in messages: errors read "origin:LINE: what is wrong". */
 int policy_parse(struct nsbox_policy *p, const char *text, size_t len, const char *origin,

@@ -676,6 +676,38 @@ def test_policy_file_and_workspace(libnsbox, tmp_path):
     assert "bad.policy:2" in str(ei.value)
 
 
+def test_policy_file_in_the_workspace_is_refused(libnsbox, tmp_path):
+    """A policy file under the workspace (or a writable bind) is one the
+    sandbox can rewrite for the next session: refused before anything
+    starts, and by nsbox_session_new itself too."""
+    work = tmp_path / "work"
+    work.mkdir()
+    pol = work / "agent.policy"
+    pol.write_text("[Limits]\nPids=48\n")
+    with pytest.raises(nsbox.PolicyError) as ei:
+        nsbox.Sandbox(policy=pol, workspace=work, timeout=30)
+    assert ei.value.errno == errno.EPERM and "holds the policy file" in str(ei.value), ei.value
+    bound = work / "bind.policy"
+    bound.write_text("[Filesystem]\nBind=%s:/data\n" % work)
+    with pytest.raises(nsbox.PolicyError) as ei:
+        nsbox.Sandbox(policy=bound, timeout=30)
+    assert "[Filesystem] Bind=%s holds the policy file" % work in str(ei.value), ei.value
+    lib = nsbox._lib.load()
+    p, out, err = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert lib.nsbox_policy_new(str(pol).encode(), ctypes.byref(p), ctypes.byref(err)) == 0
+    try:
+        assert lib.nsbox_policy_set(p, b"Filesystem", b"Workspace", str(work).encode(), ctypes.byref(err)) == 0
+        assert lib.nsbox_session_new(p, None, ctypes.byref(out), ctypes.byref(err)) == -errno.EPERM
+        lib.nsbox_error_free(err)
+    finally:
+        lib.nsbox_policy_free(p)
+    # Outside it, as before.
+    outside = tmp_path / "agent.policy"
+    outside.write_text("[Limits]\nPids=48\n")
+    with nsbox.Sandbox(policy=outside, workspace=work, timeout=30) as s:
+        assert s.execute("1 + 1") == 2
+
+
 def test_sys_path_as_python_sets_it(libnsbox, tmp_path):
     """'' first (the working directory, /workspace), then PYTHONPATH, as for
     python -c: the workspace's modules import; with the template (spare) and

@@ -150,6 +150,43 @@ def test_host_files_the_cli_writes_follow_no_link_the_sandbox_planted(tmp_path):
     assert rc == 0 and json.loads((tmp_path / "s.json").read_text())["exit_code"] == 0, err
 
 
+def test_a_policy_file_the_sandbox_may_write_is_refused(tmp_path):
+    """A policy file kept in the workspace it grants (nsbox python --policy
+    proj/nsbox.policy --workspace proj), or under a writable bind, was read
+    as it was: the sandbox rewrote it, and the next run of the same command
+    had the sandbox's policy, a rw bind of any host directory included.
+    Refused now, whichever path reaches it; outside, or under a read-only
+    bind, it works as before."""
+    proj, victim = tmp_path / "proj", tmp_path / "victim"
+    (proj / "sub").mkdir(parents=True)
+    victim.mkdir()
+    proj.chmod(0o777)
+    rc, text, err = run(["policy", "show", "--policy", "default"])
+    assert rc == 0, err
+    for pol in (proj / "nsbox.policy", proj / "sub" / "nsbox.policy"):
+        pol.write_text(text)
+        for argv in (["python", "--workspace", str(proj), "--policy", str(pol), "-c", "print('ran')"],
+                     ["run", "--workspace", str(tmp_path / "proj" / "." / "sub" / ".."), "--policy", str(pol),
+                      "--", "echo", "ran"],
+                     ["run", "--bind", f"{proj}:/data", "--policy", str(pol), "--", "echo", "ran"]):
+            rc, out, err = run(argv)
+            assert rc == USAGE and "ran" not in out, (argv, rc, out, err)
+            assert "holds the policy file" in err and "could rewrite the policy" in err, err
+    # The attack this stops: the sandbox adds a bind of a host directory.
+    pol = proj / "nsbox.policy"
+    pol.write_text(text.replace("[Filesystem]", f"[Filesystem]\nBind={victim}:/victim", 1))
+    rc, out, err = run(["python", "--workspace", str(proj), "--policy", str(pol), "-c",
+                        "open('/victim/x', 'w').write('x')"])
+    assert rc == USAGE and os.listdir(victim) == [], (rc, err)
+    # Outside the workspace, or under a read-only bind: as before.
+    outside = tmp_path / "outside.policy"
+    outside.write_text(text)
+    rc, out, err = run(["python", "--workspace", str(proj), "--policy", str(outside), "-c", "print('ran')"])
+    assert rc == 0 and out == "ran\n", err
+    rc, out, err = run(["run", "--ro-bind", f"{proj}:/data", "--policy", str(pol), "--", "echo", "ran"])
+    assert rc == 0 and out == "ran\n", err
+
+
 def test_policy_given_twice_is_refused(tmp_path):
     """The first --policy won and a later one was never loaded or checked:
     `--policy strict --policy /nonexistent` ran strict, status 0.  Every
