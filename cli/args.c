@@ -442,7 +442,10 @@ bool args_left_to_service(int r, const nsbox_error_t *e)
 	return r < 0 && svc && *svc && step && !strcmp(step, "rootfs");
 }
 
-int args_check_command(const char *command, struct cli_err *err)
+/* command's first word as execvp(3) finds it: 1 with its path in found,
+ * 0 when it is not a plain word or is one of sh's own, -1 with err when
+ * no file is there. */
+static int command_file(const char *command, char found[PATH_MAX], struct cli_err *err)
 {
 	char word[PATH_MAX], cand[PATH_MAX];
 	const char *s = command, *path;
@@ -472,7 +475,8 @@ int args_check_command(const char *command, struct cli_err *err)
 			return cli_err_set(err, errno, "%s", word);
 		if (!S_ISREG(st.st_mode) || access(word, X_OK) < 0)
 			return cli_err_set(err, 0, "%s: not an executable file", word);
-		return 0;
+		memcpy(found, word, n + 1);
+		return 1;
 	}
 	/* As execvp(3) searches: each PATH entry, an empty one meaning ".". */
 	path = getenv("PATH");
@@ -483,10 +487,26 @@ int args_check_command(const char *command, struct cli_err *err)
 		struct stat st;
 
 		if (snprintf(cand, sizeof(cand), "%.*s%s%s", (int)dl, dl ? p : ".", "/", word) < (int)sizeof(cand) &&
-		    stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0)
-			return 0;
+		    stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
+			memcpy(found, cand, strlen(cand) + 1);
+			return 1;
+		}
 		if (!p[dl])
 			break;
 	}
 	return cli_err_set(err, 0, "%s: command not found in PATH", word);
+}
+
+int args_check_command(const char *command, struct cli_err *err)
+{
+	char found[PATH_MAX];
+
+	return command_file(command, found, err) < 0 ? -1 : 0;
+}
+
+bool args_command_file(const char *command, char found[PATH_MAX])
+{
+	struct cli_err err;
+
+	return command_file(command, found, &err) == 1;
 }

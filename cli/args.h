@@ -5,6 +5,8 @@
 #ifndef NSBOX_ARGS_H
 #define NSBOX_ARGS_H
 
+#include <limits.h>
+
 #include "cli.h"
 #include "nsbox.h"
 
@@ -36,6 +38,9 @@ int args_unknown_option(const char *cmd, const char *arg, const char *const *ext
  * through PATH as execvp(3) and sh do when it has no '/').  Returns 0, or
  * -1 with err naming the word. */
 int args_check_command(const char *command, struct cli_err *err);
+/* The file command's first word runs (as args_check_command finds it), in
+ * found; false when there is none (sh's own words, not a plain word). */
+bool args_command_file(const char *command, char found[PATH_MAX]);
 
 /* Whether nsbox_policy_check()'s failure (r, e) is one to leave to nsboxd
  * ($NSBOX_CONNECT set): resolving a RootFS=NAME in this host's caches (the

@@ -1194,6 +1194,18 @@ int cmd_python(int argc, char **argv)
 		nsbox_error_free(e);
 		goto usage_quiet;
 	}
+	/* A tool's program runs on the host, outside any sandbox: one the
+	 * sandbox may rewrite (in its workspace, live or written back, or a
+	 * writable bind) would be the sandbox's code run there. */
+	for (size_t k = 0; k < n_tools; k++) {
+		char prog[PATH_MAX];
+
+		if (args_command_file(ctools[k].command, prog) && nsbox_policy_check_host_file(p, prog, &e) < 0) {
+			py_err("--tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
+			nsbox_error_free(e);
+			goto usage_quiet;
+		}
+	}
 	if (list_packages) {
 		rc = print_packages(p, json_mode);
 		free_tools(ctools, n_tools);

@@ -111,6 +111,12 @@ NSBOX_API int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const cha
  * nsbox_session_new(), for a policy read from a file that lies beneath the
  * workspace or a writable bind's source: the sandbox could rewrite it. */
 NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
+/* A host file the caller will trust (run, read as configuration) checked
+ * against p: -EPERM when it lies beneath the workspace or a writable bind's
+ * source (the sandbox could rewrite it; compared by identity, through any
+ * path), -ENOENT when it can't be resolved, 0 otherwise.  nsbox(1) checks
+ * its --tool commands so.  Since 0.5.0. */
+NSBOX_API int nsbox_policy_check_host_file(const nsbox_policy_t *p, const char *path, nsbox_error_t **err);
 
 /* The Debian packages the policy's root tree provides (RootFS=NAME, a
  * built tree; RootFS=DIR; or the host's, without RootFS=), read from the

@@ -484,27 +484,54 @@ static bool holds_file(const char *file, const char *path)
 	}
 }
 
-/* A policy read from a file that the sandbox may write (beneath its
- * workspace or a writable bind, bounded or not: the write-back lands it)
- * is refused: the sandbox would choose the next run's policy, a bind of
- * the host's home directory included. */
+/* The workspace or writable bind (its key and path) that holds the host
+ * file whose real path is file, or NULL: the sandbox may write there,
+ * bounded or not (the write-back lands it). */
+static const char *sandbox_writes(const nsbox_policy_t *p, const char *file, const char **key)
+{
+	if (p->p.workspace && holds_file(file, p->p.workspace)) {
+		*key = "[Filesystem] Workspace=";
+		return p->p.workspace;
+	}
+	for (size_t i = 0; i < p->p.n_mounts; i++)
+		if (p->p.mounts[i].src && p->p.mounts[i].rw && holds_file(file, p->p.mounts[i].src)) {
+			*key = "[Filesystem] Bind=";
+			return p->p.mounts[i].src;
+		}
+	return NULL;
+}
+
+/* A policy read from a file that the sandbox may write is refused: the
+ * sandbox would choose the next run's policy, a bind of the host's home
+ * directory included. */
 static int policy_file_exposed(const nsbox_policy_t *p, nsbox_error_t **err)
 {
-	const char *key = NULL, *where = NULL;
+	const char *key, *where = p->file ? sandbox_writes(p, p->file, &key) : NULL;
 
-	if (!p->file)
-		return 0;
-	if (p->p.workspace && holds_file(p->file, p->p.workspace))
-		key = "[Filesystem] Workspace=", where = p->p.workspace;
-	for (size_t i = 0; !key && i < p->p.n_mounts; i++)
-		if (p->p.mounts[i].src && p->p.mounts[i].rw && holds_file(p->file, p->p.mounts[i].src))
-			key = "[Filesystem] Bind=", where = p->p.mounts[i].src;
-	if (!key)
+	if (!where)
 		return 0;
 	return fail(err, -EPERM,
 		    "%s%s holds the policy file %s: the sandbox could rewrite the policy of the next run (keep the "
 		    "policy file outside what the sandbox may write)",
 		    key, where, p->file);
+}
+
+int nsbox_policy_check_host_file(const nsbox_policy_t *p, const char *path, nsbox_error_t **err)
+{
+	_cleanup_free_ char *real = NULL;
+	const char *key, *where;
+
+	if (!p || !path)
+		return fail(err, -EINVAL, "nsbox_policy_check_host_file: %s is NULL", p ? "path" : "the policy");
+	real = realpath(path, NULL);
+	if (!real)
+		return fail(err, errno == ENOMEM ? -ENOMEM : -ENOENT, "%s: %s", path, strerror(errno));
+	where = sandbox_writes(p, real, &key);
+	if (!where)
+		return 0;
+	return fail(err, -EPERM,
+		    "%s lies beneath %s%s: the sandbox could rewrite it (keep it outside what the sandbox may write)",
+		    real, key, where);
 }
 
 int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err)

@@ -187,6 +187,47 @@ def test_a_policy_file_the_sandbox_may_write_is_refused(tmp_path):
     assert rc == 0 and out == "ran\n", err
 
 
+def test_a_tool_program_the_sandbox_may_write_is_refused(tmp_path):
+    """A --tool command runs on the host, outside any sandbox.  Kept in the
+    workspace (--tool t=proj/tool.sh --workspace proj), the code inside
+    rewrote it and called the tool: with a live workspace its text ran on
+    the host in the same run (as root, for a root nsbox); bounded, in the
+    next.  The command's program (its first word, as found through PATH)
+    beneath the workspace or a writable bind is refused, nsbox python and
+    nsbox mcp alike (an --mcp-server's too); elsewhere it works as before."""
+    proj, ran = tmp_path / "proj", tmp_path / "host-ran"
+    proj.mkdir()
+    proj.chmod(0o777)
+    tool = proj / "tool.sh"
+    tool.write_text("#!/bin/sh\ncat >/dev/null; echo 1\n")
+    tool.chmod(0o755)
+    code = ("open('/workspace/tool.sh', 'w').write('#!/bin/sh\\ncat >/dev/null; touch %s; echo 1\\n')\n"
+            "print(t())" % ran)
+    for argv in (["python", "--workspace", str(proj), "--workspace-size", "infinity", "--tool", f"t={tool}",
+                  "-c", code],
+                 ["python", "--workspace", str(proj), "--tool", f"t={tool} --flag", "-c", code],
+                 ["python", "--bind", f"{tmp_path}:/data", "--tool", f"t={tool}", "-c", "print(t())"],
+                 ["mcp", "--workspace", str(proj), "--tool", f"t={tool}"],
+                 ["mcp", "--workspace", str(proj), "--mcp-server", f"t={tool}"]):
+        rc, out, err = run(argv, input=b"")
+        assert rc != 0 and " t: " in err and "lies beneath" in err and "could rewrite it" in err, (argv, rc, err)
+        assert not ran.exists(), argv
+    # Through PATH too.
+    env_path = os.environ.get("PATH", "")
+    os.environ["PATH"] = f"{proj}:{env_path}"
+    try:
+        rc, out, err = run(["python", "--workspace", str(proj), "--tool", "t=tool.sh", "-c", "print(t())"])
+    finally:
+        os.environ["PATH"] = env_path
+    assert rc == USAGE and "lies beneath" in err, (rc, err)
+    # Outside what the sandbox may write: as before.
+    safe = tmp_path / "safe.sh"
+    safe.write_text(tool.read_text())
+    safe.chmod(0o755)
+    rc, out, err = run(["python", "--workspace", str(proj), "--tool", f"t={safe}", "-c", "print(t())"])
+    assert rc == 0 and out == "1\n", err
+
+
 def test_policy_given_twice_is_refused(tmp_path):
     """The first --policy won and a later one was never loaded or checked:
     `--policy strict --policy /nonexistent` ran strict, status 0.  Every
