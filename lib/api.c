@@ -290,12 +290,13 @@ int nsbox_policy_new(const char *name_or_file, nsbox_policy_t **out, nsbox_error
 		free(h);
 		return fail_core(err, &e, -EINVAL);
 	}
-	if (name_or_file && !policy_is_builtin_name(name_or_file) && !(h->file = realpath(name_or_file, NULL))) {
-		int x = errno;
-
+	/* Where the file lies, for policy_file_exposed(); a file read that
+	 * has no path now (deleted since, a descriptor's) has none to check. */
+	if (name_or_file && !policy_is_builtin_name(name_or_file) && !(h->file = realpath(name_or_file, NULL)) &&
+	    errno == ENOMEM) {
 		policy_free(&h->p);
 		free(h);
-		return fail(err, x == ENOMEM ? -ENOMEM : -EINVAL, "policy '%s': %s", name_or_file, strerror(x));
+		return fail(err, -ENOMEM, "nsbox_policy_new: out of memory");
 	}
 	*out = h;
 	return 0;
