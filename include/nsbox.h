@@ -109,7 +109,8 @@ NSBOX_API int nsbox_policy_setenv(nsbox_policy_t *p, const char *name, const cha
  * a workspace or bind source this process can't find, the message naming
  * the key and the path.  -EPERM, here and from nsbox_run() and
  * nsbox_session_new(), for a policy read from a file that lies beneath the
- * workspace or a writable bind's source: the sandbox could rewrite it. */
+ * workspace or a writable bind's source, or a [Network] Log= there: the
+ * sandbox could rewrite it. */
 NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
 /* A host file the caller will trust (run, read as configuration) checked
  * against p: -EPERM when it lies beneath the workspace or a writable bind's

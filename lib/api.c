@@ -30,6 +30,7 @@
 #include "session.h"
 #include "files.h"
 #include "helper.h"
+#include "hostpath.h"
 #include "util.h"
 #include "api-internal.h"
 
@@ -502,19 +503,53 @@ static const char *sandbox_writes(const nsbox_policy_t *p, const char *file, con
 	return NULL;
 }
 
-/* A policy read from a file that the sandbox may write is refused: the
- * sandbox would choose the next run's policy, a bind of the host's home
- * directory included. */
+/* The real path path has or, not there yet, would have (its directory's
+ * real path and its name); NULL when neither resolves. */
+static char *real_or_new(const char *path)
+{
+	char *r = realpath(path, NULL), *dir, *slash, *out = NULL;
+
+	if (r || errno != ENOENT)
+		return r;
+	dir = strdup(path);
+	if (!dir)
+		return NULL;
+	slash = strrchr(dir, '/');
+	if (slash && slash[1]) {
+		*slash = '\0';
+		r = realpath(slash == dir ? "/" : dir, NULL);
+		if (r && asprintf(&out, "%s/%s", strcmp(r, "/") ? r : "", slash + 1) < 0)
+			out = NULL;
+	} else if (!slash && (r = realpath(".", NULL)) && asprintf(&out, "%s/%s", strcmp(r, "/") ? r : "", dir) < 0) {
+		out = NULL;
+	}
+	free(r);
+	free(dir);
+	return out;
+}
+
+/* Host files the host trusts, where the sandbox may write: refused.  The
+ * policy read from a file (the sandbox would choose the next run's policy,
+ * a bind of the host's home directory included), and the network log,
+ * the record of what the sandbox reached (it replaced the log with its own
+ * lines: through the write-back, or live). */
 static int policy_file_exposed(const nsbox_policy_t *p, nsbox_error_t **err)
 {
 	const char *key, *where = p->file ? sandbox_writes(p, p->file, &key) : NULL;
+	_cleanup_free_ char *log = NULL;
 
-	if (!where)
+	if (where)
+		return fail(err, -EPERM,
+			    "%s%s holds the policy file %s: the sandbox could rewrite the policy of the next run (keep "
+			    "the policy file outside what the sandbox may write)",
+			    key, where, p->file);
+	if (!p->p.net_log || host_path_is_descriptor(p->p.net_log) || !(log = real_or_new(p->p.net_log)) ||
+	    !(where = sandbox_writes(p, log, &key)))
 		return 0;
 	return fail(err, -EPERM,
-		    "%s%s holds the policy file %s: the sandbox could rewrite the policy of the next run (keep the "
-		    "policy file outside what the sandbox may write)",
-		    key, where, p->file);
+		    "[Network] Log=%s lies beneath %s%s: the sandbox could rewrite the record of its own network use "
+		    "(keep the log outside what the sandbox may write)",
+		    p->p.net_log, key, where);
 }
 
 int nsbox_policy_check_host_file(const nsbox_policy_t *p, const char *path, nsbox_error_t **err)

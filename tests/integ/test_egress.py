@@ -882,13 +882,52 @@ def test_a_log_symlink_the_sandbox_planted_is_not_followed(tmp_path):
     assert rc == 0, err
     assert os.readlink(ws / "net.log") == f"{victim}/a" and os.readlink(ws / "logs") == str(victim)
     for log in (ws / "net.log", ws / "logs" / "b"):
-        rc, _, err = run(["run", "--workspace", str(ws), "--allow-net", "allowed.test", "--net-log", str(log),
-                          "--", PY, "-c", "import socket\ntry: socket.getaddrinfo('allowed.test', 443)\n"
-                          "except OSError: pass"])
-        assert os.listdir(victim) == [], log
-        assert rc == 125 and "a symbolic link in the path (not followed" in err, (log, rc, err)
+        # A later run with the same workspace is refused before anything
+        # starts (a log beneath it: test_a_log_the_sandbox_may_write_is_refused);
+        # one without it must not follow the links either.
+        for with_ws in (["--workspace", str(ws)], []):
+            rc, _, err = run(["run"] + with_ws + ["--allow-net", "allowed.test", "--net-log", str(log),
+                              "--", PY, "-c", "import socket\ntry: socket.getaddrinfo('allowed.test', 443)\n"
+                              "except OSError: pass"])
+            assert os.listdir(victim) == [], log
+            if with_ws:
+                # refused either way: beneath it by name (120), or through
+                # the link that leads out of it (125, not followed)
+                assert (rc == 120 and "lies beneath" in err) or (rc == 125 and "not followed" in err), (log, rc, err)
+            else:
+                assert rc == 125 and "a symbolic link in the path (not followed" in err, (log, rc, err)
     rc, _, err = run(["run", "--allow-net", "allowed.test", "--net-log", "/dev/stderr", "--", PY, "-c",
                       "import socket\ntry: socket.getaddrinfo('n.unlisted.test', 443)\nexcept OSError: pass"])
+    assert rc == 0 and '"host":"n.unlisted.test"' in err, (rc, err)
+
+
+def test_a_log_the_sandbox_may_write_is_refused(tmp_path):
+    """The network log is the record of what the sandbox reached, and it
+    often sat in the workspace: the sandbox looked up a name it was denied
+    (logged) and then replaced /workspace/net.log with lines of its own,
+    which the write-back made the host's log (live, it wrote it directly).
+    A log beneath the workspace or a writable bind, there yet or not, is
+    refused (120); elsewhere, and a descriptor of the caller's, as before."""
+    ws = tmp_path / "ws"
+    (ws / "logs").mkdir(parents=True)
+    ws.chmod(0o777)
+    forge = ("import socket, os\ntry: socket.getaddrinfo('exfil.evil.test', 443)\nexcept OSError: pass\n"
+             "os.unlink('/workspace/net.log')\nopen('/workspace/net.log', 'w').write('{}\\n')")
+    (ws / "net.log").write_text("")
+    for argv in (["--workspace", str(ws), "--net-log", str(ws / "net.log")],
+                 ["--workspace", str(ws), "--net-log", str(ws / "logs" / "new.log")],
+                 ["--workspace", str(ws), "--workspace-size", "infinity", "--net-log", str(ws / "net.log")],
+                 ["--bind", f"{ws}:/workspace", "--net-log", str(ws / "net.log")]):
+        rc, _, err = run(["run"] + argv + ["--allow-net", "allowed.test", "--", PY, "-c", forge])
+        assert rc == 120 and "lies beneath" in err and "record of its own network use" in err, (argv, rc, err)
+    assert (ws / "net.log").read_text() == "" and os.listdir(ws / "logs") == []
+    log = tmp_path / "net.log"
+    rc, _, err = run(["run", "--workspace", str(ws), "--allow-net", "allowed.test", "--net-log", str(log), "--",
+                      PY, "-c", forge.replace("os.unlink('/workspace/net.log')\\n", "")])
+    assert rc == 0 and '"host":"exfil.evil.test"' in log.read_text(), (rc, err)
+    rc, _, err = run(["run", "--workspace", str(ws), "--allow-net", "allowed.test", "--net-log", "/dev/stderr",
+                      "--", PY, "-c", "import socket\ntry: socket.getaddrinfo('n.unlisted.test', 443)\n"
+                      "except OSError: pass"])
     assert rc == 0 and '"host":"n.unlisted.test"' in err, (rc, err)
 
 
