@@ -104,6 +104,13 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "nsbox run: no command given (see nsbox run --help)\n");
 		goto out;
 	}
+	/* The status is the run's outcome as the caller will read it: where
+	 * the sandbox may write (its workspace, a writable bind) it replaced
+	 * the file with its own, exit code 0 for a command that failed. */
+	if (json_status && strcmp(json_status, "-") != 0 && nsbox_policy_check_host_file(p, json_status, &e) < 0) {
+		fprintf(stderr, "nsbox run: --json-status %s\n", nsbox_error_message(e));
+		goto out;
+	}
 	/* Before the command runs, not after: a status that cannot be
 	 * written is a usage error, found while nothing has happened yet. */
 	if (json_status && strcmp(json_status, "-") != 0 && (status_fd = cli_open_status(json_status, &err)) < 0) {

@@ -115,8 +115,10 @@ NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
 /* A host file the caller will trust (run, read as configuration) checked
  * against p: -EPERM when it lies beneath the workspace or a writable bind's
  * source (the sandbox could rewrite it; compared by identity, through any
- * path), -ENOENT when it can't be resolved, 0 otherwise.  nsbox(1) checks
- * its --tool commands so.  Since 0.5.0. */
+ * path; a file not there yet by its directory), -ENOENT when neither it nor
+ * its directory resolves, 0 otherwise (also for a descriptor of the caller's:
+ * /dev/stdout, /dev/fd/N...).  nsbox(1) checks its --tool programs and
+ * --json-status so.  Since 0.5.0. */
 NSBOX_API int nsbox_policy_check_host_file(const nsbox_policy_t *p, const char *path, nsbox_error_t **err);
 
 /* The Debian packages the policy's root tree provides (RootFS=NAME, a

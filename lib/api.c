@@ -559,7 +559,9 @@ int nsbox_policy_check_host_file(const nsbox_policy_t *p, const char *path, nsbo
 
 	if (!p || !path)
 		return fail(err, -EINVAL, "nsbox_policy_check_host_file: %s is NULL", p ? "path" : "the policy");
-	real = realpath(path, NULL);
+	if (host_path_is_descriptor(path))
+		return 0;
+	real = real_or_new(path);
 	if (!real)
 		return fail(err, errno == ENOMEM ? -ENOMEM : -ENOENT, "%s: %s", path, strerror(errno));
 	where = sandbox_writes(p, real, &key);

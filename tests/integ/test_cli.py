@@ -127,12 +127,17 @@ def test_host_files_the_cli_writes_follow_no_link_the_sandbox_planted(tmp_path):
     vdir.mkdir()
     victim.write_text("precious\n")
     st = ws / "status.json"
+    # A status file in the workspace is refused now (the sandbox could
+    # replace it: test_a_status_file_the_sandbox_may_write_is_refused) ...
     rc, _, err = run(["run", "--workspace", str(ws), "--json-status", str(st), "--", "/bin/sh", "-c",
-                      f"rm /workspace/status.json && ln -s {victim} /workspace/status.json"])
+                      f"rm -f /workspace/status.json && ln -s {victim} /workspace/status.json"])
+    assert rc == USAGE and "lies beneath" in err and not os.path.lexists(st), err
+    # ... so the link comes from a run that did not ask for one.
+    rc, _, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c",
+                      f"ln -s {victim} /workspace/status.json"])
     assert rc == 0, err
     assert os.readlink(st) == str(victim), "the write-back made the link"
-    assert victim.read_text() == "precious\n", "the status went through the sandbox's link"
-    assert "--json-status" in err and "was replaced during the run" in err, err
+    assert victim.read_text() == "precious\n"
     # The link is there now: the next run refuses it, and so does a link
     # as a directory above the name.
     os.symlink(vdir, ws / "d")
@@ -226,6 +231,31 @@ def test_a_tool_program_the_sandbox_may_write_is_refused(tmp_path):
     safe.chmod(0o755)
     rc, out, err = run(["python", "--workspace", str(proj), "--tool", f"t={safe}", "-c", "print(t())"])
     assert rc == 0 and out == "1\n", err
+
+
+def test_a_status_file_the_sandbox_may_write_is_refused(tmp_path):
+    """--json-status is the run's outcome as the caller reads it.  In the
+    workspace, the sandbox replaced the file (the write-back renamed its
+    own over it) and the caller read exit_code 0 for a command that
+    failed; the host wrote the real status into the replaced file, and only
+    a warning said so.  A status file beneath the workspace or a writable
+    bind is refused (120); elsewhere and "-" as before."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    ws.chmod(0o777)
+    st = ws / "status.json"
+    forge = ("rm -f /workspace/status.json; echo '{\"exit_code\": 0, \"time_limit\": false}' "
+             "> /workspace/status.json; exit 3")
+    for argv in (["--workspace", str(ws)], ["--workspace", str(ws), "--workspace-size", "infinity"],
+                 ["--bind", f"{ws}:/workspace"]):
+        rc, _, err = run(["run"] + argv + ["--json-status", str(st), "--", "/bin/sh", "-c", forge])
+        assert rc == USAGE and "--json-status" in err and "lies beneath" in err, (argv, rc, err)
+        assert not st.exists(), argv
+    rc, _, err = run(["run", "--workspace", str(ws), "--json-status", str(tmp_path / "st.json"), "--",
+                      "/bin/sh", "-c", forge])
+    assert rc == 3 and json.loads((tmp_path / "st.json").read_text())["exit_code"] == 3, err
+    rc, out, err = run(["run", "--workspace", str(ws), "--json-status", "-", "--", "/bin/sh", "-c", "exit 4"])
+    assert rc == 4 and json.loads(out.strip().splitlines()[-1])["exit_code"] == 4, (out, err)
 
 
 def test_policy_given_twice_is_refused(tmp_path):
