@@ -1910,7 +1910,11 @@ def test_a_large_tool_call_is_not_rebuilt_on_the_host(libnsbox):
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     n, rss = out.stdout.rsplit(" ", 1)
-    assert n == "[3900000, 3900000]" and int(rss) < 200, out.stdout
+    assert n == "[3900000, 3900000]", out.stdout
+    # Under ASan (its runtime preloaded: the sanitized passes) a process's
+    # peak is mostly the sanitizer's own (684 MiB here).
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""):
+        assert int(rss) < 200, out.stdout
 
 
 @pytest.mark.parametrize("text", [b'{"$set":[[1]]}', b'{"$dict":[[1]]}', b'{"$bytes":"@"}', b'{"$complex":[1]}',
