@@ -1532,8 +1532,10 @@ static int control_data(struct nsbox_session *s, uint16_t type, json_t *msg, con
 		size_t len;
 
 		if ((sdata ? proto_encode_data(type, id, msg, sdata, sdlen, s->io.max_frame, &buf, &len, err)
-			   : proto_encode(type, id, msg, s->io.max_frame, &buf, &len, err)) < 0)
+			   : proto_encode(type, id, msg, s->io.max_frame, &buf, &len, err)) < 0) {
+			s->io.cancel_req = NULL;
 			return -1;
+		}
 		k = frame_send_buf_fd(&s->io, type, buf, len, pass_fd, deadline, err);
 	} else {
 		k = frame_send_msg(&s->io, type, id, msg, deadline, err);

@@ -665,15 +665,27 @@ static void sess_unlink(struct conn *c, struct sess *x)
 	x->conn = NULL;
 }
 
-/* What the sandbox left queued to its client (the runner socket is
- * theirs, shared): the client is done with it, the sandbox is gone.  A
- * hostile client that never reads, and keeps the socket after CLOSE, held
- * it all on the host past every quota: up to a memory limit of other
- * sockets' buffers passed in, and descriptors in flight, which the kernel
- * counts against the sandbox's host uid (ETOOMANYREFS for the next session
- * given that uid).  Read without waiting; what came with it goes to the
- * closer (a close may block). */
-static void sess_drain(struct sess *x)
+/* What the sandbox left queued to its client on the runner socket (theirs,
+ * shared), read and dropped once the session is freed: the client is done
+ * with it, the sandbox is gone.  A hostile client that never reads, and
+ * keeps the socket after CLOSE, held it all on the host past every quota:
+ * up to a memory limit of other sockets' buffers passed in, and
+ * descriptors in flight, which the kernel counts against the sandbox's
+ * host uid (ETOOMANYREFS for the next session given that uid).  Shut
+ * first (nothing more comes, whoever holds the sandbox's end), read
+ * without waiting, what came with it to the closer (a close may block),
+ * within the closer's caps: past them, the socket waits here, its host uid
+ * with it, and goes on as the closer catches up (drain_more). */
+struct draining {
+	struct draining *next;
+	int sock;
+	uid_t uid;	   /* the client's: its closer lane */
+	unsigned host_uid; /* to give back once empty; 0: none */
+};
+static struct draining *draining;
+
+/* true: sock is empty and closed; false: the closer's caps stopped it. */
+static bool drain(int sock, uid_t uid)
 {
 	static char data[65536];
 	union {
@@ -681,13 +693,15 @@ static void sess_drain(struct sess *x)
 		struct cmsghdr align;
 	} u;
 
-	if (x->sock < 0)
-		return;
-	for (int round = 0; round < 100000; round++) {
+	/* Shut: what is queued is all there is (the sender's buffer). */
+	for (;;) {
 		struct iovec iov = { data, sizeof(data) };
 		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-		ssize_t n = recvmsg(x->sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		ssize_t n;
 
+		if (closer_pending(uid) >= CLOSER_UID_MAX || closer_total() >= CLOSER_TOTAL_MAX)
+			return false;
+		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 		if (n < 0 && errno == EINTR)
 			continue;
 		for (struct cmsghdr *cm = n >= 0 ? CMSG_FIRSTHDR(&mh) : NULL; cm; cm = CMSG_NXTHDR(&mh, cm))
@@ -696,13 +710,48 @@ static void sess_drain(struct sess *x)
 					int fd;
 
 					memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-					closer_close(fd, x->uid);
+					closer_close(fd, uid);
 				}
-		if (n <= 0)
-			break;
+		if (n <= 0) {
+			close(sock);
+			return true;
+		}
 	}
-	close(x->sock);
+}
+
+/* Go on with the sockets the closer's caps stopped (it closed some). */
+static void drain_more(void)
+{
+	for (struct draining **pp = &draining, *d; (d = *pp);) {
+		if (!drain(d->sock, d->uid)) {
+			pp = &d->next;
+			continue;
+		}
+		if (d->host_uid)
+			uid_free(d->host_uid);
+		*pp = d->next;
+		free(d);
+	}
+}
+
+static void sess_drain(struct sess *x)
+{
+	struct draining *d;
+	int sock = x->sock;
+
+	if (sock < 0)
+		return;
 	x->sock = -1;
+	(void)shutdown(sock, SHUT_RDWR);
+	if (drain(sock, x->uid))
+		return;
+	if (!(d = malloc(sizeof(*d)))) {
+		close(sock); /* what is left stays with the client's copy */
+		return;
+	}
+	*d = (struct draining){ draining, sock, x->uid, x->uid_owned ? x->host_uid : 0 };
+	draining = d;
+	x->uid_owned = false; /* given back once empty */
 }
 
 /* x is not in any list, and the worker is done with it: its sandbox is
@@ -2197,6 +2246,7 @@ int daemon_run(const struct daemon_opts *o)
 				worker_collect();
 			} else if (*k == EV_CLOSER) {
 				closer_drain();
+				drain_more();
 				unthrottle();
 			}
 			/* Later events of this batch may name what was freed; epoll
