@@ -154,7 +154,7 @@ int cli_tool_call(const struct cli_tool *t, nsbox_session_t *s, const char *name
 		  char **result_json, char **error)
 {
 	const char *in = args_json;
-	_cleanup_free_ char *out = NULL;
+	_cleanup_free_ char *out = NULL, *one_line = NULL;
 	size_t out_len = 0, in_len, in_done = 0;
 	bool overflow = false;
 	int pin[2] = { -1, -1 }, pout[2] = { -1, -1 };
@@ -167,6 +167,17 @@ int cli_tool_call(const struct cli_tool *t, nsbox_session_t *s, const char *name
 	pid_t pid;
 	int ws;
 
+	/* The call is the sandbox's own spelling (libnsbox hands it on): a
+	 * line break between its tokens is made one line again, as a tool
+	 * reading one line of JSON expects (inside a string it is escaped). */
+	if (strpbrk(args_json, "\r\n")) {
+		json_t *v = json_loads(args_json, JSON_ALLOW_NUL, NULL);
+
+		one_line = v ? json_dumps(v, JSON_COMPACT) : NULL;
+		json_decref(v);
+		if (one_line)
+			in = one_line;
+	}
 	if (pipe2(pin, O_CLOEXEC) < 0 || pipe2(pout, O_CLOEXEC) < 0)
 		goto fail_sys;
 	/* The stop signals are taken only inside ppoll below, so that one

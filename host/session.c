@@ -874,14 +874,16 @@ static int raise_in(struct nsbox_session *s, uint32_t id, const char *name, cons
 static int refuse_call(struct nsbox_session *s, uint32_t id, const char *name, struct nsbox_err *err)
 {
 	struct exec_state *x = &s->x;
-	char buf[256];
+	char buf[512], inert[4 * PROTO_TOOL_NAME_MAX + 8];
 
 	x->res.tool_calls++;
 	if (x->res.tool_calls > s->o.max_tool_calls) {
 		snprintf(buf, sizeof(buf), "tool call limit exceeded (%u per exec)", s->o.max_tool_calls);
 		return raise_in(s, id, name, buf, err);
 	}
-	snprintf(buf, sizeof(buf), "unknown tool '%.64s'", name);
+	/* The sandbox's name, cut at 64 bytes: maybe inside a character,
+	 * which would make the answer invalid UTF-8 (and end the exec). */
+	snprintf(buf, sizeof(buf), "unknown tool '%s'", proto_text_inert(name, inert, sizeof(inert)));
 	return raise_in(s, id, name, buf, err);
 }
 

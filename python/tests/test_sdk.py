@@ -1886,6 +1886,11 @@ def test_forged_calls_reach_the_tool_as_spelt(sb):
             sb.execute("import _nsbox\n_nsbox.call(%r.encode())" % text)
         assert len(got) == n, text
         assert sb.execute("echo(2)") == 1 and got[-1] == ([2], {})
+    # A name past 64 bytes, cut inside a character for the answer's message:
+    # a ToolError inside, not an answer that isn't UTF-8 (a protocol error).
+    t, answer = sb.execute("import _nsbox, json\nt, _, a = _nsbox.call(%r.encode())\n(t, json.loads(a))"
+                           % ('{"name":"%s","args":[],"kwargs":{}}' % ("a" * 63 + "\u00e9")))
+    assert t == 7 and answer["message"].startswith("unknown tool 'aaa"), answer
 
 
 BIG_CALL = """

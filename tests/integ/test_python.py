@@ -351,6 +351,19 @@ def test_tool_success_and_module():
     assert p.stdout.splitlines()[0] == "6 10 True"
 
 
+def test_a_tool_reading_one_line_gets_the_whole_call():
+    """libnsbox hands the sandbox's own spelling of a call on: a forged CALL
+    with line breaks between its tokens reached a --tool program reading one
+    line as a piece of JSON.  The command gets it on one line."""
+    line = "/usr/bin/python3.11 -c 'import json,sys; print(json.dumps(json.loads(sys.stdin.readline())))'"
+    code = ("import _nsbox, json\n"
+            "t, _, a = _nsbox.call(b'{\\n\"name\": \"echo\",\\r\\n\"args\": [1,\\n2],\\n\"kwargs\": {\"k\":\\n\"a\\\\nb\"}\\n}')\n"
+            "print(t, json.loads(a))")
+    p = run("--tool", "echo=" + line, "-c", code)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "6 {'value': {'args': [1, 2], 'kwargs': {'k': 'a\\nb'}}}", p.stdout
+
+
 def test_tool_error_and_non_json():
     code = ("import nsbox\n"
             "for f in (fail, junk):\n"
