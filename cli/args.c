@@ -445,7 +445,10 @@ bool args_left_to_service(int r, const nsbox_error_t *e)
 /* command's first word as execvp(3) finds it: 1 with its path in found,
  * 0 when it is not a plain word or is one of sh's own, -1 with err when
  * no file is there. */
-static int command_file(const char *command, char found[PATH_MAX], struct cli_err *err)
+/* each (may be NULL) is given every place sh looks for the program, up to
+ * where it is found: its nonzero return is returned at once. */
+static int command_file(const char *command, char found[PATH_MAX], struct cli_err *err,
+			int (*each)(const char *place, void *ctx), void *ctx)
 {
 	char word[PATH_MAX], cand[PATH_MAX];
 	const char *s = command, *path;
@@ -470,7 +473,10 @@ static int command_file(const char *command, char found[PATH_MAX], struct cli_er
 			return 0;
 	if (strchr(word, '/')) {
 		struct stat st;
+		int k;
 
+		if (each && (k = each(word, ctx)) != 0)
+			return k;
 		if (stat(word, &st) < 0)
 			return cli_err_set(err, errno, "%s", word);
 		if (!S_ISREG(st.st_mode) || access(word, X_OK) < 0)
@@ -485,12 +491,17 @@ static int command_file(const char *command, char found[PATH_MAX], struct cli_er
 	for (const char *p = path;; p += strcspn(p, ":") + 1) {
 		size_t dl = strcspn(p, ":");
 		struct stat st;
+		int k;
 
-		if (snprintf(cand, sizeof(cand), "%.*s%s%s", (int)dl, dl ? p : ".", "/", word) < (int)sizeof(cand) &&
-		    stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
+		if (snprintf(cand, sizeof(cand), "%.*s%s%s", (int)dl, dl ? p : ".", "/", word) >= (int)sizeof(cand))
+			goto next;
+		if (each && (k = each(cand, ctx)) != 0)
+			return k;
+		if (stat(cand, &st) == 0 && S_ISREG(st.st_mode) && access(cand, X_OK) == 0) {
 			memcpy(found, cand, strlen(cand) + 1);
 			return 1;
 		}
+next:
 		if (!p[dl])
 			break;
 	}
@@ -501,12 +512,37 @@ int args_check_command(const char *command, struct cli_err *err)
 {
 	char found[PATH_MAX];
 
-	return command_file(command, found, err) < 0 ? -1 : 0;
+	return command_file(command, found, err, NULL, NULL) < 0 ? -1 : 0;
 }
 
-bool args_command_file(const char *command, char found[PATH_MAX])
-{
-	struct cli_err err;
+struct places {
+	const nsbox_policy_t *p;
+	nsbox_error_t **e;
+	bool refused;
+};
 
-	return command_file(command, found, &err) == 1;
+static int place_exposed(const char *place, void *ctx)
+{
+	struct places *c = ctx;
+	int k = nsbox_policy_check_host_file(c->p, place, c->e);
+
+	if (k == -EPERM) {
+		c->refused = true;
+		return 2; /* stop */
+	}
+	if (k < 0) { /* a place that is not there: sh's search goes on */
+		nsbox_error_free(*c->e);
+		*c->e = NULL;
+	}
+	return 0;
+}
+
+int args_check_command_places(const char *command, const nsbox_policy_t *p, nsbox_error_t **e)
+{
+	struct places c = { p, e, false };
+	struct cli_err err;
+	char found[PATH_MAX];
+
+	(void)command_file(command, found, &err, place_exposed, &c);
+	return c.refused ? -EPERM : 0;
 }

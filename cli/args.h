@@ -38,9 +38,11 @@ int args_unknown_option(const char *cmd, const char *arg, const char *const *ext
  * through PATH as execvp(3) and sh do when it has no '/').  Returns 0, or
  * -1 with err naming the word. */
 int args_check_command(const char *command, struct cli_err *err);
-/* The file command's first word runs (as args_check_command finds it), in
- * found; false when there is none (sh's own words, not a plain word). */
-bool args_command_file(const char *command, char found[PATH_MAX]);
+/* -EPERM with *e when a place sh looks in for command's program, up to
+ * where it finds it, lies where p's sandbox may write (or passes through
+ * such a place: nsbox_policy_check_host_file): the sandbox could put its
+ * own program there, to run on the host.  0 otherwise. */
+int args_check_command_places(const char *command, const nsbox_policy_t *p, nsbox_error_t **e);
 
 /* Whether nsbox_policy_check()'s failure (r, e) is one to leave to nsboxd
  * ($NSBOX_CONNECT set): resolving a RootFS=NAME in this host's caches (the

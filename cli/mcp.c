@@ -3067,9 +3067,8 @@ bad_value:
 	 * and so is another MCP server's (it runs on the host too). */
 	for (size_t t = 0; t < srv.n_tools + srv.n_up; t++) {
 		const char *cmd = t < srv.n_tools ? srv.tools[t].command : srv.up[t - srv.n_tools].command;
-		char file[PATH_MAX];
 
-		if (args_command_file(cmd, file) && nsbox_policy_check_host_file(p, file, &e) < 0) {
+		if (args_check_command_places(cmd, p, &e) < 0) {
 			fprintf(stderr, "nsbox mcp: %s %s: %s\n", t < srv.n_tools ? "--tool" : "--mcp-server",
 				t < srv.n_tools ? srv.tools[t].name : srv.up[t - srv.n_tools].name, nsbox_error_message(e));
 			nsbox_error_free(e);

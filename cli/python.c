@@ -1209,9 +1209,7 @@ int cmd_python(int argc, char **argv)
 	 * sandbox may rewrite (in its workspace, live or written back, or a
 	 * writable bind) would be the sandbox's code run there. */
 	for (size_t k = 0; k < n_tools; k++) {
-		char prog[PATH_MAX];
-
-		if (args_command_file(ctools[k].command, prog) && nsbox_policy_check_host_file(p, prog, &e) < 0) {
+		if (args_check_command_places(ctools[k].command, p, &e) < 0) {
 			py_err("--tool %s: %s\n", ctools[k].name, nsbox_error_message(e));
 			nsbox_error_free(e);
 			goto usage_quiet;

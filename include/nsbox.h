@@ -115,7 +115,8 @@ NSBOX_API int nsbox_policy_check(const nsbox_policy_t *p, nsbox_error_t **err);
 /* A host file the caller will trust (run, read as configuration) checked
  * against p: -EPERM when it lies beneath the workspace or a writable bind's
  * source (the sandbox could rewrite it; compared by identity, through any
- * path; a file not there yet by its directory), -ENOENT when neither it nor
+ * path; a file not there yet by its directory), or the path as given passes
+ * through a directory there (a link on the way), -ENOENT when neither it nor
  * its directory resolves, 0 otherwise (also for a descriptor of the caller's:
  * /dev/stdout, /dev/fd/N...).  nsbox(1) checks its --tool programs and
  * --json-status so.  Since 0.5.0. */

@@ -552,15 +552,61 @@ static int policy_file_exposed(const nsbox_policy_t *p, nsbox_error_t **err)
 		    p->p.net_log, key, where);
 }
 
+/* A directory the host passes through to reach path as given (from the
+ * current directory), lying in what the sandbox may write: the sandbox
+ * could replace the entry that comes next (with a link to elsewhere, or
+ * make it when it is not there yet).  The real path of the file alone
+ * misses a link on the way (proj/bin -> /opt/x/bin in a workspace proj).
+ * Its real path in *dir (free it), or NULL. */
+static const char *exposed_on_the_way(const nsbox_policy_t *p, const char *path, const char **key, char **dir)
+{
+	char buf[PATH_MAX];
+	size_t n;
+
+	*dir = NULL;
+	if (path[0] == '/')
+		n = (size_t)snprintf(buf, sizeof(buf), "%s", path);
+	else if (getcwd(buf, sizeof(buf)))
+		n = strlen(buf) + (size_t)snprintf(buf + strlen(buf), sizeof(buf) - strlen(buf), "/%s", path);
+	else
+		return NULL;
+	if (n >= sizeof(buf))
+		return NULL;
+	for (char *slash = buf; (slash = strchr(slash, '/')); slash++) {
+		const char *next = slash + 1, *where;
+		size_t len = strcspn(next, "/");
+		char keep;
+
+		if (len == 0 || (len == 1 && next[0] == '.') || (len == 2 && next[0] == '.' && next[1] == '.'))
+			continue;
+		keep = *slash;
+		*slash = '\0';
+		*dir = realpath(slash == buf ? "/" : buf, NULL);
+		*slash = keep;
+		if (!*dir)
+			return NULL; /* not there: nor is anything below (its parent was checked) */
+		if ((where = sandbox_writes(p, *dir, key)))
+			return where;
+		free(*dir);
+		*dir = NULL;
+	}
+	return NULL;
+}
+
 int nsbox_policy_check_host_file(const nsbox_policy_t *p, const char *path, nsbox_error_t **err)
 {
-	_cleanup_free_ char *real = NULL;
+	_cleanup_free_ char *real = NULL, *dir = NULL;
 	const char *key, *where;
 
 	if (!p || !path)
 		return fail(err, -EINVAL, "nsbox_policy_check_host_file: %s is NULL", p ? "path" : "the policy");
 	if (host_path_is_descriptor(path))
 		return 0;
+	if ((where = exposed_on_the_way(p, path, &key, &dir)))
+		return fail(err, -EPERM,
+			    "%s lies beneath %s%s (through %s): the sandbox could rewrite it, or put another in its "
+			    "place (keep it outside what the sandbox may write)",
+			    path, key, where, dir);
 	real = real_or_new(path);
 	if (!real)
 		return fail(err, errno == ENOMEM ? -ENOMEM : -ENOENT, "%s: %s", path, strerror(errno));

@@ -225,6 +225,23 @@ def test_a_tool_program_the_sandbox_may_write_is_refused(tmp_path):
     finally:
         os.environ["PATH"] = env_path
     assert rc == USAGE and "lies beneath" in err, (rc, err)
+    # A link on the way in the workspace (proj/bin -> a host directory), or a
+    # PATH entry sh looks in first there (not made yet), is as much the
+    # sandbox's to change: refused too (the real path alone missed both).
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "tool2.sh").write_text(tool.read_text())
+    (outside / "tool2.sh").chmod(0o755)
+    (proj / "bin").symlink_to(outside)
+    rc, out, err = run(["python", "--workspace", str(proj), "--tool", f"t={proj}/bin/tool2.sh", "-c", "print(t())"])
+    assert rc == USAGE and "lies beneath" in err and "could rewrite it" in err, (rc, err)
+    for path, want in ((f"{proj}/sub:{outside}", USAGE), (f"{outside}", 0)):
+        os.environ["PATH"] = f"{path}:{env_path}"
+        try:
+            rc, out, err = run(["python", "--workspace", str(proj), "--tool", "t=tool2.sh", "-c", "print(t())"])
+        finally:
+            os.environ["PATH"] = env_path
+        assert rc == want and ("lies beneath" in err if want else out == "1\n"), (path, rc, err)
     # Outside what the sandbox may write: as before.
     safe = tmp_path / "safe.sh"
     safe.write_text(tool.read_text())
