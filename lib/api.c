@@ -39,8 +39,9 @@
 struct nsbox_policy_handle {
 	struct nsbox_policy p;
 	/* The real path of the file the policy was read from (NULL: a
-	 * built-in one), to refuse a workspace or writable bind holding it. */
-	char *file;
+	 * built-in one), to refuse a workspace or writable bind holding it,
+	 * and its path as given, made absolute (a link on the way counts). */
+	char *file, *given;
 };
 
 struct api_tool {
@@ -277,6 +278,19 @@ static char *policy_text(const struct nsbox_policy *p)
 	return text;
 }
 
+/* path made absolute against the current directory, nothing resolved;
+ * NULL when out of memory (or no current directory). */
+static char *absolute(const char *path)
+{
+	char cwd[PATH_MAX], *out;
+
+	if (path[0] == '/')
+		return strdup(path);
+	if (!getcwd(cwd, sizeof(cwd)) || asprintf(&out, "%s/%s", cwd, path) < 0)
+		return NULL;
+	return out;
+}
+
 int nsbox_policy_new(const char *name_or_file, nsbox_policy_t **out, nsbox_error_t **err)
 {
 	struct nsbox_policy_handle *h;
@@ -293,8 +307,10 @@ int nsbox_policy_new(const char *name_or_file, nsbox_policy_t **out, nsbox_error
 	}
 	/* Where the file lies, for policy_file_exposed(); a file read that
 	 * has no path now (deleted since, a descriptor's) has none to check. */
-	if (name_or_file && !policy_is_builtin_name(name_or_file) && !(h->file = realpath(name_or_file, NULL)) &&
-	    errno == ENOMEM) {
+	if (name_or_file && !policy_is_builtin_name(name_or_file) &&
+	    ((!(h->file = realpath(name_or_file, NULL)) && errno == ENOMEM) ||
+	     (h->file && !(h->given = absolute(name_or_file))))) {
+		free(h->file);
 		policy_free(&h->p);
 		free(h);
 		return fail(err, -ENOMEM, "nsbox_policy_new: out of memory");
@@ -309,6 +325,7 @@ void nsbox_policy_free(nsbox_policy_t *p)
 		return;
 	policy_free(&p->p);
 	free(p->file);
+	free(p->given);
 	free(p);
 }
 
@@ -528,30 +545,6 @@ static char *real_or_new(const char *path)
 	return out;
 }
 
-/* Host files the host trusts, where the sandbox may write: refused.  The
- * policy read from a file (the sandbox would choose the next run's policy,
- * a bind of the host's home directory included), and the network log,
- * the record of what the sandbox reached (it replaced the log with its own
- * lines: through the write-back, or live). */
-static int policy_file_exposed(const nsbox_policy_t *p, nsbox_error_t **err)
-{
-	const char *key, *where = p->file ? sandbox_writes(p, p->file, &key) : NULL;
-	_cleanup_free_ char *log = NULL;
-
-	if (where)
-		return fail(err, -EPERM,
-			    "%s%s holds the policy file %s: the sandbox could rewrite the policy of the next run (keep "
-			    "the policy file outside what the sandbox may write)",
-			    key, where, p->file);
-	if (!p->p.net_log || host_path_is_descriptor(p->p.net_log) || !(log = real_or_new(p->p.net_log)) ||
-	    !(where = sandbox_writes(p, log, &key)))
-		return 0;
-	return fail(err, -EPERM,
-		    "[Network] Log=%s lies beneath %s%s: the sandbox could rewrite the record of its own network use "
-		    "(keep the log outside what the sandbox may write)",
-		    p->p.net_log, key, where);
-}
-
 /* A directory the host passes through to reach path as given (from the
  * current directory), lying in what the sandbox may write: the sandbox
  * could replace the entry that comes next (with a link to elsewhere, or
@@ -591,6 +584,36 @@ static const char *exposed_on_the_way(const nsbox_policy_t *p, const char *path,
 		*dir = NULL;
 	}
 	return NULL;
+}
+
+/* Host files the host trusts, where the sandbox may write: refused.  The
+ * policy read from a file (the sandbox would choose the next run's policy,
+ * a bind of the host's home directory included), and the network log,
+ * the record of what the sandbox reached (it replaced the log with its own
+ * lines: through the write-back, or live). */
+static int policy_file_exposed(const nsbox_policy_t *p, nsbox_error_t **err)
+{
+	const char *key, *where = p->file ? sandbox_writes(p, p->file, &key) : NULL;
+	_cleanup_free_ char *log = NULL, *dir = NULL;
+
+	/* Or a directory on the way to it there: the sandbox could put a
+	 * policy of its own in its place. */
+	if (!where && p->given)
+		where = exposed_on_the_way(p, p->given, &key, &dir);
+	if (where)
+		return fail(err, -EPERM,
+			    "%s%s holds the policy file %s: the sandbox could rewrite the policy of the next run (keep "
+			    "the policy file outside what the sandbox may write)",
+			    key, where, p->given ? p->given : p->file);
+	if (!p->p.net_log || host_path_is_descriptor(p->p.net_log))
+		return 0;
+	if (!(where = exposed_on_the_way(p, p->p.net_log, &key, &dir)) &&
+	    (!(log = real_or_new(p->p.net_log)) || !(where = sandbox_writes(p, log, &key))))
+		return 0;
+	return fail(err, -EPERM,
+		    "[Network] Log=%s lies beneath %s%s: the sandbox could rewrite the record of its own network use "
+		    "(keep the log outside what the sandbox may write)",
+		    p->p.net_log, key, where);
 }
 
 int nsbox_policy_check_host_file(const nsbox_policy_t *p, const char *path, nsbox_error_t **err)

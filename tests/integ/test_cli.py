@@ -183,6 +183,14 @@ def test_a_policy_file_the_sandbox_may_write_is_refused(tmp_path):
     rc, out, err = run(["python", "--workspace", str(proj), "--policy", str(pol), "-c",
                         "open('/victim/x', 'w').write('x')"])
     assert rc == USAGE and os.listdir(victim) == [], (rc, err)
+    # Reached through a link on the way in the workspace (the sandbox could
+    # replace proj/lnk with a directory of its own, and a policy in it).
+    (tmp_path / "pols").mkdir()
+    (tmp_path / "pols" / "p.policy").write_text(text)
+    (proj / "lnk").symlink_to(tmp_path / "pols")
+    rc, out, err = run(["python", "--workspace", str(proj), "--policy", str(proj / "lnk" / "p.policy"), "-c",
+                        "print('ran')"])
+    assert rc == USAGE and "holds the policy file" in err, (rc, out, err)
     # Outside the workspace, or under a read-only bind: as before.
     outside = tmp_path / "outside.policy"
     outside.write_text(text)

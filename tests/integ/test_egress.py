@@ -914,7 +914,11 @@ def test_a_log_the_sandbox_may_write_is_refused(tmp_path):
     forge = ("import socket, os\ntry: socket.getaddrinfo('exfil.evil.test', 443)\nexcept OSError: pass\n"
              "os.unlink('/workspace/net.log')\nopen('/workspace/net.log', 'w').write('{}\\n')")
     (ws / "net.log").write_text("")
-    for argv in (["--workspace", str(ws), "--net-log", str(ws / "net.log")],
+    # Through a link on the way (the sandbox could replace ws/out).
+    (tmp_path / "logdir").mkdir()
+    (ws / "out").symlink_to(tmp_path / "logdir")
+    for argv in (["--workspace", str(ws), "--net-log", str(ws / "out" / "net.log")],
+                 ["--workspace", str(ws), "--net-log", str(ws / "net.log")],
                  ["--workspace", str(ws), "--net-log", str(ws / "logs" / "new.log")],
                  ["--workspace", str(ws), "--workspace-size", "infinity", "--net-log", str(ws / "net.log")],
                  ["--bind", f"{ws}:/workspace", "--net-log", str(ws / "net.log")]):
