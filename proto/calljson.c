@@ -133,37 +133,22 @@ static int string(struct reader *r, bool *esc, bool *nul)
 	return 0;
 }
 
-/* The text inside a string's quotes, p[from..to) (judged by string()),
- * with its escapes undone into w (room for to - from bytes: never longer).
+/* The text inside a string's quotes, p[start..end) (judged by string()),
+ * with its escapes undone into w (room for end - start bytes: never longer).
  * Returns the length written. */
-static size_t unescape(const char *p, size_t from, size_t to, char *w)
+static size_t unescape(const char *p, size_t start, size_t end, char *w)
 {
+	static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
 	size_t n = 0;
 
-	for (size_t i = from; i < to;) {
+	for (size_t i = start; i < end;) {
 		uint32_t cp, lo;
 
 		if (p[i] != '\\') {
 			w[n++] = p[i++];
 			continue;
 		}
-		switch (p[i + 1]) {
-		case 'b':
-			w[n++] = '\b';
-			break;
-		case 'f':
-			w[n++] = '\f';
-			break;
-		case 'n':
-			w[n++] = '\n';
-			break;
-		case 'r':
-			w[n++] = '\r';
-			break;
-		case 't':
-			w[n++] = '\t';
-			break;
-		case 'u':
+		if (p[i + 1] == 'u') {
 			(void)proto_hex4(p + i + 2, &cp);
 			if (cp >= 0xd800 && cp <= 0xdbff) {
 				(void)proto_hex4(p + i + 8, &lo);
@@ -173,10 +158,9 @@ static size_t unescape(const char *p, size_t from, size_t to, char *w)
 			n += proto_put_utf8(w + n, cp);
 			i += 6;
 			continue;
-		default: /* " \ / */
-			w[n++] = p[i + 1];
-			break;
 		}
+		/* One of " \ / b f n r t (string() let no other by). */
+		w[n++] = to[strchr(from, p[i + 1]) - from];
 		i += 2;
 	}
 	return n;

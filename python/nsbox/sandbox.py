@@ -251,9 +251,9 @@ def _forget_locals(e):
     it, holding the call's JSON text) and are left out of it; printed, the
     rest of each traceback is unchanged."""
     seen = set()
-    todo = [e]
-    while todo:
-        x = todo.pop()
+    chain = [e]
+    while chain:
+        x = chain.pop()
         if x is None or id(x) in seen:
             continue
         seen.add(id(x))
@@ -262,7 +262,7 @@ def _forget_locals(e):
             tb = tb.tb_next
         x.__traceback__ = tb
         traceback.clear_frames(tb)
-        todo += [x.__cause__, x.__context__]
+        chain += [x.__cause__, x.__context__]
 
 
 class _Dispatch:
