@@ -554,9 +554,16 @@ static char *real_or_new(const char *path)
 static const char *exposed_on_the_way(const nsbox_policy_t *p, const char *path, const char **key, char **dir)
 {
 	char buf[PATH_MAX];
+	bool writable = p->p.workspace;
 	size_t n;
 
 	*dir = NULL;
+	/* Nothing the sandbox may write: no realpath per component (this runs
+	 * at every nsbox_session_new of a policy read from a file). */
+	for (size_t i = 0; i < p->p.n_mounts && !writable; i++)
+		writable = p->p.mounts[i].src && p->p.mounts[i].rw;
+	if (!writable)
+		return NULL;
 	if (path[0] == '/')
 		n = (size_t)snprintf(buf, sizeof(buf), "%s", path);
 	else if (getcwd(buf, sizeof(buf)))
