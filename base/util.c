@@ -330,6 +330,60 @@ ssize_t send_with_fds(int sock, const struct iovec *iov, size_t niov, const int 
 	return n;
 }
 
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83 /* asm-generic/socket.h, Linux 6.16 */
+#endif
+
+bool sock_refuse_fds(int fd)
+{
+	int off = 0;
+
+	return setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &off, sizeof(off)) == 0;
+}
+
+void close_unasked(int fd)
+{
+	struct linger no = { .l_onoff = 1, .l_linger = 0 };
+	int saved = errno;
+
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &no, sizeof(no));
+	close(fd);
+	errno = saved;
+}
+
+ssize_t recv_no_fds(int fd, void *buf, size_t len)
+{
+	/* Room for all a message can carry (SCM_MAX_FD): the kernel closes
+	 * those that don't fit itself, here. */
+	union {
+		char b[CMSG_SPACE(253 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { buf, len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
+	bool got = false;
+	ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+
+	if (n < 0)
+		return errno == ENOTSOCK ? read(fd, buf, len) : -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			int d;
+
+			memcpy(&d, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			close_unasked(d);
+			got = true;
+		}
+	}
+	if (got || (mh.msg_flags & MSG_CTRUNC)) {
+		errno = EBADMSG;
+		return -1;
+	}
+	return n;
+}
+
 int sealed_copy_fd(int in)
 {
 	_cleanup_close_ int mfd = (int)syscall(SYS_memfd_create, "nsbox-runner", MFD_CLOEXEC | MFD_ALLOW_SEALING);

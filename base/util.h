@@ -116,6 +116,22 @@ int parse_ulong(const char *s, unsigned long max, unsigned long *out);
 #define SEND_FDS_MAX 16	/* nsboxd's OPEN: a workspace and binds (SVC_MAX_FDS) */
 struct iovec;
 ssize_t send_with_fds(int sock, const struct iovec *iov, size_t niov, const int *fds, size_t nfds);
+/* Turn off descriptor passing to the socket fd (SO_PASSRIGHTS = 0, Linux
+ * 6.16): a peer's SCM_RIGHTS then fails in its sendmsg() with EPERM, and
+ * nothing it sends can land here.  false (errno ENOPROTOOPT) on an older
+ * kernel: read with recv_no_fds() anyway. */
+bool sock_refuse_fds(int fd);
+/* Close a descriptor a peer sent without being asked, without waiting on
+ * it: a socket is made to reset rather than linger (a lingering TCP
+ * socket's last close waits up to its linger time for the peer to read),
+ * as nsboxd's closer does. */
+void close_unasked(int fd);
+/* read() from a socket whose peer must send no descriptors: any that come
+ * anyway (a kernel without SO_PASSRIGHTS, or a peer that turned it back on)
+ * are closed with close_unasked() and the call fails with EBADMSG.  A
+ * descriptor dropped unread would be closed by the kernel on this thread,
+ * lingering sockets included.  Falls back to read() on a non-socket. */
+ssize_t recv_no_fds(int fd, void *buf, size_t len);
 /* Close every fd >= lowfd except those listed in keep[] (close_range with a
  * /proc/self/fd fallback). */
 int close_fds_except(int lowfd, const int *keep, size_t nkeep);

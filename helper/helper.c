@@ -311,6 +311,7 @@ static void make_spare(void)
 	sl = new_slot();
 	if (!sl || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
 		goto out;
+	(void)sock_refuse_fds(sv[0]); /* as session.c's: the host's end */
 	targ.dist_packages = p.dist_packages;
 	targ.preload = p.preload;
 	spec.policy = &p;

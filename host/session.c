@@ -573,6 +573,9 @@ int session_start(struct nsbox_session **out, const struct session_opts *opts, s
 		session_free(s);
 		return -1;
 	}
+	/* Nothing the sandbox sends on it reaches us as a descriptor (older
+	 * kernels: the reader closes them, proto_reader_read). */
+	(void)sock_refuse_fds(sv[0]);
 	spec = (struct sandbox_spec){ .policy = opts->policy,
 				      .sock = sv[1],
 				      .path = path,

@@ -7,6 +7,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "util.h"
+
 static const char *const type_names[] = {
 	[PROTO_HELLO] = "HELLO",   [PROTO_EXEC] = "EXEC",	  [PROTO_RESULT] = "RESULT",
 	[PROTO_OUTPUT] = "OUTPUT", [PROTO_CALL] = "CALL",	  [PROTO_RETURN] = "RETURN",
@@ -379,12 +381,16 @@ int proto_reader_read(struct proto_reader *r, int fd, struct proto_frame *out, s
 		if (r->eof)
 			return err_set(err, EPIPE, "connection closed");
 		direct = proto_reader_direct(r, &room);
-		n = direct ? read(fd, direct, room) : read(fd, r->buf, sizeof(r->buf));
+		/* The protocol has no descriptors in it: any that come are
+		 * closed (util.h) and end the session. */
+		n = direct ? recv_no_fds(fd, direct, room) : recv_no_fds(fd, r->buf, sizeof(r->buf));
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
 				return 0;
+			if (errno == EBADMSG)
+				return err_set(err, EPROTO, "descriptors came with a frame (SCM_RIGHTS): closed");
 			return err_sys(err, "read frame");
 		}
 		if (n == 0) {

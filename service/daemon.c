@@ -49,6 +49,9 @@
 #define MAX_BATCH 16		/* requests read from one uid's connections per wake-up */
 #define MAX_GROUPS 64
 #define MAX_RECV_FDS 253	/* SCM_MAX_FD: the most one packet can carry */
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83	/* asm-generic/socket.h, Linux 6.16 */
+#endif
 
 enum ev_kind { EV_LISTEN = 1, EV_SIGNAL, EV_CONN, EV_SESS, EV_WORKER, EV_POOLED, EV_CLOSER };
 
@@ -248,6 +251,23 @@ static unsigned scan_foreign(void)
 	for (unsigned k = 0; k < D.conf.uid_count; k++)
 		n += bit(D.uid_foreign, k);
 	return n;
+}
+
+/* Whether a client may pass descriptors on fd (SO_PASSRIGHTS, Linux 6.16;
+ * a connection inherits the listener's): none before its HELLO is
+ * answered, so that a uid nsboxd refuses, or one that never says HELLO,
+ * can't put any in flight to nsboxd at all (each would be a close on the
+ * closer's lanes, which may wait: closer.h).  An older kernel has no
+ * such switch: what comes is closed as before. */
+static void set_passrights(int fd, bool on)
+{
+	static bool said;
+	int v = on;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, &v, sizeof(v)) < 0 && !said) {
+		said = true;
+		logmsg("SO_PASSRIGHTS: %s (Linux 6.16): descriptors sent before HELLO are received and closed", strerror(errno));
+	}
 }
 
 /* A host uid (and the gid of the same number) of HostUidRange that no live
@@ -1344,6 +1364,9 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 		if (!c->hello) {
 			c->hello = true;
 			D.n_nohello--;
+			/* Descriptors from here on (OPEN's): before HELLO is
+			 * answered, none (the listener's, set_passrights). */
+			set_passrights(c->fd, true);
 		}
 		reply(c, SVC_HELLO, id,
 		      json_pack("{s:i,s:s,s:s,s:{s:i,s:I,s:f,s:I}}", "version", SVC_VERSION, "server", "nsboxd",
@@ -1713,6 +1736,8 @@ static bool accept_one(void)
 		closer_close(fd, cr.uid);
 		return true;
 	}
+	/* Those queued before activation set the listener's: the same. */
+	set_passrights(fd, false);
 	c->kind = EV_CONN;
 	c->fd = fd;
 	c->serial = ++D.next_serial;
@@ -2031,6 +2056,7 @@ static int open_listener(void)
 		D.activated = true;
 		fcntl(D.listen.fd, F_SETFD, FD_CLOEXEC);
 		fcntl(D.listen.fd, F_SETFL, O_NONBLOCK);
+		set_passrights(D.listen.fd, false);
 		return 0;
 	}
 	if (!D.o->listen_path) {
@@ -2038,6 +2064,8 @@ static int open_listener(void)
 		return -1;
 	}
 	D.listen.fd = listen_on(D.o->listen_path, D.o->listen_group, (mode_t)D.o->listen_mode);
+	if (D.listen.fd >= 0)
+		set_passrights(D.listen.fd, false);
 	return D.listen.fd < 0 ? -1 : 0;
 }
 

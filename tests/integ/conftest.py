@@ -163,3 +163,50 @@ def sdk_env(**extra):
     if os.environ.get("NSBOX_ASAN_PRELOAD"):
         env.update(LD_PRELOAD=os.environ["NSBOX_ASAN_PRELOAD"], ASAN_OPTIONS="detect_leaks=0")
     return env
+
+
+def kernel_refuses_fds():
+    """Linux 6.16's SO_PASSRIGHTS: a socket can refuse descriptors."""
+    import socket
+    a, b = socket.socketpair()
+    try:
+        b.setsockopt(socket.SOL_SOCKET, 83, 0)
+        return True
+    except OSError:
+        return False
+    finally:
+        a.close()
+        b.close()
+
+
+# Sandboxed code passing its host a descriptor on its runner socket (fd 3):
+# a TCP socket with unsent data and a linger of an hour, whose last copy is
+# then the one in flight (the child that sent it exits; an exit does not
+# linger).  A host that drops it unread closes it itself, and that close
+# waits out the linger.  Prints the send's errno name, or "sent".
+SEND_TO_HOST = r'''
+import errno, os, socket, struct, array
+lst = socket.socket()
+lst.bind(("127.0.0.1", 0))
+lst.listen(1)
+pid = os.fork()
+if pid == 0:
+    t = socket.socket()
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    t.connect(lst.getsockname())
+    t.setblocking(False)
+    try:
+        while True:
+            t.send(b"x" * 65536)
+    except BlockingIOError:
+        pass
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 3600))
+    try:
+        socket.socket(fileno=3).sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                                   array.array("i", [t.fileno()]))])
+        os._exit(0)
+    except OSError as e:
+        os._exit(e.errno)
+_, st = os.waitpid(pid, 0)
+print("send:", errno.errorcode.get(os.waitstatus_to_exitcode(st), "sent"), flush=True)
+'''

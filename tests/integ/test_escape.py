@@ -17,10 +17,11 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import pytest
-from conftest import NSBOX, BUILD, MODE, run, _nsbox_cgroups
+from conftest import NSBOX, BUILD, MODE, run, _nsbox_cgroups, kernel_refuses_fds, SEND_TO_HOST, sdk_env
 
 ESC_DIR = os.path.join(BUILD, "tests", "escape")
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "escape")
@@ -376,6 +377,55 @@ def test_escape_python(attack, front, hostenv):
     assert not last.startswith("ESCAPED"), info
     assert not hostenv.check(), f"{hostenv.check()}; {info}"
     assert p.returncode == 0 and last.startswith("BLOCKED: "), info
+
+
+# The SDK runs argv[1], prints what it printed, then 6 * 7 in the same
+# session; a failure's message goes to stderr (status 3).
+SDK_EXEC_TWICE = """
+import sys, nsbox
+try:
+    with nsbox.Sandbox(timeout=30) as sb:
+        r = sb.run(sys.argv[1])
+        print(r.stdout, end="")
+        if r.error:
+            print(r.error, file=sys.stderr)
+        print(sb.execute("6 * 7"))
+except nsbox.SandboxError as e:
+    print(e, file=sys.stderr)
+    sys.exit(3)
+"""
+
+
+@pytest.mark.parametrize("front", ["python", "sdk"])
+def test_no_descriptor_reaches_the_host(front, hostenv):
+    """The runner protocol carries no descriptors, but the host's end of the
+    runner socket took them, and its read() dropped them, closing each on
+    the host's own thread: a lingering TCP socket sent by the sandbox held
+    the host (nsbox python, the SDK's exec) for its linger time, past any
+    time limit (31 s under --time-limit 5 with a linger of 30 s).  Now the
+    host's end refuses descriptors (Linux 6.16's SO_PASSRIGHTS: the send
+    fails inside with EPERM, and the session goes on); on an older kernel
+    the host reads with room for them, closes each without lingering, and
+    ends the session with a protocol error naming them."""
+    code = SEND_TO_HOST + "print('after', 6 * 7)\n"
+    if front == "python":
+        cmd = [NSBOX, "python", "--time-limit", "30", "-c", code]
+    else:
+        cmd = [sys.executable, "-c", SDK_EXEC_TWICE, code]
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                       env=sdk_env(PYTHONPATH=os.path.join(os.path.dirname(__file__), "..", "..", "python"),
+                                   NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0")))
+    info = f"rc={p.returncode} out={p.stdout!r} err={p.stderr[-600:]!r} after {time.monotonic() - t0:.1f} s"
+    if kernel_refuses_fds():
+        assert p.returncode == 0 and "send: EPERM" in p.stdout and "after 42" in p.stdout, info
+        if front == "sdk":
+            assert p.stdout.split()[-1] == "42", info
+    else:
+        # The SDK starts a new sandbox for the next exec (auto_restart).
+        assert "descriptors came with a frame" in p.stderr, info
+        assert p.returncode != 0 if front == "python" else p.stdout.split()[-1] == "42", info
+    assert not hostenv.check(), hostenv.check()
 
 
 def test_suite_is_complete():

@@ -21,7 +21,8 @@ import time
 
 import pytest
 
-from conftest import BUILD, MODE, NSBOX, _launcher_pid, _nsbox_cgroups, _pid_alive, sdk_env
+from conftest import BUILD, MODE, NSBOX, _launcher_pid, _nsbox_cgroups, _pid_alive, sdk_env, kernel_refuses_fds, \
+    SEND_TO_HOST
 from test_egress import PRELUDE
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -30,6 +31,8 @@ import svcclient  # noqa: E402
 NSBOXD = os.path.join(BUILD, "nsboxd")
 PYTHONPATH = os.path.join(os.path.dirname(__file__), "..", "..", "python")
 ROOT = os.geteuid() == 0
+# Linux 6.16's SO_PASSRIGHTS: nsboxd takes descriptors only after HELLO.
+REFUSES_FDS = kernel_refuses_fds()
 
 
 def pid_alive(pid):
@@ -218,6 +221,21 @@ def test_cli_through_service(daemon):
     # nsbox run does not go through the service, and says so
     p = subprocess.run([NSBOX, "run", "--connect", daemon.sock, "--", "true"], capture_output=True, timeout=60)
     assert p.returncode == 120 and b"one-off commands" in p.stderr
+
+
+def test_no_descriptor_reaches_the_client(daemon):
+    """test_escape's test_no_descriptor_reaches_the_host through the
+    service: the runner socket a client gets from nsboxd refuses
+    descriptors as one libnsbox made itself does (SO_PASSRIGHTS is the
+    socket's, handed over with it), and nsboxd's own copy with it."""
+    p = subprocess.run([NSBOX, "python", "--connect", daemon.sock, "-c", SEND_TO_HOST + "print('after', 6 * 7)"],
+                       capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    info = f"rc={p.returncode} out={p.stdout!r} err={p.stderr[-600:]!r}"
+    if REFUSES_FDS:
+        assert p.returncode == 0 and "send: EPERM" in p.stdout and "after 42" in p.stdout, info
+    else:
+        assert p.returncode != 0 and "descriptors came with a frame" in p.stderr, info
+    serves(daemon.sock)
 
 
 def test_cli_through_service_takes_a_pooled_sandbox(daemon):
@@ -424,13 +442,21 @@ def test_empty_packet_descriptors_are_closed(daemon):
     them, 253 of the client's descriptors left open in nsboxd for good per
     packet (20 packets: 5,060 more; a client that kept connecting ran it out
     of descriptors).  Before and after HELLO, and on a connection that
-    stays open after sending it."""
+    stays open after sending it.  Before HELLO is answered, a kernel with
+    SO_PASSRIGHTS (6.16) refuses them in the client's sendmsg (EPERM):
+    nsboxd never has them."""
     r, w = os.pipe()
     try:
         base = settled_fds(daemon)
         for i in range(20):
             c = svcclient.Client(daemon.sock, hello=i % 2 == 0)
-            c.s.sendmsg([b""], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [r] * 253))])
+            try:
+                c.s.sendmsg([b""], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [r] * 253))])
+            except PermissionError:
+                assert REFUSES_FDS and i % 2, i
+                c.close()
+                continue
+            assert not (REFUSES_FDS and i % 2), "descriptors passed before HELLO"
             if i % 4:
                 c.close()
             else:
@@ -1960,6 +1986,10 @@ def test_what_a_sandbox_left_queued_is_gone_with_its_session():
         c = svcclient.Client(d.sock)
         bad, m = c.open()
         assert bad, m
+        # libnsbox's end of a runner socket refuses descriptors (Linux
+        # 6.16's SO_PASSRIGHTS): a hostile client turns that back on.
+        if REFUSES_FDS:
+            bad.sock.setsockopt(socket.SOL_SOCKET, 83, 1)
         bad.id += 1
         bad._send(2, bad.id, {"code": PARK_FDS + "import time\ntime.sleep(60)", "want_value": False})
         end = time.monotonic() + 30
@@ -2271,8 +2301,10 @@ def lingering():
     return a
 
 
-c = svcclient.Client(path, hello=False)   # nsboxd is stopped: HELLO is sent, not waited for
-c.send("HELLO", {"version": 1})
+# HELLO answered (descriptors are taken only then), then nsboxd is stopped.
+c = svcclient.Client(path)
+print("hello", flush=True)
+sys.stdin.readline()
 c.s.setblocking(False)
 sent, unsent = 0, []
 for _ in range(count):
@@ -2319,12 +2351,15 @@ def test_client_descriptors_never_hold_the_loop():
             # nsboxd stopped meanwhile: uid 65534 closes its own copies
             # first, and nsboxd's close is the last (the one that waits).
             c = svcclient.Client(d.sock)
+            e = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                                  "-c", LINGERING, d.sock, here, "25", str(count), how], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+            evil.append(e)
+            assert e.stdout.readline() == "hello\n"
             os.kill(d.p.pid, signal.SIGSTOP)
             try:
-                e = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-                                      "-c", LINGERING, d.sock, here, "25", str(count), how], stdout=subprocess.PIPE,
-                                     text=True)
-                evil.append(e)
+                e.stdin.write("go\n")
+                e.stdin.flush()
                 assert int(e.stdout.readline()) >= 1
             finally:
                 os.kill(d.p.pid, signal.SIGCONT)
@@ -2389,6 +2424,7 @@ def test_client_descriptors_never_hold_the_loop():
             e.kill()
             e.wait()
             e.stdout.close()
+            e.stdin.close()
         assert d.stop() == 0, d.logtext()
 
 

@@ -159,6 +159,49 @@ static void test_fd_reader(void)
 	CHECK(proto_reader_read(&r, sv[1], &f, &err) < 0 && r.eof && err.code == EPIPE, "clean EOF: %s", err.msg);
 	proto_reader_free(&r);
 	close(sv[1]);
+
+	/* Descriptors with a frame (a kernel without SO_PASSRIGHTS, or a peer
+	 * that turned it back on): closed here, and a protocol error.  The
+	 * pipe's write end, sent and then closed by its sender, is open only
+	 * in flight: once the reader closed it, the read end sees EOF. */
+	{
+		int p[2], fds[3];
+		struct iovec iov = { "XBSN", 4 };
+		char c;
+
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+		CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe");
+		fds[0] = fds[1] = fds[2] = p[1];
+		CHECK(send_with_fds(sv[0], &iov, 1, fds, 3) == 4, "send with descriptors");
+		close(p[1]);
+		proto_reader_init(&r, 0);
+		k = proto_reader_read(&r, sv[1], &f, &err);
+		CHECK(k < 0 && err.code == EPROTO && strstr(err.msg, "descriptors came with a frame"), "descriptors: %s",
+		      err.msg);
+		CHECK(read(p[0], &c, 1) == 0, "the descriptors the reader got are closed");
+		proto_reader_free(&r);
+		close(p[0]);
+		close(sv[0]);
+		close(sv[1]);
+	}
+	/* None come once the receiving end refuses them (Linux 6.16): the
+	 * sender's sendmsg fails. */
+	{
+		int p[2];
+		struct iovec iov = { "XBSN", 4 };
+
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+		CHECK(pipe2(p, O_CLOEXEC) == 0, "pipe");
+		if (sock_refuse_fds(sv[1]))
+			CHECK(send_with_fds(sv[0], &iov, 1, &p[1], 1) < 0 && errno == EPERM, "refused: %s",
+			      strerror(errno));
+		else
+			CHECK(errno == ENOPROTOOPT, "SO_PASSRIGHTS: %s", strerror(errno));
+		close(p[0]);
+		close(p[1]);
+		close(sv[0]);
+		close(sv[1]);
+	}
 }
 
 /* PROTO_FLAG_DATA frames: only on FILE_WRITE and VALUE; the JSON ends at
