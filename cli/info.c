@@ -85,6 +85,10 @@ int cmd_info(int argc, char **argv)
 		       h.landlock_abi);
 	else
 		printf("landlock: not supported -> skipped (Landlock=require refuses)\n");
+	printf("abstract unix sockets (--share-net): %s\n",
+	       h.landlock_abi >= 6 ? "scoped to the sandbox by Landlock (ABI 6)"
+				   : "no Landlock scope (ABI 6) -> a second seccomp filter refuses AF_UNIX socket() "
+				     "and non-stream socketpair()");
 	printf("seccomp: actions %s\n", h.seccomp_actions[0] ? h.seccomp_actions : "unknown");
 	printf("  -> default-deny allowlist (ENOSYS for unknown syscalls, EPERM for dangerous ones, "
 	       "kill for i386/x32)\n");

@@ -23,6 +23,7 @@
 #include "landlock.h"
 #include "pid1.h"
 #include "rootfs-table.h"
+#include "seccomp-load.h"
 #include "steps.h"
 #include "sync.h"
 #include "util.h"
@@ -279,7 +280,13 @@ static int payload_landlock(struct payload *pl, struct nsbox_err *err)
 	size_t nrw = rootfs_rw_paths(pl->c->p, rw, ARRAY_SIZE(rw));
 	int abi = 0;
 
-	return landlock_apply(rw, nrw, pl->exec_fd, pl->c->p->landlock, &abi, err);
+	if (landlock_apply(rw, nrw, pl->exec_fd, pl->c->p->landlock, &abi, err) < 0)
+		return -1;
+	/* ABI 6 scopes abstract unix sockets to the sandbox; without it, and
+	 * in the host's network namespace, only stream socket pairs. */
+	if (pl->c->p->share_net && abi < 6 && seccomp_apply_no_unix_names(err) < 0)
+		return -1;
+	return 0;
 }
 
 /* The payload's setup, in order; a failing step's error carries its name

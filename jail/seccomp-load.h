@@ -17,4 +17,14 @@ int seccomp_apply(const struct seccomp_prog *prog, struct nsbox_err *err);
  * allowlist's ~700, so loading it costs next to nothing. */
 int seccomp_apply_pid1(struct nsbox_err *err);
 
+/* A second filter, stacked on the allowlist where Landlock can't scope
+ * abstract unix sockets (ABI < 6, or Landlock=off) and the sandbox shares
+ * the host's network namespace, whose abstract socket names (X11, D-Bus,
+ * containerd-shim...) it would otherwise reach as its host uid: socket()
+ * of AF_UNIX, and a socketpair() of AF_UNIX that is not SOCK_STREAM (a
+ * datagram end can sendto() any name), fail with EPERM.  What is left,
+ * stream pairs, is already connected: connect() and sendto() an address
+ * fail (EISCONN). */
+int seccomp_apply_no_unix_names(struct nsbox_err *err);
+
 #endif

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <sys/socket.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -54,6 +55,30 @@ int seccomp_apply_pid1(struct nsbox_err *err)
 		PID1_ALLOW(__NR_rt_sigreturn),
 		PID1_ALLOW(__NR_restart_syscall),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS),
+	};
+	struct seccomp_prog prog = { .insns = insns, .len = sizeof(insns) / sizeof(insns[0]) };
+
+	return seccomp_apply(&prog, err);
+}
+
+int seccomp_apply_no_unix_names(struct nsbox_err *err)
+{
+	/* Relative jumps: to ALLOW (12) and DENY (13) from each row. */
+	static struct sock_filter insns[] = {
+		/* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		/* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 10),
+		/* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		/* 3 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 2),
+		/* 4 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+		/* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 7, 6),
+		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 0, 5),
+		/* 7 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 3),
+		/* 9 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+		/* 10 */ BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xf), /* the type, without SOCK_CLOEXEC... */
+		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOCK_STREAM, 0, 1),
+		/* 12 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		/* 13 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
 	};
 	struct seccomp_prog prog = { .insns = insns, .len = sizeof(insns) / sizeof(insns[0]) };
 

@@ -428,6 +428,72 @@ def test_no_descriptor_reaches_the_host(front, hostenv):
     assert not hostenv.check(), hostenv.check()
 
 
+ABSTRACT_TRIES = r"""
+import socket, sys
+stream, dgram = sys.argv[1].encode(), sys.argv[2].encode()
+def attempt(what, f):
+    try:
+        f()
+        print(what, "reached")
+    except OSError as e:
+        print(what, "refused", e.errno)
+def connect():
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(b"\0" + stream)
+    s.send(b"from inside")
+def dgram_socket():
+    socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM).sendto(b"from inside", b"\0" + dgram)
+def dgram_pair():
+    socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)[0].sendto(b"from inside", b"\0" + dgram)
+def stream_pair():
+    a, b = socket.socketpair()
+    a.sendto(b"x", b"\0" + dgram)
+attempt("connect", connect)
+attempt("dgram", dgram_socket)
+attempt("dgram-pair", dgram_pair)
+attempt("stream-pair", stream_pair)
+a, b = socket.socketpair()
+a.send(b"pair")
+print("pair works", b.recv(4) == b"pair")
+"""
+
+
+@pytest.mark.parametrize("landlock", ["auto", "off"])
+def test_shared_network_reaches_no_host_abstract_socket(landlock):
+    """Abstract unix socket names belong to the network namespace: with
+    --share-net the sandbox could connect to every one the host listens on
+    (X11, D-Bus, containerd-shim), seen there as its host uid (0 under a
+    root nsbox, nsboxd's own without HostUidRange=).  Landlock ABI 6
+    scopes them to the sandbox; without it (Debian 12's 6.1 has ABI 2;
+    --landlock off stands in for it here) a second seccomp filter refuses
+    AF_UNIX socket() and non-stream socketpair(), leaving connected stream
+    pairs.  Checked from inside and at the host's listeners."""
+    tag = "nsbox-abstract-%d" % os.getpid()
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(b"\0" + (tag + "-s").encode())
+    srv.listen(4)
+    srv.setblocking(False)
+    dg = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    dg.bind(b"\0" + (tag + "-d").encode())
+    dg.setblocking(False)
+    try:
+        p = subprocess.run([NSBOX, "python", "--share-net", "--landlock", landlock, "--quiet", "-c", ABSTRACT_TRIES,
+                            tag + "-s", tag + "-d"], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+        info = f"rc={p.returncode} out={p.stdout!r} err={p.stderr[-500:]!r}"
+        assert p.returncode == 0, info
+        for what in ("connect", "dgram", "dgram-pair", "stream-pair"):
+            assert f"{what} refused" in p.stdout, info
+        assert "pair works True" in p.stdout, info
+        with pytest.raises(BlockingIOError):
+            srv.accept()
+        with pytest.raises(BlockingIOError):
+            dg.recv(100)
+    finally:
+        srv.close()
+        dg.close()
+
+
 def test_suite_is_complete():
     """Every program in tests/escape/ has a case, and there are at least 40."""
     srcs = sorted(f[:-2] for f in os.listdir(SRC_DIR) if f.endswith(".c"))
