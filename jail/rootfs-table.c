@@ -56,6 +56,16 @@ static const char *const proc_masked[] = { "keys", "key-users", "timer_list", "s
 					   /* the number of cgroups per controller: the host's
 					    * services and the live sandboxes, counted */
 					   "cgroups",
+					   /* host-wide counts a sandbox moves at will and another
+					    * reads (open files, inodes, dentries: a channel between
+					    * sandboxes at 2 bits a second through file-nr, red
+					    * team 9), and the host's own interrupts and softirqs
+					    * per device (its network and disk activity, live) and
+					    * pressure stalls.  /proc/meminfo, loadavg and stat stay:
+					    * programs read them (their counts are channels too, as
+					    * timing is) */
+					   "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/dentry-state", "interrupts", "softirqs",
+					   "pressure/",
 					   /* kernel addresses wherever kptr_restrict and
 					    * perf_event_paranoid let a reader have them */
 					   "kallsyms",
