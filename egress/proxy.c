@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netdb.h>
@@ -53,7 +54,17 @@
 #define IO_TIMEOUT_MS 30000
 #define IDLE_TIMEOUT_MS 300000
 #define CONNECT_TIMEOUT_MS 10000
-#define PIPE_SIZE (256 * 1024)
+/* A pipe's default capacity, which the relay keeps: each pipe's pages count
+ * against the host user's pipe-user-pages-soft (16384 pages, shared by all
+ * the user's processes) from its creation, so a tunnel has its pipes only
+ * while it moves bytes (made for the first, closed once it has been idle
+ * for PIPE_IDLE_MS: a pipe made and closed each time a direction drains
+ * added 0.3 ms to a response's first byte), and they are never grown (at
+ * 256 KiB, 140 idle tunnels took a user's every new pipe down to 8 KiB:
+ * red team 10). */
+#define PIPE_SIZE (64 * 1024)
+#define PIPE_PAGES (PIPE_SIZE / 4096)
+#define PIPE_IDLE_MS 1000
 /* The host side of a tunnel lives in the host's network namespace and the
  * launcher's cgroup: nothing of it is charged to the sandbox.  Its upstream
  * socket's buffers are fixed (the kernel doubles the value, and no longer
@@ -824,9 +835,20 @@ static void conn_closed(void)
 	pthread_mutex_unlock(&slot_lock);
 }
 
+static void dir_unpipe(struct dir *d)
+{
+	if (d->pipe[0] >= 0) {
+		close(d->pipe[0]);
+		close(d->pipe[1]);
+	}
+	d->pipe[0] = d->pipe[1] = -1;
+}
+
 /* Move what can be moved from d->from into d->to, until either side would
  * block (the loop is edge-triggered).  Returns 0, 1 on a limit, -1 when
- * the connection is to end; sets *moved if anything moved. */
+ * the connection is to end; sets *moved if anything moved.  The pipe is
+ * made when bytes are first to go into it (and closed by the sweep once
+ * the tunnel is idle and the pipe empty). */
 static int pump(struct dir *d, bool *moved)
 {
 	for (;;) {
@@ -849,6 +871,10 @@ static int pump(struct dir *d, bool *moved)
 			 * that way (the other way may still be busy). */
 			if (room == 0)
 				n = recv(d->from, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+			else if (d->pipe[0] < 0 && (n = recv(d->from, &c, 1, MSG_PEEK | MSG_DONTWAIT)) <= 0)
+				; /* no pipe before there are bytes: nothing yet, or the end */
+			else if (d->pipe[0] < 0 && pipe2(d->pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+				return -1;
 			else
 				n = splice(d->from, NULL, d->pipe[1], NULL, room < PIPE_SIZE ? (size_t)room : PIPE_SIZE,
 					   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
@@ -896,12 +922,8 @@ static void tunnel_free(struct tunnel *t)
 {
 	struct req *r = t->r;
 
-	for (int i = 0; i < 2; i++) {
-		if (t->d[i].pipe[0] >= 0)
-			close(t->d[i].pipe[0]);
-		if (t->d[i].pipe[1] >= 0)
-			close(t->d[i].pipe[1]);
-	}
+	for (int i = 0; i < 2; i++)
+		dir_unpipe(&t->d[i]);
 	audit(r);
 	close(r->up);
 	close(r->fd);
@@ -1109,6 +1131,11 @@ static void *relay_thread(void *arg)
 				if (now - t->last_ms >= IDLE_TIMEOUT_MS) {
 					t->r->reason = "idle timeout";
 					tunnel_kill(t, &dead);
+				} else if (now - t->last_ms >= PIPE_IDLE_MS) {
+					/* Idle: its pipes' pages back to the user. */
+					for (int i = 0; i < 2; i++)
+						if (!t->d[i].inpipe)
+							dir_unpipe(&t->d[i]);
 				}
 			}
 		}
@@ -1147,20 +1174,6 @@ static int relay(struct req *r, uint64_t up_left)
 				.limit = "byte limit (MaxBytesIn)",
 				.left = UINT64_MAX };
 	t->last_ms = now_ms();
-	for (int i = 0; i < 2; i++) {
-		if (pipe2(t->d[i].pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
-			r->reason = "out of file descriptors";
-			for (int j = 0; j <= i; j++) {
-				if (t->d[j].pipe[0] >= 0)
-					close(t->d[j].pipe[0]);
-				if (t->d[j].pipe[1] >= 0)
-					close(t->d[j].pipe[1]);
-			}
-			free(t);
-			return -1;
-		}
-		(void)fcntl(t->d[i].pipe[1], F_SETPIPE_SZ, PIPE_SIZE);
-	}
 	/* A relay forwards what it got at once: Nagle would hold a short
 	 * tail (the end of a TLS record) until the peer's delayed ACK. */
 	(void)setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));
@@ -1617,6 +1630,21 @@ void egress_proxy_main(const struct nsbox_policy *p, int ns_fd, const int *socks
 	/* And no more than the sandbox's memory limit pays for (at least 4). */
 	if (p->memory && p->memory / TUNNEL_MEM < open_max)
 		open_max = p->memory / TUNNEL_MEM > 4 ? (unsigned)(p->memory / TUNNEL_MEM) : 4;
+	/* Nor, with both pipes full, more than a quarter of the user's pipe
+	 * pages (at least 8 tunnels). */
+	{
+		char v[32];
+		unsigned long soft = 0, cap;
+
+		if (read_file("/proc/sys/fs/pipe-user-pages-soft", v, sizeof(v)) > 0) {
+			v[strcspn(v, "\n")] = '\0';
+			if (parse_ulong(v, ULONG_MAX, &soft) < 0)
+				soft = 0;
+		}
+		cap = soft / 4 / (2 * PIPE_PAGES);
+		if (soft && cap < open_max)
+			open_max = cap > 8 ? (unsigned)cap : open_max > 8 ? 8 : open_max;
+	}
 	term_fd = signalfd(-1, &term, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (term_fd < 0)
 		_exit(1);
