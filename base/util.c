@@ -351,6 +351,51 @@ void close_unasked(int fd)
 	errno = saved;
 }
 
+struct unasked {
+	size_t n;
+	int fd[];
+};
+
+static void *close_unasked_main(void *arg)
+{
+	struct unasked *u = arg;
+
+	for (size_t i = 0; i < u->n; i++)
+		close_unasked(u->fd[i]);
+	free(u);
+	return NULL;
+}
+
+/* Close what a peer sent unasked, off the calling thread: a unix socket
+ * among them may hold, queued, more descriptors (a lingering TCP socket
+ * in a socket in a socket...), whose last close, made by emptying it,
+ * would wait here.  Inline only when no thread can be had. */
+static void close_unasked_off(const int *fds, size_t n)
+{
+	struct unasked *u = malloc(sizeof(*u) + n * sizeof(int));
+	pthread_attr_t attr;
+	sigset_t all, old;
+	pthread_t t;
+	bool off = false;
+
+	if (u && pthread_attr_init(&attr) == 0) {
+		u->n = n;
+		memcpy(u->fd, fds, n * sizeof(int));
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		off = pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) == 0 &&
+		      pthread_attr_setstacksize(&attr, 64 * 1024) == 0 &&
+		      pthread_create(&t, &attr, close_unasked_main, u) == 0;
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		pthread_attr_destroy(&attr);
+	}
+	if (off)
+		return;
+	free(u);
+	for (size_t i = 0; i < n; i++)
+		close_unasked(fds[i]);
+}
+
 ssize_t recv_no_fds(int fd, void *buf, size_t len)
 {
 	/* Room for all a message can carry (SCM_MAX_FD): the kernel closes
@@ -361,7 +406,8 @@ ssize_t recv_no_fds(int fd, void *buf, size_t len)
 	} u;
 	struct iovec iov = { buf, len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-	bool got = false;
+	int fds[253];
+	size_t n_fds = 0;
 	ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
 
 	if (n < 0)
@@ -373,11 +419,15 @@ ssize_t recv_no_fds(int fd, void *buf, size_t len)
 			int d;
 
 			memcpy(&d, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			close_unasked(d);
-			got = true;
+			if (n_fds < ARRAY_SIZE(fds))
+				fds[n_fds++] = d;
+			else
+				close_unasked(d);
 		}
 	}
-	if (got || (mh.msg_flags & MSG_CTRUNC)) {
+	if (n_fds)
+		close_unasked_off(fds, n_fds);
+	if (n_fds || (mh.msg_flags & MSG_CTRUNC)) {
 		errno = EBADMSG;
 		return -1;
 	}

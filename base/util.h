@@ -128,9 +128,12 @@ bool sock_refuse_fds(int fd);
 void close_unasked(int fd);
 /* read() from a socket whose peer must send no descriptors: any that come
  * anyway (a kernel without SO_PASSRIGHTS, or a peer that turned it back on)
- * are closed with close_unasked() and the call fails with EBADMSG.  A
- * descriptor dropped unread would be closed by the kernel on this thread,
- * lingering sockets included.  Falls back to read() on a non-socket. */
+ * are closed with close_unasked() on a detached thread of their own (a
+ * unix socket among them may hold more, lingering ones, queued: emptying
+ * it on the caller's thread would wait out their linger), and the call
+ * fails with EBADMSG.  A descriptor dropped unread would be closed by the
+ * kernel on this thread, lingering sockets included.  Falls back to read()
+ * on a non-socket. */
 ssize_t recv_no_fds(int fd, void *buf, size_t len);
 /* Close every fd >= lowfd except those listed in keep[] (close_range with a
  * /proc/self/fd fallback). */

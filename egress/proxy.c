@@ -57,9 +57,10 @@
 /* A pipe's default capacity, which the relay keeps: each pipe's pages count
  * against the host user's pipe-user-pages-soft (16384 pages, shared by all
  * the user's processes) from its creation, so a tunnel has its pipes only
- * while it moves bytes (made for the first, closed once it has been idle
- * for PIPE_IDLE_MS: a pipe made and closed each time a direction drains
- * added 0.3 ms to a response's first byte), and they are never grown (at
+ * while it moves bytes (each direction's made for its first, closed by the
+ * sweep once that way has been idle for PIPE_IDLE_MS, so up to twice that:
+ * a pipe made and closed each time a direction drains added 0.3 ms to a
+ * response's first byte), and they are never grown (at
  * 256 KiB, 140 idle tunnels took a user's every new pipe down to 8 KiB:
  * red team 10). */
 #define PIPE_SIZE (64 * 1024)
@@ -795,6 +796,8 @@ struct dir {
 	uint64_t *count, max;
 	atomic_uint_fast64_t *total;
 	const char *limit;
+	const char *why;  /* pump's reason for ending the tunnel, if its own */
+	uint64_t last_ms; /* when bytes last moved this way: its pipe goes when idle */
 	/* Plain HTTP, towards the server: the request body's bytes still to
 	 * go; past them nothing more is read from the sandbox (a pipelined
 	 * request would reach the server with no Host check).  Unbounded:
@@ -873,9 +876,10 @@ static int pump(struct dir *d, bool *moved)
 				n = recv(d->from, &c, 1, MSG_PEEK | MSG_DONTWAIT);
 			else if (d->pipe[0] < 0 && (n = recv(d->from, &c, 1, MSG_PEEK | MSG_DONTWAIT)) <= 0)
 				; /* no pipe before there are bytes: nothing yet, or the end */
-			else if (d->pipe[0] < 0 && pipe2(d->pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+			else if (d->pipe[0] < 0 && pipe2(d->pipe, O_CLOEXEC | O_NONBLOCK) < 0) {
+				d->why = "out of file descriptors or pipes";
 				return -1;
-			else
+			} else
 				n = splice(d->from, NULL, d->pipe[1], NULL, room < PIPE_SIZE ? (size_t)room : PIPE_SIZE,
 					   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 			if (room == 0 && n > 0)
@@ -987,14 +991,20 @@ static void tunnel_run(struct tunnel *t, unsigned dirs, uint64_t now, struct tun
 	bool moved = false;
 
 	for (int i = 0; i < 2; i++) {
+		bool moved_here = false;
 		int s;
 
 		if (!(dirs & (1u << i)))
 			continue;
-		s = pump(&t->d[i], &moved);
-
+		s = pump(&t->d[i], &moved_here);
+		if (moved_here) {
+			t->d[i].last_ms = now;
+			moved = true;
+		}
 		if (s > 0)
 			t->r->reason = t->d[i].limit;
+		else if (s < 0 && t->d[i].why && !t->r->reason)
+			t->r->reason = t->d[i].why;
 		if (s != 0)
 			return tunnel_kill(t, dead);
 	}
@@ -1131,10 +1141,11 @@ static void *relay_thread(void *arg)
 				if (now - t->last_ms >= IDLE_TIMEOUT_MS) {
 					t->r->reason = "idle timeout";
 					tunnel_kill(t, &dead);
-				} else if (now - t->last_ms >= PIPE_IDLE_MS) {
-					/* Idle: its pipes' pages back to the user. */
+				} else {
+					/* A direction idle: its pipe's pages back to the
+					 * user (a trickle one way keeps only that way's). */
 					for (int i = 0; i < 2; i++)
-						if (!t->d[i].inpipe)
+						if (!t->d[i].inpipe && now - t->d[i].last_ms >= PIPE_IDLE_MS)
 							dir_unpipe(&t->d[i]);
 				}
 			}

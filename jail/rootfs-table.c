@@ -64,7 +64,8 @@ static const char *const proc_masked[] = { "keys", "key-users", "timer_list", "s
 					    * pressure stalls.  /proc/meminfo, loadavg and stat stay:
 					    * programs read them (their counts are channels too, as
 					    * timing is) */
-					   "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/dentry-state", "interrupts", "softirqs",
+					   "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/inode-state", "sys/fs/dentry-state",
+					   "sys/fs/aio-nr", "interrupts", "softirqs",
 					   "pressure/",
 					   /* kernel addresses wherever kptr_restrict and
 					    * perf_event_paranoid let a reader have them */

@@ -1993,6 +1993,8 @@ static int listen_on(const char *path, const char *group, mode_t mode)
 		logmsg("socket: %s", strerror(errno));
 		goto fail;
 	}
+	/* Before listen(): a connection takes the listener's setting. */
+	set_passrights(fd, false);
 	(void)unlinkat(dfd, base, 0);
 	old_umask = umask(~mode & 0777);
 	/* setfsgid answers the fsgid it replaced: asked twice, whether it took. */
@@ -2064,8 +2066,6 @@ static int open_listener(void)
 		return -1;
 	}
 	D.listen.fd = listen_on(D.o->listen_path, D.o->listen_group, (mode_t)D.o->listen_mode);
-	if (D.listen.fd >= 0)
-		set_passrights(D.listen.fd, false);
 	return D.listen.fd < 0 ? -1 : 0;
 }
 

@@ -187,6 +187,7 @@ def kernel_refuses_fds():
 SEND_TO_HOST = r'''
 import errno, os, socket, struct, array
 lst = socket.socket()
+lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the unsent data stays unsent
 lst.bind(("127.0.0.1", 0))
 lst.listen(1)
 pid = os.fork()

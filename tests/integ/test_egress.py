@@ -1520,7 +1520,13 @@ print("open", len(held), flush=True)
 sys.stdin.readline()
 for s in held:
     s.sendall(b"x" * 1000)
-print("sent", flush=True)
+back = 0
+for s in held:
+    got = b""
+    while len(got) < 1000:
+        got += s.recv(1000 - len(got))
+    back += len(got)
+print("sent", back, flush=True)
 sys.stdin.readline()
 '''
 
@@ -1533,9 +1539,20 @@ def test_idle_tunnels_hold_no_pipes():
     to 8 KiB while they lasted (red team 10).  Now a tunnel has a pipe
     only while it moves bytes, and a second after: 60 idle tunnels, and
     the proxy holds none (from the host: the proxy's descriptors)."""
+    got = []
+
     def hold(c):
+        # 1000 bytes in, the same back (a pipe each way), then held.
         c.settimeout(30)
+        data = b""
         with contextlib.suppress(OSError):
+            while len(data) < 1000:
+                b = c.recv(1000 - len(data))
+                if not b:
+                    break
+                data += b
+            got.append(len(data))
+            c.sendall(data)
             while c.recv(4096):
                 pass
     srv, conns = _tcp_server("127.0.0.1", hold, backlog=128, threaded=True)
@@ -1571,7 +1588,7 @@ def test_idle_tunnels_hold_no_pipes():
         # once the tunnel has been idle a second.
         p.stdin.write("\n")
         p.stdin.flush()
-        assert p.stdout.readline() == "sent\n"
+        assert p.stdout.readline() == "sent 60000\n" and sum(got) == 60000, got
         end = time.monotonic() + 10
         while proxy_fds()[0] >= 10 and time.monotonic() < end:
             time.sleep(0.2)

@@ -590,7 +590,8 @@ def test_only_netlink_route_opens():
 # another reads (a channel between them), interrupts and softirqs per
 # device (the host's network and disk activity).
 MASKED_FILES = ("sys/kernel/pty/nr", "cgroups", "kallsyms", "swaps", "diskstats", "partitions", "iomem", "ioports",
-                "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/dentry-state", "interrupts", "softirqs")
+                "sys/fs/file-nr", "sys/fs/inode-nr", "sys/fs/inode-state", "sys/fs/dentry-state", "sys/fs/aio-nr",
+                "interrupts", "softirqs")
 HOST_ACTIVITY = "MASKED_FILES = %r\n" % (MASKED_FILES,) + r"""
 import ctypes, errno, mmap, os
 def readable(p):

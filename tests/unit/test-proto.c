@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -178,11 +180,55 @@ static void test_fd_reader(void)
 		k = proto_reader_read(&r, sv[1], &f, &err);
 		CHECK(k < 0 && err.code == EPROTO && strstr(err.msg, "descriptors came with a frame"), "descriptors: %s",
 		      err.msg);
+		/* Closed off the reader's thread: a moment later. */
+		fcntl(p[0], F_SETFL, O_NONBLOCK);
+		for (int i = 0; i < 200 && read(p[0], &c, 1) < 0 && errno == EAGAIN; i++)
+			usleep(10000);
 		CHECK(read(p[0], &c, 1) == 0, "the descriptors the reader got are closed");
 		proto_reader_free(&r);
 		close(p[0]);
 		close(sv[0]);
 		close(sv[1]);
+	}
+	/* A TCP socket with unsent data and an hour's linger, in flight inside
+	 * a unix socket that comes with a frame: emptying that one on the
+	 * reader's thread waited out the linger there.  alarm(): a hang fails. */
+	{
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t al = sizeof(a);
+		struct linger lg = { 1, 3600 };
+		struct iovec iov = { "XBSN", 4 };
+		int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int small = 4096, ab[2];
+		static char junk[65536];
+
+		/* Small buffers both ends: the unsent data stays unsent. */
+		setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+		CHECK(l >= 0 && t >= 0 && bind(l, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(l, 1) == 0 &&
+			      getsockname(l, (struct sockaddr *)&a, &al) == 0,
+		      "loopback listener");
+		setsockopt(t, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+		CHECK(connect(t, (struct sockaddr *)&a, sizeof(a)) == 0, "connect");
+		fcntl(t, F_SETFL, O_NONBLOCK);
+		while (send(t, junk, sizeof(junk), MSG_NOSIGNAL) > 0)
+			;
+		CHECK(setsockopt(t, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) == 0, "linger");
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ab) == 0, "socketpair");
+		CHECK(send_with_fds(ab[1], &iov, 1, &t, 1) == 4, "the TCP socket into the unix one");
+		close(t);
+		close(ab[1]);
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+		CHECK(send_with_fds(sv[0], &iov, 1, &ab[0], 1) == 4, "the unix socket with a frame");
+		close(ab[0]);
+		proto_reader_init(&r, 0);
+		alarm(30);
+		k = proto_reader_read(&r, sv[1], &f, &err);
+		alarm(0);
+		CHECK(k < 0 && err.code == EPROTO, "nested: %s", err.msg);
+		proto_reader_free(&r);
+		close(sv[0]);
+		close(sv[1]);
+		close(l); /* resets the connection: the close off the thread ends */
 	}
 	/* None come once the receiving end refuses them (Linux 6.16): the
 	 * sender's sendmsg fails. */
