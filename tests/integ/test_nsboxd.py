@@ -2267,6 +2267,12 @@ def test_one_uid_gets_one_share_of_the_loop():
         assert d.stop() == 0, d.logtext()
 
 
+# The uid of the clients that keep lingering sockets in flight: not 65534.
+# The kernel counts descriptors in flight per host uid, and the unprivileged
+# track's SDK tests (uid 65534, beside this root track in .ci/run) start
+# sandboxes with RLIMIT_NOFILE 64: past 64 of 65534's in flight, their
+# sends failed with ETOOMANYREFS (CI run81).
+EVIL_UID = 65533
 LINGERING = r"""
 import array, json, socket, struct, sys, time
 sys.path.insert(0, sys.argv[2])
@@ -2329,7 +2335,7 @@ time.sleep(3600)
 def test_client_descriptors_never_hold_the_loop():
     """nsboxd closed the descriptors a client sent on its event loop's
     thread: a TCP socket with unsent data and SO_LINGER (60 s in the report), sent with any
-    request by uid 65534 (which then closed its copy), held every client
+    request by EVIL_UID (which then closed its copy), held every client
     of nsboxd for 60 s in that close().  Now a socket's linger is taken
     away and every client descriptor is closed on a thread of its own, one
     per uid (service/closer.c).  One that still waits there (a lingering
@@ -2339,7 +2345,7 @@ def test_client_descriptors_never_hold_the_loop():
     hang-up at every wake-up: nsboxd spun), its socket on the closer too:
     the requests it did not read go with it, lingering descriptors and
     all."""
-    d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=1\n", extra=("--mode", "0666"))
+    d = Daemon(f"[Service]\nAllowUsers={EVIL_UID}\nPoolSize=1\n", extra=("--mode", "0666"))
     evil = []
     try:
         os.chmod(d.dir, 0o755)
@@ -2348,10 +2354,10 @@ def test_client_descriptors_never_hold_the_loop():
         assert d.client_kinds() == [], d.client_kinds()
         here = os.path.dirname(os.path.abspath(__file__))
         for how, count in (("direct", 1), ("nested", 200)):
-            # nsboxd stopped meanwhile: uid 65534 closes its own copies
+            # nsboxd stopped meanwhile: EVIL_UID closes its own copies
             # first, and nsboxd's close is the last (the one that waits).
             c = svcclient.Client(d.sock)
-            e = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+            e = subprocess.Popen(["setpriv", f"--reuid={EVIL_UID}", f"--regid={EVIL_UID}", "--clear-groups", sys.executable,
                                   "-c", LINGERING, d.sock, here, "25", str(count), how], stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE, text=True)
             evil.append(e)
@@ -2373,7 +2379,7 @@ def test_client_descriptors_never_hold_the_loop():
             c.close()
             assert time.time() - t0 < 10, (how, time.time() - t0)
         # The nested ones wait on the closer: at most 64 held (and the
-        # few read in the same wake-up), the rest left in uid 65534's socket.
+        # few read in the same wake-up), the rest left in EVIL_UID's socket.
         assert d.fds() <= fds0 + 64 + 16 + 8, d.fds()
         # ... and are seen as a client's (the final check's kind test).
         assert len(d.client_kinds()) >= 8, d.client_kinds()
@@ -2389,7 +2395,7 @@ def test_client_descriptors_never_hold_the_loop():
         # closer lane per uid): root connects and hangs up 80 times, past
         # CLOSER_UID_MAX, each served at once, its sockets all closed.
         # With one closer for every uid, root's sockets queued behind
-        # uid 65534's lingering one and root was held back after 64.
+        # EVIL_UID's lingering one and root was held back after 64.
         for _ in range(80):
             svcclient.Client(d.sock, timeout=5).close()
         assert wait_until(lambda: d.fds() <= fds0 + 64 + 16 + 8, timeout=10), d.fds()
@@ -2452,17 +2458,20 @@ def test_a_stuck_closer_stops_accepting_before_descriptors_run_away():
     hold a descriptor each.  Once 1,024 wait in all, nsboxd accepts no
     connection, its descriptors stay bounded, and it accepts again (and
     serves) once they are closed."""
-    d = Daemon("[Service]\nAllowUsers=65534\nPoolSize=0\n", extra=("--mode", "0666"))
+    d = Daemon(f"[Service]\nAllowUsers={EVIL_UID}\nPoolSize=0\n", extra=("--mode", "0666"))
     evil = None
     try:
         os.chmod(d.dir, 0o755)
         fds0 = d.settled_fds()
         here = os.path.dirname(os.path.abspath(__file__))
-        who = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c"]
+        who = ["setpriv", f"--reuid={EVIL_UID}", f"--regid={EVIL_UID}", "--clear-groups", sys.executable, "-c"]
+        evil = subprocess.Popen(who + [LINGERING, d.sock, here, "60", "1", "nested"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert evil.stdout.readline() == "hello\n"
         os.kill(d.p.pid, signal.SIGSTOP)
         try:
-            evil = subprocess.Popen(who + [LINGERING, d.sock, here, "60", "1", "nested"], stdout=subprocess.PIPE,
-                                    text=True)
+            evil.stdin.write("go\n")
+            evil.stdin.flush()
             assert int(evil.stdout.readline()) == 1
         finally:
             os.kill(d.p.pid, signal.SIGCONT)
@@ -2484,6 +2493,7 @@ def test_a_stuck_closer_stops_accepting_before_descriptors_run_away():
             evil.kill()
             evil.wait()
             evil.stdout.close()
+            evil.stdin.close()
         assert d.stop() == 0, d.logtext()
 
 
