@@ -152,6 +152,10 @@ int cmd_doctor(int argc, char **argv)
 	else if (++warnings)
 		printf("WARN Landlock not available (lsm= lacks landlock)\n     -> one layer fewer: mounts, seccomp "
 		       "and namespaces still confine writes\n");
+	if (h.landlock_abi < 6)
+		printf("note no Landlock ABI 6: with --share-net a sandbox gets no AF_UNIX socket() and only stream "
+		       "socketpair()s\n     (a second seccomp filter), so that the host's abstract sockets stay out of "
+		       "reach\n");
 	if (h.runner[0]) {
 		printf("ok   runner %s\n", h.runner);
 		fflush(stdout);
