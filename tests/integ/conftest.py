@@ -180,18 +180,21 @@ def kernel_refuses_fds():
 
 
 # Sandboxed code passing its host a descriptor on its runner socket (fd 3):
-# a TCP socket with unsent data and a linger of an hour, whose last copy is
-# then the one in flight (the child that sent it exits; an exit does not
-# linger).  A host that drops it unread closes it itself, and that close
-# waits out the linger.  Prints the send's errno name, or "sent".
+# a TCP socket with unsent data and a linger of an hour, which the sender
+# closes at once, so that the copy in flight is the last one (as a rule:
+# the host may read first).  A host that drops it unread closes it itself,
+# and that close waits out the linger (54181ca's nsbox python: 31 s of a
+# 30 s linger, in read()).  The child's status comes through a pipe, not
+# waitpid: a child whose close is the last one waits out the linger itself.
+# Prints the send's errno name, or "sent".
 SEND_TO_HOST = r'''
 import errno, os, socket, struct, array
 lst = socket.socket()
 lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the unsent data stays unsent
 lst.bind(("127.0.0.1", 0))
 lst.listen(1)
-pid = os.fork()
-if pid == 0:
+r, w = os.pipe()
+if os.fork() == 0:
     t = socket.socket()
     t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     t.connect(lst.getsockname())
@@ -204,10 +207,14 @@ if pid == 0:
     t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 3600))
     try:
         socket.socket(fileno=3).sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
-                                                   array.array("i", [t.fileno()]))])
-        os._exit(0)
+                                                    array.array("i", [t.fileno()]))])
+        code = 0
     except OSError as e:
-        os._exit(e.errno)
-_, st = os.waitpid(pid, 0)
-print("send:", errno.errorcode.get(os.waitstatus_to_exitcode(st), "sent"), flush=True)
+        code = e.errno
+    t.setblocking(True)
+    os.write(w, bytes([code]))
+    t.close()
+    os._exit(0)
+code = os.read(r, 1)[0]
+print("send:", errno.errorcode.get(code, "sent"), flush=True)
 '''

@@ -403,7 +403,10 @@ def test_no_descriptor_reaches_the_host(front, hostenv):
     runner socket took them, and its read() dropped them, closing each on
     the host's own thread: a lingering TCP socket sent by the sandbox held
     the host (nsbox python, the SDK's exec) for its linger time, past any
-    time limit (31 s under --time-limit 5 with a linger of 30 s).  Now the
+    time limit (31 s under --time-limit 5 with a linger of 30 s; here an
+    hour, and 54181ca's nsbox python was still running 25 s into a 5 s
+    limit, unless it read the descriptor before the sender closed its own
+    copy).  Now the
     host's end refuses descriptors (Linux 6.16's SO_PASSRIGHTS: the send
     fails inside with EPERM, and the session goes on); on an older kernel
     the host reads with room for them, closes each without lingering, and
