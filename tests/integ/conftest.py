@@ -187,14 +187,11 @@ def kernel_refuses_fds():
 # 30 s linger, in read()).  The child's status comes through a pipe, not
 # waitpid: a child whose close is the last one waits out the linger itself.
 # Prints the send's errno name, or "sent".
-SEND_TO_HOST = r'''
-import errno, os, socket, struct, array
-lst = socket.socket()
-lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the unsent data stays unsent
-lst.bind(("127.0.0.1", 0))
-lst.listen(1)
-r, w = os.pipe()
-if os.fork() == 0:
+MAKE_LINGERING = r'''
+import socket, struct
+def make_lingering(lst, linger):
+    """A TCP socket to lst (which never reads) with unsent data and
+    SO_LINGER: its last close waits up to linger seconds for it to go."""
     t = socket.socket()
     t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     t.connect(lst.getsockname())
@@ -204,7 +201,18 @@ if os.fork() == 0:
             t.send(b"x" * 65536)
     except BlockingIOError:
         pass
-    t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 3600))
+    t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, linger))
+    return t
+'''
+SEND_TO_HOST = MAKE_LINGERING + r'''
+import errno, os, socket, struct, array
+lst = socket.socket()
+lst.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the unsent data stays unsent
+lst.bind(("127.0.0.1", 0))
+lst.listen(1)
+r, w = os.pipe()
+if os.fork() == 0:
+    t = make_lingering(lst, 3600)
     try:
         socket.socket(fileno=3).sendmsg([b"\0"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                                     array.array("i", [t.fileno()]))])

@@ -22,7 +22,7 @@ import time
 import pytest
 
 from conftest import BUILD, MODE, NSBOX, _launcher_pid, _nsbox_cgroups, _pid_alive, sdk_env, kernel_refuses_fds, \
-    SEND_TO_HOST
+    MAKE_LINGERING, SEND_TO_HOST
 from test_egress import PRELUDE
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -2273,7 +2273,7 @@ def test_one_uid_gets_one_share_of_the_loop():
 # sandboxes with RLIMIT_NOFILE 64: past 64 of 65534's in flight, their
 # sends failed with ETOOMANYREFS (CI run81).
 EVIL_UID = 65533
-LINGERING = r"""
+LINGERING = MAKE_LINGERING + r"""
 import array, json, socket, struct, sys, time
 sys.path.insert(0, sys.argv[2])
 import svcclient
@@ -2285,18 +2285,7 @@ lst.listen(4096)
 
 
 def lingering():
-    # Unsent data the listener never reads, and SO_LINGER: its last
-    # close waits up to linger seconds for the data to go.
-    t = socket.socket()
-    t.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-    t.connect(lst.getsockname())
-    t.setblocking(False)
-    try:
-        while True:
-            t.send(b"x" * 65536)
-    except BlockingIOError:
-        pass
-    t.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, linger))
+    t = make_lingering(lst, linger)
     if not nested:
         return t
     # In flight in a unix socket: nsboxd can't reach it.
