@@ -100,8 +100,9 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "nsbox run: %s\n", nsbox_error_message(e));
 		goto out;
 	}
-	if (i >= argc) {
-		fprintf(stderr, "nsbox run: no command given (see nsbox run --help)\n");
+	if (i >= argc || !argv[i][0]) {
+		fprintf(stderr, "nsbox run: no command given%s (see nsbox run --help)\n",
+			i < argc ? " (an empty name)" : "");
 		goto out;
 	}
 	/* The status is the run's outcome as the caller will read it: where

@@ -173,7 +173,7 @@ static int get_fd_index(const json_t *j, size_t n_fds, int *idx, const char *wha
 }
 
 static const char *const open_keys[] = {
-	"profile", "memory", "pids", "cpus", "time_limit", "tmp_size", "file_size", "open_files", "share_net",
+	"profile", "memory", "pids", "cpus", "tmp_size", "file_size", "open_files", "share_net",
 	"dist_packages", "workspace", "binds", "env", "output_limit", "cold", "net", "rootfs", NULL,
 };
 
@@ -262,7 +262,7 @@ int svc_open_parse(const json_t *m, size_t n_fds, struct svc_open *o, struct nsb
 	if (get_u64(m, "memory", &o->memory, err) < 0 || get_u64(m, "pids", &o->pids, err) < 0 ||
 	    get_u64(m, "tmp_size", &o->tmp_size, err) < 0 || get_u64(m, "file_size", &o->file_size, err) < 0 ||
 	    get_u64(m, "open_files", &o->open_files, err) < 0 || get_u64(m, "output_limit", &o->output_limit, err) < 0 ||
-	    get_double(m, "cpus", &o->cpus, err) < 0 || get_double(m, "time_limit", &o->time_limit, err) < 0 ||
+	    get_double(m, "cpus", &o->cpus, err) < 0 ||
 	    get_bool(m, "share_net", &o->share_net, err) < 0 || get_bool(m, "dist_packages", &o->dist_packages, err) < 0 ||
 	    get_bool(m, "cold", &o->cold, err) < 0)
 		return -1;

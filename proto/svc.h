@@ -84,7 +84,7 @@ void svc_status_from_json(const json_t *j, struct svc_status *st);
 struct svc_open {
 	const char *profile;	/* "default", "strict", "permissive" (server-side policies) */
 	uint64_t memory, pids, tmp_size, file_size, open_files;	/* 0: the profile's */
-	double cpus, time_limit;
+	double cpus;
 	bool share_net;
 	bool share_net_given;	/* share_net was sent (false: the profile's is not wanted) */
 	bool dist_packages;

@@ -180,6 +180,62 @@ static void logmsg(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* What one client's uid makes nsboxd log (a malformed message, a refusal):
+ * at most CLIENT_LOG_MAX lines a minute per uid, then one line saying how
+ * many were not logged.  A client reconnecting with a bad message each
+ * time wrote 15,000 lines a second (red team 11), and under journald its
+ * rate limit would then have dropped every other line of nsboxd's too. */
+#define CLIENT_LOG_MAX 20
+#define CLIENT_LOG_UIDS 32
+static struct {
+	uid_t uid;
+	unsigned long long since; /* this window's start, mono_ns(); 0: unused */
+	unsigned n, dropped;
+} client_log_uids[CLIENT_LOG_UIDS];
+
+static void client_log_said(unsigned k)
+{
+	if (client_log_uids[k].dropped)
+		logmsg("uid %u: %u more lines not logged (at most %d a minute per uid)", (unsigned)client_log_uids[k].uid,
+		       client_log_uids[k].dropped, CLIENT_LOG_MAX);
+}
+
+static void client_log(uid_t uid, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void client_log(uid_t uid, const char *fmt, ...)
+{
+	unsigned long long now = mono_ns();
+	unsigned k = 0;
+	va_list ap;
+
+	for (unsigned i = 0; i < CLIENT_LOG_UIDS; i++) {
+		if (client_log_uids[i].since && client_log_uids[i].uid == uid) {
+			k = i;
+			break;
+		}
+		if (client_log_uids[i].since < client_log_uids[k].since)
+			k = i;
+	}
+	if (!client_log_uids[k].since || client_log_uids[k].uid != uid ||
+	    now - client_log_uids[k].since >= 60000000000ull) {
+		/* A new window (or another uid's slot, the oldest). */
+		if (client_log_uids[k].since)
+			client_log_said(k);
+		client_log_uids[k].uid = uid;
+		client_log_uids[k].since = now;
+		client_log_uids[k].n = client_log_uids[k].dropped = 0;
+	}
+	if (client_log_uids[k].n >= CLIENT_LOG_MAX) {
+		client_log_uids[k].dropped++;
+		return;
+	}
+	client_log_uids[k].n++;
+	va_start(ap, fmt);
+	fputs("nsboxd: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+}
+
 static void notify_status(void)
 {
 	unsigned pooled = 0;
@@ -619,7 +675,7 @@ static int reply_fds(struct conn *c, uint16_t type, uint32_t id, json_t *msg, co
 	json_decref(msg);
 	if (c->n_out >= MAX_OUT) {
 		out_free(m);
-		logmsg("uid %u pid %d: does not read its replies; closing", (unsigned)c->uid, (int)c->pid);
+		client_log(c->uid, "uid %u pid %d: does not read its replies; closing", (unsigned)c->uid, (int)c->pid);
 		conn_close(c);
 		return -1;
 	}
@@ -1609,7 +1665,7 @@ static int conn_read(struct conn *c)
 		if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || n_fds > SVC_MAX_FDS) {
 			for (size_t i = 0; i < n_fds; i++)
 				closer_close(fds[i], c->uid);
-			logmsg("uid %u pid %d: message over %u bytes or %d descriptors; closing", (unsigned)c->uid,
+			client_log(c->uid, "uid %u pid %d: message over %u bytes or %d descriptors; closing", (unsigned)c->uid,
 			       (int)c->pid, SVC_MAX_MSG, SVC_MAX_FDS);
 			/* A reply that could not be sent closed c already. */
 			if (reply_error(c, 0, EPROTO, "message over %u bytes or %d descriptors", SVC_MAX_MSG,
@@ -1620,7 +1676,7 @@ static int conn_read(struct conn *c)
 		if (svc_decode(buf, (size_t)n, &type, &id, &m, &e) < 0) {
 			for (size_t i = 0; i < n_fds; i++)
 				closer_close(fds[i], c->uid);
-			logmsg("uid %u pid %d: %s; closing", (unsigned)c->uid, (int)c->pid, e.msg);
+			client_log(c->uid, "uid %u pid %d: %s; closing", (unsigned)c->uid, (int)c->pid, e.msg);
 			if (reply_error(c, 0, EPROTO, "%s", e.msg) == 0)
 				conn_close(c);
 			return -1;
@@ -1702,7 +1758,7 @@ static bool accept_one(void)
 	/* Every group, or no connection: rules for a group the client is in
 	 * must not be skipped because it is in many (over MAX_GROUPS). */
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, groups, &glen) < 0) {
-		logmsg("uid %u pid %d: its groups: %s (over %d?); refused", (unsigned)cr.uid, (int)cr.pid,
+		client_log(cr.uid, "uid %u pid %d: its groups: %s (over %d?); refused", (unsigned)cr.uid, (int)cr.pid,
 		       strerror(errno), MAX_GROUPS);
 		closer_close(fd, cr.uid);
 		return true;
@@ -1724,7 +1780,7 @@ static bool accept_one(void)
 		for (struct conn *o = D.conns; o; o = o->next)
 			mine += o->uid == cr.uid;
 		if (mine >= D.conf.max_conns_per_user) {
-			logmsg("uid %u pid %d: refused, it has %u connections (MaxConnectionsPerUser=)", (unsigned)cr.uid,
+			client_log(cr.uid, "uid %u pid %d: refused, it has %u connections (MaxConnectionsPerUser=)", (unsigned)cr.uid,
 			       (int)cr.pid, mine);
 			refuse(fd, cr.uid, EAGAIN, "uid %u has %u connections to nsboxd, its MaxConnectionsPerUser= (nsboxd.conf(5))",
 			       (unsigned)cr.uid, mine);
@@ -1779,10 +1835,13 @@ static int hello_sweep(void)
 
 		if (!c->hello) {
 			if (now - c->accepted >= limit) {
-				reply_error(c, 0, ETIMEDOUT, "no HELLO in %g s (nsboxd.conf(5) HelloTimeoutSec)",
-					    D.conf.hello_timeout);
-				(void)conn_flush(c);
-				conn_close(c);
+				/* A reply that could not be sent closed c already
+				 * (a client that shut its reading side: EPIPE). */
+				if (reply_error(c, 0, ETIMEDOUT, "no HELLO in %g s (nsboxd.conf(5) HelloTimeoutSec)",
+						D.conf.hello_timeout) == 0) {
+					(void)conn_flush(c);
+					conn_close(c);
+				}
 			} else if (!next || c->accepted + limit - now < next) {
 				next = c->accepted + limit - now;
 			}

@@ -48,6 +48,13 @@ def test_extra_arguments_are_named():
     assert rc == USAGE and err == "nsbox info: unexpected argument 'bogus' (see nsbox info --help)\n"
 
 
+def test_no_command_is_a_usage_error():
+    # An empty name was a setup failure (125, "nsbox_run: no command given").
+    for argv in (["run", "--"], ["run", "--", ""]):
+        rc, out, err = run(argv)
+        assert rc == USAGE and err.startswith("nsbox run: no command given"), (argv, rc, err)
+
+
 @pytest.mark.parametrize("cmd,bad,want", [
     (["run"], "--memroy", "--memory"),
     (["run"], "--json-stauts=-", "--json-status"),

@@ -2486,6 +2486,61 @@ def test_a_stuck_closer_stops_accepting_before_descriptors_run_away():
         assert d.stop() == 0, d.logtext()
 
 
+def test_silent_client_that_reads_nothing_is_timed_out_once():
+    """A client that connects, shuts its reading side and says nothing:
+    the sweep's ETIMEDOUT reply failed (EPIPE), which closed and freed the
+    connection, and the sweep then flushed and closed it again: a use after
+    free and a double free, nsboxd dead (SIGSEGV) 10 s after any admitted
+    client connected (red team 11), every other client's sessions with it."""
+    d = Daemon("[Service]\nPoolSize=0\nHelloTimeoutSec=1\n")
+    try:
+        c = svcclient.Client(d.sock)
+        sb, m = c.open()
+        assert sb, m
+        bad = [socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) for _ in range(3)]
+        for s in bad:
+            s.connect(d.sock)
+            s.shutdown(socket.SHUT_RD)
+        # Timed out after 1 s, at the sweep's next wake-up: 3 s is past it
+        # (nsboxd died there before).
+        time.sleep(3)
+        assert d.p.poll() is None, d.logtext()
+        for s in bad:
+            # nsboxd closed its end (the timeout's one close).
+            with pytest.raises((BrokenPipeError, ConnectionResetError)):
+                s.send(b"x")
+
+        assert sb.exec("6 * 7")["value"] == 42
+        sb.close()
+        c.close()
+        for s in bad:
+            s.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
+def test_a_client_cannot_flood_the_log():
+    """Each connection that sent a malformed message was logged, with no
+    bound: a client reconnecting in a loop wrote 15,000 lines a second (red
+    team 11; under journald, its rate limit would then drop every other
+    line of nsboxd's).  Now a uid gets 20 lines a minute, and one more
+    saying how many were not logged; nsboxd still answers each."""
+    d = Daemon("[Service]\nPoolSize=0\n")
+    try:
+        for _ in range(200):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            s.settimeout(10)
+            s.connect(d.sock)
+            s.send(b"\0" * 20)
+            assert s.recv(65536)[:4] == struct.pack("<I", svcclient.SVC_MAGIC)   # its ERROR
+            s.close()
+        time.sleep(0.3)
+        assert d.logtext().count("bad message magic") == 20, d.logtext()[-1500:]
+        serves(d.sock)
+    finally:
+        assert d.stop() == 0, d.logtext()
+
+
 def test_second_hello_does_not_hide_silent_connections():
     """A second HELLO on a connection counted it out of those waiting for
     their HELLO a second time: with one silent connection beside it, the

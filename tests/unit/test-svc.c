@@ -147,6 +147,7 @@ static void test_open(void)
 		const char *what;
 	} bad[] = {
 		{ "{\"root\":true}", 0, "an unknown key" },
+		{ "{\"time_limit\":1}", 0, "time_limit (parsed once and never applied: red team 11)" },
 		{ "{\"HostUid\":4242}", 0, "HostUid (not the client's to choose)" },
 		{ "{\"host_uid\":4242}", 0, "host_uid" },
 		{ "{\"profile\":7}", 0, "a profile that is not a string" },
