@@ -3,6 +3,8 @@
 #ifndef NSBOX_JAIL_SECCOMP_H
 #define NSBOX_JAIL_SECCOMP_H
 
+#include <stdbool.h>
+
 #include "error.h"
 #include "seccomp-rules.h"
 
@@ -26,5 +28,18 @@ int seccomp_apply_pid1(struct nsbox_err *err);
  * stream pairs, is already connected: connect() and sendto() an address
  * fail (EISCONN). */
 int seccomp_apply_no_unix_names(struct nsbox_err *err);
+
+/* A second (or third) filter on every payload, for queues the kernel fills
+ * on a socket and charges to no memory cgroup (v1 or v2), bounded only by
+ * each socket's receive buffer times the sockets a sandbox may open (a
+ * 32M sandbox held 2 GiB, red team 12): in a network namespace of its own
+ * (!share_net) socket(AF_NETLINK) fails with EPERM (every refused rtnetlink
+ * request is acked with a copy of itself; the namespace shows only lo,
+ * /proc/net/dev says as much); IP_RECVERR and IPV6_RECVERR (and their
+ * RFC 4884 forms), which queue an ICMP error per datagram to a closed
+ * loopback port, succeed without effect (glibc's resolver refuses to run
+ * without them); SO_TIMESTAMPING, which queues a copy of each packet sent,
+ * fails with EPERM. */
+int seccomp_apply_no_kernel_queues(bool share_net, struct nsbox_err *err);
 
 #endif

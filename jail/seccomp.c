@@ -5,7 +5,9 @@
 #include <stddef.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <linux/errqueue.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -80,6 +82,43 @@ int seccomp_apply_no_unix_names(struct nsbox_err *err)
 		/* 12 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		/* 13 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
 	};
+	struct seccomp_prog prog = { .insns = insns, .len = sizeof(insns) / sizeof(insns[0]) };
+
+	return seccomp_apply(&prog, err);
+}
+
+int seccomp_apply_no_kernel_queues(bool share_net, struct nsbox_err *err)
+{
+	enum { ALLOW = 20, NETLINK = 21, FAKE = 22, DENY = 23 };
+#define JMP_TO(from, to) ((to) - (from)-1)
+	struct sock_filter insns[] = {
+		/* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		/* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, JMP_TO(1, ALLOW)),
+		/* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		/* 3 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, JMP_TO(3, 6)),
+		/* 4 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+		/* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, JMP_TO(5, NETLINK), JMP_TO(5, ALLOW)),
+		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setsockopt, 0, JMP_TO(6, ALLOW)),
+		/* 7: the level */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_IP, 0, JMP_TO(8, 12)),
+		/* 9: the name */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IP_RECVERR, JMP_TO(10, FAKE), 0),
+		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IP_RECVERR_RFC4884, JMP_TO(11, FAKE), JMP_TO(11, ALLOW)),
+		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_IPV6, 0, JMP_TO(12, 16)),
+		/* 13 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPV6_RECVERR, JMP_TO(14, FAKE), 0),
+		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPV6_RECVERR_RFC4884, JMP_TO(15, FAKE), JMP_TO(15, ALLOW)),
+		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_SOCKET, 0, JMP_TO(16, ALLOW)),
+		/* 17 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+		/* 18 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SO_TIMESTAMPING_OLD, JMP_TO(18, DENY), 0),
+		/* 19 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SO_TIMESTAMPING_NEW, JMP_TO(19, DENY), JMP_TO(19, ALLOW)),
+		[ALLOW] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		[NETLINK] = BPF_STMT(BPF_RET | BPF_K,
+				     share_net ? SECCOMP_RET_ALLOW : SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+		[FAKE] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 0),
+		[DENY] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+	};
+#undef JMP_TO
 	struct seccomp_prog prog = { .insns = insns, .len = sizeof(insns) / sizeof(insns[0]) };
 
 	return seccomp_apply(&prog, err);

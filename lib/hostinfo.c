@@ -163,7 +163,7 @@ static const char probe_py[] =
 	"       'effective and bounding sets')\n"
 	"report('no_new_privs', status('NoNewPrivs') != '1', 'NoNewPrivs')\n"
 	"report('seccomp filter', status('Seccomp') != '2', 'Seccomp mode')\n"
-	"ifs = [n for _, n in socket.if_nameindex()]\n"
+	"ifs = [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n"
 	"report('network: only lo', ifs != ['lo'], '%d interface(s)' % len(ifs))\n"
 	"report('/etc/shadow hidden', os.access('/etc/shadow', os.F_OK), 'absent')\n"
 	"report('host homes hidden', os.access('/home', os.F_OK) or os.access('/root', os.F_OK), 'absent')\n"

@@ -2615,7 +2615,7 @@ def proxies_of(d):
 
 
 FETCH = PRELUDE + r'''
-R["ifs"] = [n for _, n in socket.if_nameindex()]
+R["ifs"] = [l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]
 R["body"] = urllib.request.urlopen("http://%s:%d/", timeout=10).read().decode()
 try:
     socket.getaddrinfo("example.com", 80)
@@ -2727,7 +2727,7 @@ def test_permissive_without_network_through_service(net_daemon):
     c = svcclient.Client(net_daemon.sock)
     sb, m = c.open(profile="permissive", share_net=False)
     assert sb, m
-    assert sb.exec("import socket; [n for _, n in socket.if_nameindex()]")["value"] == ["lo"]
+    assert sb.exec('[l.split(":")[0].strip() for l in open("/proc/net/dev").read().splitlines()[2:]]')["value"] == ["lo"]
     sb.close()
     for req in ({"profile": "permissive"}, {"share_net": True}):
         bad, m = c.open(net={"allow": ["example.com"]}, **req)
