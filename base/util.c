@@ -398,15 +398,15 @@ static void close_unasked_off(const int *fds, size_t n)
 
 ssize_t recv_no_fds(int fd, void *buf, size_t len)
 {
-	/* Room for all a message can carry (SCM_MAX_FD): the kernel closes
-	 * those that don't fit itself, here. */
+	/* Room for all a message can carry (SCM_MAX_FD, 253): the kernel
+	 * closes those that don't fit itself, here. */
+	int fds[253];
 	union {
-		char b[CMSG_SPACE(253 * sizeof(int))];
+		char b[CMSG_SPACE(sizeof(fds))];
 		struct cmsghdr align;
 	} u;
 	struct iovec iov = { buf, len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof(u.b) };
-	int fds[253];
 	size_t n_fds = 0;
 	ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
 
@@ -419,10 +419,8 @@ ssize_t recv_no_fds(int fd, void *buf, size_t len)
 			int d;
 
 			memcpy(&d, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (n_fds < ARRAY_SIZE(fds))
+			if (n_fds < ARRAY_SIZE(fds)) /* always: the buffer holds no more */
 				fds[n_fds++] = d;
-			else
-				close_unasked(d);
 		}
 	}
 	if (n_fds)

@@ -807,8 +807,7 @@ struct dir {
 
 struct tunnel {
 	struct req *r;
-	struct dir d[2];
-	uint64_t last_ms;
+	struct dir d[2]; /* each with its last_ms: the tunnel's idleness is theirs */
 	bool dead, listed;
 	/* Whether side 0 (the sandbox's socket) and side 1 (the
 	 * destination's) are registered for writability too: only from the
@@ -851,7 +850,7 @@ static void dir_unpipe(struct dir *d)
  * block (the loop is edge-triggered).  Returns 0, 1 on a limit, -1 when
  * the connection is to end; sets *moved if anything moved.  The pipe is
  * made when bytes are first to go into it (and closed by the sweep once
- * the tunnel is idle and the pipe empty). */
+ * this way has been idle PIPE_IDLE_MS with the pipe empty). */
 static int pump(struct dir *d, bool *moved)
 {
 	for (;;) {
@@ -988,19 +987,15 @@ static struct epoll_event tunnel_event(struct tunnel *t, unsigned side)
 /* Run the directions in dirs (a mask, event_dirs) until they would block. */
 static void tunnel_run(struct tunnel *t, unsigned dirs, uint64_t now, struct tunnel **dead)
 {
-	bool moved = false;
-
 	for (int i = 0; i < 2; i++) {
-		bool moved_here = false;
+		bool moved = false;
 		int s;
 
 		if (!(dirs & (1u << i)))
 			continue;
-		s = pump(&t->d[i], &moved_here);
-		if (moved_here) {
+		s = pump(&t->d[i], &moved);
+		if (moved)
 			t->d[i].last_ms = now;
-			moved = true;
-		}
 		if (s > 0)
 			t->r->reason = t->d[i].limit;
 		else if (s < 0 && t->d[i].why && !t->r->reason)
@@ -1025,8 +1020,6 @@ static void tunnel_run(struct tunnel *t, unsigned dirs, uint64_t now, struct tun
 			return tunnel_kill(t, dead);
 		}
 	}
-	if (moved)
-		t->last_ms = now;
 }
 
 /* Take the queued tunnels into the loop and run each once. */
@@ -1138,7 +1131,9 @@ static void *relay_thread(void *arg)
 			swept = now;
 			for (struct tunnel *t = tunnels, *next; t; t = next) {
 				next = t->next;
-				if (now - t->last_ms >= IDLE_TIMEOUT_MS) {
+				uint64_t last = t->d[0].last_ms > t->d[1].last_ms ? t->d[0].last_ms : t->d[1].last_ms;
+
+				if (now - last >= IDLE_TIMEOUT_MS) {
 					t->r->reason = "idle timeout";
 					tunnel_kill(t, &dead);
 				} else {
@@ -1184,7 +1179,7 @@ static int relay(struct req *r, uint64_t up_left)
 				.total = &total_in,
 				.limit = "byte limit (MaxBytesIn)",
 				.left = UINT64_MAX };
-	t->last_ms = now_ms();
+	t->d[0].last_ms = t->d[1].last_ms = now_ms();
 	/* A relay forwards what it got at once: Nagle would hold a short
 	 * tail (the end of a TLS record) until the peer's delayed ACK. */
 	(void)setsockopt(r->fd, IPPROTO_TCP, TCP_NODELAY, &(int){ 1 }, sizeof(int));

@@ -284,9 +284,7 @@ static int payload_landlock(struct payload *pl, struct nsbox_err *err)
 		return -1;
 	/* ABI 6 scopes abstract unix sockets to the sandbox; without it, and
 	 * in the host's network namespace, only stream socket pairs. */
-	if (pl->c->p->share_net && abi < 6 && seccomp_apply_no_unix_names(err) < 0)
-		return -1;
-	return seccomp_apply_no_kernel_queues(pl->c->p->share_net, err);
+	return seccomp_apply_socket_rules(pl->c->p->share_net, pl->c->p->share_net && abi < 6, err);
 }
 
 /* The payload's setup, in order; a failing step's error carries its name

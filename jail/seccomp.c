@@ -63,56 +63,41 @@ int seccomp_apply_pid1(struct nsbox_err *err)
 	return seccomp_apply(&prog, err);
 }
 
-int seccomp_apply_no_unix_names(struct nsbox_err *err)
+int seccomp_apply_socket_rules(bool share_net, bool no_unix_names, struct nsbox_err *err)
 {
-	/* Relative jumps: to ALLOW (12) and DENY (13) from each row. */
-	static struct sock_filter insns[] = {
-		/* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		/* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, 10),
-		/* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		/* 3 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, 2),
-		/* 4 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-		/* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 7, 6),
-		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 0, 5),
-		/* 7 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, 3),
-		/* 9 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
-		/* 10 */ BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xf), /* the type, without SOCK_CLOEXEC... */
-		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOCK_STREAM, 0, 1),
-		/* 12 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		/* 13 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
-	};
-	struct seccomp_prog prog = { .insns = insns, .len = sizeof(insns) / sizeof(insns[0]) };
-
-	return seccomp_apply(&prog, err);
-}
-
-int seccomp_apply_no_kernel_queues(bool share_net, struct nsbox_err *err)
-{
-	enum { ALLOW = 20, NETLINK = 21, FAKE = 22, DENY = 23 };
+	enum { ALLOW = 27, UNIX, NETLINK, FAKE, DENY };
 #define JMP_TO(from, to) ((to) - (from)-1)
 	struct sock_filter insns[] = {
 		/* 0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
 		/* 1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 0, JMP_TO(1, ALLOW)),
 		/* 2 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		/* 3 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, JMP_TO(3, 6)),
-		/* 4 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
-		/* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, JMP_TO(5, NETLINK), JMP_TO(5, ALLOW)),
-		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setsockopt, 0, JMP_TO(6, ALLOW)),
-		/* 7: the level */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
-		/* 8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_IP, 0, JMP_TO(8, 12)),
-		/* 9: the name */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
-		/* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IP_RECVERR, JMP_TO(10, FAKE), 0),
-		/* 11 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IP_RECVERR_RFC4884, JMP_TO(11, FAKE), JMP_TO(11, ALLOW)),
-		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_IPV6, 0, JMP_TO(12, 16)),
-		/* 13 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
-		/* 14 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPV6_RECVERR, JMP_TO(14, FAKE), 0),
-		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPV6_RECVERR_RFC4884, JMP_TO(15, FAKE), JMP_TO(15, ALLOW)),
-		/* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_SOCKET, 0, JMP_TO(16, ALLOW)),
-		/* 17 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
-		/* 18 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SO_TIMESTAMPING_OLD, JMP_TO(18, DENY), 0),
-		/* 19 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SO_TIMESTAMPING_NEW, JMP_TO(19, DENY), JMP_TO(19, ALLOW)),
+		/* 3 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, 0, JMP_TO(3, 7)),
+		/* 4: the family */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+		/* 5 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, JMP_TO(5, UNIX), 0),
+		/* 6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_NETLINK, JMP_TO(6, NETLINK), JMP_TO(6, ALLOW)),
+		/* 7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, 0, JMP_TO(7, 13)),
+		/* 8 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0])),
+		/* 9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AF_UNIX, 0, JMP_TO(9, ALLOW)),
+		/* 10: the type */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+		/* 11: without SOCK_CLOEXEC... */ BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0xf),
+		/* 12 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOCK_STREAM, JMP_TO(12, ALLOW), JMP_TO(12, UNIX)),
+		/* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_setsockopt, 0, JMP_TO(13, ALLOW)),
+		/* 14: the level */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+		/* 15 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_IP, 0, JMP_TO(15, 19)),
+		/* 16: the name */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+		/* 17 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IP_RECVERR, JMP_TO(17, FAKE), 0),
+		/* 18 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IP_RECVERR_RFC4884, JMP_TO(18, FAKE), JMP_TO(18, ALLOW)),
+		/* 19 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_IPV6, 0, JMP_TO(19, 23)),
+		/* 20 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+		/* 21 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPV6_RECVERR, JMP_TO(21, FAKE), 0),
+		/* 22 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, IPV6_RECVERR_RFC4884, JMP_TO(22, FAKE), JMP_TO(22, ALLOW)),
+		/* 23 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_SOCKET, 0, JMP_TO(23, ALLOW)),
+		/* 24 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
+		/* 25 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SO_TIMESTAMPING_OLD, JMP_TO(25, DENY), 0),
+		/* 26 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SO_TIMESTAMPING_NEW, JMP_TO(26, DENY), JMP_TO(26, ALLOW)),
 		[ALLOW] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		[UNIX] = BPF_STMT(BPF_RET | BPF_K,
+				  no_unix_names ? SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA) : SECCOMP_RET_ALLOW),
 		[NETLINK] = BPF_STMT(BPF_RET | BPF_K,
 				     share_net ? SECCOMP_RET_ALLOW : SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
 		[FAKE] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 0),

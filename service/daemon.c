@@ -168,15 +168,21 @@ static unsigned long long mono_ns(void)
 	return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
+static void vlogmsg(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+static void vlogmsg(const char *fmt, va_list ap)
+{
+	fputs("nsboxd: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+}
+
 static void logmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void logmsg(const char *fmt, ...)
 {
 	va_list ap;
 
 	va_start(ap, fmt);
-	fputs("nsboxd: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	vlogmsg(fmt, ap);
 	va_end(ap);
 }
 
@@ -230,9 +236,7 @@ static void client_log(uid_t uid, const char *fmt, ...)
 	}
 	client_log_uids[k].n++;
 	va_start(ap, fmt);
-	fputs("nsboxd: ", stderr);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	vlogmsg(fmt, ap);
 	va_end(ap);
 }
 
