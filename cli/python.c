@@ -5,11 +5,13 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,6 +97,7 @@ static void py_err_json(int status)
 }
 
 static bool in_repl, in_exec;
+volatile sig_atomic_t cli_tool_stop;
 static volatile sig_atomic_t got_sigint;
 
 /* Ctrl-C: KeyboardInterrupt inside the running code (the runner raises it
@@ -115,22 +118,120 @@ static void on_sigint(int sig)
  * written back then; SIGPIPE itself would have lost it). */
 static volatile sig_atomic_t out_broken;
 
+/* The policy's TimeLimit= (0: none), and when the last exec began. */
+static double time_limit;
+static unsigned long long exec_t0;
+
+static unsigned long long mono_ns(void);
+
+/* Our writes to stdout and stderr never outlast an exec's time limit.
+ * libnsbox checks the deadline between our callbacks, so a caller that
+ * reads one pipe to its end before the other (or neither) would hold nsbox
+ * in write() past the limit while the sandbox ran on.  Up to the deadline a
+ * write waits as python's would; from it on, what the reader has no room
+ * for is dropped (ETIME): the code is being stopped for its limit, as
+ * python under timeout(1) loses what it has not written.  So too what nsbox
+ * prints after the exec (a traceback, "time limit exceeded").  The file
+ * description is the caller's, so no O_NONBLOCK on it: a wait for POLLOUT,
+ * then at most PIPE_BUF bytes, which a pipe with room takes without
+ * blocking.  A regular file or block device never waits on a reader and is
+ * written whole. */
+static double out_time_left(int fd)
+{
+	static signed char plain[3] = { -1, -1, -1 };
+	double left;
+
+	if (fd >= 0 && fd < 3 && plain[fd] < 0) {
+		struct stat st;
+
+		plain[fd] = fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
+	}
+	if ((fd >= 0 && fd < 3 && plain[fd]) || !active || time_limit <= 0 || !exec_t0)
+		return -1;
+	/* The running exec's own deadline, else the last one's. */
+	left = nsbox_exec_time_left(active);
+	if (left < 0) {
+		unsigned long long end = exec_t0 + (unsigned long long)(time_limit * 1e9), now = mono_ns();
+
+		left = now < end ? (double)(end - now) / 1e9 : 0;
+	}
+	return left;
+}
+
+static int out_write(int fd, const char *data, size_t len)
+{
+	while (len) {
+		double left = out_time_left(fd);
+		size_t chunk = len;
+		ssize_t n;
+
+		if (left >= 0) {
+			struct pollfd pf = { fd, POLLOUT, 0 };
+			int r = poll(&pf, 1, left >= 1 ? 1000 : (int)(left * 1000));
+
+			if (r < 0 && errno == EINTR && !cli_tool_stop)
+				continue;
+			if (r < 0)
+				return -1;
+			if (r == 0) {
+				if (left > 0)
+					continue; /* the time left is read again */
+				errno = ETIME;
+				return -1;
+			}
+			if (chunk > PIPE_BUF)
+				chunk = PIPE_BUF;
+		}
+		n = write(fd, data, chunk);
+		if (n < 0 && errno == EINTR && !cli_tool_stop)
+			continue;
+		if (n < 0)
+			return -1;
+		data += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static void __attribute__((format(printf, 2, 3))) out_printf(int fd, const char *fmt, ...)
+{
+	char *text = NULL;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vasprintf(&text, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		(void)out_write(fd, text, (size_t)n);
+	free(text);
+}
+
+/* TimeLimit= of the effective policy (libnsbox has no getter for it). */
+static double policy_time_limit(const nsbox_policy_t *p)
+{
+	char *text = nsbox_policy_to_string(p), *line, *save = NULL;
+	double t = 0;
+
+	for (line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
+		if (!strncmp(line, "TimeLimit=", 10))
+			t = strtod(line + 10, NULL);
+	nsbox_free(text);
+	return t;
+}
+
 static void on_output(void *ud, int stream, const char *data, size_t len)
 {
-	FILE *f = stream == 1 ? stdout : stderr;
-
 	(void)ud;
 	if (!show_output)
 		return;
-	if ((fwrite(data, 1, len, f) != len || fflush(f) != 0) && errno == EPIPE) {
+	if (out_write(stream == 1 ? 1 : 2, data, len) < 0 && errno == EPIPE) {
 		out_broken = 1;
 		show_output = false;
 		if (active)
 			nsbox_cancel(active);
 	}
 }
-
-volatile sig_atomic_t cli_tool_stop;
 
 static unsigned long long mono_ns(void)
 {
@@ -387,10 +488,10 @@ static void print_error(const json_t *result)
 	const char *tb = json_string_value(json_object_get(e, "traceback"));
 
 	if (tb)
-		fputs(tb, stderr);
+		(void)out_write(2, tb, strlen(tb));
 	else if (json_is_object(e))
-		fprintf(stderr, "%s: %s\n", json_string_value(json_object_get(e, "type")),
-			json_string_value(json_object_get(e, "message")));
+		out_printf(2, "%s: %s\n", json_string_value(json_object_get(e, "type")),
+			   json_string_value(json_object_get(e, "message")));
 }
 
 /* An uncaught SystemExit is the script's exit status, not an error to show. */
@@ -529,7 +630,7 @@ static int report(nsbox_session_t *s, const nsbox_result_t *res, bool json_mode,
 		    status == NSBOX_CANCELLED)
 			print_error(r);
 		if (limit)
-			fprintf(stderr, "nsbox python: %s\n", nsbox_result_error_message(res) ?: "");
+			out_printf(2, "nsbox python: %s\n", nsbox_result_error_message(res) ?: "");
 	}
 	fflush(stdout);
 	json_decref(r);
@@ -777,6 +878,7 @@ static int repl(nsbox_session_t *s)
 		in_exec = true;
 		got_sigint = 0;
 		cli_tool_stop = 0;
+		exec_t0 = mono_ns();
 		if (nsbox_exec(s, buf, &eo, &res, &e) < 0) {
 			in_exec = false;
 			fprintf(stderr, "nsbox python: %s\n", nsbox_error_message(e));
@@ -1328,6 +1430,7 @@ int cmd_python(int argc, char **argv)
 		so.max_bytes = UINT64_MAX;
 	so.pass_stdin = pass_stdin;
 	so.argv = py_argv;
+	time_limit = policy_time_limit(p);
 	r = nsbox_session_new(p, &so, &s, &e);
 	free(py_argv);
 	py_argv = NULL;
@@ -1394,6 +1497,7 @@ int cmd_python(int argc, char **argv)
 	show_output = true;
 	eo.filename = "<nsbox-runner>";
 	eo.repl = false;
+	exec_t0 = mono_ns();
 	if (nsbox_exec(s, launcher, &eo, &res, &e) < 0) {
 		py_err("%s\n", nsbox_error_message(e));
 		rc = exec_fail_status(e);
@@ -1418,6 +1522,7 @@ int cmd_python(int argc, char **argv)
 	if (!launch) {
 		eo.filename = file ? file : "<string>";
 		eo.repl = json_mode;
+		exec_t0 = mono_ns();
 		if (nsbox_exec(s, code, &eo, &res, &e) < 0) {
 			py_err("%s\n", nsbox_error_message(e));
 			rc = exec_fail_status(e);

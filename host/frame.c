@@ -177,8 +177,11 @@ int frame_send_msg(struct frame_io *io, uint16_t type, uint32_t id, const json_t
 
 bool frame_peer_gone(const struct frame_io *io, const struct nsbox_err *err)
 {
-	/* ECONNRESET: the runner died with our frame unread. */
-	return (io->rd->eof && err->code == EPIPE) || err->code == ECONNRESET;
+	/* ECONNRESET: the runner died with our frame unread.  EPROTO at EOF:
+	 * it ended in the middle of writing a frame (killed by the OOM killer
+	 * or at the time limit's grace): how it ended says why, as when it
+	 * ends between frames. */
+	return (io->rd->eof && (err->code == EPIPE || err->code == EPROTO)) || err->code == ECONNRESET;
 }
 
 int frame_wait(struct frame_io *io, int pidfd, int cancel_fd, unsigned long long deadline, struct proto_frame *f,

@@ -170,6 +170,41 @@ def test_output_flood_is_bounded_by_time_limit():
     assert "time limit exceeded" in p.stderr
 
 
+@pytest.mark.parametrize("held", ["stdout", "stderr"])
+def test_time_limit_fires_while_nsbox_waits_for_its_reader(held):
+    """A caller that reads one of nsbox's pipes to its end before the other
+    (Popen's classic pattern) leaves nsbox itself blocked writing the unread
+    one: the code must still end at its time limit (124), not run on for as
+    long as the caller does not read.  What the held pipe had no room for at
+    the limit is dropped."""
+    import threading
+    code = ("import sys, threading, time\n"
+            "def spin():\n"
+            "    while True: pass\n"
+            "threading.Thread(target=spin, daemon=True).start()\n"
+            "sys.%s.write('e' * (1 << 20)); sys.%s.flush()\n"
+            "time.sleep(3600)\n" % (held, held))
+    p = subprocess.Popen([NSBOX, "python", "--time-limit", "2", "-c", code],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    other = p.stderr if held == "stdout" else p.stdout
+    got = []
+    t = threading.Thread(target=lambda: got.append(other.read()), daemon=True)
+    t.start()
+    t.join(60)
+    try:
+        assert not t.is_alive(), "nsbox python still running 60 s into a 2 s time limit"
+        assert p.wait(10) == 124
+        kept = getattr(p, held).read()
+        assert 0 < len(kept) < 1 << 20 and kept.strip(b"e") == b""
+        if held == "stdout":
+            assert b"time limit exceeded" in got[0]
+    finally:
+        p.kill()
+        p.wait()
+        p.stdout.close()
+        p.stderr.close()
+
+
 def test_traceback_points_at_user_lines():
     p = run("-c", "def f():\n    raise ValueError('bad thing')\n\nf()")
     assert p.returncode == 1
@@ -463,6 +498,18 @@ def test_memory_limit():
     assert r["outcome"] == "memory"
     assert "memory limit exceeded" in r["message"]
     assert r["usage"]["peak_memory"] > 32 << 20
+
+
+def test_a_runner_killed_in_the_middle_of_a_frame_is_reported_by_how_it_ended():
+    """The OOM killer (or the time limit's kill) can take the runner while it
+    writes a frame: the host then reads the socket's end inside one.  That
+    is the sandbox ending, reported by how it ended (the memory limit here),
+    not a protocol error.  A frame's first 3 bytes, then memory to the limit."""
+    p = run("--memory", "64M", "-c",
+            "import os\nos.write(3, b'\\x00\\x01\\x02')\nx = []\n"
+            "while True: x.append(bytearray(1 << 20))\n")
+    assert p.returncode == 123, p.stderr
+    assert "memory limit exceeded" in p.stderr and "protocol error" not in p.stderr
 
 
 def test_pids_limit_contained():
