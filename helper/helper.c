@@ -191,14 +191,6 @@ static void rep_err(struct helper_rep *rep, const struct nsbox_err *err)
 	err_copy(&rep->err, err);
 }
 
-static void wipe_policy(struct nsbox_policy *p)
-{
-	for (size_t i = 0; i < p->n_env; i++)
-		if (p->env[i])
-			explicit_bzero(p->env[i], strlen(p->env[i]));
-	policy_free(p);
-}
-
 static void drop_spare(void)
 {
 	struct slot *sl = spare.id ? find_slot(spare.id) : NULL;
@@ -342,7 +334,7 @@ static void make_spare(void)
 	spare.sock = sv[0];
 out:
 	explicit_bzero(text, spare.text_len);
-	wipe_policy(&p);
+	policy_free(&p); /* wipes every string */
 }
 
 /* A sandbox just started in sl: give it an id and fill the answer.
@@ -436,7 +428,7 @@ static int do_spawn(const struct helper_req *req, char *text, const int fds_in[H
 	pidfd = commit_slot(sl, rep, &err);
 	if (pidfd < 0)
 		goto fail;
-	wipe_policy(&p);
+	policy_free(&p); /* wipes every string */
 	if (want_spare) {
 		keep_text(text, req->len);
 		spare.want = spare.text_fd >= 0;
@@ -444,7 +436,7 @@ static int do_spawn(const struct helper_req *req, char *text, const int fds_in[H
 	return pidfd;
 fail:
 	rep_err(rep, &err);
-	wipe_policy(&p);
+	policy_free(&p); /* wipes every string */
 	return -1;
 }
 
@@ -558,7 +550,7 @@ fail:
 	rep_err(rep, &err);
 out:
 	free(argv);
-	wipe_policy(&p);
+	policy_free(&p); /* wipes every string */
 	return pidfd;
 }
 

@@ -35,6 +35,7 @@ struct wsync {
 	size_t path_len;
 	uint64_t left;	/* bytes the host directory may still grow by (block_charge) */
 	uint64_t block; /* the host file system's block size */
+	mode_t umask;	/* the launcher's, with write for others always in it */
 };
 
 struct linux_dirent64 {
@@ -183,6 +184,23 @@ static int replace(struct wsync *w, int host, const char *tmp, const char *name)
 	return 0;
 }
 
+/* The mode an entry gets on the host: the sandbox's, less the launcher's
+ * umask and always less write for others (a sandbox's chmod o+w of
+ * .git/hooks let every local user into the owner's tree after the
+ * session), and for an entry the host had, never more read or write for
+ * group and others than it had there (a 0600 file came back 0666).  No set-id bit: none can
+ * be set inside, and the content is the sandbox's. */
+static mode_t host_mode(const struct wsync *w, mode_t inside, int host, const char *name)
+{
+	struct stat hst;
+	mode_t m = inside & 01777 & ~w->umask;
+
+	/* A file's chmod +x stands; a directory's x would let others in. */
+	if (fstatat(host, name, &hst, AT_SYMLINK_NOFOLLOW) == 0)
+		m &= 01700 | (hst.st_mode & 077) | (S_ISREG(inside) ? 0111 : 0);
+	return m;
+}
+
 static int copy_file(struct wsync *w, int upper, int host, const char *name)
 {
 	_cleanup_close_ int in = openat(upper, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), out = -1;
@@ -207,7 +225,8 @@ static int copy_file(struct wsync *w, int upper, int host, const char *name)
 		return fail(w, errno, "create a file in the host directory");
 	times[0] = st.st_atim;
 	times[1] = st.st_mtim;
-	if (copy_data(in, out, st.st_size) < 0 || fchmod(out, st.st_mode & 07777) < 0 || futimens(out, times) < 0) {
+	if (copy_data(in, out, st.st_size) < 0 || fchmod(out, host_mode(w, st.st_mode, host, name)) < 0 ||
+	    futimens(out, times) < 0) {
 		int e = errno;
 
 		unlinkat(host, tmp, 0);
@@ -253,6 +272,7 @@ static int copy_subdir(struct wsync *w, int upper, int host, const char *name, i
 {
 	_cleanup_close_ int u = openat(upper, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), h = -1;
 	struct stat st, hst;
+	mode_t mode;
 
 	if (u < 0 || fstat(u, &st) < 0)
 		return fail(w, errno, "open in the upper layer");
@@ -271,13 +291,15 @@ static int copy_subdir(struct wsync *w, int upper, int host, const char *name, i
 		return fail(w, EFBIG,
 			    "the write-back would exceed the workspace's limit (WorkspaceSize; a directory "
 			    "counts as a block of the host's file system): not made, nor what is in it");
+	/* Its mode now, with the host's as it was (mkdirat's 0700 is no bound). */
+	mode = host_mode(w, st.st_mode, host, name);
 	if (mkdirat(host, name, 0700) < 0 && errno != EEXIST)
 		return fail(w, errno, "make the directory");
 	h = open_beneath(host, name, O_RDONLY | O_DIRECTORY, 0);
 	if (h < 0)
 		return fail(w, errno, "open the host's directory");
 	copy_dir(w, u, h, depth + 1);
-	if (fchmod(h, st.st_mode & 07777) < 0)
+	if (fchmod(h, mode) < 0)
 		return fail(w, errno, "chmod");
 	return 0;
 }
@@ -369,6 +391,8 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 		 * 16,000 empty directories (nothing in the sandbox's tmpfs)
 		 * grew an ext4 host directory by 64 MiB past a 64M limit. */
 		w.block = fs_block_size(host);
+		w.umask = umask(077);
+		w.umask |= S_IWOTH;
 		close(pipefd[0]);
 		/* After the drop: a change of ids clears the death signal (and
 		 * then a killed launcher left its copy running). */

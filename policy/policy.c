@@ -220,7 +220,7 @@ static int value_id(const char *v, uint32_t *out, struct nsbox_err *err)
  * author looked at. */
 static int norm_path(const char *in, char **out, struct nsbox_err *err)
 {
-	_cleanup_free_ char *buf = NULL;
+	__attribute__((cleanup(freep_wiped))) char *buf = NULL;
 	const char *s = in;
 	size_t o = 0;
 
@@ -228,7 +228,7 @@ static int norm_path(const char *in, char **out, struct nsbox_err *err)
 		return err_fail(err, "policy", EINVAL, "not an absolute path (paths must start with /)");
 	if (strlen(in) >= PATH_MAX)
 		return err_fail(err, "policy", ENAMETOOLONG, "path too long (at most %d bytes)", PATH_MAX - 1);
-	buf = malloc(strlen(in) + 2);
+	buf = calloc(1, strlen(in) + 2);
 	if (!buf)
 		return err_fail(err, "policy", ENOMEM, "out of memory");
 	while (*s) {
@@ -328,7 +328,7 @@ static int replace_str(char **slot, const char *v, struct nsbox_err *err)
 
 	if (!s)
 		return err_fail(err, "policy", ENOMEM, "out of memory");
-	free(*slot);
+	free_wiped(*slot);
 	*slot = s;
 	return 0;
 }
@@ -454,13 +454,13 @@ static int set_path_opt(char **slot, const char *v, struct nsbox_err *err)
 	char *n;
 
 	if (!*v) {
-		free(*slot);
+		free_wiped(*slot);
 		*slot = NULL;
 		return 0;
 	}
 	if (norm_path(v, &n, err) < 0)
 		return -1;
-	free(*slot);
+	free_wiped(*slot);
 	*slot = n;
 	return 0;
 }
@@ -491,7 +491,7 @@ static int set_rootfs(struct nsbox_policy *p, const char *v, struct nsbox_err *e
 				"not an absolute path nor a tree name (lower-case letters, digits, - and _)");
 	if (!(n = strdup(v)))
 		return err_fail(err, "policy", ENOMEM, "out of memory");
-	free(p->rootfs);
+	free_wiped(p->rootfs);
 	p->rootfs = n;
 	return 0;
 }
@@ -541,7 +541,7 @@ static int set_preload(struct nsbox_policy *p, const char *v, struct nsbox_err *
 		s += n;
 	}
 	buf[len] = '\0';
-	free(p->preload);
+	free_wiped(p->preload);
 	/* Empty is kept: "none", where a root tree's own list would apply. */
 	if (!(p->preload = strdup(buf)))
 		return err_fail(err, "policy", ENOMEM, "out of memory");
@@ -555,7 +555,7 @@ static int set_workspace(struct nsbox_policy *p, const char *v, struct nsbox_err
 
 static int add_mount(struct nsbox_policy *p, const char *v, bool rw, struct nsbox_err *err)
 {
-	_cleanup_free_ char *src_raw = NULL, *src = NULL, *dst = NULL;
+	__attribute__((cleanup(freep_wiped))) char *src_raw = NULL, *src = NULL, *dst = NULL;
 	const char *colon = strchr(v, ':'), *why;
 
 	if (p->n_mounts >= POLICY_MAX_MOUNTS)
@@ -599,7 +599,7 @@ static int set_ro_bind(struct nsbox_policy *p, const char *v, struct nsbox_err *
  * like /tmp; its pages count toward Memory= as /tmp's do. */
 static int set_tmpfs(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
-	_cleanup_free_ char *raw = NULL, *dst = NULL;
+	__attribute__((cleanup(freep_wiped))) char *raw = NULL, *dst = NULL;
 	const char *colon = strrchr(v, ':'), *why;
 	uint64_t size = 0;
 
@@ -629,16 +629,16 @@ static int set_tmpfs(struct nsbox_policy *p, const char *v, struct nsbox_err *er
 /* WorkDir=PATH: the working directory inside (default HOME). */
 static int set_workdir(struct nsbox_policy *p, const char *v, struct nsbox_err *err)
 {
-	_cleanup_free_ char *n = NULL;
+	__attribute__((cleanup(freep_wiped))) char *n = NULL;
 
 	if (!*v) {
-		free(p->workdir);
+		free_wiped(p->workdir);
 		p->workdir = NULL;
 		return 0;
 	}
 	if (norm_path(v, &n, err) < 0)
 		return -1;
-	free(p->workdir);
+	free_wiped(p->workdir);
 	p->workdir = TAKE_PTR(n);
 	return 0;
 }
@@ -920,26 +920,30 @@ int policy_set(struct nsbox_policy *p, const char *section, const char *key, con
 
 /* ---- built-ins, copy, free --------------------------------------------- */
 
+/* Every string is wiped, not only Set='s values: libnsbox's helper parses
+ * each SPAWN's policy in the heap its later sandboxes are forked from, and
+ * a workspace or bind path (a user's name in it) is not the next
+ * session's to find. */
 void policy_free(struct nsbox_policy *p)
 {
 	if (!p)
 		return;
-	free(p->name);
-	free(p->hostname);
-	free(p->workdir);
-	free(p->rootfs);
-	free(p->preload);
-	free(p->workspace);
+	free_wiped(p->name);
+	free_wiped(p->hostname);
+	free_wiped(p->workdir);
+	free_wiped(p->rootfs);
+	free_wiped(p->preload);
+	free_wiped(p->workspace);
 	for (size_t i = 0; i < p->n_mounts && i < POLICY_MAX_MOUNTS; i++) {
-		free(p->mounts[i].src);
-		free(p->mounts[i].dst);
+		free_wiped(p->mounts[i].src);
+		free_wiped(p->mounts[i].dst);
 	}
 	for (size_t i = 0; i < p->n_env && i < POLICY_MAX_ENV; i++)
 		free_wiped(p->env[i]);
 	for (size_t i = 0; i < p->n_net_allow && i < POLICY_MAX_NET_RULES; i++)
-		free(p->net_allow[i]);
-	free(p->net_log);
-	memset(p, 0, sizeof(*p));
+		free_wiped(p->net_allow[i]);
+	free_wiped(p->net_log);
+	explicit_bzero(p, sizeof(*p));
 }
 
 int policy_init_builtin(struct nsbox_policy *p, const char *name, struct nsbox_err *err)
@@ -1286,7 +1290,7 @@ int policy_from_text(struct nsbox_policy *p, const char *text, size_t len, const
 
 static int check_path(const char *what, const char *path, bool is_dst, struct nsbox_err *err)
 {
-	_cleanup_free_ char *n = NULL;
+	__attribute__((cleanup(freep_wiped))) char *n = NULL;
 	const char *why;
 
 	if (!path)
@@ -1361,7 +1365,7 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 	for (size_t i = 0; i < p->n_mounts; i++) {
 		const struct policy_mount *m = &p->mounts[i];
 		const char *key = m->rw ? "[Filesystem] Bind= source" : "[Filesystem] ReadOnlyBind= source";
-		_cleanup_free_ char *di = NULL;
+		__attribute__((cleanup(freep_wiped))) char *di = NULL;
 
 		if (!m->src && (!m->rw || (m->tmpfs && m->tmpfs < (1ULL << 20))))
 			return err_fail(err, "policy", EINVAL, "[Filesystem] TmpFS= %s: read-only or under 1M",
@@ -1385,7 +1389,7 @@ int policy_validate(const struct nsbox_policy *p, struct nsbox_err *err)
 			return err_fail(err, "policy", EINVAL, "%s %s: inside Workspace= (a writable mount): not allowed", key,
 				    m->dst);
 		for (size_t j = 0; j < p->n_mounts; j++) {
-			_cleanup_free_ char *dj = NULL;
+			__attribute__((cleanup(freep_wiped))) char *dj = NULL;
 
 			if (j == i)
 				continue;

@@ -1479,6 +1479,55 @@ def test_spare_sandboxes(libnsbox):
     assert wait_for(lambda: not alive(pid_a) and not alive(pid_b))
 
 
+_SCAN_OWN_MEMORY = """
+import re
+def scan(needle):
+    hits = []
+    with open("/proc/self/maps") as f:
+        maps = f.read().splitlines()
+    with open("/proc/self/mem", "rb", 0) as mem:
+        for line in maps:
+            parts = line.split()
+            a, b = (int(x, 16) for x in parts[0].split("-"))
+            if "r" not in parts[1] or (len(parts) > 5 and parts[5].startswith("[v")):
+                continue
+            try:
+                mem.seek(a)
+                data = mem.read(b - a)
+            except OSError:
+                continue
+            hits += [(parts[5] if len(parts) > 5 else "anon", data[max(0, m.start() - 24):m.end() + 24])
+                     for m in re.finditer(re.escape(needle.encode()), data)]
+    return hits
+"""
+
+
+def test_a_sessions_policy_never_reaches_a_later_sandboxs_memory(libnsbox, tmp_path):
+    """Sandboxes are forked from the helper's heap, where each SPAWN's policy
+    is parsed: no string of an earlier session's policy (a Set= secret, the
+    workspace and bind paths, the hostname, an allow rule) may be in a later
+    session's copy.  The needle is built inside, so the scanning code holds
+    only its halves.  The workspace path was there before every string of a
+    freed policy was wiped."""
+    mark = "q7zmark"
+    work = tmp_path / (mark + "workspace")
+    work.mkdir()
+    src = tmp_path / (mark + "bindsrc")
+    src.mkdir()
+    os.chmod(tmp_path, 0o755)
+    pol = tmp_path / "a.policy"
+    pol.write_text("[Environment]\nSet=TOKEN=%ssecret\n[Sandbox]\nHostname=%shost\n"
+                   "[Filesystem]\nBind=%s:/data/%sdst\n" % (mark, mark, src, mark))
+    with nsbox.Sandbox(policy=str(pol), spare=False, workspace=str(work), allow_net=[mark + "allow.example:443"],
+                       timeout=60) as a:
+        assert a.execute("import os; os.environ['TOKEN']") == mark + "secret"
+    with nsbox.Sandbox(spare=False, timeout=60) as b:
+        hits = b.execute(_SCAN_OWN_MEMORY + "\nscan(%r + %r)" % (mark[:3], mark[3:]))
+    # Only the needle b built itself (its str objects): nothing of a's.
+    assert all(not any(w in ctx for w in (b"secret", b"host", b"workspace", b"bindsrc", b"dst", b"allow"))
+               for _, ctx in hits), hits
+
+
 def test_info_has_the_python_version(sb):
     v = sb.info()["python"]
     assert re.match(r"^3\.11\.\d+$", v), v
