@@ -1914,6 +1914,41 @@ static void check_mount_ns(void)
 		       "will be refused (nsboxd(8), SYSTEMD UNIT)");
 }
 
+/* Whether the /proc we see hides other users' processes (hidepid=, on its
+ * superblock's options in mountinfo).  -1: can't tell. */
+static int proc_hides_pids(void)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	char line[4096];
+	int r = -1;
+
+	if (!f)
+		return -1;
+	/* The last one: a proc mounted over another hides it. */
+	while (fgets(line, sizeof(line), f)) {
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [TAGS] - FSTYPE SOURCE SUPER */
+		char *sep = strstr(line, " - "), *mp = strchr(line, ' ');
+
+		for (int k = 0; mp && k < 3; k++)
+			mp = strchr(mp + 1, ' ');
+		if (!sep || !mp || strncmp(mp, " /proc ", 7) || strncmp(sep, " - proc ", 8))
+			continue;
+		r = strstr(sep, "hidepid=") && !strstr(sep, "hidepid=0") && !strstr(sep, "hidepid=off");
+	}
+	fclose(f);
+	return r;
+}
+
+/* Any user of the host reads /proc/PID/cmdline, status, sched and net/ of
+ * every process unless /proc hides them: said once at start (and reload)
+ * when clients of other uids may connect. */
+static void check_proc_hidepid(void)
+{
+	if ((D.conf.n_allow_uids || D.conf.n_allow_gids) && proc_hides_pids() == 0)
+		logmsg("/proc is mounted without hidepid=: every user of this host can read the command lines, status "
+		       "and network state of every session's processes (nsboxd(8), SHARED HOSTS)");
+}
+
 /* What a session of each profile has unless its OPEN says otherwise: the
  * built-in policies' limits, judged against a uid's quota before a sandbox
  * is made (handle_open). */
@@ -1994,6 +2029,7 @@ static void handle_signals(void)
 				if (!keep_uids)
 					apply_config();
 				logmsg("configuration reloaded");
+				check_proc_hidepid();
 			}
 			sd_notify(0, "READY=1");
 		} else {
@@ -2269,6 +2305,7 @@ int daemon_run(const struct daemon_opts *o)
 	D.idle_since = mono_ns();
 	sd_notify(0, "READY=1");
 	check_mount_ns();
+	check_proc_hidepid();
 	logmsg("ready (%s, pool %u per profile, %u workers%s)", D.activated ? "socket-activated" : o->listen_path,
 	       D.conf.pool_size, D.conf.workers, D.host_uids ? ", per-session host uids" : "");
 	notify_status();
