@@ -86,7 +86,7 @@ int egress_open_log(const char *path, struct nsbox_err *err)
 }
 
 int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks,
-		int (*confine)(struct nsbox_err *err), pid_t *pid, struct nsbox_err *err)
+		int (*confine)(const struct nsbox_policy *p, struct nsbox_err *err), pid_t *pid, struct nsbox_err *err)
 {
 	pid_t parent = getpid(), c;
 	sigset_t all, old;
@@ -140,7 +140,7 @@ int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int 
 		if (confine) {
 			struct nsbox_err e = { 0 };
 
-			if (confine(&e) < 0) {
+			if (confine(p, &e) < 0) {
 				fprintf(stderr, "nsbox: egress proxy: %s\n", e.msg);
 				_exit(1);
 			}

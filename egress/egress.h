@@ -77,7 +77,7 @@ int egress_open_log(const char *path, struct nsbox_err *err);
 int egress_prepare(const struct nsbox_policy *p, const int *audit_fds, size_t n_audit_fds, struct egress_prep *ep,
 		   int *ns_fd, struct nsbox_err *err);
 int egress_fork(const struct nsbox_policy *p, struct egress_prep *ep, const int *socks,
-		int (*confine)(struct nsbox_err *err), pid_t *pid, struct nsbox_err *err);
+		int (*confine)(const struct nsbox_policy *p, struct nsbox_err *err), pid_t *pid, struct nsbox_err *err);
 /* For a proxy forked later (jail_spec.egress_lazy): read pid 1's sockets
  * from the pair's end (ep->proxy_fd) without waiting, into socks (CLOEXEC,
  * the caller's); egress_fork then takes them (socks non-NULL: the child

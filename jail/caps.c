@@ -55,7 +55,7 @@ int caps_drop_all(struct nsbox_err *err)
 	return caps_clear(err);
 }
 
-int confine_proxy(struct nsbox_err *err)
+int confine_proxy(const struct nsbox_policy *p, struct nsbox_err *err)
 {
 	cap_flag_value_t setpcap = CAP_CLEAR;
 	cap_t now = cap_get_proc();
@@ -67,6 +67,13 @@ int confine_proxy(struct nsbox_err *err)
 		cap_free(now);
 	}
 	if (setpcap == CAP_SET && caps_lock_bounding(err) < 0)
+		return -1;
+	/* Root's proxy becomes the sandbox's host user: the pipes and
+	 * sockets it makes for the sandbox count against that user's budgets
+	 * (not root's, shared by every session of a root nsboxd), and its
+	 * connections out carry that uid, not root's, to a firewall's or a
+	 * routing rule's owner match. */
+	if (geteuid() == 0 && p && p->host_uid && ids_switch(p->host_uid, p->host_gid, true, err) < 0)
 		return -1;
 	if (caps_clear(err) < 0)
 		return -1;

@@ -102,10 +102,11 @@ int caps_drop_all(struct nsbox_err *err);
 int caps_lock_bounding(struct nsbox_err *err);
 int caps_clear(struct nsbox_err *err);
 /* A host-side process that reads what the sandbox sends (the egress
- * proxy, egress_fork): no capabilities (the bounding set too, where it
- * may drop them), no_new_privs, and, where the kernel has Landlock, no
- * write through any path and no signal out of its domain. */
-int confine_proxy(struct nsbox_err *err);
+ * proxy, egress_fork): the sandbox's host uid and gid when p has them
+ * (HostUid=) and we are root, no capabilities (the bounding set too,
+ * where it may drop them), no_new_privs, and, where the kernel has
+ * Landlock, no write through any path and no signal out of its domain. */
+int confine_proxy(const struct nsbox_policy *p, struct nsbox_err *err);
 /* Drop supplementary groups and switch to uid/gid (inside ids). */
 int ids_switch(uid_t uid, gid_t gid, bool may_setgroups, struct nsbox_err *err);
 

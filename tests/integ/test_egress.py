@@ -1442,6 +1442,37 @@ sys.stdin.readline()
         assert p.wait(timeout=30) == 0, p.stderr.read().decode()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="HostUid= other than one's own needs root")
+def test_roots_proxy_is_the_sandboxs_host_user(upstream, tmp_path):
+    """A root launcher with HostUid= (nsboxd's per-session uids, or the
+    client's own with a workspace): the proxy that works for the sandbox is
+    that host user, not root, so the pipes and sockets it makes count
+    against that user's budgets (a root nsboxd's sessions all drew on
+    root's) and what it connects carries that uid to the firewall."""
+    pol = tmp_path / "hostuid.policy"
+    pol.write_text("[Sandbox]\nHostUid=65531\nHostGid=65531\n")
+    script = PRELUDE + f'''
+import sys
+R["got"] = raw("{_get(upstream)}")[0]
+print(json.dumps(R), flush=True)
+sys.stdin.readline()
+'''
+    with _nsbox_run(["--policy", str(pol), "--allow-net", f"{UP}:{upstream}", "--", PY, "-c", script],
+                    stdin=subprocess.PIPE) as p:
+        out = json.loads(p.stdout.readline())
+        assert out["got"] == "HTTP/1.0 200 OK", out
+        proxies = [c for c in _children(p.pid) if len(_status(c)["NSpid"].split()) == 1]
+        assert len(proxies) == 1
+        st = _status(proxies[0])
+        assert st["Uid"].split() == ["65531"] * 4 and st["Gid"].split() == ["65531"] * 4, (st["Uid"], st["Gid"])
+        assert st["Groups"].strip() == "", st["Groups"]
+        for k in ("CapPrm", "CapEff", "CapBnd"):
+            assert int(st[k], 16) == 0, (k, st[k])
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        assert p.wait(timeout=30) == 0, p.stderr.read().decode()
+
+
 def test_proxy_threads_follow_the_pids_limit():
     """The setup workers are threads of the host (the launcher's cgroup,
     nsboxd's), not charged to the sandbox: 64 idle connections from a
