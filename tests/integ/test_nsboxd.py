@@ -2705,6 +2705,33 @@ def test_allowlist_session_proxy_goes_with_it(net_daemon, upstream):
     conns.settle()
 
 
+@pytest.mark.skipif(not ROOT, reason="needs root: mapping another host uid needs CAP_SETUID")
+def test_a_sessions_proxy_is_its_host_uid(upstream):
+    """With HostUidRange=, a session's egress proxy runs as the session's
+    host uid (the sandbox's processes' uid on the host), not root's: its
+    pipes and sockets are that uid's, and its connections carry it."""
+    up, port, conns = upstream
+    d = Daemon(f"[Default]\nAllowNet=yes\n[Service]\nPoolSize=0\nHostUidRange={UID_FIRST + 30}-{UID_FIRST + 31}\n")
+    try:
+        before = proxies_of(d)
+        c = svcclient.Client(d.sock)
+        sb, m = c.open(net={"allow": [f"{up}:{port}"]})
+        assert sb, m
+        r = sb.exec(f"import urllib.request; urllib.request.urlopen('http://{up}:{port}/', timeout=10).read().decode()")
+        assert r["value"] == "hello from upstream\n", r
+        proxy = proxies_of(d) - before
+        assert len(proxy) == 1, proxy
+        uids, gids = ids_of(sb.pid)
+        assert UID_FIRST + 30 <= uids[0] <= UID_FIRST + 31, uids
+        assert ids_of(proxy.pop()) == ([uids[0]] * 4, [gids[0]] * 4)
+        t, m = sb.close()
+        assert t == "CLOSED", m
+        c.close()
+    finally:
+        assert d.stop() == 0, d.logtext()
+    conns.settle()
+
+
 def test_allow_net_needs_allownet(daemon, upstream):
     """[Default] AllowNet= is no unless the file says yes: refused with
     EACCES naming the setting, before anything is made."""
