@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -397,6 +398,36 @@ int cli_tool_call(const struct cli_tool *t, nsbox_session_t *s, const char *name
 		close(pin[1]);
 	if (pout[0] >= 0)
 		close(pout[0]);
+	/* Its stdout is at its end, but the command may live on (one that
+	 * closed its stdout, or daemonised its work): it is waited for under
+	 * the same deadline and stops.  Then what is left of its process
+	 * group is killed, before the leader is reaped (until then the group's
+	 * id is its own): nothing a call started outlives it. */
+	if (!stopped) {
+		int pfd = (int)syscall(SYS_pidfd_open, pid, 0);
+
+		while (pfd >= 0) {
+			struct pollfd q = { pfd, POLLIN, 0 };
+			unsigned long long now = mono_ns();
+			struct timespec wait;
+			int k;
+
+			if (cli_tool_stop || (deadline && now >= deadline)) {
+				stopped = cli_tool_stop ? "interrupted" : "stopped at the exec's time limit";
+				break;
+			}
+			if (deadline) {
+				wait.tv_sec = (time_t)((deadline - now) / 1000000000ull);
+				wait.tv_nsec = (long)((deadline - now) % 1000000000ull);
+			}
+			k = ppoll(&q, 1, deadline ? &wait : NULL, &old_mask);
+			if (k > 0 || (k < 0 && errno != EINTR))
+				break;
+		}
+		if (pfd >= 0)
+			close(pfd);
+	}
+	kill(-pid, SIGKILL);
 	while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)
 		;
 	(void)sigprocmask(SIG_SETMASK, &old_mask, NULL);

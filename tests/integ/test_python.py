@@ -962,6 +962,53 @@ def test_a_tool_command_and_what_it_starts_end_at_the_time_limit():
     assert not left, "the tool command's child outlived the call"
 
 
+def test_a_tool_command_that_closes_its_stdout_is_still_bounded():
+    """A command that answers and closes its stdout, then runs on, was
+    waited for without the exec's deadline or a stop (red team 13: 30 s
+    into a 3 s limit, and SIGTERM taken after it).  Now the same deadline
+    and stops hold until it exits."""
+    tag = "33.%d" % os.getpid()
+    t0 = time.time()
+    p = run("--time-limit", "1", "--tool", "t=echo 1; exec >&-; sleep %s" % tag, "-c", "print(t())")
+    took = time.time() - t0
+    left = _sleeps(tag)
+    for pid in left:
+        os.kill(int(pid), 9)
+    assert p.returncode == 124, p.stderr
+    assert took < 15, took
+    assert not left, "the tool command outlived the call"
+    p = subprocess.Popen([NSBOX, "python", "--tool", "t=echo 1; exec >&-; sleep %s" % tag, "-c", "t()"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            if _sleeps(tag):
+                break
+            time.sleep(0.1)
+        p.terminate()
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        left = _sleeps(tag)
+        for pid in left:
+            os.kill(int(pid), 9)
+    assert p.returncode == 130, (p.returncode, err)
+    assert not left, "the tool command outlived the call"
+
+
+def test_nothing_a_tool_call_started_outlives_it():
+    """What a command leaves in its process group when it exits (a
+    background job with its output elsewhere) is killed with the call."""
+    tag = "34.%d" % os.getpid()
+    p = run("--tool", "t=(sleep %s >/dev/null 2>&1 &); echo 1" % tag, "-c", "print(t())")
+    left = _sleeps(tag)
+    for pid in left:
+        os.kill(int(pid), 9)
+    assert p.returncode == 0 and p.stdout == "1\n", p.stderr
+    assert not left, "the tool command's background job outlived the call"
+
+
 def test_sigterm_stops_a_running_tool_command():
     # SIGTERM (or Ctrl-C) cancels the exec; while a tool command ran it was
     # taken only after the command ended (a 30 s command: 30 s).  Now the
