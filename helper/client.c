@@ -22,6 +22,7 @@
 
 #include "locate.h"
 #include "util.h"
+#include "wsync.h"
 
 /* A request that takes longer than this means the helper is stuck: it is
  * killed, and the next session starts a new one. */
@@ -599,7 +600,8 @@ void helper_kill(const struct helper_sandbox *sb)
 			kill(sb->pid, SIGKILL);
 }
 
-static int simple(const struct helper_sandbox *sb, uint32_t op, struct helper_rep *rep, struct nsbox_err *err)
+static int simple_fds(const struct helper_sandbox *sb, uint32_t op, struct helper_rep *rep, int *fd_out,
+		      int *fd_out2, struct nsbox_err *err)
 {
 	struct helper_req req = { .magic = HELPER_MAGIC, .op = op, .id = sb->id };
 	struct helper *h = helper_of(sb);
@@ -607,7 +609,7 @@ static int simple(const struct helper_sandbox *sb, uint32_t op, struct helper_re
 
 	if (!h)
 		return err_set(err, ESRCH, "the nsbox helper that made this sandbox is gone");
-	r = transact(h, &req, NULL, NULL, 0, rep, NULL, NULL, err);
+	r = transact(h, &req, NULL, NULL, 0, rep, fd_out, fd_out2, err);
 	pthread_mutex_unlock(&h->lock);
 	if (r == 0 && rep->failed) {
 		err_copy(err, &rep->err);
@@ -619,13 +621,13 @@ static int simple(const struct helper_sandbox *sb, uint32_t op, struct helper_re
 int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsbox_err *err)
 {
 	struct helper_rep *rep = calloc(1, sizeof(*rep));
-	int r;
+	int r, upper = -1, host = -1;
 
 	helper_kill(sb);
 	if (!rep)
 		r = err_set(err, ENOMEM, "helper answer");
 	else
-		r = simple(sb, HELPER_DESTROY, rep, err);
+		r = simple_fds(sb, HELPER_DESTROY, rep, &upper, &host, err);
 	if (st) {
 		if (r == 0) {
 			*st = rep->st;
@@ -636,11 +638,55 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 	}
 	if (r == 0 && rep->warnings[0])
 		r = err_set(err, 0, "%.*s", (int)sizeof(rep->warnings) - 1, rep->warnings);
+	/* The bounded workspace's write-back is ours to run, with the
+	 * helper's lock released, when the caller says (helper_sync_workspace):
+	 * the helper's other sandboxes (their starts, their kills at a time
+	 * limit) never wait for it, nor does this session's own end. */
+	helper_forget_workspace(sb);
+	if (r == 0 && rep->has_ws && upper >= 0 && host >= 0) {
+		sb->ws_pending = true;
+		sb->ws_upper = upper;
+		sb->ws_host = host;
+		sb->ws_uid = rep->ws_uid;
+		sb->ws_gid = rep->ws_gid;
+		sb->ws_size = rep->ws_size;
+		upper = host = -1;
+	} else if (r == 0 && rep->has_ws) {
+		r = err_set(err, 0, "copy /workspace back: the helper's descriptors for it did not come");
+	}
+	if (upper >= 0)
+		close(upper);
+	if (host >= 0)
+		close(host);
 	free(rep);
 	if (sb->pidfd >= 0)
 		close(sb->pidfd);
 	sb->pidfd = -1;
 	return r;
+}
+
+int helper_sync_workspace(struct helper_sandbox *sb, struct nsbox_err *err)
+{
+	int r = 0;
+
+	if (!sb->ws_pending)
+		return 0;
+	if (wsync_apply(sb->ws_upper, sb->ws_host, (uid_t)sb->ws_uid, (gid_t)sb->ws_gid, sb->ws_size, err) < 0) {
+		err->code = 0; /* a warning: the sandbox's end stands */
+		r = -1;
+	}
+	helper_forget_workspace(sb);
+	return r;
+}
+
+void helper_forget_workspace(struct helper_sandbox *sb)
+{
+	if (!sb->ws_pending)
+		return;
+	close(sb->ws_upper);
+	close(sb->ws_host);
+	sb->ws_upper = sb->ws_host = -1;
+	sb->ws_pending = false;
 }
 
 /* A cgroup's counter, or false when the file is not there. */

@@ -578,12 +578,19 @@ static void handle(const struct helper_req *req, char *text, const int fds_in[HE
 		jail_kill(&sl->j);
 		break;
 	case HELPER_DESTROY: {
-		struct nsbox_err we = { 0 };
+		uid_t wu;
+		gid_t wg;
 
-		/* A bounded workspace's write-back fails without failing the
-		 * request: the status is still wanted (helper_destroy). */
-		if (jail_sync_workspace(&sl->j, &we) < 0)
-			snprintf(rep->warnings, sizeof(rep->warnings), "%s", we.msg);
+		/* A bounded workspace's write-back is the library's to run
+		 * (helper_destroy), once we have answered: it takes as long as
+		 * the sandbox's upper layer makes it, and every other sandbox
+		 * of ours would wait behind it (past HELPER_TIMEOUT_MS, the
+		 * library kills us, and them). */
+		if (jail_take_workspace(&sl->j, fd_out, sock_out, &wu, &wg, &rep->ws_size) == 1) {
+			rep->has_ws = 1;
+			rep->ws_uid = wu;
+			rep->ws_gid = wg;
+		}
 		jail_destroy(&sl->j);
 		rep->st = sl->j.status;
 		memset(sl, 0, sizeof(*sl));

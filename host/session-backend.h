@@ -22,6 +22,12 @@ struct sandbox {
 	void *priv;		/* the backend's state (malloc'd by start, freed by the session) */
 	int pidfd;		/* pollable for the sandbox's exit (owned by the backend); -1 once gone */
 	bool reaped;
+	/* The session is being freed (set by session.c before the last
+	 * destroy): a bounded workspace is written back then, never at the
+	 * sandbox's end before (a time limit's kill, a crash, a protocol
+	 * error), so that no exec, and no event loop driving one, waits for
+	 * it. */
+	bool closing;
 	struct jail_status st;	/* final, once reaped */
 	/* Set by a backend whose sandbox arrives with the handshake already
 	 * done (the service): the runner's HELLO, owned by the session. */
@@ -62,7 +68,9 @@ struct session_backend_ops {
 	 * (sb->st filled, sb->reaped set), 0 while it runs. */
 	int (*try_reap)(struct sandbox *sb);
 	/* Kill if it still runs, reap, release what it holds (cgroups, fds),
-	 * fill sb->st.  Idempotent; sb->priv stays readable (info). */
+	 * fill sb->st; with sb->closing, write a bounded workspace back
+	 * (warning through sb->warn on failure), else keep it for a later call
+	 * that has sb->closing.  Idempotent; sb->priv stays readable (info). */
 	void (*destroy)(struct sandbox *sb);
 	/* A sandbox inherited across fork(): close our fds, never signal. */
 	void (*abandon)(struct sandbox *sb);

@@ -19,6 +19,7 @@ static int helper_start(struct sandbox *sb, const struct sandbox_spec *spec, int
 	if (!hs)
 		return err_set(err, ENOMEM, "session");
 	hs->pidfd = -1;
+	hs->ws_expected = spec->policy->workspace && spec->policy->workspace_size;
 	sb->priv = hs;
 	if (helper_spawn(spec->policy, spec->sock, &ho, hs, sock_out, err) < 0)
 		return -1;
@@ -32,15 +33,32 @@ static void helper_kill_(struct sandbox *sb)
 		helper_kill(sb->priv);
 }
 
-static void helper_reap(struct sandbox *sb)
+/* A pending write-back, when the session is being freed. */
+static void helper_sync(struct sandbox *sb)
 {
 	struct nsbox_err e = { 0 };
 
-	/* A failure with no errno: its workspace's write-back (helper.h). */
-	if (helper_destroy(sb->priv, &sb->st, &e) < 0 && sb->warn && e.code == 0 && e.msg[0])
+	if (sb->closing && helper_sync_workspace(sb->priv, &e) < 0 && sb->warn && e.msg[0])
 		sb->warn(sb->warn_ctx, e.msg);
+}
+
+static void helper_reap(struct sandbox *sb)
+{
+	struct helper_sandbox *hs = sb->priv;
+	struct nsbox_err e = { 0 };
+
+	/* A failure with no errno: its workspace's write-back (helper.h).
+	 * With one, the helper is gone, and a workspace's changes with it:
+	 * said, never lost in silence. */
+	if (helper_destroy(hs, &sb->st, &e) < 0 && sb->warn && e.msg[0]) {
+		if (e.code == 0)
+			sb->warn(sb->warn_ctx, e.msg);
+		else if (hs->ws_expected)
+			sb->warn(sb->warn_ctx, "copy /workspace back: not done: the sandbox's helper failed");
+	}
 	sb->pidfd = -1;
 	sb->reaped = true;
+	helper_sync(sb);
 }
 
 static int helper_try_reap(struct sandbox *sb)
@@ -61,10 +79,13 @@ static void helper_destroy_(struct sandbox *sb)
 	if (!sb->reaped) {
 		helper_kill(hs);
 		helper_reap(sb);
-	} else if (hs->pidfd >= 0) {
+		return;
+	}
+	if (hs->pidfd >= 0) {
 		close(hs->pidfd);
 		hs->pidfd = -1;
 	}
+	helper_sync(sb);
 }
 
 static void helper_abandon(struct sandbox *sb)
@@ -74,6 +95,7 @@ static void helper_abandon(struct sandbox *sb)
 	if (hs->pidfd >= 0)
 		close(hs->pidfd);
 	hs->pidfd = sb->pidfd = -1;
+	helper_forget_workspace(hs);
 }
 
 static int helper_info_(const struct sandbox *sb, struct session_sandbox_info *info, struct nsbox_err *err)

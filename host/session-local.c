@@ -7,6 +7,27 @@
 
 #include "cgroup.h"
 #include "session-backend.h"
+#include "wsync.h"
+
+/* The jail, and its bounded workspace's write-back once taken out of it
+ * at the sandbox's end, run when the session is freed (sb->closing). */
+struct local {
+	struct jail j; /* first: sb->priv is also the jail */
+	bool ws_pending;
+	int ws_upper, ws_host;
+	uid_t ws_uid;
+	gid_t ws_gid;
+	uint64_t ws_size;
+};
+
+static void forget_workspace(struct local *l)
+{
+	if (!l->ws_pending)
+		return;
+	close(l->ws_upper);
+	close(l->ws_host);
+	l->ws_pending = false;
+}
 
 static int local_start(struct sandbox *sb, const struct sandbox_spec *spec, int *sock_out, struct nsbox_err *err)
 {
@@ -23,10 +44,11 @@ static int local_start(struct sandbox *sb, const struct sandbox_spec *spec, int 
 		.net_audit_fds = spec->net_audit_fds,
 		.n_net_audit_fds = spec->n_net_audit_fds,
 	};
-	struct jail *j = calloc(1, sizeof(*j));
+	struct local *l = calloc(1, sizeof(*l));
+	struct jail *j = l ? &l->j : NULL;
 
 	*sock_out = -1;
-	if (!j)
+	if (!l)
 		return err_set(err, ENOMEM, "session");
 	j->pidfd = j->sync_fd = -1;
 	sb->priv = j;
@@ -55,15 +77,21 @@ static int local_try_reap(struct sandbox *sb)
 
 static void local_destroy(struct sandbox *sb)
 {
-	struct jail *j = sb->priv;
+	struct local *l = sb->priv;
 	struct nsbox_err e = { 0 };
 
-	if (jail_sync_workspace(j, &e) < 0 && sb->warn)
-		sb->warn(sb->warn_ctx, e.msg);
-	jail_destroy(j);
-	sb->st = j->status;
+	if (!l->ws_pending &&
+	    jail_take_workspace(&l->j, &l->ws_upper, &l->ws_host, &l->ws_uid, &l->ws_gid, &l->ws_size) == 1)
+		l->ws_pending = true;
+	jail_destroy(&l->j);
+	sb->st = l->j.status;
 	sb->reaped = true;
 	sb->pidfd = -1;
+	if (sb->closing && l->ws_pending) {
+		if (wsync_apply(l->ws_upper, l->ws_host, l->ws_uid, l->ws_gid, l->ws_size, &e) < 0 && sb->warn)
+			sb->warn(sb->warn_ctx, e.msg);
+		forget_workspace(l);
+	}
 }
 
 static void local_abandon(struct sandbox *sb)
@@ -87,6 +115,7 @@ static void local_abandon(struct sandbox *sb)
 		close(j->ws_host_fd);
 	j->pidfd = j->sync_fd = sb->pidfd = j->ws_upper_fd = j->ws_host_fd = -1;
 	j->cg = NULL;
+	forget_workspace(sb->priv);
 }
 
 static int local_info(const struct sandbox *sb, struct session_sandbox_info *info, struct nsbox_err *err)

@@ -364,6 +364,7 @@ static void session_free(struct nsbox_session *s)
 		close(s->epoll_fd);
 	if (s->timer_fd >= 0)
 		close(s->timer_fd);
+	s->sb.closing = true;
 	if (s->sb.priv)
 		s->sb.ops->destroy(&s->sb);
 	free(s->sb.priv);
@@ -1723,6 +1724,7 @@ void session_close(struct nsbox_session *s, struct jail_status *st)
 
 	if (!s)
 		return;
+	s->sb.closing = true; /* a bounded workspace is written back now */
 	/* Empty the pipe first: the records of the tunnels the sandbox's end
 	 * closes are written while we stop it, and must fit. */
 	audit_drain(s);
@@ -1875,6 +1877,7 @@ void session_kill(struct nsbox_session *s)
 void session_finish(struct nsbox_session *s, bool kill_now, struct jail_status *st)
 {
 	s->dead = true;
+	s->sb.closing = true;
 	audit_drain(s);
 	if (!s->sb.reaped)
 		proc_finish(s, kill_now);

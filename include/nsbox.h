@@ -230,7 +230,9 @@ struct nsbox_session_opts {
  * says which step and why), -ENOMEM. */
 NSBOX_API int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *opts,
 				nsbox_session_t **out, nsbox_error_t **err);
-/* Kill the sandbox, reap it, free everything.  Accepts NULL. */
+/* Kill the sandbox, reap it, copy a bounded workspace back (on this
+ * thread: never during an exec, whatever ended the sandbox), free
+ * everything.  Accepts NULL. */
 NSBOX_API void nsbox_session_free(nsbox_session_t *s);
 
 /* A tool callback.  args_json is the call's JSON: {"args": [...],

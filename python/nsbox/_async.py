@@ -284,6 +284,10 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
             # loop first, then _needs_start's checks as for no session.
             self._check_restart()
             await self._adrop()
+        corpse = self._take_corpse()
+        if corpse:
+            # A dead one (its workspace copied back): off the loop too.
+            await self._afree(corpse)
         if self._needs_start():
             await self._astart()
         return self._sess
@@ -395,8 +399,8 @@ class AsyncSandbox(_files.AsyncFilesMixin, _SandboxBase):
         """_drop(), the session freed off the loop (_afree)."""
         self._fd = -1
         with self._hlock:
-            h = self._sess
-            self._sess = None
+            h = self._sess or self._corpse
+            self._sess = self._corpse = None
             self._dispatch.handle = None
         if h:
             await self._afree(h)

@@ -441,8 +441,9 @@ _DOC_OPTIONS = """
                  ("64M"); "infinity" binds the directory as it is (live writes,
                  unbounded).  None keeps the policy's (256M by default).  A
                  bounded workspace is an overlay: the host directory sees the
-                 sandbox's changes when the sandbox ends (close(), restart(),
-                 a kill), not while it runs (nsbox(1), --workspace-size).
+                 sandbox's changes when the session is freed (close(),
+                 restart(); after a kill, the next call, which starts a
+                 fresh one), not while it runs (nsbox(1), --workspace-size).
     share_net:   share the host's network namespace.
     cold:        start CPython afresh instead of forking the helper's template.
     spare:       have the helper keep one idle sandbox with this policy ready, so
@@ -523,6 +524,7 @@ class _SandboxBase:
         self._lock = threading.RLock()
         self._hlock = threading.Lock()
         self._sess = None
+        self._corpse = None
         self._policy = None
         self._in_exec = 0
         self._restart_pending = False
@@ -696,10 +698,25 @@ class _SandboxBase:
             h = self._sess
             self._sess = None
             self._dispatch.handle = None
-        if h:
-            self._lib.nsbox_session_free(h)
         if why is not None:
+            # The sandbox is dead: its handle is kept, freed by the next
+            # start, restart() or close().  Freeing copies a bounded
+            # workspace back, which is not this call's to wait for (nor
+            # an event loop's, for an AsyncSandbox).
             self._dead = why
+            if h:
+                self._corpse = h
+            return
+        h2 = self._take_corpse()
+        for x in (h, h2):
+            if x:
+                self._lib.nsbox_session_free(x)
+
+    def _take_corpse(self):
+        """The dead session _drop(why) kept (None: none), now the caller's."""
+        with self._hlock:
+            h, self._corpse = self._corpse, None
+        return h
 
     def _needs_start(self):
         """Whether the next call must start a sandbox (raising when it may
@@ -782,8 +799,8 @@ class _SandboxBase:
                 self._close_error = e
             self._policy_to_free = True
         with self._hlock:
-            h = self._sess
-            self._sess = None
+            h = self._sess or self._corpse
+            self._sess = self._corpse = None
             self._dispatch.handle = None
         return h
 

@@ -65,6 +65,57 @@ def test_async_execute_run_and_state(aio):
     arun(main())
 
 
+def test_a_killed_sandboxs_write_back_never_holds_the_loop(aio, tmp_path):
+    """An AsyncSandbox's sandbox killed during an execute (its time limit)
+    kept its bounded workspace's write-back on the loop's thread, inside
+    that execute (red team 13: the loop froze 32 s).  The exception now
+    comes at once; the next call frees the dead session in the default
+    executor, where the copy (held stopped here) runs while the loop goes
+    on."""
+    from conftest import descendants
+    work = tmp_path / "work"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    copy = []
+
+    async def main():
+        async with nsbox.AsyncSandbox(workspace=str(work), spare=False, timeout=60) as sb:
+            await sb.execute("for i in range(20000): open('/workspace/f%d' % i, 'w').close()")
+            with pytest.raises(nsbox.TimeLimitExceeded):
+                await sb.execute("sum(range(10 ** 13))", timeout=1)
+            assert os.listdir(work) == [], "copied back inside the execute that was killed"
+            before = set(descendants())
+            nxt = asyncio.ensure_future(sb.execute("6 * 7"))
+            for _ in range(1500):
+                copy[:] = sorted(set(descendants()) - before)
+                if copy:
+                    break
+                await asyncio.sleep(0.02)
+            assert copy, "no copying process seen"
+            for pid in copy:
+                os.kill(abs(pid), signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                for _ in range(10):
+                    await asyncio.sleep(0.01)
+                ticks = time.monotonic() - t0
+                assert not nxt.done()
+            finally:
+                for pid in copy:
+                    os.kill(abs(pid), signal.SIGCONT)
+            assert ticks < 5, "the loop waited %.1f s for the stopped copy" % ticks
+            assert await nxt == 42
+            assert len(os.listdir(work)) == 20000
+    try:
+        arun(main())
+    finally:
+        for pid in copy:
+            try:
+                os.kill(abs(pid), signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+
 def test_async_start_runs_in_the_executor(aio):
     """nsbox_session_new runs off the loop's thread; the constructor starts
     nothing."""

@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -1526,6 +1527,56 @@ def test_a_sessions_policy_never_reaches_a_later_sandboxs_memory(libnsbox, tmp_p
     # Only the needle b built itself (its str objects): nothing of a's.
     assert all(not any(w in ctx for w in (b"secret", b"host", b"workspace", b"bindsrc", b"dst", b"allow"))
                for _, ctx in hits), hits
+
+
+def test_a_write_back_never_holds_an_exec_or_another_session(libnsbox, tmp_path):
+    """A bounded workspace is copied back when the session is closed, on
+    the closing thread: not when a limit kills the sandbox during an exec
+    (the exec's result waited for the copy, an AsyncSandbox's event loop
+    with it), and not inside the helper, where another session's kill at
+    its time limit waited behind it (red team 13: 42 s for a 2 s limit,
+    and past 60 s the helper and its other sandboxes were killed).  The
+    copy is held stopped here while the other session's limit fires."""
+    work = tmp_path / "work"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    a = nsbox.Sandbox(workspace=str(work), spare=False, timeout=60)
+    b = nsbox.Sandbox(spare=False, timeout=60)
+    copy = []
+    try:
+        a.execute("for i in range(20000): open('/workspace/f%d' % i, 'w').close()")
+        with pytest.raises(nsbox.TimeLimitExceeded):
+            a.execute("sum(range(10 ** 13))", timeout=1)
+        assert os.listdir(work) == [], "copied back at the kill, before the close"
+        before = set(descendants())
+        closer = threading.Thread(target=a.close)
+        closer.start()
+        assert wait_for(lambda: set(descendants()) - before, timeout=30), "no copying process seen"
+        copy = sorted(set(descendants()) - before)
+        for pid in copy:
+            os.kill(abs(pid), signal.SIGSTOP)
+        t0 = time.monotonic()
+        waited = threading.Timer(30, lambda: [os.kill(abs(p), signal.SIGCONT) for p in copy])
+        waited.start()
+        try:
+            with pytest.raises(nsbox.TimeLimitExceeded):
+                b.execute("sum(range(10 ** 13))", timeout=1)
+        finally:
+            waited.cancel()
+        took = time.monotonic() - t0
+        assert took < 20, "b's time limit waited %.1f s for a's stopped copy" % took
+        assert b.execute("6 * 7") == 42  # a fresh sandbox, from the same helper
+    finally:
+        for pid in copy:
+            try:
+                os.kill(abs(pid), signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        a.close()
+        b.close()
+    closer.join(60)
+    assert not closer.is_alive()
+    assert sorted(os.listdir(work)) == sorted("f%d" % i for i in range(20000))
 
 
 def test_info_has_the_python_version(sb):

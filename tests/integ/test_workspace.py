@@ -161,6 +161,21 @@ def test_write_back_changes_deletions_and_new_dirs(tmp_path):
     assert not [n for n in os.listdir(ws) if n.startswith(".nsbox")]
 
 
+def test_empty_files_count_against_the_limit(tmp_path):
+    """An empty file costs the tmpfs no page but the copy an entry: each
+    counts as a block of the host's file system, so the limit bounds how
+    many the write-back makes (400,000 free ones took it past a minute)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    block = os.statvfs(ws).f_bsize
+    rc, out, err = run(["run", "--workspace", str(ws), "--workspace-size", "1M", "--", "/usr/bin/python3.11", "-S",
+                        "-c", "for i in range(1000): open('/workspace/e%d' % i, 'w').close()"])
+    assert rc == 0, err
+    n = len(os.listdir(ws))
+    assert 0 < n <= (1 << 20) // block, n
+    assert "exceed the workspace's limit" in err and "an empty file as one" in err, err
+
+
 def test_write_back_never_opens_the_tree_to_others(tmp_path):
     """Modes come back less the launcher's umask and never with write for
     others; an entry the host had gets no more read or write for group and
