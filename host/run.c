@@ -387,7 +387,7 @@ int run_command(const struct nsbox_policy *p, char *const argv[], const struct r
 	}
 	if (o->net_audit && p->n_net_allow && !p->share_net) {
 		if (netaudit_open(&ra.a, o->net_audit, o->net_audit_ctx, &audit_wr, err) < 0) {
-			ttyrelay_stop(&tty);
+			ttyrelay_stop(&tty, false);
 			return err_step(err, "egress");
 		}
 	}
@@ -395,8 +395,8 @@ int run_command(const struct nsbox_policy *p, char *const argv[], const struct r
 			  : run_helper(p, argv, &with, &ra, audit_wr, res, err);
 	/* Every record before we return (the proxy is gone by now). */
 	audit_finish(&ra);
-	/* And every byte of the output. */
-	ttyrelay_stop(&tty);
+	/* And every byte of the output (within a second, past a time limit). */
+	ttyrelay_stop(&tty, r == 0 && res->st.time_limit);
 	if (r < 0)
 		return -1;
 	res->exit_code = jail_exit_code(&res->st);

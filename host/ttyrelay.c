@@ -29,6 +29,7 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -321,7 +322,7 @@ fail:
 	return -1;
 }
 
-void ttyrelay_stop(struct ttyrelay *r)
+void ttyrelay_stop(struct ttyrelay *r, bool late)
 {
 	close_fd(&r->slave);
 	close_fd(&r->in_rd);
@@ -330,6 +331,17 @@ void ttyrelay_stop(struct ttyrelay *r)
 		;
 	close_fd(&r->ctl);
 	if (r->pid > 0) {
+		if (late) {
+			int pfd = (int)syscall(SYS_pidfd_open, r->pid, 0);
+			struct pollfd p = { pfd, POLLIN, 0 };
+
+			while (pfd >= 0 && poll(&p, 1, TTYRELAY_LATE_MS) < 0 && errno == EINTR)
+				;
+			if (pfd < 0 || !(p.revents & POLLIN))
+				kill(r->pid, SIGKILL);
+			if (pfd >= 0)
+				close(pfd);
+		}
 		/* ECHILD: a caller that reaps every child (SIGCHLD ignored, or
 		 * its own waitpid(-1)) has it already. */
 		while (waitpid(r->pid, NULL, 0) < 0 && errno == EINTR)

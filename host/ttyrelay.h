@@ -27,7 +27,11 @@ int ttyrelay_start(struct ttyrelay *r, const int stdio[3], struct nsbox_err *err
 
 /* The command has ended (its sandbox is destroyed), or never started:
  * close our ends of what it got, then wait for the relay to copy what is
- * left of the output and exit. */
-void ttyrelay_stop(struct ttyrelay *r);
+ * left of the output and exit.  late: the run ended at its time limit,
+ * whose promise a terminal that takes nothing (^S, a paused pane) must not
+ * break: the relay gets TTYRELAY_LATE_MS, then is killed, what it held
+ * lost. */
+#define TTYRELAY_LATE_MS 1000
+void ttyrelay_stop(struct ttyrelay *r, bool late);
 
 #endif

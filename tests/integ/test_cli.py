@@ -639,3 +639,27 @@ def test_json_display_dir_error_is_json(tmp_path):
                        timeout=60)
     o = json.loads(p.stdout)
     assert p.returncode == 120 and o["outcome"] == "usage_error" and "--display-dir" in o["error"]["message"], p
+
+
+def test_run_ends_at_its_time_limit_on_a_terminal_nobody_reads():
+    """stdout on a terminal that takes nothing (^S, a paused pane, a pty
+    master no one reads): the limit killed the command, but nsbox run
+    waited for good for its relay to write what the pty still held (red
+    team 13).  Past a time limit the relay gets a second, then is killed."""
+    import pty
+    import time
+    master, slave = pty.openpty()
+    p = subprocess.Popen([NSBOX, "run", "--quiet", "--time-limit", "2", "--", "/bin/sh", "-c", "yes"],
+                         stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    try:
+        rc = p.wait(timeout=30)
+        err = p.stderr.read().decode()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stderr.close()
+        os.close(master)
+    assert rc == 124, (rc, err)
+    assert "time limit exceeded" in err
