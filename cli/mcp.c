@@ -50,6 +50,7 @@ struct msess {
 	nsbox_session_t *s;
 	double last_used;
 	double call_timeout; /* new_session's timeout_s; 0: the server's */
+	bool idle_killed;    /* its sandbox killed past the idle timeout while we waited to write */
 };
 
 /* A parsed message waiting its turn, or (code != 0) an error to send in
@@ -324,6 +325,9 @@ static struct {
 	bool killed;	/* so: its result says the time limit */
 } out_exec;
 
+static struct server *idle_srv; /* for write_out's idle expiry */
+static double idle_kill_due(double t);
+
 static int write_out(const char *s, size_t n)
 {
 	static int sock = -1;
@@ -343,7 +347,9 @@ static int write_out(const char *s, size_t n)
 			errno = EINTR;
 			return -1;
 		}
-		r = poll(p, 2, out_exec.s ? cli_poll_ms(out_exec.kill_at - now()) : -1);
+		/* No exec runs: the idle timeout still holds while a client
+		 * that stopped reading keeps us here. */
+		r = poll(p, 2, out_exec.s ? cli_poll_ms(out_exec.kill_at - now()) : cli_poll_ms(idle_kill_due(now())));
 		if (r < 0 && errno != EINTR)
 			return -1;
 		if (r == 0 && out_exec.s && now() >= out_exec.kill_at) {
@@ -598,6 +604,7 @@ static void close_msess(struct server *srv, struct msess *m)
 	nsbox_session_free(m->s);
 	m->s = NULL;
 	m->handle[0] = '\0';
+	m->idle_killed = false;
 }
 
 static struct msess *find_handle(struct server *srv, const char *h)
@@ -613,6 +620,33 @@ static bool alive(nsbox_session_t *s)
 	struct nsbox_session_info info = { .struct_size = sizeof(info) };
 
 	return nsbox_session_info(s, &info, NULL) == 0 && info.alive;
+}
+
+/* While write_out waits for a client that does not read: the sandboxes of
+ * sessions idle past the timeout are killed now (what their code left
+ * running ends), their handles left for expire_idle to close when the
+ * main loop runs again (a request being answered may still hold one).
+ * Returns the seconds until the next falls due, or a day (none). */
+static double idle_kill_due(double t)
+{
+	struct server *srv = idle_srv;
+	double next = 86400;
+
+	for (unsigned i = 0; srv && i <= srv->max_sessions; i++) {
+		struct msess *m = i < srv->max_sessions ? &srv->sess[i] : &srv->implicit;
+		double left;
+
+		if (!m->s || m->idle_killed)
+			continue;
+		left = m->last_used + srv->idle_timeout - t;
+		if (left <= 0) {
+			nsbox_session_kill(m->s);
+			m->idle_killed = true;
+		} else if (left < next) {
+			next = left;
+		}
+	}
+	return next;
 }
 
 /* Close sessions idle for longer than the idle timeout; return the seconds
@@ -2874,6 +2908,7 @@ int cmd_mcp(int argc, char **argv)
 	srv.argc = argc;
 	srv.argv = argv;
 	srv.idle_timeout = 600;
+	idle_srv = &srv;
 	srv.call_timeout = 60;
 	srv.max_call_timeout = 600;
 	srv.max_sessions = 8;

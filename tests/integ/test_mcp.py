@@ -292,6 +292,57 @@ def test_idle_timeout_and_max_sessions():
         reap(p)
 
 
+def test_idle_timeout_holds_while_the_client_does_not_read():
+    """A client that sends requests and stops reading kept the server in a
+    write, and the idle timeout never fired: a session's leftover process
+    ran on for as long as the client did not read (red team 13).  Now its
+    sandbox is killed at the timeout meanwhile, and the session closed once
+    the server is back in its loop."""
+    mark = "IDLE-BURNER-%d" % os.getpid()
+
+    def burner_alive():
+        for pid in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/cmdline" % pid, "rb") as f:
+                    if mark.encode() in f.read():
+                        return True
+            except OSError:
+                pass
+        return False
+
+    p = subprocess.Popen([NSBOX, "mcp", "--idle-timeout", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        def send(m):
+            p.stdin.write(m.encode() + b"\n")
+            p.stdin.flush()
+        send(req(1, "tools/call", {"name": "new_session", "arguments": {}}))
+        h = json.loads(json.loads(p.stdout.readline())["result"]["content"][0]["text"].split("\n")[0])["session"]
+        send(req(2, "tools/call", {"name": "run_python", "arguments": {"session": h, "code": (
+            "import subprocess; subprocess.Popen(['/usr/bin/python3.11', '-c', 'while True: pass', %r])" % mark)}}))
+        p.stdout.readline()
+        assert burner_alive()
+        for i in range(800):        # answers never read: the server blocks writing them
+            send(req(100 + i, "tools/list"))
+        end = time.monotonic() + 30
+        while burner_alive() and time.monotonic() < end:
+            time.sleep(0.2)
+        assert not burner_alive(), "the session's process ran on past the idle timeout"
+        p.stdin.close()
+        os.set_blocking(p.stdout.fileno(), False)
+        end = time.monotonic() + 60
+        while p.poll() is None and time.monotonic() < end:
+            try:
+                p.stdout.read()
+            except BlockingIOError:
+                pass
+            time.sleep(0.05)
+        assert p.wait(timeout=10) == 0
+        assert b"closing idle session" in p.stderr.read()
+    finally:
+        reap(p)
+
+
 def test_memory_caps_new_sessions():
     """nsbox mcp --memory 1G (the README's client setup) let new_session ask
     for 4 GiB each: --max-memory defaults to --memory when it is given."""
