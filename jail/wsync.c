@@ -379,7 +379,10 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return err_sys(err, "copy /workspace back: pipe");
 	parent = getpid();
-	pid = fork();
+	/* _Fork: no atfork handler runs (libnsbox runs this in its caller's
+	 * process, which may have threads and handlers of its own: the SDK's
+	 * Python, nsboxd); the child makes only system calls. */
+	pid = _Fork();
 	if (pid < 0) {
 		close(pipefd[0]);
 		close(pipefd[1]);
@@ -413,6 +416,9 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 	close(pipefd[1]);
 	n = read_full(pipefd[0], &w.err, sizeof(w.err));
 	close(pipefd[0]);
+	st = 0;
+	/* ECHILD: a caller that reaps every child (SIGCHLD ignored) has it;
+	 * the pipe has said what there is to say. */
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
 	if (n == (ssize_t)sizeof(w.err)) {
