@@ -1490,15 +1490,17 @@ def scan(needle):
         for line in maps:
             parts = line.split()
             a, b = (int(x, 16) for x in parts[0].split("-"))
-            if "r" not in parts[1] or (len(parts) > 5 and parts[5].startswith("[v")):
+            # Not the sanitizers' shadow (terabytes reserved, in a build with ASan).
+            if "r" not in parts[1] or (len(parts) > 5 and parts[5].startswith("[v")) or b - a > (1 << 30):
                 continue
-            try:
-                mem.seek(a)
-                data = mem.read(b - a)
-            except OSError:
-                continue
-            hits += [(parts[5] if len(parts) > 5 else "anon", data[max(0, m.start() - 24):m.end() + 24])
-                     for m in re.finditer(re.escape(needle.encode()), data)]
+            for o in range(a, b, 1 << 20):
+                try:
+                    mem.seek(max(a, o - 64))
+                    data = mem.read(min(b, o + (1 << 20)) - max(a, o - 64))
+                except OSError:
+                    continue
+                hits += [(parts[5] if len(parts) > 5 else "anon", data[max(0, m.start() - 24):m.end() + 24])
+                         for m in re.finditer(re.escape(needle.encode()), data)]
     return hits
 """
 
