@@ -33,10 +33,16 @@ struct wsync {
 	unsigned tmp_seq;
 	char path[4096]; /* the entry at hand, for messages */
 	size_t path_len;
-	uint64_t left;	/* bytes the host directory may still grow by (block_charge) */
-	uint64_t block; /* the host file system's block size */
-	mode_t umask;	/* the launcher's, with write for others always in it */
+	uint64_t left;	       /* bytes the host directory may still grow by (block_charge) */
+	uint64_t block;	       /* the host file system's block size */
+	mode_t umask;	       /* the launcher's, with write for others always in it */
+	unsigned long removed; /* host entries removed (WSYNC_MAX_REMOVED) */
 };
+
+/* What a write-back may remove from the host directory: its owner adding
+ * entries as fast as they go (to a directory the sandbox deleted) kept the
+ * copy, and the worker or thread that waits for it, for good. */
+#define WSYNC_MAX_REMOVED (1ul << 20)
 
 struct linux_dirent64 {
 	unsigned long long d_ino;
@@ -91,7 +97,7 @@ static void path_pop(struct wsync *w, size_t saved)
 
 /* Remove name beneath dirfd, a whole tree if it is a directory; gone
  * already is fine. */
-static int remove_tree(int dirfd, const char *name, int depth)
+static int remove_tree(struct wsync *w, int dirfd, const char *name, int depth)
 {
 	struct stat st;
 	char buf[1024];
@@ -100,6 +106,12 @@ static int remove_tree(int dirfd, const char *name, int depth)
 
 	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return errno == ENOENT ? 0 : -1;
+	if (++w->removed > WSYNC_MAX_REMOVED) {
+		fail(w, EMLINK,
+		     "more than 1048576 host entries to remove (does the host directory keep filling?): "
+		     "stopped");
+		return errno = EMLINK, -1;
+	}
 	if (!S_ISDIR(st.st_mode))
 		return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -1 : 0;
 	if (depth >= WSYNC_MAX_DEPTH)
@@ -116,7 +128,7 @@ static int remove_tree(int dirfd, const char *name, int depth)
 			off += d->d_reclen;
 			if (dots(d->d_name))
 				continue;
-			if (remove_tree(fd, d->d_name, depth + 1) < 0) {
+			if (remove_tree(w, fd, d->d_name, depth + 1) < 0) {
 				close(fd);
 				return -1;
 			}
@@ -171,7 +183,7 @@ static int replace(struct wsync *w, int host, const char *tmp, const char *name)
 	struct stat st;
 
 	if (fstatat(host, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode) &&
-	    remove_tree(host, name, 0) < 0) {
+	    remove_tree(w, host, name, 0) < 0) {
 		unlinkat(host, tmp, 0);
 		return fail(w, errno, "remove the directory it replaces");
 	}
@@ -284,7 +296,7 @@ static int copy_subdir(struct wsync *w, int upper, int host, const char *name, i
 	bool have = fstatat(host, name, &hst, AT_SYMLINK_NOFOLLOW) == 0;
 
 	if (have && (!S_ISDIR(hst.st_mode) || opaque(u))) {
-		if (remove_tree(host, name, 0) < 0)
+		if (remove_tree(w, host, name, 0) < 0)
 			return fail(w, errno, "remove what the directory replaces");
 		have = false;
 	}
@@ -324,7 +336,7 @@ static void copy_dir(struct wsync *w, int upper, int host, int depth)
 				fail(w, errno, "stat in the upper layer");
 			else if (S_ISCHR(st.st_mode) && st.st_rdev == 0) {
 				/* overlay's whiteout: the sandbox removed it */
-				if (remove_tree(host, d->d_name, 0) < 0)
+				if (remove_tree(w, host, d->d_name, 0) < 0)
 					fail(w, errno, "remove");
 			} else if (S_ISDIR(st.st_mode))
 				copy_subdir(w, upper, host, d->d_name, depth);
