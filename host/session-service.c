@@ -460,8 +460,21 @@ static void service_close(struct sandbox *sb)
 	struct svc_status st = { .killed = true, .term_signal = 9 };
 
 	if (v->ctl >= 0 && ctl_call(v, SVC_CLOSE, json_pack("{s:s}", "handle", v->handle), NULL, 0, SVC_CLOSED, &a,
-				    NULL, NULL, &e) == 0)
+				    NULL, NULL, &e) == 0) {
+		const char *w = json_string_value(json_object_get(a, "warnings"));
+
 		svc_status_from_json(json_object_get(a, "status"), &st);
+		/* What the service's end of it warned about (a workspace's
+		 * write-back that failed), one per line, quoted by the service. */
+		while (w && *w && sb->warn) {
+			char line[NSBOX_ERR_MSG_MAX];
+			size_t n = strcspn(w, "\n");
+
+			snprintf(line, sizeof(line), "%.*s", (int)n, w);
+			sb->warn(sb->warn_ctx, line);
+			w += n + (w[n] == '\n');
+		}
+	}
 	json_decref(a);
 	memset(&sb->st, 0, sizeof(sb->st));
 	sb->st.exited = st.exited;

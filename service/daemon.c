@@ -86,6 +86,7 @@ struct sess {
 	uint64_t pids;
 	bool ended;
 	struct svc_status st;
+	char *warnings;		/* what its end warned about (malloc'd), for CLOSED; NULL none */
 	struct nsbox_session_info info;	/* from the worker, at creation */
 };
 
@@ -839,6 +840,7 @@ static void sess_drain(struct sess *x)
 static void sess_free(struct sess *x)
 {
 	sess_drain(x);
+	free(x->warnings);
 	if (x->uid_owned)
 		uid_free(x->host_uid);
 	if (x->all_prev)
@@ -854,8 +856,10 @@ static void sess_free(struct sess *x)
 
 /* The worker reaped x's sandbox (or the loop did, out of memory): keep its
  * status, and answer what waits for it.  x may be freed on return. */
-static void sess_ended(struct sess *x, const struct nsbox_run_status *rs)
+static void sess_ended(struct sess *x, const struct nsbox_run_status *rs, const char *warnings)
 {
+	if (warnings && *warnings && !x->warnings)
+		x->warnings = strdup(warnings);
 	x->state = S_ENDED;
 	x->ended = true;
 	x->st.exited = rs->exited;
@@ -872,12 +876,17 @@ static void sess_ended(struct sess *x, const struct nsbox_run_status *rs)
 		char h[SVC_HANDLE_LEN + 1];
 		uint32_t id = x->close_id;
 
+		char *w = x->warnings;
+
 		memcpy(h, x->handle, sizeof(h));
+		x->warnings = NULL;
 		sess_free(x);
+		/* A write-back that failed is the client's to know (its data). */
 		if (c)
-			reply(c, SVC_CLOSED, id, json_pack("{s:s,s:o}", "handle", h, "status", st));
+			reply(c, SVC_CLOSED, id, json_pack("{s:s,s:o,s:s*}", "handle", h, "status", st, "warnings", w));
 		else
 			json_decref(st);
+		free(w);
 		return;
 	}
 	if (!x->conn) {
@@ -915,7 +924,7 @@ static void sess_end_start(struct sess *x, bool kill)
 		nsbox_session_end(x->s, kill, &rs, NULL);
 		nsbox_session_free(x->s);
 		x->s = NULL;
-		sess_ended(x, &rs);
+		sess_ended(x, &rs, NULL);
 		return;
 	}
 	j->s = x->s;
@@ -1468,7 +1477,7 @@ static void handle_request(struct conn *c, uint16_t type, uint32_t id, const jso
 							       .oom_killed = x->st.oom_killed,
 							       .peak_memory = x->st.peak_memory };
 
-				sess_ended(x, &rs);
+				sess_ended(x, &rs, NULL);
 			}
 		} else {
 			struct nsbox_session_info info = { .struct_size = sizeof(info) };
@@ -1876,7 +1885,7 @@ static void worker_collect(void)
 		else if (j->kind == JOB_CREATE && k)
 			open_made(j->owner, j);
 		else if (j->kind == JOB_END && k)
-			sess_ended(j->owner, &j->st);
+			sess_ended(j->owner, &j->st, j->warnings);
 		if (j->kind == JOB_END)
 			uid_free(j->free_uid);
 		free(j);

@@ -28,10 +28,28 @@ static struct {
 	unsigned share;			/* a uid's running jobs at most */
 } W = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .efd = -1 };
 
+/* A session's warnings after its start come on the thread that ends it
+ * (run_end: a workspace's write-back), kept for the client's CLOSED. */
+static __thread struct job *warn_job;
+
+static void on_warn(void *ctx, const char *msg)
+{
+	struct job *j = warn_job;
+	size_t have;
+
+	(void)ctx;
+	if (!j)
+		return;
+	have = strlen(j->warnings);
+	if (have + 2 < sizeof(j->warnings))
+		snprintf(j->warnings + have, sizeof(j->warnings) - have, "%s%s", have ? "\n" : "", msg);
+}
+
 static void run_create(struct job *j)
 {
 	struct nsbox_session_opts so = { .struct_size = sizeof(so), .no_spare = true, .cold = j->cold,
-					 .output_limit = j->output_limit, .net_log_fd = j->net_log_fd };
+					 .output_limit = j->output_limit, .net_log_fd = j->net_log_fd,
+					 .warn = on_warn };
 	nsbox_error_t *e = NULL;
 
 	j->ready_fd = -1;
@@ -58,9 +76,12 @@ static void run_create(struct job *j)
 static void run_end(struct job *j)
 {
 	j->st = (struct nsbox_run_status){ .struct_size = sizeof(j->st) };
+	j->warnings[0] = '\0';
 	if (j->s) {
+		warn_job = j;
 		j->rc = nsbox_session_end(j->s, j->kill, &j->st, NULL);
 		nsbox_session_free(j->s);
+		warn_job = NULL;
 		j->s = NULL;
 	}
 }

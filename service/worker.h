@@ -39,6 +39,7 @@ struct job {
 	/* JOB_END */
 	bool kill;
 	struct nsbox_run_status st;
+	char warnings[1024];	/* what the end warned about (a workspace's write-back), one per line */
 	/* either */
 	int rc;			/* 0, or a negative errno */
 	char err[512];

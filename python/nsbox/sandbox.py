@@ -814,6 +814,13 @@ class _SandboxBase:
             if e is None:
                 # The last records come while the session is freed.
                 e = self._dispatch.take_net_error()
+            # And its last warnings: a workspace's write-back that failed
+            # (the sandbox's changes, not all of them on the host).
+            try:
+                self._warn.flush()
+            except BaseException as w:  # noqa: B036 (on_warning's, raised as close() returns)
+                if e is None:
+                    e = w
         if e is not None:
             raise e
 

@@ -1581,6 +1581,25 @@ def test_a_write_back_never_holds_an_exec_or_another_session(libnsbox, tmp_path)
     assert sorted(os.listdir(work)) == sorted("f%d" % i for i in range(20000))
 
 
+def test_a_failed_write_back_is_a_warning_at_close(libnsbox, tmp_path):
+    """The write-back runs in close(); what it warned about was queued and
+    never issued (only a start flushed the queue): changes lost in silence."""
+    if os.geteuid() != 0 and os.stat(tmp_path).st_uid != os.geteuid():
+        pytest.skip("needs a directory of our own")
+    work = tmp_path / "work"
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    s = nsbox.Sandbox(workspace=str(work), spare=False, timeout=60)
+    try:
+        s.execute("open('/workspace/made', 'w').write('x')")
+        os.chmod(work, 0o555)   # the copy (no capability) can't write into it
+        with pytest.warns(nsbox.SandboxWarning, match="copy /workspace/made back"):
+            s.close()
+    finally:
+        os.chmod(work, 0o755)
+        s.close()
+
+
 def test_info_has_the_python_version(sb):
     v = sb.info()["python"]
     assert re.match(r"^3\.11\.\d+$", v), v

@@ -524,6 +524,46 @@ def test_nsboxd_in_a_mount_namespace_of_its_own():
         assert d.stop() == 0, d.logtext()
 
 
+def test_a_failed_write_back_is_told_to_its_client(daemon):
+    """A session's workspace is copied back by nsboxd's worker; a copy that
+    failed was said to nobody (nsboxd's own session had no warning
+    callback): the client lost its sandbox's changes in silence.  CLOSED
+    now carries the warnings, and libnsbox passes them to the session's
+    warning callback (the SDK's SandboxWarning)."""
+    ws = tempfile.mkdtemp(prefix="nsbxd-wb-")
+    try:
+        c = svcclient.Client(daemon.sock)
+        fd = os.open(ws, os.O_RDONLY | os.O_DIRECTORY)
+        sb, m = c.open(fds=[fd], workspace={"fd": 0})
+        os.close(fd)
+        assert sb, m
+        assert sb.exec("open('/workspace/made', 'w').write('x'); 1")["value"] == 1
+        os.chmod(ws, 0o555)     # the copy (no capability) can't write into it
+        t, m = sb.close()
+        c.close()
+        assert t == "CLOSED", m
+        assert "copy /workspace/made back" in m.get("warnings", ""), m
+        os.chmod(ws, 0o755)
+        code = f"""
+import os, warnings
+import nsbox
+with warnings.catch_warnings(record=True) as got:
+    warnings.simplefilter("always")
+    s = nsbox.Sandbox(connect={daemon.sock!r}, workspace={ws!r}, timeout=60)
+    s.execute("open('/workspace/made2', 'w').write('x')")
+    os.chmod({ws!r}, 0o555)
+    s.close()
+print("\\n".join(str(w.message) for w in got))
+"""
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60,
+                           env=sdk_env(PYTHONPATH=PYTHONPATH, NSBOX_LIB=os.path.join(BUILD, "libnsbox.so.0")))
+        assert p.returncode == 0, p.stderr.decode()
+        assert "copy /workspace/made2 back" in p.stdout.decode(), p.stdout.decode()
+    finally:
+        os.chmod(ws, 0o755)
+        shutil.rmtree(ws)
+
+
 @pytest.mark.skipif(not ROOT, reason="needs root: a proc instance of its own with hidepid=")
 def test_nsboxd_says_when_proc_shows_sessions_to_every_user():
     """Without hidepid= on /proc any user reads every session's command
