@@ -622,14 +622,31 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 {
 	struct helper_rep *rep = calloc(1, sizeof(*rep));
 	int r, upper = -1, host = -1;
+	bool sound;
 
 	helper_kill(sb);
-	if (!rep)
+	helper_forget_workspace(sb);
+	if (!rep) {
 		r = err_set(err, ENOMEM, "helper answer");
-	else
+	} else {
 		r = simple_fds(sb, HELPER_DESTROY, rep, &upper, &host, err);
+		/* A sound answer whose descriptors this process had no room
+		 * for (RLIMIT_NOFILE): the sandbox's end is as the helper says;
+		 * only the write-back is lost, and said so. */
+		if (r < 0 && err->code == EMFILE && rep->magic == HELPER_MAGIC) {
+			r = 0;
+			if (rep->has_ws) {
+				rep->has_ws = 0;
+				r = err_set(err, 0,
+					    "copy /workspace back: not done: this process has no room for its "
+					    "descriptors (RLIMIT_NOFILE reached)");
+			}
+		}
+	}
+	/* A failure with code 0 is a warning: the answer stands. */
+	sound = r == 0 || err->code == 0;
 	if (st) {
-		if (r == 0) {
+		if (sound) {
 			*st = rep->st;
 		} else {
 			memset(st, 0, sizeof(*st));
@@ -642,8 +659,7 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 	 * helper's lock released, when the caller says (helper_sync_workspace):
 	 * the helper's other sandboxes (their starts, their kills at a time
 	 * limit) never wait for it, nor does this session's own end. */
-	helper_forget_workspace(sb);
-	if (r == 0 && rep->has_ws && upper >= 0 && host >= 0) {
+	if (sound && rep->has_ws && upper >= 0 && host >= 0) {
 		sb->ws_pending = true;
 		sb->ws_upper = upper;
 		sb->ws_host = host;
@@ -651,7 +667,7 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 		sb->ws_gid = rep->ws_gid;
 		sb->ws_size = rep->ws_size;
 		upper = host = -1;
-	} else if (r == 0 && rep->has_ws) {
+	} else if (sound && rep->has_ws && r == 0) {
 		r = err_set(err, 0, "copy /workspace back: the helper's descriptors for it did not come");
 	}
 	if (upper >= 0)

@@ -332,13 +332,18 @@ void ttyrelay_stop(struct ttyrelay *r, bool late)
 	close_fd(&r->ctl);
 	if (r->pid > 0) {
 		if (late) {
+			/* A pidfd names the relay whatever happens to its pid
+			 * meanwhile: killed only if it is still running, never
+			 * a process that came by its number (a caller that
+			 * reaps every child may have taken it: then pidfd_open
+			 * fails, and there is nothing to kill). */
 			int pfd = (int)syscall(SYS_pidfd_open, r->pid, 0);
 			struct pollfd p = { pfd, POLLIN, 0 };
 
 			while (pfd >= 0 && poll(&p, 1, TTYRELAY_LATE_MS) < 0 && errno == EINTR)
 				;
-			if (pfd < 0 || !(p.revents & POLLIN))
-				kill(r->pid, SIGKILL);
+			if (pfd >= 0 && !(p.revents & POLLIN))
+				(void)syscall(SYS_pidfd_send_signal, pfd, SIGKILL, NULL, 0);
 			if (pfd >= 0)
 				close(pfd);
 		}

@@ -8,10 +8,13 @@
 #include <grp.h>
 #include <linux/capability.h>
 #include <linux/openat2.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/fsuid.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -35,7 +38,6 @@ struct wsync {
 	size_t path_len;
 	uint64_t left;	       /* bytes the host directory may still grow by (block_charge) */
 	uint64_t block;	       /* the host file system's block size */
-	mode_t umask;	       /* the launcher's, with write for others always in it */
 	unsigned long removed; /* host entries removed (WSYNC_MAX_REMOVED) */
 };
 
@@ -196,21 +198,22 @@ static int replace(struct wsync *w, int host, const char *tmp, const char *name)
 	return 0;
 }
 
-/* The mode an entry gets on the host: the sandbox's, less the launcher's
- * umask and always less write for others (a sandbox's chmod o+w of
- * .git/hooks let every local user into the owner's tree after the
- * session), and for an entry the host had, never more read or write for
- * group and others than it had there (a 0600 file came back 0666).  No set-id bit: none can
- * be set inside, and the content is the sandbox's. */
-static mode_t host_mode(const struct wsync *w, mode_t inside, int host, const char *name)
+/* The mode an entry gets on the host.  A new one: the sandbox's, never
+ * with write for group or others (a sandbox's chmod 777 of .git/hooks let
+ * every local user into the owner's tree after the session) and no set-id
+ * bit (none can be set inside).  One the host had: never more read or
+ * write for group and others, nor a set-id bit, than it had there (a 0600
+ * file came back 0666); otherwise as the sandbox left it, so that what
+ * overlayfs copied up unchanged (every parent of a changed file) keeps its
+ * mode, a shared 2775 directory included.  A file's chmod +x stands; a
+ * directory's x for others would let them in. */
+static mode_t host_mode(mode_t inside, int host, const char *name)
 {
 	struct stat hst;
-	mode_t m = inside & 01777 & ~w->umask;
 
-	/* A file's chmod +x stands; a directory's x would let others in. */
-	if (fstatat(host, name, &hst, AT_SYMLINK_NOFOLLOW) == 0)
-		m &= 01700 | (hst.st_mode & 077) | (S_ISREG(inside) ? 0111 : 0);
-	return m;
+	if (fstatat(host, name, &hst, AT_SYMLINK_NOFOLLOW) < 0)
+		return inside & 01755;
+	return (inside & 01700) | (inside & hst.st_mode & 06077) | (S_ISREG(inside) ? inside & 0111 : 0);
 }
 
 static int copy_file(struct wsync *w, int upper, int host, const char *name)
@@ -238,7 +241,7 @@ static int copy_file(struct wsync *w, int upper, int host, const char *name)
 		return fail(w, errno, "create a file in the host directory");
 	times[0] = st.st_atim;
 	times[1] = st.st_mtim;
-	if (copy_data(in, out, st.st_size) < 0 || fchmod(out, host_mode(w, st.st_mode, host, name)) < 0 ||
+	if (copy_data(in, out, st.st_size) < 0 || fchmod(out, host_mode(st.st_mode, host, name)) < 0 ||
 	    futimens(out, times) < 0) {
 		int e = errno;
 
@@ -305,7 +308,7 @@ static int copy_subdir(struct wsync *w, int upper, int host, const char *name, i
 			    "the write-back would exceed the workspace's limit (WorkspaceSize; a directory "
 			    "counts as a block of the host's file system): not made, nor what is in it");
 	/* Its mode now, with the host's as it was (mkdirat's 0700 is no bound). */
-	mode = host_mode(w, st.st_mode, host, name);
+	mode = host_mode(st.st_mode, host, name);
 	if (mkdirat(host, name, 0700) < 0 && errno != EEXIST)
 		return fail(w, errno, "make the directory");
 	h = open_beneath(host, name, O_RDONLY | O_DIRECTORY, 0);
@@ -381,63 +384,108 @@ static int drop_rights(uid_t uid, gid_t gid)
 	return (int)syscall(SYS_capset, &hdr, data);
 }
 
+struct wsync_arg {
+	int upper, host, pipe_wr;
+	uid_t uid;
+	gid_t gid;
+	uint64_t budget;
+	pid_t parent;
+};
+
+/* The copying child: its own memory, the caller's descriptor table
+ * (CLONE_FILES), so it holds no copy of any descriptor of the caller's (a
+ * FUSE file a client of nsboxd sent would have made its exit wait on that
+ * client's server) and closes none.  It says how it ended on the pipe,
+ * always (a caller that reaps every child can't give us its status). */
+static int wsync_child(void *arg)
+{
+	const struct wsync_arg *a = arg;
+	static struct wsync w;
+	sigset_t none;
+
+	/* The caller's handlers are its code, not ours (Python's would write
+	 * to its wakeup descriptor, which is ours too): the defaults, the
+	 * ignored kept; and a process group of our own, out of the way of a
+	 * terminal's ^C to the caller's.  Signals were blocked across the
+	 * clone. */
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+
+		if (sig != SIGKILL && sig != SIGSTOP && sigaction(sig, NULL, &sa) == 0 && sa.sa_handler != SIG_IGN)
+			signal(sig, SIG_DFL);
+	}
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	(void)setpgid(0, 0);
+	memset(&w, 0, sizeof(w));
+	w.left = a->budget;
+	/* Each entry costs the host what its file system charges: 16,000
+	 * empty directories (nothing in the sandbox's tmpfs) grew an ext4
+	 * host directory by 64 MiB past a 64M limit. */
+	w.block = fs_block_size(a->host);
+	/* After the drop: a change of ids clears the death signal (and then
+	 * a killed launcher left its copy running). */
+	if (drop_rights(a->uid, a->gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != a->parent) {
+		err_set(&w.err, errno, "copy /workspace back: become uid %u gid %u without capabilities",
+			(unsigned)a->uid, (unsigned)a->gid);
+		w.failed = true;
+	} else if (lseek(a->upper, 0, SEEK_SET) < 0) {
+		fail(&w, errno, "rewind the upper layer");
+	} else {
+		copy_dir(&w, a->upper, a->host, 0);
+	}
+	if (!w.failed)
+		w.err.code = -1; /* done: no failure (a nsbox_err with code -1 is never an error's) */
+	(void)write_full(a->pipe_wr, &w.err, sizeof(w.err));
+	return w.failed ? 1 : 0;
+}
+
 int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, struct nsbox_err *err)
 {
-	int pipefd[2], st;
-	struct wsync w;
-	pid_t pid, parent;
+	struct wsync_arg a = { .upper = upper, .host = host, .uid = uid, .gid = gid, .budget = budget };
+	size_t stack_size = 1u << 20; /* 128 levels of copy_dir, with room */
+	struct nsbox_err got;
+	sigset_t all, old;
+	int pipefd[2];
+	void *stack;
+	pid_t pid;
 	ssize_t n;
 
 	if (pipe2(pipefd, O_CLOEXEC) < 0)
 		return err_sys(err, "copy /workspace back: pipe");
-	parent = getpid();
-	/* _Fork: no atfork handler runs (libnsbox runs this in its caller's
-	 * process, which may have threads and handlers of its own: the SDK's
-	 * Python, nsboxd); the child makes only system calls. */
-	pid = _Fork();
-	if (pid < 0) {
+	stack = mmap(NULL, stack_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	if (stack == MAP_FAILED) {
 		close(pipefd[0]);
 		close(pipefd[1]);
-		return err_sys(err, "copy /workspace back: fork");
+		return err_sys(err, "copy /workspace back: a stack for the copy");
 	}
-	if (pid == 0) {
-		memset(&w, 0, sizeof(w));
-		w.left = budget;
-		/* Each entry costs the host what its file system charges:
-		 * 16,000 empty directories (nothing in the sandbox's tmpfs)
-		 * grew an ext4 host directory by 64 MiB past a 64M limit. */
-		w.block = fs_block_size(host);
-		w.umask = umask(077);
-		w.umask |= S_IWOTH;
+	a.pipe_wr = pipefd[1];
+	a.parent = getpid();
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pid = clone(wsync_child, (char *)stack + stack_size, CLONE_FILES | SIGCHLD, &a);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (pid < 0) {
+		int e = errno;
+
+		munmap(stack, stack_size);
 		close(pipefd[0]);
-		/* After the drop: a change of ids clears the death signal (and
-		 * then a killed launcher left its copy running). */
-		if (drop_rights(uid, gid) < 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent) {
-			err_set(&w.err, errno, "copy /workspace back: become uid %u gid %u without capabilities",
-				(unsigned)uid, (unsigned)gid);
-			w.failed = true;
-		} else if (lseek(upper, 0, SEEK_SET) < 0) {
-			fail(&w, errno, "rewind the upper layer");
-		} else {
-			copy_dir(&w, upper, host, 0);
-		}
-		if (w.failed)
-			(void)write_full(pipefd[1], &w.err, sizeof(w.err));
-		_exit(w.failed ? 1 : 0);
+		close(pipefd[1]);
+		errno = e;
+		return err_sys(err, "copy /workspace back: clone");
 	}
-	close(pipefd[1]);
-	n = read_full(pipefd[0], &w.err, sizeof(w.err));
-	close(pipefd[0]);
-	st = 0;
-	/* ECHILD: a caller that reaps every child (SIGCHLD ignored) has it;
-	 * the pipe has said what there is to say. */
-	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+	/* ECHILD: a caller that reaps every child (SIGCHLD ignored); the
+	 * wait is over all the same. */
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
 		;
-	if (n == (ssize_t)sizeof(w.err)) {
-		err_copy(err, &w.err);
-		return -1;
-	}
-	if (!WIFEXITED(st) || WEXITSTATUS(st))
+	munmap(stack, stack_size);
+	close(pipefd[1]);
+	n = read_full(pipefd[0], &got, sizeof(got));
+	close(pipefd[0]);
+	if (n != (ssize_t)sizeof(got))
 		return err_set(err, EIO, "copy /workspace back: the copying process died");
-	return 0;
+	if (got.code == -1)
+		return 0;
+	err_copy(err, &got);
+	return -1;
 }

@@ -1923,11 +1923,16 @@ static void check_mount_ns(void)
 		       "will be refused (nsboxd(8), SYSTEMD UNIT)");
 }
 
-/* Whether the /proc we see hides other users' processes (hidepid=, on its
- * superblock's options in mountinfo).  -1: can't tell. */
+/* Whether the /proc the host's users see hides other users' processes
+ * (hidepid=, on its superblock's options in mountinfo): init's mount
+ * namespace's, not ours (a unit's ProtectSystem= and the like give nsboxd
+ * one of its own); ours where init's can't be read.  -1: can't tell. */
 static int proc_hides_pids(void)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "re");
+	FILE *f = fopen("/proc/1/mountinfo", "re");
+
+	if (!f)
+		f = fopen("/proc/self/mountinfo", "re");
 	char line[4096];
 	int r = -1;
 

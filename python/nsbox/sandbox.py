@@ -698,14 +698,18 @@ class _SandboxBase:
             h = self._sess
             self._sess = None
             self._dispatch.handle = None
+            if why is not None and h:
+                # The sandbox is dead: its handle is kept, freed by the
+                # next start, restart() or close() (under the lock, where
+                # close() from another thread takes it).  Freeing copies a
+                # bounded workspace back, which is not this call's to wait
+                # for (nor an event loop's, for an AsyncSandbox).
+                old, self._corpse = self._corpse, h
+                h = old
         if why is not None:
-            # The sandbox is dead: its handle is kept, freed by the next
-            # start, restart() or close().  Freeing copies a bounded
-            # workspace back, which is not this call's to wait for (nor
-            # an event loop's, for an AsyncSandbox).
             self._dead = why
             if h:
-                self._corpse = h
+                self._lib.nsbox_session_free(h)
             return
         h2 = self._take_corpse()
         for x in (h, h2):

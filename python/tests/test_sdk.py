@@ -1550,6 +1550,10 @@ def test_a_write_back_never_holds_an_exec_or_another_session(libnsbox, tmp_path)
         with pytest.raises(nsbox.TimeLimitExceeded):
             a.execute("sum(range(10 ** 13))", timeout=1)
         assert os.listdir(work) == [], "copied back at the kill, before the close"
+        # The copy is made in this process now: it must hold no copy of
+        # our descriptors (a FUSE file's close in it would wait on that
+        # file's server): closing our only write end is the pipe's end.
+        rd, wr = os.pipe()
         before = set(descendants())
         closer = threading.Thread(target=a.close)
         closer.start()
@@ -1557,6 +1561,10 @@ def test_a_write_back_never_holds_an_exec_or_another_session(libnsbox, tmp_path)
         copy = sorted(set(descendants()) - before)
         for pid in copy:
             os.kill(abs(pid), signal.SIGSTOP)
+        os.close(wr)
+        import select
+        assert select.select([rd], [], [], 5)[0] and os.read(rd, 1) == b"", "the copy holds our descriptors"
+        os.close(rd)
         t0 = time.monotonic()
         waited = threading.Timer(30, lambda: [os.kill(abs(p), signal.SIGCONT) for p in copy])
         waited.start()

@@ -177,11 +177,13 @@ def test_empty_files_count_against_the_limit(tmp_path):
 
 
 def test_write_back_never_opens_the_tree_to_others(tmp_path):
-    """Modes come back less the launcher's umask and never with write for
-    others; an entry the host had gets no more read or write for group and
-    others than it had (a file's chmod +x stands).  A sandbox's chmod 777 of
-    .git/hooks, or 666 of the owner's 0600 notes, let any local user in
-    after the session."""
+    """A new entry comes back without write for group or others and without
+    a set-id bit; an entry the host had gets no more read or write for group
+    and others, nor a set-id bit, than it had (a file's chmod +x stands),
+    and keeps its mode when the sandbox did not change it (overlayfs copies
+    up every parent of a changed file: a shared 2775 directory stays so).
+    A sandbox's chmod 777 of .git/hooks, or 666 of the owner's 0600 notes,
+    let any local user in after the session."""
     ws = tmp_path / "ws"
     (ws / "private").mkdir(parents=True)
     os.chmod(ws / "private", 0o700)
@@ -189,9 +191,11 @@ def test_write_back_never_opens_the_tree_to_others(tmp_path):
     os.chmod(ws / "notes", 0o600)
     (ws / "script").write_text("#!/bin/sh\n")
     os.chmod(ws / "script", 0o644)
+    (ws / "team").mkdir()
+    os.chmod(ws / "team", 0o2775)
     script = ("chmod 666 notes; chmod 755 script; mkdir -p .git/hooks; chmod 777 .git .git/hooks; "
               "echo x > .git/hooks/pre-commit; chmod 777 .git/hooks/pre-commit; chmod 755 private; "
-              "echo y > private/f; chmod 644 private/f; echo z > shared; chmod 664 shared")
+              "echo y > private/f; chmod 644 private/f; echo z > shared; chmod 664 shared; echo t > team/f")
     old = os.umask(0o002)
     try:
         rc, out, err = run(["run", "--workspace", str(ws), "--", "/bin/sh", "-c", script])
@@ -201,9 +205,10 @@ def test_write_back_never_opens_the_tree_to_others(tmp_path):
     mode = lambda *p: os.stat(ws.joinpath(*p)).st_mode & 0o7777
     assert mode("notes") == 0o600
     assert mode("script") == 0o755
-    assert mode(".git") == mode(".git", "hooks") == mode(".git", "hooks", "pre-commit") == 0o775
+    assert mode(".git") == mode(".git", "hooks") == mode(".git", "hooks", "pre-commit") == 0o755
     assert mode("private") == 0o700 and mode("private", "f") == 0o644
-    assert mode("shared") == 0o664  # group write as the umask allows
+    assert mode("shared") == 0o644
+    assert mode("team") == 0o2775, oct(mode("team"))
 
 
 def test_write_back_follows_no_symlink(tmp_path):
