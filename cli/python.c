@@ -426,6 +426,12 @@ int cli_tool_call(const struct cli_tool *t, nsbox_session_t *s, const char *name
 		}
 		if (pfd >= 0)
 			close(pfd);
+		else { /* no pidfd_open (before Linux 5.3): waited for as before, not reaped */
+			siginfo_t si;
+
+			while (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT) < 0 && errno == EINTR)
+				;
+		}
 	}
 	kill(-pid, SIGKILL);
 	while (waitpid(pid, &ws, 0) < 0 && errno == EINTR)

@@ -231,8 +231,9 @@ struct nsbox_session_opts {
 NSBOX_API int nsbox_session_new(const nsbox_policy_t *p, const struct nsbox_session_opts *opts,
 				nsbox_session_t **out, nsbox_error_t **err);
 /* Kill the sandbox, reap it, copy a bounded workspace back (on this
- * thread: never during an exec, whatever ended the sandbox), free
- * everything.  Accepts NULL. */
+ * thread, in a child of this process that shares its descriptor table:
+ * never during an exec, whatever ended the sandbox), free everything.
+ * Accepts NULL. */
 NSBOX_API void nsbox_session_free(nsbox_session_t *s);
 
 /* A tool callback.  args_json is the call's JSON: {"args": [...],
@@ -741,7 +742,8 @@ NSBOX_API void nsbox_session_kill(nsbox_session_t *s);
  * are meaningful, exit_code is what nsbox(1) would exit with.  s stays
  * valid for nsbox_session_info() (alive false) and nsbox_session_free().
  * Without kill, blocks until the sandbox ends by itself (poll the pidfd
- * from nsbox_session_handoff() first).  Errors: -EINVAL. */
+ * from nsbox_session_handoff() first).  A bounded workspace is copied back
+ * here, as by nsbox_session_free().  Errors: -EINVAL. */
 NSBOX_API int nsbox_session_end(nsbox_session_t *s, bool kill, struct nsbox_run_status *st, nsbox_error_t **err);
 
 /* How many helper processes this process may run to make sandboxes, 1 (the

@@ -442,8 +442,9 @@ _DOC_OPTIONS = """
                  unbounded).  None keeps the policy's (256M by default).  A
                  bounded workspace is an overlay: the host directory sees the
                  sandbox's changes when the session is freed (close(),
-                 restart(); after a kill, the next call, which starts a
-                 fresh one), not while it runs (nsbox(1), --workspace-size).
+                 restart(); after a kill, with auto_restart, the next call,
+                 which starts a fresh one), not while it runs (nsbox(1),
+                 --workspace-size).
     share_net:   share the host's network namespace.
     cold:        start CPython afresh instead of forking the helper's template.
     spare:       have the helper keep one idle sandbox with this policy ready, so
