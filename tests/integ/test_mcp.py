@@ -310,7 +310,7 @@ def test_idle_timeout_holds_while_the_client_does_not_read():
                 pass
         return False
 
-    p = subprocess.Popen([NSBOX, "mcp", "--idle-timeout", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    p = subprocess.Popen([NSBOX, "mcp", "--idle-timeout", "5"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     try:
         def send(m):
@@ -320,8 +320,12 @@ def test_idle_timeout_holds_while_the_client_does_not_read():
         h = json.loads(json.loads(p.stdout.readline())["result"]["content"][0]["text"].split("\n")[0])["session"]
         send(req(2, "tools/call", {"name": "run_python", "arguments": {"session": h, "code": (
             "import subprocess; subprocess.Popen(['/usr/bin/python3.11', '-c', 'while True: pass', %r])" % mark)}}))
-        p.stdout.readline()
-        assert burner_alive()
+        r = json.loads(p.stdout.readline())
+        assert r["result"]["isError"] is False, r
+        end = time.monotonic() + 30     # seen from here: a sanitized build is slow
+        while not burner_alive() and time.monotonic() < end:
+            time.sleep(0.1)
+        assert burner_alive(), "the session's process never seen"
         for i in range(800):        # answers never read: the server blocks writing them
             send(req(100 + i, "tools/list"))
         end = time.monotonic() + 30
