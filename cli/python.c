@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -218,7 +219,9 @@ static double policy_time_limit(const nsbox_policy_t *p)
 		if (!strncmp(line, "TimeLimit=", 10))
 			t = strtod(line + 10, NULL);
 	nsbox_free(text);
-	return t;
+	/* "infinity" is none (the policy's own spelling of 0); past ~30
+	 * years a deadline in nanoseconds would not fit. */
+	return isfinite(t) && t > 0 && t < 1e9 ? t : 0;
 }
 
 static void on_output(void *ud, int stream, const char *data, size_t len)
