@@ -34,6 +34,9 @@ struct cli_tool {
 int cli_tool_call(const struct cli_tool *t, nsbox_session_t *s, const char *name, const char *args_json,
 		  char **result_json, char **error);
 /* An nsbox_tool_fn running a cli_tool (ud) for nsbox python's session. */
+/* The effective policy's TimeLimit= in seconds, 0 for none ("infinity"):
+ * libnsbox has no getter for it. */
+double cli_policy_time_limit(const nsbox_policy_t *p);
 int cli_tool_run(void *ud, const char *name, const char *args_json, char **result_json, char **error);
 /* Set from a signal handler: the host tool command running now is stopped. */
 extern volatile sig_atomic_t cli_tool_stop;

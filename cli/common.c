@@ -184,3 +184,18 @@ int cli_write_status(const char *path, int fd, const struct nsbox_run_status *st
 	json_decref(o);
 	return r;
 }
+
+/* TimeLimit= of the effective policy (libnsbox has no getter for it). */
+double cli_policy_time_limit(const nsbox_policy_t *p)
+{
+	char *text = nsbox_policy_to_string(p), *line, *save = NULL;
+	double t = 0;
+
+	for (line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
+		if (!strncmp(line, "TimeLimit=", 10))
+			t = strtod(line + 10, NULL);
+	nsbox_free(text);
+	/* "infinity" is none (the policy's own spelling of 0); past ~30
+	 * years a deadline in nanoseconds would not fit. */
+	return isfinite(t) && t > 0 && t < 1e9 ? t : 0;
+}

@@ -2887,12 +2887,11 @@ static void read_policy_facts(struct server *srv, const nsbox_policy_t *p)
 	for (line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save)) {
 		if (!strncmp(line, "Network=", 8))
 			srv->share_net = strcmp(line + 8, "none") != 0;
-		else if (!strncmp(line, "TimeLimit=", 10))
-			srv->policy_time_limit = strtod(line + 10, NULL);
 		else if (!strncmp(line, "Bind=", 5) || !strncmp(line, "Workspace=", 10))
 			srv->host_writes = true;
 	}
 	nsbox_free(text);
+	srv->policy_time_limit = cli_policy_time_limit(p);
 }
 
 int cmd_mcp(int argc, char **argv)

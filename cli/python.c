@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <math.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -207,21 +206,6 @@ static void __attribute__((format(printf, 2, 3))) out_printf(int fd, const char 
 	if (n > 0)
 		(void)out_write(fd, text, (size_t)n);
 	free(text);
-}
-
-/* TimeLimit= of the effective policy (libnsbox has no getter for it). */
-static double policy_time_limit(const nsbox_policy_t *p)
-{
-	char *text = nsbox_policy_to_string(p), *line, *save = NULL;
-	double t = 0;
-
-	for (line = text ? strtok_r(text, "\n", &save) : NULL; line; line = strtok_r(NULL, "\n", &save))
-		if (!strncmp(line, "TimeLimit=", 10))
-			t = strtod(line + 10, NULL);
-	nsbox_free(text);
-	/* "infinity" is none (the policy's own spelling of 0); past ~30
-	 * years a deadline in nanoseconds would not fit. */
-	return isfinite(t) && t > 0 && t < 1e9 ? t : 0;
 }
 
 static void on_output(void *ud, int stream, const char *data, size_t len)
@@ -1470,7 +1454,7 @@ int cmd_python(int argc, char **argv)
 		so.max_bytes = UINT64_MAX;
 	so.pass_stdin = pass_stdin;
 	so.argv = py_argv;
-	time_limit = policy_time_limit(p);
+	time_limit = cli_policy_time_limit(p);
 	r = nsbox_session_new(p, &so, &s, &e);
 	free(py_argv);
 	py_argv = NULL;

@@ -625,7 +625,7 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 	bool sound;
 
 	helper_kill(sb);
-	helper_forget_workspace(sb);
+	wsync_job_drop(&sb->ws);
 	if (!rep) {
 		r = err_set(err, ENOMEM, "helper answer");
 	} else {
@@ -656,16 +656,12 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 	if (r == 0 && rep->warnings[0])
 		r = err_set(err, 0, "%.*s", (int)sizeof(rep->warnings) - 1, rep->warnings);
 	/* The bounded workspace's write-back is ours to run, with the
-	 * helper's lock released, when the caller says (helper_sync_workspace):
+	 * helper's lock released, when the caller says (wsync_job_run):
 	 * the helper's other sandboxes (their starts, their kills at a time
 	 * limit) never wait for it, nor does this session's own end. */
 	if (sound && rep->has_ws && upper >= 0 && host >= 0) {
-		sb->ws_pending = true;
-		sb->ws_upper = upper;
-		sb->ws_host = host;
-		sb->ws_uid = rep->ws_uid;
-		sb->ws_gid = rep->ws_gid;
-		sb->ws_size = rep->ws_size;
+		sb->ws = (struct wsync_job){ .pending = true, .upper = upper, .host = host, .uid = (uid_t)rep->ws_uid,
+					     .gid = (gid_t)rep->ws_gid, .size = rep->ws_size };
 		upper = host = -1;
 	} else if (sound && rep->has_ws && r == 0) {
 		r = err_set(err, 0, "copy /workspace back: the helper's descriptors for it did not come");
@@ -679,30 +675,6 @@ int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsb
 		close(sb->pidfd);
 	sb->pidfd = -1;
 	return r;
-}
-
-int helper_sync_workspace(struct helper_sandbox *sb, struct nsbox_err *err)
-{
-	int r = 0;
-
-	if (!sb->ws_pending)
-		return 0;
-	if (wsync_apply(sb->ws_upper, sb->ws_host, (uid_t)sb->ws_uid, (gid_t)sb->ws_gid, sb->ws_size, err) < 0) {
-		err->code = 0; /* a warning: the sandbox's end stands */
-		r = -1;
-	}
-	helper_forget_workspace(sb);
-	return r;
-}
-
-void helper_forget_workspace(struct helper_sandbox *sb)
-{
-	if (!sb->ws_pending)
-		return;
-	close(sb->ws_upper);
-	close(sb->ws_host);
-	sb->ws_upper = sb->ws_host = -1;
-	sb->ws_pending = false;
 }
 
 /* A cgroup's counter, or false when the file is not there. */

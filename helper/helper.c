@@ -578,18 +578,20 @@ static void handle(const struct helper_req *req, char *text, const int fds_in[HE
 		jail_kill(&sl->j);
 		break;
 	case HELPER_DESTROY: {
-		uid_t wu;
-		gid_t wg;
+		struct wsync_job ws;
 
 		/* A bounded workspace's write-back is the library's to run
 		 * (helper_destroy), once we have answered: it takes as long as
 		 * the sandbox's upper layer makes it, and every other sandbox
 		 * of ours would wait behind it (past HELPER_TIMEOUT_MS, the
 		 * library kills us, and them). */
-		if (jail_take_workspace(&sl->j, fd_out, sock_out, &wu, &wg, &rep->ws_size) == 1) {
+		if (jail_take_workspace(&sl->j, &ws) == 1) {
+			*fd_out = ws.upper;
+			*sock_out = ws.host;
 			rep->has_ws = 1;
-			rep->ws_uid = wu;
-			rep->ws_gid = wg;
+			rep->ws_uid = ws.uid;
+			rep->ws_gid = ws.gid;
+			rep->ws_size = ws.size;
 		}
 		jail_destroy(&sl->j);
 		rep->st = sl->j.status;

@@ -109,14 +109,10 @@ struct helper_sandbox {
 	char cgroup[256];
 	int cg_mode;		/* enum cgroup_mode */
 	bool cg_enforced[3];
-	/* A bounded workspace's write-back, handed over by helper_destroy for
-	 * helper_sync_workspace: the upper layer and the host directory
-	 * (owned), the host ids and budget.  Only while ws_pending. */
 	bool ws_expected;	/* the policy has a bounded workspace (set by the caller) */
-	bool ws_pending;
-	int ws_upper, ws_host;
-	uint32_t ws_uid, ws_gid;
-	uint64_t ws_size;
+	/* A bounded workspace's write-back, handed over by helper_destroy, for
+	 * the caller to run (wsync_job_run) when the session is freed. */
+	struct wsync_job ws;
 };
 
 struct helper_spawn_opts {
@@ -153,18 +149,9 @@ void helper_kill(const struct helper_sandbox *sb);
 /* Kill, reap and clean up; fills *st (may be NULL) with the final status.
  * Closes sb->pidfd.  Thread-safe.  Returns 0 or -1 with err (then *st says
  * "killed by SIGKILL", which is what happened: the helper is gone).  A
- * bounded workspace's write-back is not done here: it is left pending in
- * sb (the helper hands it over and serves its other sandboxes at once). */
+ * bounded workspace's write-back is not done here: it is left in sb->ws
+ * (the helper hands it over and serves its other sandboxes at once). */
 int helper_destroy(struct helper_sandbox *sb, struct jail_status *st, struct nsbox_err *err);
-/* Run the write-back helper_destroy left pending, in a child of this
- * process with the sandbox's host ids (wsync_apply), and close its
- * descriptors.  0 (also when none is pending), or -1 with err's code 0
- * (what was copied before the failure stays).  Thread-safe for distinct
- * sandboxes. */
-int helper_sync_workspace(struct helper_sandbox *sb, struct nsbox_err *err);
-/* Drop a pending write-back without running it (a sandbox abandoned
- * across fork()). */
-void helper_forget_workspace(struct helper_sandbox *sb);
 /* Memory use of the sandbox now.  Thread-safe. */
 int helper_info(const struct helper_sandbox *sb, uint64_t *current, uint64_t *peak, struct nsbox_err *err);
 /* The (first) helper's pid (0 if none is running).  For tests and benchmarks. */

@@ -347,7 +347,7 @@ static int run_helper(const struct nsbox_policy *p, char *const argv[], const st
 	(void)audit_drain(ra);
 	if (helper_destroy(&sb, &res->st, &e2) < 0 && o->warn)
 		o->warn(o->warn_ctx, e2.msg);
-	if (helper_sync_workspace(&sb, &e2) < 0 && o->warn)
+	if (wsync_job_run(&sb.ws, &e2) < 0 && o->warn)
 		o->warn(o->warn_ctx, e2.msg);
 	if (timed_out)
 		res->st.time_limit = true;

@@ -38,7 +38,7 @@ static void helper_sync(struct sandbox *sb)
 {
 	struct nsbox_err e = { 0 };
 
-	if (sb->closing && helper_sync_workspace(sb->priv, &e) < 0 && sb->warn && e.msg[0])
+	if (sb->closing && wsync_job_run(&((struct helper_sandbox *)sb->priv)->ws, &e) < 0 && sb->warn)
 		sb->warn(sb->warn_ctx, e.msg);
 }
 
@@ -95,7 +95,7 @@ static void helper_abandon(struct sandbox *sb)
 	if (hs->pidfd >= 0)
 		close(hs->pidfd);
 	hs->pidfd = sb->pidfd = -1;
-	helper_forget_workspace(hs);
+	wsync_job_drop(&hs->ws);
 }
 
 static int helper_info_(const struct sandbox *sb, struct session_sandbox_info *info, struct nsbox_err *err)

@@ -7,27 +7,13 @@
 
 #include "cgroup.h"
 #include "session-backend.h"
-#include "wsync.h"
 
 /* The jail, and its bounded workspace's write-back once taken out of it
  * at the sandbox's end, run when the session is freed (sb->closing). */
 struct local {
 	struct jail j; /* first: sb->priv is also the jail */
-	bool ws_pending;
-	int ws_upper, ws_host;
-	uid_t ws_uid;
-	gid_t ws_gid;
-	uint64_t ws_size;
+	struct wsync_job ws;
 };
-
-static void forget_workspace(struct local *l)
-{
-	if (!l->ws_pending)
-		return;
-	close(l->ws_upper);
-	close(l->ws_host);
-	l->ws_pending = false;
-}
 
 static int local_start(struct sandbox *sb, const struct sandbox_spec *spec, int *sock_out, struct nsbox_err *err)
 {
@@ -80,18 +66,14 @@ static void local_destroy(struct sandbox *sb)
 	struct local *l = sb->priv;
 	struct nsbox_err e = { 0 };
 
-	if (!l->ws_pending &&
-	    jail_take_workspace(&l->j, &l->ws_upper, &l->ws_host, &l->ws_uid, &l->ws_gid, &l->ws_size) == 1)
-		l->ws_pending = true;
+	if (!l->ws.pending)
+		(void)jail_take_workspace(&l->j, &l->ws);
 	jail_destroy(&l->j);
 	sb->st = l->j.status;
 	sb->reaped = true;
 	sb->pidfd = -1;
-	if (sb->closing && l->ws_pending) {
-		if (wsync_apply(l->ws_upper, l->ws_host, l->ws_uid, l->ws_gid, l->ws_size, &e) < 0 && sb->warn)
-			sb->warn(sb->warn_ctx, e.msg);
-		forget_workspace(l);
-	}
+	if (sb->closing && wsync_job_run(&l->ws, &e) < 0 && sb->warn)
+		sb->warn(sb->warn_ctx, e.msg);
 }
 
 static void local_abandon(struct sandbox *sb)
@@ -115,7 +97,7 @@ static void local_abandon(struct sandbox *sb)
 		close(j->ws_host_fd);
 	j->pidfd = j->sync_fd = sb->pidfd = j->ws_upper_fd = j->ws_host_fd = -1;
 	j->cg = NULL;
-	forget_workspace(sb->priv);
+	wsync_job_drop(&((struct local *)sb->priv)->ws);
 }
 
 static int local_info(const struct sandbox *sb, struct session_sandbox_info *info, struct nsbox_err *err)

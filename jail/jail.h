@@ -16,6 +16,8 @@
 #include "error.h"
 #include "egress.h"
 #include "policy.h"
+#include "wsync.h"
+#include "wsync.h"
 
 /* NSBOX_EXIT_*: the exit statuses, in the public header (nsbox.h). */
 #include "nsbox.h"
@@ -156,11 +158,10 @@ int jail_sync_workspace(struct jail *j, struct nsbox_err *err);
 /* What jail_sync_workspace would copy, for a caller that runs
  * wsync_apply() itself, in another process (libnsbox's helper hands it to
  * the library: a long write-back must not hold the helper's other
- * sandboxes).  The sandbox is killed and reaped first, as there.  1: the
- * write-back's descriptors (*upper, *host: the caller's to close), ids and
- * budget are taken out of j, which will copy nothing itself; 0: nothing to
- * copy. */
-int jail_take_workspace(struct jail *j, int *upper, int *host, uid_t *uid, gid_t *gid, uint64_t *size);
+ * sandboxes).  The sandbox is killed and reaped first, as there.  1: *out
+ * is the pending write-back (its descriptors the caller's), taken out of j,
+ * which will copy nothing itself; 0: nothing to copy. */
+int jail_take_workspace(struct jail *j, struct wsync_job *out);
 
 /* Map a status to nsbox(1)'s exit status. */
 int jail_exit_code(const struct jail_status *st);

@@ -206,7 +206,7 @@ int jail_sync_workspace(struct jail *j, struct nsbox_err *err)
 	return r;
 }
 
-int jail_take_workspace(struct jail *j, int *upper, int *host, uid_t *uid, gid_t *gid, uint64_t *size)
+int jail_take_workspace(struct jail *j, struct wsync_job *out)
 {
 	if (j->ws_synced || j->ws_host_fd < 0 || j->ws_upper_fd < 0)
 		return 0;
@@ -217,11 +217,8 @@ int jail_take_workspace(struct jail *j, int *upper, int *host, uid_t *uid, gid_t
 	if (!j->reaped && j->pid > 0)
 		return 0; /* not dead: nothing may be copied (jail_destroy closes them) */
 	j->ws_synced = true;
-	*upper = j->ws_upper_fd;
-	*host = j->ws_host_fd;
-	*uid = j->ws_uid;
-	*gid = j->ws_gid;
-	*size = j->ws_size;
+	*out = (struct wsync_job){ .pending = true, .upper = j->ws_upper_fd, .host = j->ws_host_fd,
+				   .uid = j->ws_uid, .gid = j->ws_gid, .size = j->ws_size };
 	j->ws_upper_fd = j->ws_host_fd = -1;
 	return 1;
 }

@@ -486,3 +486,20 @@ int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, stru
 	err_copy(err, &a.err);
 	return -1;
 }
+
+int wsync_job_run(struct wsync_job *jb, struct nsbox_err *err)
+{
+	int r = jb->pending ? wsync_apply(jb->upper, jb->host, jb->uid, jb->gid, jb->size, err) : 0;
+
+	wsync_job_drop(jb);
+	return r;
+}
+
+void wsync_job_drop(struct wsync_job *jb)
+{
+	if (!jb->pending)
+		return;
+	close(jb->upper);
+	close(jb->host);
+	jb->pending = false;
+}

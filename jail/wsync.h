@@ -36,4 +36,18 @@
  * the budget is not written. */
 int wsync_apply(int upper, int host, uid_t uid, gid_t gid, uint64_t budget, struct nsbox_err *err);
 
+/* A write-back taken out of its jail (jail_take_workspace) to be run later,
+ * when its session is freed: its descriptors are owned while pending. */
+struct wsync_job {
+	bool pending;
+	int upper, host;
+	uid_t uid;
+	gid_t gid;
+	uint64_t size;
+};
+/* Run it if pending (wsync_apply), then drop it.  0, or -1 with err. */
+int wsync_job_run(struct wsync_job *jb, struct nsbox_err *err);
+/* Close its descriptors without running it. */
+void wsync_job_drop(struct wsync_job *jb);
+
 #endif

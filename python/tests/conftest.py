@@ -74,6 +74,16 @@ def ctrl_c_after(lib, name):
         signal.signal(signal.SIGINT, old)
 
 
+def signal_all(pids, sig):
+    """Send sig to each of pids (negative: zombies, as descendants() gives
+    them), those gone since skipped."""
+    for pid in pids:
+        try:
+            os.kill(abs(pid), sig)
+        except ProcessLookupError:
+            pass
+
+
 def descendants(root=None):
     """Every process below root (default: this one), zombies as negative pids."""
     root = os.getpid() if root is None else root

@@ -72,7 +72,7 @@ def test_a_killed_sandboxs_write_back_never_holds_the_loop(aio, tmp_path):
     comes at once; the next call frees the dead session in the default
     executor, where the copy (held stopped here) runs while the loop goes
     on."""
-    from conftest import descendants
+    from conftest import descendants, signal_all
     work = tmp_path / "work"
     work.mkdir()
     os.chmod(tmp_path, 0o755)
@@ -92,8 +92,7 @@ def test_a_killed_sandboxs_write_back_never_holds_the_loop(aio, tmp_path):
                     break
                 await asyncio.sleep(0.02)
             assert copy, "no copying process seen"
-            for pid in copy:
-                os.kill(abs(pid), signal.SIGSTOP)
+            signal_all(copy, signal.SIGSTOP)
             try:
                 t0 = time.monotonic()
                 for _ in range(10):
@@ -101,19 +100,14 @@ def test_a_killed_sandboxs_write_back_never_holds_the_loop(aio, tmp_path):
                 ticks = time.monotonic() - t0
                 assert not nxt.done()
             finally:
-                for pid in copy:
-                    os.kill(abs(pid), signal.SIGCONT)
+                signal_all(copy, signal.SIGCONT)
             assert ticks < 5, "the loop waited %.1f s for the stopped copy" % ticks
             assert await nxt == 42
             assert len(os.listdir(work)) == 20000
     try:
         arun(main())
     finally:
-        for pid in copy:
-            try:
-                os.kill(abs(pid), signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        signal_all(copy, signal.SIGCONT)
 
 
 def test_async_start_runs_in_the_executor(aio):

@@ -226,7 +226,7 @@ def test_missing_library_is_reported(tmp_path):
 
 # ---- helpers for live tests ----------------------------------------------
 
-from conftest import descendants  # noqa: E402 (shared with test_async.py)
+from conftest import descendants, signal_all  # noqa: E402 (shared with test_async.py)
 
 
 def open_fds():
@@ -1559,14 +1559,13 @@ def test_a_write_back_never_holds_an_exec_or_another_session(libnsbox, tmp_path)
         closer.start()
         assert wait_for(lambda: set(descendants()) - before, timeout=30), "no copying process seen"
         copy = sorted(set(descendants()) - before)
-        for pid in copy:
-            os.kill(abs(pid), signal.SIGSTOP)
+        signal_all(copy, signal.SIGSTOP)
         os.close(wr)
         import select
         assert select.select([rd], [], [], 5)[0] and os.read(rd, 1) == b"", "the copy holds our descriptors"
         os.close(rd)
         t0 = time.monotonic()
-        waited = threading.Timer(30, lambda: [os.kill(abs(p), signal.SIGCONT) for p in copy])
+        waited = threading.Timer(30, signal_all, (copy, signal.SIGCONT))
         waited.start()
         try:
             with pytest.raises(nsbox.TimeLimitExceeded):
@@ -1577,11 +1576,7 @@ def test_a_write_back_never_holds_an_exec_or_another_session(libnsbox, tmp_path)
         assert took < 20, "b's time limit waited %.1f s for a's stopped copy" % took
         assert b.execute("6 * 7") == 42  # a fresh sandbox, from the same helper
     finally:
-        for pid in copy:
-            try:
-                os.kill(abs(pid), signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        signal_all(copy, signal.SIGCONT)
         a.close()
         b.close()
     closer.join(60)

@@ -947,55 +947,26 @@ def _cmdline(pid):
         return []
 
 
-def test_a_tool_command_and_what_it_starts_end_at_the_time_limit():
-    # A background child of the command held its stdout: nsbox read on
-    # until that child ended (30 s here), then left it running.  Now the
-    # command's process group is killed at the exec's time limit.
+# How a tool command outlives its answer: a background child that holds its
+# stdout (nsbox read on until that child ended, 30 s, then left it
+# running), or the command itself after closing its stdout (waited for
+# without the exec's deadline or a stop: red team 13).  Either way the
+# exec's time limit and SIGTERM hold, and nothing of the call is left.
+OUTLIVING = {"background child": "(sleep %s &); echo 1", "closed stdout": "echo 1; exec >&-; sleep %s"}
+
+
+@pytest.mark.parametrize("how", sorted(OUTLIVING))
+def test_a_tool_command_and_what_it_starts_end_at_the_time_limit(how):
     tag = "31.%d" % os.getpid()
     t0 = time.time()
-    p = run("--time-limit", "1", "--tool", "bg=(sleep %s &); echo 1" % tag, "-c", "print(bg())")
+    p = run("--time-limit", "1", "--tool", "bg=" + OUTLIVING[how] % tag, "-c", "print(bg())")
     took = time.time() - t0
     left = _sleeps(tag)
     for pid in left:
         os.kill(int(pid), 9)
     assert p.returncode == 124, p.stderr
     assert took < 15, took
-    assert not left, "the tool command's child outlived the call"
-
-
-def test_a_tool_command_that_closes_its_stdout_is_still_bounded():
-    """A command that answers and closes its stdout, then runs on, was
-    waited for without the exec's deadline or a stop (red team 13: 30 s
-    into a 3 s limit, and SIGTERM taken after it).  Now the same deadline
-    and stops hold until it exits."""
-    tag = "33.%d" % os.getpid()
-    t0 = time.time()
-    p = run("--time-limit", "1", "--tool", "t=echo 1; exec >&-; sleep %s" % tag, "-c", "print(t())")
-    took = time.time() - t0
-    left = _sleeps(tag)
-    for pid in left:
-        os.kill(int(pid), 9)
-    assert p.returncode == 124, p.stderr
-    assert took < 15, took
-    assert not left, "the tool command outlived the call"
-    p = subprocess.Popen([NSBOX, "python", "--tool", "t=echo 1; exec >&-; sleep %s" % tag, "-c", "t()"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        for _ in range(100):
-            if _sleeps(tag):
-                break
-            time.sleep(0.1)
-        p.terminate()
-        out, err = p.communicate(timeout=20)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-        left = _sleeps(tag)
-        for pid in left:
-            os.kill(int(pid), 9)
-    assert p.returncode == 130, (p.returncode, err)
-    assert not left, "the tool command outlived the call"
+    assert not left, "the tool command or its child outlived the call"
 
 
 def test_nothing_a_tool_call_started_outlives_it():
@@ -1010,13 +981,15 @@ def test_nothing_a_tool_call_started_outlives_it():
     assert not left, "the tool command's background job outlived the call"
 
 
-def test_sigterm_stops_a_running_tool_command():
+@pytest.mark.parametrize("command", ["sleep %s; echo 1", OUTLIVING["closed stdout"]])
+def test_sigterm_stops_a_running_tool_command(command):
     # SIGTERM (or Ctrl-C) cancels the exec; while a tool command ran it was
-    # taken only after the command ended (a 30 s command: 30 s).  Now the
-    # command is stopped and the code is interrupted as it would be
-    # anywhere else (KeyboardInterrupt, status 130).
+    # taken only after the command ended (a 30 s command: 30 s), and after
+    # one that had closed its stdout (red team 13).  Now the command is
+    # stopped and the code is interrupted as it would be anywhere else
+    # (KeyboardInterrupt, status 130).
     tag = "32.%d" % os.getpid()
-    p = subprocess.Popen([NSBOX, "python", "--tool", "slow=sleep %s; echo 1" % tag, "-c", "slow()"],
+    p = subprocess.Popen([NSBOX, "python", "--tool", "slow=" + command % tag, "-c", "slow()"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         for _ in range(100):
@@ -1031,11 +1004,13 @@ def test_sigterm_stops_a_running_tool_command():
         if p.poll() is None:
             p.kill()
             p.wait()
-        for pid in _sleeps(tag):
+        left = _sleeps(tag)
+        for pid in left:
             os.kill(int(pid), 9)
     assert took < 5, took
     assert p.returncode == 130, (p.returncode, err)
     assert "KeyboardInterrupt" in err, err
+    assert not left, "the tool command outlived the call"
 
 
 @pytest.mark.parametrize("name", ["len", "print", "class", "__name__"])
