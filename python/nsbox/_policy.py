@@ -232,8 +232,11 @@ def new_policy(lib, policy="default", memory=None, pids=None, cpus=None, workspa
             _lib.check(lib.nsbox_policy_set_time_limit(p, float(time_limit), byref(err)), err,
                        "policy time limit", PolicyError)
         if workspace is not None:
-            check_workspace(os.fspath(workspace))
-            _lib.check(lib.nsbox_policy_set_workspace(p, to_bytes(os.fspath(workspace), "workspace"),
+            # Relative to this process's working directory, as nsbox
+            # python --workspace DIR takes it (the policy wants it whole).
+            workspace = os.path.abspath(os.fspath(workspace))
+            check_workspace(workspace)
+            _lib.check(lib.nsbox_policy_set_workspace(p, to_bytes(workspace, "workspace"),
                                                       byref(err)), err, "policy workspace", PolicyError)
         if workspace_size is not None:
             v = to_bytes(str(workspace_size), "workspace_size")

@@ -1603,6 +1603,18 @@ def test_a_failed_write_back_is_a_warning_at_close(libnsbox, tmp_path):
         s.close()
 
 
+def test_a_relative_workspace_is_this_processs(libnsbox, tmp_path, monkeypatch):
+    """Sandbox(workspace="proj"), as `nsbox python --workspace proj` takes
+    it: relative to the working directory (it was a PolicyError, "not an
+    absolute path")."""
+    (tmp_path / "proj").mkdir()
+    os.chmod(tmp_path, 0o755)
+    monkeypatch.chdir(tmp_path)
+    with nsbox.Sandbox(workspace="proj", spare=False, timeout=60) as s:
+        s.execute("open('/workspace/made', 'w').write('x')")
+    assert (tmp_path / "proj" / "made").read_text() == "x"
+
+
 def test_info_has_the_python_version(sb):
     v = sb.info()["python"]
     assert re.match(r"^3\.11\.\d+$", v), v
